@@ -1,0 +1,191 @@
+"""The config schema: one dataclass a config group, registered in Hydra's ConfigStore.
+
+OmegaConf enforces types, enum values and unknown keys while Hydra composes; `validate`
+checks ranges and cross-key rules. Both run before any data is read or model built.
+The YAML files in conf/ extend these schemas (`defaults: [<group>_schema, _self_]`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from app.errors import ConfigError
+
+
+def conf_dir() -> Path:
+    """conf/ at the top of a source checkout (editable install), else the copy shipped in the package."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "conf", here / "conf"):
+        if (candidate / "config.yaml").is_file():
+            return candidate
+    raise ConfigError(f"no conf/config.yaml found next to {here}: the installation is incomplete")
+
+
+# OmegaConf matches enum members by name, and `raise` is a keyword: hence the functional form.
+OnBadSample = Enum("OnBadSample", {"raise": "raise", "skip": "skip"}, type=str)  # type: ignore[misc]
+
+
+class StartMethod(str, Enum):
+    spawn = "spawn"
+    forkserver = "forkserver"
+
+
+class Optimizer(str, Enum):
+    adam = "adam"
+    adamw = "adamw"
+    sgd = "sgd"
+    rmsprop = "rmsprop"
+
+
+class Strategy(str, Enum):
+    default = "default"  # one device: the GPU when there is one, else the CPU
+
+
+@dataclass
+class DecodeConfig:
+    draft: bool = True  # JPEG: decode at 1/2, 1/4 or 1/8 scale when the network input allows
+
+
+@dataclass
+class DataConfig:
+    name: str = MISSING  # synthetic | cifar | folder, set by each conf/data file
+    path: str | None = None
+    image_size: list[int] = field(default_factory=lambda: [64, 64])
+    batch_size: int = 32
+    val_fraction: float = 0.2
+    on_bad_sample: OnBadSample = OnBadSample["raise"]  # type: ignore[valid-type]
+    max_bad_fraction: float = 0.01
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+
+@dataclass
+class SyntheticDataConfig(DataConfig):
+    name: str = "synthetic"
+    path: str | None = "datasets/synthetic"
+    num_images: int = 800
+    source_size: int = 1024
+    num_classes: int = 4
+    seed: int = 0
+
+
+@dataclass
+class CifarDataConfig(DataConfig):
+    name: str = "cifar"
+    path: str | None = "datasets/cifar10"
+    download: bool = False
+
+
+@dataclass
+class FolderDataConfig(DataConfig):
+    name: str = "folder"
+
+
+@dataclass
+class AugmentConfig:
+    # albumentations transforms, one `_target_` mapping an entry; a resize to
+    # data.image_size is appended. Validation images get that resize only.
+    transforms: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class QueueConfig:
+    workers: int = 2
+    use_multiprocessing: bool = True
+    max_size: int = 2
+    shuffle: bool = True
+    start_method: StartMethod = StartMethod.spawn
+    timeout_s: float = 120.0
+
+
+@dataclass
+class ModelConfig:
+    _target_: str = "app.model.small_resnet"
+    widths: list[int] = field(default_factory=lambda: [32, 64, 128])
+    blocks_per_stage: int = 1
+    dropout: float = 0.2
+
+
+@dataclass
+class TrainerConfig:
+    epochs: int = 5
+    steps_per_epoch: int | None = None
+    optimizer: Optimizer = Optimizer.adam
+    lr: float = 1e-3
+    checkpoint_every_steps: int | None = None
+    mixed_precision: bool = False
+    strategy: Strategy = Strategy.default
+
+
+@dataclass
+class Config:
+    seed: int = 0
+    # Each group's own schema types its node (data has one a source).
+    data: Any = MISSING
+    augment: Any = MISSING
+    queue: Any = MISSING
+    model: Any = MISSING
+    trainer: Any = MISSING
+
+
+def register() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="config_schema", node=Config)
+    cs.store(group="data", name="synthetic_schema", node=SyntheticDataConfig)
+    cs.store(group="data", name="cifar_schema", node=CifarDataConfig)
+    cs.store(group="data", name="folder_schema", node=FolderDataConfig)
+    cs.store(group="augment", name="augment_schema", node=AugmentConfig)
+    cs.store(group="queue", name="queue_schema", node=QueueConfig)
+    cs.store(group="model", name="model_schema", node=ModelConfig)
+    cs.store(group="trainer", name="trainer_schema", node=TrainerConfig)
+
+
+def _check(ok: bool, key: str, value: Any, allowed: str) -> None:
+    if not ok:
+        raise ConfigError(f"config key `{key}` = {value!r} is not allowed: {allowed}.")
+
+
+def validate(cfg: DictConfig) -> None:
+    """Ranges and cross-key rules the types alone cannot express. Raises ConfigError."""
+    d, q, t = cfg.data, cfg.queue, cfg.trainer
+    size = list(d.image_size)
+    _check(len(size) == 2 and all(s >= 8 for s in size), "data.image_size", size,
+           "two integers [H, W], each at least 8")
+    _check(d.batch_size >= 1, "data.batch_size", d.batch_size, "an integer of at least 1")
+    _check(0.0 < d.val_fraction < 1.0, "data.val_fraction", d.val_fraction,
+           "a fraction strictly between 0 and 1")
+    _check(0.0 <= d.max_bad_fraction <= 1.0, "data.max_bad_fraction", d.max_bad_fraction,
+           "a fraction from 0 to 1")
+    if d.name == "folder":
+        _check(d.path is not None and str(d.path).strip() != "", "data.path", d.path,
+               "data=folder needs the folder of images: add data.path=/path/to/images "
+               "(class folders <path>/<class>/*, or <path>/train/<class>/* and <path>/val/<class>/*)")
+    if d.name == "synthetic":
+        _check(d.num_classes >= 2, "data.num_classes", d.num_classes, "at least 2")
+        _check(d.num_images >= 2 * d.num_classes, "data.num_images", d.num_images,
+               f"at least 2 images a class ({2 * d.num_classes} for {d.num_classes} classes)")
+        _check(d.source_size >= 16, "data.source_size", d.source_size, "at least 16 pixels")
+    _check(q.workers >= 0, "queue.workers", q.workers, "0 (load in the training process) or more workers")
+    _check(q.max_size >= 1, "queue.max_size", q.max_size, "an integer of at least 1 (batches held ready)")
+    _check(q.timeout_s > 0, "queue.timeout_s", q.timeout_s, "a positive number of seconds")
+    _check(t.epochs >= 1, "trainer.epochs", t.epochs, "an integer of at least 1")
+    _check(t.steps_per_epoch is None or t.steps_per_epoch >= 1, "trainer.steps_per_epoch",
+           t.steps_per_epoch, "null (the whole split) or an integer of at least 1")
+    _check(t.lr > 0, "trainer.lr", t.lr, "a positive learning rate")
+    _check(t.checkpoint_every_steps is None or t.checkpoint_every_steps >= 1,
+           "trainer.checkpoint_every_steps", t.checkpoint_every_steps, "null or an integer of at least 1")
+    widths = list(cfg.model.widths)
+    _check(len(widths) >= 1 and all(w >= 1 for w in widths), "model.widths", widths,
+           "a non-empty list of positive channel counts")
+    _check(cfg.model.blocks_per_stage >= 1, "model.blocks_per_stage", cfg.model.blocks_per_stage,
+           "an integer of at least 1")
+    _check(0.0 <= cfg.model.dropout < 1.0, "model.dropout", cfg.model.dropout, "a rate from 0 to below 1")
+
+
+def to_plain(cfg: DictConfig) -> dict:
+    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]

@@ -1,0 +1,207 @@
+"""CIFAR-10 from its official python archive, converted once into memory-mappable .npy files.
+
+The archive's batches are pickles; they are read with an unpickler that only builds plain
+containers and numpy arrays, since the archive may come from anywhere. The cache under
+`<data.path>/cache/` holds train/val images as uint8 N×32×32×3 and is rebuilt when the
+source files change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import pickle
+import sys
+import tarfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from app.data.source import ArraySplit, Source
+from app.errors import DataError
+
+URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
+MD5 = "c58f30108f718f92721af3b95e74349a"
+ARCHIVE = "cifar-10-python.tar.gz"
+FOLDER = "cifar-10-batches-py"
+TRAIN_BATCHES = [f"data_batch_{i}" for i in range(1, 6)]
+VAL_BATCHES = ["test_batch"]
+META = "batches.meta"
+CACHE_VERSION = 1
+
+
+def cifar_source(data_cfg) -> Source:
+    root = Path(data_cfg.path).expanduser().absolute()
+    found = _find(root)
+    if found is None:
+        if not data_cfg.download:
+            raise DataError(
+                f"CIFAR-10 not found: looked for {root / FOLDER}/, {root / ARCHIVE} and "
+                f"{Path.home() / '.keras/datasets'}. Put the official archive at {root / ARCHIVE} "
+                f"(or its extracted {FOLDER}/ folder at {root / FOLDER}/); it is at {URL}. "
+                f"Or add data.download=true to fetch it.")
+        found = download(root / ARCHIVE)
+    return _load(root / "cache", found)
+
+
+def download(dest: Path) -> Path:
+    """Fetch URL to `dest` through a .part file, checked against MD5 before it is renamed."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    digest = hashlib.md5()
+    try:
+        with urllib.request.urlopen(URL, timeout=60) as response, open(part, "wb") as out:
+            total = int(response.headers.get("Content-Length") or 0) or None
+            with tqdm(total=total, unit="B", unit_scale=True, desc=f"downloading {dest.name}",
+                      file=sys.stderr) as bar:
+                while chunk := response.read(1 << 20):
+                    out.write(chunk)
+                    digest.update(chunk)
+                    bar.update(len(chunk))
+    except (urllib.error.URLError, OSError) as exc:
+        part.unlink(missing_ok=True)
+        raise DataError(f"could not download CIFAR-10 from {URL} to {dest}: {exc}. Download it by "
+                        f"hand and put it at {dest}.") from exc
+    if digest.hexdigest() != MD5:
+        part.unlink()
+        raise DataError(f"the CIFAR-10 archive downloaded from {URL} has md5 {digest.hexdigest()}, "
+                        f"expected {MD5}: it was deleted. Try again, or download it by hand and put "
+                        f"it at {dest}.")
+    os.replace(part, dest)
+    return dest
+
+
+def _find(root: Path) -> Path | None:
+    keras = Path.home() / ".keras" / "datasets"
+    candidates = [root / FOLDER, root / ARCHIVE, keras / FOLDER, keras / f"{FOLDER}-target" / FOLDER]
+    return next((c for c in candidates if c.exists()), None)
+
+
+def _source_key(found: Path) -> str:
+    """Identifies the source files cheaply (path, size, mtime), to decide whether the cache is stale."""
+    files = [found] if found.is_file() else [found / n for n in (*TRAIN_BATCHES, *VAL_BATCHES, META)]
+    stats = [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.exists()]
+    return hashlib.sha256(json.dumps(stats).encode()).hexdigest()
+
+
+def _load(cache: Path, found: Path) -> Source:
+    key = _source_key(found)
+    meta_path = cache / "meta.json"
+    names = ("train_x", "train_y", "val_x", "val_y")
+    meta = None
+    if meta_path.is_file() and all((cache / f"{n}.npy").is_file() for n in names):
+        with contextlib.suppress(ValueError):
+            meta = json.loads(meta_path.read_text())
+    if not meta or meta.get("version") != CACHE_VERSION or meta.get("source_key") != key:
+        meta = _build_cache(cache, found, key)
+
+    train_y, val_y = np.load(cache / "train_y.npy"), np.load(cache / "val_y.npy")
+    fingerprint = meta["fingerprint"]
+    train = ArraySplit(str(cache / "train_x.npy"), np.arange(len(train_y)), train_y, "CIFAR-10 train")
+    val = ArraySplit(str(cache / "val_x.npy"), np.arange(len(val_y)), val_y, "CIFAR-10 val")
+    split = {"source": "cifar", "fingerprint": fingerprint, "class_names": meta["class_names"],
+             "root": str(found), "train": train.rows.tolist(), "val": val.rows.tolist(),
+             "val_fraction": None}
+    return Source("cifar", meta["class_names"], train, val, fingerprint, split)
+
+
+def _build_cache(cache: Path, found: Path, key: str) -> dict:
+    batches = _read_batches(found)
+    arrays = {}
+    for split, members in (("train", TRAIN_BATCHES), ("val", VAL_BATCHES)):
+        data = np.concatenate([_rows(batches[m], found, m) for m in members])
+        # Each row is the red plane, then green, then blue, each 32×32 row-major.
+        arrays[f"{split}_x"] = np.ascontiguousarray(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
+        arrays[f"{split}_y"] = np.concatenate(
+            [np.asarray(batches[m][b"labels"], dtype=np.int64) for m in members])
+    label_names = batches[META].get(b"label_names")
+    if not label_names:
+        raise DataError(f"{found}: {META} has no label_names. Replace it with the official archive "
+                        f"from {URL}.")
+    class_names = [n.decode() if isinstance(n, bytes) else str(n) for n in label_names]
+
+    digest = hashlib.sha256()
+    cache.mkdir(parents=True, exist_ok=True)
+    for name, array in arrays.items():
+        digest.update(f"{name}{array.shape}".encode())
+        digest.update(array.data)
+        _atomic_write(cache / f"{name}.npy", lambda f, a=array: np.save(f, a))
+    meta = {"version": CACHE_VERSION, "source_key": key, "fingerprint": digest.hexdigest(),
+            "class_names": class_names}
+    # meta.json last: it vouches for the arrays written before it.
+    _atomic_write(cache / "meta.json", lambda f: f.write(json.dumps(meta, indent=1).encode()))
+    return meta
+
+
+def _rows(batch: dict, found: Path, member: str) -> np.ndarray:
+    data = np.asarray(batch.get(b"data", []), dtype=np.uint8)
+    if data.ndim != 2 or data.shape[1] != 3072 or len(batch.get(b"labels", [])) != len(data):
+        raise DataError(f"{found}: {member} is not a CIFAR-10 batch (data of shape {data.shape}, "
+                        f"expected N×3072 with one label a row).")
+    return data
+
+
+def _read_batches(found: Path) -> dict[str, dict]:
+    wanted = {*TRAIN_BATCHES, *VAL_BATCHES, META}
+    batches = {}
+    try:
+        if found.is_dir():
+            for name in wanted & {p.name for p in found.iterdir()}:
+                with open(found / name, "rb") as f:
+                    batches[name] = _unpickle(f)
+        else:
+            # One pass through the gzip stream: members are read in archive order.
+            with tarfile.open(found, "r:gz") as tar:
+                for member in tar:
+                    name = Path(member.name).name
+                    if member.isfile() and name in wanted and Path(member.name).parent.name == FOLDER:
+                        batches[name] = _unpickle(tar.extractfile(member))
+    except (OSError, EOFError, tarfile.TarError, pickle.UnpicklingError) as exc:
+        raise DataError(f"cannot read CIFAR-10 from {found}: {exc}. Replace it with the official "
+                        f"archive from {URL}.") from exc
+    missing = sorted(wanted - set(batches))
+    if missing:
+        raise DataError(f"{found} is not a complete CIFAR-10 ({FOLDER}/): missing "
+                        f"{', '.join(missing)}. Replace it with the official archive from {URL}.")
+    return batches
+
+
+# Besides dicts, lists, bytes and numbers (no globals needed), batches hold numpy arrays.
+_PICKLE_GLOBALS = frozenset({
+    ("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode"),
+    ("numpy._core.multiarray", "_reconstruct"), ("numpy._core.numeric", "_frombuffer")})
+
+
+class _Unpickler(pickle.Unpickler):
+    """Builds only what CIFAR-10 batches hold, since the archive may come from anywhere."""
+
+    def find_class(self, module: str, name: str):
+        # The official files were written by numpy 1 (numpy.core), numpy 2 calls it numpy._core.
+        if module.startswith("numpy.core."):
+            module = "numpy._core." + module[len("numpy.core."):]
+        if (module, name) not in _PICKLE_GLOBALS:
+            raise pickle.UnpicklingError(f"unexpected object {module}.{name} in a CIFAR-10 batch")
+        return super().find_class(module, name)
+
+
+def _unpickle(f: io.BufferedIOBase) -> dict:
+    batch = _Unpickler(f, encoding="bytes").load()
+    if not isinstance(batch, dict):
+        raise pickle.UnpicklingError(f"a batch is a {type(batch).__name__}, not a dict")
+    return batch
+
+
+def _atomic_write(path: Path, write) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

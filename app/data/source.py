@@ -1,0 +1,91 @@
+"""What a data source hands the loader: splits that say how to read sample i, and its label.
+
+Splits are pickled to spawn'ed worker processes, so they carry paths and labels only;
+arrays are opened lazily (memory-mapped) in the process that reads them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from app.data.images import DecodeError, load_rgb
+from app.errors import BadSampleError
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, DecodeError):
+        return str(exc)
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _labels(labels, n: int) -> np.ndarray:
+    out = np.asarray(labels, dtype=np.int64).reshape(-1)
+    if len(out) != n:
+        raise ValueError(f"{len(out)} labels for {n} samples")
+    return out
+
+
+class FileSplit:
+    """Samples that are image files, one label each."""
+
+    def __init__(self, paths: list[str], labels):
+        self.paths = [str(p) for p in paths]
+        self.labels = _labels(labels, len(self.paths))
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def read(self, i: int, min_short_side: int | None = None) -> np.ndarray:
+        path = self.paths[i]  # an IndexError stays an IndexError
+        try:
+            return load_rgb(path, min_short_side)
+        except Exception as exc:
+            raise BadSampleError(i, self.describe(i), _reason(exc)) from exc
+
+    def describe(self, i: int) -> str:
+        return self.paths[i]
+
+
+class ArraySplit:
+    """Samples that are rows of a uint8 N×H×W×3 .npy file."""
+
+    def __init__(self, npy_path: str, rows, labels, name: str):
+        self.npy_path = str(npy_path)
+        self.rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        self.labels = _labels(labels, len(self.rows))
+        self.name = name
+        self._array: np.ndarray | None = None
+
+    def __getstate__(self) -> dict:
+        # Each process maps the file itself; pickling the memmap would copy the whole array.
+        return {**self.__dict__, "_array": None}
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def read(self, i: int, min_short_side: int | None = None) -> np.ndarray:
+        """Row `rows[i]` as an owned array; `min_short_side` does not apply to arrays."""
+        row = self.rows[i]
+        try:
+            if self._array is None:
+                self._array = np.load(self.npy_path, mmap_mode="r")
+            return np.array(self._array[row], dtype=np.uint8, order="C")
+        except Exception as exc:
+            raise BadSampleError(i, self.describe(i), _reason(exc)) from exc
+
+    def describe(self, i: int) -> str:
+        return f"{self.name} row {self.rows[i]} ({self.npy_path})"
+
+
+@dataclass
+class Source:
+    name: str
+    class_names: list[str]
+    train: FileSplit | ArraySplit
+    val: FileSplit | ArraySplit
+    fingerprint: str  # sha256 hex of what identifies the data
+    split: dict  # JSON-able; the trainer writes it as split.json

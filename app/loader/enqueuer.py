@@ -1,0 +1,342 @@
+"""The enqueuer: which samples go in which batch, in which slot, built by which worker.
+
+Work is split by sample, not by batch: every worker fills part of the same slot, so even one
+slot ahead keeps every core busy. Batches come out in batch-index order, and no batch is
+scheduled more than `max_size` ahead of the one being consumed (that one included), so the
+queue holds at most `max_size` uint8 batches. Workers start once a run and serve every epoch
+and both splits.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from app.errors import DataError, WorkerError
+from app.loader import worker as worker_loop
+from app.loader.ring import Ring
+
+log = logging.getLogger(__name__)
+
+
+def epoch_order(n: int, batch_size: int, *, seed: int, epoch: int, shuffle: bool, drop_last: bool) -> np.ndarray:
+    """Sample indices of one epoch, from (seed, epoch) only. Training drops the last
+    `n mod batch_size` of the permutation (different ones each shuffled epoch)."""
+    order = np.random.default_rng([seed, epoch]).permutation(n) if shuffle else np.arange(n)
+    if drop_last:
+        order = order[: n - n % batch_size]
+    return order
+
+
+@dataclass
+class _Worker:
+    conn: Connection
+    handle: Any  # multiprocessing.Process or threading.Thread
+    name: str
+
+    @property
+    def sentinel(self) -> int | None:
+        return getattr(self.handle, "sentinel", None)
+
+
+@dataclass
+class _Slot:
+    batch_no: int = -1
+    todo: dict[int, int] = field(default_factory=dict)  # position -> sample index not yet written
+    size: int = 0
+
+
+class Enqueuer:
+    def __init__(self, splits: dict, augmenters: dict, *, batch_size: int, image_size, workers: int = 2,
+                 use_multiprocessing: bool = True, max_size: int = 2, start_method: str = "spawn",
+                 timeout_s: float = 120.0, seed: int = 0, on_bad_sample: str = "raise",
+                 max_bad_fraction: float = 0.0, bad_log: Path | None = None):
+        self.splits, self.augmenters = splits, augmenters
+        self.batch_size, self.image_size = batch_size, tuple(image_size)
+        self.num_workers, self.use_multiprocessing = workers, use_multiprocessing
+        self.max_size = max_size if workers > 0 else 1  # in-process: one batch, built on demand
+        self.start_method, self.timeout_s, self.seed = start_method, timeout_s, seed
+        self.skip_bad, self.max_bad_fraction, self.bad_log = on_bad_sample == "skip", max_bad_fraction, bad_log
+        self.skipped: dict[str, set[int]] = {name: set() for name in splits}
+        self.ring: Ring | None = None
+        self._workers: list[_Worker] = []
+        self._slots: list[_Slot] = []
+
+    # -- life cycle ---------------------------------------------------------------------
+
+    @property
+    def queue_bytes(self) -> int:
+        return self.max_size * self.batch_size * self.image_size[0] * self.image_size[1] * 3
+
+    def start(self) -> Enqueuer:
+        shared = self.num_workers > 0 and self.use_multiprocessing
+        self.ring = Ring(self.max_size, self.batch_size, self.image_size, shared=shared)
+        self._slots = [_Slot() for _ in range(self.max_size)]
+        try:
+            for i in range(self.num_workers):
+                self._workers.append(self._start_process(i) if shared else self._start_thread(i))
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _start_process(self, i: int) -> _Worker:
+        context = mp.get_context(self.start_method)
+        parent_end, child_end = context.Pipe(duplex=True)
+        parent_pid = os.getpid() if self.start_method == "spawn" else None
+        process = context.Process(
+            target=worker_loop.process_main, name=f"app-loader-{i}", daemon=True,
+            args=(child_end, self.ring.spec, self.splits, self.augmenters, self.seed, self.skip_bad, parent_pid))
+        with _child_environment():
+            process.start()
+        child_end.close()
+        return _Worker(parent_end, process, f"worker process {process.pid}")
+
+    def _start_thread(self, i: int) -> _Worker:
+        parent_end, child_end = mp.Pipe(duplex=True)
+        thread = threading.Thread(
+            target=_serve_thread, name=f"app-loader-{i}", daemon=True,
+            args=(child_end, self.ring.array, self.splits, self.augmenters, self.seed, self.skip_bad))
+        thread.start()
+        return _Worker(parent_end, thread, f"worker thread {i}")
+
+    def close(self) -> None:
+        """Stop every worker (no orphans) and free the ring (nothing left in /dev/shm)."""
+        workers, self._workers = self._workers, []
+        for w in workers:
+            try:
+                w.conn.send(None)
+            except (OSError, ValueError):
+                pass
+        deadline = time.monotonic() + 5.0
+        for w in workers:
+            while w.handle.is_alive() and time.monotonic() < deadline:
+                _discard_replies(w.conn)  # a worker blocked on a full pipe could not see the None
+                w.handle.join(timeout=0.05)
+            if isinstance(w.handle, mp.process.BaseProcess):
+                if w.handle.is_alive():
+                    w.handle.kill()
+                w.handle.join(timeout=5.0)
+            w.conn.close()
+        if self.ring is not None:
+            self.ring.close()
+            self.ring = None
+
+    def __enter__(self) -> Enqueuer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- one pass over a split ----------------------------------------------------------
+
+    def batches(self, split_name: str, order: np.ndarray, epoch: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(uint8 batch, labels) in order. The uint8 array is a view of a ring slot, valid
+        until the next batch is asked for: convert it (the boundary) before that."""
+        if self.ring is None:
+            raise RuntimeError("Enqueuer.batches() before start()")
+        split = self.splits[split_name]
+        count = -(-len(order) // self.batch_size)
+        bounds = [(b * self.batch_size, min(len(order), (b + 1) * self.batch_size)) for b in range(count)]
+        scheduled = 0
+        try:
+            for b in range(count):
+                while scheduled < count and scheduled < b + self.max_size:
+                    self._schedule(split_name, epoch, scheduled, order[slice(*bounds[scheduled])])
+                    scheduled += 1
+                slot = self._slots[b % self.max_size]
+                if self.num_workers == 0:
+                    self._build_here(split_name, epoch, b % self.max_size)
+                else:
+                    self._wait_for(b % self.max_size, split_name)
+                indices = order[slice(*bounds[b])]
+                yield self.ring.array[b % self.max_size, : slot.size], split.labels[indices]
+                slot.batch_no = -1
+        except GeneratorExit:  # the consumer stopped early: wait for what is in flight
+            self._drain()
+            raise
+        except BaseException:  # a fault or Ctrl-C: nothing here will be reused
+            self.close()
+            raise
+
+    def _schedule(self, split_name: str, epoch: int, batch_no: int, indices: np.ndarray) -> None:
+        slot_index = batch_no % self.max_size
+        slot = self._slots[slot_index]
+        slot.batch_no, slot.size = batch_no, len(indices)
+        slot.todo = {position: int(index) for position, index in enumerate(indices)}
+        if self.num_workers == 0:
+            return
+        # Positions dealt round-robin, starting one worker further each batch, so uneven
+        # batches even out; which worker builds a sample never changes its pixels.
+        n = len(self._workers)
+        for k, w in enumerate(self._workers):
+            first = (k + batch_no) % n
+            items = [(p, slot.todo[p]) for p in range(first, len(indices), n)]
+            if items:
+                try:
+                    w.conn.send(("batch", split_name, epoch, slot_index, items))
+                except (BrokenPipeError, ConnectionResetError):
+                    self._raise_dead(w)
+
+    def _build_here(self, split_name: str, epoch: int, slot_index: int) -> None:
+        slot = self._slots[slot_index]
+        split, augmenter = self.splits[split_name], self.augmenters[split_name]
+        for position, index in list(slot.todo.items()):
+            reply = worker_loop._fill(self.ring.array, slot_index, position, index, split, augmenter,
+                                      self.seed, epoch, self.skip_bad)
+            self._handle(reply, split_name, "the training process")
+
+    def _wait_for(self, slot_index: int, split_name: str) -> None:
+        slot = self._slots[slot_index]
+        deadline = time.monotonic() + self.timeout_s
+        by_conn = {w.conn: w for w in self._workers}
+        by_sentinel = {w.sentinel: w for w in self._workers if w.sentinel is not None}
+        while slot.todo:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                missing = ", ".join(str(i) for i in list(slot.todo.values())[:10])
+                raise WorkerError(
+                    f"batch {slot.batch_no} of the {split_name} split was not ready after queue.timeout_s="
+                    f"{self.timeout_s:g} s: still waiting for sample(s) {missing} "
+                    f"({self.splits[split_name].describe(next(iter(slot.todo.values())))}). A worker is hung "
+                    "or far too slow; raise queue.timeout_s if the samples are just slow to load.")
+            # Threads have no sentinel: wake up now and then to check they still run.
+            ready = wait([*by_conn, *by_sentinel], timeout=min(remaining, 1.0))
+            for obj in ready:
+                if obj in by_conn:
+                    w = by_conn[obj]
+                    while w.conn.poll():
+                        try:
+                            reply = w.conn.recv()
+                        except (EOFError, ConnectionResetError):
+                            self._raise_dead(w)
+                        self._handle(reply, split_name, w.name)
+                else:
+                    w = by_sentinel[obj]
+                    _drain_conn(w, lambda reply, who=w.name: self._handle(reply, split_name, who))
+                    self._raise_dead(w)
+            for w in self._workers:
+                if w.sentinel is None and not w.handle.is_alive():
+                    self._raise_dead(w)
+
+    def _handle(self, reply: tuple, split_name: str, who: str) -> None:
+        kind, slot_index, position = reply[:3]
+        slot = self._slots[slot_index]
+        if kind in ("ok", "skipped"):
+            slot.todo.pop(position, None)
+            if kind == "skipped":
+                self._record_skip(split_name, *reply[3:])
+            return
+        index, where, detail = reply[3:]
+        if kind == "bad":
+            raise DataError(
+                f"sample {index} of the {split_name} split ({where}) could not be loaded: {detail}. "
+                "Fix or remove the file, or set data.on_bad_sample=skip to replace such samples "
+                "(logged to bad_samples.txt) up to data.max_bad_fraction.")
+        last = detail.strip().splitlines()[-1] if detail.strip() else "unknown error"
+        error = WorkerError(
+            f"{who} failed on sample {index} of the {split_name} split ({where}), batch {slot.batch_no}: "
+            f"{last}. The worker's traceback is in train.log.")
+        error.worker_traceback = detail
+        raise error
+
+    def _record_skip(self, split_name: str, index: int, where: str, reason: str) -> None:
+        seen = self.skipped[split_name]
+        if index in seen:
+            return
+        seen.add(index)
+        log.warning("skipped sample %d of the %s split (%s): %s", index, split_name, where, reason)
+        if self.bad_log is not None:
+            with open(self.bad_log, "a", encoding="utf-8") as f:
+                f.write(f"{split_name}\t{index}\t{where}\t{reason}\n")
+        total = len(self.splits[split_name])
+        if len(seen) > self.max_bad_fraction * total:
+            raise DataError(
+                f"{len(seen)} of {total} samples of the {split_name} split could not be loaded, above "
+                f"data.max_bad_fraction={self.max_bad_fraction:g} (last: {where}: {reason}); "
+                f"see bad_samples.txt in the run directory.")
+
+    def _raise_dead(self, w: _Worker) -> None:
+        code = getattr(w.handle, "exitcode", None)
+        how = f"exit code {code}"
+        if code is not None and code < 0:
+            how = f"killed by {signal.Signals(-code).name}"
+            if -code == signal.SIGKILL:
+                how += ", as the out-of-memory killer does"
+        raise WorkerError(f"{w.name} died ({how}) while building batches. If memory ran out, lower "
+                          "queue.workers, queue.max_size or data.batch_size (python -m app train ...).")
+
+    def _drain(self) -> None:
+        """Let every sample already handed out land, so no late write hits a reused slot."""
+        if self.num_workers == 0 or not self._workers:
+            for slot in self._slots:
+                slot.todo.clear()
+            return
+        deadline = time.monotonic() + self.timeout_s
+        while any(slot.todo for slot in self._slots) and time.monotonic() < deadline:
+            if not all(w.handle.is_alive() for w in self._workers):
+                break
+            for conn in wait([w.conn for w in self._workers], timeout=0.5):
+                try:
+                    reply = conn.recv()
+                except (EOFError, ConnectionResetError):
+                    continue
+                self._slots[reply[1]].todo.pop(reply[2], None)
+        if any(slot.todo for slot in self._slots):
+            self.close()  # workers that cannot finish are not reused
+
+
+def _serve_thread(conn, ring, splits, augmenters, seed, skip_bad) -> None:
+    try:
+        worker_loop.serve(conn, ring, splits, augmenters, seed, skip_bad)
+    finally:
+        conn.close()
+
+
+def _discard_replies(conn: Connection) -> None:
+    try:
+        while conn.poll():
+            conn.recv()
+    except (EOFError, OSError):
+        pass
+
+
+def _drain_conn(w: _Worker, handle) -> None:
+    """Replies a dead worker sent before it died still count."""
+    try:
+        while w.conn.poll():
+            handle(w.conn.recv())
+    except (EOFError, OSError):
+        pass
+
+
+@contextmanager
+def _child_environment():
+    """Workers inherit single-threaded math libraries and ignore Ctrl-C from the terminal
+    (the training process decides), both from their first instruction."""
+    saved = {k: os.environ.get(k) for k in worker_loop.THREAD_ENV}
+    os.environ.update(worker_loop.THREAD_ENV)
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main else None
+    try:
+        yield
+    finally:
+        if in_main:
+            signal.signal(signal.SIGINT, previous)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -1,0 +1,92 @@
+"""`max_size` slots of one uint8 batch each: the queue's whole memory, allocated once a run.
+
+Processes share it through one POSIX shared-memory segment; only indices cross the process
+boundary. The segment's space is reserved up front (posix_fallocate), so a /dev/shm too small
+fails at start-up with the size needed instead of a SIGBUS on the first write.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import secrets
+from dataclasses import dataclass
+from multiprocessing import shared_memory
+
+import numpy as np
+
+from app.errors import WorkerError
+
+SHM_DIR = "/dev/shm"
+
+
+@dataclass(frozen=True)
+class RingSpec:
+    """What a worker needs to map the ring: picklable, a few bytes."""
+
+    name: str | None  # shared-memory segment, or None for an in-process ring
+    shape: tuple[int, ...]  # (slots, batch, H, W, 3)
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape))
+
+
+class Ring:
+    def __init__(self, slots: int, batch_size: int, image_size: tuple[int, int], *, shared: bool):
+        self.spec = RingSpec(None, (slots, batch_size, *image_size, 3))
+        self._shm = None
+        if not shared:
+            self.array = np.zeros(self.spec.shape, np.uint8)
+            return
+        name = f"app-ring-{os.getpid()}-{secrets.token_hex(4)}"
+        self._shm = shared_memory.SharedMemory(name=name, create=True, size=self.spec.nbytes)
+        try:
+            os.posix_fallocate(self._shm._fd, 0, self.spec.nbytes)
+        except OSError as error:
+            self._unlink()
+            free = _free_bytes(SHM_DIR)
+            raise WorkerError(
+                f"the queue's shared memory needs {self.spec.nbytes / 2**20:.1f} MiB "
+                f"(queue.max_size={slots} × batch {batch_size} × {image_size[0]}×{image_size[1]}×3 uint8) "
+                f"but {SHM_DIR} has {free / 2**20:.1f} MiB free ({error.strerror}). Lower queue.max_size "
+                f"or data.batch_size, or enlarge {SHM_DIR} (docker: --shm-size)."
+            ) from None
+        self.spec = RingSpec(name, self.spec.shape)
+        self.array = np.ndarray(self.spec.shape, np.uint8, buffer=self._shm.buf)
+
+    @property
+    def nbytes(self) -> int:
+        return self.spec.nbytes
+
+    def close(self) -> None:
+        self.array = None  # the buffer cannot close while a view exports it
+        self._unlink()
+
+    def _unlink(self) -> None:
+        if self._shm is not None:
+            shm, self._shm = self._shm, None
+            try:
+                shm.close()
+            except BufferError:  # a consumer still holds a view: the mapping goes with it
+                pass
+            shm.unlink()
+
+
+def attach(spec: RingSpec) -> tuple[np.ndarray, mmap.mmap]:
+    """Worker side: map the segment by path. Not through SharedMemory, whose resource
+    tracker (before Python 3.13) would claim the parent's segment as the worker's own."""
+    fd = os.open(os.path.join(SHM_DIR, spec.name), os.O_RDWR)
+    try:
+        buffer = mmap.mmap(fd, spec.nbytes)
+    finally:
+        os.close(fd)
+    return np.ndarray(spec.shape, np.uint8, buffer=buffer), buffer
+
+
+def _free_bytes(path: str) -> int:
+    try:
+        stat = os.statvfs(path)
+    except OSError:
+        return 0
+    return stat.f_bavail * stat.f_frsize

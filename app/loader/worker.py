@@ -1,0 +1,108 @@
+"""The worker loop: read → decode to uint8 → augment → write into a ring slot. No TensorFlow.
+
+One loop serves threads and processes. Tasks arrive a batch's share at a time as
+("batch", split, epoch, slot, [(position, sample index), ...]); every sample is answered
+with one small message, so the parent knows exactly which samples are done.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import traceback
+from typing import Any
+
+import numpy as np
+
+from app.errors import BadSampleError
+from app.loader.ring import RingSpec, attach
+
+# Single-threaded workers: with two cores, worker threads would fight TF's own pools.
+THREAD_ENV = {name: "1" for name in (
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS")}
+MAX_REPLACEMENTS = 100  # `skip`: how many following samples to try in place of a bad one
+
+
+def make_sample(split: Any, augmenter: Any, index: int, seed: int, epoch: int) -> np.ndarray:
+    image = split.read(index, augmenter.min_short_side)
+    return augmenter(image, seed, epoch, index)
+
+
+def serve(conn, ring: np.ndarray, splits: dict, augmenters: dict, seed: int, skip_bad: bool) -> None:
+    """Answer tasks until a None arrives or the parent's end of the pipe closes."""
+    while True:
+        try:
+            task = conn.recv()
+        except EOFError:
+            return
+        if task is None:
+            return
+        _, split_name, epoch, slot, items = task
+        split, augmenter = splits[split_name], augmenters[split_name]
+        for position, index in items:
+            conn.send(_fill(ring, slot, position, index, split, augmenter, seed, epoch, skip_bad))
+
+
+def _fill(ring, slot, position, index, split, augmenter, seed, epoch, skip_bad) -> tuple:
+    try:
+        try:
+            ring[slot, position] = make_sample(split, augmenter, index, seed, epoch)
+            return ("ok", slot, position)
+        except BadSampleError as bad:
+            if not skip_bad:
+                return ("bad", slot, position, index, bad.where, bad.reason)
+            # Deterministic stand-in, so the batch keeps its size: the next readable sample,
+            # augmented with the bad sample's own randomness.
+            for k in range(1, min(MAX_REPLACEMENTS, len(split))):
+                try:
+                    image = split.read((index + k) % len(split), augmenter.min_short_side)
+                except BadSampleError:
+                    continue
+                ring[slot, position] = augmenter(image, seed, epoch, index)
+                return ("skipped", slot, position, index, bad.where, bad.reason)
+            return ("bad", slot, position, index, bad.where, f"{bad.reason}; and no readable stand-in nearby")
+    except Exception as error:  # noqa: BLE001 - carried to the parent with its traceback
+        where = _describe(split, index)
+        text = "".join(traceback.format_exception(error))
+        return ("error", slot, position, index, where, text)
+
+
+def _describe(split: Any, index: int) -> str:
+    try:
+        return split.describe(index)
+    except Exception:  # noqa: BLE001
+        return f"sample {index}"
+
+
+def process_main(conn, spec: RingSpec, splits: dict, augmenters: dict, seed: int, skip_bad: bool,
+                 parent_pid: int | None) -> None:
+    """Entry point of a worker process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the training process's to handle
+    _die_with_parent(parent_pid)
+    try:
+        import cv2
+
+        cv2.setNumThreads(0)
+    except ImportError:
+        pass
+    ring, buffer = attach(spec)
+    try:
+        serve(conn, ring, splits, augmenters, seed, skip_bad)
+    finally:
+        del ring
+        buffer.close()
+        conn.close()
+
+
+def _die_with_parent(parent_pid: int | None) -> None:
+    """Ask Linux to SIGKILL this worker when its parent dies, even by SIGKILL. (Under
+    forkserver the parent is the fork server, which exits when the training process does.)"""
+    if sys.platform.startswith("linux"):
+        PR_SET_PDEATHSIG = 1
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if parent_pid is not None and os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)

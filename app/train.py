@@ -1,0 +1,204 @@
+"""Training: config → data → loader → model → steps → run directory.
+
+The steps are driven here rather than by `fit`: Keras's generator adapter adds a
+`prefetch(AUTOTUNE)` of float32 batches we would never see, so with our own loop the
+float32 side holds the batch being converted and the one being trained on, nothing more.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from omegaconf import DictConfig
+from tqdm import tqdm
+
+from app import checkpoint
+from app.augment import Augmenter, build_compose
+from app.config import to_plain, validate
+from app.data import load_source
+from app.errors import ConfigError, DataError
+from app.loader import boundary
+from app.loader.enqueuer import Enqueuer, epoch_order
+from app.memory import PeakMemory
+from app.rundir import Summary, append_metrics, hardware, write_json
+
+log = logging.getLogger("app.train")
+
+
+def run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
+    """Train as `cfg` says, writing into `run_dir`. Returns summary.json's content."""
+    # Everything that can be checked without data or TensorFlow, first.
+    validate(cfg)
+    plain = to_plain(cfg)
+    image_size = tuple(plain["data"]["image_size"])
+    transforms = plain["augment"]["transforms"]
+    build_compose(transforms, image_size)  # strict: a misspelt argument fails here
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    summary = Summary(run_dir, overrides)
+    try:
+        with _sigterm_as_interrupt():
+            _train(cfg, plain, run_dir, summary, transforms, image_size)
+    except KeyboardInterrupt:
+        summary.update(status="interrupted")
+        log.warning("interrupted: stopped after %d steps", summary.content["steps"])
+        raise
+    except BaseException as error:
+        summary.update(status="failed", message=str(error))
+        log.error("failed: %s", error)
+        if getattr(error, "worker_traceback", None):
+            log.error("worker traceback:\n%s", error.worker_traceback)
+        elif not isinstance(error, (ConfigError, DataError)):
+            log.exception("traceback")
+        raise
+    summary.update(status="completed")
+    return summary.content
+
+
+def _train(cfg: DictConfig, plain: dict, run_dir: Path, summary: Summary, transforms: list,
+           image_size: tuple[int, int]) -> None:
+    data, queue, trainer = plain["data"], plain["queue"], plain["trainer"]
+    source = load_source(cfg.data)
+    write_json(run_dir / "split.json", source.split)
+    batch = data["batch_size"]
+    full_batches = len(source.train) // batch
+    if full_batches == 0:
+        raise ConfigError(f"config key `data.batch_size` = {batch} is not allowed: the training split has only "
+                          f"{len(source.train)} samples, fewer than one full batch.")
+    steps = trainer["steps_per_epoch"] or full_batches
+    if steps > full_batches:
+        raise ConfigError(f"config key `trainer.steps_per_epoch` = {steps} is not allowed: the training split "
+                          f"has {full_batches} full batches of data.batch_size={batch} (null uses them all).")
+    log.info("data: %s, %d classes, %d training and %d validation samples, fingerprint %s",
+             source.name, len(source.class_names), len(source.train), len(source.val), source.fingerprint[:12])
+
+    import keras  # TensorFlow loads here, after every check that does not need it
+
+    from app import model as models
+
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(cfg.seed)
+    keras.mixed_precision.set_global_policy("mixed_float16" if trainer["mixed_precision"] else "float32")
+    try:
+        with _strategy_scope(trainer["strategy"]) as gpus:
+            from hydra.utils import instantiate
+
+            net = instantiate(cfg.model, input_shape=(*image_size, 3), num_classes=len(source.class_names),
+                              _convert_="all")
+            net.compile(optimizer=models.optimizer(trainer["optimizer"], trainer["lr"]),
+                        loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+        summary.update(hardware=hardware(gpus))
+        augmenters = {"train": Augmenter(transforms, image_size, draft=data["decode"]["draft"]),
+                      "val": Augmenter([], image_size, draft=data["decode"]["draft"])}
+        enqueuer = Enqueuer(
+            {"train": source.train, "val": source.val}, augmenters, batch_size=batch, image_size=image_size,
+            workers=queue["workers"], use_multiprocessing=queue["use_multiprocessing"],
+            max_size=queue["max_size"], start_method=queue["start_method"], timeout_s=queue["timeout_s"],
+            seed=cfg.seed, on_bad_sample=data["on_bad_sample"], max_bad_fraction=data["max_bad_fraction"],
+            bad_log=run_dir / "bad_samples.txt")
+        summary.update(queue_bytes=enqueuer.queue_bytes)
+        log.info("queue: %d %s, max_size %d: %.1f MiB of uint8 batches", queue["workers"],
+                 "processes" if queue["use_multiprocessing"] else "threads", enqueuer.max_size,
+                 enqueuer.queue_bytes / 2**20)
+        with enqueuer, PeakMemory() as memory:
+            _epochs(net, enqueuer, memory, source, plain, run_dir, summary, steps)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def _epochs(net, enqueuer: Enqueuer, memory: PeakMemory, source, plain: dict, run_dir: Path,
+            summary: Summary, steps: int) -> None:
+    from app import model as models
+
+    data, queue, trainer = plain["data"], plain["queue"], plain["trainer"]
+    batch, epochs, every = data["batch_size"], trainer["epochs"], trainer["checkpoint_every_steps"]
+    global_step, best = 0, None
+    for epoch in range(epochs):
+        order = epoch_order(len(source.train), batch, seed=plain["seed"], epoch=epoch,
+                            shuffle=queue["shuffle"], drop_last=True)[: steps * batch]
+        seen = loss_sum = correct = 0.0
+        waited = 0.0
+        bar = tqdm(total=steps, desc=f"epoch {epoch + 1}/{epochs}", unit="step", file=sys.stderr,
+                   mininterval=0.5, dynamic_ncols=True)
+        started = step_end = time.perf_counter()
+        for x, y in boundary.float_batches(enqueuer, "train", order, epoch):
+            step_start = time.perf_counter()
+            waited += step_start - step_end
+            logs = net.train_on_batch(x, y, return_dict=True)
+            step_end = time.perf_counter()
+            n = len(y)
+            seen += n
+            loss_sum += logs["loss"] * n
+            correct += logs["accuracy"] * n
+            global_step += 1
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss_sum / seen:.4f}", acc=f"{correct / seen:.3f}",
+                            img_s=f"{seen / (step_end - started):.0f}", refresh=False)
+            if every and global_step % every == 0:
+                checkpoint.save(net, run_dir, global_step, {"epoch": epoch, "step": global_step,
+                                                            "epoch_complete": False}, protect=best and best[1])
+        bar.close()
+        train_time = step_end - started
+        val_loss, val_accuracy = _validate(net, enqueuer, source, batch)
+        row = {"epoch": epoch + 1, "loss": loss_sum / seen, "accuracy": correct / seen, "val_loss": val_loss,
+               "val_accuracy": val_accuracy, "images_per_s": seen / train_time,
+               "data_wait_fraction": waited / train_time, "peak_memory_mb": memory.window_peak_mb()}
+        append_metrics(run_dir / "metrics.csv", row)
+        saved = checkpoint.save(net, run_dir, global_step, {"epoch": epoch, "step": global_step,
+                                                            "epoch_complete": True, "metrics": row},
+                                protect=best and best[1])
+        if best is None or val_accuracy > best[0]:
+            best = (val_accuracy, saved.name)
+            models.export(net, run_dir / "model.keras", class_names=source.class_names,
+                          image_size=data["image_size"], scale=boundary.SCALE, offset=boundary.OFFSET)
+        summary.update(epochs_completed=epoch + 1, steps=global_step, loss=row["loss"],
+                       val_accuracy=val_accuracy, best_val_accuracy=best[0], images_per_s=row["images_per_s"],
+                       data_wait_fraction=row["data_wait_fraction"], peak_memory_mb=memory.peak / 2**20)
+        log.info("epoch %d/%d: loss %.4f, accuracy %.3f, val_loss %.4f, val_accuracy %.3f, %.1f img/s, "
+                 "data wait %.0f%%, peak %.0f MiB", epoch + 1, epochs, row["loss"], row["accuracy"], val_loss,
+                 val_accuracy, row["images_per_s"], 100 * row["data_wait_fraction"], row["peak_memory_mb"])
+
+
+def _validate(net, enqueuer: Enqueuer, source, batch: int) -> tuple[float, float]:
+    """Every validation sample exactly once, the last batch short."""
+    order = epoch_order(len(source.val), batch, seed=0, epoch=0, shuffle=False, drop_last=False)
+    seen = loss_sum = correct = 0.0
+    for x, y in boundary.float_batches(enqueuer, "val", order, 0):
+        logs = net.test_on_batch(x, y, return_dict=True)
+        seen += len(y)
+        loss_sum += logs["loss"] * len(y)
+        correct += logs["accuracy"] * len(y)
+    return loss_sum / seen, correct / seen
+
+
+@contextmanager
+def _strategy_scope(name: str):
+    """Yields the GPUs TensorFlow sees; `default` places on the first GPU when there is one."""
+    import tensorflow as tf
+
+    gpus = [d.name for d in tf.config.list_physical_devices("GPU")]
+    log.info("devices: %s", ", ".join(gpus) if gpus else "CPU only (no GPU visible to TensorFlow)")
+    yield gpus
+
+
+@contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM (a scheduler's stop) ends the run like Ctrl-C: workers stopped, status `interrupted`."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread (a threaded launcher): leave SIGTERM alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

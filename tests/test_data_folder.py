@@ -1,0 +1,236 @@
+"""app/data/folder.py: layouts, the deterministic val_fraction split, fingerprint, error messages."""
+
+import json
+import pickle
+import shutil
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from app.data import load_source
+from app.data.folder import folder_source, split_by_fraction
+from app.errors import ConfigError, DataError
+
+
+def _image(path, value=0, size=(6, 4)):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fmt = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG", ".webp": "WEBP", ".bmp": "BMP",
+           ".tif": "TIFF", ".tiff": "TIFF"}[path.suffix.lower()]
+    Image.new("RGB", size, (value, value, value)).save(path, fmt)
+
+
+def _tree(root, counts: dict[str, int], ext=".png"):
+    for cls, n in counts.items():
+        for i in range(n):
+            _image(root / cls / f"{cls}{i:03d}{ext}", value=i)
+    return root
+
+
+def test_class_folders_labels_and_reading(tmp_path):
+    root = tmp_path / "imgs"
+    _image(root / "dog" / "a.JPG", 10)
+    _image(root / "dog" / "nested" / "b.Png", 20)
+    _image(root / "cat" / "c.jpeg", 30)
+    _image(root / "cat" / "d.webp", 40)
+    _image(root / "cat" / "e.BMP", 50)
+    _image(root / "cat" / "f.TIFF", 60)
+    _image(root / "cat" / ".hidden.png", 70)
+    _image(root / "cat" / ".cache" / "g.png", 80)
+    (root / "cat" / "notes.txt").write_text("not an image")
+    (root / "cat" / ".DS_Store").write_bytes(b"\0")
+    _image(root / ".thumbs" / "h.png", 90)  # a hidden folder is not a class
+
+    src = folder_source(root, val_fraction=0.25)
+    assert src.name == "folder" and src.class_names == ["cat", "dog"]
+    rel = src.split["train"] + src.split["val"]
+    assert sorted(rel) == ["cat/c.jpeg", "cat/d.webp", "cat/e.BMP", "cat/f.TIFF", "dog/a.JPG",
+                           "dog/nested/b.Png"]
+    assert (len(src.train), len(src.val)) == (4, 2)  # one val image a class
+    for split, names in ((src.train, src.split["train"]), (src.val, src.split["val"])):
+        assert split.labels.dtype == np.int64
+        for i, name in enumerate(names):
+            assert split.labels[i] == (0 if name.startswith("cat/") else 1)
+            assert split.describe(i) == str(root / name)
+            value = int(split.read(i)[0, 0, 0])
+            assert abs(value - {"a": 10, "b": 20, "c": 30, "d": 40, "e": 50, "f": 60}[name.split("/")[-1][0]]) <= 2
+
+
+def test_split_json_is_complete_and_json_able(tmp_path):
+    src = folder_source(_tree(tmp_path / "d", {"a": 5, "b": 5}), val_fraction=0.2)
+    split = json.loads(json.dumps(src.split))
+    assert split == {"source": "folder", "fingerprint": src.fingerprint, "class_names": ["a", "b"],
+                     "root": str(tmp_path / "d"), "train": split["train"], "val": split["val"],
+                     "val_fraction": 0.2}
+    assert len(split["train"]) == 8 and len(split["val"]) == 2
+    assert [src.train.describe(i) for i in range(8)] == [str(tmp_path / "d" / r) for r in split["train"]]
+    assert len(src.fingerprint) == 64 and int(src.fingerprint, 16) >= 0
+
+
+@pytest.mark.parametrize("n,fraction,n_val", [(10, 0.2, 2), (10, 0.25, 2), (11, 0.25, 3), (2, 0.1, 1),
+                                              (3, 0.9, 2), (1, 0.5, 0), (100, 0.05, 5)])
+def test_val_count_per_class(n, fraction, n_val):
+    files = [(f"c/{i:03d}.png", 1) for i in range(n)]
+    train, val = split_by_fraction(files, fraction)
+    assert len(val) == n_val and len(train) == n - n_val
+    assert sorted(train + val) == files
+
+
+def test_split_is_deterministic_and_stable(tmp_path):
+    first = folder_source(_tree(tmp_path / "one", {"a": 20, "b": 15}), 0.2)
+    # Files created in another order, in another place: the same split.
+    other = tmp_path / "two"
+    for cls, n in (("b", 15), ("a", 20)):
+        for i in reversed(range(n)):
+            _image(other / cls / f"{cls}{i:03d}.png", value=i)
+    second = folder_source(other, 0.2)
+    assert (second.split["train"], second.split["val"]) == (first.split["train"], first.split["val"])
+    assert second.fingerprint == first.fingerprint
+    assert len(first.split["val"]) == 4 + 3
+    # The split is not just "the last files by name".
+    assert first.split["val"] != sorted(first.split["val"], key=lambda r: r[-7:])[-7:]
+
+    # One more image in class a leaves class b's split alone, and a's earlier val images stay val.
+    _image(tmp_path / "one" / "a" / "a999.png")
+    third = folder_source(tmp_path / "one", 0.2)
+    assert [r for r in third.split["val"] if r.startswith("b/")] == \
+           [r for r in first.split["val"] if r.startswith("b/")]
+    assert {r for r in first.split["val"] if r.startswith("a/")} <= set(third.split["val"])
+    assert third.fingerprint != first.fingerprint
+
+
+def test_fingerprint_tracks_sizes_and_names(tmp_path):
+    root = _tree(tmp_path / "d", {"a": 3, "b": 3})
+    base = folder_source(root, 0.3).fingerprint
+    assert folder_source(root, 0.5).fingerprint == base  # the split does not change the data
+    _image(root / "a" / "a000.png", size=(60, 40))
+    resized = folder_source(root, 0.3).fingerprint
+    assert resized != base
+    (root / "a" / "a000.png").rename(root / "a" / "renamed.png")
+    assert folder_source(root, 0.3).fingerprint not in (base, resized)
+
+
+def test_given_train_val_split(tmp_path):
+    root = tmp_path / "d"
+    _tree(root / "train", {"x": 3, "y": 2, "z": 1})
+    _tree(root / "val", {"x": 1, "y": 2})  # a class may be absent from val
+    src = folder_source(root, val_fraction=0.2)
+    assert src.class_names == ["x", "y", "z"]
+    assert src.split["val_fraction"] is None
+    assert src.split["train"] == ["train/x/x000.png", "train/x/x001.png", "train/x/x002.png",
+                                  "train/y/y000.png", "train/y/y001.png", "train/z/z000.png"]
+    assert src.train.labels.tolist() == [0, 0, 0, 1, 1, 2]
+    assert src.split["val"] == ["val/x/x000.png", "val/y/y000.png", "val/y/y001.png"]
+    assert src.val.labels.tolist() == [0, 1, 1]
+
+
+def test_file_split_pickles_small(tmp_path):
+    src = folder_source(_tree(tmp_path / "d", {"a": 30, "b": 30}), 0.2)
+    clone = pickle.loads(pickle.dumps(src.train))
+    assert len(pickle.dumps(src.train)) < 100 * len(src.train)
+    assert np.array_equal(clone.read(5), src.train.read(5))
+    assert clone.labels.tolist() == src.train.labels.tolist()
+
+
+def test_load_source_resolves_relative_paths(tmp_path, monkeypatch):
+    _tree(tmp_path / "rel", {"a": 2, "b": 2})
+    monkeypatch.chdir(tmp_path)
+    cfg = SimpleNamespace(name="folder", path="rel", val_fraction=0.5)
+    src = load_source(cfg)
+    assert src.split["root"] == str(tmp_path / "rel")
+    monkeypatch.chdir("/")
+    assert src.train.read(0).shape == (4, 6, 3)  # absolute paths: independent of the cwd
+
+
+def test_load_source_rejects_unknown_names_and_missing_path():
+    with pytest.raises(ConfigError, match="data.name.*'imagenet'"):
+        load_source(SimpleNamespace(name="imagenet", path="x", val_fraction=0.2))
+    with pytest.raises(ConfigError, match="data.path"):
+        load_source(SimpleNamespace(name="folder", path=None, val_fraction=0.2))
+
+
+# --- every DataError, with its message ------------------------------------------------------
+
+def _error(path, fraction=0.2) -> str:
+    with pytest.raises(DataError) as err:
+        folder_source(path, fraction)
+    message = str(err.value)
+    assert "\n" not in message
+    return message
+
+
+def test_error_missing_path(tmp_path):
+    message = _error(tmp_path / "nowhere")
+    assert f"data.path {tmp_path / 'nowhere'} does not exist" in message
+    assert "<path>/<class>/<image>" in message and "<path>/train/<class>/<image>" in message
+
+
+def test_error_path_is_a_file(tmp_path):
+    _image(tmp_path / "x.png")
+    assert "is not a folder" in _error(tmp_path / "x.png")
+
+
+def test_error_no_class_folders(tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / ".git").mkdir()
+    message = _error(tmp_path / "empty")
+    assert f"{tmp_path / 'empty'} has no class folders" in message
+    assert "move them" not in message
+
+    _image(tmp_path / "loose" / "a.jpg")
+    _image(tmp_path / "loose" / "b.png")
+    message = _error(tmp_path / "loose")
+    assert f"{tmp_path / 'loose'} has no class folders" in message
+    assert "It holds 2 images directly: move them into class folders." in message
+
+
+def test_error_class_without_images(tmp_path):
+    root = _tree(tmp_path / "d", {"a": 2})
+    (root / "b").mkdir()
+    (root / "b" / "readme.txt").write_text("x")
+    _image(root / "b" / ".hidden.png")
+    message = _error(root)
+    assert f"class folder {root / 'b'} has no images" in message
+    assert ".jpg .jpeg .png .webp .bmp .tif .tiff" in message
+
+
+def test_error_val_class_not_in_train(tmp_path):
+    root = tmp_path / "d"
+    _tree(root / "train", {"a": 2, "b": 2})
+    _tree(root / "val", {"a": 1, "c": 1})
+    message = _error(root)
+    assert f"{root / 'val' / 'c'} is a validation class that {root / 'train'} does not have" in message
+    assert "train classes: a, b" in message
+
+
+def test_error_given_split_with_empty_val_class(tmp_path):
+    root = tmp_path / "d"
+    _tree(root / "train", {"a": 2})
+    (root / "val" / "a").mkdir(parents=True)
+    assert f"class folder {root / 'val' / 'a'} has no images" in _error(root)
+
+
+def test_error_train_without_val(tmp_path):
+    root = tmp_path / "d"
+    _tree(root / "train", {"a": 2, "b": 2})
+    message = _error(root)
+    assert f"{root / 'train'} holds class folders but its sibling {root / 'val'} is missing" in message
+
+
+def test_error_fewer_than_two_images(tmp_path):
+    root = _tree(tmp_path / "d", {"a": 1})
+    message = _error(root)
+    assert f"{root} holds only 1 image: at least 2 are needed" in message
+
+
+def test_error_no_validation_image(tmp_path):
+    root = _tree(tmp_path / "d", {"a": 1, "b": 1, "c": 1})
+    message = _error(root, 0.3)
+    assert f"{root} leaves no validation image" in message and "data.val_fraction=0.3" in message
+
+
+def test_copy_of_tree_keeps_fingerprint(tmp_path):
+    root = _tree(tmp_path / "d", {"a": 4, "b": 4})
+    shutil.copytree(root, tmp_path / "copy")
+    assert folder_source(tmp_path / "copy", 0.2).fingerprint == folder_source(root, 0.2).fingerprint

@@ -1,0 +1,230 @@
+"""app/data/images.py: every supported mode and format → RGB uint8, draft decode, EXIF, bad files."""
+
+import io
+import pickle
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from app.data.images import DecodeError, draft_scale, load_rgb
+from app.data.source import FileSplit
+from app.errors import BadSampleError
+
+
+def _check_rgb(arr: np.ndarray, height: int, width: int) -> None:
+    assert arr.dtype == np.uint8
+    assert arr.shape == (height, width, 3)
+    assert arr.flags.c_contiguous and arr.flags.writeable
+
+
+def _mode(path) -> str:
+    with Image.open(path) as img:
+        return img.mode
+
+
+def _palette_with_transparency() -> Image.Image:
+    img = Image.new("P", (6, 4), 1)
+    img.putpalette([0, 0, 0, 200, 30, 60] + [0, 0, 0] * 254)
+    img.info["transparency"] = 0
+    return img
+
+
+def _cmyk() -> Image.Image:
+    return Image.new("CMYK", (6, 4), (0, 255, 255, 0))  # no black ink, full magenta+yellow: red
+
+
+# (name, image, format, expected pixel or None when lossy)
+CASES = [
+    ("L png", Image.new("L", (6, 4), 77), "PNG", (77, 77, 77)),
+    ("LA png", Image.new("LA", (6, 4), (90, 10)), "PNG", (90, 90, 90)),
+    ("1 bmp", Image.new("1", (6, 4), 1), "BMP", (255, 255, 255)),
+    ("P transparency png", _palette_with_transparency(), "PNG", (200, 30, 60)),
+    ("RGBA png", Image.new("RGBA", (6, 4), (10, 20, 30, 0)), "PNG", (10, 20, 30)),
+    ("RGB webp lossless", Image.new("RGB", (6, 4), (1, 2, 3)), "WEBP", (1, 2, 3)),
+    ("RGB bmp", Image.new("RGB", (6, 4), (4, 5, 6)), "BMP", (4, 5, 6)),
+    ("RGB tiff", Image.new("RGB", (6, 4), (7, 8, 9)), "TIFF", (7, 8, 9)),
+    ("L jpeg", Image.new("L", (6, 4), 128), "JPEG", None),
+]
+
+
+@pytest.mark.parametrize("name,img,fmt,pixel", CASES, ids=[c[0] for c in CASES])
+def test_modes_and_formats_become_rgb_uint8(tmp_path, name, img, fmt, pixel):
+    path = tmp_path / f"img.{fmt.lower()}"
+    img.save(path, fmt, **({"lossless": True} if fmt == "WEBP" else {}))
+    arr = load_rgb(path)
+    _check_rgb(arr, 4, 6)
+    if pixel is not None:
+        assert tuple(arr[2, 3]) == pixel
+    else:
+        assert np.all(np.abs(arr.astype(int) - 128) <= 2)
+
+
+def test_cmyk_jpeg_becomes_red(tmp_path):
+    path = tmp_path / "cmyk.jpg"
+    _cmyk().save(path, "JPEG", quality=95)
+    assert _mode(path) == "CMYK"
+    arr = load_rgb(path)
+    _check_rgb(arr, 4, 6)
+    r, g, b = arr[2, 3].astype(int)
+    assert r > 230 and g < 25 and b < 25
+
+
+def test_sixteen_bit_png_is_scaled_not_clipped(tmp_path):
+    values = np.array([[0, 40000, 65535, 256]], dtype=np.uint16)
+    path = tmp_path / "deep.png"
+    Image.fromarray(values).save(path)
+    assert _mode(path) == "I;16"
+    arr = load_rgb(path)
+    _check_rgb(arr, 1, 4)
+    assert arr[0, :, 0].tolist() == [0, 155, 255, 0]  # v * 255 // 65535
+    assert np.array_equal(arr[..., 0], arr[..., 2])
+
+
+@pytest.mark.parametrize("mode", ["I;16", "I;16B", "I"])
+def test_sixteen_bit_tiff_modes(tmp_path, mode):
+    img = Image.fromarray(np.full((3, 5), 40000, dtype=np.uint16))
+    img = img.convert("I") if mode == "I" else img
+    if mode == "I;16B":
+        img = Image.frombytes("I;16B", (5, 3), np.full((3, 5), 40000, ">u2").tobytes())
+    path = tmp_path / "deep.tif"
+    img.save(path)
+    assert _mode(path) == mode
+    arr = load_rgb(path)
+    _check_rgb(arr, 3, 5)
+    assert np.all(arr == 155)
+
+
+def test_float_tiff_is_clipped(tmp_path):
+    path = tmp_path / "float.tif"
+    Image.fromarray(np.array([[-5.0, 100.7, 300.0]], dtype=np.float32)).save(path)
+    assert _mode(path) == "F"
+    arr = load_rgb(path)
+    _check_rgb(arr, 1, 3)
+    assert arr[0, :, 1].tolist() == [0, 100, 255]
+
+
+def _exif_rotated_jpeg(path, width, height):
+    """Top half red, bottom half blue, stored with EXIF orientation 6 (display rotated 90° CW)."""
+    arr = np.zeros((height, width, 3), np.uint8)
+    arr[: height // 2] = (255, 0, 0)
+    arr[height // 2:] = (0, 0, 255)
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.fromarray(arr).save(path, "JPEG", quality=95, exif=exif)
+
+
+def test_exif_orientation_is_applied(tmp_path):
+    path = tmp_path / "rotated.jpg"
+    _exif_rotated_jpeg(path, 40, 20)
+    arr = load_rgb(path)
+    _check_rgb(arr, 40, 20)  # width and height swapped
+    # Rotated clockwise, the stored top (red) is now on the right, the bottom (blue) on the left.
+    assert arr[20, 17, 0] > 200 and arr[20, 17, 2] < 50
+    assert arr[20, 2, 2] > 200 and arr[20, 2, 0] < 50
+
+
+def test_exif_orientation_is_applied_after_draft(tmp_path):
+    path = tmp_path / "rotated.jpg"
+    _exif_rotated_jpeg(path, 1024, 512)
+    # short side 512, 512 / 4 = 128 >= 128: decoded at 256×128, then turned upright.
+    _check_rgb(load_rgb(path, min_short_side=128), 256, 128)
+
+
+@pytest.mark.parametrize("width,height,min_short,expected", [
+    (1024, 1024, 128, 8), (1024, 1024, 129, 4), (1024, 1024, 200, 4), (1024, 1024, 256, 4),
+    (1024, 1024, 257, 2), (1024, 1024, 512, 2), (1024, 1024, 513, 1), (1024, 1024, 2000, 1),
+    (1001, 700, 88, 8), (1001, 700, 89, 4), (4, 5, 1, 4), (7, 9, 1, 4), (3, 3, 1, 2)])
+def test_draft_scale_rule(width, height, min_short, expected):
+    assert draft_scale(width, height, min_short) == expected
+
+
+@pytest.fixture(scope="module")
+def data_big_jpeg(tmp_path_factory):
+    path = tmp_path_factory.mktemp("big") / "big.jpg"
+    rng = np.random.default_rng(0)
+    Image.fromarray(rng.integers(0, 256, (1024, 1024, 3), dtype=np.uint8)).save(path, quality=90)
+    return path
+
+
+@pytest.mark.parametrize("min_short,side", [(None, 1024), (128, 128), (200, 256), (512, 512),
+                                            (600, 1024), (1024, 1024), (5000, 1024)])
+def test_draft_decode_size(data_big_jpeg, min_short, side):
+    _check_rgb(load_rgb(data_big_jpeg, min_short_side=min_short), side, side)
+
+
+@pytest.mark.parametrize("width,height,min_short", [(1001, 700, 88), (1001, 700, 89), (999, 1023, 64),
+                                                    (333, 517, 40), (640, 480, 61)])
+def test_draft_decode_never_goes_below_target(tmp_path, width, height, min_short):
+    path = tmp_path / "odd.jpg"
+    Image.new("RGB", (width, height), (9, 99, 199)).save(path)
+    arr = load_rgb(path, min_short_side=min_short)
+    scale = draft_scale(width, height, min_short)
+    assert arr.shape[:2] == (-(-height // scale), -(-width // scale))
+    assert min(arr.shape[:2]) >= min_short
+
+
+def test_png_is_never_drafted(tmp_path):
+    path = tmp_path / "big.png"
+    Image.new("RGB", (512, 256), 5).save(path)
+    _check_rgb(load_rgb(path, min_short_side=32), 256, 512)
+
+
+def _jpeg_bytes() -> bytes:
+    buf = io.BytesIO()
+    rng = np.random.default_rng(1)
+    Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(buf, "JPEG")
+    return buf.getvalue()
+
+
+def _png_bytes() -> bytes:
+    buf = io.BytesIO()
+    rng = np.random.default_rng(2)
+    Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+BAD_FILES = [
+    ("empty.jpg", b"", "empty file"),
+    ("garbage.jpg", b"this is not an image at all" * 10, "cannot identify image file"),
+    ("truncated.jpg", _jpeg_bytes()[: len(_jpeg_bytes()) // 2], "truncated JPEG"),
+    ("header-only.jpg", _jpeg_bytes()[:200], "truncated image"),
+    ("truncated.png", _png_bytes()[: len(_png_bytes()) // 2], "truncated PNG"),
+]
+
+
+@pytest.mark.parametrize("name,content,reason", BAD_FILES, ids=[b[0] for b in BAD_FILES])
+def test_bad_files_raise_short_reason(tmp_path, name, content, reason):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(DecodeError) as err:
+        load_rgb(path)
+    assert str(err.value) == reason
+
+    split = FileSplit([str(tmp_path / "ok.png"), str(path)], [0, 1])
+    with pytest.raises(BadSampleError) as bad:
+        split.read(1)
+    assert (bad.value.index, bad.value.where, bad.value.reason) == (1, str(path), reason)
+    assert str(path) in str(bad.value)
+
+
+def test_missing_file_is_a_bad_sample(tmp_path):
+    split = FileSplit([str(tmp_path / "gone.jpg")], [0])
+    with pytest.raises(BadSampleError) as bad:
+        split.read(0)
+    assert bad.value.reason == "No such file or directory"
+    assert bad.value.where == str(tmp_path / "gone.jpg")
+
+
+def test_file_split_reads_pickles_and_checks_labels(tmp_path):
+    paths = []
+    for i in range(3):
+        paths.append(str(tmp_path / f"{i}.png"))
+        Image.new("RGB", (5, 4), (i, 0, 0)).save(paths[-1])
+    split = pickle.loads(pickle.dumps(FileSplit(paths, [2, 0, 1])))
+    assert len(split) == 3
+    assert split.labels.dtype == np.int64 and split.labels.tolist() == [2, 0, 1]
+    assert split.read(2)[0, 0].tolist() == [2, 0, 0]
+    assert split.describe(1) == paths[1]
+    with pytest.raises(ValueError, match="2 labels for 3 samples"):
+        FileSplit(paths, [0, 1])
