@@ -88,8 +88,10 @@ def test_split_is_deterministic_and_stable(tmp_path):
     assert (second.split["train"], second.split["val"]) == (first.split["train"], first.split["val"])
     assert second.fingerprint == first.fingerprint
     assert len(first.split["val"]) == 4 + 3
-    # The split is not just "the last files by name".
-    assert first.split["val"] != sorted(first.split["val"], key=lambda r: r[-7:])[-7:]
+    # Ranked by hash, not by name: neither the first nor the last names of a class.
+    val_a = [r for r in first.split["val"] if r.startswith("a/")]
+    assert val_a not in (["a/a000.png", "a/a001.png", "a/a002.png", "a/a003.png"],
+                         ["a/a016.png", "a/a017.png", "a/a018.png", "a/a019.png"])
 
     # One more image in class a leaves class b's split alone, and a's earlier val images stay val.
     _image(tmp_path / "one" / "a" / "a999.png")
@@ -146,8 +148,9 @@ def test_load_source_resolves_relative_paths(tmp_path, monkeypatch):
 def test_load_source_rejects_unknown_names_and_missing_path():
     with pytest.raises(ConfigError, match="data.name.*'imagenet'"):
         load_source(SimpleNamespace(name="imagenet", path="x", val_fraction=0.2))
-    with pytest.raises(ConfigError, match="data.path"):
-        load_source(SimpleNamespace(name="folder", path=None, val_fraction=0.2))
+    for name in ("folder", "synthetic", "cifar"):
+        with pytest.raises(ConfigError, match=f"`data.path` is not set: data={name} needs a folder"):
+            load_source(SimpleNamespace(name=name, path=None, val_fraction=0.2))
 
 
 # --- every DataError, with its message ------------------------------------------------------

@@ -13,17 +13,16 @@ from app.errors import ConfigError
 
 __all__ = ["ArraySplit", "FileSplit", "Source", "load_source"]
 
+_SOURCES = {"synthetic": synthetic_source, "cifar": cifar_source,
+            "folder": lambda cfg: folder_source(cfg.path, cfg.val_fraction)}
+
 
 def load_source(data_cfg) -> Source:
     """The source `data_cfg.name` names; relative paths are relative to the working directory."""
-    if data_cfg.name == "synthetic":
-        return synthetic_source(data_cfg)
-    if data_cfg.name == "cifar":
-        return cifar_source(data_cfg)
-    if data_cfg.name == "folder":
-        if not data_cfg.path:
-            raise ConfigError("config key `data.path` is not set: data=folder needs the folder of "
-                              "images, e.g. data.path=/path/to/images.")
-        return folder_source(data_cfg.path, data_cfg.val_fraction)
-    raise ConfigError(f"config key `data.name` = {data_cfg.name!r} is not allowed: one of synthetic, "
-                      f"cifar, folder.")
+    if data_cfg.name not in _SOURCES:
+        raise ConfigError(f"config key `data.name` = {data_cfg.name!r} is not allowed: one of "
+                          f"{', '.join(_SOURCES)}.")
+    if not data_cfg.path or not str(data_cfg.path).strip():
+        raise ConfigError(f"config key `data.path` is not set: data={data_cfg.name} needs a folder, "
+                          f"e.g. data.path=/path/to/images.")
+    return _SOURCES[data_cfg.name](data_cfg)

@@ -40,10 +40,11 @@ POOL_MIN_PIXELS = 64 * 1024 * 1024
 
 
 def class_style(label: int) -> tuple[str, str]:
-    """(shape, colour name) of class `label`: the colour shifts by one every round of shapes,
-    so the first 8 classes differ in both and no pair repeats below 48 classes."""
+    """(shape, colour name) of class `label`: each round of 8 shapes shifts the colours by one,
+    so neighbouring classes differ in both and no (shape, colour) pair repeats below 48."""
+    shape, round_ = label % len(SHAPES), label // len(SHAPES)
     colours = list(COLOURS)
-    return SHAPES[label % len(SHAPES)], colours[(label + label // len(SHAPES)) % len(colours)]
+    return SHAPES[shape], colours[(shape + round_) % len(colours)]
 
 
 def class_names(num_classes: int) -> list[str]:

@@ -269,6 +269,7 @@ class Enqueuer:
                 f"see bad_samples.txt in the run directory.")
 
     def _raise_dead(self, w: _Worker) -> None:
+        w.handle.join(timeout=2.0)  # a broken pipe can be seen before the death is reaped
         code = getattr(w.handle, "exitcode", None)
         how = f"exit code {code}"
         if code is not None and code < 0:

@@ -1,0 +1,185 @@
+"""`python -m app train` end to end: the real CLI in a subprocess, real files, real TensorFlow."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+from PIL import Image
+
+TINY = ["data.num_images=24", "data.source_size=96", "data.num_classes=3", "data.image_size=[32,32]",
+        "data.batch_size=4", "model.widths=[8,16]", "trainer.epochs=2"]
+
+
+def app(*args: str, cwd: Path, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def only_run_dir(root: Path) -> Path:
+    (summary,) = root.rglob("summary.json")
+    return summary.parent
+
+
+def check_run_dir(run: Path, epochs: int) -> dict:
+    for name in ("train.log", "metrics.csv", "summary.json", "split.json", "model.keras", ".hydra/config.yaml"):
+        assert (run / name).exists(), name
+    assert list((run / "checkpoints").glob("step-*/model.keras"))
+    summary = json.loads((run / "summary.json").read_text())
+    rows = list(csv.DictReader((run / "metrics.csv").open()))
+    assert [int(r["epoch"]) for r in rows] == list(range(1, epochs + 1))
+    last = rows[-1]
+    assert summary["status"] == "completed" and summary["epochs_completed"] == epochs
+    assert summary["loss"] == pytest.approx(float(last["loss"]))
+    assert summary["val_accuracy"] == pytest.approx(float(last["val_accuracy"]))
+    assert summary["images_per_s"] == pytest.approx(float(last["images_per_s"]))
+    assert summary["peak_memory_mb"] >= max(float(r["peak_memory_mb"]) for r in rows) - 1
+    assert 0 <= float(last["data_wait_fraction"]) <= 1 and float(last["images_per_s"]) > 0
+    assert summary["versions"]["tensorflow"].startswith("2.") and summary["hardware"]["cpu_count"] >= 1
+    split = json.loads((run / "split.json").read_text())
+    assert split["fingerprint"] and split["train"] and split["val"]
+    return summary
+
+
+def test_train_from_another_directory(tmp_path):
+    result = app("train", *TINY, "queue.workers=2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = only_run_dir(tmp_path / "outputs")
+    assert run.parent.parent == tmp_path / "outputs"  # outputs/<date>/<time>/
+    assert list((tmp_path / "datasets" / "synthetic").glob("*/*/*.jpg"))  # relative to where it ran
+    summary = check_run_dir(run, epochs=2)
+    assert summary["queue_bytes"] == 2 * 4 * 32 * 32 * 3
+    train_samples = len(json.loads((run / "split.json").read_text())["train"])
+    assert summary["steps"] == 2 * (train_samples // 4)  # full batches only
+    assert "epoch 2/2" in (run / "train.log").read_text()
+    assert "data.num_images=24" in summary["overrides"]
+
+
+def test_help_cfg_and_unknown_command(tmp_path):
+    top = app("--help", cwd=tmp_path)
+    assert top.returncode == 0 and "train" in top.stdout
+    cfg = app("train", "--cfg", "job", "queue.max_size=3", cwd=tmp_path)
+    assert cfg.returncode == 0 and "max_size: 3" in cfg.stdout and "data:" in cfg.stdout
+    hydra_help = app("train", "--help", cwd=tmp_path)
+    assert hydra_help.returncode == 0 and "queue: default" in hydra_help.stdout
+    unknown = app("trian", cwd=tmp_path)
+    assert unknown.returncode != 0 and "unknown command 'trian'" in unknown.stderr and "train" in unknown.stderr
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_sweep_runs_every_combination(tmp_path):
+    result = app("train", "-m", *TINY, "trainer.epochs=1", "queue.workers=0,2", "queue.max_size=1,2",
+                 "hydra.sweep.dir=sweep", cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = sorted((tmp_path / "sweep").glob("[0-9]*"))
+    assert [j.name for j in jobs] == ["0", "1", "2", "3"]
+    seen = set()
+    for job in jobs:
+        summary = check_run_dir(job, epochs=1)
+        seen.add(tuple(sorted(o for o in summary["overrides"] if o.startswith("queue."))))
+    assert len(seen) == 4
+
+
+def write_tiny_cifar(root: Path, per_batch: int = 6) -> None:
+    """CIFAR-10 in its official python format: pickled dicts of 3072-byte rows (R, G, B planes)."""
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        labels = [int(x) for x in rng.integers(0, 10, per_batch)]
+        data = rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8)
+        with open(folder / name, "wb") as f:
+            pickle.dump({b"batch_label": name.encode(), b"labels": labels, b"data": data,
+                         b"filenames": [b"x.png"] * per_batch}, f)
+    names = [b"airplane", b"automobile", b"bird", b"cat", b"deer", b"dog", b"frog", b"horse", b"ship", b"truck"]
+    with open(folder / "batches.meta", "wb") as f:
+        pickle.dump({b"label_names": names, b"num_cases_per_batch": per_batch, b"num_vis": 3072}, f)
+
+
+def test_cifar_present_and_missing(tmp_path):
+    write_tiny_cifar(tmp_path / "cifar")
+    small = ["data.batch_size=4", "model.widths=[8]", "trainer.epochs=1", "queue.max_size=2"]
+    result = app("train", "data=cifar", f"data.path={tmp_path / 'cifar'}", *small, cwd=tmp_path,
+                 env={"HOME": str(tmp_path)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = only_run_dir(tmp_path / "outputs")
+    check_run_dir(run, epochs=1)
+    assert json.loads((run / "split.json").read_text())["class_names"][0] == "airplane"
+
+    missing = app("train", "data=cifar", f"data.path={tmp_path / 'nothing'}", cwd=tmp_path,
+                  env={"HOME": str(tmp_path)})
+    assert missing.returncode != 0 and "Traceback" not in missing.stderr
+    assert str(tmp_path / "nothing" / "cifar-10-python.tar.gz") in missing.stderr
+    assert "data.download=true" in missing.stderr
+
+
+def test_folder_of_mixed_formats(tmp_path):
+    rng = np.random.default_rng(1)
+    images = tmp_path / "images"
+    for c, cls in enumerate(["cats", "dogs"]):
+        (images / cls).mkdir(parents=True)
+        for i in range(6):
+            pixels = rng.integers(0, 256, (40 + 8 * i, 48, 3), dtype=np.uint8)
+            pixels[..., c] = 255
+            image = Image.fromarray(pixels)
+            kind = i % 6
+            if kind == 0:
+                image.save(images / cls / f"{i}.jpg", quality=90)
+            elif kind == 1:
+                image.convert("RGBA").save(images / cls / f"{i}.png")
+            elif kind == 2:
+                image.convert("L").save(images / cls / f"{i}.bmp")
+            elif kind == 3:
+                image.save(images / cls / f"{i}.webp")
+            elif kind == 4:
+                image.convert("P").save(images / cls / f"{i}.tiff")
+            else:
+                Image.fromarray(pixels[..., 0].astype(np.uint16) * 257).save(images / cls / f"{i}.png")
+    result = app("train", "data=folder", f"data.path={images}", "data.image_size=[32,32]",
+                 "data.batch_size=4",
+                 "model.widths=[8]", "trainer.epochs=1", "queue.workers=1", "queue.use_multiprocessing=false",
+                 cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = only_run_dir(tmp_path / "outputs")
+    check_run_dir(run, epochs=1)
+    split = json.loads((run / "split.json").read_text())
+    assert split["class_names"] == ["cats", "dogs"] and len(split["train"]) + len(split["val"]) == 12
+
+
+def test_ctrl_c_stops_workers_and_frees_shared_memory(tmp_path):
+    args = [sys.executable, "-m", "app", "train", *TINY, "data.num_images=60", "trainer.epochs=200",
+            "queue.workers=2", "hydra.run.dir=run"]
+    process = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               start_new_session=True)
+    log = tmp_path / "run" / "train.log"
+    workers: set[int] = set()
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and "epoch 2/200" not in (log.read_text() if log.exists() else ""):
+        try:
+            workers |= {p.pid for p in psutil.Process(process.pid).children(recursive=True)
+                        if "resource_tracker" not in " ".join(p.cmdline())}
+        except psutil.Error:
+            pass
+        assert process.poll() is None, process.stderr.read().decode()[-3000:]
+        time.sleep(0.2)
+    assert len(workers) == 2
+    segments = [n for n in os.listdir("/dev/shm") if n.startswith(f"app-ring-{process.pid}-")]
+    assert len(segments) == 1  # negative control for the check below
+    os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole group
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr.decode()[-3000:]
+    assert "Traceback" not in stderr.decode()
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+                   for pid in workers)
+    assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"app-ring-{process.pid}-")]
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "interrupted"

@@ -1,0 +1,63 @@
+"""A data source whose every image says which sample it is, for loader tests.
+
+Importable by spawned worker processes (pytest puts tests/ on sys.path, and spawn hands the
+parent's sys.path to its children). It can log each read to a file, fail, hang or be
+unreadable at chosen indices: the loader's real workers meet these for real.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from app.errors import BadSampleError
+
+
+def marked_image(index: int, size: int) -> np.ndarray:
+    """Every pixel of channel 0 and 1 holds the index's low and high byte; channel 2 is 7."""
+    image = np.empty((size, size, 3), np.uint8)
+    image[..., 0] = index % 256
+    image[..., 1] = index // 256
+    image[..., 2] = 7
+    return image
+
+
+def index_of(image: np.ndarray) -> int:
+    return int(image[0, 0, 0]) + 256 * int(image[0, 0, 1])
+
+
+class MarkedSplit:
+    def __init__(self, n: int, size: int = 8, *, log_path: str | None = None, crash_at: int | None = None,
+                 hang_at: int | None = None, bad: tuple[int, ...] = ()):
+        self.n, self.size, self.log_path = n, size, log_path
+        self.crash_at, self.hang_at, self.bad = crash_at, hang_at, set(bad)
+        self.labels = np.arange(n, dtype=np.int64) % 3
+
+    def __len__(self) -> int:
+        return self.n
+
+    def describe(self, i: int) -> str:
+        return f"/data/marked/{i:05d}.png"
+
+    def read(self, i: int, min_short_side: int | None = None) -> np.ndarray:
+        if self.log_path:
+            with open(self.log_path, "a") as f:
+                f.write(f"{i} {os.getpid()}\n")
+        if i in self.bad:
+            raise BadSampleError(i, self.describe(i), "truncated file")
+        if i == self.crash_at:
+            raise RuntimeError(f"decoder exploded on purpose at {i}")
+        if i == self.hang_at:
+            time.sleep(3600)
+        return marked_image(i, self.size)
+
+
+class IdentityAugmenter:
+    """No randomness, no resize: what a worker wrote is what the source gave."""
+
+    min_short_side = None
+
+    def __call__(self, image, seed, epoch, index):
+        return image

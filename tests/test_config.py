@@ -1,0 +1,129 @@
+"""Config composition and every validation error, through Hydra's compose API and the CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from app.augment import build_compose
+from app.config import conf_dir, register, to_plain, validate
+from app.errors import ConfigError
+
+register()
+
+
+def composed(*overrides: str):
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+def test_defaults_compose_and_validate():
+    cfg = composed()
+    validate(cfg)
+    assert cfg.data.name == "synthetic" and cfg.data.source_size >= 1024
+    assert cfg.queue.workers == 2 and cfg.queue.use_multiprocessing and cfg.queue.max_size == 2
+    assert to_plain(cfg)["queue"]["start_method"] == "spawn"
+    # the augmentation's crop follows data.image_size
+    assert to_plain(composed("data.image_size=[48,40]"))["augment"]["transforms"][0]["size"] == [48, 40]
+
+
+@pytest.mark.parametrize("name", ["synthetic", "cifar", "folder"])
+def test_each_data_source_composes(name):
+    cfg = composed(f"data={name}", "data.path=/x")
+    assert cfg.data.name == name
+    validate(cfg)
+
+
+@pytest.mark.parametrize(("override", "key"), [
+    ("queue.max_size=abc", "queue.max_size"),
+    ("queue.maxsize=2", "queue.maxsize"),
+    ("queue.start_method=fork", "queue.start_method"),
+    ("data.batch_size=big", "data.batch_size"),
+    ("trainer.optimizer=adamm", "trainer.optimizer"),
+])
+def test_type_and_key_errors_fail_at_composition(override, key):
+    with pytest.raises(Exception) as caught:
+        composed(override)
+    text = str(caught.value) + str(caught.value.__cause__)
+    assert key in text
+
+
+@pytest.mark.parametrize(("overrides", "key"), [
+    (["queue.max_size=0"], "queue.max_size"),
+    (["data.batch_size=-1"], "data.batch_size"),
+    (["data=folder"], "data.path"),
+    (["queue.workers=-1"], "queue.workers"),
+    (["data.val_fraction=1.5"], "data.val_fraction"),
+    (["trainer.epochs=0"], "trainer.epochs"),
+    (["data.image_size=[64]"], "data.image_size"),
+])
+def test_range_errors_name_the_key(overrides, key):
+    with pytest.raises(ConfigError, match=rf"`{key}`"):
+        validate(composed(*overrides))
+
+
+def test_good_values_pass_the_same_checks():  # negative control for the range checks
+    validate(composed("queue.max_size=1", "data.batch_size=1", "queue.workers=0", "data=folder", "data.path=/x"))
+
+
+def test_misspelt_transform_argument_fails_strictly():
+    shipped = to_plain(composed())["augment"]["transforms"]
+    build_compose(shipped, [64, 64])  # negative control: the shipped list builds
+    misspelt = [*shipped, {"_target_": "albumentations.HorizontalFlip", "pp": 0.5}]
+    with pytest.raises(ConfigError, match=r"augment.transforms\[3\].*'pp'"):
+        build_compose(misspelt, [64, 64])
+    with pytest.raises(ConfigError, match=r"augment.transforms\[0\]"):
+        build_compose([{"_target_": "albumentations.NoSuchTransform"}], [64, 64])
+
+
+def test_conf_ships_in_the_package_build(tmp_path):
+    """`pip install .` must carry conf/ inside the package (app/conf/...)."""
+    import zipfile
+
+    root = Path(__file__).parent.parent
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(tmp_path), str(root)], check=True, capture_output=True)
+    (wheel,) = tmp_path.glob("app-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    shipped = {p.relative_to(root / "conf").as_posix() for p in (root / "conf").rglob("*.yaml")}
+    assert shipped and {f"app/conf/{n}" for n in shipped} <= names
+    assert "app/loader/enqueuer.py" in names
+
+
+CLI_ERRORS = [
+    (["queue.max_size=0"], "queue.max_size"),
+    (["queue.max_size=abc"], "queue.max_size"),
+    (["data.batch_size=-1"], "data.batch_size"),
+    (["queue.maxsize=2"], "queue.maxsize"),
+    (["queue.start_method=fork"], "queue.start_method"),
+    (["data=folder"], "data.path"),
+    (["augment.transforms=[{_target_: albumentations.RandomResizedCrop, size: [8, 8], scle: [0.5, 1]}]"],
+     "augment.transforms[0]"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "key"), CLI_ERRORS, ids=[o[0][0][:30] for o in CLI_ERRORS])
+def test_cli_exits_before_any_work(overrides, key, tmp_path):
+    data = tmp_path / "datasets"
+    result = subprocess.run([sys.executable, "-m", "app", "train", *overrides, f"data.path={data}"]
+                            if "data=folder" not in overrides else
+                            [sys.executable, "-m", "app", "train", *overrides],
+                            capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert result.returncode == 2, result.stderr
+    message = result.stderr.strip().splitlines()[-1]
+    assert key in message and "Traceback" not in result.stderr
+    assert not data.exists()  # no data generated or read
+    assert not list(tmp_path.rglob("summary.json"))  # no training started
+
+
+def test_yaml_files_mirror_the_schema():
+    for group in ("data", "augment", "queue", "model", "trainer"):
+        files = list((conf_dir() / group).glob("*.yaml"))
+        assert files, group
+        for f in files:
+            assert f"{group if group != 'data' else f.stem}_schema" in OmegaConf.load(f).defaults[0]

@@ -1,0 +1,224 @@
+"""app/data/cifar.py: a tiny CIFAR-10 in the real pickle format, from a folder, a tar.gz, ~/.keras,
+and a file:// "download" (tests never touch the network)."""
+
+import hashlib
+import pickle
+import tarfile
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from app.data import cifar, load_source
+from app.errors import BadSampleError, DataError
+
+LABEL_NAMES = [b"airplane", b"automobile", b"bird", b"cat", b"deer", b"dog", b"frog", b"horse",
+               b"ship", b"truck"]
+ROWS = {**{f"data_batch_{i}": 2 for i in range(1, 6)}, "test_batch": 3}
+
+
+def _dump(obj) -> bytes:
+    # Like the official files: protocol 2, numpy arrays recorded under numpy.core (numpy 1).
+    return pickle.dumps(obj, protocol=2).replace(b"cnumpy._core.multiarray\n", b"cnumpy.core.multiarray\n")
+
+
+def _write_batches(folder, seed=0) -> dict:
+    """Writes cifar-10-batches-py/ into `folder`; returns {batch name: (data, labels)}."""
+    rng = np.random.default_rng(seed)
+    out = folder / "cifar-10-batches-py"
+    out.mkdir(parents=True)
+    batches = {}
+    for name, n in ROWS.items():
+        data = rng.integers(0, 256, (n, 3072), dtype=np.uint8)
+        labels = [int(v) for v in rng.integers(0, 10, n)]
+        batches[name] = (data, labels)
+        blob = _dump({b"batch_label": name.encode(), b"labels": labels, b"data": data,
+                      b"filenames": [b"x.png"] * n})
+        assert b"cnumpy.core.multiarray\n_reconstruct" in blob
+        (out / name).write_bytes(blob)
+    (out / "batches.meta").write_bytes(_dump({b"label_names": LABEL_NAMES, b"num_cases_per_batch": 2,
+                                              b"num_vis": 3072}))
+    return batches
+
+
+def _write_archive(folder, seed=0):
+    staging = folder / f"staging{seed}"
+    batches = _write_batches(staging, seed)
+    archive = folder / "cifar-10-python.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(staging / "cifar-10-batches-py", arcname="cifar-10-batches-py")
+    return archive, batches
+
+
+def _cfg(path, download=False):
+    return SimpleNamespace(name="cifar", path=str(path), download=download, val_fraction=0.2)
+
+
+@pytest.fixture(autouse=True)
+def data_no_home_cifar(tmp_path, monkeypatch):
+    """An empty home, so a real ~/.keras/datasets on this machine is never found."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+
+
+def _check(src, batches):
+    assert src.name == "cifar"
+    assert src.class_names == [n.decode() for n in LABEL_NAMES]
+    train = [(d, lab) for i in range(1, 6) for d, lab in [batches[f"data_batch_{i}"]]]
+    train_data = np.concatenate([d for d, _ in train])
+    assert len(src.train) == 10 and len(src.val) == 3
+    assert src.train.labels.tolist() == [v for _, labels in train for v in labels]
+    assert src.val.labels.tolist() == batches["test_batch"][1]
+    for i in range(10):
+        img = src.train.read(i)
+        assert img.shape == (32, 32, 3) and img.dtype == np.uint8 and img.flags.c_contiguous
+        # Row layout: 1024 red bytes, 1024 green, 1024 blue, each plane row-major.
+        for y, x in ((0, 0), (1, 2), (31, 5)):
+            assert img[y, x].tolist() == [train_data[i, c * 1024 + y * 32 + x] for c in range(3)]
+    val_data = batches["test_batch"][0]
+    assert src.val.read(2)[31, 31].tolist() == [val_data[2, 1023], val_data[2, 2047], val_data[2, 3071]]
+    assert src.split["train"] == list(range(10)) and src.split["val"] == [0, 1, 2]
+    assert src.split["class_names"] == src.class_names and src.split["fingerprint"] == src.fingerprint
+
+
+def test_reads_extracted_folder(tmp_path):
+    batches = _write_batches(tmp_path)
+    src = load_source(_cfg(tmp_path))
+    _check(src, batches)
+    assert src.train.describe(3) == f"CIFAR-10 train row 3 ({tmp_path / 'cache' / 'train_x.npy'})"
+    assert (tmp_path / "cache" / "val_x.npy").is_file()
+
+
+def test_reads_tar_gz_without_extracting(tmp_path):
+    archive, batches = _write_archive(tmp_path)
+    data = tmp_path / "data"
+    data.mkdir()
+    archive.rename(data / archive.name)
+    src = load_source(_cfg(data))
+    _check(src, batches)
+    assert sorted(p.name for p in data.iterdir()) == ["cache", "cifar-10-python.tar.gz"]
+
+
+def test_same_data_same_fingerprint_wherever_it_comes_from(tmp_path):
+    from_folder = load_source(_cfg(_folder_with_batches(tmp_path / "a")))
+    archive, _ = _write_archive(tmp_path / "b")
+    from_archive = load_source(_cfg(archive.parent))
+    assert from_folder.fingerprint == from_archive.fingerprint
+    assert len(from_folder.fingerprint) == 64
+
+
+def _folder_with_batches(folder, seed=0):
+    _write_batches(folder, seed)
+    return folder
+
+
+def test_cache_is_reused_and_rebuilt_when_the_source_changes(tmp_path, monkeypatch):
+    archive, _ = _write_archive(tmp_path)
+    first = load_source(_cfg(tmp_path))
+
+    def fail(*args):
+        raise AssertionError("cache rebuilt")
+    with monkeypatch.context() as m:
+        m.setattr(cifar, "_build_cache", fail)
+        again = load_source(_cfg(tmp_path))
+    assert again.fingerprint == first.fingerprint
+
+    archive.unlink()
+    _, batches = _write_archive(tmp_path, seed=1)
+    changed = load_source(_cfg(tmp_path))
+    assert changed.fingerprint != first.fingerprint
+    _check(changed, batches)
+    assert not list((tmp_path / "cache").glob("*.tmp"))
+
+
+def test_keras_cache_locations_are_found(tmp_path):
+    keras = tmp_path / "home" / ".keras" / "datasets" / "cifar-10-batches-py-target"
+    batches = _write_batches(keras)
+    src = load_source(_cfg(tmp_path / "data"))
+    _check(src, batches)
+    assert src.split["root"] == str(keras / "cifar-10-batches-py")
+    assert (tmp_path / "data" / "cache" / "train_x.npy").is_file()
+
+
+def test_array_split_pickles_without_the_array(tmp_path):
+    _write_batches(tmp_path)
+    src = load_source(_cfg(tmp_path))
+    expected = src.train.read(4)  # opens the memmap in this process
+    blob = pickle.dumps(src.train)
+    assert len(blob) < 2000
+    clone = pickle.loads(blob)
+    assert np.array_equal(clone.read(4), expected)
+    assert clone.read(4).flags.writeable
+
+
+def test_unreadable_cache_row_is_a_bad_sample(tmp_path):
+    _write_batches(tmp_path)
+    src = load_source(_cfg(tmp_path))
+    (tmp_path / "cache" / "val_x.npy").write_bytes(b"garbage")
+    with pytest.raises(BadSampleError) as bad:
+        src.val.read(1)
+    assert bad.value.where == f"CIFAR-10 val row 1 ({tmp_path / 'cache' / 'val_x.npy'})"
+
+
+def test_missing_cifar_message(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DataError) as err:
+        load_source(_cfg("datasets/cifar10"))
+    message = str(err.value)
+    where = tmp_path / "datasets" / "cifar10"
+    assert f"Put the official archive at {where / 'cifar-10-python.tar.gz'}" in message
+    assert f"{where / 'cifar-10-batches-py'}/" in message
+    assert "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz" in message
+    assert "data.download=true" in message
+    assert not where.exists()  # nothing created, nothing fetched
+
+
+def test_incomplete_folder_names_what_is_missing(tmp_path):
+    _write_batches(tmp_path)
+    (tmp_path / "cifar-10-batches-py" / "data_batch_3").unlink()
+    with pytest.raises(DataError, match="not a complete CIFAR-10.*missing data_batch_3"):
+        load_source(_cfg(tmp_path))
+
+
+def test_refuses_pickles_that_build_other_objects(tmp_path):
+    _write_batches(tmp_path)
+    (tmp_path / "cifar-10-batches-py" / "test_batch").write_bytes(
+        pickle.dumps({b"data": SimpleNamespace(), b"labels": []}))
+    with pytest.raises(DataError, match="unexpected object types.SimpleNamespace"):
+        load_source(_cfg(tmp_path))
+    assert not (tmp_path / "cache").exists()
+
+
+def test_download_from_url_with_good_md5(tmp_path, monkeypatch):
+    archive, batches = _write_archive(tmp_path / "server")
+    monkeypatch.setattr(cifar, "URL", archive.as_uri())
+    monkeypatch.setattr(cifar, "MD5", hashlib.md5(archive.read_bytes()).hexdigest())
+    data = tmp_path / "data"
+    with pytest.raises(DataError):
+        load_source(_cfg(data))  # download is off by default
+    src = load_source(_cfg(data, download=True))
+    _check(src, batches)
+    assert (data / "cifar-10-python.tar.gz").read_bytes() == archive.read_bytes()
+    assert not (data / "cifar-10-python.tar.gz.part").exists()
+
+
+def test_download_with_bad_md5_deletes_the_file(tmp_path, monkeypatch):
+    archive, _ = _write_archive(tmp_path / "server")
+    monkeypatch.setattr(cifar, "URL", archive.as_uri())
+    monkeypatch.setattr(cifar, "MD5", "0" * 32)
+    data = tmp_path / "data"
+    with pytest.raises(DataError) as err:
+        load_source(_cfg(data, download=True))
+    assert f"has md5 {hashlib.md5(archive.read_bytes()).hexdigest()}, expected {'0' * 32}" in str(err.value)
+    assert list(data.iterdir()) == []
+
+
+def test_download_failure_is_a_data_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(cifar, "URL", (tmp_path / "absent.tar.gz").as_uri())
+    with pytest.raises(DataError, match="could not download CIFAR-10 from file://"):
+        load_source(_cfg(tmp_path / "data", download=True))
+    assert list((tmp_path / "data").iterdir()) == []
+
+
+def test_official_constants():
+    assert cifar.URL == "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
+    assert cifar.MD5 == "c58f30108f718f92721af3b95e74349a"

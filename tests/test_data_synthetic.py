@@ -1,0 +1,157 @@
+"""app/data/synthetic.py: reproducible generation, reuse, and safe concurrent generation."""
+
+import multiprocessing
+import os
+import socket
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from app.data import load_source, synthetic
+from app.data.synthetic import class_names, dataset_dir_name, ensure_dataset
+from app.errors import DataError
+
+TINY = {"num_images": 24, "source_size": 64, "num_classes": 3}
+
+
+def _files(folder) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*.jpg"))}
+
+
+def test_layout_and_names(tmp_path):
+    folder = ensure_dataset(tmp_path, seed=0, progress=False, **TINY)
+    assert folder == tmp_path / "v1-n24-s64-c3-seed0" == tmp_path / dataset_dir_name(24, 64, 3, 0)
+    files = _files(folder)
+    assert len(files) == 24
+    assert sorted(p.name for p in folder.iterdir()) == ["00_red_circle", "01_green_square",
+                                                       "02_blue_triangle"]
+    assert "01_green_square/00004.jpg" in files  # image i belongs to class i mod 3
+    assert all(len(list((folder / c).iterdir())) == 8 for c in class_names(3))
+    assert [p.name for p in tmp_path.iterdir()] == [folder.name]  # no temporary folder left
+
+
+def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
+    one = _files(ensure_dataset(tmp_path / "one", seed=0, progress=False, **TINY))
+    two = _files(ensure_dataset(tmp_path / "two", seed=0, progress=False, **TINY))
+    other = _files(ensure_dataset(tmp_path / "one", seed=1, progress=False, **TINY))
+    assert one == two
+    assert one.keys() == other.keys()
+    assert all(one[name] != other[name] for name in one)
+
+
+def test_pool_writes_the_same_bytes_as_one_process(tmp_path, monkeypatch):
+    serial = _files(ensure_dataset(tmp_path / "serial", seed=3, progress=False, **TINY))
+    monkeypatch.setattr(synthetic, "POOL_MIN_PIXELS", 0)
+    pooled = _files(ensure_dataset(tmp_path / "pool", seed=3, progress=False, **TINY))
+    assert pooled == serial
+
+
+def test_existing_dataset_is_reused(tmp_path, monkeypatch):
+    folder = ensure_dataset(tmp_path, seed=0, progress=False, **TINY)
+    before = {p: p.stat().st_mtime_ns for p in folder.rglob("*.jpg")}
+
+    def fail(*args):
+        raise AssertionError("regenerated")
+    monkeypatch.setattr(synthetic, "_run", fail)
+    assert ensure_dataset(tmp_path, seed=0, progress=False, **TINY) == folder
+    assert {p: p.stat().st_mtime_ns for p in folder.rglob("*.jpg")} == before
+
+
+def test_progress_goes_to_stderr(tmp_path, capsys):
+    ensure_dataset(tmp_path, seed=0, progress=True, num_images=6, source_size=32, num_classes=2)
+    out, err = capsys.readouterr()
+    assert out == "" and "6/6" in err
+
+
+def test_losing_the_rename_race_uses_the_winners_copy(tmp_path, monkeypatch):
+    run = synthetic._run
+    winner = {}
+
+    def run_then_get_overtaken(jobs, bar):
+        run(jobs, bar)
+        # Another job finishes first, while this one is about to rename its copy.
+        monkeypatch.setattr(synthetic, "_run", run)
+        winner["folder"] = ensure_dataset(tmp_path, seed=0, progress=False, **TINY)
+        winner["files"] = _files(winner["folder"])
+    monkeypatch.setattr(synthetic, "_run", run_then_get_overtaken)
+
+    folder = ensure_dataset(tmp_path, seed=0, progress=False, **TINY)
+    assert folder == winner["folder"]
+    assert _files(folder) == winner["files"] and len(winner["files"]) == 24
+    assert [p.name for p in tmp_path.iterdir()] == [folder.name]
+
+
+def _ensure_in_child(root, queue):
+    queue.put(str(ensure_dataset(root, seed=5, progress=False, num_images=60, source_size=128,
+                                 num_classes=3)))
+
+
+def test_two_processes_at_once_make_one_complete_dataset(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_ensure_in_child, args=(str(tmp_path), queue)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    paths = {queue.get(timeout=5), queue.get(timeout=5)}
+    folder = tmp_path / dataset_dir_name(60, 128, 3, 5)
+    assert paths == {str(folder)}
+    assert [p.name for p in tmp_path.iterdir()] == [folder.name]
+    files = _files(folder)
+    assert len(files) == 60 and all(len(b) > 1000 for b in files.values())
+    assert files == _files(ensure_dataset(tmp_path / "check", seed=5, progress=False, num_images=60,
+                                          source_size=128, num_classes=3))
+
+
+def test_stale_temporary_folders_of_dead_jobs_are_removed(tmp_path):
+    host = socket.gethostname()
+    dead = multiprocessing.get_context("spawn").Process(target=os.getpid)
+    dead.start()
+    dead.join()
+    stale = tmp_path / f".tmp-v1-n9-s64-c3-seed0-{host}-{dead.pid}-abcdef12"
+    live = tmp_path / f".tmp-v1-n9-s64-c3-seed0-{host}-{os.getpid()}-abcdef12"
+    foreign = tmp_path / f".tmp-v1-n9-s64-c3-seed0-elsewhere-{dead.pid}-abcdef12"
+    for folder in (stale, live, foreign):
+        (folder / "00_red_circle").mkdir(parents=True)
+    ensure_dataset(tmp_path, seed=0, progress=False, **TINY)
+    assert not stale.exists()
+    assert live.exists() and foreign.exists()
+
+
+def test_images_are_rgb_jpegs_of_the_source_size(tmp_path):
+    src = load_source(SimpleNamespace(name="synthetic", path=str(tmp_path), val_fraction=0.25,
+                                      seed=0, **TINY))
+    img = src.train.read(0)
+    assert img.shape == (64, 64, 3) and img.dtype == np.uint8
+    assert img.std() > 20  # a cluttered background, not a flat fill
+
+
+def test_source_is_the_folder_split(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = SimpleNamespace(name="synthetic", path="datasets/synthetic", val_fraction=0.25, seed=0, **TINY)
+    src = load_source(cfg)
+    assert src.name == "synthetic" and src.split["source"] == "synthetic"
+    assert src.class_names == ["00_red_circle", "01_green_square", "02_blue_triangle"]
+    assert (len(src.train), len(src.val)) == (18, 6)
+    assert np.bincount(src.val.labels).tolist() == [2, 2, 2]
+    assert src.split["root"] == str(tmp_path / "datasets" / "synthetic" / "v1-n24-s64-c3-seed0")
+    assert load_source(cfg).fingerprint == src.fingerprint
+
+
+def test_class_names_are_distinct_up_to_the_maximum():
+    names = class_names(synthetic.MAX_CLASSES)
+    styles = [name.split("_", 1)[1] for name in names]
+    assert len(set(styles)) == synthetic.MAX_CLASSES == 48
+    first = [name.split("_")[1:] for name in class_names(8)]
+    assert len({c for c, _ in first}) == 6 and len({s for _, s in first}) == 8
+    assert names == sorted(names)  # sorted names keep the class order (the folder source's labels)
+
+
+@pytest.mark.parametrize("n", [1, 49])
+def test_class_count_out_of_range(tmp_path, n):
+    with pytest.raises(DataError, match=f"data.num_classes={n}: the synthetic dataset has 2 to 48"):
+        ensure_dataset(tmp_path, num_images=100, source_size=32, num_classes=n, seed=0, progress=False)
+    assert not any(tmp_path.iterdir())

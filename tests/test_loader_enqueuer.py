@@ -1,0 +1,220 @@
+"""The enqueuer with real worker processes and threads, real shared memory, real faults."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+from marked import IdentityAugmenter, MarkedSplit, index_of
+
+from app.errors import DataError, WorkerError
+from app.loader.enqueuer import Enqueuer, epoch_order
+
+MODES = [(0, True), (1, True), (2, True), (1, False), (2, False)]
+IDS = ["in-process", "1-process", "2-processes", "1-thread", "2-threads"]
+
+
+def make(split, *, workers=2, processes=True, max_size=2, batch=4, **kw) -> Enqueuer:
+    return Enqueuer({"train": split, "val": split}, {"train": IdentityAugmenter(), "val": IdentityAugmenter()},
+                    batch_size=batch, image_size=(split.size, split.size), workers=workers,
+                    use_multiprocessing=processes, max_size=max_size, timeout_s=kw.pop("timeout_s", 30), **kw)
+
+
+def my_segments() -> list[str]:
+    return [n for n in os.listdir("/dev/shm") if n.startswith(f"app-ring-{os.getpid()}-")]
+
+
+def workers_alive() -> set[int]:
+    """Child processes but multiprocessing's own helpers (resource tracker, fork server),
+    which live as long as the parent by design."""
+    alive = set()
+    for p in psutil.Process().children(recursive=True):
+        try:
+            cmdline = " ".join(p.cmdline())
+        except psutil.Error:
+            continue
+        if "resource_tracker" in cmdline or ("forkserver" in cmdline and p.ppid() == os.getpid()):
+            continue  # the fork server's own children (workers) still count
+        alive.add(p.pid)
+    return alive
+
+
+def assert_clean(children_before: set[int]) -> None:
+    """No worker process left, no shared-memory segment of ours left."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        extra = workers_alive() - children_before
+        if not extra:
+            break
+        time.sleep(0.05)
+    assert not extra, f"orphan worker processes: {extra}"
+    assert my_segments() == []
+
+
+@pytest.fixture
+def children():
+    return workers_alive()
+
+
+@pytest.mark.parametrize(("workers", "processes"), MODES, ids=IDS)
+def test_every_batch_in_order(workers, processes, children):
+    split = MarkedSplit(23)
+    order = epoch_order(23, 4, seed=3, epoch=1, shuffle=True, drop_last=False)
+    with make(split, workers=workers, processes=processes, max_size=2) as enq:
+        got, labels = [], []
+        for images, y in enq.batches("val", order, epoch=1):
+            got.extend(index_of(image) for image in images)
+            labels.extend(y)
+        assert got == list(order)  # every sample exactly once, in order, last batch short
+        assert labels == list(split.labels[order])
+        # a second pass on the same workers
+        again = [index_of(im) for images, _ in enq.batches("train", order[:8], epoch=2) for im in images]
+        assert again == list(order[:8])
+    assert_clean(children)
+
+
+def test_forkserver_workers(children):
+    order = np.arange(12)[::-1]
+    with make(MarkedSplit(12), workers=2, start_method="forkserver") as enq:
+        assert [index_of(im) for b, _ in enq.batches("val", order, epoch=0) for im in b] == list(order)
+        assert len(workers_alive() - children) == 2
+    assert_clean(children)
+
+
+def test_epoch_order_drops_the_remainder_and_reshuffles():
+    a = epoch_order(23, 4, seed=0, epoch=0, shuffle=True, drop_last=True)
+    b = epoch_order(23, 4, seed=0, epoch=1, shuffle=True, drop_last=True)
+    assert len(a) == len(b) == 20 and len(set(a)) == 20
+    assert list(a) != list(b)  # each epoch its own permutation, so dropped samples differ
+    assert list(a) == list(epoch_order(23, 4, seed=0, epoch=0, shuffle=True, drop_last=True))
+    assert list(epoch_order(23, 4, seed=0, epoch=5, shuffle=False, drop_last=False)) == list(range(23))
+
+
+@pytest.mark.parametrize("max_size", [1, 2, 3])
+def test_never_builds_more_than_max_size_ahead(max_size, tmp_path, children):
+    """Samples read at the source, counted in the workers, against batches consumed."""
+    log = tmp_path / "reads.log"
+    batch, n = 4, 40
+    split = MarkedSplit(n, log_path=str(log))
+    most_ahead = 0
+    with make(split, workers=2, max_size=max_size, batch=batch) as enq:
+        for consumed, _ in enumerate(enq.batches("train", np.arange(n), epoch=0), start=1):
+            time.sleep(0.15)  # give the workers every chance to run ahead
+            reads = len(log.read_text().splitlines())
+            # the batch being consumed and (max_size - 1) more
+            assert reads <= (consumed - 1 + max_size) * batch
+            most_ahead = max(most_ahead, reads - consumed * batch)
+    # Negative control: the count is real, the workers do fill every slot they may.
+    assert most_ahead == (max_size - 1) * batch
+    assert enq.queue_bytes == max_size * batch * 8 * 8 * 3
+    assert_clean(children)
+
+
+def test_queue_memory_is_max_size_slots(children):
+    split = MarkedSplit(8, size=16)
+    with make(split, workers=2, max_size=3, batch=5) as enq:
+        assert enq.ring.array.shape == (3, 5, 16, 16, 3) and enq.ring.array.dtype == np.uint8
+        segment = my_segments()
+        assert len(segment) == 1
+        assert os.stat(f"/dev/shm/{segment[0]}").st_size == 3 * 5 * 16 * 16 * 3
+    assert_clean(children)
+
+
+def test_workers_run_in_other_processes(tmp_path, children):
+    log = tmp_path / "reads.log"
+    with make(MarkedSplit(16, log_path=str(log)), workers=2) as enq:
+        list(enq.batches("train", np.arange(16), epoch=0))
+        pids = {int(line.split()[1]) for line in log.read_text().splitlines()}
+    assert os.getpid() not in pids and len(pids) == 2  # the samples of each batch split between both
+    assert_clean(children)
+
+
+@pytest.mark.parametrize("processes", [True, False], ids=["processes", "threads"])
+def test_worker_exception_reaches_the_consumer_with_traceback(processes, children):
+    with pytest.raises(WorkerError) as caught, make(MarkedSplit(16, crash_at=9), processes=processes) as enq:
+        list(enq.batches("train", np.arange(16), epoch=0))
+    message = str(caught.value)
+    assert "sample 9" in message and "/data/marked/00009.png" in message and "decoder exploded" in message
+    assert "RuntimeError: decoder exploded on purpose at 9" in caught.value.worker_traceback
+    assert_clean(children)
+
+
+def test_dead_worker_is_an_error_naming_it(children):
+    with pytest.raises(WorkerError, match=r"worker process (\d+) died \(killed by SIGKILL"), \
+            make(MarkedSplit(400), workers=2, max_size=2) as enq:
+        for k, _ in enumerate(enq.batches("train", np.arange(400), epoch=0)):
+            if k == 2:
+                os.kill(enq._workers[0].handle.pid, signal.SIGKILL)
+    assert_clean(children)
+
+
+def test_hung_worker_times_out_naming_batch_and_sample(children):
+    started = time.monotonic()
+    with pytest.raises(WorkerError, match=r"batch 1 of the train split .* sample\(s\) 6") as caught, \
+            make(MarkedSplit(16, hang_at=6), workers=2, timeout_s=1.5) as enq:
+        list(enq.batches("train", np.arange(16), epoch=0))
+    assert "/data/marked/00006.png" in str(caught.value)
+    assert time.monotonic() - started < 15
+    assert_clean(children)
+
+
+def test_bad_sample_raise_names_the_file(children):
+    with pytest.raises(DataError, match=r"sample 5 of the train split \(/data/marked/00005.png\).*truncated"), \
+            make(MarkedSplit(16, bad=(5,))) as enq:
+        list(enq.batches("train", np.arange(16), epoch=0))
+    assert_clean(children)
+
+
+def test_bad_sample_skip_keeps_batches_full_and_logs(tmp_path, children):
+    bad_log = tmp_path / "bad_samples.txt"
+    split = MarkedSplit(16, bad=(5, 6))
+    runs = []
+    for _ in range(2):
+        with make(split, on_bad_sample="skip", max_bad_fraction=0.2, bad_log=bad_log) as enq:
+            runs.append([index_of(im) for b, _ in enq.batches("train", np.arange(16), epoch=0) for im in b])
+    assert runs[0] == runs[1]  # the stand-in is deterministic
+    assert len(runs[0]) == 16 and 5 not in runs[0] and 6 not in runs[0]
+    assert runs[0][5] == runs[0][6] == 7  # the next readable sample stands in
+    lines = bad_log.read_text().splitlines()
+    assert any("/data/marked/00005.png" in line and "truncated" in line for line in lines)
+    with pytest.raises(DataError, match="above data.max_bad_fraction=0.1"), \
+            make(split, on_bad_sample="skip", max_bad_fraction=0.1, bad_log=bad_log) as enq:
+        list(enq.batches("train", np.arange(16), epoch=0))
+    assert_clean(children)
+
+
+def test_consumer_interrupt_stops_workers_and_frees_memory(children):
+    with pytest.raises(KeyboardInterrupt), make(MarkedSplit(400), workers=2, max_size=3) as enq:
+        for k, _ in enumerate(enq.batches("train", np.arange(400), epoch=0)):
+            if k == 3:
+                raise KeyboardInterrupt
+    assert_clean(children)
+
+
+def test_consumer_stopping_early_lets_the_next_pass_start_clean(children):
+    split = MarkedSplit(64)
+    with make(split, workers=2, max_size=3) as enq:
+        for k, _ in enumerate(enq.batches("train", np.arange(64), epoch=0)):
+            if k == 1:
+                break
+        got = [index_of(im) for b, _ in enq.batches("val", np.arange(64)[::-1], epoch=0) for im in b]
+        assert got == list(range(63, -1, -1))
+    assert_clean(children)
+
+
+def test_workers_never_import_tensorflow(tmp_path):
+    """What a spawned worker imports: the worker loop and what unpickling its arguments needs."""
+    import subprocess
+    import sys
+
+    code = ("import sys, app.loader.worker, app.loader.ring, app.augment, app.data; "
+            "bad = [m for m in ('tensorflow', 'keras') if m in sys.modules]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    root = Path(__file__).parent.parent
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
+    assert result.returncode == 0, result.stdout + result.stderr
