@@ -8,6 +8,7 @@ unreadable at chosen indices: the loader's real workers meet these for real.
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 import numpy as np
@@ -30,9 +31,9 @@ def index_of(image: np.ndarray) -> int:
 
 class MarkedSplit:
     def __init__(self, n: int, size: int = 8, *, log_path: str | None = None, crash_at: int | None = None,
-                 hang_at: int | None = None, bad: tuple[int, ...] = ()):
+                 hang_at: int | None = None, bad: tuple[int, ...] = (), kills_at: int | None = None):
         self.n, self.size, self.log_path = n, size, log_path
-        self.crash_at, self.hang_at, self.bad = crash_at, hang_at, set(bad)
+        self.crash_at, self.hang_at, self.bad, self.kills_at = crash_at, hang_at, set(bad), kills_at
         self.labels = np.arange(n, dtype=np.int64) % 3
 
     def __len__(self) -> int:
@@ -51,6 +52,8 @@ class MarkedSplit:
             raise RuntimeError(f"decoder exploded on purpose at {i}")
         if i == self.hang_at:
             time.sleep(3600)
+        if i == self.kills_at:  # a sample that kills whichever process decodes it
+            os.kill(os.getpid(), signal.SIGKILL)
         return marked_image(i, self.size)
 
 

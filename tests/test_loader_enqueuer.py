@@ -144,12 +144,32 @@ def test_worker_exception_reaches_the_consumer_with_traceback(processes, childre
     assert_clean(children)
 
 
-def test_dead_worker_is_an_error_naming_it(children):
-    with pytest.raises(WorkerError, match=r"worker process (\d+) died \(killed by SIGKILL"), \
-            make(MarkedSplit(400), workers=2, max_size=2) as enq:
-        for k, _ in enumerate(enq.batches("train", np.arange(400), epoch=0)):
-            if k == 2:
-                os.kill(enq._workers[0].handle.pid, signal.SIGKILL)
+def test_killed_worker_is_replaced_and_its_samples_rebuilt(caplog, children):
+    """The OOM killer's SIGKILL mid-epoch: a new worker, no lost or duplicated sample."""
+    n, order = 400, np.random.default_rng(0).permutation(400)
+    with make(MarkedSplit(n), workers=2, max_size=2) as enq:
+        undisturbed = [index_of(im) for b, _ in enq.batches("train", order, epoch=0) for im in b]
+    assert undisturbed == list(order)
+    with make(MarkedSplit(n), workers=2, max_size=2) as enq, caplog.at_level("WARNING"):
+        got = []
+        for k, (images, _) in enumerate(enq.batches("train", order, epoch=0)):
+            got.extend(index_of(im) for im in images)
+            if k == 3:
+                victim = enq.worker_pids[0]
+                os.kill(victim, signal.SIGKILL)
+                time.sleep(0.2)  # let it die with samples of the next batches handed out
+        assert got == undisturbed and enq.restarts == 1
+        assert victim not in enq.worker_pids and len(enq.worker_pids) == 2
+        # the replacement serves the next epoch too
+        assert [index_of(im) for b, _ in enq.batches("val", order[:12], epoch=1) for im in b] == list(order[:12])
+    assert f"worker process {victim} died (killed by SIGKILL" in caplog.text
+    assert_clean(children)
+
+
+def test_a_sample_that_kills_every_worker_is_an_error_not_a_loop(children):
+    with pytest.raises(WorkerError, match=r"died \(killed by SIGKILL.*4th worker death with no batch completed"), \
+            make(MarkedSplit(40, kills_at=9), workers=2, max_size=2) as enq:
+        list(enq.batches("train", np.arange(40), epoch=0))
     assert_clean(children)
 
 

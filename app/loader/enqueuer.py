@@ -24,11 +24,15 @@ from typing import Any
 
 import numpy as np
 
-from app.errors import DataError, WorkerError
+from app.errors import AppError, DataError, WorkerError
 from app.loader import worker as worker_loop
 from app.loader.ring import Ring
 
 log = logging.getLogger(__name__)
+
+# A worker that dies is replaced and its samples rebuilt; this many deaths with no batch
+# completed in between is a fault to report, not to retry forever.
+MAX_DEATHS_IN_A_ROW = 3
 
 
 def epoch_order(n: int, batch_size: int, *, seed: int, epoch: int, shuffle: bool, drop_last: bool) -> np.ndarray:
@@ -45,6 +49,7 @@ class _Worker:
     conn: Connection
     handle: Any  # multiprocessing.Process or threading.Thread
     name: str
+    pending: set[tuple[int, int]] = field(default_factory=set)  # (slot, position) handed out, not answered
 
     @property
     def sentinel(self) -> int | None:
@@ -54,6 +59,8 @@ class _Worker:
 @dataclass
 class _Slot:
     batch_no: int = -1
+    split_name: str = ""
+    epoch: int = 0
     todo: dict[int, int] = field(default_factory=dict)  # position -> sample index not yet written
     size: int = 0
 
@@ -70,15 +77,21 @@ class Enqueuer:
         self.start_method, self.timeout_s, self.seed = start_method, timeout_s, seed
         self.skip_bad, self.max_bad_fraction, self.bad_log = on_bad_sample == "skip", max_bad_fraction, bad_log
         self.skipped: dict[str, set[int]] = {name: set() for name in splits}
+        self.restarts = 0  # workers replaced this run
         self.ring: Ring | None = None
         self._workers: list[_Worker] = []
         self._slots: list[_Slot] = []
+        self._deaths_in_a_row = 0
 
     # -- life cycle ---------------------------------------------------------------------
 
     @property
     def queue_bytes(self) -> int:
         return self.max_size * self.batch_size * self.image_size[0] * self.image_size[1] * 3
+
+    @property
+    def worker_pids(self) -> list[int]:
+        return [w.handle.pid for w in self._workers if isinstance(w.handle, mp.process.BaseProcess)]
 
     def start(self) -> Enqueuer:
         shared = self.num_workers > 0 and self.use_multiprocessing
@@ -158,11 +171,11 @@ class Enqueuer:
                     scheduled += 1
                 slot = self._slots[b % self.max_size]
                 if self.num_workers == 0:
-                    self._build_here(split_name, epoch, b % self.max_size)
+                    self._build_here(b % self.max_size)
                 else:
-                    self._wait_for(b % self.max_size, split_name)
-                indices = order[slice(*bounds[b])]
-                yield self.ring.array[b % self.max_size, : slot.size], split.labels[indices]
+                    self._wait_for(b % self.max_size)
+                self._deaths_in_a_row = 0
+                yield self.ring.array[b % self.max_size, : slot.size], split.labels[order[slice(*bounds[b])]]
                 slot.batch_no = -1
         except GeneratorExit:  # the consumer stopped early: wait for what is in flight
             self._drain()
@@ -174,7 +187,7 @@ class Enqueuer:
     def _schedule(self, split_name: str, epoch: int, batch_no: int, indices: np.ndarray) -> None:
         slot_index = batch_no % self.max_size
         slot = self._slots[slot_index]
-        slot.batch_no, slot.size = batch_no, len(indices)
+        slot.batch_no, slot.split_name, slot.epoch, slot.size = batch_no, split_name, epoch, len(indices)
         slot.todo = {position: int(index) for position, index in enumerate(indices)}
         if self.num_workers == 0:
             return
@@ -182,72 +195,98 @@ class Enqueuer:
         # batches even out; which worker builds a sample never changes its pixels.
         n = len(self._workers)
         for k, w in enumerate(self._workers):
-            first = (k + batch_no) % n
-            items = [(p, slot.todo[p]) for p in range(first, len(indices), n)]
-            if items:
-                try:
-                    w.conn.send(("batch", split_name, epoch, slot_index, items))
-                except (BrokenPipeError, ConnectionResetError):
-                    self._raise_dead(w)
+            self._send(w, slot_index, range((k + batch_no) % n, len(indices), n))
 
-    def _build_here(self, split_name: str, epoch: int, slot_index: int) -> None:
+    def _send(self, w: _Worker, slot_index: int, positions) -> None:
         slot = self._slots[slot_index]
-        split, augmenter = self.splits[split_name], self.augmenters[split_name]
+        items = [(p, slot.todo[p]) for p in positions]
+        if not items:
+            return
+        w.pending.update((slot_index, p) for p, _ in items)
+        try:
+            w.conn.send(("batch", slot.split_name, slot.epoch, slot_index, items))
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # it died: _pump sees its sentinel and hands `pending` to its replacement
+
+    def _build_here(self, slot_index: int) -> None:
+        slot = self._slots[slot_index]
+        split, augmenter = self.splits[slot.split_name], self.augmenters[slot.split_name]
         for position, index in list(slot.todo.items()):
             reply = worker_loop._fill(self.ring.array, slot_index, position, index, split, augmenter,
-                                      self.seed, epoch, self.skip_bad)
-            self._handle(reply, split_name, "the training process")
+                                      self.seed, slot.epoch, self.skip_bad)
+            self._handle(reply, None, "the training process")
 
-    def _wait_for(self, slot_index: int, split_name: str) -> None:
+    def _wait_for(self, slot_index: int) -> None:
         slot = self._slots[slot_index]
         deadline = time.monotonic() + self.timeout_s
-        by_conn = {w.conn: w for w in self._workers}
-        by_sentinel = {w.sentinel: w for w in self._workers if w.sentinel is not None}
         while slot.todo:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                missing = ", ".join(str(i) for i in list(slot.todo.values())[:10])
+                missing = list(slot.todo.values())
                 raise WorkerError(
-                    f"batch {slot.batch_no} of the {split_name} split was not ready after queue.timeout_s="
-                    f"{self.timeout_s:g} s: still waiting for sample(s) {missing} "
-                    f"({self.splits[split_name].describe(next(iter(slot.todo.values())))}). A worker is hung "
-                    "or far too slow; raise queue.timeout_s if the samples are just slow to load.")
-            # Threads have no sentinel: wake up now and then to check they still run.
-            ready = wait([*by_conn, *by_sentinel], timeout=min(remaining, 1.0))
-            for obj in ready:
-                if obj in by_conn:
-                    w = by_conn[obj]
-                    while w.conn.poll():
-                        try:
-                            reply = w.conn.recv()
-                        except (EOFError, ConnectionResetError):
-                            self._raise_dead(w)
-                        self._handle(reply, split_name, w.name)
-                else:
-                    w = by_sentinel[obj]
-                    _drain_conn(w, lambda reply, who=w.name: self._handle(reply, split_name, who))
-                    self._raise_dead(w)
-            for w in self._workers:
-                if w.sentinel is None and not w.handle.is_alive():
-                    self._raise_dead(w)
+                    f"batch {slot.batch_no} of the {slot.split_name} split was not ready after queue.timeout_s="
+                    f"{self.timeout_s:g} s: still waiting for sample(s) {', '.join(map(str, missing[:10]))} "
+                    f"({self.splits[slot.split_name].describe(missing[0])}). A worker is hung or far too slow; "
+                    "raise queue.timeout_s if the samples are just slow to load.")
+            self._pump(min(remaining, 1.0))  # threads have no sentinel: check on them now and then
 
-    def _handle(self, reply: tuple, split_name: str, who: str) -> None:
+    def _pump(self, wait_s: float) -> None:
+        """Take every reply that is there (waiting up to `wait_s` for one); replace dead workers."""
+        by_conn = {w.conn: w for w in self._workers}
+        by_sentinel = {w.sentinel: w for w in self._workers if w.sentinel is not None}
+        for obj in wait([*by_conn, *by_sentinel], timeout=wait_s):
+            w = by_conn.get(obj) or by_sentinel[obj]
+            if w not in self._workers:
+                continue  # replaced in this round already
+            try:
+                while w.conn.poll():  # replies a worker sent before it died still count
+                    self._handle(w.conn.recv(), w, w.name)
+            except (EOFError, ConnectionResetError, BrokenPipeError):
+                pass
+            if not w.handle.is_alive():
+                self._replace(w)
+        for w in self._workers:
+            if w.sentinel is None and not w.handle.is_alive():
+                raise WorkerError(f"{w.name} stopped unexpectedly while building batches.")
+
+    def _replace(self, dead: _Worker) -> None:
+        """A worker died (the OOM killer's SIGKILL, say): start another, hand it the dead one's samples."""
+        dead.handle.join(timeout=2.0)
+        dead.conn.close()
+        how = _exit_description(dead.handle.exitcode)
+        self._deaths_in_a_row += 1
+        if self._deaths_in_a_row > MAX_DEATHS_IN_A_ROW:
+            raise WorkerError(
+                f"{dead.name} died ({how}), the {self._deaths_in_a_row}th worker death with no batch completed "
+                "in between: giving up instead of restarting in a loop. If memory runs out, lower queue.workers, "
+                "queue.max_size or data.batch_size; else look for the sample that kills the decoder.")
+        i = self._workers.index(dead)
+        self._workers[i] = new = self._start_process(i)
+        self.restarts += 1
+        log.warning("%s died (%s); started %s to rebuild its %d unfinished samples", dead.name, how, new.name,
+                    len(dead.pending))
+        for slot_index in sorted({s for s, _ in dead.pending}):
+            self._send(new, slot_index, sorted(p for s, p in dead.pending if s == slot_index))
+
+    def _handle(self, reply: tuple, w: _Worker | None, who: str) -> None:
         kind, slot_index, position = reply[:3]
+        if w is not None:
+            w.pending.discard((slot_index, position))
         slot = self._slots[slot_index]
         if kind in ("ok", "skipped"):
             slot.todo.pop(position, None)
             if kind == "skipped":
-                self._record_skip(split_name, *reply[3:])
+                self._record_skip(slot.split_name, *reply[3:])
             return
         index, where, detail = reply[3:]
         if kind == "bad":
             raise DataError(
-                f"sample {index} of the {split_name} split ({where}) could not be loaded: {detail}. "
+                f"sample {index} of the {slot.split_name} split ({where}) could not be loaded: {detail}. "
                 "Fix or remove the file, or set data.on_bad_sample=skip to replace such samples "
                 "(logged to bad_samples.txt) up to data.max_bad_fraction.")
         last = detail.strip().splitlines()[-1] if detail.strip() else "unknown error"
         error = WorkerError(
-            f"{who} failed on sample {index} of the {split_name} split ({where}), batch {slot.batch_no}: "
+            f"{who} failed on sample {index} of the {slot.split_name} split ({where}), batch {slot.batch_no}: "
             f"{last}. The worker's traceback is in train.log.")
         error.worker_traceback = detail
         raise error
@@ -268,17 +307,6 @@ class Enqueuer:
                 f"data.max_bad_fraction={self.max_bad_fraction:g} (last: {where}: {reason}); "
                 f"see bad_samples.txt in the run directory.")
 
-    def _raise_dead(self, w: _Worker) -> None:
-        w.handle.join(timeout=2.0)  # a broken pipe can be seen before the death is reaped
-        code = getattr(w.handle, "exitcode", None)
-        how = f"exit code {code}"
-        if code is not None and code < 0:
-            how = f"killed by {signal.Signals(-code).name}"
-            if -code == signal.SIGKILL:
-                how += ", as the out-of-memory killer does"
-        raise WorkerError(f"{w.name} died ({how}) while building batches. If memory ran out, lower "
-                          "queue.workers, queue.max_size or data.batch_size (python -m app train ...).")
-
     def _drain(self) -> None:
         """Let every sample already handed out land, so no late write hits a reused slot."""
         if self.num_workers == 0 or not self._workers:
@@ -286,17 +314,20 @@ class Enqueuer:
                 slot.todo.clear()
             return
         deadline = time.monotonic() + self.timeout_s
-        while any(slot.todo for slot in self._slots) and time.monotonic() < deadline:
-            if not all(w.handle.is_alive() for w in self._workers):
-                break
-            for conn in wait([w.conn for w in self._workers], timeout=0.5):
-                try:
-                    reply = conn.recv()
-                except (EOFError, ConnectionResetError):
-                    continue
-                self._slots[reply[1]].todo.pop(reply[2], None)
+        try:
+            while any(slot.todo for slot in self._slots) and time.monotonic() < deadline:
+                self._pump(0.5)
+        except AppError:  # a fault in a batch nobody will consume
+            pass
         if any(slot.todo for slot in self._slots):
             self.close()  # workers that cannot finish are not reused
+
+
+def _exit_description(code: int | None) -> str:
+    if code is None or code >= 0:
+        return f"exit code {code}"
+    how = f"killed by {signal.Signals(-code).name}"
+    return how + (", as the out-of-memory killer does" if -code == signal.SIGKILL else "")
 
 
 def _serve_thread(conn, ring, splits, augmenters, seed, skip_bad) -> None:
@@ -310,15 +341,6 @@ def _discard_replies(conn: Connection) -> None:
     try:
         while conn.poll():
             conn.recv()
-    except (EOFError, OSError):
-        pass
-
-
-def _drain_conn(w: _Worker, handle) -> None:
-    """Replies a dead worker sent before it died still count."""
-    try:
-        while w.conn.poll():
-            handle(w.conn.recv())
     except (EOFError, OSError):
         pass
 

@@ -159,8 +159,14 @@ def test_folder_of_mixed_formats(tmp_path):
 def test_ctrl_c_stops_workers_and_frees_shared_memory(tmp_path):
     args = [sys.executable, "-m", "app", "train", *TINY, "data.num_images=60", "trainer.epochs=200",
             "queue.workers=2", "hydra.run.dir=run"]
-    process = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               start_new_session=True)
+    # A shell's background job (CI may run us as one) starts with SIGINT ignored, and a child
+    # inherits that; a terminal user's training process does not. Start it as a user would.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        process = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   start_new_session=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     log = tmp_path / "run" / "train.log"
     workers: set[int] = set()
     deadline = time.monotonic() + 240
