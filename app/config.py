@@ -119,6 +119,8 @@ class TrainerConfig:
     lr: float = 1e-3
     checkpoint_every_steps: int | None = None
     mixed_precision: bool = False
+    # More Keras callbacks, each a mapping with `_target_` (e.g. keras.callbacks.EarlyStopping)
+    callbacks: list[Any] = field(default_factory=list)
     strategy: Strategy = Strategy.default
 
 

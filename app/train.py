@@ -1,21 +1,16 @@
-"""Training: config → data → loader → model → steps → run directory.
+"""Training: config → data → loader → model → steps (app/steps.py) → run directory.
 
-The steps are driven here rather than by `fit`: Keras's generator adapter adds a
-`prefetch(AUTOTUNE)` of float32 batches we would never see, so with our own loop the
-float32 side holds the batch being converted and the one being trained on, nothing more.
+Checks that need neither data nor TensorFlow run first; TensorFlow is imported only after.
 """
 
 from __future__ import annotations
 
 import logging
 import signal
-import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
 from omegaconf import DictConfig
-from tqdm import tqdm
 
 from app import checkpoint
 from app.augment import Augmenter, build_compose
@@ -114,67 +109,54 @@ def _train(cfg: DictConfig, plain: dict, run_dir: Path, summary: Summary, transf
 
 def _epochs(net, enqueuer: Enqueuer, memory: PeakMemory, source, plain: dict, run_dir: Path,
             summary: Summary, steps: int) -> None:
+    import keras
+    from hydra.utils import instantiate
+
     from app import model as models
+    from app.callbacks import Progress, StepCheckpoint
+    from app.steps import evaluate, train_epoch
 
     data, queue, trainer = plain["data"], plain["queue"], plain["trainer"]
-    batch, epochs, every = data["batch_size"], trainer["epochs"], trainer["checkpoint_every_steps"]
-    global_step, best = 0, None
+    batch, epochs = data["batch_size"], trainer["epochs"]
+    val_order = epoch_order(len(source.val), batch, seed=0, epoch=0, shuffle=False, drop_last=False)
+    # (best val_accuracy, its checkpoint), and the global step: shared with StepCheckpoint
+    state = {"steps_before_epoch": 0, "best": None}
+    own = [Progress(epochs, steps)]
+    if trainer["checkpoint_every_steps"]:
+        own.append(StepCheckpoint(run_dir, trainer["checkpoint_every_steps"], state))
+    user = [instantiate(c, _convert_="all") for c in trainer["callbacks"]]
+    callbacks = keras.callbacks.CallbackList(own + user, model=net, epochs=epochs, steps=steps)
+    callbacks.on_train_begin()
     for epoch in range(epochs):
+        callbacks.on_epoch_begin(epoch)
         order = epoch_order(len(source.train), batch, seed=plain["seed"], epoch=epoch,
                             shuffle=queue["shuffle"], drop_last=True)[: steps * batch]
-        seen = loss_sum = correct = 0.0
-        waited = 0.0
-        bar = tqdm(total=steps, desc=f"epoch {epoch + 1}/{epochs}", unit="step", file=sys.stderr,
-                   mininterval=0.5, dynamic_ncols=True)
-        started = step_end = time.perf_counter()
-        for x, y in boundary.float_batches(enqueuer, "train", order, epoch):
-            step_start = time.perf_counter()
-            waited += step_start - step_end
-            logs = net.train_on_batch(x, y, return_dict=True)
-            step_end = time.perf_counter()
-            n = len(y)
-            seen += n
-            loss_sum += logs["loss"] * n
-            correct += logs["accuracy"] * n
-            global_step += 1
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss_sum / seen:.4f}", acc=f"{correct / seen:.3f}",
-                            img_s=f"{seen / (step_end - started):.0f}", refresh=False)
-            if every and global_step % every == 0:
-                checkpoint.save(net, run_dir, global_step, {"epoch": epoch, "step": global_step,
-                                                            "epoch_complete": False}, protect=best and best[1])
-        bar.close()
-        train_time = step_end - started
-        val_loss, val_accuracy = _validate(net, enqueuer, source, batch)
-        row = {"epoch": epoch + 1, "loss": loss_sum / seen, "accuracy": correct / seen, "val_loss": val_loss,
-               "val_accuracy": val_accuracy, "images_per_s": seen / train_time,
-               "data_wait_fraction": waited / train_time, "peak_memory_mb": memory.window_peak_mb()}
+        fit = train_epoch(net, boundary.float_batches(enqueuer, "train", order, epoch), callbacks)
+        state["steps_before_epoch"] += fit.steps
+        step = state["steps_before_epoch"]
+        val = evaluate(net, boundary.float_batches(enqueuer, "val", val_order, 0))
+        row = {"epoch": epoch + 1, "loss": fit.loss, "accuracy": fit.accuracy, "val_loss": val.loss,
+               "val_accuracy": val.accuracy, "images_per_s": fit.images_per_s,
+               "data_wait_fraction": fit.data_wait_fraction, "peak_memory_mb": memory.window_peak_mb()}
         append_metrics(run_dir / "metrics.csv", row)
-        saved = checkpoint.save(net, run_dir, global_step, {"epoch": epoch, "step": global_step,
-                                                            "epoch_complete": True, "metrics": row},
-                                protect=best and best[1])
-        if best is None or val_accuracy > best[0]:
-            best = (val_accuracy, saved.name)
+        saved = checkpoint.save(net, run_dir, step, {"epoch": epoch, "step": step, "epoch_complete": True,
+                                                     "metrics": row}, protect=state["best"] and state["best"][1])
+        if state["best"] is None or val.accuracy > state["best"][0]:
+            state["best"] = (val.accuracy, saved.name)
             models.export(net, run_dir / "model.keras", class_names=source.class_names,
                           image_size=data["image_size"], scale=boundary.SCALE, offset=boundary.OFFSET)
-        summary.update(epochs_completed=epoch + 1, steps=global_step, loss=row["loss"],
-                       val_accuracy=val_accuracy, best_val_accuracy=best[0], images_per_s=row["images_per_s"],
-                       data_wait_fraction=row["data_wait_fraction"], peak_memory_mb=memory.peak / 2**20)
+        summary.update(epochs_completed=epoch + 1, steps=step, loss=row["loss"],
+                       val_accuracy=val.accuracy, best_val_accuracy=state["best"][0],
+                       images_per_s=row["images_per_s"], data_wait_fraction=row["data_wait_fraction"],
+                       peak_memory_mb=memory.peak / 2**20, restarted_workers=enqueuer.restarts)
         log.info("epoch %d/%d: loss %.4f, accuracy %.3f, val_loss %.4f, val_accuracy %.3f, %.1f img/s, "
-                 "data wait %.0f%%, peak %.0f MiB", epoch + 1, epochs, row["loss"], row["accuracy"], val_loss,
-                 val_accuracy, row["images_per_s"], 100 * row["data_wait_fraction"], row["peak_memory_mb"])
-
-
-def _validate(net, enqueuer: Enqueuer, source, batch: int) -> tuple[float, float]:
-    """Every validation sample exactly once, the last batch short."""
-    order = epoch_order(len(source.val), batch, seed=0, epoch=0, shuffle=False, drop_last=False)
-    seen = loss_sum = correct = 0.0
-    for x, y in boundary.float_batches(enqueuer, "val", order, 0):
-        logs = net.test_on_batch(x, y, return_dict=True)
-        seen += len(y)
-        loss_sum += logs["loss"] * len(y)
-        correct += logs["accuracy"] * len(y)
-    return loss_sum / seen, correct / seen
+                 "data wait %.0f%%, peak %.0f MiB", epoch + 1, epochs, row["loss"], row["accuracy"], val.loss,
+                 val.accuracy, row["images_per_s"], 100 * row["data_wait_fraction"], row["peak_memory_mb"])
+        callbacks.on_epoch_end(epoch, {k: v for k, v in row.items() if k != "epoch"})
+        if net.stop_training:
+            log.info("a callback stopped training after epoch %d", epoch + 1)
+            break
+    callbacks.on_train_end()
 
 
 @contextmanager

@@ -238,3 +238,82 @@ def test_workers_never_import_tensorflow(tmp_path):
     root = Path(__file__).parent.parent
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# -- bit-identical batches, whoever builds them ---------------------------------------------
+
+CROP_FLIP_JITTER = [
+    {"_target_": "albumentations.RandomResizedCrop", "size": [24, 24], "scale": [0.3, 1.0]},
+    {"_target_": "albumentations.HorizontalFlip", "p": 0.5},
+    {"_target_": "albumentations.RandomBrightnessContrast", "p": 0.8},
+]
+
+
+@pytest.fixture(scope="module")
+def jpeg_split(tmp_path_factory):
+    from PIL import Image
+
+    from app.data.source import FileSplit
+
+    folder = tmp_path_factory.mktemp("jpegs")
+    rng = np.random.default_rng(0)
+    paths = []
+    for i in range(18):
+        path = folder / f"{i}.jpg"
+        Image.fromarray(rng.integers(0, 256, (96, 80, 3), dtype=np.uint8)).save(path, quality=90)
+        paths.append(str(path))
+    paths.append(paths[0])  # the same file twice: two samples, each its own randomness
+    return FileSplit(paths, np.arange(len(paths)) % 3)
+
+
+def epoch_bytes(split, *, workers, processes=True, start_method="spawn", seed=0, epoch=1) -> list[bytes]:
+    from app.augment import Augmenter
+
+    augmenter = Augmenter(CROP_FLIP_JITTER, [24, 24])
+    order = epoch_order(len(split), 4, seed=seed, epoch=epoch, shuffle=True, drop_last=False)
+    with Enqueuer({"train": split}, {"train": augmenter}, batch_size=4, image_size=(24, 24), workers=workers,
+                  use_multiprocessing=processes, max_size=2, start_method=start_method, seed=seed) as enq:
+        return [images.tobytes() for images, _ in enq.batches("train", order, epoch)]
+
+
+def test_batches_are_bit_identical_for_any_workers_and_mode(jpeg_split):
+    reference = epoch_bytes(jpeg_split, workers=0)
+    for workers, processes, method in [(1, True, "spawn"), (4, True, "spawn"), (4, True, "forkserver"),
+                                       (2, True, "forkserver"), (1, False, "spawn"), (4, False, "spawn")]:
+        assert epoch_bytes(jpeg_split, workers=workers, processes=processes, start_method=method) == reference, \
+            (workers, processes, method)
+
+
+def test_negative_controls_epoch_seed_and_repeated_image_differ(jpeg_split):
+    from app.augment import Augmenter
+
+    reference = epoch_bytes(jpeg_split, workers=2)
+    assert epoch_bytes(jpeg_split, workers=2, epoch=2) != reference
+    assert epoch_bytes(jpeg_split, workers=2, seed=1) != reference
+    augmenter = Augmenter(CROP_FLIP_JITTER, [24, 24])
+    same_file = [augmenter(jpeg_split.read(i), 0, 1, i) for i in (0, len(jpeg_split) - 1)]
+    assert not np.array_equal(*same_file)
+    # and a pipeline with no randomness fails the "epochs differ" check
+    none = Augmenter([], [24, 24])
+    assert np.array_equal(none(jpeg_split.read(3), 0, 1, 3), none(jpeg_split.read(3), 0, 2, 3))
+
+
+def test_draft_decode_follows_the_crop(tmp_path):
+    """A 1024² JPEG, 64² input, crop scale from 0.25: short side needed 128, so 1/8 decode."""
+    from PIL import Image
+
+    from app.augment import Augmenter
+    from app.data.source import FileSplit
+    from app.loader.worker import make_sample
+
+    path = tmp_path / "big.jpg"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (1024, 1024, 3), dtype=np.uint8)).save(path)
+    split = FileSplit([str(path)], [0])
+    crop = [{"_target_": "albumentations.RandomResizedCrop", "size": [64, 64], "scale": [0.25, 1.0]}]
+    assert split.read(0, Augmenter(crop, [64, 64]).min_short_side).shape == (128, 128, 3)
+    wider = [{**crop[0], "scale": [0.1, 1.0]}]  # 64 / sqrt(0.1) = 203: a quarter-scale decode
+    assert split.read(0, Augmenter(wider, [64, 64]).min_short_side).shape == (256, 256, 3)
+    widest = [{**crop[0], "scale": [0.05, 1.0]}]  # 287 > 256: half scale
+    assert split.read(0, Augmenter(widest, [64, 64]).min_short_side).shape == (512, 512, 3)
+    assert split.read(0, Augmenter(crop, [64, 64], draft=False).min_short_side).shape == (1024, 1024, 3)
+    assert make_sample(split, Augmenter(crop, [64, 64]), 0, seed=0, epoch=0).shape == (64, 64, 3)

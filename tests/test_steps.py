@@ -1,0 +1,103 @@
+"""The step loop fed by the real enqueuer: how far ahead batches are built, and how many
+float32 batches exist, counted from Keras callbacks around real training steps."""
+
+from __future__ import annotations
+
+import time
+import weakref
+
+import keras
+import numpy as np
+import pytest
+from marked import IdentityAugmenter, MarkedSplit
+
+from app.loader import boundary
+from app.loader.enqueuer import Enqueuer
+from app.steps import evaluate, train_epoch
+
+BATCH = 4
+
+
+def tiny_net(size: int = 8) -> keras.Model:
+    net = keras.Sequential([keras.Input((size, size, 3)), keras.layers.GlobalAveragePooling2D(),
+                            keras.layers.Dense(3, activation="softmax")])
+    net.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    return net
+
+
+def enqueuer(split, max_size: int) -> Enqueuer:
+    return Enqueuer({"train": split}, {"train": IdentityAugmenter()}, batch_size=BATCH,
+                    image_size=(split.size, split.size), workers=2, max_size=max_size)
+
+
+class CountAhead(keras.callbacks.Callback):
+    """After each training step: samples read at the source minus samples trained on."""
+
+    def __init__(self, log):
+        super().__init__()
+        self.log, self.ahead, self.consumed = log, [], 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.consumed += BATCH
+        time.sleep(0.05)  # a slow step: the workers get every chance to run ahead
+        self.ahead.append(len(self.log.read_text().splitlines()) - self.consumed)
+
+
+@pytest.mark.parametrize("max_size", [1, 2, 10])
+def test_built_ahead_never_exceeds_max_size(max_size, tmp_path):
+    """Seed article 1's experiment: batches built vs batches consumed by training steps."""
+    log = tmp_path / "reads.log"
+    split = MarkedSplit(120, log_path=str(log))
+    count = CountAhead(log)
+    net = tiny_net()
+    with enqueuer(split, max_size) as enq:
+        figures = train_epoch(net, boundary.float_batches(enq, "train", np.arange(120), 0),
+                              keras.callbacks.CallbackList([count], model=net))
+    assert figures.steps == 30 and figures.images == 120 and count.consumed == 120
+    # the batch just trained on holds its slot until the next is asked for: max_size - 1 more
+    assert max(count.ahead) <= (max_size - 1) * BATCH
+    if max_size > 1:  # negative control: the workers do fill every slot they may
+        assert max(count.ahead) == (max_size - 1) * BATCH
+
+
+def test_at_most_two_float32_batches_exist(monkeypatch):
+    refs: list[weakref.ref] = []
+    most = [0]
+
+    def live() -> int:
+        return sum(r() is not None for r in refs)
+
+    class Tracked(np.ndarray):
+        pass
+
+    real = boundary.to_float32
+
+    def tracked(batch):
+        out = real(batch).view(Tracked)
+        refs.append(weakref.ref(out))
+        most[0] = max(most[0], live())
+        return out
+
+    class Look(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            most[0] = max(most[0], live())
+
+    monkeypatch.setattr(boundary, "to_float32", tracked)
+    net = tiny_net()
+    with enqueuer(MarkedSplit(80), max_size=4) as enq:
+        train_epoch(net, boundary.float_batches(enq, "train", np.arange(80), 0),
+                    keras.callbacks.CallbackList([Look()], model=net))
+        assert 1 <= most[0] <= 2
+        # negative control: a consumer that keeps its batches is seen keeping them
+        kept = list(boundary.float_batches(enq, "train", np.arange(80), 1))
+        assert live() == len(kept) == 20
+
+
+def test_evaluate_weights_the_short_last_batch():
+    net = tiny_net()
+    with enqueuer(MarkedSplit(10), max_size=2) as enq:
+        whole = evaluate(net, boundary.float_batches(enq, "train", np.arange(10), 0))
+        parts = [evaluate(net, boundary.float_batches(enq, "train", np.arange(i, min(i + BATCH, 10)), 0))
+                 for i in range(0, 10, BATCH)]
+    assert whole.images == 10 and whole.steps == 3
+    assert whole.loss == pytest.approx(sum(p.loss * p.images for p in parts) / 10, rel=1e-5)
