@@ -31,9 +31,10 @@ def index_of(image: np.ndarray) -> int:
 
 class MarkedSplit:
     def __init__(self, n: int, size: int = 8, *, log_path: str | None = None, crash_at: int | None = None,
-                 hang_at: int | None = None, bad: tuple[int, ...] = (), kills_at: int | None = None):
+                 hang_at: int | tuple[int, ...] | None = None, bad: tuple[int, ...] = (), kills_at: int | None = None):
         self.n, self.size, self.log_path = n, size, log_path
-        self.crash_at, self.hang_at, self.bad, self.kills_at = crash_at, hang_at, set(bad), kills_at
+        self.hang_at = {hang_at} if isinstance(hang_at, int) else set(hang_at or ())
+        self.crash_at, self.bad, self.kills_at = crash_at, set(bad), kills_at
         self.labels = np.arange(n, dtype=np.int64) % 3
 
     def __len__(self) -> int:
@@ -50,7 +51,7 @@ class MarkedSplit:
             raise BadSampleError(i, self.describe(i), "truncated file")
         if i == self.crash_at:
             raise RuntimeError(f"decoder exploded on purpose at {i}")
-        if i == self.hang_at:
+        if i in self.hang_at:
             time.sleep(3600)
         if i == self.kills_at:  # a sample that kills whichever process decodes it
             os.kill(os.getpid(), signal.SIGKILL)

@@ -317,3 +317,35 @@ def test_draft_decode_follows_the_crop(tmp_path):
     assert split.read(0, Augmenter(widest, [64, 64]).min_short_side).shape == (512, 512, 3)
     assert split.read(0, Augmenter(crop, [64, 64], draft=False).min_short_side).shape == (1024, 1024, 3)
     assert make_sample(split, Augmenter(crop, [64, 64]), 0, seed=0, epoch=0).shape == (64, 64, 3)
+
+
+def test_workers_die_with_their_parent_even_by_sigkill():
+    import subprocess
+    import sys
+
+    code = """
+import threading, time
+from marked import IdentityAugmenter, MarkedSplit
+from app.loader.enqueuer import Enqueuer
+split = MarkedSplit(8, hang_at=(0, 1))  # both workers busy (hung) in a read: no pipe EOF to notice
+enq = Enqueuer({"train": split}, {"train": IdentityAugmenter()}, batch_size=4, image_size=(8, 8), workers=2,
+               timeout_s=600).start()
+threading.Thread(target=lambda: list(enq.batches("train", list(range(8)), 0)), daemon=True).start()
+time.sleep(1)
+print(" ".join(map(str, enq.worker_pids)), enq.ring.spec.name, flush=True)
+time.sleep(120)
+"""
+    parent = subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).parent, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    *pids, segment = parent.stdout.readline().split()
+    pids = [int(p) for p in pids]
+    assert len(pids) == 2 and all(psutil.pid_exists(p) for p in pids)  # negative control
+    parent.kill()  # SIGKILL: no cleanup code of the parent runs
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(psutil.pid_exists(p) for p in pids):
+        time.sleep(0.1)
+    assert not any(psutil.pid_exists(p) for p in pids)
+    while time.monotonic() < deadline and os.path.exists(f"/dev/shm/{segment}"):
+        time.sleep(0.1)  # multiprocessing's resource tracker unlinks what the dead parent left
+    assert not os.path.exists(f"/dev/shm/{segment}")

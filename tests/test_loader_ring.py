@@ -3,6 +3,7 @@
 import os
 
 import numpy as np
+import pytest
 
 from app.loader.ring import Ring, attach
 
@@ -27,3 +28,33 @@ def test_in_process_ring_has_no_segment():
     ring = Ring(1, 2, (4, 4), shared=False)
     assert ring.spec.name is None and isinstance(ring.array, np.ndarray)
     ring.close()
+
+
+def test_too_small_dev_shm_fails_at_start_with_the_size_needed():
+    """Real: a 1 MiB tmpfs on /dev/shm in a private mount namespace."""
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare(1) on this machine")
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"this machine forbids a private tmpfs on /dev/shm: {probe.stderr.strip()}")
+    code = """
+import sys
+from app.errors import WorkerError
+from app.loader.ring import Ring
+Ring(1, 4, (64, 64), shared=True).close()  # 48 KiB: fits (negative control)
+try:
+    Ring(8, 16, (64, 64), shared=True)      # 1.5 MiB: does not
+except WorkerError as error:
+    print(error)
+    sys.exit(3)
+"""
+    result = subprocess.run(["unshare", "-rm", "sh", "-c", 'mount -t tmpfs -o size=1m tmpfs /dev/shm && '
+                             f'exec "{sys.executable}" -c "$0"', code], capture_output=True, text=True)
+    assert result.returncode == 3, result.stderr
+    assert "needs 1.5 MiB" in result.stdout and "queue.max_size=8" in result.stdout
+    assert "/dev/shm has 1.0 MiB free" in result.stdout
