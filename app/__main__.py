@@ -12,13 +12,15 @@ import importlib
 import os
 import sys
 
-# command word -> (module, function, one line of help)
+# command word -> (module, function, one line of help, overrides that come first)
 COMMANDS = {
-    "train": ("app.commands.train", "main", "train a CNN; writes a run directory under outputs/ (-m: a sweep)"),
+    "train": ("app.commands.train", "main", "train a CNN; writes a run directory under outputs/ (-m: a sweep)", []),
+    "bench": ("app.commands.bench", "main", "time the input pipeline: this loader vs keras.utils.PyDataset vs "
+              "serial; writes bench.json", ["hydra.job.name=bench"]),
 }
 
 USAGE = "usage: python -m app <command> [hydra overrides ...] [-m]\n\ncommands:\n" + "\n".join(
-    f"  {name:<10} {help_}" for name, (_, _, help_) in COMMANDS.items()
+    f"  {name:<10} {help_}" for name, (_, _, help_, _) in COMMANDS.items()
 ) + "\n\n`python -m app <command> --help` shows that command's config groups and Hydra's flags."
 
 
@@ -31,11 +33,11 @@ def main(argv: list[str] | None = None) -> int:
     if word not in COMMANDS:
         print(f"error: unknown command {word!r}.\n\n{USAGE}", file=sys.stderr)
         return 2
-    module, function, _ = COMMANDS[word]
+    module, function, _, first = COMMANDS[word]
     os.environ["HYDRA_FULL_ERROR"] = "1"
     from app.errors import exit_status_for
 
-    sys.argv = [f"python -m app {word}", *rest]
+    sys.argv = [f"python -m app {word}", *first, *rest]
     try:
         entry = getattr(importlib.import_module(module), function)
         entry()

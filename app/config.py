@@ -125,6 +125,16 @@ class TrainerConfig:
 
 
 @dataclass
+class BenchConfig:
+    """`python -m app bench` only."""
+
+    modes: list[str] = field(default_factory=lambda: ["baseline", "loader_steps", "loader_fit", "loader",
+                                                      "keras_threads", "keras_processes", "serial"])
+    batches: int = 20  # timed batches a mode
+    warmup: int = 3  # batches before the clock starts (process start, tracing)
+
+
+@dataclass
 class Config:
     seed: int = 0
     # Each group's own schema types its node (data has one a source).
@@ -133,6 +143,7 @@ class Config:
     queue: Any = MISSING
     model: Any = MISSING
     trainer: Any = MISSING
+    bench: Any = MISSING
 
 
 def register() -> None:
@@ -145,6 +156,7 @@ def register() -> None:
     cs.store(group="queue", name="queue_schema", node=QueueConfig)
     cs.store(group="model", name="model_schema", node=ModelConfig)
     cs.store(group="trainer", name="trainer_schema", node=TrainerConfig)
+    cs.store(group="bench", name="bench_schema", node=BenchConfig)
 
 
 def _check(ok: bool, key: str, value: Any, allowed: str) -> None:

@@ -25,13 +25,14 @@ def tree_pss_bytes(root: psutil.Process | None = None) -> int:
 
 
 class PeakMemory:
-    def __init__(self, interval_s: float = 0.1):
+    def __init__(self, interval_s: float = 0.1, pid: int | None = None):
+        """The tree under `pid` (default: this process)."""
         self.interval_s = interval_s
         self.peak = 0  # bytes, over the whole run
         self._window = 0  # bytes, since the last window_peak_mb()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="app-peak-memory", daemon=True)
-        self._root = psutil.Process()
+        self._root = psutil.Process(pid)
 
     def _run(self) -> None:
         while not self._stop.is_set():
