@@ -54,10 +54,10 @@ def test_built_ahead_never_exceeds_max_size(max_size, tmp_path):
         figures = train_epoch(net, boundary.float_batches(enq, "train", np.arange(120), 0),
                               keras.callbacks.CallbackList([count], model=net))
     assert figures.steps == 30 and figures.images == 120 and count.consumed == 120
-    # the batch just trained on holds its slot until the next is asked for: max_size - 1 more
-    assert max(count.ahead) <= (max_size - 1) * BATCH
-    if max_size > 1:  # negative control: the workers do fill every slot they may
-        assert max(count.ahead) == (max_size - 1) * BATCH
+    # the batch training has left the ring (it is float32 now): max_size batches more, no further
+    assert max(count.ahead) <= max_size * BATCH
+    # negative control: the workers do fill every slot they may
+    assert max(count.ahead) == max_size * BATCH
 
 
 def test_at_most_two_float32_batches_exist(monkeypatch):

@@ -7,9 +7,10 @@ Each mode runs in a fresh process, so its peak PSS (summed over its workers, sam
   loader_steps     this loader → float32 boundary → the trivial model, through `train`'s own step loop
   loader_fit       the same batches through `model.fit` (tf.data.from_generator, no prefetch)
   loader           this loader and the float32 boundary, no model
-  keras_threads    keras.utils.PyDataset(workers, use_multiprocessing=False, max_queue_size) → fit
+  keras_threads    keras.utils.PyDataset(workers, use_multiprocessing=False, max_queue_size) → fit: the same
+                   augmentation in __getitem__, full JPEG decode (a hand-rolled PyDataset has no draft)
   keras_processes  the same with use_multiprocessing=True
-  serial           decode + augment one sample after another in one process (per-core rate)
+  serial           decode + augment one sample after another in one single-threaded process (per-core rate)
 """
 
 from __future__ import annotations
@@ -274,7 +275,11 @@ def _loader(mode, plain, source, augmenter, order, clock):
 
 
 def _serial(mode, plain, source, augmenter, order, clock):
+    import cv2
+
     from app.loader.worker import make_sample
+
+    cv2.setNumThreads(0)  # single-threaded, as a worker is: the per-core rate
 
     batch = plain["data"]["batch_size"]
     clock.start = time.perf_counter()
@@ -285,9 +290,12 @@ def _serial(mode, plain, source, augmenter, order, clock):
 
 
 def _keras(mode, plain, source, augmenter, order, clock):
+    from app.augment import Augmenter
     from app.commands.keras_baseline import KerasBaseline
 
     data, queue = plain["data"], plain["queue"]
+    # A hand-rolled PyDataset decodes the whole JPEG: no draft decode, whatever data.decode says.
+    augmenter = Augmenter(plain["augment"]["transforms"], data["image_size"], draft=False)
     net = _trivial_model(plain, len(source.class_names))
     clock.start = time.perf_counter()
     dataset = KerasBaseline(source.train, augmenter, order, data["batch_size"], plain["seed"],

@@ -1,0 +1,37 @@
+"""`python -m app bench` end to end: every mode runs in its own process and is reported."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from app.commands.bench import MODES
+
+
+def test_bench_reports_every_mode(tmp_path):
+    args = ["data.num_images=24", "data.source_size=96", "data.num_classes=3", "data.image_size=[32,32]",
+            "data.batch_size=4", "bench.batches=3", "bench.warmup=1", "hydra.run.dir=bench"]
+    result = subprocess.run([sys.executable, "-m", "app", "bench", *args], capture_output=True, text=True,
+                            cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((tmp_path / "bench" / "bench.json").read_text())
+    assert list(report["results"]) == MODES
+    for mode, r in report["results"].items():
+        assert "error" not in r, (mode, r.get("traceback"))
+        assert r["timed_batches"] == 3 and r["images_per_s"] > 0 and r["first_batch_s"] >= 0, mode
+        assert r["peak_pss_mb"] > 0, mode
+    results = report["results"]
+    # a process that imports TensorFlow weighs far more than one that only decodes images
+    assert results["serial"]["peak_pss_mb"] < results["baseline"]["peak_pss_mb"]
+    derived = report["derived"]
+    assert derived["queue_bytes"] == 2 * 4 * 32 * 32 * 3
+    assert derived["keras_best_images_per_s"] == max(results["keras_threads"]["images_per_s"],
+                                                     results["keras_processes"]["images_per_s"])
+    assert "| loader_steps |" in result.stdout and (tmp_path / "bench" / "bench.log").exists()
+
+
+def test_bench_rejects_an_unknown_mode(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "app", "bench", "bench.modes=[loader,warp]"],
+                            capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert result.returncode == 2 and "bench.modes" in result.stderr and "warp" in result.stderr
