@@ -11,6 +11,8 @@ from pathlib import Path
 import keras
 from keras import layers
 
+from app.loader.boundary import OFFSET, SCALE
+
 METADATA_FILE = "app_metadata.json"  # inside model.keras; Keras ignores files it does not know
 # Keras's 0.99 leaves the moving statistics far from the data after a few hundred steps, and
 # validation (which uses them) then sits near chance while training accuracy is high.
@@ -20,7 +22,8 @@ BN_MOMENTUM = 0.9
 def small_resnet(input_shape: Sequence[int], num_classes: int, widths: Sequence[int] = (32, 64, 128),
                  blocks_per_stage: int = 1, dropout: float = 0.2) -> keras.Model:
     """A small ResNet: a stride-2 stem, then stages of residual blocks, each stage after the
-    first halving H and W. Input: float32 images normalised by the loader's boundary."""
+    first halving H and W. Input: normalised float images (`classifier` puts it behind the
+    normalising layer)."""
     inputs = keras.Input(tuple(input_shape), name="pixels")
     x = _conv_bn(inputs, widths[0], stride=2)
     for stage, width in enumerate(widths):
@@ -59,20 +62,25 @@ def optimizer(name: str, lr: float) -> keras.optimizers.Optimizer:
     }[name](learning_rate=lr)
 
 
-def export(model: keras.Model, path: Path, *, class_names: Sequence[str], image_size: Sequence[int],
-           scale: float, offset: float) -> None:
-    """Save a model that takes pixel values 0..255 (the normalisation is its first layer) and
-    carries its class names and input size, loadable with plain `keras.saving.load_model`.
-    Written under a temporary name and renamed, so a crash never leaves half a file."""
+def classifier(backbone: keras.Model, image_size: Sequence[int]) -> keras.Model:
+    """What `train` fits and model.keras holds: RGB pixel values 0..255 in (the loader's uint8
+    batches, or floats), normalised by the first layer, the backbone's probabilities out.
+    The cast to float happens inside the step, so no float32 batch waits in host memory."""
     pixels = keras.Input((*image_size, 3), name="image")
-    normalised = layers.Rescaling(scale, offset, name="normalise")(pixels)
-    wrapped = keras.Model(pixels, model(normalised), name="classifier")
+    normalised = layers.Rescaling(SCALE, OFFSET, name="normalise")(pixels)
+    return keras.Model(pixels, backbone(normalised), name="classifier")
+
+
+def export(model: keras.Model, path: Path, *, class_names: Sequence[str], image_size: Sequence[int]) -> None:
+    """Save `model` (a `classifier`) with its class names, input size and normalisation, loadable
+    with plain `keras.saving.load_model`. Written under a temporary name and renamed, so a crash
+    never leaves half a file."""
     path = Path(path)
     tmp = path.with_name(f".{path.stem}.tmp.keras")
-    wrapped.save(tmp)
+    model.save(tmp)
     metadata = {"class_names": list(class_names), "image_size": list(image_size),
                 "input": "RGB pixel values 0..255, shape (batch, H, W, 3)",
-                "normalisation": {"scale": scale, "offset": offset}}
+                "normalisation": {"scale": SCALE, "offset": OFFSET}}
     with zipfile.ZipFile(tmp, "a") as archive:
         archive.writestr(METADATA_FILE, json.dumps(metadata, indent=2))
     os.replace(tmp, path)

@@ -1,8 +1,8 @@
-"""The step loop: float32 batches in, one Keras train or test step each, callbacks around them.
+"""The step loop: batches in, one Keras train or test step each, callbacks around them.
 
 Steps are driven here rather than by `fit`: Keras's generator adapter adds a
-`prefetch(AUTOTUNE)` of float32 batches nobody sees, so here the float32 side holds the batch
-being trained on and the one being converted, nothing more.
+`prefetch(AUTOTUNE)` of batches nobody sees; here the batch training and the next one are
+all there is outside the ring.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def train_epoch(net: keras.Model, batches: Iterable[tuple[np.ndarray, np.ndarray
         figures.waited_s += time.perf_counter() - step_end
         callbacks.on_train_batch_begin(step)
         logs = net.train_on_batch(x, y, return_dict=True)  # Keras resets its metrics each call
-        del x  # the float32 batch goes now, before the next one is made
+        del x  # this batch goes now, before the next one is made
         figures.add(logs, len(y))
         figures.seconds = time.perf_counter() - started
         callbacks.on_train_batch_end(step, figures.logs())

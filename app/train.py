@@ -16,7 +16,7 @@ from app import checkpoint
 from app.augment import Augmenter, build_compose
 from app.config import to_plain, validate
 from app.data import load_source
-from app.errors import ConfigError, DataError
+from app.errors import AppError, ConfigError
 from app.loader import boundary
 from app.loader.enqueuer import Enqueuer, epoch_order
 from app.memory import PeakMemory
@@ -49,7 +49,7 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
         log.error("failed: %s", error)
         if getattr(error, "worker_traceback", None):
             log.error("worker traceback:\n%s", error.worker_traceback)
-        elif not isinstance(error, (ConfigError, DataError)):
+        elif not isinstance(error, AppError):  # a bug: keep its traceback
             log.exception("traceback")
         raise
     summary.update(status="completed")
@@ -81,14 +81,14 @@ def _train(cfg: DictConfig, plain: dict, run_dir: Path, summary: Summary, transf
     keras.utils.set_random_seed(cfg.seed)
     keras.mixed_precision.set_global_policy("mixed_float16" if trainer["mixed_precision"] else "float32")
     try:
-        with _strategy_scope(trainer["strategy"]) as gpus:
-            from hydra.utils import instantiate
+        from hydra.utils import instantiate
 
-            net = instantiate(cfg.model, input_shape=(*image_size, 3), num_classes=len(source.class_names),
-                              _convert_="all")
-            net.compile(optimizer=models.optimizer(trainer["optimizer"], trainer["lr"]),
-                        loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-        summary.update(hardware=hardware(gpus))
+        summary.update(hardware=hardware(_visible_gpus()))
+        backbone = instantiate(cfg.model, input_shape=(*image_size, 3), num_classes=len(source.class_names),
+                               _convert_="all")
+        net = models.classifier(backbone, image_size)
+        net.compile(optimizer=models.optimizer(trainer["optimizer"], trainer["lr"]),
+                    loss="sparse_categorical_crossentropy", metrics=["accuracy"])
         augmenters = {"train": Augmenter(transforms, image_size, draft=data["decode"]["draft"]),
                       "val": Augmenter([], image_size, draft=data["decode"]["draft"])}
         enqueuer = Enqueuer(
@@ -131,10 +131,10 @@ def _epochs(net, enqueuer: Enqueuer, memory: PeakMemory, source, plain: dict, ru
         callbacks.on_epoch_begin(epoch)
         order = epoch_order(len(source.train), batch, seed=plain["seed"], epoch=epoch,
                             shuffle=queue["shuffle"], drop_last=True)[: steps * batch]
-        fit = train_epoch(net, boundary.float_batches(enqueuer, "train", order, epoch), callbacks)
+        fit = train_epoch(net, boundary.batches(enqueuer, "train", order, epoch), callbacks)
         state["steps_before_epoch"] += fit.steps
         step = state["steps_before_epoch"]
-        val = evaluate(net, boundary.float_batches(enqueuer, "val", val_order, 0))
+        val = evaluate(net, boundary.batches(enqueuer, "val", val_order, 0))
         row = {"epoch": epoch + 1, "loss": fit.loss, "accuracy": fit.accuracy, "val_loss": val.loss,
                "val_accuracy": val.accuracy, "images_per_s": fit.images_per_s,
                "data_wait_fraction": fit.data_wait_fraction, "peak_memory_mb": memory.window_peak_mb()}
@@ -144,7 +144,7 @@ def _epochs(net, enqueuer: Enqueuer, memory: PeakMemory, source, plain: dict, ru
         if state["best"] is None or val.accuracy > state["best"][0]:
             state["best"] = (val.accuracy, saved.name)
             models.export(net, run_dir / "model.keras", class_names=source.class_names,
-                          image_size=data["image_size"], scale=boundary.SCALE, offset=boundary.OFFSET)
+                          image_size=data["image_size"])
         summary.update(epochs_completed=epoch + 1, steps=step, loss=row["loss"],
                        val_accuracy=val.accuracy, best_val_accuracy=state["best"][0],
                        images_per_s=row["images_per_s"], data_wait_fraction=row["data_wait_fraction"],
@@ -159,14 +159,13 @@ def _epochs(net, enqueuer: Enqueuer, memory: PeakMemory, source, plain: dict, ru
     callbacks.on_train_end()
 
 
-@contextmanager
-def _strategy_scope(name: str):
-    """Yields the GPUs TensorFlow sees; `default` places on the first GPU when there is one."""
+def _visible_gpus() -> list[str]:
+    """TensorFlow places on the first GPU by itself when there is one (trainer.strategy=default)."""
     import tensorflow as tf
 
     gpus = [d.name for d in tf.config.list_physical_devices("GPU")]
     log.info("devices: %s", ", ".join(gpus) if gpus else "CPU only (no GPU visible to TensorFlow)")
-    yield gpus
+    return gpus
 
 
 @contextmanager

@@ -8,8 +8,8 @@ import sys
 
 import numpy as np
 
-from app.loader.boundary import OFFSET, SCALE, to_float32
-from app.model import export, optimizer, read_metadata, small_resnet
+from app.loader.boundary import OFFSET, SCALE
+from app.model import classifier, export, optimizer, read_metadata, small_resnet
 
 
 def test_shapes_and_optimizers():
@@ -21,11 +21,12 @@ def test_shapes_and_optimizers():
 
 
 def test_model_keras_loads_without_the_app(tmp_path):
-    net = small_resnet((24, 24, 3), num_classes=3, widths=[8, 16])
+    backbone = small_resnet((24, 24, 3), num_classes=3, widths=[8, 16])
+    net = classifier(backbone, (24, 24))
     pixels = np.random.default_rng(0).integers(0, 256, (6, 24, 24, 3), dtype=np.uint8)
-    expected = net.predict(to_float32(pixels), verbose=0)  # what training sees: the boundary's output
+    expected = net.predict(pixels, verbose=0)  # what training feeds: the loader's uint8 batches
     path = tmp_path / "model.keras"
-    export(net, path, class_names=["ant", "bee", "cat"], image_size=[24, 24], scale=SCALE, offset=OFFSET)
+    export(net, path, class_names=["ant", "bee", "cat"], image_size=[24, 24])
     np.save(tmp_path / "pixels.npy", pixels)
     script = f"""
 import json, sys, zipfile
@@ -45,6 +46,23 @@ print(json.dumps({{"probs": probs.tolist(), "meta": meta, "input_shape": list(mo
     assert out["meta"]["class_names"] == ["ant", "bee", "cat"] and out["meta"]["image_size"] == [24, 24]
     assert out["input_shape"] == [None, 24, 24, 3]
     assert read_metadata(path)["normalisation"] == {"scale": SCALE, "offset": OFFSET}
-    # negative control: without the normalisation layer the same pixels give other outputs
-    assert not np.allclose(net.predict(pixels.astype("float32"), verbose=0), expected, atol=1e-3)
+    # negative control: without the normalising layer the same pixels give other outputs
+    assert not np.allclose(backbone.predict(pixels.astype("float32"), verbose=0), expected, atol=1e-3)
+    assert np.allclose(backbone.predict(pixels * np.float32(SCALE) + OFFSET, verbose=0), expected, atol=1e-5)
     assert not list(tmp_path.glob(".*tmp*"))  # written under a temporary name, then renamed
+
+
+def test_mixed_precision_trains_with_a_float32_output():
+    import keras
+
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        net = small_resnet((16, 16, 3), num_classes=2, widths=[8])
+        net.compile(optimizer=optimizer("adam", 0.01), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+        x = np.random.default_rng(0).random((4, 16, 16, 3), dtype=np.float32)
+        logs = net.train_on_batch(x, np.array([0, 1, 0, 1]), return_dict=True)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert np.isfinite(logs["loss"])
+    assert net.layers[1].compute_dtype == "float16" and net.output.dtype == "float32"
+    assert isinstance(net.optimizer, keras.optimizers.LossScaleOptimizer)

@@ -1,5 +1,5 @@
 """The step loop fed by the real enqueuer: how far ahead batches are built, and how many
-float32 batches exist, counted from Keras callbacks around real training steps."""
+batches exist outside the ring, counted from Keras callbacks around real training steps."""
 
 from __future__ import annotations
 
@@ -13,14 +13,16 @@ from marked import IdentityAugmenter, MarkedSplit
 
 from app.loader import boundary
 from app.loader.enqueuer import Enqueuer
+from app.model import classifier
 from app.steps import evaluate, train_epoch
 
 BATCH = 4
 
 
 def tiny_net(size: int = 8) -> keras.Model:
-    net = keras.Sequential([keras.Input((size, size, 3)), keras.layers.GlobalAveragePooling2D(),
-                            keras.layers.Dense(3, activation="softmax")])
+    backbone = keras.Sequential([keras.Input((size, size, 3)), keras.layers.GlobalAveragePooling2D(),
+                                 keras.layers.Dense(3, activation="softmax")])
+    net = classifier(backbone, (size, size))
     net.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     return net
 
@@ -51,7 +53,7 @@ def test_built_ahead_never_exceeds_max_size(max_size, tmp_path):
     count = CountAhead(log)
     net = tiny_net()
     with enqueuer(split, max_size) as enq:
-        figures = train_epoch(net, boundary.float_batches(enq, "train", np.arange(120), 0),
+        figures = train_epoch(net, boundary.batches(enq, "train", np.arange(120), 0),
                               keras.callbacks.CallbackList([count], model=net))
     assert figures.steps == 30 and figures.images == 120 and count.consumed == 120
     # the batch training has left the ring (it is float32 now): max_size batches more, no further
@@ -60,9 +62,10 @@ def test_built_ahead_never_exceeds_max_size(max_size, tmp_path):
     assert max(count.ahead) == max_size * BATCH
 
 
-def test_at_most_two_float32_batches_exist(monkeypatch):
+def test_at_most_two_batches_outside_the_ring_and_none_float32(monkeypatch):
     refs: list[weakref.ref] = []
     most = [0]
+    dtypes = set()
 
     def live() -> int:
         return sum(r() is not None for r in refs)
@@ -70,11 +73,12 @@ def test_at_most_two_float32_batches_exist(monkeypatch):
     class Tracked(np.ndarray):
         pass
 
-    real = boundary.to_float32
+    real = boundary.detach
 
-    def tracked(batch):
-        out = real(batch).view(Tracked)
+    def tracked(images):
+        out = real(images).view(Tracked)
         refs.append(weakref.ref(out))
+        dtypes.add(out.dtype)
         most[0] = max(most[0], live())
         return out
 
@@ -82,22 +86,22 @@ def test_at_most_two_float32_batches_exist(monkeypatch):
         def on_train_batch_begin(self, batch, logs=None):
             most[0] = max(most[0], live())
 
-    monkeypatch.setattr(boundary, "to_float32", tracked)
+    monkeypatch.setattr(boundary, "detach", tracked)
     net = tiny_net()
     with enqueuer(MarkedSplit(80), max_size=4) as enq:
-        train_epoch(net, boundary.float_batches(enq, "train", np.arange(80), 0),
+        train_epoch(net, boundary.batches(enq, "train", np.arange(80), 0),
                     keras.callbacks.CallbackList([Look()], model=net))
-        assert 1 <= most[0] <= 2
+        assert 1 <= most[0] <= 2 and dtypes == {np.dtype(np.uint8)}
         # negative control: a consumer that keeps its batches is seen keeping them
-        kept = list(boundary.float_batches(enq, "train", np.arange(80), 1))
+        kept = list(boundary.batches(enq, "train", np.arange(80), 1))
         assert live() == len(kept) == 20
 
 
 def test_evaluate_weights_the_short_last_batch():
     net = tiny_net()
     with enqueuer(MarkedSplit(10), max_size=2) as enq:
-        whole = evaluate(net, boundary.float_batches(enq, "train", np.arange(10), 0))
-        parts = [evaluate(net, boundary.float_batches(enq, "train", np.arange(i, min(i + BATCH, 10)), 0))
+        whole = evaluate(net, boundary.batches(enq, "train", np.arange(10), 0))
+        parts = [evaluate(net, boundary.batches(enq, "train", np.arange(i, min(i + BATCH, 10)), 0))
                  for i in range(0, 10, BATCH)]
     assert whole.images == 10 and whole.steps == 3
     assert whole.loss == pytest.approx(sum(p.loss * p.images for p in parts) / 10, rel=1e-5)

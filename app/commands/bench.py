@@ -3,10 +3,10 @@
 
 Each mode runs in a fresh process, so its peak PSS (summed over its workers, sampled every
 100 ms from here) and its time to first batch are its own. Modes:
-  baseline         the trivial model fit on one in-memory batch: the training process with no loader
-  loader_steps     this loader → float32 boundary → the trivial model, through `train`'s own step loop
+  baseline         the trivial model fit on one in-memory uint8 batch: the training process with no loader
+  loader_steps     this loader → boundary (uint8) → the trivial model, through `train`'s own step loop
   loader_fit       the same batches through `model.fit` (tf.data.from_generator, no prefetch)
-  loader           this loader and the float32 boundary, no model
+  loader           this loader and the boundary, no model
   keras_threads    keras.utils.PyDataset(workers, use_multiprocessing=False, max_queue_size) → fit: the same
                    augmentation in __getitem__, full JPEG decode (a hand-rolled PyDataset has no draft)
   keras_processes  the same with use_multiprocessing=True
@@ -198,22 +198,28 @@ def _enqueuer(plain, source, augmenter):
                     start_method=queue["start_method"], timeout_s=queue["timeout_s"], seed=plain["seed"])
 
 
-def _float_batches(enqueuer, order, batch):
-    """This loader's float32 batches over `order`, one epoch's pass after another."""
+def _loader_batches(enqueuer, order, batch):
+    """This loader's batches over `order`, one epoch's pass after another."""
     from app.loader import boundary
 
     epochs = order[:, 0]
     for epoch in sorted(set(epochs.tolist())):
         indices = order[epochs == epoch, 1]
-        yield from boundary.float_batches(enqueuer, "train", indices, int(epoch))
+        yield from boundary.batches(enqueuer, "train", indices, int(epoch))
 
 
-def _trivial_model(plain, num_classes):
+def _trivial_model(plain, num_classes, normalising=True):
+    """The same trivial backbone for every mode; this loader's modes put `train`'s
+    normalising first layer in front (its batches are uint8), Keras's get float32."""
     import keras
+
+    from app.model import classifier
 
     size = plain["data"]["image_size"]
     net = keras.Sequential([keras.Input((*size, 3)), keras.layers.GlobalAveragePooling2D(),
                             keras.layers.Dense(num_classes, activation="softmax")])
+    if normalising:
+        net = classifier(net, size)
     net.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     return net
 
@@ -234,7 +240,7 @@ def _baseline(mode, plain, source, augmenter, order, clock):
 
     data = plain["data"]
     net = _trivial_model(plain, len(source.class_names))
-    x = np.zeros((data["batch_size"], *data["image_size"], 3), np.float32)
+    x = np.zeros((data["batch_size"], *data["image_size"], 3), np.uint8)
     y = np.zeros((data["batch_size"],), np.int64)
     clock.start = time.perf_counter()
     net.fit(tf.data.Dataset.from_tensors((x, y)).repeat(), steps_per_epoch=len(order) // data["batch_size"],
@@ -249,7 +255,7 @@ def _loader_steps(mode, plain, source, augmenter, order, clock):
     net = _trivial_model(plain, len(source.class_names))
     clock.start = time.perf_counter()
     with _enqueuer(plain, source, augmenter) as enqueuer:
-        train_epoch(net, _float_batches(enqueuer, order, plain["data"]["batch_size"]),
+        train_epoch(net, _loader_batches(enqueuer, order, plain["data"]["batch_size"]),
                     keras.callbacks.CallbackList([_timing_callback(clock)], model=net))
 
 
@@ -258,11 +264,11 @@ def _loader_fit(mode, plain, source, augmenter, order, clock):
 
     data = plain["data"]
     net = _trivial_model(plain, len(source.class_names))
-    signature = (tf.TensorSpec((None, *data["image_size"], 3), tf.float32), tf.TensorSpec((None,), tf.int64))
+    signature = (tf.TensorSpec((None, *data["image_size"], 3), tf.uint8), tf.TensorSpec((None,), tf.int64))
     clock.start = time.perf_counter()
     with _enqueuer(plain, source, augmenter) as enqueuer:
         dataset = tf.data.Dataset.from_generator(
-            lambda: _float_batches(enqueuer, order, data["batch_size"]), output_signature=signature)
+            lambda: _loader_batches(enqueuer, order, data["batch_size"]), output_signature=signature)
         net.fit(dataset, steps_per_epoch=len(order) // data["batch_size"], epochs=1, verbose=0,
                 callbacks=[_timing_callback(clock)])
 
@@ -270,7 +276,7 @@ def _loader_fit(mode, plain, source, augmenter, order, clock):
 def _loader(mode, plain, source, augmenter, order, clock):
     clock.start = time.perf_counter()
     with _enqueuer(plain, source, augmenter) as enqueuer:
-        for _ in _float_batches(enqueuer, order, plain["data"]["batch_size"]):
+        for _ in _loader_batches(enqueuer, order, plain["data"]["batch_size"]):
             clock.tick()
 
 
@@ -296,7 +302,7 @@ def _keras(mode, plain, source, augmenter, order, clock):
     data, queue = plain["data"], plain["queue"]
     # A hand-rolled PyDataset decodes the whole JPEG: no draft decode, whatever data.decode says.
     augmenter = Augmenter(plain["augment"]["transforms"], data["image_size"], draft=False)
-    net = _trivial_model(plain, len(source.class_names))
+    net = _trivial_model(plain, len(source.class_names), normalising=False)
     clock.start = time.perf_counter()
     dataset = KerasBaseline(source.train, augmenter, order, data["batch_size"], plain["seed"],
                             workers=max(queue["workers"], 1), use_multiprocessing=mode == "keras_processes",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import keras
 import numpy as np
 
-from app.loader.boundary import to_float32
+from app.loader.boundary import normalise
 from app.loader.worker import make_sample
 
 
@@ -23,4 +23,4 @@ class KerasBaseline(keras.utils.PyDataset):
     def __getitem__(self, i: int):
         pairs = self.order[i * self.batch_size:(i + 1) * self.batch_size]  # (epoch, sample index)
         images = np.stack([make_sample(self.split, self.augmenter, int(k), self.seed, int(e)) for e, k in pairs])
-        return to_float32(images), self.split.labels[pairs[:, 1]]
+        return normalise(images), self.split.labels[pairs[:, 1]]

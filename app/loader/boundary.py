@@ -1,8 +1,11 @@
-"""The one place uint8 becomes float32: one batch at a time, on the consumer's side.
+"""The queue's boundary, on the consumer's side: where a batch leaves the uint8 world.
 
-So the queue holds uint8 (a quarter of float32's bytes). `float_batches` converts the next
-batch in a thread while the current one trains, so a training step never waits for the
-conversion, yet at most two float32 batches exist: the one training and the next.
+A batch leaves its ring slot as a uint8 copy (the slot is free at once) and becomes float32
+only inside the training step: the model's first layer (app.model.classifier) casts and
+scales it, on the device that trains. So no float32 batch lives in host memory between
+steps (Keras's own pipelines keep a queue of them), and a GPU is sent a quarter of the bytes.
+The next batch is copied out in a thread while the current one trains; at most two batches
+(the one training and the next) exist outside the ring.
 """
 
 from __future__ import annotations
@@ -14,49 +17,50 @@ from collections.abc import Iterator
 
 import numpy as np
 
-# Pixel values 0..255 → 0..1. model.keras carries the same as its first layer.
+# Pixel values 0..255 → 0..1: the model's first layer, Rescaling(SCALE, OFFSET).
 SCALE = 1.0 / 255.0
 OFFSET = 0.0
 _DONE = object()
 
 
-def to_float32(batch: np.ndarray) -> np.ndarray:
-    """A new float32 array (one allocation), so the ring slot can be reused at once."""
+def normalise(batch: np.ndarray) -> np.ndarray:
+    """The first layer's arithmetic in numpy, for code that feeds a model without that layer
+    (bench's hand-rolled PyDataset, which returns float32 as such code does)."""
     out = np.multiply(batch, np.float32(SCALE), dtype=np.float32)
     if OFFSET:
         out += np.float32(OFFSET)
     return out
 
 
-def float_batches(enqueuer, split_name: str, order: np.ndarray, epoch: int,
-                  ahead: bool = True) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """(float32 batch, labels) in order. With `ahead`, the next batch is converted while the
-    consumer works on this one; the consumer must drop its batch before asking for the next
-    (as app.steps does) for the two-batch bound to hold."""
-    batches = enqueuer.batches(split_name, order, epoch)
-    if not ahead:
-        for images, labels in batches:
-            yield to_float32(images), labels
-        return
+def detach(images: np.ndarray) -> np.ndarray:
+    """A batch out of its ring slot (a view) into an array of its own: the slot is free at once."""
+    return images.copy()
+
+
+def batches(enqueuer, split_name: str, order: np.ndarray, epoch: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(uint8 batch, labels) in order, each batch its own array. The next is copied out of the
+    ring while the consumer works on this one; the consumer must drop its batch before asking
+    for the next (as app.steps does) for the two-batch bound to hold."""
+    source = enqueuer.batches(split_name, order, epoch)
     handoff: queue.Queue = queue.Queue(maxsize=1)
     stop = threading.Event()
 
-    def convert() -> None:
+    def copy_ahead() -> None:
         last = _DONE
         try:
-            for images, labels in batches:
+            for images, labels in source:
                 if stop.is_set():
                     return
-                handoff.put((to_float32(images), labels))
-                handoff.join()  # the next conversion starts only once the consumer has this one
+                handoff.put((detach(images), labels))
+                handoff.join()  # the next copy starts only once the consumer has this one
         except BaseException as error:  # noqa: BLE001 - re-raised in the consumer's thread
             last = error
         finally:
-            batches.close()
+            source.close()
         if not stop.is_set():
             handoff.put(last)
 
-    thread = threading.Thread(target=convert, name="app-boundary", daemon=True)
+    thread = threading.Thread(target=copy_ahead, name="app-boundary", daemon=True)
     thread.start()
     try:
         while True:
@@ -70,9 +74,9 @@ def float_batches(enqueuer, split_name: str, order: np.ndarray, epoch: int,
             del item
     finally:
         stop.set()
-        deadline = time.monotonic() + 5.0  # a converter stuck on a hung worker is left to close()
+        deadline = time.monotonic() + 5.0  # a thread stuck on a hung worker is left to close()
         while thread.is_alive() and time.monotonic() < deadline:
-            try:  # unblock a converter waiting on the handoff
+            try:  # unblock a thread waiting on the handoff
                 handoff.get_nowait()
                 handoff.task_done()
             except queue.Empty:

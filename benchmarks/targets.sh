@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The README's Performance figures: `python -m app bench` in each configuration the targets
+# name, on the default synthetic data (1024² JPEGs), each run under outputs/bench-targets/.
+# Usage: benchmarks/targets.sh [extra overrides...]   (about 10 minutes on 2 cores)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+py=${PYTHON:-.venv/bin/python}
+out=outputs/bench-targets/$(date +%Y-%m-%d_%H-%M-%S)
+run() {
+  local name=$1; shift
+  echo "== $name: python -m app bench $*"
+  "$py" -m app bench "$@" "hydra.run.dir=$out/$name" "${EXTRA[@]}" 2>/dev/null | grep -E '^\||^[a-z0-9_]+: '
+}
+EXTRA=("$@")
+all='bench.modes=[baseline,loader_steps,loader_fit,loader,keras_threads,keras_processes,serial]'
+run full512 data.image_size=[512,512] data.batch_size=16 data.decode.draft=false bench.batches=60 "$all"
+run draft256 data.image_size=[256,256] data.batch_size=16 bench.batches=60 "$all"
+for batch in 16 64; do
+  for slots in 2 10; do
+    run "slots${slots}_batch${batch}" data.image_size=[512,512] data.batch_size=$batch data.decode.draft=false \
+      queue.max_size=$slots bench.batches=$((960 / batch)) 'bench.modes=[loader_steps]'
+  done
+done
+run memory64 data.image_size=[512,512] data.batch_size=64 data.decode.draft=false queue.max_size=10 \
+  bench.batches=12 'bench.modes=[baseline,loader_steps,keras_processes]'
+echo "bench.json files: $out/*/bench.json"
