@@ -15,10 +15,14 @@ EXTRA=("$@")
 all='bench.modes=[baseline,loader_steps,loader_fit,loader,keras_threads,keras_processes,serial]'
 run full512 data.image_size=[512,512] data.batch_size=16 data.decode.draft=false bench.batches=60 "$all"
 run draft256 data.image_size=[256,256] data.batch_size=16 bench.batches=60 "$all"
+# max_size 2 against 10, alternating three times: runs here drift by ±10 %, alternation keeps
+# the drift out of the comparison.
 for batch in 16 64; do
-  for slots in 2 10; do
-    run "slots${slots}_batch${batch}" data.image_size=[512,512] data.batch_size=$batch data.decode.draft=false \
-      queue.max_size=$slots bench.batches=$((960 / batch)) 'bench.modes=[loader_steps]'
+  for repeat in 1 2 3; do
+    for slots in 2 10; do
+      run "slots${slots}_batch${batch}_$repeat" data.image_size=[512,512] data.batch_size=$batch \
+        data.decode.draft=false queue.max_size=$slots bench.batches=$((960 / batch)) 'bench.modes=[loader_steps]'
+    done
   done
 done
 run memory64 data.image_size=[512,512] data.batch_size=64 data.decode.draft=false queue.max_size=10 \
