@@ -37,8 +37,12 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["HYDRA_FULL_ERROR"] = "1"
     from app.errors import exit_status_for
 
-    sys.argv = [f"python -m app {word}", *first, *rest]
     try:
+        if word == "train":  # resume=… picks the run directory before Hydra makes one
+            from app.resume import prepare_argv
+
+            rest = prepare_argv(rest)
+        sys.argv = [f"python -m app {word}", *first, *rest]
         entry = getattr(importlib.import_module(module), function)
         entry()
     except SystemExit as stop:  # --help, --cfg and friends end this way

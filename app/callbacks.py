@@ -10,6 +10,7 @@ import keras
 from tqdm import tqdm
 
 from app import checkpoint
+from app.steps import RunState
 
 
 class Progress(keras.callbacks.Callback):
@@ -21,8 +22,9 @@ class Progress(keras.callbacks.Callback):
         self.bar = None
 
     def on_epoch_begin(self, epoch, logs=None):
-        self.bar = tqdm(total=self.steps, desc=f"epoch {epoch + 1}/{self.epochs}", unit="step", file=sys.stderr,
-                        mininterval=0.5, dynamic_ncols=True)
+        self.bar = tqdm(total=self.steps, initial=(logs or {}).get("first_batch", 0), unit="step",
+                        desc=f"epoch {epoch + 1}/{self.epochs}", file=sys.stderr, mininterval=0.5,
+                        dynamic_ncols=True)
 
     def on_train_batch_end(self, batch, logs=None):
         self.bar.update(1)
@@ -39,14 +41,32 @@ class Progress(keras.callbacks.Callback):
 class StepCheckpoint(keras.callbacks.Callback):
     """`trainer.checkpoint_every_steps`: a checkpoint inside the epoch every N global steps."""
 
-    def __init__(self, run_dir: Path, every: int, state: dict):
+    def __init__(self, run_dir: Path, every: int, steps_per_epoch: int, state: RunState):
         super().__init__()
-        self.run_dir, self.every, self.state = run_dir, every, state
+        self.run_dir, self.every, self.steps_per_epoch, self.state = run_dir, every, steps_per_epoch, state
 
     def on_train_batch_end(self, batch, logs=None):
-        step = self.state["steps_before_epoch"] + batch + 1
-        if step % self.every == 0:
-            best = self.state["best"]
-            checkpoint.save(self.model, self.run_dir, step,
-                            {"epoch_complete": False, "step": step, "batch_in_epoch": batch + 1},
-                            protect=best and best[1])
+        done = batch + 1
+        if done == self.steps_per_epoch:
+            return  # the epoch's end saves this step, with its validation
+        if (self.state.steps_before_epoch + done) % self.every == 0:
+            best = self.state.best
+            checkpoint.save(self.model, self.run_dir, self.state.steps_before_epoch + done,
+                            self.state.checkpoint(done, complete=False), protect=best and best[1])
+
+
+class SampleRecorder(keras.callbacks.Callback):
+    """`trainer.record_samples`: samples.csv, the sample indices each training step saw."""
+
+    def __init__(self, path: Path, batch_size: int, state: RunState):
+        super().__init__()
+        self.path, self.batch_size, self.state = path, batch_size, state
+
+    def on_train_batch_end(self, batch, logs=None):
+        new = not self.path.exists()
+        indices = self.state.order[batch * self.batch_size:(batch + 1) * self.batch_size]
+        with open(self.path, "a", encoding="utf-8") as f:
+            if new:
+                f.write("step,epoch,batch,indices\n")
+            f.write(f"{self.state.steps_before_epoch + batch + 1},{self.state.epoch + 1},{batch},"
+                    f"{' '.join(map(str, indices))}\n")

@@ -1,31 +1,115 @@
-"""Checkpoints: each a directory written under a temporary name and renamed when complete,
-so a kill during a write leaves the previous one intact. The newest `keep` are kept, and the
-best by validation accuracy."""
+"""Checkpoints, and where a resumed run starts from.
+
+Each checkpoint is a directory `checkpoints/step-<global step>/` holding `model.keras` (the
+weights, the optimizer's state and iteration counter), `seed_generators.npy` (the Dropout
+layers' random state) and `state.json` (epoch, batches done in it, the epoch's running sums,
+the best so far, the whole config). It is written under a temporary name and renamed when
+complete, so a kill during a write leaves the previous one intact. The newest `keep` are kept,
+and the best by validation accuracy.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
+from app.errors import ConfigError
 from app.rundir import write_json
 
 PREFIX = "step-"
+# Keras's .keras format leaves out the layers' seed generators (Layer.save_own_variables), so a
+# resumed Dropout would draw other masks: their states are saved beside it.
+SEED_STATES = "seed_generators.npy"
+log = logging.getLogger(__name__)
+
+
+def _seed_states(model) -> list:
+    return [v for v in model.variables if v.name == "seed_generator_state"]
 
 
 def save(model, run_dir: Path, step: int, state: dict, *, keep: int = 2, protect: str | None = None) -> Path:
-    """Model (with optimizer state) and `state` (epoch, step, metrics so far) at `step`."""
+    """Model (with optimizer state) and `state` at `step`; replaces a checkpoint of the same step."""
     root = Path(run_dir) / "checkpoints"
     root.mkdir(exist_ok=True)
     final = root / f"{PREFIX}{step:08d}"
-    if final.exists():  # already saved at this step (epoch end on a checkpoint_every_steps boundary)
-        return final
     tmp = root / f".{final.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     model.save(tmp / "model.keras")
+    np.save(tmp / SEED_STATES, np.array([np.array(v) for v in _seed_states(model)], np.int64).reshape(-1, 2))
     write_json(tmp / "state.json", state)
-    tmp.rename(final)
-    for old in sorted(root.glob(f"{PREFIX}*"))[:-keep]:
-        if old.name != protect:
-            shutil.rmtree(old, ignore_errors=True)
+    if final.exists():  # the same step saved mid-epoch: the epoch-end state supersedes it
+        old = root / f".{final.name}.old"
+        shutil.rmtree(old, ignore_errors=True)
+        final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(final)
+    for stale in sorted(root.glob(f"{PREFIX}*"))[:-keep]:
+        if stale.name != protect:  # renamed first: a kill mid-delete leaves no half checkpoint
+            gone = root / f".{stale.name}.gone"
+            stale.rename(gone)
+            shutil.rmtree(gone, ignore_errors=True)
     return final
+
+
+def newest(run_dir: Path) -> list[Path]:
+    return sorted((Path(run_dir) / "checkpoints").glob(f"{PREFIX}*"), reverse=True)
+
+
+def saved_config(run_dir: Path) -> dict:
+    """The config a run was started with, from its newest readable state.json (no TensorFlow)."""
+    for path in newest(run_dir):
+        try:
+            return json.loads((path / "state.json").read_text())["config"]
+        except (OSError, ValueError, KeyError):
+            continue
+    raise ConfigError(f"config key `resume` = {str(run_dir)!r} is not allowed: no checkpoint of {run_dir} has a "
+                      "readable state.json.")
+
+
+@dataclass
+class ResumePoint:
+    path: Path
+    state: dict
+    model: object  # the loaded keras.Model, compiled, with its optimizer
+
+
+def resume_point(run_dir: Path) -> ResumePoint:
+    """Where a resumed run starts, decided here and only here:
+
+    1. the run directory's newest checkpoint whose state.json and model.keras both load;
+    2. if it does not load (a corrupt or half-copied file), a warning, and the next newest;
+    3. none loads, or there is none: an error. Never a silent fresh start.
+    """
+    import keras
+
+    candidates = newest(run_dir)
+    failures = []
+    for path in candidates:
+        try:
+            state = json.loads((path / "state.json").read_text())
+            model = keras.saving.load_model(path / "model.keras")
+            seeds, saved = _seed_states(model), np.load(path / SEED_STATES)
+            if len(seeds) != len(saved):
+                raise ValueError(f"{len(saved)} seed generator states saved for {len(seeds)} in the model")
+            for variable, value in zip(seeds, saved, strict=True):
+                variable.assign(value)
+        except Exception as error:  # noqa: BLE001 - any unreadable checkpoint is skipped the same way
+            log.warning("checkpoint %s cannot be loaded (%s: %s); trying the one before it", path,
+                        type(error).__name__, str(error).splitlines()[0] if str(error) else "")
+            failures.append(f"{path.name}: {type(error).__name__}")
+            continue
+        return ResumePoint(path, state, model)
+    if not candidates:
+        raise ConfigError(f"config key `resume` = {str(run_dir)!r} is not allowed: {run_dir} has no checkpoint "
+                          "in checkpoints/ (a run saves one at each epoch end and every "
+                          "trainer.checkpoint_every_steps).")
+    raise ConfigError(f"config key `resume` = {str(run_dir)!r} is not allowed: none of its checkpoints loads "
+                      f"({'; '.join(failures)}).")

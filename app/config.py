@@ -121,6 +121,8 @@ class TrainerConfig:
     mixed_precision: bool = False
     # More Keras callbacks, each a mapping with `_target_` (e.g. keras.callbacks.EarlyStopping)
     callbacks: list[Any] = field(default_factory=list)
+    deterministic: bool = False  # TensorFlow op determinism: exact repeats and resumes (slower on GPUs)
+    record_samples: bool = False  # samples.csv: the sample indices of every step
     strategy: Strategy = Strategy.default
 
 
@@ -137,6 +139,8 @@ class BenchConfig:
 @dataclass
 class Config:
     seed: int = 0
+    # null, a run directory, or `latest`: continue that run in place (app/resume.py)
+    resume: str | None = None
     # Each group's own schema types its node (data has one a source).
     data: Any = MISSING
     augment: Any = MISSING

@@ -39,11 +39,33 @@ def read_metrics(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+def keep_rows(path: Path, keep) -> None:
+    """Rewrite a CSV file with only the rows `keep(row)` accepts (a resumed run drops what
+    it is about to redo, so no row is duplicated)."""
+    if not path.exists():
+        return
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        fields, rows = reader.fieldnames, [row for row in reader if keep(row)]
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, path)
+
+
 class Summary:
     """summary.json, rewritten at start, every epoch and at the end."""
 
-    def __init__(self, run_dir: Path, overrides: list[str]):
+    def __init__(self, run_dir: Path, overrides: list[str], *, resumed_from: str | None = None):
         self.path = Path(run_dir) / "summary.json"
+        if resumed_from and self.path.exists():  # the same run goes on: keep its record
+            self.content = json.loads(self.path.read_text())
+            self.content.setdefault("resumed", []).append({"from": resumed_from, "at": _now(),
+                                                           "overrides": list(overrides)})
+            self.update(status="running", message=None, versions=versions(), git_commit=git_commit())
+            return
         self.content: dict[str, Any] = {
             "status": "running", "epochs_completed": 0, "steps": 0, "loss": None, "val_accuracy": None,
             "images_per_s": None, "data_wait_fraction": None, "peak_memory_mb": None, "queue_bytes": None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import keras
 import numpy as np
@@ -49,14 +49,37 @@ class EpochFigures:
     def logs(self) -> dict:
         return {"loss": self.loss, "accuracy": self.accuracy, "images_per_s": self.images_per_s}
 
+    def state(self) -> dict:
+        """The running sums, for a checkpoint inside the epoch."""
+        return asdict(self)
+
+
+@dataclass
+class RunState:
+    """Where training is: what a checkpoint stores and what a resume restores."""
+
+    config: dict
+    epoch: int = 0  # 0-based, the epoch under way
+    steps_before_epoch: int = 0
+    order: np.ndarray | None = None  # this epoch's sample indices
+    figures: EpochFigures | None = None  # this epoch's running sums
+    best: list | None = None  # [val_accuracy, checkpoint name]
+
+    def checkpoint(self, batches_done: int, *, complete: bool, metrics: dict | None = None) -> dict:
+        return {"epoch": self.epoch, "batch_in_epoch": batches_done, "epoch_complete": complete,
+                "step": self.steps_before_epoch + batches_done, "figures": self.figures.state(),
+                "best": self.best, "metrics": metrics, "config": self.config}
+
 
 def train_epoch(net: keras.Model, batches: Iterable[tuple[np.ndarray, np.ndarray]],
-                callbacks: keras.callbacks.CallbackList) -> EpochFigures:
-    """Train on every batch; callbacks see the running epoch means. Stops early when a
-    callback sets `net.stop_training`."""
-    figures = EpochFigures()
-    started = step_end = time.perf_counter()
-    for step, (x, y) in enumerate(batches):
+                callbacks: keras.callbacks.CallbackList, figures: EpochFigures | None = None,
+                first_batch: int = 0) -> EpochFigures:
+    """Train on every batch; callbacks see the running epoch means. A resumed epoch passes the
+    sums it had and the index of its next batch. Stops early when a callback sets
+    `net.stop_training`."""
+    figures = figures or EpochFigures()
+    started = step_end = time.perf_counter() - figures.seconds
+    for step, (x, y) in enumerate(batches, start=first_batch):
         figures.waited_s += time.perf_counter() - step_end
         callbacks.on_train_batch_begin(step)
         logs = net.train_on_batch(x, y, return_dict=True)  # Keras resets its metrics each call

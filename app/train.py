@@ -5,10 +5,12 @@ Checks that need neither data nor TensorFlow run first; TensorFlow is imported o
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
@@ -16,17 +18,25 @@ from app import checkpoint
 from app.augment import Augmenter, build_compose
 from app.config import to_plain, validate
 from app.data import load_source
-from app.errors import AppError, ConfigError
+from app.errors import AppError, ConfigError, DataError
 from app.loader import boundary
 from app.loader.enqueuer import Enqueuer, epoch_order
 from app.memory import PeakMemory
-from app.rundir import Summary, append_metrics, hardware, write_json
+from app.resume import resumed_config
+from app.rundir import Summary, append_metrics, hardware, keep_rows, write_json
+
+if TYPE_CHECKING:
+    from app.steps import RunState
 
 log = logging.getLogger("app.train")
 
 
 def run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
-    """Train as `cfg` says, writing into `run_dir`. Returns summary.json's content."""
+    """Train as `cfg` says, writing into `run_dir`; with `resume`, continue the run there.
+    Returns summary.json's content."""
+    run_dir = Path(run_dir)
+    if cfg.resume:  # the config is the checkpoint's, with the safe overrides (app/resume.py)
+        cfg = resumed_config(checkpoint.saved_config(run_dir), cfg, overrides)
     # Everything that can be checked without data or TensorFlow, first.
     validate(cfg)
     plain = to_plain(cfg)
@@ -34,9 +44,8 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
     transforms = plain["augment"]["transforms"]
     build_compose(transforms, image_size)  # strict: a misspelt argument fails here
 
-    run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    summary = Summary(run_dir, overrides)
+    summary = Summary(run_dir, overrides, resumed_from=cfg.resume)
     try:
         with _sigterm_as_interrupt():
             _train(cfg, plain, run_dir, summary, transforms, image_size)
@@ -60,7 +69,10 @@ def _train(cfg: DictConfig, plain: dict, run_dir: Path, summary: Summary, transf
            image_size: tuple[int, int]) -> None:
     data, queue, trainer = plain["data"], plain["queue"], plain["trainer"]
     source = load_source(cfg.data)
-    write_json(run_dir / "split.json", source.split)
+    if cfg.resume:
+        _check_same_data(run_dir, source)
+    else:
+        write_json(run_dir / "split.json", source.split)
     batch = data["batch_size"]
     full_batches = len(source.train) // batch
     if full_batches == 0:
@@ -79,16 +91,33 @@ def _train(cfg: DictConfig, plain: dict, run_dir: Path, summary: Summary, transf
 
     keras.backend.clear_session()
     keras.utils.set_random_seed(cfg.seed)
+    if trainer["deterministic"]:
+        import tensorflow as tf
+
+        tf.config.experimental.enable_op_determinism()
     keras.mixed_precision.set_global_policy("mixed_float16" if trainer["mixed_precision"] else "float32")
     try:
         from hydra.utils import instantiate
 
+        from app.steps import RunState
+
         summary.update(hardware=hardware(_visible_gpus()))
-        backbone = instantiate(cfg.model, input_shape=(*image_size, 3), num_classes=len(source.class_names),
-                               _convert_="all")
-        net = models.classifier(backbone, image_size)
-        net.compile(optimizer=models.optimizer(trainer["optimizer"], trainer["lr"]),
-                    loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+        state = RunState(config=plain)
+        if cfg.resume:
+            point = checkpoint.resume_point(run_dir)
+            net, state = point.model, _restored(state, point.state)
+            log.info("resuming from %s: step %d done (epoch %d, batch %d); continuing at step %d",
+                     point.path.name, point.state["step"], point.state["epoch"] + 1,
+                     point.state["batch_in_epoch"], point.state["step"] + 1)
+            # what the interrupted run wrote after this checkpoint is redone, not duplicated
+            keep_rows(run_dir / "metrics.csv", lambda row: int(row["epoch"]) <= state.epoch)
+            keep_rows(run_dir / "samples.csv", lambda row: int(row["step"]) <= point.state["step"])
+        else:
+            backbone = instantiate(cfg.model, input_shape=(*image_size, 3),
+                                   num_classes=len(source.class_names), _convert_="all")
+            net = models.classifier(backbone, image_size)
+            net.compile(optimizer=models.optimizer(trainer["optimizer"], trainer["lr"]),
+                        loss="sparse_categorical_crossentropy", metrics=["accuracy"])
         augmenters = {"train": Augmenter(transforms, image_size, draft=data["decode"]["draft"]),
                       "val": Augmenter([], image_size, draft=data["decode"]["draft"])}
         enqueuer = Enqueuer(
@@ -102,61 +131,92 @@ def _train(cfg: DictConfig, plain: dict, run_dir: Path, summary: Summary, transf
                  "processes" if queue["use_multiprocessing"] else "threads", enqueuer.max_size,
                  enqueuer.queue_bytes / 2**20)
         with enqueuer, PeakMemory() as memory:
-            _epochs(net, enqueuer, memory, source, plain, run_dir, summary, steps)
+            _epochs(net, enqueuer, memory, source, plain, run_dir, summary, steps, state)
     finally:
         keras.mixed_precision.set_global_policy("float32")
 
 
 def _epochs(net, enqueuer: Enqueuer, memory: PeakMemory, source, plain: dict, run_dir: Path,
-            summary: Summary, steps: int) -> None:
+            summary: Summary, steps: int, state: RunState) -> None:
     import keras
     from hydra.utils import instantiate
 
     from app import model as models
-    from app.callbacks import Progress, StepCheckpoint
-    from app.steps import evaluate, train_epoch
+    from app.callbacks import Progress, SampleRecorder, StepCheckpoint
+    from app.steps import EpochFigures, evaluate, train_epoch
 
     data, queue, trainer = plain["data"], plain["queue"], plain["trainer"]
     batch, epochs = data["batch_size"], trainer["epochs"]
     val_order = epoch_order(len(source.val), batch, seed=0, epoch=0, shuffle=False, drop_last=False)
-    # (best val_accuracy, its checkpoint), and the global step: shared with StepCheckpoint
-    state = {"steps_before_epoch": 0, "best": None}
     own = [Progress(epochs, steps)]
     if trainer["checkpoint_every_steps"]:
-        own.append(StepCheckpoint(run_dir, trainer["checkpoint_every_steps"], state))
+        own.append(StepCheckpoint(run_dir, trainer["checkpoint_every_steps"], steps, state))
+    if trainer["record_samples"]:
+        own.append(SampleRecorder(run_dir / "samples.csv", batch, state))
     user = [instantiate(c, _convert_="all") for c in trainer["callbacks"]]
     callbacks = keras.callbacks.CallbackList(own + user, model=net, epochs=epochs, steps=steps)
     callbacks.on_train_begin()
-    for epoch in range(epochs):
-        callbacks.on_epoch_begin(epoch)
-        order = epoch_order(len(source.train), batch, seed=plain["seed"], epoch=epoch,
-                            shuffle=queue["shuffle"], drop_last=True)[: steps * batch]
-        fit = train_epoch(net, boundary.batches(enqueuer, "train", order, epoch), callbacks)
-        state["steps_before_epoch"] += fit.steps
-        step = state["steps_before_epoch"]
+    if state.epoch >= epochs:
+        log.info("all %d epochs are done already; add trainer.epochs=N to extend the run", epochs)
+    while state.epoch < epochs:
+        epoch = state.epoch
+        first = state.figures.steps if state.figures else 0  # a resumed epoch's batches done
+        state.figures = state.figures or EpochFigures()
+        state.order = epoch_order(len(source.train), batch, seed=plain["seed"], epoch=epoch,
+                                  shuffle=queue["shuffle"], drop_last=True)[: steps * batch]
+        callbacks.on_epoch_begin(epoch, {"first_batch": first})
+        fit = train_epoch(net, boundary.batches(enqueuer, "train", state.order[first * batch:], epoch), callbacks,
+                          state.figures, first_batch=first)
         val = evaluate(net, boundary.batches(enqueuer, "val", val_order, 0))
         row = {"epoch": epoch + 1, "loss": fit.loss, "accuracy": fit.accuracy, "val_loss": val.loss,
                "val_accuracy": val.accuracy, "images_per_s": fit.images_per_s,
                "data_wait_fraction": fit.data_wait_fraction, "peak_memory_mb": memory.window_peak_mb()}
         append_metrics(run_dir / "metrics.csv", row)
-        saved = checkpoint.save(net, run_dir, step, {"epoch": epoch, "step": step, "epoch_complete": True,
-                                                     "metrics": row}, protect=state["best"] and state["best"][1])
-        if state["best"] is None or val.accuracy > state["best"][0]:
-            state["best"] = (val.accuracy, saved.name)
+        step = state.steps_before_epoch + fit.steps
+        best = state.best
+        if best is None or val.accuracy > best[0]:
+            state.best = [val.accuracy, f"{checkpoint.PREFIX}{step:08d}"]
             models.export(net, run_dir / "model.keras", class_names=source.class_names,
                           image_size=data["image_size"])
+        checkpoint.save(net, run_dir, step, state.checkpoint(fit.steps, complete=True, metrics=row),
+                        protect=state.best[1])
         summary.update(epochs_completed=epoch + 1, steps=step, loss=row["loss"],
-                       val_accuracy=val.accuracy, best_val_accuracy=state["best"][0],
+                       val_accuracy=val.accuracy, best_val_accuracy=state.best[0],
                        images_per_s=row["images_per_s"], data_wait_fraction=row["data_wait_fraction"],
-                       peak_memory_mb=memory.peak / 2**20, restarted_workers=enqueuer.restarts)
+                       peak_memory_mb=max(memory.peak / 2**20, summary.content.get("peak_memory_mb") or 0),
+                       restarted_workers=enqueuer.restarts)
         log.info("epoch %d/%d: loss %.4f, accuracy %.3f, val_loss %.4f, val_accuracy %.3f, %.1f img/s, "
                  "data wait %.0f%%, peak %.0f MiB", epoch + 1, epochs, row["loss"], row["accuracy"], val.loss,
                  val.accuracy, row["images_per_s"], 100 * row["data_wait_fraction"], row["peak_memory_mb"])
+        state.epoch, state.steps_before_epoch, state.figures = epoch + 1, step, None
         callbacks.on_epoch_end(epoch, {k: v for k, v in row.items() if k != "epoch"})
         if net.stop_training:
             log.info("a callback stopped training after epoch %d", epoch + 1)
             break
     callbacks.on_train_end()
+
+
+def _restored(state: RunState, saved: dict) -> RunState:
+    """The RunState a checkpoint describes: after a complete epoch, the next one from its
+    start; inside an epoch, that epoch at its next batch with its running sums."""
+    from app.steps import EpochFigures
+
+    state.best = saved["best"]
+    if saved["epoch_complete"]:
+        state.epoch, state.steps_before_epoch = saved["epoch"] + 1, saved["step"]
+    else:
+        state.epoch = saved["epoch"]
+        state.steps_before_epoch = saved["step"] - saved["batch_in_epoch"]
+        state.figures = EpochFigures(**saved["figures"])
+    return state
+
+
+def _check_same_data(run_dir: Path, source) -> None:
+    recorded = json.loads((run_dir / "split.json").read_text())
+    if recorded.get("fingerprint") != source.fingerprint:
+        raise DataError(f"the data changed since {run_dir} started (split.json fingerprint "
+                        f"{str(recorded.get('fingerprint'))[:12]}, now {source.fingerprint[:12]}): resuming would "
+                        "train on other samples. Restore the data, or start a new run.")
 
 
 def _visible_gpus() -> list[str]:

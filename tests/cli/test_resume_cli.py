@@ -1,0 +1,150 @@
+"""Resume, for real: a run SIGKILLed mid-epoch and resumed equals the uninterrupted run."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.resume import latest_run, prepare_argv
+
+CONFIG = ["data.num_images=96", "data.source_size=128", "data.num_classes=3", "data.image_size=[96,96]",
+          "data.batch_size=8", "model.widths=[32,64]", "model.dropout=0.3", "trainer.epochs=5",
+          "trainer.checkpoint_every_steps=3", "trainer.record_samples=true", "trainer.deterministic=true",
+          "queue.workers=2"]
+
+
+def app(*args, cwd, **kw):
+    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=600, **kw)
+
+
+def weights(checkpoint: Path) -> tuple[list[np.ndarray], int]:
+    import keras
+
+    model = keras.saving.load_model(checkpoint / "model.keras")
+    return [np.array(v) for v in model.weights], int(model.optimizer.iterations.numpy())
+
+
+def newest_checkpoint(run: Path) -> Path:
+    return sorted((run / "checkpoints").glob("step-*"))[-1]
+
+
+def metric_rows(run: Path) -> list[tuple]:
+    rows = csv.DictReader((run / "metrics.csv").open())
+    return [(r["epoch"], r["loss"], r["accuracy"], r["val_loss"], r["val_accuracy"]) for r in rows]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A: uninterrupted. B: the same config, SIGKILLed after a checkpoint inside epoch 2+."""
+    root = tmp_path_factory.mktemp("resume")
+    a = app("train", *CONFIG, "hydra.run.dir=A", cwd=root)
+    assert a.returncode == 0, a.stderr[-3000:]
+    b = subprocess.Popen([sys.executable, "-m", "app", "train", *CONFIG, "hydra.run.dir=B"], cwd=root,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    killed_after = None
+    while time.monotonic() < deadline and killed_after is None:
+        assert b.poll() is None, "run B ended before it could be interrupted: " + b.stderr.read().decode()[-2000:]
+        for state in (root / "B" / "checkpoints").glob("step-*/state.json"):
+            try:
+                saved = json.loads(state.read_text())
+            except FileNotFoundError:  # pruned meanwhile
+                continue
+            if saved["epoch"] >= 1 and not saved["epoch_complete"]:
+                b.kill()  # SIGKILL: no cleanup, as the OOM killer or a pre-emption does
+                killed_after = saved["step"]
+                break
+        time.sleep(0.02)
+    b.wait()
+    assert killed_after is not None
+    run_b = root / "B"
+    point = newest_checkpoint(run_b)
+    assert (point / "state.json").exists(), sorted(p.name for p in (run_b / "checkpoints").rglob("*"))
+    before, state = weights(point), json.loads((point / "state.json").read_text())
+    resumed = app("train", f"resume={run_b}", cwd=root)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    return root / "A", run_b, state, before
+
+
+def test_resumed_run_continues_at_the_next_step(runs):
+    _, run_b, point, _ = runs
+    log = (run_b / "train.log").read_text()
+    assert f"step {point['step']} done" in log and f"continuing at step {point['step'] + 1}" in log
+    assert not point["epoch_complete"] and point["batch_in_epoch"] > 0
+
+
+def test_resumed_run_trained_on_the_same_samples(runs):
+    run_a, run_b, _, _ = runs
+    assert (run_b / "samples.csv").read_text() == (run_a / "samples.csv").read_text()
+
+
+def test_resumed_run_ends_with_the_same_weights(runs):
+    run_a, run_b, _, before = runs
+    final_a, steps_a = weights(newest_checkpoint(run_a))
+    final_b, steps_b = weights(newest_checkpoint(run_b))
+    assert newest_checkpoint(run_a).name == newest_checkpoint(run_b).name and steps_a == steps_b
+    assert all(np.array_equal(x, y) for x, y in zip(final_a, final_b, strict=True))
+    # negative control: the checkpoint B resumed from (an older state) differs from the end
+    assert not all(np.array_equal(x, y) for x, y in zip(before[0], final_a, strict=True))
+
+
+def test_metrics_rows_continue_without_gaps_or_duplicates(runs):
+    run_a, run_b, _, _ = runs
+    assert metric_rows(run_b) == metric_rows(run_a)
+    assert [r[0] for r in metric_rows(run_b)] == ["1", "2", "3", "4", "5"]
+    summary = json.loads((run_b / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["epochs_completed"] == 5
+    assert summary["resumed"][0]["from"] == str(run_b)
+    overrides = (run_b / ".hydra" / "overrides.yaml").read_text()
+    assert "queue.workers=2" in overrides and "resume" not in overrides  # the first start's, not rewritten
+
+
+def test_unsafe_override_is_refused(runs):
+    run_a, _, _, _ = runs
+    result = app("train", f"resume={run_a}", "data.batch_size=4", cwd=run_a.parent)
+    assert result.returncode == 2 and "`data.batch_size` cannot change when resuming" in result.stderr
+
+
+def test_corrupt_newest_checkpoint_falls_back(runs):
+    run_a, _, _, _ = runs
+    copy = run_a.parent / "C"
+    shutil.copytree(run_a, copy)
+    newest, previous = sorted((copy / "checkpoints").glob("step-*"))[-1:-3:-1]
+    (newest / "model.keras").write_bytes(b"not a zip file")
+    result = app("train", f"resume={copy}", "trainer.epochs=6", cwd=run_a.parent)
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = (copy / "train.log").read_text()
+    assert f"checkpoint {newest} cannot be loaded" in log and f"resuming from {previous.name}" in log
+    assert [r[0] for r in metric_rows(copy)] == ["1", "2", "3", "4", "5", "6"]
+
+
+def test_resume_needs_a_run_with_checkpoints(tmp_path):
+    result = app("train", f"resume={tmp_path / 'nothing'}", cwd=tmp_path)
+    assert result.returncode == 2 and "resume" in result.stderr and "Traceback" not in result.stderr
+    result = app("train", "resume=latest", cwd=tmp_path)
+    assert result.returncode == 2 and "no training run" in result.stderr
+
+
+def test_latest_is_the_run_with_the_newest_checkpoint(tmp_path):
+    for name, age in (("old", 100), ("new", 10), ("empty", 0)):
+        (tmp_path / "outputs" / name / "checkpoints").mkdir(parents=True)
+        if name != "empty":
+            state = tmp_path / "outputs" / name / "checkpoints" / "step-00000001" / "state.json"
+            state.parent.mkdir()
+            state.write_text("{}")
+            os.utime(state, (time.time() - age, time.time() - age))
+    assert latest_run(tmp_path / "outputs") == (tmp_path / "outputs" / "new").resolve()
+    argv = prepare_argv(["resume=latest", "queue.workers=1"], tmp_path / "outputs")
+    run = (tmp_path / "outputs" / "new").resolve()
+    assert argv == ["queue.workers=1", f"resume={run}", f"hydra.run.dir={run}", "hydra.output_subdir=null"]
+    assert prepare_argv(["queue.workers=1"]) == ["queue.workers=1"]  # nothing to resume: unchanged
