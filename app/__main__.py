@@ -15,6 +15,10 @@ import sys
 # command word -> (module, function, one line of help, overrides that come first)
 COMMANDS = {
     "train": ("app.commands.train", "main", "train a CNN; writes a run directory under outputs/ (-m: a sweep)", []),
+    "evaluate": ("app.commands.evaluate", "main", "loss, accuracy and confusion matrix of a run's last checkpoint "
+                 "on its validation split: evaluate resume=<run dir>", ["hydra.job.name=evaluate"]),
+    "predict": ("app.commands.predict", "main", "class probabilities for a folder or file of images, as CSV: "
+                "predict resume=<run dir> input=<path>", ["hydra.job.name=predict"]),
     "bench": ("app.commands.bench", "main", "time the input pipeline: this loader vs keras.utils.PyDataset vs "
               "serial; writes bench.json", ["hydra.job.name=bench"]),
 }
@@ -38,10 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     from app.errors import exit_status_for
 
     try:
-        if word == "train":  # resume=… picks the run directory before Hydra makes one
+        if word in ("train", "evaluate", "predict"):  # resume=… picks the run before Hydra makes a directory
             from app.resume import prepare_argv
 
-            rest = prepare_argv(rest)
+            rest = prepare_argv(rest, subdir=None if word == "train" else word)
         sys.argv = [f"python -m app {word}", *first, *rest]
         entry = getattr(importlib.import_module(module), function)
         entry()

@@ -141,6 +141,8 @@ class Config:
     seed: int = 0
     # null, a run directory, or `latest`: continue that run in place (app/resume.py)
     resume: str | None = None
+    # predict only: an image file or a folder of them (searched recursively)
+    input: str | None = None
     # Each group's own schema types its node (data has one a source).
     data: Any = MISSING
     augment: Any = MISSING

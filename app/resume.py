@@ -16,13 +16,18 @@ from app.errors import ConfigError
 SAFE_PREFIXES = ("trainer.epochs", "queue.")
 
 
-def prepare_argv(argv: list[str], outputs: Path = Path("outputs")) -> list[str]:
-    """Rewrite the overrides of a resumed run; others come back unchanged."""
+def prepare_argv(argv: list[str], outputs: Path = Path("outputs"), *, subdir: str | None = None) -> list[str]:
+    """Rewrite the overrides of a command on an existing run; others come back unchanged.
+    `train` continues in the run directory itself; `evaluate` and `predict` (`subdir`) write
+    into `<run dir>/<subdir>/<date>_<time>/` and need `resume`."""
     value = None
     for arg in argv:
         if arg.lstrip("+").startswith("resume="):
             value = arg.split("=", 1)[1]
     if value in (None, "", "null", "None"):
+        if subdir:
+            raise ConfigError(f"config key `resume` is missing: `{subdir}` works on a training run, e.g. "
+                              f"python -m app {subdir} resume=outputs/<date>/<time> (or resume=latest).")
         return argv
     if "-m" in argv or "--multirun" in argv:
         raise ConfigError("config key `resume` cannot be used with -m: resume one run at a time.")
@@ -31,7 +36,8 @@ def prepare_argv(argv: list[str], outputs: Path = Path("outputs")) -> list[str]:
         raise ConfigError(f"config key `resume` = {value!r} is not allowed: {run_dir} is not a run directory with "
                           "checkpoints/ (give a directory under outputs/ that a training run wrote, or `latest`).")
     kept = [a for a in argv if not a.lstrip("+").startswith("resume=")]
-    return [*kept, f"resume={run_dir}", f"hydra.run.dir={run_dir}", "hydra.output_subdir=null"]
+    where = f"{run_dir}/{subdir}/${{now:%Y-%m-%d_%H-%M-%S}}" if subdir else str(run_dir)
+    return [*kept, f"resume={run_dir}", f"hydra.run.dir={where}", "hydra.output_subdir=null"]
 
 
 def latest_run(outputs: Path) -> Path:
@@ -44,17 +50,18 @@ def latest_run(outputs: Path) -> Path:
     return newest.parent.parent.parent.resolve()
 
 
-def resumed_config(saved: dict, cfg: DictConfig, overrides: list[str]) -> DictConfig:
+def resumed_config(saved: dict, cfg: DictConfig, overrides: list[str],
+                   safe: tuple[str, ...] = SAFE_PREFIXES) -> DictConfig:
     """The checkpoint's config, with the overrides that are safe applied; anything else is an error."""
     result = OmegaConf.create(saved)
     for override in overrides:
         key = override.lstrip("+~").split("=", 1)[0]
         if key == "resume":
             continue
-        if not key.startswith(SAFE_PREFIXES):
-            raise ConfigError(f"config key `{key}` cannot change when resuming (the run continues exactly as it "
-                              "started); only trainer.epochs (to extend it) and queue.* may. Start a new run "
-                              "for other settings.")
+        if not key.startswith(safe):
+            allowed = ", ".join(f"{s}*" if s.endswith(".") else s for s in safe)
+            raise ConfigError(f"config key `{key}` cannot change for a run that exists (its config is the one it "
+                              f"was trained with); only {allowed} may. Start a new run for other settings.")
         OmegaConf.update(result, key, OmegaConf.select(cfg, key), merge=False)
     result.resume = cfg.resume
     return result

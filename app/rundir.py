@@ -118,3 +118,14 @@ def git_commit() -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def check_same_data(run_dir: Path, source) -> None:
+    """A run's data must be what it was trained on: split.json's fingerprint against the source's."""
+    from app.errors import DataError
+
+    recorded = json.loads((Path(run_dir) / "split.json").read_text())
+    if recorded.get("fingerprint") != source.fingerprint:
+        raise DataError(f"the data changed since {run_dir} was trained (split.json fingerprint "
+                        f"{str(recorded.get('fingerprint'))[:12]}, now {source.fingerprint[:12]}): the samples "
+                        "would not be the run's. Restore the data, or start a new run.")

@@ -5,7 +5,6 @@ Checks that need neither data nor TensorFlow run first; TensorFlow is imported o
 
 from __future__ import annotations
 
-import json
 import logging
 import signal
 from contextlib import contextmanager
@@ -18,12 +17,12 @@ from app import checkpoint
 from app.augment import Augmenter, build_compose
 from app.config import to_plain, validate
 from app.data import load_source
-from app.errors import AppError, ConfigError, DataError
+from app.errors import AppError, ConfigError
 from app.loader import boundary
 from app.loader.enqueuer import Enqueuer, epoch_order
 from app.memory import PeakMemory
 from app.resume import resumed_config
-from app.rundir import Summary, append_metrics, hardware, keep_rows, write_json
+from app.rundir import Summary, append_metrics, check_same_data, hardware, keep_rows, write_json
 
 if TYPE_CHECKING:
     from app.steps import RunState
@@ -70,7 +69,7 @@ def _train(cfg: DictConfig, plain: dict, run_dir: Path, summary: Summary, transf
     data, queue, trainer = plain["data"], plain["queue"], plain["trainer"]
     source = load_source(cfg.data)
     if cfg.resume:
-        _check_same_data(run_dir, source)
+        check_same_data(run_dir, source)
     else:
         write_json(run_dir / "split.json", source.split)
     batch = data["batch_size"]
@@ -209,14 +208,6 @@ def _restored(state: RunState, saved: dict) -> RunState:
         state.steps_before_epoch = saved["step"] - saved["batch_in_epoch"]
         state.figures = EpochFigures(**saved["figures"])
     return state
-
-
-def _check_same_data(run_dir: Path, source) -> None:
-    recorded = json.loads((run_dir / "split.json").read_text())
-    if recorded.get("fingerprint") != source.fingerprint:
-        raise DataError(f"the data changed since {run_dir} started (split.json fingerprint "
-                        f"{str(recorded.get('fingerprint'))[:12]}, now {source.fingerprint[:12]}): resuming would "
-                        "train on other samples. Restore the data, or start a new run.")
 
 
 def _visible_gpus() -> list[str]:

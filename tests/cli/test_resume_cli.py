@@ -112,7 +112,7 @@ def test_metrics_rows_continue_without_gaps_or_duplicates(runs):
 def test_unsafe_override_is_refused(runs):
     run_a, _, _, _ = runs
     result = app("train", f"resume={run_a}", "data.batch_size=4", cwd=run_a.parent)
-    assert result.returncode == 2 and "`data.batch_size` cannot change when resuming" in result.stderr
+    assert result.returncode == 2 and "`data.batch_size` cannot change for a run that exists" in result.stderr
 
 
 def test_corrupt_newest_checkpoint_falls_back(runs):

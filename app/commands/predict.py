@@ -1,0 +1,72 @@
+"""`python -m app predict resume=<run dir> input=<folder or file>`: class probabilities from the
+run's model.keras (its best), as CSV, through the same loader as training (workers, queue),
+since predicting over many large images is the same problem. Writes
+<run dir>/predict/<date>_<time>/predictions.csv."""
+
+from __future__ import annotations
+
+import csv
+import logging
+from pathlib import Path
+
+import hydra
+import numpy as np
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from app.config import conf_dir, register
+
+register()
+log = logging.getLogger("app.predict")
+
+
+def image_files(path: Path) -> list[Path]:
+    from app.data.images import EXTENSIONS
+
+    if path.is_file():
+        return [path]
+    return sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in EXTENSIONS
+                  and not any(part.startswith(".") for part in p.relative_to(path).parts))
+
+
+@hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    import keras
+
+    from app.augment import Augmenter
+    from app.data.source import FileSplit
+    from app.errors import ConfigError, DataError
+    from app.loader import boundary
+    from app.model import read_metadata
+    from app.runs import enqueuer, open_run
+
+    run_dir, cfg, plain = open_run(cfg, safe=("queue.", "input"))
+    if not cfg.input:
+        raise ConfigError("config key `input` is missing: predict needs input=<image file or folder of images>.")
+    source = Path(cfg.input).expanduser().resolve()
+    if not source.exists():
+        raise DataError(f"input {source} does not exist.")
+    files = image_files(source)
+    if not files:
+        raise DataError(f"input {source} holds no image files (JPEG, PNG, WebP, BMP, TIFF).")
+    model_path = run_dir / "model.keras"
+    meta = read_metadata(model_path)
+    net = keras.saving.load_model(model_path)
+    names, size = meta["class_names"], meta["image_size"]
+    log.info("predicting %d images from %s with %s", len(files), source, model_path)
+    split = FileSplit([str(f) for f in files], np.zeros(len(files), np.int64))
+    augmenters = {"predict": Augmenter([], size, draft=plain["data"]["decode"]["draft"])}
+    out = Path(HydraConfig.get().runtime.output_dir) / "predictions.csv"
+    counts = np.zeros(len(names), np.int64)
+    with enqueuer(plain, {"predict": split}, augmenters) as queue, open(out, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["path", "class", *names])
+        done = 0
+        for x, _ in boundary.batches(queue, "predict", np.arange(len(files)), 0):
+            probabilities = np.asarray(net.predict_on_batch(x))
+            for path, p in zip(files[done:done + len(x)], probabilities, strict=True):
+                writer.writerow([str(path), names[int(p.argmax())], *(f"{v:.6f}" for v in p)])
+                counts[int(p.argmax())] += 1
+            done += len(x)
+    print(f"{len(files)} images: " + ", ".join(f"{n} {c}" for n, c in zip(names, counts, strict=True) if c))
+    print(f"written: {out}")

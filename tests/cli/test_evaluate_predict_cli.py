@@ -1,0 +1,87 @@
+"""`evaluate` and `predict` on a real training run, through the real CLI."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+TINY = ["data.num_images=36", "data.source_size=96", "data.num_classes=3", "data.image_size=[32,32]",
+        "data.batch_size=4", "model.widths=[8,16]", "trainer.epochs=2", "hydra.run.dir=run"]
+
+
+def app(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("evaluate")
+    result = app("train", *TINY, cwd=root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return root / "run"
+
+
+def test_evaluate_equals_the_last_validation_row(run):
+    result = app("evaluate", f"resume={run}", "queue.workers=1", cwd=run.parent)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (out,) = (run / "evaluate").iterdir()
+    evaluation = json.loads((out / "evaluation.json").read_text())
+    last = list(csv.DictReader((run / "metrics.csv").open()))[-1]
+    assert evaluation["loss"] == pytest.approx(float(last["val_loss"]), rel=1e-6)
+    assert evaluation["accuracy"] == pytest.approx(float(last["val_accuracy"]), rel=1e-6)
+    confusion = np.array(evaluation["confusion"])
+    assert confusion.sum() == evaluation["samples"] == len(json.loads((run / "split.json").read_text())["val"])
+    assert np.trace(confusion) / confusion.sum() == pytest.approx(evaluation["accuracy"], abs=1e-6)
+    assert (out / "confusion.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "true \\ predicted" in result.stdout
+
+
+def test_evaluate_refuses_other_data_settings_and_needs_a_run(run, tmp_path):
+    changed = app("evaluate", f"resume={run}", "data.batch_size=2", cwd=run.parent)
+    assert changed.returncode == 2 and "data.batch_size" in changed.stderr
+    missing = app("evaluate", cwd=tmp_path)
+    assert missing.returncode == 2 and "resume" in missing.stderr
+
+
+def test_predict_matches_model_keras_in_plain_python(run, tmp_path):
+    images = tmp_path / "images"
+    (images / "sub").mkdir(parents=True)
+    rng = np.random.default_rng(3)
+    for i in range(7):  # already 32×32 PNGs: the loader's resize is the identity, no decode differences
+        target = images / ("sub" if i % 2 else "") / f"{i}.png"
+        Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(target)
+    result = app("predict", f"resume={run}", f"input={images}", "queue.workers=2", cwd=run.parent)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (out,) = (run / "predict").iterdir()
+    rows = list(csv.reader((out / "predictions.csv").open()))
+    header, rows = rows[0], rows[1:]
+    assert header[:2] == ["path", "class"] and len(rows) == 7
+    script = f"""
+import csv, json, sys, zipfile
+import numpy as np, keras
+from PIL import Image
+model = keras.saving.load_model({str(run / 'model.keras')!r})
+names = json.loads(zipfile.ZipFile({str(run / 'model.keras')!r}).read("app_metadata.json"))["class_names"]
+rows = list(csv.reader(open({str(out / 'predictions.csv')!r})))[1:]
+pixels = np.stack([np.asarray(Image.open(r[0]).convert("RGB")) for r in rows]).astype("float32")
+probabilities = model.predict(pixels, verbose=0)
+assert not any(m == "app" or m.startswith("app.") for m in sys.modules)
+print(json.dumps({{"classes": [names[i] for i in probabilities.argmax(1)], "p": probabilities.tolist()}}))
+"""
+    plain = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    expected = json.loads(plain.stdout.strip().splitlines()[-1])
+    assert [r[1] for r in rows] == expected["classes"]
+    assert np.allclose(np.array([[float(v) for v in r[2:]] for r in rows]), expected["p"], atol=1e-5)
+
+
+def test_predict_names_a_missing_input(run, tmp_path):
+    result = app("predict", f"resume={run}", f"input={tmp_path / 'none'}", cwd=run.parent)
+    assert result.returncode == 1 and str(tmp_path / "none") in result.stderr
