@@ -19,6 +19,8 @@ COMMANDS = {
                  "on its validation split: evaluate resume=<run dir>", ["hydra.job.name=evaluate"]),
     "predict": ("app.commands.predict", "main", "class probabilities for a folder or file of images, as CSV: "
                 "predict resume=<run dir> input=<path>", ["hydra.job.name=predict"]),
+    "report": ("app.commands.report", "main", "table and PNG plots over run directories or a sweep directory: "
+               "report <sweep dir | run dirs...>", []),
     "bench": ("app.commands.bench", "main", "time the input pipeline: this loader vs keras.utils.PyDataset vs "
               "serial; writes bench.json", ["hydra.job.name=bench"]),
 }

@@ -1,4 +1,4 @@
-"""Peak memory of the whole process tree: the training process and its loader workers.
+"""Memory of the whole process tree: the training process and its loader workers.
 
 Proportional set size (PSS) counts shared pages (the ring, shared libraries) once across
 processes instead of once per process, as RSS would. Sampled every 100 ms in a thread.
@@ -6,9 +6,13 @@ processes instead of once per process, as RSS would. Sampled every 100 ms in a t
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 
 import psutil
+
+log = logging.getLogger(__name__)
 
 MIB = 2**20
 
@@ -58,3 +62,31 @@ class PeakMemory:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join(timeout=2.0)
+
+
+def _helper(process: psutil.Process) -> bool:
+    """multiprocessing's resource tracker and fork server live as long as this process, by design."""
+    try:
+        cmdline = " ".join(process.cmdline())
+    except psutil.Error:
+        return True
+    return "resource_tracker" in cmdline or ("forkserver" in cmdline and process.ppid() == os.getpid())
+
+
+def leftovers_cleared(shm_dir: str = "/dev/shm") -> str:
+    """Checked before a job starts (in a sweep, after the previous one): no worker process and no
+    ring segment of this process may be left. Any found is ended or removed, and named."""
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        if not _helper(child):
+            found.append(f"process {child.pid}")
+            child.kill()
+    prefix = f"app-ring-{os.getpid()}-"
+    for name in os.listdir(shm_dir) if os.path.isdir(shm_dir) else []:
+        if name.startswith(prefix):
+            found.append(f"{shm_dir}/{name}")
+            os.unlink(os.path.join(shm_dir, name))
+    if found:
+        log.error("a previous job left %s behind: removed", ", ".join(found))
+        return "cleared: " + ", ".join(found)
+    return "clean"

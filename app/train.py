@@ -20,7 +20,7 @@ from app.data import load_source
 from app.errors import AppError, ConfigError
 from app.loader import boundary
 from app.loader.enqueuer import Enqueuer, epoch_order
-from app.memory import PeakMemory
+from app.memory import PeakMemory, leftovers_cleared
 from app.resume import resumed_config
 from app.rundir import Summary, append_metrics, check_same_data, hardware, keep_rows, write_json
 
@@ -34,17 +34,25 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
     """Train as `cfg` says, writing into `run_dir`; with `resume`, continue the run there.
     Returns summary.json's content."""
     run_dir = Path(run_dir)
-    if cfg.resume:  # the config is the checkpoint's, with the safe overrides (app/resume.py)
-        cfg = resumed_config(checkpoint.saved_config(run_dir), cfg, overrides)
-    # Everything that can be checked without data or TensorFlow, first.
-    validate(cfg)
-    plain = to_plain(cfg)
-    image_size = tuple(plain["data"]["image_size"])
-    transforms = plain["augment"]["transforms"]
-    build_compose(transforms, image_size)  # strict: a misspelt argument fails here
+    resumed = cfg.resume
+    try:
+        if resumed:  # the config is the checkpoint's, with the safe overrides (app/resume.py)
+            cfg = resumed_config(checkpoint.saved_config(run_dir), cfg, overrides)
+        # Everything that can be checked without data or TensorFlow, first.
+        validate(cfg)
+        plain = to_plain(cfg)
+        image_size = tuple(plain["data"]["image_size"])
+        transforms = plain["augment"]["transforms"]
+        build_compose(transforms, image_size)  # strict: a misspelt argument fails here
+    except AppError as error:
+        if not resumed:  # a sweep's report shows the job as failed, with the reason
+            Summary(run_dir, overrides).update(status="failed", message=str(error))
+        raise
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    summary = Summary(run_dir, overrides, resumed_from=cfg.resume)
+    isolation = leftovers_cleared()
+    summary = Summary(run_dir, overrides, resumed_from=resumed)
+    summary.update(isolation=isolation)
     try:
         with _sigterm_as_interrupt():
             _train(cfg, plain, run_dir, summary, transforms, image_size)

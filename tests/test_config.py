@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -118,7 +119,12 @@ def test_cli_exits_before_any_work(overrides, key, tmp_path):
     message = result.stderr.strip().splitlines()[-1]
     assert key in message and "Traceback" not in result.stderr
     assert not data.exists()  # no data generated or read
-    assert not list(tmp_path.rglob("summary.json"))  # no training started
+    assert not list(tmp_path.rglob("metrics.csv")) and not list(tmp_path.rglob("checkpoints"))
+    # Hydra stops a wrong type or key before any job; a job that starts and meets a bad value
+    # is on record as failed, with the reason
+    for summary in tmp_path.rglob("summary.json"):
+        recorded = json.loads(summary.read_text())
+        assert recorded["status"] == "failed" and key in recorded["message"]
 
 
 def test_yaml_files_mirror_the_schema():

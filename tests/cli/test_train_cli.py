@@ -89,6 +89,33 @@ def test_sweep_runs_every_combination(tmp_path):
         seen.add(tuple(sorted(o for o in summary["overrides"] if o.startswith("queue."))))
     assert len(seen) == 4
 
+    # the report over that sweep: its numbers are the runs' own
+    report = app("report", "sweep", cwd=tmp_path)
+    assert report.returncode == 0, report.stderr[-3000:]
+    rows = list(csv.DictReader((tmp_path / "sweep" / "report.csv").open()))
+    assert len(rows) == 4 and set(rows[0]) >= {"queue.workers", "queue.max_size", "images_per_s", "status"}
+    assert "data.num_images" not in rows[0]  # not swept: the same in every run
+    for row in rows:
+        summary = json.loads((tmp_path / row["run"] / "summary.json").read_text())
+        assert f"queue.workers={row['queue.workers']}" in summary["overrides"]
+        assert f"queue.max_size={row['queue.max_size']}" in summary["overrides"]
+        for figure in ("images_per_s", "data_wait_fraction", "peak_memory_mb", "val_accuracy"):
+            assert float(row[figure]) == pytest.approx(summary[figure])
+        assert row["status"] == "completed"
+    for key in ("queue.workers", "queue.max_size"):
+        assert (tmp_path / "sweep" / f"report_{key}.png").read_bytes()[:4] == b"\x89PNG"
+    assert "queue.max_size" in report.stdout.splitlines()[0]
+
+
+def test_a_failing_job_is_recorded_and_the_sweep_goes_on(tmp_path):
+    result = app("train", "-m", *TINY, "trainer.epochs=1", "queue.max_size=0,2", "hydra.sweep.dir=sweep",
+                 cwd=tmp_path)
+    assert result.returncode != 0 and "queue.max_size" in result.stderr  # the sweep reports the failure
+    failed = json.loads((tmp_path / "sweep" / "0" / "summary.json").read_text())
+    assert failed["status"] == "failed" and "queue.max_size" in failed["message"]
+    done = check_run_dir(tmp_path / "sweep" / "1", epochs=1)  # the next job ran all the same
+    assert done["isolation"] == "clean"
+
 
 def write_tiny_cifar(root: Path, per_batch: int = 6) -> None:
     """CIFAR-10 in its official python format: pickled dicts of 3072-byte rows (R, G, B planes)."""

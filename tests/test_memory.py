@@ -1,0 +1,43 @@
+"""Memory accounting of the process tree, and the check between a sweep's jobs."""
+
+import os
+import subprocess
+import sys
+import time
+from multiprocessing import shared_memory
+
+import numpy as np
+import psutil
+
+from app.memory import PeakMemory, leftovers_cleared, tree_pss_bytes
+
+
+def test_peak_counts_children_too():
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import numpy as np, time; a = np.ones(64 * 2**20 // 8); time.sleep(30)"])
+    try:
+        time.sleep(1.5)
+        with PeakMemory(interval_s=0.05) as memory:
+            time.sleep(0.3)
+        alone = psutil.Process().memory_full_info().pss
+        assert memory.peak >= alone + 60 * 2**20  # the child's 64 MiB array is in the tree's PSS
+        assert tree_pss_bytes() >= memory.peak * 0.8
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_leftovers_of_a_previous_job_are_found_and_removed():
+    assert leftovers_cleared() == "clean"  # negative control
+    stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    segment = shared_memory.SharedMemory(name=f"app-ring-{os.getpid()}-test", create=True, size=4096)
+    np.ndarray((4096,), np.uint8, buffer=segment.buf)[:] = 1
+    report = leftovers_cleared()
+    assert f"process {stray.pid}" in report and segment.name in report
+    stray.wait(timeout=5)
+    assert not os.path.exists(f"/dev/shm/{segment.name}")
+    segment.close()
+    from multiprocessing import resource_tracker
+
+    resource_tracker.unregister(segment._name, "shared_memory")  # already removed above
+    assert leftovers_cleared() == "clean"
