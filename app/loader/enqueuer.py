@@ -112,7 +112,7 @@ class Enqueuer:
         process = context.Process(
             target=worker_loop.process_main, name=f"app-loader-{i}", daemon=True,
             args=(child_end, self.ring.spec, self.splits, self.augmenters, self.seed, self.skip_bad, parent_pid))
-        with _child_environment():
+        with _child_environment(self.start_method):
             process.start()
         child_end.close()
         return _Worker(parent_end, process, f"worker process {process.pid}")
@@ -346,16 +346,24 @@ def _discard_replies(conn: Connection) -> None:
 
 
 @contextmanager
-def _child_environment():
+def _child_environment(start_method: str):
     """Workers inherit single-threaded math libraries and ignore Ctrl-C from the terminal
-    (the training process decides), both from their first instruction."""
+    (the training process decides), both from their first instruction. Inside a launcher's own
+    worker (joblib's loky) the process-wide start method is one a spawned child cannot set up,
+    and it travels in the child's start-up data: ours is put in its place while starting."""
     saved = {k: os.environ.get(k) for k in worker_loop.THREAD_ENV}
     os.environ.update(worker_loop.THREAD_ENV)
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main else None
+    method = mp.get_start_method(allow_none=True)
+    foreign = method not in (None, *mp.get_all_start_methods())
+    if foreign:
+        mp.set_start_method(start_method, force=True)
     try:
         yield
     finally:
+        if foreign:
+            mp.set_start_method(method, force=True)
         if in_main:
             signal.signal(signal.SIGINT, previous)
         for k, v in saved.items():
