@@ -80,6 +80,7 @@ def test_resumed_run_continues_at_the_next_step(runs):
     _, run_b, point, _ = runs
     log = (run_b / "train.log").read_text()
     assert f"step {point['step']} done" in log and f"continuing at step {point['step'] + 1}" in log
+    assert log.index("epoch 1/5") < log.index("continuing at step")  # the log goes on, not anew
     assert not point["epoch_complete"] and point["batch_in_epoch"] > 0
 
 

@@ -1,0 +1,58 @@
+"""Checkpoints on disk: atomic, pruned, and the one place that decides where a resume starts."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+from app import checkpoint
+from app.errors import ConfigError
+
+
+def tiny():
+    inputs = keras.Input((4,))
+    net = keras.Model(inputs, keras.layers.Dense(2)(keras.layers.Dropout(0.5)(inputs)))
+    net.compile(optimizer="adam", loss="mse")
+    return net
+
+
+def test_keeps_the_newest_two_and_the_protected_best(tmp_path):
+    net = tiny()
+    for step in range(1, 6):
+        checkpoint.save(net, tmp_path, step, {"step": step}, protect="step-00000002")
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert names == ["step-00000002", "step-00000004", "step-00000005"]  # no temporary leftovers either
+
+
+def test_resume_point_passes_over_half_written_and_corrupt_checkpoints(tmp_path, caplog):
+    net = tiny()
+    x, y = np.ones((8, 4), np.float32), np.zeros((8, 2), np.float32)
+    net.train_on_batch(x, y)
+    checkpoint.save(net, tmp_path, 1, {"step": 1})
+    net.train_on_batch(x, y)
+    checkpoint.save(net, tmp_path, 2, {"step": 2})
+    # a kill during a write leaves only a temporary directory, which is not a checkpoint
+    half = tmp_path / "checkpoints" / ".step-00000003.tmp"
+    half.mkdir()
+    (half / "model.keras").write_bytes(b"PK\x03\x04 cut short")
+    point = checkpoint.resume_point(tmp_path)
+    assert point.path.name == "step-00000002" and point.state == {"step": 2}
+    assert int(point.model.optimizer.iterations.numpy()) == 2
+    # the Dropout's random state comes back too (Keras's own format leaves it out)
+    restored = [np.array(v) for v in point.model.variables if v.name == "seed_generator_state"]
+    assert np.array_equal(restored[0], [np.array(v) for v in net.variables if v.name == "seed_generator_state"][0])
+    # a corrupt newest: a warning, and the one before it
+    (tmp_path / "checkpoints" / "step-00000002" / "model.keras").write_bytes(b"garbage")
+    with caplog.at_level("WARNING"):
+        assert checkpoint.resume_point(tmp_path).path.name == "step-00000001"
+    assert "step-00000002 cannot be loaded" in caplog.text
+    # none loads: an error, never a silent fresh start
+    (tmp_path / "checkpoints" / "step-00000001" / "state.json").write_text("{not json")
+    with pytest.raises(ConfigError, match="none of its checkpoints loads"):
+        checkpoint.resume_point(tmp_path)
+
+
+def test_no_checkpoint_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match="has no checkpoint"):
+        checkpoint.resume_point(tmp_path)
