@@ -22,7 +22,7 @@ class Progress(keras.callbacks.Callback):
         self.bar = None
 
     def on_epoch_begin(self, epoch, logs=None):
-        self.bar = tqdm(total=self.steps, initial=(logs or {}).get("first_batch", 0), unit="step",
+        self.bar = tqdm(total=self.steps, initial=int((logs or {}).get("first_batch", 0)), unit="step",
                         desc=f"epoch {epoch + 1}/{self.epochs}", file=sys.stderr, mininterval=0.5,
                         dynamic_ncols=True)
 
