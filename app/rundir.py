@@ -34,11 +34,6 @@ def append_metrics(path: Path, row: dict) -> None:
         writer.writerow({k: row[k] for k in METRICS_COLUMNS})
 
 
-def read_metrics(path: Path) -> list[dict]:
-    with open(path, newline="", encoding="utf-8") as f:
-        return list(csv.DictReader(f))
-
-
 def keep_rows(path: Path, keep) -> None:
     """Rewrite a CSV file with only the rows `keep(row)` accepts (a resumed run drops what
     it is about to redo, so no row is duplicated)."""
