@@ -40,6 +40,11 @@ class MarkedSplit:
     def __len__(self) -> int:
         return self.n
 
+    def __setstate__(self, state: dict) -> None:
+        if state.get("unpicklable"):  # a worker process cannot rebuild this source
+            raise RuntimeError("this source cannot be rebuilt in a worker process")
+        self.__dict__.update(state)
+
     def describe(self, i: int) -> str:
         return f"/data/marked/{i:05d}.png"
 

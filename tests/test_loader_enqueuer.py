@@ -173,6 +173,17 @@ def test_a_sample_that_kills_every_worker_is_an_error_not_a_loop(children):
     assert_clean(children)
 
 
+def test_a_worker_that_cannot_start_is_an_error_at_once(children):
+    split = MarkedSplit(16)
+    split.unpicklable = True
+    started = time.monotonic()
+    with pytest.raises(WorkerError, match=r"exited \(exit code 1\) before building any sample: it could not start"), \
+            make(split, workers=2) as enq:
+        list(enq.batches("train", np.arange(16), epoch=0))
+    assert enq.restarts == 0 and time.monotonic() - started < 30
+    assert_clean(children)
+
+
 def test_hung_worker_times_out_naming_batch_and_sample(children):
     started = time.monotonic()
     with pytest.raises(WorkerError, match=r"batch 1 of the train split .* sample\(s\) 6") as caught, \

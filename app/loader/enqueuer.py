@@ -50,6 +50,7 @@ class _Worker:
     handle: Any  # multiprocessing.Process or threading.Thread
     name: str
     pending: set[tuple[int, int]] = field(default_factory=set)  # (slot, position) handed out, not answered
+    answered: int = 0
 
     @property
     def sentinel(self) -> int | None:
@@ -254,6 +255,11 @@ class Enqueuer:
         dead.handle.join(timeout=2.0)
         dead.conn.close()
         how = _exit_description(dead.handle.exitcode)
+        if not dead.answered and (dead.handle.exitcode or 0) > 0:  # an error, not a kill: restarting won't help
+            raise WorkerError(
+                f"{dead.name} exited ({how}) before building any sample: it could not start. Its Python error is "
+                "on stderr above; typically the data source or augmentation cannot be rebuilt in a fresh "
+                f"process (queue.start_method={self.start_method}) or a module fails to import there.")
         self._deaths_in_a_row += 1
         if self._deaths_in_a_row > MAX_DEATHS_IN_A_ROW:
             raise WorkerError(
@@ -272,6 +278,7 @@ class Enqueuer:
         kind, slot_index, position = reply[:3]
         if w is not None:
             w.pending.discard((slot_index, position))
+            w.answered += 1
         slot = self._slots[slot_index]
         if kind in ("ok", "skipped"):
             slot.todo.pop(position, None)
