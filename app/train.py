@@ -6,6 +6,7 @@ Checks that need neither data nor TensorFlow run first; TensorFlow is imported o
 from __future__ import annotations
 
 import logging
+import os
 import signal
 from contextlib import contextmanager
 from pathlib import Path
@@ -52,7 +53,7 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
     run_dir.mkdir(parents=True, exist_ok=True)
     isolation = leftovers_cleared()
     summary = Summary(run_dir, overrides, resumed_from=resumed)
-    summary.update(isolation=isolation)
+    summary.update(isolation=isolation, pid=os.getpid())
     try:
         with _sigterm_as_interrupt():
             _train(cfg, plain, run_dir, summary, transforms, image_size)

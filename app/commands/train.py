@@ -1,23 +1,83 @@
-"""`python -m app train [overrides] [-m]`."""
+"""`python -m app train [overrides] [-m]`.
+
+In a sweep each job trains in a fresh process of its own: TensorFlow keeps ~35 MiB of every
+finished job (graphs, functions) that `clear_session` does not give back, so jobs run one
+after another in one process would each start heavier than the last, and a report would
+compare memory that depends on the job's place in the sweep.
+"""
 
 from __future__ import annotations
 
+import logging.config
+import multiprocessing as mp
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
 
 from app.config import conf_dir, register
+from app.errors import AppError, ConfigError, DataError, WorkerError
+from app.processes import startable
 
 register()
+ERRORS = {cls.__name__: cls for cls in (AppError, ConfigError, DataError, WorkerError)}
 
 
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
     """Returns the final validation accuracy, the value a Hydra sweeper optimises."""
+    hydra_cfg = HydraConfig.get()
+    run_dir, overrides = Path(hydra_cfg.runtime.output_dir), list(hydra_cfg.overrides.task)
+    if hydra_cfg.mode != RunMode.MULTIRUN:
+        from app.train import run
+
+        return run(cfg, run_dir, overrides)["val_accuracy"]
+    logging_cfg = OmegaConf.to_container(hydra_cfg.job_logging, resolve=True)
+    return _in_fresh_process(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), run_dir, overrides,
+                             logging_cfg)
+
+
+def _in_fresh_process(plain: dict, run_dir: Path, overrides: list[str], logging_cfg: dict) -> float | None:
+    context = mp.get_context("spawn")
+    parent_end, child_end = context.Pipe(duplex=False)
+    job = context.Process(target=_job, args=(plain, run_dir, overrides, logging_cfg, child_end), name="app-job")
+    with startable("spawn"):
+        job.start()
+    child_end.close()
+    try:
+        outcome = parent_end.recv()
+    except EOFError:  # it died without a word (SIGKILL, the OOM killer)
+        job.join()
+        raise WorkerError(f"the job's training process died (exit code {job.exitcode}); "
+                          f"see {run_dir}/train.log.") from None
+    except KeyboardInterrupt:  # Ctrl-C reached the job too: let it stop its workers and write its summary
+        job.join(timeout=30)
+        raise
+    job.join()
+    kind, value = outcome
+    if kind == "ok":
+        return value
+    if kind == "interrupted":
+        raise KeyboardInterrupt
+    name, message = value
+    raise ERRORS.get(name, AppError)(message)
+
+
+def _job(plain: dict, run_dir: Path, overrides: list[str], logging_cfg: dict, conn) -> None:
+    """The job's own process: Hydra's logging for the job, then training."""
+    from app.loader.worker import _die_with_parent
+
+    _die_with_parent(None)  # a sweep stopped by SIGKILL takes its running job along
+    logging.config.dictConfig(logging_cfg)
     from app.train import run
 
-    hydra_cfg = HydraConfig.get()
-    summary = run(cfg, Path(hydra_cfg.runtime.output_dir), list(hydra_cfg.overrides.task))
-    return summary["val_accuracy"]
+    try:
+        conn.send(("ok", run(OmegaConf.create(plain), run_dir, overrides)["val_accuracy"]))
+    except KeyboardInterrupt:
+        conn.send(("interrupted", None))
+    except BaseException as error:  # noqa: BLE001 - carried to the sweep, which records and goes on
+        conn.send(("error", (type(error).__name__, str(error))))
+    finally:
+        conn.close()

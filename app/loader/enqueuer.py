@@ -27,6 +27,7 @@ import numpy as np
 from app.errors import AppError, DataError, WorkerError
 from app.loader import worker as worker_loop
 from app.loader.ring import Ring
+from app.processes import startable
 
 log = logging.getLogger(__name__)
 
@@ -355,22 +356,15 @@ def _discard_replies(conn: Connection) -> None:
 @contextmanager
 def _child_environment(start_method: str):
     """Workers inherit single-threaded math libraries and ignore Ctrl-C from the terminal
-    (the training process decides), both from their first instruction. Inside a launcher's own
-    worker (joblib's loky) the process-wide start method is one a spawned child cannot set up,
-    and it travels in the child's start-up data: ours is put in its place while starting."""
+    (the training process decides), both from their first instruction."""
     saved = {k: os.environ.get(k) for k in worker_loop.THREAD_ENV}
     os.environ.update(worker_loop.THREAD_ENV)
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main else None
-    method = mp.get_start_method(allow_none=True)
-    foreign = method not in (None, *mp.get_all_start_methods())
-    if foreign:
-        mp.set_start_method(start_method, force=True)
     try:
-        yield
+        with startable(start_method):
+            yield
     finally:
-        if foreign:
-            mp.set_start_method(method, force=True)
         if in_main:
             signal.signal(signal.SIGINT, previous)
         for k, v in saved.items():

@@ -83,11 +83,15 @@ def test_sweep_runs_every_combination(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     jobs = sorted((tmp_path / "sweep").glob("[0-9]*"))
     assert [j.name for j in jobs] == ["0", "1", "2", "3"]
-    seen = set()
+    seen, pids = set(), set()
     for job in jobs:
         summary = check_run_dir(job, epochs=1)
         seen.add(tuple(sorted(o for o in summary["overrides"] if o.startswith("queue."))))
+        pids.add(summary["pid"])
+        assert summary["isolation"] == "clean"
+        assert "epoch 1/1" in (job / "train.log").read_text()  # each job's own log, from its own process
     assert len(seen) == 4
+    assert len(pids) == 4  # each job trained in a fresh process: nothing of one job weighs on the next
 
     # the report over that sweep: its numbers are the runs' own
     report = app("report", "sweep", cwd=tmp_path)
