@@ -167,7 +167,7 @@ def _run_mode(mode: str, plain: dict) -> dict:
     source = load_source(OmegaConf.create(data))
     augmenter = Augmenter(plain["augment"]["transforms"], data["image_size"], draft=data["decode"]["draft"])
     batch, total = data["batch_size"], bench["warmup"] + bench["batches"]
-    order = _order(len(source.train), batch * total, plain["seed"], queue["shuffle"])
+    order = _order(len(source.train), batch, batch * total, plain["seed"], queue["shuffle"])
     clock = _Clock(bench["warmup"], batch)
     runner = {"baseline": _baseline, "loader_steps": _loader_steps, "loader_fit": _loader_fit, "loader": _loader,
               "keras_threads": _keras, "keras_processes": _keras, "serial": _serial}[mode]
@@ -175,30 +175,28 @@ def _run_mode(mode: str, plain: dict) -> dict:
     return clock.result()
 
 
-def _order(n: int, needed: int, seed: int, shuffle: bool):
-    """(epoch, sample index) pairs, epoch after epoch until `needed`."""
+def _order(n: int, batch: int, needed: int, seed: int, shuffle: bool):
+    """(epoch, sample index) pairs, epoch after epoch until `needed`, full batches only (as
+    training takes them), so every timed batch holds `batch` images."""
     import numpy as np
 
     from app.loader.enqueuer import epoch_order
 
     pairs, epoch = [], 0
     while len(pairs) < needed:
-        pairs += [(epoch, int(i)) for i in epoch_order(n, 1, seed=seed, epoch=epoch, shuffle=shuffle, drop_last=False)]
+        order = epoch_order(n, batch, seed=seed, epoch=epoch, shuffle=shuffle, drop_last=True)
+        pairs += [(epoch, int(i)) for i in order]
         epoch += 1
     return np.array(pairs[:needed])
 
 
 def _enqueuer(plain, source, augmenter):
-    from app.loader.enqueuer import Enqueuer
+    from app.runs import enqueuer
 
-    data, queue = plain["data"], plain["queue"]
-    return Enqueuer({"train": source.train}, {"train": augmenter}, batch_size=data["batch_size"],
-                    image_size=data["image_size"], workers=queue["workers"],
-                    use_multiprocessing=queue["use_multiprocessing"], max_size=queue["max_size"],
-                    start_method=queue["start_method"], timeout_s=queue["timeout_s"], seed=plain["seed"])
+    return enqueuer(plain, {"train": source.train}, {"train": augmenter})
 
 
-def _loader_batches(enqueuer, order, batch):
+def _loader_batches(enqueuer, order):
     """This loader's batches over `order`, one epoch's pass after another."""
     from app.loader import boundary
 
@@ -255,7 +253,7 @@ def _loader_steps(mode, plain, source, augmenter, order, clock):
     net = _trivial_model(plain, len(source.class_names))
     clock.start = time.perf_counter()
     with _enqueuer(plain, source, augmenter) as enqueuer:
-        train_epoch(net, _loader_batches(enqueuer, order, plain["data"]["batch_size"]),
+        train_epoch(net, _loader_batches(enqueuer, order),
                     keras.callbacks.CallbackList([_timing_callback(clock)], model=net))
 
 
@@ -268,7 +266,7 @@ def _loader_fit(mode, plain, source, augmenter, order, clock):
     clock.start = time.perf_counter()
     with _enqueuer(plain, source, augmenter) as enqueuer:
         dataset = tf.data.Dataset.from_generator(
-            lambda: _loader_batches(enqueuer, order, data["batch_size"]), output_signature=signature)
+            lambda: _loader_batches(enqueuer, order), output_signature=signature)
         net.fit(dataset, steps_per_epoch=len(order) // data["batch_size"], epochs=1, verbose=0,
                 callbacks=[_timing_callback(clock)])
 
@@ -276,7 +274,7 @@ def _loader_fit(mode, plain, source, augmenter, order, clock):
 def _loader(mode, plain, source, augmenter, order, clock):
     clock.start = time.perf_counter()
     with _enqueuer(plain, source, augmenter) as enqueuer:
-        for _ in _loader_batches(enqueuer, order, plain["data"]["batch_size"]):
+        for _ in _loader_batches(enqueuer, order):
             clock.tick()
 
 
