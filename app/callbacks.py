@@ -1,5 +1,5 @@
-"""The trainer's own Keras callbacks: the progress bar and checkpoints inside an epoch.
-`trainer.callbacks` adds any others (EarlyStopping, TensorBoard, ...) by `_target_`."""
+"""The trainer's own Keras callbacks: the progress bar, checkpoints inside an epoch and
+samples.csv. `trainer.callbacks` adds any others (EarlyStopping, TensorBoard, ...) by `_target_`."""
 
 from __future__ import annotations
 
