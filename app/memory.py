@@ -64,7 +64,7 @@ class PeakMemory:
         self._thread.join(timeout=2.0)
 
 
-def _helper(process: psutil.Process) -> bool:
+def is_multiprocessing_helper(process: psutil.Process) -> bool:
     """multiprocessing's resource tracker and fork server live as long as this process, by design."""
     try:
         cmdline = " ".join(process.cmdline())
@@ -78,7 +78,7 @@ def leftovers_cleared(shm_dir: str = "/dev/shm") -> str:
     ring segment of this process may be left. Any found is ended or removed, and named."""
     found = []
     for child in psutil.Process().children(recursive=True):
-        if not _helper(child):
+        if not is_multiprocessing_helper(child):
             found.append(f"process {child.pid}")
             child.kill()
     prefix = f"app-ring-{os.getpid()}-"

@@ -1,8 +1,13 @@
-"""Starting child processes from wherever the app runs, a launcher's worker included."""
+"""Child processes: starting them from wherever the app runs (a launcher's worker included),
+and making them end with their parent. No TensorFlow: worker processes import this."""
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing as mp
+import os
+import signal
+import sys
 from contextlib import contextmanager
 
 
@@ -20,3 +25,14 @@ def startable(start_method: str):
     finally:
         if foreign:
             mp.set_start_method(method, force=True)
+
+
+def die_with_parent(parent_pid: int | None) -> None:
+    """Ask Linux to SIGKILL this process when its parent dies, even by SIGKILL. (Under
+    forkserver the parent is the fork server, which exits when the training process does.)"""
+    if sys.platform.startswith("linux"):
+        PR_SET_PDEATHSIG = 1
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if parent_pid is not None and os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)

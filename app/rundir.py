@@ -14,6 +14,8 @@ from typing import Any
 
 import psutil
 
+from app.errors import DataError
+
 METRICS_COLUMNS = ["epoch", "loss", "accuracy", "val_loss", "val_accuracy", "images_per_s",
                    "data_wait_fraction", "peak_memory_mb"]
 
@@ -117,8 +119,6 @@ def git_commit() -> str | None:
 
 def check_same_data(run_dir: Path, source) -> None:
     """A run's data must be what it was trained on: split.json's fingerprint against the source's."""
-    from app.errors import DataError
-
     recorded = json.loads((Path(run_dir) / "split.json").read_text())
     if recorded.get("fingerprint") != source.fingerprint:
         raise DataError(f"the data changed since {run_dir} was trained (split.json fingerprint "

@@ -12,7 +12,6 @@ from omegaconf import DictConfig
 from app import checkpoint
 from app.config import to_plain, validate
 from app.errors import ConfigError
-from app.loader.enqueuer import Enqueuer
 from app.resume import resumed_config
 
 log = logging.getLogger(__name__)
@@ -38,11 +37,3 @@ def last_epoch_checkpoint(run_dir: Path):
             log.warning("checkpoint %s cannot be loaded (%s); trying the one before it", path, error)
     raise ConfigError(f"config key `resume` = {str(run_dir)!r} is not allowed: it has no loadable checkpoint "
                       "written at an epoch's end.")
-
-
-def enqueuer(plain: dict, splits: dict, augmenters: dict) -> Enqueuer:
-    data, queue = plain["data"], plain["queue"]
-    return Enqueuer(splits, augmenters, batch_size=data["batch_size"], image_size=data["image_size"],
-                    workers=queue["workers"], use_multiprocessing=queue["use_multiprocessing"],
-                    max_size=queue["max_size"], start_method=queue["start_method"], timeout_s=queue["timeout_s"],
-                    seed=plain["seed"])

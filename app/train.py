@@ -23,7 +23,7 @@ from app.loader import boundary
 from app.loader.enqueuer import Enqueuer, epoch_order
 from app.memory import PeakMemory, leftovers_cleared
 from app.resume import resumed_config
-from app.rundir import Summary, append_metrics, check_same_data, hardware, keep_rows, write_json
+from app.rundir import Summary, append_metrics, check_same_data, keep_rows, write_json
 
 if TYPE_CHECKING:
     from app.steps import RunState
@@ -42,9 +42,7 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
         # Everything that can be checked without data or TensorFlow, first.
         validate(cfg)
         plain = to_plain(cfg)
-        image_size = tuple(plain["data"]["image_size"])
-        transforms = plain["augment"]["transforms"]
-        build_compose(transforms, image_size)  # strict: a misspelt argument fails here
+        build_compose(plain["augment"]["transforms"], plain["data"]["image_size"])  # strict: misspellings fail
     except AppError as error:
         if not resumed:  # a sweep's report shows the job as failed, with the reason
             Summary(run_dir, overrides).update(status="failed", message=str(error))
@@ -56,7 +54,7 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
     summary.update(isolation=isolation, pid=os.getpid())
     try:
         with _sigterm_as_interrupt():
-            _train(cfg, plain, run_dir, summary, transforms, image_size)
+            _train(cfg, plain, run_dir, summary)
     except KeyboardInterrupt:
         summary.update(status="interrupted")
         log.warning("interrupted: stopped after %d steps", summary.content["steps"])
@@ -73,9 +71,9 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
     return summary.content
 
 
-def _train(cfg: DictConfig, plain: dict, run_dir: Path, summary: Summary, transforms: list,
-           image_size: tuple[int, int]) -> None:
-    data, queue, trainer = plain["data"], plain["queue"], plain["trainer"]
+def _train(cfg: DictConfig, plain: dict, run_dir: Path, summary: Summary) -> None:
+    data, trainer = plain["data"], plain["trainer"]
+    image_size = tuple(data["image_size"])
     source = load_source(cfg.data)
     if cfg.resume:
         check_same_data(run_dir, source)
@@ -109,7 +107,7 @@ def _train(cfg: DictConfig, plain: dict, run_dir: Path, summary: Summary, transf
 
         from app.steps import RunState
 
-        summary.update(hardware=hardware(_visible_gpus()))
+        summary.update(hardware={**summary.content["hardware"], "gpus": _visible_gpus()})
         state = RunState(config=plain)
         if cfg.resume:
             point = checkpoint.resume_point(run_dir)
@@ -126,17 +124,13 @@ def _train(cfg: DictConfig, plain: dict, run_dir: Path, summary: Summary, transf
             net = models.classifier(backbone, image_size)
             net.compile(optimizer=models.optimizer(trainer["optimizer"], trainer["lr"]),
                         loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-        augmenters = {"train": Augmenter(transforms, image_size, draft=data["decode"]["draft"]),
+        augmenters = {"train": Augmenter(plain["augment"]["transforms"], image_size, draft=data["decode"]["draft"]),
                       "val": Augmenter([], image_size, draft=data["decode"]["draft"])}
-        enqueuer = Enqueuer(
-            {"train": source.train, "val": source.val}, augmenters, batch_size=batch, image_size=image_size,
-            workers=queue["workers"], use_multiprocessing=queue["use_multiprocessing"],
-            max_size=queue["max_size"], start_method=queue["start_method"], timeout_s=queue["timeout_s"],
-            seed=cfg.seed, on_bad_sample=data["on_bad_sample"], max_bad_fraction=data["max_bad_fraction"],
-            bad_log=run_dir / "bad_samples.txt")
+        enqueuer = Enqueuer.from_config(plain, {"train": source.train, "val": source.val}, augmenters,
+                                        bad_log=run_dir / "bad_samples.txt")
         summary.update(queue_bytes=enqueuer.queue_bytes)
-        log.info("queue: %d %s, max_size %d: %.1f MiB of uint8 batches", queue["workers"],
-                 "processes" if queue["use_multiprocessing"] else "threads", enqueuer.max_size,
+        log.info("queue: %d %s, max_size %d: %.1f MiB of uint8 batches", enqueuer.num_workers,
+                 "processes" if enqueuer.use_multiprocessing else "threads", enqueuer.max_size,
                  enqueuer.queue_bytes / 2**20)
         with enqueuer, PeakMemory() as memory:
             _epochs(net, enqueuer, memory, source, plain, run_dir, summary, steps, state)

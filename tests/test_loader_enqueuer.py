@@ -14,6 +14,7 @@ from marked import IdentityAugmenter, MarkedSplit, index_of
 
 from app.errors import DataError, WorkerError
 from app.loader.enqueuer import Enqueuer, epoch_order
+from app.memory import is_multiprocessing_helper
 
 MODES = [(0, True), (1, True), (2, True), (1, False), (2, False)]
 IDS = ["in-process", "1-process", "2-processes", "1-thread", "2-threads"]
@@ -32,16 +33,7 @@ def my_segments() -> list[str]:
 def workers_alive() -> set[int]:
     """Child processes but multiprocessing's own helpers (resource tracker, fork server),
     which live as long as the parent by design."""
-    alive = set()
-    for p in psutil.Process().children(recursive=True):
-        try:
-            cmdline = " ".join(p.cmdline())
-        except psutil.Error:
-            continue
-        if "resource_tracker" in cmdline or ("forkserver" in cmdline and p.ppid() == os.getpid()):
-            continue  # the fork server's own children (workers) still count
-        alive.add(p.pid)
-    return alive
+    return {p.pid for p in psutil.Process().children(recursive=True) if not is_multiprocessing_helper(p)}
 
 
 def assert_clean(children_before: set[int]) -> None:

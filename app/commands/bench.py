@@ -191,9 +191,9 @@ def _order(n: int, batch: int, needed: int, seed: int, shuffle: bool):
 
 
 def _enqueuer(plain, source, augmenter):
-    from app.runs import enqueuer
+    from app.loader.enqueuer import Enqueuer
 
-    return enqueuer(plain, {"train": source.train}, {"train": augmenter})
+    return Enqueuer.from_config(plain, {"train": source.train}, {"train": augmenter})
 
 
 def _loader_batches(enqueuer, order):

@@ -23,9 +23,9 @@ def main(cfg: DictConfig) -> float:
     from app.augment import Augmenter
     from app.data import load_source
     from app.loader import boundary
-    from app.loader.enqueuer import epoch_order
+    from app.loader.enqueuer import Enqueuer, epoch_order
     from app.rundir import check_same_data, write_json
-    from app.runs import enqueuer, last_epoch_checkpoint, open_run
+    from app.runs import last_epoch_checkpoint, open_run
 
     run_dir, cfg, plain = open_run(cfg, safe=("queue.",))
     out = Path(HydraConfig.get().runtime.output_dir)
@@ -39,7 +39,7 @@ def main(cfg: DictConfig) -> float:
     seen = loss_sum = correct = 0.0
     augmenters = {"val": Augmenter([], data["image_size"], draft=data["decode"]["draft"])}
     order = epoch_order(len(source.val), data["batch_size"], seed=0, epoch=0, shuffle=False, drop_last=False)
-    with enqueuer(plain, {"val": source.val}, augmenters) as queue:
+    with Enqueuer.from_config(plain, {"val": source.val}, augmenters) as queue:
         for x, y in boundary.batches(queue, "val", order, 0):
             logs = net.test_on_batch(x, y, return_dict=True)  # the same step as training's validation
             predicted = np.asarray(net.predict_on_batch(x)).argmax(axis=1)

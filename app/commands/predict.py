@@ -37,8 +37,9 @@ def main(cfg: DictConfig) -> None:
     from app.data.source import FileSplit
     from app.errors import ConfigError, DataError
     from app.loader import boundary
+    from app.loader.enqueuer import Enqueuer
     from app.model import read_metadata
-    from app.runs import enqueuer, open_run
+    from app.runs import open_run
 
     run_dir, cfg, plain = open_run(cfg, safe=("queue.", "input"))
     if not cfg.input:
@@ -58,7 +59,8 @@ def main(cfg: DictConfig) -> None:
     augmenters = {"predict": Augmenter([], size, draft=plain["data"]["decode"]["draft"])}
     out = Path(HydraConfig.get().runtime.output_dir) / "predictions.csv"
     counts = np.zeros(len(names), np.int64)
-    with enqueuer(plain, {"predict": split}, augmenters) as queue, open(out, "w", newline="") as f:
+    with Enqueuer.from_config(plain, {"predict": split}, augmenters) as queue, \
+            open(out, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["path", "class", *names])
         done = 0

@@ -67,9 +67,9 @@ def _in_fresh_process(plain: dict, run_dir: Path, overrides: list[str], logging_
 
 def _job(plain: dict, run_dir: Path, overrides: list[str], logging_cfg: dict, conn) -> None:
     """The job's own process: Hydra's logging for the job, then training."""
-    from app.loader.worker import _die_with_parent
+    from app.processes import die_with_parent
 
-    _die_with_parent(None)  # a sweep stopped by SIGKILL takes its running job along
+    die_with_parent(None)  # a sweep stopped by SIGKILL takes its running job along
     logging.config.dictConfig(logging_cfg)
     from app.train import run
 

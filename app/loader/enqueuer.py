@@ -85,6 +85,16 @@ class Enqueuer:
         self._slots: list[_Slot] = []
         self._deaths_in_a_row = 0
 
+    @classmethod
+    def from_config(cls, plain: dict, splits: dict, augmenters: dict, *, bad_log: Path | None = None) -> Enqueuer:
+        """The enqueuer `data`, `queue` and `seed` of a (plain) config describe."""
+        data, queue = plain["data"], plain["queue"]
+        return cls(splits, augmenters, batch_size=data["batch_size"], image_size=data["image_size"],
+                   workers=queue["workers"], use_multiprocessing=queue["use_multiprocessing"],
+                   max_size=queue["max_size"], start_method=queue["start_method"], timeout_s=queue["timeout_s"],
+                   seed=plain["seed"], on_bad_sample=data["on_bad_sample"],
+                   max_bad_fraction=data["max_bad_fraction"], bad_log=bad_log)
+
     # -- life cycle ---------------------------------------------------------------------
 
     @property
@@ -214,7 +224,7 @@ class Enqueuer:
         slot = self._slots[slot_index]
         split, augmenter = self.splits[slot.split_name], self.augmenters[slot.split_name]
         for position, index in list(slot.todo.items()):
-            reply = worker_loop._fill(self.ring.array, slot_index, position, index, split, augmenter,
+            reply = worker_loop.fill(self.ring.array, slot_index, position, index, split, augmenter,
                                       self.seed, slot.epoch, self.skip_bad)
             self._handle(reply, None, "the training process")
 

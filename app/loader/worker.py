@@ -7,10 +7,7 @@ with one small message, so the parent knows exactly which samples are done.
 
 from __future__ import annotations
 
-import ctypes
-import os
 import signal
-import sys
 import traceback
 from typing import Any
 
@@ -18,6 +15,7 @@ import numpy as np
 
 from app.errors import BadSampleError
 from app.loader.ring import RingSpec, attach
+from app.processes import die_with_parent
 
 # Single-threaded workers: with two cores, worker threads would fight TF's own pools.
 THREAD_ENV = {name: "1" for name in (
@@ -43,10 +41,10 @@ def serve(conn, ring: np.ndarray, splits: dict, augmenters: dict, seed: int, ski
         _, split_name, epoch, slot, items = task
         split, augmenter = splits[split_name], augmenters[split_name]
         for position, index in items:
-            conn.send(_fill(ring, slot, position, index, split, augmenter, seed, epoch, skip_bad))
+            conn.send(fill(ring, slot, position, index, split, augmenter, seed, epoch, skip_bad))
 
 
-def _fill(ring, slot, position, index, split, augmenter, seed, epoch, skip_bad) -> tuple:
+def fill(ring, slot, position, index, split, augmenter, seed, epoch, skip_bad) -> tuple:
     try:
         try:
             ring[slot, position] = make_sample(split, augmenter, index, seed, epoch)
@@ -81,7 +79,7 @@ def process_main(conn, spec: RingSpec, splits: dict, augmenters: dict, seed: int
                  parent_pid: int | None) -> None:
     """Entry point of a worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the training process's to handle
-    _die_with_parent(parent_pid)
+    die_with_parent(parent_pid)
     try:
         import cv2
 
@@ -95,14 +93,3 @@ def process_main(conn, spec: RingSpec, splits: dict, augmenters: dict, seed: int
         del ring
         buffer.close()
         conn.close()
-
-
-def _die_with_parent(parent_pid: int | None) -> None:
-    """Ask Linux to SIGKILL this worker when its parent dies, even by SIGKILL. (Under
-    forkserver the parent is the fork server, which exits when the training process does.)"""
-    if sys.platform.startswith("linux"):
-        PR_SET_PDEATHSIG = 1
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if parent_pid is not None and os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(1)
