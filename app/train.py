@@ -151,10 +151,12 @@ def _epochs(net, enqueuer: Enqueuer, memory: PeakMemory, source, plain: dict, ru
     batch, epochs = data["batch_size"], trainer["epochs"]
     val_order = epoch_order(len(source.val), batch, seed=0, epoch=0, shuffle=False, drop_last=False)
     own = [Progress(epochs, steps)]
-    if trainer["checkpoint_every_steps"]:
-        own.append(StepCheckpoint(run_dir, trainer["checkpoint_every_steps"], steps, state))
+    # A step's row is written before its checkpoint: a run killed between the two would
+    # otherwise resume after a step that samples.csv never recorded.
     if trainer["record_samples"]:
         own.append(SampleRecorder(run_dir / "samples.csv", batch, state))
+    if trainer["checkpoint_every_steps"]:
+        own.append(StepCheckpoint(run_dir, trainer["checkpoint_every_steps"], steps, state))
     user = [instantiate(c, _convert_="all") for c in trainer["callbacks"]]
     callbacks = keras.callbacks.CallbackList(own + user, model=net, epochs=epochs, steps=steps)
     callbacks.on_train_begin()

@@ -5,8 +5,9 @@ import pickle
 
 import numpy as np
 import pytest
-from PIL import Image
+from PIL import Image, ImageOps
 
+from app.data import images
 from app.data.images import DecodeError, draft_scale, load_rgb
 from app.data.source import FileSplit
 from app.errors import BadSampleError
@@ -129,6 +130,49 @@ def test_exif_orientation_is_applied_after_draft(tmp_path):
     _exif_rotated_jpeg(path, 1024, 512)
     # short side 512, 512 / 4 = 128 >= 128: decoded at 256×128, then turned upright.
     _check_rgb(load_rgb(path, min_short_side=128), 256, 128)
+
+
+def _pillow_alone(path, min_short_side=None) -> np.ndarray:
+    """The decode through Pillow only: draft, load, EXIF orientation, RGB."""
+    with Image.open(path) as img:
+        scale = draft_scale(img.width, img.height, min_short_side) if min_short_side else 1
+        if scale > 1:
+            img.draft("RGB", (img.width // scale, img.height // scale))
+        img.load()
+        return np.asarray(ImageOps.exif_transpose(img).convert("RGB"))
+
+
+@pytest.mark.parametrize("min_short", [None, 90, 150])
+@pytest.mark.parametrize("mode", ["RGB", "L"])
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_jpeg_fast_path_gives_pillows_pixels(tmp_path, monkeypatch, orientation, mode, min_short):
+    """RGB and greyscale JPEGs go through OpenCV: the same pixels as Pillow's draft, decode and
+    exif_transpose, for every orientation (noise, so any flip or turn shows) and draft scale."""
+    rng = np.random.default_rng(orientation)
+    path = tmp_path / "photo.jpg"
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    Image.fromarray(rng.integers(0, 256, (300, 420, 3), dtype=np.uint8)).convert(mode).save(
+        path, "JPEG", quality=90, exif=exif)
+    fast = []
+    decode = images._decode_jpeg
+    monkeypatch.setattr(images, "_decode_jpeg", lambda raw, scale: fast.append(decode(raw, scale)) or fast[-1])
+    got, want = load_rgb(path, min_short), _pillow_alone(path, min_short)
+    assert fast and fast[0] is got  # OpenCV decoded it, not the fallback
+    _check_rgb(got, *want.shape[:2])
+    assert np.array_equal(got, want)
+
+
+def test_cmyk_jpegs_and_those_opencv_refuses_go_through_pillow(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(images, "_decode_jpeg", lambda raw, scale: calls.append(scale))
+    path = tmp_path / "cmyk.jpg"
+    _cmyk().save(path, "JPEG")
+    _check_rgb(load_rgb(path), 4, 6)
+    assert calls == []  # CMYK is Pillow's to convert
+    path = tmp_path / "rgb.jpg"
+    Image.new("RGB", (6, 4), (0, 200, 0)).save(path, "JPEG")
+    assert load_rgb(path)[0, 0, 1] > 150 and calls == [1]  # OpenCV turned it down (None): Pillow decodes
 
 
 @pytest.mark.parametrize("width,height,min_short,expected", [

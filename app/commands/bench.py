@@ -7,8 +7,8 @@ Each mode runs in a fresh process, so its peak PSS (summed over its workers, sam
   loader_steps     this loader → boundary (uint8) → the trivial model, through `train`'s own step loop
   loader_fit       the same batches through `model.fit` (tf.data.from_generator, no prefetch)
   loader           this loader and the boundary, no model
-  keras_threads    keras.utils.PyDataset(workers, use_multiprocessing=False, max_queue_size) → fit: the same
-                   augmentation in __getitem__, full JPEG decode (a hand-rolled PyDataset has no draft)
+  keras_threads    keras.utils.PyDataset(workers, use_multiprocessing=False, max_queue_size) → fit: Pillow's
+                   full decode as such code does it, the same augmentation, in __getitem__ (keras_baseline.py)
   keras_processes  the same with use_multiprocessing=True
   serial           decode + augment one sample after another in one single-threaded process (per-core rate)
 """
@@ -279,11 +279,9 @@ def _loader(mode, plain, source, augmenter, order, clock):
 
 
 def _serial(mode, plain, source, augmenter, order, clock):
-    import cv2
+    from app.loader.worker import make_sample, prepare_process
 
-    from app.loader.worker import make_sample
-
-    cv2.setNumThreads(0)  # single-threaded, as a worker is: the per-core rate
+    prepare_process()  # single-threaded and keeping freed memory, as a worker is: the per-core rate
 
     batch = plain["data"]["batch_size"]
     clock.start = time.perf_counter()
@@ -294,12 +292,9 @@ def _serial(mode, plain, source, augmenter, order, clock):
 
 
 def _keras(mode, plain, source, augmenter, order, clock):
-    from app.augment import Augmenter
     from app.commands.keras_baseline import KerasBaseline
 
     data, queue = plain["data"], plain["queue"]
-    # A hand-rolled PyDataset decodes the whole JPEG: no draft decode, whatever data.decode says.
-    augmenter = Augmenter(plain["augment"]["transforms"], data["image_size"], draft=False)
     net = _trivial_model(plain, len(source.class_names), normalising=False)
     clock.start = time.perf_counter()
     dataset = KerasBaseline(source.train, augmenter, order, data["batch_size"], plain["seed"],

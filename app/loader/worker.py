@@ -15,7 +15,7 @@ import numpy as np
 
 from app.errors import BadSampleError
 from app.loader.ring import RingSpec, attach
-from app.processes import die_with_parent
+from app.processes import die_with_parent, keep_freed_memory
 
 # Single-threaded workers: with two cores, worker threads would fight TF's own pools.
 THREAD_ENV = {name: "1" for name in (
@@ -75,17 +75,23 @@ def _describe(split: Any, index: int) -> str:
         return f"sample {index}"
 
 
+def prepare_process() -> None:
+    """What a worker process does to itself before its first sample (bench's serial mode too)."""
+    try:
+        import cv2
+
+        cv2.setNumThreads(0)  # OpenCV's own pool ignores OMP_NUM_THREADS
+    except ImportError:
+        pass
+    keep_freed_memory()
+
+
 def process_main(conn, spec: RingSpec, splits: dict, augmenters: dict, seed: int, skip_bad: bool,
                  parent_pid: int | None) -> None:
     """Entry point of a worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the training process's to handle
     die_with_parent(parent_pid)
-    try:
-        import cv2
-
-        cv2.setNumThreads(0)
-    except ImportError:
-        pass
+    prepare_process()
     ring, buffer = attach(spec)
     try:
         serve(conn, ring, splits, augmenters, seed, skip_bad)

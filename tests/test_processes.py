@@ -1,0 +1,42 @@
+"""app/processes.py: what worker processes do to themselves."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+
+# Frees a touched 64 MiB block (above glibc's largest mmap threshold) and prints how much of
+# it went back to the kernel.
+FREE_A_BLOCK = """
+import os, sys
+from app.processes import keep_freed_memory
+if sys.argv[1] == "keep":
+    assert keep_freed_memory() is True
+
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+block = bytearray(64 * 2**20)
+for i in range(0, len(block), 4096):
+    block[i] = 1
+before = rss()
+del block
+print(before - rss())
+"""
+
+
+def _returned_bytes(how: str) -> int:
+    result = subprocess.run([sys.executable, "-c", FREE_A_BLOCK, how], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return int(result.stdout)
+
+
+def test_freed_memory_is_kept_for_the_next_sample():
+    assert _returned_bytes("keep") < 4 * 2**20
+    # negative control: by default glibc hands such a block straight back (and faults it in again next time)
+    assert _returned_bytes("default") > 60 * 2**20
