@@ -3,12 +3,16 @@
 A sample's randomness depends on (seed, epoch, sample index) only, never on which worker or
 thread draws it, so batches are the same for any worker count and resume can be exact.
 albumentations 2.x keeps its own RNG inside each Compose: reseed it per sample, and give each
-thread its own Compose.
+thread its own Compose. One pair of generators a sample, shared by every transform in turn:
+`Compose.set_random_seed` would give each transform its own generator with the same seed, so
+every transform would draw the same first number and those with equal `p` would always be
+applied together (a flip would always come with a colour change).
 """
 
 from __future__ import annotations
 
 import math
+import random
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -86,5 +90,6 @@ class Augmenter:
 
     def __call__(self, image: np.ndarray, seed: int, epoch: int, index: int) -> np.ndarray:
         compose = self.compose()
-        compose.set_random_seed(sample_seed(seed, epoch, index))
+        seed = sample_seed(seed, epoch, index)
+        compose.set_random_state(np.random.default_rng(seed), random.Random(seed))
         return compose(image=image)["image"]

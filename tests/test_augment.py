@@ -55,6 +55,33 @@ def test_threads_each_get_their_own_compose(image):
         assert all(np.array_equal(g, e) for g, e in zip(got, expected, strict=True))
 
 
+def _combinations(outputs, image) -> set[tuple[bool, bool]]:
+    """(flipped, inverted) of each output of FLIP + INVERT on `image`."""
+    seen = set()
+    for out in outputs:
+        for flipped in (False, True):
+            for inverted in (False, True):
+                want = image[:, ::-1] if flipped else image
+                if np.array_equal(out, 255 - want if inverted else want):
+                    seen.add((flipped, inverted))
+    return seen
+
+
+def test_transforms_draw_independently(image):
+    """Two transforms at p=0.5 are applied in all four combinations over many samples."""
+    invert = {"_target_": "albumentations.InvertImg", "p": 0.5}
+    aug = Augmenter([FLIP, invert], image.shape[:2])
+    assert _combinations([aug(image, 0, 0, i) for i in range(64)], image) == {
+        (False, False), (True, False), (False, True), (True, True)}
+    # negative control: albumentations' per-transform reseeding ties the two together
+    compose = aug.compose()
+    tied = []
+    for i in range(64):
+        compose.set_random_seed(i)
+        tied.append(compose(image=image)["image"])
+    assert _combinations(tied, image) == {(False, False), (True, True)}
+
+
 def test_validation_is_a_deterministic_resize(image):
     aug = Augmenter([], [48, 64])
     a = aug(image, 0, 0, 0)

@@ -113,7 +113,8 @@ def test_queue_memory_is_max_size_slots(children):
         assert enq.ring.array.shape == (3, 5, 16, 16, 3) and enq.ring.array.dtype == np.uint8
         segment = my_segments()
         assert len(segment) == 1
-        assert os.stat(f"/dev/shm/{segment[0]}").st_size == 3 * 5 * 16 * 16 * 3
+        # the pixels of max_size batches, and a `done` byte a sample
+        assert os.stat(f"/dev/shm/{segment[0]}").st_size == 3 * 5 * 16 * 16 * 3 + 3 * 5
     assert_clean(children)
 
 

@@ -12,10 +12,12 @@ def test_worker_view_shares_the_parent_memory():
     ring = Ring(2, 3, (4, 5), shared=True)
     try:
         assert ring.nbytes == 2 * 3 * 4 * 5 * 3 and ring.array.shape == (2, 3, 4, 5, 3)
-        view, buffer = attach(ring.spec)
+        view, done, buffer = attach(ring.spec)
         view[1, 2] = 200
+        done[1, 2] = 1
         assert ring.array[1, 2].min() == 200 and ring.array[0].max() == 0
-        del view
+        assert ring.done.tolist() == [[0, 0, 0], [0, 0, 1]]  # the done bytes are shared too, apart from the pixels
+        del view, done
         buffer.close()
         path = f"/dev/shm/{ring.spec.name}"
         assert os.path.exists(path)
@@ -26,7 +28,7 @@ def test_worker_view_shares_the_parent_memory():
 
 def test_in_process_ring_has_no_segment():
     ring = Ring(1, 2, (4, 4), shared=False)
-    assert ring.spec.name is None and isinstance(ring.array, np.ndarray)
+    assert ring.spec.name is None and isinstance(ring.array, np.ndarray) and ring.done.shape == (1, 2)
     ring.close()
 
 

@@ -133,7 +133,7 @@ class Enqueuer:
         parent_end, child_end = mp.Pipe(duplex=True)
         thread = threading.Thread(
             target=_serve_thread, name=f"app-loader-{i}", daemon=True,
-            args=(child_end, self.ring.array, self.splits, self.augmenters, self.seed, self.skip_bad))
+            args=(child_end, self.ring.array, self.ring.done, self.splits, self.augmenters, self.seed, self.skip_bad))
         thread.start()
         return _Worker(parent_end, thread, f"worker thread {i}")
 
@@ -201,6 +201,7 @@ class Enqueuer:
         slot = self._slots[slot_index]
         slot.batch_no, slot.split_name, slot.epoch, slot.size = batch_no, split_name, epoch, len(indices)
         slot.todo = {position: int(index) for position, index in enumerate(indices)}
+        self.ring.done[slot_index] = 0
         if self.num_workers == 0:
             return
         # Positions dealt round-robin, starting one worker further each batch, so uneven
@@ -234,7 +235,8 @@ class Enqueuer:
         while slot.todo:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                missing = list(slot.todo.values())
+                done = self.ring.done[slot_index]
+                missing = [i for p, i in slot.todo.items() if not done[p]] or list(slot.todo.values())
                 raise WorkerError(
                     f"batch {slot.batch_no} of the {slot.split_name} split was not ready after queue.timeout_s="
                     f"{self.timeout_s:g} s: still waiting for sample(s) {', '.join(map(str, missing[:10]))} "
@@ -265,6 +267,11 @@ class Enqueuer:
         """A worker died (the OOM killer's SIGKILL, say): start another, hand it the dead one's samples."""
         dead.handle.join(timeout=2.0)
         dead.conn.close()
+        written = {(s, p) for s, p in dead.pending if self.ring.done[s, p]}  # its share message never came
+        for s, p in written:
+            self._slots[s].todo.pop(p, None)
+        dead.pending -= written
+        dead.answered += len(written)
         how = _exit_description(dead.handle.exitcode)
         if not dead.answered and (dead.handle.exitcode or 0) > 0:  # an error, not a kill: restarting won't help
             raise WorkerError(
@@ -286,6 +293,14 @@ class Enqueuer:
             self._send(new, slot_index, sorted(p for s, p in dead.pending if s == slot_index))
 
     def _handle(self, reply: tuple, w: _Worker | None, who: str) -> None:
+        if reply[0] == "share":  # every sample of w's share in this slot is written or answered
+            slot_index = reply[1]
+            finished = {key for key in w.pending if key[0] == slot_index}
+            for _, position in finished:
+                self._slots[slot_index].todo.pop(position, None)
+            w.pending -= finished
+            w.answered += len(finished)
+            return
         kind, slot_index, position = reply[:3]
         if w is not None:
             w.pending.discard((slot_index, position))
@@ -348,9 +363,9 @@ def _exit_description(code: int | None) -> str:
     return how + (", as the out-of-memory killer does" if -code == signal.SIGKILL else "")
 
 
-def _serve_thread(conn, ring, splits, augmenters, seed, skip_bad) -> None:
+def _serve_thread(conn, ring, done, splits, augmenters, seed, skip_bad) -> None:
     try:
-        worker_loop.serve(conn, ring, splits, augmenters, seed, skip_bad)
+        worker_loop.serve(conn, ring, done, splits, augmenters, seed, skip_bad)
     finally:
         conn.close()
 

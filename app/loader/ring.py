@@ -1,8 +1,11 @@
 """`max_size` slots of one uint8 batch each: the queue's whole memory, allocated once a run.
 
 Processes share it through one POSIX shared-memory segment; only indices cross the process
-boundary. The segment's space is reserved up front (posix_fallocate), so a /dev/shm too small
-fails at start-up with the size needed instead of a SIGBUS on the first write.
+boundary. Beside the pixels, one byte a sample says it is written (`done`): workers set it
+instead of sending a message a sample, so the training process is woken once a worker's share
+of a batch and still knows which sample a hung or killed worker was on. The segment's space is
+reserved up front (posix_fallocate), so a /dev/shm too small fails at start-up with the size
+needed instead of a SIGBUS on the first write.
 """
 
 from __future__ import annotations
@@ -29,7 +32,19 @@ class RingSpec:
 
     @property
     def nbytes(self) -> int:
+        """The pixels: the queue's memory."""
         return int(np.prod(self.shape))
+
+    @property
+    def segment_bytes(self) -> int:
+        """The pixels and a `done` byte a sample."""
+        return self.nbytes + self.shape[0] * self.shape[1]
+
+    def views(self, buffer) -> tuple[np.ndarray, np.ndarray]:
+        """(pixels, done) over a buffer of `segment_bytes`."""
+        pixels = np.ndarray(self.shape, np.uint8, buffer=buffer)
+        done = np.ndarray(self.shape[:2], np.uint8, buffer=buffer, offset=self.nbytes)
+        return pixels, done
 
 
 class Ring:
@@ -37,30 +52,30 @@ class Ring:
         self.spec = RingSpec(None, (slots, batch_size, *image_size, 3))
         self._shm = None
         if not shared:
-            self.array = np.zeros(self.spec.shape, np.uint8)
+            self.array, self.done = self.spec.views(bytearray(self.spec.segment_bytes))
             return
         name = f"app-ring-{os.getpid()}-{secrets.token_hex(4)}"
-        self._shm = shared_memory.SharedMemory(name=name, create=True, size=self.spec.nbytes)
+        self._shm = shared_memory.SharedMemory(name=name, create=True, size=self.spec.segment_bytes)
         try:
-            os.posix_fallocate(self._shm._fd, 0, self.spec.nbytes)
+            os.posix_fallocate(self._shm._fd, 0, self.spec.segment_bytes)
         except OSError as error:
             self._unlink()
             free = _free_bytes(SHM_DIR)
             raise WorkerError(
-                f"the queue's shared memory needs {self.spec.nbytes / 2**20:.1f} MiB "
+                f"the queue's shared memory needs {self.spec.segment_bytes / 2**20:.1f} MiB "
                 f"(queue.max_size={slots} × batch {batch_size} × {image_size[0]}×{image_size[1]}×3 uint8) "
                 f"but {SHM_DIR} has {free / 2**20:.1f} MiB free ({error.strerror}). Lower queue.max_size "
                 f"or data.batch_size, or enlarge {SHM_DIR} (docker: --shm-size)."
             ) from None
         self.spec = RingSpec(name, self.spec.shape)
-        self.array = np.ndarray(self.spec.shape, np.uint8, buffer=self._shm.buf)
+        self.array, self.done = self.spec.views(self._shm.buf)
 
     @property
     def nbytes(self) -> int:
         return self.spec.nbytes
 
     def close(self) -> None:
-        self.array = None  # the buffer cannot close while a view exports it
+        self.array = self.done = None  # the buffer cannot close while a view exports it
         self._unlink()
 
     def _unlink(self) -> None:
@@ -73,15 +88,15 @@ class Ring:
             shm.unlink()
 
 
-def attach(spec: RingSpec) -> tuple[np.ndarray, mmap.mmap]:
-    """Worker side: map the segment by path. Not through SharedMemory, whose resource
-    tracker (before Python 3.13) would claim the parent's segment as the worker's own."""
+def attach(spec: RingSpec) -> tuple[np.ndarray, np.ndarray, mmap.mmap]:
+    """Worker side: (pixels, done, the mapping), mapped by path. Not through SharedMemory,
+    whose resource tracker (before Python 3.13) would claim the parent's segment as the worker's own."""
     fd = os.open(os.path.join(SHM_DIR, spec.name), os.O_RDWR)
     try:
-        buffer = mmap.mmap(fd, spec.nbytes)
+        buffer = mmap.mmap(fd, spec.segment_bytes)
     finally:
         os.close(fd)
-    return np.ndarray(spec.shape, np.uint8, buffer=buffer), buffer
+    return (*spec.views(buffer), buffer)
 
 
 def _free_bytes(path: str) -> int:

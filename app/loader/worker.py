@@ -1,8 +1,9 @@
 """The worker loop: read → decode to uint8 → augment → write into a ring slot. No TensorFlow.
 
 One loop serves threads and processes. Tasks arrive a batch's share at a time as
-("batch", split, epoch, slot, [(position, sample index), ...]); every sample is answered
-with one small message, so the parent knows exactly which samples are done.
+("batch", split, epoch, slot, [(position, sample index), ...]). A sample written sets its
+`done` byte in the ring; a sample that is bad, skipped or failed is answered with a message
+of its own; and a share ends with ("share", slot): one wake-up of the parent a share.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ def make_sample(split: Any, augmenter: Any, index: int, seed: int, epoch: int) -
     return augmenter(image, seed, epoch, index)
 
 
-def serve(conn, ring: np.ndarray, splits: dict, augmenters: dict, seed: int, skip_bad: bool) -> None:
+def serve(conn, ring: np.ndarray, done: np.ndarray, splits: dict, augmenters: dict, seed: int,
+          skip_bad: bool) -> None:
     """Answer tasks until a None arrives or the parent's end of the pipe closes."""
     while True:
         try:
@@ -41,7 +43,12 @@ def serve(conn, ring: np.ndarray, splits: dict, augmenters: dict, seed: int, ski
         _, split_name, epoch, slot, items = task
         split, augmenter = splits[split_name], augmenters[split_name]
         for position, index in items:
-            conn.send(fill(ring, slot, position, index, split, augmenter, seed, epoch, skip_bad))
+            reply = fill(ring, slot, position, index, split, augmenter, seed, epoch, skip_bad)
+            if reply[0] == "ok":
+                done[slot, position] = 1  # after its pixels
+            else:
+                conn.send(reply)
+        conn.send(("share", slot))
 
 
 def fill(ring, slot, position, index, split, augmenter, seed, epoch, skip_bad) -> tuple:
@@ -92,10 +99,10 @@ def process_main(conn, spec: RingSpec, splits: dict, augmenters: dict, seed: int
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the training process's to handle
     die_with_parent(parent_pid)
     prepare_process()
-    ring, buffer = attach(spec)
+    ring, done, buffer = attach(spec)
     try:
-        serve(conn, ring, splits, augmenters, seed, skip_bad)
+        serve(conn, ring, done, splits, augmenters, seed, skip_bad)
     finally:
-        del ring
+        del ring, done
         buffer.close()
         conn.close()
