@@ -15,7 +15,8 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff")
 
-# OpenCV's flags for libjpeg's DCT-domain reduction (the bits beside IMREAD_GRAYSCALE's 0).
+# OpenCV's flags for libjpeg's DCT-domain reduction by 1, 2, 4, 8: IMREAD_REDUCED_GRAYSCALE_k is
+# the reduction bit alone (IMREAD_GRAYSCALE is 0), to combine with IMREAD_COLOR_RGB.
 _CV2_REDUCED = {1: 0, 2: cv2.IMREAD_REDUCED_GRAYSCALE_2, 4: cv2.IMREAD_REDUCED_GRAYSCALE_4,
                 8: cv2.IMREAD_REDUCED_GRAYSCALE_8}
 
