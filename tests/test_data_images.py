@@ -163,6 +163,17 @@ def test_jpeg_fast_path_gives_pillows_pixels(tmp_path, monkeypatch, orientation,
     assert np.array_equal(got, want)
 
 
+@pytest.mark.parametrize("min_short", [None, 100])
+@pytest.mark.parametrize("encoding", [{"subsampling": 0}, {"subsampling": 1}, {"subsampling": 2},
+                                      {"progressive": True}, {"quality": 100, "optimize": True},
+                                      {"restart_marker_blocks": 4}], ids=str)
+def test_jpeg_fast_path_gives_pillows_pixels_for_every_encoding(tmp_path, encoding, min_short):
+    path = tmp_path / "photo.jpg"
+    Image.fromarray(np.random.default_rng(5).integers(0, 256, (301, 419, 3), dtype=np.uint8)).save(
+        path, "JPEG", **encoding)
+    assert np.array_equal(load_rgb(path, min_short), _pillow_alone(path, min_short))
+
+
 def test_cmyk_jpegs_and_those_opencv_refuses_go_through_pillow(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(images, "_decode_jpeg", lambda raw, scale: calls.append(scale))
