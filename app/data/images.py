@@ -5,9 +5,7 @@ No TensorFlow here: loader workers import this module.
 
 from __future__ import annotations
 
-import io
 import os
-from pathlib import Path
 
 import cv2
 import numpy as np
@@ -48,36 +46,37 @@ def load_rgb(path: str | os.PathLike, min_short_side: int | None = None) -> np.n
     Raises DecodeError (short reason) for anything that is not a readable image, and
     OSError subclasses such as FileNotFoundError unchanged.
     """
-    raw = Path(path).read_bytes()  # once: Pillow reads the header from it, OpenCV the rest
-    if not raw:
-        raise DecodeError("empty file")
-    fmt = "image"  # until Pillow has read the header
-    try:
-        with Image.open(io.BytesIO(raw)) as img:
-            fmt = img.format or fmt
-            scale = 1
-            if min_short_side is not None and fmt == "JPEG":
-                scale = draft_scale(img.width, img.height, min_short_side)
-            if fmt == "JPEG" and img.mode in ("RGB", "L"):
-                fast = _decode_jpeg(raw, scale)
-                if fast is not None:
-                    return fast
-            # Every other image, and any JPEG OpenCV turns down: Pillow, which names what is wrong.
-            if scale > 1:
-                # Pillow picks the largest scale s with min(w // rw, h // rh) >= s;
-                # (w // s, h // s) lands in [s, 2s) on both sides, so it picks `scale`.
-                img.draft("RGB", (img.width // scale, img.height // scale))
-            img.load()  # decode everything now so a truncated file fails here
-            ImageOps.exif_transpose(img, in_place=True)
-            return _to_rgb(img)
-    except UnidentifiedImageError:
-        raise DecodeError("cannot identify image file") from None
-    except (OSError, ValueError, SyntaxError) as exc:
-        # Pillow reports truncation as OSError("image file is truncated ...") or
-        # OSError("Truncated File Read"); other decoder failures vary by plugin.
-        if "truncated" in str(exc).lower():
-            raise DecodeError(f"truncated {fmt}") from exc
-        raise DecodeError(f"cannot decode {fmt}: {exc}") from exc
+    with open(path, "rb") as file:
+        if os.fstat(file.fileno()).st_size == 0:
+            raise DecodeError("empty file")
+        fmt = "image"  # until Pillow has read the header
+        try:
+            with Image.open(file) as img:
+                fmt = img.format or fmt
+                scale = 1
+                if min_short_side is not None and fmt == "JPEG":
+                    scale = draft_scale(img.width, img.height, min_short_side)
+                if fmt == "JPEG" and img.mode in ("RGB", "L"):
+                    file.seek(0)
+                    fast = _decode_jpeg(file.read(), scale)
+                    if fast is not None:
+                        return fast
+                # Every other image, and any JPEG OpenCV turns down: Pillow, which names what is wrong.
+                if scale > 1:
+                    # Pillow picks the largest scale s with min(w // rw, h // rh) >= s;
+                    # (w // s, h // s) lands in [s, 2s) on both sides, so it picks `scale`.
+                    img.draft("RGB", (img.width // scale, img.height // scale))
+                img.load()  # decode everything now so a truncated file fails here
+                ImageOps.exif_transpose(img, in_place=True)
+                return _to_rgb(img)
+        except UnidentifiedImageError:
+            raise DecodeError("cannot identify image file") from None
+        except (OSError, ValueError, SyntaxError) as exc:
+            # Pillow reports truncation as OSError("image file is truncated ...") or
+            # OSError("Truncated File Read"); other decoder failures vary by plugin.
+            if "truncated" in str(exc).lower():
+                raise DecodeError(f"truncated {fmt}") from exc
+            raise DecodeError(f"cannot decode {fmt}: {exc}") from exc
 
 
 def _decode_jpeg(raw: bytes, scale: int) -> np.ndarray | None:
