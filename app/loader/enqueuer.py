@@ -267,11 +267,8 @@ class Enqueuer:
         """A worker died (the OOM killer's SIGKILL, say): start another, hand it the dead one's samples."""
         dead.handle.join(timeout=2.0)
         dead.conn.close()
-        written = {(s, p) for s, p in dead.pending if self.ring.done[s, p]}  # its share message never came
-        for s, p in written:
-            self._slots[s].todo.pop(p, None)
-        dead.pending -= written
-        dead.answered += len(written)
+        # written before it died, though its share message never came
+        self._settle(dead, {(s, p) for s, p in dead.pending if self.ring.done[s, p]})
         how = _exit_description(dead.handle.exitcode)
         if not dead.answered and (dead.handle.exitcode or 0) > 0:  # an error, not a kill: restarting won't help
             raise WorkerError(
@@ -294,12 +291,7 @@ class Enqueuer:
 
     def _handle(self, reply: tuple, w: _Worker | None, who: str) -> None:
         if reply[0] == "share":  # every sample of w's share in this slot is written or answered
-            slot_index = reply[1]
-            finished = {key for key in w.pending if key[0] == slot_index}
-            for _, position in finished:
-                self._slots[slot_index].todo.pop(position, None)
-            w.pending -= finished
-            w.answered += len(finished)
+            self._settle(w, {key for key in w.pending if key[0] == reply[1]})
             return
         kind, slot_index, position = reply[:3]
         if w is not None:
@@ -323,6 +315,13 @@ class Enqueuer:
             f"{last}. The worker's traceback is in train.log.")
         error.worker_traceback = detail
         raise error
+
+    def _settle(self, w: _Worker, written: set[tuple[int, int]]) -> None:
+        """(slot, position) pairs `w` has written: no longer waited for."""
+        for slot_index, position in written:
+            self._slots[slot_index].todo.pop(position, None)
+        w.pending -= written
+        w.answered += len(written)
 
     def _record_skip(self, split_name: str, index: int, where: str, reason: str) -> None:
         seen = self.skipped[split_name]

@@ -12,6 +12,7 @@ import signal
 import traceback
 from typing import Any
 
+import cv2
 import numpy as np
 
 from app.errors import BadSampleError
@@ -84,12 +85,7 @@ def _describe(split: Any, index: int) -> str:
 
 def prepare_process() -> None:
     """What a worker process does to itself before its first sample (bench's serial mode too)."""
-    try:
-        import cv2
-
-        cv2.setNumThreads(0)  # OpenCV's own pool ignores OMP_NUM_THREADS
-    except ImportError:
-        pass
+    cv2.setNumThreads(0)  # OpenCV's own pool ignores OMP_NUM_THREADS
     keep_freed_memory()
 
 
