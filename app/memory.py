@@ -33,6 +33,7 @@ class PeakMemory:
         """The tree under `pid` (default: this process)."""
         self.interval_s = interval_s
         self.peak = 0  # bytes, over the whole run
+        self.samples = 0  # how many times the tree was read
         self._window = 0  # bytes, since the last window_peak_mb()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="app-peak-memory", daemon=True)
@@ -45,6 +46,7 @@ class PeakMemory:
 
     def sample(self) -> int:
         now = tree_pss_bytes(self._root)
+        self.samples += 1
         self.peak = max(self.peak, now)
         self._window = max(self._window, now)
         return now

@@ -1,8 +1,12 @@
 """`python -m app bench [overrides]`: time the input pipeline alone, this loader against
 `keras.utils.PyDataset` and serial decode+augment, on the configured data and augmentation.
 
-Each mode runs in a fresh process, so its peak PSS (summed over its workers, sampled every
-100 ms from here) and its time to first batch are its own. Modes:
+Each mode runs in a fresh process, so its time to first batch is its own, and then (unless
+`bench.memory=false`) once more in another, whose peak PSS (summed over its workers, sampled
+every 100 ms from here) is the mode's. The timed run is never sampled: reading a process's
+smaps_rollup takes about 16 ms of CPU for a TensorFlow process on a 2-core VM and holds that
+process's memory map lock, and Keras's threads mode, which maps and unmaps a buffer per
+decoded image, lost a fifth of its speed to it. Modes:
   baseline         the trivial model fit on one in-memory uint8 batch: the training process with no loader
   loader_steps     this loader → boundary (uint8) → the trivial model, through `train`'s own step loop
   loader_fit       the same batches through `model.fit` (tf.data.from_generator, no prefetch)
@@ -18,6 +22,7 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import hydra
@@ -37,7 +42,6 @@ def main(cfg: DictConfig) -> None:
     from app.augment import build_compose
     from app.data import load_source
     from app.errors import ConfigError
-    from app.memory import PeakMemory
     from app.rundir import hardware, versions, write_json
 
     validate(cfg)
@@ -56,17 +60,14 @@ def main(cfg: DictConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     results = {}
     for mode in bench["modes"]:
-        context = mp.get_context("spawn")
-        parent_end, child_end = context.Pipe(duplex=False)
-        process = context.Process(target=_mode_main, args=(mode, plain, child_end), name=f"bench-{mode}")
-        process.start()
-        child_end.close()
-        with PeakMemory(pid=process.pid) as memory:
-            result = parent_end.recv() if parent_end.poll(timeout=1800) else {"error": "timed out after 30 min"}
-            process.join(timeout=60)
-        if process.is_alive():
-            process.kill()
-        result["peak_pss_mb"] = memory.peak / 2**20
+        result = _in_own_process(mode, plain, sampled=False)
+        if bench["memory"] and "error" not in result:
+            sampled = _in_own_process(mode, plain, sampled=True)
+            if "error" in sampled:
+                result["memory_error"] = sampled["error"]
+            else:
+                result.update(peak_pss_mb=sampled["peak_pss_mb"], pss_samples=sampled["pss_samples"],
+                              sampled_images_per_s=sampled["images_per_s"])
         results[mode] = result
         log.info("%-16s %s", mode, _line(result))
     report = {"results": results, "config": {k: plain[k] for k in ("data", "augment", "queue", "bench", "seed")},
@@ -77,11 +78,36 @@ def main(cfg: DictConfig) -> None:
     print(f"\nwritten: {run_dir / 'bench.json'}")
 
 
+def _in_own_process(mode: str, plain: dict, *, sampled: bool) -> dict:
+    """One run of `mode` in a fresh process; with `sampled`, its tree's PSS every 100 ms."""
+    from app.memory import PeakMemory
+
+    context = mp.get_context("spawn")
+    parent_end, child_end = context.Pipe(duplex=False)
+    process = context.Process(target=_mode_main, args=(mode, plain, child_end), name=f"bench-{mode}")
+    process.start()
+    child_end.close()
+    with PeakMemory(pid=process.pid) if sampled else nullcontext() as memory:
+        result = parent_end.recv() if parent_end.poll(timeout=1800) else {"error": "timed out after 30 min"}
+        process.join(timeout=60)
+    if process.is_alive():
+        process.kill()
+    if sampled:
+        result.update(peak_pss_mb=memory.peak / 2**20, pss_samples=memory.samples)
+    return result
+
+
 def _line(result: dict) -> str:
     if "error" in result:
         return f"failed: {result['error']}"
-    return (f"{result['images_per_s']:8.1f} img/s, first batch {result['first_batch_s']:.2f} s, "
-            f"peak PSS {result['peak_pss_mb']:.0f} MiB")
+    return f"{result['images_per_s']:8.1f} img/s, first batch {result['first_batch_s']:.2f} s, peak PSS {_mib(result)}"
+
+
+def _mib(result: dict) -> str:
+    """Peak PSS as a table shows it: not measured with `bench.memory=false`, or the sampled run's error."""
+    if "peak_pss_mb" in result:
+        return f"{result['peak_pss_mb']:.0f}"
+    return f"failed: {result['memory_error']}" if "memory_error" in result else "-"
 
 
 def _derived(results: dict, plain: dict) -> dict:
@@ -99,18 +125,18 @@ def _derived(results: dict, plain: dict) -> dict:
     if "serial" in ok and "loader" in ok and queue["workers"]:
         ideal = ok["serial"]["images_per_s"] * queue["workers"]
         derived["loader_vs_serial_times_workers"] = ok["loader"]["images_per_s"] / ideal
-    if "baseline" in ok:
-        bound = (ok["baseline"]["peak_pss_mb"] + 120 * queue["workers"]
+    peaks = {m: r["peak_pss_mb"] for m, r in ok.items() if "peak_pss_mb" in r}
+    if "baseline" in peaks:
+        bound = (peaks["baseline"] + 120 * queue["workers"]
                  + (derived["queue_bytes"] + 2 * derived["float32_batch_bytes"]) / 2**20)
         derived["memory_bound_mb"] = bound
         for mode in ("loader_steps", "loader_fit"):
-            if mode in ok:
-                derived[f"{mode}_peak_within_bound"] = ok[mode]["peak_pss_mb"] <= bound
-    if "keras_processes" in ok:
-        keras_peak = ok["keras_processes"]["peak_pss_mb"]
+            if mode in peaks:
+                derived[f"{mode}_peak_within_bound"] = peaks[mode] <= bound
+    if "keras_processes" in peaks:
         for mode in ("loader_steps", "loader_fit"):
-            if mode in ok:
-                derived[f"{mode}_peak_vs_keras_processes"] = ok[mode]["peak_pss_mb"] / keras_peak
+            if mode in peaks:
+                derived[f"{mode}_peak_vs_keras_processes"] = peaks[mode] / peaks["keras_processes"]
     return derived
 
 
@@ -120,7 +146,7 @@ def _table(results: dict, derived: dict) -> str:
         if "error" in r:
             rows.append(f"| {mode} | failed: {r['error']} | | |")
         else:
-            rows.append(f"| {mode} | {r['images_per_s']:.1f} | {r['first_batch_s']:.2f} | {r['peak_pss_mb']:.0f} |")
+            rows.append(f"| {mode} | {r['images_per_s']:.1f} | {r['first_batch_s']:.2f} | {_mib(r)} |")
     rows.append("")
     rows += [f"{k}: {v:.3g}" if isinstance(v, float) else f"{k}: {v}" for k, v in derived.items()]
     return "\n".join(rows)
