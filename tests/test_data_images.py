@@ -283,3 +283,30 @@ def test_file_split_reads_pickles_and_checks_labels(tmp_path):
     assert split.describe(1) == paths[1]
     with pytest.raises(ValueError, match="2 labels for 3 samples"):
         FileSplit(paths, [0, 1])
+
+
+@pytest.mark.parametrize("mode", ["RGB", "L", "CMYK"])
+@pytest.mark.parametrize("encoding", [{}, {"progressive": True}, {"restart_marker_blocks": 2},
+                                      {"exif": True}, {"icc_profile": b"\0" * 3000}, {"comment": "x" * 100}],
+                         ids=str)
+def test_jpeg_frame_header_matches_pillow(tmp_path, mode, encoding):
+    """The frame header read without Pillow: Pillow's size, and its mode's channel count."""
+    path = tmp_path / "photo.jpg"
+    if encoding.get("exif"):
+        exif = Image.Exif()
+        exif[0x0112] = 6
+        encoding = {"exif": exif}
+    Image.new(mode, (37, 23)).save(path, "JPEG", **encoding)
+    with Image.open(path) as img:
+        want = (img.width, img.height, len(img.getbands()))
+    assert images._jpeg_frame(path.read_bytes()) == want
+
+
+def test_jpeg_frame_header_of_broken_markers_is_none():
+    raw = _jpeg_bytes()
+    sof = raw.index(b"\xff\xc0")
+    assert images._jpeg_frame(raw[:sof + 6]) is None  # cut inside the frame header
+    assert images._jpeg_frame(raw[:2] + b"\x12\x34" + raw[2:]) is None  # not a marker where one must be
+    no_frame = raw[:sof] + raw[raw.index(b"\xff\xda"):]  # the scan starts with no frame header before it
+    assert images._jpeg_frame(no_frame) is None
+    assert images._jpeg_frame(raw[:2] + b"\xff\xff" + raw[2:]) == images._jpeg_frame(raw) == (64, 64, 3)  # fill

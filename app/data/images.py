@@ -18,6 +18,10 @@ EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff")
 _CV2_REDUCED = {1: 0, 2: cv2.IMREAD_REDUCED_GRAYSCALE_2, 4: cv2.IMREAD_REDUCED_GRAYSCALE_4,
                 8: cv2.IMREAD_REDUCED_GRAYSCALE_8}
 
+_JPEG_START = b"\xff\xd8\xff"  # SOI and the next marker's FF: how Pillow recognises a JPEG too
+# SOF0..SOF15 but DHT (C4), JPG (C8) and DAC (CC), which share the range.
+_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+
 # Modes Pillow converts to RGB by itself (alpha is dropped, palettes looked up).
 _DIRECT_MODES = {"RGB", "RGBA", "RGBX", "L", "LA", "1", "P", "PA", "CMYK", "YCbCr"}
 _SIXTEEN_BIT_MODES = {"I;16", "I;16L", "I;16B", "I;16N", "I"}
@@ -49,23 +53,27 @@ def load_rgb(path: str | os.PathLike, min_short_side: int | None = None) -> np.n
     with open(path, "rb") as file:
         if os.fstat(file.fileno()).st_size == 0:
             raise DecodeError("empty file")
+        if file.read(3) == _JPEG_START:
+            file.seek(0)
+            raw = file.read()
+            frame = _jpeg_frame(raw)
+            if frame is not None and frame[2] in (1, 3):  # greyscale or RGB; CMYK is Pillow's to convert
+                width, height, _ = frame
+                fast = _decode_jpeg(raw, draft_scale(width, height, min_short_side) if min_short_side else 1)
+                if fast is not None:
+                    return fast
+        # Every other image, and any JPEG OpenCV turns down: Pillow, which names what is wrong.
+        file.seek(0)
         fmt = "image"  # until Pillow has read the header
         try:
             with Image.open(file) as img:
                 fmt = img.format or fmt
-                scale = 1
                 if min_short_side is not None and fmt == "JPEG":
                     scale = draft_scale(img.width, img.height, min_short_side)
-                if fmt == "JPEG" and img.mode in ("RGB", "L"):
-                    file.seek(0)
-                    fast = _decode_jpeg(file.read(), scale)
-                    if fast is not None:
-                        return fast
-                # Every other image, and any JPEG OpenCV turns down: Pillow, which names what is wrong.
-                if scale > 1:
-                    # Pillow picks the largest scale s with min(w // rw, h // rh) >= s;
-                    # (w // s, h // s) lands in [s, 2s) on both sides, so it picks `scale`.
-                    img.draft("RGB", (img.width // scale, img.height // scale))
+                    if scale > 1:
+                        # Pillow picks the largest scale s with min(w // rw, h // rh) >= s;
+                        # (w // s, h // s) lands in [s, 2s) on both sides, so it picks `scale`.
+                        img.draft("RGB", (img.width // scale, img.height // scale))
                 img.load()  # decode everything now so a truncated file fails here
                 ImageOps.exif_transpose(img, in_place=True)
                 return _to_rgb(img)
@@ -77,6 +85,31 @@ def load_rgb(path: str | os.PathLike, min_short_side: int | None = None) -> np.n
             if "truncated" in str(exc).lower():
                 raise DecodeError(f"truncated {fmt}") from exc
             raise DecodeError(f"cannot decode {fmt}: {exc}") from exc
+
+
+def _jpeg_frame(raw: bytes) -> tuple[int, int, int] | None:
+    """(width, height, components) from a JPEG's frame header, the first SOFn marker; None when
+    the markers before it do not parse (Pillow then says what is wrong). Read here because
+    Pillow's header parser, in Python, took about 0.25 ms a file, 5 % of a 512² sample."""
+    i, end = 2, len(raw)
+    while i + 4 <= end:
+        if raw[i] != 0xFF:
+            return None
+        marker = raw[i + 1]
+        if marker == 0xFF:  # fill byte before a marker
+            i += 1
+        elif marker == 0x01 or 0xD0 <= marker <= 0xD7:  # markers without a length
+            i += 2
+        elif marker in (0xD9, 0xDA):  # end of image, start of scan: no frame header came first
+            return None
+        elif marker in _SOF_MARKERS:
+            if i + 10 > end:
+                return None
+            # FF Cn, length (2), precision (1), height (2), width (2), components (1)
+            return int.from_bytes(raw[i + 7:i + 9], "big"), int.from_bytes(raw[i + 5:i + 7], "big"), raw[i + 9]
+        else:
+            i += 2 + int.from_bytes(raw[i + 2:i + 4], "big")
+    return None
 
 
 def _decode_jpeg(raw: bytes, scale: int) -> np.ndarray | None:
