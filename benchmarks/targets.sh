@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's Performance figures: `python -m app bench` in each configuration the targets
 # name, on the default synthetic data (1024² JPEGs), each run under outputs/bench-targets/.
-# Usage: benchmarks/targets.sh [extra overrides...]   (about 10 minutes on 2 cores)
+# Usage: benchmarks/targets.sh [extra overrides...]   (about 15 minutes on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-.venv/bin/python}
@@ -23,7 +23,7 @@ for batch in 16 64; do
     for slots in 2 10; do
       run "slots${slots}_batch${batch}_$repeat" data.image_size=[512,512] data.batch_size=$batch \
         data.decode.draft=false queue.max_size=$slots bench.warmup=12 bench.batches=$((1920 / batch)) \
-        'bench.modes=[loader_steps]'
+        'bench.modes=[loader_steps]' bench.memory=false
     done
   done
 done
