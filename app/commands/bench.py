@@ -5,8 +5,8 @@ Each mode runs in a fresh process, so its time to first batch is its own, and th
 `bench.memory=false`) once more in another, whose peak PSS (summed over its workers, sampled
 every 100 ms from here) is the mode's. The timed run is never sampled: reading a process's
 smaps_rollup takes about 16 ms of CPU for a TensorFlow process on a 2-core VM and holds that
-process's memory map lock, and Keras's threads mode, which maps and unmaps a buffer per
-decoded image, lost a fifth of its speed to it. Modes:
+process's memory-map lock; timed while sampled, Keras's threads mode lost a fifth of its speed
+and this loader a tenth. Modes:
   baseline         the trivial model fit on one in-memory uint8 batch: the training process with no loader
   loader_steps     this loader → boundary (uint8) → the trivial model, through `train`'s own step loop
   loader_fit       the same batches through `model.fit` (tf.data.from_generator, no prefetch)
