@@ -9,6 +9,7 @@ from multiprocessing import shared_memory
 import numpy as np
 import psutil
 
+from app import memory as memory_module
 from app.memory import PeakMemory, leftovers_cleared, tree_pss_bytes
 
 
@@ -22,6 +23,36 @@ def test_peak_counts_children_too():
         alone = psutil.Process().memory_full_info().pss
         assert memory.peak >= alone + 60 * 2**20  # the child's 64 MiB array is in the tree's PSS
         assert tree_pss_bytes() >= memory.peak * 0.8
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_pss_is_read_again_only_when_the_tree_moves(monkeypatch):
+    """PSS (a page-table walk) is read again when a process's resident size moved, not every
+    sample; with the full read forced every time (negative control) it is read every sample."""
+    child = subprocess.Popen([sys.executable, "-c", "import sys, numpy as np, time; sys.stdin.readline(); "
+                              "a = np.ones(64 * 2**20 // 8); print('ok', flush=True); time.sleep(30)"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.0)  # started, numpy imported, idle
+        memory = PeakMemory(pid=child.pid)
+        for _ in range(5):
+            memory.sample()
+        assert (memory.samples, memory.pss_reads) == (5, 1)  # idle: read once
+        before = memory.peak
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "ok"
+        memory.sample()
+        assert memory.pss_reads == 2 and memory.peak >= before + 60 * 2**20  # moved: read again
+        assert abs(memory.peak - tree_pss_bytes(psutil.Process(child.pid))) < 2 * 2**20
+
+        monkeypatch.setattr(memory_module, "FULL_EVERY_S", 0.0)
+        forced = PeakMemory(pid=child.pid)
+        for _ in range(3):
+            forced.sample()
+        assert forced.pss_reads == 3
     finally:
         child.kill()
         child.wait()

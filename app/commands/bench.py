@@ -67,7 +67,7 @@ def main(cfg: DictConfig) -> None:
                 result["memory_error"] = sampled["error"]
             else:
                 result.update(peak_pss_mb=sampled["peak_pss_mb"], pss_samples=sampled["pss_samples"],
-                              sampled_images_per_s=sampled["images_per_s"])
+                              pss_reads=sampled["pss_reads"], sampled_images_per_s=sampled["images_per_s"])
         results[mode] = result
         log.info("%-16s %s", mode, _line(result))
     report = {"results": results, "config": {k: plain[k] for k in ("data", "augment", "queue", "bench", "seed")},
@@ -93,7 +93,7 @@ def _in_own_process(mode: str, plain: dict, *, sampled: bool) -> dict:
     if process.is_alive():
         process.kill()
     if sampled:
-        result.update(peak_pss_mb=memory.peak / 2**20, pss_samples=memory.samples)
+        result.update(peak_pss_mb=memory.peak / 2**20, pss_samples=memory.samples, pss_reads=memory.pss_reads)
     return result
 
 
