@@ -134,9 +134,8 @@ class BenchConfig:
                                                       "keras_threads", "keras_processes", "serial"])
     batches: int = 20  # timed batches a mode
     warmup: int = 3  # batches before the clock starts (process start, tracing)
-    # A second run of each mode with its process tree's PSS sampled every 100 ms, for the peak.
-    # The timed run is never sampled: reading a process's smaps_rollup costs CPU and holds its
-    # memory map's lock, which slowed Keras's threads mode by a fifth here.
+    # A second run of each mode, its tree's PSS sampled every 100 ms, for the peak; the timed
+    # run is never sampled (app/commands/bench.py says why).
     memory: bool = True
 
 

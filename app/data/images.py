@@ -5,6 +5,7 @@ No TensorFlow here: loader workers import this module.
 
 from __future__ import annotations
 
+import io
 import os
 
 import cv2
@@ -53,9 +54,11 @@ def load_rgb(path: str | os.PathLike, min_short_side: int | None = None) -> np.n
     with open(path, "rb") as file:
         if os.fstat(file.fileno()).st_size == 0:
             raise DecodeError("empty file")
+        source = file
         if file.read(3) == _JPEG_START:
             file.seek(0)
             raw = file.read()
+            source = io.BytesIO(raw)  # for Pillow, if it comes to that: the file is read once
             frame = _jpeg_frame(raw)
             if frame is not None and frame[2] in (1, 3):  # greyscale or RGB; CMYK is Pillow's to convert
                 width, height, _ = frame
@@ -63,10 +66,10 @@ def load_rgb(path: str | os.PathLike, min_short_side: int | None = None) -> np.n
                 if fast is not None:
                     return fast
         # Every other image, and any JPEG OpenCV turns down: Pillow, which names what is wrong.
-        file.seek(0)
+        source.seek(0)
         fmt = "image"  # until Pillow has read the header
         try:
-            with Image.open(file) as img:
+            with Image.open(source) as img:
                 fmt = img.format or fmt
                 if min_short_side is not None and fmt == "JPEG":
                     scale = draft_scale(img.width, img.height, min_short_side)
