@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
 
 # command word -> (module, function, one line of help, overrides that come first)
@@ -44,16 +45,18 @@ def main(argv: list[str] | None = None) -> int:
     from app.errors import exit_status_for
 
     try:
-        if word in ("train", "evaluate", "predict"):  # resume=… picks the run before Hydra makes a directory
+        if word != "report":  # Hydra's commands: their directory and `resume` are settled first
             from app.resume import prepare_argv
 
-            rest = prepare_argv(rest, subdir=None if word == "train" else word)
+            rest = prepare_argv(rest, word=word)
         sys.argv = [f"python -m app {word}", *first, *rest]
         entry = getattr(importlib.import_module(module), function)
         entry()
     except SystemExit as stop:  # --help, --cfg and friends end this way
         return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
     except BaseException as error:  # noqa: BLE001 - every failure leaves as a message and a status
+        if isinstance(error, KeyboardInterrupt):  # stopping already: more Ctrl-C must not cut it short
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         return exit_status_for(error)
     return 0
 

@@ -7,10 +7,14 @@ thread its own Compose. One pair of generators a sample, shared by every transfo
 `Compose.set_random_seed` would give each transform its own generator with the same seed, so
 every transform would draw the same first number and those with equal `p` would always be
 applied together (a flip would always come with a colour change).
+
+It also owns the draft rule (`draft_rule`): how far a JPEG may be reduced while it is decoded
+without changing what the transforms do, read off the built Compose.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import threading
@@ -20,7 +24,10 @@ from typing import Any
 import albumentations as A
 import numpy as np
 
+from app.data.images import DEFAULT_MAX_PIXELS, Decode
 from app.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 
 def build_compose(transforms: Sequence[dict], image_size: Sequence[int]) -> A.Compose:
@@ -48,16 +55,72 @@ def build_compose(transforms: Sequence[dict], image_size: Sequence[int]) -> A.Co
     return A.Compose(built, strict=True)
 
 
-def min_source_side(transforms: Sequence[dict], image_size: Sequence[int]) -> int:
-    """The short side a decoded image needs so no crop is upsampled: image_size / sqrt(min crop scale)."""
-    side = max(image_size)
-    scales = [float(min(t["scale"])) for t in transforms
-              if str(t.get("_target_", "")).endswith("RandomResizedCrop") and "scale" in t]
-    if any(str(t.get("_target_", "")).endswith("RandomResizedCrop") and "scale" not in t for t in transforms):
-        scales.append(0.08)  # albumentations' default scale range starts there
-    if scales:
-        side = math.ceil(side / math.sqrt(max(min(scales), 1e-6)))
-    return side
+# Transforms whose result does not depend on the image's resolution: the draft rule looks past them.
+RESOLUTION_FREE = frozenset({
+    "HorizontalFlip", "VerticalFlip", "Transpose", "RandomRotate90", "D4", "SquareSymmetry",
+    "RandomBrightnessContrast", "ColorJitter", "HueSaturationValue", "RGBShift", "RandomGamma", "ToGray",
+    "ChannelShuffle", "InvertImg", "Solarize", "Posterize", "Equalize", "ToSepia", "RandomToneCurve"})
+# Transforms whose arguments are in source pixels: a reduced decode would change what they do.
+SOURCE_PIXELS = frozenset({
+    "RandomCrop", "CenterCrop", "Crop", "RandomSizedCrop", "PadIfNeeded", "CropNonEmptyMaskIfExists",
+    "RandomCropNearBBox", "RandomSizedBBoxSafeCrop", "CropAndPad", "AtLeastOneBBoxRandomCrop"})
+
+
+def _needed_short_side(transform: A.BasicTransform) -> int | None:
+    """For a transform that resizes to a fixed output: the short side its input needs so the
+    output is never upsampled; None for any other transform."""
+    name = type(transform).__name__
+    if name == "RandomResizedCrop":
+        (height, width), (low, _), (r_min, r_max) = transform.size, transform.scale, transform.ratio
+        # a crop of area low·A and aspect r (width/height) is sqrt(low·A/r) high and sqrt(low·A·r) wide
+        side = max(height * math.sqrt(r_max), width / math.sqrt(r_min)) / math.sqrt(max(low, 1e-6))
+        return math.ceil(side)
+    if name == "Resize":
+        return max(transform.height, transform.width)
+    if name in ("SmallestMaxSize", "LongestMaxSize"):
+        sizes = [transform.max_size, getattr(transform, "max_size_hw", None)]
+        flat = [int(v) for s in sizes if s is not None for v in (s if isinstance(s, (list, tuple)) else [s])
+                if v is not None]
+        return max(flat) if flat else None
+    return None
+
+
+def draft_rule(compose: A.Compose, enabled: bool = True) -> tuple[int | None, str]:
+    """(the short side a JPEG may be reduced to by draft decoding, or None for a full decode; why).
+
+    Only the transforms up to the first that always resizes to a fixed output matter: each
+    before it must be resolution-free (a flip, a colour change), or the rule does not know what
+    a reduced image would do to it and allows none. A resize that may be skipped (p < 1) adds
+    its need and the look goes on."""
+    if not enabled:
+        return None, "draft off: data.decode.draft=false"
+    need, by = 0, []
+    for transform in compose.transforms:
+        name = type(transform).__name__
+        if name in RESOLUTION_FREE:
+            continue
+        if name in SOURCE_PIXELS:
+            return None, f"draft off: {name} works in source pixels"
+        side = _needed_short_side(transform)
+        if side is None:
+            return None, f"draft off: {name} is not known to the draft rule (its arguments may be in source pixels)"
+        need, by = max(need, side), [*by, name]
+        if transform.p >= 1:
+            return need, (f"draft allowed: JPEGs decoded at 1/2, 1/4 or 1/8 scale while the short side stays "
+                          f"at least {need} px ({' and '.join(by)} {'needs' if len(by) == 1 else 'need'} that)")
+    return None, "draft off: no transform resizes to a fixed output"
+
+
+def augmenters(plain: dict, splits: dict[str, list]) -> dict[str, Augmenter]:
+    """One Augmenter a split, from a validated plain config: `splits` maps a split's name to its
+    transforms (training's, or [] for the resize alone). Logs each split's draft rule."""
+    data = plain["data"]
+    built = {}
+    for name, transforms in splits.items():
+        built[name] = Augmenter(transforms, data["image_size"], draft=data["decode"]["draft"],
+                                max_pixels=data["max_image_pixels"])
+        log.info("%s split: %s", name, built[name].draft_reason)
+    return built
 
 
 def sample_seed(seed: int, epoch: int, index: int) -> int:
@@ -67,15 +130,17 @@ def sample_seed(seed: int, epoch: int, index: int) -> int:
 class Augmenter:
     """Picklable: holds plain configs and builds one Compose per thread on first use."""
 
-    def __init__(self, transforms: Sequence[dict], image_size: Sequence[int], *, draft: bool = True):
+    def __init__(self, transforms: Sequence[dict], image_size: Sequence[int], *, draft: bool = True,
+                 max_pixels: int | None = DEFAULT_MAX_PIXELS):
         self.transforms = [dict(t) for t in transforms]
         self.image_size = tuple(int(s) for s in image_size)
-        self.min_short_side = min_source_side(self.transforms, self.image_size) if draft else None
         self._local = threading.local()
+        min_short_side, self.draft_reason = draft_rule(self.compose(), draft)
+        self.decode = Decode(min_short_side, max_pixels)  # how the files of this pipeline are decoded
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        del state["_local"]
+        state["_local"] = None  # each process and thread builds its own Compose
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -40,9 +40,13 @@ def save(model, run_dir: Path, step: int, state: dict, *, keep: int = 2, protect
     tmp = root / f".{final.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    model.save(tmp / "model.keras")
-    np.save(tmp / SEED_STATES, np.array([np.array(v) for v in _seed_states(model)], np.int64).reshape(-1, 2))
-    write_json(tmp / "state.json", state)
+    try:
+        model.save(tmp / "model.keras")
+        np.save(tmp / SEED_STATES, np.array([np.array(v) for v in _seed_states(model)], np.int64).reshape(-1, 2))
+        write_json(tmp / "state.json", state)
+    except BaseException:  # a full disk, say: the half-written checkpoint goes, the previous ones stay
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if final.exists():  # the same step saved mid-epoch: the epoch-end state supersedes it
         old = root / f".{final.name}.old"
         shutil.rmtree(old, ignore_errors=True)

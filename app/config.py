@@ -7,6 +7,8 @@ The YAML files in conf/ extend these schemas (`defaults: [<group>_schema, _self_
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -14,6 +16,7 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from app.errors import ConfigError
 
@@ -62,6 +65,9 @@ class DataConfig:
     on_bad_sample: OnBadSample = OnBadSample["raise"]  # type: ignore[valid-type]
     max_bad_fraction: float = 0.01
     decode: DecodeConfig = field(default_factory=DecodeConfig)
+    # An image declaring more pixels is a bad sample, refused before any decode (a decompression
+    # bomb: a few hundred bytes can declare 30000×30000). Pillow's own limit; null: none.
+    max_image_pixels: int | None = 89_478_485
 
 
 @dataclass
@@ -100,7 +106,10 @@ class QueueConfig:
     max_size: int = 2
     shuffle: bool = True
     start_method: StartMethod = StartMethod.spawn
-    timeout_s: float = 120.0
+    timeout_s: float = 120.0  # for one batch, once the workers have started
+    startup_timeout_s: float = 300.0  # for a worker process to start (imports, data source) before its first task
+    # null: at most what the machine can hold (worker_limit()); a number replaces that limit
+    worker_limit: int | None = None
 
 
 @dataclass
@@ -168,13 +177,66 @@ def register() -> None:
     cs.store(group="bench", name="bench_schema", node=BenchConfig)
 
 
+SCHEMAS = {"augment": AugmentConfig, "queue": QueueConfig, "model": ModelConfig, "trainer": TrainerConfig,
+           "bench": BenchConfig}
+DATA_SCHEMAS = {"synthetic": SyntheticDataConfig, "cifar": CifarDataConfig, "folder": FolderDataConfig}
+WORKER_MIB = 100  # what a worker process costs, about (numpy, Pillow, OpenCV, albumentations, its buffers)
+WORKERS_PER_CORE = 4
+
+
+def config_error(key: str, value: Any, allowed: str) -> ConfigError:
+    return ConfigError(f"config key `{key}` = {value!r} is not allowed: {allowed}.")
+
+
 def _check(ok: bool, key: str, value: Any, allowed: str) -> None:
     if not ok:
-        raise ConfigError(f"config key `{key}` = {value!r} is not allowed: {allowed}.")
+        raise config_error(key, value, allowed)
 
 
-def validate(cfg: DictConfig) -> None:
-    """Ranges and cross-key rules the types alone cannot express. Raises ConfigError."""
+def typed(cfg: DictConfig | dict) -> DictConfig:
+    """`cfg` merged onto its groups' schemas: an unknown key is refused however it came (a `+key=`
+    override adds one past Hydra's own check), and a key the config lacks (a run saved before
+    it existed) takes its default."""
+    plain = to_plain(cfg) if isinstance(cfg, DictConfig) else cfg
+    known = [f.name for f in dataclasses.fields(Config)]
+    for key in plain:
+        if key not in known:
+            raise ConfigError(f"config key `{key}` is not allowed: no such key. Allowed keys there: "
+                              f"{', '.join(known)}.")
+    root = OmegaConf.structured(Config)
+    for key, value in plain.items():
+        schema = DATA_SCHEMAS.get(str((value or {}).get("name"))) if key == "data" else SCHEMAS.get(key)
+        if schema is None or not isinstance(value, dict):
+            root[key] = value
+            continue
+        try:
+            root[key] = OmegaConf.merge(OmegaConf.structured(schema), value)
+        except OmegaConfBaseException as error:
+            full = f"{key}.{error.full_key}" if getattr(error, "full_key", None) else key
+            where = getattr(error, "object_type", None)
+            where = where if where is not None and dataclasses.is_dataclass(where) else schema
+            names = ", ".join(f.name for f in dataclasses.fields(where))
+            first = str(error).splitlines()[0]
+            raise ConfigError(f"config key `{full}` is not allowed: {first}. Allowed keys there: {names}.") from None
+    return root
+
+
+def worker_limit() -> tuple[int, str]:
+    """The most loader worker processes this machine holds, and how that was found."""
+    import psutil
+
+    cores = os.cpu_count() or 1
+    available = psutil.virtual_memory().available
+    by_memory = max(1, int(available // (WORKER_MIB * 2**20)))
+    limit = min(WORKERS_PER_CORE * cores, by_memory)
+    return limit, (f"{WORKERS_PER_CORE} a core × {cores} cores = {WORKERS_PER_CORE * cores}; "
+                   f"{available / 2**30:.1f} GiB available / ~{WORKER_MIB} MiB a worker = {by_memory}")
+
+
+def validate(cfg: DictConfig | dict) -> DictConfig:
+    """The config, typed (`typed`), after the ranges and cross-key rules the types alone cannot
+    express. Raises ConfigError."""
+    cfg = typed(cfg)
     d, q, t = cfg.data, cfg.queue, cfg.trainer
     size = list(d.image_size)
     _check(len(size) == 2 and all(s >= 8 for s in size), "data.image_size", size,
@@ -184,6 +246,8 @@ def validate(cfg: DictConfig) -> None:
            "a fraction strictly between 0 and 1")
     _check(0.0 <= d.max_bad_fraction <= 1.0, "data.max_bad_fraction", d.max_bad_fraction,
            "a fraction from 0 to 1")
+    _check(d.max_image_pixels is None or d.max_image_pixels >= 1, "data.max_image_pixels", d.max_image_pixels,
+           "null (no limit) or a positive number of pixels")
     if d.name == "folder":
         _check(d.path is not None and str(d.path).strip() != "", "data.path", d.path,
                "data=folder needs the folder of images: add data.path=/path/to/images "
@@ -194,8 +258,17 @@ def validate(cfg: DictConfig) -> None:
                f"at least 2 images a class ({2 * d.num_classes} for {d.num_classes} classes)")
         _check(d.source_size >= 16, "data.source_size", d.source_size, "at least 16 pixels")
     _check(q.workers >= 0, "queue.workers", q.workers, "0 (load in the training process) or more workers")
+    if q.worker_limit is not None:
+        _check(q.worker_limit >= 1, "queue.worker_limit", q.worker_limit, "null (what the machine holds) or at least 1")
+        _check(q.workers <= q.worker_limit, "queue.workers", q.workers, f"at most queue.worker_limit={q.worker_limit}")
+    elif q.workers > 1:
+        limit, why = worker_limit()
+        _check(q.workers <= limit, "queue.workers", q.workers,
+               f"at most {limit} on this machine ({why}); more would compete for the cores and memory. Set "
+               f"queue.worker_limit={q.workers} if you know better (workers that mostly wait on network storage)")
     _check(q.max_size >= 1, "queue.max_size", q.max_size, "an integer of at least 1 (batches held ready)")
     _check(q.timeout_s > 0, "queue.timeout_s", q.timeout_s, "a positive number of seconds")
+    _check(q.startup_timeout_s > 0, "queue.startup_timeout_s", q.startup_timeout_s, "a positive number of seconds")
     _check(t.epochs >= 1, "trainer.epochs", t.epochs, "an integer of at least 1")
     _check(t.steps_per_epoch is None or t.steps_per_epoch >= 1, "trainer.steps_per_epoch",
            t.steps_per_epoch, "null (the whole split) or an integer of at least 1")
@@ -208,7 +281,9 @@ def validate(cfg: DictConfig) -> None:
     _check(cfg.model.blocks_per_stage >= 1, "model.blocks_per_stage", cfg.model.blocks_per_stage,
            "an integer of at least 1")
     _check(0.0 <= cfg.model.dropout < 1.0, "model.dropout", cfg.model.dropout, "a rate from 0 to below 1")
+    return cfg
 
 
 def to_plain(cfg: DictConfig) -> dict:
+    """The config as plain containers, interpolations resolved and enums as their names."""
     return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]

@@ -1,5 +1,7 @@
 """Errors a user can act on: each carries a one-paragraph message the CLI prints as is."""
 
+import os
+
 
 class AppError(Exception):
     """A failure whose message names the key, path or index at fault (no traceback needed)."""
@@ -23,6 +25,53 @@ class BadSampleError(DataError):
 
 class WorkerError(AppError):
     """A loader worker failed, died or hung."""
+
+
+class MachineError(AppError):
+    """The machine ran out of something (disk space, memory): nothing the config got wrong."""
+
+
+def _chain(error: BaseException | None):
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+def _disk_full(error: BaseException) -> OSError | None:
+    """The OSError of a full disk or quota in `error`'s chain (h5py and zipfile wrap it, some
+    keep only the text)."""
+    import errno
+
+    for e in _chain(error):
+        if isinstance(e, OSError) and (e.errno in (errno.ENOSPC, errno.EDQUOT)
+                                       or "No space left on device" in str(e) or "Disk quota exceeded" in str(e)):
+            return e
+    return None
+
+
+def explain(error: BaseException, resume_hint: str | None = None) -> BaseException:
+    """A full disk or exhausted memory as a MachineError that says what to do; anything else unchanged.
+    `resume_hint`: the command that continues the run once the cause is gone."""
+    import shutil
+
+    full = _disk_full(error)
+    if full is not None:
+        where = full.filename or "the run directory"
+        free = ""
+        try:
+            free = f" ({shutil.disk_usage(os.path.dirname(str(full.filename)) or '.').free / 2**20:.0f} MiB free now)"
+        except (OSError, TypeError):
+            pass
+        then = f", then continue with `{resume_hint}`: the checkpoints written before are whole" if resume_hint \
+            else ", then run the command again"
+        return MachineError(f"no space left on the device holding {where}{free}: free some space{then}.")
+    if any(isinstance(e, MemoryError) for e in _chain(error)):
+        then = f", then continue with `{resume_hint}`" if resume_hint else ""
+        return MachineError("out of memory (MemoryError): lower data.batch_size, queue.max_size, queue.workers or "
+                            f"data.image_size (`python -m app train --cfg job` shows them){then}.")
+    return error
 
 
 def _paragraph(error: BaseException) -> str:
@@ -52,13 +101,13 @@ def _allowed_keys(error: BaseException) -> str:
 
 def exit_status_for(error: BaseException) -> int:
     """Print `error` as one paragraph on stderr and return the process's exit status."""
-    import os
     import sys
     import traceback
 
     if isinstance(error, KeyboardInterrupt):
         print("interrupted.", file=sys.stderr)
         return 130
+    error = explain(error)
     if isinstance(error, AppError):
         print(f"error: {_paragraph(error)}", file=sys.stderr)
         return 2 if isinstance(error, ConfigError) else 1

@@ -77,13 +77,17 @@ def export(model: keras.Model, path: Path, *, class_names: Sequence[str], image_
     never leaves half a file."""
     path = Path(path)
     tmp = path.with_name(f".{path.stem}.tmp.keras")
-    model.save(tmp)
     metadata = {"class_names": list(class_names), "image_size": list(image_size),
                 "input": "RGB pixel values 0..255, shape (batch, H, W, 3)",
                 "normalisation": {"scale": SCALE, "offset": OFFSET}}
-    with zipfile.ZipFile(tmp, "a") as archive:
-        archive.writestr(METADATA_FILE, json.dumps(metadata, indent=2))
-    os.replace(tmp, path)
+    try:
+        model.save(tmp)
+        with zipfile.ZipFile(tmp, "a") as archive:
+            archive.writestr(METADATA_FILE, json.dumps(metadata, indent=2))
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, say: the previous model.keras stays whole
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def read_metadata(path: Path) -> dict:

@@ -1,43 +1,98 @@
-"""`resume=<run dir>` and `resume=latest`: continue a run in its own directory.
+"""The command line before Hydra sees it: which directory a command writes, and `resume`.
 
-The command word resolves `resume` before Hydra makes a directory and points Hydra's run
-directory at it (and keeps Hydra from rewriting its `.hydra/`). The task then takes the
-config from the checkpoint: only what is safe to change may be overridden.
+- `resume=<run dir>` or `resume=latest` is resolved here, before Hydra makes a directory:
+  `train` continues in the run directory itself (taking its lock first, app/rundir.py), and
+  `evaluate`/`predict` write into `<run dir>/<command>/<date>_<time>/`. The task then takes the
+  config from the checkpoint: only what is safe to change may be overridden.
+- A new run's directory is claimed here, atomically: two runs started in the same second (or
+  two sweeps) never share one; the second gets `<time>-1`. `hydra.run.dir=`/`hydra.sweep.dir=`
+  given on the command line are the user's to choose and are left alone.
+- Values with spaces or non-ASCII characters (paths, mostly) are quoted for Hydra's override
+  grammar, which otherwise rejects them however the shell quoted them.
 """
 
 from __future__ import annotations
 
+import re
+import time
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from app.errors import ConfigError
+from app.rundir import claim_dir, hold_lock
 
 SAFE_PREFIXES = ("trainer.epochs", "queue.")
+# Hydra's flags that print or inspect instead of running: no directory is claimed for them.
+INFO_FLAGS = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc")
+# A value Hydra parses as a sweep or a function (choice(a, b), range(1,3), int(4)...) is not quoted.
+_FUNCTION = re.compile(r"^[A-Za-z_]+\(.*\)$")
 
 
-def prepare_argv(argv: list[str], outputs: Path = Path("outputs"), *, subdir: str | None = None) -> list[str]:
-    """Rewrite the overrides of a command on an existing run; others come back unchanged.
-    `train` continues in the run directory itself; `evaluate` and `predict` (`subdir`) write
-    into `<run dir>/<subdir>/<date>_<time>/` and need `resume`."""
-    value = None
-    for arg in argv:
-        if arg.lstrip("+").startswith("resume="):
-            value = arg.split("=", 1)[1]
+def prepare_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str = "train") -> list[str]:
+    """The overrides of `python -m app <word> ...`, rewritten as the module docstring says."""
+    argv = [quote_override(a) for a in argv]
+    info = any(a.split("=", 1)[0] in INFO_FLAGS for a in argv)
+    multirun = "-m" in argv or "--multirun" in argv
+    value = _value(argv, "resume") if word in ("train", "evaluate", "predict") else None
+    stamp = time.strftime("%Y-%m-%d"), time.strftime("%H-%M-%S")
+    on_a_run = word in ("evaluate", "predict")
     if value in (None, "", "null", "None"):
-        if subdir:
-            raise ConfigError(f"config key `resume` is missing: `{subdir}` works on a training run, e.g. "
-                              f"python -m app {subdir} resume=outputs/<date>/<time> (or resume=latest).")
-        return argv
-    if "-m" in argv or "--multirun" in argv:
+        if on_a_run:
+            raise ConfigError(f"config key `resume` is missing: `{word}` works on a training run, e.g. "
+                              f"python -m app {word} resume=outputs/<date>/<time> (or resume=latest).")
+        key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+        if info or _value(argv, key) is not None:
+            return argv
+        base = Path(outputs) / "multirun" if multirun else Path(outputs)
+        return [*argv, f"{key}={quoted(str(claim_dir(base / stamp[0] / stamp[1])))}"]
+    if multirun:
         raise ConfigError("config key `resume` cannot be used with -m: resume one run at a time.")
     run_dir = latest_run(outputs) if value == "latest" else Path(value).expanduser().resolve()
     if not (run_dir / "checkpoints").is_dir():
         raise ConfigError(f"config key `resume` = {value!r} is not allowed: {run_dir} is not a run directory with "
                           "checkpoints/ (give a directory under outputs/ that a training run wrote, or `latest`).")
-    kept = [a for a in argv if not a.lstrip("+").startswith("resume=")]
-    where = f"{run_dir}/{subdir}/${{now:%Y-%m-%d_%H-%M-%S}}" if subdir else str(run_dir)
-    return [*kept, f"resume={run_dir}", f"hydra.run.dir={where}", "hydra.output_subdir=null"]
+    kept = [a for a in argv if _key(a) != "resume"]
+    if on_a_run:
+        where = run_dir / word / f"{stamp[0]}_{stamp[1]}"
+        where = where if info else claim_dir(where)
+    else:
+        where = run_dir
+        if not info:
+            hold_lock(run_dir, "python -m app train resume=...")
+    return [*kept, f"resume={quoted(str(run_dir))}", f"hydra.run.dir={quoted(str(where))}", "hydra.output_subdir=null"]
+
+
+def quoted(value: str) -> str:
+    """`value` as one quoted string of Hydra's override grammar (no interpolation inside)."""
+    return "'" + value.replace("'", "\\'").replace("${", "\\${") + "'"
+
+
+def quote_override(arg: str) -> str:
+    """`key=value` with `value` quoted when Hydra would reject it unquoted (a space, a non-ASCII
+    character) and it is a plain string: not quoted already, not a list, dict, sweep or function."""
+    if arg.startswith("-") or "=" not in arg:
+        return arg
+    key, value = arg.split("=", 1)
+    plain = value and value[0] not in "'\"[{" and not _FUNCTION.match(value)
+    if plain and (any(c.isspace() for c in value) or not value.isascii()):
+        return f"{key}={quoted(value)}"
+    return arg
+
+
+def _key(arg: str) -> str:
+    return arg.lstrip("+~").split("=", 1)[0]
+
+
+def _value(argv: list[str], key: str) -> str | None:
+    """The last value given to `key`, its Hydra quotes taken off."""
+    found = None
+    for arg in argv:
+        if "=" in arg and _key(arg) == key:
+            found = arg.split("=", 1)[1]
+    if found and len(found) >= 2 and found[0] == found[-1] and found[0] in "'\"":
+        found = found[1:-1].replace(f"\\{found[0]}", found[0]).replace("\\${", "${")
+    return found
 
 
 def latest_run(outputs: Path) -> Path:

@@ -1,8 +1,11 @@
-"""The run directory's small files: summary.json, metrics.csv, split.json (INTERFACE.md)."""
+"""The run directory: claiming a new one, its lock, and its small files (summary.json,
+metrics.csv, split.json; INTERFACE.md). No TensorFlow."""
 
 from __future__ import annotations
 
 import csv
+import fcntl
+import itertools
 import json
 import os
 import platform
@@ -14,7 +17,62 @@ from typing import Any
 
 import psutil
 
-from app.errors import DataError
+from app.errors import AppError, DataError
+
+LOCK_FILE = ".lock"
+_held: dict[Path, int] = {}  # run directory → the descriptor whose flock this process holds
+
+
+class RunInUseError(AppError):
+    """Another live process holds a run directory's lock."""
+
+
+def claim_dir(path: Path) -> Path:
+    """A new directory at `path`, or at `path-1`, `path-2`, ... when that exists: mkdir is atomic,
+    so two processes claiming the same name at once get two directories."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for n in itertools.count():
+        candidate = path if n == 0 else path.with_name(f"{path.name}-{n}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        return candidate
+    raise AssertionError("unreachable")
+
+
+def hold_lock(run_dir: Path, command: str) -> None:
+    """This process's exclusive lock on `run_dir` (`flock` on its .lock file, holding our PID),
+    until the process ends or `release_lock`. The kernel drops it when the process dies, by
+    SIGKILL too, so no stale lock is ever left. Held already by this process: nothing to do."""
+    run_dir = Path(run_dir).resolve()
+    if run_dir in _held:
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").split("\n", 1)
+        os.close(fd)
+        who = f"process {holder[0]} ({holder[1].strip()})" if len(holder) == 2 and holder[0].isdigit() \
+            else "another process"
+        raise RunInUseError(
+            f"{run_dir} is in use: {who} holds its lock ({run_dir / LOCK_FILE}). Two processes training one "
+            "run would write its epochs and checkpoints twice. Wait for it to end, or stop it (kill "
+            f"{holder[0] if holder[0].isdigit() else '<pid>'}) and resume; a process that died leaves no lock."
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n{command}\n".encode(), 0)
+    _held[run_dir] = fd
+
+
+def release_lock(run_dir: Path) -> None:
+    fd = _held.pop(Path(run_dir).resolve(), None)
+    if fd is not None:
+        os.close(fd)  # closing the descriptor drops the flock
+
 
 METRICS_COLUMNS = ["epoch", "loss", "accuracy", "val_loss", "val_accuracy", "images_per_s",
                    "data_wait_fraction", "peak_memory_mb"]
@@ -23,8 +81,12 @@ METRICS_COLUMNS = ["epoch", "loss", "accuracy", "val_loss", "val_accuracy", "ima
 def write_json(path: Path, content: Any) -> None:
     """Atomically: readers never see half a file."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(content, indent=2, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(content, indent=2, default=str) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, say: no half-written file is left behind
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def append_metrics(path: Path, row: dict) -> None:
@@ -58,7 +120,8 @@ class Summary:
     def __init__(self, run_dir: Path, overrides: list[str], *, resumed_from: str | None = None):
         self.path = Path(run_dir) / "summary.json"
         if resumed_from and self.path.exists():  # the same run goes on: keep its record
-            self.content = json.loads(self.path.read_text())
+            self.content = read_json(self.path, "delete it and resume again to start a new one (metrics.csv "
+                                     "and the checkpoints keep the run's history)")
             self.content.setdefault("resumed", []).append({"from": resumed_from, "at": _now(),
                                                            "overrides": list(overrides)})
             self.update(status="running", message=None, versions=versions(), git_commit=git_commit())
@@ -118,9 +181,30 @@ def git_commit() -> str | None:
 
 
 def check_same_data(run_dir: Path, source) -> None:
-    """A run's data must be what it was trained on: split.json's fingerprint against the source's."""
-    recorded = json.loads((Path(run_dir) / "split.json").read_text())
-    if recorded.get("fingerprint") != source.fingerprint:
-        raise DataError(f"the data changed since {run_dir} was trained (split.json fingerprint "
-                        f"{str(recorded.get('fingerprint'))[:12]}, now {source.fingerprint[:12]}): the samples "
-                        "would not be the run's. Restore the data, or start a new run.")
+    """A run's data must be what it was trained on: split.json's fingerprint against the source's.
+    Runs recorded before modification times were covered compare names and sizes."""
+    recorded = read_json(Path(run_dir) / "split.json", "it records which samples the run trains and validates "
+                         "on; restore it from a copy of the run, or start a new run")
+    fingerprint = recorded.get("fingerprint")
+    now = source.fingerprint if "fingerprint_covers" in recorded else source.names_sizes_fingerprint
+    if fingerprint == now:
+        return
+    detail = ""
+    if recorded.get("names_sizes_fingerprint") and recorded["names_sizes_fingerprint"] == \
+            source.names_sizes_fingerprint:
+        detail = (" Only modification times differ: the files were rewritten, or copied without keeping "
+                  "their times (cp -p and rsync -t keep them).")
+    raise DataError(f"the data changed since {run_dir} was trained (split.json fingerprint "
+                    f"{str(fingerprint)[:12]}, now {str(now)[:12]}; it covers "
+                    f"{recorded.get('fingerprint_covers', 'relative paths and sizes')}): the samples would not be "
+                    f"the run's.{detail} Restore the data, or start a new run.")
+
+
+def read_json(path: Path, what_to_do: str) -> Any:
+    """A run's JSON file; a missing or corrupt one is a DataError naming it and what to do."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(f"{path} is missing: {what_to_do}.") from None
+    except (OSError, ValueError) as error:
+        raise DataError(f"{path} cannot be read ({error}): {what_to_do}.") from None

@@ -21,7 +21,7 @@ def open_run(cfg: DictConfig, safe: tuple[str, ...]) -> tuple[Path, DictConfig, 
     """(run dir, its config with the `safe` overrides, that config as plain containers)."""
     run_dir = Path(cfg.resume)
     cfg = resumed_config(checkpoint.saved_config(run_dir), cfg, list(HydraConfig.get().overrides.task), safe)
-    validate(cfg)
+    cfg = validate(cfg)
     return run_dir, cfg, to_plain(cfg)
 
 

@@ -9,66 +9,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
 
 import keras
 import numpy as np
 
+from app.runstate import EpochFigures, RunState
 
-@dataclass
-class EpochFigures:
-    steps: int = 0
-    images: int = 0
-    loss_sum: float = 0.0
-    correct: float = 0.0
-    waited_s: float = 0.0  # between the end of one step and the start of the next
-    seconds: float = 0.0  # from the epoch's start to the end of its last step
-
-    def add(self, logs: dict, n: int) -> None:
-        self.steps += 1
-        self.images += n
-        self.loss_sum += float(logs["loss"]) * n
-        self.correct += float(logs["accuracy"]) * n
-
-    @property
-    def loss(self) -> float:
-        return self.loss_sum / max(self.images, 1)
-
-    @property
-    def accuracy(self) -> float:
-        return self.correct / max(self.images, 1)
-
-    @property
-    def images_per_s(self) -> float:
-        return self.images / self.seconds if self.seconds else 0.0
-
-    @property
-    def data_wait_fraction(self) -> float:
-        return self.waited_s / self.seconds if self.seconds else 0.0
-
-    def logs(self) -> dict:
-        return {"loss": self.loss, "accuracy": self.accuracy, "images_per_s": self.images_per_s}
-
-    def state(self) -> dict:
-        """The running sums, for a checkpoint inside the epoch."""
-        return asdict(self)
-
-
-@dataclass
-class RunState:
-    """Where training is: what a checkpoint stores and what a resume restores."""
-
-    config: dict
-    epoch: int = 0  # 0-based, the epoch under way
-    steps_before_epoch: int = 0
-    order: np.ndarray | None = None  # this epoch's sample indices
-    figures: EpochFigures | None = None  # this epoch's running sums
-    best: list | None = None  # [val_accuracy, checkpoint name]
-
-    def checkpoint(self, batches_done: int, *, complete: bool, metrics: dict | None = None) -> dict:
-        return {"epoch": self.epoch, "batch_in_epoch": batches_done, "epoch_complete": complete,
-                "step": self.steps_before_epoch + batches_done, "figures": self.figures.state(),
-                "best": self.best, "metrics": metrics, "config": self.config}
+__all__ = ["EpochFigures", "RunState", "evaluate", "train_epoch"]
 
 
 def train_epoch(net: keras.Model, batches: Iterable[tuple[np.ndarray, np.ndarray]],
@@ -78,7 +25,10 @@ def train_epoch(net: keras.Model, batches: Iterable[tuple[np.ndarray, np.ndarray
     sums it had and the index of its next batch. Stops early when a callback sets
     `net.stop_training`."""
     figures = figures or EpochFigures()
-    started = step_end = time.perf_counter() - figures.seconds
+    # A resumed epoch's clock goes on from the seconds it had; the time before the resume
+    # (process start, model load) is neither training nor waiting.
+    step_end = time.perf_counter()
+    started = step_end - figures.seconds
     for step, (x, y) in enumerate(batches, start=first_batch):
         figures.waited_s += time.perf_counter() - step_end
         callbacks.on_train_batch_begin(step)

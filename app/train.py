@@ -8,25 +8,23 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
 from app import checkpoint
-from app.augment import Augmenter, build_compose
+from app.augment import augmenters, build_compose
 from app.config import to_plain, validate
 from app.data import load_source
-from app.errors import AppError, ConfigError
+from app.errors import AppError, ConfigError, explain
 from app.loader import boundary
 from app.loader.enqueuer import Enqueuer, epoch_order
 from app.memory import PeakMemory, leftovers_cleared
 from app.resume import resumed_config
-from app.rundir import Summary, append_metrics, check_same_data, keep_rows, write_json
-
-if TYPE_CHECKING:
-    from app.steps import RunState
+from app.rundir import Summary, append_metrics, check_same_data, hold_lock, keep_rows, release_lock, write_json
+from app.runstate import RunState
 
 log = logging.getLogger("app.train")
 
@@ -39,39 +37,89 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
     try:
         if resumed:  # the config is the checkpoint's, with the safe overrides (app/resume.py)
             cfg = resumed_config(checkpoint.saved_config(run_dir), cfg, overrides)
-        # Everything that can be checked without data or TensorFlow, first.
-        validate(cfg)
+        # Everything that can be checked without data, first; the callbacks need Keras.
+        cfg = validate(cfg)
         plain = to_plain(cfg)
         build_compose(plain["augment"]["transforms"], plain["data"]["image_size"])  # strict: misspellings fail
+        callbacks = user_callbacks(plain["trainer"]["callbacks"])
     except AppError as error:
         if not resumed:  # a sweep's report shows the job as failed, with the reason
             Summary(run_dir, overrides).update(status="failed", message=str(error))
         raise
 
-    run_dir.mkdir(parents=True, exist_ok=True)
+    hold_lock(run_dir, f"python -m app train{' resume=...' if resumed else ''}")
     isolation = leftovers_cleared()
     summary = Summary(run_dir, overrides, resumed_from=resumed)
     summary.update(isolation=isolation, pid=os.getpid())
+    state = RunState(config=plain)
     try:
-        with _sigterm_as_interrupt():
-            _train(cfg, plain, run_dir, summary)
+        with _interrupts():
+            _train(cfg, plain, run_dir, summary, state, callbacks)
     except KeyboardInterrupt:
-        summary.update(status="interrupted")
-        log.warning("interrupted: stopped after %d steps", summary.content["steps"])
+        _record(summary, status="interrupted")
+        log.warning("interrupted after step %d; %s", state.steps_done, _continue_hint(run_dir))
         raise
     except BaseException as error:
-        summary.update(status="failed", message=str(error))
-        log.error("failed: %s", error)
+        explained = explain(error, resume_hint=f"python -m app train resume={run_dir}")
+        _record(summary, status="failed", message=str(explained))
+        log.error("failed: %s", explained)
         if getattr(error, "worker_traceback", None):
             log.error("worker traceback:\n%s", error.worker_traceback)
-        elif not isinstance(error, AppError):  # a bug: keep its traceback
+        elif not isinstance(explained, AppError):  # a bug: keep its traceback
             log.exception("traceback")
+        if explained is not error:
+            raise explained from error
         raise
+    finally:
+        release_lock(run_dir)
     summary.update(status="completed")
     return summary.content
 
 
-def _train(cfg: DictConfig, plain: dict, run_dir: Path, summary: Summary) -> None:
+def user_callbacks(specs: list) -> list:
+    """`trainer.callbacks`, instantiated before any data is read, so a wrong `_target_` or
+    argument fails at once, naming the entry."""
+    if not specs:
+        return []
+    import keras  # TensorFlow loads here: the callbacks are Keras objects
+    from hydra.utils import instantiate
+
+    built = []
+    for i, spec in enumerate(specs):
+        where = f"trainer.callbacks[{i}]"
+        if not isinstance(spec, dict) or "_target_" not in spec:
+            raise ConfigError(f"config key `{where}` = {spec!r} is not allowed: each entry is a mapping with "
+                              "`_target_: keras.callbacks.<Callback>` and its arguments.")
+        try:
+            callback = instantiate(spec, _convert_="all")
+        except Exception as error:  # instantiate wraps import errors and wrong arguments
+            detail = " ".join(str(error.__cause__ or error).split())
+            raise ConfigError(f"config key `{where}` ({spec['_target_']}) cannot be built: {detail}") from None
+        if not isinstance(callback, keras.callbacks.Callback):
+            raise ConfigError(f"config key `{where}._target_` = {spec['_target_']!r} is not a Keras callback "
+                              "(keras.callbacks.Callback).")
+        built.append(callback)
+    return built
+
+
+def _record(summary: Summary, **values) -> None:
+    """The run's status in summary.json, as far as the disk allows (it may be the disk that failed)."""
+    try:
+        summary.update(**values)
+    except OSError as error:
+        log.error("could not record status %s in %s: %s", values.get("status"), summary.path, error)
+
+
+def _continue_hint(run_dir: Path) -> str:
+    saved = checkpoint.newest(run_dir)
+    if not saved:
+        return "no checkpoint was written yet: a new run starts from the beginning"
+    return (f"its last checkpoint is {saved[0].name}: `python -m app train resume={run_dir}` continues "
+            "from there")
+
+
+def _train(cfg: DictConfig, plain: dict, run_dir: Path, summary: Summary, state: RunState,
+           callbacks: list) -> None:
     data, trainer = plain["data"], plain["trainer"]
     image_size = tuple(data["image_size"])
     source = load_source(cfg.data)
@@ -105,10 +153,7 @@ def _train(cfg: DictConfig, plain: dict, run_dir: Path, summary: Summary) -> Non
     try:
         from hydra.utils import instantiate
 
-        from app.steps import RunState
-
         summary.update(hardware={**summary.content["hardware"], "gpus": _visible_gpus()})
-        state = RunState(config=plain)
         if cfg.resume:
             point = checkpoint.resume_point(run_dir)
             net, state = point.model, _restored(state, point.state)
@@ -124,24 +169,22 @@ def _train(cfg: DictConfig, plain: dict, run_dir: Path, summary: Summary) -> Non
             net = models.classifier(backbone, image_size)
             net.compile(optimizer=models.optimizer(trainer["optimizer"], trainer["lr"]),
                         loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-        augmenters = {"train": Augmenter(plain["augment"]["transforms"], image_size, draft=data["decode"]["draft"]),
-                      "val": Augmenter([], image_size, draft=data["decode"]["draft"])}
-        enqueuer = Enqueuer.from_config(plain, {"train": source.train, "val": source.val}, augmenters,
+        built = augmenters(plain, {"train": plain["augment"]["transforms"], "val": []})
+        enqueuer = Enqueuer.from_config(plain, {"train": source.train, "val": source.val}, built,
                                         bad_log=run_dir / "bad_samples.txt")
         summary.update(queue_bytes=enqueuer.queue_bytes)
         log.info("queue: %d %s, max_size %d: %.1f MiB of uint8 batches", enqueuer.num_workers,
                  "processes" if enqueuer.use_multiprocessing else "threads", enqueuer.max_size,
                  enqueuer.queue_bytes / 2**20)
         with enqueuer, PeakMemory() as memory:
-            _epochs(net, enqueuer, memory, source, plain, run_dir, summary, steps, state)
+            _epochs(net, enqueuer, memory, source, plain, run_dir, summary, steps, state, callbacks)
     finally:
         keras.mixed_precision.set_global_policy("float32")
 
 
 def _epochs(net, enqueuer: Enqueuer, memory: PeakMemory, source, plain: dict, run_dir: Path,
-            summary: Summary, steps: int, state: RunState) -> None:
+            summary: Summary, steps: int, state: RunState, user: list) -> None:
     import keras
-    from hydra.utils import instantiate
 
     from app import model as models
     from app.callbacks import Progress, SampleRecorder, StepCheckpoint
@@ -157,7 +200,6 @@ def _epochs(net, enqueuer: Enqueuer, memory: PeakMemory, source, plain: dict, ru
         own.append(SampleRecorder(run_dir / "samples.csv", batch, state))
     if trainer["checkpoint_every_steps"]:
         own.append(StepCheckpoint(run_dir, trainer["checkpoint_every_steps"], steps, state))
-    user = [instantiate(c, _convert_="all") for c in trainer["callbacks"]]
     callbacks = keras.callbacks.CallbackList(own + user, model=net, epochs=epochs, steps=steps)
     callbacks.on_train_begin()
     if state.epoch >= epochs:
@@ -225,17 +267,30 @@ def _visible_gpus() -> list[str]:
 
 
 @contextmanager
-def _sigterm_as_interrupt():
-    """SIGTERM (a scheduler's stop) ends the run like Ctrl-C: workers stopped, status `interrupted`."""
+def _interrupts():
+    """Ctrl-C (SIGINT) and a scheduler's SIGTERM end the run the same way: the first raises
+    KeyboardInterrupt (workers stopped, status `interrupted`); any more while it stops are
+    ignored for the rest of the process, so a second Ctrl-C cannot cut the clean-up short (a
+    traceback, a ring left for the resource tracker)."""
+    def stopping(signum, frame):
+        print("stopping: the workers are being ended and the run recorded; one moment.", file=sys.stderr)
+
     def interrupt(signum, frame):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, stopping)
         raise KeyboardInterrupt
 
     try:
-        previous = signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:  # not the main thread (a threaded launcher): leave SIGTERM alone
+        previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread (a threaded launcher): leave the signals alone
         yield
         return
+    stopped = False
     try:
         yield
+    except KeyboardInterrupt:
+        stopped = True
+        raise
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():  # after an interrupt the process is ending: ignore the rest
+            signal.signal(sig, signal.SIG_IGN if stopped else handler)

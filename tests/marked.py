@@ -48,7 +48,7 @@ class MarkedSplit:
     def describe(self, i: int) -> str:
         return f"/data/marked/{i:05d}.png"
 
-    def read(self, i: int, min_short_side: int | None = None) -> np.ndarray:
+    def read(self, i: int, decode=None) -> np.ndarray:
         if self.log_path:
             with open(self.log_path, "a") as f:
                 f.write(f"{i} {os.getpid()}\n")
@@ -66,7 +66,7 @@ class MarkedSplit:
 class IdentityAugmenter:
     """No randomness, no resize: what a worker wrote is what the source gave."""
 
-    min_short_side = None
+    decode = None
 
     def __call__(self, image, seed, epoch, index):
         return image

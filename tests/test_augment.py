@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from app.augment import Augmenter, min_source_side
+from app.augment import Augmenter
 
 CROP = {"_target_": "albumentations.RandomResizedCrop", "size": [32, 32], "scale": [0.25, 1.0]}
 FLIP = {"_target_": "albumentations.HorizontalFlip", "p": 0.5}
@@ -89,8 +89,9 @@ def test_validation_is_a_deterministic_resize(image):
     assert np.array_equal(a, aug(image, 5, 7, 11))
 
 
-def test_min_source_side_rule():
-    assert min_source_side([CROP], [32, 32]) == 64  # 32 / sqrt(0.25)
-    assert min_source_side([FLIP], [32, 48]) == 48  # no crop: the input size
-    assert min_source_side([{"_target_": "albumentations.RandomResizedCrop", "size": [32, 32]}], [32, 32]) == 114
-    assert Augmenter([CROP], [32, 32], draft=False).min_short_side is None
+def test_draft_rule_numbers():
+    assert Augmenter([CROP], [32, 32]).decode.min_short_side == 74  # max(32·sqrt(4/3), 32/sqrt(3/4)) / sqrt(0.25)
+    assert Augmenter([FLIP], [32, 48]).decode.min_short_side == 48  # no crop: the appended resize's need
+    default_scale = {"_target_": "albumentations.RandomResizedCrop", "size": [32, 32]}  # scale from 0.08
+    assert Augmenter([default_scale], [32, 32]).decode.min_short_side == 131
+    assert Augmenter([CROP], [32, 32], draft=False).decode.min_short_side is None

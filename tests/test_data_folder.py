@@ -1,6 +1,7 @@
 """app/data/folder.py: layouts, the deterministic val_fraction split, fingerprint, error messages."""
 
 import json
+import os
 import pickle
 import shutil
 from types import SimpleNamespace
@@ -10,7 +11,7 @@ import pytest
 from PIL import Image
 
 from app.data import load_source
-from app.data.folder import folder_source, split_by_fraction
+from app.data.folder import FINGERPRINT_COVERS, folder_source, split_by_fraction
 from app.errors import ConfigError, DataError
 
 
@@ -62,7 +63,8 @@ def test_split_json_is_complete_and_json_able(tmp_path):
     split = json.loads(json.dumps(src.split))
     assert split == {"source": "folder", "fingerprint": src.fingerprint, "class_names": ["a", "b"],
                      "root": str(tmp_path / "d"), "train": split["train"], "val": split["val"],
-                     "val_fraction": 0.2}
+                     "val_fraction": 0.2, "fingerprint_covers": FINGERPRINT_COVERS,
+                     "names_sizes_fingerprint": src.names_sizes_fingerprint}
     assert len(split["train"]) == 8 and len(split["val"]) == 2
     assert [src.train.describe(i) for i in range(8)] == [str(tmp_path / "d" / r) for r in split["train"]]
     assert len(src.fingerprint) == 64 and int(src.fingerprint, 16) >= 0
@@ -221,12 +223,6 @@ def test_error_train_without_val(tmp_path):
     assert f"{root / 'train'} holds class folders but its sibling {root / 'val'} is missing" in message
 
 
-def test_error_fewer_than_two_images(tmp_path):
-    root = _tree(tmp_path / "d", {"a": 1})
-    message = _error(root)
-    assert f"{root} holds only 1 image: at least 2 are needed" in message
-
-
 def test_error_no_validation_image(tmp_path):
     root = _tree(tmp_path / "d", {"a": 1, "b": 1, "c": 1})
     message = _error(root, 0.3)
@@ -237,3 +233,68 @@ def test_copy_of_tree_keeps_fingerprint(tmp_path):
     root = _tree(tmp_path / "d", {"a": 4, "b": 4})
     shutil.copytree(root, tmp_path / "copy")
     assert folder_source(tmp_path / "copy", 0.2).fingerprint == folder_source(root, 0.2).fingerprint
+
+
+def test_fingerprint_covers_modification_times(tmp_path):
+    """Issue 10.16: a same-size content change went unnoticed (names + sizes only)."""
+    root = _tree(tmp_path / "d", {"a": 3, "b": 3}, ext=".bmp")  # uncompressed: the size is the shape's
+    target = root / "a" / "a001.bmp"
+    size, before = target.stat().st_size, folder_source(root, 0.3)
+    _image(target, value=200)  # new pixels, the same size in bytes
+    os.utime(target, (target.stat().st_atime, target.stat().st_mtime + 5))
+    after = folder_source(root, 0.3)
+    assert target.stat().st_size == size
+    assert after.names_sizes_fingerprint == before.names_sizes_fingerprint  # negative control: the old one misses it
+    assert after.fingerprint != before.fingerprint
+
+
+def test_check_same_data_says_what_changed(tmp_path):
+    from app.rundir import check_same_data
+
+    root = _tree(tmp_path / "d", {"a": 3, "b": 3})
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "split.json").write_text(json.dumps(folder_source(root, 0.3).split))
+    check_same_data(run, folder_source(root, 0.3))  # unchanged: passes
+    os.utime(root / "a" / "a001.png", (0, 12345))
+    with pytest.raises(DataError, match="Only modification times differ"):
+        check_same_data(run, folder_source(root, 0.3))
+    # a run recorded before times were covered compares names and sizes, as it did
+    legacy = {k: v for k, v in folder_source(tmp_path / "d", 0.3).split.items()
+              if k not in ("fingerprint_covers", "names_sizes_fingerprint")}
+    legacy["fingerprint"] = folder_source(root, 0.3).names_sizes_fingerprint
+    (run / "split.json").write_text(json.dumps(legacy))
+    check_same_data(run, folder_source(root, 0.3))
+    (run / "split.json").write_text('{"fingerprint": ')
+    with pytest.raises(DataError, match=r"split.json cannot be read .*restore it"):
+        check_same_data(run, folder_source(root, 0.3))
+
+
+def test_error_a_single_class(tmp_path):
+    """Issue 10.12: one class trained and reported accuracy 0.000."""
+    root = _tree(tmp_path / "d", {"cats": 4})
+    assert f"{root} has one class folder (cats): a classifier needs at least 2 classes" in _error(root)
+    _tree(root, {"dogs": 2})
+    assert folder_source(root, 0.3).class_names == ["cats", "dogs"]  # negative control
+
+
+def test_error_a_symlink_loop(tmp_path):
+    """Issue 10.10: a symbolic link back up the tree recursed until Python gave up."""
+    root = _tree(tmp_path / "d", {"a": 2, "b": 2})
+    (root / "a" / "nested").mkdir()
+    (root / "a" / "nested" / "up").symlink_to(root / "a")
+    message = _error(root)
+    assert f"{root / 'a' / 'nested' / 'up'} is a symbolic link loop" in message and "remove the link" in message
+    (root / "a" / "nested" / "up").unlink()
+    (root / "a" / "nested" / "side").symlink_to(root / "b", target_is_directory=True)  # not a loop: followed
+    assert len(folder_source(root, 0.3).train) + len(folder_source(root, 0.3).val) == 6
+
+
+def test_error_a_file_name_that_is_not_utf8(tmp_path):
+    """Issue 10.10: a Latin-1 file name failed as an unexpected UnicodeEncodeError."""
+    root = _tree(tmp_path / "d", {"a": 2, "b": 2})
+    raw = os.path.join(os.fsencode(root / "a"), b"caf\xe9.png")
+    with open(raw, "wb") as f:
+        f.write((root / "a" / "a000.png").read_bytes())
+    message = _error(root)
+    assert "caf\\xe9.png has a file name that is not valid UTF-8" in message and "rename it" in message

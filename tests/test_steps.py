@@ -14,7 +14,7 @@ from marked import IdentityAugmenter, MarkedSplit
 from app.loader import boundary
 from app.loader.enqueuer import Enqueuer
 from app.model import classifier
-from app.steps import evaluate, train_epoch
+from app.steps import EpochFigures, evaluate, train_epoch
 
 BATCH = 4
 
@@ -105,3 +105,15 @@ def test_evaluate_weights_the_short_last_batch():
                  for i in range(0, 10, BATCH)]
     assert whole.images == 10 and whole.steps == 3
     assert whole.loss == pytest.approx(sum(p.loss * p.images for p in parts) / 10, rel=1e-5)
+
+
+def test_a_resumed_epoch_does_not_count_its_past_as_waiting():
+    """Issue 10.11: the first wait after a mid-epoch resume counted the seconds already spent
+    before the interruption (data_wait_fraction 1.336). A resumed epoch passes its old sums."""
+    net = tiny_net()
+    before = EpochFigures(steps=5, images=20, loss_sum=20.0, correct=10.0, waited_s=1.0, seconds=100.0)
+    batches = [(np.zeros((BATCH, 8, 8, 3), np.uint8), np.zeros(BATCH, np.int64))] * 3
+    figures = train_epoch(net, iter(batches), keras.callbacks.CallbackList([], model=net), before, first_batch=5)
+    assert figures.steps == 8 and figures.seconds >= 100.0
+    # the three new steps waited next to nothing: far below the 100 s already on the clock
+    assert figures.waited_s < 1.0 + 50.0 and 0 <= figures.data_wait_fraction < 0.5

@@ -44,7 +44,7 @@ def main(cfg: DictConfig) -> None:
     from app.errors import ConfigError
     from app.rundir import hardware, versions, write_json
 
-    validate(cfg)
+    cfg = validate(cfg)
     plain = to_plain(cfg)
     bench = plain["bench"]
     unknown = [m for m in bench["modes"] if m not in MODES]
@@ -191,7 +191,8 @@ def _run_mode(mode: str, plain: dict) -> dict:
 
     data, queue, bench = plain["data"], plain["queue"], plain["bench"]
     source = load_source(OmegaConf.create(data))
-    augmenter = Augmenter(plain["augment"]["transforms"], data["image_size"], draft=data["decode"]["draft"])
+    augmenter = Augmenter(plain["augment"]["transforms"], data["image_size"], draft=data["decode"]["draft"],
+                          max_pixels=data["max_image_pixels"])
     batch, total = data["batch_size"], bench["warmup"] + bench["batches"]
     order = _order(len(source.train), batch, batch * total, plain["seed"], queue["shuffle"])
     clock = _Clock(bench["warmup"], batch)

@@ -20,7 +20,7 @@ log = logging.getLogger("app.evaluate")
 
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float:
-    from app.augment import Augmenter
+    from app.augment import augmenters
     from app.data import load_source
     from app.loader import boundary
     from app.loader.enqueuer import Enqueuer, epoch_order
@@ -37,9 +37,9 @@ def main(cfg: DictConfig) -> float:
     names = source.class_names
     confusion = np.zeros((len(names), len(names)), np.int64)
     seen = loss_sum = correct = 0.0
-    augmenters = {"val": Augmenter([], data["image_size"], draft=data["decode"]["draft"])}
+    built = augmenters(plain, {"val": []})
     order = epoch_order(len(source.val), data["batch_size"], seed=0, epoch=0, shuffle=False, drop_last=False)
-    with Enqueuer.from_config(plain, {"val": source.val}, augmenters) as queue:
+    with Enqueuer.from_config(plain, {"val": source.val}, built) as queue:
         for x, y in boundary.batches(queue, "val", order, 0):
             logs = net.test_on_batch(x, y, return_dict=True)  # the same step as training's validation
             predicted = np.asarray(net.predict_on_batch(x)).argmax(axis=1)

@@ -33,7 +33,7 @@ def image_files(path: Path) -> list[Path]:
 def main(cfg: DictConfig) -> None:
     import keras
 
-    from app.augment import Augmenter
+    from app.augment import augmenters
     from app.data.source import FileSplit
     from app.errors import ConfigError, DataError
     from app.loader import boundary
@@ -56,19 +56,35 @@ def main(cfg: DictConfig) -> None:
     names, size = meta["class_names"], meta["image_size"]
     log.info("predicting %d images from %s with %s", len(files), source, model_path)
     split = FileSplit([str(f) for f in files], np.zeros(len(files), np.int64))
-    augmenters = {"predict": Augmenter([], size, draft=plain["data"]["decode"]["draft"])}
+    augmenter = augmenters({**plain, "data": {**plain["data"], "image_size": size}}, {"predict": []})["predict"]
     out = Path(HydraConfig.get().runtime.output_dir) / "predictions.csv"
     counts = np.zeros(len(names), np.int64)
-    with Enqueuer.from_config(plain, {"predict": split}, augmenters) as queue, \
-            open(out, "w", newline="") as f:
+    # Predict's own bad-file policy: a file that cannot be read is listed with its error and no
+    # numbers (training's `skip` would put the next file's pixels, and so its answer, in its place).
+    with Enqueuer.from_config(plain, {"predict": split}, {"predict": augmenter}, on_bad_sample="mark") as queue, \
+            open(out, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
-        writer.writerow(["path", "class", *names])
+        writer.writerow(["path", "class", *names, "error"])
         done = 0
         for x, _ in boundary.batches(queue, "predict", np.arange(len(files)), 0):
             probabilities = np.asarray(net.predict_on_batch(x))
-            for path, p in zip(files[done:done + len(x)], probabilities, strict=True):
-                writer.writerow([str(path), names[int(p.argmax())], *(f"{v:.6f}" for v in p)])
+            for index, p in enumerate(probabilities, start=done):
+                error = queue.failed["predict"].get(index)
+                if error is not None:
+                    writer.writerow([str(files[index]), "", *([""] * len(names)), error])
+                    continue
+                writer.writerow([str(files[index]), names[int(p.argmax())], *(f"{v:.6f}" for v in p), ""])
                 counts[int(p.argmax())] += 1
             done += len(x)
-    print(f"{len(files)} images: " + ", ".join(f"{n} {c}" for n, c in zip(names, counts, strict=True) if c))
+    failed = queue.failed["predict"]
+    read = len(files) - len(failed)
+    print(f"{read} images: " + ", ".join(f"{n} {c}" for n, c in zip(names, counts, strict=True) if c))
+    if failed:
+        log.warning("%d of %d files could not be read; each is listed in %s with its error and no prediction",
+                    len(failed), len(files), out)
+        print(f"{len(failed)} of {len(files)} files could not be read: listed with their error, without numbers")
     print(f"written: {out}")
+    if not read:
+        first = files[min(failed)]
+        raise DataError(f"none of the {len(files)} files under {source} could be read (the first, {first}: "
+                        f"{failed[min(failed)]}); see {out}.")

@@ -40,7 +40,7 @@ def overrides_of(summary: dict) -> dict[str, str]:
 
 def table(runs: list[Path]) -> tuple[list[str], list[str], list[dict]]:
     """(swept keys, columns, rows): a key is swept when its value differs between runs."""
-    summaries = [json.loads((r / "summary.json").read_text()) for r in runs]
+    summaries = [_summary(r) for r in runs]
     given = [overrides_of(s) for s in summaries]
     keys = sorted({k for g in given for k in g})
     swept = [k for k in keys if len({g.get(k) for g in given}) > 1] or keys
@@ -51,6 +51,17 @@ def table(runs: list[Path]) -> tuple[list[str], list[str], list[dict]]:
         row.update({f: summary.get(f) for f in FIGURES})
         rows.append(row)
     return swept, ["run", *swept, *FIGURES], rows
+
+
+def _summary(run: Path) -> dict:
+    """A run's summary.json; one that is corrupt (a crash mid-write on a full disk, an edit) is
+    listed as unreadable, with why, instead of stopping the whole report."""
+    try:
+        return json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        print(f"warning: {run / 'summary.json'} cannot be read ({error}); listed as unreadable. Delete or "
+              "restore that file.", file=sys.stderr)
+        return {"status": "unreadable"}
 
 
 def _cell(value) -> str:

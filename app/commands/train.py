@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging.config
 import multiprocessing as mp
+import signal
 from pathlib import Path
 
 import hydra
@@ -53,6 +54,7 @@ def _in_fresh_process(plain: dict, run_dir: Path, overrides: list[str], logging_
         raise WorkerError(f"the job's training process died (exit code {job.exitcode}); "
                           f"see {run_dir}/train.log.") from None
     except KeyboardInterrupt:  # Ctrl-C reached the job too: let it stop its workers and write its summary
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # more Ctrl-C must not cut that wait short
         job.join(timeout=30)
         raise
     job.join()

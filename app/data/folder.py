@@ -20,8 +20,11 @@ from app.errors import DataError
 _LAYOUT = ("<path>/<class>/<image> (split by data.val_fraction), or <path>/train/<class>/<image> "
            "and <path>/val/<class>/<image> (split given)")
 
-# (relative path with "/" separators, size in bytes); a class's files sorted by path.
-Files = list[tuple[str, int]]
+# (relative path with "/" separators, size in bytes, modification time in whole seconds);
+# a class's files sorted by path.
+Files = list[tuple[str, int, int]]
+# What split.json's fingerprint covers (README: "The data's fingerprint").
+FINGERPRINT_COVERS = "relative paths, sizes and modification times (to the second)"
 
 
 def folder_source(path: str | os.PathLike, val_fraction: float, name: str = "folder") -> Source:
@@ -53,10 +56,10 @@ def folder_source(path: str | os.PathLike, val_fraction: float, name: str = "fol
         fraction = val_fraction
 
     class_names = sorted(train)
-    total = sum(len(f) for f in train.values()) + sum(len(f) for f in val.values())
-    if total < 2:
-        raise DataError(f"{root} holds only {total} image: at least 2 are needed (one to train on, "
-                        f"one to validate), laid out as {_LAYOUT}.")
+    if len(class_names) < 2:
+        where = train_dir if fraction is None else root
+        raise DataError(f"{where} has one class folder ({class_names[0]}): a classifier needs at least 2 "
+                        f"classes, each a sub-folder of its images (e.g. {where}/cat/ and {where}/dog/).")
     if not any(val.values()):
         raise DataError(f"{root} leaves no validation image: no class has 2 or more images, so "
                         f"data.val_fraction={val_fraction} takes none. Add images, or give the split "
@@ -64,10 +67,12 @@ def folder_source(path: str | os.PathLike, val_fraction: float, name: str = "fol
 
     train_split, train_rel = _file_split(root, train, class_names)
     val_split, val_rel = _file_split(root, val, class_names)
-    fingerprint = _fingerprint(f for files in (*train.values(), *val.values()) for f in files)
-    split = {"source": name, "fingerprint": fingerprint, "class_names": class_names,
+    every = [f for files in (*train.values(), *val.values()) for f in files]
+    fingerprint, names_sizes = _fingerprint(every, times=True), _fingerprint(every, times=False)
+    split = {"source": name, "fingerprint": fingerprint, "fingerprint_covers": FINGERPRINT_COVERS,
+             "names_sizes_fingerprint": names_sizes, "class_names": class_names,
              "root": str(root), "train": train_rel, "val": val_rel, "val_fraction": fraction}
-    return Source(name, class_names, train_split, val_split, fingerprint, split)
+    return Source(name, class_names, train_split, val_split, fingerprint, split, names_sizes)
 
 
 def split_by_fraction(files: Files, val_fraction: float) -> tuple[Files, Files]:
@@ -111,24 +116,48 @@ def _scan(split_dir: Path, root: Path) -> dict[str, Files]:
     return out
 
 
-def _walk(folder: Path, root: Path):
+def _walk(folder: Path, root: Path, above: frozenset = frozenset()):
+    """The images under `folder`, following symbolic links; `above` holds the (device, inode)
+    of the folders that lead here, so a link back to one of them is named instead of followed
+    for ever."""
+    here = folder.stat()
+    key = (here.st_dev, here.st_ino)
+    if key in above:
+        raise DataError(f"{folder} is a symbolic link loop (it leads back to {folder.resolve()}, a folder "
+                        f"above it): remove the link, or point it outside {root}.")
     for entry in os.scandir(folder):
         if entry.name.startswith("."):
             continue
         if entry.is_dir():
-            yield from _walk(Path(entry.path), root)
+            yield from _walk(Path(entry.path), root, above | {key})
         elif entry.is_file() and _is_image(entry.name):
-            yield Path(entry.path).relative_to(root).as_posix(), entry.stat().st_size
+            rel = Path(entry.path).relative_to(root).as_posix()
+            _check_name(rel, root)
+            stat = entry.stat()
+            yield rel, stat.st_size, int(stat.st_mtime)
+
+
+def _check_name(rel: str, root: Path) -> None:
+    """File names are bytes on Linux; one that is not UTF-8 cannot go into split.json or a log as text."""
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(rel).decode("utf-8", "backslashreplace")
+        raise DataError(f"{root}/{shown} has a file name that is not valid UTF-8 (the bytes shown as \\x..): "
+                        "rename it (e.g. `convmv -f latin1 -t utf8 --notest -r <folder>`) or move it out of "
+                        "data.path.") from None
 
 
 def _file_split(root: Path, by_class: dict[str, Files], class_names: list[str]):
-    rel = [f for cls in class_names for f, _ in by_class.get(cls, [])]
+    rel = [f[0] for cls in class_names for f in by_class.get(cls, [])]
     labels = [i for i, cls in enumerate(class_names) for _ in by_class.get(cls, [])]
     return FileSplit([str(root / r) for r in rel], labels), rel
 
 
-def _fingerprint(files) -> str:
+def _fingerprint(files: Files, *, times: bool) -> str:
+    """sha256 over every file's relative path and size, and with `times` its modification time;
+    without (runs trained before times were covered) to tell what changed."""
     h = hashlib.sha256()
-    for rel, size in sorted(files):
-        h.update(f"{rel}\0{size}\n".encode())
+    for rel, size, mtime in sorted(files):
+        h.update((f"{rel}\0{size}\0{mtime}\n" if times else f"{rel}\0{size}\n").encode())
     return h.hexdigest()

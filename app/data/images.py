@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import io
 import os
+import warnings
+from dataclasses import dataclass
 
 import cv2
 import numpy as np
@@ -28,8 +30,31 @@ _DIRECT_MODES = {"RGB", "RGBA", "RGBX", "L", "LA", "1", "P", "PA", "CMYK", "YCbC
 _SIXTEEN_BIT_MODES = {"I;16", "I;16L", "I;16B", "I;16N", "I"}
 
 
+# Pillow's own limit: images declaring more pixels are refused before they are decoded.
+DEFAULT_MAX_PIXELS = 89_478_485
+# Pillow warns between its limit and twice it, and refuses above; load_rgb checks first, with
+# the configured limit, on both decode paths.
+warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
+
+
 class DecodeError(ValueError):
     """A file that is not a readable image; the message is a short reason (no path)."""
+
+
+@dataclass(frozen=True)
+class Decode:
+    """How a pipeline has its files decoded: `min_short_side` allows JPEG draft decoding (None:
+    full size); images declaring more than `max_pixels` are refused (None: no limit)."""
+
+    min_short_side: int | None = None
+    max_pixels: int | None = DEFAULT_MAX_PIXELS
+
+
+def _check_pixels(width: int, height: int, max_pixels: int | None) -> None:
+    if max_pixels is not None and width * height > max_pixels:
+        raise DecodeError(f"it declares {width}×{height} = {width * height / 1e6:.0f} M pixels, above "
+                          f"data.max_image_pixels={max_pixels} (a decompression bomb, or a scan too large: raise "
+                          "data.max_image_pixels if the file is genuine)")
 
 
 def draft_scale(width: int, height: int, min_short_side: int) -> int:
@@ -45,11 +70,12 @@ def draft_scale(width: int, height: int, min_short_side: int) -> int:
     return 1
 
 
-def load_rgb(path: str | os.PathLike, min_short_side: int | None = None) -> np.ndarray:
+def load_rgb(path: str | os.PathLike, min_short_side: int | None = None,
+             max_pixels: int | None = DEFAULT_MAX_PIXELS) -> np.ndarray:
     """Decode `path` fully into a writable, C-contiguous uint8 array (H, W, 3), RGB order.
 
-    Raises DecodeError (short reason) for anything that is not a readable image, and
-    OSError subclasses such as FileNotFoundError unchanged.
+    Raises DecodeError (short reason) for anything that is not a readable image or declares
+    more than `max_pixels`, and OSError subclasses such as FileNotFoundError unchanged.
     """
     with open(path, "rb") as file:
         if os.fstat(file.fileno()).st_size == 0:
@@ -60,6 +86,8 @@ def load_rgb(path: str | os.PathLike, min_short_side: int | None = None) -> np.n
             raw = file.read()
             source = io.BytesIO(raw)  # for Pillow, if it comes to that: the file is read once
             frame = _jpeg_frame(raw)
+            if frame is not None:
+                _check_pixels(frame[0], frame[1], max_pixels)
             if frame is not None and frame[2] in (1, 3):  # greyscale or RGB; CMYK is Pillow's to convert
                 width, height, _ = frame
                 fast = _decode_jpeg(raw, draft_scale(width, height, min_short_side) if min_short_side else 1)
@@ -71,6 +99,7 @@ def load_rgb(path: str | os.PathLike, min_short_side: int | None = None) -> np.n
         try:
             with Image.open(source) as img:
                 fmt = img.format or fmt
+                _check_pixels(img.width, img.height, max_pixels)
                 if min_short_side is not None and fmt == "JPEG":
                     scale = draft_scale(img.width, img.height, min_short_side)
                     if scale > 1:
@@ -82,6 +111,10 @@ def load_rgb(path: str | os.PathLike, min_short_side: int | None = None) -> np.n
                 return _to_rgb(img)
         except UnidentifiedImageError:
             raise DecodeError("cannot identify image file") from None
+        except DecodeError:
+            raise
+        except Image.DecompressionBombError as exc:  # above twice Pillow's own limit, before ours could look
+            raise DecodeError(f"{exc} (raise data.max_image_pixels if the file is genuine)") from None
         except (OSError, ValueError, SyntaxError) as exc:
             # Pillow reports truncation as OSError("image file is truncated ...") or
             # OSError("Truncated File Read"); other decoder failures vary by plugin.

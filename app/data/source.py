@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.data.images import DecodeError, load_rgb
+from app.data.images import Decode, DecodeError, load_rgb
 from app.errors import BadSampleError
 
 
@@ -39,10 +39,11 @@ class FileSplit:
     def __len__(self) -> int:
         return len(self.paths)
 
-    def read(self, i: int, min_short_side: int | None = None) -> np.ndarray:
+    def read(self, i: int, decode: Decode | None = None) -> np.ndarray:
         path = self.paths[i]  # an IndexError stays an IndexError
+        decode = decode or Decode()
         try:
-            return load_rgb(path, min_short_side)
+            return load_rgb(path, decode.min_short_side, decode.max_pixels)
         except Exception as exc:
             raise BadSampleError(i, self.describe(i), _reason(exc)) from exc
 
@@ -67,8 +68,8 @@ class ArraySplit:
     def __len__(self) -> int:
         return len(self.rows)
 
-    def read(self, i: int, min_short_side: int | None = None) -> np.ndarray:
-        """Row `rows[i]` as an owned array; `min_short_side` does not apply to arrays."""
+    def read(self, i: int, decode: Decode | None = None) -> np.ndarray:
+        """Row `rows[i]` as an owned array; `decode` does not apply to arrays."""
         row = self.rows[i]
         try:
             if self._array is None:
@@ -89,3 +90,5 @@ class Source:
     val: FileSplit | ArraySplit
     fingerprint: str  # sha256 hex of what identifies the data
     split: dict  # JSON-able; the trainer writes it as split.json
+    # files only: the fingerprint of names and sizes alone, as runs before modification times had it
+    names_sizes_fingerprint: str | None = None

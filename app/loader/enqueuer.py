@@ -16,6 +16,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -52,6 +53,8 @@ class _Worker:
     name: str
     pending: set[tuple[int, int]] = field(default_factory=set)  # (slot, position) handed out, not answered
     answered: int = 0
+    ready: bool = False  # it said it has started (imports done, ring mapped)
+    started_at: float = field(default_factory=time.monotonic)
 
     @property
     def sentinel(self) -> int | None:
@@ -71,29 +74,41 @@ class Enqueuer:
     def __init__(self, splits: dict, augmenters: dict, *, batch_size: int, image_size, workers: int = 2,
                  use_multiprocessing: bool = True, max_size: int = 2, start_method: str = "spawn",
                  timeout_s: float = 120.0, seed: int = 0, on_bad_sample: str = "raise",
-                 max_bad_fraction: float = 0.0, bad_log: Path | None = None):
+                 max_bad_fraction: float = 0.0, bad_log: Path | None = None, startup_timeout_s: float = 300.0):
         self.splits, self.augmenters = splits, augmenters
         self.batch_size, self.image_size = batch_size, tuple(image_size)
         self.num_workers, self.use_multiprocessing = workers, use_multiprocessing
         self.max_size = max_size if workers > 0 else 1  # in-process: one batch, built on demand
         self.start_method, self.timeout_s, self.seed = start_method, timeout_s, seed
-        self.skip_bad, self.max_bad_fraction, self.bad_log = on_bad_sample == "skip", max_bad_fraction, bad_log
+        self.startup_timeout_s = startup_timeout_s
+        # raise: stop at a bad sample; skip: the next readable one in its place (training);
+        # mark: leave its place and say which (predict, where a stand-in would be a made-up answer)
+        self.on_bad_sample = on_bad_sample
+        self.max_bad_fraction, self.bad_log = max_bad_fraction, bad_log
+        self.failed: dict[str, dict[int, str]] = {name: {} for name in splits}  # mark: sample index → reason
         self.skipped: dict[str, set[int]] = {name: set() for name in splits}
         self.restarts = 0  # workers replaced this run
         self.ring: Ring | None = None
         self._workers: list[_Worker] = []
         self._slots: list[_Slot] = []
         self._deaths_in_a_row = 0
+        # Worker processes are started from this one long-lived thread: Linux's parent-death
+        # signal fires when the *thread* that started a process ends, and replacements would
+        # otherwise be started from a pass's short-lived copy-ahead thread (app/loader/boundary.py).
+        self._starter: ThreadPoolExecutor | None = None
 
     @classmethod
-    def from_config(cls, plain: dict, splits: dict, augmenters: dict, *, bad_log: Path | None = None) -> Enqueuer:
-        """The enqueuer `data`, `queue` and `seed` of a (plain) config describe."""
+    def from_config(cls, plain: dict, splits: dict, augmenters: dict, *, bad_log: Path | None = None,
+                    on_bad_sample: str | None = None) -> Enqueuer:
+        """The enqueuer `data`, `queue` and `seed` of a (plain, validated) config describe;
+        `on_bad_sample` replaces data.on_bad_sample (predict's own policy)."""
         data, queue = plain["data"], plain["queue"]
         return cls(splits, augmenters, batch_size=data["batch_size"], image_size=data["image_size"],
                    workers=queue["workers"], use_multiprocessing=queue["use_multiprocessing"],
                    max_size=queue["max_size"], start_method=queue["start_method"], timeout_s=queue["timeout_s"],
-                   seed=plain["seed"], on_bad_sample=data["on_bad_sample"],
-                   max_bad_fraction=data["max_bad_fraction"], bad_log=bad_log)
+                   seed=plain["seed"], on_bad_sample=on_bad_sample or data["on_bad_sample"],
+                   max_bad_fraction=data["max_bad_fraction"], bad_log=bad_log,
+                   startup_timeout_s=queue["startup_timeout_s"])
 
     # -- life cycle ---------------------------------------------------------------------
 
@@ -109,6 +124,8 @@ class Enqueuer:
         shared = self.num_workers > 0 and self.use_multiprocessing
         self.ring = Ring(self.max_size, self.batch_size, self.image_size, shared=shared)
         self._slots = [_Slot() for _ in range(self.max_size)]
+        if shared:
+            self._starter = ThreadPoolExecutor(1, thread_name_prefix="app-worker-starter")
         try:
             for i in range(self.num_workers):
                 self._workers.append(self._start_process(i) if shared else self._start_thread(i))
@@ -123,9 +140,9 @@ class Enqueuer:
         parent_pid = os.getpid() if self.start_method == "spawn" else None
         process = context.Process(
             target=worker_loop.process_main, name=f"app-loader-{i}", daemon=True,
-            args=(child_end, self.ring.spec, self.splits, self.augmenters, self.seed, self.skip_bad, parent_pid))
+            args=(child_end, self.ring.spec, self.splits, self.augmenters, self.seed, self.on_bad_sample, parent_pid))
         with _child_environment(self.start_method):
-            process.start()
+            self._starter.submit(process.start).result()
         child_end.close()
         return _Worker(parent_end, process, f"worker process {process.pid}")
 
@@ -133,9 +150,10 @@ class Enqueuer:
         parent_end, child_end = mp.Pipe(duplex=True)
         thread = threading.Thread(
             target=_serve_thread, name=f"app-loader-{i}", daemon=True,
-            args=(child_end, self.ring.array, self.ring.done, self.splits, self.augmenters, self.seed, self.skip_bad))
+            args=(child_end, self.ring.array, self.ring.done, self.splits, self.augmenters, self.seed,
+                  self.on_bad_sample))
         thread.start()
-        return _Worker(parent_end, thread, f"worker thread {i}")
+        return _Worker(parent_end, thread, f"worker thread {i}", ready=True)
 
     def close(self) -> None:
         """Stop every worker (no orphans) and free the ring (nothing left in /dev/shm)."""
@@ -155,6 +173,9 @@ class Enqueuer:
                     w.handle.kill()
                 w.handle.join(timeout=5.0)
             w.conn.close()
+        if self._starter is not None:
+            self._starter.shutdown()
+            self._starter = None
         if self.ring is not None:
             self.ring.close()
             self.ring = None
@@ -226,13 +247,15 @@ class Enqueuer:
         split, augmenter = self.splits[slot.split_name], self.augmenters[slot.split_name]
         for position, index in list(slot.todo.items()):
             reply = worker_loop.fill(self.ring.array, slot_index, position, index, split, augmenter,
-                                      self.seed, slot.epoch, self.skip_bad)
+                                      self.seed, slot.epoch, self.on_bad_sample)
             self._handle(reply, None, "the training process")
 
     def _wait_for(self, slot_index: int) -> None:
         slot = self._slots[slot_index]
         deadline = time.monotonic() + self.timeout_s
         while slot.todo:
+            if self._starting():  # the batch's clock runs once every worker is up
+                deadline = time.monotonic() + self.timeout_s
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 done = self.ring.done[slot_index]
@@ -243,6 +266,17 @@ class Enqueuer:
                     f"({self.splits[slot.split_name].describe(missing[0])}). A worker is hung or far too slow; "
                     "raise queue.timeout_s if the samples are just slow to load.")
             self._pump(min(remaining, 1.0))  # threads have no sentinel: check on them now and then
+
+    def _starting(self) -> bool:
+        """Whether a worker is still starting; one that takes past queue.startup_timeout_s is an error."""
+        starting = [w for w in self._workers if not w.ready]
+        for w in starting:
+            if time.monotonic() - w.started_at > self.startup_timeout_s:
+                raise WorkerError(
+                    f"{w.name} did not start within queue.startup_timeout_s={self.startup_timeout_s:g} s (importing "
+                    "its modules and unpickling the data source and augmentation). The machine may be overloaded; "
+                    "raise queue.startup_timeout_s, or lower queue.workers.")
+        return bool(starting)
 
     def _pump(self, wait_s: float) -> None:
         """Take every reply that is there (waiting up to `wait_s` for one); replace dead workers."""
@@ -290,6 +324,9 @@ class Enqueuer:
             self._send(new, slot_index, sorted(p for s, p in dead.pending if s == slot_index))
 
     def _handle(self, reply: tuple, w: _Worker | None, who: str) -> None:
+        if reply[0] == "ready":
+            w.ready = True
+            return
         if reply[0] == "share":  # every sample of w's share in this slot is written or answered
             self._settle(w, {key for key in w.pending if key[0] == reply[1]})
             return
@@ -298,10 +335,15 @@ class Enqueuer:
             w.pending.discard((slot_index, position))
             w.answered += 1
         slot = self._slots[slot_index]
-        if kind in ("ok", "skipped"):
+        if kind in ("ok", "skipped", "marked"):
             slot.todo.pop(position, None)
             if kind == "skipped":
                 self._record_skip(slot.split_name, *reply[3:])
+            elif kind == "marked":
+                index, where, reason = reply[3:]
+                self.failed[slot.split_name][index] = reason
+                log.warning("sample %d of the %s split (%s) could not be loaded: %s", index, slot.split_name,
+                            where, reason)
             return
         index, where, detail = reply[3:]
         if kind == "bad":
@@ -356,15 +398,18 @@ class Enqueuer:
 
 
 def _exit_description(code: int | None) -> str:
+    """What is known of how a process ended: its exit code, or the signal that killed it."""
     if code is None or code >= 0:
         return f"exit code {code}"
-    how = f"killed by {signal.Signals(-code).name}"
-    return how + (", as the out-of-memory killer does" if -code == signal.SIGKILL else "")
-
-
-def _serve_thread(conn, ring, done, splits, augmenters, seed, skip_bad) -> None:
     try:
-        worker_loop.serve(conn, ring, done, splits, augmenters, seed, skip_bad)
+        return f"killed by signal {signal.Signals(-code).name} ({-code})"
+    except ValueError:
+        return f"killed by signal {-code}"
+
+
+def _serve_thread(conn, ring, done, splits, augmenters, seed, on_bad_sample) -> None:
+    try:
+        worker_loop.serve(conn, ring, done, splits, augmenters, seed, on_bad_sample)
     finally:
         conn.close()
 

@@ -5,13 +5,17 @@ boundary. Beside the pixels, one byte a sample says it is written (`done`): work
 instead of sending a message a sample, so the training process is woken once a worker's share
 of a batch and still knows which sample a hung or killed worker was on. The segment's space is
 reserved up front (posix_fallocate), so a /dev/shm too small fails at start-up with the size
-needed instead of a SIGBUS on the first write.
+needed instead of a SIGBUS on the first write. A segment's name carries its creator's PID: one
+whose creator no longer runs (the whole process group SIGKILLed, resource tracker included) is
+removed when the next ring is made.
 """
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
+import re
 import secrets
 from dataclasses import dataclass
 from multiprocessing import shared_memory
@@ -21,6 +25,9 @@ import numpy as np
 from app.errors import WorkerError
 
 SHM_DIR = "/dev/shm"
+PREFIX = "app-ring-"
+_NAME = re.compile(rf"^{PREFIX}(\d+)-[0-9a-f]+$")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -54,7 +61,8 @@ class Ring:
         if not shared:
             self.array, self.done = self.spec.views(bytearray(self.spec.segment_bytes))
             return
-        name = f"app-ring-{os.getpid()}-{secrets.token_hex(4)}"
+        remove_orphans()
+        name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
         self._shm = shared_memory.SharedMemory(name=name, create=True, size=self.spec.segment_bytes)
         try:
             os.posix_fallocate(self._shm._fd, 0, self.spec.segment_bytes)
@@ -86,6 +94,40 @@ class Ring:
             except BufferError:  # a consumer still holds a view: the mapping goes with it
                 pass
             shm.unlink()
+
+
+def remove_orphans(shm_dir: str = SHM_DIR) -> list[str]:
+    """Remove the ring segments whose creating process no longer runs; returns their paths.
+    A PID in use again by another process keeps its segment (it cannot be told apart)."""
+    removed = []
+    try:
+        names = os.listdir(shm_dir)
+    except OSError:
+        return removed
+    for name in names:
+        match = _NAME.match(name)
+        if not match or _alive(int(match.group(1))):
+            continue
+        path = os.path.join(shm_dir, name)
+        try:
+            size = os.stat(path).st_size
+            os.unlink(path)
+        except OSError:  # another process removed it first
+            continue
+        removed.append(path)
+        log.warning("removed %s (%.1f MiB): a ring left by process %s, which no longer runs (killed with its "
+                    "whole process group, say)", path, size / 2**20, match.group(1))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 def attach(spec: RingSpec) -> tuple[np.ndarray, np.ndarray, mmap.mmap]:

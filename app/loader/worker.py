@@ -1,9 +1,10 @@
 """The worker loop: read → decode to uint8 → augment → write into a ring slot. No TensorFlow.
 
-One loop serves threads and processes. Tasks arrive a batch's share at a time as
-("batch", split, epoch, slot, [(position, sample index), ...]). A sample written sets its
-`done` byte in the ring; a sample that is bad, skipped or failed is answered with a message
-of its own; and a share ends with ("share", slot): one wake-up of the parent a share.
+One loop serves threads and processes. A process says ("ready",) once it has started. Tasks
+arrive a batch's share at a time as ("batch", split, epoch, slot, [(position, sample index), ...]).
+A sample written sets its `done` byte in the ring; a sample that is bad, skipped, marked or
+failed is answered with a message of its own; and a share ends with ("share", slot): one
+wake-up of the parent a share.
 """
 
 from __future__ import annotations
@@ -27,12 +28,12 @@ MAX_REPLACEMENTS = 100  # `skip`: how many following samples to try in place of 
 
 
 def make_sample(split: Any, augmenter: Any, index: int, seed: int, epoch: int) -> np.ndarray:
-    image = split.read(index, augmenter.min_short_side)
+    image = split.read(index, augmenter.decode)
     return augmenter(image, seed, epoch, index)
 
 
 def serve(conn, ring: np.ndarray, done: np.ndarray, splits: dict, augmenters: dict, seed: int,
-          skip_bad: bool) -> None:
+          on_bad_sample: str) -> None:
     """Answer tasks until a None arrives or the parent's end of the pipe closes."""
     while True:
         try:
@@ -44,7 +45,7 @@ def serve(conn, ring: np.ndarray, done: np.ndarray, splits: dict, augmenters: di
         _, split_name, epoch, slot, items = task
         split, augmenter = splits[split_name], augmenters[split_name]
         for position, index in items:
-            reply = fill(ring, slot, position, index, split, augmenter, seed, epoch, skip_bad)
+            reply = fill(ring, slot, position, index, split, augmenter, seed, epoch, on_bad_sample)
             if reply[0] == "ok":
                 done[slot, position] = 1  # after its pixels
             else:
@@ -52,19 +53,24 @@ def serve(conn, ring: np.ndarray, done: np.ndarray, splits: dict, augmenters: di
         conn.send(("share", slot))
 
 
-def fill(ring, slot, position, index, split, augmenter, seed, epoch, skip_bad) -> tuple:
+def fill(ring, slot, position, index, split, augmenter, seed, epoch, on_bad_sample: str) -> tuple:
+    """Build one sample into its place; what became of it, as the reply to send.
+    `on_bad_sample`: raise (a "bad" reply), skip (a stand-in), or mark (zeros, and a "marked" reply)."""
     try:
         try:
             ring[slot, position] = make_sample(split, augmenter, index, seed, epoch)
             return ("ok", slot, position)
         except BadSampleError as bad:
-            if not skip_bad:
+            if on_bad_sample == "mark":
+                ring[slot, position] = 0
+                return ("marked", slot, position, index, bad.where, bad.reason)
+            if on_bad_sample != "skip":
                 return ("bad", slot, position, index, bad.where, bad.reason)
             # Deterministic stand-in, so the batch keeps its size: the next readable sample,
             # augmented with the bad sample's own randomness.
             for k in range(1, min(MAX_REPLACEMENTS, len(split))):
                 try:
-                    image = split.read((index + k) % len(split), augmenter.min_short_side)
+                    image = split.read((index + k) % len(split), augmenter.decode)
                 except BadSampleError:
                     continue
                 ring[slot, position] = augmenter(image, seed, epoch, index)
@@ -89,7 +95,7 @@ def prepare_process() -> None:
     keep_freed_memory()
 
 
-def process_main(conn, spec: RingSpec, splits: dict, augmenters: dict, seed: int, skip_bad: bool,
+def process_main(conn, spec: RingSpec, splits: dict, augmenters: dict, seed: int, on_bad_sample: str,
                  parent_pid: int | None) -> None:
     """Entry point of a worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the training process's to handle
@@ -97,7 +103,8 @@ def process_main(conn, spec: RingSpec, splits: dict, augmenters: dict, seed: int
     prepare_process()
     ring, done, buffer = attach(spec)
     try:
-        serve(conn, ring, done, splits, augmenters, seed, skip_bad)
+        conn.send(("ready",))
+        serve(conn, ring, done, splits, augmenters, seed, on_bad_sample)
     finally:
         del ring, done
         buffer.close()

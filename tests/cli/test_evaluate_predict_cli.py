@@ -62,7 +62,8 @@ def test_predict_matches_model_keras_in_plain_python(run, tmp_path):
     (out,) = (run / "predict").iterdir()
     rows = list(csv.reader((out / "predictions.csv").open()))
     header, rows = rows[0], rows[1:]
-    assert header[:2] == ["path", "class"] and len(rows) == 7
+    assert header[:2] == ["path", "class"] and header[-1] == "error" and len(rows) == 7
+    assert all(r[-1] == "" for r in rows)
     script = f"""
 import csv, json, sys, zipfile
 import numpy as np, keras
@@ -79,7 +80,7 @@ print(json.dumps({{"classes": [names[i] for i in probabilities.argmax(1)], "p": 
     assert plain.returncode == 0, plain.stderr[-2000:]
     expected = json.loads(plain.stdout.strip().splitlines()[-1])
     assert [r[1] for r in rows] == expected["classes"]
-    assert np.allclose(np.array([[float(v) for v in r[2:]] for r in rows]), expected["p"], atol=1e-5)
+    assert np.allclose(np.array([[float(v) for v in r[2:-1]] for r in rows]), expected["p"], atol=1e-5)
 
 
 def test_predict_names_a_missing_input(run, tmp_path):

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from app.resume import latest_run, prepare_argv
+from app.rundir import release_lock
 
 CONFIG = ["data.num_images=96", "data.source_size=128", "data.num_classes=3", "data.image_size=[96,96]",
           "data.batch_size=8", "model.widths=[32,64]", "model.dropout=0.3", "trainer.epochs=5",
@@ -147,5 +148,8 @@ def test_latest_is_the_run_with_the_newest_checkpoint(tmp_path):
     assert latest_run(tmp_path / "outputs") == (tmp_path / "outputs" / "new").resolve()
     argv = prepare_argv(["resume=latest", "queue.workers=1"], tmp_path / "outputs")
     run = (tmp_path / "outputs" / "new").resolve()
-    assert argv == ["queue.workers=1", f"resume={run}", f"hydra.run.dir={run}", "hydra.output_subdir=null"]
-    assert prepare_argv(["queue.workers=1"]) == ["queue.workers=1"]  # nothing to resume: unchanged
+    assert argv == ["queue.workers=1", f"resume='{run}'", f"hydra.run.dir='{run}'", "hydra.output_subdir=null"]
+    release_lock(run)
+    # nothing to resume: a new directory of its own is claimed
+    (fresh,) = prepare_argv(["queue.workers=1"], tmp_path / "outputs")[1:]
+    assert fresh.startswith("hydra.run.dir=") and Path(fresh.split("=", 1)[1].strip("'")).is_dir()
