@@ -51,19 +51,23 @@ def _disk_full(error: BaseException) -> OSError | None:
     return None
 
 
-def explain(error: BaseException, resume_hint: str | None = None) -> BaseException:
-    """A full disk or exhausted memory as a MachineError that says what to do; anything else unchanged.
-    `resume_hint`: the command that continues the run once the cause is gone."""
+def explain(error: BaseException, resume_hint: str | None = None, where: str | None = None) -> BaseException:
+    """A full disk or exhausted memory as a MachineError that says what to do; anything else
+    (an AppError already) unchanged. `resume_hint`: the command that continues the run once the
+    cause is gone; `where`: the directory being written, when the error does not name a file."""
     import shutil
 
+    if isinstance(error, AppError):
+        return error
     full = _disk_full(error)
     if full is not None:
-        where = full.filename or "the run directory"
+        path = full.filename or where
         free = ""
         try:
-            free = f" ({shutil.disk_usage(os.path.dirname(str(full.filename)) or '.').free / 2**20:.0f} MiB free now)"
+            free = f" ({shutil.disk_usage(os.path.dirname(path) if full.filename else path).free / 2**20:.1f} MiB free)"
         except (OSError, TypeError):
             pass
+        where = path or "the files being written"
         then = f", then continue with `{resume_hint}`: the checkpoints written before are whole" if resume_hint \
             else ", then run the command again"
         return MachineError(f"no space left on the device holding {where}{free}: free some space{then}.")

@@ -60,7 +60,8 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
         log.warning("interrupted after step %d; %s", state.steps_done, _continue_hint(run_dir))
         raise
     except BaseException as error:
-        explained = explain(error, resume_hint=f"python -m app train resume={run_dir}")
+        hint = f"python -m app train resume={run_dir}" if checkpoint.newest(run_dir) else None
+        explained = explain(error, resume_hint=hint, where=str(run_dir))
         _record(summary, status="failed", message=str(explained))
         log.error("failed: %s", explained)
         if getattr(error, "worker_traceback", None):

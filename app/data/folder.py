@@ -27,7 +27,9 @@ Files = list[tuple[str, int, int]]
 FINGERPRINT_COVERS = "relative paths, sizes and modification times (to the second)"
 
 
-def folder_source(path: str | os.PathLike, val_fraction: float, name: str = "folder") -> Source:
+def folder_source(path: str | os.PathLike, val_fraction: float, name: str = "folder", *, times: bool = True) -> Source:
+    """`times=False`: the fingerprint leaves modification times out (generated data, whose files
+    are the same bytes wherever and whenever they are made)."""
     root = Path(path).expanduser().absolute()
     if not root.is_dir():
         raise DataError(f"data.path {root} does not exist or is not a folder: expected images laid "
@@ -68,8 +70,9 @@ def folder_source(path: str | os.PathLike, val_fraction: float, name: str = "fol
     train_split, train_rel = _file_split(root, train, class_names)
     val_split, val_rel = _file_split(root, val, class_names)
     every = [f for files in (*train.values(), *val.values()) for f in files]
-    fingerprint, names_sizes = _fingerprint(every, times=True), _fingerprint(every, times=False)
-    split = {"source": name, "fingerprint": fingerprint, "fingerprint_covers": FINGERPRINT_COVERS,
+    fingerprint, names_sizes = _fingerprint(every, times=times), _fingerprint(every, times=False)
+    covers = FINGERPRINT_COVERS if times else "relative paths and sizes (generated data)"
+    split = {"source": name, "fingerprint": fingerprint, "fingerprint_covers": covers,
              "names_sizes_fingerprint": names_sizes, "class_names": class_names,
              "root": str(root), "train": train_rel, "val": val_rel, "val_fraction": fraction}
     return Source(name, class_names, train_split, val_split, fingerprint, split, names_sizes)

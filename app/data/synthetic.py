@@ -97,7 +97,8 @@ def ensure_dataset(root: str | os.PathLike, num_images: int, source_size: int, n
 def synthetic_source(data_cfg) -> Source:
     folder = ensure_dataset(data_cfg.path, data_cfg.num_images, data_cfg.source_size,
                             data_cfg.num_classes, data_cfg.seed)
-    return folder_source(folder, data_cfg.val_fraction, name="synthetic")
+    # the files are a function of the folder's name (FORMAT_VERSION and parameters): their times say nothing
+    return folder_source(folder, data_cfg.val_fraction, name="synthetic", times=False)
 
 
 def _run(jobs: list[tuple], bar: tqdm) -> None:
