@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from app.augment import Augmenter
+from app.data.images import Decode
 
 CROP = {"_target_": "albumentations.RandomResizedCrop", "size": [32, 32], "scale": [0.25, 1.0]}
 FLIP = {"_target_": "albumentations.HorizontalFlip", "p": 0.5}
@@ -95,3 +96,68 @@ def test_draft_rule_numbers():
     default_scale = {"_target_": "albumentations.RandomResizedCrop", "size": [32, 32]}  # scale from 0.08
     assert Augmenter([default_scale], [32, 32]).decode.min_short_side == 131
     assert Augmenter([CROP], [32, 32], draft=False).decode.min_short_side is None
+
+
+def _psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
+    return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
+
+
+@pytest.fixture(scope="module")
+def big_jpeg(tmp_path_factory):
+    """1024² of smooth structure at several scales: what a reduced decode keeps, when it may."""
+    from PIL import Image
+
+    y, x = np.mgrid[0:1024, 0:1024] / 1024.0
+    channels = [np.sin(2 * np.pi * (3 * x + 2 * y)), np.cos(2 * np.pi * (5 * y - x)), np.sin(2 * np.pi * 4 * x * y)]
+    pixels = np.stack([(127.5 + 120 * c) for c in channels], axis=-1).astype(np.uint8)
+    path = tmp_path_factory.mktemp("draft") / "big.jpg"
+    Image.fromarray(pixels).save(path, quality=95)
+    return path
+
+
+RESIZING = [
+    {"_target_": "albumentations.RandomResizedCrop", "size": [64, 64], "scale": [0.5, 1.0]},
+    {"_target_": "albumentations.Resize", "height": 64, "width": 64},
+    {"_target_": "albumentations.SmallestMaxSize", "max_size": 64},
+    {"_target_": "albumentations.LongestMaxSize", "max_size": 64},
+]
+SOURCE_PIXELS = [
+    {"_target_": "albumentations.RandomCrop", "height": 64, "width": 64},
+    {"_target_": "albumentations.CenterCrop", "height": 64, "width": 64},
+    {"_target_": "albumentations.Crop", "x_min": 100, "y_min": 100, "x_max": 164, "y_max": 164},
+    {"_target_": "albumentations.RandomSizedCrop", "min_max_height": [100, 200], "size": [64, 64]},
+    {"_target_": "albumentations.PadIfNeeded", "min_height": 1100, "min_width": 1100},
+]
+
+
+@pytest.mark.parametrize("transform", RESIZING + SOURCE_PIXELS, ids=lambda t: t["_target_"].split(".")[-1])
+def test_draft_keeps_what_each_transform_shows(transform, big_jpeg):
+    """Issue 10.2: draft on and off give the same shape and field of view; a transform in source
+    pixels decodes at full size. Negative control: today's rule (a reduction to the output
+    size for any transform but RandomResizedCrop) shows RandomCrop a different picture."""
+    from app.data.source import FileSplit
+
+    split = FileSplit([str(big_jpeg)], [0])
+    on, off = Augmenter([transform], [64, 64]), Augmenter([transform], [64, 64], draft=False)
+    drafted = on(split.read(0, on.decode), 0, 0, 0)
+    full = off(split.read(0, off.decode), 0, 0, 0)
+    assert drafted.shape == full.shape == (64, 64, 3)
+    assert _psnr(drafted, full) > 30, on.draft_reason
+    name = transform["_target_"].split(".")[-1]
+    if transform in SOURCE_PIXELS:
+        assert on.decode.min_short_side is None and split.read(0, on.decode).shape == (1024, 1024, 3)
+        assert on.draft_reason == f"draft off: {name} works in source pixels"
+        if name == "RandomCrop":
+            todays = Decode(min_short_side=64)  # what the old rule allowed here: a 1/8 decode
+            assert _psnr(on(split.read(0, todays), 0, 0, 0), full) < 20
+    else:
+        assert on.decode.min_short_side is not None and split.read(0, on.decode).shape[0] < 1024
+        assert on.draft_reason.startswith("draft allowed") and name in on.draft_reason
+
+
+def test_a_transform_the_rule_does_not_know_allows_no_draft():
+    blur = {"_target_": "albumentations.GaussianBlur", "blur_limit": [3, 7]}
+    aug = Augmenter([blur, CROP], [32, 32])
+    assert aug.decode.min_short_side is None and "GaussianBlur is not known to the draft rule" in aug.draft_reason
+    assert Augmenter([FLIP, CROP], [32, 32]).decode.min_short_side == 74  # flips are looked past

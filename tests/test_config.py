@@ -105,6 +105,10 @@ CLI_ERRORS = [
     (["data=folder"], "data.path"),
     (["augment.transforms=[{_target_: albumentations.RandomResizedCrop, size: [8, 8], scle: [0.5, 1]}]"],
      "augment.transforms[0]"),
+    (["+trainer.foo=1"], "trainer.foo"),  # issue 10.13: `+` added a key past Hydra's check
+    (["queue.workers=1000"], "queue.workers"),  # issue 10.9
+    # issue 10.17: checked before the data, not after it and TensorFlow's start
+    (["trainer.callbacks=[{_target_: keras.callbacks.EarlyStoping}]"], "trainer.callbacks[0]"),
 ]
 
 
@@ -133,3 +137,34 @@ def test_yaml_files_mirror_the_schema():
         assert files, group
         for f in files:
             assert f"{group if group != 'data' else f.stem}_schema" in OmegaConf.load(f).defaults[0]
+
+
+@pytest.mark.parametrize(("override", "key"), [("+trainer.foo=1", "trainer.foo"), ("+bar=2", "bar"),
+                                               ("+data.decode.x=1", "data.decode.x")])
+def test_keys_added_with_plus_are_refused(override, key):
+    """Issue 10.13: Hydra lets `+key=` add a key to a structured config; validate does not."""
+    cfg = composed(override)
+    assert OmegaConf.select(cfg, key) is not None  # Hydra took it: the check below is ours
+    with pytest.raises(ConfigError, match=rf"`{key}` is not allowed.*Allowed keys there"):
+        validate(cfg)
+
+
+def test_a_saved_config_without_a_newer_key_takes_its_default():
+    saved = to_plain(composed())
+    del saved["data"]["max_image_pixels"], saved["queue"]["worker_limit"]
+    cfg = validate(saved)
+    assert cfg.data.max_image_pixels == 89_478_485 and cfg.queue.worker_limit is None
+
+
+def test_worker_count_is_bounded_by_the_machine_unless_told():
+    """Issue 10.9: queue.workers=1000 started 44 processes before anyone stopped it."""
+    import os
+
+    limit = 4 * (os.cpu_count() or 1)
+    validate(composed(f"queue.workers={limit}"))  # negative control: at the limit is fine
+    with pytest.raises(ConfigError, match=rf"`queue.workers` = {limit + 1} is not allowed: at most {limit} on this "
+                                          r"machine \(4 a core × \d+ cores = \d+; [\d.]+ GiB available"):
+        validate(composed(f"queue.workers={limit + 1}"))
+    validate(composed("queue.workers=1000", "queue.worker_limit=1000"))  # for people who know better
+    with pytest.raises(ConfigError, match="at most queue.worker_limit=4"):
+        validate(composed("queue.workers=5", "queue.worker_limit=4"))

@@ -310,3 +310,51 @@ def test_jpeg_frame_header_of_broken_markers_is_none():
     no_frame = raw[:sof] + raw[raw.index(b"\xff\xda"):]  # the scan starts with no frame header before it
     assert images._jpeg_frame(no_frame) is None
     assert images._jpeg_frame(raw[:2] + b"\xff\xff" + raw[2:]) == images._jpeg_frame(raw) == (64, 64, 3)  # fill
+
+
+def _declaring(path, width: int, height: int) -> None:
+    """A small real JPEG whose frame header is rewritten to declare width × height."""
+    buffer = io.BytesIO()
+    Image.new("RGB", (16, 16), (10, 20, 30)).save(buffer, "JPEG")
+    raw = bytearray(buffer.getvalue())
+    sof = raw.index(b"\xff\xc0")
+    raw[sof + 5:sof + 7], raw[sof + 7:sof + 9] = height.to_bytes(2, "big"), width.to_bytes(2, "big")
+    path.write_bytes(bytes(raw))
+
+
+def _png_declaring(path, width: int, height: int) -> None:
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 64))
+                     + chunk(b"IEND", b""))
+
+
+def test_a_decompression_bomb_is_refused_before_decoding(tmp_path):
+    """Issue 10.6: a 630-byte JPEG declaring 30000×30000 decoded to 2.7 GB on the fast path."""
+    bomb, png = tmp_path / "bomb.jpg", tmp_path / "bomb.png"
+    _declaring(bomb, 30000, 30000)
+    _png_declaring(png, 30000, 30000)
+    assert bomb.stat().st_size < 1000
+    for path in (bomb, png):
+        with pytest.raises(DecodeError, match=r"declares (30000×30000 = )?900 M pixels, above data.max_image_pixels"):
+            load_rgb(path)
+    with pytest.raises(BadSampleError, match="bomb.jpg.*above data.max_image_pixels=89478485"):
+        FileSplit([str(bomb)], [0]).read(0)
+
+
+def test_the_pixel_limit_is_configurable_on_both_paths(tmp_path):
+    jpeg, png = tmp_path / "a.jpg", tmp_path / "a.png"
+    Image.new("RGB", (100, 100), (1, 2, 3)).save(jpeg)
+    Image.new("RGB", (100, 100), (1, 2, 3)).save(png)
+    cmyk = tmp_path / "cmyk.jpg"
+    Image.new("CMYK", (100, 100), (0, 255, 255, 0)).save(cmyk)  # a JPEG the fast path leaves to Pillow
+    for path in (jpeg, png, cmyk):
+        with pytest.raises(DecodeError, match="above data.max_image_pixels=9999"):
+            load_rgb(path, max_pixels=9999)
+        assert load_rgb(path, max_pixels=10000).shape == (100, 100, 3)  # at the limit: fine
+        assert load_rgb(path, max_pixels=None).shape == (100, 100, 3)

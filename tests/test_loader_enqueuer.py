@@ -377,3 +377,24 @@ time.sleep(120)
     while time.monotonic() < deadline and os.path.exists(f"/dev/shm/{segment}"):
         time.sleep(0.1)  # multiprocessing's resource tracker unlinks what the dead parent left
     assert not os.path.exists(f"/dev/shm/{segment}")
+
+
+class SlowToStart(MarkedSplit):
+    """A source whose unpickling in a worker takes a while: a loaded machine's start-up."""
+
+    def __setstate__(self, state):
+        time.sleep(state["start_s"])  # the worker's start-up, not the test, waits
+        super().__setstate__(state)
+
+
+def test_start_up_is_timed_apart_from_the_batch(children):
+    """Issue 10.14: queue.timeout_s counted the workers' start-up, so a small timeout failed at
+    batch 0 on a loaded machine."""
+    split = SlowToStart(8)
+    split.start_s = 1.5
+    with make(split, workers=2, timeout_s=0.5) as enq:
+        assert [index_of(im) for b, _ in enq.batches("train", np.arange(8), epoch=0) for im in b] == list(range(8))
+    with pytest.raises(WorkerError, match=r"did not start within queue.startup_timeout_s=0.5 s"), \
+            make(split, workers=2, timeout_s=0.5, startup_timeout_s=0.5) as enq:  # its own limit still holds
+        list(enq.batches("train", np.arange(8), epoch=0))
+    assert_clean(children)

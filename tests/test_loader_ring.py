@@ -60,3 +60,32 @@ except WorkerError as error:
     assert result.returncode == 3, result.stderr
     assert "needs 1.5 MiB" in result.stdout and "queue.max_size=8" in result.stdout
     assert "/dev/shm has 1.0 MiB free" in result.stdout
+
+
+def test_a_ring_left_by_a_killed_process_group_is_removed_at_the_next_start(caplog):
+    """Issue 10.5: SIGKILL to the whole group (the resource tracker included) left the segment in
+    /dev/shm for ever; start-up only removed segments carrying its own PID."""
+    import signal
+    import subprocess
+    import sys
+
+    code = ("from app.loader.ring import Ring; r = Ring(2, 4, (16, 16), shared=True); "
+            "import multiprocessing.resource_tracker as t; t.ensure_running(); print(r.spec.name, flush=True); "
+            "import sys; sys.stdin.read()")
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    name = child.stdout.readline().strip()
+    os.killpg(child.pid, signal.SIGKILL)  # a scheduler's kill of the job: every process of the group at once
+    child.wait()
+    path = f"/dev/shm/{name}"
+    assert os.path.exists(path)  # left behind: nobody was there to remove it
+    mine = Ring(1, 1, (4, 4), shared=True)  # negative control: a live process's ring is kept
+    try:
+        with caplog.at_level("WARNING"):
+            ring = Ring(1, 2, (4, 4), shared=True)
+        ring.close()
+        assert not os.path.exists(path)
+        assert os.path.exists(f"/dev/shm/{mine.spec.name}")
+        assert path in caplog.text and f"left by process {child.pid}, which no longer runs" in caplog.text
+    finally:
+        mine.close()

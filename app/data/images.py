@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import warnings
 from dataclasses import dataclass
 
@@ -52,9 +53,14 @@ class Decode:
 
 def _check_pixels(width: int, height: int, max_pixels: int | None) -> None:
     if max_pixels is not None and width * height > max_pixels:
-        raise DecodeError(f"it declares {width}×{height} = {width * height / 1e6:.0f} M pixels, above "
-                          f"data.max_image_pixels={max_pixels} (a decompression bomb, or a scan too large: raise "
-                          "data.max_image_pixels if the file is genuine)")
+        raise _too_large(f"{width}×{height} = {width * height / 1e6:.0f} M", max_pixels)
+
+
+def _too_large(declared: str, max_pixels: int | None) -> DecodeError:
+    limit = f"data.max_image_pixels={max_pixels}" if max_pixels is not None else \
+        f"Pillow's own limit ({2 * Image.MAX_IMAGE_PIXELS})"
+    return DecodeError(f"it declares {declared} pixels, above {limit} (a decompression bomb, or a scan too "
+                       "large: raise data.max_image_pixels if the file is genuine)")
 
 
 def draft_scale(width: int, height: int, min_short_side: int) -> int:
@@ -114,7 +120,8 @@ def load_rgb(path: str | os.PathLike, min_short_side: int | None = None,
         except DecodeError:
             raise
         except Image.DecompressionBombError as exc:  # above twice Pillow's own limit, before ours could look
-            raise DecodeError(f"{exc} (raise data.max_image_pixels if the file is genuine)") from None
+            declared = re.search(r"\((\d+) pixels\)", str(exc))
+            raise _too_large(f"{int(declared.group(1)) / 1e6:.0f} M" if declared else "too many", max_pixels) from None
         except (OSError, ValueError, SyntaxError) as exc:
             # Pillow reports truncation as OSError("image file is truncated ...") or
             # OSError("Truncated File Read"); other decoder failures vary by plugin.

@@ -1,0 +1,57 @@
+"""app/errors.py and the run directory's files: the machine's faults and corrupt files as messages."""
+
+from __future__ import annotations
+
+import errno
+import json
+
+import pytest
+
+from app.errors import AppError, MachineError, exit_status_for, explain
+from app.rundir import Summary, write_json
+
+
+def test_memory_and_disk_errors_become_messages_saying_what_to_do(capsys):
+    memory = explain(MemoryError())
+    assert isinstance(memory, MachineError) and "lower data.batch_size, queue.max_size" in str(memory)
+    full = explain(OSError(errno.ENOSPC, "No space left on device", "/runs/x/model.keras"),
+                   resume_hint="python -m app train resume=/runs/x")
+    assert "no space left on the device holding /runs/x/model.keras" in str(full)
+    assert "continue with `python -m app train resume=/runs/x`" in str(full)
+    wrapped = RuntimeError("saving failed")  # h5py and zipfile wrap it
+    wrapped.__cause__ = OSError("[Errno 28] No space left on device")
+    assert isinstance(explain(wrapped), MachineError)
+    other = ValueError("a bug")  # negative control: anything else is left alone
+    assert explain(other) is other
+    assert exit_status_for(MemoryError()) == 1
+    assert "error: out of memory (MemoryError)" in capsys.readouterr().err
+
+
+def test_a_failed_write_leaves_no_temporary_file(tmp_path):
+    path = tmp_path / "summary.json"
+    write_json(path, {"a": 1})
+    (tmp_path / ".summary.json.tmp").symlink_to("/dev/full")  # every write there fails: a full disk
+    with pytest.raises(OSError) as caught:
+        write_json(path, {"a": 2})
+    assert caught.value.errno == errno.ENOSPC and isinstance(explain(caught.value), MachineError)
+    assert json.loads(path.read_text()) == {"a": 1} and [p.name for p in tmp_path.iterdir()] == ["summary.json"]
+
+
+def test_a_corrupt_summary_on_resume_is_named_with_what_to_do(tmp_path):
+    (tmp_path / "summary.json").write_text('{"status": "runn')
+    with pytest.raises(AppError, match=r"summary.json cannot be read .*delete it and resume again"):
+        Summary(tmp_path, [], resumed_from=str(tmp_path))
+    (tmp_path / "summary.json").unlink()
+    assert Summary(tmp_path, [], resumed_from=str(tmp_path)).content["status"] == "running"
+
+
+def test_report_lists_a_corrupt_summary_as_unreadable(tmp_path, capsys):
+    from app.commands.report import table
+
+    for name, text in (("0", json.dumps({"status": "completed", "overrides": ["queue.workers=1"]})),
+                       ("1", "{broken")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(text)
+    _, _, rows = table([tmp_path / "0", tmp_path / "1"])
+    assert [r["status"] for r in rows] == ["completed", "unreadable"]
+    assert "1/summary.json cannot be read" in capsys.readouterr().err
