@@ -398,3 +398,21 @@ def test_start_up_is_timed_apart_from_the_batch(children):
             make(split, workers=2, timeout_s=0.5, startup_timeout_s=0.5) as enq:  # its own limit still holds
         list(enq.batches("train", np.arange(8), epoch=0))
     assert_clean(children)
+
+
+class OutOfMemoryAt(MarkedSplit):
+    def read(self, i, decode=None):
+        if i == 5:
+            raise MemoryError()  # what a thread decoding a huge image meets
+        return super().read(i, decode)
+
+
+@pytest.mark.parametrize("processes", [True, False], ids=["processes", "threads"])
+def test_memory_error_in_a_worker_is_named_as_such(processes, children):
+    """Issue 10.10: a MemoryError with threads came out as "unexpected … (a bug)"."""
+    from app.errors import MachineError
+
+    with pytest.raises(MachineError, match=r"ran out of memory on sample 5 .*lower data.batch_size"), \
+            make(OutOfMemoryAt(16), processes=processes) as enq:
+        list(enq.batches("train", np.arange(16), epoch=0))
+    assert_clean(children)

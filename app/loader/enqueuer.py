@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from app.errors import AppError, DataError, WorkerError
+from app.errors import AppError, DataError, MachineError, WorkerError
 from app.loader import worker as worker_loop
 from app.loader.ring import Ring
 from app.processes import startable
@@ -352,6 +352,10 @@ class Enqueuer:
                 "Fix or remove the file, or set data.on_bad_sample=skip to replace such samples "
                 "(logged to bad_samples.txt) up to data.max_bad_fraction.")
         last = detail.strip().splitlines()[-1] if detail.strip() else "unknown error"
+        if last.startswith("MemoryError"):  # the machine's limit, not a bug in the decoder
+            raise MachineError(
+                f"{who} ran out of memory on sample {index} of the {slot.split_name} split ({where}): lower "
+                "data.batch_size, queue.max_size or queue.workers, or data.max_image_pixels to refuse such images.")
         error = WorkerError(
             f"{who} failed on sample {index} of the {slot.split_name} split ({where}), batch {slot.batch_no}: "
             f"{last}. The worker's traceback is in train.log.")
