@@ -1,6 +1,8 @@
 """Training: config → data → loader → model → steps (app/steps.py) → run directory.
 
-Checks that need neither data nor TensorFlow run first; TensorFlow is imported only after.
+Checks that need no data run first: the config, the augmentation and the callbacks (when there
+are any, building them loads TensorFlow); then the data, then the model. The run directory is
+locked while it trains (app/rundir.py).
 """
 
 from __future__ import annotations
@@ -48,13 +50,22 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
         raise
 
     hold_lock(run_dir, f"python -m app train{' resume=...' if resumed else ''}")
-    isolation = leftovers_cleared()
-    summary = Summary(run_dir, overrides, resumed_from=resumed)
-    summary.update(isolation=isolation, pid=os.getpid())
+    try:
+        summary = Summary(run_dir, overrides, resumed_from=resumed)
+        summary.update(isolation=leftovers_cleared(), pid=os.getpid())
+        _train_recorded(cfg, plain, run_dir, summary, callbacks)
+    finally:
+        release_lock(run_dir)
+    return summary.content
+
+
+def _train_recorded(cfg: DictConfig, plain: dict, run_dir: Path, summary: Summary, callbacks: list) -> None:
+    """Train, and record how it ended in summary.json and the log."""
     state = RunState(config=plain)
     try:
         with _interrupts():
             _train(cfg, plain, run_dir, summary, state, callbacks)
+        summary.update(status="completed")
     except KeyboardInterrupt:
         _record(summary, status="interrupted")
         log.warning("interrupted after step %d; %s", state.steps_done, _continue_hint(run_dir))
@@ -71,10 +82,6 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
         if explained is not error:
             raise explained from error
         raise
-    finally:
-        release_lock(run_dir)
-    summary.update(status="completed")
-    return summary.content
 
 
 def user_callbacks(specs: list) -> list:
