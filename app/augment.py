@@ -24,35 +24,19 @@ from typing import Any
 import albumentations as A
 import numpy as np
 
+from app.config import instantiate_each
 from app.data.images import DEFAULT_MAX_PIXELS, Decode
-from app.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 
 def build_compose(transforms: Sequence[dict], image_size: Sequence[int]) -> A.Compose:
-    """The configured transforms, strictly validated, then a resize to `image_size`."""
-    from hydra.utils import instantiate
-
-    built = []
-    for i, spec in enumerate(transforms):
-        where = f"augment.transforms[{i}]"
-        if not isinstance(spec, dict) or "_target_" not in spec:
-            raise ConfigError(f"config key `{where}` = {spec!r} is not allowed: each entry is a mapping "
-                              "with `_target_: albumentations.<Transform>` and that transform's arguments.")
-        try:
-            transform = instantiate(spec, strict=True, _convert_="all")
-        except Exception as error:  # instantiate wraps albumentations' ValueError and import errors
-            detail = " ".join(str(error.__cause__ or error).split())
-            raise ConfigError(f"config key `{where}` ({spec['_target_']}) is not a valid albumentations "
-                              f"transform: {detail}") from None
-        if not isinstance(transform, A.BasicTransform):
-            raise ConfigError(f"config key `{where}._target_` = {spec['_target_']!r} is not an "
-                              "albumentations transform.")
-        built.append(transform)
+    """The configured transforms, strictly validated (a misspelt argument fails), then a resize
+    to `image_size`."""
+    built = instantiate_each(transforms, "augment.transforms", A.BasicTransform, "albumentations.<Transform>",
+                             strict=True)
     height, width = image_size
-    built.append(A.Resize(height, width))
-    return A.Compose(built, strict=True)
+    return A.Compose([*built, A.Resize(height, width)], strict=True)
 
 
 # Transforms whose result does not depend on the image's resolution: the draft rule looks past them.

@@ -193,6 +193,27 @@ def _check(ok: bool, key: str, value: Any, allowed: str) -> None:
         raise config_error(key, value, allowed)
 
 
+def instantiate_each(specs: list, key: str, base: type, example: str, **kwargs: Any) -> list:
+    """Each `_target_` mapping of the list at config key `key`, built (with `kwargs`) and checked
+    to be a `base`; a wrong entry fails naming it, `key[i]`. `example`: what a target looks like."""
+    from hydra.utils import instantiate
+
+    built = []
+    for i, spec in enumerate(specs):
+        where = f"{key}[{i}]"
+        if not isinstance(spec, dict) or "_target_" not in spec:
+            raise config_error(where, spec, f"each entry is a mapping with `_target_: {example}` and its arguments")
+        try:
+            obj = instantiate(spec, _convert_="all", **kwargs)
+        except Exception as error:  # instantiate wraps import errors and the target's own ValueError
+            detail = " ".join(str(error.__cause__ or error).split())
+            raise ConfigError(f"config key `{where}` ({spec['_target_']}) cannot be built: {detail}") from None
+        if not isinstance(obj, base):
+            raise config_error(f"{where}._target_", spec["_target_"], f"it is not a {base.__module__}.{base.__name__}")
+        built.append(obj)
+    return built
+
+
 def typed(cfg: DictConfig | dict) -> DictConfig:
     """`cfg` merged onto its groups' schemas: an unknown key is refused however it came (a `+key=`
     override adds one past Hydra's own check), and a key the config lacks (a run saved before

@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 
 from app import checkpoint
 from app.augment import augmenters, build_compose
-from app.config import to_plain, validate
+from app.config import instantiate_each, to_plain, validate
 from app.data import load_source
 from app.errors import AppError, ConfigError, explain
 from app.loader import boundary
@@ -90,24 +90,8 @@ def user_callbacks(specs: list) -> list:
     if not specs:
         return []
     import keras  # TensorFlow loads here: the callbacks are Keras objects
-    from hydra.utils import instantiate
 
-    built = []
-    for i, spec in enumerate(specs):
-        where = f"trainer.callbacks[{i}]"
-        if not isinstance(spec, dict) or "_target_" not in spec:
-            raise ConfigError(f"config key `{where}` = {spec!r} is not allowed: each entry is a mapping with "
-                              "`_target_: keras.callbacks.<Callback>` and its arguments.")
-        try:
-            callback = instantiate(spec, _convert_="all")
-        except Exception as error:  # instantiate wraps import errors and wrong arguments
-            detail = " ".join(str(error.__cause__ or error).split())
-            raise ConfigError(f"config key `{where}` ({spec['_target_']}) cannot be built: {detail}") from None
-        if not isinstance(callback, keras.callbacks.Callback):
-            raise ConfigError(f"config key `{where}._target_` = {spec['_target_']!r} is not a Keras callback "
-                              "(keras.callbacks.Callback).")
-        built.append(callback)
-    return built
+    return instantiate_each(specs, "trainer.callbacks", keras.callbacks.Callback, "keras.callbacks.<Callback>")
 
 
 def _record(summary: Summary, **values) -> None:
