@@ -1,4 +1,6 @@
-"""The Keras 3 CNN (conf/model) and the self-contained model.keras exported from it."""
+"""The Keras 3 CNN (conf/model), the float32 boundary that is its first layer (uint8 pixels in,
+normalised float32 out, on the device), and the self-contained model.keras exported from it.
+Never imports the loader: batches reach it as plain uint8 arrays."""
 
 from __future__ import annotations
 
@@ -9,9 +11,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import keras
+import numpy as np
 from keras import layers
 
-from app.loader.boundary import OFFSET, SCALE
+# The float32 boundary: the classifier's first layer turns RGB values 0..255 (the loader's uint8
+# batches) into x·SCALE + OFFSET on the device that trains; model.keras's metadata carries both.
+SCALE = 1.0 / 255.0
+OFFSET = 0.0
 
 METADATA_FILE = "app_metadata.json"  # inside model.keras; Keras ignores files it does not know
 # Keras's 0.99 leaves the moving statistics far from the data after a few hundred steps, and
@@ -60,6 +66,15 @@ def optimizer(name: str, lr: float) -> keras.optimizers.Optimizer:
         "sgd": lambda learning_rate: keras.optimizers.SGD(learning_rate, momentum=0.9, nesterov=True),
         "rmsprop": keras.optimizers.RMSprop,
     }[name](learning_rate=lr)
+
+
+def normalise(batch: np.ndarray) -> np.ndarray:
+    """The first layer's arithmetic in numpy, for code that feeds a model without that layer
+    (bench's hand-rolled PyDataset, which returns float32 as such code does)."""
+    out = np.multiply(batch, np.float32(SCALE), dtype=np.float32)
+    if OFFSET:
+        out += np.float32(OFFSET)
+    return out
 
 
 def classifier(backbone: keras.Model, image_size: Sequence[int]) -> keras.Model:

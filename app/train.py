@@ -17,12 +17,13 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from app import checkpoint
-from app.augment import augmenters, build_compose
+from app.augment import build_compose
 from app.config import instantiate_each, to_plain, validate
 from app.data import load_source
 from app.errors import AppError, ConfigError, explain
-from app.loader import boundary
-from app.loader.enqueuer import Enqueuer, epoch_order
+from app.loader.enqueuer import Enqueuer
+from app.loader.order import epoch_order
+from app.loader.pipeline import batches, build_loader, every_sample
 from app.memory import PeakMemory, leftovers_cleared
 from app.resume import resumed_config
 from app.rundir import Summary, append_metrics, check_same_data, hold_lock, keep_rows, release_lock, write_json
@@ -161,9 +162,8 @@ def _train(cfg: DictConfig, plain: dict, run_dir: Path, summary: Summary, state:
             net = models.classifier(backbone, image_size)
             net.compile(optimizer=models.optimizer(trainer["optimizer"], trainer["lr"]),
                         loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-        built = augmenters(plain, {"train": plain["augment"]["transforms"], "val": []})
-        enqueuer = Enqueuer.from_config(plain, {"train": source.train, "val": source.val}, built,
-                                        bad_log=run_dir / "bad_samples.txt")
+        enqueuer = build_loader(plain, {"train": (source.train, plain["augment"]["transforms"]),
+                                        "val": (source.val, [])}, bad_log=run_dir / "bad_samples.txt")
         summary.update(queue_bytes=enqueuer.queue_bytes)
         log.info("queue: %d %s, max_size %d: %.1f MiB of uint8 batches", enqueuer.num_workers,
                  "processes" if enqueuer.use_multiprocessing else "threads", enqueuer.max_size,
@@ -184,7 +184,6 @@ def _epochs(net, enqueuer: Enqueuer, memory: PeakMemory, source, plain: dict, ru
 
     data, queue, trainer = plain["data"], plain["queue"], plain["trainer"]
     batch, epochs = data["batch_size"], trainer["epochs"]
-    val_order = epoch_order(len(source.val), batch, seed=0, epoch=0, shuffle=False, drop_last=False)
     own = [Progress(epochs, steps)]
     # A step's row is written before its checkpoint: a run killed between the two would
     # otherwise resume after a step that samples.csv never recorded.
@@ -203,9 +202,9 @@ def _epochs(net, enqueuer: Enqueuer, memory: PeakMemory, source, plain: dict, ru
         state.order = epoch_order(len(source.train), batch, seed=plain["seed"], epoch=epoch,
                                   shuffle=queue["shuffle"], drop_last=True)[: steps * batch]
         callbacks.on_epoch_begin(epoch, {"first_batch": first})
-        fit = train_epoch(net, boundary.batches(enqueuer, "train", state.order[first * batch:], epoch), callbacks,
+        fit = train_epoch(net, batches(enqueuer, "train", state.order[first * batch:], epoch), callbacks,
                           state.figures, first_batch=first)
-        val = evaluate(net, boundary.batches(enqueuer, "val", val_order, 0))
+        val = evaluate(net, every_sample(enqueuer, "val"))
         row = {"epoch": epoch + 1, "loss": fit.loss, "accuracy": fit.accuracy, "val_loss": val.loss,
                "val_accuracy": val.accuracy, "images_per_s": fit.images_per_s,
                "data_wait_fraction": fit.data_wait_fraction, "peak_memory_mb": memory.window_peak_mb()}

@@ -13,8 +13,9 @@ import pytest
 from marked import IdentityAugmenter, MarkedSplit, index_of
 
 from app.errors import DataError, WorkerError
-from app.loader import boundary
-from app.loader.enqueuer import Enqueuer, epoch_order
+from app.loader import prefetch
+from app.loader.enqueuer import Enqueuer
+from app.loader.order import epoch_order
 from app.memory import is_multiprocessing_helper
 
 MODES = [(0, True), (1, True), (2, True), (1, False), (2, False)]
@@ -169,7 +170,7 @@ def test_a_replacement_started_in_a_pass_outlives_it(caplog, children):
     with make(MarkedSplit(n), workers=2, max_size=2) as enq, caplog.at_level("WARNING"):
         for epoch in range(3):
             got = []
-            for k, (images, _) in enumerate(boundary.batches(enq, "train", order, epoch)):
+            for k, (images, _) in enumerate(prefetch.batches(enq, "train", order, epoch)):
                 got.extend(index_of(im) for im in images)
                 if epoch == 0 and k == 2:
                     victim = enq.worker_pids[0]

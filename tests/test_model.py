@@ -8,8 +8,7 @@ import sys
 
 import numpy as np
 
-from app.loader.boundary import OFFSET, SCALE
-from app.model import classifier, export, optimizer, read_metadata, small_resnet
+from app.model import OFFSET, SCALE, classifier, export, normalise, optimizer, read_metadata, small_resnet
 
 
 def test_shapes_and_optimizers():
@@ -66,3 +65,10 @@ def test_mixed_precision_trains_with_a_float32_output():
     assert np.isfinite(logs["loss"])
     assert net.layers[1].compute_dtype == "float16" and net.output.dtype == "float32"
     assert isinstance(net.optimizer, keras.optimizers.LossScaleOptimizer)
+
+
+def test_normalise_matches_the_constants():
+    batch = np.array([[[[0, 128, 255]]]], np.uint8)
+    out = normalise(batch)
+    assert out.dtype == np.float32 and np.allclose(out, batch.astype(np.float64) * SCALE)
+    assert out.max() == np.float32(1.0)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from marked import IdentityAugmenter, MarkedSplit
 
-from app.loader import boundary
+from app.loader import prefetch
 from app.loader.enqueuer import Enqueuer
 from app.model import classifier
 from app.steps import EpochFigures, evaluate, train_epoch
@@ -53,7 +53,7 @@ def test_built_ahead_never_exceeds_max_size(max_size, tmp_path):
     count = CountAhead(log)
     net = tiny_net()
     with enqueuer(split, max_size) as enq:
-        figures = train_epoch(net, boundary.batches(enq, "train", np.arange(120), 0),
+        figures = train_epoch(net, prefetch.batches(enq, "train", np.arange(120), 0),
                               keras.callbacks.CallbackList([count], model=net))
     assert figures.steps == 30 and figures.images == 120 and count.consumed == 120
     # the batch training has left the ring (it is float32 now): max_size batches more, no further
@@ -73,7 +73,7 @@ def test_at_most_two_batches_outside_the_ring_and_none_float32(monkeypatch):
     class Tracked(np.ndarray):
         pass
 
-    real = boundary.detach
+    real = prefetch.detach
 
     def tracked(images):
         out = real(images).view(Tracked)
@@ -86,22 +86,22 @@ def test_at_most_two_batches_outside_the_ring_and_none_float32(monkeypatch):
         def on_train_batch_begin(self, batch, logs=None):
             most[0] = max(most[0], live())
 
-    monkeypatch.setattr(boundary, "detach", tracked)
+    monkeypatch.setattr(prefetch, "detach", tracked)
     net = tiny_net()
     with enqueuer(MarkedSplit(80), max_size=4) as enq:
-        train_epoch(net, boundary.batches(enq, "train", np.arange(80), 0),
+        train_epoch(net, prefetch.batches(enq, "train", np.arange(80), 0),
                     keras.callbacks.CallbackList([Look()], model=net))
         assert 1 <= most[0] <= 2 and dtypes == {np.dtype(np.uint8)}
         # negative control: a consumer that keeps its batches is seen keeping them
-        kept = list(boundary.batches(enq, "train", np.arange(80), 1))
+        kept = list(prefetch.batches(enq, "train", np.arange(80), 1))
         assert live() == len(kept) == 20
 
 
 def test_evaluate_weights_the_short_last_batch():
     net = tiny_net()
     with enqueuer(MarkedSplit(10), max_size=2) as enq:
-        whole = evaluate(net, boundary.batches(enq, "train", np.arange(10), 0))
-        parts = [evaluate(net, boundary.batches(enq, "train", np.arange(i, min(i + BATCH, 10)), 0))
+        whole = evaluate(net, prefetch.batches(enq, "train", np.arange(10), 0))
+        parts = [evaluate(net, prefetch.batches(enq, "train", np.arange(i, min(i + BATCH, 10)), 0))
                  for i in range(0, 10, BATCH)]
     assert whole.images == 10 and whole.steps == 3
     assert whole.loss == pytest.approx(sum(p.loss * p.images for p in parts) / 10, rel=1e-5)

@@ -8,9 +8,9 @@ smaps_rollup takes about 16 ms of CPU for a TensorFlow process on a 2-core VM an
 process's memory-map lock; timed while sampled, Keras's threads mode lost a fifth of its speed
 and this loader a tenth. Modes:
   baseline         the trivial model fit on one in-memory uint8 batch: the training process with no loader
-  loader_steps     this loader → boundary (uint8) → the trivial model, through `train`'s own step loop
+  loader_steps     this loader → prefetch (uint8) → the trivial model, through `train`'s own step loop
   loader_fit       the same batches through `model.fit` (tf.data.from_generator, no prefetch)
-  loader           this loader and the boundary, no model
+  loader           this loader and its prefetch, no model
   keras_threads    keras.utils.PyDataset(workers, use_multiprocessing=False, max_queue_size) → fit: Pillow's
                    full decode as such code does it, the same augmentation, in __getitem__ (keras_baseline.py)
   keras_processes  the same with use_multiprocessing=True
@@ -207,7 +207,7 @@ def _order(n: int, batch: int, needed: int, seed: int, shuffle: bool):
     training takes them), so every timed batch holds `batch` images."""
     import numpy as np
 
-    from app.loader.enqueuer import epoch_order
+    from app.loader.order import epoch_order
 
     pairs, epoch = [], 0
     while len(pairs) < needed:
@@ -218,19 +218,19 @@ def _order(n: int, batch: int, needed: int, seed: int, shuffle: bool):
 
 
 def _enqueuer(plain, source, augmenter):
-    from app.loader.enqueuer import Enqueuer
+    from app.loader.pipeline import build_loader
 
-    return Enqueuer.from_config(plain, {"train": source.train}, {"train": augmenter})
+    return build_loader(plain, {"train": (source.train, plain["augment"]["transforms"])})
 
 
 def _loader_batches(enqueuer, order):
     """This loader's batches over `order`, one epoch's pass after another."""
-    from app.loader import boundary
+    from app.loader.pipeline import batches
 
     epochs = order[:, 0]
     for epoch in sorted(set(epochs.tolist())):
         indices = order[epochs == epoch, 1]
-        yield from boundary.batches(enqueuer, "train", indices, int(epoch))
+        yield from batches(enqueuer, "train", indices, int(epoch))
 
 
 def _trivial_model(plain, num_classes, normalising=True):

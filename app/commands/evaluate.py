@@ -20,12 +20,11 @@ log = logging.getLogger("app.evaluate")
 
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float:
-    from app.augment import augmenters
     from app.data import load_source
-    from app.loader import boundary
-    from app.loader.enqueuer import Enqueuer, epoch_order
+    from app.loader.pipeline import build_loader, every_sample
     from app.rundir import check_same_data, write_json
     from app.runs import last_epoch_checkpoint, open_run
+    from app.steps import evaluate
 
     run_dir, cfg, plain = open_run(cfg, safe=("queue.",))
     out = Path(HydraConfig.get().runtime.output_dir)
@@ -33,26 +32,16 @@ def main(cfg: DictConfig) -> float:
     check_same_data(run_dir, source)
     path, net = last_epoch_checkpoint(run_dir)
     log.info("evaluating %s on %d validation samples of %s", path, len(source.val), source.name)
-    data = plain["data"]
     names = source.class_names
     confusion = np.zeros((len(names), len(names)), np.int64)
-    seen = loss_sum = correct = 0.0
-    built = augmenters(plain, {"val": []})
-    order = epoch_order(len(source.val), data["batch_size"], seed=0, epoch=0, shuffle=False, drop_last=False)
-    with Enqueuer.from_config(plain, {"val": source.val}, built) as queue:
-        for x, y in boundary.batches(queue, "val", order, 0):
-            logs = net.test_on_batch(x, y, return_dict=True)  # the same step as training's validation
-            predicted = np.asarray(net.predict_on_batch(x)).argmax(axis=1)
-            np.add.at(confusion, (y, predicted), 1)
-            seen += len(y)
-            loss_sum += logs["loss"] * len(y)
-            correct += logs["accuracy"] * len(y)
-    result = {"checkpoint": str(path), "loss": loss_sum / seen, "accuracy": correct / seen, "samples": int(seen),
-              "class_names": names, "confusion": confusion.tolist()}
+    with build_loader(plain, {"val": (source.val, [])}) as loader:
+        figures = evaluate(net, every_sample(loader, "val"), confusion)  # training's own validation
+    result = {"checkpoint": str(path), "loss": figures.loss, "accuracy": figures.accuracy,
+              "samples": int(figures.images), "class_names": names, "confusion": confusion.tolist()}
     write_json(out / "evaluation.json", result)
     _plot(confusion, names, out / "confusion.png", result)
     print(f"checkpoint {path.name}: loss {result['loss']:.4f}, accuracy {result['accuracy']:.4f} "
-          f"on {int(seen)} validation samples\n")
+          f"on {result['samples']} validation samples\n")
     print(_table(confusion, names))
     print(f"\nwritten: {out / 'evaluation.json'}, {out / 'confusion.png'}")
     return result["accuracy"]

@@ -14,7 +14,7 @@ import numpy as np
 from PIL import Image
 
 from app.data.source import FileSplit
-from app.loader.boundary import normalise
+from app.model import normalise
 
 
 def read_textbook(split, index: int) -> np.ndarray:

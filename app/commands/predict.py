@@ -33,11 +33,9 @@ def image_files(path: Path) -> list[Path]:
 def main(cfg: DictConfig) -> None:
     import keras
 
-    from app.augment import augmenters
     from app.data.source import FileSplit
     from app.errors import ConfigError, DataError
-    from app.loader import boundary
-    from app.loader.enqueuer import Enqueuer
+    from app.loader.pipeline import build_loader, every_sample
     from app.model import read_metadata
     from app.runs import open_run
 
@@ -56,17 +54,17 @@ def main(cfg: DictConfig) -> None:
     names, size = meta["class_names"], meta["image_size"]
     log.info("predicting %d images from %s with %s", len(files), source, model_path)
     split = FileSplit([str(f) for f in files], np.zeros(len(files), np.int64))
-    augmenter = augmenters({**plain, "data": {**plain["data"], "image_size": size}}, {"predict": []})["predict"]
     out = Path(HydraConfig.get().runtime.output_dir) / "predictions.csv"
     counts = np.zeros(len(names), np.int64)
     # Predict's own bad-file policy: a file that cannot be read is listed with its error and no
     # numbers (training's `skip` would put the next file's pixels, and so its answer, in its place).
-    with Enqueuer.from_config(plain, {"predict": split}, {"predict": augmenter}, on_bad_sample="mark") as queue, \
+    plain = {**plain, "data": {**plain["data"], "image_size": size}}  # the model's own input size
+    with build_loader(plain, {"predict": (split, [])}, on_bad_sample="mark") as queue, \
             open(out, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["path", "class", *names, "error"])
         done = 0
-        for x, _ in boundary.batches(queue, "predict", np.arange(len(files)), 0):
+        for x, _ in every_sample(queue, "predict"):
             probabilities = np.asarray(net.predict_on_batch(x))
             for index, p in enumerate(probabilities, start=done):
                 error = queue.failed["predict"].get(index)

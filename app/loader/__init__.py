@@ -1,3 +1,5 @@
-"""The data's path from sample index to float32 batch: ring (shared-memory slots), worker
-(read → decode → augment, no TensorFlow), enqueuer (order, epochs, faults), boundary
-(uint8 → float32)."""
+"""The data's path from sample index to a uint8 batch out of the ring: order (which samples an
+epoch visits), worker (read → decode → augment, in a process of its own), ring (shared-memory
+slots), enqueuer (scheduling, faults, the bad-sample policy), prefetch (the next batch copied
+out while one trains), pipeline (the one builder every command uses). No TensorFlow here: the
+uint8 → float32 boundary is the model's first layer (app/model.py)."""

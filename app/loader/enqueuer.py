@@ -37,15 +37,6 @@ log = logging.getLogger(__name__)
 MAX_DEATHS_IN_A_ROW = 3
 
 
-def epoch_order(n: int, batch_size: int, *, seed: int, epoch: int, shuffle: bool, drop_last: bool) -> np.ndarray:
-    """Sample indices of one epoch, from (seed, epoch) only. Training drops the last
-    `n mod batch_size` of the permutation (different ones each shuffled epoch)."""
-    order = np.random.default_rng([seed, epoch]).permutation(n) if shuffle else np.arange(n)
-    if drop_last:
-        order = order[: n - n % batch_size]
-    return order
-
-
 @dataclass
 class _Worker:
     conn: Connection
@@ -94,7 +85,7 @@ class Enqueuer:
         self._deaths_in_a_row = 0
         # Worker processes are started from this one long-lived thread: Linux's parent-death
         # signal fires when the *thread* that started a process ends, and replacements would
-        # otherwise be started from a pass's short-lived copy-ahead thread (app/loader/boundary.py).
+        # otherwise be started from a pass's short-lived copy-ahead thread (app/loader/prefetch.py).
         self._starter: ThreadPoolExecutor | None = None
 
     @classmethod
@@ -190,7 +181,7 @@ class Enqueuer:
 
     def batches(self, split_name: str, order: np.ndarray, epoch: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(uint8 batch, labels) in order. The uint8 array is a view of a ring slot, valid
-        until the next batch is asked for: convert it (the boundary) before that."""
+        until the next batch is asked for: copy it out (app/loader/prefetch.py) before that."""
         if self.ring is None:
             raise RuntimeError("Enqueuer.batches() before start()")
         split = self.splits[split_name]

@@ -1,4 +1,4 @@
-"""The queue boundary: batches leave the ring as uint8 copies, one ahead, in order."""
+"""app/loader/prefetch.py: batches leave the ring as uint8 copies, one ahead, in order."""
 
 import threading
 
@@ -7,15 +7,8 @@ import pytest
 from marked import IdentityAugmenter, MarkedSplit
 
 from app.errors import WorkerError
-from app.loader.boundary import SCALE, batches, detach, normalise
 from app.loader.enqueuer import Enqueuer
-
-
-def test_normalise_matches_the_constants():
-    batch = np.array([[[[0, 128, 255]]]], np.uint8)
-    out = normalise(batch)
-    assert out.dtype == np.float32 and np.allclose(out, batch.astype(np.float64) * SCALE)
-    assert out.max() == np.float32(1.0)
+from app.loader.prefetch import batches, detach
 
 
 def test_detach_survives_the_slot_being_reused():
@@ -39,7 +32,7 @@ def test_batches_ahead_keep_order_and_stop_cleanly():
             assert x.dtype == np.uint8 and x.base is None  # its own array, not a ring view
             if k == 1:
                 break
-        assert not [t for t in threading.enumerate() if t.name == "app-boundary"]
+        assert not [t for t in threading.enumerate() if t.name == "app-prefetch"]
         assert len(list(batches(enq, "train", order, 1))) == 10
 
 

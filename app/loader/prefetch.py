@@ -1,11 +1,10 @@
-"""The queue's boundary, on the consumer's side: where a batch leaves the uint8 world.
+"""The consumer's side of the ring: each batch copied out of its slot, one ahead, in a thread.
 
-A batch leaves its ring slot as a uint8 copy (the slot is free at once) and becomes float32
-only inside the training step: the model's first layer (app.model.classifier) casts and
-scales it, on the device that trains. So no float32 batch lives in host memory between
-steps (Keras's own pipelines keep a queue of them), and a GPU is sent a quarter of the bytes.
-The next batch is copied out in a thread while the current one trains; at most two batches
-(the one training and the next) exist outside the ring.
+A batch leaves its ring slot as a uint8 copy (the slot is free at once); it becomes float32
+only inside the training step, in the model's first layer (app/model.py owns that boundary and
+its constants; nothing here converts). The next batch is copied out while the current one
+trains: at most two batches (the one training and the next) exist outside the ring. Never
+imports TensorFlow, Keras or the model.
 """
 
 from __future__ import annotations
@@ -17,19 +16,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-# Pixel values 0..255 → 0..1: the model's first layer, Rescaling(SCALE, OFFSET).
-SCALE = 1.0 / 255.0
-OFFSET = 0.0
 _DONE = object()
-
-
-def normalise(batch: np.ndarray) -> np.ndarray:
-    """The first layer's arithmetic in numpy, for code that feeds a model without that layer
-    (bench's hand-rolled PyDataset, which returns float32 as such code does)."""
-    out = np.multiply(batch, np.float32(SCALE), dtype=np.float32)
-    if OFFSET:
-        out += np.float32(OFFSET)
-    return out
 
 
 def detach(images: np.ndarray) -> np.ndarray:
@@ -60,7 +47,7 @@ def batches(enqueuer, split_name: str, order: np.ndarray, epoch: int) -> Iterato
         if not stop.is_set():
             handoff.put(last)
 
-    thread = threading.Thread(target=copy_ahead, name="app-boundary", daemon=True)
+    thread = threading.Thread(target=copy_ahead, name="app-prefetch", daemon=True)
     thread.start()
     try:
         while True:

@@ -1,0 +1,37 @@
+"""The one builder of the input pipeline, for every command (train, evaluate, predict, bench):
+a source's splits, each with its transforms → augmenters (the draft rule logged) → the enqueuer
+(workers, ring) → batches copied out one ahead (prefetch). Never imports TensorFlow, the model
+or training."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from app.augment import augmenters
+from app.loader import prefetch
+from app.loader.enqueuer import Enqueuer
+from app.loader.order import epoch_order
+
+
+def build_loader(plain: dict, splits: dict[str, tuple], *, bad_log: Path | None = None,
+                 on_bad_sample: str | None = None) -> Enqueuer:
+    """The loader a validated (plain) config describes. `splits`: name → (split, its transforms:
+    training's, or [] for the resize alone). `on_bad_sample` replaces data.on_bad_sample."""
+    built = augmenters(plain, {name: transforms for name, (_, transforms) in splits.items()})
+    return Enqueuer.from_config(plain, {name: split for name, (split, _) in splits.items()}, built,
+                                bad_log=bad_log, on_bad_sample=on_bad_sample)
+
+
+def batches(loader: Enqueuer, split_name: str, order: np.ndarray, epoch: int) -> Iterator[tuple]:
+    """(uint8 batch, labels) over `order`, each batch an array of its own, the next copied out ahead."""
+    return prefetch.batches(loader, split_name, order, epoch)
+
+
+def every_sample(loader: Enqueuer, split_name: str) -> Iterator[tuple]:
+    """Each sample of a split once, in order, the last batch short (validation, evaluate, predict)."""
+    order = epoch_order(len(loader.splits[split_name]), loader.batch_size, seed=0, epoch=0, shuffle=False,
+                        drop_last=False)
+    return prefetch.batches(loader, split_name, order, 0)
