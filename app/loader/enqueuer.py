@@ -10,46 +10,24 @@ and both splits.
 from __future__ import annotations
 
 import logging
-import multiprocessing as mp
-import os
-import signal
-import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from app.errors import AppError, DataError, MachineError, WorkerError
+from app.loader import messages
 from app.loader import worker as worker_loop
+from app.loader.pool import Pool, Work, Worker, exit_description
 from app.loader.ring import Ring
-from app.processes import startable
 
 log = logging.getLogger(__name__)
 
 # A worker that dies is replaced and its samples rebuilt; this many deaths with no batch
 # completed in between is a fault to report, not to retry forever.
 MAX_DEATHS_IN_A_ROW = 3
-
-
-@dataclass
-class _Worker:
-    conn: Connection
-    handle: Any  # multiprocessing.Process or threading.Thread
-    name: str
-    pending: set[tuple[int, int]] = field(default_factory=set)  # (slot, position) handed out, not answered
-    answered: int = 0
-    ready: bool = False  # it said it has started (imports done, ring mapped)
-    started_at: float = field(default_factory=time.monotonic)
-
-    @property
-    def sentinel(self) -> int | None:
-        return getattr(self.handle, "sentinel", None)
 
 
 @dataclass
@@ -80,13 +58,9 @@ class Enqueuer:
         self.skipped: dict[str, set[int]] = {name: set() for name in splits}
         self.restarts = 0  # workers replaced this run
         self.ring: Ring | None = None
-        self._workers: list[_Worker] = []
+        self.pool: Pool | None = None
         self._slots: list[_Slot] = []
         self._deaths_in_a_row = 0
-        # Worker processes are started from this one long-lived thread: Linux's parent-death
-        # signal fires when the *thread* that started a process ends, and replacements would
-        # otherwise be started from a pass's short-lived copy-ahead thread (app/loader/prefetch.py).
-        self._starter: ThreadPoolExecutor | None = None
 
     @classmethod
     def from_config(cls, plain: dict, splits: dict, augmenters: dict, *, bad_log: Path | None = None,
@@ -109,64 +83,34 @@ class Enqueuer:
 
     @property
     def worker_pids(self) -> list[int]:
-        return [w.handle.pid for w in self._workers if isinstance(w.handle, mp.process.BaseProcess)]
+        return self.pool.pids if self.pool else []
+
+    @property
+    def _workers(self) -> list[Worker]:
+        return self.pool.workers if self.pool else []
+
+    @property
+    def work(self) -> Work:
+        return Work(self.splits, self.augmenters, self.seed, self.on_bad_sample)
 
     def start(self) -> Enqueuer:
         shared = self.num_workers > 0 and self.use_multiprocessing
         self.ring = Ring(self.max_size, self.batch_size, self.image_size, shared=shared)
         self._slots = [_Slot() for _ in range(self.max_size)]
-        if shared:
-            self._starter = ThreadPoolExecutor(1, thread_name_prefix="app-worker-starter")
+        self.pool = Pool(self.ring, self.work, processes=shared, start_method=self.start_method,
+                         startup_timeout_s=self.startup_timeout_s)
         try:
-            for i in range(self.num_workers):
-                self._workers.append(self._start_process(i) if shared else self._start_thread(i))
+            self.pool.start(self.num_workers)
         except BaseException:
             self.close()
             raise
         return self
 
-    def _start_process(self, i: int) -> _Worker:
-        context = mp.get_context(self.start_method)
-        parent_end, child_end = context.Pipe(duplex=True)
-        parent_pid = os.getpid() if self.start_method == "spawn" else None
-        process = context.Process(
-            target=worker_loop.process_main, name=f"app-loader-{i}", daemon=True,
-            args=(child_end, self.ring.spec, self.splits, self.augmenters, self.seed, self.on_bad_sample, parent_pid))
-        with _child_environment(self.start_method):
-            self._starter.submit(process.start).result()
-        child_end.close()
-        return _Worker(parent_end, process, f"worker process {process.pid}")
-
-    def _start_thread(self, i: int) -> _Worker:
-        parent_end, child_end = mp.Pipe(duplex=True)
-        thread = threading.Thread(
-            target=_serve_thread, name=f"app-loader-{i}", daemon=True,
-            args=(child_end, self.ring.array, self.ring.done, self.splits, self.augmenters, self.seed,
-                  self.on_bad_sample))
-        thread.start()
-        return _Worker(parent_end, thread, f"worker thread {i}", ready=True)
-
     def close(self) -> None:
         """Stop every worker (no orphans) and free the ring (nothing left in /dev/shm)."""
-        workers, self._workers = self._workers, []
-        for w in workers:
-            try:
-                w.conn.send(None)
-            except (OSError, ValueError):
-                pass
-        deadline = time.monotonic() + 5.0
-        for w in workers:
-            while w.handle.is_alive() and time.monotonic() < deadline:
-                _discard_replies(w.conn)  # a worker blocked on a full pipe could not see the None
-                w.handle.join(timeout=0.05)
-            if isinstance(w.handle, mp.process.BaseProcess):
-                if w.handle.is_alive():
-                    w.handle.kill()
-                w.handle.join(timeout=5.0)
-            w.conn.close()
-        if self._starter is not None:
-            self._starter.shutdown()
-            self._starter = None
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
         if self.ring is not None:
             self.ring.close()
             self.ring = None
@@ -222,30 +166,28 @@ class Enqueuer:
         for k, w in enumerate(self._workers):
             self._send(w, slot_index, range((k + batch_no) % n, len(indices), n))
 
-    def _send(self, w: _Worker, slot_index: int, positions) -> None:
+    def _send(self, w: Worker, slot_index: int, positions) -> None:
         slot = self._slots[slot_index]
         items = [(p, slot.todo[p]) for p in positions]
         if not items:
             return
         w.pending.update((slot_index, p) for p, _ in items)
         try:
-            w.conn.send(("batch", slot.split_name, slot.epoch, slot_index, items))
+            w.conn.send(messages.Task(slot.split_name, slot.epoch, slot_index, items))
         except (BrokenPipeError, ConnectionResetError):
             pass  # it died: _pump sees its sentinel and hands `pending` to its replacement
 
     def _build_here(self, slot_index: int) -> None:
         slot = self._slots[slot_index]
-        split, augmenter = self.splits[slot.split_name], self.augmenters[slot.split_name]
+        task, work = messages.Task(slot.split_name, slot.epoch, slot_index, []), self.work
         for position, index in list(slot.todo.items()):
-            reply = worker_loop.fill(self.ring.array, slot_index, position, index, split, augmenter,
-                                      self.seed, slot.epoch, self.on_bad_sample)
-            self._handle(reply, None, "the training process")
+            self._handle(worker_loop.fill(self.ring.array, task, position, index, work), None, "the training process")
 
     def _wait_for(self, slot_index: int) -> None:
         slot = self._slots[slot_index]
         deadline = time.monotonic() + self.timeout_s
         while slot.todo:
-            if self._starting():  # the batch's clock runs once every worker is up
+            if self.pool.starting():  # the batch's clock runs once every worker is up
                 deadline = time.monotonic() + self.timeout_s
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -258,23 +200,9 @@ class Enqueuer:
                     "raise queue.timeout_s if the samples are just slow to load.")
             self._pump(min(remaining, 1.0))  # threads have no sentinel: check on them now and then
 
-    def _starting(self) -> bool:
-        """Whether a worker is still starting; one that takes past queue.startup_timeout_s is an error."""
-        starting = [w for w in self._workers if not w.ready]
-        for w in starting:
-            if time.monotonic() - w.started_at > self.startup_timeout_s:
-                raise WorkerError(
-                    f"{w.name} did not start within queue.startup_timeout_s={self.startup_timeout_s:g} s (importing "
-                    "its modules and unpickling the data source and augmentation). The machine may be overloaded; "
-                    "raise queue.startup_timeout_s, or lower queue.workers.")
-        return bool(starting)
-
     def _pump(self, wait_s: float) -> None:
         """Take every reply that is there (waiting up to `wait_s` for one); replace dead workers."""
-        by_conn = {w.conn: w for w in self._workers}
-        by_sentinel = {w.sentinel: w for w in self._workers if w.sentinel is not None}
-        for obj in wait([*by_conn, *by_sentinel], timeout=wait_s):
-            w = by_conn.get(obj) or by_sentinel[obj]
+        for w in self.pool.wait(wait_s):
             if w not in self._workers:
                 continue  # replaced in this round already
             try:
@@ -284,17 +212,15 @@ class Enqueuer:
                 pass
             if not w.handle.is_alive():
                 self._replace(w)
-        for w in self._workers:
-            if w.sentinel is None and not w.handle.is_alive():
-                raise WorkerError(f"{w.name} stopped unexpectedly while building batches.")
+        self.pool.check_threads()
 
-    def _replace(self, dead: _Worker) -> None:
+    def _replace(self, dead: Worker) -> None:
         """A worker died (the OOM killer's SIGKILL, say): start another, hand it the dead one's samples."""
         dead.handle.join(timeout=2.0)
         dead.conn.close()
         # written before it died, though its share message never came
         self._settle(dead, {(s, p) for s, p in dead.pending if self.ring.done[s, p]})
-        how = _exit_description(dead.handle.exitcode)
+        how = exit_description(dead.handle.exitcode)
         if not dead.answered and (dead.handle.exitcode or 0) > 0:  # an error, not a kill: restarting won't help
             raise WorkerError(
                 f"{dead.name} exited ({how}) before building any sample: it could not start. Its Python error is "
@@ -306,54 +232,41 @@ class Enqueuer:
                 f"{dead.name} died ({how}), the {self._deaths_in_a_row}th worker death with no batch completed "
                 "in between: giving up instead of restarting in a loop. If memory runs out, lower queue.workers, "
                 "queue.max_size or data.batch_size; else look for the sample that kills the decoder.")
-        i = self._workers.index(dead)
-        self._workers[i] = new = self._start_process(i)
+        new = self.pool.replace(dead)
         self.restarts += 1
         log.warning("%s died (%s); started %s to rebuild its %d unfinished samples", dead.name, how, new.name,
                     len(dead.pending))
         for slot_index in sorted({s for s, _ in dead.pending}):
             self._send(new, slot_index, sorted(p for s, p in dead.pending if s == slot_index))
 
-    def _handle(self, reply: tuple, w: _Worker | None, who: str) -> None:
-        if reply[0] == "ready":
+    def _handle(self, reply, w: Worker | None, who: str) -> None:
+        if isinstance(reply, messages.Ready):
             w.ready = True
             return
-        if reply[0] == "share":  # every sample of w's share in this slot is written or answered
-            self._settle(w, {key for key in w.pending if key[0] == reply[1]})
+        if isinstance(reply, messages.ShareDone):  # every sample of w's share in this slot is written or answered
+            self._settle(w, {key for key in w.pending if key[0] == reply.slot})
             return
-        kind, slot_index, position = reply[:3]
         if w is not None:
-            w.pending.discard((slot_index, position))
+            w.pending.discard((reply.slot, reply.position))
             w.answered += 1
-        slot = self._slots[slot_index]
-        if kind in ("ok", "skipped", "marked"):
-            slot.todo.pop(position, None)
-            if kind == "skipped":
-                self._record_skip(slot.split_name, *reply[3:])
-            elif kind == "marked":
-                index, where, reason = reply[3:]
-                self.failed[slot.split_name][index] = reason
-                log.warning("sample %d of the %s split (%s) could not be loaded: %s", index, slot.split_name,
-                            where, reason)
+        slot = self._slots[reply.slot]
+        if isinstance(reply, (messages.Written, messages.Skipped, messages.Marked)):
+            slot.todo.pop(reply.position, None)
+            if isinstance(reply, messages.Skipped):
+                self._record_skip(slot.split_name, reply.index, reply.where, reply.detail)
+            elif isinstance(reply, messages.Marked):
+                self.failed[slot.split_name][reply.index] = reply.detail
+                log.warning("sample %d of the %s split (%s) could not be loaded: %s", reply.index, slot.split_name,
+                            reply.where, reply.detail)
             return
-        index, where, detail = reply[3:]
-        if kind == "bad":
+        if isinstance(reply, messages.Bad):
             raise DataError(
-                f"sample {index} of the {slot.split_name} split ({where}) could not be loaded: {detail}. "
-                "Fix or remove the file, or set data.on_bad_sample=skip to replace such samples "
+                f"sample {reply.index} of the {slot.split_name} split ({reply.where}) could not be loaded: "
+                f"{reply.detail}. Fix or remove the file, or set data.on_bad_sample=skip to replace such samples "
                 "(logged to bad_samples.txt) up to data.max_bad_fraction.")
-        last = detail.strip().splitlines()[-1] if detail.strip() else "unknown error"
-        if last.startswith("MemoryError"):  # the machine's limit, not a bug in the decoder
-            raise MachineError(
-                f"{who} ran out of memory on sample {index} of the {slot.split_name} split ({where}): lower "
-                "data.batch_size, queue.max_size or queue.workers, or data.max_image_pixels to refuse such images.")
-        error = WorkerError(
-            f"{who} failed on sample {index} of the {slot.split_name} split ({where}), batch {slot.batch_no}: "
-            f"{last}. The worker's traceback is in train.log.")
-        error.worker_traceback = detail
-        raise error
+        raise _failure(reply, slot, who)
 
-    def _settle(self, w: _Worker, written: set[tuple[int, int]]) -> None:
+    def _settle(self, w: Worker, written: set[tuple[int, int]]) -> None:
         """(slot, position) pairs `w` has written: no longer waited for."""
         for slot_index, position in written:
             self._slots[slot_index].todo.pop(position, None)
@@ -392,47 +305,15 @@ class Enqueuer:
             self.close()  # workers that cannot finish are not reused
 
 
-def _exit_description(code: int | None) -> str:
-    """What is known of how a process ended: its exit code, or the signal that killed it."""
-    if code is None or code >= 0:
-        return f"exit code {code}"
-    try:
-        return f"killed by signal {signal.Signals(-code).name} ({-code})"
-    except ValueError:
-        return f"killed by signal {-code}"
-
-
-def _serve_thread(conn, ring, done, splits, augmenters, seed, on_bad_sample) -> None:
-    try:
-        worker_loop.serve(conn, ring, done, splits, augmenters, seed, on_bad_sample)
-    finally:
-        conn.close()
-
-
-def _discard_replies(conn: Connection) -> None:
-    try:
-        while conn.poll():
-            conn.recv()
-    except (EOFError, OSError):
-        pass
-
-
-@contextmanager
-def _child_environment(start_method: str):
-    """Workers inherit single-threaded math libraries and ignore Ctrl-C from the terminal
-    (the training process decides), both from their first instruction."""
-    saved = {k: os.environ.get(k) for k in worker_loop.THREAD_ENV}
-    os.environ.update(worker_loop.THREAD_ENV)
-    in_main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main else None
-    try:
-        with startable(start_method):
-            yield
-    finally:
-        if in_main:
-            signal.signal(signal.SIGINT, previous)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+def _failure(note: messages.Failed, slot: _Slot, who: str) -> AppError:
+    """The error a Failed note stands for: out of memory, or a failure with the worker's traceback."""
+    detail = note.detail.strip()
+    last = detail.splitlines()[-1] if detail else "unknown error"
+    if last.startswith("MemoryError"):  # the machine's limit, not a bug in the decoder
+        return MachineError(
+            f"{who} ran out of memory on sample {note.index} of the {slot.split_name} split ({note.where}): lower "
+            "data.batch_size, queue.max_size or queue.workers, or data.max_image_pixels to refuse such images.")
+    error = WorkerError(f"{who} failed on sample {note.index} of the {slot.split_name} split ({note.where}), batch "
+                        f"{slot.batch_no}: {last}. The worker's traceback is in train.log.")
+    error.worker_traceback = note.detail
+    return error

@@ -1,10 +1,9 @@
 """The worker loop: read → decode to uint8 → augment → write into a ring slot. No TensorFlow.
 
-One loop serves threads and processes. A process says ("ready",) once it has started. Tasks
-arrive a batch's share at a time as ("batch", split, epoch, slot, [(position, sample index), ...]).
-A sample written sets its `done` byte in the ring; a sample that is bad, skipped, marked or
-failed is answered with a message of its own; and a share ends with ("share", slot): one
-wake-up of the parent a share.
+One loop serves threads and processes (app/loader/messages.py has the messages). A process
+says Ready once it has started. Tasks arrive a batch's share at a time. A sample written sets
+its `done` byte in the ring; a sample that is bad, skipped, marked or failed is answered with
+a note of its own; and a share ends with ShareDone: one wake-up of the parent a share.
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ import cv2
 import numpy as np
 
 from app.errors import BadSampleError
+from app.loader import messages
 from app.loader.ring import RingSpec, attach
 from app.processes import die_with_parent, keep_freed_memory
 
@@ -32,40 +32,41 @@ def make_sample(split: Any, augmenter: Any, index: int, seed: int, epoch: int) -
     return augmenter(image, seed, epoch, index)
 
 
-def serve(conn, ring: np.ndarray, done: np.ndarray, splits: dict, augmenters: dict, seed: int,
-          on_bad_sample: str) -> None:
-    """Answer tasks until a None arrives or the parent's end of the pipe closes."""
+def serve(conn, ring: np.ndarray, done: np.ndarray, work) -> None:
+    """Answer tasks until STOP arrives or the parent's end of the pipe closes. `work`: the
+    splits, augmenters, seed and bad-sample policy (app/loader/pool.Work)."""
     while True:
         try:
             task = conn.recv()
         except EOFError:
             return
-        if task is None:
+        if task is messages.STOP:
             return
-        _, split_name, epoch, slot, items = task
-        split, augmenter = splits[split_name], augmenters[split_name]
-        for position, index in items:
-            reply = fill(ring, slot, position, index, split, augmenter, seed, epoch, on_bad_sample)
-            if reply[0] == "ok":
-                done[slot, position] = 1  # after its pixels
+        for position, index in task.items:
+            reply = fill(ring, task, position, index, work)
+            if isinstance(reply, messages.Written):
+                done[task.slot, position] = 1  # after its pixels
             else:
                 conn.send(reply)
-        conn.send(("share", slot))
+        conn.send(messages.ShareDone(task.slot))
 
 
-def fill(ring, slot, position, index, split, augmenter, seed, epoch, on_bad_sample: str) -> tuple:
-    """Build one sample into its place; what became of it, as the reply to send.
-    `on_bad_sample`: raise (a "bad" reply), skip (a stand-in), or mark (zeros, and a "marked" reply)."""
+def fill(ring, task: messages.Task, position: int, index: int, work) -> messages.Written | messages.SampleNote:
+    """Build sample `index` into its place in `task.slot`; what became of it. The policy
+    (work.on_bad_sample) for an unreadable one: raise (a Bad note), skip (a stand-in), or mark
+    (zeros, and a Marked note)."""
+    split, augmenter = work.splits[task.split], work.augmenters[task.split]
     try:
         try:
-            ring[slot, position] = make_sample(split, augmenter, index, seed, epoch)
-            return ("ok", slot, position)
+            ring[task.slot, position] = make_sample(split, augmenter, index, work.seed, task.epoch)
+            return messages.Written(task.slot, position)
         except BadSampleError as bad:
-            if on_bad_sample == "mark":
-                ring[slot, position] = 0
-                return ("marked", slot, position, index, bad.where, bad.reason)
-            if on_bad_sample != "skip":
-                return ("bad", slot, position, index, bad.where, bad.reason)
+            note = (task.slot, position, index, bad.where)
+            if work.on_bad_sample == "mark":
+                ring[task.slot, position] = 0
+                return messages.Marked(*note, bad.reason)
+            if work.on_bad_sample != "skip":
+                return messages.Bad(*note, bad.reason)
             # Deterministic stand-in, so the batch keeps its size: the next readable sample,
             # augmented with the bad sample's own randomness.
             for k in range(1, min(MAX_REPLACEMENTS, len(split))):
@@ -73,13 +74,12 @@ def fill(ring, slot, position, index, split, augmenter, seed, epoch, on_bad_samp
                     image = split.read((index + k) % len(split), augmenter.decode)
                 except BadSampleError:
                     continue
-                ring[slot, position] = augmenter(image, seed, epoch, index)
-                return ("skipped", slot, position, index, bad.where, bad.reason)
-            return ("bad", slot, position, index, bad.where, f"{bad.reason}; and no readable stand-in nearby")
+                ring[task.slot, position] = augmenter(image, work.seed, task.epoch, index)
+                return messages.Skipped(*note, bad.reason)
+            return messages.Bad(*note, f"{bad.reason}; and no readable stand-in nearby")
     except Exception as error:  # noqa: BLE001 - carried to the parent with its traceback
-        where = _describe(split, index)
-        text = "".join(traceback.format_exception(error))
-        return ("error", slot, position, index, where, text)
+        return messages.Failed(task.slot, position, index, _describe(split, index),
+                               "".join(traceback.format_exception(error)))
 
 
 def _describe(split: Any, index: int) -> str:
@@ -95,16 +95,15 @@ def prepare_process() -> None:
     keep_freed_memory()
 
 
-def process_main(conn, spec: RingSpec, splits: dict, augmenters: dict, seed: int, on_bad_sample: str,
-                 parent_pid: int | None) -> None:
+def process_main(conn, spec: RingSpec, work, parent_pid: int | None) -> None:
     """Entry point of a worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the training process's to handle
     die_with_parent(parent_pid)
     prepare_process()
     ring, done, buffer = attach(spec)
     try:
-        conn.send(("ready",))
-        serve(conn, ring, done, splits, augmenters, seed, on_bad_sample)
+        conn.send(messages.Ready())
+        serve(conn, ring, done, work)
     finally:
         del ring, done
         buffer.close()

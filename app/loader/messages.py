@@ -1,0 +1,67 @@
+"""What the training process and its loader workers say to each other: typed messages, pickled
+through one pipe a worker. Pixels never travel here (they are written into the ring). Imported
+by workers: no TensorFlow."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+STOP = None  # parent → worker: end the loop
+
+
+@dataclass(frozen=True)
+class Task:
+    """Parent → worker: build these samples into `slot`: (position in the batch, sample index)."""
+
+    split: str
+    epoch: int
+    slot: int
+    items: list[tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class Ready:
+    """Worker → parent, once: started (imports done, ring mapped); its tasks may be timed from now."""
+
+
+@dataclass(frozen=True)
+class ShareDone:
+    """Worker → parent: every sample of its share in `slot` is written or answered."""
+
+    slot: int
+
+
+@dataclass(frozen=True)
+class Written:
+    """A sample's pixels are in the ring. Never sent by a worker process, which sets the sample's
+    `done` byte instead; the in-process builder hands it straight to the enqueuer."""
+
+    slot: int
+    position: int
+
+
+@dataclass(frozen=True)
+class SampleNote:
+    """Worker → parent: what became of one sample other than being written as itself."""
+
+    slot: int
+    position: int
+    index: int
+    where: str  # the file or row, for messages
+    detail: str  # the reason, or a traceback for Failed
+
+
+class Skipped(SampleNote):
+    """Unreadable; the next readable sample was written in its place (data.on_bad_sample=skip)."""
+
+
+class Marked(SampleNote):
+    """Unreadable; zeros written in its place, to be reported as such (predict)."""
+
+
+class Bad(SampleNote):
+    """Unreadable, and the policy is to stop (data.on_bad_sample=raise)."""
+
+
+class Failed(SampleNote):
+    """An exception other than a bad file: a bug or the machine's limit; `detail` is its traceback."""

@@ -1,0 +1,184 @@
+"""The loader's workers: start them (processes, or threads), watch them (replies and deaths),
+replace one that died, stop them all. What they are given to do is the enqueuer's business.
+No TensorFlow: a worker process starts from here."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from app.errors import WorkerError
+from app.loader import messages
+from app.loader import worker as worker_loop
+from app.loader.ring import Ring
+from app.processes import startable
+
+
+@dataclass(frozen=True)
+class Work:
+    """What every worker is handed at its start: pickled once to each process."""
+
+    splits: dict
+    augmenters: dict
+    seed: int
+    on_bad_sample: str  # raise, skip or mark (app/loader/worker.py)
+
+
+@dataclass
+class Worker:
+    conn: Connection
+    handle: Any  # multiprocessing.Process or threading.Thread
+    name: str
+    pending: set[tuple[int, int]] = field(default_factory=set)  # (slot, position) handed out, not answered
+    answered: int = 0
+    ready: bool = False  # it said it has started (imports done, ring mapped)
+    started_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def sentinel(self) -> int | None:
+        return getattr(self.handle, "sentinel", None)
+
+    @property
+    def is_process(self) -> bool:
+        return isinstance(self.handle, mp.process.BaseProcess)
+
+
+class Pool:
+    def __init__(self, ring: Ring, work: Work, *, processes: bool, start_method: str, startup_timeout_s: float):
+        self.ring, self.work, self.processes = ring, work, processes
+        self.start_method, self.startup_timeout_s = start_method, startup_timeout_s
+        self.workers: list[Worker] = []
+        # Processes are started from this one long-lived thread: Linux's parent-death signal
+        # fires when the *thread* that started a process ends, and a replacement is often asked
+        # for from a pass's short-lived copy-ahead thread (app/loader/prefetch.py).
+        self._starter = ThreadPoolExecutor(1, thread_name_prefix="app-worker-starter") if processes else None
+
+    def start(self, count: int) -> None:
+        for i in range(count):
+            self.workers.append(self._start(i))
+
+    @property
+    def pids(self) -> list[int]:
+        return [w.handle.pid for w in self.workers if w.is_process]
+
+    def _start(self, i: int) -> Worker:
+        if not self.processes:
+            parent_end, child_end = mp.Pipe(duplex=True)
+            thread = threading.Thread(target=_serve_thread, name=f"app-loader-{i}", daemon=True,
+                                      args=(child_end, self.ring.array, self.ring.done, self.work))
+            thread.start()
+            return Worker(parent_end, thread, f"worker thread {i}", ready=True)
+        context = mp.get_context(self.start_method)
+        parent_end, child_end = context.Pipe(duplex=True)
+        parent_pid = os.getpid() if self.start_method == "spawn" else None
+        process = context.Process(target=worker_loop.process_main, name=f"app-loader-{i}", daemon=True,
+                                  args=(child_end, self.ring.spec, self.work, parent_pid))
+        with _child_environment(self.start_method):
+            self._starter.submit(process.start).result()
+        child_end.close()
+        return Worker(parent_end, process, f"worker process {process.pid}")
+
+    def replace(self, dead: Worker) -> Worker:
+        """A new worker in a dead one's place (given none of its work: the caller hands that on)."""
+        i = self.workers.index(dead)
+        self.workers[i] = new = self._start(i)
+        return new
+
+    def wait(self, timeout_s: float) -> list[Worker]:
+        """The workers with something to read or that have died, waiting up to `timeout_s` for one."""
+        by_conn = {w.conn: w for w in self.workers}
+        by_sentinel = {w.sentinel: w for w in self.workers if w.sentinel is not None}
+        return [by_conn.get(obj) or by_sentinel[obj] for obj in wait([*by_conn, *by_sentinel], timeout=timeout_s)]
+
+    def starting(self) -> bool:
+        """Whether a worker is still starting; one that takes past startup_timeout_s is an error."""
+        starting = [w for w in self.workers if not w.ready]
+        for w in starting:
+            if time.monotonic() - w.started_at > self.startup_timeout_s:
+                raise WorkerError(
+                    f"{w.name} did not start within queue.startup_timeout_s={self.startup_timeout_s:g} s (importing "
+                    "its modules and unpickling the data source and augmentation). The machine may be overloaded; "
+                    "raise queue.startup_timeout_s, or lower queue.workers.")
+        return bool(starting)
+
+    def check_threads(self) -> None:
+        """Threads have no sentinel to wake a wait: a dead one is found by looking."""
+        for w in self.workers:
+            if w.sentinel is None and not w.handle.is_alive():
+                raise WorkerError(f"{w.name} stopped unexpectedly while building batches.")
+
+    def close(self) -> None:
+        """Stop every worker: no orphan process, whatever state it is in."""
+        workers, self.workers = self.workers, []
+        for w in workers:
+            try:
+                w.conn.send(messages.STOP)
+            except (OSError, ValueError):
+                pass
+        deadline = time.monotonic() + 5.0
+        for w in workers:
+            while w.handle.is_alive() and time.monotonic() < deadline:
+                _discard_replies(w.conn)  # a worker blocked on a full pipe could not see the STOP
+                w.handle.join(timeout=0.05)
+            if w.is_process:
+                if w.handle.is_alive():
+                    w.handle.kill()
+                w.handle.join(timeout=5.0)
+            w.conn.close()
+        if self._starter is not None:
+            self._starter.shutdown()
+            self._starter = None
+
+
+def exit_description(code: int | None) -> str:
+    """What is known of how a process ended: its exit code, or the signal that killed it."""
+    if code is None or code >= 0:
+        return f"exit code {code}"
+    try:
+        return f"killed by signal {signal.Signals(-code).name} ({-code})"
+    except ValueError:
+        return f"killed by signal {-code}"
+
+
+def _serve_thread(conn, ring, done, work: Work) -> None:
+    try:
+        worker_loop.serve(conn, ring, done, work)
+    finally:
+        conn.close()
+
+
+def _discard_replies(conn: Connection) -> None:
+    try:
+        while conn.poll():
+            conn.recv()
+    except (EOFError, OSError):
+        pass
+
+
+@contextmanager
+def _child_environment(start_method: str):
+    """Workers inherit single-threaded math libraries and ignore Ctrl-C from the terminal
+    (the training process decides), both from their first instruction."""
+    saved = {k: os.environ.get(k) for k in worker_loop.THREAD_ENV}
+    os.environ.update(worker_loop.THREAD_ENV)
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main else None
+    try:
+        with startable(start_method):
+            yield
+    finally:
+        if in_main:
+            signal.signal(signal.SIGINT, previous)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
