@@ -84,12 +84,15 @@ class SyntheticDataConfig(DataConfig):
 class CifarDataConfig(DataConfig):
     name: str = "cifar"
     path: str | None = "datasets/cifar10"
+    image_size: list[int] = field(default_factory=lambda: [32, 32])
+    batch_size: int = 64
     download: bool = False
 
 
 @dataclass
 class FolderDataConfig(DataConfig):
     name: str = "folder"
+    image_size: list[int] = field(default_factory=lambda: [128, 128])
 
 
 @dataclass
@@ -122,10 +125,10 @@ class ModelConfig:
 
 @dataclass
 class TrainerConfig:
-    epochs: int = 5
+    epochs: int = 6
     steps_per_epoch: int | None = None
     optimizer: Optimizer = Optimizer.adam
-    lr: float = 1e-3
+    lr: float = 0.002
     checkpoint_every_steps: int | None = None
     mixed_precision: bool = False
     # More Keras callbacks, each a mapping with `_target_` (e.g. keras.callbacks.EarlyStopping)

@@ -21,9 +21,8 @@ from app.augment import build_compose
 from app.config import instantiate_each, to_plain, validate
 from app.data import load_source
 from app.errors import AppError, ConfigError, explain
-from app.loader.enqueuer import Enqueuer
 from app.loader.order import epoch_order
-from app.loader.pipeline import batches, build_loader, every_sample
+from app.loader.pipeline import Loader, batches, build_loader, every_sample
 from app.memory import PeakMemory, leftovers_cleared
 from app.resume import resumed_config
 from app.rundir import Summary, append_metrics, check_same_data, hold_lock, keep_rows, release_lock, write_json
@@ -174,7 +173,7 @@ def _train(cfg: DictConfig, plain: dict, run_dir: Path, summary: Summary, state:
         keras.mixed_precision.set_global_policy("float32")
 
 
-def _epochs(net, enqueuer: Enqueuer, memory: PeakMemory, source, plain: dict, run_dir: Path,
+def _epochs(net, enqueuer: Loader, memory: PeakMemory, source, plain: dict, run_dir: Path,
             summary: Summary, steps: int, state: RunState, user: list) -> None:
     import keras
 

@@ -15,9 +15,11 @@ from app.loader import prefetch
 from app.loader.enqueuer import Enqueuer
 from app.loader.order import epoch_order
 
+Loader = Enqueuer  # what a command holds: start it with `with`, read batches with the functions below
+
 
 def build_loader(plain: dict, splits: dict[str, tuple], *, bad_log: Path | None = None,
-                 on_bad_sample: str | None = None) -> Enqueuer:
+                 on_bad_sample: str | None = None) -> Loader:
     """The loader a validated (plain) config describes. `splits`: name → (split, its transforms:
     training's, or [] for the resize alone). `on_bad_sample` replaces data.on_bad_sample."""
     built = augmenters(plain, {name: transforms for name, (_, transforms) in splits.items()})
@@ -25,12 +27,12 @@ def build_loader(plain: dict, splits: dict[str, tuple], *, bad_log: Path | None 
                                 bad_log=bad_log, on_bad_sample=on_bad_sample)
 
 
-def batches(loader: Enqueuer, split_name: str, order: np.ndarray, epoch: int) -> Iterator[tuple]:
+def batches(loader: Loader, split_name: str, order: np.ndarray, epoch: int) -> Iterator[tuple]:
     """(uint8 batch, labels) over `order`, each batch an array of its own, the next copied out ahead."""
     return prefetch.batches(loader, split_name, order, epoch)
 
 
-def every_sample(loader: Enqueuer, split_name: str) -> Iterator[tuple]:
+def every_sample(loader: Loader, split_name: str) -> Iterator[tuple]:
     """Each sample of a split once, in order, the last batch short (validation, evaluate, predict)."""
     order = epoch_order(len(loader.splits[split_name]), loader.batch_size, seed=0, epoch=0, shuffle=False,
                         drop_last=False)
