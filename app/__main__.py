@@ -1,9 +1,12 @@
-"""`python -m app <command> [hydra overrides ...]`: the command word picks a Hydra entry point.
+"""`python -m app <command> [hydra overrides ...]` (or the `app` script): the command word picks a
+Hydra entry point. Command dispatch only.
 
 Hydra has no subcommands, so the word is taken off `sys.argv` and the rest is handed to that
-command's own `@hydra.main`, which keeps Hydra's whole CLI (`-m`, `--cfg`, `hydra.*`).
-Errors reach here as exceptions (HYDRA_FULL_ERROR makes Hydra re-raise them) and leave as one
-paragraph and a non-zero exit status.
+command's own `@hydra.main`, which keeps Hydra's whole CLI (`-m`, `--cfg`, `hydra.*`, `-sc`).
+Shell completion: `app completion bash` prints a bash completion for `app` that asks the
+command's Hydra for the rest of the line, the command word taken out of COMP_LINE (Hydra's own
+completion strips only the program's name). Errors reach here as exceptions (HYDRA_FULL_ERROR
+makes Hydra re-raise them) and leave as one paragraph and a non-zero exit status.
 """
 
 from __future__ import annotations
@@ -13,22 +16,39 @@ import os
 import signal
 import sys
 
-# command word -> (module, function, one line of help, overrides that come first)
+# command word -> (module, function, one line of help); Hydra names the job after the module: train.log...
 COMMANDS = {
-    "train": ("app.commands.train", "main", "train a CNN; writes a run directory under outputs/ (-m: a sweep)", []),
+    "train": ("app.commands.train", "main", "train a CNN; writes a run directory under outputs/ (-m: a sweep)"),
     "evaluate": ("app.commands.evaluate", "main", "loss, accuracy and confusion matrix of a run's last checkpoint "
-                 "on its validation split: evaluate resume=<run dir>", ["hydra.job.name=evaluate"]),
+                 "on its validation split: evaluate resume=<run dir>"),
     "predict": ("app.commands.predict", "main", "class probabilities for a folder or file of images, as CSV: "
-                "predict resume=<run dir> input=<path>", ["hydra.job.name=predict"]),
+                "predict resume=<run dir> input=<path>"),
     "report": ("app.commands.report", "main", "table and PNG plots over run directories or a sweep directory: "
-               "report <sweep dir | run dirs...>", []),
+               "report <sweep dir | run dirs...>"),
     "bench": ("app.commands.bench", "main", "time the input pipeline: this loader vs keras.utils.PyDataset vs "
-              "serial; writes bench.json", ["hydra.job.name=bench"]),
+              "serial; writes bench.json"),
 }
 
-USAGE = "usage: python -m app <command> [hydra overrides ...] [-m]\n\ncommands:\n" + "\n".join(
-    f"  {name:<10} {help_}" for name, (_, _, help_, _) in COMMANDS.items()
-) + "\n\n`python -m app <command> --help` shows that command's config groups and Hydra's flags."
+USAGE = "usage: python -m app <command> [hydra overrides ...] [-m]   (or: app <command> ...)\n\ncommands:\n" + \
+    "\n".join(f"  {name:<10} {help_}" for name, (_, _, help_) in COMMANDS.items()) + \
+    "\n\n`python -m app <command> --help` shows that command's config groups and Hydra's flags.\n" \
+    "`eval \"$(app completion bash)\"` turns on tab completion of commands and overrides for `app`."
+
+# Completes the command word itself, then hands the line to that command's Hydra.
+BASH_COMPLETION = """_app_complete()
+{
+    local cur=${COMP_WORDS[COMP_CWORD]}
+    if (( COMP_CWORD == 1 )); then
+        COMPREPLY=($(compgen -W "%s" -- "$cur"))
+        return
+    fi
+    local choices
+    choices=$(COMP_LINE="$COMP_LINE" COMP_POINT=$COMP_POINT \\
+        "${COMP_WORDS[0]}" "${COMP_WORDS[1]}" -sc query=bash 2>/dev/null)
+    COMPREPLY=($(compgen -o nospace -o default -W "$choices" -- "$cur"))
+}
+COMP_WORDBREAKS=${COMP_WORDBREAKS//=}
+complete -o nospace -o default -F _app_complete app"""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,10 +57,16 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE)
         return 0 if argv else 2
     word, rest = argv[0], argv[1:]
+    if word == "completion":
+        if rest != ["bash"]:
+            print("usage: app completion bash   (then: eval \"$(app completion bash)\")", file=sys.stderr)
+            return 2
+        print(BASH_COMPLETION % " ".join(c for c in COMMANDS if c != "report"))
+        return 0
     if word not in COMMANDS:
         print(f"error: unknown command {word!r}.\n\n{USAGE}", file=sys.stderr)
         return 2
-    module, function, _, first = COMMANDS[word]
+    module, function, _ = COMMANDS[word]
     os.environ["HYDRA_FULL_ERROR"] = "1"
     from app.errors import exit_status_for
 
@@ -49,7 +75,10 @@ def main(argv: list[str] | None = None) -> int:
             from app.resume import prepare_argv
 
             rest = prepare_argv(rest, word=word)
-        sys.argv = [f"python -m app {word}", *first, *rest]
+        if "query=bash" in rest and "COMP_LINE" in os.environ:  # completion: Hydra strips the program only
+            program, _, line = os.environ["COMP_LINE"].partition(f" {word}")
+            os.environ["COMP_LINE"] = program + line
+        sys.argv = [f"python -m app {word}", *rest]
         entry = getattr(importlib.import_module(module), function)
         entry()
     except SystemExit as stop:  # --help, --cfg and friends end this way

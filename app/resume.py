@@ -38,7 +38,7 @@ def prepare_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str 
     stamp = time.strftime("%Y-%m-%d"), time.strftime("%H-%M-%S")
     on_a_run = word in ("evaluate", "predict")
     if value in (None, "", "null", "None"):
-        if on_a_run:
+        if on_a_run and not info:
             raise ConfigError(f"config key `resume` is missing: `{word}` works on a training run, e.g. "
                               f"python -m app {word} resume=outputs/<date>/<time> (or resume=latest).")
         key = "hydra.sweep.dir" if multirun else "hydra.run.dir"

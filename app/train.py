@@ -21,6 +21,7 @@ from app.augment import build_compose
 from app.config import instantiate_each, to_plain, validate
 from app.data import load_source
 from app.errors import AppError, ConfigError, explain
+from app.frameworks import load_keras, native_stderr_to_log
 from app.loader.order import epoch_order
 from app.loader.pipeline import Loader, batches, build_loader, every_sample
 from app.memory import PeakMemory, leftovers_cleared
@@ -89,7 +90,7 @@ def user_callbacks(specs: list) -> list:
     argument fails at once, naming the entry."""
     if not specs:
         return []
-    import keras  # TensorFlow loads here: the callbacks are Keras objects
+    keras = load_keras()  # TensorFlow starts here: the callbacks are Keras objects
 
     return instantiate_each(specs, "trainer.callbacks", keras.callbacks.Callback, "keras.callbacks.<Callback>")
 
@@ -131,7 +132,7 @@ def _train(cfg: DictConfig, plain: dict, run_dir: Path, summary: Summary, state:
     log.info("data: %s, %d classes, %d training and %d validation samples, fingerprint %s",
              source.name, len(source.class_names), len(source.train), len(source.val), source.fingerprint[:12])
 
-    import keras  # TensorFlow loads here, after every check that does not need it
+    keras = load_keras()  # TensorFlow starts here, after every check that does not need it
 
     from app import model as models
 
@@ -251,7 +252,8 @@ def _visible_gpus() -> list[str]:
     """TensorFlow places on the first GPU by itself when there is one (trainer.strategy=default)."""
     import tensorflow as tf
 
-    gpus = [d.name for d in tf.config.list_physical_devices("GPU")]
+    with native_stderr_to_log():  # cuInit's "no GPU" line, when there is none
+        gpus = [d.name for d in tf.config.list_physical_devices("GPU")]
     log.info("devices: %s", ", ".join(gpus) if gpus else "CPU only (no GPU visible to TensorFlow)")
     return gpus
 

@@ -21,11 +21,13 @@ log = logging.getLogger("app.evaluate")
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float:
     from app.data import load_source
+    from app.frameworks import load_keras
     from app.loader.pipeline import build_loader, every_sample
     from app.rundir import check_same_data, write_json
     from app.runs import last_epoch_checkpoint, open_run
     from app.steps import evaluate
 
+    load_keras()
     run_dir, cfg, plain = open_run(cfg, safe=("queue.",))
     out = Path(HydraConfig.get().runtime.output_dir)
     source = load_source(cfg.data)

@@ -31,14 +31,14 @@ def image_files(path: Path) -> list[Path]:
 
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    import keras
-
     from app.data.source import FileSplit
     from app.errors import ConfigError, DataError
+    from app.frameworks import load_keras
     from app.loader.pipeline import build_loader, every_sample
     from app.model import read_metadata
     from app.runs import open_run
 
+    keras = load_keras()
     run_dir, cfg, plain = open_run(cfg, safe=("queue.", "input"))
     if not cfg.input:
         raise ConfigError("config key `input` is missing: predict needs input=<image file or folder of images>.")

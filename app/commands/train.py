@@ -34,10 +34,17 @@ def main(cfg: DictConfig) -> float | None:
     if hydra_cfg.mode != RunMode.MULTIRUN:
         from app.train import run
 
-        return run(cfg, run_dir, overrides)["val_accuracy"]
+        summary = run(cfg, run_dir, overrides)
+        accuracy = summary["val_accuracy"]
+        epochs = summary["epochs_completed"]
+        print(f"run dir: {run_dir}\n{epochs} epoch{'' if epochs == 1 else 's'} done, "
+              f"val_accuracy {accuracy if accuracy is None else round(accuracy, 4)}")
+        return accuracy
     logging_cfg = OmegaConf.to_container(hydra_cfg.job_logging, resolve=True)
-    return _in_fresh_process(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), run_dir, overrides,
-                             logging_cfg)
+    accuracy = _in_fresh_process(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), run_dir, overrides,
+                                 logging_cfg)
+    print(f"job {hydra_cfg.job.num}: {run_dir}, val_accuracy {accuracy if accuracy is None else round(accuracy, 4)}")
+    return accuracy
 
 
 def _in_fresh_process(plain: dict, run_dir: Path, overrides: list[str], logging_cfg: dict) -> float | None:

@@ -63,6 +63,10 @@ def test_train_from_another_directory(tmp_path):
     assert summary["steps"] == 2 * (train_samples // 4)  # full batches only
     assert "epoch 2/2" in (run / "train.log").read_text()
     assert "data.num_images=24" in summary["overrides"]
+    # the terminal gets the log and the result, TensorFlow's start-up lines go to the log (issue 11)
+    assert f"run dir: {run}" in result.stdout.replace(str(tmp_path) + "/", "") or "run dir: " in result.stdout
+    assert "oneDNN" not in result.stderr and "absl::InitializeLog" not in result.stderr
+    assert "oneDNN" in (run / "train.log").read_text()  # negative control: they are printed, elsewhere
 
 
 def test_help_cfg_and_unknown_command(tmp_path):

@@ -1,0 +1,56 @@
+"""The command line's conventions (app/__main__.py): every command's --help, the `app` script,
+and its bash completion, through real processes and a real bash."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent
+
+
+def run(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, cwd=cwd, timeout=120, env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize("command", ["train", "evaluate", "predict", "bench"])
+def test_every_command_has_its_help(command, tmp_path):
+    result = run(sys.executable, "-m", "app", command, "--help", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"{command} is powered by Hydra" in result.stdout and "== Configuration groups ==" in result.stdout
+    assert "queue: default" in result.stdout
+    assert not (tmp_path / "outputs").exists()  # help makes no run directory
+
+
+def test_the_app_script_is_the_same_cli(tmp_path):
+    script = BIN / "app"
+    assert script.exists(), "pip install -e . installs the `app` script"
+    result = run(str(script), "--help", cwd=tmp_path)
+    assert result.returncode == 0 and "evaluate" in result.stdout and "app completion bash" in result.stdout
+    assert run(str(script), "trian", cwd=tmp_path).returncode == 2
+
+
+def complete(line: str, tmp_path: Path) -> list[str]:
+    """What bash offers for `line` with the installed completion, as a user's shell would ask."""
+    setup = run(str(BIN / "app"), "completion", "bash", cwd=tmp_path).stdout
+    words = line.split(" ")
+    script = (f"{setup}\nCOMP_LINE={line!r}; COMP_POINT=${{#COMP_LINE}}; "
+              f"COMP_WORDS=({' '.join(repr(w) for w in words)}); COMP_CWORD={len(words) - 1}; "
+              '_app_complete; printf "%s\\n" "${COMPREPLY[@]}"')
+    result = run("bash", "-c", script, cwd=tmp_path, env={"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    return [w for w in result.stdout.splitlines() if w]
+
+
+@pytest.mark.skipif(not shutil.which("bash"), reason="needs bash")
+def test_bash_completion_of_commands_and_overrides(tmp_path):
+    assert complete("app tr", tmp_path) == ["train"]
+    assert "data=" in complete("app train da", tmp_path)  # the command word is not taken for an override
+    assert "data=cifar" in complete("app train data=ci", tmp_path)
+    assert "queue.max_size=" in complete("app evaluate queue.max", tmp_path)
+    assert complete("app train zzz", tmp_path) == []  # negative control: nothing matches, nothing offered
