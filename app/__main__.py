@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if word != "report":  # Hydra's commands: their directory and `resume` are settled first
-            from app.resume import prepare_argv
+            from app.training.resume import prepare_argv
 
             rest = prepare_argv(rest, word=word)
         if "query=bash" in rest and "COMP_LINE" in os.environ:  # completion: Hydra strips the program only

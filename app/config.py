@@ -154,7 +154,7 @@ class BenchConfig:
 @dataclass
 class Config:
     seed: int = 0
-    # null, a run directory, or `latest`: continue that run in place (app/resume.py)
+    # null, a run directory, or `latest`: continue that run in place (app/training/resume.py)
     resume: str | None = None
     # predict only: an image file or a folder of them (searched recursively)
     input: str | None = None

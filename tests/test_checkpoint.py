@@ -6,8 +6,8 @@ import keras
 import numpy as np
 import pytest
 
-from app import checkpoint
 from app.errors import ConfigError
+from app.training import checkpoint
 
 
 def tiny():

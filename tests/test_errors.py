@@ -8,7 +8,8 @@ import json
 import pytest
 
 from app.errors import AppError, MachineError, exit_status_for, explain
-from app.rundir import Summary, write_json
+from app.io import temporary_name
+from app.training.rundir import Summary, write_json
 
 
 def test_memory_and_disk_errors_become_messages_saying_what_to_do(capsys):
@@ -30,7 +31,7 @@ def test_memory_and_disk_errors_become_messages_saying_what_to_do(capsys):
 def test_a_failed_write_leaves_no_temporary_file(tmp_path):
     path = tmp_path / "summary.json"
     write_json(path, {"a": 1})
-    (tmp_path / ".summary.json.tmp").symlink_to("/dev/full")  # every write there fails: a full disk
+    temporary_name(path).symlink_to("/dev/full")  # every write there fails: a full disk
     with pytest.raises(OSError) as caught:
         write_json(path, {"a": 2})
     assert caught.value.errno == errno.ENOSPC and isinstance(explain(caught.value), MachineError)

@@ -14,7 +14,7 @@ from marked import IdentityAugmenter, MarkedSplit
 from app.loader import prefetch
 from app.loader.enqueuer import Enqueuer
 from app.model import classifier
-from app.steps import EpochFigures, evaluate, train_epoch
+from app.training.steps import EpochFigures, evaluate, train_epoch
 
 BATCH = 4
 

@@ -42,7 +42,7 @@ def main(cfg: DictConfig) -> None:
     from app.augment import build_compose
     from app.data import load_source
     from app.errors import ConfigError
-    from app.rundir import hardware, versions, write_json
+    from app.training.rundir import hardware, versions, write_json
 
     cfg = validate(cfg)
     plain = to_plain(cfg)
@@ -275,7 +275,7 @@ def _baseline(mode, plain, source, augmenter, order, clock):
 def _loader_steps(mode, plain, source, augmenter, order, clock):
     import keras
 
-    from app.steps import train_epoch
+    from app.training.steps import train_epoch
 
     net = _trivial_model(plain, len(source.class_names))
     clock.start = time.perf_counter()

@@ -23,9 +23,9 @@ def main(cfg: DictConfig) -> float:
     from app.data import load_source
     from app.frameworks import load_keras
     from app.loader.pipeline import build_loader, every_sample
-    from app.rundir import check_same_data, write_json
-    from app.runs import last_epoch_checkpoint, open_run
-    from app.steps import evaluate
+    from app.training.resume import last_epoch_checkpoint, open_run
+    from app.training.rundir import check_same_data, write_json
+    from app.training.steps import evaluate
 
     load_keras()
     run_dir, cfg, plain = open_run(cfg, safe=("queue.",))

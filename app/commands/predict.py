@@ -36,7 +36,7 @@ def main(cfg: DictConfig) -> None:
     from app.frameworks import load_keras
     from app.loader.pipeline import build_loader, every_sample
     from app.model import read_metadata
-    from app.runs import open_run
+    from app.training.resume import open_run
 
     keras = load_keras()
     run_dir, cfg, plain = open_run(cfg, safe=("queue.", "input"))

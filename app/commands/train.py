@@ -32,7 +32,7 @@ def main(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     run_dir, overrides = Path(hydra_cfg.runtime.output_dir), list(hydra_cfg.overrides.task)
     if hydra_cfg.mode != RunMode.MULTIRUN:
-        from app.train import run
+        from app.training.trainer import run
 
         summary = run(cfg, run_dir, overrides)
         accuracy = summary["val_accuracy"]
@@ -80,7 +80,7 @@ def _job(plain: dict, run_dir: Path, overrides: list[str], logging_cfg: dict, co
 
     die_with_parent(None)  # a sweep stopped by SIGKILL takes its running job along
     logging.config.dictConfig(logging_cfg)
-    from app.train import run
+    from app.training.trainer import run
 
     try:
         conn.send(("ok", run(OmegaConf.create(plain), run_dir, overrides)["val_accuracy"]))

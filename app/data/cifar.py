@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from app.data.source import ArraySplit, Source
 from app.errors import DataError
+from app.io import atomic_write
 
 URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 MD5 = "c58f30108f718f92721af3b95e74349a"
@@ -131,11 +132,13 @@ def _build_cache(cache: Path, found: Path, key: str) -> dict:
     for name, array in arrays.items():
         digest.update(f"{name}{array.shape}".encode())
         digest.update(array.data)
-        _atomic_write(cache / f"{name}.npy", lambda f, a=array: np.save(f, a))
+        with atomic_write(cache / f"{name}.npy", "wb") as f:
+            np.save(f, array)
     meta = {"version": CACHE_VERSION, "source_key": key, "fingerprint": digest.hexdigest(),
             "class_names": class_names}
     # meta.json last: it vouches for the arrays written before it.
-    _atomic_write(cache / "meta.json", lambda f: f.write(json.dumps(meta, indent=1).encode()))
+    with atomic_write(cache / "meta.json", "wb") as f:
+        f.write(json.dumps(meta, indent=1).encode())
     return meta
 
 
@@ -195,13 +198,3 @@ def _unpickle(f: io.BufferedIOBase) -> dict:
     if not isinstance(batch, dict):
         raise pickle.UnpicklingError(f"a batch is a {type(batch).__name__}, not a dict")
     return batch
-
-
-def _atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)

@@ -27,7 +27,7 @@ def detach(images: np.ndarray) -> np.ndarray:
 def batches(enqueuer, split_name: str, order: np.ndarray, epoch: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(uint8 batch, labels) in order, each batch its own array. The next is copied out of the
     ring while the consumer works on this one; the consumer must drop its batch before asking
-    for the next (as app.steps does) for the two-batch bound to hold."""
+    for the next (as app/training/steps.py does) for the two-batch bound to hold."""
     source = enqueuer.batches(split_name, order, epoch)
     handoff: queue.Queue = queue.Queue(maxsize=1)
     stop = threading.Event()

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.resume import latest_run, prepare_argv
-from app.rundir import release_lock
+from app.training.resume import latest_run, prepare_argv
+from app.training.rundir import release_lock
 
 CONFIG = ["data.num_images=96", "data.source_size=128", "data.num_classes=3", "data.image_size=[96,96]",
           "data.batch_size=8", "model.widths=[32,64]", "model.dropout=0.3", "trainer.epochs=5",

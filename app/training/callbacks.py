@@ -9,8 +9,8 @@ from pathlib import Path
 import keras
 from tqdm import tqdm
 
-from app import checkpoint
-from app.steps import RunState
+from app.training import checkpoint
+from app.training.steps import RunState
 
 
 class Progress(keras.callbacks.Callback):

@@ -1,7 +1,7 @@
 """The command line before Hydra sees it: which directory a command writes, and `resume`.
 
 - `resume=<run dir>` or `resume=latest` is resolved here, before Hydra makes a directory:
-  `train` continues in the run directory itself (taking its lock first, app/rundir.py), and
+  `train` continues in the run directory itself (taking its lock first, app/training/rundir.py), and
   `evaluate`/`predict` write into `<run dir>/<command>/<date>_<time>/`. The task then takes the
   config from the checkpoint: only what is safe to change may be overridden.
 - A new run's directory is claimed here, atomically: two runs started in the same second (or
@@ -9,18 +9,26 @@
   given on the command line are the user's to choose and are left alone.
 - Values with spaces or non-ASCII characters (paths, mostly) are quoted for Hydra's override
   grammar, which otherwise rejects them however the shell quoted them.
+- `open_run`: a finished run opened again for `evaluate` and `predict`, its config re-typed.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import re
 import time
 from pathlib import Path
 
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from app.config import to_plain, validate
 from app.errors import ConfigError
-from app.rundir import claim_dir, hold_lock
+from app.training import checkpoint
+from app.training.rundir import claim_dir, hold_lock
+
+log = logging.getLogger(__name__)
 
 SAFE_PREFIXES = ("trainer.epochs", "queue.")
 # Hydra's flags that print or inspect instead of running: no directory is claimed for them.
@@ -120,3 +128,24 @@ def resumed_config(saved: dict, cfg: DictConfig, overrides: list[str],
         OmegaConf.update(result, key, OmegaConf.select(cfg, key), merge=False)
     result.resume = cfg.resume
     return result
+
+def open_run(cfg: DictConfig, safe: tuple[str, ...]) -> tuple[Path, DictConfig, dict]:
+    """(run dir, its config with the `safe` overrides, that config as plain containers)."""
+    run_dir = Path(cfg.resume)
+    cfg = resumed_config(checkpoint.saved_config(run_dir), cfg, list(HydraConfig.get().overrides.task), safe)
+    cfg = validate(cfg)
+    return run_dir, cfg, to_plain(cfg)
+
+
+def last_epoch_checkpoint(run_dir: Path):
+    """The newest checkpoint written at an epoch's end (its weights made metrics.csv's last row)."""
+    import keras
+
+    for path in checkpoint.newest(run_dir):
+        try:
+            if json.loads((path / "state.json").read_text())["epoch_complete"]:
+                return path, keras.saving.load_model(path / "model.keras")
+        except Exception as error:  # noqa: BLE001 - an unreadable checkpoint is passed over
+            log.warning("checkpoint %s cannot be loaded (%s); trying the one before it", path, error)
+    raise ConfigError(f"config key `resume` = {str(run_dir)!r} is not allowed: it has no loadable checkpoint "
+                      "written at an epoch's end.")

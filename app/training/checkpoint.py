@@ -1,4 +1,8 @@
-"""Checkpoints, and where a resumed run starts from.
+"""Checkpoints, what they hold, and where a resumed run starts from.
+
+RunState says where a run is (epoch, steps, the running epoch's sums in EpochFigures, the best
+so far): what a checkpoint stores and a resume restores; plain data, so the trainer can read it
+when interrupted.
 
 Each checkpoint is a directory `checkpoints/step-<global step>/` holding `model.keras` (the
 weights, the optimizer's state and iteration counter), `seed_generators.npy` (the Dropout
@@ -13,19 +17,80 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from app.errors import ConfigError
-from app.rundir import write_json
+from app.training.rundir import write_json
 
 PREFIX = "step-"
 # Keras's .keras format leaves out the layers' seed generators (Layer.save_own_variables), so a
 # resumed Dropout would draw other masks: their states are saved beside it.
 SEED_STATES = "seed_generators.npy"
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class EpochFigures:
+    steps: int = 0
+    images: int = 0
+    loss_sum: float = 0.0
+    correct: float = 0.0
+    waited_s: float = 0.0  # between the end of one step and the start of the next
+    seconds: float = 0.0  # from the epoch's start to the end of its last step
+
+    def add(self, logs: dict, n: int) -> None:
+        self.steps += 1
+        self.images += n
+        self.loss_sum += float(logs["loss"]) * n
+        self.correct += float(logs["accuracy"]) * n
+
+    @property
+    def loss(self) -> float:
+        return self.loss_sum / max(self.images, 1)
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / max(self.images, 1)
+
+    @property
+    def images_per_s(self) -> float:
+        return self.images / self.seconds if self.seconds else 0.0
+
+    @property
+    def data_wait_fraction(self) -> float:
+        return self.waited_s / self.seconds if self.seconds else 0.0
+
+    def logs(self) -> dict:
+        return {"loss": self.loss, "accuracy": self.accuracy, "images_per_s": self.images_per_s}
+
+    def state(self) -> dict:
+        """The running sums, for a checkpoint inside the epoch."""
+        return asdict(self)
+
+
+@dataclass
+class RunState:
+    """Where training is: what a checkpoint stores and what a resume restores."""
+
+    config: dict
+    epoch: int = 0  # 0-based, the epoch under way
+    steps_before_epoch: int = 0
+    order: np.ndarray | None = None  # this epoch's sample indices
+    figures: EpochFigures | None = None  # this epoch's running sums
+    best: list | None = None  # [val_accuracy, checkpoint name]
+
+    @property
+    def steps_done(self) -> int:
+        """Training steps taken in this run so far, the running epoch's included."""
+        return self.steps_before_epoch + (self.figures.steps if self.figures else 0)
+
+    def checkpoint(self, batches_done: int, *, complete: bool, metrics: dict | None = None) -> dict:
+        return {"epoch": self.epoch, "batch_in_epoch": batches_done, "epoch_complete": complete,
+                "step": self.steps_before_epoch + batches_done, "figures": self.figures.state(),
+                "best": self.best, "metrics": metrics, "config": self.config}
 
 
 def _seed_states(model) -> list:

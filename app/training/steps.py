@@ -13,7 +13,7 @@ from collections.abc import Iterable
 import keras
 import numpy as np
 
-from app.runstate import EpochFigures, RunState
+from app.training.checkpoint import EpochFigures, RunState
 
 __all__ = ["EpochFigures", "RunState", "evaluate", "train_epoch"]
 

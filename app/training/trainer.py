@@ -1,8 +1,8 @@
-"""Training: config → data → loader → model → steps (app/steps.py) → run directory.
+"""Training: config → data → loader → model → steps (app/training/steps.py) → run directory.
 
 Checks that need no data run first: the config, the augmentation and the callbacks (when there
 are any, building them loads TensorFlow); then the data, then the model. The run directory is
-locked while it trains (app/rundir.py).
+locked while it trains (app/training/rundir.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from app import checkpoint
 from app.augment import build_compose
 from app.config import instantiate_each, to_plain, validate
 from app.data import load_source
@@ -25,9 +24,10 @@ from app.frameworks import load_keras, native_stderr_to_log
 from app.loader.order import epoch_order
 from app.loader.pipeline import Loader, batches, build_loader, every_sample
 from app.memory import PeakMemory, leftovers_cleared
-from app.resume import resumed_config
-from app.rundir import Summary, append_metrics, check_same_data, hold_lock, keep_rows, release_lock, write_json
-from app.runstate import RunState
+from app.training import checkpoint
+from app.training.checkpoint import RunState
+from app.training.resume import resumed_config
+from app.training.rundir import Summary, append_metrics, check_same_data, hold_lock, keep_rows, release_lock, write_json
 
 log = logging.getLogger("app.train")
 
@@ -38,7 +38,7 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
     run_dir = Path(run_dir)
     resumed = cfg.resume
     try:
-        if resumed:  # the config is the checkpoint's, with the safe overrides (app/resume.py)
+        if resumed:  # the config is the checkpoint's, with the safe overrides (app/training/resume.py)
             cfg = resumed_config(checkpoint.saved_config(run_dir), cfg, overrides)
         # Everything that can be checked without data, first; the callbacks need Keras.
         cfg = validate(cfg)
@@ -179,8 +179,8 @@ def _epochs(net, enqueuer: Loader, memory: PeakMemory, source, plain: dict, run_
     import keras
 
     from app import model as models
-    from app.callbacks import Progress, SampleRecorder, StepCheckpoint
-    from app.steps import EpochFigures, evaluate, train_epoch
+    from app.training.callbacks import Progress, SampleRecorder, StepCheckpoint
+    from app.training.steps import EpochFigures, evaluate, train_epoch
 
     data, queue, trainer = plain["data"], plain["queue"], plain["trainer"]
     batch, epochs = data["batch_size"], trainer["epochs"]
@@ -236,7 +236,7 @@ def _epochs(net, enqueuer: Loader, memory: PeakMemory, source, plain: dict, run_
 def _restored(state: RunState, saved: dict) -> RunState:
     """The RunState a checkpoint describes: after a complete epoch, the next one from its
     start; inside an epoch, that epoch at its next batch with its running sums."""
-    from app.steps import EpochFigures
+    from app.training.steps import EpochFigures
 
     state.best = saved["best"]
     if saved["epoch_complete"]:

@@ -18,6 +18,7 @@ from typing import Any
 import psutil
 
 from app.errors import AppError, DataError
+from app.io import atomic_write
 
 LOCK_FILE = ".lock"
 _held: dict[Path, int] = {}  # run directory → the descriptor whose flock this process holds
@@ -80,13 +81,9 @@ METRICS_COLUMNS = ["epoch", "loss", "accuracy", "val_loss", "val_accuracy", "ima
 
 def write_json(path: Path, content: Any) -> None:
     """Atomically: readers never see half a file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(json.dumps(content, indent=2, default=str) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-    except BaseException:  # a full disk, say: no half-written file is left behind
-        tmp.unlink(missing_ok=True)
-        raise
+    text = json.dumps(content, indent=2, default=str) + "\n"
+    with atomic_write(path, encoding="utf-8") as f:
+        f.write(text)
 
 
 def append_metrics(path: Path, row: dict) -> None:
@@ -106,12 +103,10 @@ def keep_rows(path: Path, keep) -> None:
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
         fields, rows = reader.fieldnames, [row for row in reader if keep(row)]
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as f:
+    with atomic_write(path, newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         writer.writerows(rows)
-    os.replace(tmp, path)
 
 
 class Summary:

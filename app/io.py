@@ -1,0 +1,29 @@
+"""Files written whole or not at all. No TensorFlow: data sources use it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO
+
+
+def temporary_name(path: Path) -> Path:
+    """Where `atomic_write` writes `path` first: hidden, beside it, this process's own."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+@contextmanager
+def atomic_write(path: str | os.PathLike, mode: str = "w", **open_args) -> Iterator[IO]:
+    """An open file that becomes `path` when the block ends without an error: written beside it
+    and renamed, so a reader, a crash or a full disk never leaves half a file; on an error the
+    partial file is removed and `path` keeps what it had."""
+    path = Path(path)
+    tmp = temporary_name(path)
+    try:
+        with open(tmp, mode, **open_args) as f:
+            yield f
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
