@@ -1,58 +1,22 @@
-"""The enqueuer with real worker processes and threads, real shared memory, real faults."""
+"""app/loader/enqueuer.py with real worker processes and threads, real shared memory, real faults:
+scheduling, order, the bad-sample policy, draining."""
 
 from __future__ import annotations
 
 import os
-import signal
 import time
-from pathlib import Path
 
 import numpy as np
-import psutil
 import pytest
-from marked import IdentityAugmenter, MarkedSplit, index_of
+from loaders import assert_clean, make, my_segments, workers_alive
+from marked import MarkedSplit, index_of
 
 from app.errors import DataError, WorkerError
-from app.loader import prefetch
 from app.loader.enqueuer import Enqueuer
 from app.loader.order import epoch_order
-from app.memory import is_multiprocessing_helper
 
 MODES = [(0, True), (1, True), (2, True), (1, False), (2, False)]
 IDS = ["in-process", "1-process", "2-processes", "1-thread", "2-threads"]
-
-
-def make(split, *, workers=2, processes=True, max_size=2, batch=4, **kw) -> Enqueuer:
-    return Enqueuer({"train": split, "val": split}, {"train": IdentityAugmenter(), "val": IdentityAugmenter()},
-                    batch_size=batch, image_size=(split.size, split.size), workers=workers,
-                    use_multiprocessing=processes, max_size=max_size, timeout_s=kw.pop("timeout_s", 30), **kw)
-
-
-def my_segments() -> list[str]:
-    return [n for n in os.listdir("/dev/shm") if n.startswith(f"app-ring-{os.getpid()}-")]
-
-
-def workers_alive() -> set[int]:
-    """Child processes but multiprocessing's own helpers (resource tracker, fork server),
-    which live as long as the parent by design."""
-    return {p.pid for p in psutil.Process().children(recursive=True) if not is_multiprocessing_helper(p)}
-
-
-def assert_clean(children_before: set[int]) -> None:
-    """No worker process left, no shared-memory segment of ours left."""
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        extra = workers_alive() - children_before
-        if not extra:
-            break
-        time.sleep(0.05)
-    assert not extra, f"orphan worker processes: {extra}"
-    assert my_segments() == []
-
-
-@pytest.fixture
-def children():
-    return workers_alive()
 
 
 @pytest.mark.parametrize(("workers", "processes"), MODES, ids=IDS)
@@ -78,15 +42,6 @@ def test_forkserver_workers(children):
         assert [index_of(im) for b, _ in enq.batches("val", order, epoch=0) for im in b] == list(order)
         assert len(workers_alive() - children) == 2
     assert_clean(children)
-
-
-def test_epoch_order_drops_the_remainder_and_reshuffles():
-    a = epoch_order(23, 4, seed=0, epoch=0, shuffle=True, drop_last=True)
-    b = epoch_order(23, 4, seed=0, epoch=1, shuffle=True, drop_last=True)
-    assert len(a) == len(b) == 20 and len(set(a)) == 20
-    assert list(a) != list(b)  # each epoch its own permutation, so dropped samples differ
-    assert list(a) == list(epoch_order(23, 4, seed=0, epoch=0, shuffle=True, drop_last=True))
-    assert list(epoch_order(23, 4, seed=0, epoch=5, shuffle=False, drop_last=False)) == list(range(23))
 
 
 @pytest.mark.parametrize("max_size", [1, 2, 3])
@@ -120,15 +75,6 @@ def test_queue_memory_is_max_size_slots(children):
     assert_clean(children)
 
 
-def test_workers_run_in_other_processes(tmp_path, children):
-    log = tmp_path / "reads.log"
-    with make(MarkedSplit(16, log_path=str(log)), workers=2) as enq:
-        list(enq.batches("train", np.arange(16), epoch=0))
-        pids = {int(line.split()[1]) for line in log.read_text().splitlines()}
-    assert os.getpid() not in pids and len(pids) == 2  # the samples of each batch split between both
-    assert_clean(children)
-
-
 @pytest.mark.parametrize("processes", [True, False], ids=["processes", "threads"])
 def test_worker_exception_reaches_the_consumer_with_traceback(processes, children):
     with pytest.raises(WorkerError) as caught, make(MarkedSplit(16, crash_at=9), processes=processes) as enq:
@@ -136,68 +82,6 @@ def test_worker_exception_reaches_the_consumer_with_traceback(processes, childre
     message = str(caught.value)
     assert "sample 9" in message and "/data/marked/00009.png" in message and "decoder exploded" in message
     assert "RuntimeError: decoder exploded on purpose at 9" in caught.value.worker_traceback
-    assert_clean(children)
-
-
-def test_killed_worker_is_replaced_and_its_samples_rebuilt(caplog, children):
-    """The OOM killer's SIGKILL mid-epoch: a new worker, no lost or duplicated sample."""
-    n, order = 400, np.random.default_rng(0).permutation(400)
-    with make(MarkedSplit(n), workers=2, max_size=2) as enq:
-        undisturbed = [index_of(im) for b, _ in enq.batches("train", order, epoch=0) for im in b]
-    assert undisturbed == list(order)
-    with make(MarkedSplit(n), workers=2, max_size=2) as enq, caplog.at_level("WARNING"):
-        got = []
-        for k, (images, _) in enumerate(enq.batches("train", order, epoch=0)):
-            got.extend(index_of(im) for im in images)
-            if k == 3:
-                victim = enq.worker_pids[0]
-                os.kill(victim, signal.SIGKILL)
-                time.sleep(0.2)  # let it die with samples of the next batches handed out
-        assert got == undisturbed and enq.restarts == 1
-        assert victim not in enq.worker_pids and len(enq.worker_pids) == 2
-        # the replacement serves the next epoch too
-        assert [index_of(im) for b, _ in enq.batches("val", order[:12], epoch=1) for im in b] == list(order[:12])
-    assert f"worker process {victim} died (killed by signal SIGKILL (9))" in caplog.text
-    assert "out-of-memory" not in caplog.text  # what is known, not a guess (issue 10.4)
-    assert_clean(children)
-
-
-def test_a_replacement_started_in_a_pass_outlives_it(caplog, children):
-    """Issue 10.4: a replacement was started from the pass's short-lived copy-ahead thread, and
-    the parent-death signal, which fires when the *thread* that started a process ends, killed
-    it at the end of every pass: 6 restarts for one kill over 3 epochs."""
-    n, order = 48, np.arange(48)
-    with make(MarkedSplit(n), workers=2, max_size=2) as enq, caplog.at_level("WARNING"):
-        for epoch in range(3):
-            got = []
-            for k, (images, _) in enumerate(prefetch.batches(enq, "train", order, epoch)):
-                got.extend(index_of(im) for im in images)
-                if epoch == 0 and k == 2:
-                    victim = enq.worker_pids[0]
-                    os.kill(victim, signal.SIGKILL)
-            assert got == list(order)
-            alive = enq.worker_pids
-            assert all(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in alive)
-        assert enq.restarts == 1 and len(alive) == 2 and victim not in alive
-    assert caplog.text.count("died (") == 1
-    assert_clean(children)
-
-
-def test_a_sample_that_kills_every_worker_is_an_error_not_a_loop(children):
-    with pytest.raises(WorkerError, match=r"died \(killed by signal SIGKILL.*4th worker death with no batch"), \
-            make(MarkedSplit(40, kills_at=9), workers=2, max_size=2) as enq:
-        list(enq.batches("train", np.arange(40), epoch=0))
-    assert_clean(children)
-
-
-def test_a_worker_that_cannot_start_is_an_error_at_once(children):
-    split = MarkedSplit(16)
-    split.unpicklable = True
-    started = time.monotonic()
-    with pytest.raises(WorkerError, match=r"exited \(exit code 1\) before building any sample: it could not start"), \
-            make(split, workers=2) as enq:
-        list(enq.batches("train", np.arange(16), epoch=0))
-    assert enq.restarts == 0 and time.monotonic() - started < 30
     assert_clean(children)
 
 
@@ -254,21 +138,6 @@ def test_consumer_stopping_early_lets_the_next_pass_start_clean(children):
         assert got == list(range(63, -1, -1))
     assert_clean(children)
 
-
-def test_workers_never_import_tensorflow(tmp_path):
-    """What a spawned worker imports: the worker loop and what unpickling its arguments needs."""
-    import subprocess
-    import sys
-
-    code = ("import sys, app.loader.worker, app.loader.ring, app.augment, app.data; "
-            "bad = [m for m in ('tensorflow', 'keras') if m in sys.modules]; "
-            "print(bad); sys.exit(1 if bad else 0)")
-    root = Path(__file__).parent.parent
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-# -- bit-identical batches, whoever builds them ---------------------------------------------
 
 CROP_FLIP_JITTER = [
     {"_target_": "albumentations.RandomResizedCrop", "size": [24, 24], "scale": [0.3, 1.0]},
@@ -346,59 +215,6 @@ def test_draft_decode_follows_the_crop(tmp_path):
     assert split.read(0, Augmenter(widest, [64, 64]).decode).shape == (512, 512, 3)
     assert split.read(0, Augmenter(crop, [64, 64], draft=False).decode).shape == (1024, 1024, 3)
     assert make_sample(split, Augmenter(crop, [64, 64]), 0, seed=0, epoch=0).shape == (64, 64, 3)
-
-
-def test_workers_die_with_their_parent_even_by_sigkill():
-    import subprocess
-    import sys
-
-    code = """
-import threading, time
-from marked import IdentityAugmenter, MarkedSplit
-from app.loader.enqueuer import Enqueuer
-split = MarkedSplit(8, hang_at=(0, 1))  # both workers busy (hung) in a read: no pipe EOF to notice
-enq = Enqueuer({"train": split}, {"train": IdentityAugmenter()}, batch_size=4, image_size=(8, 8), workers=2,
-               timeout_s=600).start()
-threading.Thread(target=lambda: list(enq.batches("train", list(range(8)), 0)), daemon=True).start()
-time.sleep(1)
-print(" ".join(map(str, enq.worker_pids)), enq.ring.spec.name, flush=True)
-time.sleep(120)
-"""
-    parent = subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).parent, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
-    *pids, segment = parent.stdout.readline().split()
-    pids = [int(p) for p in pids]
-    assert len(pids) == 2 and all(psutil.pid_exists(p) for p in pids)  # negative control
-    parent.kill()  # SIGKILL: no cleanup code of the parent runs
-    parent.wait()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(psutil.pid_exists(p) for p in pids):
-        time.sleep(0.1)
-    assert not any(psutil.pid_exists(p) for p in pids)
-    while time.monotonic() < deadline and os.path.exists(f"/dev/shm/{segment}"):
-        time.sleep(0.1)  # multiprocessing's resource tracker unlinks what the dead parent left
-    assert not os.path.exists(f"/dev/shm/{segment}")
-
-
-class SlowToStart(MarkedSplit):
-    """A source whose unpickling in a worker takes a while: a loaded machine's start-up."""
-
-    def __setstate__(self, state):
-        time.sleep(state["start_s"])  # the worker's start-up, not the test, waits
-        super().__setstate__(state)
-
-
-def test_start_up_is_timed_apart_from_the_batch(children):
-    """Issue 10.14: queue.timeout_s counted the workers' start-up, so a small timeout failed at
-    batch 0 on a loaded machine."""
-    split = SlowToStart(8)
-    split.start_s = 1.5
-    with make(split, workers=2, timeout_s=0.5) as enq:
-        assert [index_of(im) for b, _ in enq.batches("train", np.arange(8), epoch=0) for im in b] == list(range(8))
-    with pytest.raises(WorkerError, match=r"did not start within queue.startup_timeout_s=0.5 s"), \
-            make(split, workers=2, timeout_s=0.5, startup_timeout_s=0.5) as enq:  # its own limit still holds
-        list(enq.batches("train", np.arange(8), epoch=0))
-    assert_clean(children)
 
 
 class OutOfMemoryAt(MarkedSplit):

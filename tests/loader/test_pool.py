@@ -1,0 +1,154 @@
+"""app/loader/pool.py: worker processes start, die, are replaced and stop, for real."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+from loaders import assert_clean, make
+from marked import MarkedSplit, index_of
+
+from app.errors import WorkerError
+from app.loader import prefetch
+
+
+def test_workers_run_in_other_processes(tmp_path, children):
+    log = tmp_path / "reads.log"
+    with make(MarkedSplit(16, log_path=str(log)), workers=2) as enq:
+        list(enq.batches("train", np.arange(16), epoch=0))
+        pids = {int(line.split()[1]) for line in log.read_text().splitlines()}
+    assert os.getpid() not in pids and len(pids) == 2  # the samples of each batch split between both
+    assert_clean(children)
+
+
+def test_killed_worker_is_replaced_and_its_samples_rebuilt(caplog, children):
+    """The OOM killer's SIGKILL mid-epoch: a new worker, no lost or duplicated sample."""
+    n, order = 400, np.random.default_rng(0).permutation(400)
+    with make(MarkedSplit(n), workers=2, max_size=2) as enq:
+        undisturbed = [index_of(im) for b, _ in enq.batches("train", order, epoch=0) for im in b]
+    assert undisturbed == list(order)
+    with make(MarkedSplit(n), workers=2, max_size=2) as enq, caplog.at_level("WARNING"):
+        got = []
+        for k, (images, _) in enumerate(enq.batches("train", order, epoch=0)):
+            got.extend(index_of(im) for im in images)
+            if k == 3:
+                victim = enq.worker_pids[0]
+                os.kill(victim, signal.SIGKILL)
+                time.sleep(0.2)  # let it die with samples of the next batches handed out
+        assert got == undisturbed and enq.restarts == 1
+        assert victim not in enq.worker_pids and len(enq.worker_pids) == 2
+        # the replacement serves the next epoch too
+        assert [index_of(im) for b, _ in enq.batches("val", order[:12], epoch=1) for im in b] == list(order[:12])
+    assert f"worker process {victim} died (killed by signal SIGKILL (9))" in caplog.text
+    assert "out-of-memory" not in caplog.text  # what is known, not a guess (issue 10.4)
+    assert_clean(children)
+
+
+def test_a_replacement_started_in_a_pass_outlives_it(caplog, children):
+    """Issue 10.4: a replacement was started from the pass's short-lived copy-ahead thread, and
+    the parent-death signal, which fires when the *thread* that started a process ends, killed
+    it at the end of every pass: 6 restarts for one kill over 3 epochs."""
+    n, order = 48, np.arange(48)
+    with make(MarkedSplit(n), workers=2, max_size=2) as enq, caplog.at_level("WARNING"):
+        for epoch in range(3):
+            got = []
+            for k, (images, _) in enumerate(prefetch.batches(enq, "train", order, epoch)):
+                got.extend(index_of(im) for im in images)
+                if epoch == 0 and k == 2:
+                    victim = enq.worker_pids[0]
+                    os.kill(victim, signal.SIGKILL)
+            assert got == list(order)
+            alive = enq.worker_pids
+            assert all(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in alive)
+        assert enq.restarts == 1 and len(alive) == 2 and victim not in alive
+    assert caplog.text.count("died (") == 1
+    assert_clean(children)
+
+
+def test_a_sample_that_kills_every_worker_is_an_error_not_a_loop(children):
+    with pytest.raises(WorkerError, match=r"died \(killed by signal SIGKILL.*4th worker death with no batch"), \
+            make(MarkedSplit(40, kills_at=9), workers=2, max_size=2) as enq:
+        list(enq.batches("train", np.arange(40), epoch=0))
+    assert_clean(children)
+
+
+def test_a_worker_that_cannot_start_is_an_error_at_once(children):
+    split = MarkedSplit(16)
+    split.unpicklable = True
+    started = time.monotonic()
+    with pytest.raises(WorkerError, match=r"exited \(exit code 1\) before building any sample: it could not start"), \
+            make(split, workers=2) as enq:
+        list(enq.batches("train", np.arange(16), epoch=0))
+    assert enq.restarts == 0 and time.monotonic() - started < 30
+    assert_clean(children)
+
+
+def test_workers_never_import_tensorflow(tmp_path):
+    """What a spawned worker imports: the worker loop and what unpickling its arguments needs."""
+    import subprocess
+    import sys
+
+    code = ("import sys, app.loader.worker, app.loader.ring, app.augment, app.data; "
+            "bad = [m for m in ('tensorflow', 'keras') if m in sys.modules]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    root = Path(__file__).parent.parent.parent
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_workers_die_with_their_parent_even_by_sigkill():
+    import subprocess
+    import sys
+
+    code = """
+import threading, time
+from marked import IdentityAugmenter, MarkedSplit
+from app.loader.enqueuer import Enqueuer
+split = MarkedSplit(8, hang_at=(0, 1))  # both workers busy (hung) in a read: no pipe EOF to notice
+enq = Enqueuer({"train": split}, {"train": IdentityAugmenter()}, batch_size=4, image_size=(8, 8), workers=2,
+               timeout_s=600).start()
+threading.Thread(target=lambda: list(enq.batches("train", list(range(8)), 0)), daemon=True).start()
+time.sleep(1)
+print(" ".join(map(str, enq.worker_pids)), enq.ring.spec.name, flush=True)
+time.sleep(120)
+"""
+    parent = subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).parent.parent, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    *pids, segment = parent.stdout.readline().split()
+    pids = [int(p) for p in pids]
+    assert len(pids) == 2 and all(psutil.pid_exists(p) for p in pids)  # negative control
+    parent.kill()  # SIGKILL: no cleanup code of the parent runs
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(psutil.pid_exists(p) for p in pids):
+        time.sleep(0.1)
+    assert not any(psutil.pid_exists(p) for p in pids)
+    while time.monotonic() < deadline and os.path.exists(f"/dev/shm/{segment}"):
+        time.sleep(0.1)  # multiprocessing's resource tracker unlinks what the dead parent left
+    assert not os.path.exists(f"/dev/shm/{segment}")
+
+
+class SlowToStart(MarkedSplit):
+    """A source whose unpickling in a worker takes a while: a loaded machine's start-up."""
+
+    def __setstate__(self, state):
+        time.sleep(state["start_s"])  # the worker's start-up, not the test, waits
+        super().__setstate__(state)
+
+
+def test_start_up_is_timed_apart_from_the_batch(children):
+    """Issue 10.14: queue.timeout_s counted the workers' start-up, so a small timeout failed at
+    batch 0 on a loaded machine."""
+    split = SlowToStart(8)
+    split.start_s = 1.5
+    with make(split, workers=2, timeout_s=0.5) as enq:
+        assert [index_of(im) for b, _ in enq.batches("train", np.arange(8), epoch=0) for im in b] == list(range(8))
+    with pytest.raises(WorkerError, match=r"did not start within queue.startup_timeout_s=0.5 s"), \
+            make(split, workers=2, timeout_s=0.5, startup_timeout_s=0.5) as enq:  # its own limit still holds
+        list(enq.batches("train", np.arange(8), epoch=0))
+    assert_clean(children)

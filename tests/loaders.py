@@ -1,0 +1,41 @@
+"""Shared by the loader's tests: an enqueuer over a marked source, and checks that nothing is
+left behind (worker processes, shared memory)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+from marked import IdentityAugmenter
+
+from app.loader.enqueuer import Enqueuer
+from app.memory import is_multiprocessing_helper
+
+
+def make(split, *, workers=2, processes=True, max_size=2, batch=4, **kw) -> Enqueuer:
+    return Enqueuer({"train": split, "val": split}, {"train": IdentityAugmenter(), "val": IdentityAugmenter()},
+                    batch_size=batch, image_size=(split.size, split.size), workers=workers,
+                    use_multiprocessing=processes, max_size=max_size, timeout_s=kw.pop("timeout_s", 30), **kw)
+
+
+def my_segments() -> list[str]:
+    return [n for n in os.listdir("/dev/shm") if n.startswith(f"app-ring-{os.getpid()}-")]
+
+
+def workers_alive() -> set[int]:
+    """Child processes but multiprocessing's own helpers (resource tracker, fork server),
+    which live as long as the parent by design."""
+    return {p.pid for p in psutil.Process().children(recursive=True) if not is_multiprocessing_helper(p)}
+
+
+def assert_clean(children_before: set[int]) -> None:
+    """No worker process left, no shared-memory segment of ours left."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        extra = workers_alive() - children_before
+        if not extra:
+            break
+        time.sleep(0.05)
+    assert not extra, f"orphan worker processes: {extra}"
+    assert my_segments() == []
