@@ -1,0 +1,2 @@
+"""The bench command's modes, each run in a child process of its own (app/bench/modes.py), and
+the hand-written keras.utils.PyDataset it is compared with (app/bench/keras_baseline.py)."""

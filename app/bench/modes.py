@@ -1,0 +1,185 @@
+"""One bench mode, in the child process the bench command starts for it: the mode's own
+pipeline fed through its consumer for `bench.warmup` + `bench.batches` batches, timed by a
+clock that starts after the warm-up. The modes are listed in app/commands/bench.py."""
+
+from __future__ import annotations
+
+import time
+
+from omegaconf import OmegaConf
+
+
+def child_main(mode: str, plain: dict, conn) -> None:
+    import traceback
+
+    try:
+        result = _run_mode(mode, plain)
+    except BaseException as error:  # noqa: BLE001 - reported as that mode's result
+        first = next((line for line in str(error).splitlines() if line.strip()), "")
+        result = {"error": f"{type(error).__name__}: {first}", "traceback": traceback.format_exc()}
+    conn.send(result)
+    conn.close()
+
+
+class _Clock:
+    """Times batches: the first from the start, the rate over those after the warmup."""
+
+    def __init__(self, warmup: int, batch: int):
+        self.warmup, self.batch = warmup, batch
+        self.start = time.perf_counter()
+        self.marks: list[float] = []
+
+    def tick(self) -> None:
+        self.marks.append(time.perf_counter())
+
+    def result(self) -> dict:
+        count = len(self.marks) - self.warmup
+        since = self.marks[self.warmup - 1] if self.warmup else self.start
+        seconds = self.marks[-1] - since
+        return {"images_per_s": count * self.batch / seconds, "first_batch_s": self.marks[0] - self.start,
+                "timed_batches": count, "timed_seconds": seconds}
+
+
+def _run_mode(mode: str, plain: dict) -> dict:
+    from app.augment import Augmenter
+    from app.data import load_source
+
+    data, queue, bench = plain["data"], plain["queue"], plain["bench"]
+    source = load_source(OmegaConf.create(data))
+    augmenter = Augmenter(plain["augment"]["transforms"], data["image_size"], draft=data["decode"]["draft"],
+                          max_pixels=data["max_image_pixels"])
+    batch, total = data["batch_size"], bench["warmup"] + bench["batches"]
+    order = _order(len(source.train), batch, batch * total, plain["seed"], queue["shuffle"])
+    clock = _Clock(bench["warmup"], batch)
+    runner = {"baseline": _baseline, "loader_steps": _loader_steps, "loader_fit": _loader_fit, "loader": _loader,
+              "keras_threads": _keras, "keras_processes": _keras, "serial": _serial}[mode]
+    runner(mode, plain, source, augmenter, order, clock)
+    return clock.result()
+
+
+def _order(n: int, batch: int, needed: int, seed: int, shuffle: bool):
+    """(epoch, sample index) pairs, epoch after epoch until `needed`, full batches only (as
+    training takes them), so every timed batch holds `batch` images."""
+    import numpy as np
+
+    from app.loader.order import epoch_order
+
+    pairs, epoch = [], 0
+    while len(pairs) < needed:
+        order = epoch_order(n, batch, seed=seed, epoch=epoch, shuffle=shuffle, drop_last=True)
+        pairs += [(epoch, int(i)) for i in order]
+        epoch += 1
+    return np.array(pairs[:needed])
+
+
+def _enqueuer(plain, source, augmenter):
+    from app.loader.pipeline import build_loader
+
+    return build_loader(plain, {"train": (source.train, plain["augment"]["transforms"])})
+
+
+def _loader_batches(enqueuer, order):
+    """This loader's batches over `order`, one epoch's pass after another."""
+    from app.loader.pipeline import batches
+
+    epochs = order[:, 0]
+    for epoch in sorted(set(epochs.tolist())):
+        indices = order[epochs == epoch, 1]
+        yield from batches(enqueuer, "train", indices, int(epoch))
+
+
+def _trivial_model(plain, num_classes, normalising=True):
+    """The same trivial backbone for every mode; this loader's modes put `train`'s
+    normalising first layer in front (its batches are uint8), Keras's get float32."""
+    import keras
+
+    from app.model import classifier
+
+    size = plain["data"]["image_size"]
+    net = keras.Sequential([keras.Input((*size, 3)), keras.layers.GlobalAveragePooling2D(),
+                            keras.layers.Dense(num_classes, activation="softmax")])
+    if normalising:
+        net = classifier(net, size)
+    net.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    return net
+
+
+def _timing_callback(clock):
+    import keras
+
+    class Tick(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            clock.tick()
+
+    return Tick()
+
+
+def _baseline(mode, plain, source, augmenter, order, clock):
+    import numpy as np
+    import tensorflow as tf
+
+    data = plain["data"]
+    net = _trivial_model(plain, len(source.class_names))
+    x = np.zeros((data["batch_size"], *data["image_size"], 3), np.uint8)
+    y = np.zeros((data["batch_size"],), np.int64)
+    clock.start = time.perf_counter()
+    net.fit(tf.data.Dataset.from_tensors((x, y)).repeat(), steps_per_epoch=len(order) // data["batch_size"],
+            epochs=1, verbose=0, callbacks=[_timing_callback(clock)])
+
+
+def _loader_steps(mode, plain, source, augmenter, order, clock):
+    import keras
+
+    from app.training.steps import train_epoch
+
+    net = _trivial_model(plain, len(source.class_names))
+    clock.start = time.perf_counter()
+    with _enqueuer(plain, source, augmenter) as enqueuer:
+        train_epoch(net, _loader_batches(enqueuer, order),
+                    keras.callbacks.CallbackList([_timing_callback(clock)], model=net))
+
+
+def _loader_fit(mode, plain, source, augmenter, order, clock):
+    import tensorflow as tf
+
+    data = plain["data"]
+    net = _trivial_model(plain, len(source.class_names))
+    signature = (tf.TensorSpec((None, *data["image_size"], 3), tf.uint8), tf.TensorSpec((None,), tf.int64))
+    clock.start = time.perf_counter()
+    with _enqueuer(plain, source, augmenter) as enqueuer:
+        dataset = tf.data.Dataset.from_generator(
+            lambda: _loader_batches(enqueuer, order), output_signature=signature)
+        net.fit(dataset, steps_per_epoch=len(order) // data["batch_size"], epochs=1, verbose=0,
+                callbacks=[_timing_callback(clock)])
+
+
+def _loader(mode, plain, source, augmenter, order, clock):
+    clock.start = time.perf_counter()
+    with _enqueuer(plain, source, augmenter) as enqueuer:
+        for _ in _loader_batches(enqueuer, order):
+            clock.tick()
+
+
+def _serial(mode, plain, source, augmenter, order, clock):
+    from app.loader.worker import make_sample, prepare_process
+
+    prepare_process()  # single-threaded and keeping freed memory, as a worker is: the per-core rate
+
+    batch = plain["data"]["batch_size"]
+    clock.start = time.perf_counter()
+    for k, (epoch, index) in enumerate(order, start=1):
+        make_sample(source.train, augmenter, int(index), plain["seed"], int(epoch))
+        if k % batch == 0:
+            clock.tick()
+
+
+def _keras(mode, plain, source, augmenter, order, clock):
+    from app.bench.keras_baseline import KerasBaseline
+
+    data, queue = plain["data"], plain["queue"]
+    net = _trivial_model(plain, len(source.class_names), normalising=False)
+    clock.start = time.perf_counter()
+    dataset = KerasBaseline(source.train, augmenter, order, data["batch_size"], plain["seed"],
+                            workers=max(queue["workers"], 1), use_multiprocessing=mode == "keras_processes",
+                            max_queue_size=queue["max_size"])
+    net.fit(dataset, epochs=1, verbose=0, callbacks=[_timing_callback(clock)])
