@@ -5,6 +5,7 @@ clock that starts after the warm-up. The modes are listed in app/commands/bench.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from omegaconf import OmegaConf
 
@@ -53,8 +54,21 @@ def _run_mode(mode: str, plain: dict) -> dict:
     clock = _Clock(bench["warmup"], batch)
     runner = {"baseline": _baseline, "loader_steps": _loader_steps, "loader_fit": _loader_fit, "loader": _loader,
               "keras_threads": _keras, "keras_processes": _keras, "serial": _serial}[mode]
-    runner(mode, plain, source, augmenter, order, clock)
+    runner(_Run(mode, plain, source, augmenter, order, clock))
     return clock.result()
+
+
+@dataclass
+class _Run:
+    """What a mode is given: its name, the config, the data, the training augmentation, the
+    (epoch, sample index) pairs to go through, and the clock to tick a batch."""
+
+    mode: str
+    plain: dict
+    source: object
+    augmenter: object
+    order: object
+    clock: _Clock
 
 
 def _order(n: int, batch: int, needed: int, seed: int, shuffle: bool):
@@ -62,11 +76,11 @@ def _order(n: int, batch: int, needed: int, seed: int, shuffle: bool):
     training takes them), so every timed batch holds `batch` images."""
     import numpy as np
 
-    from app.loader.order import epoch_order
+    from app.loader.order import epoch_order, full_batches
 
     pairs, epoch = [], 0
     while len(pairs) < needed:
-        order = epoch_order(n, batch, seed=seed, epoch=epoch, shuffle=shuffle, drop_last=True)
+        order = full_batches(epoch_order(n, seed=seed, epoch=epoch, shuffle=shuffle), batch)
         pairs += [(epoch, int(i)) for i in order]
         epoch += 1
     return np.array(pairs[:needed])
@@ -114,7 +128,8 @@ def _timing_callback(clock):
     return Tick()
 
 
-def _baseline(mode, plain, source, augmenter, order, clock):
+def _baseline(run: _Run):
+    plain, source, order, clock = run.plain, run.source, run.order, run.clock
     import numpy as np
     import tensorflow as tf
 
@@ -127,7 +142,8 @@ def _baseline(mode, plain, source, augmenter, order, clock):
             epochs=1, verbose=0, callbacks=[_timing_callback(clock)])
 
 
-def _loader_steps(mode, plain, source, augmenter, order, clock):
+def _loader_steps(run: _Run):
+    plain, source, augmenter, order, clock = run.plain, run.source, run.augmenter, run.order, run.clock
     import keras
 
     from app.training.steps import train_epoch
@@ -139,7 +155,8 @@ def _loader_steps(mode, plain, source, augmenter, order, clock):
                     keras.callbacks.CallbackList([_timing_callback(clock)], model=net))
 
 
-def _loader_fit(mode, plain, source, augmenter, order, clock):
+def _loader_fit(run: _Run):
+    plain, source, augmenter, order, clock = run.plain, run.source, run.augmenter, run.order, run.clock
     import tensorflow as tf
 
     data = plain["data"]
@@ -153,14 +170,16 @@ def _loader_fit(mode, plain, source, augmenter, order, clock):
                 callbacks=[_timing_callback(clock)])
 
 
-def _loader(mode, plain, source, augmenter, order, clock):
+def _loader(run: _Run):
+    plain, source, augmenter, order, clock = run.plain, run.source, run.augmenter, run.order, run.clock
     clock.start = time.perf_counter()
     with _enqueuer(plain, source, augmenter) as enqueuer:
         for _ in _loader_batches(enqueuer, order):
             clock.tick()
 
 
-def _serial(mode, plain, source, augmenter, order, clock):
+def _serial(run: _Run):
+    plain, source, augmenter, order, clock = run.plain, run.source, run.augmenter, run.order, run.clock
     from app.loader.worker import make_sample, prepare_process
 
     prepare_process()  # single-threaded and keeping freed memory, as a worker is: the per-core rate
@@ -173,7 +192,8 @@ def _serial(mode, plain, source, augmenter, order, clock):
             clock.tick()
 
 
-def _keras(mode, plain, source, augmenter, order, clock):
+def _keras(run: _Run):
+    mode, plain, source, augmenter, order, clock = run.mode, run.plain, run.source, run.augmenter, run.order, run.clock
     from app.bench.keras_baseline import KerasBaseline
 
     data, queue = plain["data"], plain["queue"]

@@ -17,6 +17,7 @@ import shutil
 import socket
 import sys
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -60,14 +61,24 @@ def dataset_dir_name(num_images: int, source_size: int, num_classes: int, seed: 
     return f"v{FORMAT_VERSION}-n{num_images}-s{source_size}-c{num_classes}-seed{seed}"
 
 
-def ensure_dataset(root: str | os.PathLike, num_images: int, source_size: int, num_classes: int,
-                   seed: int, progress: bool = True) -> Path:
+@dataclass(frozen=True)
+class Spec:
+    """What a synthetic dataset is generated from (data.num_images, source_size, num_classes, seed)."""
+
+    num_images: int
+    source_size: int
+    num_classes: int
+    seed: int
+
+
+def ensure_dataset(root: str | os.PathLike, spec: Spec, progress: bool = True) -> Path:
     """The dataset's folder under `root`, generating it first if it is not there yet.
 
     Generation writes into a hidden sibling folder renamed into place when complete, so a
     concurrent job sees either nothing or the whole dataset; a job that loses the rename
     race drops its copy and uses the winner's.
     """
+    num_images, source_size, num_classes, seed = spec.num_images, spec.source_size, spec.num_classes, spec.seed
     names = class_names(num_classes)
     root = Path(root).expanduser().absolute()
     final = root / dataset_dir_name(num_images, source_size, num_classes, seed)
@@ -95,8 +106,8 @@ def ensure_dataset(root: str | os.PathLike, num_images: int, source_size: int, n
 
 
 def synthetic_source(data_cfg) -> Source:
-    folder = ensure_dataset(data_cfg.path, data_cfg.num_images, data_cfg.source_size,
-                            data_cfg.num_classes, data_cfg.seed)
+    folder = ensure_dataset(data_cfg.path, Spec(data_cfg.num_images, data_cfg.source_size, data_cfg.num_classes,
+                                                data_cfg.seed))
     # the files are a function of the folder's name (FORMAT_VERSION and parameters): their times say nothing
     return folder_source(folder, data_cfg.val_fraction, name="synthetic", times=False)
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 import numpy as np
 
 
-def epoch_order(n: int, batch_size: int, *, seed: int, epoch: int, shuffle: bool, drop_last: bool) -> np.ndarray:
-    """Sample indices of one epoch, from (seed, epoch) only. Training drops the last
-    `n mod batch_size` of the permutation (different ones each shuffled epoch)."""
-    order = np.random.default_rng([seed, epoch]).permutation(n) if shuffle else np.arange(n)
-    if drop_last:
-        order = order[: n - n % batch_size]
-    return order
+def epoch_order(n: int, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
+    """Sample indices 0..n-1 in this epoch's order: a permutation drawn from (seed, epoch), or as they are."""
+    return np.random.default_rng([seed, epoch]).permutation(n) if shuffle else np.arange(n)
+
+
+def full_batches(order: np.ndarray, batch_size: int) -> np.ndarray:
+    """`order` without its last `len(order) mod batch_size` samples: training takes full batches
+    only (different samples left out each shuffled epoch)."""
+    return order[: len(order) - len(order) % batch_size]

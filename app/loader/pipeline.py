@@ -34,6 +34,5 @@ def batches(loader: Loader, split_name: str, order: np.ndarray, epoch: int) -> I
 
 def every_sample(loader: Loader, split_name: str) -> Iterator[tuple]:
     """Each sample of a split once, in order, the last batch short (validation, evaluate, predict)."""
-    order = epoch_order(len(loader.splits[split_name]), loader.batch_size, seed=0, epoch=0, shuffle=False,
-                        drop_last=False)
+    order = epoch_order(len(loader.splits[split_name]), seed=0, epoch=0, shuffle=False)
     return prefetch.batches(loader, split_name, order, 0)

@@ -26,6 +26,7 @@ from app.errors import ConfigError
 from app.training.rundir import write_json
 
 PREFIX = "step-"
+KEEP = 2  # the newest checkpoints kept, besides the best
 # Keras's .keras format leaves out the layers' seed generators (Layer.save_own_variables), so a
 # resumed Dropout would draw other masks: their states are saved beside it.
 SEED_STATES = "seed_generators.npy"
@@ -97,7 +98,7 @@ def _seed_states(model) -> list:
     return [v for v in model.variables if v.name == "seed_generator_state"]
 
 
-def save(model, run_dir: Path, step: int, state: dict, *, keep: int = 2, protect: str | None = None) -> Path:
+def save(model, run_dir: Path, step: int, state: dict, protect: str | None = None) -> Path:
     """Model (with optimizer state) and `state` at `step`; replaces a checkpoint of the same step."""
     root = Path(run_dir) / "checkpoints"
     root.mkdir(exist_ok=True)
@@ -120,7 +121,7 @@ def save(model, run_dir: Path, step: int, state: dict, *, keep: int = 2, protect
         shutil.rmtree(old, ignore_errors=True)
     else:
         tmp.rename(final)
-    for stale in sorted(root.glob(f"{PREFIX}*"))[:-keep]:
+    for stale in sorted(root.glob(f"{PREFIX}*"))[:-KEEP]:
         if stale.name != protect:  # renamed first: a kill mid-delete leaves no half checkpoint
             gone = root / f".{stale.name}.gone"
             stale.rename(gone)

@@ -21,7 +21,7 @@ from app.config import instantiate_each, to_plain, validate
 from app.data import load_source
 from app.errors import AppError, ConfigError, explain
 from app.frameworks import load_keras, native_stderr_to_log
-from app.loader.order import epoch_order
+from app.loader.order import epoch_order, full_batches
 from app.loader.pipeline import Loader, batches, build_loader, every_sample
 from app.memory import PeakMemory, leftovers_cleared
 from app.training import checkpoint
@@ -199,8 +199,8 @@ def _epochs(net, enqueuer: Loader, memory: PeakMemory, source, plain: dict, run_
         epoch = state.epoch
         first = state.figures.steps if state.figures else 0  # a resumed epoch's batches done
         state.figures = state.figures or EpochFigures()
-        state.order = epoch_order(len(source.train), batch, seed=plain["seed"], epoch=epoch,
-                                  shuffle=queue["shuffle"], drop_last=True)[: steps * batch]
+        permutation = epoch_order(len(source.train), seed=plain["seed"], epoch=epoch, shuffle=queue["shuffle"])
+        state.order = full_batches(permutation, batch)[: steps * batch]
         callbacks.on_epoch_begin(epoch, {"first_batch": first})
         fit = train_epoch(net, batches(enqueuer, "train", state.order[first * batch:], epoch), callbacks,
                           state.figures, first_batch=first)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from app.data import load_source, synthetic
-from app.data.synthetic import class_names, dataset_dir_name, ensure_dataset
+from app.data.synthetic import Spec, class_names, dataset_dir_name, ensure_dataset
 from app.errors import DataError
 
 TINY = {"num_images": 24, "source_size": 64, "num_classes": 3}
@@ -20,7 +20,7 @@ def _files(folder) -> dict[str, bytes]:
 
 
 def test_layout_and_names(tmp_path):
-    folder = ensure_dataset(tmp_path, seed=0, progress=False, **TINY)
+    folder = ensure_dataset(tmp_path, Spec(seed=0, **TINY), progress=False)
     assert folder == tmp_path / "v1-n24-s64-c3-seed0" == tmp_path / dataset_dir_name(24, 64, 3, 0)
     files = _files(folder)
     assert len(files) == 24
@@ -32,34 +32,34 @@ def test_layout_and_names(tmp_path):
 
 
 def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
-    one = _files(ensure_dataset(tmp_path / "one", seed=0, progress=False, **TINY))
-    two = _files(ensure_dataset(tmp_path / "two", seed=0, progress=False, **TINY))
-    other = _files(ensure_dataset(tmp_path / "one", seed=1, progress=False, **TINY))
+    one = _files(ensure_dataset(tmp_path / "one", Spec(seed=0, **TINY), progress=False))
+    two = _files(ensure_dataset(tmp_path / "two", Spec(seed=0, **TINY), progress=False))
+    other = _files(ensure_dataset(tmp_path / "one", Spec(seed=1, **TINY), progress=False))
     assert one == two
     assert one.keys() == other.keys()
     assert all(one[name] != other[name] for name in one)
 
 
 def test_pool_writes_the_same_bytes_as_one_process(tmp_path, monkeypatch):
-    serial = _files(ensure_dataset(tmp_path / "serial", seed=3, progress=False, **TINY))
+    serial = _files(ensure_dataset(tmp_path / "serial", Spec(seed=3, **TINY), progress=False))
     monkeypatch.setattr(synthetic, "POOL_MIN_PIXELS", 0)
-    pooled = _files(ensure_dataset(tmp_path / "pool", seed=3, progress=False, **TINY))
+    pooled = _files(ensure_dataset(tmp_path / "pool", Spec(seed=3, **TINY), progress=False))
     assert pooled == serial
 
 
 def test_existing_dataset_is_reused(tmp_path, monkeypatch):
-    folder = ensure_dataset(tmp_path, seed=0, progress=False, **TINY)
+    folder = ensure_dataset(tmp_path, Spec(seed=0, **TINY), progress=False)
     before = {p: p.stat().st_mtime_ns for p in folder.rglob("*.jpg")}
 
     def fail(*args):
         raise AssertionError("regenerated")
     monkeypatch.setattr(synthetic, "_run", fail)
-    assert ensure_dataset(tmp_path, seed=0, progress=False, **TINY) == folder
+    assert ensure_dataset(tmp_path, Spec(seed=0, **TINY), progress=False) == folder
     assert {p: p.stat().st_mtime_ns for p in folder.rglob("*.jpg")} == before
 
 
 def test_progress_goes_to_stderr(tmp_path, capsys):
-    ensure_dataset(tmp_path, seed=0, progress=True, num_images=6, source_size=32, num_classes=2)
+    ensure_dataset(tmp_path, Spec(seed=0, num_images=6, source_size=32, num_classes=2), progress=True)
     out, err = capsys.readouterr()
     assert out == "" and "6/6" in err
 
@@ -72,19 +72,19 @@ def test_losing_the_rename_race_uses_the_winners_copy(tmp_path, monkeypatch):
         run(jobs, bar)
         # Another job finishes first, while this one is about to rename its copy.
         monkeypatch.setattr(synthetic, "_run", run)
-        winner["folder"] = ensure_dataset(tmp_path, seed=0, progress=False, **TINY)
+        winner["folder"] = ensure_dataset(tmp_path, Spec(seed=0, **TINY), progress=False)
         winner["files"] = _files(winner["folder"])
     monkeypatch.setattr(synthetic, "_run", run_then_get_overtaken)
 
-    folder = ensure_dataset(tmp_path, seed=0, progress=False, **TINY)
+    folder = ensure_dataset(tmp_path, Spec(seed=0, **TINY), progress=False)
     assert folder == winner["folder"]
     assert _files(folder) == winner["files"] and len(winner["files"]) == 24
     assert [p.name for p in tmp_path.iterdir()] == [folder.name]
 
 
 def _ensure_in_child(root, queue):
-    queue.put(str(ensure_dataset(root, seed=5, progress=False, num_images=60, source_size=128,
-                                 num_classes=3)))
+    queue.put(str(ensure_dataset(root, Spec(seed=5, num_images=60, source_size=128, num_classes=3),
+                                 progress=False)))
 
 
 def test_two_processes_at_once_make_one_complete_dataset(tmp_path):
@@ -102,8 +102,8 @@ def test_two_processes_at_once_make_one_complete_dataset(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == [folder.name]
     files = _files(folder)
     assert len(files) == 60 and all(len(b) > 1000 for b in files.values())
-    assert files == _files(ensure_dataset(tmp_path / "check", seed=5, progress=False, num_images=60,
-                                          source_size=128, num_classes=3))
+    assert files == _files(ensure_dataset(tmp_path / "check", Spec(seed=5, num_images=60, source_size=128,
+                                                                   num_classes=3), progress=False))
 
 
 def test_stale_temporary_folders_of_dead_jobs_are_removed(tmp_path):
@@ -116,7 +116,7 @@ def test_stale_temporary_folders_of_dead_jobs_are_removed(tmp_path):
     foreign = tmp_path / f".tmp-v1-n9-s64-c3-seed0-elsewhere-{dead.pid}-abcdef12"
     for folder in (stale, live, foreign):
         (folder / "00_red_circle").mkdir(parents=True)
-    ensure_dataset(tmp_path, seed=0, progress=False, **TINY)
+    ensure_dataset(tmp_path, Spec(seed=0, **TINY), progress=False)
     assert not stale.exists()
     assert live.exists() and foreign.exists()
 
@@ -153,5 +153,5 @@ def test_class_names_are_distinct_up_to_the_maximum():
 @pytest.mark.parametrize("n", [1, 49])
 def test_class_count_out_of_range(tmp_path, n):
     with pytest.raises(DataError, match=f"data.num_classes={n}: the synthetic dataset has 2 to 48"):
-        ensure_dataset(tmp_path, num_images=100, source_size=32, num_classes=n, seed=0, progress=False)
+        ensure_dataset(tmp_path, Spec(num_images=100, source_size=32, num_classes=n, seed=0), progress=False)
     assert not any(tmp_path.iterdir())

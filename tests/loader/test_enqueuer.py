@@ -22,7 +22,7 @@ IDS = ["in-process", "1-process", "2-processes", "1-thread", "2-threads"]
 @pytest.mark.parametrize(("workers", "processes"), MODES, ids=IDS)
 def test_every_batch_in_order(workers, processes, children):
     split = MarkedSplit(23)
-    order = epoch_order(23, 4, seed=3, epoch=1, shuffle=True, drop_last=False)
+    order = epoch_order(23, seed=3, epoch=1, shuffle=True)
     with make(split, workers=workers, processes=processes, max_size=2) as enq:
         got, labels = [], []
         for images, y in enq.batches("val", order, epoch=1):
@@ -167,7 +167,7 @@ def epoch_bytes(split, *, workers, processes=True, start_method="spawn", seed=0,
     from app.augment import Augmenter
 
     augmenter = Augmenter(CROP_FLIP_JITTER, [24, 24])
-    order = epoch_order(len(split), 4, seed=seed, epoch=epoch, shuffle=True, drop_last=False)
+    order = epoch_order(len(split), seed=seed, epoch=epoch, shuffle=True)
     with Enqueuer({"train": split}, {"train": augmenter}, batch_size=4, image_size=(24, 24), workers=workers,
                   use_multiprocessing=processes, max_size=2, start_method=start_method, seed=seed) as enq:
         return [images.tobytes() for images, _ in enq.batches("train", order, epoch)]
