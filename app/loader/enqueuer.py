@@ -39,21 +39,42 @@ class _Slot:
     size: int = 0
 
 
+@dataclass(frozen=True)
+class Settings:
+    """How the enqueuer works: the batch it fills, and the queue config's keys."""
+
+    batch_size: int
+    image_size: tuple[int, int]
+    workers: int = 2
+    use_multiprocessing: bool = True
+    max_size: int = 2
+    start_method: str = "spawn"
+    timeout_s: float = 120.0
+    startup_timeout_s: float = 300.0
+    max_bad_fraction: float = 0.0  # skip: above this share of a split, an error
+    bad_log: Path | None = None  # skip: where each skipped sample is listed
+
+    @classmethod
+    def from_config(cls, plain: dict, bad_log: Path | None = None) -> Settings:
+        """The settings `data` and `queue` of a (plain, validated) config describe."""
+        data, queue = plain["data"], plain["queue"]
+        return cls(data["batch_size"], tuple(data["image_size"]), queue["workers"], queue["use_multiprocessing"],
+                   queue["max_size"], queue["start_method"], queue["timeout_s"], queue["startup_timeout_s"],
+                   data["max_bad_fraction"], bad_log)
+
+
 class Enqueuer:
-    def __init__(self, splits: dict, augmenters: dict, *, batch_size: int, image_size, workers: int = 2,
-                 use_multiprocessing: bool = True, max_size: int = 2, start_method: str = "spawn",
-                 timeout_s: float = 120.0, seed: int = 0, on_bad_sample: str = "raise",
-                 max_bad_fraction: float = 0.0, bad_log: Path | None = None, startup_timeout_s: float = 300.0):
-        self.splits, self.augmenters = splits, augmenters
-        self.batch_size, self.image_size = batch_size, tuple(image_size)
-        self.num_workers, self.use_multiprocessing = workers, use_multiprocessing
-        self.max_size = max_size if workers > 0 else 1  # in-process: one batch, built on demand
-        self.start_method, self.timeout_s, self.seed = start_method, timeout_s, seed
-        self.startup_timeout_s = startup_timeout_s
-        # raise: stop at a bad sample; skip: the next readable one in its place (training);
-        # mark: leave its place and say which (predict, where a stand-in would be a made-up answer)
-        self.on_bad_sample = on_bad_sample
-        self.max_bad_fraction, self.bad_log = max_bad_fraction, bad_log
+    def __init__(self, splits: dict, augmenters: dict, settings: Settings, seed: int = 0,
+                 on_bad_sample: str = "raise"):
+        """`on_bad_sample`: raise (stop at a bad sample), skip (the next readable one in its place:
+        training), mark (zeros in its place, and `failed` says which: predict, where a stand-in
+        would be a made-up answer)."""
+        self.splits, self.augmenters, self.settings = splits, augmenters, settings
+        self.seed, self.on_bad_sample = seed, on_bad_sample
+        self.batch_size, self.image_size = settings.batch_size, tuple(settings.image_size)
+        self.num_workers, self.use_multiprocessing = settings.workers, settings.use_multiprocessing
+        self.max_size = settings.max_size if settings.workers > 0 else 1  # in-process: one batch, built on demand
+        self.timeout_s = settings.timeout_s
         self.failed: dict[str, dict[int, str]] = {name: {} for name in splits}  # mark: sample index → reason
         self.skipped: dict[str, set[int]] = {name: set() for name in splits}
         self.restarts = 0  # workers replaced this run
@@ -67,13 +88,8 @@ class Enqueuer:
                     on_bad_sample: str | None = None) -> Enqueuer:
         """The enqueuer `data`, `queue` and `seed` of a (plain, validated) config describe;
         `on_bad_sample` replaces data.on_bad_sample (predict's own policy)."""
-        data, queue = plain["data"], plain["queue"]
-        return cls(splits, augmenters, batch_size=data["batch_size"], image_size=data["image_size"],
-                   workers=queue["workers"], use_multiprocessing=queue["use_multiprocessing"],
-                   max_size=queue["max_size"], start_method=queue["start_method"], timeout_s=queue["timeout_s"],
-                   seed=plain["seed"], on_bad_sample=on_bad_sample or data["on_bad_sample"],
-                   max_bad_fraction=data["max_bad_fraction"], bad_log=bad_log,
-                   startup_timeout_s=queue["startup_timeout_s"])
+        return cls(splits, augmenters, Settings.from_config(plain, bad_log), plain["seed"],
+                   on_bad_sample or plain["data"]["on_bad_sample"])
 
     # -- life cycle ---------------------------------------------------------------------
 
@@ -97,8 +113,8 @@ class Enqueuer:
         shared = self.num_workers > 0 and self.use_multiprocessing
         self.ring = Ring(self.max_size, self.batch_size, self.image_size, shared=shared)
         self._slots = [_Slot() for _ in range(self.max_size)]
-        self.pool = Pool(self.ring, self.work, processes=shared, start_method=self.start_method,
-                         startup_timeout_s=self.startup_timeout_s)
+        self.pool = Pool(self.ring, self.work, processes=shared, start_method=self.settings.start_method,
+                         startup_timeout_s=self.settings.startup_timeout_s)
         try:
             self.pool.start(self.num_workers)
         except BaseException:
@@ -225,7 +241,7 @@ class Enqueuer:
             raise WorkerError(
                 f"{dead.name} exited ({how}) before building any sample: it could not start. Its Python error is "
                 "on stderr above; typically the data source or augmentation cannot be rebuilt in a fresh "
-                f"process (queue.start_method={self.start_method}) or a module fails to import there.")
+                f"process (queue.start_method={self.settings.start_method}) or a module fails to import there.")
         self._deaths_in_a_row += 1
         if self._deaths_in_a_row > MAX_DEATHS_IN_A_ROW:
             raise WorkerError(
@@ -279,14 +295,14 @@ class Enqueuer:
             return
         seen.add(index)
         log.warning("skipped sample %d of the %s split (%s): %s", index, split_name, where, reason)
-        if self.bad_log is not None:
-            with open(self.bad_log, "a", encoding="utf-8") as f:
+        if self.settings.bad_log is not None:
+            with open(self.settings.bad_log, "a", encoding="utf-8") as f:
                 f.write(f"{split_name}\t{index}\t{where}\t{reason}\n")
         total = len(self.splits[split_name])
-        if len(seen) > self.max_bad_fraction * total:
+        if len(seen) > self.settings.max_bad_fraction * total:
             raise DataError(
                 f"{len(seen)} of {total} samples of the {split_name} split could not be loaded, above "
-                f"data.max_bad_fraction={self.max_bad_fraction:g} (last: {where}: {reason}); "
+                f"data.max_bad_fraction={self.settings.max_bad_fraction:g} (last: {where}: {reason}); "
                 f"see bad_samples.txt in the run directory.")
 
     def _drain(self) -> None:

@@ -12,7 +12,7 @@ from loaders import assert_clean, make, my_segments, workers_alive
 from marked import MarkedSplit, index_of
 
 from app.errors import DataError, WorkerError
-from app.loader.enqueuer import Enqueuer
+from app.loader.enqueuer import Enqueuer, Settings
 from app.loader.order import epoch_order
 
 MODES = [(0, True), (1, True), (2, True), (1, False), (2, False)]
@@ -168,8 +168,9 @@ def epoch_bytes(split, *, workers, processes=True, start_method="spawn", seed=0,
 
     augmenter = Augmenter(CROP_FLIP_JITTER, [24, 24])
     order = epoch_order(len(split), seed=seed, epoch=epoch, shuffle=True)
-    with Enqueuer({"train": split}, {"train": augmenter}, batch_size=4, image_size=(24, 24), workers=workers,
-                  use_multiprocessing=processes, max_size=2, start_method=start_method, seed=seed) as enq:
+    settings = Settings(4, (24, 24), workers=workers, use_multiprocessing=processes, max_size=2,
+                        start_method=start_method)
+    with Enqueuer({"train": split}, {"train": augmenter}, settings, seed=seed) as enq:
         return [images.tobytes() for images, _ in enq.batches("train", order, epoch)]
 
 

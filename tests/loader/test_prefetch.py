@@ -7,7 +7,7 @@ import pytest
 from marked import IdentityAugmenter, MarkedSplit
 
 from app.errors import WorkerError
-from app.loader.enqueuer import Enqueuer
+from app.loader.enqueuer import Enqueuer, Settings
 from app.loader.prefetch import batches, detach
 
 
@@ -19,8 +19,7 @@ def test_detach_survives_the_slot_being_reused():
 
 
 def make(split):
-    return Enqueuer({"train": split}, {"train": IdentityAugmenter()}, batch_size=4, image_size=(8, 8),
-                    workers=2, max_size=2)
+    return Enqueuer({"train": split}, {"train": IdentityAugmenter()}, Settings(4, (8, 8), workers=2, max_size=2))
 
 
 def test_batches_ahead_keep_order_and_stop_cleanly():

@@ -12,7 +12,7 @@ import pytest
 from marked import IdentityAugmenter, MarkedSplit
 
 from app.loader import prefetch
-from app.loader.enqueuer import Enqueuer
+from app.loader.enqueuer import Enqueuer, Settings
 from app.model import classifier
 from app.training.steps import EpochFigures, evaluate, train_epoch
 
@@ -28,8 +28,8 @@ def tiny_net(size: int = 8) -> keras.Model:
 
 
 def enqueuer(split, max_size: int) -> Enqueuer:
-    return Enqueuer({"train": split}, {"train": IdentityAugmenter()}, batch_size=BATCH,
-                    image_size=(split.size, split.size), workers=2, max_size=max_size)
+    return Enqueuer({"train": split}, {"train": IdentityAugmenter()},
+                    Settings(BATCH, (split.size, split.size), workers=2, max_size=max_size))
 
 
 class CountAhead(keras.callbacks.Callback):
