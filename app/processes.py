@@ -1,6 +1,6 @@
-"""Child processes: starting them from wherever the app runs (a launcher's worker included),
-making them end with their parent, and keeping the memory they free. No TensorFlow: worker
-processes import this."""
+"""Processes: starting children from wherever the app runs (a launcher's worker included),
+making them end with their parent, keeping the memory they free, and how the training process
+takes Ctrl-C and SIGTERM. No TensorFlow: worker processes import this."""
 
 from __future__ import annotations
 
@@ -58,3 +58,33 @@ def keep_freed_memory() -> bool:
     if mallopt is None:
         return False
     return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, 2**31 - 1))
+
+
+@contextmanager
+def interrupts():
+    """Ctrl-C (SIGINT) and a scheduler's SIGTERM end the run the same way: the first raises
+    KeyboardInterrupt (workers stopped, status `interrupted`); any more while it stops are
+    ignored for the rest of the process, so a second Ctrl-C cannot cut the clean-up short (a
+    traceback, a ring left for the resource tracker)."""
+    def stopping(signum, frame):
+        print("stopping: the workers are being ended and the run recorded; one moment.", file=sys.stderr)
+
+    def interrupt(signum, frame):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, stopping)
+        raise KeyboardInterrupt
+
+    try:
+        previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread (a threaded launcher): leave the signals alone
+        yield
+        return
+    stopped = False
+    try:
+        yield
+    except KeyboardInterrupt:
+        stopped = True
+        raise
+    finally:
+        for sig, handler in previous.items():  # after an interrupt the process is ending: ignore the rest
+            signal.signal(sig, signal.SIG_IGN if stopped else handler)

@@ -88,6 +88,17 @@ class RunState:
         """Training steps taken in this run so far, the running epoch's included."""
         return self.steps_before_epoch + (self.figures.steps if self.figures else 0)
 
+    def restore(self, saved: dict) -> None:
+        """Where a checkpoint's state.json says the run was: after a complete epoch, the next one
+        from its start; inside an epoch, that epoch at its next batch with its running sums."""
+        self.best = saved["best"]
+        if saved["epoch_complete"]:
+            self.epoch, self.steps_before_epoch = saved["epoch"] + 1, saved["step"]
+        else:
+            self.epoch = saved["epoch"]
+            self.steps_before_epoch = saved["step"] - saved["batch_in_epoch"]
+            self.figures = EpochFigures(**saved["figures"])
+
     def checkpoint(self, batches_done: int, *, complete: bool, metrics: dict | None = None) -> dict:
         return {"epoch": self.epoch, "batch_in_epoch": batches_done, "epoch_complete": complete,
                 "step": self.steps_before_epoch + batches_done, "figures": self.figures.state(),

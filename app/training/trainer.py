@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
-import sys
-from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -24,6 +22,7 @@ from app.frameworks import load_keras, native_stderr_to_log
 from app.loader.order import epoch_order, full_batches
 from app.loader.pipeline import Loader, batches, build_loader, every_sample
 from app.memory import PeakMemory, leftovers_cleared
+from app.processes import interrupts
 from app.training import checkpoint
 from app.training.checkpoint import RunState
 from app.training.resume import resumed_config
@@ -64,7 +63,7 @@ def _train_recorded(cfg: DictConfig, plain: dict, run_dir: Path, summary: Summar
     """Train, and record how it ended in summary.json and the log."""
     state = RunState(config=plain)
     try:
-        with _interrupts():
+        with interrupts():
             _train(cfg, plain, run_dir, summary, state, callbacks)
         summary.update(status="completed")
     except KeyboardInterrupt:
@@ -113,139 +112,170 @@ def _continue_hint(run_dir: Path) -> str:
 
 def _train(cfg: DictConfig, plain: dict, run_dir: Path, summary: Summary, state: RunState,
            callbacks: list) -> None:
-    data, trainer = plain["data"], plain["trainer"]
-    image_size = tuple(data["image_size"])
+    source, steps = _data(cfg, plain, run_dir)
+    keras = _start_keras(plain)
+    try:
+        summary.update(hardware={**summary.content["hardware"], "gpus": _visible_gpus()})
+        net = _model(cfg, plain, source, run_dir, state)
+        loader = build_loader(plain, {"train": (source.train, plain["augment"]["transforms"]),
+                                      "val": (source.val, [])}, bad_log=run_dir / "bad_samples.txt")
+        summary.update(queue_bytes=loader.queue_bytes)
+        log.info("queue: %d %s, max_size %d: %.1f MiB of uint8 batches", loader.num_workers,
+                 "processes" if loader.use_multiprocessing else "threads", loader.max_size, loader.queue_bytes / 2**20)
+        with loader, PeakMemory() as memory:
+            _Training(plain, run_dir, summary, state, source, steps, net, loader, memory, callbacks).epochs()
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def _data(cfg: DictConfig, plain: dict, run_dir: Path):
+    """(the data source, training steps an epoch): split.json written, or checked on resume."""
     source = load_source(cfg.data)
     if cfg.resume:
         check_same_data(run_dir, source)
     else:
         write_json(run_dir / "split.json", source.split)
-    batch = data["batch_size"]
-    full_batches = len(source.train) // batch
-    if full_batches == 0:
+    batch = plain["data"]["batch_size"]
+    available = len(source.train) // batch
+    if available == 0:
         raise ConfigError(f"config key `data.batch_size` = {batch} is not allowed: the training split has only "
                           f"{len(source.train)} samples, fewer than one full batch.")
-    steps = trainer["steps_per_epoch"] or full_batches
-    if steps > full_batches:
+    steps = plain["trainer"]["steps_per_epoch"] or available
+    if steps > available:
         raise ConfigError(f"config key `trainer.steps_per_epoch` = {steps} is not allowed: the training split "
-                          f"has {full_batches} full batches of data.batch_size={batch} (null uses them all).")
+                          f"has {available} full batches of data.batch_size={batch} (null uses them all).")
     log.info("data: %s, %d classes, %d training and %d validation samples, fingerprint %s",
              source.name, len(source.class_names), len(source.train), len(source.val), source.fingerprint[:12])
+    return source, steps
 
-    keras = load_keras()  # TensorFlow starts here, after every check that does not need it
 
-    from app import model as models
-
+def _start_keras(plain: dict):
+    """Keras, seeded, with the run's determinism and precision. TensorFlow starts here, after
+    every check that does not need it."""
+    keras = load_keras()
     keras.backend.clear_session()
-    keras.utils.set_random_seed(cfg.seed)
-    if trainer["deterministic"]:
+    keras.utils.set_random_seed(plain["seed"])
+    if plain["trainer"]["deterministic"]:
         import tensorflow as tf
 
         tf.config.experimental.enable_op_determinism()
-    keras.mixed_precision.set_global_policy("mixed_float16" if trainer["mixed_precision"] else "float32")
-    try:
-        from hydra.utils import instantiate
-
-        summary.update(hardware={**summary.content["hardware"], "gpus": _visible_gpus()})
-        if cfg.resume:
-            point = checkpoint.resume_point(run_dir)
-            net, state = point.model, _restored(state, point.state)
-            log.info("resuming from %s: step %d done (epoch %d, batch %d); continuing at step %d",
-                     point.path.name, point.state["step"], point.state["epoch"] + 1,
-                     point.state["batch_in_epoch"], point.state["step"] + 1)
-            # what the interrupted run wrote after this checkpoint is redone, not duplicated
-            keep_rows(run_dir / "metrics.csv", lambda row: int(row["epoch"]) <= state.epoch)
-            keep_rows(run_dir / "samples.csv", lambda row: int(row["step"]) <= point.state["step"])
-        else:
-            backbone = instantiate(cfg.model, input_shape=(*image_size, 3),
-                                   num_classes=len(source.class_names), _convert_="all")
-            net = models.classifier(backbone, image_size)
-            net.compile(optimizer=models.optimizer(trainer["optimizer"], trainer["lr"]),
-                        loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-        enqueuer = build_loader(plain, {"train": (source.train, plain["augment"]["transforms"]),
-                                        "val": (source.val, [])}, bad_log=run_dir / "bad_samples.txt")
-        summary.update(queue_bytes=enqueuer.queue_bytes)
-        log.info("queue: %d %s, max_size %d: %.1f MiB of uint8 batches", enqueuer.num_workers,
-                 "processes" if enqueuer.use_multiprocessing else "threads", enqueuer.max_size,
-                 enqueuer.queue_bytes / 2**20)
-        with enqueuer, PeakMemory() as memory:
-            _epochs(net, enqueuer, memory, source, plain, run_dir, summary, steps, state, callbacks)
-    finally:
-        keras.mixed_precision.set_global_policy("float32")
+    keras.mixed_precision.set_global_policy("mixed_float16" if plain["trainer"]["mixed_precision"] else "float32")
+    return keras
 
 
-def _epochs(net, enqueuer: Loader, memory: PeakMemory, source, plain: dict, run_dir: Path,
-            summary: Summary, steps: int, state: RunState, user: list) -> None:
-    import keras
+def _model(cfg: DictConfig, plain: dict, source, run_dir: Path, state: RunState):
+    """A new compiled classifier, or on resume the checkpoint's, with `state` restored from it."""
+    from hydra.utils import instantiate
 
     from app import model as models
-    from app.training.callbacks import Progress, SampleRecorder, StepCheckpoint
-    from app.training.steps import EpochFigures, evaluate, train_epoch
 
-    data, queue, trainer = plain["data"], plain["queue"], plain["trainer"]
-    batch, epochs = data["batch_size"], trainer["epochs"]
-    own = [Progress(epochs, steps)]
-    # A step's row is written before its checkpoint: a run killed between the two would
-    # otherwise resume after a step that samples.csv never recorded.
-    if trainer["record_samples"]:
-        own.append(SampleRecorder(run_dir / "samples.csv", batch, state))
-    if trainer["checkpoint_every_steps"]:
-        own.append(StepCheckpoint(run_dir, trainer["checkpoint_every_steps"], steps, state))
-    callbacks = keras.callbacks.CallbackList(own + user, model=net, epochs=epochs, steps=steps)
-    callbacks.on_train_begin()
-    if state.epoch >= epochs:
-        log.info("all %d epochs are done already; add trainer.epochs=N to extend the run", epochs)
-    while state.epoch < epochs:
-        epoch = state.epoch
+    if not cfg.resume:
+        image_size, trainer = tuple(plain["data"]["image_size"]), plain["trainer"]
+        backbone = instantiate(cfg.model, input_shape=(*image_size, 3), num_classes=len(source.class_names),
+                               _convert_="all")
+        net = models.classifier(backbone, image_size)
+        net.compile(optimizer=models.optimizer(trainer["optimizer"], trainer["lr"]),
+                    loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+        return net
+    point = checkpoint.resume_point(run_dir)
+    state.restore(point.state)
+    log.info("resuming from %s: step %d done (epoch %d, batch %d); continuing at step %d", point.path.name,
+             point.state["step"], point.state["epoch"] + 1, point.state["batch_in_epoch"], point.state["step"] + 1)
+    # what the interrupted run wrote after this checkpoint is redone, not duplicated
+    keep_rows(run_dir / "metrics.csv", lambda row: int(row["epoch"]) <= state.epoch)
+    keep_rows(run_dir / "samples.csv", lambda row: int(row["step"]) <= point.state["step"])
+    return point.model
+
+
+@dataclass
+class _Training:
+    """The epoch loop of one run, and what it records at each epoch's end."""
+
+    plain: dict
+    run_dir: Path
+    summary: Summary
+    state: RunState
+    source: object
+    steps: int  # training steps an epoch
+    net: object
+    loader: Loader
+    memory: PeakMemory
+    user_callbacks: list
+
+    def epochs(self) -> None:
+        epochs, state = self.plain["trainer"]["epochs"], self.state
+        callbacks = self._callbacks()
+        callbacks.on_train_begin()
+        if state.epoch >= epochs:
+            log.info("all %d epochs are done already; add trainer.epochs=N to extend the run", epochs)
+        while state.epoch < epochs:
+            epoch = state.epoch
+            row = self._epoch(callbacks)
+            callbacks.on_epoch_end(epoch, {k: v for k, v in row.items() if k != "epoch"})
+            if self.net.stop_training:
+                log.info("a callback stopped training after epoch %d", epoch + 1)
+                break
+        callbacks.on_train_end()
+
+    def _callbacks(self):
+        import keras
+
+        from app.training.callbacks import Progress, SampleRecorder, StepCheckpoint
+
+        trainer, epochs = self.plain["trainer"], self.plain["trainer"]["epochs"]
+        own = [Progress(epochs, self.steps)]
+        # A step's row is written before its checkpoint: a run killed between the two would
+        # otherwise resume after a step that samples.csv never recorded.
+        if trainer["record_samples"]:
+            own.append(SampleRecorder(self.run_dir / "samples.csv", self.plain["data"]["batch_size"], self.state))
+        if trainer["checkpoint_every_steps"]:
+            own.append(StepCheckpoint(self.run_dir, trainer["checkpoint_every_steps"], self.steps, self.state))
+        return keras.callbacks.CallbackList(own + self.user_callbacks, model=self.net, epochs=epochs,
+                                            steps=self.steps)
+
+    def _epoch(self, callbacks) -> dict:
+        """Train one epoch (or the rest of a resumed one), validate, record; metrics.csv's row."""
+        from app.training.steps import EpochFigures, evaluate, train_epoch
+
+        state, batch, epoch = self.state, self.plain["data"]["batch_size"], self.state.epoch
         first = state.figures.steps if state.figures else 0  # a resumed epoch's batches done
         state.figures = state.figures or EpochFigures()
-        permutation = epoch_order(len(source.train), seed=plain["seed"], epoch=epoch, shuffle=queue["shuffle"])
-        state.order = full_batches(permutation, batch)[: steps * batch]
+        permutation = epoch_order(len(self.source.train), seed=self.plain["seed"], epoch=epoch,
+                                  shuffle=self.plain["queue"]["shuffle"])
+        state.order = full_batches(permutation, batch)[: self.steps * batch]
         callbacks.on_epoch_begin(epoch, {"first_batch": first})
-        fit = train_epoch(net, batches(enqueuer, "train", state.order[first * batch:], epoch), callbacks,
+        fit = train_epoch(self.net, batches(self.loader, "train", state.order[first * batch:], epoch), callbacks,
                           state.figures, first_batch=first)
-        val = evaluate(net, every_sample(enqueuer, "val"))
+        val = evaluate(self.net, every_sample(self.loader, "val"))
         row = {"epoch": epoch + 1, "loss": fit.loss, "accuracy": fit.accuracy, "val_loss": val.loss,
                "val_accuracy": val.accuracy, "images_per_s": fit.images_per_s,
-               "data_wait_fraction": fit.data_wait_fraction, "peak_memory_mb": memory.window_peak_mb()}
-        append_metrics(run_dir / "metrics.csv", row)
-        step = state.steps_before_epoch + fit.steps
-        best = state.best
-        if best is None or val.accuracy > best[0]:
-            state.best = [val.accuracy, f"{checkpoint.PREFIX}{step:08d}"]
-            models.export(net, run_dir / "model.keras", class_names=source.class_names,
-                          image_size=data["image_size"])
-        checkpoint.save(net, run_dir, step, state.checkpoint(fit.steps, complete=True, metrics=row),
+               "data_wait_fraction": fit.data_wait_fraction, "peak_memory_mb": self.memory.window_peak_mb()}
+        self._record(row, fit.steps)
+        return row
+
+    def _record(self, row: dict, steps_done: int) -> None:
+        """metrics.csv, model.keras when best, the epoch's checkpoint, summary.json, the log line."""
+        from app import model as models
+
+        state = self.state
+        append_metrics(self.run_dir / "metrics.csv", row)
+        step = state.steps_before_epoch + steps_done
+        if state.best is None or row["val_accuracy"] > state.best[0]:
+            state.best = [row["val_accuracy"], f"{checkpoint.PREFIX}{step:08d}"]
+            models.export(self.net, self.run_dir / "model.keras", class_names=self.source.class_names,
+                          image_size=self.plain["data"]["image_size"])
+        checkpoint.save(self.net, self.run_dir, step, state.checkpoint(steps_done, complete=True, metrics=row),
                         protect=state.best[1])
-        summary.update(epochs_completed=epoch + 1, steps=step, loss=row["loss"],
-                       val_accuracy=val.accuracy, best_val_accuracy=state.best[0],
-                       images_per_s=row["images_per_s"], data_wait_fraction=row["data_wait_fraction"],
-                       peak_memory_mb=max(memory.peak / 2**20, summary.content.get("peak_memory_mb") or 0),
-                       restarted_workers=enqueuer.restarts)
+        peak = max(self.memory.peak / 2**20, self.summary.content.get("peak_memory_mb") or 0)
+        self.summary.update(epochs_completed=row["epoch"], steps=step, loss=row["loss"],
+                            val_accuracy=row["val_accuracy"], best_val_accuracy=state.best[0],
+                            images_per_s=row["images_per_s"], data_wait_fraction=row["data_wait_fraction"],
+                            peak_memory_mb=peak, restarted_workers=self.loader.restarts)
         log.info("epoch %d/%d: loss %.4f, accuracy %.3f, val_loss %.4f, val_accuracy %.3f, %.1f img/s, "
-                 "data wait %.0f%%, peak %.0f MiB", epoch + 1, epochs, row["loss"], row["accuracy"], val.loss,
-                 val.accuracy, row["images_per_s"], 100 * row["data_wait_fraction"], row["peak_memory_mb"])
-        state.epoch, state.steps_before_epoch, state.figures = epoch + 1, step, None
-        callbacks.on_epoch_end(epoch, {k: v for k, v in row.items() if k != "epoch"})
-        if net.stop_training:
-            log.info("a callback stopped training after epoch %d", epoch + 1)
-            break
-    callbacks.on_train_end()
-
-
-def _restored(state: RunState, saved: dict) -> RunState:
-    """The RunState a checkpoint describes: after a complete epoch, the next one from its
-    start; inside an epoch, that epoch at its next batch with its running sums."""
-    from app.training.steps import EpochFigures
-
-    state.best = saved["best"]
-    if saved["epoch_complete"]:
-        state.epoch, state.steps_before_epoch = saved["epoch"] + 1, saved["step"]
-    else:
-        state.epoch = saved["epoch"]
-        state.steps_before_epoch = saved["step"] - saved["batch_in_epoch"]
-        state.figures = EpochFigures(**saved["figures"])
-    return state
+                 "data wait %.0f%%, peak %.0f MiB", row["epoch"], self.plain["trainer"]["epochs"], row["loss"],
+                 row["accuracy"], row["val_loss"], row["val_accuracy"], row["images_per_s"],
+                 100 * row["data_wait_fraction"], row["peak_memory_mb"])
+        state.epoch, state.steps_before_epoch, state.figures = row["epoch"], step, None
 
 
 def _visible_gpus() -> list[str]:
@@ -256,33 +286,3 @@ def _visible_gpus() -> list[str]:
         gpus = [d.name for d in tf.config.list_physical_devices("GPU")]
     log.info("devices: %s", ", ".join(gpus) if gpus else "CPU only (no GPU visible to TensorFlow)")
     return gpus
-
-
-@contextmanager
-def _interrupts():
-    """Ctrl-C (SIGINT) and a scheduler's SIGTERM end the run the same way: the first raises
-    KeyboardInterrupt (workers stopped, status `interrupted`); any more while it stops are
-    ignored for the rest of the process, so a second Ctrl-C cannot cut the clean-up short (a
-    traceback, a ring left for the resource tracker)."""
-    def stopping(signum, frame):
-        print("stopping: the workers are being ended and the run recorded; one moment.", file=sys.stderr)
-
-    def interrupt(signum, frame):
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, stopping)
-        raise KeyboardInterrupt
-
-    try:
-        previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
-    except ValueError:  # not the main thread (a threaded launcher): leave the signals alone
-        yield
-        return
-    stopped = False
-    try:
-        yield
-    except KeyboardInterrupt:
-        stopped = True
-        raise
-    finally:
-        for sig, handler in previous.items():  # after an interrupt the process is ending: ignore the rest
-            signal.signal(sig, signal.SIG_IGN if stopped else handler)
