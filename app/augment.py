@@ -95,14 +95,12 @@ def draft_rule(compose: A.Compose, enabled: bool = True) -> tuple[int | None, st
     return None, "draft off: no transform resizes to a fixed output"
 
 
-def augmenters(plain: dict, splits: dict[str, list]) -> dict[str, Augmenter]:
-    """One Augmenter a split, from a validated plain config: `splits` maps a split's name to its
+def augmenters(data, splits: dict[str, list]) -> dict[str, Augmenter]:
+    """One Augmenter a split, for a loaded config's `data`: `splits` maps a split's name to its
     transforms (training's, or [] for the resize alone). Logs each split's draft rule."""
-    data = plain["data"]
     built = {}
     for name, transforms in splits.items():
-        built[name] = Augmenter(transforms, data["image_size"], draft=data["decode"]["draft"],
-                                max_pixels=data["max_image_pixels"])
+        built[name] = Augmenter(transforms, data.image_size, draft=data.decode.draft, max_pixels=data.max_image_pixels)
         log.info("%s split: %s", name, built[name].draft_reason)
     return built
 

@@ -308,6 +308,15 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
     return cfg
 
 
-def to_plain(cfg: DictConfig) -> dict:
-    """The config as plain containers, interpolations resolved and enums as their names."""
+def load(cfg: DictConfig | dict) -> Config:
+    """The config, validated once, as the one typed object every stage reads: the schemas'
+    dataclasses (`config.data.batch_size`), enums as members."""
+    return OmegaConf.to_object(validate(cfg))  # type: ignore[return-value]
+
+
+def to_plain(cfg: DictConfig | Config) -> dict:
+    """The config as plain containers, interpolations resolved and enums as their names: for the
+    JSON files of a run and for a sweep job's process."""
+    if dataclasses.is_dataclass(cfg):
+        cfg = OmegaConf.structured(cfg)
     return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]

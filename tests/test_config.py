@@ -168,3 +168,17 @@ def test_worker_count_is_bounded_by_the_machine_unless_told():
     validate(composed("queue.workers=1000", "queue.worker_limit=1000"))  # for people who know better
     with pytest.raises(ConfigError, match="at most queue.worker_limit=4"):
         validate(composed("queue.workers=5", "queue.worker_limit=4"))
+
+
+def test_load_gives_the_one_typed_object_also_from_a_saved_run():
+    """Config is validated once and travels as the schemas' dataclasses, whether composed by
+    Hydra or read back from a run's state.json (a plain dict)."""
+    from app.config import CifarDataConfig, Config, QueueConfig, StartMethod, load
+
+    config = load(composed("data=cifar", "queue.max_size=3"))
+    assert isinstance(config, Config) and isinstance(config.data, CifarDataConfig)
+    assert isinstance(config.queue, QueueConfig) and config.queue.start_method is StartMethod.spawn
+    again = load(to_plain(config))  # what a run saves, loaded back
+    assert again == config and to_plain(again) == to_plain(config)
+    with pytest.raises(ConfigError, match="queue.max_size"):  # negative control: it validates too
+        load({**to_plain(config), "queue": {**to_plain(config)["queue"], "max_size": 0}})

@@ -7,14 +7,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from omegaconf import OmegaConf
 
-
-def child_main(mode: str, plain: dict, conn) -> None:
+def child_main(mode: str, config, conn) -> None:
     import traceback
 
     try:
-        result = _run_mode(mode, plain)
+        result = _run_mode(mode, config)
     except BaseException as error:  # noqa: BLE001 - reported as that mode's result
         first = next((line for line in str(error).splitlines() if line.strip()), "")
         result = {"error": f"{type(error).__name__}: {first}", "traceback": traceback.format_exc()}
@@ -41,20 +39,20 @@ class _Clock:
                 "timed_batches": count, "timed_seconds": seconds}
 
 
-def _run_mode(mode: str, plain: dict) -> dict:
+def _run_mode(mode: str, config) -> dict:
     from app.augment import Augmenter
     from app.data import load_source
 
-    data, queue, bench = plain["data"], plain["queue"], plain["bench"]
-    source = load_source(OmegaConf.create(data))
-    augmenter = Augmenter(plain["augment"]["transforms"], data["image_size"], draft=data["decode"]["draft"],
-                          max_pixels=data["max_image_pixels"])
-    batch, total = data["batch_size"], bench["warmup"] + bench["batches"]
-    order = _order(len(source.train), batch, batch * total, plain["seed"], queue["shuffle"])
-    clock = _Clock(bench["warmup"], batch)
+    data, bench = config.data, config.bench
+    source = load_source(data)
+    augmenter = Augmenter(config.augment.transforms, data.image_size, draft=data.decode.draft,
+                          max_pixels=data.max_image_pixels)
+    batch, total = data.batch_size, bench.warmup + bench.batches
+    order = _order(len(source.train), batch, batch * total, config.seed, config.queue.shuffle)
+    clock = _Clock(bench.warmup, batch)
     runner = {"baseline": _baseline, "loader_steps": _loader_steps, "loader_fit": _loader_fit, "loader": _loader,
               "keras_threads": _keras, "keras_processes": _keras, "serial": _serial}[mode]
-    runner(_Run(mode, plain, source, augmenter, order, clock))
+    runner(_Run(mode, config, source, augmenter, order, clock))
     return clock.result()
 
 
@@ -64,7 +62,7 @@ class _Run:
     (epoch, sample index) pairs to go through, and the clock to tick a batch."""
 
     mode: str
-    plain: dict
+    config: object  # the loaded config (app/config.py)
     source: object
     augmenter: object
     order: object
@@ -86,10 +84,10 @@ def _order(n: int, batch: int, needed: int, seed: int, shuffle: bool):
     return np.array(pairs[:needed])
 
 
-def _enqueuer(plain, source, augmenter):
+def _enqueuer(config, source, augmenter):
     from app.loader.pipeline import build_loader
 
-    return build_loader(plain, {"train": (source.train, plain["augment"]["transforms"])})
+    return build_loader(config, {"train": (source.train, config.augment.transforms)})
 
 
 def _loader_batches(enqueuer, order):
@@ -102,14 +100,14 @@ def _loader_batches(enqueuer, order):
         yield from batches(enqueuer, "train", indices, int(epoch))
 
 
-def _trivial_model(plain, num_classes, normalising=True):
+def _trivial_model(config, num_classes, normalising=True):
     """The same trivial backbone for every mode; this loader's modes put `train`'s
     normalising first layer in front (its batches are uint8), Keras's get float32."""
     import keras
 
     from app.model import classifier
 
-    size = plain["data"]["image_size"]
+    size = config.data.image_size
     net = keras.Sequential([keras.Input((*size, 3)), keras.layers.GlobalAveragePooling2D(),
                             keras.layers.Dense(num_classes, activation="softmax")])
     if normalising:
@@ -129,77 +127,78 @@ def _timing_callback(clock):
 
 
 def _baseline(run: _Run):
-    plain, source, order, clock = run.plain, run.source, run.order, run.clock
+    config, source, order, clock = run.config, run.source, run.order, run.clock
     import numpy as np
     import tensorflow as tf
 
-    data = plain["data"]
-    net = _trivial_model(plain, len(source.class_names))
-    x = np.zeros((data["batch_size"], *data["image_size"], 3), np.uint8)
-    y = np.zeros((data["batch_size"],), np.int64)
+    data = config.data
+    net = _trivial_model(config, len(source.class_names))
+    x = np.zeros((data.batch_size, *data.image_size, 3), np.uint8)
+    y = np.zeros((data.batch_size,), np.int64)
     clock.start = time.perf_counter()
-    net.fit(tf.data.Dataset.from_tensors((x, y)).repeat(), steps_per_epoch=len(order) // data["batch_size"],
+    net.fit(tf.data.Dataset.from_tensors((x, y)).repeat(), steps_per_epoch=len(order) // data.batch_size,
             epochs=1, verbose=0, callbacks=[_timing_callback(clock)])
 
 
 def _loader_steps(run: _Run):
-    plain, source, augmenter, order, clock = run.plain, run.source, run.augmenter, run.order, run.clock
+    config, source, augmenter, order, clock = run.config, run.source, run.augmenter, run.order, run.clock
     import keras
 
     from app.training.steps import train_epoch
 
-    net = _trivial_model(plain, len(source.class_names))
+    net = _trivial_model(config, len(source.class_names))
     clock.start = time.perf_counter()
-    with _enqueuer(plain, source, augmenter) as enqueuer:
+    with _enqueuer(config, source, augmenter) as enqueuer:
         train_epoch(net, _loader_batches(enqueuer, order),
                     keras.callbacks.CallbackList([_timing_callback(clock)], model=net))
 
 
 def _loader_fit(run: _Run):
-    plain, source, augmenter, order, clock = run.plain, run.source, run.augmenter, run.order, run.clock
+    config, source, augmenter, order, clock = run.config, run.source, run.augmenter, run.order, run.clock
     import tensorflow as tf
 
-    data = plain["data"]
-    net = _trivial_model(plain, len(source.class_names))
-    signature = (tf.TensorSpec((None, *data["image_size"], 3), tf.uint8), tf.TensorSpec((None,), tf.int64))
+    data = config.data
+    net = _trivial_model(config, len(source.class_names))
+    signature = (tf.TensorSpec((None, *data.image_size, 3), tf.uint8), tf.TensorSpec((None,), tf.int64))
     clock.start = time.perf_counter()
-    with _enqueuer(plain, source, augmenter) as enqueuer:
+    with _enqueuer(config, source, augmenter) as enqueuer:
         dataset = tf.data.Dataset.from_generator(
             lambda: _loader_batches(enqueuer, order), output_signature=signature)
-        net.fit(dataset, steps_per_epoch=len(order) // data["batch_size"], epochs=1, verbose=0,
+        net.fit(dataset, steps_per_epoch=len(order) // data.batch_size, epochs=1, verbose=0,
                 callbacks=[_timing_callback(clock)])
 
 
 def _loader(run: _Run):
-    plain, source, augmenter, order, clock = run.plain, run.source, run.augmenter, run.order, run.clock
+    config, source, augmenter, order, clock = run.config, run.source, run.augmenter, run.order, run.clock
     clock.start = time.perf_counter()
-    with _enqueuer(plain, source, augmenter) as enqueuer:
+    with _enqueuer(config, source, augmenter) as enqueuer:
         for _ in _loader_batches(enqueuer, order):
             clock.tick()
 
 
 def _serial(run: _Run):
-    plain, source, augmenter, order, clock = run.plain, run.source, run.augmenter, run.order, run.clock
+    config, source, augmenter, order, clock = run.config, run.source, run.augmenter, run.order, run.clock
     from app.loader.worker import make_sample, prepare_process
 
     prepare_process()  # single-threaded and keeping freed memory, as a worker is: the per-core rate
 
-    batch = plain["data"]["batch_size"]
+    batch = config.data.batch_size
     clock.start = time.perf_counter()
     for k, (epoch, index) in enumerate(order, start=1):
-        make_sample(source.train, augmenter, int(index), plain["seed"], int(epoch))
+        make_sample(source.train, augmenter, int(index), config.seed, int(epoch))
         if k % batch == 0:
             clock.tick()
 
 
 def _keras(run: _Run):
-    mode, plain, source, augmenter, order, clock = run.mode, run.plain, run.source, run.augmenter, run.order, run.clock
+    mode, config, source, augmenter = run.mode, run.config, run.source, run.augmenter
+    order, clock = run.order, run.clock
     from app.bench.keras_baseline import KerasBaseline
 
-    data, queue = plain["data"], plain["queue"]
-    net = _trivial_model(plain, len(source.class_names), normalising=False)
+    data, queue = config.data, config.queue
+    net = _trivial_model(config, len(source.class_names), normalising=False)
     clock.start = time.perf_counter()
-    dataset = KerasBaseline(source.train, augmenter, order, data["batch_size"], plain["seed"],
-                            workers=max(queue["workers"], 1), use_multiprocessing=mode == "keras_processes",
-                            max_queue_size=queue["max_size"])
+    dataset = KerasBaseline(source.train, augmenter, order, data.batch_size, config.seed,
+                            workers=max(queue.workers, 1), use_multiprocessing=mode == "keras_processes",
+                            max_queue_size=queue.max_size)
     net.fit(dataset, epochs=1, verbose=0, callbacks=[_timing_callback(clock)])

@@ -29,7 +29,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from app.bench import modes
-from app.config import conf_dir, register, to_plain, validate
+from app.config import conf_dir, load, register, to_plain
 
 register()
 log = logging.getLogger("app.bench")
@@ -44,25 +44,24 @@ def main(cfg: DictConfig) -> None:
     from app.errors import ConfigError
     from app.training.rundir import hardware, versions, write_json
 
-    cfg = validate(cfg)
-    plain = to_plain(cfg)
-    bench = plain["bench"]
-    unknown = [m for m in bench["modes"] if m not in MODES]
-    if unknown or bench["batches"] < 1 or bench["warmup"] < 0:
-        raise ConfigError(f"config key `bench.modes` = {bench['modes']} / `bench.batches` = {bench['batches']} / "
-                          f"`bench.warmup` = {bench['warmup']} is not allowed: modes from {', '.join(MODES)}, "
+    config = load(cfg)
+    bench = config.bench
+    unknown = [m for m in bench.modes if m not in MODES]
+    if unknown or bench.batches < 1 or bench.warmup < 0:
+        raise ConfigError(f"config key `bench.modes` = {bench.modes} / `bench.batches` = {bench.batches} / "
+                          f"`bench.warmup` = {bench.warmup} is not allowed: modes from {', '.join(MODES)}, "
                           "at least 1 timed batch, warmup 0 or more.")
-    build_compose(plain["augment"]["transforms"], plain["data"]["image_size"])
+    build_compose(config.augment.transforms, config.data.image_size)
     source = load_source(cfg.data)  # generates the synthetic data once, before any timing
-    needed = (bench["warmup"] + bench["batches"]) * plain["data"]["batch_size"]
+    needed = (bench.warmup + bench.batches) * config.data.batch_size
     log.info("bench on %s: %d training samples, %d needed a mode (epochs repeat when fewer)", source.name,
              len(source.train), needed)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     results = {}
-    for mode in bench["modes"]:
-        result = _in_own_process(mode, plain, sampled=False)
-        if bench["memory"] and "error" not in result:
-            sampled = _in_own_process(mode, plain, sampled=True)
+    for mode in bench.modes:
+        result = _in_own_process(mode, config, sampled=False)
+        if bench.memory and "error" not in result:
+            sampled = _in_own_process(mode, config, sampled=True)
             if "error" in sampled:
                 result["memory_error"] = sampled["error"]
             else:
@@ -70,21 +69,22 @@ def main(cfg: DictConfig) -> None:
                               pss_reads=sampled["pss_reads"], sampled_images_per_s=sampled["images_per_s"])
         results[mode] = result
         log.info("%-16s %s", mode, _line(result))
+    plain = to_plain(config)
     report = {"results": results, "config": {k: plain[k] for k in ("data", "augment", "queue", "bench", "seed")},
-              "derived": _derived(results, plain), "versions": versions(), "hardware": hardware(),
+              "derived": _derived(results, config), "versions": versions(), "hardware": hardware(),
               "overrides": list(HydraConfig.get().overrides.task)}
     write_json(run_dir / "bench.json", report)
     print(_table(results, report["derived"]))
     print(f"\nwritten: {run_dir / 'bench.json'}")
 
 
-def _in_own_process(mode: str, plain: dict, *, sampled: bool) -> dict:
+def _in_own_process(mode: str, config, *, sampled: bool) -> dict:
     """One run of `mode` in a fresh process; with `sampled`, its tree's PSS every 100 ms."""
     from app.memory import PeakMemory
 
     context = mp.get_context("spawn")
     parent_end, child_end = context.Pipe(duplex=False)
-    process = context.Process(target=modes.child_main, args=(mode, plain, child_end), name=f"bench-{mode}")
+    process = context.Process(target=modes.child_main, args=(mode, config, child_end), name=f"bench-{mode}")
     process.start()
     child_end.close()
     with PeakMemory(pid=process.pid) if sampled else nullcontext() as memory:
@@ -110,24 +110,24 @@ def _mib(result: dict) -> str:
     return f"failed: {result['memory_error']}" if "memory_error" in result else "-"
 
 
-def _derived(results: dict, plain: dict) -> dict:
+def _derived(results: dict, config) -> dict:
     """The figures the targets speak of."""
     ok = {m: r for m, r in results.items() if "error" not in r}
-    data, queue = plain["data"], plain["queue"]
-    batch_uint8 = data["batch_size"] * data["image_size"][0] * data["image_size"][1] * 3
-    derived: dict = {"queue_bytes": queue["max_size"] * batch_uint8, "float32_batch_bytes": 4 * batch_uint8}
+    data, queue = config.data, config.queue
+    batch_uint8 = data.batch_size * data.image_size[0] * data.image_size[1] * 3
+    derived: dict = {"queue_bytes": queue.max_size * batch_uint8, "float32_batch_bytes": 4 * batch_uint8}
     keras_best = max((ok[m]["images_per_s"] for m in KERAS_MODES if m in ok), default=None)
     if keras_best:
         derived["keras_best_images_per_s"] = keras_best
         for mode in ("loader_steps", "loader_fit"):
             if mode in ok:
                 derived[f"{mode}_vs_keras_best"] = ok[mode]["images_per_s"] / keras_best
-    if "serial" in ok and "loader" in ok and queue["workers"]:
-        ideal = ok["serial"]["images_per_s"] * queue["workers"]
+    if "serial" in ok and "loader" in ok and queue.workers:
+        ideal = ok["serial"]["images_per_s"] * queue.workers
         derived["loader_vs_serial_times_workers"] = ok["loader"]["images_per_s"] / ideal
     peaks = {m: r["peak_pss_mb"] for m, r in ok.items() if "peak_pss_mb" in r}
     if "baseline" in peaks:
-        bound = (peaks["baseline"] + 120 * queue["workers"]
+        bound = (peaks["baseline"] + 120 * queue.workers
                  + (derived["queue_bytes"] + 2 * derived["float32_batch_bytes"]) / 2**20)
         derived["memory_bound_mb"] = bound
         for mode in ("loader_steps", "loader_fit"):

@@ -28,15 +28,15 @@ def main(cfg: DictConfig) -> float:
     from app.training.steps import evaluate
 
     load_keras()
-    run_dir, cfg, plain = open_run(cfg, safe=("queue.",))
+    run_dir, config = open_run(cfg, safe=("queue.",))
     out = Path(HydraConfig.get().runtime.output_dir)
-    source = load_source(cfg.data)
+    source = load_source(config.data)
     check_same_data(run_dir, source)
     path, net = last_epoch_checkpoint(run_dir)
     log.info("evaluating %s on %d validation samples of %s", path, len(source.val), source.name)
     names = source.class_names
     confusion = np.zeros((len(names), len(names)), np.int64)
-    with build_loader(plain, {"val": (source.val, [])}) as loader:
+    with build_loader(config, {"val": (source.val, [])}) as loader:
         figures = evaluate(net, every_sample(loader, "val"), confusion)  # training's own validation
     result = {"checkpoint": str(path), "loss": figures.loss, "accuracy": figures.accuracy,
               "samples": int(figures.images), "class_names": names, "confusion": confusion.tolist()}

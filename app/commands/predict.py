@@ -6,6 +6,7 @@ since predicting over many large images is the same problem. Writes
 from __future__ import annotations
 
 import csv
+import dataclasses
 import logging
 from pathlib import Path
 
@@ -39,10 +40,10 @@ def main(cfg: DictConfig) -> None:
     from app.training.resume import open_run
 
     keras = load_keras()
-    run_dir, cfg, plain = open_run(cfg, safe=("queue.", "input"))
-    if not cfg.input:
+    run_dir, config = open_run(cfg, safe=("queue.", "input"))
+    if not config.input:
         raise ConfigError("config key `input` is missing: predict needs input=<image file or folder of images>.")
-    source = Path(cfg.input).expanduser().resolve()
+    source = Path(config.input).expanduser().resolve()
     if not source.exists():
         raise DataError(f"input {source} does not exist.")
     files = image_files(source)
@@ -58,8 +59,8 @@ def main(cfg: DictConfig) -> None:
     counts = np.zeros(len(names), np.int64)
     # Predict's own bad-file policy: a file that cannot be read is listed with its error and no
     # numbers (training's `skip` would put the next file's pixels, and so its answer, in its place).
-    plain = {**plain, "data": {**plain["data"], "image_size": size}}  # the model's own input size
-    with build_loader(plain, {"predict": (split, [])}, on_bad_sample="mark") as queue, \
+    config = dataclasses.replace(config, data=dataclasses.replace(config.data, image_size=size))  # the model's own
+    with build_loader(config, {"predict": (split, [])}, on_bad_sample="mark") as queue, \
             open(out, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["path", "class", *names, "error"])

@@ -55,12 +55,12 @@ class Settings:
     bad_log: Path | None = None  # skip: where each skipped sample is listed
 
     @classmethod
-    def from_config(cls, plain: dict, bad_log: Path | None = None) -> Settings:
-        """The settings `data` and `queue` of a (plain, validated) config describe."""
-        data, queue = plain["data"], plain["queue"]
-        return cls(data["batch_size"], tuple(data["image_size"]), queue["workers"], queue["use_multiprocessing"],
-                   queue["max_size"], queue["start_method"], queue["timeout_s"], queue["startup_timeout_s"],
-                   data["max_bad_fraction"], bad_log)
+    def from_config(cls, config, bad_log: Path | None = None) -> Settings:
+        """The settings `data` and `queue` of a loaded config (app/config.py) describe."""
+        data, queue = config.data, config.queue
+        return cls(data.batch_size, tuple(data.image_size), queue.workers, queue.use_multiprocessing, queue.max_size,
+                   str(queue.start_method.value), queue.timeout_s, queue.startup_timeout_s, data.max_bad_fraction,
+                   bad_log)
 
 
 class Enqueuer:
@@ -84,12 +84,12 @@ class Enqueuer:
         self._deaths_in_a_row = 0
 
     @classmethod
-    def from_config(cls, plain: dict, splits: dict, augmenters: dict, *, bad_log: Path | None = None,
+    def from_config(cls, config, splits: dict, augmenters: dict, *, bad_log: Path | None = None,
                     on_bad_sample: str | None = None) -> Enqueuer:
-        """The enqueuer `data`, `queue` and `seed` of a (plain, validated) config describe;
+        """The enqueuer `data`, `queue` and `seed` of a loaded config describe;
         `on_bad_sample` replaces data.on_bad_sample (predict's own policy)."""
-        return cls(splits, augmenters, Settings.from_config(plain, bad_log), plain["seed"],
-                   on_bad_sample or plain["data"]["on_bad_sample"])
+        return cls(splits, augmenters, Settings.from_config(config, bad_log), config.seed,
+                   on_bad_sample or str(config.data.on_bad_sample.value))
 
     # -- life cycle ---------------------------------------------------------------------
 

@@ -18,12 +18,12 @@ from app.loader.order import epoch_order
 Loader = Enqueuer  # what a command holds: start it with `with`, read batches with the functions below
 
 
-def build_loader(plain: dict, splits: dict[str, tuple], *, bad_log: Path | None = None,
+def build_loader(config, splits: dict[str, tuple], *, bad_log: Path | None = None,
                  on_bad_sample: str | None = None) -> Loader:
-    """The loader a validated (plain) config describes. `splits`: name → (split, its transforms:
-    training's, or [] for the resize alone). `on_bad_sample` replaces data.on_bad_sample."""
-    built = augmenters(plain, {name: transforms for name, (_, transforms) in splits.items()})
-    return Enqueuer.from_config(plain, {name: split for name, (split, _) in splits.items()}, built,
+    """The loader a loaded config (app/config.py) describes. `splits`: name → (split, its
+    transforms: training's, or [] for the resize alone). `on_bad_sample` replaces data.on_bad_sample."""
+    built = augmenters(config.data, {name: transforms for name, (_, transforms) in splits.items()})
+    return Enqueuer.from_config(config, {name: split for name, (split, _) in splits.items()}, built,
                                 bad_log=bad_log, on_bad_sample=on_bad_sample)
 
 

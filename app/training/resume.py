@@ -23,7 +23,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from app.config import to_plain, validate
+from app.config import Config, load
 from app.errors import ConfigError
 from app.training import checkpoint
 from app.training.rundir import claim_dir, hold_lock
@@ -129,12 +129,11 @@ def resumed_config(saved: dict, cfg: DictConfig, overrides: list[str],
     result.resume = cfg.resume
     return result
 
-def open_run(cfg: DictConfig, safe: tuple[str, ...]) -> tuple[Path, DictConfig, dict]:
-    """(run dir, its config with the `safe` overrides, that config as plain containers)."""
+def open_run(cfg: DictConfig, safe: tuple[str, ...]) -> tuple[Path, Config]:
+    """(run dir, its config with the `safe` overrides, loaded: re-typed by the schemas and validated)."""
     run_dir = Path(cfg.resume)
     cfg = resumed_config(checkpoint.saved_config(run_dir), cfg, list(HydraConfig.get().overrides.task), safe)
-    cfg = validate(cfg)
-    return run_dir, cfg, to_plain(cfg)
+    return run_dir, load(cfg)
 
 
 def last_epoch_checkpoint(run_dir: Path):

@@ -7,6 +7,7 @@ locked while it trains (app/training/rundir.py).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from app.augment import build_compose
-from app.config import instantiate_each, to_plain, validate
+from app.config import Config, instantiate_each, load, to_plain
 from app.data import load_source
 from app.errors import AppError, ConfigError, explain
 from app.frameworks import load_keras, native_stderr_to_log
@@ -40,10 +41,9 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
         if resumed:  # the config is the checkpoint's, with the safe overrides (app/training/resume.py)
             cfg = resumed_config(checkpoint.saved_config(run_dir), cfg, overrides)
         # Everything that can be checked without data, first; the callbacks need Keras.
-        cfg = validate(cfg)
-        plain = to_plain(cfg)
-        build_compose(plain["augment"]["transforms"], plain["data"]["image_size"])  # strict: misspellings fail
-        callbacks = user_callbacks(plain["trainer"]["callbacks"])
+        config = load(cfg)  # validated once; the one object every step below reads
+        build_compose(config.augment.transforms, config.data.image_size)  # strict: misspellings fail
+        callbacks = user_callbacks(config.trainer.callbacks)
     except AppError as error:
         if not resumed:  # a sweep's report shows the job as failed, with the reason
             Summary(run_dir, overrides).update(status="failed", message=str(error))
@@ -53,18 +53,18 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
     try:
         summary = Summary(run_dir, overrides, resumed_from=resumed)
         summary.update(isolation=leftovers_cleared(), pid=os.getpid())
-        _train_recorded(cfg, plain, run_dir, summary, callbacks)
+        _train_recorded(config, run_dir, summary, callbacks)
     finally:
         release_lock(run_dir)
     return summary.content
 
 
-def _train_recorded(cfg: DictConfig, plain: dict, run_dir: Path, summary: Summary, callbacks: list) -> None:
+def _train_recorded(config: Config, run_dir: Path, summary: Summary, callbacks: list) -> None:
     """Train, and record how it ended in summary.json and the log."""
-    state = RunState(config=plain)
+    state = RunState(config=to_plain(config))
     try:
         with interrupts():
-            _train(cfg, plain, run_dir, summary, state, callbacks)
+            _train(config, run_dir, summary, state, callbacks)
         summary.update(status="completed")
     except KeyboardInterrupt:
         _record(summary, status="interrupted")
@@ -110,37 +110,36 @@ def _continue_hint(run_dir: Path) -> str:
             "from there")
 
 
-def _train(cfg: DictConfig, plain: dict, run_dir: Path, summary: Summary, state: RunState,
-           callbacks: list) -> None:
-    source, steps = _data(cfg, plain, run_dir)
-    keras = _start_keras(plain)
+def _train(config: Config, run_dir: Path, summary: Summary, state: RunState, callbacks: list) -> None:
+    source, steps = _data(config, run_dir)
+    keras = _start_keras(config)
     try:
         summary.update(hardware={**summary.content["hardware"], "gpus": _visible_gpus()})
-        net = _model(cfg, plain, source, run_dir, state)
-        loader = build_loader(plain, {"train": (source.train, plain["augment"]["transforms"]),
+        net = _model(config, source, run_dir, state)
+        loader = build_loader(config, {"train": (source.train, config.augment.transforms),
                                       "val": (source.val, [])}, bad_log=run_dir / "bad_samples.txt")
         summary.update(queue_bytes=loader.queue_bytes)
         log.info("queue: %d %s, max_size %d: %.1f MiB of uint8 batches", loader.num_workers,
                  "processes" if loader.use_multiprocessing else "threads", loader.max_size, loader.queue_bytes / 2**20)
         with loader, PeakMemory() as memory:
-            _Training(plain, run_dir, summary, state, source, steps, net, loader, memory, callbacks).epochs()
+            _Training(config, run_dir, summary, state, source, steps, net, loader, memory, callbacks).epochs()
     finally:
         keras.mixed_precision.set_global_policy("float32")
 
 
-def _data(cfg: DictConfig, plain: dict, run_dir: Path):
+def _data(config: Config, run_dir: Path):
     """(the data source, training steps an epoch): split.json written, or checked on resume."""
-    source = load_source(cfg.data)
-    if cfg.resume:
+    source = load_source(config.data)
+    if config.resume:
         check_same_data(run_dir, source)
     else:
         write_json(run_dir / "split.json", source.split)
-    batch = plain["data"]["batch_size"]
+    batch = config.data.batch_size
     available = len(source.train) // batch
     if available == 0:
         raise ConfigError(f"config key `data.batch_size` = {batch} is not allowed: the training split has only "
                           f"{len(source.train)} samples, fewer than one full batch.")
-    steps = plain["trainer"]["steps_per_epoch"] or available
+    steps = config.trainer.steps_per_epoch or available
     if steps > available:
         raise ConfigError(f"config key `trainer.steps_per_epoch` = {steps} is not allowed: the training split "
                           f"has {available} full batches of data.batch_size={batch} (null uses them all).")
@@ -149,32 +148,32 @@ def _data(cfg: DictConfig, plain: dict, run_dir: Path):
     return source, steps
 
 
-def _start_keras(plain: dict):
+def _start_keras(config: Config):
     """Keras, seeded, with the run's determinism and precision. TensorFlow starts here, after
     every check that does not need it."""
     keras = load_keras()
     keras.backend.clear_session()
-    keras.utils.set_random_seed(plain["seed"])
-    if plain["trainer"]["deterministic"]:
+    keras.utils.set_random_seed(config.seed)
+    if config.trainer.deterministic:
         import tensorflow as tf
 
         tf.config.experimental.enable_op_determinism()
-    keras.mixed_precision.set_global_policy("mixed_float16" if plain["trainer"]["mixed_precision"] else "float32")
+    keras.mixed_precision.set_global_policy("mixed_float16" if config.trainer.mixed_precision else "float32")
     return keras
 
 
-def _model(cfg: DictConfig, plain: dict, source, run_dir: Path, state: RunState):
+def _model(config: Config, source, run_dir: Path, state: RunState):
     """A new compiled classifier, or on resume the checkpoint's, with `state` restored from it."""
     from hydra.utils import instantiate
 
     from app import model as models
 
-    if not cfg.resume:
-        image_size, trainer = tuple(plain["data"]["image_size"]), plain["trainer"]
-        backbone = instantiate(cfg.model, input_shape=(*image_size, 3), num_classes=len(source.class_names),
-                               _convert_="all")
+    if not config.resume:
+        image_size, trainer = tuple(config.data.image_size), config.trainer
+        backbone = instantiate(dataclasses.asdict(config.model), input_shape=(*image_size, 3),
+                               num_classes=len(source.class_names), _convert_="all")
         net = models.classifier(backbone, image_size)
-        net.compile(optimizer=models.optimizer(trainer["optimizer"], trainer["lr"]),
+        net.compile(optimizer=models.optimizer(trainer.optimizer.value, trainer.lr),
                     loss="sparse_categorical_crossentropy", metrics=["accuracy"])
         return net
     point = checkpoint.resume_point(run_dir)
@@ -191,7 +190,7 @@ def _model(cfg: DictConfig, plain: dict, source, run_dir: Path, state: RunState)
 class _Training:
     """The epoch loop of one run, and what it records at each epoch's end."""
 
-    plain: dict
+    config: Config
     run_dir: Path
     summary: Summary
     state: RunState
@@ -203,7 +202,7 @@ class _Training:
     user_callbacks: list
 
     def epochs(self) -> None:
-        epochs, state = self.plain["trainer"]["epochs"], self.state
+        epochs, state = self.config.trainer.epochs, self.state
         callbacks = self._callbacks()
         callbacks.on_train_begin()
         if state.epoch >= epochs:
@@ -222,14 +221,14 @@ class _Training:
 
         from app.training.callbacks import Progress, SampleRecorder, StepCheckpoint
 
-        trainer, epochs = self.plain["trainer"], self.plain["trainer"]["epochs"]
+        trainer, epochs = self.config.trainer, self.config.trainer.epochs
         own = [Progress(epochs, self.steps)]
         # A step's row is written before its checkpoint: a run killed between the two would
         # otherwise resume after a step that samples.csv never recorded.
-        if trainer["record_samples"]:
-            own.append(SampleRecorder(self.run_dir / "samples.csv", self.plain["data"]["batch_size"], self.state))
-        if trainer["checkpoint_every_steps"]:
-            own.append(StepCheckpoint(self.run_dir, trainer["checkpoint_every_steps"], self.steps, self.state))
+        if trainer.record_samples:
+            own.append(SampleRecorder(self.run_dir / "samples.csv", self.config.data.batch_size, self.state))
+        if trainer.checkpoint_every_steps:
+            own.append(StepCheckpoint(self.run_dir, trainer.checkpoint_every_steps, self.steps, self.state))
         return keras.callbacks.CallbackList(own + self.user_callbacks, model=self.net, epochs=epochs,
                                             steps=self.steps)
 
@@ -237,11 +236,11 @@ class _Training:
         """Train one epoch (or the rest of a resumed one), validate, record; metrics.csv's row."""
         from app.training.steps import EpochFigures, evaluate, train_epoch
 
-        state, batch, epoch = self.state, self.plain["data"]["batch_size"], self.state.epoch
+        state, batch, epoch = self.state, self.config.data.batch_size, self.state.epoch
         first = state.figures.steps if state.figures else 0  # a resumed epoch's batches done
         state.figures = state.figures or EpochFigures()
-        permutation = epoch_order(len(self.source.train), seed=self.plain["seed"], epoch=epoch,
-                                  shuffle=self.plain["queue"]["shuffle"])
+        permutation = epoch_order(len(self.source.train), seed=self.config.seed, epoch=epoch,
+                                  shuffle=self.config.queue.shuffle)
         state.order = full_batches(permutation, batch)[: self.steps * batch]
         callbacks.on_epoch_begin(epoch, {"first_batch": first})
         fit = train_epoch(self.net, batches(self.loader, "train", state.order[first * batch:], epoch), callbacks,
@@ -263,7 +262,7 @@ class _Training:
         if state.best is None or row["val_accuracy"] > state.best[0]:
             state.best = [row["val_accuracy"], f"{checkpoint.PREFIX}{step:08d}"]
             models.export(self.net, self.run_dir / "model.keras", class_names=self.source.class_names,
-                          image_size=self.plain["data"]["image_size"])
+                          image_size=list(self.config.data.image_size))
         checkpoint.save(self.net, self.run_dir, step, state.checkpoint(steps_done, complete=True, metrics=row),
                         protect=state.best[1])
         peak = max(self.memory.peak / 2**20, self.summary.content.get("peak_memory_mb") or 0)
@@ -272,7 +271,7 @@ class _Training:
                             images_per_s=row["images_per_s"], data_wait_fraction=row["data_wait_fraction"],
                             peak_memory_mb=peak, restarted_workers=self.loader.restarts)
         log.info("epoch %d/%d: loss %.4f, accuracy %.3f, val_loss %.4f, val_accuracy %.3f, %.1f img/s, "
-                 "data wait %.0f%%, peak %.0f MiB", row["epoch"], self.plain["trainer"]["epochs"], row["loss"],
+                 "data wait %.0f%%, peak %.0f MiB", row["epoch"], self.config.trainer.epochs, row["loss"],
                  row["accuracy"], row["val_loss"], row["val_accuracy"], row["images_per_s"],
                  100 * row["data_wait_fraction"], row["peak_memory_mb"])
         state.epoch, state.steps_before_epoch, state.figures = row["epoch"], step, None
