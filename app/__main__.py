@@ -7,6 +7,7 @@ Shell completion: `app completion bash` prints a bash completion for `app` that 
 command's Hydra for the rest of the line, the command word taken out of COMP_LINE (Hydra's own
 completion strips only the program's name). Errors reach here as exceptions (HYDRA_FULL_ERROR
 makes Hydra re-raise them) and leave as one paragraph and a non-zero exit status.
+Never imports TensorFlow itself: a command loads it when it needs it.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 OmegaConf enforces types, enum values and unknown keys while Hydra composes; `validate`
 checks ranges and cross-key rules. Both run before any data is read or model built.
 The YAML files in conf/ extend these schemas (`defaults: [<group>_schema, _self_]`).
+Never imports TensorFlow or the loader: worker processes import it (through app/augment.py).
 """
 
 from __future__ import annotations

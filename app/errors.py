@@ -1,4 +1,5 @@
-"""Errors a user can act on: each carries a one-paragraph message the CLI prints as is."""
+"""Errors a user can act on: each carries a one-paragraph message the CLI prints as is. Imports
+nothing of the app: every module may import it."""
 
 import os
 

@@ -3,14 +3,15 @@
 Proportional set size (PSS) counts shared pages (the ring, shared libraries) once across
 processes instead of once per process, as RSS would. Sampled every 100 ms in a thread.
 
-PSS is dear to read: the kernel walks every page table of the process (about 16 ms of CPU for
-a TensorFlow process on a 2-core VM, holding its memory-map lock), and reading it every 100 ms
-cost training a tenth of its speed there. Resident and shared sizes are cheap (statm, a
+PSS is dear to read: the kernel walks every page table of the process, holding its memory-map
+lock, and for a TensorFlow process that is enough CPU to slow training when done every 100 ms
+(docs/performance.md has the figures). Resident and shared sizes are cheap (statm, a
 counter each): every 100 ms they are read, and PSS is read again, for the whole tree, only
 when one of them moved by RECHECK_BYTES since the last PSS read, a process came or went, or
 FULL_EVERY_S passed. A process's PSS moves by no more than its resident size does, but for
 pages it shares with processes outside the tree (libraries), which the full read every
 FULL_EVERY_S catches up with; so the tree's figure is right to within RECHECK_BYTES a process.
+Never imports TensorFlow (psutil reads /proc); the trainer and bench use it.
 """
 
 from __future__ import annotations

@@ -48,8 +48,8 @@ def keep_freed_memory() -> bool:
 
     A worker allocates the same few large buffers for every sample (Pillow's decoded image, its
     array, the augmented copies). By default glibc serves each from fresh mmap'ed or trimmed
-    pages, so every sample page-faults its megabytes in again: in a VM that cost more than the
-    JPEG decode itself (a 1024² sample: 2,300 faults, 12.8 ms to decode instead of 4.6 ms).
+    pages, so every sample page-faults its megabytes in again, which in a VM can cost more than
+    the JPEG decode itself (docs/performance.md has the figures).
     Kept, the heap stays at the size of the largest sample. False where this is not glibc.
     """
     if not sys.platform.startswith("linux"):

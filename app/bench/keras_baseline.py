@@ -5,6 +5,7 @@ so Keras's worker processes can import it (it imports Keras, as any PyDataset do
 It does what such code does, no more and no less: opens each file with Pillow as the Keras and
 albumentations tutorials show (full decode), augments with the same albumentations pipeline,
 reseeded per sample as this loader's workers do (the same work a sample), and scales to float32.
+Imports Keras (it is the Keras way); never imported by the loader or its workers.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """One bench mode, in the child process the bench command starts for it: the mode's own
 pipeline fed through its consumer for `bench.warmup` + `bench.batches` batches, timed by a
-clock that starts after the warm-up. The modes are listed in app/commands/bench.py."""
+clock that starts after the warm-up. The modes are listed in app/commands/bench.py. Runs in
+bench's child processes; never imported by the loader or training."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """`python -m app evaluate resume=<run dir>`: the run's last epoch-end checkpoint on its own
 validation split (split.json): loss, accuracy, a confusion matrix printed and as PNG.
-Writes into <run dir>/evaluate/<date>_<time>/."""
+Writes into <run dir>/evaluate/<date>_<time>/. A command: imported by app/__main__.py only,
+never by the loader, the model or training."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """`python -m app predict resume=<run dir> input=<folder or file>`: class probabilities from the
 run's model.keras (its best), as CSV, through the same loader as training (workers, queue),
 since predicting over many large images is the same problem. Writes
-<run dir>/predict/<date>_<time>/predictions.csv."""
+<run dir>/predict/<date>_<time>/predictions.csv. A command: imported by app/__main__.py only,
+never by the loader, the model or training."""
 
 from __future__ import annotations
 

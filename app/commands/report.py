@@ -1,7 +1,8 @@
 """`python -m app report <sweep dir | run dirs ...> [--out DIR]`: a table of each run's overrides
 against images/s, data-wait fraction, peak memory, final validation accuracy and status
 (printed, and report.csv), and PNG plots of peak memory and images/s against each swept key:
-the measured version of seed article 1's table."""
+the measured version of seed article 1's table. A command: imported by app/__main__.py only;
+never imports TensorFlow (it reads JSON files)."""
 
 from __future__ import annotations
 

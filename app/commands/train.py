@@ -1,9 +1,10 @@
 """`python -m app train [overrides] [-m]`.
 
-In a sweep each job trains in a fresh process of its own: TensorFlow keeps ~35 MiB of every
+In a sweep each job trains in a fresh process of its own: TensorFlow keeps part of every
 finished job (graphs, functions) that `clear_session` does not give back, so jobs run one
 after another in one process would each start heavier than the last, and a report would
 compare memory that depends on the job's place in the sweep.
+A command: imported by app/__main__.py only, never by the loader, the model or training.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Data sources: which file or array row is sample i, its label, and how to read it.
 
-Nothing under app/data imports TensorFlow or Keras: loader worker processes import it.
+Nothing under app/data ever imports TensorFlow, Keras or the loader: loader worker processes import it.
 """
 
 from __future__ import annotations

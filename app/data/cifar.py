@@ -4,6 +4,7 @@ The archive's batches are pickles; they are read with an unpickler that only bui
 containers and numpy arrays, since the archive may come from anywhere. The cache under
 `<data.path>/cache/` holds train/val images as uint8 N×32×32×3 and is rebuilt when the
 source files change.
+Never imports TensorFlow, Keras or the loader: worker processes import it.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@
 
 Images may sit in nested folders under their class folder; hidden files and folders are
 ignored. Class names are sorted and the label is the index in that order.
+Never imports TensorFlow, Keras or the loader: worker processes import it.
 """
 
 from __future__ import annotations

@@ -133,7 +133,8 @@ def load_rgb(path: str | os.PathLike, min_short_side: int | None = None,
 def _jpeg_frame(raw: bytes) -> tuple[int, int, int] | None:
     """(width, height, components) from a JPEG's frame header, the first SOFn marker; None when
     the markers before it do not parse (Pillow then says what is wrong). Read here because
-    Pillow's header parser, in Python, took about 0.25 ms a file, 5 % of a 512² sample."""
+    Pillow's header parser is Python, and a noticeable share of a sample's time
+    (docs/performance.md)."""
     i, end = 2, len(raw)
     while i + 4 <= end:
         if raw[i] != 0xFF:
@@ -158,8 +159,8 @@ def _jpeg_frame(raw: bytes) -> tuple[int, int, int] | None:
 def _decode_jpeg(raw: bytes, scale: int) -> np.ndarray | None:
     """An RGB or greyscale JPEG straight into an RGB array, EXIF orientation applied; None when
     OpenCV cannot decode it (a truncated file, say). Same libjpeg-turbo, same settings, so the
-    same pixels as Pillow's decode, draft and exif_transpose (tested), in about 70 % of the
-    time: no 4-byte intermediate image to pack and copy out."""
+    same pixels as Pillow's decode, draft and exif_transpose (tested), in less time: no 4-byte
+    intermediate image to pack and copy out (docs/performance.md has the figures)."""
     try:
         return cv2.imdecode(np.frombuffer(raw, np.uint8), cv2.IMREAD_COLOR_RGB | _CV2_REDUCED[scale])
     except cv2.error:

@@ -2,6 +2,7 @@
 
 Splits are pickled to spawn'ed worker processes, so they carry paths and labels only;
 arrays are opened lazily (memory-mapped) in the process that reads them.
+Never imports TensorFlow, Keras or the loader: worker processes import it.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ learns it in a few epochs, while the files are as large as real photos for the l
 
 Files depend only on the generation parameters: image i is drawn from
 `np.random.default_rng([seed, i])` and saved with fixed JPEG settings and no metadata.
+Never imports TensorFlow, Keras or the loader: worker processes import it.
 """
 
 from __future__ import annotations

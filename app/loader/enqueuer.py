@@ -5,6 +5,7 @@ slot ahead keeps every core busy. Batches come out in batch-index order, and no 
 scheduled more than `max_size` ahead of the one being consumed (that one included), so the
 queue holds at most `max_size` uint8 batches. Workers start once a run and serve every epoch
 and both splits.
+Never imports TensorFlow, the model, training or the commands.
 """
 
 from __future__ import annotations

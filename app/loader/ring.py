@@ -8,6 +8,7 @@ reserved up front (posix_fallocate), so a /dev/shm too small fails at start-up w
 needed instead of a SIGBUS on the first write. A segment's name carries its creator's PID: one
 whose creator no longer runs (the whole process group SIGKILLed, resource tracker included) is
 removed when the next ring is made.
+Never imports TensorFlow: worker processes map the ring.
 """
 
 from __future__ import annotations

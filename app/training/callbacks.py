@@ -1,5 +1,6 @@
 """The trainer's own Keras callbacks: the progress bar, checkpoints inside an epoch and
-samples.csv. `trainer.callbacks` adds any others (EarlyStopping, TensorBoard, ...) by `_target_`."""
+samples.csv. `trainer.callbacks` adds any others (EarlyStopping, TensorBoard, ...) by
+`_target_`. Never imports the loader."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ layers' random state) and `state.json` (epoch, batches done in it, the epoch's r
 the best so far, the whole config). It is written under a temporary name and renamed when
 complete, so a kill during a write leaves the previous one intact. The newest `keep` are kept,
 and the best by validation accuracy.
+Never imports the loader; TensorFlow only inside the functions that load a model.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 Steps are driven here rather than by `fit`: Keras's generator adapter adds a
 `prefetch(AUTOTUNE)` of batches nobody sees; here the batch training and the next one are
 all there is outside the ring.
+Never imports the loader: batches come as arrays.
 """
 
 from __future__ import annotations

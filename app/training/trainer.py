@@ -3,6 +3,7 @@
 Checks that need no data run first: the config, the augmentation and the callbacks (when there
 are any, building them loads TensorFlow); then the data, then the model. The run directory is
 locked while it trains (app/training/rundir.py).
+Never imports the loader's internals: only app/loader/pipeline.py and order.py.
 """
 
 from __future__ import annotations
