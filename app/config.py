@@ -139,12 +139,14 @@ class TrainerConfig:
     strategy: Strategy = Strategy.default
 
 
+BENCH_MODES = ["baseline", "loader_steps", "loader_fit", "loader", "keras_threads", "keras_processes", "serial"]
+
+
 @dataclass
 class BenchConfig:
     """`python -m app bench` only."""
 
-    modes: list[str] = field(default_factory=lambda: ["baseline", "loader_steps", "loader_fit", "loader",
-                                                      "keras_threads", "keras_processes", "serial"])
+    modes: list[str] = field(default_factory=lambda: list(BENCH_MODES))  # app/commands/bench.py lists them
     batches: int = 20  # timed batches a mode
     warmup: int = 3  # batches before the clock starts (process start, tracing)
     # A second run of each mode, its tree's PSS sampled every 100 ms, for the peak; the timed
@@ -306,6 +308,11 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
     _check(cfg.model.blocks_per_stage >= 1, "model.blocks_per_stage", cfg.model.blocks_per_stage,
            "an integer of at least 1")
     _check(0.0 <= cfg.model.dropout < 1.0, "model.dropout", cfg.model.dropout, "a rate from 0 to below 1")
+    b = cfg.bench
+    _check(len(b.modes) > 0 and all(m in BENCH_MODES for m in b.modes), "bench.modes", list(b.modes),
+           f"a list of modes from {', '.join(BENCH_MODES)}")
+    _check(b.batches >= 1, "bench.batches", b.batches, "at least 1 timed batch")
+    _check(b.warmup >= 0, "bench.warmup", b.warmup, "0 or more batches")
     return cfg
 
 

@@ -182,3 +182,12 @@ def test_load_gives_the_one_typed_object_also_from_a_saved_run():
     assert again == config and to_plain(again) == to_plain(config)
     with pytest.raises(ConfigError, match="queue.max_size"):  # negative control: it validates too
         load({**to_plain(config), "queue": {**to_plain(config)["queue"], "max_size": 0}})
+
+
+@pytest.mark.parametrize(("override", "key"), [("bench.modes=[loader,fast]", "bench.modes"),
+                                               ("bench.batches=0", "bench.batches"),
+                                               ("bench.warmup=-1", "bench.warmup")])
+def test_bench_keys_are_checked_with_the_rest(override, key):
+    validate(composed("bench.modes=[loader,serial]", "bench.batches=1", "bench.warmup=0"))  # negative control
+    with pytest.raises(ConfigError, match=rf"`{key}`"):
+        validate(composed(override))

@@ -5,6 +5,7 @@ Nothing under app/data ever imports TensorFlow, Keras or the loader: loader work
 
 from __future__ import annotations
 
+from app.config import config_error
 from app.data.cifar import cifar_source
 from app.data.folder import folder_source
 from app.data.source import ArraySplit, FileSplit, Source
@@ -20,8 +21,7 @@ _SOURCES = {"synthetic": synthetic_source, "cifar": cifar_source,
 def load_source(data_cfg) -> Source:
     """The source `data_cfg.name` names; relative paths are relative to the working directory."""
     if data_cfg.name not in _SOURCES:
-        raise ConfigError(f"config key `data.name` = {data_cfg.name!r} is not allowed: one of "
-                          f"{', '.join(_SOURCES)}.")
+        raise config_error("data.name", data_cfg.name, f"one of {', '.join(_SOURCES)}")
     if not data_cfg.path or not str(data_cfg.path).strip():
         raise ConfigError(f"config key `data.path` is not set: data={data_cfg.name} needs a folder, "
                           f"e.g. data.path=/path/to/images.")

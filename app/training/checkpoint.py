@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.errors import ConfigError
+from app.config import config_error
 from app.training.rundir import write_json
 
 PREFIX = "step-"
@@ -152,8 +152,7 @@ def saved_config(run_dir: Path) -> dict:
             return json.loads((path / "state.json").read_text())["config"]
         except (OSError, ValueError, KeyError):
             continue
-    raise ConfigError(f"config key `resume` = {str(run_dir)!r} is not allowed: no checkpoint of {run_dir} has a "
-                      "readable state.json.")
+    raise config_error("resume", str(run_dir), f"no checkpoint of {run_dir} has a readable state.json")
 
 
 @dataclass
@@ -190,8 +189,6 @@ def resume_point(run_dir: Path) -> ResumePoint:
             continue
         return ResumePoint(path, state, model)
     if not candidates:
-        raise ConfigError(f"config key `resume` = {str(run_dir)!r} is not allowed: {run_dir} has no checkpoint "
-                          "in checkpoints/ (a run saves one at each epoch end and every "
-                          "trainer.checkpoint_every_steps).")
-    raise ConfigError(f"config key `resume` = {str(run_dir)!r} is not allowed: none of its checkpoints loads "
-                      f"({'; '.join(failures)}).")
+        raise config_error("resume", str(run_dir), f"{run_dir} has no checkpoint in checkpoints/ (a run saves one "
+                           "at each epoch end and every trainer.checkpoint_every_steps)")
+    raise config_error("resume", str(run_dir), f"none of its checkpoints loads ({'; '.join(failures)})")

@@ -23,7 +23,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from app.config import Config, load
+from app.config import Config, config_error, load
 from app.errors import ConfigError
 from app.training import checkpoint
 from app.training.rundir import claim_dir, hold_lock
@@ -58,8 +58,8 @@ def prepare_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str 
         raise ConfigError("config key `resume` cannot be used with -m: resume one run at a time.")
     run_dir = latest_run(outputs) if value == "latest" else Path(value).expanduser().resolve()
     if not (run_dir / "checkpoints").is_dir():
-        raise ConfigError(f"config key `resume` = {value!r} is not allowed: {run_dir} is not a run directory with "
-                          "checkpoints/ (give a directory under outputs/ that a training run wrote, or `latest`).")
+        raise config_error("resume", value, f"{run_dir} is not a run directory with checkpoints/ (give a directory "
+                           "under outputs/ that a training run wrote, or `latest`)")
     kept = [a for a in argv if _key(a) != "resume"]
     if on_a_run:
         where = run_dir / word / f"{stamp[0]}_{stamp[1]}"
@@ -107,8 +107,7 @@ def latest_run(outputs: Path) -> Path:
     """The training run under `outputs` whose newest checkpoint is the newest of all."""
     states = list(Path(outputs).glob("**/checkpoints/step-*/state.json"))
     if not states:
-        raise ConfigError(f"config key `resume` = 'latest' is not allowed: no training run under "
-                          f"{Path(outputs).resolve()} has a checkpoint.")
+        raise config_error("resume", "latest", f"no training run under {Path(outputs).resolve()} has a checkpoint")
     newest = max(states, key=lambda p: p.stat().st_mtime)
     return newest.parent.parent.parent.resolve()
 
@@ -146,5 +145,4 @@ def last_epoch_checkpoint(run_dir: Path):
                 return path, keras.saving.load_model(path / "model.keras")
         except Exception as error:  # noqa: BLE001 - an unreadable checkpoint is passed over
             log.warning("checkpoint %s cannot be loaded (%s); trying the one before it", path, error)
-    raise ConfigError(f"config key `resume` = {str(run_dir)!r} is not allowed: it has no loadable checkpoint "
-                      "written at an epoch's end.")
+    raise config_error("resume", str(run_dir), "it has no loadable checkpoint written at an epoch's end")

@@ -17,9 +17,9 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from app.augment import build_compose
-from app.config import Config, instantiate_each, load, to_plain
+from app.config import Config, config_error, instantiate_each, load, to_plain
 from app.data import load_source
-from app.errors import AppError, ConfigError, explain
+from app.errors import AppError, explain
 from app.frameworks import load_keras, native_stderr_to_log
 from app.loader.order import epoch_order, full_batches
 from app.loader.pipeline import Loader, batches, build_loader, every_sample
@@ -138,12 +138,12 @@ def _data(config: Config, run_dir: Path):
     batch = config.data.batch_size
     available = len(source.train) // batch
     if available == 0:
-        raise ConfigError(f"config key `data.batch_size` = {batch} is not allowed: the training split has only "
-                          f"{len(source.train)} samples, fewer than one full batch.")
+        raise config_error("data.batch_size", batch, f"the training split has only {len(source.train)} samples, "
+                           "fewer than one full batch")
     steps = config.trainer.steps_per_epoch or available
     if steps > available:
-        raise ConfigError(f"config key `trainer.steps_per_epoch` = {steps} is not allowed: the training split "
-                          f"has {available} full batches of data.batch_size={batch} (null uses them all).")
+        raise config_error("trainer.steps_per_epoch", steps, f"the training split has {available} full batches "
+                           f"of data.batch_size={batch} (null uses them all)")
     log.info("data: %s, %d classes, %d training and %d validation samples, fingerprint %s",
              source.name, len(source.class_names), len(source.train), len(source.val), source.fingerprint[:12])
     return source, steps
