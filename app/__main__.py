@@ -88,7 +88,25 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(error, KeyboardInterrupt):  # stopping already: more Ctrl-C must not cut it short
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         return exit_status_for(error)
+    finally:
+        _remove_empty_claims()
     return 0
+
+
+def _remove_empty_claims() -> None:
+    """A directory claimed for this command that nothing was written into goes again, with the
+    empty folders made for it (outputs/<date>/), never above the working directory."""
+    from app.training.resume import CLAIMED
+
+    here = os.path.abspath(os.curdir)
+    for path in CLAIMED:
+        for folder in [path, *path.parents][:4]:
+            if folder != path and not os.path.abspath(folder).startswith(here + os.sep):
+                break
+            try:
+                folder.rmdir()  # only when empty
+            except OSError:
+                break
 
 
 if __name__ == "__main__":

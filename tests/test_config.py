@@ -123,6 +123,8 @@ def test_cli_exits_before_any_work(overrides, key, tmp_path):
     message = result.stderr.strip().splitlines()[-1]
     assert key in message and "Traceback" not in result.stderr
     assert not data.exists()  # no data generated or read
+    assert not (tmp_path / "outputs").exists() or all(  # no empty run directory left behind either
+        any(d.iterdir()) for d in (tmp_path / "outputs").glob("*/*"))
     assert not list(tmp_path.rglob("metrics.csv")) and not list(tmp_path.rglob("checkpoints"))
     # Hydra stops a wrong type or key before any job; a job that starts and meets a bad value
     # is on record as failed, with the reason

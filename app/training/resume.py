@@ -35,6 +35,9 @@ SAFE_PREFIXES = ("trainer.epochs", "queue.")
 INFO_FLAGS = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc")
 # A value Hydra parses as a sweep or a function (choice(a, b), range(1,3), int(4)...) is not quoted.
 _FUNCTION = re.compile(r"^[A-Za-z_]+\(.*\)$")
+# Directories claimed in this process: app/__main__.py removes those left empty (a config error
+# that Hydra finds after the claim must not leave an empty run directory behind).
+CLAIMED: list[Path] = []
 
 
 def prepare_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str = "train") -> list[str]:
@@ -53,7 +56,8 @@ def prepare_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str 
         if info or _value(argv, key) is not None:
             return argv
         base = Path(outputs) / "multirun" if multirun else Path(outputs)
-        return [*argv, f"{key}={quoted(str(claim_dir(base / stamp[0] / stamp[1])))}"]
+        CLAIMED.append(claim_dir(base / stamp[0] / stamp[1]))
+        return [*argv, f"{key}={quoted(str(CLAIMED[-1]))}"]
     if multirun:
         raise ConfigError("config key `resume` cannot be used with -m: resume one run at a time.")
     run_dir = latest_run(outputs) if value == "latest" else Path(value).expanduser().resolve()
@@ -63,7 +67,8 @@ def prepare_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str 
     kept = [a for a in argv if _key(a) != "resume"]
     if on_a_run:
         where = run_dir / word / f"{stamp[0]}_{stamp[1]}"
-        where = where if info else claim_dir(where)
+        if not info:
+            CLAIMED.append(where := claim_dir(where))
     else:
         where = run_dir
         if not info:
