@@ -1,8 +1,11 @@
 """The config schema: one dataclass a config group, registered in Hydra's ConfigStore.
 
-OmegaConf enforces types, enum values and unknown keys while Hydra composes; `validate`
-checks ranges and cross-key rules. Both run before any data is read or model built.
-The YAML files in conf/ extend these schemas (`defaults: [<group>_schema, _self_]`).
+OmegaConf enforces types, enum values and unknown keys while Hydra composes; `typed` applies
+the schemas again to any config (a `+key=` addition, one read back from a run); `validate`
+checks ranges and every cross-key rule; `load` does both once and gives the typed object
+(the dataclasses below) that travels through the app. All before any data is read or model
+built. The YAML files in conf/ extend these schemas (`defaults: [<group>_schema, _self_]`);
+their defaults are the schemas' (tested).
 Never imports TensorFlow or the loader: worker processes import it (through app/augment.py).
 """
 
