@@ -9,11 +9,19 @@ import time
 from dataclasses import dataclass
 
 
-def child_main(mode: str, config, conn) -> None:
+def child_main(mode: str, config, conn, log_path: str | None = None) -> None:
+    """A mode's process: its result (or error) through `conn`. What it and its workers write to
+    stderr (TensorFlow's start-up lines) goes to `log_path`, the bench's log, not the terminal."""
+    import logging
     import traceback
 
+    from app.frameworks import native_stderr_to_log
+
+    if log_path:
+        logging.getLogger().addHandler(logging.FileHandler(log_path, encoding="utf-8"))
     try:
-        result = _run_mode(mode, config)
+        with native_stderr_to_log():
+            result = _run_mode(mode, config)
     except BaseException as error:  # noqa: BLE001 - reported as that mode's result
         first = next((line for line in str(error).splitlines() if line.strip()), "")
         result = {"error": f"{type(error).__name__}: {first}", "traceback": traceback.format_exc()}

@@ -53,9 +53,9 @@ def main(cfg: DictConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     results = {}
     for mode in bench.modes:
-        result = _in_own_process(mode, config, sampled=False)
+        result = _in_own_process(mode, config, run_dir / "bench.log", sampled=False)
         if bench.memory and "error" not in result:
-            sampled = _in_own_process(mode, config, sampled=True)
+            sampled = _in_own_process(mode, config, run_dir / "bench.log", sampled=True)
             if "error" in sampled:
                 result["memory_error"] = sampled["error"]
             else:
@@ -72,13 +72,14 @@ def main(cfg: DictConfig) -> None:
     print(f"\nwritten: {run_dir / 'bench.json'}")
 
 
-def _in_own_process(mode: str, config, *, sampled: bool) -> dict:
+def _in_own_process(mode: str, config, log_path: Path, *, sampled: bool) -> dict:
     """One run of `mode` in a fresh process; with `sampled`, its tree's PSS every 100 ms."""
     from app.memory import PeakMemory
 
     context = mp.get_context("spawn")
     parent_end, child_end = context.Pipe(duplex=False)
-    process = context.Process(target=modes.child_main, args=(mode, config, child_end), name=f"bench-{mode}")
+    process = context.Process(target=modes.child_main, args=(mode, config, child_end, str(log_path)),
+                              name=f"bench-{mode}")
     process.start()
     child_end.close()
     with PeakMemory(pid=process.pid) if sampled else nullcontext() as memory:

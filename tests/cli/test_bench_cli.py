@@ -45,6 +45,9 @@ def test_bench_without_the_memory_run(tmp_path):
         assert r["timed_batches"] == 3 and "peak_pss_mb" not in r and "pss_samples" not in r, mode
     assert "memory_bound_mb" not in report["derived"]
     assert "| serial |" in result.stdout and "| - |" in result.stdout
+    # the modes' TensorFlow start-up lines go to bench.log, not the terminal (issue 11)
+    assert "oneDNN" not in result.stderr and "absl::InitializeLog" not in result.stderr
+    assert "oneDNN" in (tmp_path / "bench" / "bench.log").read_text()  # negative control: they are there
 
 
 def test_bench_rejects_an_unknown_mode(tmp_path):
