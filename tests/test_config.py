@@ -12,8 +12,9 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from app.augment import build_compose
-from app.config import conf_dir, register, to_plain, validate
+from app.config import conf_dir, to_plain, validate
 from app.errors import ConfigError
+from app.schema import register
 
 register()
 
@@ -175,7 +176,8 @@ def test_worker_count_is_bounded_by_the_machine_unless_told():
 def test_load_gives_the_one_typed_object_also_from_a_saved_run():
     """Config is validated once and travels as the schemas' dataclasses, whether composed by
     Hydra or read back from a run's state.json (a plain dict)."""
-    from app.config import CifarDataConfig, Config, QueueConfig, StartMethod, load
+    from app.config import load
+    from app.schema import CifarDataConfig, Config, QueueConfig, StartMethod
 
     config = load(composed("data=cifar", "queue.max_size=3"))
     assert isinstance(config, Config) and isinstance(config.data, CifarDataConfig)

@@ -1,16 +1,10 @@
 """The layout's rules, read off the code (ast), not grepped: which stage may import which, and
-the schema's defaults against the YAML files that extend it."""
+how long a module or a function may grow."""
 
 from __future__ import annotations
 
 import ast
-import dataclasses
 from pathlib import Path
-
-import pytest
-from omegaconf import OmegaConf
-
-from app.config import DATA_SCHEMAS, SCHEMAS, AugmentConfig, conf_dir
 
 APP = Path(__file__).resolve().parent.parent / "app"
 FRAMEWORKS = ("tensorflow", "keras", "jax")
@@ -78,24 +72,25 @@ def test_the_loader_never_imports_model_training_or_commands():
         assert not bad, (module, bad)
 
 
-def _default(f: dataclasses.Field):
-    value = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-    value = getattr(value, "value", value)  # an enum member: its name in YAML
-    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+def _oversized(tree: ast.AST, max_lines: int = 60, max_parameters: int = 5) -> list[str]:
+    """Functions longer than `max_lines` or taking more than `max_parameters` (self/cls aside)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            names = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if x]
+            parameters = len([n for n in names if n not in ("self", "cls")])
+            if node.end_lineno - node.lineno + 1 > max_lines or parameters > max_parameters:
+                found.append(node.name)
+    return found
 
 
-CASES = [(schema, conf_dir() / group / path.name) for group, schema in SCHEMAS.items()
-         for path in sorted((conf_dir() / group).glob("*.yaml"))
-         if not (schema is AugmentConfig and path.stem != "none")]  # augment/default.yaml is a preset list
-CASES += [(schema, conf_dir() / "data" / f"{name}.yaml") for name, schema in DATA_SCHEMAS.items()]
-
-
-@pytest.mark.parametrize(("schema", "path"), CASES, ids=[f"{p.parent.name}/{p.stem}" for _, p in CASES])
-def test_schema_defaults_equal_the_yaml(schema, path):
-    yaml = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
-    yaml.pop("defaults")
-    fields = {f.name: f for f in dataclasses.fields(schema)}
-    assert set(yaml) <= set(fields), set(yaml) - set(fields)
-    for key, value in yaml.items():
-        default = _default(fields[key])
-        assert value == default, f"{path.name}: {key} is {value!r} in YAML, {default!r} in {schema.__name__}"
+def test_modules_and_functions_stay_short():
+    long_modules = sorted(m for m, p in MODULES.items() if len(p.read_text().splitlines()) > 300)
+    assert not long_modules, long_modules
+    oversized = {m: names for m, p in MODULES.items() if (names := _oversized(ast.parse(p.read_text())))}
+    assert not oversized, oversized
+    # negative control: the rule sees a long function and a wide one
+    wide = ast.parse("def f(a, b, c, d, e, g):\n    pass\n")
+    long = ast.parse("def h():\n" + "    x = 1\n" * 61)
+    assert _oversized(wide) == ["f"] and _oversized(long) == ["h"]

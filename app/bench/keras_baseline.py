@@ -28,16 +28,16 @@ def read_textbook(split, index: int) -> np.ndarray:
 
 
 class KerasBaseline(keras.utils.PyDataset):
-    def __init__(self, split, augmenter, order: np.ndarray, batch_size: int, seed: int, **kwargs):
+    def __init__(self, split, augmenter, batches: np.ndarray, seed: int, **kwargs):
+        """`batches` has shape (steps, batch size, 2): each sample's (epoch, index)."""
         super().__init__(**kwargs)  # workers, use_multiprocessing, max_queue_size
-        self.split, self.augmenter, self.order = split, augmenter, order
-        self.batch_size, self.seed = batch_size, seed
+        self.split, self.augmenter, self.batches, self.seed = split, augmenter, batches, seed
 
     def __len__(self) -> int:
-        return len(self.order) // self.batch_size
+        return len(self.batches)
 
     def __getitem__(self, i: int):
-        pairs = self.order[i * self.batch_size:(i + 1) * self.batch_size]  # (epoch, sample index)
+        pairs = self.batches[i]
         images = np.stack([self.augmenter(read_textbook(self.split, int(k)), self.seed, int(e), int(k))
                            for e, k in pairs])
         return normalise(images), self.split.labels[pairs[:, 1]]

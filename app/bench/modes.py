@@ -207,7 +207,9 @@ def _keras(run: _Run):
     data, queue = config.data, config.queue
     net = _trivial_model(config, len(source.class_names), normalising=False)
     clock.start = time.perf_counter()
-    dataset = KerasBaseline(source.train, augmenter, order, data.batch_size, config.seed,
+    steps = len(order) // data.batch_size
+    batches = order[:steps * data.batch_size].reshape(steps, data.batch_size, 2)
+    dataset = KerasBaseline(source.train, augmenter, batches, config.seed,
                             workers=max(queue.workers, 1), use_multiprocessing=mode == "keras_processes",
                             max_queue_size=queue.max_size)
     net.fit(dataset, epochs=1, verbose=0, callbacks=[_timing_callback(clock)])

@@ -29,7 +29,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from app.bench import modes
-from app.config import BENCH_MODES, conf_dir, load, register, to_plain
+from app.config import conf_dir, load, to_plain
+from app.schema import BENCH_MODES, register
 
 register()
 log = logging.getLogger("app.bench")

@@ -13,7 +13,8 @@ import numpy as np
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from app.config import conf_dir, register
+from app.config import conf_dir
+from app.schema import register
 
 register()
 log = logging.getLogger("app.evaluate")

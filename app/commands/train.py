@@ -19,9 +19,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from app.config import conf_dir, register
+from app.config import conf_dir
 from app.errors import AppError, ConfigError, DataError, WorkerError
 from app.processes import startable
+from app.schema import register
 
 register()
 ERRORS = {cls.__name__: cls for cls in (AppError, ConfigError, DataError, WorkerError)}

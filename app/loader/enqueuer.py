@@ -4,7 +4,8 @@ Work is split by sample, not by batch: every worker fills part of the same slot,
 slot ahead keeps every core busy. Batches come out in batch-index order, and no batch is
 scheduled more than `max_size` ahead of the one being consumed (that one included), so the
 queue holds at most `max_size` uint8 batches. Workers start once a run and serve every epoch
-and both splits.
+and both splits; the pool (pool.py) starts and replaces them, the bad-sample policy is
+bad_samples.py's.
 Never imports TensorFlow, the model, training or the commands.
 """
 
@@ -18,9 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from app.errors import AppError, DataError, MachineError, WorkerError
+from app.errors import AppError, WorkerError
 from app.loader import messages
 from app.loader import worker as worker_loop
+from app.loader.bad_samples import BadSamples, failure
 from app.loader.pool import Pool, Work, Worker, exit_description
 from app.loader.ring import Ring
 
@@ -76,8 +78,8 @@ class Enqueuer:
         self.num_workers, self.use_multiprocessing = settings.workers, settings.use_multiprocessing
         self.max_size = settings.max_size if settings.workers > 0 else 1  # in-process: one batch, built on demand
         self.timeout_s = settings.timeout_s
-        self.failed: dict[str, dict[int, str]] = {name: {} for name in splits}  # mark: sample index → reason
-        self.skipped: dict[str, set[int]] = {name: set() for name in splits}
+        self.bad = BadSamples(splits, settings.max_bad_fraction, settings.bad_log)
+        self.failed = self.bad.failed  # mark: split name → {sample index: reason}
         self.restarts = 0  # workers replaced this run
         self.ring: Ring | None = None
         self.pool: Pool | None = None
@@ -267,21 +269,11 @@ class Enqueuer:
             w.pending.discard((reply.slot, reply.position))
             w.answered += 1
         slot = self._slots[reply.slot]
-        if isinstance(reply, (messages.Written, messages.Skipped, messages.Marked)):
-            slot.todo.pop(reply.position, None)
-            if isinstance(reply, messages.Skipped):
-                self._record_skip(slot.split_name, reply.index, reply.where, reply.detail)
-            elif isinstance(reply, messages.Marked):
-                self.failed[slot.split_name][reply.index] = reply.detail
-                log.warning("sample %d of the %s split (%s) could not be loaded: %s", reply.index, slot.split_name,
-                            reply.where, reply.detail)
-            return
-        if isinstance(reply, messages.Bad):
-            raise DataError(
-                f"sample {reply.index} of the {slot.split_name} split ({reply.where}) could not be loaded: "
-                f"{reply.detail}. Fix or remove the file, or set data.on_bad_sample=skip to replace such samples "
-                "(logged to bad_samples.txt) up to data.max_bad_fraction.")
-        raise _failure(reply, slot, who)
+        if isinstance(reply, messages.Failed):
+            raise failure(reply, slot.split_name, slot.batch_no, who)
+        if not isinstance(reply, messages.Written):
+            self.bad.take(reply, slot.split_name)  # raises for Bad
+        slot.todo.pop(reply.position, None)
 
     def _settle(self, w: Worker, written: set[tuple[int, int]]) -> None:
         """(slot, position) pairs `w` has written: no longer waited for."""
@@ -289,22 +281,6 @@ class Enqueuer:
             self._slots[slot_index].todo.pop(position, None)
         w.pending -= written
         w.answered += len(written)
-
-    def _record_skip(self, split_name: str, index: int, where: str, reason: str) -> None:
-        seen = self.skipped[split_name]
-        if index in seen:
-            return
-        seen.add(index)
-        log.warning("skipped sample %d of the %s split (%s): %s", index, split_name, where, reason)
-        if self.settings.bad_log is not None:
-            with open(self.settings.bad_log, "a", encoding="utf-8") as f:
-                f.write(f"{split_name}\t{index}\t{where}\t{reason}\n")
-        total = len(self.splits[split_name])
-        if len(seen) > self.settings.max_bad_fraction * total:
-            raise DataError(
-                f"{len(seen)} of {total} samples of the {split_name} split could not be loaded, above "
-                f"data.max_bad_fraction={self.settings.max_bad_fraction:g} (last: {where}: {reason}); "
-                f"see bad_samples.txt in the run directory.")
 
     def _drain(self) -> None:
         """Let every sample already handed out land, so no late write hits a reused slot."""
@@ -321,16 +297,3 @@ class Enqueuer:
         if any(slot.todo for slot in self._slots):
             self.close()  # workers that cannot finish are not reused
 
-
-def _failure(note: messages.Failed, slot: _Slot, who: str) -> AppError:
-    """The error a Failed note stands for: out of memory, or a failure with the worker's traceback."""
-    detail = note.detail.strip()
-    last = detail.splitlines()[-1] if detail else "unknown error"
-    if last.startswith("MemoryError"):  # the machine's limit, not a bug in the decoder
-        return MachineError(
-            f"{who} ran out of memory on sample {note.index} of the {slot.split_name} split ({note.where}): lower "
-            "data.batch_size, queue.max_size or queue.workers, or data.max_image_pixels to refuse such images.")
-    error = WorkerError(f"{who} failed on sample {note.index} of the {slot.split_name} split ({note.where}), batch "
-                        f"{slot.batch_no}: {last}. The worker's traceback is in train.log.")
-    error.worker_traceback = note.detail
-    return error

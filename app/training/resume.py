@@ -23,8 +23,9 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from app.config import Config, config_error, load
+from app.config import config_error, load
 from app.errors import ConfigError
+from app.schema import Config
 from app.training import checkpoint
 from app.training.rundir import claim_dir, hold_lock
 

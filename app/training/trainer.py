@@ -17,7 +17,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from app.augment import build_compose
-from app.config import Config, config_error, instantiate_each, load, to_plain
+from app.config import config_error, instantiate_each, load, to_plain
 from app.data import load_source
 from app.errors import AppError, explain
 from app.frameworks import load_keras, native_stderr_to_log
@@ -25,6 +25,7 @@ from app.loader.order import epoch_order, full_batches
 from app.loader.pipeline import Loader, batches, build_loader, every_sample
 from app.memory import PeakMemory, leftovers_cleared
 from app.processes import interrupts
+from app.schema import Config
 from app.training import checkpoint
 from app.training.checkpoint import RunState
 from app.training.resume import resumed_config

@@ -1,0 +1,70 @@
+"""What happens to a sample that cannot be loaded, by `data.on_bad_sample`: raise (stop, naming
+it), skip (training: the next readable one in its place, listed in bad_samples.txt, up to
+`data.max_bad_fraction` of a split), mark (predict: zeros in its place and the reason kept,
+since a stand-in would be a made-up answer); and the error a worker's failure stands for.
+Never imports TensorFlow, the model, training or the commands.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from app.errors import AppError, DataError, MachineError, WorkerError
+from app.loader import messages
+
+log = logging.getLogger(__name__)
+
+
+class BadSamples:
+    """The bad samples of one loader's splits, by split name."""
+
+    def __init__(self, splits: dict, max_bad_fraction: float, bad_log: Path | None):
+        self.sizes = {name: len(split) for name, split in splits.items()}
+        self.max_bad_fraction, self.bad_log = max_bad_fraction, bad_log
+        self.failed: dict[str, dict[int, str]] = {name: {} for name in splits}  # mark: sample index → reason
+        self.skipped: dict[str, set[int]] = {name: set() for name in splits}
+
+    def take(self, reply, split_name: str) -> None:
+        """A worker's Skipped, Marked or Bad reply for a sample of `split_name`."""
+        if isinstance(reply, messages.Skipped):
+            self._skip(split_name, reply)
+        elif isinstance(reply, messages.Marked):
+            self.failed[split_name][reply.index] = reply.detail
+            log.warning("sample %d of the %s split (%s) could not be loaded: %s", reply.index, split_name,
+                        reply.where, reply.detail)
+        else:
+            raise DataError(
+                f"sample {reply.index} of the {split_name} split ({reply.where}) could not be loaded: "
+                f"{reply.detail}. Fix or remove the file, or set data.on_bad_sample=skip to replace such samples "
+                "(logged to bad_samples.txt) up to data.max_bad_fraction.")
+
+    def _skip(self, split_name: str, reply: messages.Skipped) -> None:
+        seen = self.skipped[split_name]
+        if reply.index in seen:
+            return
+        seen.add(reply.index)
+        log.warning("skipped sample %d of the %s split (%s): %s", reply.index, split_name, reply.where, reply.detail)
+        if self.bad_log is not None:
+            with open(self.bad_log, "a", encoding="utf-8") as f:
+                f.write(f"{split_name}\t{reply.index}\t{reply.where}\t{reply.detail}\n")
+        total = self.sizes[split_name]
+        if len(seen) > self.max_bad_fraction * total:
+            raise DataError(
+                f"{len(seen)} of {total} samples of the {split_name} split could not be loaded, above "
+                f"data.max_bad_fraction={self.max_bad_fraction:g} (last: {reply.where}: {reply.detail}); "
+                f"see bad_samples.txt in the run directory.")
+
+
+def failure(note: messages.Failed, split_name: str, batch_no: int, who: str) -> AppError:
+    """The error a Failed note stands for: out of memory, or a failure with the worker's traceback."""
+    detail = note.detail.strip()
+    last = detail.splitlines()[-1] if detail else "unknown error"
+    if last.startswith("MemoryError"):  # the machine's limit, not a bug in the decoder
+        return MachineError(
+            f"{who} ran out of memory on sample {note.index} of the {split_name} split ({note.where}): lower "
+            "data.batch_size, queue.max_size or queue.workers, or data.max_image_pixels to refuse such images.")
+    error = WorkerError(f"{who} failed on sample {note.index} of the {split_name} split ({note.where}), batch "
+                        f"{batch_no}: {last}. The worker's traceback is in train.log.")
+    error.worker_traceback = note.detail
+    return error

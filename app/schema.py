@@ -1,0 +1,174 @@
+"""The config's schema: one dataclass a config group, registered in Hydra's ConfigStore.
+
+OmegaConf enforces these types, enum values and unknown keys while Hydra composes, and again
+(app/config.py's `typed`) on any config read back from a run; after `config.load` the
+dataclasses themselves are the object every stage reads. The YAML files in conf/ extend them
+(`defaults: [<group>_schema, _self_]`), and their defaults are these (tests/test_schema.py).
+Ranges and cross-key rules are app/config.py's. Imports nothing of the app but the standard
+library, Hydra and OmegaConf: worker processes import it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+# OmegaConf matches enum members by name, and `raise` is a keyword: hence the functional form.
+OnBadSample = Enum("OnBadSample", {"raise": "raise", "skip": "skip"}, type=str)  # type: ignore[misc]
+
+
+class StartMethod(str, Enum):
+    spawn = "spawn"
+    forkserver = "forkserver"
+
+
+class Optimizer(str, Enum):
+    adam = "adam"
+    adamw = "adamw"
+    sgd = "sgd"
+    rmsprop = "rmsprop"
+
+
+class Strategy(str, Enum):
+    default = "default"  # one device: the GPU when there is one, else the CPU
+
+
+@dataclass
+class DecodeConfig:
+    draft: bool = True  # JPEG: decode at 1/2, 1/4 or 1/8 scale when the network input allows
+
+
+@dataclass
+class DataConfig:
+    name: str = MISSING  # synthetic | cifar | folder, set by each conf/data file
+    path: str | None = None
+    image_size: list[int] = field(default_factory=lambda: [64, 64])
+    batch_size: int = 32
+    val_fraction: float = 0.2
+    on_bad_sample: OnBadSample = OnBadSample["raise"]  # type: ignore[valid-type]
+    max_bad_fraction: float = 0.01
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    # An image declaring more pixels is a bad sample, refused before any decode (a decompression
+    # bomb: a few hundred bytes can declare 30000×30000). Pillow's own limit; null: none.
+    max_image_pixels: int | None = 89_478_485
+
+
+@dataclass
+class SyntheticDataConfig(DataConfig):
+    name: str = "synthetic"
+    path: str | None = "datasets/synthetic"
+    num_images: int = 800
+    source_size: int = 1024
+    num_classes: int = 4
+    seed: int = 0
+
+
+@dataclass
+class CifarDataConfig(DataConfig):
+    name: str = "cifar"
+    path: str | None = "datasets/cifar10"
+    image_size: list[int] = field(default_factory=lambda: [32, 32])
+    batch_size: int = 64
+    download: bool = False
+
+
+@dataclass
+class FolderDataConfig(DataConfig):
+    name: str = "folder"
+    image_size: list[int] = field(default_factory=lambda: [128, 128])
+
+
+@dataclass
+class AugmentConfig:
+    # albumentations transforms, one `_target_` mapping an entry; a resize to
+    # data.image_size is appended. Validation images get that resize only.
+    transforms: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class QueueConfig:
+    workers: int = 2
+    use_multiprocessing: bool = True
+    max_size: int = 2
+    shuffle: bool = True
+    start_method: StartMethod = StartMethod.spawn
+    timeout_s: float = 120.0  # for one batch, once the workers have started
+    startup_timeout_s: float = 300.0  # for a worker process to start (imports, data source) before its first task
+    # null: at most what the machine can hold (worker_limit()); a number replaces that limit
+    worker_limit: int | None = None
+
+
+@dataclass
+class ModelConfig:
+    _target_: str = "app.model.small_resnet"
+    widths: list[int] = field(default_factory=lambda: [32, 64, 128])
+    blocks_per_stage: int = 1
+    dropout: float = 0.2
+
+
+@dataclass
+class TrainerConfig:
+    epochs: int = 6
+    steps_per_epoch: int | None = None
+    optimizer: Optimizer = Optimizer.adam
+    lr: float = 0.002
+    checkpoint_every_steps: int | None = None
+    mixed_precision: bool = False
+    # More Keras callbacks, each a mapping with `_target_` (e.g. keras.callbacks.EarlyStopping)
+    callbacks: list[Any] = field(default_factory=list)
+    deterministic: bool = False  # TensorFlow op determinism: exact repeats and resumes (slower on GPUs)
+    record_samples: bool = False  # samples.csv: the sample indices of every step
+    strategy: Strategy = Strategy.default
+
+
+BENCH_MODES = ["baseline", "loader_steps", "loader_fit", "loader", "keras_threads", "keras_processes", "serial"]
+
+
+@dataclass
+class BenchConfig:
+    """`python -m app bench` only."""
+
+    modes: list[str] = field(default_factory=lambda: list(BENCH_MODES))  # app/commands/bench.py lists them
+    batches: int = 20  # timed batches a mode
+    warmup: int = 3  # batches before the clock starts (process start, tracing)
+    # A second run of each mode, its tree's PSS sampled every 100 ms, for the peak; the timed
+    # run is never sampled (app/commands/bench.py says why).
+    memory: bool = True
+
+
+@dataclass
+class Config:
+    seed: int = 0
+    # null, a run directory, or `latest`: continue that run in place (app/training/resume.py)
+    resume: str | None = None
+    # predict only: an image file or a folder of them (searched recursively)
+    input: str | None = None
+    # Each group's own schema types its node (data has one a source).
+    data: Any = MISSING
+    augment: Any = MISSING
+    queue: Any = MISSING
+    model: Any = MISSING
+    trainer: Any = MISSING
+    bench: Any = MISSING
+
+
+def register() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="config_schema", node=Config)
+    cs.store(group="data", name="synthetic_schema", node=SyntheticDataConfig)
+    cs.store(group="data", name="cifar_schema", node=CifarDataConfig)
+    cs.store(group="data", name="folder_schema", node=FolderDataConfig)
+    cs.store(group="augment", name="augment_schema", node=AugmentConfig)
+    cs.store(group="queue", name="queue_schema", node=QueueConfig)
+    cs.store(group="model", name="model_schema", node=ModelConfig)
+    cs.store(group="trainer", name="trainer_schema", node=TrainerConfig)
+    cs.store(group="bench", name="bench_schema", node=BenchConfig)
+
+
+SCHEMAS = {"augment": AugmentConfig, "queue": QueueConfig, "model": ModelConfig, "trainer": TrainerConfig,
+           "bench": BenchConfig}
+DATA_SCHEMAS = {"synthetic": SyntheticDataConfig, "cifar": CifarDataConfig, "folder": FolderDataConfig}

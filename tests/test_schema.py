@@ -1,0 +1,34 @@
+"""The schema's defaults against the YAML files in conf/ that extend it: one source of truth."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from omegaconf import OmegaConf
+
+from app.config import conf_dir
+from app.schema import DATA_SCHEMAS, SCHEMAS, AugmentConfig
+
+
+def _default(f: dataclasses.Field):
+    value = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    value = getattr(value, "value", value)  # an enum member: its name in YAML
+    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+
+
+CASES = [(schema, conf_dir() / group / path.name) for group, schema in SCHEMAS.items()
+         for path in sorted((conf_dir() / group).glob("*.yaml"))
+         if not (schema is AugmentConfig and path.stem != "none")]  # augment/default.yaml is a preset list
+CASES += [(schema, conf_dir() / "data" / f"{name}.yaml") for name, schema in DATA_SCHEMAS.items()]
+
+
+@pytest.mark.parametrize(("schema", "path"), CASES, ids=[f"{p.parent.name}/{p.stem}" for _, p in CASES])
+def test_schema_defaults_equal_the_yaml(schema, path):
+    yaml = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    yaml.pop("defaults")
+    fields = {f.name: f for f in dataclasses.fields(schema)}
+    assert set(yaml) <= set(fields), set(yaml) - set(fields)
+    for key, value in yaml.items():
+        default = _default(fields[key])
+        assert value == default, f"{path.name}: {key} is {value!r} in YAML, {default!r} in {schema.__name__}"
