@@ -112,10 +112,10 @@ class ModelConfig:
 
 @dataclass
 class TrainerConfig:
-    epochs: int = 6
+    epochs: int = 8
     steps_per_epoch: int | None = None
     optimizer: Optimizer = Optimizer.adam
-    lr: float = 0.002
+    lr: float = 0.001
     checkpoint_every_steps: int | None = None
     mixed_precision: bool = False
     # More Keras callbacks, each a mapping with `_target_` (e.g. keras.callbacks.EarlyStopping)

@@ -22,18 +22,16 @@ log = logging.getLogger("app.evaluate")
 
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float:
-    from app.data import load_source
     from app.frameworks import load_keras
     from app.loader.pipeline import build_loader, every_sample
     from app.training.resume import last_epoch_checkpoint, open_run
-    from app.training.rundir import check_same_data, write_json
+    from app.training.rundir import run_source, write_json
     from app.training.steps import evaluate
 
     load_keras()
     run_dir, config = open_run(cfg, safe=("queue.",))
     out = Path(HydraConfig.get().runtime.output_dir)
-    source = load_source(config.data)
-    check_same_data(run_dir, source)
+    source = run_source(run_dir, config.data)
     path, net = last_epoch_checkpoint(run_dir)
     log.info("evaluating %s on %d validation samples of %s", path, len(source.val), source.name)
     names = source.class_names

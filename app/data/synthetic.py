@@ -1,12 +1,16 @@
-"""The offline default dataset: large JPEGs of one big class shape on a cluttered background.
+"""The offline default dataset: photo-like JPEGs, one class shape in each, among clutter.
 
-A class is a shape drawn in a class colour (jittered), at a random position, size and
-rotation, over smooth colour fields, mid-frequency noise and smaller random blobs and
-lines in any colour. Shape and colour both survive a downscale to 64×64, so a small CNN
-learns it in a few epochs, while the files are as large as real photos for the loader.
+A class is a shape in a class colour (jittered), semi-transparent with a soft edge, at a
+random position, size and rotation, among blobs and lines of any colour (a fifth in the
+classes' own), over uneven light. Texture at several scales and sensor noise, mostly in
+brightness, give the files a photograph's bytes a pixel and decode cost; they come in a few
+sizes and aspect ratios, saved as cameras save at high quality (4:4:4 colour), some
+progressive, half stored turned with an EXIF orientation (docs/performance.md has the
+figures). The evidence is subtle enough that a small CNN climbs over several epochs.
 
 Files depend only on the generation parameters: image i is drawn from
-`np.random.default_rng([seed, i])` and saved with fixed JPEG settings and no metadata.
+`np.random.default_rng([seed, i])` and saved with fixed JPEG settings; the folder's name
+carries GENERATOR_VERSION and the parameters.
 Never imports TensorFlow, Keras or the loader: worker processes import it.
 """
 
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import shutil
 import socket
 import sys
@@ -22,15 +27,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, ImageFilter
 from tqdm import tqdm
 
 from app.data.folder import folder_source
 from app.data.source import Source
 from app.errors import DataError
 
-FORMAT_VERSION = 1  # bump when the drawing changes, so old datasets are not reused
+# In the dataset's folder name: bumped when the drawing changes, so old datasets are not reused
+# and runs trained on them are not resumed on new files.
+GENERATOR_VERSION = 2
 JPEG_QUALITY = 90
+ASPECTS = ((1, 1), (4, 3), (3, 2), (16, 9))  # long side : short side
+ORIENTATIONS = (1, 1, 1, 3, 6, 8)  # EXIF orientation tags: half the files are stored turned
+_ORIENTATION_TAG = 0x0112
+_STORED_AS = {3: Image.Transpose.ROTATE_180, 6: Image.Transpose.ROTATE_90, 8: Image.Transpose.ROTATE_270}
+TEXTURE_OCTAVES = ((8, 14.0), (32, 7.0), (128, 4.0))  # (noise cells on the long side, amplitude in levels)
+SENSOR_NOISE = 1.5  # standard deviation in levels, of brightness
+CHROMA_SHARE = 0.15  # colour noise, as a share of the brightness noise: cameras smooth colour most
+PROGRESSIVE_SHARE = 0.35  # files saved progressive, as photos exported for the web often are
 SHAPES = ("circle", "square", "triangle", "cross", "stripes", "ring", "star", "crescent")
 COLOURS = {"red": (220, 40, 40), "green": (40, 190, 60), "blue": (40, 80, 230),
            "yellow": (235, 215, 40), "magenta": (210, 50, 200), "cyan": (40, 210, 215)}
@@ -59,7 +74,7 @@ def class_names(num_classes: int) -> list[str]:
 
 
 def dataset_dir_name(num_images: int, source_size: int, num_classes: int, seed: int) -> str:
-    return f"v{FORMAT_VERSION}-n{num_images}-s{source_size}-c{num_classes}-seed{seed}"
+    return f"v{GENERATOR_VERSION}-n{num_images}-s{source_size}-c{num_classes}-seed{seed}"
 
 
 @dataclass(frozen=True)
@@ -106,10 +121,23 @@ def ensure_dataset(root: str | os.PathLike, spec: Spec, progress: bool = True) -
     return final
 
 
+def check_generator(recorded_root: str, run_dir: Path) -> None:
+    """A run trained on another generator's files is refused before any generating: the new
+    files under the same config would not be its samples."""
+    match = re.match(r"v(\d+)-", Path(recorded_root).name)
+    if match and int(match.group(1)) == GENERATOR_VERSION:
+        return
+    version = f"v{match.group(1)}" if match else "an unknown version"
+    raise DataError(f"{run_dir} was trained on synthetic images of generator {version} ({recorded_root}); "
+                    f"this version of the app generates v{GENERATOR_VERSION} (photo-like images, in a folder of "
+                    "their own), so the run's samples are not there to resume or evaluate on. Start a new run; "
+                    "its checkpoints still serve `predict`.")
+
+
 def synthetic_source(data_cfg) -> Source:
     folder = ensure_dataset(data_cfg.path, Spec(data_cfg.num_images, data_cfg.source_size, data_cfg.num_classes,
                                                 data_cfg.seed))
-    # the files are a function of the folder's name (FORMAT_VERSION and parameters): their times say nothing
+    # the files are a function of the folder's name (GENERATOR_VERSION and parameters): their times say nothing
     return folder_source(folder, data_cfg.val_fraction, name="synthetic", times=False)
 
 
@@ -128,53 +156,94 @@ def _run(jobs: list[tuple], bar: tqdm) -> None:
 
 def _write_image(job: tuple) -> None:
     path, seed, index, size, label = job
-    draw_image(np.random.default_rng([seed, index]), size, label).save(
-        path, "JPEG", quality=JPEG_QUALITY)
+    rng = np.random.default_rng([seed, index])
+    img = draw_image(rng, size, label)
+    orientation = int(rng.choice(ORIENTATIONS))
+    exif = Image.Exif()
+    if orientation != 1:
+        # Stored turned the other way, so that a viewer (and the loader) honouring the tag shows `img`.
+        img = img.transpose(_STORED_AS[orientation])
+        exif[_ORIENTATION_TAG] = orientation
+    # Full-resolution colour (4:4:4), as cameras and editors save at high quality.
+    img.save(path, "JPEG", quality=JPEG_QUALITY, subsampling=0, progressive=bool(rng.random() < PROGRESSIVE_SHARE),
+             exif=exif)
 
 
-def draw_image(rng: np.random.Generator, size: int, label: int) -> Image.Image:
-    """One RGB image of class `label`, `size` pixels square."""
-    img = _background(rng, size)
+def image_size(rng: np.random.Generator, source_size: int) -> tuple[int, int]:
+    """(width, height): the long side `source_size` or three quarters of it, one of ASPECTS,
+    landscape or portrait."""
+    long_side = source_size if rng.random() < 0.5 else round(source_size * 0.75)
+    a, b = ASPECTS[int(rng.integers(len(ASPECTS)))]
+    short_side = max(8, round(long_side * b / a))
+    return (long_side, short_side) if rng.random() < 0.5 else (short_side, long_side)
+
+
+def draw_image(rng: np.random.Generator, source_size: int, label: int) -> Image.Image:
+    """One RGB image of class `label` as a viewer shows it (EXIF orientation applied)."""
+    width, height = image_size(rng, source_size)
+    img = _background(rng, width, height)
     draw = ImageDraw.Draw(img)
-    for _ in range(int(rng.integers(6, 14))):  # clutter: smaller blobs and lines, any colour
-        _clutter(draw, rng, size)
+    for _ in range(int(rng.integers(10, 20))):  # clutter
+        _clutter(draw, rng, width, height)
     shape, colour_name = class_style(label)
-    base = np.array(COLOURS[colour_name])
-    colour = tuple(int(v) for v in np.clip(base + rng.integers(-25, 26, 3), 0, 255))
-    mask = Image.new("L", (size, size), 0)
-    _shape(ImageDraw.Draw(mask), rng, size, shape)
-    img.paste(colour, (0, 0, size, size), mask)
-    return img
+    colour = np.clip(np.array(COLOURS[colour_name]) + rng.integers(-30, 31, 3), 0, 255)
+    mask = Image.new("L", (width, height), 0)
+    _shape(ImageDraw.Draw(mask), rng, min(width, height), shape)
+    mask = mask.filter(ImageFilter.GaussianBlur(min(width, height) / 300))  # a soft edge, as out of focus
+    alpha = np.asarray(mask, dtype=np.float32)[..., None] * (rng.uniform(0.7, 0.95) / 255)
+    pixels = np.asarray(img, dtype=np.float32) * (1 - alpha) + colour.astype(np.float32) * alpha
+    pixels += _texture(rng, width, height)
+    return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
 
 
-def _background(rng: np.random.Generator, size: int) -> Image.Image:
-    # Per-pixel noise at 1024² would dominate the cost; upscaling small noise is cheap in C.
-    field = Image.fromarray(rng.integers(40, 216, (4, 4, 3), dtype=np.uint8)).resize(
-        (size, size), Image.Resampling.BICUBIC)
-    grain_side = max(2, size // 16)
-    grain = Image.fromarray(rng.integers(0, 256, (grain_side, grain_side, 3), dtype=np.uint8)).resize(
-        (size, size), Image.Resampling.BILINEAR)
-    return Image.blend(field, grain, 0.25)
+def _background(rng: np.random.Generator, width: int, height: int) -> Image.Image:
+    """Light falling unevenly over colour fields."""
+    field = Image.fromarray(rng.integers(40, 216, (3, 3, 3), dtype=np.uint8)).resize(
+        (width, height), Image.Resampling.BICUBIC)
+    return field
 
 
-def _clutter(draw: ImageDraw.ImageDraw, rng: np.random.Generator, size: int) -> None:
-    colour = tuple(int(v) for v in rng.integers(0, 256, 3))
-    x, y = rng.uniform(0, size, 2)
-    r = size * rng.uniform(0.02, 0.08)
+def _texture(rng: np.random.Generator, width: int, height: int) -> np.ndarray:
+    """Grain at several scales (coarse strong, fine weak) and sensor noise, mostly in brightness
+    as a camera's processing leaves it: what makes a file's bytes a pixel, and its decode time,
+    a photograph's rather than a drawing's."""
+    total = np.zeros((height, width, 3), np.float32)
+    long_side = max(width, height)
+    for cells_per_side, amplitude in TEXTURE_OCTAVES:
+        side = max(2, min(cells_per_side, long_side // 2))
+        grid = rng.integers(0, 256, (max(2, side * height // long_side), max(2, side * width // long_side), 3),
+                            dtype=np.uint8)
+        layer = np.asarray(Image.fromarray(grid).resize((width, height), Image.Resampling.BICUBIC), np.float32)
+        grey = layer.mean(axis=2, keepdims=True)
+        total += ((grey - 127.5) * np.sqrt(3) + (layer - grey) * CHROMA_SHARE) * (amplitude / 127.5)
+    total += rng.standard_normal((height, width, 1), dtype=np.float32) * SENSOR_NOISE
+    total += rng.standard_normal((height, width, 3), dtype=np.float32) * (SENSOR_NOISE * CHROMA_SHARE)
+    return total
+
+
+def _clutter(draw: ImageDraw.ImageDraw, rng: np.random.Generator, width: int, height: int) -> None:
+    palette = list(COLOURS.values())
+    # A fifth in the classes' colours, so colour alone is a weak cue
+    base = np.array(palette[int(rng.integers(len(palette)))] if rng.random() < 0.2 else rng.integers(0, 256, 3))
+    colour = tuple(int(v) for v in np.clip(base + rng.integers(-40, 41, 3), 0, 255))
+    x, y = rng.uniform(0, width), rng.uniform(0, height)
+    r = min(width, height) * rng.uniform(0.03, 0.1)
     kind = rng.integers(3)
     if kind == 0:
-        draw.ellipse((x - r, y - r, x + r, y + r), fill=colour)
+        draw.ellipse((x - r, y - r * rng.uniform(0.4, 1), x + r, y + r), fill=colour)
     elif kind == 1:
         draw.rectangle((x - r, y - r / 2, x + r, y + r / 2), fill=colour)
     else:
-        x2, y2 = rng.uniform(0, size, 2)
-        draw.line((x, y, x2, y2), fill=colour, width=max(1, size // 100))
+        x2, y2 = rng.uniform(0, width), rng.uniform(0, height)
+        draw.line((x, y, x2, y2), fill=colour, width=max(1, min(width, height) // 80))
 
 
 def _shape(draw: ImageDraw.ImageDraw, rng: np.random.Generator, size: int, shape: str) -> None:
-    """Draw `shape` in white on a mask: radius 18–30% of the side, fully inside the image."""
-    r = size * rng.uniform(0.18, 0.30)
-    cx, cy = rng.uniform(r, size - r, 2)
+    """Draw `shape` in white on a mask: radius 16–28% of the short side `size`, fully inside the
+    image (`draw`'s own size)."""
+    r = size * rng.uniform(0.16, 0.28)
+    width, height = draw.im.size
+    cx, cy = rng.uniform(r, width - r), rng.uniform(r, height - r)
     angle = rng.uniform(0, 2 * np.pi)
 
     def poly(points) -> list[tuple[float, float]]:

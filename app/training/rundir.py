@@ -21,6 +21,8 @@ from app.errors import AppError, DataError
 from app.io import atomic_write
 
 LOCK_FILE = ".lock"
+_SPLIT_MISSING = ("it records which samples the run trains and validates on; restore it from a copy of the run, "
+                  "or start a new run")
 _held: dict[Path, int] = {}  # run directory → the descriptor whose flock this process holds
 
 
@@ -175,11 +177,23 @@ def git_commit() -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
+def run_source(run_dir: Path, data_config):
+    """The data source of an existing run, checked to be the one it was trained on; a synthetic
+    dataset of another generator version is refused before it would be generated."""
+    from app.data import load_source, synthetic
+
+    recorded = read_json(Path(run_dir) / "split.json", _SPLIT_MISSING)
+    if recorded.get("source") == "synthetic":
+        synthetic.check_generator(str(recorded.get("root", "")), run_dir)
+    source = load_source(data_config)
+    check_same_data(run_dir, source)
+    return source
+
+
 def check_same_data(run_dir: Path, source) -> None:
     """A run's data must be what it was trained on: split.json's fingerprint against the source's.
     Runs recorded before modification times were covered compare names and sizes."""
-    recorded = read_json(Path(run_dir) / "split.json", "it records which samples the run trains and validates "
-                         "on; restore it from a copy of the run, or start a new run")
+    recorded = read_json(Path(run_dir) / "split.json", _SPLIT_MISSING)
     fingerprint = recorded.get("fingerprint")
     now = source.fingerprint if "fingerprint_covers" in recorded else source.names_sizes_fingerprint
     if fingerprint == now:

@@ -29,7 +29,7 @@ from app.schema import Config
 from app.training import checkpoint
 from app.training.checkpoint import RunState
 from app.training.resume import resumed_config
-from app.training.rundir import Summary, append_metrics, check_same_data, hold_lock, keep_rows, release_lock, write_json
+from app.training.rundir import Summary, append_metrics, hold_lock, keep_rows, release_lock, run_source, write_json
 
 log = logging.getLogger("app.train")
 
@@ -131,10 +131,10 @@ def _train(config: Config, run_dir: Path, summary: Summary, state: RunState, cal
 
 def _data(config: Config, run_dir: Path):
     """(the data source, training steps an epoch): split.json written, or checked on resume."""
-    source = load_source(config.data)
     if config.resume:
-        check_same_data(run_dir, source)
+        source = run_source(run_dir, config.data)
     else:
+        source = load_source(config.data)
         write_json(run_dir / "split.json", source.split)
     batch = config.data.batch_size
     available = len(source.train) // batch

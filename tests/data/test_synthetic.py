@@ -2,15 +2,20 @@
 
 import multiprocessing
 import os
+import shutil
 import socket
 from types import SimpleNamespace
 
+import cv2
 import numpy as np
 import pytest
+from PIL import Image
 
 from app.data import load_source, synthetic
+from app.data.images import load_rgb
 from app.data.synthetic import Spec, class_names, dataset_dir_name, ensure_dataset
 from app.errors import DataError
+from app.training.rundir import run_source, write_json
 
 TINY = {"num_images": 24, "source_size": 64, "num_classes": 3}
 
@@ -21,7 +26,7 @@ def _files(folder) -> dict[str, bytes]:
 
 def test_layout_and_names(tmp_path):
     folder = ensure_dataset(tmp_path, Spec(seed=0, **TINY), progress=False)
-    assert folder == tmp_path / "v1-n24-s64-c3-seed0" == tmp_path / dataset_dir_name(24, 64, 3, 0)
+    assert folder == tmp_path / "v2-n24-s64-c3-seed0" == tmp_path / dataset_dir_name(24, 64, 3, 0)
     files = _files(folder)
     assert len(files) == 24
     assert sorted(p.name for p in folder.iterdir()) == ["00_red_circle", "01_green_square",
@@ -111,9 +116,9 @@ def test_stale_temporary_folders_of_dead_jobs_are_removed(tmp_path):
     dead = multiprocessing.get_context("spawn").Process(target=os.getpid)
     dead.start()
     dead.join()
-    stale = tmp_path / f".tmp-v1-n9-s64-c3-seed0-{host}-{dead.pid}-abcdef12"
-    live = tmp_path / f".tmp-v1-n9-s64-c3-seed0-{host}-{os.getpid()}-abcdef12"
-    foreign = tmp_path / f".tmp-v1-n9-s64-c3-seed0-elsewhere-{dead.pid}-abcdef12"
+    stale = tmp_path / f".tmp-v2-n9-s64-c3-seed0-{host}-{dead.pid}-abcdef12"
+    live = tmp_path / f".tmp-v2-n9-s64-c3-seed0-{host}-{os.getpid()}-abcdef12"
+    foreign = tmp_path / f".tmp-v2-n9-s64-c3-seed0-elsewhere-{dead.pid}-abcdef12"
     for folder in (stale, live, foreign):
         (folder / "00_red_circle").mkdir(parents=True)
     ensure_dataset(tmp_path, Spec(seed=0, **TINY), progress=False)
@@ -121,12 +126,58 @@ def test_stale_temporary_folders_of_dead_jobs_are_removed(tmp_path):
     assert live.exists() and foreign.exists()
 
 
-def test_images_are_rgb_jpegs_of_the_source_size(tmp_path):
+def test_images_are_rgb_jpegs_of_a_few_sizes_and_aspect_ratios(tmp_path):
     src = load_source(SimpleNamespace(name="synthetic", path=str(tmp_path), val_fraction=0.25,
                                       seed=0, **TINY))
-    img = src.train.read(0)
-    assert img.shape == (64, 64, 3) and img.dtype == np.uint8
-    assert img.std() > 20  # a cluttered background, not a flat fill
+    images = [src.train.read(i) for i in range(len(src.train))]
+    assert all(img.dtype == np.uint8 and img.ndim == 3 and img.shape[2] == 3 for img in images)
+    assert {max(img.shape[:2]) for img in images} == {64, 48}  # the long side: source_size, or 3/4 of it
+    assert len({img.shape[:2] for img in images}) >= 5  # aspect ratios, landscape and portrait
+    assert all(img.std() > 20 for img in images)  # a cluttered background, not a flat fill
+
+
+def _stored_orientation(path) -> int:
+    with Image.open(path) as img:
+        return img.getexif().get(0x0112, 1)
+
+
+@pytest.mark.parametrize("draft", [False, True], ids=["full", "draft"])
+def test_files_stored_turned_load_as_drawn(tmp_path, draft):
+    folder = ensure_dataset(tmp_path, Spec(seed=0, num_images=24, source_size=256, num_classes=2), progress=False)
+    paths = sorted(folder.rglob("*.jpg"), key=lambda p: p.name)
+    orientations = [_stored_orientation(p) for p in paths]
+    assert {3, 6, 8} <= set(orientations) and 1 in orientations  # some files carry a rotation, some none
+    for i, (path, orientation) in enumerate(zip(paths, orientations, strict=True)):
+        drawn = np.asarray(synthetic.draw_image(np.random.default_rng([0, i]), 256, i % 2), np.float32)
+        loaded = load_rgb(path, min_short_side=50 if draft else None)
+        if draft:  # decoded at a reduced scale: compare with the drawing reduced alike
+            drawn = cv2.resize(drawn, loaded.shape[1::-1], interpolation=cv2.INTER_AREA)
+        assert loaded.shape == drawn.shape, (path.name, orientation)
+        assert np.abs(loaded - drawn).mean() < 6, (path.name, orientation)
+        if orientation in (3, 6, 8):  # negative control: the pixels as stored are not the drawing
+            raw = cv2.imread(str(path), cv2.IMREAD_COLOR_RGB | cv2.IMREAD_IGNORE_ORIENTATION).astype(np.float32)
+            full = np.asarray(synthetic.draw_image(np.random.default_rng([0, i]), 256, i % 2), np.float32)
+            assert raw.shape != full.shape or np.abs(raw - full).mean() > 20
+
+
+def test_a_run_on_another_generators_files_is_refused_before_generating(tmp_path, monkeypatch):
+    data = SimpleNamespace(name="synthetic", path=str(tmp_path / "data"), val_fraction=0.25, seed=0, **TINY)
+    source = load_source(data)
+    run = tmp_path / "run"
+    run.mkdir()
+    write_json(run / "split.json", source.split)
+    assert run_source(run, data).fingerprint == source.fingerprint  # the same generator: resumes
+
+    old = dict(source.split, root=str(tmp_path / "data" / "v1-n24-s64-c3-seed0"))
+    write_json(run / "split.json", old)
+    shutil.rmtree(tmp_path / "data")
+
+    def fail(*args):
+        raise AssertionError("generated")
+    monkeypatch.setattr(synthetic, "_run", fail)
+    with pytest.raises(DataError, match=r"trained on synthetic images of generator v1 .* generates v2"):
+        run_source(run, data)
+    assert not (tmp_path / "data").exists()
 
 
 def test_source_is_the_folder_split(tmp_path, monkeypatch):
@@ -137,7 +188,7 @@ def test_source_is_the_folder_split(tmp_path, monkeypatch):
     assert src.class_names == ["00_red_circle", "01_green_square", "02_blue_triangle"]
     assert (len(src.train), len(src.val)) == (18, 6)
     assert np.bincount(src.val.labels).tolist() == [2, 2, 2]
-    assert src.split["root"] == str(tmp_path / "datasets" / "synthetic" / "v1-n24-s64-c3-seed0")
+    assert src.split["root"] == str(tmp_path / "datasets" / "synthetic" / "v2-n24-s64-c3-seed0")
     assert load_source(cfg).fingerprint == src.fingerprint
 
 
