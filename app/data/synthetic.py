@@ -39,13 +39,14 @@ from app.errors import DataError
 GENERATOR_VERSION = 2
 JPEG_QUALITY = 90
 ASPECTS = ((1, 1), (4, 3), (3, 2), (16, 9))  # long side : short side
+SCALES = (0.8, 1.0, 1.2)  # an image's pixels, as the side of a square of as many, over data.source_size
 ORIENTATIONS = (1, 1, 1, 3, 6, 8)  # EXIF orientation tags: half the files are stored turned
 _ORIENTATION_TAG = 0x0112
 _STORED_AS = {3: Image.Transpose.ROTATE_180, 6: Image.Transpose.ROTATE_90, 8: Image.Transpose.ROTATE_270}
 TEXTURE_OCTAVES = ((8, 14.0), (32, 7.0), (128, 4.0))  # (noise cells on the long side, amplitude in levels)
-SENSOR_NOISE = 1.5  # standard deviation in levels, of brightness
-CHROMA_SHARE = 0.15  # colour noise, as a share of the brightness noise: cameras smooth colour most
-PROGRESSIVE_SHARE = 0.35  # files saved progressive, as photos exported for the web often are
+SENSOR_NOISE = 2.0  # standard deviation in levels, of brightness
+CHROMA_SHARE = 0.15  # colour mottle, as a share of the brightness grain: cameras smooth colour most
+PROGRESSIVE_SHARE = 0.4  # files saved progressive, as photos exported for the web often are
 SHAPES = ("circle", "square", "triangle", "cross", "stripes", "ring", "star", "crescent")
 COLOURS = {"red": (220, 40, 40), "green": (40, 190, 60), "blue": (40, 80, 230),
            "yellow": (235, 215, 40), "magenta": (210, 50, 200), "cyan": (40, 210, 215)}
@@ -170,11 +171,12 @@ def _write_image(job: tuple) -> None:
 
 
 def image_size(rng: np.random.Generator, source_size: int) -> tuple[int, int]:
-    """(width, height): the long side `source_size` or three quarters of it, one of ASPECTS,
+    """(width, height): as many pixels as a `source_size` square, times one of SCALES (so a
+    dataset holds about `source_size`² pixels an image on average), in one of ASPECTS,
     landscape or portrait."""
-    long_side = source_size if rng.random() < 0.5 else round(source_size * 0.75)
+    side = source_size * SCALES[int(rng.integers(len(SCALES)))]
     a, b = ASPECTS[int(rng.integers(len(ASPECTS)))]
-    short_side = max(8, round(long_side * b / a))
+    long_side, short_side = round(side * np.sqrt(a / b)), max(8, round(side * np.sqrt(b / a)))
     return (long_side, short_side) if rng.random() < 0.5 else (short_side, long_side)
 
 
@@ -204,21 +206,31 @@ def _background(rng: np.random.Generator, width: int, height: int) -> Image.Imag
 
 
 def _texture(rng: np.random.Generator, width: int, height: int) -> np.ndarray:
-    """Grain at several scales (coarse strong, fine weak) and sensor noise, mostly in brightness
-    as a camera's processing leaves it: what makes a file's bytes a pixel, and its decode time,
-    a photograph's rather than a drawing's."""
-    total = np.zeros((height, width, 3), np.float32)
-    long_side = max(width, height)
+    """Grain at several scales (coarse strong, fine weak) and sensor noise, in brightness, with a
+    faint colour mottle, as a camera's processing leaves them: what makes a file's bytes a
+    pixel, and its decode time, a photograph's rather than a drawing's. (height, width, 1) of
+    brightness plus (height, width, 3) of colour, to add to the image."""
+    grey = rng.standard_normal((height, width), dtype=np.float32)
+    grey *= SENSOR_NOISE
     for cells_per_side, amplitude in TEXTURE_OCTAVES:
-        side = max(2, min(cells_per_side, long_side // 2))
-        grid = rng.integers(0, 256, (max(2, side * height // long_side), max(2, side * width // long_side), 3),
-                            dtype=np.uint8)
-        layer = np.asarray(Image.fromarray(grid).resize((width, height), Image.Resampling.BICUBIC), np.float32)
-        grey = layer.mean(axis=2, keepdims=True)
-        total += ((grey - 127.5) * np.sqrt(3) + (layer - grey) * CHROMA_SHARE) * (amplitude / 127.5)
-    total += rng.standard_normal((height, width, 1), dtype=np.float32) * SENSOR_NOISE
-    total += rng.standard_normal((height, width, 3), dtype=np.float32) * (SENSOR_NOISE * CHROMA_SHARE)
-    return total
+        layer = _noise_layer(rng, width, height, cells_per_side, "L")
+        layer -= 127.5
+        layer *= amplitude / 127.5
+        grey += layer
+    colour = _noise_layer(rng, width, height, TEXTURE_OCTAVES[1][0], "RGB")
+    colour -= 127.5
+    colour *= CHROMA_SHARE * TEXTURE_OCTAVES[1][1] / 127.5
+    colour += grey[..., None]
+    return colour
+
+
+def _noise_layer(rng: np.random.Generator, width: int, height: int, cells_per_side: int, mode: str) -> np.ndarray:
+    """Uniform noise on a grid of `cells_per_side` cells along the long side, smoothly upscaled."""
+    long_side = max(width, height)
+    side = max(2, min(cells_per_side, long_side // 2))
+    shape = (max(2, side * height // long_side), max(2, side * width // long_side)) + ((3,) if mode == "RGB" else ())
+    grid = Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8))  # 2-D: greyscale, else RGB
+    return np.asarray(grid.resize((width, height), Image.Resampling.BICUBIC), np.float32)
 
 
 def _clutter(draw: ImageDraw.ImageDraw, rng: np.random.Generator, width: int, height: int) -> None:

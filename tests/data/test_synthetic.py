@@ -131,8 +131,10 @@ def test_images_are_rgb_jpegs_of_a_few_sizes_and_aspect_ratios(tmp_path):
                                       seed=0, **TINY))
     images = [src.train.read(i) for i in range(len(src.train))]
     assert all(img.dtype == np.uint8 and img.ndim == 3 and img.shape[2] == 3 for img in images)
-    assert {max(img.shape[:2]) for img in images} == {64, 48}  # the long side: source_size, or 3/4 of it
+    sides = {round(np.sqrt(img.shape[0] * img.shape[1])) for img in images}  # of a square of as many pixels
+    assert sides <= {51, 64, 77} and len(sides) >= 2  # 0.8, 1 or 1.2 × source_size
     assert len({img.shape[:2] for img in images}) >= 5  # aspect ratios, landscape and portrait
+    assert {img.shape[0] > img.shape[1] for img in images} == {True, False}
     assert all(img.std() > 20 for img in images)  # a cluttered background, not a flat fill
 
 

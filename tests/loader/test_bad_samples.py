@@ -1,0 +1,62 @@
+"""app/loader/bad_samples.py through a real enqueuer, its worker processes and threads: a bad
+file raises, is skipped or stands in by policy; a worker's failure or MemoryError is named."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from loaders import assert_clean, make
+from marked import MarkedSplit, index_of
+
+from app.errors import DataError, MachineError, WorkerError
+
+
+@pytest.mark.parametrize("processes", [True, False], ids=["processes", "threads"])
+def test_worker_exception_reaches_the_consumer_with_traceback(processes, children):
+    with pytest.raises(WorkerError) as caught, make(MarkedSplit(16, crash_at=9), processes=processes) as enq:
+        list(enq.batches("train", np.arange(16), epoch=0))
+    message = str(caught.value)
+    assert "sample 9" in message and "/data/marked/00009.png" in message and "decoder exploded" in message
+    assert "RuntimeError: decoder exploded on purpose at 9" in caught.value.worker_traceback
+    assert_clean(children)
+
+
+def test_bad_sample_raise_names_the_file(children):
+    with pytest.raises(DataError, match=r"sample 5 of the train split \(/data/marked/00005.png\).*truncated"), \
+            make(MarkedSplit(16, bad=(5,))) as enq:
+        list(enq.batches("train", np.arange(16), epoch=0))
+    assert_clean(children)
+
+
+def test_bad_sample_skip_keeps_batches_full_and_logs(tmp_path, children):
+    bad_log = tmp_path / "bad_samples.txt"
+    split = MarkedSplit(16, bad=(5, 6))
+    runs = []
+    for _ in range(2):
+        with make(split, on_bad_sample="skip", max_bad_fraction=0.2, bad_log=bad_log) as enq:
+            runs.append([index_of(im) for b, _ in enq.batches("train", np.arange(16), epoch=0) for im in b])
+    assert runs[0] == runs[1]  # the stand-in is deterministic
+    assert len(runs[0]) == 16 and 5 not in runs[0] and 6 not in runs[0]
+    assert runs[0][5] == runs[0][6] == 7  # the next readable sample stands in
+    lines = bad_log.read_text().splitlines()
+    assert any("/data/marked/00005.png" in line and "truncated" in line for line in lines)
+    with pytest.raises(DataError, match="above data.max_bad_fraction=0.1"), \
+            make(split, on_bad_sample="skip", max_bad_fraction=0.1, bad_log=bad_log) as enq:
+        list(enq.batches("train", np.arange(16), epoch=0))
+    assert_clean(children)
+
+
+class OutOfMemoryAt(MarkedSplit):
+    def read(self, i, decode=None):
+        if i == 5:
+            raise MemoryError()  # what a thread decoding a huge image meets
+        return super().read(i, decode)
+
+
+@pytest.mark.parametrize("processes", [True, False], ids=["processes", "threads"])
+def test_memory_error_in_a_worker_is_named_as_such(processes, children):
+    """Issue 10.10: a MemoryError with threads came out as "unexpected … (a bug)"."""
+    with pytest.raises(MachineError, match=r"ran out of memory on sample 5 .*lower data.batch_size"), \
+            make(OutOfMemoryAt(16), processes=processes) as enq:
+        list(enq.batches("train", np.arange(16), epoch=0))
+    assert_clean(children)
