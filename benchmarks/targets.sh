@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's Performance figures: `python -m app bench` in each configuration the targets
-# name, on the default synthetic data (1024² JPEGs), each run under outputs/bench-targets/.
+# name, on the default synthetic data (photo-like JPEGs of about a megapixel), each run under
+# outputs/bench-targets/.
 # Usage: benchmarks/targets.sh [extra overrides...]   (about 13 minutes on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
