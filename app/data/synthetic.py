@@ -1,12 +1,10 @@
 """The offline default dataset: photo-like JPEGs, one class shape in each, among clutter.
 
-A class is a shape in a class colour (jittered), semi-transparent with a soft edge, at a
-random position, size and rotation, among blobs and lines of any colour (a fifth in the
-classes' own), over uneven light. Texture at several scales and sensor noise, mostly in
-brightness, give the files a photograph's bytes a pixel and decode cost; they come in a few
-sizes and aspect ratios, saved as cameras save at high quality (4:4:4 colour), some
-progressive, half stored turned with an EXIF orientation (docs/performance.md has the
-figures). The evidence is subtle enough that a small CNN climbs over several epochs.
+What an image looks like is app/data/drawing.py's; here, the dataset: its folder, its
+generation (in a pool, into a temporary folder renamed when whole), and how each file is
+saved: as cameras save at high quality (4:4:4 colour), some progressive, half stored turned
+with an EXIF orientation, so that bytes a pixel and decode cost are a photograph's
+(docs/performance.md has the figures).
 
 Files depend only on the generation parameters: image i is drawn from
 `np.random.default_rng([seed, i])` and saved with fixed JPEG settings; the folder's name
@@ -27,9 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, ImageDraw, ImageFilter
+from PIL import Image
 from tqdm import tqdm
 
+from app.data.drawing import COLOURS, SHAPES, class_style, draw_image
 from app.data.folder import folder_source
 from app.data.source import Source
 from app.errors import DataError
@@ -38,31 +37,15 @@ from app.errors import DataError
 # and runs trained on them are not resumed on new files.
 GENERATOR_VERSION = 2
 JPEG_QUALITY = 90
-ASPECTS = ((1, 1), (4, 3), (3, 2), (16, 9))  # long side : short side
-SCALES = (0.8, 1.0, 1.2)  # an image's pixels, as the side of a square of as many, over data.source_size
 ORIENTATIONS = (1, 1, 1, 3, 6, 8)  # EXIF orientation tags: half the files are stored turned
 _ORIENTATION_TAG = 0x0112
 _STORED_AS = {3: Image.Transpose.ROTATE_180, 6: Image.Transpose.ROTATE_90, 8: Image.Transpose.ROTATE_270}
-TEXTURE_OCTAVES = ((8, 14.0), (32, 7.0), (128, 4.0))  # (noise cells on the long side, amplitude in levels)
-SENSOR_NOISE = 2.0  # standard deviation in levels, of brightness
-CHROMA_SHARE = 0.15  # colour mottle, as a share of the brightness grain: cameras smooth colour most
 PROGRESSIVE_SHARE = 0.4  # files saved progressive, as photos exported for the web often are
-SHAPES = ("circle", "square", "triangle", "cross", "stripes", "ring", "star", "crescent")
-COLOURS = {"red": (220, 40, 40), "green": (40, 190, 60), "blue": (40, 80, 230),
-           "yellow": (235, 215, 40), "magenta": (210, 50, 200), "cyan": (40, 210, 215)}
 MAX_CLASSES = len(SHAPES) * len(COLOURS)
 _TMP_PREFIX = ".tmp-"
 # A pool only pays for its start-up (spawn'ed interpreters importing numpy and PIL) when
 # there are a few seconds of drawing: about 64 images of 1024².
 POOL_MIN_PIXELS = 64 * 1024 * 1024
-
-
-def class_style(label: int) -> tuple[str, str]:
-    """(shape, colour name) of class `label`: each round of 8 shapes shifts the colours by one,
-    so neighbouring classes differ in both and no (shape, colour) pair repeats below 48."""
-    shape, round_ = label % len(SHAPES), label // len(SHAPES)
-    colours = list(COLOURS)
-    return SHAPES[shape], colours[(shape + round_) % len(colours)]
 
 
 def class_names(num_classes: int) -> list[str]:
@@ -168,132 +151,6 @@ def _write_image(job: tuple) -> None:
     # Full-resolution colour (4:4:4), as cameras and editors save at high quality.
     img.save(path, "JPEG", quality=JPEG_QUALITY, subsampling=0, progressive=bool(rng.random() < PROGRESSIVE_SHARE),
              exif=exif)
-
-
-def image_size(rng: np.random.Generator, source_size: int) -> tuple[int, int]:
-    """(width, height): as many pixels as a `source_size` square, times one of SCALES (so a
-    dataset holds about `source_size`² pixels an image on average), in one of ASPECTS,
-    landscape or portrait."""
-    side = source_size * SCALES[int(rng.integers(len(SCALES)))]
-    a, b = ASPECTS[int(rng.integers(len(ASPECTS)))]
-    long_side, short_side = round(side * np.sqrt(a / b)), max(8, round(side * np.sqrt(b / a)))
-    return (long_side, short_side) if rng.random() < 0.5 else (short_side, long_side)
-
-
-def draw_image(rng: np.random.Generator, source_size: int, label: int) -> Image.Image:
-    """One RGB image of class `label` as a viewer shows it (EXIF orientation applied)."""
-    width, height = image_size(rng, source_size)
-    img = _background(rng, width, height)
-    draw = ImageDraw.Draw(img)
-    for _ in range(int(rng.integers(10, 20))):  # clutter
-        _clutter(draw, rng, width, height)
-    shape, colour_name = class_style(label)
-    colour = np.clip(np.array(COLOURS[colour_name]) + rng.integers(-30, 31, 3), 0, 255)
-    mask = Image.new("L", (width, height), 0)
-    _shape(ImageDraw.Draw(mask), rng, min(width, height), shape)
-    mask = mask.filter(ImageFilter.GaussianBlur(min(width, height) / 300))  # a soft edge, as out of focus
-    alpha = np.asarray(mask, dtype=np.float32)[..., None] * (rng.uniform(0.7, 0.95) / 255)
-    pixels = np.asarray(img, dtype=np.float32) * (1 - alpha) + colour.astype(np.float32) * alpha
-    pixels += _texture(rng, width, height)
-    return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
-
-
-def _background(rng: np.random.Generator, width: int, height: int) -> Image.Image:
-    """Light falling unevenly over colour fields."""
-    field = Image.fromarray(rng.integers(40, 216, (3, 3, 3), dtype=np.uint8)).resize(
-        (width, height), Image.Resampling.BICUBIC)
-    return field
-
-
-def _texture(rng: np.random.Generator, width: int, height: int) -> np.ndarray:
-    """Grain at several scales (coarse strong, fine weak) and sensor noise, in brightness, with a
-    faint colour mottle, as a camera's processing leaves them: what makes a file's bytes a
-    pixel, and its decode time, a photograph's rather than a drawing's. (height, width, 1) of
-    brightness plus (height, width, 3) of colour, to add to the image."""
-    grey = rng.standard_normal((height, width), dtype=np.float32)
-    grey *= SENSOR_NOISE
-    for cells_per_side, amplitude in TEXTURE_OCTAVES:
-        layer = _noise_layer(rng, width, height, cells_per_side, "L")
-        layer -= 127.5
-        layer *= amplitude / 127.5
-        grey += layer
-    colour = _noise_layer(rng, width, height, TEXTURE_OCTAVES[1][0], "RGB")
-    colour -= 127.5
-    colour *= CHROMA_SHARE * TEXTURE_OCTAVES[1][1] / 127.5
-    colour += grey[..., None]
-    return colour
-
-
-def _noise_layer(rng: np.random.Generator, width: int, height: int, cells_per_side: int, mode: str) -> np.ndarray:
-    """Uniform noise on a grid of `cells_per_side` cells along the long side, smoothly upscaled."""
-    long_side = max(width, height)
-    side = max(2, min(cells_per_side, long_side // 2))
-    shape = (max(2, side * height // long_side), max(2, side * width // long_side)) + ((3,) if mode == "RGB" else ())
-    grid = Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8))  # 2-D: greyscale, else RGB
-    return np.asarray(grid.resize((width, height), Image.Resampling.BICUBIC), np.float32)
-
-
-def _clutter(draw: ImageDraw.ImageDraw, rng: np.random.Generator, width: int, height: int) -> None:
-    palette = list(COLOURS.values())
-    # A fifth in the classes' colours, so colour alone is a weak cue
-    base = np.array(palette[int(rng.integers(len(palette)))] if rng.random() < 0.2 else rng.integers(0, 256, 3))
-    colour = tuple(int(v) for v in np.clip(base + rng.integers(-40, 41, 3), 0, 255))
-    x, y = rng.uniform(0, width), rng.uniform(0, height)
-    r = min(width, height) * rng.uniform(0.03, 0.1)
-    kind = rng.integers(3)
-    if kind == 0:
-        draw.ellipse((x - r, y - r * rng.uniform(0.4, 1), x + r, y + r), fill=colour)
-    elif kind == 1:
-        draw.rectangle((x - r, y - r / 2, x + r, y + r / 2), fill=colour)
-    else:
-        x2, y2 = rng.uniform(0, width), rng.uniform(0, height)
-        draw.line((x, y, x2, y2), fill=colour, width=max(1, min(width, height) // 80))
-
-
-def _shape(draw: ImageDraw.ImageDraw, rng: np.random.Generator, size: int, shape: str) -> None:
-    """Draw `shape` in white on a mask: radius 16–28% of the short side `size`, fully inside the
-    image (`draw`'s own size)."""
-    r = size * rng.uniform(0.16, 0.28)
-    width, height = draw.im.size
-    cx, cy = rng.uniform(r, width - r), rng.uniform(r, height - r)
-    angle = rng.uniform(0, 2 * np.pi)
-
-    def poly(points) -> list[tuple[float, float]]:
-        # Unit-radius points → rotated, scaled and moved into place.
-        p = np.asarray(points, dtype=float)
-        c, s = np.cos(angle), np.sin(angle)
-        xy = p @ np.array([[c, s], [-s, c]]) * r + (cx, cy)
-        return [tuple(v) for v in xy]
-
-    def disc(x: float, y: float, radius: float, fill: int) -> None:
-        draw.ellipse((x - radius, y - radius, x + radius, y + radius), fill=fill)
-
-    if shape == "circle":
-        disc(cx, cy, r, 255)
-    elif shape == "ring":
-        disc(cx, cy, r, 255)
-        disc(cx, cy, r * 0.6, 0)
-    elif shape == "crescent":
-        disc(cx, cy, r, 255)
-        dx, dy = np.cos(angle) * r * 0.45, np.sin(angle) * r * 0.45
-        disc(cx + dx, cy + dy, r * 0.8, 0)
-    elif shape == "square":
-        draw.polygon(poly([(-0.75, -0.75), (0.75, -0.75), (0.75, 0.75), (-0.75, 0.75)]), fill=255)
-    elif shape == "triangle":
-        t = np.array([np.pi / 2, np.pi / 2 + 2 * np.pi / 3, np.pi / 2 + 4 * np.pi / 3])
-        draw.polygon(poly(np.stack([np.cos(t), np.sin(t)], axis=1)), fill=255)
-    elif shape == "cross":
-        a, b = 1.0, 0.28
-        draw.polygon(poly([(-a, -b), (a, -b), (a, b), (-a, b)]), fill=255)
-        draw.polygon(poly([(-b, -a), (b, -a), (b, a), (-b, a)]), fill=255)
-    elif shape == "stripes":
-        for offset in (-0.8, -0.2, 0.4):
-            draw.polygon(poly([(-0.9, offset), (0.9, offset), (0.9, offset + 0.35),
-                               (-0.9, offset + 0.35)]), fill=255)
-    elif shape == "star":
-        t = np.pi / 2 + np.arange(10) * np.pi / 5
-        radius = np.where(np.arange(10) % 2 == 0, 1.0, 0.42)
-        draw.polygon(poly(np.stack([np.cos(t) * radius, np.sin(t) * radius], axis=1)), fill=255)
 
 
 def _remove_stale_tmp(root: Path) -> None:

@@ -8,6 +8,8 @@ import sys
 
 import yaml
 
+from app.data.synthetic import dataset_dir_name
+
 TINY = ["data.num_images=48", "data.source_size=96", "data.num_classes=3", "data.image_size=[32,32]",
         "data.batch_size=4", "model.widths=[8]", "trainer.epochs=1"]
 
@@ -24,7 +26,7 @@ def test_joblib_runs_jobs_in_parallel_on_one_dataset(tmp_path):
         summary = json.loads((tmp_path / "sweep" / job / "summary.json").read_text())
         assert summary["status"] == "completed" and summary["isolation"] == "clean"
     # both jobs asked for the dataset at once: it was generated once, and no half copy is left
-    assert [d.name for d in (tmp_path / "datasets" / "synthetic").iterdir()] == ["v1-n48-s96-c3-seed0"]
+    assert [d.name for d in (tmp_path / "datasets" / "synthetic").iterdir()] == [dataset_dir_name(48, 96, 3, 0)]
 
 
 def test_optuna_search_returns_the_best_validation_accuracy(tmp_path):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from app.data import load_source, synthetic
+from app.data import drawing, load_source, synthetic
 from app.data.images import load_rgb
 from app.data.synthetic import Spec, class_names, dataset_dir_name, ensure_dataset
 from app.errors import DataError
@@ -150,7 +150,7 @@ def test_files_stored_turned_load_as_drawn(tmp_path, draft):
     orientations = [_stored_orientation(p) for p in paths]
     assert {3, 6, 8} <= set(orientations) and 1 in orientations  # some files carry a rotation, some none
     for i, (path, orientation) in enumerate(zip(paths, orientations, strict=True)):
-        drawn = np.asarray(synthetic.draw_image(np.random.default_rng([0, i]), 256, i % 2), np.float32)
+        drawn = np.asarray(drawing.draw_image(np.random.default_rng([0, i]), 256, i % 2), np.float32)
         loaded = load_rgb(path, min_short_side=50 if draft else None)
         if draft:  # decoded at a reduced scale: compare with the drawing reduced alike
             drawn = cv2.resize(drawn, loaded.shape[1::-1], interpolation=cv2.INTER_AREA)
@@ -158,7 +158,7 @@ def test_files_stored_turned_load_as_drawn(tmp_path, draft):
         assert np.abs(loaded - drawn).mean() < 6, (path.name, orientation)
         if orientation in (3, 6, 8):  # negative control: the pixels as stored are not the drawing
             raw = cv2.imread(str(path), cv2.IMREAD_COLOR_RGB | cv2.IMREAD_IGNORE_ORIENTATION).astype(np.float32)
-            full = np.asarray(synthetic.draw_image(np.random.default_rng([0, i]), 256, i % 2), np.float32)
+            full = np.asarray(drawing.draw_image(np.random.default_rng([0, i]), 256, i % 2), np.float32)
             assert raw.shape != full.shape or np.abs(raw - full).mean() > 20
 
 
