@@ -91,6 +91,9 @@ def typed(cfg: DictConfig | dict) -> DictConfig:
     return root
 
 
+JIT_COMPILE = {"auto": "auto", "true": True, "false": False}  # trainer.jit_compile → Keras's compile argument
+
+
 def worker_limit() -> tuple[int, str]:
     """The most loader worker processes this machine holds, and how that was found."""
     import psutil
@@ -143,6 +146,8 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
     _check(t.steps_per_epoch is None or t.steps_per_epoch >= 1, "trainer.steps_per_epoch",
            t.steps_per_epoch, "null (the whole split) or an integer of at least 1")
     _check(t.lr > 0, "trainer.lr", t.lr, "a positive learning rate")
+    _check(str(t.jit_compile).lower() in JIT_COMPILE, "trainer.jit_compile", t.jit_compile,
+           "auto (Keras decides: XLA where there is a GPU), true or false")
     _check(t.checkpoint_every_steps is None or t.checkpoint_every_steps >= 1,
            "trainer.checkpoint_every_steps", t.checkpoint_every_steps, "null or an integer of at least 1")
     widths = list(cfg.model.widths)

@@ -118,6 +118,7 @@ class TrainerConfig:
     lr: float = 0.001
     checkpoint_every_steps: int | None = None
     mixed_precision: bool = False
+    jit_compile: str = "auto"  # auto | true | false (a YAML boolean arrives as "True"/"False")
     # More Keras callbacks, each a mapping with `_target_` (e.g. keras.callbacks.EarlyStopping)
     callbacks: list[Any] = field(default_factory=list)
     deterministic: bool = False  # TensorFlow op determinism: exact repeats and resumes (slower on GPUs)

@@ -110,6 +110,9 @@ CLI_ERRORS = [
     (["queue.workers=1000"], "queue.workers"),  # issue 10.9
     # issue 10.17: checked before the data, not after it and TensorFlow's start
     (["trainer.callbacks=[{_target_: keras.callbacks.EarlyStoping}]"], "trainer.callbacks[0]"),
+    # issue 12.2: BackupAndRestore would fight the run's own checkpoints; resume= does its job
+    (["trainer.callbacks=[{_target_: keras.callbacks.BackupAndRestore, backup_dir: b}]"], "resume=latest"),
+    (["trainer.jit_compile=maybe"], "trainer.jit_compile"),
 ]
 
 

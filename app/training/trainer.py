@@ -17,7 +17,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from app.augment import build_compose
-from app.config import config_error, instantiate_each, load, to_plain
+from app.config import JIT_COMPILE, config_error, instantiate_each, load, to_plain
 from app.data import load_source
 from app.errors import AppError, explain
 from app.frameworks import load_keras, native_stderr_to_log
@@ -93,7 +93,14 @@ def user_callbacks(specs: list) -> list:
         return []
     keras = load_keras()  # TensorFlow starts here: the callbacks are Keras objects
 
-    return instantiate_each(specs, "trainer.callbacks", keras.callbacks.Callback, "keras.callbacks.<Callback>")
+    built = instantiate_each(specs, "trainer.callbacks", keras.callbacks.Callback, "keras.callbacks.<Callback>")
+    for i, callback in enumerate(built):
+        if isinstance(callback, keras.callbacks.BackupAndRestore):
+            raise config_error(f"trainer.callbacks[{i}]", specs[i]["_target_"],
+                               "every run already checkpoints itself (each epoch, and every "
+                               "trainer.checkpoint_every_steps) and continues at the exact step with "
+                               "`train resume=<run dir>` or `resume=latest`; drop BackupAndRestore")
+    return built
 
 
 def _record(summary: Summary, **values) -> None:
@@ -176,7 +183,10 @@ def _model(config: Config, source, run_dir: Path, state: RunState):
                                num_classes=len(source.class_names), _convert_="all")
         net = models.classifier(backbone, image_size)
         net.compile(optimizer=models.optimizer(trainer.optimizer.value, trainer.lr),
-                    loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+                    loss="sparse_categorical_crossentropy", metrics=["accuracy"],
+                    jit_compile=JIT_COMPILE[str(trainer.jit_compile).lower()])
+        log.info("model: %s parameters; XLA (trainer.jit_compile=%s): %s", f"{net.count_params():,}",
+                 trainer.jit_compile, "on" if net.jit_compile else "off")
         return net
     point = checkpoint.resume_point(run_dir)
     state.restore(point.state)

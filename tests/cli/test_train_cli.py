@@ -67,6 +67,15 @@ def test_train_from_another_directory(tmp_path):
     assert f"run dir: {run}" in result.stdout.replace(str(tmp_path) + "/", "") or "run dir: " in result.stdout
     assert "oneDNN" not in result.stderr and "absl::InitializeLog" not in result.stderr
     assert "oneDNN" in (run / "train.log").read_text()  # negative control: they are printed, elsewhere
+    assert "XLA (trainer.jit_compile=auto): off" in (run / "train.log").read_text()  # Keras's auto, on a CPU
+
+
+def test_jit_compile_reaches_keras(tmp_path):
+    result = app("train", *TINY, "trainer.epochs=1", "trainer.jit_compile=true", "queue.workers=0",
+                 "hydra.run.dir=run", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "XLA (trainer.jit_compile=True): on" in (tmp_path / "run" / "train.log").read_text()
+    check_run_dir(tmp_path / "run", epochs=1)
 
 
 def test_help_cfg_and_unknown_command(tmp_path):
