@@ -70,14 +70,14 @@ def main(cfg: DictConfig) -> None:
         for x, _ in every_sample(queue, "predict"):
             probabilities = np.asarray(net.predict_on_batch(x))
             for index, p in enumerate(probabilities, start=done):
-                error = queue.failed["predict"].get(index)
+                error = queue.bad.failed["predict"].get(index)
                 if error is not None:
                     writer.writerow([str(files[index]), "", *([""] * len(names)), error])
                     continue
                 writer.writerow([str(files[index]), names[int(p.argmax())], *(f"{v:.6f}" for v in p), ""])
                 counts[int(p.argmax())] += 1
             done += len(x)
-    failed = queue.failed["predict"]
+    failed = queue.bad.failed["predict"]
     read = len(files) - len(failed)
     print(f"{read} images: " + ", ".join(f"{n} {c}" for n, c in zip(names, counts, strict=True) if c))
     if failed:

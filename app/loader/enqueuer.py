@@ -70,7 +70,7 @@ class Enqueuer:
     def __init__(self, splits: dict, augmenters: dict, settings: Settings, seed: int = 0,
                  on_bad_sample: str = "raise"):
         """`on_bad_sample`: raise (stop at a bad sample), skip (the next readable one in its place:
-        training), mark (zeros in its place, and `failed` says which: predict, where a stand-in
+        training), mark (zeros in its place, and `bad.failed` says which: predict, where a stand-in
         would be a made-up answer)."""
         self.splits, self.augmenters, self.settings = splits, augmenters, settings
         self.seed, self.on_bad_sample = seed, on_bad_sample
@@ -79,7 +79,6 @@ class Enqueuer:
         self.max_size = settings.max_size if settings.workers > 0 else 1  # in-process: one batch, built on demand
         self.timeout_s = settings.timeout_s
         self.bad = BadSamples(splits, settings.max_bad_fraction, settings.bad_log)
-        self.failed = self.bad.failed  # mark: split name → {sample index: reason}
         self.restarts = 0  # workers replaced this run
         self.ring: Ring | None = None
         self.pool: Pool | None = None
