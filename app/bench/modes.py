@@ -93,7 +93,7 @@ def _order(n: int, batch: int, needed: int, seed: int, shuffle: bool):
     return np.array(pairs[:needed])
 
 
-def _enqueuer(config, source, augmenter):
+def _enqueuer(config, source):
     from app.loader.pipeline import build_loader
 
     return build_loader(config, {"train": (source.train, config.augment.transforms)})
@@ -150,27 +150,27 @@ def _baseline(run: _Run):
 
 
 def _loader_steps(run: _Run):
-    config, source, augmenter, order, clock = run.config, run.source, run.augmenter, run.order, run.clock
+    config, source, order, clock = run.config, run.source, run.order, run.clock
     import keras
 
     from app.training.steps import train_epoch
 
     net = _trivial_model(config, len(source.class_names))
     clock.start = time.perf_counter()
-    with _enqueuer(config, source, augmenter) as enqueuer:
+    with _enqueuer(config, source) as enqueuer:
         train_epoch(net, _loader_batches(enqueuer, order),
                     keras.callbacks.CallbackList([_timing_callback(clock)], model=net))
 
 
 def _loader_fit(run: _Run):
-    config, source, augmenter, order, clock = run.config, run.source, run.augmenter, run.order, run.clock
+    config, source, order, clock = run.config, run.source, run.order, run.clock
     import tensorflow as tf
 
     data = config.data
     net = _trivial_model(config, len(source.class_names))
     signature = (tf.TensorSpec((None, *data.image_size, 3), tf.uint8), tf.TensorSpec((None,), tf.int64))
     clock.start = time.perf_counter()
-    with _enqueuer(config, source, augmenter) as enqueuer:
+    with _enqueuer(config, source) as enqueuer:
         dataset = tf.data.Dataset.from_generator(
             lambda: _loader_batches(enqueuer, order), output_signature=signature)
         net.fit(dataset, steps_per_epoch=len(order) // data.batch_size, epochs=1, verbose=0,
@@ -178,9 +178,9 @@ def _loader_fit(run: _Run):
 
 
 def _loader(run: _Run):
-    config, source, augmenter, order, clock = run.config, run.source, run.augmenter, run.order, run.clock
+    config, source, order, clock = run.config, run.source, run.order, run.clock
     clock.start = time.perf_counter()
-    with _enqueuer(config, source, augmenter) as enqueuer:
+    with _enqueuer(config, source) as enqueuer:
         for _ in _loader_batches(enqueuer, order):
             clock.tick()
 

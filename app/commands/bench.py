@@ -30,11 +30,10 @@ from omegaconf import DictConfig
 
 from app.bench import modes
 from app.config import conf_dir, load, to_plain
-from app.schema import BENCH_MODES, register
+from app.schema import register
 
 register()
 log = logging.getLogger("app.bench")
-MODES = BENCH_MODES
 KERAS_MODES = ("keras_threads", "keras_processes")
 
 

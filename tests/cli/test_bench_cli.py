@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from app.commands.bench import MODES
+from app.schema import BENCH_MODES
 
 
 def test_bench_reports_every_mode(tmp_path):
@@ -16,7 +16,7 @@ def test_bench_reports_every_mode(tmp_path):
                             cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((tmp_path / "bench" / "bench.json").read_text())
-    assert list(report["results"]) == MODES
+    assert list(report["results"]) == BENCH_MODES
     for mode, r in report["results"].items():
         assert "error" not in r, (mode, r.get("traceback"))
         assert r["timed_batches"] == 3 and r["images_per_s"] > 0 and r["first_batch_s"] >= 0, mode
