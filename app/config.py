@@ -148,8 +148,14 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
     _check(t.lr > 0, "trainer.lr", t.lr, "a positive learning rate")
     _check(str(t.jit_compile).lower() in JIT_COMPILE, "trainer.jit_compile", t.jit_compile,
            "auto (Keras decides: XLA where there is a GPU), true or false")
-    _check(t.checkpoint_every_steps is None or t.checkpoint_every_steps >= 1,
-           "trainer.checkpoint_every_steps", t.checkpoint_every_steps, "null or an integer of at least 1")
+    _check(t.log_every_steps >= 1, "trainer.log_every_steps", t.log_every_steps, "an integer of at least 1")
+    _check(t.steps_per_execution >= 1, "trainer.steps_per_execution", t.steps_per_execution,
+           "an integer of at least 1")
+    _check(t.checkpoint_every_steps is None or (t.checkpoint_every_steps >= 1 and
+                                                t.checkpoint_every_steps % t.steps_per_execution == 0),
+           "trainer.checkpoint_every_steps", t.checkpoint_every_steps,
+           f"null or a positive multiple of trainer.steps_per_execution={t.steps_per_execution} (a checkpoint "
+           "falls between two calls into the compiled step)")
     widths = list(cfg.model.widths)
     _check(len(widths) >= 1 and all(w >= 1 for w in widths), "model.widths", widths,
            "a non-empty list of positive channel counts")

@@ -116,7 +116,10 @@ class TrainerConfig:
     steps_per_epoch: int | None = None
     optimizer: Optimizer = Optimizer.adam
     lr: float = 0.001
-    checkpoint_every_steps: int | None = None
+    checkpoint_every_steps: int | None = None  # a multiple of steps_per_execution
+    # one cadence for the progress bar, the logger and reading metrics off the device
+    log_every_steps: int = 10
+    steps_per_execution: int = 1  # training steps a call into the compiled function (Keras's compile)
     mixed_precision: bool = False
     jit_compile: str = "auto"  # auto | true | false (a YAML boolean arrives as "True"/"False")
     # More Keras callbacks, each a mapping with `_target_` (e.g. keras.callbacks.EarlyStopping)

@@ -121,7 +121,8 @@ def _trivial_model(config, num_classes, normalising=True):
                             keras.layers.Dense(num_classes, activation="softmax")])
     if normalising:
         net = classifier(net, size)
-    net.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    net.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", metrics=["accuracy"],
+                steps_per_execution=config.trainer.steps_per_execution)
     return net
 
 
@@ -153,13 +154,15 @@ def _loader_steps(run: _Run):
     config, source, order, clock = run.config, run.source, run.order, run.clock
     import keras
 
-    from app.training.steps import train_epoch
+    from app.training.steps import EpochFigures, EpochPlan, Feed, train_epoch
 
     net = _trivial_model(config, len(source.class_names))
+    steps = len(order) // config.data.batch_size
     clock.start = time.perf_counter()
     with _enqueuer(config, source) as enqueuer:
-        train_epoch(net, _loader_batches(enqueuer, order),
-                    keras.callbacks.CallbackList([_timing_callback(clock)], model=net))
+        train_epoch(net, Feed(_loader_batches(enqueuer, order), steps),
+                    keras.callbacks.CallbackList([_timing_callback(clock)], model=net), EpochFigures(),
+                    EpochPlan(steps, config.data.batch_size, log_every=config.trainer.log_every_steps))
 
 
 def _loader_fit(run: _Run):

@@ -1,6 +1,6 @@
-"""The trainer's own Keras callbacks: the progress bar, checkpoints inside an epoch and
-samples.csv. `trainer.callbacks` adds any others (EarlyStopping, TensorBoard, ...) by
-`_target_`. Never imports the loader."""
+"""The trainer's own Keras callbacks (the progress bar, checkpoints inside an epoch and
+samples.csv), and what a checkpoint keeps of the user's (`trainer.callbacks`: EarlyStopping,
+TensorBoard, ... by `_target_`). Never imports the loader."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import sys
 from pathlib import Path
 
 import keras
+import numpy as np
 from tqdm import tqdm
 
-from app.training import checkpoint
-from app.training.steps import RunState
+from app.training.checkpoint import RunState
 
 
 class Progress(keras.callbacks.Callback):
-    """A bar an epoch with the running loss, accuracy and images/s."""
+    """A bar an epoch; the running loss, accuracy and images/s each time they are read."""
 
     def __init__(self, epochs: int, steps: int):
         super().__init__()
@@ -28,9 +28,10 @@ class Progress(keras.callbacks.Callback):
                         dynamic_ncols=True)
 
     def on_train_batch_end(self, batch, logs=None):
-        self.bar.update(1)
-        self.bar.set_postfix(loss=f"{logs['loss']:.4f}", acc=f"{logs['accuracy']:.3f}",
-                             img_s=f"{logs['images_per_s']:.0f}", refresh=False)
+        self.bar.update(batch + 1 - self.bar.n)
+        if logs:
+            self.bar.set_postfix(loss=f"{logs['loss']:.4f}", acc=f"{logs['accuracy']:.3f}",
+                                 img_s=f"{logs['images_per_s']:.0f}", refresh=False)
         if batch + 1 >= self.steps:  # closed before validation, so the epoch's log line follows it
             self.bar.close()
 
@@ -40,20 +41,18 @@ class Progress(keras.callbacks.Callback):
 
 
 class StepCheckpoint(keras.callbacks.Callback):
-    """`trainer.checkpoint_every_steps`: a checkpoint inside the epoch every N global steps."""
+    """`trainer.checkpoint_every_steps`: `save(steps done in the epoch)` every N steps of an
+    epoch (N a multiple of trainer.steps_per_execution, so each falls at the end of a call).
+    Last in the list, so the state it saves is the other callbacks' after this step."""
 
-    def __init__(self, run_dir: Path, every: int, steps_per_epoch: int, state: RunState):
+    def __init__(self, every: int, steps_per_epoch: int, save):
         super().__init__()
-        self.run_dir, self.every, self.steps_per_epoch, self.state = run_dir, every, steps_per_epoch, state
+        self.every, self.steps_per_epoch, self.save = every, steps_per_epoch, save
 
     def on_train_batch_end(self, batch, logs=None):
         done = batch + 1
-        if done == self.steps_per_epoch:
-            return  # the epoch's end saves this step, with its validation
-        if (self.state.steps_before_epoch + done) % self.every == 0:
-            best = self.state.best
-            checkpoint.save(self.model, self.run_dir, self.state.steps_before_epoch + done,
-                            self.state.checkpoint(done, complete=False), protect=best and best[1])
+        if done % self.every == 0 and done != self.steps_per_epoch:  # the epoch's end saves its own
+            self.save(done)
 
 
 class SampleRecorder(keras.callbacks.Callback):
@@ -62,12 +61,62 @@ class SampleRecorder(keras.callbacks.Callback):
     def __init__(self, path: Path, batch_size: int, state: RunState):
         super().__init__()
         self.path, self.batch_size, self.state = path, batch_size, state
+        self.first = 0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.first = batch
 
     def on_train_batch_end(self, batch, logs=None):
         new = not self.path.exists()
-        indices = self.state.order[batch * self.batch_size:(batch + 1) * self.batch_size]
         with open(self.path, "a", encoding="utf-8") as f:
             if new:
                 f.write("step,epoch,batch,indices\n")
-            f.write(f"{self.state.steps_before_epoch + batch + 1},{self.state.epoch + 1},{batch},"
-                    f"{' '.join(map(str, indices))}\n")
+            for step in range(self.first, batch + 1):  # each step of the call
+                indices = self.state.order[step * self.batch_size:(step + 1) * self.batch_size]
+                f.write(f"{self.state.steps_before_epoch + step + 1},{self.state.epoch + 1},{step},"
+                        f"{' '.join(map(str, indices))}\n")
+
+
+_PLAIN = (bool, int, float, str, type(None), np.generic)
+
+
+class CallbackStates:
+    """What training changes in the user's callbacks (EarlyStopping's wait, best and best
+    weights, ReduceLROnPlateau's counters, TensorBoard's step counters), so a resume sets it back:
+    each callback's plain attributes that differ from their values right after on_train_begin,
+    and its lists of arrays. Attributes training never changes (patience, monitor) are not
+    saved, so a resumed run takes them from its config."""
+
+    def __init__(self, callbacks: list):
+        self.callbacks = callbacks
+        self.baseline: list[dict] = []
+
+    def started(self, saved: list | None, arrays: dict) -> None:
+        """Called after on_train_begin: the baseline, then a resumed run's saved state over it."""
+        self.baseline = [_plain(c) for c in self.callbacks]
+        for i, callback in enumerate(self.callbacks):
+            for name, value in (saved[i] if saved and i < len(saved) else {}).items():
+                setattr(callback, name, value)
+            for name in {key.split(".")[1] for key in arrays if key.startswith(f"{i}.")}:
+                count = sum(key.startswith(f"{i}.{name}.") for key in arrays)
+                setattr(callback, name, [arrays[f"{i}.{name}.{j}"] for j in range(count)])
+
+    def changed(self) -> tuple[list[dict], dict]:
+        """(for state.json: each callback's changed plain values, for the checkpoint's arrays file)."""
+        plain = [{name: value for name, value in _plain(c).items() if base.get(name, _MISSING) != value}
+                 for c, base in zip(self.callbacks, self.baseline, strict=True)]
+        arrays = {f"{i}.{name}.{j}": np.asarray(a) for i, c in enumerate(self.callbacks)
+                  for name, value in vars(c).items() if _array_list(value) for j, a in enumerate(value)}
+        return plain, arrays
+
+
+_MISSING = object()
+
+
+def _plain(callback) -> dict:
+    return {name: value.item() if isinstance(value, np.generic) else value
+            for name, value in vars(callback).items() if isinstance(value, _PLAIN) and not name.startswith("__")}
+
+
+def _array_list(value) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(a, np.ndarray) for a in value)

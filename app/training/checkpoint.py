@@ -1,13 +1,14 @@
 """Checkpoints, what they hold, and where a resumed run starts from.
 
-RunState says where a run is (epoch, steps, the running epoch's sums in EpochFigures, the best
-so far): what a checkpoint stores and a resume restores; plain data, so the trainer can read it
-when interrupted.
+RunState says where a run is (epoch, steps, the running epoch's figures in EpochFigures, the
+best so far, the callbacks' state): what a checkpoint stores and a resume restores; plain data,
+so the trainer can read it when interrupted.
 
 Each checkpoint is a directory `checkpoints/step-<global step>/` holding `model.keras` (the
 weights, the optimizer's state and iteration counter), `seed_generators.npy` (the Dropout
-layers' random state) and `state.json` (epoch, batches done in it, the epoch's running sums,
-the best so far, the whole config). It is written under a temporary name and renamed when
+layers' random state), `callback_arrays.npz` (arrays the user's callbacks hold) and
+`state.json` (epoch, batches done in it, the epoch's figures and Keras's metric variables, the
+callbacks' counters, the best so far, the whole config). It is written under a temporary name and renamed when
 complete, so a kill during a write leaves the previous one intact. The newest `keep` are kept,
 and the best by validation accuracy.
 Never imports the loader; TensorFlow only inside the functions that load a model.
@@ -18,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -31,31 +32,22 @@ KEEP = 2  # the newest checkpoints kept, besides the best
 # Keras's .keras format leaves out the layers' seed generators (Layer.save_own_variables), so a
 # resumed Dropout would draw other masks: their states are saved beside it.
 SEED_STATES = "seed_generators.npy"
+CALLBACK_ARRAYS = "callback_arrays.npz"  # arrays the user's callbacks hold (EarlyStopping's best weights)
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class EpochFigures:
-    steps: int = 0
+    """The running epoch, as last read off the device (app/training/steps.py)."""
+
+    steps: int = 0  # batches trained in this epoch
     images: int = 0
-    loss_sum: float = 0.0
-    correct: float = 0.0
-    waited_s: float = 0.0  # between the end of one step and the start of the next
-    seconds: float = 0.0  # from the epoch's start to the end of its last step
-
-    def add(self, logs: dict, n: int) -> None:
-        self.steps += 1
-        self.images += n
-        self.loss_sum += float(logs["loss"]) * n
-        self.correct += float(logs["accuracy"]) * n
-
-    @property
-    def loss(self) -> float:
-        return self.loss_sum / max(self.images, 1)
-
-    @property
-    def accuracy(self) -> float:
-        return self.correct / max(self.images, 1)
+    waited_s: float = 0.0  # blocked on the ring, waiting for a batch
+    seconds: float = 0.0  # from the epoch's start to the end of its last step read
+    logs: dict = field(default_factory=dict)  # Keras's running epoch means (loss, accuracy, ...)
+    # Keras's metric variables (path → value) at a checkpoint inside the epoch: a resumed epoch
+    # goes on accumulating from them, so its means equal an uninterrupted epoch's
+    metric_state: dict = field(default_factory=dict)
 
     @property
     def images_per_s(self) -> float:
@@ -63,13 +55,10 @@ class EpochFigures:
 
     @property
     def data_wait_fraction(self) -> float:
-        return self.waited_s / self.seconds if self.seconds else 0.0
-
-    def logs(self) -> dict:
-        return {"loss": self.loss, "accuracy": self.accuracy, "images_per_s": self.images_per_s}
+        return min(self.waited_s / self.seconds, 1.0) if self.seconds else 0.0
 
     def state(self) -> dict:
-        """The running sums, for a checkpoint inside the epoch."""
+        """The running figures, for a checkpoint inside the epoch."""
         return asdict(self)
 
 
@@ -81,37 +70,43 @@ class RunState:
     epoch: int = 0  # 0-based, the epoch under way
     steps_before_epoch: int = 0
     order: np.ndarray | None = None  # this epoch's sample indices
-    figures: EpochFigures | None = None  # this epoch's running sums
+    figures: EpochFigures | None = None  # this epoch's running figures
     best: list | None = None  # [val_accuracy, checkpoint name]
+    # what training changed in the user's callbacks (app/training/callbacks.py: CallbackStates)
+    callbacks: list | None = None
+    callback_arrays: dict = field(default_factory=dict)
 
     @property
     def steps_done(self) -> int:
         """Training steps taken in this run so far, the running epoch's included."""
         return self.steps_before_epoch + (self.figures.steps if self.figures else 0)
 
-    def restore(self, saved: dict) -> None:
+    def restore(self, saved: dict, arrays: dict) -> None:
         """Where a checkpoint's state.json says the run was: after a complete epoch, the next one
-        from its start; inside an epoch, that epoch at its next batch with its running sums."""
-        self.best = saved["best"]
+        from its start; inside an epoch, that epoch at its next batch with its running figures."""
+        self.best, self.callbacks, self.callback_arrays = saved["best"], saved.get("callbacks"), arrays
         if saved["epoch_complete"]:
             self.epoch, self.steps_before_epoch = saved["epoch"] + 1, saved["step"]
         else:
             self.epoch = saved["epoch"]
             self.steps_before_epoch = saved["step"] - saved["batch_in_epoch"]
-            self.figures = EpochFigures(**saved["figures"])
+            known = {f.name for f in fields(EpochFigures)}
+            self.figures = EpochFigures(**{k: v for k, v in saved["figures"].items() if k in known})
 
     def checkpoint(self, batches_done: int, *, complete: bool, metrics: dict | None = None) -> dict:
         return {"epoch": self.epoch, "batch_in_epoch": batches_done, "epoch_complete": complete,
                 "step": self.steps_before_epoch + batches_done, "figures": self.figures.state(),
-                "best": self.best, "metrics": metrics, "config": self.config}
+                "best": self.best, "callbacks": self.callbacks, "metrics": metrics, "config": self.config}
 
 
 def _seed_states(model) -> list:
     return [v for v in model.variables if v.name == "seed_generator_state"]
 
 
-def save(model, run_dir: Path, step: int, state: dict, protect: str | None = None) -> Path:
-    """Model (with optimizer state) and `state` at `step`; replaces a checkpoint of the same step."""
+def save(model, run_dir: Path, step: int, state: dict, arrays: dict | None = None) -> Path:
+    """Model (with optimizer state), `state` and the callbacks' `arrays` (name → array) at
+    `step`; replaces a checkpoint of the same step. The newest `KEEP` stay, and the best."""
+    protect = (state.get("best") or [None, None])[1]
     root = Path(run_dir) / "checkpoints"
     root.mkdir(exist_ok=True)
     final = root / f"{PREFIX}{step:08d}"
@@ -121,6 +116,7 @@ def save(model, run_dir: Path, step: int, state: dict, protect: str | None = Non
     try:
         model.save(tmp / "model.keras")
         np.save(tmp / SEED_STATES, np.array([np.array(v) for v in _seed_states(model)], np.int64).reshape(-1, 2))
+        np.savez(tmp / CALLBACK_ARRAYS, **(arrays or {}))
         write_json(tmp / "state.json", state)
     except BaseException:  # a full disk, say: the half-written checkpoint goes, the previous ones stay
         shutil.rmtree(tmp, ignore_errors=True)
@@ -160,6 +156,7 @@ class ResumePoint:
     path: Path
     state: dict
     model: object  # the loaded keras.Model, compiled, with its optimizer
+    arrays: dict  # the callbacks' arrays
 
 
 def resume_point(run_dir: Path) -> ResumePoint:
@@ -187,7 +184,9 @@ def resume_point(run_dir: Path) -> ResumePoint:
                         type(error).__name__, str(error).splitlines()[0] if str(error) else "")
             failures.append(f"{path.name}: {type(error).__name__}")
             continue
-        return ResumePoint(path, state, model)
+        arrays_file = path / CALLBACK_ARRAYS  # absent in checkpoints of older versions
+        arrays = dict(np.load(arrays_file)) if arrays_file.exists() else {}
+        return ResumePoint(path, state, model, arrays)
     if not candidates:
         raise config_error("resume", str(run_dir), f"{run_dir} has no checkpoint in checkpoints/ (a run saves one "
                            "at each epoch end and every trainer.checkpoint_every_steps)")

@@ -31,7 +31,7 @@ from app.training.rundir import claim_dir, hold_lock
 
 log = logging.getLogger(__name__)
 
-SAFE_PREFIXES = ("trainer.epochs", "queue.")
+SAFE_PREFIXES = ("trainer.epochs", "trainer.log_every_steps", "queue.")
 # Hydra's flags that print or inspect instead of running: no directory is claimed for them.
 INFO_FLAGS = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc")
 # A value Hydra parses as a sweep or a function (choice(a, b), range(1,3), int(4)...) is not quoted.

@@ -1,4 +1,4 @@
-"""Training: config → data → loader → model → steps (app/training/steps.py) → run directory.
+"""Training: config → data → loader → model → epochs (app/training/epochs.py) → run directory.
 
 Checks that need no data run first: the config, the augmentation and the callbacks (when there
 are any, building them loads TensorFlow); then the data, then the model. The run directory is
@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -21,15 +20,14 @@ from app.config import JIT_COMPILE, config_error, instantiate_each, load, to_pla
 from app.data import load_source
 from app.errors import AppError, explain
 from app.frameworks import load_keras, native_stderr_to_log
-from app.loader.order import epoch_order, full_batches
-from app.loader.pipeline import Loader, batches, build_loader, every_sample
+from app.loader.pipeline import build_loader
 from app.memory import PeakMemory, leftovers_cleared
 from app.processes import interrupts
 from app.schema import Config
 from app.training import checkpoint
 from app.training.checkpoint import RunState
 from app.training.resume import resumed_config
-from app.training.rundir import Summary, append_metrics, hold_lock, keep_rows, release_lock, run_source, write_json
+from app.training.rundir import Summary, hold_lock, keep_rows, release_lock, run_source, write_json
 
 log = logging.getLogger("app.train")
 
@@ -130,8 +128,10 @@ def _train(config: Config, run_dir: Path, summary: Summary, state: RunState, cal
         summary.update(queue_bytes=loader.queue_bytes)
         log.info("queue: %d %s, max_size %d: %.1f MiB of uint8 batches", loader.num_workers,
                  "processes" if loader.use_multiprocessing else "threads", loader.max_size, loader.queue_bytes / 2**20)
+        from app.training.epochs import Epochs  # Keras is loaded by now
+
         with loader, PeakMemory() as memory:
-            _Training(config, run_dir, summary, state, source, steps, net, loader, memory, callbacks).epochs()
+            Epochs(config, run_dir, summary, state, source, steps, net, loader, memory, callbacks).run()
     finally:
         keras.mixed_precision.set_global_policy("float32")
 
@@ -184,109 +184,19 @@ def _model(config: Config, source, run_dir: Path, state: RunState):
         net = models.classifier(backbone, image_size)
         net.compile(optimizer=models.optimizer(trainer.optimizer.value, trainer.lr),
                     loss="sparse_categorical_crossentropy", metrics=["accuracy"],
-                    jit_compile=JIT_COMPILE[str(trainer.jit_compile).lower()])
+                    jit_compile=JIT_COMPILE[str(trainer.jit_compile).lower()],
+                    steps_per_execution=trainer.steps_per_execution)
         log.info("model: %s parameters; XLA (trainer.jit_compile=%s): %s", f"{net.count_params():,}",
                  trainer.jit_compile, "on" if net.jit_compile else "off")
         return net
     point = checkpoint.resume_point(run_dir)
-    state.restore(point.state)
+    state.restore(point.state, point.arrays)
     log.info("resuming from %s: step %d done (epoch %d, batch %d); continuing at step %d", point.path.name,
              point.state["step"], point.state["epoch"] + 1, point.state["batch_in_epoch"], point.state["step"] + 1)
     # what the interrupted run wrote after this checkpoint is redone, not duplicated
     keep_rows(run_dir / "metrics.csv", lambda row: int(row["epoch"]) <= state.epoch)
     keep_rows(run_dir / "samples.csv", lambda row: int(row["step"]) <= point.state["step"])
     return point.model
-
-
-@dataclass
-class _Training:
-    """The epoch loop of one run, and what it records at each epoch's end."""
-
-    config: Config
-    run_dir: Path
-    summary: Summary
-    state: RunState
-    source: object
-    steps: int  # training steps an epoch
-    net: object
-    loader: Loader
-    memory: PeakMemory
-    user_callbacks: list
-
-    def epochs(self) -> None:
-        epochs, state = self.config.trainer.epochs, self.state
-        callbacks = self._callbacks()
-        callbacks.on_train_begin()
-        if state.epoch >= epochs:
-            log.info("all %d epochs are done already; add trainer.epochs=N to extend the run", epochs)
-        while state.epoch < epochs:
-            epoch = state.epoch
-            row = self._epoch(callbacks)
-            callbacks.on_epoch_end(epoch, {k: v for k, v in row.items() if k != "epoch"})
-            if self.net.stop_training:
-                log.info("a callback stopped training after epoch %d", epoch + 1)
-                break
-        callbacks.on_train_end()
-
-    def _callbacks(self):
-        import keras
-
-        from app.training.callbacks import Progress, SampleRecorder, StepCheckpoint
-
-        trainer, epochs = self.config.trainer, self.config.trainer.epochs
-        own = [Progress(epochs, self.steps)]
-        # A step's row is written before its checkpoint: a run killed between the two would
-        # otherwise resume after a step that samples.csv never recorded.
-        if trainer.record_samples:
-            own.append(SampleRecorder(self.run_dir / "samples.csv", self.config.data.batch_size, self.state))
-        if trainer.checkpoint_every_steps:
-            own.append(StepCheckpoint(self.run_dir, trainer.checkpoint_every_steps, self.steps, self.state))
-        return keras.callbacks.CallbackList(own + self.user_callbacks, model=self.net, epochs=epochs,
-                                            steps=self.steps)
-
-    def _epoch(self, callbacks) -> dict:
-        """Train one epoch (or the rest of a resumed one), validate, record; metrics.csv's row."""
-        from app.training.steps import EpochFigures, evaluate, train_epoch
-
-        state, batch, epoch = self.state, self.config.data.batch_size, self.state.epoch
-        first = state.figures.steps if state.figures else 0  # a resumed epoch's batches done
-        state.figures = state.figures or EpochFigures()
-        permutation = epoch_order(len(self.source.train), seed=self.config.seed, epoch=epoch,
-                                  shuffle=self.config.queue.shuffle)
-        state.order = full_batches(permutation, batch)[: self.steps * batch]
-        callbacks.on_epoch_begin(epoch, {"first_batch": first})
-        fit = train_epoch(self.net, batches(self.loader, "train", state.order[first * batch:], epoch), callbacks,
-                          state.figures, first_batch=first)
-        val = evaluate(self.net, every_sample(self.loader, "val"))
-        row = {"epoch": epoch + 1, "loss": fit.loss, "accuracy": fit.accuracy, "val_loss": val.loss,
-               "val_accuracy": val.accuracy, "images_per_s": fit.images_per_s,
-               "data_wait_fraction": fit.data_wait_fraction, "peak_memory_mb": self.memory.window_peak_mb()}
-        self._record(row, fit.steps)
-        return row
-
-    def _record(self, row: dict, steps_done: int) -> None:
-        """metrics.csv, model.keras when best, the epoch's checkpoint, summary.json, the log line."""
-        from app import model as models
-
-        state = self.state
-        append_metrics(self.run_dir / "metrics.csv", row)
-        step = state.steps_before_epoch + steps_done
-        if state.best is None or row["val_accuracy"] > state.best[0]:
-            state.best = [row["val_accuracy"], f"{checkpoint.PREFIX}{step:08d}"]
-            models.export(self.net, self.run_dir / "model.keras", class_names=self.source.class_names,
-                          image_size=list(self.config.data.image_size))
-        checkpoint.save(self.net, self.run_dir, step, state.checkpoint(steps_done, complete=True, metrics=row),
-                        protect=state.best[1])
-        peak = max(self.memory.peak / 2**20, self.summary.content.get("peak_memory_mb") or 0)
-        self.summary.update(epochs_completed=row["epoch"], steps=step, loss=row["loss"],
-                            val_accuracy=row["val_accuracy"], best_val_accuracy=state.best[0],
-                            images_per_s=row["images_per_s"], data_wait_fraction=row["data_wait_fraction"],
-                            peak_memory_mb=peak, restarted_workers=self.loader.restarts)
-        log.info("epoch %d/%d: loss %.4f, accuracy %.3f, val_loss %.4f, val_accuracy %.3f, %.1f img/s, "
-                 "data wait %.0f%%, peak %.0f MiB", row["epoch"], self.config.trainer.epochs, row["loss"],
-                 row["accuracy"], row["val_loss"], row["val_accuracy"], row["images_per_s"],
-                 100 * row["data_wait_fraction"], row["peak_memory_mb"])
-        state.epoch, state.steps_before_epoch, state.figures = row["epoch"], step, None
 
 
 def _visible_gpus() -> list[str]:

@@ -19,7 +19,8 @@ from app.training.rundir import release_lock
 
 CONFIG = ["data.num_images=96", "data.source_size=128", "data.num_classes=3", "data.image_size=[96,96]",
           "data.batch_size=8", "model.widths=[32,64]", "model.dropout=0.3", "trainer.epochs=5",
-          "trainer.checkpoint_every_steps=3", "trainer.record_samples=true", "trainer.deterministic=true",
+          "trainer.checkpoint_every_steps=3", "trainer.steps_per_execution=3", "trainer.record_samples=true",
+          "trainer.deterministic=true",
           "queue.workers=2"]
 
 

@@ -20,7 +20,7 @@ def tiny():
 def test_keeps_the_newest_two_and_the_protected_best(tmp_path):
     net = tiny()
     for step in range(1, 6):
-        checkpoint.save(net, tmp_path, step, {"step": step}, protect="step-00000002")
+        checkpoint.save(net, tmp_path, step, {"step": step, "best": [0.9, "step-00000002"]})
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert names == ["step-00000002", "step-00000004", "step-00000005"]  # no temporary leftovers either
 

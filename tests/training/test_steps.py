@@ -1,5 +1,6 @@
-"""The step loop fed by the real enqueuer: how far ahead batches are built, and how many
-batches exist outside the ring, counted from Keras callbacks around real training steps."""
+"""The step loop fed by the real enqueuer: how far ahead batches are built, how many batches
+exist outside the ring, when metrics are read off the device, how many steps a call takes, and
+what counts as waiting; counted from Keras callbacks around real training steps."""
 
 from __future__ import annotations
 
@@ -14,17 +15,28 @@ from marked import IdentityAugmenter, MarkedSplit
 from app.loader import prefetch
 from app.loader.enqueuer import Enqueuer, Settings
 from app.model import classifier
-from app.training.steps import EpochFigures, evaluate, train_epoch
+from app.training.steps import EpochFigures, EpochPlan, Feed, evaluate, train_epoch, validate
 
 BATCH = 4
 
 
-def tiny_net(size: int = 8) -> keras.Model:
+def tiny_net(size: int = 8, steps_per_execution: int = 1) -> keras.Model:
     backbone = keras.Sequential([keras.Input((size, size, 3)), keras.layers.GlobalAveragePooling2D(),
                                  keras.layers.Dense(3, activation="softmax")])
     net = classifier(backbone, (size, size))
-    net.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    net.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", metrics=["accuracy"],
+                steps_per_execution=steps_per_execution)
     return net
+
+
+def train(net, batches, count: int, callbacks=(), **plan) -> EpochFigures:
+    return train_epoch(net, Feed(batches, count), keras.callbacks.CallbackList(list(callbacks), model=net),
+                       EpochFigures(), EpochPlan(count, BATCH, **plan))
+
+
+def blank_batches(count: int, size: int = 8):
+    for _ in range(count):
+        yield np.zeros((BATCH, size, size, 3), np.uint8), np.zeros(BATCH, np.int64)
 
 
 def enqueuer(split, max_size: int) -> Enqueuer:
@@ -53,8 +65,7 @@ def test_built_ahead_never_exceeds_max_size(max_size, tmp_path):
     count = CountAhead(log)
     net = tiny_net()
     with enqueuer(split, max_size) as enq:
-        figures = train_epoch(net, prefetch.batches(enq, "train", np.arange(120), 0),
-                              keras.callbacks.CallbackList([count], model=net))
+        figures = train(net, prefetch.batches(enq, "train", np.arange(120), 0), 30, [count])
     assert figures.steps == 30 and figures.images == 120 and count.consumed == 120
     # the batch training has left the ring (it is float32 now): max_size batches more, no further
     assert max(count.ahead) <= max_size * BATCH
@@ -89,31 +100,122 @@ def test_at_most_two_batches_outside_the_ring_and_none_float32(monkeypatch):
     monkeypatch.setattr(prefetch, "detach", tracked)
     net = tiny_net()
     with enqueuer(MarkedSplit(80), max_size=4) as enq:
-        train_epoch(net, prefetch.batches(enq, "train", np.arange(80), 0),
-                    keras.callbacks.CallbackList([Look()], model=net))
+        train(net, prefetch.batches(enq, "train", np.arange(80), 0), 20, [Look()])
         assert 1 <= most[0] <= 2 and dtypes == {np.dtype(np.uint8)}
         # negative control: a consumer that keeps its batches is seen keeping them
         kept = list(prefetch.batches(enq, "train", np.arange(80), 1))
         assert live() == len(kept) == 20
 
 
-def test_evaluate_weights_the_short_last_batch():
+def test_evaluate_and_validate_weight_the_short_last_batch():
     net = tiny_net()
     with enqueuer(MarkedSplit(10), max_size=2) as enq:
         whole = evaluate(net, prefetch.batches(enq, "train", np.arange(10), 0))
         parts = [evaluate(net, prefetch.batches(enq, "train", np.arange(i, min(i + BATCH, 10)), 0))
                  for i in range(0, 10, BATCH)]
-    assert whole.images == 10 and whole.steps == 3
+        hooks = Hooks()
+        logs = validate(net, Feed(prefetch.batches(enq, "train", np.arange(10), 0), 3),
+                        keras.callbacks.CallbackList([hooks], model=net))
+    assert whole.images == 10 and [p.images for p in parts] == [4, 4, 2]
     assert whole.loss == pytest.approx(sum(p.loss * p.images for p in parts) / 10, rel=1e-5)
+    # Keras's own test step scores the same samples the same way
+    assert logs["loss"] == pytest.approx(whole.loss, rel=1e-5) and logs["accuracy"] == pytest.approx(whole.accuracy)
+    assert hooks.calls == ["test_begin", "test_batch_begin 0", "test_batch_end 0 -", "test_batch_begin 1",
+                           "test_batch_end 1 -", "test_batch_begin 2", "test_batch_end 2 accuracy,loss", "test_end"]
 
 
 def test_a_resumed_epoch_does_not_count_its_past_as_waiting():
     """Issue 10.11: the first wait after a mid-epoch resume counted the seconds already spent
-    before the interruption (data_wait_fraction 1.336). A resumed epoch passes its old sums."""
+    before the interruption (data_wait_fraction 1.336). A resumed epoch passes its old figures."""
     net = tiny_net()
-    before = EpochFigures(steps=5, images=20, loss_sum=20.0, correct=10.0, waited_s=1.0, seconds=100.0)
-    batches = [(np.zeros((BATCH, 8, 8, 3), np.uint8), np.zeros(BATCH, np.int64))] * 3
-    figures = train_epoch(net, iter(batches), keras.callbacks.CallbackList([], model=net), before, first_batch=5)
-    assert figures.steps == 8 and figures.seconds >= 100.0
+    before = EpochFigures(steps=5, images=20, waited_s=1.0, seconds=100.0)
+    figures = train_epoch(net, Feed(blank_batches(3), 3), keras.callbacks.CallbackList([], model=net), before,
+                          EpochPlan(8, BATCH, first=5))
+    assert figures.steps == 8 and figures.images == 32 and figures.seconds >= 100.0
     # the three new steps waited next to nothing: far below the 100 s already on the clock
     assert figures.waited_s < 1.0 + 50.0 and 0 <= figures.data_wait_fraction < 0.5
+
+
+class Hooks(keras.callbacks.Callback):
+    """Every batch hook, with the keys of the logs it was given ("-" for none)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[str] = []
+
+    def _end(self, name, batch, logs):
+        self.calls.append(f"{name} {batch} {','.join(sorted(logs)) if logs else '-'}")
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.calls.append(f"train_batch_begin {batch}")
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._end("train_batch_end", batch, logs)
+
+    def on_test_begin(self, logs=None):
+        self.calls.append("test_begin")
+
+    def on_test_batch_begin(self, batch, logs=None):
+        self.calls.append(f"test_batch_begin {batch}")
+
+    def on_test_batch_end(self, batch, logs=None):
+        self._end("test_batch_end", batch, logs)
+
+    def on_test_end(self, logs=None):
+        self.calls.append("test_end")
+
+
+def test_metrics_are_read_every_log_every_steps_and_at_the_end():
+    read = "accuracy,data_wait_fraction,images_per_s,loss"
+    hooks = Hooks()
+    train(tiny_net(), blank_batches(10), 10, [hooks], log_every=4)
+    ends = [call for call in hooks.calls if call.startswith("train_batch_end")]
+    assert ends == [f"train_batch_end {b} {read if b in (3, 7, 9) else '-'}" for b in range(10)]
+    # negative control: reading every step gives every hook its logs
+    hooks = Hooks()
+    train(tiny_net(), blank_batches(10), 10, [hooks], log_every=1)
+    assert all(call.endswith(read) for call in hooks.calls if call.startswith("train_batch_end"))
+
+
+def test_several_steps_a_call_and_no_phantom_step():
+    hooks, net = Hooks(), tiny_net(steps_per_execution=4)
+    figures = train(net, blank_batches(10), 10, [hooks], log_every=4, checkpoint_every=8)
+    assert [c for c in hooks.calls if "begin" in c] == ["train_batch_begin 0", "train_batch_begin 4",
+                                                       "train_batch_begin 8"]
+    assert [c.split()[1] for c in hooks.calls if "end" in c] == ["3", "7", "9"]
+    # every batch trained once: the optimizer counted exactly ten steps
+    assert int(net.optimizer.iterations) == 10 and figures.steps == 10 and figures.images == 40
+    # negative control: one step a call fires the hooks each step
+    hooks, net = Hooks(), tiny_net()
+    train(net, blank_batches(10), 10, [hooks])
+    assert len([c for c in hooks.calls if "begin" in c]) == 10 and int(net.optimizer.iterations) == 10
+
+
+def slow_batches(count: int, seconds: float):
+    for x, y in blank_batches(count):
+        started = time.perf_counter()
+        while time.perf_counter() - started < seconds:  # a worker still decoding
+            pass
+        yield x, y
+
+
+def test_data_wait_is_the_time_blocked_on_the_loader():
+    net = tiny_net()
+    train(net, blank_batches(2), 2)  # traced before the clocks below
+    slow = train(net, slow_batches(10, 0.05), 10)
+    assert slow.waited_s >= 10 * 0.05 and slow.data_wait_fraction > 0.5
+    # negative control: batches that are ready at once leave little to wait for
+    fast = train(net, blank_batches(10), 10)
+    assert fast.waited_s < 0.25 and fast.data_wait_fraction < slow.data_wait_fraction
+
+
+def test_the_loaders_own_error_reaches_the_loop_unchanged():
+    class LoaderFailed(RuntimeError):
+        pass
+
+    def failing():
+        yield from blank_batches(2)
+        raise LoaderFailed("sample 7 could not be decoded")
+
+    with pytest.raises(LoaderFailed, match="sample 7"):
+        train(tiny_net(), failing(), 5)

@@ -1,0 +1,128 @@
+"""The epoch loop of one run: each epoch's order, its steps (app/training/steps.py), validation,
+the callbacks' hooks as `fit` fires them, and what is recorded at the epoch's end (metrics.csv,
+model.keras when best, the checkpoint, summary.json, the log line).
+Never imports the loader's internals: only app/loader/pipeline.py and order.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import keras
+
+from app import model as models
+from app.loader.order import epoch_order, full_batches
+from app.loader.pipeline import Loader, batches, every_sample
+from app.memory import PeakMemory
+from app.schema import Config
+from app.training import checkpoint
+from app.training.callbacks import CallbackStates, Progress, SampleRecorder, StepCheckpoint
+from app.training.checkpoint import EpochFigures, RunState
+from app.training.rundir import Summary, append_metrics
+from app.training.steps import EpochPlan, Feed, metric_state, restore_metrics, train_epoch, validate
+
+log = logging.getLogger("app.train")
+
+
+@dataclass
+class Epochs:
+    """The epoch loop of one run, and what it records at each epoch's end."""
+
+    config: Config
+    run_dir: Path
+    summary: Summary
+    state: RunState
+    source: object
+    steps: int  # training steps an epoch
+    net: keras.Model
+    loader: Loader
+    memory: PeakMemory
+    user_callbacks: list
+    kept: CallbackStates = field(init=False)
+
+    def run(self) -> None:
+        epochs, state = self.config.trainer.epochs, self.state
+        callbacks = self._callbacks()
+        self.net.stop_training = False
+        callbacks.on_train_begin()
+        self.kept = CallbackStates(self.user_callbacks)
+        self.kept.started(state.callbacks, state.callback_arrays)
+        if state.epoch >= epochs:
+            log.info("all %d epochs are done already; add trainer.epochs=N to extend the run", epochs)
+        while state.epoch < epochs:
+            self._epoch(callbacks)
+            if self.net.stop_training:
+                log.info("a callback stopped training after epoch %d", state.epoch)
+                break
+        callbacks.on_train_end()
+
+    def _callbacks(self) -> keras.callbacks.CallbackList:
+        trainer, epochs = self.config.trainer, self.config.trainer.epochs
+        own = [Progress(epochs, self.steps)]
+        # A step's row is written before its checkpoint: a run killed between the two would
+        # otherwise resume after a step that samples.csv never recorded.
+        if trainer.record_samples:
+            own.append(SampleRecorder(self.run_dir / "samples.csv", self.config.data.batch_size, self.state))
+        # Last: the state a checkpoint keeps is every other callback's after this step.
+        last = ([StepCheckpoint(trainer.checkpoint_every_steps, self.steps, self._save_inside_epoch)]
+                if trainer.checkpoint_every_steps else [])
+        return keras.callbacks.CallbackList(own + self.user_callbacks + last, model=self.net, epochs=epochs,
+                                            steps=self.steps)
+
+    def _epoch(self, callbacks: keras.callbacks.CallbackList) -> None:
+        """Train one epoch (or the rest of a resumed one), validate, record."""
+        state, batch, epoch, trainer = self.state, self.config.data.batch_size, self.state.epoch, self.config.trainer
+        permutation = epoch_order(len(self.source.train), seed=self.config.seed, epoch=epoch,
+                                  shuffle=self.config.queue.shuffle)
+        state.order = full_batches(permutation, batch)[: self.steps * batch]
+        resumed = state.figures is not None
+        state.figures = state.figures or EpochFigures()
+        first = state.figures.steps
+        self.net.reset_metrics()
+        if resumed and state.figures.metric_state:  # Keras's means go on from the checkpoint's
+            restore_metrics(self.net, state.figures.metric_state)
+        callbacks.on_epoch_begin(epoch, {"first_batch": first})
+        feed = Feed(batches(self.loader, "train", state.order[first * batch:], epoch), self.steps - first)
+        plan = EpochPlan(self.steps, batch, first, trainer.log_every_steps, trainer.checkpoint_every_steps)
+        fit = train_epoch(self.net, feed, callbacks, state.figures, plan)
+        val = validate(self.net, Feed(every_sample(self.loader, "val"), math.ceil(len(self.source.val) / batch)),
+                       callbacks)
+        row = {"epoch": epoch + 1, "loss": fit.logs["loss"], "accuracy": fit.logs["accuracy"],
+               "val_loss": val["loss"], "val_accuracy": val["accuracy"], "images_per_s": fit.images_per_s,
+               "data_wait_fraction": fit.data_wait_fraction, "peak_memory_mb": self.memory.window_peak_mb()}
+        callbacks.on_epoch_end(epoch, {k: v for k, v in row.items() if k != "epoch"})
+        self._record(row, fit.steps)
+
+    def _save_inside_epoch(self, done: int) -> None:
+        """A checkpoint after `done` steps of the running epoch, with Keras's metric variables."""
+        state = self.state
+        state.figures.metric_state = metric_state(self.net)
+        state.callbacks, arrays = self.kept.changed()
+        checkpoint.save(self.net, self.run_dir, state.steps_before_epoch + done,
+                        state.checkpoint(done, complete=False), arrays)
+
+    def _record(self, row: dict, steps_done: int) -> None:
+        """metrics.csv, model.keras when best, the epoch's checkpoint, summary.json, the log line."""
+        state = self.state
+        append_metrics(self.run_dir / "metrics.csv", row)
+        step = state.steps_before_epoch + steps_done
+        if state.best is None or row["val_accuracy"] > state.best[0]:
+            state.best = [row["val_accuracy"], f"{checkpoint.PREFIX}{step:08d}"]
+            models.export(self.net, self.run_dir / "model.keras", class_names=self.source.class_names,
+                          image_size=list(self.config.data.image_size))
+        state.figures.metric_state = {}
+        state.callbacks, arrays = self.kept.changed()
+        checkpoint.save(self.net, self.run_dir, step, state.checkpoint(steps_done, complete=True, metrics=row), arrays)
+        peak = max(self.memory.peak / 2**20, self.summary.content.get("peak_memory_mb") or 0)
+        self.summary.update(epochs_completed=row["epoch"], steps=step, loss=row["loss"],
+                            val_accuracy=row["val_accuracy"], best_val_accuracy=state.best[0],
+                            images_per_s=row["images_per_s"], data_wait_fraction=row["data_wait_fraction"],
+                            peak_memory_mb=peak, restarted_workers=self.loader.restarts)
+        log.info("epoch %d/%d: loss %.4f, accuracy %.3f, val_loss %.4f, val_accuracy %.3f, %.1f img/s, "
+                 "data wait %.0f%%, peak %.0f MiB", row["epoch"], self.config.trainer.epochs, row["loss"],
+                 row["accuracy"], row["val_loss"], row["val_accuracy"], row["images_per_s"],
+                 100 * row["data_wait_fraction"], row["peak_memory_mb"])
+        state.epoch, state.steps_before_epoch, state.figures = row["epoch"], step, None
