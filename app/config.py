@@ -110,7 +110,14 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
     """The config, typed (`typed`), after the ranges and cross-key rules the types alone cannot
     express. Raises ConfigError."""
     cfg = typed(cfg)
-    d, q, t = cfg.data, cfg.queue, cfg.trainer
+    _check_data(cfg.data)
+    _check_queue(cfg.queue)
+    _check_trainer(cfg.trainer)
+    _check_model_and_bench(cfg)
+    return cfg
+
+
+def _check_data(d) -> None:
     size = list(d.image_size)
     _check(len(size) == 2 and all(s >= 8 for s in size), "data.image_size", size,
            "two integers [H, W], each at least 8")
@@ -130,6 +137,9 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
         _check(d.num_images >= 2 * d.num_classes, "data.num_images", d.num_images,
                f"at least 2 images a class ({2 * d.num_classes} for {d.num_classes} classes)")
         _check(d.source_size >= 16, "data.source_size", d.source_size, "at least 16 pixels")
+
+
+def _check_queue(q) -> None:
     _check(q.workers >= 0, "queue.workers", q.workers, "0 (load in the training process) or more workers")
     if q.worker_limit is not None:
         _check(q.worker_limit >= 1, "queue.worker_limit", q.worker_limit, "null (what the machine holds) or at least 1")
@@ -142,6 +152,9 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
     _check(q.max_size >= 1, "queue.max_size", q.max_size, "an integer of at least 1 (batches held ready)")
     _check(q.timeout_s > 0, "queue.timeout_s", q.timeout_s, "a positive number of seconds")
     _check(q.startup_timeout_s > 0, "queue.startup_timeout_s", q.startup_timeout_s, "a positive number of seconds")
+
+
+def _check_trainer(t) -> None:
     _check(t.epochs >= 1, "trainer.epochs", t.epochs, "an integer of at least 1")
     _check(t.steps_per_epoch is None or t.steps_per_epoch >= 1, "trainer.steps_per_epoch",
            t.steps_per_epoch, "null (the whole split) or an integer of at least 1")
@@ -156,6 +169,9 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
            "trainer.checkpoint_every_steps", t.checkpoint_every_steps,
            f"null or a positive multiple of trainer.steps_per_execution={t.steps_per_execution} (a checkpoint "
            "falls between two calls into the compiled step)")
+
+
+def _check_model_and_bench(cfg) -> None:
     widths = list(cfg.model.widths)
     _check(len(widths) >= 1 and all(w >= 1 for w in widths), "model.widths", widths,
            "a non-empty list of positive channel counts")
@@ -167,7 +183,6 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
            f"a list of modes from {', '.join(BENCH_MODES)}")
     _check(b.batches >= 1, "bench.batches", b.batches, "at least 1 timed batch")
     _check(b.warmup >= 0, "bench.warmup", b.warmup, "0 or more batches")
-    return cfg
 
 
 def load(cfg: DictConfig | dict) -> Config:
