@@ -113,6 +113,8 @@ CLI_ERRORS = [
     # issue 12.2: BackupAndRestore would fight the run's own checkpoints; resume= does its job
     (["trainer.callbacks=[{_target_: keras.callbacks.BackupAndRestore, backup_dir: b}]"], "resume=latest"),
     (["trainer.jit_compile=maybe"], "trainer.jit_compile"),
+    # a checkpoint falls between two calls into the compiled step
+    (["trainer.steps_per_execution=4", "trainer.checkpoint_every_steps=6"], "trainer.checkpoint_every_steps"),
 ]
 
 

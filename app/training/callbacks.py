@@ -4,6 +4,7 @@ TensorBoard, ... by `_target_`). Never imports the loader."""
 
 from __future__ import annotations
 
+import inspect
 import sys
 from pathlib import Path
 
@@ -84,8 +85,9 @@ class CallbackStates:
     """What training changes in the user's callbacks (EarlyStopping's wait, best and best
     weights, ReduceLROnPlateau's counters, TensorBoard's step counters), so a resume sets it back:
     each callback's plain attributes that differ from their values right after on_train_begin,
-    and its lists of arrays. Attributes training never changes (patience, monitor) are not
-    saved, so a resumed run takes them from its config."""
+    and its lists of arrays. Attributes named by the callback's constructor (patience, monitor,
+    and min_delta, which Keras flips in place once it knows the direction) are left out: a resumed
+    run takes them from its config and derives them again as the first run did."""
 
     def __init__(self, callbacks: list):
         self.callbacks = callbacks
@@ -106,16 +108,22 @@ class CallbackStates:
         plain = [{name: value for name, value in _plain(c).items() if base.get(name, _MISSING) != value}
                  for c, base in zip(self.callbacks, self.baseline, strict=True)]
         arrays = {f"{i}.{name}.{j}": np.asarray(a) for i, c in enumerate(self.callbacks)
-                  for name, value in vars(c).items() if _array_list(value) for j, a in enumerate(value)}
+                  for name, value in _state(c).items() if _array_list(value) for j, a in enumerate(value)}
         return plain, arrays
 
 
 _MISSING = object()
 
 
+def _state(callback) -> dict:
+    """The callback's attributes but those its constructor names."""
+    given = inspect.signature(type(callback).__init__).parameters
+    return {name: value for name, value in vars(callback).items() if name not in given}
+
+
 def _plain(callback) -> dict:
     return {name: value.item() if isinstance(value, np.generic) else value
-            for name, value in vars(callback).items() if isinstance(value, _PLAIN) and not name.startswith("__")}
+            for name, value in _state(callback).items() if isinstance(value, _PLAIN)}
 
 
 def _array_list(value) -> bool:

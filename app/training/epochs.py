@@ -52,12 +52,13 @@ class Epochs:
         self.kept.started(state.callbacks, state.callback_arrays)
         if state.epoch >= epochs:
             log.info("all %d epochs are done already; add trainer.epochs=N to extend the run", epochs)
+        logs = None
         while state.epoch < epochs:
-            self._epoch(callbacks)
+            logs = self._epoch(callbacks)
             if self.net.stop_training:
                 log.info("a callback stopped training after epoch %d", state.epoch)
                 break
-        callbacks.on_train_end()
+        callbacks.on_train_end(logs)
 
     def _callbacks(self) -> keras.callbacks.CallbackList:
         trainer, epochs = self.config.trainer, self.config.trainer.epochs
@@ -72,8 +73,8 @@ class Epochs:
         return keras.callbacks.CallbackList(own + self.user_callbacks + last, model=self.net, epochs=epochs,
                                             steps=self.steps)
 
-    def _epoch(self, callbacks: keras.callbacks.CallbackList) -> None:
-        """Train one epoch (or the rest of a resumed one), validate, record."""
+    def _epoch(self, callbacks: keras.callbacks.CallbackList) -> dict:
+        """Train one epoch (or the rest of a resumed one), validate, record; the epoch's logs."""
         state, batch, epoch, trainer = self.state, self.config.data.batch_size, self.state.epoch, self.config.trainer
         permutation = epoch_order(len(self.source.train), seed=self.config.seed, epoch=epoch,
                                   shuffle=self.config.queue.shuffle)
@@ -93,8 +94,10 @@ class Epochs:
         row = {"epoch": epoch + 1, "loss": fit.logs["loss"], "accuracy": fit.logs["accuracy"],
                "val_loss": val["loss"], "val_accuracy": val["accuracy"], "images_per_s": fit.images_per_s,
                "data_wait_fraction": fit.data_wait_fraction, "peak_memory_mb": self.memory.window_peak_mb()}
-        callbacks.on_epoch_end(epoch, {k: v for k, v in row.items() if k != "epoch"})
+        logs = {k: v for k, v in row.items() if k != "epoch"}
+        callbacks.on_epoch_end(epoch, logs)
         self._record(row, fit.steps)
+        return logs
 
     def _save_inside_epoch(self, done: int) -> None:
         """A checkpoint after `done` steps of the running epoch, with Keras's metric variables."""

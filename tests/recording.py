@@ -1,0 +1,39 @@
+"""A Keras callback that writes down every hook it sees, for tests that compare the trainer's
+step loop with `fit`. Importable by the `train` CLI in a subprocess (tests/ on PYTHONPATH)."""
+
+from __future__ import annotations
+
+import json
+
+import keras
+
+UNINDEXED = {"train_begin", "train_end", "test_begin", "test_end"}
+HOOKS = ["train_begin", "epoch_begin", "train_batch_begin", "train_batch_end", "test_begin", "test_batch_begin",
+         "test_batch_end", "test_end", "epoch_end", "train_end"]
+
+
+class HookRecorder(keras.callbacks.Callback):
+    """One JSON line a hook: [hook, its epoch or batch index, the keys of its logs]."""
+
+    def __init__(self, path: str):
+        super().__init__()
+        self.path = path
+
+    def _write(self, hook: str, index, logs) -> None:
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps([hook, index, sorted(logs or {})]) + "\n")
+
+
+def _hook(name: str, indexed: bool):
+    if indexed:
+        return lambda self, index, logs=None: self._write(name, index, logs)
+    return lambda self, logs=None: self._write(name, None, logs)
+
+
+for _name in HOOKS:
+    setattr(HookRecorder, f"on_{_name}", _hook(_name, _name not in UNINDEXED))
+
+
+def read(path) -> list[list]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f]

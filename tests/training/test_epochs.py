@@ -1,0 +1,107 @@
+"""The epoch loop through the real `train` CLI: Keras's hooks fire as `fit` fires them, and the
+user's callbacks (EarlyStopping, TensorBoard) behave as under `fit`, across a resume too."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import recording
+
+TESTS = Path(__file__).resolve().parents[1]
+EXECUTION = 4  # steps a call: 6 training steps make calls of 4 and 2
+CONFIG = ["data.num_images=60", "data.source_size=64", "data.num_classes=3", "data.image_size=[16,16]",
+          "data.batch_size=8", "model.widths=[8]", "trainer.epochs=3", f"trainer.steps_per_execution={EXECUTION}",
+          "queue.workers=1"]
+# never an improvement after the first epoch: `wait` counts 1, 2, ... and patience 3 stops after epoch 4
+EARLY_STOPPING = "{_target_: keras.callbacks.EarlyStopping, monitor: val_loss, min_delta: 100, patience: 3}"
+
+
+def app(*args, cwd):
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}  # recording.HookRecorder, for trainer.callbacks
+    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=600, env=env)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("epochs")
+    callbacks = (f"trainer.callbacks=[{{_target_: recording.HookRecorder, path: {root / 'hooks.jsonl'}}}, "
+                 f"{{_target_: keras.callbacks.TensorBoard, log_dir: {root / 'tensorboard'}}}, {EARLY_STOPPING}]")
+    result = app("train", *CONFIG, callbacks, "hydra.run.dir=run", cwd=root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return root / "run"
+
+
+def fit_hooks(run: Path, tmp_path: Path) -> list[list]:
+    """The hooks `fit` fires over the same number of steps, validation batches and epochs. For a
+    short last call, `fit` reports begin + steps_per_execution - 1 as its last step, past the
+    epoch's end; the trainer reports the step that was last: that is the one difference."""
+    split = json.loads((run / "split.json").read_text())
+    steps, val = len(split["train"]) // 8, len(split["val"])
+    net = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.GlobalAveragePooling2D(),
+                            keras.layers.Dense(3, activation="softmax")])
+    net.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"],
+                steps_per_execution=EXECUTION)
+    x, y = np.zeros((steps * 8, 16, 16, 3), np.float32), np.zeros(steps * 8, np.int64)
+    path = tmp_path / "fit.jsonl"
+    net.fit(x, y, batch_size=8, epochs=3, validation_data=(np.zeros((val, 16, 16, 3)), np.zeros(val, np.int64)),
+            callbacks=[recording.HookRecorder(str(path)), keras.callbacks.EarlyStopping(
+                monitor="val_loss", min_delta=100, patience=3)], verbose=0, shuffle=False)
+    assert steps % EXECUTION and math.ceil(val / 8) >= 2  # a short last call, several validation batches
+    last = {"train_batch_end": steps - 1, "test_batch_end": math.ceil(val / 8) - 1}
+    return [[hook, min(index, last[hook]) if hook in last else index, keys]
+            for hook, index, keys in recording.read(path)]
+
+
+def test_every_hook_fires_as_under_fit(run, tmp_path):
+    ours, theirs = recording.read(run.parent / "hooks.jsonl"), fit_hooks(run, tmp_path)
+    assert [h[:2] for h in ours] == [h[:2] for h in theirs]
+    assert any(h[0] == "test_batch_end" for h in ours)  # negative control: the sequence is not empty of tests
+    # the logs `fit` gives, and more: images/s, data wait, peak memory
+    for hook in ("epoch_end", "test_end", "train_end"):
+        assert all(set(t[2]) <= set(o[2]) for o, t in zip(ours, theirs, strict=True) if o[0] == hook)
+    # metrics are read every trainer.log_every_steps (10): of the two calls an epoch, only the last
+    ends = [h for h in ours if h[0] == "train_batch_end"]
+    assert [bool(h[2]) for h in ends] == [False, True] * 3 and {"loss", "accuracy"} <= set(ends[1][2])
+
+
+def test_tensorboard_writes_epoch_scalars(run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    for split in ("train", "validation"):
+        events = EventAccumulator(str(run.parent / "tensorboard" / split))
+        events.Reload()
+        tags = events.Tags()["tensors"]  # Keras writes its scalars as tensor summaries
+        assert {"epoch_loss", "epoch_accuracy"} <= set(tags), events.Tags()
+        assert [e.step for e in events.Tensors("epoch_loss")] == [0, 1, 2]
+
+
+def rows(run: Path) -> list[str]:
+    return [line.split(",")[0] for line in (run / "metrics.csv").read_text().splitlines()[1:]]
+
+
+def test_early_stopping_goes_on_counting_after_a_resume(run):
+    """EarlyStopping's `wait` (2 after three epochs) is in the checkpoint: resumed to 6 epochs,
+    the run stops after epoch 4, as an uninterrupted one would."""
+    saved = json.loads(sorted((run / "checkpoints").glob("step-*"))[-1].joinpath("state.json").read_text())
+    assert {"wait": 2}.items() <= saved["callbacks"][2].items()
+    bare = run.parent / "bare"  # negative control: the same run, its callbacks' state removed
+    shutil.copytree(run, bare)
+    for state in bare.glob("checkpoints/step-*/state.json"):
+        state.write_text(json.dumps({**json.loads(state.read_text()), "callbacks": None}))
+    result = app("train", f"resume={run}", "trainer.epochs=6", cwd=run.parent)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert rows(run) == ["1", "2", "3", "4"]
+    assert "a callback stopped training after epoch 4" in (run / "train.log").read_text()
+    result = app("train", f"resume={bare}", "trainer.epochs=6", cwd=run.parent)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert rows(bare) == ["1", "2", "3", "4", "5", "6"]
