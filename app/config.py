@@ -17,7 +17,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from app.errors import ConfigError
-from app.schema import BENCH_MODES, DATA_SCHEMAS, SCHEMAS, Config
+from app.families import FAMILIES
+from app.schema import BENCH_MODES, DATA_SCHEMAS, SCHEMAS, Config, model_schema
 
 
 def conf_dir() -> Path:
@@ -75,7 +76,7 @@ def typed(cfg: DictConfig | dict) -> DictConfig:
                               f"{', '.join(known)}.")
     root = OmegaConf.structured(Config)
     for key, value in plain.items():
-        schema = DATA_SCHEMAS.get(str((value or {}).get("name"))) if key == "data" else SCHEMAS.get(key)
+        schema = _schema_of(key, value)
         if schema is None or not isinstance(value, dict):
             root[key] = value
             continue
@@ -89,6 +90,22 @@ def typed(cfg: DictConfig | dict) -> DictConfig:
             first = str(error).splitlines()[0]
             raise ConfigError(f"config key `{full}` is not allowed: {first}. Allowed keys there: {names}.") from None
     return root
+
+
+def _schema_of(key: str, value: Any) -> type | None:
+    """The schema of a top-level node: data's by its `name`, model's by its `_target_`."""
+    if not isinstance(value, dict):
+        return None
+    if key == "data":
+        return DATA_SCHEMAS.get(str(value.get("name")))
+    if key == "model":
+        target = str(value.get("_target_"))
+        if target.startswith("keras.applications."):
+            raise config_error("model._target_", target, f"a keras.applications model comes with its own top, "
+                               f"classes and weights download: use `model=keras_app "
+                               f"model.name={target.rsplit('.', 1)[-1]}` (no top, a new head, its normalisation)")
+        return model_schema(target)
+    return SCHEMAS.get(key)
 
 
 JIT_COMPILE = {"auto": "auto", "true": True, "false": False}  # trainer.jit_compile → Keras's compile argument
@@ -172,17 +189,40 @@ def _check_trainer(t) -> None:
 
 
 def _check_model_and_bench(cfg) -> None:
-    widths = list(cfg.model.widths)
-    _check(len(widths) >= 1 and all(w >= 1 for w in widths), "model.widths", widths,
-           "a non-empty list of positive channel counts")
-    _check(cfg.model.blocks_per_stage >= 1, "model.blocks_per_stage", cfg.model.blocks_per_stage,
-           "an integer of at least 1")
-    _check(0.0 <= cfg.model.dropout < 1.0, "model.dropout", cfg.model.dropout, "a rate from 0 to below 1")
+    m, size = cfg.model, list(cfg.data.image_size)
+    if "widths" in m:  # model=resnet
+        widths = list(m.widths)
+        _check(len(widths) >= 1 and all(w >= 1 for w in widths), "model.widths", widths,
+               "a non-empty list of positive channel counts")
+        _check(m.blocks_per_stage >= 1, "model.blocks_per_stage", m.blocks_per_stage, "an integer of at least 1")
+    if "dropout" in m:
+        _check(0.0 <= m.dropout < 1.0, "model.dropout", m.dropout, "a rate from 0 to below 1")
+    if "name" in m:  # model=keras_app
+        _check_keras_app(m, size)
+    t = cfg.trainer
+    if t.unfreeze_at_epoch is not None:
+        _check(bool(m.get("freeze_backbone")), "trainer.unfreeze_at_epoch", t.unfreeze_at_epoch,
+               "only with a frozen backbone to unfreeze: model=keras_app model.freeze_backbone=true")
+        _check(t.unfreeze_at_epoch >= 2, "trainer.unfreeze_at_epoch", t.unfreeze_at_epoch,
+               "the first epoch (2 or later) that trains the backbone too; the epochs before train the head alone")
     b = cfg.bench
     _check(len(b.modes) > 0 and all(m in BENCH_MODES for m in b.modes), "bench.modes", list(b.modes),
            f"a list of modes from {', '.join(BENCH_MODES)}")
     _check(b.batches >= 1, "bench.batches", b.batches, "at least 1 timed batch")
     _check(b.warmup >= 0, "bench.warmup", b.warmup, "0 or more batches")
+
+
+def _check_keras_app(m, size: list[int]) -> None:
+    _check(m.name in FAMILIES, "model.name", m.name,
+           f"one of the keras.applications classifiers: {', '.join(FAMILIES)}")
+    least = FAMILIES[m.name].min_size
+    _check(min(size) >= least, "data.image_size", size,
+           f"at least {least}×{least} for model.name={m.name} (Keras refuses smaller inputs to it)")
+    _check(m.pooling in ("avg", "max"), "model.pooling", m.pooling, "avg or max (global pooling of the last features)")
+    weights = m.weights
+    _check(weights in (None, "imagenet") or Path(str(weights)).expanduser().is_file(), "model.weights", weights,
+           "null (random), imagenet (downloaded once into $KERAS_HOME/models), or the path of a weights file; "
+           "no file is there")
 
 
 def load(cfg: DictConfig | dict) -> Config:

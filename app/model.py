@@ -1,9 +1,12 @@
-"""The Keras 3 CNN (conf/model), the float32 boundary that is its first layer (uint8 pixels in,
-normalised float32 out, on the device), and the self-contained model.keras exported from it.
+"""The models (conf/model: the small ResNet here, keras.applications backbones in
+app/backbones.py, or any builder by `_target_`), the float32 boundary that is their first layer
+(uint8 pixels in, float32 out as the backbone expects it, on the device), and the
+self-contained model.keras exported from them.
 Never imports the loader: batches reach it as plain uint8 arrays."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import zipfile
@@ -15,9 +18,13 @@ import numpy as np
 from keras import layers
 
 # The float32 boundary: the classifier's first layer turns RGB values 0..255 (the loader's uint8
-# batches) into x·SCALE + OFFSET on the device that trains; model.keras's metadata carries both.
+# batches) into what the backbone expects, on the device that trains. "unit": x·SCALE + OFFSET,
+# for the small ResNet and any builder of the user's; keras.applications families each have
+# theirs (app/backbones.py). model.keras's metadata names it.
 SCALE = 1.0 / 255.0
 OFFSET = 0.0
+CAFFE_MEAN_BGR = (103.939, 116.779, 123.68)  # keras.applications.imagenet_utils, mode="caffe"
+TORCH_MEAN, TORCH_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # mode="torch", on [0, 1]
 
 METADATA_FILE = "app_metadata.json"  # inside model.keras; Keras ignores files it does not know
 # Keras's 0.99 leaves the moving statistics far from the data after a few hundred steps, and
@@ -69,21 +76,65 @@ def optimizer(name: str, lr: float) -> keras.optimizers.Optimizer:
 
 
 def normalise(batch: np.ndarray) -> np.ndarray:
-    """The first layer's arithmetic in numpy, for code that feeds a model without that layer
-    (bench's hand-rolled PyDataset, which returns float32 as such code does)."""
+    """The "unit" first layer's arithmetic in numpy, for code that feeds a model without that
+    layer (bench's hand-rolled PyDataset, which returns float32 as such code does)."""
     out = np.multiply(batch, np.float32(SCALE), dtype=np.float32)
     if OFFSET:
         out += np.float32(OFFSET)
     return out
 
 
-def classifier(backbone: keras.Model, image_size: Sequence[int]) -> keras.Model:
+def normaliser(mode: str) -> layers.Layer:
+    """The first layer: RGB 0..255 in, float32 out as `mode` says; stock Keras layers only, so
+    model.keras loads without this app. Float32 whatever the precision policy: caffe's mean
+    subtraction near 255 would lose its decimals in float16."""
+    if mode == "unit":
+        return layers.Rescaling(SCALE, OFFSET, name="normalise", dtype="float32")
+    if mode == "tf":
+        return layers.Rescaling(1.0 / 127.5, -1.0, name="normalise", dtype="float32")
+    if mode == "torch":
+        return layers.Normalization(mean=[255 * m for m in TORCH_MEAN], variance=[(255 * s) ** 2 for s in TORCH_STD],
+                                    name="normalise", dtype="float32")
+    if mode == "caffe":  # RGB → BGR and minus the mean, as one fixed 1×1 convolution
+        swap = np.eye(3, dtype=np.float32)[::-1].reshape(1, 1, 3, 3)
+        return layers.Conv2D(3, 1, name="normalise", dtype="float32", trainable=False,
+                             kernel_initializer=keras.initializers.Constant(swap),
+                             bias_initializer=keras.initializers.Constant(-np.array(CAFFE_MEAN_BGR, np.float32)))
+    if mode == "none":
+        return layers.Identity(name="normalise", dtype="float32")
+    raise ValueError(f"unknown normalisation {mode!r}")
+
+
+def classifier(backbone: keras.Model, image_size: Sequence[int], normalisation: str = "unit") -> keras.Model:
     """What `train` fits and model.keras holds: RGB pixel values 0..255 in (the loader's uint8
     batches, or floats), normalised by the first layer, the backbone's probabilities out.
     The cast to float happens inside the step, so no float32 batch waits in host memory."""
     pixels = keras.Input((*image_size, 3), name="image")
-    normalised = layers.Rescaling(SCALE, OFFSET, name="normalise")(pixels)
-    return keras.Model(pixels, backbone(normalised), name="classifier")
+    net = keras.Model(pixels, backbone(normaliser(normalisation)(pixels)), name="classifier")
+    net.normalisation = normalisation
+    return net
+
+
+def build(model_config, image_size: Sequence[int], num_classes: int) -> keras.Model:
+    """The classifier a model config describes: its `_target_` called with the input shape, the
+    class count, its other keys and `kwargs`; behind the normalisation the backbone expects."""
+    from hydra.utils import instantiate
+
+    from app.families import FAMILIES, KERAS_APP
+
+    spec = dataclasses.asdict(model_config)
+    extra = spec.pop("kwargs", None) or {}
+    backbone = instantiate(spec, input_shape=(*image_size, 3), num_classes=num_classes, _convert_="all", **extra)
+    if not isinstance(backbone, keras.Model):
+        raise TypeError(f"model._target_ {spec['_target_']} returned a {type(backbone).__name__}, not a keras.Model")
+    normalisation = FAMILIES[spec["name"]].normalisation if spec["_target_"] == KERAS_APP else "unit"
+    return classifier(backbone, image_size, normalisation)
+
+
+def backbone_of(net: keras.Model) -> keras.Model | None:
+    """The keras.applications model inside a keras_app classifier (what freeze_backbone freezes)."""
+    inner = next((layer for layer in net.layers if isinstance(layer, keras.Model)), None)
+    return next((layer for layer in inner.layers if isinstance(layer, keras.Model)), None) if inner else None
 
 
 def export(model: keras.Model, path: Path, *, class_names: Sequence[str], image_size: Sequence[int]) -> None:
@@ -92,9 +143,10 @@ def export(model: keras.Model, path: Path, *, class_names: Sequence[str], image_
     never leaves half a file."""
     path = Path(path)
     tmp = path.with_name(f".{path.stem}.tmp.keras")
+    mode = _first_layer_mode(model)
     metadata = {"class_names": list(class_names), "image_size": list(image_size),
                 "input": "RGB pixel values 0..255, shape (batch, H, W, 3)",
-                "normalisation": {"scale": SCALE, "offset": OFFSET}}
+                "normalisation": {"mode": mode, **({"scale": SCALE, "offset": OFFSET} if mode == "unit" else {})}}
     try:
         model.save(tmp)
         with zipfile.ZipFile(tmp, "a") as archive:
@@ -109,3 +161,14 @@ def read_metadata(path: Path) -> dict:
     """Class names, image size and normalisation stored in a model.keras (plain zipfile + json)."""
     with zipfile.ZipFile(path) as archive:
         return json.loads(archive.read(METADATA_FILE))
+
+
+def _first_layer_mode(model: keras.Model) -> str:
+    """The normalisation of a classifier's first layer, read back from the layer itself (a model
+    loaded from a checkpoint has lost the attribute `classifier` set)."""
+    if getattr(model, "normalisation", None):
+        return model.normalisation
+    layer = model.get_layer("normalise")
+    if isinstance(layer, layers.Rescaling):
+        return "unit" if np.isclose(layer.scale, SCALE) else "tf"
+    return {layers.Normalization: "torch", layers.Conv2D: "caffe", layers.Identity: "none"}[type(layer)]

@@ -103,11 +103,36 @@ class QueueConfig:
 
 
 @dataclass
-class ModelConfig:
+class ResnetModelConfig:
+    """model=resnet: the small ResNet of app/model.py."""
+
     _target_: str = "app.model.small_resnet"
     widths: list[int] = field(default_factory=lambda: [32, 64, 128])
     blocks_per_stage: int = 1
     dropout: float = 0.2
+    kwargs: dict[str, Any] = field(default_factory=dict)  # more keyword arguments for the builder
+
+
+@dataclass
+class KerasAppConfig:
+    """model=keras_app: a keras.applications backbone with a new head (app/backbones.py)."""
+
+    _target_: str = "app.backbones.keras_app"
+    name: str = "MobileNetV3Small"  # a keras.applications classifier (app/families.py)
+    weights: str | None = None  # null (random), imagenet (downloaded once), or a weights file's path
+    pooling: str = "avg"  # avg or max, after the last feature map
+    dropout: float = 0.2
+    freeze_backbone: bool = False  # train the head alone (until trainer.unfreeze_at_epoch)
+    kwargs: dict[str, Any] = field(default_factory=dict)  # more arguments for the application (alpha, ...)
+
+
+@dataclass
+class CustomModelConfig:
+    """model=custom: any builder `(input_shape, num_classes, **kwargs) -> keras.Model` whose input
+    is RGB scaled to [0, 1]."""
+
+    _target_: str = MISSING
+    kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -117,6 +142,7 @@ class TrainerConfig:
     optimizer: Optimizer = Optimizer.adam
     lr: float = 0.001
     checkpoint_every_steps: int | None = None  # a multiple of steps_per_execution
+    unfreeze_at_epoch: int | None = None  # with model.freeze_backbone: the first epoch that trains the backbone
     # one cadence for the progress bar, the logger and reading metrics off the device
     log_every_steps: int = 10
     steps_per_execution: int = 1  # training steps a call into the compiled function (Keras's compile)
@@ -168,11 +194,19 @@ def register() -> None:
     cs.store(group="data", name="folder_schema", node=FolderDataConfig)
     cs.store(group="augment", name="augment_schema", node=AugmentConfig)
     cs.store(group="queue", name="queue_schema", node=QueueConfig)
-    cs.store(group="model", name="model_schema", node=ModelConfig)
+    cs.store(group="model", name="resnet_schema", node=ResnetModelConfig)
+    cs.store(group="model", name="keras_app_schema", node=KerasAppConfig)
+    cs.store(group="model", name="custom_schema", node=CustomModelConfig)
     cs.store(group="trainer", name="trainer_schema", node=TrainerConfig)
     cs.store(group="bench", name="bench_schema", node=BenchConfig)
 
 
-SCHEMAS = {"augment": AugmentConfig, "queue": QueueConfig, "model": ModelConfig, "trainer": TrainerConfig,
-           "bench": BenchConfig}
+SCHEMAS = {"augment": AugmentConfig, "queue": QueueConfig, "trainer": TrainerConfig, "bench": BenchConfig}
+MODEL_SCHEMAS = {"resnet": ResnetModelConfig, "keras_app": KerasAppConfig, "custom": CustomModelConfig}  # conf/model/
+
+
+def model_schema(target: str | None) -> type:
+    """A model node's schema, by its `_target_`: a builder of the user's has only `kwargs`."""
+    known = {schema._target_: schema for schema in (ResnetModelConfig, KerasAppConfig)}
+    return known.get(target, CustomModelConfig)
 DATA_SCHEMAS = {"synthetic": SyntheticDataConfig, "cifar": CifarDataConfig, "folder": FolderDataConfig}

@@ -63,14 +63,28 @@ def test_type_and_key_errors_fail_at_composition(override, key):
     (["data.val_fraction=1.5"], "data.val_fraction"),
     (["trainer.epochs=0"], "trainer.epochs"),
     (["data.image_size=[64]"], "data.image_size"),
+    # issue 12.3: each model target has its own keys and rules, checked before any model is built
+    (["model=keras_app", "model.name=Xception", "data.image_size=[64,64]"], "data.image_size"),
+    (["model=keras_app", "model.name=ResNet51"], "model.name"),
+    (["model=keras_app", "model.weights=/no/such/file.weights.h5"], "model.weights"),
+    (["model=keras_app", "model.pooling=mean"], "model.pooling"),
+    (["trainer.unfreeze_at_epoch=2"], "trainer.unfreeze_at_epoch"),
+    (["model=keras_app", "model.freeze_backbone=true", "trainer.unfreeze_at_epoch=1"], "trainer.unfreeze_at_epoch"),
+    (["model._target_=keras.applications.MobileNetV3Small"], "model._target_"),
+    (["model=keras_app", "+model.widths=[8]"], "model.widths"),
 ])
 def test_range_errors_name_the_key(overrides, key):
     with pytest.raises(ConfigError, match=rf"`{key}`"):
         validate(composed(*overrides))
 
 
-def test_good_values_pass_the_same_checks():  # negative control for the range checks
+def test_good_values_pass_the_same_checks(tmp_path):  # negative control for the range checks
     validate(composed("queue.max_size=1", "data.batch_size=1", "queue.workers=0", "data=folder", "data.path=/x"))
+    weights = tmp_path / "w.weights.h5"
+    weights.write_bytes(b"")
+    validate(composed("model=keras_app", "model.name=Xception", "data.image_size=[71,71]", f"model.weights={weights}",
+                      "model.freeze_backbone=true", "trainer.unfreeze_at_epoch=2"))
+    validate(composed("model=custom", "model._target_=my.builder", "+model.kwargs.depth=3"))
 
 
 def test_misspelt_transform_argument_fails_strictly():
@@ -144,7 +158,7 @@ def test_yaml_files_mirror_the_schema():
         files = list((conf_dir() / group).glob("*.yaml"))
         assert files, group
         for f in files:
-            assert f"{group if group != 'data' else f.stem}_schema" in OmegaConf.load(f).defaults[0]
+            assert f"{f.stem if group in ('data', 'model') else group}_schema" in OmegaConf.load(f).defaults[0]
 
 
 @pytest.mark.parametrize(("override", "key"), [("+trainer.foo=1", "trainer.foo"), ("+bar=2", "bar"),

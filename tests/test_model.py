@@ -44,7 +44,7 @@ print(json.dumps({{"probs": probs.tolist(), "meta": meta, "input_shape": list(mo
     assert list(probs.argmax(1)) == list(expected.argmax(1))
     assert out["meta"]["class_names"] == ["ant", "bee", "cat"] and out["meta"]["image_size"] == [24, 24]
     assert out["input_shape"] == [None, 24, 24, 3]
-    assert read_metadata(path)["normalisation"] == {"scale": SCALE, "offset": OFFSET}
+    assert read_metadata(path)["normalisation"] == {"mode": "unit", "scale": SCALE, "offset": OFFSET}
     # negative control: without the normalising layer the same pixels give other outputs
     assert not np.allclose(backbone.predict(pixels.astype("float32"), verbose=0), expected, atol=1e-3)
     assert np.allclose(backbone.predict(pixels * np.float32(SCALE) + OFFSET, verbose=0), expected, atol=1e-5)

@@ -8,7 +8,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from app.config import conf_dir
-from app.schema import DATA_SCHEMAS, SCHEMAS, AugmentConfig
+from app.schema import DATA_SCHEMAS, MODEL_SCHEMAS, SCHEMAS, AugmentConfig
 
 
 def _default(f: dataclasses.Field):
@@ -21,6 +21,7 @@ CASES = [(schema, conf_dir() / group / path.name) for group, schema in SCHEMAS.i
          for path in sorted((conf_dir() / group).glob("*.yaml"))
          if not (schema is AugmentConfig and path.stem != "none")]  # augment/default.yaml is a preset list
 CASES += [(schema, conf_dir() / "data" / f"{name}.yaml") for name, schema in DATA_SCHEMAS.items()]
+CASES += [(schema, conf_dir() / "model" / f"{name}.yaml") for name, schema in MODEL_SCHEMAS.items()]
 
 
 @pytest.mark.parametrize(("schema", "path"), CASES, ids=[f"{p.parent.name}/{p.stem}" for _, p in CASES])

@@ -18,7 +18,7 @@ from app.loader.order import epoch_order, full_batches
 from app.loader.pipeline import Loader, batches, every_sample
 from app.memory import PeakMemory
 from app.schema import Config
-from app.training import checkpoint
+from app.training import checkpoint, recipe
 from app.training.callbacks import CallbackStates, Progress, SampleRecorder, StepCheckpoint
 from app.training.checkpoint import EpochFigures, RunState
 from app.training.rundir import Summary, append_metrics
@@ -82,6 +82,7 @@ class Epochs:
         resumed = state.figures is not None
         state.figures = state.figures or EpochFigures()
         first = state.figures.steps
+        recipe.follow(self.net, self.config, epoch)  # freezing or unfreezing the backbone recompiles
         self.net.reset_metrics()
         if resumed and state.figures.metric_state:  # Keras's means go on from the checkpoint's
             restore_metrics(self.net, state.figures.metric_state)
@@ -104,8 +105,9 @@ class Epochs:
         state = self.state
         state.figures.metric_state = metric_state(self.net)
         state.callbacks, arrays = self.kept.changed()
-        checkpoint.save(self.net, self.run_dir, state.steps_before_epoch + done,
-                        state.checkpoint(done, complete=False), arrays)
+        with recipe.all_trainable(self.net):
+            checkpoint.save(self.net, self.run_dir, state.steps_before_epoch + done,
+                            state.checkpoint(done, complete=False), arrays)
 
     def _record(self, row: dict, steps_done: int) -> None:
         """metrics.csv, model.keras when best, the epoch's checkpoint, summary.json, the log line."""
@@ -118,7 +120,9 @@ class Epochs:
                           image_size=list(self.config.data.image_size))
         state.figures.metric_state = {}
         state.callbacks, arrays = self.kept.changed()
-        checkpoint.save(self.net, self.run_dir, step, state.checkpoint(steps_done, complete=True, metrics=row), arrays)
+        with recipe.all_trainable(self.net):
+            checkpoint.save(self.net, self.run_dir, step, state.checkpoint(steps_done, complete=True, metrics=row),
+                            arrays)
         peak = max(self.memory.peak / 2**20, self.summary.content.get("peak_memory_mb") or 0)
         self.summary.update(epochs_completed=row["epoch"], steps=step, loss=row["loss"],
                             val_accuracy=row["val_accuracy"], best_val_accuracy=state.best[0],

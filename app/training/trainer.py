@@ -8,7 +8,6 @@ Never imports the loader's internals: only app/loader/pipeline.py and order.py.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from app.augment import build_compose
-from app.config import JIT_COMPILE, config_error, instantiate_each, load, to_plain
+from app.config import config_error, instantiate_each, load, to_plain
 from app.data import load_source
 from app.errors import AppError, explain
 from app.frameworks import load_keras, native_stderr_to_log
@@ -173,21 +172,12 @@ def _start_keras(config: Config):
 
 def _model(config: Config, source, run_dir: Path, state: RunState):
     """A new compiled classifier, or on resume the checkpoint's, with `state` restored from it."""
-    from hydra.utils import instantiate
-
     from app import model as models
+    from app.training import recipe
 
     if not config.resume:
-        image_size, trainer = tuple(config.data.image_size), config.trainer
-        backbone = instantiate(dataclasses.asdict(config.model), input_shape=(*image_size, 3),
-                               num_classes=len(source.class_names), _convert_="all")
-        net = models.classifier(backbone, image_size)
-        net.compile(optimizer=models.optimizer(trainer.optimizer.value, trainer.lr),
-                    loss="sparse_categorical_crossentropy", metrics=["accuracy"],
-                    jit_compile=JIT_COMPILE[str(trainer.jit_compile).lower()],
-                    steps_per_execution=trainer.steps_per_execution)
-        log.info("model: %s parameters; XLA (trainer.jit_compile=%s): %s", f"{net.count_params():,}",
-                 trainer.jit_compile, "on" if net.jit_compile else "off")
+        net = models.build(config.model, config.data.image_size, len(source.class_names))
+        recipe.compile_new(net, config)
         return net
     point = checkpoint.resume_point(run_dir)
     state.restore(point.state, point.arrays)

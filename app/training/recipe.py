@@ -1,0 +1,82 @@
+"""The recipe a model is compiled with (optimizer, loss, metrics, XLA, steps a call), and the
+backbone's freezing: frozen for the first epochs with `model.freeze_backbone`, trained from
+`trainer.unfreeze_at_epoch` on, recompiled with the same optimizer when that changes.
+
+Keras facts this follows: flipping `trainable` without recompiling leaves the traced step as it
+was; recompiling with an optimizer built over fewer variables fails on the new ones ("Unknown
+variable"), so the optimizer is built over every variable before anything is frozen. A frozen
+BatchNormalization runs in inference mode (Keras 3), its statistics untouched.
+Never imports the loader.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import keras
+
+from app import model as models
+from app.config import JIT_COMPILE
+from app.schema import Config
+
+log = logging.getLogger("app.train")
+
+
+def compile_new(net: keras.Model, config: Config) -> None:
+    """A new model's optimizer, built over every variable, then the backbone frozen as epoch 1
+    wants it, then compiled."""
+    trainer = config.trainer
+    optimizer = models.optimizer(trainer.optimizer.value, trainer.lr)
+    optimizer.build(net.trainable_variables)  # all of them: an unfreeze later finds its slots
+    backbone = models.backbone_of(net)
+    if backbone is not None:
+        backbone.trainable = not frozen_in(config, epoch=0)
+    _compile(net, config, optimizer)
+    trainable = sum(int(v.numpy().size) for v in net.trainable_variables)
+    log.info("model: %s parameters, %s trainable; XLA (trainer.jit_compile=%s): %s", f"{net.count_params():,}",
+             f"{trainable:,}", trainer.jit_compile, "on" if net.jit_compile else "off")
+
+
+def _compile(net: keras.Model, config: Config, optimizer) -> None:
+    trainer = config.trainer
+    net.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy", metrics=["accuracy"],
+                jit_compile=JIT_COMPILE[str(trainer.jit_compile).lower()],
+                steps_per_execution=trainer.steps_per_execution)
+
+
+def frozen_in(config: Config, epoch: int) -> bool:
+    """Whether the backbone is frozen in `epoch` (0-based)."""
+    if not getattr(config.model, "freeze_backbone", False):
+        return False
+    start = config.trainer.unfreeze_at_epoch
+    return start is None or epoch + 1 < start
+
+
+def follow(net: keras.Model, config: Config, epoch: int) -> None:
+    """At an epoch's start: the backbone frozen or trained as the config says for this epoch,
+    recompiled (the same optimizer, its state kept) when that changes."""
+    backbone, trained = models.backbone_of(net), not frozen_in(config, epoch)
+    if backbone is None:
+        return
+    if epoch > 0 and trained and frozen_in(config, epoch - 1):
+        log.info("epoch %d: the backbone is trained too from now on (trainer.unfreeze_at_epoch=%d)", epoch + 1,
+                 config.trainer.unfreeze_at_epoch)
+    if backbone.trainable != trained:  # a checkpoint is saved, and so loaded, with the backbone trainable
+        backbone.trainable = trained
+        _compile(net, config, net.optimizer)
+
+
+@contextlib.contextmanager
+def all_trainable(net: keras.Model):
+    """The backbone trainable while a checkpoint is written: a loaded model builds its optimizer
+    over its trainable variables, and must find the slots of every one it was built over."""
+    backbone = models.backbone_of(net)
+    if backbone is None or backbone.trainable:
+        yield
+        return
+    backbone.trainable = True
+    try:
+        yield
+    finally:
+        backbone.trainable = False
