@@ -120,13 +120,24 @@ def build(model_config, image_size: Sequence[int], num_classes: int) -> keras.Mo
     class count, its other keys and `kwargs`; behind the normalisation the backbone expects."""
     from hydra.utils import instantiate
 
+    from app.config import config_error
+    from app.errors import ConfigError
     from app.families import FAMILIES, KERAS_APP
 
     spec = dataclasses.asdict(model_config)
     extra = spec.pop("kwargs", None) or {}
-    backbone = instantiate(spec, input_shape=(*image_size, 3), num_classes=num_classes, _convert_="all", **extra)
+    try:
+        backbone = instantiate(spec, input_shape=(*image_size, 3), num_classes=num_classes, _convert_="all", **extra)
+    except Exception as error:  # instantiate wraps the target's own error (a Keras ValueError, say)
+        cause = error.__cause__ or error
+        if isinstance(cause, ConfigError):
+            raise cause from None
+        raise ConfigError(f"config key `model` ({spec['_target_']}) cannot be built: "
+                          f"{' '.join(str(cause).split())}") from None
     if not isinstance(backbone, keras.Model):
-        raise TypeError(f"model._target_ {spec['_target_']} returned a {type(backbone).__name__}, not a keras.Model")
+        raise config_error("model._target_", spec["_target_"], f"it returned a {type(backbone).__name__}; a model "
+                           "builder is called as f(input_shape=(H, W, 3), num_classes=N, **model.kwargs) and returns "
+                           "a keras.Model")
     normalisation = FAMILIES[spec["name"]].normalisation if spec["_target_"] == KERAS_APP else "unit"
     return classifier(backbone, image_size, normalisation)
 

@@ -76,3 +76,16 @@ def test_keras_app_sits_behind_its_familys_layer_and_loads_in_plain_keras(tmp_pa
         pixels = np.random.default_rng(1).integers(0, 256, (3, 8, 8, 3)).astype(np.float32)
         again = keras.saving.load_model(tmp_path / f"{mode}.keras")
         assert np.allclose(again.predict(pixels, verbose=0), tiny.predict(pixels, verbose=0), atol=1e-5), mode
+
+
+def test_any_builder_by_target_with_its_kwargs():
+    from app.schema import CustomModelConfig
+
+    spec = CustomModelConfig(_target_="app.model.small_resnet", kwargs={"widths": [8], "dropout": 0.0})
+    net = build(spec, (16, 16), 2)
+    assert net.output_shape == (None, 2) and isinstance(net.get_layer("normalise"), keras.layers.Rescaling)
+    assert not any(isinstance(layer, keras.layers.Dropout) for layer in net.layers[-1].layers)  # kwargs reached it
+    with pytest.raises(ConfigError, match=r"`model._target_`.*returned a dict"):
+        build(CustomModelConfig(_target_="builtins.dict"), (16, 16), 2)
+    with pytest.raises(ConfigError, match=r"`model` \(app.model.small_resnet\) cannot be built.*nope"):
+        build(CustomModelConfig(_target_="app.model.small_resnet", kwargs={"nope": 1}), (16, 16), 2)
