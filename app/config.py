@@ -18,7 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from app.errors import ConfigError
 from app.families import FAMILIES
-from app.schema import BENCH_MODES, DATA_SCHEMAS, SCHEMAS, Config, model_schema
+from app.schema import BENCH_MODES, DATA_SCHEMAS, SCHEDULERS, SCHEMAS, Config, model_schema
 
 
 def conf_dir() -> Path:
@@ -130,6 +130,7 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
     _check_data(cfg.data)
     _check_queue(cfg.queue)
     _check_trainer(cfg.trainer)
+    _check_recipe(cfg)
     _check_model_and_bench(cfg)
     return cfg
 
@@ -175,7 +176,6 @@ def _check_trainer(t) -> None:
     _check(t.epochs >= 1, "trainer.epochs", t.epochs, "an integer of at least 1")
     _check(t.steps_per_epoch is None or t.steps_per_epoch >= 1, "trainer.steps_per_epoch",
            t.steps_per_epoch, "null (the whole split) or an integer of at least 1")
-    _check(t.lr > 0, "trainer.lr", t.lr, "a positive learning rate")
     _check(str(t.jit_compile).lower() in JIT_COMPILE, "trainer.jit_compile", t.jit_compile,
            "auto (Keras decides: XLA where there is a GPU), true or false")
     _check(t.log_every_steps >= 1, "trainer.log_every_steps", t.log_every_steps, "an integer of at least 1")
@@ -186,6 +186,33 @@ def _check_trainer(t) -> None:
            "trainer.checkpoint_every_steps", t.checkpoint_every_steps,
            f"null or a positive multiple of trainer.steps_per_execution={t.steps_per_execution} (a checkpoint "
            "falls between two calls into the compiled step)")
+
+
+def _check_recipe(cfg) -> None:
+    o, s, epochs = cfg.optimizer, cfg.scheduler, cfg.trainer.epochs
+    _check(o.learning_rate > 0, "optimizer.learning_rate", o.learning_rate, "a positive (peak) learning rate")
+    for key in ("weight_decay", "clipnorm", "global_clipnorm"):
+        value = o[key]
+        _check(value is None or value >= 0, f"optimizer.{key}", value, "null (Keras's default) or a number ≥ 0")
+    _check(o.clipnorm is None or o.global_clipnorm is None, "optimizer.global_clipnorm", o.global_clipnorm,
+           "null when optimizer.clipnorm is set (one of the two)")
+    _check(0 < o.ema_momentum < 1, "optimizer.ema_momentum", o.ema_momentum, "strictly between 0 and 1")
+    _check(s.name in SCHEDULERS, "scheduler.name", s.name, f"one of {', '.join(SCHEDULERS)} (scheduler=<name>)")
+    _check(0 <= s.warmup_epochs < epochs, "scheduler.warmup_epochs", s.warmup_epochs,
+           f"from 0 to below trainer.epochs={epochs}")
+    _check(0 <= s.final_fraction <= 1, "scheduler.final_fraction", s.final_fraction, "a fraction of the peak, 0 to 1")
+    _check(0 < s.start_fraction <= 1, "scheduler.start_fraction", s.start_fraction, "a fraction of the peak, above 0")
+    _check(0 < s.peak_at < 1, "scheduler.peak_at", s.peak_at, "a fraction of the run, strictly between 0 and 1")
+    _check(s.every_epochs >= 1, "scheduler.every_epochs", s.every_epochs, "an integer of at least 1")
+    _check(s.gamma > 0, "scheduler.gamma", s.gamma, "a positive factor")
+    milestones = list(s.milestones)
+    _check(milestones == sorted(set(milestones)) and all(0 < m < epochs for m in milestones), "scheduler.milestones",
+           milestones, f"increasing epochs between 0 and trainer.epochs={epochs}")
+    for i, spec in enumerate(cfg.trainer.callbacks):
+        plateau = str((spec or {}).get("_target_", "")).endswith("ReduceLROnPlateau")
+        _check(not (plateau and s.name != "constant"), f"trainer.callbacks[{i}]", spec.get("_target_"),
+               f"ReduceLROnPlateau cannot change the learning rate scheduler={s.name} sets: use it with "
+               "scheduler=constant, or drop it")
 
 
 def _check_model_and_bench(cfg) -> None:

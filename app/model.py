@@ -66,15 +66,6 @@ def _residual(x, width: int, stride: int):
     return layers.ReLU()(layers.Add()([shortcut, y]))
 
 
-def optimizer(name: str, lr: float) -> keras.optimizers.Optimizer:
-    return {
-        "adam": keras.optimizers.Adam,
-        "adamw": keras.optimizers.AdamW,
-        "sgd": lambda learning_rate: keras.optimizers.SGD(learning_rate, momentum=0.9, nesterov=True),
-        "rmsprop": keras.optimizers.RMSprop,
-    }[name](learning_rate=lr)
-
-
 def normalise(batch: np.ndarray) -> np.ndarray:
     """The "unit" first layer's arithmetic in numpy, for code that feeds a model without that
     layer (bench's hand-rolled PyDataset, which returns float32 as such code does)."""

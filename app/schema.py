@@ -26,13 +26,6 @@ class StartMethod(str, Enum):
     forkserver = "forkserver"
 
 
-class Optimizer(str, Enum):
-    adam = "adam"
-    adamw = "adamw"
-    sgd = "sgd"
-    rmsprop = "rmsprop"
-
-
 class Strategy(str, Enum):
     default = "default"  # one device: the GPU when there is one, else the CPU
 
@@ -136,11 +129,38 @@ class CustomModelConfig:
 
 
 @dataclass
+class OptimizerConfig:
+    """conf/optimizer: any Keras optimizer by `_target_`; `learning_rate` is the peak, which
+    conf/scheduler shapes over the run."""
+
+    _target_: str = "keras.optimizers.Adam"
+    learning_rate: float = 0.001
+    weight_decay: float | None = None  # decoupled (AdamW, Lion, SGD: Keras's weight_decay)
+    clipnorm: float | None = None  # each gradient's norm at most this
+    global_clipnorm: float | None = None  # the norm of all gradients together at most this
+    use_ema: bool = False  # keep an exponential moving average of the weights
+    ema_momentum: float = 0.99
+    kwargs: dict[str, Any] = field(default_factory=dict)  # the optimizer's own (momentum, beta_1, ...)
+
+
+@dataclass
+class SchedulerConfig:
+    """conf/scheduler: the learning rate over the run, in steps (epochs × steps an epoch)."""
+
+    name: str = "constant"  # constant | cosine | step | multistep | one_cycle
+    warmup_epochs: float = 0.0  # cosine: a linear warm-up from 0 to the peak first
+    final_fraction: float = 0.0  # cosine, one_cycle: the last learning rate, as a fraction of the peak
+    every_epochs: int = 1  # step: the rate times `gamma` every this many epochs
+    milestones: list[int] = field(default_factory=list)  # multistep: the epochs after which it is times `gamma`
+    gamma: float = 0.1
+    start_fraction: float = 0.04  # one_cycle: the first learning rate, as a fraction of the peak
+    peak_at: float = 0.3  # one_cycle: where in the run the peak is, as a fraction of it
+
+
+@dataclass
 class TrainerConfig:
     epochs: int = 8
     steps_per_epoch: int | None = None
-    optimizer: Optimizer = Optimizer.adam
-    lr: float = 0.001
     checkpoint_every_steps: int | None = None  # a multiple of steps_per_execution
     unfreeze_at_epoch: int | None = None  # with model.freeze_backbone: the first epoch that trains the backbone
     # one cadence for the progress bar, the logger and reading metrics off the device
@@ -182,6 +202,8 @@ class Config:
     augment: Any = MISSING
     queue: Any = MISSING
     model: Any = MISSING
+    optimizer: Any = MISSING
+    scheduler: Any = MISSING
     trainer: Any = MISSING
     bench: Any = MISSING
 
@@ -197,11 +219,15 @@ def register() -> None:
     cs.store(group="model", name="resnet_schema", node=ResnetModelConfig)
     cs.store(group="model", name="keras_app_schema", node=KerasAppConfig)
     cs.store(group="model", name="custom_schema", node=CustomModelConfig)
+    cs.store(group="optimizer", name="optimizer_schema", node=OptimizerConfig)
+    cs.store(group="scheduler", name="scheduler_schema", node=SchedulerConfig)
     cs.store(group="trainer", name="trainer_schema", node=TrainerConfig)
     cs.store(group="bench", name="bench_schema", node=BenchConfig)
 
 
-SCHEMAS = {"augment": AugmentConfig, "queue": QueueConfig, "trainer": TrainerConfig, "bench": BenchConfig}
+SCHEMAS = {"augment": AugmentConfig, "queue": QueueConfig, "optimizer": OptimizerConfig, "scheduler": SchedulerConfig,
+           "trainer": TrainerConfig, "bench": BenchConfig}
+SCHEDULERS = ["constant", "cosine", "step", "multistep", "one_cycle"]
 MODEL_SCHEMAS = {"resnet": ResnetModelConfig, "keras_app": KerasAppConfig, "custom": CustomModelConfig}  # conf/model/
 
 

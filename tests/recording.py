@@ -37,3 +37,26 @@ for _name in HOOKS:
 def read(path) -> list[list]:
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f]
+
+
+class LearningRates(keras.callbacks.Callback):
+    """After each call into the training step: the optimizer's step count and learning rate."""
+
+    def __init__(self, path: str):
+        super().__init__()
+        self.path = path
+
+    def on_train_batch_end(self, batch, logs=None):
+        optimizer = self.model.optimizer
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(f"{int(optimizer.iterations)} {float(optimizer.learning_rate)!r}\n")
+
+
+def rates(path) -> dict[int, str]:
+    """Step → learning rate; a step written twice (redone after a resume) must agree."""
+    seen: dict[int, str] = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            step, rate = line.split()
+            assert seen.setdefault(int(step), rate) == rate, (step, seen[int(step)], rate)
+    return seen

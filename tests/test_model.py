@@ -8,15 +8,13 @@ import sys
 
 import numpy as np
 
-from app.model import OFFSET, SCALE, classifier, export, normalise, optimizer, read_metadata, small_resnet
+from app.model import OFFSET, SCALE, classifier, export, normalise, read_metadata, small_resnet
 
 
-def test_shapes_and_optimizers():
+def test_shapes():
     net = small_resnet((40, 32, 3), num_classes=5, widths=[8, 16], blocks_per_stage=2)
     assert net.output_shape == (None, 5)
     assert sum(1 for layer in net.layers if layer.__class__.__name__ == "Add") == 4
-    for name in ("adam", "adamw", "sgd", "rmsprop"):
-        assert optimizer(name, 0.01).learning_rate.numpy() == np.float32(0.01)
 
 
 def test_model_keras_loads_without_the_app(tmp_path):
@@ -57,7 +55,7 @@ def test_mixed_precision_trains_with_a_float32_output():
     keras.mixed_precision.set_global_policy("mixed_float16")
     try:
         net = small_resnet((16, 16, 3), num_classes=2, widths=[8])
-        net.compile(optimizer=optimizer("adam", 0.01), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+        net.compile(optimizer=keras.optimizers.Adam(0.01), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
         x = np.random.default_rng(0).random((4, 16, 16, 3), dtype=np.float32)
         logs = net.train_on_batch(x, np.array([0, 1, 0, 1]), return_dict=True)
     finally:

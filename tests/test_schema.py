@@ -17,9 +17,11 @@ def _default(f: dataclasses.Field):
     return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
 
 
+PRESETS = {"optimizer": "adam", "scheduler": "constant"}  # the schema's defaults; the other files are presets
 CASES = [(schema, conf_dir() / group / path.name) for group, schema in SCHEMAS.items()
          for path in sorted((conf_dir() / group).glob("*.yaml"))
-         if not (schema is AugmentConfig and path.stem != "none")]  # augment/default.yaml is a preset list
+         if not (schema is AugmentConfig and path.stem != "none")  # augment/default.yaml is a preset list
+         and not (group in PRESETS and path.stem != PRESETS[group])]
 CASES += [(schema, conf_dir() / "data" / f"{name}.yaml") for name, schema in DATA_SCHEMAS.items()]
 CASES += [(schema, conf_dir() / "model" / f"{name}.yaml") for name, schema in MODEL_SCHEMAS.items()]
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from app.config import config_error, load
+from app.config import conf_dir, config_error, load
 from app.errors import ConfigError
 from app.schema import Config
 from app.training import checkpoint
@@ -41,8 +41,18 @@ _FUNCTION = re.compile(r"^[A-Za-z_]+\(.*\)$")
 CLAIMED: list[Path] = []
 
 
+# keys that were replaced: the override is refused naming the new ones; a run saved with them is
+# read back translated (`upgraded`)
+MOVED = {"trainer.lr": "optimizer.learning_rate=<the peak learning rate> (conf/scheduler shapes it over the run)",
+         "trainer.optimizer": "optimizer=adam|adamw|sgd|rmsprop|lion (conf/optimizer), or any Keras optimizer "
+                              "with optimizer._target_=keras.optimizers.<Name>"}
+
+
 def prepare_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str = "train") -> list[str]:
     """The overrides of `python -m app <word> ...`, rewritten as the module docstring says."""
+    for arg in argv:
+        if _key(arg) in MOVED:
+            raise ConfigError(f"config key `{_key(arg)}` was replaced: use {MOVED[_key(arg)]}.")
     argv = [quote_override(a) for a in argv]
     info = any(a.split("=", 1)[0] in INFO_FLAGS for a in argv)
     multirun = "-m" in argv or "--multirun" in argv
@@ -109,6 +119,20 @@ def _value(argv: list[str], key: str) -> str | None:
     return found
 
 
+def upgraded(saved: dict) -> dict:
+    """A config saved before the optimizer and scheduler groups, in today's keys: trainer.optimizer
+    becomes that preset of conf/optimizer with trainer.lr as its learning rate, under a constant
+    schedule (what such a run trained with); others as they are."""
+    trainer = dict(saved.get("trainer") or {})
+    if "optimizer" in saved or not {"optimizer", "lr"} & set(trainer):
+        return saved
+    name = trainer.pop("optimizer", "adam")
+    preset = OmegaConf.to_container(OmegaConf.load(conf_dir() / "optimizer" / f"{name}.yaml"))
+    preset.pop("defaults", None)
+    preset["learning_rate"] = trainer.pop("lr", preset["learning_rate"])
+    return {**saved, "trainer": trainer, "optimizer": preset, "scheduler": {"name": "constant"}}
+
+
 def latest_run(outputs: Path) -> Path:
     """The training run under `outputs` whose newest checkpoint is the newest of all."""
     states = list(Path(outputs).glob("**/checkpoints/step-*/state.json"))
@@ -121,7 +145,7 @@ def latest_run(outputs: Path) -> Path:
 def resumed_config(saved: dict, cfg: DictConfig, overrides: list[str],
                    safe: tuple[str, ...] = SAFE_PREFIXES) -> DictConfig:
     """The checkpoint's config, with the overrides that are safe applied; anything else is an error."""
-    result = OmegaConf.create(saved)
+    result = OmegaConf.create(upgraded(saved))
     for override in overrides:
         key = override.lstrip("+~").split("=", 1)[0]
         if key == "resume":

@@ -121,7 +121,7 @@ def _train(config: Config, run_dir: Path, summary: Summary, state: RunState, cal
     keras = _start_keras(config)
     try:
         summary.update(hardware={**summary.content["hardware"], "gpus": _visible_gpus()})
-        net = _model(config, source, run_dir, state)
+        net = _model(config, source, run_dir, state, steps)
         loader = build_loader(config, {"train": (source.train, config.augment.transforms),
                                       "val": (source.val, [])}, bad_log=run_dir / "bad_samples.txt")
         summary.update(queue_bytes=loader.queue_bytes)
@@ -170,14 +170,14 @@ def _start_keras(config: Config):
     return keras
 
 
-def _model(config: Config, source, run_dir: Path, state: RunState):
+def _model(config: Config, source, run_dir: Path, state: RunState, steps: int):
     """A new compiled classifier, or on resume the checkpoint's, with `state` restored from it."""
     from app import model as models
     from app.training import recipe
 
     if not config.resume:
         net = models.build(config.model, config.data.image_size, len(source.class_names))
-        recipe.compile_new(net, config)
+        recipe.compile_new(net, config, steps)
         return net
     point = checkpoint.resume_point(run_dir)
     state.restore(point.state, point.arrays)

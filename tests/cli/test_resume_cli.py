@@ -20,13 +20,15 @@ from app.training.rundir import release_lock
 CONFIG = ["data.num_images=96", "data.source_size=128", "data.num_classes=3", "data.image_size=[96,96]",
           "data.batch_size=8", "model.widths=[32,64]", "model.dropout=0.3", "trainer.epochs=5",
           "trainer.checkpoint_every_steps=3", "trainer.steps_per_execution=3", "trainer.record_samples=true",
-          "trainer.deterministic=true",
-          "queue.workers=2"]
+          "trainer.deterministic=true", "queue.workers=2", "scheduler=cosine", "optimizer.learning_rate=0.003",
+          "trainer.callbacks=[{_target_: recording.LearningRates, path: '${hydra:runtime.output_dir}/lr.txt'}]"]
+TESTS = Path(__file__).resolve().parents[1]
 
 
 def app(*args, cwd, **kw):
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}  # recording.LearningRates, for trainer.callbacks
     return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=600, **kw)
+                          timeout=600, env=env, **kw)
 
 
 def weights(checkpoint: Path) -> tuple[list[np.ndarray], int]:
@@ -52,7 +54,8 @@ def runs(tmp_path_factory):
     a = app("train", *CONFIG, "hydra.run.dir=A", cwd=root)
     assert a.returncode == 0, a.stderr[-3000:]
     b = subprocess.Popen([sys.executable, "-m", "app", "train", *CONFIG, "hydra.run.dir=B"], cwd=root,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         env={**os.environ, "PYTHONPATH": str(TESTS)})
     deadline = time.monotonic() + 300
     killed_after = None
     while time.monotonic() < deadline and killed_after is None:
@@ -99,6 +102,17 @@ def test_resumed_run_ends_with_the_same_weights(runs):
     assert all(np.array_equal(x, y) for x, y in zip(final_a, final_b, strict=True))
     # negative control: the checkpoint B resumed from (an older state) differs from the end
     assert not all(np.array_equal(x, y) for x, y in zip(before[0], final_a, strict=True))
+
+
+def test_the_learning_rate_at_every_step_is_the_uninterrupted_runs(runs):
+    """scheduler=cosine: the rate is a function of the optimizer's step counter, which the
+    checkpoint keeps; the steps B redid after its resume got the rates they had before."""
+    import recording
+
+    run_a, run_b, _, _ = runs
+    rates_a, rates_b = recording.rates(run_a / "lr.txt"), recording.rates(run_b / "lr.txt")
+    assert rates_a == rates_b and len(rates_a) == 5 * 3  # five epochs of three calls
+    assert len(set(rates_a.values())) > 10  # negative control: the rate does change along the run
 
 
 def test_metrics_rows_continue_without_gaps_or_duplicates(runs):

@@ -36,9 +36,9 @@ def test_optuna_search_returns_the_best_validation_accuracy(tmp_path):
     found = yaml.safe_load((tmp_path / "search" / "optimization_results.yaml").read_text())
     trials = [json.loads((tmp_path / "search" / j / "summary.json").read_text()) for j in ("0", "1")]
     assert found["best_value"] == max(t["val_accuracy"] for t in trials)
-    lrs = {o for t in trials for o in t["overrides"] if o.startswith("trainer.lr=")}
+    lrs = {o for t in trials for o in t["overrides"] if o.startswith("optimizer.learning_rate=")}
     assert len(lrs) == 2  # two different learning rates were tried
-    assert 1e-4 <= found["best_params"]["trainer.lr"] <= 1e-2
+    assert 1e-4 <= found["best_params"]["optimizer.learning_rate"] <= 1e-2
 
 
 def test_slurm_launcher_config_composes(tmp_path):

@@ -66,3 +66,71 @@ def test_a_resume_across_the_unfreeze_point_is_exact(runs):
     assert same(a.get_weights(), b.get_weights())
     assert int(a.optimizer.iterations) == int(b.optimizer.iterations) > 0
     assert "epoch 2: the backbone is trained too" in (root / "B" / "train.log").read_text()
+
+
+def composed(*overrides: str):
+    from hydra import compose, initialize_config_dir
+
+    from app.config import conf_dir, load
+    from app.schema import register
+
+    register()
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        return load(compose("config", overrides=list(overrides)))
+
+
+def test_each_optimizer_preset_builds_its_keras_class():
+    from app.training.recipe import build_optimizer
+
+    sgd = build_optimizer(composed("optimizer=sgd", "optimizer.clipnorm=1.0"), 10)
+    assert isinstance(sgd, keras.optimizers.SGD) and sgd.momentum == 0.9 and sgd.nesterov and sgd.clipnorm == 1.0
+    adamw = build_optimizer(composed("optimizer=adamw", "optimizer.use_ema=true"), 10)
+    assert isinstance(adamw, keras.optimizers.AdamW) and adamw.weight_decay == 0.004 and adamw.use_ema
+    lion = build_optimizer(composed("optimizer=lion", "optimizer.global_clipnorm=2.0"), 10)
+    assert isinstance(lion, keras.optimizers.Lion) and lion.global_clipnorm == 2.0
+    assert float(lion.learning_rate) == pytest.approx(1e-4)
+    # any Keras optimizer by _target_, with its own arguments through kwargs
+    nadam = build_optimizer(composed("optimizer._target_=keras.optimizers.Nadam", "+optimizer.kwargs.beta_1=0.8"), 10)
+    assert isinstance(nadam, keras.optimizers.Nadam) and nadam.beta_1 == 0.8
+
+
+def lr_at(schedule, step: int) -> float:
+    return float(schedule(step)) if callable(schedule) else float(schedule)
+
+
+def test_schedules_over_epochs_times_steps():
+    from app.training.recipe import learning_rate
+
+    steps, peak = 10, 0.01  # trainer.epochs=8: 80 steps
+    cosine = learning_rate(composed("scheduler=cosine", "optimizer.learning_rate=0.01"), steps)
+    assert [lr_at(cosine, s) for s in (0, 5, 10)] == pytest.approx([0.0, peak / 2, peak])
+    assert lr_at(cosine, 45) == pytest.approx(peak / 2, rel=1e-3) and lr_at(cosine, 80) == pytest.approx(0.0, abs=1e-9)
+    step = learning_rate(composed("scheduler=step", "optimizer.learning_rate=0.01"), steps)  # every 3 epochs
+    assert [lr_at(step, s) for s in (29, 30, 59, 60)] == pytest.approx([peak, peak * 0.1, peak * 0.1, peak * 0.01])
+    multi = learning_rate(composed("scheduler=multistep", "optimizer.learning_rate=0.01"), steps)  # after 4 and 6
+    assert [lr_at(multi, s) for s in (39, 40, 60)] == pytest.approx([peak, peak * 0.1, peak * 0.01])
+    cycle = learning_rate(composed("scheduler=one_cycle", "optimizer.learning_rate=0.01"), steps)
+    assert [lr_at(cycle, s) for s in (0, 24, 80)] == pytest.approx([0.04 * peak, peak, 1e-4 * peak])
+    constant = learning_rate(composed("optimizer.learning_rate=0.01"), steps)
+    assert lr_at(constant, 0) == lr_at(constant, 80) == peak  # negative control: no schedule, no change
+
+
+def test_replaced_keys_are_refused_and_old_runs_are_read_translated():
+    from app.config import load
+    from app.errors import ConfigError
+    from app.training.resume import prepare_argv, upgraded
+
+    with pytest.raises(ConfigError, match=r"`trainer.lr` was replaced: use optimizer.learning_rate"):
+        prepare_argv(["trainer.lr=0.1"])
+    with pytest.raises(ConfigError, match=r"`trainer.optimizer` was replaced: use optimizer=adam\|adamw"):
+        prepare_argv(["trainer.optimizer=sgd"])
+    from app.config import to_plain
+
+    old = to_plain(composed())
+    old.pop("optimizer"), old.pop("scheduler")
+    old["trainer"].update(optimizer="sgd", lr=0.05)
+    with pytest.raises(ConfigError, match="trainer"):  # negative control: as saved, today's schema refuses it
+        load(old)
+    config = load(upgraded(old))
+    assert config.optimizer._target_ == "keras.optimizers.SGD" and config.optimizer.learning_rate == 0.05
+    assert config.optimizer.kwargs == {"momentum": 0.9, "nesterov": True} and config.scheduler.name == "constant"
