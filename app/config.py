@@ -208,6 +208,15 @@ def _check_recipe(cfg) -> None:
     milestones = list(s.milestones)
     _check(milestones == sorted(set(milestones)) and all(0 < m < epochs for m in milestones), "scheduler.milestones",
            milestones, f"increasing epochs between 0 and trainer.epochs={epochs}")
+    t = cfg.trainer
+    _check(t.grad_accum_steps >= 1, "trainer.grad_accum_steps", t.grad_accum_steps, "an integer of at least 1")
+    _check(0 <= t.label_smoothing < 1, "trainer.label_smoothing", t.label_smoothing, "from 0 to below 1")
+    weights = t.class_weight
+    _check(weights in (None, "balanced") or (isinstance(weights, (dict, DictConfig)) and all(
+        isinstance(v, (int, float)) and v >= 0 for v in weights.values())), "trainer.class_weight", weights,
+        "null, balanced, or a mapping {class name: weight ≥ 0}")
+    _check(t.top_k is None or t.top_k >= 2, "trainer.top_k", t.top_k, "null or an integer of at least 2")
+    _check(t.monitor_mode in ("auto", "max", "min"), "trainer.monitor_mode", t.monitor_mode, "auto, max or min")
     for i, spec in enumerate(cfg.trainer.callbacks):
         plateau = str((spec or {}).get("_target_", "")).endswith("ReduceLROnPlateau")
         _check(not (plateau and s.name != "constant"), f"trainer.callbacks[{i}]", spec.get("_target_"),

@@ -150,7 +150,8 @@ def export(model: keras.Model, path: Path, *, class_names: Sequence[str], image_
                 "input": "RGB pixel values 0..255, shape (batch, H, W, 3)",
                 "normalisation": {"mode": mode, **({"scale": SCALE, "offset": OFFSET} if mode == "unit" else {})}}
     try:
-        model.save(tmp)
+        # uncompiled: the recipe's own loss and metrics stay out, so plain Keras loads it
+        keras.Model(model.inputs, model.outputs, name=model.name).save(tmp)
         with zipfile.ZipFile(tmp, "a") as archive:
             archive.writestr(METADATA_FILE, json.dumps(metadata, indent=2))
         os.replace(tmp, path)

@@ -163,6 +163,13 @@ class TrainerConfig:
     steps_per_epoch: int | None = None
     checkpoint_every_steps: int | None = None  # a multiple of steps_per_execution
     unfreeze_at_epoch: int | None = None  # with model.freeze_backbone: the first epoch that trains the backbone
+    grad_accum_steps: int = 1  # steps whose gradients are averaged into one update (small batches of large images)
+    label_smoothing: float = 0.0
+    class_weight: Any = None  # null, balanced (from the training split's labels), or {class name: weight}
+    top_k: int | None = 5  # also top-k accuracy (when k is below the class count); null: none
+    per_class_recall: bool = True  # also the recall of each class: recall_<class>
+    monitor: str = "val_accuracy"  # what picks the best checkpoint and model.keras
+    monitor_mode: str = "auto"  # max, min, or auto: min for a loss, max otherwise
     # one cadence for the progress bar, the logger and reading metrics off the device
     log_every_steps: int = 10
     steps_per_execution: int = 1  # training steps a call into the compiled function (Keras's compile)

@@ -168,6 +168,8 @@ def resume_point(run_dir: Path) -> ResumePoint:
     """
     import keras
 
+    import app.training.objectives  # noqa: F401 - registers the recipe's loss and metrics, which checkpoints use
+
     candidates = newest(run_dir)
     failures = []
     for path in candidates:

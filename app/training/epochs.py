@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import keras
+import numpy as np
 
 from app import model as models
 from app.loader.order import epoch_order, full_batches
@@ -41,6 +42,7 @@ class Epochs:
     loader: Loader
     memory: PeakMemory
     user_callbacks: list
+    class_weights: np.ndarray | None = None  # trainer.class_weight, a weight a class index
     kept: CallbackStates = field(init=False)
 
     def run(self) -> None:
@@ -82,19 +84,20 @@ class Epochs:
         resumed = state.figures is not None
         state.figures = state.figures or EpochFigures()
         first = state.figures.steps
-        recipe.follow(self.net, self.config, epoch)  # freezing or unfreezing the backbone recompiles
+        recipe.follow(self.net, self.config, epoch, self.source.class_names)  # (un)freezing recompiles
         self.net.reset_metrics()
         if resumed and state.figures.metric_state:  # Keras's means go on from the checkpoint's
             restore_metrics(self.net, state.figures.metric_state)
         callbacks.on_epoch_begin(epoch, {"first_batch": first})
-        feed = Feed(batches(self.loader, "train", state.order[first * batch:], epoch), self.steps - first)
+        feed = Feed(batches(self.loader, "train", state.order[first * batch:], epoch), self.steps - first,
+                    self.class_weights)
         plan = EpochPlan(self.steps, batch, first, trainer.log_every_steps, trainer.checkpoint_every_steps)
         fit = train_epoch(self.net, feed, callbacks, state.figures, plan)
         val = validate(self.net, Feed(every_sample(self.loader, "val"), math.ceil(len(self.source.val) / batch)),
                        callbacks)
-        row = {"epoch": epoch + 1, "loss": fit.logs["loss"], "accuracy": fit.logs["accuracy"],
-               "val_loss": val["loss"], "val_accuracy": val["accuracy"], "images_per_s": fit.images_per_s,
-               "data_wait_fraction": fit.data_wait_fraction, "peak_memory_mb": self.memory.window_peak_mb()}
+        row = {"epoch": epoch + 1, **fit.logs, **{f"val_{name}": value for name, value in val.items()},
+               "images_per_s": fit.images_per_s, "data_wait_fraction": fit.data_wait_fraction,
+               "peak_memory_mb": self.memory.window_peak_mb()}
         logs = {k: v for k, v in row.items() if k != "epoch"}
         callbacks.on_epoch_end(epoch, logs)
         self._record(row, fit.steps)
@@ -114,8 +117,9 @@ class Epochs:
         state = self.state
         append_metrics(self.run_dir / "metrics.csv", row)
         step = state.steps_before_epoch + steps_done
-        if state.best is None or row["val_accuracy"] > state.best[0]:
-            state.best = [row["val_accuracy"], f"{checkpoint.PREFIX}{step:08d}"]
+        monitored = row[self.config.trainer.monitor]
+        if recipe.better(self.config, monitored, state.best and state.best[0]):
+            state.best = [monitored, f"{checkpoint.PREFIX}{step:08d}"]
             models.export(self.net, self.run_dir / "model.keras", class_names=self.source.class_names,
                           image_size=list(self.config.data.image_size))
         state.figures.metric_state = {}
@@ -125,7 +129,9 @@ class Epochs:
                             arrays)
         peak = max(self.memory.peak / 2**20, self.summary.content.get("peak_memory_mb") or 0)
         self.summary.update(epochs_completed=row["epoch"], steps=step, loss=row["loss"],
-                            val_accuracy=row["val_accuracy"], best_val_accuracy=state.best[0],
+                            val_accuracy=row["val_accuracy"],
+                            best={"monitor": self.config.trainer.monitor, "value": state.best[0],
+                                  "checkpoint": state.best[1]},
                             images_per_s=row["images_per_s"], data_wait_fraction=row["data_wait_fraction"],
                             peak_memory_mb=peak, restarted_workers=self.loader.restarts)
         log.info("epoch %d/%d: loss %.4f, accuracy %.3f, val_loss %.4f, val_accuracy %.3f, %.1f img/s, "

@@ -16,15 +16,17 @@ import contextlib
 import logging
 
 import keras
+import numpy as np
 
 from app import model as models
-from app.config import JIT_COMPILE, instantiate_each
+from app.config import JIT_COMPILE, config_error, instantiate_each
 from app.schema import Config
+from app.training.objectives import PerClassRecall, SmoothedSparseCrossentropy
 
 log = logging.getLogger("app.train")
 
 
-def compile_new(net: keras.Model, config: Config, steps_per_epoch: int) -> None:
+def compile_new(net: keras.Model, config: Config, steps_per_epoch: int, class_names: list[str]) -> None:
     """A new model's optimizer, built over every variable, then the backbone frozen as epoch 1
     wants it, then compiled."""
     trainer = config.trainer
@@ -33,7 +35,7 @@ def compile_new(net: keras.Model, config: Config, steps_per_epoch: int) -> None:
     backbone = models.backbone_of(net)
     if backbone is not None:
         backbone.trainable = not frozen_in(config, epoch=0)
-    _compile(net, config, optimizer)
+    _compile(net, config, optimizer, class_names)
     trainable = sum(int(v.numpy().size) for v in net.trainable_variables)
     log.info("model: %s parameters, %s trainable; XLA (trainer.jit_compile=%s): %s", f"{net.count_params():,}",
              f"{trainable:,}", trainer.jit_compile, "on" if net.jit_compile else "off")
@@ -47,39 +49,92 @@ def build_optimizer(config: Config, steps_per_epoch: int) -> keras.optimizers.Op
                                        if getattr(o, key) is not None}}
     if o.use_ema:
         spec.update(use_ema=True, ema_momentum=o.ema_momentum)
+    if config.trainer.grad_accum_steps > 1:  # Keras averages them and counts one iteration an update
+        spec["gradient_accumulation_steps"] = config.trainer.grad_accum_steps
     (optimizer,) = instantiate_each([{**spec, **o.kwargs}], "optimizer", keras.optimizers.Optimizer,
                                     "keras.optimizers.AdamW", learning_rate=learning_rate(config, steps_per_epoch))
     return optimizer
 
 
 def learning_rate(config: Config, steps_per_epoch: int):
-    """The peak (scheduler=constant), or a stock Keras schedule over epochs × steps_per_epoch
-    steps: stock, so model.keras and the checkpoints load without this app. It is a function of
-    the optimizer's step counter, which a checkpoint keeps: a resumed run's rates are the
-    uninterrupted run's."""
-    s, peak, total = config.scheduler, config.optimizer.learning_rate, config.trainer.epochs * steps_per_epoch
-    schedules = keras.optimizers.schedules
-    if s.name == "cosine":
-        warmup = round(s.warmup_epochs * steps_per_epoch)
-        return schedules.CosineDecay(0.0, max(total - warmup, 1), alpha=s.final_fraction, warmup_target=peak,
+    """The peak (scheduler=constant), or a stock Keras schedule over the run's optimizer
+    updates (epochs × steps an epoch ÷ trainer.grad_accum_steps): stock, so the checkpoints load
+    as they are. It is a function of the optimizer's update counter, which a checkpoint keeps: a
+    resumed run's rates are the uninterrupted run's."""
+    s, peak = config.scheduler, config.optimizer.learning_rate
+
+    def updates(epochs: float) -> int:  # the optimizer's counter after that many epochs
+        return int(epochs * steps_per_epoch // config.trainer.grad_accum_steps)
+
+    total, schedules = updates(config.trainer.epochs), keras.optimizers.schedules
+    if s.name in ("cosine", "one_cycle"):
+        warmup = updates(s.warmup_epochs) if s.name == "cosine" else round(s.peak_at * total)
+        start = 0.0 if s.name == "cosine" else s.start_fraction * peak
+        return schedules.CosineDecay(start, max(total - warmup, 1), alpha=s.final_fraction, warmup_target=peak,
                                      warmup_steps=warmup)
-    if s.name == "one_cycle":
-        warmup = round(s.peak_at * total)
-        return schedules.CosineDecay(s.start_fraction * peak, max(total - warmup, 1), alpha=s.final_fraction,
-                                     warmup_target=peak, warmup_steps=warmup)
     if s.name in ("step", "multistep"):
         epochs = (range(s.every_epochs, config.trainer.epochs, s.every_epochs) if s.name == "step" else s.milestones)
-        # Keras changes the value once the step counter passes a boundary: the first step of epoch
-        # e + 1 runs at counter e × steps_per_epoch
-        boundaries = [epoch * steps_per_epoch - 1 for epoch in epochs]
+        # Keras changes the value once the counter passes a boundary: the first update of epoch
+        # e + 1 runs at counter updates(e)
+        boundaries = [updates(epoch) - 1 for epoch in epochs]
         if boundaries:
             return schedules.PiecewiseConstantDecay(boundaries, [peak * s.gamma**i for i in range(len(boundaries) + 1)])
     return peak
 
 
-def _compile(net: keras.Model, config: Config, optimizer) -> None:
-    trainer = config.trainer
-    net.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy", metrics=["accuracy"],
+def metric_names(config: Config, class_names: list[str]) -> list[str]:
+    """The names Keras logs for the compiled metrics, besides the loss."""
+    k = config.trainer.top_k
+    return (["accuracy"] + ([f"top{k}_accuracy"] if k and k < len(class_names) else [])
+            + ([f"recall_{name}" for name in class_names] if config.trainer.per_class_recall else []))
+
+
+def check_monitor(config: Config, class_names: list[str]) -> None:
+    """trainer.monitor names a figure that will exist, before any training."""
+    names = ["loss", *metric_names(config, class_names)]
+    allowed = [*names, *(f"val_{n}" for n in names)]
+    if config.trainer.monitor not in allowed:
+        raise config_error("trainer.monitor", config.trainer.monitor, f"one of {', '.join(allowed)}")
+
+
+def better(config: Config, value: float, best: float | None) -> bool:
+    """Whether `value` of trainer.monitor beats `best` (None: nothing yet)."""
+    mode = config.trainer.monitor_mode
+    if mode == "auto":
+        mode = "min" if config.trainer.monitor.endswith("loss") else "max"
+    return best is None or (value < best if mode == "min" else value > best)
+
+
+def class_weights(config: Config, labels: np.ndarray, class_names: list[str]) -> np.ndarray | None:
+    """trainer.class_weight as one weight a class index: balanced is n / (classes × count), from
+    the training split's labels; a mapping names classes (the rest weigh 1)."""
+    wanted = config.trainer.class_weight
+    if wanted is None:
+        return None
+    if wanted == "balanced":
+        counts = np.bincount(labels, minlength=len(class_names)).astype(np.float64)
+        weights = len(labels) / (len(class_names) * np.maximum(counts, 1))
+    else:
+        unknown = sorted(set(wanted) - set(class_names))
+        if unknown:
+            raise config_error("trainer.class_weight", dict(wanted),
+                               f"classes of this data only ({', '.join(class_names)}); not {', '.join(unknown)}")
+        weights = np.array([float(wanted.get(name, 1.0)) for name in class_names])
+    log.info("class weights (trainer.class_weight=%s): %s", wanted if wanted == "balanced" else "mapping",
+             ", ".join(f"{name} {w:.3f}" for name, w in zip(class_names, weights, strict=True)))
+    return weights.astype(np.float32)
+
+
+def _compile(net: keras.Model, config: Config, optimizer, class_names: list[str]) -> None:
+    trainer, classes = config.trainer, len(class_names)
+    loss = (SmoothedSparseCrossentropy(trainer.label_smoothing) if trainer.label_smoothing else
+            "sparse_categorical_crossentropy")
+    metrics = ["accuracy"]
+    if trainer.top_k and trainer.top_k < classes:
+        metrics.append(keras.metrics.SparseTopKCategoricalAccuracy(trainer.top_k, name=f"top{trainer.top_k}_accuracy"))
+    if trainer.per_class_recall:
+        metrics.append(PerClassRecall(class_names))
+    net.compile(optimizer=optimizer, loss=loss, metrics=metrics,
                 jit_compile=JIT_COMPILE[str(trainer.jit_compile).lower()],
                 steps_per_execution=trainer.steps_per_execution)
 
@@ -92,7 +147,7 @@ def frozen_in(config: Config, epoch: int) -> bool:
     return start is None or epoch + 1 < start
 
 
-def follow(net: keras.Model, config: Config, epoch: int) -> None:
+def follow(net: keras.Model, config: Config, epoch: int, class_names: list[str]) -> None:
     """At an epoch's start: the backbone frozen or trained as the config says for this epoch,
     recompiled (the same optimizer, its state kept) when that changes."""
     backbone, trained = models.backbone_of(net), not frozen_in(config, epoch)
@@ -103,7 +158,7 @@ def follow(net: keras.Model, config: Config, epoch: int) -> None:
                  config.trainer.unfreeze_at_epoch)
     if backbone.trainable != trained:  # a checkpoint is saved, and so loaded, with the backbone trainable
         backbone.trainable = trained
-        _compile(net, config, net.optimizer)
+        _compile(net, config, net.optimizer, class_names)
 
 
 @contextlib.contextmanager

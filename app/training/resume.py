@@ -158,6 +158,7 @@ def resumed_config(saved: dict, cfg: DictConfig, overrides: list[str],
     result.resume = cfg.resume
     return result
 
+
 def open_run(cfg: DictConfig, safe: tuple[str, ...]) -> tuple[Path, Config]:
     """(run dir, its config with the `safe` overrides, loaded: re-typed by the schemas and validated)."""
     run_dir = Path(cfg.resume)
@@ -168,6 +169,8 @@ def open_run(cfg: DictConfig, safe: tuple[str, ...]) -> tuple[Path, Config]:
 def last_epoch_checkpoint(run_dir: Path):
     """The newest checkpoint written at an epoch's end (its weights made metrics.csv's last row)."""
     import keras
+
+    import app.training.objectives  # noqa: F401 - registers the recipe's loss and metrics, which checkpoints use
 
     for path in checkpoint.newest(run_dir):
         try:

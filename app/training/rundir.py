@@ -77,10 +77,6 @@ def release_lock(run_dir: Path) -> None:
         os.close(fd)  # closing the descriptor drops the flock
 
 
-METRICS_COLUMNS = ["epoch", "loss", "accuracy", "val_loss", "val_accuracy", "images_per_s",
-                   "data_wait_fraction", "peak_memory_mb"]
-
-
 def write_json(path: Path, content: Any) -> None:
     """Atomically: readers never see half a file."""
     text = json.dumps(content, indent=2, default=str) + "\n"
@@ -89,12 +85,15 @@ def write_json(path: Path, content: Any) -> None:
 
 
 def append_metrics(path: Path, row: dict) -> None:
+    """A row of metrics.csv; the first row's keys are the columns (the figures, and the metrics
+    the recipe asked for: top-k, each class's recall)."""
     new = not path.exists()
+    columns = list(row) if new else path.read_text(encoding="utf-8").splitlines()[0].split(",")
     with open(path, "a", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=METRICS_COLUMNS)
+        writer = csv.DictWriter(f, fieldnames=columns)
         if new:
             writer.writeheader()
-        writer.writerow({k: row[k] for k in METRICS_COLUMNS})
+        writer.writerow({k: row.get(k) for k in columns})
 
 
 def keep_rows(path: Path, keep) -> None:

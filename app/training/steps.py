@@ -28,8 +28,9 @@ class Feed:
     seconds spent blocked waiting for them, and an error the iterator raised, kept to be raised
     unchanged in the loop (tf.data would turn it into a TensorFlow error)."""
 
-    def __init__(self, batches: Iterable[tuple[np.ndarray, np.ndarray]], count: int):
-        self.batches, self.count = batches, count
+    def __init__(self, batches: Iterable[tuple[np.ndarray, np.ndarray]], count: int,
+                 class_weights: np.ndarray | None = None):
+        self.batches, self.count, self.class_weights = batches, count, class_weights
         self.waited_s = 0.0
         self.error: BaseException | None = None
 
@@ -46,7 +47,8 @@ class Feed:
                 return
             finally:
                 self.waited_s += time.perf_counter() - asked
-            batch = [(x, np.asarray(y, np.int64))]
+            y = np.asarray(y, np.int64)
+            batch = [(x, y) if self.class_weights is None else (x, y, self.class_weights[y])]  # a weight a sample
             del x, y
             yield batch.pop()  # held by nothing here once handed over
 
@@ -61,6 +63,8 @@ class Feed:
         import tensorflow as tf
 
         signature = (tf.TensorSpec((None, *image_size, 3), tf.uint8), tf.TensorSpec((None,), tf.int64))
+        if self.class_weights is not None:
+            signature += (tf.TensorSpec((None,), tf.float32),)
         dataset = tf.data.Dataset.from_generator(self._generate, output_signature=signature)
         # without the cardinality, Keras's optimizer counts a phantom step at the end
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(self.count))
@@ -138,7 +142,7 @@ class _Clock:
 
     def read(self, logs: dict) -> dict:
         figures = self.figures
-        figures.logs = {name: float(value) for name, value in logs.items()}
+        figures.logs = read(logs)
         figures.seconds = time.perf_counter() - self.started
         figures.waited_s = self.waited_before + self.feed.waited_s
         return {**figures.logs, "images_per_s": figures.images_per_s, "data_wait_fraction": figures.data_wait_fraction}
@@ -164,11 +168,23 @@ def _test_steps(net, feed: Feed, callbacks) -> dict:
         callbacks.on_test_batch_begin(step)
         logs = feed.call(net.test_function, iterator)
         if end == feed.count:
-            logs = {name: float(value) for name, value in logs.items()}
+            logs = read(logs)
         callbacks.on_test_batch_end(end - 1, logs if end == feed.count else {})
         step = end
     callbacks.on_test_end(logs)
     return logs
+
+
+def read(logs: dict) -> dict:
+    """Keras's logs as floats (the one wait for the device), a metric's dict of values (each
+    class's recall) flattened into them."""
+    out = {}
+    for name, value in logs.items():
+        if isinstance(value, dict):
+            out.update(read(value))
+        else:
+            out[name] = float(value)
+    return out
 
 
 def restore_metrics(net: keras.Model, saved: dict) -> None:

@@ -119,6 +119,10 @@ def _continue_hint(run_dir: Path) -> str:
 def _train(config: Config, run_dir: Path, summary: Summary, state: RunState, callbacks: list) -> None:
     source, steps = _data(config, run_dir)
     keras = _start_keras(config)
+    from app.training import recipe
+
+    recipe.check_monitor(config, source.class_names)
+    weights = recipe.class_weights(config, source.train.labels, source.class_names)
     try:
         summary.update(hardware={**summary.content["hardware"], "gpus": _visible_gpus()})
         net = _model(config, source, run_dir, state, steps)
@@ -130,7 +134,7 @@ def _train(config: Config, run_dir: Path, summary: Summary, state: RunState, cal
         from app.training.epochs import Epochs  # Keras is loaded by now
 
         with loader, PeakMemory() as memory:
-            Epochs(config, run_dir, summary, state, source, steps, net, loader, memory, callbacks).run()
+            Epochs(config, run_dir, summary, state, source, steps, net, loader, memory, callbacks, weights).run()
     finally:
         keras.mixed_precision.set_global_policy("float32")
 
@@ -177,7 +181,7 @@ def _model(config: Config, source, run_dir: Path, state: RunState, steps: int):
 
     if not config.resume:
         net = models.build(config.model, config.data.image_size, len(source.class_names))
-        recipe.compile_new(net, config, steps)
+        recipe.compile_new(net, config, steps, source.class_names)
         return net
     point = checkpoint.resume_point(run_dir)
     state.restore(point.state, point.arrays)

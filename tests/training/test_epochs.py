@@ -85,6 +85,13 @@ def test_tensorboard_writes_epoch_scalars(run):
         assert [e.step for e in events.Tensors("epoch_loss")] == [0, 1, 2]
 
 
+def test_metrics_csv_has_each_classs_recall(run):
+    header = (run / "metrics.csv").read_text().splitlines()[0].split(",")
+    classes = json.loads((run / "split.json").read_text())["class_names"]
+    assert [f"val_recall_{name}" for name in classes] == [c for c in header if c.startswith("val_recall_")]
+    assert not any("top" in c for c in header)  # top-5 of 3 classes is left out
+
+
 def rows(run: Path) -> list[str]:
     return [line.split(",")[0] for line in (run / "metrics.csv").read_text().splitlines()[1:]]
 

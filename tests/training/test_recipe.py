@@ -134,3 +134,67 @@ def test_replaced_keys_are_refused_and_old_runs_are_read_translated():
     config = load(upgraded(old))
     assert config.optimizer._target_ == "keras.optimizers.SGD" and config.optimizer.learning_rate == 0.05
     assert config.optimizer.kwargs == {"momentum": 0.9, "nesterov": True} and config.scheduler.name == "constant"
+
+
+def test_accumulation_counts_updates_and_the_schedule_follows_them():
+    from app.training.recipe import build_optimizer
+
+    config = composed("trainer.grad_accum_steps=2", "scheduler=cosine", "scheduler.warmup_epochs=0",
+                      "trainer.epochs=4")
+    optimizer = build_optimizer(config, 10)  # 40 steps, 20 updates
+    assert optimizer.gradient_accumulation_steps == 2
+    schedule = optimizer._learning_rate  # the schedule object (the property gives its value now)
+    assert float(schedule(10)) == pytest.approx(0.0005, rel=1e-3) and float(schedule(20)) == pytest.approx(0.0)
+
+
+def test_class_weights_monitor_and_metric_names():
+    from app.errors import ConfigError
+    from app.training.recipe import better, check_monitor, class_weights, metric_names
+
+    names = ["cat", "dog", "owl"]
+    labels = np.array([0] * 6 + [1] * 3 + [2] * 3)
+    assert class_weights(composed(), labels, names) is None
+    balanced = class_weights(composed("trainer.class_weight=balanced"), labels, names)
+    assert balanced.tolist() == pytest.approx([12 / 18, 12 / 9, 12 / 9])
+    mapped = class_weights(composed("trainer.class_weight={dog: 3.0}"), labels, names)
+    assert mapped.tolist() == [1.0, 3.0, 1.0]
+    with pytest.raises(ConfigError, match=r"`trainer.class_weight`.*not emu"):
+        class_weights(composed("trainer.class_weight={emu: 3.0}"), labels, names)
+    assert metric_names(composed("trainer.top_k=2"), names) == ["accuracy", "top2_accuracy", "recall_cat",
+                                                                "recall_dog", "recall_owl"]
+    assert metric_names(composed(), names)[:2] == ["accuracy", "recall_cat"]  # top-5 of 3 classes says nothing
+    check_monitor(composed("trainer.monitor=val_recall_owl"), names)
+    with pytest.raises(ConfigError, match=r"`trainer.monitor`.*val_top2_accuracy"):
+        check_monitor(composed("trainer.monitor=val_top5_accuracy", "trainer.top_k=2"), names)
+    loss, accuracy = composed("trainer.monitor=val_loss"), composed()
+    assert better(loss, 0.5, 0.6) and not better(loss, 0.7, 0.6)
+    assert better(accuracy, 0.7, 0.6) and not better(accuracy, 0.5, 0.6) and better(accuracy, 0.0, None)
+
+
+def test_class_weights_reach_the_loss():
+    from app.model import classifier
+    from app.training.steps import EpochFigures, EpochPlan, Feed, train_epoch
+
+    def net():
+        keras.utils.set_random_seed(0)
+        backbone = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dense(3,
+                                     activation="softmax")])
+        model = classifier(backbone, (8, 8))
+        model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+        return model
+
+    def batches():
+        rng = np.random.default_rng(0)
+        for _ in range(3):
+            yield rng.integers(0, 256, (4, 8, 8, 3), dtype=np.uint8), np.array([0, 1, 2, 0])
+
+    weighted, plain = net(), net()
+    before = [w.copy() for w in weighted.get_weights()]
+    callbacks = keras.callbacks.CallbackList([], model=weighted)
+    figures = train_epoch(weighted, Feed(batches(), 3, np.zeros(3, np.float32)), callbacks, EpochFigures(),
+                          EpochPlan(3, 4))
+    assert figures.logs["loss"] == 0 and same(before, weighted.get_weights())
+    # negative control: unweighted, the same batches move the weights
+    train_epoch(plain, Feed(batches(), 3), keras.callbacks.CallbackList([], model=plain), EpochFigures(),
+                EpochPlan(3, 4))
+    assert not same(before, plain.get_weights())
