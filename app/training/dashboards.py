@@ -1,0 +1,176 @@
+"""The run's dashboards (conf/logger): TensorBoard event files under <run dir>/tensorboard
+(train/ and validation/, as Keras's own callback lays them out, and the hyper-parameters at
+the top for TensorBoard's HParams view), scalars.csv, or nothing.
+
+Scalars every `trainer.log_every_steps` (step/loss, step/accuracy, step/learning_rate,
+step/images_per_s, step/data_wait_fraction, step/peak_memory_mb) and at each epoch's end
+(epoch/<metric>, validation's under validation/), all on the global step; the first training
+batch as images (and augmented.png, whatever the logger). On resume what was written after the
+checkpoint is cut away, as metrics.csv's rows are: TensorBoard does not discard it by itself.
+Never imports the loader.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+from pathlib import Path
+
+import keras
+import numpy as np
+
+from app.memory import PeakMemory
+from app.training.checkpoint import RunState
+from app.training.rundir import keep_rows
+
+log = logging.getLogger("app.train")
+EVENTS = "tensorboard"
+SCALARS = "scalars.csv"
+
+
+class Writer:
+    """logger=none: writes nothing."""
+
+    def scalars(self, split: str, values: dict, step: int) -> None:
+        pass
+
+    def images(self, tag: str, batch: np.ndarray, step: int) -> None:
+        pass
+
+    def hparams(self, values: dict, trial: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class TensorBoardWriter(Writer):
+    def __init__(self, run_dir: Path):
+        import tensorflow as tf
+
+        self.tf, self.root = tf, Path(run_dir) / EVENTS
+        self.writers = {split: tf.summary.create_file_writer(str(self.root / split)) for split in ("train", "validation")}
+
+    def scalars(self, split: str, values: dict, step: int) -> None:
+        with self.writers[split].as_default(step=step):
+            for tag, value in values.items():
+                self.tf.summary.scalar(tag, value)
+        self.writers[split].flush()
+
+    def images(self, tag: str, batch: np.ndarray, step: int) -> None:
+        with self.writers["train"].as_default(step=step):
+            self.tf.summary.image(tag, batch, max_outputs=len(batch))
+        self.writers["train"].flush()
+
+    def hparams(self, values: dict, trial: str) -> None:
+        from tensorboard.plugins.hparams import api as hp
+
+        with self.tf.summary.create_file_writer(str(self.root)).as_default():
+            hp.hparams(values, trial_id=trial)
+
+    def close(self) -> None:
+        for writer in self.writers.values():
+            writer.close()
+
+
+class CsvWriter(Writer):
+    """logger=csv: scalars.csv, a row a value (split, tag, step, value)."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / SCALARS
+
+    def scalars(self, split: str, values: dict, step: int) -> None:
+        new = not self.path.exists()
+        with open(self.path, "a", newline="", encoding="utf-8") as f:
+            out = csv.writer(f)
+            if new:
+                out.writerow(["split", "tag", "step", "value"])
+            out.writerows([split, tag, step, value] for tag, value in values.items())
+
+
+def writer(name: str, run_dir: Path) -> Writer:
+    return {"tensorboard": TensorBoardWriter, "csv": CsvWriter}.get(name, lambda _: Writer())(run_dir)
+
+
+class Dashboard(keras.callbacks.Callback):
+    """Writes what the module docstring lists, through `out`."""
+
+    def __init__(self, out: Writer, state: RunState, memory: PeakMemory):
+        super().__init__()
+        self.out, self.state, self.memory = out, state, memory
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not logs:  # between reads: nothing was read off the device
+            return
+        values = {f"step/{name}": value for name, value in logs.items()}
+        values["step/learning_rate"] = float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
+        values["step/peak_memory_mb"] = self.memory.peak / 2**20
+        self.out.scalars("train", values, self.state.steps_before_epoch + batch + 1)
+
+    def on_epoch_end(self, epoch, logs=None):
+        step = self.state.steps_before_epoch + self.state.figures.steps
+        logs = logs or {}
+        self.out.scalars("train", {f"epoch/{k}": v for k, v in logs.items() if not k.startswith("val_")}, step)
+        self.out.scalars("validation", {f"epoch/{k[4:]}": v for k, v in logs.items() if k.startswith("val_")}, step)
+
+    def on_train_end(self, logs=None):
+        self.out.close()
+
+
+def hyperparameters(config: dict, prefix: str = "") -> dict:
+    """The config flattened to dotted keys and the plain values HParams takes (lists as text)."""
+    flat = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(hyperparameters(value, f"{name}."))
+        elif isinstance(value, (bool, int, float, str)):
+            flat[name] = value
+        elif value is not None:
+            flat[name] = str(value)
+    return flat
+
+
+def first_batch(out: Writer, run_dir: Path, batch: tuple, class_names: list[str]) -> None:
+    """The first training batch as the model gets it (augmented, uint8): in the dashboard, and as
+    augmented.png with each sample's class."""
+    images, labels = batch[0], batch[1]
+    out.images("augmented", images, 0)
+    grid(images, [class_names[int(y)] for y in labels]).save(Path(run_dir) / "augmented.png")
+
+
+def grid(images: np.ndarray, captions: list[str], columns: int = 8):
+    """The images in rows of `columns`, each over its caption (Pillow)."""
+    from PIL import Image, ImageDraw
+
+    count, (height, width) = len(images), images.shape[1:3]
+    scale = max(1, 96 // max(height, width))  # small inputs drawn larger
+    cell_w, cell_h, text = width * scale, height * scale, 14
+    rows, columns = -(-count // columns), min(columns, count)
+    sheet = Image.new("RGB", (columns * (cell_w + 4), rows * (cell_h + text + 4)), "white")
+    draw = ImageDraw.Draw(sheet)
+    for i, (image, caption) in enumerate(zip(images, captions, strict=True)):
+        x, y = (i % columns) * (cell_w + 4), (i // columns) * (cell_h + text + 4)
+        sheet.paste(Image.fromarray(np.asarray(image, np.uint8)).resize((cell_w, cell_h), Image.NEAREST), (x, y))
+        draw.text((x + 1, y + cell_h + 1), caption[: max(4, cell_w // 6)], fill="black")
+    return sheet
+
+
+def trim(run_dir: Path, step: int) -> None:
+    """What the dashboards hold after `step` goes: the event files rewritten without those events
+    (each under a temporary name, then renamed over the old one), scalars.csv without those rows."""
+    keep_rows(Path(run_dir) / SCALARS, lambda row: int(row["step"]) <= step)
+    root = Path(run_dir) / EVENTS
+    files = sorted(root.rglob("*tfevents*")) if root.is_dir() else []
+    if not files:
+        return
+    import tensorflow as tf
+
+    for path in files:
+        kept = [e for e in tf.compat.v1.train.summary_iterator(str(path)) if e.step <= step]
+        tmp = path.with_name(f".{path.name}.tmp")
+        with tf.io.TFRecordWriter(str(tmp)) as out:
+            for event in kept:
+                out.write(event.SerializeToString())
+        tmp.replace(path)
+    log.info("dashboards: events after step %d removed from %d event files", step, len(files))
