@@ -26,6 +26,8 @@ COMMANDS = {
                 "predict resume=<run dir> input=<path>"),
     "report": ("app.commands.report", "main", "table and PNG plots over run directories or a sweep directory: "
                "report <sweep dir | run dirs...>"),
+    "preview": ("app.commands.preview", "main", "preview.png: training samples beside their augmentations, as "
+                "the loader makes them (config as for train)"),
     "bench": ("app.commands.bench", "main", "time the input pipeline: this loader vs keras.utils.PyDataset vs "
               "serial; writes bench.json"),
 }

@@ -18,7 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from app.errors import ConfigError
 from app.families import FAMILIES
-from app.schema import BENCH_MODES, DATA_SCHEMAS, SCHEDULERS, SCHEMAS, Config, model_schema
+from app.schema import BENCH_MODES, DATA_SCHEMAS, LOGGERS, SCHEDULERS, SCHEMAS, Config, model_schema
 
 
 def conf_dir() -> Path:
@@ -197,6 +197,7 @@ def _check_recipe(cfg) -> None:
     _check(o.clipnorm is None or o.global_clipnorm is None, "optimizer.global_clipnorm", o.global_clipnorm,
            "null when optimizer.clipnorm is set (one of the two)")
     _check(0 < o.ema_momentum < 1, "optimizer.ema_momentum", o.ema_momentum, "strictly between 0 and 1")
+    _check(cfg.logger.name in LOGGERS, "logger.name", cfg.logger.name, f"one of {', '.join(LOGGERS)} (logger=<name>)")
     _check(s.name in SCHEDULERS, "scheduler.name", s.name, f"one of {', '.join(SCHEDULERS)} (scheduler=<name>)")
     _check(0 <= s.warmup_epochs < epochs, "scheduler.warmup_epochs", s.warmup_epochs,
            f"from 0 to below trainer.epochs={epochs}")
@@ -246,6 +247,8 @@ def _check_model_and_bench(cfg) -> None:
            f"a list of modes from {', '.join(BENCH_MODES)}")
     _check(b.batches >= 1, "bench.batches", b.batches, "at least 1 timed batch")
     _check(b.warmup >= 0, "bench.warmup", b.warmup, "0 or more batches")
+    _check(cfg.preview.images >= 1, "preview.images", cfg.preview.images, "at least 1 sample")
+    _check(cfg.preview.augmentations >= 1, "preview.augmentations", cfg.preview.augmentations, "at least 1")
 
 
 def _check_keras_app(m, size: list[int]) -> None:

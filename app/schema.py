@@ -158,6 +158,13 @@ class SchedulerConfig:
 
 
 @dataclass
+class LoggerConfig:
+    """conf/logger: where the run's dashboards go (app/training/dashboards.py)."""
+
+    name: str = "tensorboard"  # tensorboard | csv | none
+
+
+@dataclass
 class TrainerConfig:
     epochs: int = 8
     steps_per_epoch: int | None = None
@@ -198,6 +205,14 @@ class BenchConfig:
 
 
 @dataclass
+class PreviewConfig:
+    """`python -m app preview` only."""
+
+    images: int = 4  # training samples, a row each
+    augmentations: int = 6  # augmentations of each, beside its source image
+
+
+@dataclass
 class Config:
     seed: int = 0
     # null, a run directory, or `latest`: continue that run in place (app/training/resume.py)
@@ -212,6 +227,8 @@ class Config:
     optimizer: Any = MISSING
     scheduler: Any = MISSING
     trainer: Any = MISSING
+    logger: Any = MISSING
+    preview: Any = MISSING
     bench: Any = MISSING
 
 
@@ -229,11 +246,15 @@ def register() -> None:
     cs.store(group="optimizer", name="optimizer_schema", node=OptimizerConfig)
     cs.store(group="scheduler", name="scheduler_schema", node=SchedulerConfig)
     cs.store(group="trainer", name="trainer_schema", node=TrainerConfig)
+    cs.store(group="logger", name="logger_schema", node=LoggerConfig)
+    cs.store(group="preview", name="preview_schema", node=PreviewConfig)
     cs.store(group="bench", name="bench_schema", node=BenchConfig)
 
 
 SCHEMAS = {"augment": AugmentConfig, "queue": QueueConfig, "optimizer": OptimizerConfig, "scheduler": SchedulerConfig,
-           "trainer": TrainerConfig, "bench": BenchConfig}
+           "trainer": TrainerConfig, "logger": LoggerConfig, "bench": BenchConfig,
+           "preview": PreviewConfig}
+LOGGERS = ["tensorboard", "csv", "none"]
 SCHEDULERS = ["constant", "cosine", "step", "multistep", "one_cycle"]
 MODEL_SCHEMAS = {"resnet": ResnetModelConfig, "keras_app": KerasAppConfig, "custom": CustomModelConfig}  # conf/model/
 

@@ -17,7 +17,8 @@ def _default(f: dataclasses.Field):
     return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
 
 
-PRESETS = {"optimizer": "adam", "scheduler": "constant"}  # the schema's defaults; the other files are presets
+# the schema's defaults; the group's other files are presets
+PRESETS = {"optimizer": "adam", "scheduler": "constant", "logger": "tensorboard"}
 CASES = [(schema, conf_dir() / group / path.name) for group, schema in SCHEMAS.items()
          for path in sorted((conf_dir() / group).glob("*.yaml"))
          if not (schema is AugmentConfig and path.stem != "none")  # augment/default.yaml is a preset list

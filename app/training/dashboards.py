@@ -19,6 +19,7 @@ from pathlib import Path
 import keras
 import numpy as np
 
+from app import sheets
 from app.memory import PeakMemory
 from app.training.checkpoint import RunState
 from app.training.rundir import keep_rows
@@ -49,7 +50,8 @@ class TensorBoardWriter(Writer):
         import tensorflow as tf
 
         self.tf, self.root = tf, Path(run_dir) / EVENTS
-        self.writers = {split: tf.summary.create_file_writer(str(self.root / split)) for split in ("train", "validation")}
+        self.writers = {split: tf.summary.create_file_writer(str(self.root / split))
+                        for split in ("train", "validation")}
 
     def scalars(self, split: str, values: dict, step: int) -> None:
         with self.writers[split].as_default(step=step):
@@ -136,24 +138,7 @@ def first_batch(out: Writer, run_dir: Path, batch: tuple, class_names: list[str]
     augmented.png with each sample's class."""
     images, labels = batch[0], batch[1]
     out.images("augmented", images, 0)
-    grid(images, [class_names[int(y)] for y in labels]).save(Path(run_dir) / "augmented.png")
-
-
-def grid(images: np.ndarray, captions: list[str], columns: int = 8):
-    """The images in rows of `columns`, each over its caption (Pillow)."""
-    from PIL import Image, ImageDraw
-
-    count, (height, width) = len(images), images.shape[1:3]
-    scale = max(1, 96 // max(height, width))  # small inputs drawn larger
-    cell_w, cell_h, text = width * scale, height * scale, 14
-    rows, columns = -(-count // columns), min(columns, count)
-    sheet = Image.new("RGB", (columns * (cell_w + 4), rows * (cell_h + text + 4)), "white")
-    draw = ImageDraw.Draw(sheet)
-    for i, (image, caption) in enumerate(zip(images, captions, strict=True)):
-        x, y = (i % columns) * (cell_w + 4), (i // columns) * (cell_h + text + 4)
-        sheet.paste(Image.fromarray(np.asarray(image, np.uint8)).resize((cell_w, cell_h), Image.NEAREST), (x, y))
-        draw.text((x + 1, y + cell_h + 1), caption[: max(4, cell_w // 6)], fill="black")
-    return sheet
+    sheets.grid(images, [class_names[int(y)] for y in labels]).save(Path(run_dir) / "augmented.png")
 
 
 def trim(run_dir: Path, step: int) -> None:

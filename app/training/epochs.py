@@ -19,7 +19,7 @@ from app.loader.order import epoch_order, full_batches
 from app.loader.pipeline import Loader, batches, every_sample
 from app.memory import PeakMemory
 from app.schema import Config
-from app.training import checkpoint, recipe
+from app.training import checkpoint, dashboards, recipe
 from app.training.callbacks import CallbackStates, Progress, SampleRecorder, StepCheckpoint
 from app.training.checkpoint import EpochFigures, RunState
 from app.training.rundir import Summary, append_metrics
@@ -44,9 +44,13 @@ class Epochs:
     user_callbacks: list
     class_weights: np.ndarray | None = None  # trainer.class_weight, a weight a class index
     kept: CallbackStates = field(init=False)
+    out: dashboards.Writer = field(init=False)
 
     def run(self) -> None:
         epochs, state = self.config.trainer.epochs, self.state
+        self.out = dashboards.writer(self.config.logger.name, self.run_dir)
+        if state.steps_done == 0:  # a resumed run's are in the events kept from before
+            self.out.hparams(dashboards.hyperparameters(state.config), trial=str(self.run_dir))
         callbacks = self._callbacks()
         self.net.stop_training = False
         callbacks.on_train_begin()
@@ -64,7 +68,7 @@ class Epochs:
 
     def _callbacks(self) -> keras.callbacks.CallbackList:
         trainer, epochs = self.config.trainer, self.config.trainer.epochs
-        own = [Progress(epochs, self.steps)]
+        own = [Progress(epochs, self.steps), dashboards.Dashboard(self.out, self.state, self.memory)]
         # A step's row is written before its checkpoint: a run killed between the two would
         # otherwise resume after a step that samples.csv never recorded.
         if trainer.record_samples:
@@ -89,8 +93,10 @@ class Epochs:
         if resumed and state.figures.metric_state:  # Keras's means go on from the checkpoint's
             restore_metrics(self.net, state.figures.metric_state)
         callbacks.on_epoch_begin(epoch, {"first_batch": first})
-        feed = Feed(batches(self.loader, "train", state.order[first * batch:], epoch), self.steps - first,
-                    self.class_weights)
+        source = batches(self.loader, "train", state.order[first * batch:], epoch)
+        if state.steps_done == 0:
+            source = self._showing_first(source)
+        feed = Feed(source, self.steps - first, self.class_weights)
         plan = EpochPlan(self.steps, batch, first, trainer.log_every_steps, trainer.checkpoint_every_steps)
         fit = train_epoch(self.net, feed, callbacks, state.figures, plan)
         val = validate(self.net, Feed(every_sample(self.loader, "val"), math.ceil(len(self.source.val) / batch)),
@@ -102,6 +108,17 @@ class Epochs:
         callbacks.on_epoch_end(epoch, logs)
         self._record(row, fit.steps)
         return logs
+
+    def _showing_first(self, source):
+        """The batches, the first one also drawn (augmented.png, the dashboard's images)."""
+        iterator = iter(source)
+        first = next(iterator, None)
+        if first is None:
+            return
+        dashboards.first_batch(self.out, self.run_dir, first, self.source.class_names)
+        yield first
+        del first
+        yield from iterator
 
     def _save_inside_epoch(self, done: int) -> None:
         """A checkpoint after `done` steps of the running epoch, with Keras's metric variables."""

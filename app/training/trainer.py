@@ -190,6 +190,9 @@ def _model(config: Config, source, run_dir: Path, state: RunState, steps: int):
     # what the interrupted run wrote after this checkpoint is redone, not duplicated
     keep_rows(run_dir / "metrics.csv", lambda row: int(row["epoch"]) <= state.epoch)
     keep_rows(run_dir / "samples.csv", lambda row: int(row["step"]) <= point.state["step"])
+    from app.training import dashboards
+
+    dashboards.trim(run_dir, point.state["step"])
     return point.model
 
 

@@ -115,6 +115,25 @@ def test_the_learning_rate_at_every_step_is_the_uninterrupted_runs(runs):
     assert len(set(rates_a.values())) > 10  # negative control: the rate does change along the run
 
 
+def test_the_dashboards_events_hold_each_step_once_as_uninterrupted(runs):
+    """B's TensorBoard events after its resume: the steps after the checkpoint it resumed from
+    were cut before they were redone, and what remains is A's."""
+    import tensorflow as tf
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    def scalars(run: Path, split: str, tag: str) -> list[tuple[int, float]]:
+        events = EventAccumulator(str(run / "tensorboard" / split), size_guidance={"tensors": 0},
+                                  purge_orphaned_data=False)  # TensorBoard would hide repeated steps itself
+        events.Reload()
+        return [(e.step, float(tf.make_ndarray(e.tensor_proto))) for e in events.Tensors(tag)]
+
+    run_a, run_b, _, _ = runs
+    for split, tag in (("train", "step/loss"), ("train", "epoch/accuracy"), ("validation", "epoch/loss")):
+        a, b = scalars(run_a, split, tag), scalars(run_b, split, tag)
+        assert len({step for step, _ in b}) == len(b) and a == b, (split, tag)
+    assert len(scalars(run_a, "train", "step/loss")) == 5 * 3  # a read at each call: checkpoints every 3
+
+
 def test_metrics_rows_continue_without_gaps_or_duplicates(runs):
     run_a, run_b, _, _ = runs
     assert metric_rows(run_b) == metric_rows(run_a)

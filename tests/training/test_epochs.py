@@ -92,6 +92,24 @@ def test_metrics_csv_has_each_classs_recall(run):
     assert not any("top" in c for c in header)  # top-5 of 3 classes is left out
 
 
+def test_the_runs_own_dashboard(run):
+    """logger=tensorboard (the default): step and epoch scalars, validation's apart, the first
+    batch's images, the hyper-parameters for TensorBoard's HParams view; augmented.png."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    def tags(path: Path) -> set[str]:
+        events = EventAccumulator(str(path))
+        events.Reload()
+        return set(events.Tags()["tensors"])
+
+    train, validation = tags(run / "tensorboard" / "train"), tags(run / "tensorboard" / "validation")
+    assert {"step/loss", "step/learning_rate", "step/images_per_s", "step/data_wait_fraction",
+            "step/peak_memory_mb", "epoch/loss", "epoch/accuracy", "augmented"} <= train
+    assert {"epoch/loss", "epoch/accuracy"} <= validation and not any(t.startswith("step/") for t in validation)
+    assert "_hparams_/session_start_info" in tags(run / "tensorboard")
+    assert (run / "augmented.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def rows(run: Path) -> list[str]:
     return [line.split(",")[0] for line in (run / "metrics.csv").read_text().splitlines()[1:]]
 

@@ -1,0 +1,23 @@
+"""Contact sheets: images in a grid, each over its caption (Pillow), for augmented.png and
+preview.png. No TensorFlow: the preview command runs without it."""
+
+from __future__ import annotations
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+
+def grid(images: list[np.ndarray] | np.ndarray, captions: list[str], columns: int = 8) -> Image.Image:
+    """The images (uint8 H×W×3, one size) in rows of `columns`, each over its caption; small
+    images are drawn larger so the captions fit."""
+    count, (height, width) = len(images), np.asarray(images[0]).shape[:2]
+    scale = -(-96 // max(height, width))  # at least 96 px a cell
+    cell_w, cell_h, text = width * scale, height * scale, 14
+    rows, columns = -(-count // columns), min(columns, count)
+    sheet = Image.new("RGB", (columns * (cell_w + 4), rows * (cell_h + text + 4)), "white")
+    draw = ImageDraw.Draw(sheet)
+    for i, (image, caption) in enumerate(zip(images, captions, strict=True)):
+        x, y = (i % columns) * (cell_w + 4), (i // columns) * (cell_h + text + 4)
+        sheet.paste(Image.fromarray(np.asarray(image, np.uint8)).resize((cell_w, cell_h), Image.NEAREST), (x, y))
+        draw.text((x + 1, y + cell_h + 1), caption[: max(4, cell_w // 6)], fill="black")
+    return sheet
