@@ -73,6 +73,8 @@ class CifarDataConfig(DataConfig):
 class FolderDataConfig(DataConfig):
     name: str = "folder"
     image_size: list[int] = field(default_factory=lambda: [128, 128])
+    # the test split: <path>/test/<class>/ when it is there, else this folder of <class>/ (null: none)
+    test_path: str | None = None
 
 
 @dataclass
@@ -219,6 +221,10 @@ class Config:
     resume: str | None = None
     # predict only: an image file or a folder of them (searched recursively)
     input: str | None = None
+    # evaluate only: which split (val, or test where the data has one) and which checkpoint
+    # (last: the newest written at an epoch's end; best: by trainer.monitor; or a name, step-00000120)
+    split: str = "val"
+    checkpoint: str = "last"
     # Each group's own schema types its node (data has one a source).
     data: Any = MISSING
     augment: Any = MISSING

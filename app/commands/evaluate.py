@@ -1,7 +1,9 @@
-"""`python -m app evaluate resume=<run dir>`: the run's last epoch-end checkpoint on its own
-validation split (split.json): loss, accuracy, a confusion matrix printed and as PNG.
-Writes into <run dir>/evaluate/<date>_<time>/. A command: imported by app/__main__.py only,
-never by the loader, the model or training."""
+"""`python -m app evaluate resume=<run dir> [split=val|test] [checkpoint=last|best|<name>]`: a
+checkpoint of the run on its validation split (split.json's) or the data's test split: loss,
+accuracy, top-k, each class's precision, recall and F1 with their macro and weighted averages
+(evaluation.json, report.txt), the confusion matrix printed and as PNG, and the most confident
+mistakes (misclassified.png). Writes into <run dir>/evaluate/<date>_<time>/. A command:
+imported by app/__main__.py only, never by the loader, the model or training."""
 
 from __future__ import annotations
 
@@ -22,31 +24,92 @@ log = logging.getLogger("app.evaluate")
 
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float:
+    from app.config import config_error
     from app.frameworks import load_keras
     from app.loader.pipeline import build_loader, every_sample
-    from app.training.resume import last_epoch_checkpoint, open_run
+    from app.training.resume import chosen_checkpoint, open_run
     from app.training.rundir import run_source, write_json
     from app.training.steps import evaluate
 
     load_keras()
-    run_dir, config = open_run(cfg, safe=("queue.",))
+    run_dir, config = open_run(cfg, safe=("queue.", "split", "checkpoint"))
     out = Path(HydraConfig.get().runtime.output_dir)
     source = run_source(run_dir, config.data)
-    path, net = last_epoch_checkpoint(run_dir)
-    log.info("evaluating %s on %d validation samples of %s", path, len(source.val), source.name)
+    split = {"val": source.val, "test": source.test}.get(config.split)
+    if split is None:
+        raise config_error("split", config.split, "val, or test where the data has a test split (data=folder: "
+                           "<path>/test/<class>/ beside train/ and val/, or data.test_path); this run's has none"
+                           if config.split == "test" else "val or test")
+    path, net = chosen_checkpoint(run_dir, config.checkpoint)
     names = source.class_names
+    log.info("evaluating %s on %d %s samples of %s", path, len(split), config.split, source.name)
     confusion = np.zeros((len(names), len(names)), np.int64)
-    with build_loader(config, {"val": (source.val, [])}) as loader:
-        figures = evaluate(net, every_sample(loader, "val"), confusion)  # training's own validation
-    result = {"checkpoint": str(path), "loss": figures.loss, "accuracy": figures.accuracy,
-              "samples": int(figures.images), "class_names": names, "confusion": confusion.tolist()}
+    k = config.trainer.top_k if config.trainer.top_k and config.trainer.top_k < len(names) else None
+    with build_loader(config, {config.split: (split, [])}) as loader:
+        scores = evaluate(net, every_sample(loader, config.split), confusion, k)
+    result = {"checkpoint": str(path), "split": config.split, "loss": scores.loss, "accuracy": scores.accuracy,
+              **({f"top{k}_accuracy": scores.top_k_correct / scores.images} if k else {}),
+              "samples": int(scores.images), "class_names": names, **per_class(confusion, names),
+              "confusion": confusion.tolist()}
     write_json(out / "evaluation.json", result)
+    (out / "report.txt").write_text(report(result), encoding="utf-8")
     _plot(confusion, names, out / "confusion.png", result)
+    _mistakes(config, split, scores.mistakes, names, out / "misclassified.png")
     print(f"checkpoint {path.name}: loss {result['loss']:.4f}, accuracy {result['accuracy']:.4f} "
-          f"on {result['samples']} validation samples\n")
+          f"on {result['samples']} {config.split} samples\n")
     print(_table(confusion, names))
-    print(f"\nwritten: {out / 'evaluation.json'}, {out / 'confusion.png'}")
+    print(f"\n{report(result)}")
+    print(f"written: {out / 'evaluation.json'}, {out / 'report.txt'}, {out / 'confusion.png'}, "
+          f"{out / 'misclassified.png'}")
     return result["accuracy"]
+
+
+def per_class(confusion: np.ndarray, names: list[str]) -> dict:
+    """Each class's precision, recall and F1 from the confusion matrix (rows true, columns
+    predicted), with their macro (every class alike) and weighted (by support) averages."""
+    hits, support, predicted = np.diag(confusion), confusion.sum(axis=1), confusion.sum(axis=0)
+    precision = np.divide(hits, predicted, out=np.zeros(len(names)), where=predicted > 0)
+    recall = np.divide(hits, support, out=np.zeros(len(names)), where=support > 0)
+    f1 = np.divide(2 * precision * recall, precision + recall, out=np.zeros(len(names)),
+                   where=precision + recall > 0)
+    weights = support / max(support.sum(), 1)
+    classes = {name: {"precision": float(precision[i]), "recall": float(recall[i]), "f1": float(f1[i]),
+                      "support": int(support[i])} for i, name in enumerate(names)}
+    return {"per_class": classes,
+            "macro": {"precision": float(precision.mean()), "recall": float(recall.mean()), "f1": float(f1.mean())},
+            "weighted": {"precision": float(precision @ weights), "recall": float(recall @ weights),
+                         "f1": float(f1 @ weights)}}
+
+
+def report(result: dict) -> str:
+    """report.txt: the figures and a table a class."""
+    width = max(12, *(len(n) for n in result["class_names"]))
+    lines = [f"checkpoint {result['checkpoint']}", f"split {result['split']}: {result['samples']} samples",
+             f"loss {result['loss']:.4f}", f"accuracy {result['accuracy']:.4f}"]
+    lines += [f"{key} {value:.4f}" for key, value in result.items() if key.startswith("top")]
+    lines += ["", f"{'class'.ljust(width)} precision    recall        f1   support"]
+    rows = [*result["per_class"].items(), ("macro avg", result["macro"]), ("weighted avg", result["weighted"])]
+    for name, row in rows:
+        support = row.get("support", result["samples"])
+        lines.append(f"{name[:width].ljust(width)} {row['precision']:9.4f} {row['recall']:9.4f} {row['f1']:9.4f} "
+                     f"{support:9d}")
+    return "\n".join(lines) + "\n"
+
+
+def _mistakes(config, split, mistakes: list, names: list[str], path: Path) -> None:
+    """misclassified.png: the most confident mistakes, as the model saw them (resized), each
+    with its true and predicted class and the probability it gave the wrong one."""
+    from app.augment import Augmenter
+    from app.loader.worker import make_sample
+    from app.sheets import grid
+
+    if not mistakes:
+        return
+    resize = Augmenter([], config.data.image_size, draft=config.data.decode.draft,
+                       max_pixels=config.data.max_image_pixels)
+    images = [make_sample(split, resize, index, config.seed, 0) for _, index, _, _ in mistakes]
+    captions = [f"{names[t]}→{names[p]} {prob:.2f}" for prob, _, t, p in mistakes]
+    grid(images, captions, columns=4).save(path)
 
 
 def _table(confusion: np.ndarray, names: list[str]) -> str:

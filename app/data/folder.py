@@ -2,6 +2,8 @@
 
     <path>/<class>/<image>                              split by val_fraction
     <path>/train/<class>/<image>, <path>/val/<class>/<image>   split given
+    <path>/test/<class>/<image> beside train/ and val/, or data.test_path/<class>/<image>:
+                                                        the test split (evaluate only)
 
 Images may sit in nested folders under their class folder; hidden files and folders are
 ignored. Class names are sorted and the label is the index in that order.
@@ -28,7 +30,8 @@ Files = list[tuple[str, int, int]]
 FINGERPRINT_COVERS = "relative paths, sizes and modification times (to the second)"
 
 
-def folder_source(path: str | os.PathLike, val_fraction: float, name: str = "folder", *, times: bool = True) -> Source:
+def folder_source(path: str | os.PathLike, val_fraction: float, name: str = "folder", *, times: bool = True,
+                  test_path: str | None = None) -> Source:
     """`times=False`: the fingerprint leaves modification times out (generated data, whose files
     are the same bytes wherever and whenever they are made)."""
     root = Path(path).expanduser().absolute()
@@ -76,7 +79,26 @@ def folder_source(path: str | os.PathLike, val_fraction: float, name: str = "fol
     split = {"source": name, "fingerprint": fingerprint, "fingerprint_covers": covers,
              "names_sizes_fingerprint": names_sizes, "class_names": class_names,
              "root": str(root), "train": train_rel, "val": val_rel, "val_fraction": fraction}
-    return Source(name, class_names, train_split, val_split, fingerprint, split, names_sizes)
+    # <path>/test/ is the test split beside train/ and val/; in the flat layout it would be a class
+    test = _test_split(root / "test" if fraction is None and (root / "test").is_dir() else test_path, class_names)
+    split["test"] = test.paths if test else None
+    return Source(name, class_names, train_split, val_split, fingerprint, split, names_sizes, test)
+
+
+def _test_split(test_path: str | os.PathLike | None, class_names: list[str]) -> FileSplit | None:
+    """<test_path>/<class>/: the test split, its classes training's."""
+    if not test_path:
+        return None
+    folder = Path(test_path).expanduser().absolute()
+    if not folder.is_dir():
+        raise DataError(f"data.test_path {folder} does not exist or is not a folder: expected "
+                        f"{folder}/<class>/<image> with the training classes ({', '.join(class_names)}).")
+    by_class = _scan(folder, folder)
+    extra = sorted(set(by_class) - set(class_names))
+    if extra:
+        raise DataError(f"{folder / extra[0]} is a test class that training does not have (training classes: "
+                        f"{', '.join(class_names)}).")
+    return _file_split(folder, by_class, class_names)[0]
 
 
 def split_by_fraction(files: Files, val_fraction: float) -> tuple[Files, Files]:

@@ -93,3 +93,5 @@ class Source:
     split: dict  # JSON-able; the trainer writes it as split.json
     # files only: the fingerprint of names and sizes alone, as runs before modification times had it
     names_sizes_fingerprint: str | None = None
+    # evaluate split=test only; outside the fingerprint, so adding test images never blocks a resume
+    test: FileSplit | ArraySplit | None = None

@@ -166,16 +166,37 @@ def open_run(cfg: DictConfig, safe: tuple[str, ...]) -> tuple[Path, Config]:
     return run_dir, load(cfg)
 
 
-def last_epoch_checkpoint(run_dir: Path):
-    """The newest checkpoint written at an epoch's end (its weights made metrics.csv's last row)."""
+def chosen_checkpoint(run_dir: Path, which: str = "last"):
+    """(path, loaded model) of a run's checkpoint: `last`, the newest written at an epoch's end
+    (its weights made metrics.csv's last row); `best`, the one trainer.monitor picked (kept
+    however old); or a checkpoint's name (step-00000120)."""
     import keras
 
     import app.training.objectives  # noqa: F401 - registers the recipe's loss and metrics, which checkpoints use
 
-    for path in checkpoint.newest(run_dir):
+    candidates = checkpoint.newest(run_dir)
+    names = ", ".join(p.name for p in candidates) or "none"
+    if which == "best":
+        best = next((s["best"] for s in map(_state, candidates) if s and s.get("best")), None)
+        if not best:
+            raise config_error("checkpoint", which, f"{run_dir} has no checkpoint marked best yet (there are: {names})")
+        which = best[1]
+    if which != "last":
+        path = Path(run_dir) / "checkpoints" / which
+        if not (path / "model.keras").is_file():
+            raise config_error("checkpoint", which, f"last, best, or one of {run_dir}'s checkpoints: {names}")
+        return path, keras.saving.load_model(path / "model.keras")
+    for path in candidates:
         try:
-            if json.loads((path / "state.json").read_text())["epoch_complete"]:
+            if _state(path)["epoch_complete"]:
                 return path, keras.saving.load_model(path / "model.keras")
         except Exception as error:  # noqa: BLE001 - an unreadable checkpoint is passed over
             log.warning("checkpoint %s cannot be loaded (%s); trying the one before it", path, error)
     raise config_error("resume", str(run_dir), "it has no loadable checkpoint written at an epoch's end")
+
+
+def _state(path: Path) -> dict | None:
+    try:
+        return json.loads((path / "state.json").read_text())
+    except (OSError, ValueError):
+        return None

@@ -43,6 +43,28 @@ def test_evaluate_equals_the_last_validation_row(run):
     assert "true \\ predicted" in result.stdout
 
 
+def test_the_report_best_and_named_checkpoints(run):
+    result = app("evaluate", f"resume={run}", "checkpoint=best", "queue.workers=1", cwd=run.parent)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = sorted((run / "evaluate").iterdir())[-1]
+    evaluation = json.loads((out / "evaluation.json").read_text())
+    best = json.loads((run / "summary.json").read_text())["best"]
+    assert Path(evaluation["checkpoint"]).name == best["checkpoint"]
+    confusion = np.array(evaluation["confusion"])
+    recall = np.diag(confusion) / confusion.sum(axis=1)
+    assert [c["recall"] for c in evaluation["per_class"].values()] == pytest.approx(recall.tolist())
+    assert evaluation["macro"]["recall"] == pytest.approx(recall.mean())
+    assert evaluation["weighted"]["recall"] == pytest.approx(evaluation["accuracy"])  # support-weighted recall
+    report = (out / "report.txt").read_text()
+    assert "macro avg" in report and "weighted avg" in report and f"accuracy {evaluation['accuracy']:.4f}" in report
+    mistakes = confusion.sum() - np.trace(confusion)
+    assert (out / "misclassified.png").exists() == bool(mistakes)
+    wrong = app("evaluate", f"resume={run}", "checkpoint=step-99999999", cwd=run.parent)
+    assert wrong.returncode == 2 and "`checkpoint`" in wrong.stderr and "step-0000" in wrong.stderr
+    no_test = app("evaluate", f"resume={run}", "split=test", cwd=run.parent)
+    assert no_test.returncode == 2 and "data.test_path" in no_test.stderr  # synthetic data has no test split
+
+
 def test_evaluate_refuses_other_data_settings_and_needs_a_run(run, tmp_path):
     changed = app("evaluate", f"resume={run}", "data.batch_size=2", cwd=run.parent)
     assert changed.returncode == 2 and "data.batch_size" in changed.stderr
@@ -86,3 +108,26 @@ print(json.dumps({{"classes": [names[i] for i in probabilities.argmax(1)], "p": 
 def test_predict_names_a_missing_input(run, tmp_path):
     result = app("predict", f"resume={run}", f"input={tmp_path / 'none'}", cwd=run.parent)
     assert result.returncode == 1 and str(tmp_path / "none") in result.stderr
+
+
+def test_evaluate_on_a_folders_test_split(tmp_path):
+    """data=folder with <path>/test/<class>/ beside train/ and val/: `evaluate split=test` scores
+    the test images alone."""
+    rng = np.random.default_rng(0)
+    for split, count in (("train", 8), ("val", 2), ("test", 3)):
+        for label, name in enumerate(("dark", "light")):
+            folder = tmp_path / "images" / split / name
+            folder.mkdir(parents=True)
+            for i in range(count):
+                pixels = rng.integers(0, 100, (20, 20, 3)) + 150 * label
+                Image.fromarray(pixels.astype(np.uint8)).save(folder / f"{i}.png")
+    trained = app("train", "data=folder", f"data.path={tmp_path / 'images'}", "data.image_size=[16,16]",
+                  "data.batch_size=4", "model.widths=[8]", "trainer.epochs=1", "queue.workers=0", "hydra.run.dir=run",
+                  cwd=tmp_path)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    result = app("evaluate", f"resume={tmp_path / 'run'}", "split=test", "queue.workers=0", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (out,) = (tmp_path / "run" / "evaluate").iterdir()
+    evaluation = json.loads((out / "evaluation.json").read_text())
+    assert evaluation["split"] == "test" and evaluation["samples"] == 6 and "on 6 test samples" in result.stdout
+    assert {c: v["support"] for c, v in evaluation["per_class"].items()} == {"dark": 3, "light": 3}

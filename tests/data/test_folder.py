@@ -64,7 +64,7 @@ def test_split_json_is_complete_and_json_able(tmp_path):
     assert split == {"source": "folder", "fingerprint": src.fingerprint, "class_names": ["a", "b"],
                      "root": str(tmp_path / "d"), "train": split["train"], "val": split["val"],
                      "val_fraction": 0.2, "fingerprint_covers": FINGERPRINT_COVERS,
-                     "names_sizes_fingerprint": src.names_sizes_fingerprint}
+                     "names_sizes_fingerprint": src.names_sizes_fingerprint, "test": None}
     assert len(split["train"]) == 8 and len(split["val"]) == 2
     assert [src.train.describe(i) for i in range(8)] == [str(tmp_path / "d" / r) for r in split["train"]]
     assert len(src.fingerprint) == 64 and int(src.fingerprint, 16) >= 0
@@ -298,3 +298,24 @@ def test_error_a_file_name_that_is_not_utf8(tmp_path):
         f.write((root / "a" / "a000.png").read_bytes())
     message = _error(root)
     assert "caf\\xe9.png has a file name that is not valid UTF-8" in message and "rename it" in message
+
+
+def test_a_test_split_beside_train_and_val_or_by_test_path_outside_the_fingerprint(tmp_path):
+    root = tmp_path / "d"
+    _tree(root / "train", {"x": 3, "y": 2})
+    _tree(root / "val", {"x": 1, "y": 1})
+    without = folder_source(root, val_fraction=0.2)
+    assert without.test is None and without.split["test"] is None
+    _tree(root / "test", {"y": 2})  # a class may be absent from test
+    src = folder_source(root, val_fraction=0.2)
+    assert src.test.labels.tolist() == [1, 1] and src.test.paths[0].endswith("test/y/y000.png")
+    assert src.fingerprint == without.fingerprint  # test images never block a resume
+    # the flat layout takes a test folder of its own; a "test" folder in it is a class
+    flat = _tree(tmp_path / "flat", {"x": 4, "y": 4})
+    elsewhere = _tree(tmp_path / "held_out", {"x": 1})
+    src = folder_source(flat, val_fraction=0.25, test_path=str(elsewhere))
+    assert len(src.test) == 1 and src.class_names == ["x", "y"]
+    with pytest.raises(DataError, match="is a test class that training does not have"):
+        folder_source(flat, val_fraction=0.25, test_path=str(_tree(tmp_path / "odd", {"w": 1})))
+    with pytest.raises(DataError, match="data.test_path .* does not exist"):
+        folder_source(flat, val_fraction=0.25, test_path=str(tmp_path / "nowhere"))
