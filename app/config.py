@@ -155,6 +155,8 @@ def _check_data(d) -> None:
         _check(d.num_images >= 2 * d.num_classes, "data.num_images", d.num_images,
                f"at least 2 images a class ({2 * d.num_classes} for {d.num_classes} classes)")
         _check(d.source_size >= 16, "data.source_size", d.source_size, "at least 16 pixels")
+        _check(d.num_test_images is None or d.num_test_images >= 0, "data.num_test_images", d.num_test_images,
+               "null (a quarter of num_images), 0 (no test split) or more")
 
 
 def _check_queue(q) -> None:

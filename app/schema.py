@@ -58,6 +58,7 @@ class SyntheticDataConfig(DataConfig):
     source_size: int = 1024
     num_classes: int = 4
     seed: int = 0
+    num_test_images: int | None = None  # the test split, generated apart: null is a quarter of num_images
 
 
 @dataclass

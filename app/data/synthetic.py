@@ -69,6 +69,12 @@ class Spec:
     source_size: int
     num_classes: int
     seed: int
+    first: int = 0  # the first image's index: a test set continues after the training images
+
+    def folder_name(self) -> str:
+        name = dataset_dir_name(self.num_images if not self.first else self.first, self.source_size,
+                                self.num_classes, self.seed)
+        return f"{name}-test{self.num_images}" if self.first else name
 
 
 def ensure_dataset(root: str | os.PathLike, spec: Spec, progress: bool = True) -> Path:
@@ -81,7 +87,7 @@ def ensure_dataset(root: str | os.PathLike, spec: Spec, progress: bool = True) -
     num_images, source_size, num_classes, seed = spec.num_images, spec.source_size, spec.num_classes, spec.seed
     names = class_names(num_classes)
     root = Path(root).expanduser().absolute()
-    final = root / dataset_dir_name(num_images, source_size, num_classes, seed)
+    final = root / spec.folder_name()
     if final.is_dir():
         return final
     root.mkdir(parents=True, exist_ok=True)
@@ -91,7 +97,7 @@ def ensure_dataset(root: str | os.PathLike, spec: Spec, progress: bool = True) -
         for name in names:
             (tmp / name).mkdir(parents=True)
         jobs = [(str(tmp / names[i % num_classes] / f"{i:05d}.jpg"), seed, i, source_size,
-                 i % num_classes) for i in range(num_images)]
+                 i % num_classes) for i in range(spec.first, spec.first + num_images)]
         with tqdm(total=num_images, desc=f"generating {final.name}", unit="img", file=sys.stderr,
                   disable=not progress) as bar:
             _run(jobs, bar)
@@ -119,10 +125,17 @@ def check_generator(recorded_root: str, run_dir: Path) -> None:
 
 
 def synthetic_source(data_cfg) -> Source:
-    folder = ensure_dataset(data_cfg.path, Spec(data_cfg.num_images, data_cfg.source_size, data_cfg.num_classes,
-                                                data_cfg.seed))
+    """The dataset, and its test split: `data.num_test_images` more images of the same classes
+    (null: a quarter as many as num_images), drawn after the training images' indices into a
+    folder of their own, so the training split and its fingerprint stay what they were."""
+    spec = Spec(data_cfg.num_images, data_cfg.source_size, data_cfg.num_classes, data_cfg.seed)
+    folder = ensure_dataset(data_cfg.path, spec)
+    tests = getattr(data_cfg, "num_test_images", 0)
+    tests = max(data_cfg.num_classes, data_cfg.num_images // 4) if tests is None else tests
+    test = ensure_dataset(data_cfg.path, Spec(tests, spec.source_size, spec.num_classes, spec.seed,
+                                              first=spec.num_images)) if tests else None
     # the files are a function of the folder's name (GENERATOR_VERSION and parameters): their times say nothing
-    return folder_source(folder, data_cfg.val_fraction, name="synthetic", times=False)
+    return folder_source(folder, data_cfg.val_fraction, name="synthetic", times=False, test_path=test)
 
 
 def _run(jobs: list[tuple], bar: tqdm) -> None:

@@ -61,8 +61,8 @@ def test_the_report_best_and_named_checkpoints(run):
     assert (out / "misclassified.png").exists() == bool(mistakes)
     wrong = app("evaluate", f"resume={run}", "checkpoint=step-99999999", cwd=run.parent)
     assert wrong.returncode == 2 and "`checkpoint`" in wrong.stderr and "step-0000" in wrong.stderr
-    no_test = app("evaluate", f"resume={run}", "split=test", cwd=run.parent)
-    assert no_test.returncode == 2 and "data.test_path" in no_test.stderr  # synthetic data has no test split
+    test = app("evaluate", f"resume={run}", "split=test", "queue.workers=1", cwd=run.parent)
+    assert test.returncode == 0 and "on 9 test samples" in test.stdout  # synthetic: a quarter of 36, generated apart
 
 
 def test_evaluate_refuses_other_data_settings_and_needs_a_run(run, tmp_path):
@@ -111,23 +111,31 @@ def test_predict_names_a_missing_input(run, tmp_path):
 
 
 def test_evaluate_on_a_folders_test_split(tmp_path):
-    """data=folder with <path>/test/<class>/ beside train/ and val/: `evaluate split=test` scores
-    the test images alone."""
+    """data=folder: `evaluate split=test` is refused while there is no test split, and scores the
+    test images alone once <path>/test/<class>/ is there beside train/ and val/; adding them does
+    not change the data the run was trained on (they are outside its fingerprint)."""
     rng = np.random.default_rng(0)
-    for split, count in (("train", 8), ("val", 2), ("test", 3)):
+
+    def images(split: str, count: int) -> None:
         for label, name in enumerate(("dark", "light")):
             folder = tmp_path / "images" / split / name
             folder.mkdir(parents=True)
             for i in range(count):
                 pixels = rng.integers(0, 100, (20, 20, 3)) + 150 * label
                 Image.fromarray(pixels.astype(np.uint8)).save(folder / f"{i}.png")
+
+    images("train", 8)
+    images("val", 2)
     trained = app("train", "data=folder", f"data.path={tmp_path / 'images'}", "data.image_size=[16,16]",
                   "data.batch_size=4", "model.widths=[8]", "trainer.epochs=1", "queue.workers=0", "hydra.run.dir=run",
                   cwd=tmp_path)
     assert trained.returncode == 0, trained.stderr[-3000:]
+    missing = app("evaluate", f"resume={tmp_path / 'run'}", "split=test", cwd=tmp_path)
+    assert missing.returncode == 2 and "`split`" in missing.stderr and "data.test_path" in missing.stderr
+    images("test", 3)
     result = app("evaluate", f"resume={tmp_path / 'run'}", "split=test", "queue.workers=0", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    (out,) = (tmp_path / "run" / "evaluate").iterdir()
+    out = sorted((tmp_path / "run" / "evaluate").iterdir())[-1]
     evaluation = json.loads((out / "evaluation.json").read_text())
     assert evaluation["split"] == "test" and evaluation["samples"] == 6 and "on 6 test samples" in result.stdout
     assert {c: v["support"] for c, v in evaluation["per_class"].items()} == {"dark": 3, "light": 3}

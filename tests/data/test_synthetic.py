@@ -4,6 +4,7 @@ import multiprocessing
 import os
 import shutil
 import socket
+from pathlib import Path
 from types import SimpleNamespace
 
 import cv2
@@ -208,3 +209,18 @@ def test_class_count_out_of_range(tmp_path, n):
     with pytest.raises(DataError, match=f"data.num_classes={n}: the synthetic dataset has 2 to 48"):
         ensure_dataset(tmp_path, Spec(num_images=100, source_size=32, num_classes=n, seed=0), progress=False)
     assert not any(tmp_path.iterdir())
+
+
+def test_the_test_split_is_generated_apart_and_outside_the_fingerprint(tmp_path):
+    def source(tests):
+        return load_source(SimpleNamespace(name="synthetic", path=str(tmp_path), val_fraction=0.25, seed=0,
+                                           num_test_images=tests, **TINY))
+
+    none, some = source(0), source(None)  # null: a quarter of num_images
+    assert none.test is None and len(some.test) == 24 // 4
+    assert some.fingerprint == none.fingerprint and some.split["train"] == none.split["train"]
+    # the test images continue the training images' indices: other images of the same classes
+    names = sorted(Path(p).name for p in some.test.paths)
+    assert names == [f"{i:05d}.jpg" for i in range(24, 30)]
+    assert sorted(set(some.test.labels.tolist())) == [0, 1, 2]
+    assert (tmp_path / "v2-n24-s64-c3-seed0-test6").is_dir()
