@@ -8,16 +8,18 @@ from PIL import Image, ImageDraw
 
 
 def grid(images: list[np.ndarray] | np.ndarray, captions: list[str], columns: int = 8) -> Image.Image:
-    """The images (uint8 H×W×3, one size) in rows of `columns`, each over its caption; small
-    images are drawn larger so the captions fit."""
+    """The images (uint8 H×W×3, one size) in rows of `columns`, each over its caption (lines
+    split at "\n"); small images are drawn larger so the captions fit."""
     count, (height, width) = len(images), np.asarray(images[0]).shape[:2]
     scale = -(-96 // max(height, width))  # at least 96 px a cell
-    cell_w, cell_h, text = width * scale, height * scale, 14
+    cell_w, cell_h = width * scale, height * scale
+    text = 14 * max(caption.count("\n") + 1 for caption in captions)
     rows, columns = -(-count // columns), min(columns, count)
     sheet = Image.new("RGB", (columns * (cell_w + 4), rows * (cell_h + text + 4)), "white")
     draw = ImageDraw.Draw(sheet)
     for i, (image, caption) in enumerate(zip(images, captions, strict=True)):
         x, y = (i % columns) * (cell_w + 4), (i // columns) * (cell_h + text + 4)
         sheet.paste(Image.fromarray(np.asarray(image, np.uint8)).resize((cell_w, cell_h), Image.NEAREST), (x, y))
-        draw.text((x + 1, y + cell_h + 1), caption[: max(4, cell_w // 6)], fill="black")
+        lines = [line[: max(4, cell_w // 6)] for line in caption.split("\n")]
+        draw.text((x + 1, y + cell_h + 1), "\n".join(lines), fill="black", spacing=2)
     return sheet

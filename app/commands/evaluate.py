@@ -108,7 +108,7 @@ def _mistakes(config, split, mistakes: list, names: list[str], path: Path) -> No
     resize = Augmenter([], config.data.image_size, draft=config.data.decode.draft,
                        max_pixels=config.data.max_image_pixels)
     images = [make_sample(split, resize, index, config.seed, 0) for _, index, _, _ in mistakes]
-    captions = [f"{names[t]}→{names[p]} {prob:.2f}" for prob, _, t, p in mistakes]
+    captions = [f"true {names[t]}\npred {names[p]}\np {prob:.2f}" for prob, _, t, p in mistakes]
     grid(images, captions, columns=4).save(path)
 
 
