@@ -39,6 +39,18 @@ def build_compose(transforms: Sequence[dict], image_size: Sequence[int]) -> A.Co
     return A.Compose([*built, A.Resize(height, width)], strict=True)
 
 
+def eval_transforms(augment, image_size: Sequence[int]) -> list[dict]:
+    """Validation's, evaluate's and predict's transforms (augment.eval_transform): none but the
+    resize, or the short side scaled to the input size over augment.eval_crop_fraction and the
+    centre cropped (the ImageNet habit: 0.875 of 256 is 224)."""
+    if augment.eval_transform == "resize":
+        return []
+    height, width = (int(s) for s in image_size)
+    short = round(max(height, width) / augment.eval_crop_fraction)
+    return [{"_target_": "albumentations.SmallestMaxSize", "max_size": short},
+            {"_target_": "albumentations.CenterCrop", "height": height, "width": width}]
+
+
 # Transforms whose result does not depend on the image's resolution: the draft rule looks past them.
 RESOLUTION_FREE = frozenset({
     "HorizontalFlip", "VerticalFlip", "Transpose", "RandomRotate90", "D4", "SquareSymmetry",

@@ -18,7 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from app.errors import ConfigError
 from app.families import FAMILIES
-from app.schema import BENCH_MODES, DATA_SCHEMAS, LOGGERS, SCHEDULERS, SCHEMAS, Config, model_schema
+from app.schema import BENCH_MODES, DATA_SCHEMAS, EVAL_TRANSFORMS, LOGGERS, SCHEDULERS, SCHEMAS, Config, model_schema
 
 
 def conf_dir() -> Path:
@@ -128,6 +128,7 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
     express. Raises ConfigError."""
     cfg = typed(cfg)
     _check_data(cfg.data)
+    _check_augment(cfg.augment)
     _check_queue(cfg.queue)
     _check_trainer(cfg.trainer)
     _check_recipe(cfg)
@@ -157,6 +158,12 @@ def _check_data(d) -> None:
         _check(d.source_size >= 16, "data.source_size", d.source_size, "at least 16 pixels")
         _check(d.num_test_images is None or d.num_test_images >= 0, "data.num_test_images", d.num_test_images,
                "null (a quarter of num_images), 0 (no test split) or more")
+
+
+def _check_augment(a) -> None:
+    _check(a.eval_transform in EVAL_TRANSFORMS, "augment.eval_transform", a.eval_transform,
+           f"one of {', '.join(EVAL_TRANSFORMS)}")
+    _check(0 < a.eval_crop_fraction <= 1, "augment.eval_crop_fraction", a.eval_crop_fraction, "above 0, at most 1")
 
 
 def _check_queue(q) -> None:

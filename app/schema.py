@@ -83,6 +83,10 @@ class AugmentConfig:
     # albumentations transforms, one `_target_` mapping an entry; a resize to
     # data.image_size is appended. Validation images get that resize only.
     transforms: list[Any] = field(default_factory=list)
+    # validation, evaluate and predict: resize (the whole image), or center_crop (the short side
+    # scaled to the input size over eval_crop_fraction, then the centre cropped to the input size)
+    eval_transform: str = "resize"
+    eval_crop_fraction: float = 0.875
 
 
 @dataclass
@@ -262,6 +266,7 @@ SCHEMAS = {"augment": AugmentConfig, "queue": QueueConfig, "optimizer": Optimize
            "trainer": TrainerConfig, "logger": LoggerConfig, "bench": BenchConfig,
            "preview": PreviewConfig}
 LOGGERS = ["tensorboard", "csv", "none"]
+EVAL_TRANSFORMS = ["resize", "center_crop"]
 SCHEDULERS = ["constant", "cosine", "step", "multistep", "one_cycle"]
 MODEL_SCHEMAS = {"resnet": ResnetModelConfig, "keras_app": KerasAppConfig, "custom": CustomModelConfig}  # conf/model/
 

@@ -161,3 +161,21 @@ def test_a_transform_the_rule_does_not_know_allows_no_draft():
     aug = Augmenter([blur, CROP], [32, 32])
     assert aug.decode.min_short_side is None and "GaussianBlur is not known to the draft rule" in aug.draft_reason
     assert Augmenter([FLIP, CROP], [32, 32]).decode.min_short_side == 74  # flips are looked past
+
+
+def test_evaluation_resizes_or_crops_the_centre():
+    from types import SimpleNamespace
+
+    from app.augment import Augmenter, eval_transforms
+
+    image = np.zeros((100, 80, 3), np.uint8)
+    image[:5], image[-5:], image[:, :5], image[:, -5:] = 255, 255, 255, 255  # a white frame
+    resize = Augmenter(eval_transforms(SimpleNamespace(eval_transform="resize"), (32, 32)), (32, 32))
+    crop = Augmenter(eval_transforms(SimpleNamespace(eval_transform="center_crop", eval_crop_fraction=0.875),
+                                     (32, 32)), (32, 32))
+    resized, cropped = resize(image, 0, 0, 0), crop(image, 0, 0, 0)
+    assert resized.shape == cropped.shape == (32, 32, 3)
+    assert resized[0, 16].min() > 200 and resized[16, 0].min() > 200  # the frame is still there
+    # the short side (80) to 32 / 0.875 = 37, then the central 32: the frame's 5 px became 2.3, inside the
+    # 2.5 px cut from each side (and 7 px from top and bottom)
+    assert max(cropped[16, 0].max(), cropped[16, -1].max(), cropped[0, 16].max()) < 64  # a blur of it at most

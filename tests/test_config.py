@@ -77,6 +77,7 @@ def test_type_and_key_errors_fail_at_composition(override, key):
     (["scheduler=cosine", "trainer.callbacks=[{_target_: keras.callbacks.ReduceLROnPlateau}]"], "trainer.callbacks[0]"),
     (["scheduler=multistep", "scheduler.milestones=[9]"], "scheduler.milestones"),
     (["optimizer.learning_rate=0"], "optimizer.learning_rate"),
+    (["augment.eval_transform=middle"], "augment.eval_transform"),
     (["optimizer.clipnorm=1", "optimizer.global_clipnorm=1"], "optimizer.global_clipnorm"),
 ])
 def test_range_errors_name_the_key(overrides, key):

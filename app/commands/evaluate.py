@@ -24,6 +24,7 @@ log = logging.getLogger("app.evaluate")
 
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float:
+    from app.augment import eval_transforms
     from app.config import config_error
     from app.frameworks import load_keras
     from app.loader.pipeline import build_loader, every_sample
@@ -32,7 +33,7 @@ def main(cfg: DictConfig) -> float:
     from app.training.steps import evaluate
 
     load_keras()
-    run_dir, config = open_run(cfg, safe=("queue.", "split", "checkpoint"))
+    run_dir, config = open_run(cfg, safe=("queue.", "split", "checkpoint", "augment.eval_"))
     out = Path(HydraConfig.get().runtime.output_dir)
     source = run_source(run_dir, config.data)
     split = {"val": source.val, "test": source.test}.get(config.split)
@@ -45,7 +46,8 @@ def main(cfg: DictConfig) -> float:
     log.info("evaluating %s on %d %s samples of %s", path, len(split), config.split, source.name)
     confusion = np.zeros((len(names), len(names)), np.int64)
     k = config.trainer.top_k if config.trainer.top_k and config.trainer.top_k < len(names) else None
-    with build_loader(config, {config.split: (split, [])}) as loader:
+    transforms = eval_transforms(config.augment, config.data.image_size)
+    with build_loader(config, {config.split: (split, transforms)}) as loader:
         scores = evaluate(net, every_sample(loader, config.split), confusion, k)
     result = {"checkpoint": str(path), "split": config.split, "loss": scores.loss, "accuracy": scores.accuracy,
               **({f"top{k}_accuracy": scores.top_k_correct / scores.images} if k else {}),
@@ -105,8 +107,10 @@ def _mistakes(config, split, mistakes: list, names: list[str], path: Path) -> No
 
     if not mistakes:
         return
-    resize = Augmenter([], config.data.image_size, draft=config.data.decode.draft,
-                       max_pixels=config.data.max_image_pixels)
+    from app.augment import eval_transforms
+
+    resize = Augmenter(eval_transforms(config.augment, config.data.image_size), config.data.image_size,
+                       draft=config.data.decode.draft, max_pixels=config.data.max_image_pixels)
     images = [make_sample(split, resize, index, config.seed, 0) for _, index, _, _ in mistakes]
     captions = [f"true {names[t]}\npred {names[p]}\np {prob:.2f}" for prob, _, t, p in mistakes]
     grid(images, captions, columns=4).save(path)

@@ -34,6 +34,7 @@ def image_files(path: Path) -> list[Path]:
 
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    from app.augment import eval_transforms
     from app.data.source import FileSplit
     from app.errors import ConfigError, DataError
     from app.frameworks import load_keras
@@ -62,7 +63,8 @@ def main(cfg: DictConfig) -> None:
     # Predict's own bad-file policy: a file that cannot be read is listed with its error and no
     # numbers (training's `skip` would put the next file's pixels, and so its answer, in its place).
     config = dataclasses.replace(config, data=dataclasses.replace(config.data, image_size=size))  # the model's own
-    with build_loader(config, {"predict": (split, [])}, on_bad_sample="mark") as queue, \
+    transforms = eval_transforms(config.augment, size)
+    with build_loader(config, {"predict": (split, transforms)}, on_bad_sample="mark") as queue, \
             open(out, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["path", "class", *names, "error"])

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from app.augment import build_compose
+from app.augment import build_compose, eval_transforms
 from app.config import config_error, instantiate_each, load, to_plain
 from app.data import load_source
 from app.errors import AppError, explain
@@ -127,7 +127,8 @@ def _train(config: Config, run_dir: Path, summary: Summary, state: RunState, cal
         summary.update(hardware={**summary.content["hardware"], "gpus": _visible_gpus()})
         net = _model(config, source, run_dir, state, steps)
         loader = build_loader(config, {"train": (source.train, config.augment.transforms),
-                                      "val": (source.val, [])}, bad_log=run_dir / "bad_samples.txt")
+                                      "val": (source.val, eval_transforms(config.augment, config.data.image_size))},
+                             bad_log=run_dir / "bad_samples.txt")
         summary.update(queue_bytes=loader.queue_bytes)
         log.info("queue: %d %s, max_size %d: %.1f MiB of uint8 batches", loader.num_workers,
                  "processes" if loader.use_multiprocessing else "threads", loader.max_size, loader.queue_bytes / 2**20)
