@@ -25,8 +25,10 @@ def test_joblib_runs_jobs_in_parallel_on_one_dataset(tmp_path):
     for job in ("0", "1"):
         summary = json.loads((tmp_path / "sweep" / job / "summary.json").read_text())
         assert summary["status"] == "completed" and summary["isolation"] == "clean"
-    # both jobs asked for the dataset at once: it was generated once, and no half copy is left
-    assert [d.name for d in (tmp_path / "datasets" / "synthetic").iterdir()] == [dataset_dir_name(48, 96, 3, 0)]
+    # both jobs asked for the dataset (and its test split) at once: each was generated once, and no half
+    # copy is left
+    made = sorted(d.name for d in (tmp_path / "datasets" / "synthetic").iterdir())
+    assert made == [dataset_dir_name(48, 96, 3, 0), f"{dataset_dir_name(48, 96, 3, 0)}-test12"]
 
 
 def test_optuna_search_returns_the_best_validation_accuracy(tmp_path):
