@@ -101,9 +101,7 @@ def classifier(backbone: keras.Model, image_size: Sequence[int], normalisation: 
     batches, or floats), normalised by the first layer, the backbone's probabilities out.
     The cast to float happens inside the step, so no float32 batch waits in host memory."""
     pixels = keras.Input((*image_size, 3), name="image")
-    net = keras.Model(pixels, backbone(normaliser(normalisation)(pixels)), name="classifier")
-    net.normalisation = normalisation
-    return net
+    return keras.Model(pixels, backbone(normaliser(normalisation)(pixels)), name="classifier")
 
 
 def build(model_config, image_size: Sequence[int], num_classes: int) -> keras.Model:
@@ -167,10 +165,8 @@ def read_metadata(path: Path) -> dict:
 
 
 def _first_layer_mode(model: keras.Model) -> str:
-    """The normalisation of a classifier's first layer, read back from the layer itself (a model
-    loaded from a checkpoint has lost the attribute `classifier` set)."""
-    if getattr(model, "normalisation", None):
-        return model.normalisation
+    """The normalisation of a classifier's first layer, read back from the layer itself (a new
+    model and one loaded from a checkpoint alike)."""
     layer = model.get_layer("normalise")
     if isinstance(layer, layers.Rescaling):
         return "unit" if np.isclose(layer.scale, SCALE) else "tf"

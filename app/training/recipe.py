@@ -36,7 +36,7 @@ def compile_new(net: keras.Model, config: Config, steps_per_epoch: int, class_na
     if backbone is not None:
         backbone.trainable = not frozen_in(config, epoch=0)
     _compile(net, config, optimizer, class_names)
-    trainable = sum(int(v.numpy().size) for v in net.trainable_variables)
+    trainable = sum(int(np.prod(v.shape)) for v in net.trainable_variables)  # no copy off the device
     log.info("model: %s parameters, %s trainable; XLA (trainer.jit_compile=%s): %s", f"{net.count_params():,}",
              f"{trainable:,}", trainer.jit_compile, "on" if net.jit_compile else "off")
 

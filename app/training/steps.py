@@ -19,6 +19,7 @@ import keras
 import numpy as np
 
 from app.training.checkpoint import EpochFigures, RunState
+from app.training.objectives import EPSILON
 
 __all__ = ["EpochFigures", "EpochPlan", "Feed", "RunState", "evaluate", "train_epoch", "validate"]
 
@@ -200,9 +201,6 @@ def restore_metrics(net: keras.Model, saved: dict) -> None:
 
 def metric_state(net: keras.Model) -> dict:
     return {variable.path: np.asarray(variable).tolist() for variable in net.metrics_variables}
-
-
-EPSILON = 1e-7  # keras.backend.epsilon(): Keras's crossentropy clips probabilities to [ε, 1 − ε]
 
 
 @dataclass
