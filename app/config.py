@@ -151,6 +151,9 @@ def _check_data(d) -> None:
         _check(d.path is not None and str(d.path).strip() != "", "data.path", d.path,
                "data=folder needs the folder of images: add data.path=/path/to/images "
                "(class folders <path>/<class>/*, or <path>/train/<class>/* and <path>/val/<class>/*)")
+        _check(0.0 <= d.test_fraction < 1.0 and d.val_fraction + d.test_fraction < 1.0, "data.test_fraction",
+               d.test_fraction, f"a fraction from 0 (no test split drawn) to below 1 − data.val_fraction "
+               f"({1 - d.val_fraction:g}), so training keeps images")
     if d.name == "synthetic":
         _check(d.num_classes >= 2, "data.num_classes", d.num_classes, "at least 2")
         _check(d.num_images >= 2 * d.num_classes, "data.num_images", d.num_images,

@@ -67,6 +67,7 @@ class CifarDataConfig(DataConfig):
     path: str | None = "datasets/cifar10"
     image_size: list[int] = field(default_factory=lambda: [32, 32])
     batch_size: int = 64
+    val_fraction: float = 0.1  # of each class of the training batches; the test batch is the test split
     download: bool = False
 
 
@@ -76,6 +77,7 @@ class FolderDataConfig(DataConfig):
     image_size: list[int] = field(default_factory=lambda: [128, 128])
     # the test split: <path>/test/<class>/ when it is there, else this folder of <class>/ (null: none)
     test_path: str | None = None
+    test_fraction: float = 0.0  # or, in the flat layout <path>/<class>/, this fraction of each class
 
 
 @dataclass

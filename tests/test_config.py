@@ -79,6 +79,7 @@ def test_type_and_key_errors_fail_at_composition(override, key):
     (["optimizer.learning_rate=0"], "optimizer.learning_rate"),
     (["augment.eval_transform=middle"], "augment.eval_transform"),
     (["optimizer.clipnorm=1", "optimizer.global_clipnorm=1"], "optimizer.global_clipnorm"),
+    (["data=folder", "data.path=/x", "data.test_fraction=0.8"], "data.test_fraction"),
 ])
 def test_range_errors_name_the_key(overrides, key):
     with pytest.raises(ConfigError, match=re.escape(f"`{key}`")):
@@ -86,7 +87,8 @@ def test_range_errors_name_the_key(overrides, key):
 
 
 def test_good_values_pass_the_same_checks(tmp_path):  # negative control for the range checks
-    validate(composed("queue.max_size=1", "data.batch_size=1", "queue.workers=0", "data=folder", "data.path=/x"))
+    validate(composed("queue.max_size=1", "data.batch_size=1", "queue.workers=0", "data=folder", "data.path=/x",
+                      "data.test_fraction=0.7"))
     weights = tmp_path / "w.weights.h5"
     weights.write_bytes(b"")
     validate(composed("model=keras_app", "model.name=Xception", "data.image_size=[71,71]", f"model.weights={weights}",

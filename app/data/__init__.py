@@ -15,7 +15,8 @@ from app.errors import ConfigError
 __all__ = ["ArraySplit", "FileSplit", "Source", "load_source"]
 
 _SOURCES = {"synthetic": synthetic_source, "cifar": cifar_source,
-            "folder": lambda cfg: folder_source(cfg.path, cfg.val_fraction, test_path=getattr(cfg, "test_path", None))}
+            "folder": lambda cfg: folder_source(cfg.path, cfg.val_fraction, test_path=getattr(cfg, "test_path", None),
+                                                test_fraction=getattr(cfg, "test_fraction", 0.0))}
 
 
 def load_source(data_cfg) -> Source:

@@ -2,8 +2,13 @@
 
 The archive's batches are pickles; they are read with an unpickler that only builds plain
 containers and numpy arrays, since the archive may come from anywhere. The cache under
-`<data.path>/cache/` holds train/val images as uint8 N×32×32×3 and is rebuilt when the
-source files change.
+`<data.path>/cache/` holds the training batches and the test batch as uint8 N×32×32×3 and is
+rebuilt when the source files change.
+
+Splits (SPLIT_VERSION 2): the official test batch is the test split; validation is
+`data.val_fraction` of each class of the training batches, drawn by the folder source's rule
+(rows ranked by sha1 of their index), so it is the same on every machine. The fingerprint
+covers the training batches only.
 Never imports TensorFlow, Keras or the loader: worker processes import it.
 """
 
@@ -24,6 +29,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from app.data.folder import split_by_fraction
 from app.data.source import ArraySplit, Source
 from app.errors import DataError
 from app.io import atomic_write
@@ -33,9 +39,11 @@ MD5 = "c58f30108f718f92721af3b95e74349a"
 ARCHIVE = "cifar-10-python.tar.gz"
 FOLDER = "cifar-10-batches-py"
 TRAIN_BATCHES = [f"data_batch_{i}" for i in range(1, 6)]
-VAL_BATCHES = ["test_batch"]
+TEST_BATCHES = ["test_batch"]
 META = "batches.meta"
-CACHE_VERSION = 1
+CACHE_VERSION = 2
+# 1: the test batch was the validation split. 2: validation drawn from the training batches.
+SPLIT_VERSION = 2
 
 
 def cifar_source(data_cfg) -> Source:
@@ -49,7 +57,20 @@ def cifar_source(data_cfg) -> Source:
                 f"(or its extracted {FOLDER}/ folder at {root / FOLDER}/); it is at {URL}. "
                 f"Or add data.download=true to fetch it.")
         found = download(root / ARCHIVE)
-    return _load(root / "cache", found)
+    return _load(root / "cache", found, data_cfg.val_fraction)
+
+
+def check_split(recorded: dict, run_dir: Path) -> None:
+    """A run trained on another split of CIFAR-10 is refused: its validation images were the
+    test batch, which is now the test split, and part of its training images are now validation."""
+    version = recorded.get("split_version", 1)
+    if version == SPLIT_VERSION:
+        return
+    raise DataError(f"{run_dir} was trained on CIFAR-10 split version {version}, where the official test "
+                    f"batch was the validation split; this version of the app keeps the test batch as the "
+                    f"test split and draws validation from the training batches (split version "
+                    f"{SPLIT_VERSION}), so the run's samples are not these to resume or evaluate on. Start a "
+                    f"new run; its checkpoints still serve `predict`.")
 
 
 def download(dest: Path) -> Path:
@@ -87,15 +108,15 @@ def _find(root: Path) -> Path | None:
 
 def _source_key(found: Path) -> str:
     """Identifies the source files cheaply (path, size, mtime), to decide whether the cache is stale."""
-    files = [found] if found.is_file() else [found / n for n in (*TRAIN_BATCHES, *VAL_BATCHES, META)]
+    files = [found] if found.is_file() else [found / n for n in (*TRAIN_BATCHES, *TEST_BATCHES, META)]
     stats = [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.exists()]
     return hashlib.sha256(json.dumps(stats).encode()).hexdigest()
 
 
-def _load(cache: Path, found: Path) -> Source:
+def _load(cache: Path, found: Path, val_fraction: float) -> Source:
     key = _source_key(found)
     meta_path = cache / "meta.json"
-    names = ("train_x", "train_y", "val_x", "val_y")
+    names = ("train_x", "train_y", "test_x", "test_y")
     meta = None
     if meta_path.is_file() and all((cache / f"{n}.npy").is_file() for n in names):
         with contextlib.suppress(ValueError):
@@ -103,20 +124,38 @@ def _load(cache: Path, found: Path) -> Source:
     if not meta or meta.get("version") != CACHE_VERSION or meta.get("source_key") != key:
         meta = _build_cache(cache, found, key)
 
-    train_y, val_y = np.load(cache / "train_y.npy"), np.load(cache / "val_y.npy")
+    labels, test_y = np.load(cache / "train_y.npy"), np.load(cache / "test_y.npy")
+    train_rows, val_rows = _split_rows(labels, val_fraction)
+    if not len(val_rows):
+        raise DataError(f"data.val_fraction={val_fraction} takes no validation image from CIFAR-10's "
+                        f"{len(labels)} training images: give a fraction above 0.")
     fingerprint = meta["fingerprint"]
-    train = ArraySplit(str(cache / "train_x.npy"), np.arange(len(train_y)), train_y, "CIFAR-10 train")
-    val = ArraySplit(str(cache / "val_x.npy"), np.arange(len(val_y)), val_y, "CIFAR-10 val")
-    split = {"source": "cifar", "fingerprint": fingerprint, "class_names": meta["class_names"],
+    batches = str(cache / "train_x.npy")
+    train = ArraySplit(batches, train_rows, labels[train_rows], "CIFAR-10 training batches")
+    val = ArraySplit(batches, val_rows, labels[val_rows], "CIFAR-10 training batches")
+    test = ArraySplit(str(cache / "test_x.npy"), np.arange(len(test_y)), test_y, "CIFAR-10 test batch")
+    split = {"source": "cifar", "split_version": SPLIT_VERSION, "fingerprint": fingerprint,
+             "fingerprint_covers": "the training batches' images and labels", "class_names": meta["class_names"],
              "root": str(found), "train": train.rows.tolist(), "val": val.rows.tolist(),
-             "val_fraction": None}
-    return Source("cifar", meta["class_names"], train, val, fingerprint, split)
+             "val_fraction": val_fraction, "test": test.rows.tolist()}
+    return Source("cifar", meta["class_names"], train, val, fingerprint, split, test=test)
+
+
+def _split_rows(labels: np.ndarray, val_fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    """(training rows, validation rows) of the training batches, `val_fraction` of each class."""
+    train, val = [], []
+    for c in np.unique(labels):
+        rows = [(str(r), 0, 0) for r in np.flatnonzero(labels == c)]
+        kept, held = split_by_fraction(rows, val_fraction)
+        train += [int(r) for r, _, _ in kept]
+        val += [int(r) for r, _, _ in held]
+    return np.array(sorted(train), dtype=np.int64), np.array(sorted(val), dtype=np.int64)
 
 
 def _build_cache(cache: Path, found: Path, key: str) -> dict:
     batches = _read_batches(found)
     arrays = {}
-    for split, members in (("train", TRAIN_BATCHES), ("val", VAL_BATCHES)):
+    for split, members in (("train", TRAIN_BATCHES), ("test", TEST_BATCHES)):
         data = np.concatenate([_rows(batches[m], found, m) for m in members])
         # Each row is the red plane, then green, then blue, each 32×32 row-major.
         arrays[f"{split}_x"] = np.ascontiguousarray(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
@@ -128,13 +167,16 @@ def _build_cache(cache: Path, found: Path, key: str) -> dict:
                         f"from {URL}.")
     class_names = [n.decode() if isinstance(n, bytes) else str(n) for n in label_names]
 
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(f"cifar split {SPLIT_VERSION}".encode())
     cache.mkdir(parents=True, exist_ok=True)
     for name, array in arrays.items():
-        digest.update(f"{name}{array.shape}".encode())
-        digest.update(array.data)
+        if name.startswith("train"):  # the test batch stays outside the fingerprint
+            digest.update(f"{name}{array.shape}".encode())
+            digest.update(array.data)
         with atomic_write(cache / f"{name}.npy", "wb") as f:
             np.save(f, array)
+    for stale in ("val_x.npy", "val_y.npy"):  # cache version 1's copy of the test batch
+        (cache / stale).unlink(missing_ok=True)
     meta = {"version": CACHE_VERSION, "source_key": key, "fingerprint": digest.hexdigest(),
             "class_names": class_names}
     # meta.json last: it vouches for the arrays written before it.
@@ -152,7 +194,7 @@ def _rows(batch: dict, found: Path, member: str) -> np.ndarray:
 
 
 def _read_batches(found: Path) -> dict[str, dict]:
-    wanted = {*TRAIN_BATCHES, *VAL_BATCHES, META}
+    wanted = {*TRAIN_BATCHES, *TEST_BATCHES, META}
     batches = {}
     try:
         if found.is_dir():

@@ -1,9 +1,9 @@
 """A folder of images, one sub-folder a class, split by `val_fraction` or given as train/ and val/.
 
-    <path>/<class>/<image>                              split by val_fraction
+    <path>/<class>/<image>                              split by val_fraction (and test_fraction)
     <path>/train/<class>/<image>, <path>/val/<class>/<image>   split given
-    <path>/test/<class>/<image> beside train/ and val/, or data.test_path/<class>/<image>:
-                                                        the test split (evaluate only)
+    <path>/test/<class>/<image> beside train/ and val/, data.test_path/<class>/<image>, or
+    data.test_fraction of each class in the flat layout: the test split (evaluate only)
 
 Images may sit in nested folders under their class folder; hidden files and folders are
 ignored. Class names are sorted and the label is the index in that order.
@@ -31,9 +31,12 @@ FINGERPRINT_COVERS = "relative paths, sizes and modification times (to the secon
 
 
 def folder_source(path: str | os.PathLike, val_fraction: float, name: str = "folder", *, times: bool = True,
-                  test_path: str | None = None) -> Source:
+                  test_path: str | None = None, test_fraction: float = 0.0) -> Source:
     """`times=False`: the fingerprint leaves modification times out (generated data, whose files
     are the same bytes wherever and whenever they are made)."""
+    if test_fraction and test_path:
+        raise DataError(f"data.test_fraction={test_fraction} and data.test_path={test_path} both name a test "
+                        "split: keep one.")
     root = Path(path).expanduser().absolute()
     if not root.is_dir():
         raise DataError(f"data.path {root} does not exist or is not a folder: expected images laid "
@@ -47,7 +50,11 @@ def folder_source(path: str | os.PathLike, val_fraction: float, name: str = "fol
             raise DataError(f"{val_dir / extra[0]} is a validation class that {train_dir} does not "
                             f"have: every class folder in val/ must also be in train/ (train classes: "
                             f"{', '.join(train)}).")
-        fraction = None
+        fraction, held_out = None, None
+        if test_fraction:
+            raise DataError(f"data.test_fraction={test_fraction} draws the test split from the flat layout "
+                            f"<path>/<class>/, but {root} gives the split as train/ and val/: put the test "
+                            f"images in {root}/test/<class>/ or give data.test_path, and set data.test_fraction=0.")
     else:
         for lone in (train_dir, val_dir):
             if _subfolders(lone):
@@ -55,10 +62,7 @@ def folder_source(path: str | os.PathLike, val_fraction: float, name: str = "fol
                                 f"{val_dir if lone == train_dir else train_dir} is missing: a given "
                                 f"split needs both {train_dir}/<class>/ and {val_dir}/<class>/; "
                                 f"otherwise put class folders directly in {root}.")
-        by_class = _scan(root, root)
-        train, val = {}, {}
-        for cls, files in by_class.items():
-            train[cls], val[cls] = split_by_fraction(files, val_fraction)
+        train, val, held_out = _split_flat(_scan(root, root), val_fraction, test_fraction)
         fraction = val_fraction
 
     class_names = sorted(train)
@@ -79,10 +83,25 @@ def folder_source(path: str | os.PathLike, val_fraction: float, name: str = "fol
     split = {"source": name, "fingerprint": fingerprint, "fingerprint_covers": covers,
              "names_sizes_fingerprint": names_sizes, "class_names": class_names,
              "root": str(root), "train": train_rel, "val": val_rel, "val_fraction": fraction}
-    # <path>/test/ is the test split beside train/ and val/; in the flat layout it would be a class
-    test = _test_split(root / "test" if fraction is None and (root / "test").is_dir() else test_path, class_names)
+    if held_out:
+        test = _file_split(root, held_out, class_names)[0]
+    else:
+        # <path>/test/ is the test split beside train/ and val/; in the flat layout it would be a class
+        test = _test_split(root / "test" if fraction is None and (root / "test").is_dir() else test_path,
+                           class_names)
     split["test"] = test.paths if test else None
+    split["test_fraction"] = test_fraction if held_out else None
     return Source(name, class_names, train_split, val_split, fingerprint, split, names_sizes, test)
+
+
+def _split_flat(by_class: dict[str, Files], val_fraction: float, test_fraction: float):
+    """(train, val, test) of each class: test_fraction first, then val_fraction of the whole from
+    what is left, slices of one ranking; with no test_fraction, the split runs before it had."""
+    train, val, test = {}, {}, {}
+    for cls, files in by_class.items():
+        rest, test[cls] = split_by_fraction(files, test_fraction) if test_fraction else (files, [])
+        train[cls], val[cls] = split_by_fraction(rest, val_fraction / (1 - test_fraction))
+    return train, val, (test if test_fraction else None)
 
 
 def _test_split(test_path: str | os.PathLike | None, class_names: list[str]) -> FileSplit | None:

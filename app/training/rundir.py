@@ -178,12 +178,14 @@ def git_commit() -> str | None:
 
 def run_source(run_dir: Path, data_config):
     """The data source of an existing run, checked to be the one it was trained on; a synthetic
-    dataset of another generator version is refused before it would be generated."""
-    from app.data import load_source, synthetic
+    dataset of another generator version, or CIFAR-10 split another way, is refused before any work."""
+    from app.data import cifar, load_source, synthetic
 
     recorded = read_json(Path(run_dir) / "split.json", _SPLIT_MISSING)
     if recorded.get("source") == "synthetic":
         synthetic.check_generator(str(recorded.get("root", "")), run_dir)
+    if recorded.get("source") == "cifar":
+        cifar.check_split(recorded, run_dir)
     source = load_source(data_config)
     check_same_data(run_dir, source)
     return source

@@ -2,7 +2,9 @@
 and a file:// "download" (tests never touch the network)."""
 
 import hashlib
+import json
 import pickle
+import shutil
 import tarfile
 from types import SimpleNamespace
 
@@ -14,7 +16,8 @@ from app.errors import BadSampleError, DataError
 
 LABEL_NAMES = [b"airplane", b"automobile", b"bird", b"cat", b"deer", b"dog", b"frog", b"horse",
                b"ship", b"truck"]
-ROWS = {**{f"data_batch_{i}": 2 for i in range(1, 6)}, "test_batch": 3}
+ROWS = {**{f"data_batch_{i}": 4 for i in range(1, 6)}, "test_batch": 3}
+TRAIN_ROWS = 20
 
 
 def _dump(obj) -> bytes:
@@ -30,7 +33,7 @@ def _write_batches(folder, seed=0) -> dict:
     batches = {}
     for name, n in ROWS.items():
         data = rng.integers(0, 256, (n, 3072), dtype=np.uint8)
-        labels = [int(v) for v in rng.integers(0, 10, n)]
+        labels = [int(v) for v in rng.integers(0, 4, n)]  # a few rows a class, for validation
         batches[name] = (data, labels)
         blob = _dump({b"batch_label": name.encode(), b"labels": labels, b"data": data,
                       b"filenames": [b"x.png"] * n})
@@ -50,8 +53,8 @@ def _write_archive(folder, seed=0):
     return archive, batches
 
 
-def _cfg(path, download=False):
-    return SimpleNamespace(name="cifar", path=str(path), download=download, val_fraction=0.2)
+def _cfg(path, download=False, val_fraction=0.2):
+    return SimpleNamespace(name="cifar", path=str(path), download=download, val_fraction=val_fraction)
 
 
 @pytest.fixture(autouse=True)
@@ -63,20 +66,27 @@ def data_no_home_cifar(tmp_path, monkeypatch):
 def _check(src, batches):
     assert src.name == "cifar"
     assert src.class_names == [n.decode() for n in LABEL_NAMES]
-    train = [(d, lab) for i in range(1, 6) for d, lab in [batches[f"data_batch_{i}"]]]
-    train_data = np.concatenate([d for d, _ in train])
-    assert len(src.train) == 10 and len(src.val) == 3
-    assert src.train.labels.tolist() == [v for _, labels in train for v in labels]
-    assert src.val.labels.tolist() == batches["test_batch"][1]
-    for i in range(10):
-        img = src.train.read(i)
-        assert img.shape == (32, 32, 3) and img.dtype == np.uint8 and img.flags.c_contiguous
-        # Row layout: 1024 red bytes, 1024 green, 1024 blue, each plane row-major.
-        for y, x in ((0, 0), (1, 2), (31, 5)):
-            assert img[y, x].tolist() == [train_data[i, c * 1024 + y * 32 + x] for c in range(3)]
-    val_data = batches["test_batch"][0]
-    assert src.val.read(2)[31, 31].tolist() == [val_data[2, 1023], val_data[2, 2047], val_data[2, 3071]]
-    assert src.split["train"] == list(range(10)) and src.split["val"] == [0, 1, 2]
+    train_data = np.concatenate([batches[f"data_batch_{i}"][0] for i in range(1, 6)])
+    labels = np.array([v for i in range(1, 6) for v in batches[f"data_batch_{i}"][1]])
+    # validation: a fifth of each class of the training batches, the rest trains; the test batch is the test split
+    rows = {"train": src.split["train"], "val": src.split["val"]}
+    assert sorted(rows["train"] + rows["val"]) == list(range(TRAIN_ROWS))
+    for c in range(4):
+        n = int((labels == c).sum())
+        assert sum(labels[r] == c for r in rows["val"]) == (min(max(1, round(n * 0.2)), n - 1) if n >= 2 else 0)
+    for split in ("train", "val"):
+        part = getattr(src, split)
+        assert part.labels.tolist() == labels[rows[split]].tolist()
+        for i, row in enumerate(rows[split]):
+            img = part.read(i)
+            assert img.shape == (32, 32, 3) and img.dtype == np.uint8 and img.flags.c_contiguous
+            # Row layout: 1024 red bytes, 1024 green, 1024 blue, each plane row-major.
+            for y, x in ((0, 0), (1, 2), (31, 5)):
+                assert img[y, x].tolist() == [train_data[row, c * 1024 + y * 32 + x] for c in range(3)]
+    test_data, test_labels = batches["test_batch"]
+    assert src.test.labels.tolist() == test_labels and src.split["test"] == [0, 1, 2]
+    assert src.test.read(2)[31, 31].tolist() == [test_data[2, 1023], test_data[2, 2047], test_data[2, 3071]]
+    assert src.split["split_version"] == cifar.SPLIT_VERSION == 2 and src.split["val_fraction"] == 0.2
     assert src.split["class_names"] == src.class_names and src.split["fingerprint"] == src.fingerprint
 
 
@@ -84,8 +94,9 @@ def test_reads_extracted_folder(tmp_path):
     batches = _write_batches(tmp_path)
     src = load_source(_cfg(tmp_path))
     _check(src, batches)
-    assert src.train.describe(3) == f"CIFAR-10 train row 3 ({tmp_path / 'cache' / 'train_x.npy'})"
-    assert (tmp_path / "cache" / "val_x.npy").is_file()
+    row = src.split["train"][3]
+    assert src.train.describe(3) == f"CIFAR-10 training batches row {row} ({tmp_path / 'cache' / 'train_x.npy'})"
+    assert (tmp_path / "cache" / "test_x.npy").is_file()
 
 
 def test_reads_tar_gz_without_extracting(tmp_path):
@@ -153,10 +164,10 @@ def test_array_split_pickles_without_the_array(tmp_path):
 def test_unreadable_cache_row_is_a_bad_sample(tmp_path):
     _write_batches(tmp_path)
     src = load_source(_cfg(tmp_path))
-    (tmp_path / "cache" / "val_x.npy").write_bytes(b"garbage")
+    (tmp_path / "cache" / "test_x.npy").write_bytes(b"garbage")
     with pytest.raises(BadSampleError) as bad:
-        src.val.read(1)
-    assert bad.value.where == f"CIFAR-10 val row 1 ({tmp_path / 'cache' / 'val_x.npy'})"
+        src.test.read(1)
+    assert bad.value.where == f"CIFAR-10 test batch row 1 ({tmp_path / 'cache' / 'test_x.npy'})"
 
 
 def test_missing_cifar_message(tmp_path, monkeypatch):
@@ -222,3 +233,37 @@ def test_download_failure_is_a_data_error(tmp_path, monkeypatch):
 def test_official_constants():
     assert cifar.URL == "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
     assert cifar.MD5 == "c58f30108f718f92721af3b95e74349a"
+
+
+def test_the_test_batch_stays_outside_the_fingerprint(tmp_path):
+    first = load_source(_cfg(_folder_with_batches(tmp_path / "a")))
+    (tmp_path / "b").mkdir()
+    shutil.copytree(tmp_path / "a" / "cifar-10-batches-py", tmp_path / "b" / "cifar-10-batches-py")
+    test_batch = tmp_path / "b" / "cifar-10-batches-py" / "test_batch"
+    test_batch.write_bytes(_dump({b"labels": [1], b"data": np.zeros((1, 3072), np.uint8)}))
+    changed_test = load_source(_cfg(tmp_path / "b"))
+    assert changed_test.fingerprint == first.fingerprint and len(changed_test.test) == 1
+    # negative control: a training batch changed is another fingerprint
+    train_batch = tmp_path / "b" / "cifar-10-batches-py" / "data_batch_2"
+    train_batch.write_bytes(_dump({b"labels": [1] * 4, b"data": np.zeros((4, 3072), np.uint8)}))
+    assert load_source(_cfg(tmp_path / "b")).fingerprint != first.fingerprint
+    # the validation fraction moves rows between train and val, never out of the data
+    tenth = load_source(_cfg(tmp_path / "a", val_fraction=0.5))
+    assert tenth.fingerprint == first.fingerprint and len(tenth.val) > len(first.val)
+
+
+def test_runs_on_the_first_split_are_refused(tmp_path):
+    from app.training.rundir import run_source
+
+    _write_batches(tmp_path / "data")
+    src = load_source(_cfg(tmp_path / "data"))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "split.json").write_text(json.dumps(src.split))
+    assert run_source(run, _cfg(tmp_path / "data")).fingerprint == src.fingerprint  # negative control
+    old = {k: v for k, v in src.split.items() if k not in ("split_version", "test")}
+    (run / "split.json").write_text(json.dumps(old))
+    with pytest.raises(DataError) as err:
+        run_source(run, _cfg(tmp_path / "data"))
+    assert "CIFAR-10 split version 1, where the official test batch was the validation split" in str(err.value)
+    assert "Start a new run" in str(err.value)

@@ -64,7 +64,8 @@ def test_split_json_is_complete_and_json_able(tmp_path):
     assert split == {"source": "folder", "fingerprint": src.fingerprint, "class_names": ["a", "b"],
                      "root": str(tmp_path / "d"), "train": split["train"], "val": split["val"],
                      "val_fraction": 0.2, "fingerprint_covers": FINGERPRINT_COVERS,
-                     "names_sizes_fingerprint": src.names_sizes_fingerprint, "test": None}
+                     "names_sizes_fingerprint": src.names_sizes_fingerprint, "test": None,
+                         "test_fraction": None}
     assert len(split["train"]) == 8 and len(split["val"]) == 2
     assert [src.train.describe(i) for i in range(8)] == [str(tmp_path / "d" / r) for r in split["train"]]
     assert len(src.fingerprint) == 64 and int(src.fingerprint, 16) >= 0
@@ -319,3 +320,40 @@ def test_a_test_split_beside_train_and_val_or_by_test_path_outside_the_fingerpri
         folder_source(flat, val_fraction=0.25, test_path=str(_tree(tmp_path / "odd", {"w": 1})))
     with pytest.raises(DataError, match="data.test_path .* does not exist"):
         folder_source(flat, val_fraction=0.25, test_path=str(tmp_path / "nowhere"))
+
+
+def test_test_fraction_draws_a_test_split_from_the_flat_layout(tmp_path):
+    flat = _tree(tmp_path / "flat", {"x": 20, "y": 10})
+    before = folder_source(flat, val_fraction=0.2)
+    src = folder_source(flat, val_fraction=0.2, test_fraction=0.1)
+    train, val, test = src.split["train"], src.split["val"], [os.path.relpath(p, flat) for p in src.split["test"]]
+    assert sorted(train + val + test) == sorted(before.split["train"] + before.split["val"])
+    assert not set(train) & set(test) and not set(val) & set(test)
+    per_class = {c: [sum(f.startswith(c + "/") for f in part) for part in (train, val, test)] for c in "xy"}
+    assert per_class == {"x": [14, 4, 2], "y": [7, 2, 1]}  # 70/20/10 of each class
+    assert src.test.labels.tolist() == [0, 0, 1] and src.split["test_fraction"] == 0.1
+    assert src.fingerprint != before.fingerprint  # the test files are outside it
+    assert src.fingerprint == folder_source(_only(flat, train + val, tmp_path / "tv"), 0.2).fingerprint
+    # no test_fraction: the split runs before it had (negative control for the slicing)
+    ranked = {c: split_by_fraction([f for f in _files(flat, c)], 0.2) for c in "xy"}
+    assert before.split["val"] == [r for c in "xy" for r, _, _ in ranked[c][1]]
+    with pytest.raises(DataError, match="test_fraction=0.1 and data.test_path"):
+        folder_source(flat, val_fraction=0.2, test_fraction=0.1, test_path=str(flat))
+    given = tmp_path / "given"
+    _tree(given / "train", {"x": 2, "y": 2})
+    _tree(given / "val", {"x": 1, "y": 1})
+    with pytest.raises(DataError, match=r"gives the split as train/ and val/: put the test images in .*given/test"):
+        folder_source(given, val_fraction=0.2, test_fraction=0.1)
+
+
+def _files(root, cls):
+    return sorted((p.relative_to(root).as_posix(), p.stat().st_size, int(p.stat().st_mtime))
+                  for p in (root / cls).iterdir())
+
+
+def _only(root, keep, dest):
+    """A copy of `root` holding only the relative paths `keep`, times kept."""
+    for rel in keep:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / rel, dest / rel)
+    return dest
