@@ -188,6 +188,13 @@ def _check_trainer(t) -> None:
     _check(t.epochs >= 1, "trainer.epochs", t.epochs, "an integer of at least 1")
     _check(t.steps_per_epoch is None or t.steps_per_epoch >= 1, "trainer.steps_per_epoch",
            t.steps_per_epoch, "null (the whole split) or an integer of at least 1")
+    _check(t.validation_steps is None or t.validation_steps >= 1, "trainer.validation_steps",
+           t.validation_steps, "null (every validation sample) or an integer of at least 1")
+    _check(t.overfit_batches >= 0, "trainer.overfit_batches", t.overfit_batches,
+           "0 (off) or the number of training batches to train and validate on, every epoch")
+    steps = list(t.profile_steps) if t.profile_steps is not None else None
+    _check(steps is None or (len(steps) == 2 and 1 <= steps[0] <= steps[1]), "trainer.profile_steps", steps,
+           "null, or [first, last]: global steps from 1, first ≤ last (skip the first steps: they trace the model)")
     _check(str(t.jit_compile).lower() in JIT_COMPILE, "trainer.jit_compile", t.jit_compile,
            "auto (Keras decides: XLA where there is a GPU), true or false")
     _check(t.log_every_steps >= 1, "trainer.log_every_steps", t.log_every_steps, "an integer of at least 1")

@@ -177,6 +177,11 @@ class LoggerConfig:
 class TrainerConfig:
     epochs: int = 8
     steps_per_epoch: int | None = None
+    validation_steps: int | None = None  # null: every validation sample; N: the first N batches (debug)
+    # N: train and validate on the same N batches every epoch (debug=overfit: does the model learn at all?)
+    overfit_batches: int = 0
+    # [first, last]: TensorBoard's profiler traces these global steps into <run dir>/tensorboard (debug=profile)
+    profile_steps: list[int] | None = None
     checkpoint_every_steps: int | None = None  # a multiple of steps_per_execution
     unfreeze_at_epoch: int | None = None  # with model.freeze_backbone: the first epoch that trains the backbone
     grad_accum_steps: int = 1  # steps whose gradients are averaged into one update (small batches of large images)
@@ -224,6 +229,8 @@ class PreviewConfig:
 @dataclass
 class Config:
     seed: int = 0
+    tags: list[str] = field(default_factory=list)  # into summary.json and TensorBoard, to find runs by
+    print_config: bool = True  # train prints the composed config as a tree at start
     # null, a run directory, or `latest`: continue that run in place (app/training/resume.py)
     resume: str | None = None
     # predict only: an image file or a folder of them (searched recursively)

@@ -80,6 +80,11 @@ def test_type_and_key_errors_fail_at_composition(override, key):
     (["augment.eval_transform=middle"], "augment.eval_transform"),
     (["optimizer.clipnorm=1", "optimizer.global_clipnorm=1"], "optimizer.global_clipnorm"),
     (["data=folder", "data.path=/x", "data.test_fraction=0.8"], "data.test_fraction"),
+    # issue 12.7: the debugging keys
+    (["trainer.validation_steps=0"], "trainer.validation_steps"),
+    (["trainer.overfit_batches=-1"], "trainer.overfit_batches"),
+    (["trainer.profile_steps=[5,2]"], "trainer.profile_steps"),
+    (["trainer.profile_steps=[0,2]"], "trainer.profile_steps"),
 ])
 def test_range_errors_name_the_key(overrides, key):
     with pytest.raises(ConfigError, match=re.escape(f"`{key}`")):
@@ -225,3 +230,29 @@ def test_bench_keys_are_checked_with_the_rest(override, key):
     validate(composed("bench.modes=[loader,serial]", "bench.batches=1", "bench.warmup=0"))  # negative control
     with pytest.raises(ConfigError, match=re.escape(f"`{key}`")):
         validate(composed(override))
+
+
+def test_experiments_are_complete_recipes_and_debug_modes_apply_after_them():
+    """Issue 12.7: experiment= sets groups and keys; debug= comes after it; the command line last."""
+    cifar = composed("experiment=cifar_resnet")
+    validate(cifar)
+    assert (cifar.data.name, cifar.model._target_, cifar.optimizer._target_, cifar.scheduler.name) == \
+        ("cifar", "app.model.small_resnet", "keras.optimizers.SGD", "cosine")
+    assert list(cifar.tags) == ["cifar", "resnet"] and cifar.trainer.epochs == 30
+    assert [t["_target_"].split(".")[-1] for t in to_plain(cifar)["augment"]["transforms"]] == \
+        ["PadIfNeeded", "RandomCrop", "HorizontalFlip"]
+    tune = composed("experiment=finetune_mobilenet", "data.path=/x")
+    validate(tune)
+    assert (tune.data.name, tune.model.name, tune.model.weights, tune.model.freeze_backbone) == \
+        ("folder", "MobileNetV3Small", "imagenet", True)
+    assert tune.trainer.unfreeze_at_epoch == 3 and tune.optimizer._target_ == "keras.optimizers.AdamW"
+    fast = composed("experiment=cifar_resnet", "debug=fast", "trainer.steps_per_epoch=3")
+    validate(fast)  # the warm-up longer than the one debug epoch is dropped
+    assert (fast.trainer.epochs, fast.trainer.steps_per_epoch, fast.trainer.validation_steps) == (1, 3, 2)
+    assert fast.queue.workers == 0 and list(fast.data.image_size) == [32, 32] and fast.data.name == "cifar"
+    overfit = composed("debug=overfit")
+    assert overfit.trainer.overfit_batches == 1 and not overfit.augment.transforms
+    assert list(composed("debug=profile").trainer.profile_steps) == [5, 8]
+    plain = composed()  # negative control: none of it by default
+    assert (plain.data.name, list(plain.tags), plain.trainer.overfit_batches, plain.trainer.profile_steps) == \
+        ("synthetic", [], 0, None)

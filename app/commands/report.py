@@ -45,13 +45,14 @@ def table(runs: list[Path]) -> tuple[list[str], list[str], list[dict]]:
     given = [overrides_of(s) for s in summaries]
     keys = sorted({k for g in given for k in g})
     swept = [k for k in keys if len({g.get(k) for g in given}) > 1] or keys
+    tags = ["tags"] if any(s.get("tags") for s in summaries) else []  # a column when any run has them
     rows = []
     for run, summary, values in zip(runs, summaries, given, strict=True):
-        row = {"run": str(run)}
+        row = {"run": str(run), **({"tags": ",".join(summary.get("tags") or [])} if tags else {})}
         row.update({k: values.get(k, "") for k in swept})
         row.update({f: summary.get(f) for f in FIGURES})
         rows.append(row)
-    return swept, ["run", *swept, *FIGURES], rows
+    return swept, ["run", *tags, *swept, *FIGURES], rows
 
 
 def _summary(run: Path) -> dict:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from app.config import config_error
 from app.data.cifar import cifar_source
-from app.data.folder import folder_source
+from app.data.folder import Held, folder_source
 from app.data.source import ArraySplit, FileSplit, Source
 from app.data.synthetic import synthetic_source
 from app.errors import ConfigError
@@ -15,8 +15,8 @@ from app.errors import ConfigError
 __all__ = ["ArraySplit", "FileSplit", "Source", "load_source"]
 
 _SOURCES = {"synthetic": synthetic_source, "cifar": cifar_source,
-            "folder": lambda cfg: folder_source(cfg.path, cfg.val_fraction, test_path=getattr(cfg, "test_path", None),
-                                                test_fraction=getattr(cfg, "test_fraction", 0.0))}
+            "folder": lambda cfg: folder_source(cfg.path, cfg.val_fraction, test=Held(
+                getattr(cfg, "test_path", None), getattr(cfg, "test_fraction", 0.0)))}
 
 
 def load_source(data_cfg) -> Source:

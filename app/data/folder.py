@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from app.data.images import EXTENSIONS
@@ -30,44 +31,31 @@ Files = list[tuple[str, int, int]]
 FINGERPRINT_COVERS = "relative paths, sizes and modification times (to the second)"
 
 
+@dataclass(frozen=True)
+class Held:
+    """Where a folder's test split comes from: a folder of <class>/ (data.test_path), or a
+    fraction of each class of the flat layout (data.test_fraction); <path>/test/ beside train/
+    and val/ is found without either."""
+
+    path: str | None = None
+    fraction: float = 0.0
+
+
 def folder_source(path: str | os.PathLike, val_fraction: float, name: str = "folder", *, times: bool = True,
-                  test_path: str | None = None, test_fraction: float = 0.0) -> Source:
+                  test: Held = Held()) -> Source:
     """`times=False`: the fingerprint leaves modification times out (generated data, whose files
     are the same bytes wherever and whenever they are made)."""
-    if test_fraction and test_path:
-        raise DataError(f"data.test_fraction={test_fraction} and data.test_path={test_path} both name a test "
+    if test.fraction and test.path:
+        raise DataError(f"data.test_fraction={test.fraction} and data.test_path={test.path} both name a test "
                         "split: keep one.")
     root = Path(path).expanduser().absolute()
     if not root.is_dir():
         raise DataError(f"data.path {root} does not exist or is not a folder: expected images laid "
                         f"out as {_LAYOUT}.")
-    train_dir, val_dir = root / "train", root / "val"
-    if train_dir.is_dir() and val_dir.is_dir():
-        train = _scan(train_dir, root)
-        val = _scan(val_dir, root)
-        extra = sorted(set(val) - set(train))
-        if extra:
-            raise DataError(f"{val_dir / extra[0]} is a validation class that {train_dir} does not "
-                            f"have: every class folder in val/ must also be in train/ (train classes: "
-                            f"{', '.join(train)}).")
-        fraction, held_out = None, None
-        if test_fraction:
-            raise DataError(f"data.test_fraction={test_fraction} draws the test split from the flat layout "
-                            f"<path>/<class>/, but {root} gives the split as train/ and val/: put the test "
-                            f"images in {root}/test/<class>/ or give data.test_path, and set data.test_fraction=0.")
-    else:
-        for lone in (train_dir, val_dir):
-            if _subfolders(lone):
-                raise DataError(f"{lone} holds class folders but its sibling "
-                                f"{val_dir if lone == train_dir else train_dir} is missing: a given "
-                                f"split needs both {train_dir}/<class>/ and {val_dir}/<class>/; "
-                                f"otherwise put class folders directly in {root}.")
-        train, val, held_out = _split_flat(_scan(root, root), val_fraction, test_fraction)
-        fraction = val_fraction
-
+    train, val, held_out, fraction = _layout(root, val_fraction, test.fraction)
     class_names = sorted(train)
     if len(class_names) < 2:
-        where = train_dir if fraction is None else root
+        where = root / "train" if fraction is None else root
         raise DataError(f"{where} has one class folder ({class_names[0]}): a classifier needs at least 2 "
                         f"classes, each a sub-folder of its images (e.g. {where}/cat/ and {where}/dog/).")
     if not any(val.values()):
@@ -84,14 +72,40 @@ def folder_source(path: str | os.PathLike, val_fraction: float, name: str = "fol
              "names_sizes_fingerprint": names_sizes, "class_names": class_names,
              "root": str(root), "train": train_rel, "val": val_rel, "val_fraction": fraction}
     if held_out:
-        test = _file_split(root, held_out, class_names)[0]
+        test_split = _file_split(root, held_out, class_names)[0]
     else:
         # <path>/test/ is the test split beside train/ and val/; in the flat layout it would be a class
-        test = _test_split(root / "test" if fraction is None and (root / "test").is_dir() else test_path,
-                           class_names)
-    split["test"] = test.paths if test else None
-    split["test_fraction"] = test_fraction if held_out else None
-    return Source(name, class_names, train_split, val_split, fingerprint, split, names_sizes, test)
+        given = root / "test" if fraction is None and (root / "test").is_dir() else test.path
+        test_split = _test_split(given, class_names)
+    split["test"] = test_split.paths if test_split else None
+    split["test_fraction"] = test.fraction if held_out else None
+    return Source(name, class_names, train_split, val_split, fingerprint, split, names_sizes, test_split)
+
+
+def _layout(root: Path, val_fraction: float, test_fraction: float):
+    """(train, val, test held out or None, val_fraction or None where the split is given), each
+    a mapping class → files."""
+    train_dir, val_dir = root / "train", root / "val"
+    if train_dir.is_dir() and val_dir.is_dir():
+        train = _scan(train_dir, root)
+        val = _scan(val_dir, root)
+        extra = sorted(set(val) - set(train))
+        if extra:
+            raise DataError(f"{val_dir / extra[0]} is a validation class that {train_dir} does not "
+                            f"have: every class folder in val/ must also be in train/ (train classes: "
+                            f"{', '.join(train)}).")
+        if test_fraction:
+            raise DataError(f"data.test_fraction={test_fraction} draws the test split from the flat layout "
+                            f"<path>/<class>/, but {root} gives the split as train/ and val/: put the test "
+                            f"images in {root}/test/<class>/ or give data.test_path, and set data.test_fraction=0.")
+        return train, val, None, None
+    for lone in (train_dir, val_dir):
+        if _subfolders(lone):
+            raise DataError(f"{lone} holds class folders but its sibling "
+                            f"{val_dir if lone == train_dir else train_dir} is missing: a given "
+                            f"split needs both {train_dir}/<class>/ and {val_dir}/<class>/; "
+                            f"otherwise put class folders directly in {root}.")
+    return *_split_flat(_scan(root, root), val_fraction, test_fraction), val_fraction
 
 
 def _split_flat(by_class: dict[str, Files], val_fraction: float, test_fraction: float):

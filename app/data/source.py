@@ -7,6 +7,7 @@ Never imports TensorFlow, Keras or the loader: worker processes import it.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,3 +96,18 @@ class Source:
     names_sizes_fingerprint: str | None = None
     # evaluate split=test only; outside the fingerprint, so adding test images never blocks a resume
     test: FileSplit | ArraySplit | None = None
+
+
+def subset(split: FileSplit | ArraySplit, picked: np.ndarray) -> FileSplit | ArraySplit:
+    """The samples `picked` (indices into `split`) as a split of their own."""
+    if isinstance(split, FileSplit):
+        return FileSplit([split.paths[i] for i in picked], split.labels[picked])
+    return ArraySplit(split.npy_path, split.rows[picked], split.labels[picked], split.name)
+
+
+def overfitting(source: Source, samples: int, seed: int) -> Source:
+    """`samples` training samples picked by `seed`, as both the training and the validation
+    split (trainer.overfit_batches); split.json records which under "overfit"."""
+    picked = np.sort(np.random.default_rng(seed).permutation(len(source.train))[:samples])
+    part = subset(source.train, picked)
+    return dataclasses.replace(source, train=part, val=part, split={**source.split, "overfit": picked.tolist()})

@@ -29,7 +29,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from app.data.drawing import COLOURS, SHAPES, class_style, draw_image
-from app.data.folder import folder_source
+from app.data.folder import Held, folder_source
 from app.data.source import Source
 from app.errors import DataError
 
@@ -135,7 +135,7 @@ def synthetic_source(data_cfg) -> Source:
     test = ensure_dataset(data_cfg.path, Spec(tests, spec.source_size, spec.num_classes, spec.seed,
                                               first=spec.num_images)) if tests else None
     # the files are a function of the folder's name (GENERATOR_VERSION and parameters): their times say nothing
-    return folder_source(folder, data_cfg.val_fraction, name="synthetic", times=False, test_path=test)
+    return folder_source(folder, data_cfg.val_fraction, name="synthetic", times=False, test=Held(test))
 
 
 def _run(jobs: list[tuple], bar: tqdm) -> None:

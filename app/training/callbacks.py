@@ -1,10 +1,11 @@
-"""The trainer's own Keras callbacks (the progress bar, checkpoints inside an epoch and
-samples.csv), and what a checkpoint keeps of the user's (`trainer.callbacks`: EarlyStopping,
+"""The trainer's own Keras callbacks (the progress bar, checkpoints inside an epoch,
+samples.csv and the profiler's window), and what a checkpoint keeps of the user's (`trainer.callbacks`: EarlyStopping,
 TensorBoard, ... by `_target_`). Never imports the loader."""
 
 from __future__ import annotations
 
 import inspect
+import logging
 import sys
 from pathlib import Path
 
@@ -13,6 +14,8 @@ import numpy as np
 from tqdm import tqdm
 
 from app.training.checkpoint import RunState
+
+log = logging.getLogger("app.train")
 
 
 class Progress(keras.callbacks.Callback):
@@ -39,6 +42,45 @@ class Progress(keras.callbacks.Callback):
     def on_train_end(self, logs=None):
         if self.bar is not None:
             self.bar.close()
+
+
+class Profile(keras.callbacks.Callback):
+    """`trainer.profile_steps` [first, last]: TensorBoard's profiler over those global steps, each
+    marked as a step for the Profile tab's step-time view; the trace goes to `logdir`/plugins/profile/."""
+
+    def __init__(self, steps: list[int], logdir: Path, state: RunState):
+        super().__init__()
+        import tensorflow as tf
+
+        self.profiler, self.first, self.last = tf.profiler.experimental, *steps
+        self.logdir, self.state = str(logdir), state
+        self.running, self.trace = False, None
+
+    def on_train_batch_begin(self, batch, logs=None):
+        step = self.state.steps_before_epoch + batch + 1
+        if not self.running and self.first <= step <= self.last:
+            self.profiler.start(self.logdir)
+            self.running = True
+        if self.running:
+            self.trace = self.profiler.Trace("train", step_num=step, _r=1)
+            self.trace.__enter__()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.trace is not None:
+            self.trace.__exit__(None, None, None)
+            self.trace = None
+        if self.running and self.state.steps_before_epoch + batch + 1 >= self.last:
+            self._stop()
+
+    def on_train_end(self, logs=None):
+        if self.running:  # the run stopped inside the window
+            self._stop()
+
+    def _stop(self) -> None:
+        self.profiler.stop()
+        self.running = False
+        log.info("profiler: steps %d to %d traced into %s (TensorBoard's Profile tab)", self.first, self.last,
+                 self.logdir)
 
 
 class StepCheckpoint(keras.callbacks.Callback):

@@ -4,8 +4,8 @@ the top for TensorBoard's HParams view), scalars.csv, or nothing.
 
 Scalars every `trainer.log_every_steps` (step/loss, step/accuracy, step/learning_rate,
 step/images_per_s, step/data_wait_fraction, step/peak_memory_mb) and at each epoch's end
-(epoch/<metric>, validation's under validation/), all on the global step; the first training
-batch as images (and augmented.png, whatever the logger). On resume what was written after the
+(epoch/<metric>, validation's under validation/), all on the global step; the run's `tags` as
+text; the first training batch as images (and augmented.png, whatever the logger). On resume what was written after the
 checkpoint is cut away, as metrics.csv's rows are: TensorBoard does not discard it by itself.
 Never imports the loader.
 """
@@ -41,6 +41,9 @@ class Writer:
     def hparams(self, values: dict, trial: str) -> None:
         pass
 
+    def tags(self, tags: list[str]) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
@@ -69,6 +72,12 @@ class TensorBoardWriter(Writer):
 
         with self.tf.summary.create_file_writer(str(self.root)).as_default():
             hp.hparams(values, trial_id=trial)
+
+    def tags(self, tags: list[str]) -> None:
+        """The run's tags as a text summary (TensorBoard's Text tab); HParams has them as `tags` too."""
+        with self.writers["train"].as_default(step=0):
+            self.tf.summary.text("tags", ", ".join(tags))
+        self.writers["train"].flush()
 
     def close(self) -> None:
         for writer in self.writers.values():

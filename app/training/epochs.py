@@ -16,11 +16,11 @@ import numpy as np
 
 from app import model as models
 from app.loader.order import epoch_order, full_batches
-from app.loader.pipeline import Loader, batches, every_sample
+from app.loader.pipeline import Loader, batches
 from app.memory import PeakMemory
 from app.schema import Config
 from app.training import checkpoint, dashboards, recipe
-from app.training.callbacks import CallbackStates, Progress, SampleRecorder, StepCheckpoint
+from app.training.callbacks import CallbackStates, Profile, Progress, SampleRecorder, StepCheckpoint
 from app.training.checkpoint import EpochFigures, RunState
 from app.training.rundir import Summary, append_metrics
 from app.training.steps import EpochPlan, Feed, metric_state, restore_metrics, train_epoch, validate
@@ -51,6 +51,8 @@ class Epochs:
         self.out = dashboards.writer(self.config.logger.name, self.run_dir)
         if state.steps_done == 0:  # a resumed run's are in the events kept from before
             self.out.hparams(dashboards.hyperparameters(state.config), trial=str(self.run_dir))
+            if self.config.tags:
+                self.out.tags(list(self.config.tags))
         callbacks = self._callbacks()
         self.net.stop_training = False
         callbacks.on_train_begin()
@@ -73,6 +75,8 @@ class Epochs:
         # otherwise resume after a step that samples.csv never recorded.
         if trainer.record_samples:
             own.append(SampleRecorder(self.run_dir / "samples.csv", self.config.data.batch_size, self.state))
+        if trainer.profile_steps:
+            own.append(Profile(list(trainer.profile_steps), self.run_dir / dashboards.EVENTS, self.state))
         # Last: the state a checkpoint keeps is every other callback's after this step.
         last = ([StepCheckpoint(trainer.checkpoint_every_steps, self.steps, self._save_inside_epoch)]
                 if trainer.checkpoint_every_steps else [])
@@ -99,8 +103,7 @@ class Epochs:
         feed = Feed(source, self.steps - first, self.class_weights)
         plan = EpochPlan(self.steps, batch, first, trainer.log_every_steps, trainer.checkpoint_every_steps)
         fit = train_epoch(self.net, feed, callbacks, state.figures, plan)
-        val = validate(self.net, Feed(every_sample(self.loader, "val"), math.ceil(len(self.source.val) / batch)),
-                       callbacks)
+        val = validate(self.net, self._validation_feed(), callbacks)
         row = {"epoch": epoch + 1, **fit.logs, **{f"val_{name}": value for name, value in val.items()},
                "images_per_s": fit.images_per_s, "data_wait_fraction": fit.data_wait_fraction,
                "peak_memory_mb": self.memory.window_peak_mb()}
@@ -108,6 +111,13 @@ class Epochs:
         callbacks.on_epoch_end(epoch, logs)
         self._record(row, fit.steps)
         return logs
+
+    def _validation_feed(self) -> Feed:
+        """Each validation sample once, in order, the last batch short; the first
+        `trainer.validation_steps` batches only, when set."""
+        batch, limit = self.config.data.batch_size, self.config.trainer.validation_steps
+        order = np.arange(len(self.source.val))[: limit * batch if limit else None]
+        return Feed(batches(self.loader, "val", order, 0), math.ceil(len(order) / batch))
 
     def _showing_first(self, source):
         """The batches, the first one also drawn (augmented.png, the dashboard's images)."""

@@ -16,7 +16,9 @@ from omegaconf import DictConfig
 
 from app.augment import build_compose, eval_transforms
 from app.config import config_error, instantiate_each, load, to_plain
+from app.console import print_config
 from app.data import load_source
+from app.data.source import overfitting
 from app.errors import AppError, explain
 from app.frameworks import load_keras, native_stderr_to_log
 from app.loader.pipeline import build_loader
@@ -41,6 +43,8 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
             cfg = resumed_config(checkpoint.saved_config(run_dir), cfg, overrides)
         # Everything that can be checked without data, first; the callbacks need Keras.
         config = load(cfg)  # validated once; the one object every step below reads
+        if config.print_config:
+            print_config(to_plain(config), f"config of {run_dir}")
         build_compose(config.augment.transforms, config.data.image_size)  # strict: misspellings fail
         callbacks = user_callbacks(config.trainer.callbacks)
     except AppError as error:
@@ -51,7 +55,7 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
     hold_lock(run_dir, f"python -m app train{' resume=...' if resumed else ''}")
     try:
         summary = Summary(run_dir, overrides, resumed_from=resumed)
-        summary.update(isolation=leftovers_cleared(), pid=os.getpid())
+        summary.update(isolation=leftovers_cleared(), pid=os.getpid(), tags=list(config.tags))
         _train_recorded(config, run_dir, summary, callbacks)
     finally:
         release_lock(run_dir)
@@ -142,12 +146,16 @@ def _train(config: Config, run_dir: Path, summary: Summary, state: RunState, cal
 
 def _data(config: Config, run_dir: Path):
     """(the data source, training steps an epoch): split.json written, or checked on resume."""
-    if config.resume:
-        source = run_source(run_dir, config.data)
-    else:
-        source = load_source(config.data)
+    batch, overfit = config.data.batch_size, config.trainer.overfit_batches
+    source = run_source(run_dir, config.data) if config.resume else load_source(config.data)
+    if overfit:
+        if len(source.train) < overfit * batch:
+            raise config_error("trainer.overfit_batches", overfit, f"the training split has {len(source.train)} "
+                               f"samples, fewer than {overfit} batches of data.batch_size={batch}")
+        source = overfitting(source, overfit * batch, config.seed)
+        log.info("overfitting: training and validating on the same %d samples every epoch", len(source.train))
+    if not config.resume:
         write_json(run_dir / "split.json", source.split)
-    batch = config.data.batch_size
     available = len(source.train) // batch
     if available == 0:
         raise config_error("data.batch_size", batch, f"the training split has only {len(source.train)} samples, "
@@ -156,6 +164,10 @@ def _data(config: Config, run_dir: Path):
     if steps > available:
         raise config_error("trainer.steps_per_epoch", steps, f"the training split has {available} full batches "
                            f"of data.batch_size={batch} (null uses them all)")
+    profiled = config.trainer.profile_steps
+    if profiled and profiled[1] > steps * config.trainer.epochs:
+        raise config_error("trainer.profile_steps", list(profiled), f"steps the run reaches: it has "
+                           f"{steps * config.trainer.epochs} ({config.trainer.epochs} epochs of {steps} steps)")
     log.info("data: %s, %d classes, %d training and %d validation samples, fingerprint %s",
              source.name, len(source.class_names), len(source.train), len(source.val), source.fingerprint[:12])
     return source, steps

@@ -150,15 +150,27 @@ def write_tiny_cifar(root: Path, per_batch: int = 6) -> None:
         pickle.dump({b"label_names": names, b"num_cases_per_batch": per_batch, b"num_vis": 3072}, f)
 
 
-def test_cifar_present_and_missing(tmp_path):
+def test_cifar_experiment_under_debug_fast_and_cifar_missing(tmp_path):
+    """experiment=cifar_resnet (issue 12.7) on a tiny CIFAR-10, in debug=fast's 2 steps; its tags
+    in summary.json, and the composed config printed as a tree."""
     write_tiny_cifar(tmp_path / "cifar")
-    small = ["data.batch_size=4", "model.widths=[8]", "trainer.epochs=1", "queue.max_size=2"]
-    result = app("train", "data=cifar", f"data.path={tmp_path / 'cifar'}", *small, cwd=tmp_path,
-                 env={"HOME": str(tmp_path)})
+    small = ["data.batch_size=2", "model.widths=[8]", "model.blocks_per_stage=1", "queue.max_size=2",
+             f"trainer.callbacks=[{{_target_: recording.HookRecorder, path: {tmp_path / 'hooks.jsonl'}}}]"]
+    result = app("train", "experiment=cifar_resnet", "debug=fast", f"data.path={tmp_path / 'cifar'}", *small,
+                 cwd=tmp_path, env={"HOME": str(tmp_path), "PYTHONPATH": str(Path(__file__).parents[1])})
     assert result.returncode == 0, result.stderr[-3000:]
     run = only_run_dir(tmp_path / "outputs")
-    check_run_dir(run, epochs=1)
-    assert json.loads((run / "split.json").read_text())["class_names"][0] == "airplane"
+    summary = check_run_dir(run, epochs=1)
+    assert summary["steps"] == 2 and summary["tags"] == ["cifar", "resnet"]
+    split = json.loads((run / "split.json").read_text())
+    assert split["class_names"][0] == "airplane" and split["split_version"] == 2 and len(split["test"]) == 6
+    hooks = [h[0] for h in map(json.loads, (tmp_path / "hooks.jsonl").read_text().splitlines())]
+    assert hooks.count("test_batch_end") == 2 < len(split["val"]) / 2  # trainer.validation_steps=2 of more
+    assert "SGD" in (run / ".hydra" / "config.yaml").read_text()
+    tree = result.stdout.splitlines()
+    assert f"config of {run}" in tree[0] and "├── trainer" in tree and "└── (top level)" in tree
+    assert any(line.endswith("steps_per_epoch: 2") for line in tree) and "- PadIfNeeded" not in result.stdout
+    assert any(line.endswith("_target_: albumentations.PadIfNeeded") for line in tree)
 
     missing = app("train", "data=cifar", f"data.path={tmp_path / 'nothing'}", cwd=tmp_path,
                   env={"HOME": str(tmp_path)})
@@ -276,3 +288,47 @@ def test_bad_files_raise_or_skip(tmp_path):
     over = app("train", *base, "data.on_bad_sample=skip", "data.max_bad_fraction=0.01", "hydra.run.dir=over",
                cwd=tmp_path)
     assert over.returncode == 1 and "above data.max_bad_fraction=0.01" in over.stderr
+
+
+def test_debug_overfit_learns_one_batch_and_profile_steps_trace_the_window(tmp_path):
+    """debug=overfit (issue 12.7): the same batch every epoch, trained and validated on, learnt;
+    trainer.profile_steps on top: TensorBoard's profiler traced exactly those steps, each marked;
+    tags in TensorBoard; print_config=false prints no tree."""
+    result = app("train", *TINY, "debug=overfit", "trainer.epochs=12", "optimizer.learning_rate=0.01",
+                 "model.dropout=0", "trainer.record_samples=true", "trainer.profile_steps=[3,4]",
+                 "tags=[smoke,one batch]", "print_config=false", "queue.workers=1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = only_run_dir(tmp_path / "outputs")
+    split = json.loads((run / "split.json").read_text())
+    steps = list(csv.DictReader((run / "samples.csv").open()))
+    batches = {tuple(sorted(map(int, r["indices"].split()))) for r in steps}
+    assert len(steps) == 12 and batches == {(0, 1, 2, 3)}  # one batch of data.batch_size=4, every epoch
+    assert len(split["overfit"]) == 4 and len(set(split["overfit"])) == 4
+    rows = list(csv.DictReader((run / "metrics.csv").open()))
+    assert float(rows[-1]["accuracy"]) == 1.0 and float(rows[-1]["loss"]) < float(rows[0]["loss"]) / 4
+    assert "├──" not in result.stdout and "overfitting: training and validating on the same 4" in \
+        (run / "train.log").read_text()
+    assert profiled_steps(run / "tensorboard") == [3, 4]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["tags"] == ["smoke", "one batch"]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run / "tensorboard" / "train"), size_guidance={"tensors": 0}).Reload()
+    (tags,) = events.Tensors("tags")
+    assert tags.tensor_proto.string_val == [b"smoke, one batch"]
+
+
+def profiled_steps(logdir: Path) -> list[int]:
+    """The step numbers the profiler's trace marks (its XSpace protobuf, as TensorBoard reads it)."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    (trace,) = logdir.glob("plugins/profile/*/*.xplane.pb")
+    space = xplane_pb2.XSpace.FromString(trace.read_bytes())
+    found = []
+    for plane in space.planes:
+        names = {k: v.name for k, v in plane.stat_metadata.items()}
+        for line in plane.lines:
+            for event in line.events:
+                if plane.event_metadata[event.metadata_id].name == "train":
+                    found += [s.int64_value for s in event.stats if names[s.metadata_id] == "step_num"]
+    return sorted(found)

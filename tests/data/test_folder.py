@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from app.data import load_source
-from app.data.folder import FINGERPRINT_COVERS, folder_source, split_by_fraction
+from app.data.folder import FINGERPRINT_COVERS, Held, folder_source, split_by_fraction
 from app.errors import ConfigError, DataError
 
 
@@ -314,18 +314,18 @@ def test_a_test_split_beside_train_and_val_or_by_test_path_outside_the_fingerpri
     # the flat layout takes a test folder of its own; a "test" folder in it is a class
     flat = _tree(tmp_path / "flat", {"x": 4, "y": 4})
     elsewhere = _tree(tmp_path / "held_out", {"x": 1})
-    src = folder_source(flat, val_fraction=0.25, test_path=str(elsewhere))
+    src = folder_source(flat, val_fraction=0.25, test=Held(str(elsewhere)))
     assert len(src.test) == 1 and src.class_names == ["x", "y"]
     with pytest.raises(DataError, match="is a test class that training does not have"):
-        folder_source(flat, val_fraction=0.25, test_path=str(_tree(tmp_path / "odd", {"w": 1})))
+        folder_source(flat, val_fraction=0.25, test=Held(str(_tree(tmp_path / "odd", {"w": 1}))))
     with pytest.raises(DataError, match="data.test_path .* does not exist"):
-        folder_source(flat, val_fraction=0.25, test_path=str(tmp_path / "nowhere"))
+        folder_source(flat, val_fraction=0.25, test=Held(str(tmp_path / "nowhere")))
 
 
 def test_test_fraction_draws_a_test_split_from_the_flat_layout(tmp_path):
     flat = _tree(tmp_path / "flat", {"x": 20, "y": 10})
     before = folder_source(flat, val_fraction=0.2)
-    src = folder_source(flat, val_fraction=0.2, test_fraction=0.1)
+    src = folder_source(flat, val_fraction=0.2, test=Held(fraction=0.1))
     train, val, test = src.split["train"], src.split["val"], [os.path.relpath(p, flat) for p in src.split["test"]]
     assert sorted(train + val + test) == sorted(before.split["train"] + before.split["val"])
     assert not set(train) & set(test) and not set(val) & set(test)
@@ -338,12 +338,12 @@ def test_test_fraction_draws_a_test_split_from_the_flat_layout(tmp_path):
     ranked = {c: split_by_fraction([f for f in _files(flat, c)], 0.2) for c in "xy"}
     assert before.split["val"] == [r for c in "xy" for r, _, _ in ranked[c][1]]
     with pytest.raises(DataError, match="test_fraction=0.1 and data.test_path"):
-        folder_source(flat, val_fraction=0.2, test_fraction=0.1, test_path=str(flat))
+        folder_source(flat, val_fraction=0.2, test=Held(str(flat), 0.1))
     given = tmp_path / "given"
     _tree(given / "train", {"x": 2, "y": 2})
     _tree(given / "val", {"x": 1, "y": 1})
     with pytest.raises(DataError, match=r"gives the split as train/ and val/: put the test images in .*given/test"):
-        folder_source(given, val_fraction=0.2, test_fraction=0.1)
+        folder_source(given, val_fraction=0.2, test=Held(fraction=0.1))
 
 
 def _files(root, cls):

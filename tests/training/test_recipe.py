@@ -1,9 +1,10 @@
-"""Fine-tuning through the real CLI: a MobileNetV3Small with weights from a file, its backbone
-frozen for epoch 1 (BatchNorm statistics included) and trained from epoch 2; a run resumed across
-that point ends with the weights of an uninterrupted one."""
+"""Fine-tuning through the real CLI, as experiment=finetune_mobilenet sets it up: a MobileNetV3Small
+with weights from a file, its backbone frozen for epoch 1 (BatchNorm statistics included) and
+trained from epoch 2; a run resumed across that point ends with the weights of an uninterrupted one."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,8 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
+
+import app.training.objectives  # noqa: F401 - registers the loss the checkpoints were compiled with
 
 SMALL = "+model.kwargs={minimalistic: true}"  # new keys of a mapping take `+` in Hydra
 
@@ -26,9 +29,11 @@ def runs(tmp_path_factory):
                                                pooling="avg", minimalistic=True)
     weights = root / "start.weights.h5"
     base.save_weights(weights)
-    config = ["data.num_images=48", "data.source_size=64", "data.num_classes=3", "data.image_size=[32,32]",
-              "data.batch_size=8", "model=keras_app", f"model.weights={weights}", SMALL, "model.freeze_backbone=true",
-              "trainer.unfreeze_at_epoch=2", "trainer.deterministic=true", "queue.workers=1"]
+    # the experiment on generated data instead of a folder; a constant rate, since run B is extended
+    # from 1 epoch to 2 and a cosine schedule would be fitted to its first length
+    config = ["experiment=finetune_mobilenet", "data=synthetic", "data.num_images=48", "data.source_size=64",
+              "data.num_classes=3", "data.image_size=[32,32]", "data.batch_size=8", f"model.weights={weights}", SMALL,
+              "scheduler=constant", "trainer.unfreeze_at_epoch=2", "trainer.deterministic=true", "queue.workers=1"]
     a = app("train", *config, "trainer.epochs=2", "hydra.run.dir=A", cwd=root)
     assert a.returncode == 0, a.stderr[-3000:]
     b = app("train", *config, "trainer.epochs=1", "hydra.run.dir=B", cwd=root)
@@ -58,6 +63,9 @@ def test_the_frozen_backbone_keeps_the_files_weights_until_it_is_unfrozen(runs):
     assert not same(backbone(after_two), start)  # negative control: trained from epoch 2
     log = (root / "A" / "train.log").read_text()
     assert "1,299 trainable" not in log and "epoch 2: the backbone is trained too from now on" in log
+    summary = json.loads((root / "A" / "summary.json").read_text())
+    assert summary["tags"] == ["finetune", "mobilenet"]  # the experiment's, with its optimizer
+    assert after_two.optimizer.__class__.__name__ == "AdamW"
 
 
 def test_a_resume_across_the_unfreeze_point_is_exact(runs):
