@@ -205,6 +205,10 @@ def _check_trainer(t) -> None:
            "trainer.checkpoint_every_steps", t.checkpoint_every_steps,
            f"null or a positive multiple of trainer.steps_per_execution={t.steps_per_execution} (a checkpoint "
            "falls between two calls into the compiled step)")
+    _check(t.cpu_devices >= 1, "trainer.cpu_devices", t.cpu_devices, "an integer of at least 1")
+    _check(t.cpu_devices == 1 or t.strategy != "default", "trainer.cpu_devices", t.cpu_devices,
+           "1 under trainer.strategy=default (one device); logical CPU devices are for trying a strategy "
+           "without GPUs: add trainer.strategy=mirrored")
 
 
 def _check_recipe(cfg) -> None:

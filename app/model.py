@@ -7,7 +7,9 @@ Never imports the loader: batches reach it as plain uint8 arrays."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
+import logging
 import os
 import zipfile
 from collections.abc import Sequence
@@ -26,6 +28,7 @@ OFFSET = 0.0
 CAFFE_MEAN_BGR = (103.939, 116.779, 123.68)  # keras.applications.imagenet_utils, mode="caffe"
 TORCH_MEAN, TORCH_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # mode="torch", on [0, 1]
 
+log = logging.getLogger(__name__)
 METADATA_FILE = "app_metadata.json"  # inside model.keras; Keras ignores files it does not know
 # Keras's 0.99 leaves the moving statistics far from the data after a few hundred steps, and
 # validation (which uses them) then sits near chance while training accuracy is high.
@@ -129,6 +132,17 @@ def build(model_config, image_size: Sequence[int], num_classes: int) -> keras.Mo
                            "a keras.Model")
     normalisation = FAMILIES[spec["name"]].normalisation if spec["_target_"] == KERAS_APP else "unit"
     return classifier(backbone, image_size, normalisation)
+
+
+def import_builder(model_config) -> None:
+    """The module of `model._target_` imported, so the custom layers it registers with Keras load
+    from a checkpoint or model.keras (a resumed run, evaluate, predict)."""
+    module = model_config._target_.rpartition(".")[0]
+    try:
+        importlib.import_module(module)
+    except ImportError as error:  # the load then names the class it misses
+        log.warning("model._target_'s module %s does not import (%s); custom layers in it will not load", module,
+                    error)
 
 
 def backbone_of(net: keras.Model) -> keras.Model | None:

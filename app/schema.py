@@ -28,6 +28,13 @@ class StartMethod(str, Enum):
 
 class Strategy(str, Enum):
     default = "default"  # one device: the GPU when there is one, else the CPU
+    mirrored = "mirrored"  # TensorFlow: every local GPU (or trainer.cpu_devices CPUs), the batch split across them
+
+
+class Precision(str, Enum):
+    float32 = "float32"
+    mixed_float16 = "mixed_float16"  # GPUs with float16 units; the loss is scaled
+    mixed_bfloat16 = "mixed_bfloat16"  # recent GPUs, TPUs and CPUs with bfloat16
 
 
 @dataclass
@@ -194,13 +201,15 @@ class TrainerConfig:
     # one cadence for the progress bar, the logger and reading metrics off the device
     log_every_steps: int = 10
     steps_per_execution: int = 1  # training steps a call into the compiled function (Keras's compile)
-    mixed_precision: bool = False
+    precision: Precision = Precision.float32  # Keras's dtype policy; the head and the first layer stay float32
     jit_compile: str = "auto"  # auto | true | false (a YAML boolean arrives as "True"/"False")
     # More Keras callbacks, each a mapping with `_target_` (e.g. keras.callbacks.EarlyStopping)
     callbacks: list[Any] = field(default_factory=list)
     deterministic: bool = False  # TensorFlow op determinism: exact repeats and resumes (slower on GPUs)
     record_samples: bool = False  # samples.csv: the sample indices of every step
     strategy: Strategy = Strategy.default
+    # N > 1: the CPU as N logical devices, so a strategy can be tried without GPUs
+    cpu_devices: int = 1
 
 
 BENCH_MODES = ["baseline", "loader_steps", "loader_fit", "loader", "keras_threads", "keras_processes", "serial"]

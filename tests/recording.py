@@ -60,3 +60,24 @@ def rates(path) -> dict[int, str]:
             step, rate = line.split()
             assert seen.setdefault(int(step), rate) == rate, (step, seen[int(step)], rate)
     return seen
+
+
+class StepInputs(keras.callbacks.Callback):
+    """Writes the dtype of the images each training step is traced with, as the step receives
+    them (TensorFlow calls train_step(data), JAX train_step(state, data))."""
+
+    def __init__(self, path: str):
+        super().__init__()
+        self.path = path
+
+    def on_train_begin(self, logs=None):
+        model, step = self.model, self.model.train_step
+
+        def recorded(*args):
+            images = args[-1][0]
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(keras.backend.standardize_dtype(images.dtype) + "\n")
+            return step(*args)
+
+        model.train_step = recorded
+        model.make_train_function(force=True)

@@ -48,6 +48,8 @@ def test_each_data_source_composes(name):
     ("queue.start_method=fork", "queue.start_method"),
     ("data.batch_size=big", "data.batch_size"),
     ("optimizer=adamm", "optimizer"),
+    ("trainer.precision=float64", "trainer.precision"),
+    ("trainer.strategy=tpu", "trainer.strategy"),
 ])
 def test_type_and_key_errors_fail_at_composition(override, key):
     with pytest.raises(Exception) as caught:
@@ -85,6 +87,9 @@ def test_type_and_key_errors_fail_at_composition(override, key):
     (["trainer.overfit_batches=-1"], "trainer.overfit_batches"),
     (["trainer.profile_steps=[5,2]"], "trainer.profile_steps"),
     (["trainer.profile_steps=[0,2]"], "trainer.profile_steps"),
+    # issue 13: devices
+    (["trainer.cpu_devices=2"], "trainer.cpu_devices"),
+    (["trainer.strategy=mirrored", "trainer.cpu_devices=0"], "trainer.cpu_devices"),
 ])
 def test_range_errors_name_the_key(overrides, key):
     with pytest.raises(ConfigError, match=re.escape(f"`{key}`")):
@@ -100,6 +105,7 @@ def test_good_values_pass_the_same_checks(tmp_path):  # negative control for the
                       "model.freeze_backbone=true", "trainer.unfreeze_at_epoch=2"))
     validate(composed("model=custom", "model._target_=my.builder", "+model.kwargs.depth=3"))
     validate(composed("trainer.callbacks=[{_target_: keras.callbacks.ReduceLROnPlateau}]", "scheduler=constant"))
+    validate(composed("trainer.strategy=mirrored", "trainer.cpu_devices=2", "trainer.precision=mixed_bfloat16"))
 
 
 def test_misspelt_transform_argument_fails_strictly():

@@ -23,7 +23,7 @@ from app.training import checkpoint, dashboards, recipe
 from app.training.callbacks import CallbackStates, Profile, Progress, SampleRecorder, StepCheckpoint
 from app.training.checkpoint import EpochFigures, RunState
 from app.training.rundir import Summary, append_metrics
-from app.training.steps import EpochPlan, Feed, metric_state, restore_metrics, train_epoch, validate
+from app.training.steps import EpochPlan, Feed, build_metrics, metric_state, restore_metrics, train_epoch, validate
 
 log = logging.getLogger("app.train")
 
@@ -93,6 +93,8 @@ class Epochs:
         state.figures = state.figures or EpochFigures()
         first = state.figures.steps
         recipe.follow(self.net, self.config, epoch, self.source.class_names)  # (un)freezing recompiles
+        if self.config.trainer.strategy != "default":
+            build_metrics(self.net)
         self.net.reset_metrics()
         if resumed and state.figures.metric_state:  # Keras's means go on from the checkpoint's
             restore_metrics(self.net, state.figures.metric_state)

@@ -45,7 +45,8 @@ CLAIMED: list[Path] = []
 # read back translated (`upgraded`)
 MOVED = {"trainer.lr": "optimizer.learning_rate=<the peak learning rate> (conf/scheduler shapes it over the run)",
          "trainer.optimizer": "optimizer=adam|adamw|sgd|rmsprop|lion (conf/optimizer), or any Keras optimizer "
-                              "with optimizer._target_=keras.optimizers.<Name>"}
+                              "with optimizer._target_=keras.optimizers.<Name>",
+         "trainer.mixed_precision": "trainer.precision=mixed_float16 (or mixed_bfloat16, or float32)"}
 
 
 def prepare_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str = "train") -> list[str]:
@@ -120,10 +121,13 @@ def _value(argv: list[str], key: str) -> str | None:
 
 
 def upgraded(saved: dict) -> dict:
-    """A config saved before the optimizer and scheduler groups, in today's keys: trainer.optimizer
-    becomes that preset of conf/optimizer with trainer.lr as its learning rate, under a constant
-    schedule (what such a run trained with); others as they are."""
+    """A config saved before today's keys, in them: trainer.mixed_precision becomes
+    trainer.precision; trainer.optimizer becomes that preset of conf/optimizer with trainer.lr as
+    its learning rate, under a constant schedule (what such a run trained with); others as they are."""
     trainer = dict(saved.get("trainer") or {})
+    if "mixed_precision" in trainer:
+        trainer["precision"] = "mixed_float16" if trainer.pop("mixed_precision") else "float32"
+        saved = {**saved, "trainer": trainer}
     if "optimizer" in saved or not {"optimizer", "lr"} & set(trainer):
         return saved
     name = trainer.pop("optimizer", "adam")
@@ -163,7 +167,11 @@ def open_run(cfg: DictConfig, safe: tuple[str, ...]) -> tuple[Path, Config]:
     """(run dir, its config with the `safe` overrides, loaded: re-typed by the schemas and validated)."""
     run_dir = Path(cfg.resume)
     cfg = resumed_config(checkpoint.saved_config(run_dir), cfg, list(HydraConfig.get().overrides.task), safe)
-    return run_dir, load(cfg)
+    config = load(cfg)
+    from app.model import import_builder
+
+    import_builder(config.model)
+    return run_dir, config
 
 
 def chosen_checkpoint(run_dir: Path, which: str = "last"):

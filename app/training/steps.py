@@ -71,7 +71,10 @@ class Feed:
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(self.count))
         options = tf.data.Options()
         options.autotune.enabled = False  # no prefetch buffer: the ring is the only queue
-        return iter(dataset.with_options(options))
+        dataset = dataset.with_options(options)
+        if tf.distribute.has_strategy():  # each batch split across the replicas (app/training/devices.py)
+            return iter(tf.distribute.get_strategy().experimental_distribute_dataset(dataset))
+        return iter(dataset)
 
     def call(self, function, iterator):
         """One Keras train or test call; the loader's own error, if that is why it failed."""
@@ -188,13 +191,19 @@ def read(logs: dict) -> dict:
     return out
 
 
-def restore_metrics(net: keras.Model, saved: dict) -> None:
-    """Keras's metric variables as a checkpoint inside an epoch saved them. A loaded model
-    builds its metrics on its first step, so an inference step on one blank image builds them
-    first (it changes no weight and draws no random number)."""
+def build_metrics(net: keras.Model) -> None:
+    """Keras builds a compiled model's metrics on its first step; an inference step on one blank
+    image builds them now (it changes no weight and draws no random number). Under a strategy
+    the first training step runs in each replica, where no variable may be created."""
     height, width = _image_size(net)
     net.test_on_batch(np.zeros((1, height, width, 3), np.uint8), np.zeros((1,), np.int64))
     net.reset_metrics()
+
+
+def restore_metrics(net: keras.Model, saved: dict) -> None:
+    """Keras's metric variables as a checkpoint inside an epoch saved them (a loaded model has
+    not built them yet)."""
+    build_metrics(net)
     for variable in net.metrics_variables:
         variable.assign(np.asarray(saved[variable.path], variable.dtype))
 

@@ -20,7 +20,7 @@ from app.console import print_config
 from app.data import load_source
 from app.data.source import overfitting
 from app.errors import AppError, explain
-from app.frameworks import load_keras, native_stderr_to_log
+from app.frameworks import load_keras
 from app.loader.pipeline import build_loader
 from app.memory import PeakMemory, leftovers_cleared
 from app.processes import interrupts
@@ -122,24 +122,26 @@ def _continue_hint(run_dir: Path) -> str:
 
 def _train(config: Config, run_dir: Path, summary: Summary, state: RunState, callbacks: list) -> None:
     source, steps = _data(config, run_dir)
-    keras = _start_keras(config)
+    keras, placement = _start_keras(config)
     from app.training import recipe
 
     recipe.check_monitor(config, source.class_names)
     weights = recipe.class_weights(config, source.train.labels, source.class_names)
     try:
-        summary.update(hardware={**summary.content["hardware"], "gpus": _visible_gpus()})
-        net = _model(config, source, run_dir, state, steps)
-        loader = build_loader(config, {"train": (source.train, config.augment.transforms),
-                                      "val": (source.val, eval_transforms(config.augment, config.data.image_size))},
-                             bad_log=run_dir / "bad_samples.txt")
-        summary.update(queue_bytes=loader.queue_bytes)
-        log.info("queue: %d %s, max_size %d: %.1f MiB of uint8 batches", loader.num_workers,
-                 "processes" if loader.use_multiprocessing else "threads", loader.max_size, loader.queue_bytes / 2**20)
-        from app.training.epochs import Epochs  # Keras is loaded by now
+        summary.update(hardware={**summary.content["hardware"], "gpus": placement.gpus}, **placement.record())
+        with placement.scope():  # model, optimizer, metrics and steps on the strategy's replicas
+            net = _model(config, source, run_dir, state, steps)
+            loader = build_loader(config, {"train": (source.train, config.augment.transforms),
+                                          "val": (source.val, eval_transforms(config.augment, config.data.image_size))},
+                                 bad_log=run_dir / "bad_samples.txt")
+            summary.update(queue_bytes=loader.queue_bytes)
+            log.info("queue: %d %s, max_size %d: %.1f MiB of uint8 batches", loader.num_workers,
+                     "processes" if loader.use_multiprocessing else "threads", loader.max_size,
+                     loader.queue_bytes / 2**20)
+            from app.training.epochs import Epochs  # Keras is loaded by now
 
-        with loader, PeakMemory() as memory:
-            Epochs(config, run_dir, summary, state, source, steps, net, loader, memory, callbacks, weights).run()
+            with loader, PeakMemory() as memory:
+                Epochs(config, run_dir, summary, state, source, steps, net, loader, memory, callbacks, weights).run()
     finally:
         keras.mixed_precision.set_global_policy("float32")
 
@@ -174,17 +176,20 @@ def _data(config: Config, run_dir: Path):
 
 
 def _start_keras(config: Config):
-    """Keras, seeded, with the run's determinism and precision. TensorFlow starts here, after
-    every check that does not need it."""
+    """Keras and the devices the run trains on, seeded, with the run's determinism and precision.
+    TensorFlow starts here, after every check that does not need it."""
     keras = load_keras()
+    from app.training import devices
+
+    placement = devices.place(config)  # before any TensorFlow op: logical CPU devices are fixed then
     keras.backend.clear_session()
     keras.utils.set_random_seed(config.seed)
     if config.trainer.deterministic:
         import tensorflow as tf
 
         tf.config.experimental.enable_op_determinism()
-    keras.mixed_precision.set_global_policy("mixed_float16" if config.trainer.mixed_precision else "float32")
-    return keras
+    devices.set_precision(config)
+    return keras, placement
 
 
 def _model(config: Config, source, run_dir: Path, state: RunState, steps: int):
@@ -196,6 +201,7 @@ def _model(config: Config, source, run_dir: Path, state: RunState, steps: int):
         net = models.build(config.model, config.data.image_size, len(source.class_names))
         recipe.compile_new(net, config, steps, source.class_names)
         return net
+    models.import_builder(config.model)
     point = checkpoint.resume_point(run_dir)
     state.restore(point.state, point.arrays)
     log.info("resuming from %s: step %d done (epoch %d, batch %d); continuing at step %d", point.path.name,
@@ -207,13 +213,3 @@ def _model(config: Config, source, run_dir: Path, state: RunState, steps: int):
 
     dashboards.trim(run_dir, point.state["step"])
     return point.model
-
-
-def _visible_gpus() -> list[str]:
-    """TensorFlow places on the first GPU by itself when there is one (trainer.strategy=default)."""
-    import tensorflow as tf
-
-    with native_stderr_to_log():  # cuInit's "no GPU" line, when there is none
-        gpus = [d.name for d in tf.config.list_physical_devices("GPU")]
-    log.info("devices: %s", ", ".join(gpus) if gpus else "CPU only (no GPU visible to TensorFlow)")
-    return gpus

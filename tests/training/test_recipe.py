@@ -142,6 +142,14 @@ def test_replaced_keys_are_refused_and_old_runs_are_read_translated():
     config = load(upgraded(old))
     assert config.optimizer._target_ == "keras.optimizers.SGD" and config.optimizer.learning_rate == 0.05
     assert config.optimizer.kwargs == {"momentum": 0.9, "nesterov": True} and config.scheduler.name == "constant"
+    with pytest.raises(ConfigError, match=r"`trainer.mixed_precision` was replaced: use trainer.precision="):
+        prepare_argv(["trainer.mixed_precision=true"])
+    mixed = to_plain(composed())
+    mixed["trainer"].pop("precision")
+    mixed["trainer"]["mixed_precision"] = True
+    with pytest.raises(ConfigError, match="mixed_precision"):  # negative control
+        load(mixed)
+    assert load(upgraded(mixed)).trainer.precision == "mixed_float16"
 
 
 def test_accumulation_counts_updates_and_the_schedule_follows_them():

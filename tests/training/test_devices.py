@@ -1,0 +1,167 @@
+"""trainer.strategy=mirrored over 2 logical CPU devices, through the real `train`, `evaluate` and
+`predict` CLI: each replica trains on half of every batch, every sample once an epoch, the
+weights one device trains, an exact resume, checkpoints that load on one device; the traced
+step receives uint8. In-process: trainer.precision under a strategy, the batch check."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import probe
+import pytest
+import recording
+
+from app.errors import ConfigError
+from app.training.checkpoint import newest
+from app.training.devices import Placement, _check_batch
+
+TESTS = Path(__file__).resolve().parents[1]
+TRAIN, VAL = range(16), range(100, 105)  # 4 steps of 4; validation's last batch has 1 image
+EPOCHS = 2
+CONFIG = ["data=folder", "data.image_size=[8,8]", "data.batch_size=4", "augment=none", "model=custom",
+          "model._target_=probe.counting_model", "trainer.jit_compile=false", "trainer.deterministic=true",
+          "queue.workers=0", "print_config=false", "optimizer.learning_rate=0.05"]
+MIRRORED = ["trainer.strategy=mirrored", "trainer.cpu_devices=2"]
+
+
+def app(*args, cwd):
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}  # probe.counting_model, recording.StepInputs
+    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=600, env=env)
+
+
+def last_model(run: Path) -> keras.Model:
+    return keras.saving.load_model(newest(run)[0] / "model.keras", compile=False)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    """one: one device; two: 2 replicas; resumed: 2 replicas, 1 epoch, then resumed to 2."""
+    root = tmp_path_factory.mktemp("devices")
+    probe.index_images(root / "images", {"train": TRAIN, "val": VAL})
+    common = [*CONFIG, f"data.path={root / 'images'}", f"trainer.epochs={EPOCHS}"]
+    inputs = f"trainer.callbacks=[{{_target_: recording.StepInputs, path: {root / 'dtypes.txt'}}}]"
+    for name, extra in {"one": [], "two": [*MIRRORED, inputs]}.items():
+        result = app("train", *common, *extra, f"hydra.run.dir={name}", cwd=root)
+        assert result.returncode == 0, result.stderr[-3000:]
+    first = app("train", *common, *MIRRORED, "trainer.epochs=1", "hydra.run.dir=resumed", cwd=root)
+    assert first.returncode == 0, first.stderr[-3000:]
+    rest = app("train", f"resume={root / 'resumed'}", f"trainer.epochs={EPOCHS}", cwd=root)
+    assert rest.returncode == 0, rest.stderr[-3000:]
+    return root
+
+
+def test_each_replica_trains_half_of_every_batch_and_each_sample_once(runs):
+    summary = json.loads((runs / "two" / "summary.json").read_text())
+    assert (summary["strategy"], summary["replicas"], summary["status"]) == ("mirrored", 2, "completed")
+    assert summary["devices"] == ["/device:CPU:0", "/device:CPU:1"]
+    trained, rows = probe.counts(last_model(runs / "two"))
+    assert rows == 2  # half of data.batch_size=4 on each replica
+    assert list(np.flatnonzero(trained)) == list(TRAIN) and set(trained[list(TRAIN)]) == {EPOCHS}
+    # negative control: one device sees whole batches; the counter tells them apart
+    one = json.loads((runs / "one" / "summary.json").read_text())
+    assert (one["strategy"], one["replicas"]) == ("default", 1)
+    trained_one, rows_one = probe.counts(last_model(runs / "one"))
+    assert rows_one == 4 and np.array_equal(trained_one, trained)
+
+
+def test_two_replicas_train_the_weights_of_one_device(runs):
+    one, two = last_model(runs / "one"), last_model(runs / "two")
+    kernel_one, kernel_two = (net.get_layer("counting").get_layer("probabilities").kernel for net in (one, two))
+    assert np.allclose(kernel_one, kernel_two, atol=1e-5)
+    # negative control: the tolerance tells epochs apart (the weights after the first)
+    first = keras.saving.load_model(newest(runs / "two")[-1] / "model.keras", compile=False)
+    assert not np.allclose(first.get_layer("counting").get_layer("probabilities").kernel, kernel_two, atol=1e-3)
+
+
+def test_a_resumed_mirrored_run_equals_an_uninterrupted_one(runs):
+    resumed, straight = last_model(runs / "resumed"), last_model(runs / "two")
+    for a, b in zip(resumed.weights, straight.weights, strict=True):
+        assert np.array_equal(np.asarray(a), np.asarray(b)), a.path
+    figures = ("loss", "accuracy", "val_loss", "val_accuracy")
+    read = [[tuple(row[k] for k in figures) for row in csv.DictReader((runs / run / "metrics.csv").open())]
+            for run in ("resumed", "two")]
+    assert read[0] == read[1] and len(read[0]) == EPOCHS
+
+
+def test_the_traced_step_receives_uint8_under_the_strategy(runs):
+    assert set((runs / "dtypes.txt").read_text().split()) == {"uint8"}
+
+
+def test_evaluate_and_predict_count_each_row_once_on_one_device(runs):
+    run = runs / "two"
+    evaluated = app("evaluate", f"resume={run}", cwd=runs)
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    (out,) = (run / "evaluate").iterdir()
+    evaluation = json.loads((out / "evaluation.json").read_text())
+    assert evaluation["samples"] == np.array(evaluation["confusion"]).sum() == len(VAL)
+    predicted = app("predict", f"resume={run}", f"input={runs / 'images' / 'val'}", cwd=runs)
+    assert predicted.returncode == 0, predicted.stderr[-3000:]
+    (out,) = (run / "predict").iterdir()
+    rows = list(csv.reader((out / "predictions.csv").open()))[1:]
+    assert sorted(Path(row[0]).name for row in rows) == [f"{i:03d}.png" for i in VAL]
+
+
+def test_a_batch_the_replicas_cannot_share_is_refused_with_the_fix():
+    placement = Placement("mirrored", ["/device:GPU:0", "/device:GPU:1", "/device:GPU:2"], strategy=object())
+    with pytest.raises(ConfigError, match=r"data.batch_size.*3 replicas.*data.batch_size=12 or 9"):
+        _check_batch(10, placement)
+    _check_batch(12, placement)  # negative control: a multiple passes
+
+
+def composed(*overrides: str):
+    from hydra import compose, initialize_config_dir
+
+    from app.config import conf_dir, load
+    from app.schema import register
+
+    register()
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        return load(compose("config", overrides=list(overrides)))
+
+
+@pytest.mark.parametrize("precision", ["float32", "mixed_float16", "mixed_bfloat16"])
+def test_each_precision_trains_under_a_strategy_with_float32_ends(precision, tmp_path):
+    """One replica of MirroredStrategy in this process (the CPU is not split here): the model,
+    optimizer and step built in its scope, the batches distributed, as the trainer does."""
+    import tensorflow as tf
+
+    from app import model as models
+    from app.training import devices, recipe
+    from app.training.checkpoint import EpochFigures
+    from app.training.steps import EpochPlan, Feed, build_metrics, train_epoch
+
+    config = composed("model.widths=[8]", "data.image_size=[16,16]", f"trainer.precision={precision}",
+                      "trainer.jit_compile=false", "trainer.top_k=null", "trainer.per_class_recall=false")
+    devices.set_precision(config)
+    rng = np.random.default_rng(0)
+    batches = [(rng.integers(0, 256, (4, 16, 16, 3), np.uint8), np.array([0, 1, 2, 0])) for _ in range(2)]
+    try:
+        with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
+            net = models.build(config.model, [16, 16], 3)
+            recipe.compile_new(net, config, 2, ["a", "b", "c"])
+            inputs = recording.StepInputs(str(tmp_path / "dtypes.txt"))
+            inputs.set_model(net)
+            inputs.on_train_begin()
+            build_metrics(net)
+            figures = train_epoch(net, Feed(batches, 2), keras.callbacks.CallbackList([], model=net),
+                                  EpochFigures(), EpochPlan(steps=2, batch_size=4))
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert np.isfinite(figures.logs["loss"]) and figures.steps == 2
+    compute = {"float32": "float32", "mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}[precision]
+    convolution = next(layer for layer in net.get_layer("small_resnet").layers if isinstance(layer, keras.layers.Conv2D))
+    assert convolution.compute_dtype == compute and convolution.kernel.dtype == "float32"
+    assert net.get_layer("normalise").compute_dtype == "float32" and net.output.dtype == "float32"
+    assert isinstance(net.optimizer, keras.optimizers.LossScaleOptimizer) == (precision == "mixed_float16")
+    assert (tmp_path / "dtypes.txt").read_text().split() == ["uint8"]  # the cast is inside the step
+    # negative control: the recorder reports what it is given
+    net.train_on_batch(batches[0][0].astype(np.float32), batches[0][1])
+    assert (tmp_path / "dtypes.txt").read_text().split()[-1] == "float32"
