@@ -208,7 +208,23 @@ def _check_trainer(t) -> None:
     _check(t.cpu_devices >= 1, "trainer.cpu_devices", t.cpu_devices, "an integer of at least 1")
     _check(t.cpu_devices == 1 or t.strategy != "default", "trainer.cpu_devices", t.cpu_devices,
            "1 under trainer.strategy=default (one device); logical CPU devices are for trying a strategy "
-           "without GPUs: add trainer.strategy=mirrored")
+           "without GPUs: add trainer.strategy=mirrored (TensorFlow) or data_parallel (JAX)")
+    _check(t.strategy != "mirrored" or t.backend == "tensorflow", "trainer.strategy", t.strategy.value,
+           "mirrored is TensorFlow's tf.distribute; under trainer.backend=jax use trainer.strategy=data_parallel")
+    _check(t.strategy != "data_parallel" or t.backend == "jax", "trainer.strategy", t.strategy.value,
+           "data_parallel is keras.distribution, which runs on JAX only (on TensorFlow it is a stub, and "
+           "multi-worker tf.distribute does not work with Keras 3: keras#20585); add trainer.backend=jax, "
+           "or use trainer.strategy=mirrored for the GPUs of one host")
+    hosts = {"coordinator": t.coordinator, "num_processes": t.num_processes, "process_id": t.process_id}
+    given = [k for k, v in hosts.items() if v is not None]
+    _check(not given or t.strategy == "data_parallel", f"trainer.{given[0] if given else 'coordinator'}",
+           hosts[given[0]] if given else None, "only with trainer.strategy=data_parallel (several processes)")
+    _check(len(given) in (0, 3), "trainer.coordinator", t.coordinator, "given with trainer.num_processes and "
+           "trainer.process_id (all three, or none: one process, or what SLURM's variables say)")
+    if len(given) == 3:
+        _check(t.num_processes >= 1 and 0 <= t.process_id < t.num_processes, "trainer.process_id", t.process_id,
+               f"from 0 to trainer.num_processes - 1 = {t.num_processes - 1}")
+        _check(":" in t.coordinator, "trainer.coordinator", t.coordinator, "host:port of process 0")
 
 
 def _check_recipe(cfg) -> None:

@@ -1,4 +1,5 @@
-"""Starting TensorFlow and Keras quietly: the native lines they print while starting (absl's
+"""Starting Keras on the backend a run asks for (KERAS_BACKEND, and XLA's flags for JAX, set
+before Keras loads), and starting TensorFlow and Keras quietly: the native lines they print while starting (absl's
 "All log messages before absl::InitializeLog()", oneDNN's notice, cudart's and cuInit's "no GPU")
 go to the command's log file, not the terminal. TF_CPP_MIN_LOG_LEVEL alone does not hide them
 in TensorFlow 2.21: they are written to file descriptor 2 before that setting is read. Never
@@ -31,12 +32,49 @@ def native_stderr_to_log():
             _to_log_files(captured.read().decode("utf-8", "replace"))
 
 
+def use_backend(trainer) -> None:
+    """`trainer.backend` as KERAS_BACKEND, before Keras loads. For JAX, also XLA's flags, read
+    when JAX starts: `trainer.cpu_devices` host devices, and `trainer.deterministic` as XLA's
+    deterministic GPU ops. A process where Keras runs on another backend already is refused."""
+    from app.config import config_error
+
+    name = trainer.backend.value
+    if "keras" in sys.modules:
+        current = sys.modules["keras"].backend.backend()
+        if current != name:
+            raise config_error("trainer.backend", name, f"Keras runs on {current} in this process already, and "
+                               "its backend is fixed once it loads; sweep over trainer.backend with a launcher "
+                               "that starts a process a job (hydra/launcher=joblib)")
+        return
+    os.environ["KERAS_BACKEND"] = name
+    if name == "jax":
+        flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
+                 if not f.startswith(("--xla_force_host_platform_device_count", "--xla_gpu_deterministic_ops"))]
+        if trainer.cpu_devices > 1:
+            flags.append(f"--xla_force_host_platform_device_count={trainer.cpu_devices}")
+        if trainer.deterministic:
+            flags.append("--xla_gpu_deterministic_ops=true")
+        os.environ["XLA_FLAGS"] = " ".join(flags)
+
+
 def load_keras():
     """`import keras` (and TensorFlow under it), its start-up lines sent to the log."""
     if "keras" not in sys.modules:
         with native_stderr_to_log():
             import keras  # noqa: F401
     return sys.modules["keras"]
+
+
+def load_tensorflow():
+    """TensorFlow, its start-up lines sent to the log. Beside Keras on JAX (TensorBoard's writer,
+    the profiler) it is kept off the GPUs, whose memory JAX takes."""
+    if "tensorflow" not in sys.modules:
+        with native_stderr_to_log():
+            import tensorflow as tf
+
+            if os.environ.get("KERAS_BACKEND") == "jax":
+                tf.config.set_visible_devices([], "GPU")
+    return sys.modules["tensorflow"]
 
 
 def _to_log_files(text: str) -> None:

@@ -26,9 +26,15 @@ class StartMethod(str, Enum):
     forkserver = "forkserver"
 
 
+class Backend(str, Enum):
+    tensorflow = "tensorflow"
+    jax = "jax"
+
+
 class Strategy(str, Enum):
     default = "default"  # one device: the GPU when there is one, else the CPU
     mirrored = "mirrored"  # TensorFlow: every local GPU (or trainer.cpu_devices CPUs), the batch split across them
+    data_parallel = "data_parallel"  # JAX: every device of every process, the batch split across them
 
 
 class Precision(str, Enum):
@@ -207,9 +213,15 @@ class TrainerConfig:
     callbacks: list[Any] = field(default_factory=list)
     deterministic: bool = False  # TensorFlow op determinism: exact repeats and resumes (slower on GPUs)
     record_samples: bool = False  # samples.csv: the sample indices of every step
+    backend: Backend = Backend.tensorflow  # Keras's backend (KERAS_BACKEND), set before Keras loads
     strategy: Strategy = Strategy.default
     # N > 1: the CPU as N logical devices, so a strategy can be tried without GPUs
     cpu_devices: int = 1
+    # data_parallel over several processes (JAX): process 0's host:port, the process count and this
+    # process's id; null: one process, or what SLURM's variables say (srun, Hydra's submitit launcher)
+    coordinator: str | None = None
+    num_processes: int | None = None
+    process_id: int | None = None
 
 
 BENCH_MODES = ["baseline", "loader_steps", "loader_fit", "loader", "keras_threads", "keras_processes", "serial"]

@@ -30,10 +30,10 @@ def main(cfg: DictConfig) -> float:
     from app.loader.pipeline import build_loader, every_sample
     from app.training.resume import chosen_checkpoint, open_run
     from app.training.rundir import run_source, write_json
-    from app.training.steps import evaluate
+    from app.training.scores import evaluate
 
-    load_keras()
     run_dir, config = open_run(cfg, safe=("queue.", "split", "checkpoint", "augment.eval_"))
+    load_keras()
     out = Path(HydraConfig.get().runtime.output_dir)
     source = run_source(run_dir, config.data)
     split = {"val": source.val, "test": source.test}.get(config.split)

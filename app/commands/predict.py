@@ -42,8 +42,8 @@ def main(cfg: DictConfig) -> None:
     from app.model import read_metadata
     from app.training.resume import open_run
 
-    keras = load_keras()
     run_dir, config = open_run(cfg, safe=("queue.", "input"))
+    keras = load_keras()
     if not config.input:
         raise ConfigError("config key `input` is missing: predict needs input=<image file or folder of images>.")
     source = Path(config.input).expanduser().resolve()

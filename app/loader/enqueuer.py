@@ -58,12 +58,12 @@ class Settings:
     bad_log: Path | None = None  # skip: where each skipped sample is listed
 
     @classmethod
-    def from_config(cls, config, bad_log: Path | None = None) -> Settings:
+    def from_config(cls, config, bad_log: Path | None = None, batch_size: int | None = None) -> Settings:
         """The settings `data` and `queue` of a loaded config (app/config.py) describe."""
         data, queue = config.data, config.queue
-        return cls(data.batch_size, tuple(data.image_size), queue.workers, queue.use_multiprocessing, queue.max_size,
-                   str(queue.start_method.value), queue.timeout_s, queue.startup_timeout_s, data.max_bad_fraction,
-                   bad_log)
+        return cls(batch_size or data.batch_size, tuple(data.image_size), queue.workers, queue.use_multiprocessing,
+                   queue.max_size, str(queue.start_method.value), queue.timeout_s, queue.startup_timeout_s,
+                   data.max_bad_fraction, bad_log)
 
 
 class Enqueuer:
@@ -87,10 +87,11 @@ class Enqueuer:
 
     @classmethod
     def from_config(cls, config, splits: dict, augmenters: dict, *, bad_log: Path | None = None,
-                    on_bad_sample: str | None = None) -> Enqueuer:
+                    on_bad_sample: str | None = None, batch_size: int | None = None) -> Enqueuer:
         """The enqueuer `data`, `queue` and `seed` of a loaded config describe;
-        `on_bad_sample` replaces data.on_bad_sample (predict's own policy)."""
-        return cls(splits, augmenters, Settings.from_config(config, bad_log), config.seed,
+        `on_bad_sample` replaces data.on_bad_sample (predict's own policy), `batch_size`
+        data.batch_size."""
+        return cls(splits, augmenters, Settings.from_config(config, bad_log, batch_size), config.seed,
                    on_bad_sample or str(config.data.on_bad_sample.value))
 
     # -- life cycle ---------------------------------------------------------------------

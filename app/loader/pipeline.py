@@ -19,12 +19,13 @@ Loader = Enqueuer  # what a command holds: start it with `with`, read batches wi
 
 
 def build_loader(config, splits: dict[str, tuple], *, bad_log: Path | None = None,
-                 on_bad_sample: str | None = None) -> Loader:
+                 on_bad_sample: str | None = None, batch_size: int | None = None) -> Loader:
     """The loader a loaded config (app/config.py) describes. `splits`: name → (split, its
-    transforms: training's, or [] for the resize alone). `on_bad_sample` replaces data.on_bad_sample."""
+    transforms: training's, or [] for the resize alone). `on_bad_sample` replaces
+    data.on_bad_sample; `batch_size` data.batch_size (one process's share of a global batch)."""
     built = augmenters(config.data, {name: transforms for name, (_, transforms) in splits.items()})
     return Enqueuer.from_config(config, {name: split for name, (split, _) in splits.items()}, built,
-                                bad_log=bad_log, on_bad_sample=on_bad_sample)
+                                bad_log=bad_log, on_bad_sample=on_bad_sample, batch_size=batch_size)
 
 
 def batches(loader: Loader, split_name: str, order: np.ndarray, epoch: int) -> Iterator[tuple]:

@@ -45,24 +45,34 @@ class Progress(keras.callbacks.Callback):
 
 
 class Profile(keras.callbacks.Callback):
-    """`trainer.profile_steps` [first, last]: TensorBoard's profiler over those global steps, each
-    marked as a step for the Profile tab's step-time view; the trace goes to `logdir`/plugins/profile/."""
+    """`trainer.profile_steps` [first, last]: the backend's profiler (TensorFlow's, or JAX's) over
+    those global steps, each marked as a step for the Profile tab's step-time view; the trace goes
+    to `logdir`/plugins/profile/, where TensorBoard reads it."""
 
     def __init__(self, steps: list[int], logdir: Path, state: RunState):
         super().__init__()
-        import tensorflow as tf
+        if keras.backend.backend() == "jax":
+            import jax
 
-        self.profiler, self.first, self.last = tf.profiler.experimental, *steps
+            self.start, self.stop = jax.profiler.start_trace, jax.profiler.stop_trace
+            self.step = lambda step: jax.profiler.StepTraceAnnotation("train", step_num=step)
+        else:
+            from app.frameworks import load_tensorflow
+
+            profiler = load_tensorflow().profiler.experimental
+            self.start, self.stop = profiler.start, profiler.stop
+            self.step = lambda step: profiler.Trace("train", step_num=step, _r=1)
+        self.first, self.last = steps
         self.logdir, self.state = str(logdir), state
         self.running, self.trace = False, None
 
     def on_train_batch_begin(self, batch, logs=None):
         step = self.state.steps_before_epoch + batch + 1
         if not self.running and self.first <= step <= self.last:
-            self.profiler.start(self.logdir)
+            self.start(self.logdir)
             self.running = True
         if self.running:
-            self.trace = self.profiler.Trace("train", step_num=step, _r=1)
+            self.trace = self.step(step)
             self.trace.__enter__()
 
     def on_train_batch_end(self, batch, logs=None):
@@ -77,7 +87,7 @@ class Profile(keras.callbacks.Callback):
             self._stop()
 
     def _stop(self) -> None:
-        self.profiler.stop()
+        self.stop()
         self.running = False
         log.info("profiler: steps %d to %d traced into %s (TensorBoard's Profile tab)", self.first, self.last,
                  self.logdir)

@@ -50,7 +50,9 @@ class Writer:
 
 class TensorBoardWriter(Writer):
     def __init__(self, run_dir: Path):
-        import tensorflow as tf
+        from app.frameworks import load_tensorflow
+
+        tf = load_tensorflow()
 
         self.tf, self.root = tf, Path(run_dir) / EVENTS
         self.writers = {split: tf.summary.create_file_writer(str(self.root / split))
@@ -158,7 +160,9 @@ def trim(run_dir: Path, step: int) -> None:
     files = sorted(root.rglob("*tfevents*")) if root.is_dir() else []
     if not files:
         return
-    import tensorflow as tf
+    from app.frameworks import load_tensorflow
+
+    tf = load_tensorflow()
 
     for path in files:
         kept = [e for e in tf.compat.v1.train.summary_iterator(str(path)) if e.step <= step]

@@ -1,13 +1,17 @@
-"""Where the steps run and in which precision: `trainer.strategy`, `trainer.cpu_devices` and
-`trainer.precision`.
+"""Where the steps run and in which precision: `trainer.strategy`, `trainer.cpu_devices`, the
+processes of a several-host run, and `trainer.precision`.
 
-- default: one device, the first GPU when there is one (TensorFlow places there by itself), else
-  the CPU.
-- mirrored: `tf.distribute.MirroredStrategy` over every local GPU, or, with none, over
-  `trainer.cpu_devices` logical CPU devices (anyone can try it). The global batch
+- default: one device, the first GPU when there is one (TensorFlow and JAX place there by
+  themselves), else the CPU.
+- mirrored (TensorFlow): `tf.distribute.MirroredStrategy` over every local GPU, or, with none,
+  over `trainer.cpu_devices` logical CPU devices (anyone can try it). The global batch
   (`data.batch_size`) is split across the replicas by tf.data (app/training/steps.py), so it
   must divide evenly; validation's short last batch is split unevenly, which Keras handles.
   Model, optimizer and metrics are built inside the strategy's scope (the trainer runs in it).
+- data_parallel (JAX): `keras.distribution.DataParallel` over every device of every process
+  (`keras.distribution.initialize` joins the processes first: the coordinator, count and id from
+  config, or SLURM's variables). Each process loads its share of each global batch
+  (app/training/shards.py); JAX assembles the global batch from the shares.
 - precision: Keras's global dtype policy; the first layer and the softmax head stay float32
   (app/model.py), and Keras wraps the optimizer in a LossScaleOptimizer under mixed_float16.
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from dataclasses import dataclass, field
 
 from app.config import config_error
@@ -36,11 +41,19 @@ class Placement:
     strategy_name: str
     devices: list[str] = field(default_factory=list)  # the replicas' devices (mirrored), or the one device
     gpus: list[str] = field(default_factory=list)  # every GPU TensorFlow sees
-    strategy: object = None  # the tf.distribute strategy; None: one device
+    strategy: object = None  # the tf.distribute strategy; None: one device, or JAX's distribution (global)
+    processes: int = 1  # data_parallel over several processes: how many, and which this one is
+    process: int = 0
+    local_devices: int = 1  # the devices of this process
 
     @property
     def replicas(self) -> int:
-        return len(self.devices) if self.strategy is not None else 1
+        return len(self.devices)
+
+    @property
+    def writes(self) -> bool:
+        """Whether this process writes the run directory (process 0 of several, or the one)."""
+        return self.process == 0
 
     def scope(self):
         """Where the model, its optimizer and metrics are built and the steps run."""
@@ -48,12 +61,15 @@ class Placement:
 
     def record(self) -> dict:
         """What summary.json keeps of it."""
-        return {"strategy": self.strategy_name, "replicas": self.replicas, "devices": self.devices}
+        return {"strategy": self.strategy_name, "replicas": self.replicas, "devices": self.devices,
+                **({"processes": self.processes} if self.processes > 1 else {})}
 
 
 def place(config: Config) -> Placement:
     """The devices `config.trainer` asks for, the batch checked against them. Call before anything
     runs a TensorFlow op (the logical CPU devices are fixed once TensorFlow starts)."""
+    if config.trainer.backend == "jax":
+        return _place_jax(config)
     import tensorflow as tf
 
     trainer = config.trainer
@@ -68,10 +84,74 @@ def place(config: Config) -> Placement:
         devices = gpus or [d.name for d in tf.config.list_logical_devices("CPU")]
         placement = Placement("mirrored", devices, gpus, tf.distribute.MirroredStrategy(devices))
         _check_batch(config.data.batch_size, placement)
-    log.info("devices: %s; trainer.strategy=%s over %d replica%s: %s", ", ".join(gpus) if gpus else
-             "CPU only (no GPU visible to TensorFlow)", placement.strategy_name, placement.replicas,
-             "" if placement.replicas == 1 else "s", ", ".join(placement.devices))
+    _log(placement, "TensorFlow")
     return placement
+
+
+def _place_jax(config: Config) -> Placement:
+    import importlib.util
+
+    import jax
+    import keras
+
+    if importlib.util.find_spec("tensorflow"):  # Keras on JAX still imports it (its data adapters, TensorBoard)
+        from app.frameworks import load_tensorflow
+
+        load_tensorflow()  # quietly, and kept off the GPUs
+    trainer = config.trainer
+    with native_stderr_to_log():  # XLA's "no GPU" lines, when there is none
+        if trainer.strategy == "data_parallel" and several_processes(trainer):
+            keras.distribution.initialize(trainer.coordinator, trainer.num_processes, trainer.process_id)
+        gpus = [str(d) for d in jax.devices() if d.platform == "gpu"]
+    if not gpus and trainer.cpu_devices > 1 and jax.local_device_count() != trainer.cpu_devices:
+        raise config_error("trainer.cpu_devices", trainer.cpu_devices, f"JAX started in this process before the "
+                           f"setting was made, with {jax.local_device_count()} CPU device(s); sweep over "
+                           "trainer.cpu_devices with a launcher that starts a process a job (hydra/launcher=joblib)")
+    if trainer.strategy == "default":
+        placement = Placement("default", [str(jax.devices()[0])], gpus)
+    else:
+        keras.distribution.set_distribution(keras.distribution.DataParallel(devices=jax.devices()))
+        placement = Placement("data_parallel", [str(d) for d in jax.devices()], gpus, None, jax.process_count(),
+                              jax.process_index(), jax.local_device_count())
+        _check_batch(config.data.batch_size, placement)
+    _log(placement, "JAX")
+    return placement
+
+
+def expected_process(trainer) -> int:
+    """This process's id in a data_parallel run over several processes, as the config and SLURM
+    say before JAX starts (JAX's own count is checked against it once it has); 0 otherwise."""
+    if trainer.strategy != "data_parallel" or not several_processes(trainer):
+        return 0
+    return trainer.process_id if trainer.process_id is not None else int(os.environ.get("SLURM_PROCID", "0"))
+
+
+def check_one_run_dir(run_dir) -> None:
+    """Every process of a several-process run writes into process 0's run directory."""
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    mine = str(run_dir.resolve()).encode()[:4096]
+    ours = np.frombuffer(mine.ljust(4096, b"\0"), np.uint8)
+    first = bytes(np.asarray(multihost_utils.broadcast_one_to_all(ours))).rstrip(b"\0")
+    if first != mine:
+        raise config_error("hydra.run.dir", str(run_dir), f"process 0 of this run writes {first.decode()}; every "
+                           "process must write the same run directory: give each the same hydra.run.dir=... "
+                           "(Hydra's submitit launcher and srun under SLURM do so by themselves)")
+
+
+def several_processes(trainer) -> bool:
+    """Whether a data_parallel run spans processes: trainer.num_processes, or SLURM's task count."""
+    return (trainer.num_processes or int(os.environ.get("SLURM_NTASKS", "1"))) > 1
+
+
+def _log(placement: Placement, backend: str) -> None:
+    n = placement.replicas
+    log.info("devices: %s; trainer.strategy=%s over %d device%s%s: %s",
+             ", ".join(placement.gpus) if placement.gpus else f"CPU only (no GPU visible to {backend})",
+             placement.strategy_name, n, "" if n == 1 else "s",
+             f" of {placement.processes} processes (this is process {placement.process})"
+             if placement.processes > 1 else "", ", ".join(placement.devices))
 
 
 def _split_cpu(tf, n: int) -> None:
@@ -97,6 +177,11 @@ def _check_batch(batch: int, placement: Placement) -> None:
                            f"trainer.strategy={placement.strategy_name} ({', '.join(placement.devices)}) and "
                            f"must divide evenly: use data.batch_size={upper}"
                            + (f" or {lower}" if lower else ""))
+
+
+def local_batch(config: Config, placement: Placement) -> int:
+    """The rows of each global batch this process loads."""
+    return config.data.batch_size // placement.processes
 
 
 def set_precision(config: Config) -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import math
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,8 +24,19 @@ from app.schema import Config
 from app.training import checkpoint, dashboards, recipe
 from app.training.callbacks import CallbackStates, Profile, Progress, SampleRecorder, StepCheckpoint
 from app.training.checkpoint import EpochFigures, RunState
+from app.training.devices import Placement
 from app.training.rundir import Summary, append_metrics
-from app.training.steps import EpochPlan, Feed, build_metrics, metric_state, restore_metrics, train_epoch, validate
+from app.training.shards import regrouped, train_share, validation_share
+from app.training.steps import (
+    EpochPlan,
+    Feed,
+    build_metrics,
+    metric_state,
+    restore_metrics,
+    sync,
+    train_epoch,
+    validate,
+)
 
 log = logging.getLogger("app.train")
 
@@ -42,13 +55,26 @@ class Epochs:
     loader: Loader
     memory: PeakMemory
     user_callbacks: list
+    placement: Placement
     class_weights: np.ndarray | None = None  # trainer.class_weight, a weight a class index
     kept: CallbackStates = field(init=False)
     out: dashboards.Writer = field(init=False)
+    saves: Path = field(init=False)  # where checkpoints and model.keras go: run_dir, or a scratch directory
 
     def run(self) -> None:
+        """Process 0 of several writes the run directory; the others train their shares. Saving a
+        model is collective on JAX over several processes, so they save too, into a scratch
+        directory of their own, removed at the end."""
+        self.saves = self.run_dir if self.writes else Path(tempfile.mkdtemp(prefix="app-process-"))
+        try:
+            self._run()
+        finally:
+            if not self.writes:
+                shutil.rmtree(self.saves, ignore_errors=True)
+
+    def _run(self) -> None:
         epochs, state = self.config.trainer.epochs, self.state
-        self.out = dashboards.writer(self.config.logger.name, self.run_dir)
+        self.out = dashboards.writer(self.config.logger.name if self.writes else "none", self.run_dir)
         if state.steps_done == 0:  # a resumed run's are in the events kept from before
             self.out.hparams(dashboards.hyperparameters(state.config), trial=str(self.run_dir))
             if self.config.tags:
@@ -68,14 +94,20 @@ class Epochs:
                 break
         callbacks.on_train_end(logs)
 
+    @property
+    def writes(self) -> bool:
+        return self.placement.writes
+
     def _callbacks(self) -> keras.callbacks.CallbackList:
         trainer, epochs = self.config.trainer, self.config.trainer.epochs
         own = [Progress(epochs, self.steps), dashboards.Dashboard(self.out, self.state, self.memory)]
+        if not self.writes:
+            own = []
         # A step's row is written before its checkpoint: a run killed between the two would
         # otherwise resume after a step that samples.csv never recorded.
-        if trainer.record_samples:
+        if trainer.record_samples and self.writes:
             own.append(SampleRecorder(self.run_dir / "samples.csv", self.config.data.batch_size, self.state))
-        if trainer.profile_steps:
+        if trainer.profile_steps and self.writes:
             own.append(Profile(list(trainer.profile_steps), self.run_dir / dashboards.EVENTS, self.state))
         # Last: the state a checkpoint keeps is every other callback's after this step.
         last = ([StepCheckpoint(trainer.checkpoint_every_steps, self.steps, self._save_inside_epoch)]
@@ -93,14 +125,16 @@ class Epochs:
         state.figures = state.figures or EpochFigures()
         first = state.figures.steps
         recipe.follow(self.net, self.config, epoch, self.source.class_names)  # (un)freezing recompiles
-        if self.config.trainer.strategy != "default":
+        if trainer.strategy != "default" or trainer.backend == "jax":  # see build_metrics
             build_metrics(self.net)
         self.net.reset_metrics()
         if resumed and state.figures.metric_state:  # Keras's means go on from the checkpoint's
             restore_metrics(self.net, state.figures.metric_state)
         callbacks.on_epoch_begin(epoch, {"first_batch": first})
-        source = batches(self.loader, "train", state.order[first * batch:], epoch)
-        if state.steps_done == 0:
+        place = self.placement
+        source = batches(self.loader, "train", train_share(state.order[first * batch:], batch, place.processes,
+                                                           place.process), epoch)
+        if state.steps_done == 0 and self.writes:
             source = self._showing_first(source)
         feed = Feed(source, self.steps - first, self.class_weights)
         plan = EpochPlan(self.steps, batch, first, trainer.log_every_steps, trainer.checkpoint_every_steps)
@@ -115,11 +149,16 @@ class Epochs:
         return logs
 
     def _validation_feed(self) -> Feed:
-        """Each validation sample once, in order, the last batch short; the first
-        `trainer.validation_steps` batches only, when set."""
-        batch, limit = self.config.data.batch_size, self.config.trainer.validation_steps
-        order = np.arange(len(self.source.val))[: limit * batch if limit else None]
-        return Feed(batches(self.loader, "val", order, 0), math.ceil(len(order) / batch))
+        """Each validation sample once, in order, the last batch short (data_parallel: this
+        process's share, app/training/shards.py); the first `trainer.validation_steps` batches
+        only, when set."""
+        batch, limit, place = self.config.data.batch_size, self.config.trainer.validation_steps, self.placement
+        n = min(len(self.source.val), limit * batch if limit else len(self.source.val))
+        if place.strategy_name != "data_parallel":
+            return Feed(batches(self.loader, "val", np.arange(n), 0), math.ceil(n / batch))
+        share = validation_share(n, batch, place.processes, place.process)
+        return Feed(regrouped(batches(self.loader, "val", share.rows, 0), share.sizes), share.batches,
+                    whole_last=share.whole_last)
 
     def _showing_first(self, source):
         """The batches, the first one also drawn (augmented.png, the dashboard's images)."""
@@ -134,27 +173,30 @@ class Epochs:
 
     def _save_inside_epoch(self, done: int) -> None:
         """A checkpoint after `done` steps of the running epoch, with Keras's metric variables."""
+        sync(self.net)
         state = self.state
         state.figures.metric_state = metric_state(self.net)
         state.callbacks, arrays = self.kept.changed()
         with recipe.all_trainable(self.net):
-            checkpoint.save(self.net, self.run_dir, state.steps_before_epoch + done,
+            checkpoint.save(self.net, self.saves, state.steps_before_epoch + done,
                             state.checkpoint(done, complete=False), arrays)
 
     def _record(self, row: dict, steps_done: int) -> None:
-        """metrics.csv, model.keras when best, the epoch's checkpoint, summary.json, the log line."""
+        """metrics.csv (by the process that writes the run directory), model.keras when best, the
+        epoch's checkpoint, summary.json (each process its own), the log line."""
         state = self.state
-        append_metrics(self.run_dir / "metrics.csv", row)
         step = state.steps_before_epoch + steps_done
+        if self.writes:
+            append_metrics(self.run_dir / "metrics.csv", row)
         monitored = row[self.config.trainer.monitor]
         if recipe.better(self.config, monitored, state.best and state.best[0]):
             state.best = [monitored, f"{checkpoint.PREFIX}{step:08d}"]
-            models.export(self.net, self.run_dir / "model.keras", class_names=self.source.class_names,
+            models.export(self.net, self.saves / "model.keras", class_names=self.source.class_names,
                           image_size=list(self.config.data.image_size))
         state.figures.metric_state = {}
         state.callbacks, arrays = self.kept.changed()
         with recipe.all_trainable(self.net):
-            checkpoint.save(self.net, self.run_dir, step, state.checkpoint(steps_done, complete=True, metrics=row),
+            checkpoint.save(self.net, self.saves, step, state.checkpoint(steps_done, complete=True, metrics=row),
                             arrays)
         peak = max(self.memory.peak / 2**20, self.summary.content.get("peak_memory_mb") or 0)
         self.summary.update(epochs_completed=row["epoch"], steps=step, loss=row["loss"],

@@ -46,6 +46,8 @@ class PerClassRecall(keras.metrics.Metric):
     def update_state(self, y_true, y_pred, sample_weight=None):
         classes = len(self.class_names)
         truth = ops.one_hot(ops.cast(ops.reshape(y_true, (-1,)), "int32"), classes)
+        if sample_weight is not None:  # weight 0: a padding row (app/training/shards.py) counts nowhere
+            truth = truth * ops.expand_dims(ops.cast(ops.reshape(sample_weight, (-1,)), truth.dtype), -1)
         guess = ops.one_hot(ops.argmax(y_pred, axis=-1), classes)
         self.seen.assign_add(ops.sum(truth, axis=0))
         self.hits.assign_add(ops.sum(truth * guess, axis=0))
@@ -55,8 +57,8 @@ class PerClassRecall(keras.metrics.Metric):
         return {f"recall_{name}": recall[i] for i, name in enumerate(self.class_names)}
 
     def reset_state(self):
-        self.hits.assign(ops.zeros_like(self.hits))
-        self.seen.assign(ops.zeros_like(self.seen))
+        self.hits.assign(ops.zeros(self.hits.shape, self.hits.dtype))
+        self.seen.assign(ops.zeros(self.seen.shape, self.seen.dtype))
 
     def get_config(self):
         return {**super().get_config(), "class_names": self.class_names}

@@ -164,10 +164,14 @@ def resumed_config(saved: dict, cfg: DictConfig, overrides: list[str],
 
 
 def open_run(cfg: DictConfig, safe: tuple[str, ...]) -> tuple[Path, Config]:
-    """(run dir, its config with the `safe` overrides, loaded: re-typed by the schemas and validated)."""
+    """(run dir, its config with the `safe` overrides, loaded: re-typed by the schemas and
+    validated), Keras set to load on the run's backend and the model builder's module imported."""
     run_dir = Path(cfg.resume)
     cfg = resumed_config(checkpoint.saved_config(run_dir), cfg, list(HydraConfig.get().overrides.task), safe)
     config = load(cfg)
+    from app.frameworks import use_backend
+
+    use_backend(config.trainer)  # the run's backend: a run trained on JAX needs no TensorFlow here
     from app.model import import_builder
 
     import_builder(config.model)

@@ -7,6 +7,7 @@ import csv
 import fcntl
 import itertools
 import json
+import logging
 import os
 import platform
 import subprocess
@@ -77,6 +78,19 @@ def release_lock(run_dir: Path) -> None:
         os.close(fd)  # closing the descriptor drops the flock
 
 
+def log_apart(run_dir: Path, process: int) -> None:
+    """Process `process` of a several-process run logs to `train.<process>.log` in the run
+    directory that process 0 writes, not into process 0's log."""
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
+        root.removeHandler(handler)
+        handler.close()
+        apart = logging.FileHandler(Path(run_dir) / f"train.{process}.log")
+        apart.setFormatter(handler.formatter)
+        apart.setLevel(handler.level)
+        root.addHandler(apart)
+
+
 def write_json(path: Path, content: Any) -> None:
     """Atomically: readers never see half a file."""
     text = json.dumps(content, indent=2, default=str) + "\n"
@@ -113,8 +127,9 @@ def keep_rows(path: Path, keep) -> None:
 class Summary:
     """summary.json, rewritten at start, every epoch and at the end."""
 
-    def __init__(self, run_dir: Path, overrides: list[str], *, resumed_from: str | None = None):
-        self.path = Path(run_dir) / "summary.json"
+    def __init__(self, run_dir: Path, overrides: list[str], *, resumed_from: str | None = None,
+                 name: str = "summary.json"):
+        self.path = Path(run_dir) / name
         if resumed_from and self.path.exists():  # the same run goes on: keep its record
             self.content = read_json(self.path, "delete it and resume again to start a new one (metrics.csv "
                                      "and the checkpoints keep the run's history)")
@@ -144,7 +159,7 @@ def _now() -> str:
 
 def versions() -> dict[str, str]:
     found = {"python": platform.python_version()}
-    for package in ("tensorflow", "keras", "albumentations", "numpy", "hydra-core"):
+    for package in ("tensorflow", "keras", "jax", "albumentations", "numpy", "hydra-core"):
         try:
             found[package] = metadata.version(package)
         except metadata.PackageNotFoundError:

@@ -13,29 +13,30 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import keras
 import numpy as np
 
 from app.training.checkpoint import EpochFigures, RunState
-from app.training.objectives import EPSILON
 
-__all__ = ["EpochFigures", "EpochPlan", "Feed", "RunState", "evaluate", "train_epoch", "validate"]
+__all__ = ["EpochFigures", "EpochPlan", "Feed", "RunState", "train_epoch", "validate"]
 
 
 class Feed:
-    """`count` batches from an iterator, as a tf.data dataset with no buffer of its own: the
-    seconds spent blocked waiting for them, and an error the iterator raised, kept to be raised
-    unchanged in the loop (tf.data would turn it into a TensorFlow error)."""
+    """`count` batches from an iterator, handed to the compiled step with no buffer of our own
+    (`calls`): the seconds spent blocked waiting for them, and an error the iterator raised, kept
+    to be raised unchanged in the loop (tf.data would turn it into a TensorFlow error). Batches
+    are (images, labels); `whole_last`: the last is one every process loads whole, to be
+    replicated on every device (app/training/shards.py)."""
 
-    def __init__(self, batches: Iterable[tuple[np.ndarray, np.ndarray]], count: int,
-                 class_weights: np.ndarray | None = None):
-        self.batches, self.count, self.class_weights = batches, count, class_weights
+    def __init__(self, batches: Iterable[tuple], count: int, class_weights: np.ndarray | None = None, *,
+                 whole_last: bool = False):
+        self.batches, self.count, self.class_weights, self.whole_last = batches, count, class_weights, whole_last
         self.waited_s = 0.0
         self.error: BaseException | None = None
 
-    def _generate(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    def _generate(self) -> Iterator[tuple]:
         source = iter(self.batches)
         while True:
             asked = time.perf_counter()
@@ -52,6 +53,11 @@ class Feed:
             batch = [(x, y) if self.class_weights is None else (x, y, self.class_weights[y])]  # a weight a sample
             del x, y
             yield batch.pop()  # held by nothing here once handed over
+
+    def calls(self, net: keras.Model, kind: str):
+        """Calls into `net`'s compiled train or test step (`kind`) over these batches, as the
+        backend takes them."""
+        return (_JaxCalls if keras.backend.backend() == "jax" else _TensorFlowCalls)(net, self, kind)
 
     def close(self) -> None:
         """The loader's side of the feed ends (the copy-ahead thread, the enqueuer's pass): tf.data
@@ -86,6 +92,73 @@ class Feed:
             raise
 
 
+class _TensorFlowCalls:
+    """Keras's tf.function over an iterator of the feed (distributed under a strategy)."""
+
+    def __init__(self, net: keras.Model, feed: Feed, kind: str):
+        self.feed, self.function = feed, net.train_function if kind == "train" else net.test_function
+        self.iterator = feed.iterator(_image_size(net))
+
+    def __call__(self) -> dict:
+        return self.feed.call(self.function, self.iterator)
+
+    def sync(self) -> None:
+        """The model's variables are the step's own: nothing to write back."""
+
+
+class _JaxCalls:
+    """JAX's compiled steps are pure functions of the model's state: the variables go in and come
+    out updated, and are written back into the model when something reads it (a callback through
+    `self.model`, the checkpoint, the epoch's end), as Keras's `fit` on JAX does."""
+
+    STATE = {"train": ("trainable_variables", "non_trainable_variables", "optimizer_variables", "metrics_variables"),
+             "test": ("trainable_variables", "non_trainable_variables", "metrics_variables")}
+
+    def __init__(self, net: keras.Model, feed: Feed, kind: str):
+        self.net, self.feed, self.names = net, feed, self.STATE[kind]
+        self.function = net.train_function if kind == "train" else net.test_function
+        self.iterator = (_on_devices(batch, whole=feed.whole_last and i == feed.count - 1)
+                         for i, batch in enumerate(feed._generate()))
+        self.state = None
+        net._jax_state_synced = True  # the model's variables hold the newest values
+
+    def __call__(self) -> dict:
+        net = self.net
+        if net._jax_state_synced:  # read since the last call: take its variables again
+            self.state = net._get_jax_state(**dict.fromkeys(self.names, True), purge_model_variables=True)
+            net._jax_state_synced = False
+        logs, self.state = self.feed.call(lambda iterator: self.function(self.state, iterator), self.iterator)
+        net._jax_state = dict(zip(self.names, self.state, strict=True))
+        return logs
+
+    def sync(self) -> None:
+        self.net.jax_state_sync()
+
+
+def _on_devices(batch: tuple, whole: bool = False) -> tuple:
+    """A batch as JAX arrays: this process's rows of the global batch, spread over the devices of
+    keras.distribution's layout (every process's devices); with `whole`, the whole batch, which
+    every process holds, replicated on every device; with no distribution, on the one device."""
+    import jax
+
+    distribution = keras.distribution.distribution()
+    if distribution is None:
+        return tuple(jax.device_put(a) for a in batch)
+
+    def layout(a):
+        if whole:
+            return keras.distribution.TensorLayout([None] * a.ndim, distribution.device_mesh).backend_layout
+        return distribution.get_data_layout(a.shape).backend_layout
+
+    return tuple(jax.make_array_from_process_local_data(layout(a), a) for a in batch)
+
+
+def sync(net: keras.Model) -> None:
+    """The model's variables as the last step left them (JAX keeps them apart while it steps)."""
+    if keras.backend.backend() == "jax":
+        net.jax_state_sync()
+
+
 @dataclass
 class EpochPlan:
     steps: int  # the epoch's training steps
@@ -116,7 +189,7 @@ def train_epoch(net: keras.Model, feed: Feed, callbacks: keras.callbacks.Callbac
 
 
 def _train_steps(net, feed: Feed, callbacks, figures: EpochFigures, plan: EpochPlan) -> EpochFigures:
-    iterator = feed.iterator(_image_size(net))
+    step_calls = feed.calls(net, "train")
     # A resumed epoch's clock goes on from the seconds it had; the time before the resume
     # (process start, model load) is neither training nor waiting.
     clock = _Clock(figures, feed)
@@ -124,7 +197,7 @@ def _train_steps(net, feed: Feed, callbacks, figures: EpochFigures, plan: EpochP
     while step < plan.steps and not net.stop_training:
         end = min(step + net.steps_per_execution, plan.steps)
         callbacks.on_train_batch_begin(step)
-        logs = feed.call(net.train_function, iterator)
+        logs = step_calls()
         figures.steps, figures.images = end, figures.images + (end - step) * plan.batch_size
         read = {}
         if plan.reads_at(step, end):
@@ -133,6 +206,7 @@ def _train_steps(net, feed: Feed, callbacks, figures: EpochFigures, plan: EpochP
         step = end
     if read_at != step:  # a callback stopped the epoch between reads
         clock.read(logs)
+    step_calls.sync()
     return figures
 
 
@@ -164,17 +238,18 @@ def validate(net: keras.Model, feed: Feed, callbacks: keras.callbacks.CallbackLi
 
 
 def _test_steps(net, feed: Feed, callbacks) -> dict:
-    iterator = feed.iterator(_image_size(net))
+    step_calls = feed.calls(net, "test")
     callbacks.on_test_begin()
     step, logs = 0, {}
     while step < feed.count:
         end = min(step + net.steps_per_execution, feed.count)
         callbacks.on_test_batch_begin(step)
-        logs = feed.call(net.test_function, iterator)
+        logs = step_calls()
         if end == feed.count:
             logs = read(logs)
         callbacks.on_test_batch_end(end - 1, logs if end == feed.count else {})
         step = end
+    step_calls.sync()
     callbacks.on_test_end(logs)
     return logs
 
@@ -192,11 +267,18 @@ def read(logs: dict) -> dict:
 
 
 def build_metrics(net: keras.Model) -> None:
-    """Keras builds a compiled model's metrics on its first step; an inference step on one blank
-    image builds them now (it changes no weight and draws no random number). Under a strategy
-    the first training step runs in each replica, where no variable may be created."""
+    """Keras builds a compiled model's metrics on its first step; an inference step on blank
+    images builds them now (it changes no weight and draws no random number). Under a strategy
+    the first training step runs in each replica, where no variable may be created; on JAX the
+    step takes the metrics' variables as state, so they must exist before it. A blank image for
+    each of this process's devices: a distributed batch must split evenly."""
     height, width = _image_size(net)
-    net.test_on_batch(np.zeros((1, height, width, 3), np.uint8), np.zeros((1,), np.int64))
+    rows = 1
+    if keras.backend.backend() == "jax" and keras.distribution.distribution() is not None:
+        import jax
+
+        rows = jax.local_device_count()
+    net.test_on_batch(np.zeros((rows, height, width, 3), np.uint8), np.zeros((rows,), np.int64))
     net.reset_metrics()
 
 
@@ -210,49 +292,3 @@ def restore_metrics(net: keras.Model, saved: dict) -> None:
 
 def metric_state(net: keras.Model) -> dict:
     return {variable.path: np.asarray(variable).tolist() for variable in net.metrics_variables}
-
-
-@dataclass
-class Scores:
-    images: int = 0
-    loss_sum: float = 0.0
-    correct: int = 0
-    top_k_correct: int = 0
-    # the most confident mistakes: (probability of the wrong class, position in the split, true, predicted)
-    mistakes: list = field(default_factory=list)
-
-    @property
-    def loss(self) -> float:
-        return self.loss_sum / max(self.images, 1)
-
-    @property
-    def accuracy(self) -> float:
-        return self.correct / max(self.images, 1)
-
-    def add_mistakes(self, p: np.ndarray, y: np.ndarray, predicted: np.ndarray, keep: int = 16) -> None:
-        for i in np.flatnonzero(predicted != y):
-            self.mistakes.append((float(p[i, predicted[i]]), self.images + int(i), int(y[i]), int(predicted[i])))
-        self.mistakes = sorted(self.mistakes, reverse=True)[:keep]
-
-
-def evaluate(net: keras.Model, batches: Iterable[tuple[np.ndarray, np.ndarray]],
-             confusion: np.ndarray | None = None, top_k: int | None = None) -> Scores:
-    """The `evaluate` command's scores: loss and accuracy over every batch, from one forward
-    pass a batch, scored as Keras's sparse categorical crossentropy and accuracy score them;
-    top-k accuracy, and the most confident mistakes. With `confusion` (classes × classes), each
-    sample is counted into it too."""
-    scores = Scores()
-    for x, y in batches:
-        p = np.asarray(net.predict_on_batch(x), np.float64)
-        p /= p.sum(axis=1, keepdims=True)
-        picked = np.clip(p[np.arange(len(y)), y], EPSILON, 1 - EPSILON)
-        predicted = p.argmax(axis=1)
-        if top_k:
-            scores.top_k_correct += int((np.argsort(-p, axis=1)[:, :top_k] == y[:, None]).any(axis=1).sum())
-        scores.add_mistakes(p, y, predicted)
-        scores.images += len(y)
-        scores.loss_sum += float(-np.log(picked).sum())
-        scores.correct += int((predicted == y).sum())
-        if confusion is not None:
-            np.add.at(confusion, (y, predicted), 1)
-    return scores

@@ -20,7 +20,7 @@ from app.console import print_config
 from app.data import load_source
 from app.data.source import overfitting
 from app.errors import AppError, explain
-from app.frameworks import load_keras
+from app.frameworks import load_keras, use_backend
 from app.loader.pipeline import build_loader
 from app.memory import PeakMemory, leftovers_cleared
 from app.processes import interrupts
@@ -28,7 +28,7 @@ from app.schema import Config
 from app.training import checkpoint
 from app.training.checkpoint import RunState
 from app.training.resume import resumed_config
-from app.training.rundir import Summary, hold_lock, keep_rows, release_lock, run_source, write_json
+from app.training.rundir import Summary, hold_lock, keep_rows, log_apart, release_lock, run_source, write_json
 
 log = logging.getLogger("app.train")
 
@@ -43,6 +43,7 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
             cfg = resumed_config(checkpoint.saved_config(run_dir), cfg, overrides)
         # Everything that can be checked without data, first; the callbacks need Keras.
         config = load(cfg)  # validated once; the one object every step below reads
+        use_backend(config.trainer)  # before anything loads Keras
         if config.print_config:
             print_config(to_plain(config), f"config of {run_dir}")
         build_compose(config.augment.transforms, config.data.image_size)  # strict: misspellings fail
@@ -52,9 +53,16 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
             Summary(run_dir, overrides).update(status="failed", message=str(error))
         raise
 
-    hold_lock(run_dir, f"python -m app train{' resume=...' if resumed else ''}")
+    from app.training import devices
+
+    process = devices.expected_process(config.trainer)
+    if process:  # one of several: process 0 writes the run directory, this one its own log and summary
+        log_apart(run_dir, process)
+    else:
+        hold_lock(run_dir, f"python -m app train{' resume=...' if resumed else ''}")
     try:
-        summary = Summary(run_dir, overrides, resumed_from=resumed)
+        summary = Summary(run_dir, overrides, resumed_from=resumed,
+                          name=f"summary.{process}.json" if process else "summary.json")
         summary.update(isolation=leftovers_cleared(), pid=os.getpid(), tags=list(config.tags))
         _train_recorded(config, run_dir, summary, callbacks)
     finally:
@@ -92,7 +100,7 @@ def user_callbacks(specs: list) -> list:
     argument fails at once, naming the entry."""
     if not specs:
         return []
-    keras = load_keras()  # TensorFlow starts here: the callbacks are Keras objects
+    keras = load_keras()  # Keras (and TensorFlow) start here: the callbacks are Keras objects
 
     built = instantiate_each(specs, "trainer.callbacks", keras.callbacks.Callback, "keras.callbacks.<Callback>")
     for i, callback in enumerate(built):
@@ -121,8 +129,12 @@ def _continue_hint(run_dir: Path) -> str:
 
 
 def _train(config: Config, run_dir: Path, summary: Summary, state: RunState, callbacks: list) -> None:
-    source, steps = _data(config, run_dir)
-    keras, placement = _start_keras(config)
+    keras, placement = _start_keras(config)  # first: the processes of a data_parallel run join here
+    if placement.processes > 1:
+        from app.training import devices
+
+        devices.check_one_run_dir(run_dir)
+    source, steps = _data(config, run_dir, placement.writes)
     from app.training import recipe
 
     recipe.check_monitor(config, source.class_names)
@@ -131,23 +143,34 @@ def _train(config: Config, run_dir: Path, summary: Summary, state: RunState, cal
         summary.update(hardware={**summary.content["hardware"], "gpus": placement.gpus}, **placement.record())
         with placement.scope():  # model, optimizer, metrics and steps on the strategy's replicas
             net = _model(config, source, run_dir, state, steps)
-            loader = build_loader(config, {"train": (source.train, config.augment.transforms),
-                                          "val": (source.val, eval_transforms(config.augment, config.data.image_size))},
-                                 bad_log=run_dir / "bad_samples.txt")
+            loader = _loader(config, source, run_dir, placement)
             summary.update(queue_bytes=loader.queue_bytes)
-            log.info("queue: %d %s, max_size %d: %.1f MiB of uint8 batches", loader.num_workers,
-                     "processes" if loader.use_multiprocessing else "threads", loader.max_size,
-                     loader.queue_bytes / 2**20)
             from app.training.epochs import Epochs  # Keras is loaded by now
 
             with loader, PeakMemory() as memory:
-                Epochs(config, run_dir, summary, state, source, steps, net, loader, memory, callbacks, weights).run()
+                Epochs(config, run_dir, summary, state, source, steps, net, loader, memory, callbacks, placement,
+                       weights).run()
     finally:
         keras.mixed_precision.set_global_policy("float32")
 
 
-def _data(config: Config, run_dir: Path):
-    """(the data source, training steps an epoch): split.json written, or checked on resume."""
+def _loader(config: Config, source, run_dir: Path, placement):
+    """The loader of this process's rows: its share of each global batch (data_parallel over
+    several processes), else the whole batch."""
+    local = config.data.batch_size // placement.processes
+    bad = "bad_samples.txt" if placement.writes else f"bad_samples.{placement.process}.txt"
+    loader = build_loader(config, {"train": (source.train, config.augment.transforms),
+                                  "val": (source.val, eval_transforms(config.augment, config.data.image_size))},
+                         bad_log=run_dir / bad, batch_size=local)
+    log.info("queue: %d %s, max_size %d: %.1f MiB of uint8 batches%s", loader.num_workers,
+             "processes" if loader.use_multiprocessing else "threads", loader.max_size, loader.queue_bytes / 2**20,
+             f" of {local} rows (this process's share of each batch)" if placement.processes > 1 else "")
+    return loader
+
+
+def _data(config: Config, run_dir: Path, writes: bool = True):
+    """(the data source, training steps an epoch): split.json written (by the process that
+    writes the run directory), or checked on resume."""
     batch, overfit = config.data.batch_size, config.trainer.overfit_batches
     source = run_source(run_dir, config.data) if config.resume else load_source(config.data)
     if overfit:
@@ -156,7 +179,7 @@ def _data(config: Config, run_dir: Path):
                                f"samples, fewer than {overfit} batches of data.batch_size={batch}")
         source = overfitting(source, overfit * batch, config.seed)
         log.info("overfitting: training and validating on the same %d samples every epoch", len(source.train))
-    if not config.resume:
+    if not config.resume and writes:
         write_json(run_dir / "split.json", source.split)
     available = len(source.train) // batch
     if available == 0:
@@ -177,14 +200,14 @@ def _data(config: Config, run_dir: Path):
 
 def _start_keras(config: Config):
     """Keras and the devices the run trains on, seeded, with the run's determinism and precision.
-    TensorFlow starts here, after every check that does not need it."""
+    The backend starts here, after every check that needs neither it nor the data."""
     keras = load_keras()
     from app.training import devices
 
+    keras.backend.clear_session()  # before the devices: it forgets keras.distribution's too
     placement = devices.place(config)  # before any TensorFlow op: logical CPU devices are fixed then
-    keras.backend.clear_session()
     keras.utils.set_random_seed(config.seed)
-    if config.trainer.deterministic:
+    if config.trainer.deterministic and config.trainer.backend == "tensorflow":  # JAX: XLA's flag (frameworks)
         import tensorflow as tf
 
         tf.config.experimental.enable_op_determinism()

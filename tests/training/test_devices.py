@@ -157,7 +157,8 @@ def test_each_precision_trains_under_a_strategy_with_float32_ends(precision, tmp
         keras.mixed_precision.set_global_policy("float32")
     assert np.isfinite(figures.logs["loss"]) and figures.steps == 2
     compute = {"float32": "float32", "mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}[precision]
-    convolution = next(layer for layer in net.get_layer("small_resnet").layers if isinstance(layer, keras.layers.Conv2D))
+    backbone = net.get_layer("small_resnet")
+    convolution = next(layer for layer in backbone.layers if isinstance(layer, keras.layers.Conv2D))
     assert convolution.compute_dtype == compute and convolution.kernel.dtype == "float32"
     assert net.get_layer("normalise").compute_dtype == "float32" and net.output.dtype == "float32"
     assert isinstance(net.optimizer, keras.optimizers.LossScaleOptimizer) == (precision == "mixed_float16")

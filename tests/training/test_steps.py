@@ -15,7 +15,8 @@ from marked import IdentityAugmenter, MarkedSplit
 from app.loader import prefetch
 from app.loader.enqueuer import Enqueuer, Settings
 from app.model import classifier
-from app.training.steps import EpochFigures, EpochPlan, Feed, evaluate, train_epoch, validate
+from app.training.scores import evaluate
+from app.training.steps import EpochFigures, EpochPlan, Feed, train_epoch, validate
 
 BATCH = 4
 

@@ -1,0 +1,60 @@
+"""The `evaluate` command's scores: one forward pass a batch on one device, scored in numpy as
+Keras scores them (sparse categorical crossentropy, accuracy), with top-k accuracy, the
+confusion matrix and the most confident mistakes. Never imports the loader: batches come as
+arrays."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import keras
+import numpy as np
+
+from app.training.objectives import EPSILON
+
+
+@dataclass
+class Scores:
+    images: int = 0
+    loss_sum: float = 0.0
+    correct: int = 0
+    top_k_correct: int = 0
+    # the most confident mistakes: (probability of the wrong class, position in the split, true, predicted)
+    mistakes: list = field(default_factory=list)
+
+    @property
+    def loss(self) -> float:
+        return self.loss_sum / max(self.images, 1)
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / max(self.images, 1)
+
+    def add_mistakes(self, p: np.ndarray, y: np.ndarray, predicted: np.ndarray, keep: int = 16) -> None:
+        for i in np.flatnonzero(predicted != y):
+            self.mistakes.append((float(p[i, predicted[i]]), self.images + int(i), int(y[i]), int(predicted[i])))
+        self.mistakes = sorted(self.mistakes, reverse=True)[:keep]
+
+
+def evaluate(net: keras.Model, batches: Iterable[tuple[np.ndarray, np.ndarray]],
+             confusion: np.ndarray | None = None, top_k: int | None = None) -> Scores:
+    """The `evaluate` command's scores: loss and accuracy over every batch, from one forward
+    pass a batch, scored as Keras's sparse categorical crossentropy and accuracy score them;
+    top-k accuracy, and the most confident mistakes. With `confusion` (classes × classes), each
+    sample is counted into it too."""
+    scores = Scores()
+    for x, y in batches:
+        p = np.asarray(net.predict_on_batch(x), np.float64)
+        p /= p.sum(axis=1, keepdims=True)
+        picked = np.clip(p[np.arange(len(y)), y], EPSILON, 1 - EPSILON)
+        predicted = p.argmax(axis=1)
+        if top_k:
+            scores.top_k_correct += int((np.argsort(-p, axis=1)[:, :top_k] == y[:, None]).any(axis=1).sum())
+        scores.add_mistakes(p, y, predicted)
+        scores.images += len(y)
+        scores.loss_sum += float(-np.log(picked).sum())
+        scores.correct += int((predicted == y).sum())
+        if confusion is not None:
+            np.add.at(confusion, (y, predicted), 1)
+    return scores

@@ -1,0 +1,61 @@
+"""Which rows of each global batch this process loads (trainer.strategy=data_parallel).
+
+Training takes full global batches of `data.batch_size`: process p of P loads rows
+[p·b, (p+1)·b) of each, b = batch / P, and JAX assembles the global batch from the shares in
+process order, so every sample of the epoch's order is trained once, on one device.
+Validation takes every sample once: its full batches are shared the same way; its short last
+batch cannot split evenly over the devices, so every process loads all of it and it is
+replicated on every device (each computes the whole batch: exact metrics, no padding rows to
+keep out of them). Plain numpy: no Keras, no loader.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def train_share(order: np.ndarray, batch: int, processes: int, process: int) -> np.ndarray:
+    """This process's rows of each full global batch of `order`, in order."""
+    if processes == 1:
+        return order
+    return order.reshape(-1, processes, batch // processes)[:, process].ravel()
+
+
+@dataclass
+class ValidationShare:
+    """This process's part of validation over samples 0..n-1."""
+
+    rows: np.ndarray  # the sample indices this process loads, in order
+    sizes: list[int]  # the rows it hands to the step for each global batch
+    whole_last: bool  # the last batch is short: loaded by every process, replicated on every device
+
+    @property
+    def batches(self) -> int:
+        return len(self.sizes)
+
+
+def validation_share(n: int, batch: int, processes: int, process: int) -> ValidationShare:
+    """Global batches of `batch` over 0..n-1: this process's share of each full one, and all of
+    the short last one."""
+    local, full = batch // processes, n // batch
+    own = train_share(np.arange(full * batch), batch, processes, process)
+    last = np.arange(full * batch, n)
+    return ValidationShare(np.concatenate([own, last]), [local] * full + ([len(last)] if len(last) else []),
+                           bool(len(last)))
+
+
+def regrouped(batches: Iterable[tuple], sizes: list[int]) -> Iterator[tuple]:
+    """(images, labels) for each global batch, `sizes[i]` rows, from the loader's batches of this
+    process's rows (batched by its share of a batch: the whole last batch may span several)."""
+    source = iter(batches)
+    for size in sizes:
+        xs, ys, got = [], [], 0
+        while got < size:
+            x, y = next(source)
+            xs.append(x)
+            ys.append(y)
+            got += len(y)
+        yield (xs[0], ys[0]) if len(xs) == 1 else (np.concatenate(xs), np.concatenate(ys))
