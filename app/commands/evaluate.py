@@ -30,10 +30,12 @@ def main(cfg: DictConfig) -> float:
     from app.loader.pipeline import build_loader, every_sample
     from app.training.resume import chosen_checkpoint, open_run
     from app.training.rundir import run_source, write_json
-    from app.training.scores import evaluate
 
+    # first: it picks the backend Keras loads on
     run_dir, config = open_run(cfg, safe=("queue.", "split", "checkpoint", "augment.eval_"))
     load_keras()
+    from app.training.scores import evaluate
+
     out = Path(HydraConfig.get().runtime.output_dir)
     source = run_source(run_dir, config.data)
     split = {"val": source.val, "test": source.test}.get(config.split)
@@ -43,7 +45,8 @@ def main(cfg: DictConfig) -> float:
                            if config.split == "test" else "val or test")
     path, net = chosen_checkpoint(run_dir, config.checkpoint)
     names = source.class_names
-    log.info("evaluating %s on %d %s samples of %s", path, len(split), config.split, source.name)
+    log.info("evaluating %s on %d %s samples of %s (Keras on %s, one device)", path, len(split), config.split,
+             source.name, config.trainer.backend.value)
     confusion = np.zeros((len(names), len(names)), np.int64)
     k = config.trainer.top_k if config.trainer.top_k and config.trainer.top_k < len(names) else None
     transforms = eval_transforms(config.augment, config.data.image_size)

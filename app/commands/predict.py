@@ -39,11 +39,12 @@ def main(cfg: DictConfig) -> None:
     from app.errors import ConfigError, DataError
     from app.frameworks import load_keras
     from app.loader.pipeline import build_loader, every_sample
-    from app.model import read_metadata
     from app.training.resume import open_run
 
-    run_dir, config = open_run(cfg, safe=("queue.", "input"))
+    run_dir, config = open_run(cfg, safe=("queue.", "input"))  # first: it picks the backend Keras loads on
     keras = load_keras()
+    from app.model import read_metadata
+
     if not config.input:
         raise ConfigError("config key `input` is missing: predict needs input=<image file or folder of images>.")
     source = Path(config.input).expanduser().resolve()

@@ -99,6 +99,7 @@ def _place_jax(config: Config) -> Placement:
 
         load_tensorflow()  # quietly, and kept off the GPUs
     trainer = config.trainer
+    logging.getLogger("jax").setLevel(logging.WARNING)  # its INFO lines: each platform it did not find
     with native_stderr_to_log():  # XLA's "no GPU" lines, when there is none
         if trainer.strategy == "data_parallel" and several_processes(trainer):
             keras.distribution.initialize(trainer.coordinator, trainer.num_processes, trainer.process_id)

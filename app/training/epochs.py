@@ -81,6 +81,7 @@ class Epochs:
                 self.out.tags(list(self.config.tags))
         callbacks = self._callbacks()
         self.net.stop_training = False
+        self._build_metrics()  # before a callback makes the train function (JAX fixes its state's shape then)
         callbacks.on_train_begin()
         self.kept = CallbackStates(self.user_callbacks)
         self.kept.started(state.callbacks, state.callback_arrays)
@@ -125,8 +126,7 @@ class Epochs:
         state.figures = state.figures or EpochFigures()
         first = state.figures.steps
         recipe.follow(self.net, self.config, epoch, self.source.class_names)  # (un)freezing recompiles
-        if trainer.strategy != "default" or trainer.backend == "jax":  # see build_metrics
-            build_metrics(self.net)
+        self._build_metrics()  # again: (un)freezing recompiles
         self.net.reset_metrics()
         if resumed and state.figures.metric_state:  # Keras's means go on from the checkpoint's
             restore_metrics(self.net, state.figures.metric_state)
@@ -147,6 +147,11 @@ class Epochs:
         callbacks.on_epoch_end(epoch, logs)
         self._record(row, fit.steps)
         return logs
+
+    def _build_metrics(self) -> None:
+        trainer = self.config.trainer
+        if trainer.strategy != "default" or trainer.backend == "jax":  # see build_metrics
+            build_metrics(self.net)
 
     def _validation_feed(self) -> Feed:
         """Each validation sample once, in order, the last batch short (data_parallel: this

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +27,7 @@ TESTS = Path(__file__).resolve().parents[1]
 TRAIN, VAL = range(16), range(100, 105)  # 4 steps of 4; validation's last batch has 1 image
 EPOCHS = 2
 CONFIG = ["data=folder", "data.image_size=[8,8]", "data.batch_size=4", "augment=none", "model=custom",
-          "model._target_=probe.counting_model", "trainer.jit_compile=false", "trainer.deterministic=true",
+          "model._target_=probe.counting_model", "trainer.deterministic=true",
           "queue.workers=0", "print_config=false", "optimizer.learning_rate=0.05"]
 MIRRORED = ["trainer.strategy=mirrored", "trainer.cpu_devices=2"]
 
@@ -166,3 +167,96 @@ def test_each_precision_trains_under_a_strategy_with_float32_ends(precision, tmp
     # negative control: the recorder reports what it is given
     net.train_on_batch(batches[0][0].astype(np.float32), batches[0][1])
     assert (tmp_path / "dtypes.txt").read_text().split()[-1] == "float32"
+
+
+# --- JAX: trainer.backend=jax, data_parallel over 2 local devices and over 2 processes ----------
+
+JAX = ["trainer.backend=jax"]
+DATA_PARALLEL = ["trainer.strategy=data_parallel"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def jax_runs(tmp_path_factory) -> Path:
+    """processes: 2 processes on loopback, a device each; local: 2 devices of one process, 1 epoch,
+    then resumed to 2."""
+    root = tmp_path_factory.mktemp("jax")
+    probe.index_images(root / "images", {"train": TRAIN, "val": VAL})
+    common = [*CONFIG, f"data.path={root / 'images'}", f"trainer.epochs={EPOCHS}", *JAX]
+    hosts = [*common, *DATA_PARALLEL, f"trainer.coordinator=127.0.0.1:{free_port()}", "trainer.num_processes=2",
+             f"trainer.callbacks=[{{_target_: recording.StepInputs, path: {root / 'dtypes.txt'}}}]",
+             f"hydra.run.dir={root / 'processes'}"]
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    started = [subprocess.Popen([sys.executable, "-m", "app", "train", *hosts, f"trainer.process_id={i}"], cwd=root,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    for process in started:
+        _, err = process.communicate(timeout=600)
+        assert process.returncode == 0, err[-3000:]
+    local = [*common, *DATA_PARALLEL, "trainer.cpu_devices=2"]
+    first = app("train", *local, "trainer.epochs=1", "hydra.run.dir=local", cwd=root)
+    assert first.returncode == 0, first.stderr[-3000:]
+    rest = app("train", f"resume={root / 'local'}", f"trainer.epochs={EPOCHS}", cwd=root)
+    assert rest.returncode == 0, rest.stderr[-3000:]
+    return root
+
+
+def kernel(net: keras.Model) -> np.ndarray:
+    return np.asarray(net.get_layer("counting").get_layer("probabilities").kernel)
+
+
+def test_two_jax_processes_train_each_sample_once_into_one_run_directory(jax_runs):
+    run = jax_runs / "processes"
+    summary = json.loads((run / "summary.json").read_text())
+    assert (summary["strategy"], summary["replicas"], summary["processes"]) == ("data_parallel", 2, 2)
+    assert summary["versions"]["jax"] != "not installed" and summary["status"] == "completed"
+    other = json.loads((run / "summary.1.json").read_text())  # process 1's own record, and log
+    assert other["status"] == "completed" and other["epochs_completed"] == EPOCHS
+    assert "this is process 1" in (run / "train.1.log").read_text()
+    assert "this is process 0" in (run / "train.log").read_text()
+    assert "this is process 1" not in (run / "train.log").read_text()
+    assert sorted(p.name for p in jax_runs.iterdir()) == ["dtypes.txt", "images", "local", "processes"]
+    trained, _ = probe.counts(last_model(run))
+    assert list(np.flatnonzero(trained)) == list(TRAIN) and set(trained[list(TRAIN)]) == {EPOCHS}
+    # the same steps as 2 devices of one process (resumed there after epoch 1)
+    assert np.allclose(kernel(last_model(run)), kernel(last_model(jax_runs / "local")), atol=1e-5)
+    figures = ("loss", "accuracy", "val_loss", "val_accuracy")
+    rows = [[[float(r[k]) for k in figures] for r in csv.DictReader((jax_runs / name / "metrics.csv").open())]
+            for name in ("processes", "local")]
+    assert np.allclose(rows[0], rows[1], atol=1e-5)  # validation's short last batch counted once
+
+
+def test_jax_local_devices_train_each_sample_once_across_a_resume(jax_runs):
+    run = jax_runs / "local"
+    summary = json.loads((run / "summary.json").read_text())
+    assert (summary["strategy"], summary["replicas"], summary["epochs_completed"]) == ("data_parallel", 2, EPOCHS)
+    assert len(summary["resumed"]) == 1
+    trained, _ = probe.counts(last_model(run))
+    assert set(trained[list(TRAIN)]) == {EPOCHS} and trained.sum() == EPOCHS * len(TRAIN)
+    # negative control: the first epoch's weights are told apart at this tolerance
+    assert not np.allclose(kernel(keras.saving.load_model(newest(run)[-1] / "model.keras", compile=False)),
+                           kernel(last_model(run)), atol=1e-3)
+
+
+def test_the_traced_jax_step_receives_uint8(jax_runs):
+    assert set((jax_runs / "dtypes.txt").read_text().split()) == {"uint8"}
+
+
+def test_evaluate_and_predict_a_jax_run(jax_runs):
+    run = jax_runs / "processes"
+    evaluated = app("evaluate", f"resume={run}", cwd=jax_runs)
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    (out,) = (run / "evaluate").iterdir()
+    evaluation = json.loads((out / "evaluation.json").read_text())
+    assert evaluation["samples"] == np.array(evaluation["confusion"]).sum() == len(VAL)
+    last = list(csv.DictReader((run / "metrics.csv").open()))[-1]
+    assert evaluation["accuracy"] == pytest.approx(float(last["val_accuracy"]), abs=1e-6)
+    assert "Keras on jax" in next(out.glob("*.log")).read_text()
+    predicted = app("predict", f"resume={run}", f"input={jax_runs / 'images' / 'val'}", cwd=jax_runs)
+    assert predicted.returncode == 0, predicted.stderr[-3000:]
+    (out,) = (run / "predict").iterdir()
+    assert len(list(csv.reader((out / "predictions.csv").open()))) == 1 + len(VAL)
