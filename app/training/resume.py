@@ -6,7 +6,9 @@
   config from the checkpoint: only what is safe to change may be overridden.
 - A new run's directory is claimed here, atomically: two runs started in the same second (or
   two sweeps) never share one; the second gets `<time>-1`. `hydra.run.dir=`/`hydra.sweep.dir=`
-  given on the command line are the user's to choose and are left alone.
+  given on the command line are the user's to choose and are left alone. The tasks of one srun
+  (SLURM_NTASKS > 1) are the processes of one data_parallel run: they share
+  `<date>/slurm-<job id>[.<step id>]`, and only process 0 takes a resumed run's lock.
 - Values with spaces or non-ASCII characters (paths, mostly) are quoted for Hydra's override
   grammar, which otherwise rejects them however the shell quoted them.
 - `open_run`: a finished run opened again for `evaluate` and `predict`, its config re-typed.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import time
 from pathlib import Path
@@ -67,6 +70,12 @@ def prepare_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str 
         key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
         if info or _value(argv, key) is not None:
             return argv
+        if not multirun and _slurm_tasks() > 1:  # srun's tasks are the processes of one run: one directory
+            shared = Path(outputs) / stamp[0] / f"slurm-{os.environ.get('SLURM_JOB_ID', 'job')}"
+            shared = shared.with_name(f"{shared.name}.{os.environ['SLURM_STEP_ID']}") \
+                if os.environ.get("SLURM_STEP_ID") else shared
+            shared.mkdir(parents=True, exist_ok=True)
+            return [*argv, f"{key}={quoted(str(shared))}"]
         base = Path(outputs) / "multirun" if multirun else Path(outputs)
         CLAIMED.append(claim_dir(base / stamp[0] / stamp[1]))
         return [*argv, f"{key}={quoted(str(CLAIMED[-1]))}"]
@@ -83,9 +92,21 @@ def prepare_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str 
             CLAIMED.append(where := claim_dir(where))
     else:
         where = run_dir
-        if not info:
+        if not info and _process_of(argv) == 0:  # process 0 of a several-process run holds the lock
             hold_lock(run_dir, "python -m app train resume=...")
     return [*kept, f"resume={quoted(str(run_dir))}", f"hydra.run.dir={quoted(str(where))}", "hydra.output_subdir=null"]
+
+
+def _slurm_tasks() -> int:
+    return int(os.environ.get("SLURM_NTASKS", "1"))
+
+
+def _process_of(argv: list[str]) -> int:
+    """This process's id among the processes of one run, as the command line or SLURM say."""
+    given = _value(argv, "trainer.process_id")
+    if given not in (None, "null"):
+        return int(given)
+    return int(os.environ.get("SLURM_PROCID", "0")) if _slurm_tasks() > 1 else 0
 
 
 def quoted(value: str) -> str:

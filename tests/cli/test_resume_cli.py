@@ -190,3 +190,26 @@ def test_latest_is_the_run_with_the_newest_checkpoint(tmp_path):
     # two sweeps started in the same second: two sweep directories (issue 10.7)
     sweeps = [prepare_argv(["-m", "queue.workers=1,2"], tmp_path / "outputs")[-1] for _ in range(2)]
     assert sweeps[0].startswith("hydra.sweep.dir=") and sweeps[0] != sweeps[1]
+
+
+def test_the_tasks_of_one_srun_share_a_run_and_only_process_0_locks_it(tmp_path, monkeypatch):
+    from app.training.rundir import _held
+
+    monkeypatch.setenv("SLURM_NTASKS", "2")
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    dirs = []
+    for task in ("0", "1"):
+        monkeypatch.setenv("SLURM_PROCID", task)
+        dirs.append(prepare_argv(["trainer.strategy=data_parallel"], tmp_path / "outputs")[-1])
+    assert dirs[0] == dirs[1] and dirs[0].endswith("/slurm-77'")
+    run = tmp_path / "outputs" / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    prepare_argv([f"resume={run}"], tmp_path / "outputs")  # process 1 (SLURM_PROCID): no lock
+    assert run.resolve() not in _held
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    prepare_argv([f"resume={run}"], tmp_path / "outputs")  # negative control: process 0 takes it
+    assert run.resolve() in _held
+    release_lock(run)
+    monkeypatch.setenv("SLURM_NTASKS", "1")  # one task: a claimed directory of its own, as before
+    alone = prepare_argv(["queue.workers=1"], tmp_path / "outputs")[-1]
+    assert "slurm" not in alone
