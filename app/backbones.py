@@ -59,7 +59,7 @@ def _downloads_named(name: str, weights: str | None):
     except Exception as error:
         if not wanted:
             raise
-        from app.config import config_error
+        from app.errors import config_error
 
         fname, origin = wanted[-1]
         raise config_error("model.weights", weights, f"Keras could not fetch {fname} for {name} from {origin} "

@@ -12,6 +12,11 @@ class ConfigError(AppError):
     """A config value that is missing, of the wrong type or out of range."""
 
 
+def config_error(key: str, value, allowed: str) -> ConfigError:
+    """The one way to say config key `key`'s value is not allowed, and what is."""
+    return ConfigError(f"config key `{key}` = {value!r} is not allowed: {allowed}.")
+
+
 class DataError(AppError):
     """Missing or unreadable data."""
 

@@ -7,6 +7,7 @@ imported by loader workers."""
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import sys
@@ -36,7 +37,7 @@ def use_backend(trainer) -> None:
     """`trainer.backend` as KERAS_BACKEND, before Keras loads. For JAX, also XLA's flags, read
     when JAX starts: `trainer.cpu_devices` host devices, and `trainer.deterministic` as XLA's
     deterministic GPU ops. A process where Keras runs on another backend already is refused."""
-    from app.config import config_error
+    from app.errors import config_error
 
     name = trainer.backend.value
     if "keras" in sys.modules:
@@ -46,6 +47,10 @@ def use_backend(trainer) -> None:
                                "its backend is fixed once it loads; sweep over trainer.backend with a launcher "
                                "that starts a process a job (hydra/launcher=joblib)")
         return
+    if importlib.util.find_spec(name) is None:
+        raise config_error("trainer.backend", name, f"{name} is not installed in this environment: "
+                           + ("pip install -e '.[jax]' (on GPUs also jax[cuda12], as JAX's install guide says)"
+                              if name == "jax" else "pip install -e . brings it, or use trainer.backend=jax"))
     os.environ["KERAS_BACKEND"] = name
     if name == "jax":
         flags = [f for f in os.environ.get("XLA_FLAGS", "").split()

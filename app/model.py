@@ -112,8 +112,7 @@ def build(model_config, image_size: Sequence[int], num_classes: int) -> keras.Mo
     class count, its other keys and `kwargs`; behind the normalisation the backbone expects."""
     from hydra.utils import instantiate
 
-    from app.config import config_error
-    from app.errors import ConfigError
+    from app.errors import ConfigError, config_error
     from app.families import FAMILIES, KERAS_APP
 
     spec = dataclasses.asdict(model_config)

@@ -50,6 +50,7 @@ def test_each_data_source_composes(name):
     ("optimizer=adamm", "optimizer"),
     ("trainer.precision=float64", "trainer.precision"),
     ("trainer.strategy=tpu", "trainer.strategy"),
+    ("trainer.backend=torch", "trainer.backend"),
 ])
 def test_type_and_key_errors_fail_at_composition(override, key):
     with pytest.raises(Exception) as caught:
@@ -90,6 +91,14 @@ def test_type_and_key_errors_fail_at_composition(override, key):
     # issue 13: devices
     (["trainer.cpu_devices=2"], "trainer.cpu_devices"),
     (["trainer.strategy=mirrored", "trainer.cpu_devices=0"], "trainer.cpu_devices"),
+    (["trainer.backend=jax", "trainer.strategy=mirrored"], "trainer.strategy"),
+    (["trainer.strategy=data_parallel"], "trainer.strategy"),  # keras.distribution is JAX's
+    (["trainer.num_processes=2"], "trainer.num_processes"),  # several processes: data_parallel only
+    (["trainer.backend=jax", "trainer.strategy=data_parallel", "trainer.num_processes=2"], "trainer.coordinator"),
+    (["trainer.backend=jax", "trainer.strategy=data_parallel", "trainer.coordinator=h:1", "trainer.num_processes=2",
+      "trainer.process_id=2"], "trainer.process_id"),
+    (["trainer.backend=jax", "trainer.strategy=data_parallel", "trainer.coordinator=host", "trainer.num_processes=2",
+      "trainer.process_id=1"], "trainer.coordinator"),
 ])
 def test_range_errors_name_the_key(overrides, key):
     with pytest.raises(ConfigError, match=re.escape(f"`{key}`")):
@@ -106,6 +115,8 @@ def test_good_values_pass_the_same_checks(tmp_path):  # negative control for the
     validate(composed("model=custom", "model._target_=my.builder", "+model.kwargs.depth=3"))
     validate(composed("trainer.callbacks=[{_target_: keras.callbacks.ReduceLROnPlateau}]", "scheduler=constant"))
     validate(composed("trainer.strategy=mirrored", "trainer.cpu_devices=2", "trainer.precision=mixed_bfloat16"))
+    validate(composed("trainer.backend=jax", "trainer.strategy=data_parallel", "trainer.coordinator=10.0.0.1:1234",
+                      "trainer.num_processes=2", "trainer.process_id=1"))
 
 
 def test_misspelt_transform_argument_fails_strictly():

@@ -30,6 +30,7 @@ from omegaconf import DictConfig
 
 from app.bench import modes
 from app.config import conf_dir, load, to_plain
+from app.errors import config_error
 from app.schema import register
 
 register()
@@ -44,6 +45,10 @@ def main(cfg: DictConfig) -> None:
     from app.training.rundir import hardware, versions, write_json
 
     config = load(cfg)
+    if config.trainer.backend != "tensorflow":
+        raise config_error("trainer.backend", config.trainer.backend.value, "bench times the input pipelines "
+                           "through Keras on TensorFlow (its peers are tf.data and PyDataset code); "
+                           "benchmarks/gpu_check.sh measures training on JAX")
     bench = config.bench
     build_compose(config.augment.transforms, config.data.image_size)
     source = load_source(config.data)  # generates the synthetic data once, before any timing

@@ -25,7 +25,7 @@ log = logging.getLogger("app.evaluate")
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float:
     from app.augment import eval_transforms
-    from app.config import config_error
+    from app.errors import config_error
     from app.frameworks import load_keras
     from app.loader.pipeline import build_loader, every_sample
     from app.training.resume import chosen_checkpoint, open_run

@@ -5,12 +5,11 @@ Nothing under app/data ever imports TensorFlow, Keras or the loader: loader work
 
 from __future__ import annotations
 
-from app.config import config_error
 from app.data.cifar import cifar_source
 from app.data.folder import Held, folder_source
 from app.data.source import ArraySplit, FileSplit, Source
 from app.data.synthetic import synthetic_source
-from app.errors import ConfigError
+from app.errors import ConfigError, config_error
 
 __all__ = ["ArraySplit", "FileSplit", "Source", "load_source"]
 

@@ -86,13 +86,12 @@ class Enqueuer:
         self._deaths_in_a_row = 0
 
     @classmethod
-    def from_config(cls, config, splits: dict, augmenters: dict, *, bad_log: Path | None = None,
-                    on_bad_sample: str | None = None, batch_size: int | None = None) -> Enqueuer:
-        """The enqueuer `data`, `queue` and `seed` of a loaded config describe;
-        `on_bad_sample` replaces data.on_bad_sample (predict's own policy), `batch_size`
-        data.batch_size."""
-        return cls(splits, augmenters, Settings.from_config(config, bad_log, batch_size), config.seed,
-                   on_bad_sample or str(config.data.on_bad_sample.value))
+    def from_config(cls, config, splits: dict, augmenters: dict, settings: Settings,
+                    on_bad_sample: str | None = None) -> Enqueuer:
+        """The enqueuer `seed` and `data.on_bad_sample` of a loaded config describe, working
+        by `settings` (Settings.from_config); `on_bad_sample` replaces data.on_bad_sample
+        (predict's own policy)."""
+        return cls(splits, augmenters, settings, config.seed, on_bad_sample or str(config.data.on_bad_sample.value))
 
     # -- life cycle ---------------------------------------------------------------------
 

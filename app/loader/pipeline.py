@@ -12,7 +12,7 @@ import numpy as np
 
 from app.augment import augmenters
 from app.loader import prefetch
-from app.loader.enqueuer import Enqueuer
+from app.loader.enqueuer import Enqueuer, Settings
 from app.loader.order import epoch_order
 
 Loader = Enqueuer  # what a command holds: start it with `with`, read batches with the functions below
@@ -25,7 +25,7 @@ def build_loader(config, splits: dict[str, tuple], *, bad_log: Path | None = Non
     data.on_bad_sample; `batch_size` data.batch_size (one process's share of a global batch)."""
     built = augmenters(config.data, {name: transforms for name, (_, transforms) in splits.items()})
     return Enqueuer.from_config(config, {name: split for name, (split, _) in splits.items()}, built,
-                                bad_log=bad_log, on_bad_sample=on_bad_sample, batch_size=batch_size)
+                                Settings.from_config(config, bad_log, batch_size), on_bad_sample)
 
 
 def batches(loader: Loader, split_name: str, order: np.ndarray, epoch: int) -> Iterator[tuple]:

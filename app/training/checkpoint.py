@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.config import config_error
+from app.errors import config_error
 from app.training.rundir import write_json
 
 PREFIX = "step-"

@@ -27,7 +27,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from app.config import config_error
+from app.errors import config_error
 from app.frameworks import native_stderr_to_log
 from app.schema import Config
 
@@ -121,7 +121,7 @@ def _place_jax(config: Config) -> Placement:
 
 def expected_process(trainer) -> int:
     """This process's id in a data_parallel run over several processes, as the config and SLURM
-    say before JAX starts (JAX's own count is checked against it once it has); 0 otherwise."""
+    say before JAX starts (JAX reads the same); 0 otherwise."""
     if trainer.strategy != "data_parallel" or not several_processes(trainer):
         return 0
     return trainer.process_id if trainer.process_id is not None else int(os.environ.get("SLURM_PROCID", "0"))

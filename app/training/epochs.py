@@ -101,9 +101,8 @@ class Epochs:
 
     def _callbacks(self) -> keras.callbacks.CallbackList:
         trainer, epochs = self.config.trainer, self.config.trainer.epochs
-        own = [Progress(epochs, self.steps), dashboards.Dashboard(self.out, self.state, self.memory)]
-        if not self.writes:
-            own = []
+        own = [Progress(epochs, self.steps), dashboards.Dashboard(self.out, self.state, self.memory)] \
+            if self.writes else []
         # A step's row is written before its checkpoint: a run killed between the two would
         # otherwise resume after a step that samples.csv never recorded.
         if trainer.record_samples and self.writes:

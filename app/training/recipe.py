@@ -19,7 +19,9 @@ import keras
 import numpy as np
 
 from app import model as models
-from app.config import JIT_COMPILE, config_error, instantiate_each
+from app.config import instantiate_each
+from app.errors import config_error
+from app.rules import JIT_COMPILE
 from app.schema import Config
 from app.training.objectives import PerClassRecall, SmoothedSparseCrossentropy
 

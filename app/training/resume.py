@@ -26,8 +26,8 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from app.config import conf_dir, config_error, load
-from app.errors import ConfigError
+from app.config import conf_dir, load
+from app.errors import ConfigError, config_error
 from app.schema import Config
 from app.training import checkpoint
 from app.training.rundir import claim_dir, hold_lock

@@ -1,6 +1,6 @@
-"""The step loop: the loader's uint8 batches → a tf.data pipeline that buffers nothing → Keras's
-compiled train and test functions, `trainer.steps_per_execution` steps a call, the callbacks
-around each call as `fit` fires them.
+"""The step loop: the loader's uint8 batches → on TensorFlow a tf.data pipeline that buffers
+nothing, on JAX arrays put on the devices → Keras's compiled train and test functions,
+`trainer.steps_per_execution` steps a call, the callbacks around each call as `fit` fires them.
 
 Metrics stay on the device between reads: every `trainer.log_every_steps`, at a checkpoint and
 at the epoch's end. Between reads the batch hooks fire with empty logs, so nothing waits for

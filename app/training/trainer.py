@@ -15,11 +15,11 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from app.augment import build_compose, eval_transforms
-from app.config import config_error, instantiate_each, load, to_plain
+from app.config import instantiate_each, load, to_plain
 from app.console import print_config
 from app.data import load_source
 from app.data.source import overfitting
-from app.errors import AppError, explain
+from app.errors import AppError, config_error, explain
 from app.frameworks import load_keras, use_backend
 from app.loader.pipeline import build_loader
 from app.memory import PeakMemory, leftovers_cleared
@@ -142,7 +142,9 @@ def _train(config: Config, run_dir: Path, summary: Summary, state: RunState, cal
     try:
         summary.update(hardware={**summary.content["hardware"], "gpus": placement.gpus}, **placement.record())
         with placement.scope():  # model, optimizer, metrics and steps on the strategy's replicas
-            net = _model(config, source, run_dir, state, steps)
+            net, point = _model(config, source, run_dir, state, steps)
+            if point and placement.writes:
+                _redo_after(run_dir, state.epoch, point.state["step"])
             loader = _loader(config, source, run_dir, placement)
             summary.update(queue_bytes=loader.queue_bytes)
             from app.training.epochs import Epochs  # Keras is loaded by now
@@ -216,23 +218,28 @@ def _start_keras(config: Config):
 
 
 def _model(config: Config, source, run_dir: Path, state: RunState, steps: int):
-    """A new compiled classifier, or on resume the checkpoint's, with `state` restored from it."""
+    """(a new compiled classifier, None), or on resume (the checkpoint's, the checkpoint) with
+    `state` restored from it."""
     from app import model as models
     from app.training import recipe
 
     if not config.resume:
         net = models.build(config.model, config.data.image_size, len(source.class_names))
         recipe.compile_new(net, config, steps, source.class_names)
-        return net
+        return net, None
     models.import_builder(config.model)
     point = checkpoint.resume_point(run_dir)
     state.restore(point.state, point.arrays)
     log.info("resuming from %s: step %d done (epoch %d, batch %d); continuing at step %d", point.path.name,
              point.state["step"], point.state["epoch"] + 1, point.state["batch_in_epoch"], point.state["step"] + 1)
-    # what the interrupted run wrote after this checkpoint is redone, not duplicated
-    keep_rows(run_dir / "metrics.csv", lambda row: int(row["epoch"]) <= state.epoch)
-    keep_rows(run_dir / "samples.csv", lambda row: int(row["step"]) <= point.state["step"])
+    return point.model, point
+
+
+def _redo_after(run_dir: Path, epoch: int, step: int) -> None:
+    """What the interrupted run wrote after its checkpoint (global step `step`, in epoch `epoch`)
+    dropped: it is redone, not duplicated."""
     from app.training import dashboards
 
-    dashboards.trim(run_dir, point.state["step"])
-    return point.model
+    keep_rows(run_dir / "metrics.csv", lambda row: int(row["epoch"]) <= epoch)
+    keep_rows(run_dir / "samples.csv", lambda row: int(row["step"]) <= step)
+    dashboards.trim(run_dir, step)

@@ -1,0 +1,132 @@
+"""The config's schema: one dataclass a config group (app/schema/data.py, training.py; bench
+and preview here), registered in Hydra's ConfigStore.
+
+OmegaConf enforces these types, enum values and unknown keys while Hydra composes, and again
+(app/config.py's `typed`) on any config read back from a run; after `config.load` the
+dataclasses themselves are the object every stage reads. The YAML files in conf/ extend them
+(`defaults: [<group>_schema, _self_]`), and their defaults are these (tests/test_schema.py).
+Ranges and cross-key rules are app/rules.py's. Imports nothing of the app but the standard
+library, Hydra and OmegaConf: worker processes import it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from app.schema.data import (
+    AugmentConfig,
+    CifarDataConfig,
+    DataConfig,
+    DecodeConfig,
+    FolderDataConfig,
+    OnBadSample,
+    QueueConfig,
+    StartMethod,
+    SyntheticDataConfig,
+)
+from app.schema.training import (
+    Backend,
+    CustomModelConfig,
+    KerasAppConfig,
+    LoggerConfig,
+    OptimizerConfig,
+    Precision,
+    ResnetModelConfig,
+    SchedulerConfig,
+    Strategy,
+    TrainerConfig,
+)
+
+__all__ = ["AugmentConfig", "Backend", "CifarDataConfig", "Config", "CustomModelConfig", "DataConfig", "DecodeConfig",
+           "FolderDataConfig", "KerasAppConfig", "LoggerConfig", "OnBadSample", "OptimizerConfig", "Precision",
+           "QueueConfig", "ResnetModelConfig", "SchedulerConfig", "StartMethod", "Strategy", "SyntheticDataConfig",
+           "TrainerConfig", "register", "model_schema"]
+
+BENCH_MODES = ["baseline", "loader_steps", "loader_fit", "loader", "keras_threads", "keras_processes", "serial"]
+
+
+@dataclass
+class BenchConfig:
+    """`python -m app bench` only."""
+
+    modes: list[str] = field(default_factory=lambda: list(BENCH_MODES))  # app/commands/bench.py lists them
+    batches: int = 20  # timed batches a mode
+    warmup: int = 3  # batches before the clock starts (process start, tracing)
+    # A second run of each mode, its tree's PSS sampled every 100 ms, for the peak; the timed
+    # run is never sampled (app/commands/bench.py says why).
+    memory: bool = True
+
+
+@dataclass
+class PreviewConfig:
+    """`python -m app preview` only."""
+
+    images: int = 4  # training samples, a row each
+    augmentations: int = 6  # augmentations of each, beside its source image
+
+
+@dataclass
+class Config:
+    seed: int = 0
+    tags: list[str] = field(default_factory=list)  # into summary.json and TensorBoard, to find runs by
+    print_config: bool = True  # train prints the composed config as a tree at start
+    # null, a run directory, or `latest`: continue that run in place (app/training/resume.py)
+    resume: str | None = None
+    # predict only: an image file or a folder of them (searched recursively)
+    input: str | None = None
+    # evaluate only: which split (val, or test where the data has one) and which checkpoint
+    # (last: the newest written at an epoch's end; best: by trainer.monitor; or a name, step-00000120)
+    split: str = "val"
+    checkpoint: str = "last"
+    # Each group's own schema types its node (data has one a source).
+    data: Any = MISSING
+    augment: Any = MISSING
+    queue: Any = MISSING
+    model: Any = MISSING
+    optimizer: Any = MISSING
+    scheduler: Any = MISSING
+    trainer: Any = MISSING
+    logger: Any = MISSING
+    preview: Any = MISSING
+    bench: Any = MISSING
+
+
+def register() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="config_schema", node=Config)
+    cs.store(group="data", name="synthetic_schema", node=SyntheticDataConfig)
+    cs.store(group="data", name="cifar_schema", node=CifarDataConfig)
+    cs.store(group="data", name="folder_schema", node=FolderDataConfig)
+    cs.store(group="augment", name="augment_schema", node=AugmentConfig)
+    cs.store(group="queue", name="queue_schema", node=QueueConfig)
+    cs.store(group="model", name="resnet_schema", node=ResnetModelConfig)
+    cs.store(group="model", name="keras_app_schema", node=KerasAppConfig)
+    cs.store(group="model", name="custom_schema", node=CustomModelConfig)
+    cs.store(group="optimizer", name="optimizer_schema", node=OptimizerConfig)
+    cs.store(group="scheduler", name="scheduler_schema", node=SchedulerConfig)
+    cs.store(group="trainer", name="trainer_schema", node=TrainerConfig)
+    cs.store(group="logger", name="logger_schema", node=LoggerConfig)
+    cs.store(group="preview", name="preview_schema", node=PreviewConfig)
+    cs.store(group="bench", name="bench_schema", node=BenchConfig)
+
+
+SCHEMAS = {"augment": AugmentConfig, "queue": QueueConfig, "optimizer": OptimizerConfig, "scheduler": SchedulerConfig,
+           "trainer": TrainerConfig, "logger": LoggerConfig, "bench": BenchConfig,
+           "preview": PreviewConfig}
+LOGGERS = ["tensorboard", "csv", "none"]
+EVAL_TRANSFORMS = ["resize", "center_crop"]
+SCHEDULERS = ["constant", "cosine", "step", "multistep", "one_cycle"]
+MODEL_SCHEMAS = {"resnet": ResnetModelConfig, "keras_app": KerasAppConfig, "custom": CustomModelConfig}  # conf/model/
+
+
+def model_schema(target: str | None) -> type:
+    """A model node's schema, by its `_target_`: a builder of the user's has only `kwargs`."""
+    known = {schema._target_: schema for schema in (ResnetModelConfig, KerasAppConfig)}
+    return known.get(target, CustomModelConfig)
+
+
+DATA_SCHEMAS = {"synthetic": SyntheticDataConfig, "cifar": CifarDataConfig, "folder": FolderDataConfig}

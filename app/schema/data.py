@@ -1,0 +1,92 @@
+"""The schemas of the data side's groups: data (one a source), augment, queue. Imports only
+the standard library and OmegaConf: worker processes import it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from omegaconf import MISSING
+
+# OmegaConf matches enum members by name, and `raise` is a keyword: hence the functional form.
+OnBadSample = Enum("OnBadSample", {"raise": "raise", "skip": "skip"}, type=str)  # type: ignore[misc]
+
+
+class StartMethod(str, Enum):
+    spawn = "spawn"
+    forkserver = "forkserver"
+
+
+@dataclass
+class DecodeConfig:
+    draft: bool = True  # JPEG: decode at 1/2, 1/4 or 1/8 scale when the network input allows
+
+
+@dataclass
+class DataConfig:
+    name: str = MISSING  # synthetic | cifar | folder, set by each conf/data file
+    path: str | None = None
+    image_size: list[int] = field(default_factory=lambda: [64, 64])
+    batch_size: int = 32
+    val_fraction: float = 0.2
+    on_bad_sample: OnBadSample = OnBadSample["raise"]  # type: ignore[valid-type]
+    max_bad_fraction: float = 0.01
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    # An image declaring more pixels is a bad sample, refused before any decode (a decompression
+    # bomb: a few hundred bytes can declare 30000×30000). Pillow's own limit; null: none.
+    max_image_pixels: int | None = 89_478_485
+
+
+@dataclass
+class SyntheticDataConfig(DataConfig):
+    name: str = "synthetic"
+    path: str | None = "datasets/synthetic"
+    num_images: int = 800
+    source_size: int = 1024
+    num_classes: int = 4
+    seed: int = 0
+    num_test_images: int | None = None  # the test split, generated apart: null is a quarter of num_images
+
+
+@dataclass
+class CifarDataConfig(DataConfig):
+    name: str = "cifar"
+    path: str | None = "datasets/cifar10"
+    image_size: list[int] = field(default_factory=lambda: [32, 32])
+    batch_size: int = 64
+    val_fraction: float = 0.1  # of each class of the training batches; the test batch is the test split
+    download: bool = False
+
+
+@dataclass
+class FolderDataConfig(DataConfig):
+    name: str = "folder"
+    image_size: list[int] = field(default_factory=lambda: [128, 128])
+    # the test split: <path>/test/<class>/ when it is there, else this folder of <class>/ (null: none)
+    test_path: str | None = None
+    test_fraction: float = 0.0  # or, in the flat layout <path>/<class>/, this fraction of each class
+
+
+@dataclass
+class AugmentConfig:
+    # albumentations transforms, one `_target_` mapping an entry; a resize to
+    # data.image_size is appended. Validation images get that resize only.
+    transforms: list[Any] = field(default_factory=list)
+    # validation, evaluate and predict: resize (the whole image), or center_crop (the short side
+    # scaled to the input size over eval_crop_fraction, then the centre cropped to the input size)
+    eval_transform: str = "resize"
+    eval_crop_fraction: float = 0.875
+
+
+@dataclass
+class QueueConfig:
+    workers: int = 2
+    use_multiprocessing: bool = True
+    max_size: int = 2
+    shuffle: bool = True
+    start_method: StartMethod = StartMethod.spawn
+    timeout_s: float = 120.0  # for one batch, once the workers have started
+    startup_timeout_s: float = 300.0  # for a worker process to start (imports, data source) before its first task
+    # null: at most what the machine can hold (worker_limit()); a number replaces that limit
+    worker_limit: int | None = None
