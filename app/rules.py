@@ -94,6 +94,8 @@ def _check_queue(q) -> None:
         _check(q.workers <= limit, "queue.workers", q.workers,
                f"at most {limit} on this machine ({why}); more would compete for the cores and memory. Set "
                f"queue.worker_limit={q.workers} if you know better (workers that mostly wait on network storage)")
+    _check(q.memory_budget_mb is None or q.memory_budget_mb >= 1, "queue.memory_budget_mb", q.memory_budget_mb,
+           "null (what the machine has available) or a positive number of MiB")
     _check(q.max_size >= 1, "queue.max_size", q.max_size, "an integer of at least 1 (batches held ready)")
     _check(q.timeout_s > 0, "queue.timeout_s", q.timeout_s, "a positive number of seconds")
     _check(q.startup_timeout_s > 0, "queue.startup_timeout_s", q.startup_timeout_s, "a positive number of seconds")

@@ -60,7 +60,7 @@ def _run_mode(mode: str, config) -> dict:
     order = _order(len(source.train), batch, batch * total, config.seed, config.queue.shuffle)
     clock = _Clock(bench.warmup, batch)
     runner = {"baseline": _baseline, "loader_steps": _loader_steps, "loader_fit": _loader_fit, "loader": _loader,
-              "keras_threads": _keras, "keras_processes": _keras, "serial": _serial}[mode]
+              "keras_threads": _keras, "keras_processes": _keras, "tf_data": _tf_data, "serial": _serial}[mode]
     runner(_Run(mode, config, source, augmenter, order, clock))
     return clock.result()
 
@@ -216,3 +216,15 @@ def _keras(run: _Run):
                             workers=max(queue.workers, 1), use_multiprocessing=mode == "keras_processes",
                             max_queue_size=queue.max_size)
     net.fit(dataset, epochs=1, verbose=0, callbacks=[_timing_callback(clock)])
+
+
+def _tf_data(run: _Run):
+    config, source, order, clock = run.config, run.source, run.order, run.clock
+    from app.bench.tf_data import dataset
+
+    batch = config.data.batch_size
+    net = _trivial_model(config, len(source.class_names), normalising=False)
+    steps = len(order) // batch
+    pipeline = dataset(source.train, run.augmenter, order, config.seed, batch)  # reads the headers
+    clock.start = time.perf_counter()
+    net.fit(pipeline, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[_timing_callback(clock)])

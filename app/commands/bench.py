@@ -14,6 +14,9 @@ modes unevenly (docs/performance.md has the figures). Modes:
   keras_threads    keras.utils.PyDataset(workers, use_multiprocessing=False, max_queue_size) → fit: Pillow's
                    full decode as such code does it, the same augmentation (app/bench/keras_baseline.py)
   keras_processes  the same with use_multiprocessing=True
+  tf_data          tf.data as a TensorFlow user writes it: read_file + decode_jpeg (its `ratio` where the
+                   draft rule allows) + the same augmentation (numpy_function), AUTOTUNE map, batch,
+                   prefetch; float32 out (app/bench/tf_data.py)
   serial           decode + augment one sample after another in one single-threaded process (per-core rate)
 """
 
@@ -122,6 +125,10 @@ def _derived(results: dict, config) -> dict:
         for mode in ("loader_steps", "loader_fit"):
             if mode in ok:
                 derived[f"{mode}_vs_keras_best"] = ok[mode]["images_per_s"] / keras_best
+    if "tf_data" in ok:
+        for mode in ("loader_steps", "loader_fit"):
+            if mode in ok:
+                derived[f"{mode}_vs_tf_data"] = ok[mode]["images_per_s"] / ok["tf_data"]["images_per_s"]
     if "serial" in ok and "loader" in ok and queue.workers:
         ideal = ok["serial"]["images_per_s"] * queue.workers
         derived["loader_vs_serial_times_workers"] = ok["loader"]["images_per_s"] / ideal
@@ -133,10 +140,10 @@ def _derived(results: dict, config) -> dict:
         for mode in ("loader_steps", "loader_fit"):
             if mode in peaks:
                 derived[f"{mode}_peak_within_bound"] = peaks[mode] <= bound
-    if "keras_processes" in peaks:
+    for peer in ("keras_processes", "tf_data"):
         for mode in ("loader_steps", "loader_fit"):
-            if mode in peaks:
-                derived[f"{mode}_peak_vs_keras_processes"] = peaks[mode] / peaks["keras_processes"]
+            if peer in peaks and mode in peaks:
+                derived[f"{mode}_peak_vs_{peer}"] = peaks[mode] / peaks[peer]
     return derived
 
 

@@ -130,6 +130,25 @@ def load_rgb(path: str | os.PathLike, min_short_side: int | None = None,
             raise DecodeError(f"cannot decode {fmt}: {exc}") from exc
 
 
+def largest_decode_bytes(split, min_short_side: int | None, most: int = 256) -> int:
+    """The largest decoded image (H × W × 3 bytes, after the draft reduction `min_short_side`
+    allows) among up to `most` files of `split`, spread over it: headers only. An array
+    split's rows are all one size."""
+    if not hasattr(split, "paths"):
+        return int(np.prod(np.load(split.npy_path, mmap_mode="r").shape[1:]))
+    picked = split.paths[:: max(1, len(split.paths) // most)]
+    largest = 0
+    for path in picked:
+        try:
+            with Image.open(path) as img:
+                w, h, jpeg = img.width, img.height, img.format == "JPEG"
+        except OSError:
+            continue  # a bad file is the loader's to report
+        s = draft_scale(w, h, min_short_side) if jpeg and min_short_side else 1
+        largest = max(largest, -(-w // s) * -(-h // s) * 3)
+    return largest
+
+
 def _jpeg_frame(raw: bytes) -> tuple[int, int, int] | None:
     """(width, height, components) from a JPEG's frame header, the first SOFn marker; None when
     the markers before it do not parse (Pillow then says what is wrong). Read here because

@@ -46,7 +46,8 @@ __all__ = ["AugmentConfig", "Backend", "CifarDataConfig", "Config", "CustomModel
            "QueueConfig", "ResnetModelConfig", "SchedulerConfig", "StartMethod", "Strategy", "SyntheticDataConfig",
            "TrainerConfig", "register", "model_schema"]
 
-BENCH_MODES = ["baseline", "loader_steps", "loader_fit", "loader", "keras_threads", "keras_processes", "serial"]
+BENCH_MODES = ["baseline", "loader_steps", "loader_fit", "loader", "keras_threads", "keras_processes", "tf_data",
+               "serial"]
 
 
 @dataclass

@@ -90,3 +90,6 @@ class QueueConfig:
     startup_timeout_s: float = 300.0  # for a worker process to start (imports, data source) before its first task
     # null: at most what the machine can hold (worker_limit()); a number replaces that limit
     worker_limit: int | None = None
+    # MiB of host memory training may take: `train` refuses a config whose predicted peak
+    # (`python -m app plan`) is above it, naming the fixes; null: what the machine has available
+    memory_budget_mb: int | None = None

@@ -145,6 +145,7 @@ def _train(config: Config, run_dir: Path, summary: Summary, state: RunState, cal
             net, point = _model(config, source, run_dir, state, steps)
             if point and placement.writes:
                 _redo_after(run_dir, state.epoch, point.state["step"])
+            predicted = _memory_plan(config, source, net, placement, summary)
             loader = _loader(config, source, run_dir, placement)
             summary.update(queue_bytes=loader.queue_bytes)
             from app.training.epochs import Epochs  # Keras is loaded by now
@@ -152,8 +153,35 @@ def _train(config: Config, run_dir: Path, summary: Summary, state: RunState, cal
             with loader, PeakMemory() as memory:
                 Epochs(config, run_dir, summary, state, source, steps, net, loader, memory, callbacks, placement,
                        weights).run()
+            measured = summary.content.get("peak_memory_mb") or 0
+            log.info("memory: host peak %.0f MiB measured, %.0f MiB predicted (%+.0f %%)", measured, predicted,
+                     100 * (predicted - measured) / measured if measured else 0)
     finally:
         keras.mixed_precision.set_global_policy("float32")
+
+
+def _memory_plan(config: Config, source, net, placement, summary: Summary) -> float:
+    """The predicted host peak (MiB; `python -m app plan` shows it part by part), logged and kept in
+    summary.json; above `queue.memory_budget_mb`, the run is refused before any worker starts."""
+    from app import memory_plan
+    from app.machine_probe import measured
+    from app.model import memory_facts
+
+    probe = measured()
+    facts = memory_facts(net, config.trainer.precision.value)
+    plan = memory_plan.plan_for(config, source.train, facts, probe, device_is_host=not placement.gpus)
+    summary.update(memory_plan=plan.record())
+    log.info("memory plan: host peak %.0f MiB predicted, device %.0f MiB (python -m app plan: part by part)",
+             plan.host_mib, plan.device_mib)
+    budget = config.queue.memory_budget_mb
+    if budget is not None and plan.host_mib > budget:
+        fixed = memory_plan.fixes(plan, probe, facts, budget)
+        raise config_error("queue.memory_budget_mb", budget, f"the predicted host peak is {plan.host_mib:.0f} MiB "
+                           f"(python -m app plan shows its parts); "
+                           + (f"within the budget: {'; or '.join(fixed)}" if fixed else
+                              "no smaller queue.max_size, data.batch_size or queue.workers alone fits: "
+                              "raise the budget or use smaller images"))
+    return plan.host_mib
 
 
 def _loader(config: Config, source, run_dir: Path, placement):

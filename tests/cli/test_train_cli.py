@@ -68,6 +68,10 @@ def test_train_from_another_directory(tmp_path):
     assert "oneDNN" not in result.stderr and "absl::InitializeLog" not in result.stderr
     assert "oneDNN" in (run / "train.log").read_text()  # negative control: they are printed, elsewhere
     assert "XLA (trainer.jit_compile=auto): off" in (run / "train.log").read_text()  # Keras's auto, on a CPU
+    # the memory plan at start, the measured peak beside it at the end
+    assert summary["memory_plan"]["host_peak_mib"] > 0 and summary["peak_memory_mb"] > 0
+    assert "memory plan: host peak" in (run / "train.log").read_text()
+    assert "MiB measured" in (run / "train.log").read_text()
 
 
 def test_jit_compile_reaches_keras(tmp_path):

@@ -1,0 +1,66 @@
+"""The tf.data pipeline that `bench` measures this loader against: what a TensorFlow user writes
+for this job. `from_tensor_slices(paths)` → `map(read_file + decode_jpeg, the same
+albumentations augmentation through tf.numpy_function, float32)` with AUTOTUNE parallel calls
+→ `batch` → `prefetch(AUTOTUNE)`.
+
+It does what such code does, no more: TensorFlow's decoder with its `ratio` argument where the
+draft rule allows it (the same reduction this loader's decoder makes, read off each file's
+header once before the clock starts: `ratio` is fixed when the graph is built, so a file picks
+its branch), the augmentation reseeded per sample as this loader's workers do (the same work a
+sample), and float32 out, as such code returns it. It does not turn images by their EXIF
+orientation (`decode_jpeg` does not). Imports TensorFlow; runs in bench's child process only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from app.data.images import draft_scale
+from app.data.source import FileSplit
+from app.model import OFFSET, SCALE
+
+RATIOS = (1, 2, 4, 8)  # what decode_jpeg's `ratio` takes
+
+
+def ratios(split: FileSplit, min_short_side: int | None) -> np.ndarray:
+    """Each file's decode_jpeg ratio under the draft rule (`min_short_side`, None: draft off):
+    the reduction this loader's decoder makes of it; 1 for a file that is not a JPEG."""
+    from PIL import Image
+
+    out = np.ones(len(split), np.int64)
+    if min_short_side is None:
+        return out
+    for i, path in enumerate(split.paths):
+        with Image.open(path) as img:  # the header only
+            if img.format == "JPEG":
+                out[i] = draft_scale(img.width, img.height, min_short_side)
+    return out
+
+
+def dataset(split: FileSplit, augmenter, pairs: np.ndarray, seed: int, batch_size: int) -> tf.data.Dataset:
+    """Batches of (float32 images, labels) over `pairs`, each row a sample's (epoch, index)."""
+    if not isinstance(split, FileSplit):
+        raise ValueError("the tf_data mode reads image files (tf.io.read_file); this data source holds an "
+                         "array (data=cifar): use data=synthetic or data=folder")
+    indices = pairs[:, 1]
+    branch = np.searchsorted(RATIOS, ratios(split, augmenter.decode.min_short_side)[indices]).astype(np.int32)
+    height, width = augmenter.image_size
+
+    def augment(image, epoch, index):
+        return augmenter(image, seed, int(epoch), int(index))
+
+    def load(path, label, epoch, index, branch):
+        raw = tf.io.read_file(path)
+        decoders = [lambda r=r: tf.io.decode_jpeg(raw, channels=3, ratio=r) for r in RATIOS[1:]]
+        image = tf.switch_case(branch, [lambda: tf.io.decode_image(raw, channels=3, expand_animations=False),
+                                        *decoders])
+        image = tf.numpy_function(augment, [image, epoch, index], tf.uint8, stateful=False)
+        image.set_shape((height, width, 3))
+        return tf.cast(image, tf.float32) * SCALE + OFFSET, label
+
+    slices = (np.asarray(split.paths)[indices], split.labels[indices], pairs[:, 0], indices, branch)
+    return (tf.data.Dataset.from_tensor_slices(slices)
+            .map(load, num_parallel_calls=tf.data.AUTOTUNE)
+            .batch(batch_size, drop_remainder=True)
+            .prefetch(tf.data.AUTOTUNE))

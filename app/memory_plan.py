@@ -1,0 +1,189 @@
+"""The memory plan of a config: what the training process, the ring and each worker will hold
+on the host, and what the model will hold on the device, predicted from this machine's probe
+(app/machine_probe.py), the model's own figures and the data's largest decode; the fixes when
+it does not fit; and the seed article's table of batch × resolution.
+
+Arithmetic and text only: never imports TensorFlow, Keras or the loader (`plan` and `train`
+hand it the figures).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+MIB = 2**20
+GIB = 2**30
+# What the training process holds of uint8 batches beside the ring: the one the step trains on,
+# the one the prefetch has copied out ahead, and tf.data's tensor of it (app/loader/prefetch.py).
+TRAINER_UINT8_BATCHES = 3
+ARTICLE_BATCHES = [2**k for k in range(5, 17)]  # 32 … 65536
+ARTICLE_SIDES = [32, 64, 128, 256, 512, 1024]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """This machine's figures, measured once (app/machine_probe.py)."""
+
+    trainer_mib: float  # a training process with TensorFlow, Keras and the app loaded, after a step
+    worker_mib: float  # a loader worker process after its first small samples
+    worker_bytes_per_decoded_byte: float  # how a worker grows with the largest image it decodes
+    activation_factor: float  # host bytes a training step holds per float32 byte of layer outputs
+    machine: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the model holds on its device (app/model.py: memory_facts)."""
+
+    parameter_bytes: int
+    optimizer_bytes: int
+    activation_bytes_per_sample: int  # every layer's output, one sample, in the compute dtype
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The config's figures the plan needs."""
+
+    batch_size: int
+    image_size: tuple[int, int]
+    max_size: int
+    workers: int
+    processes: bool  # workers are processes (each with its own interpreter), not threads
+    largest_decode_bytes: int  # the largest training image, decoded (after any draft reduction)
+    device_is_host: bool  # no GPU: the device's share is host memory too
+
+
+@dataclass
+class Plan:
+    host: list[tuple[str, float]]  # (what, MiB)
+    device: list[tuple[str, float]]
+    workload: Workload
+
+    @property
+    def host_mib(self) -> float:
+        return sum(mib for _, mib in self.host)
+
+    @property
+    def device_mib(self) -> float:
+        return sum(mib for _, mib in self.device)
+
+    def record(self) -> dict:
+        """For summary.json."""
+        return {"host_peak_mib": round(self.host_mib, 1), "device_mib": round(self.device_mib, 1),
+                "host": {k: round(v, 1) for k, v in self.host}, "device": {k: round(v, 1) for k, v in self.device}}
+
+
+def workload(config, largest_decode_bytes: int, device_is_host: bool) -> Workload:
+    """The figures of a loaded config (app/config.py) the plan needs."""
+    d, q = config.data, config.queue
+    return Workload(d.batch_size, tuple(d.image_size), q.max_size, q.workers, q.use_multiprocessing,
+                    largest_decode_bytes, device_is_host)
+
+
+def plan_for(config, split, model: ModelFacts, probe: Probe, *, device_is_host: bool) -> Plan:
+    """The plan of a loaded config training on `split` (its largest decode read off the files'
+    headers, under the training augmentation's draft rule)."""
+    from app.augment import Augmenter
+    from app.data.images import largest_decode_bytes
+
+    decode = Augmenter(config.augment.transforms, config.data.image_size, draft=config.data.decode.draft).decode
+    largest = largest_decode_bytes(split, decode.min_short_side)
+    return predict(workload(config, largest, device_is_host), probe, model)
+
+
+def limit(config) -> tuple[str, float]:
+    """What the predicted host peak must stay under: `queue.memory_budget_mb` when set, else the
+    memory available now."""
+    import psutil
+
+    if config.queue.memory_budget_mb is not None:
+        return "queue.memory_budget_mb", float(config.queue.memory_budget_mb)
+    return "the memory available now", psutil.virtual_memory().available / MIB
+
+
+def uint8_batch_bytes(batch: int, size: tuple[int, int]) -> int:
+    return batch * size[0] * size[1] * 3
+
+
+def predict(work: Workload, probe: Probe, model: ModelFacts) -> Plan:
+    batch = uint8_batch_bytes(work.batch_size, work.image_size)
+    device = [("float32 batch (the first layer's output)", 4 * batch / MIB),
+              ("parameters and their gradients", 2 * model.parameter_bytes / MIB),
+              ("optimizer state", model.optimizer_bytes / MIB),
+              ("activations (estimate)", probe.activation_factor * model.activation_bytes_per_sample
+               * work.batch_size / MIB)]
+    slots = work.max_size if work.workers else 1  # in-process loading builds one batch at a time
+    host = [("TensorFlow and the app (this machine's probe)", probe.trainer_mib),
+            (f"uint8 batches in the training process ({TRAINER_UINT8_BATCHES})", TRAINER_UINT8_BATCHES * batch / MIB),
+            (f"the ring ({slots} slot(s) of one uint8 batch)", slots * batch / MIB)]
+    if work.workers and work.processes:
+        each = probe.worker_mib + probe.worker_bytes_per_decoded_byte * work.largest_decode_bytes / MIB
+        host.append((f"{work.workers} worker processes ({each:.0f} MiB each)", work.workers * each))
+    else:  # threads or in-process: the decode's buffers in the training process
+        threads = max(work.workers, 1)
+        host.append((f"decode buffers of {threads} loading thread(s)",
+                     threads * probe.worker_bytes_per_decoded_byte * work.largest_decode_bytes / MIB))
+    if work.device_is_host:
+        host += [(f"device (CPU): {name}", mib) for name, mib in device]
+    return Plan(host, device, work)
+
+
+def fixes(plan: Plan, probe: Probe, model: ModelFacts, limit_mib: float) -> list[str]:
+    """Changes that bring the predicted host peak under `limit_mib`, each with its figure: the
+    largest `max_size`, then the largest batch, then the most workers that fit."""
+    w, found = plan.workload, []
+    options = [("queue.max_size", w.max_size, lambda v: dataclasses.replace(w, max_size=v), 1),
+               ("data.batch_size", w.batch_size, lambda v: dataclasses.replace(w, batch_size=v), 1),
+               ("queue.workers", w.workers, lambda v: dataclasses.replace(w, workers=v), 0)]
+    for key, current, change, least in options:
+        for value in range(current - 1, least - 1, -1):
+            mib = predict(change(value), probe, model).host_mib
+            if mib <= limit_mib:
+                found.append(f"{key}={value}: {mib:.0f} MiB")
+                break
+    return found
+
+
+def render(plan: Plan, limit: tuple[str, float] | None = None, fixed: list[str] | None = None) -> str:
+    """The plan as text: host parts, the predicted peak against `limit` (its name, MiB), the
+    fixes, the device parts."""
+    lines = ["host memory (predicted peak):"]
+    lines += [f"  {mib:9.1f} MiB  {name}" for name, mib in plan.host]
+    lines.append(f"  {plan.host_mib:9.1f} MiB  total")
+    if limit:
+        name, mib = limit
+        fits = plan.host_mib <= mib
+        lines.append(f"  {'fits' if fits else 'does NOT fit'} {name} ({mib:.0f} MiB)")
+        if not fits:
+            lines.append("  fixes: " + ("; ".join(fixed) if fixed else "none of max_size, batch or workers alone"))
+    where = "on the CPU, counted above" if plan.workload.device_is_host else "on the GPU, apart from the host"
+    lines.append(f"device memory ({where}):")
+    lines += [f"  {mib:9.1f} MiB  {name}" for name, mib in plan.device]
+    lines.append(f"  {plan.device_mib:9.1f} MiB  total")
+    return "\n".join(lines)
+
+
+def article_table(batch: int, size: tuple[int, int]) -> str:
+    """H × W × 3 × batch bytes, in GiB, float32 / uint8, for batch 32 … 65536 and square sides
+    32 … 1024; the config's own batch and resolution added where the grid lacks them and marked
+    with `>` (row) and `*` (column)."""
+    batches = sorted(set(ARTICLE_BATCHES) | {batch})
+    sides = [(s, s) for s in ARTICLE_SIDES]
+    if tuple(size) not in sides:
+        sides = sorted(sides + [tuple(size)], key=lambda hw: hw[0] * hw[1])
+    head = ["batch"] + [f"{'*' if hw == tuple(size) else ''}{hw[0]}×{hw[1]}" for hw in sides]
+    rows = [" | ".join(head), " | ".join(["---:"] * len(head))]
+    for b in batches:
+        cells = [f"{'>' if b == batch else ''}{b}"]
+        cells += [f"{_gib(4 * uint8_batch_bytes(b, hw))} / {_gib(uint8_batch_bytes(b, hw))}" for hw in sides]
+        rows.append(" | ".join(cells))
+    return ("one batch in GiB, float32 / uint8 (H × W × 3 × batch × 4 bytes, or × 1); "
+            "> your batch, * your resolution:\n" + "\n".join(f"| {r} |" for r in rows))
+
+
+def _gib(n: int) -> str:
+    """Three significant digits, never in exponent form (0.000366, 0.75, 768)."""
+    import numpy as np
+
+    return np.format_float_positional(n / GIB, precision=3, unique=False, fractional=False, trim="-")

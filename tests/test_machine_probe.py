@@ -1,0 +1,30 @@
+"""The machine probe: measured once with a real training process and real loader workers,
+stored, and measured again on another machine."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app import machine_probe
+
+
+def test_measured_once_stored_and_measured_again_elsewhere(tmp_path, monkeypatch):
+    monkeypatch.setenv("APP_CACHE_DIR", str(tmp_path))
+    probe = machine_probe.measured()
+    # TensorFlow's process is hundreds of MiB; a worker (numpy, OpenCV, albumentations) tens
+    assert 200 < probe.trainer_mib < 3000 and 20 < probe.worker_mib < probe.trainer_mib
+    assert 0.5 < probe.worker_bytes_per_decoded_byte < 10  # a worker holds its largest decode at least once
+    assert 0.3 < probe.activation_factor < 20
+    stored = json.loads((tmp_path / "machine_probe.json").read_text())
+    assert stored["trainer_mib"] == probe.trainer_mib and stored["machine"]["versions"]["tensorflow"]
+
+    def measuring(*_):
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(machine_probe, "_trainer_figures", measuring)
+    assert machine_probe.measured() == probe  # stored: nothing measured
+    monkeypatch.setattr(machine_probe, "machine", lambda: {**stored["machine"], "cpu_count": 999})
+    with pytest.raises(AssertionError, match="measured again"):  # negative control: another machine
+        machine_probe.measured()

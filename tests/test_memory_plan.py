@@ -1,0 +1,87 @@
+"""The memory plan's arithmetic: parts, fixes and the article's table (no TensorFlow here), and
+the model's own figures (app/model.py: memory_facts)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from app.memory_plan import MIB, ModelFacts, Probe, Workload, article_table, fixes, predict, render
+
+PROBE = Probe(trainer_mib=500.0, worker_mib=100.0, worker_bytes_per_decoded_byte=2.0, activation_factor=1.5)
+MODEL = ModelFacts(parameter_bytes=10 * MIB, optimizer_bytes=20 * MIB, activation_bytes_per_sample=4 * MIB)
+WORK = Workload(batch_size=16, image_size=(512, 512), max_size=4, workers=2, processes=True,
+                largest_decode_bytes=12 * MIB, device_is_host=True)
+
+
+def test_the_host_peak_adds_each_part_and_the_device_on_a_cpu():
+    plan = predict(WORK, PROBE, MODEL)
+    batch = 16 * 512 * 512 * 3 / MIB  # 12 MiB of uint8
+    parts = dict(plan.host)
+    assert parts["TensorFlow and the app (this machine's probe)"] == 500
+    assert parts["the ring (4 slot(s) of one uint8 batch)"] == 4 * batch
+    assert parts["2 worker processes (124 MiB each)"] == 2 * (100 + 2 * 12)
+    assert dict(plan.device)["activations (estimate)"] == 1.5 * 4 * 16
+    assert plan.device_mib == 4 * batch + 2 * 10 + 20 + 96
+    assert plan.host_mib == pytest.approx(500 + 3 * batch + 4 * batch + 248 + plan.device_mib)
+    # negative control: with a GPU the device's share is apart from the host
+    on_gpu = predict(dataclasses.replace(WORK, device_is_host=False), PROBE, MODEL)
+    assert on_gpu.host_mib == pytest.approx(plan.host_mib - plan.device_mib) and on_gpu.device_mib == plan.device_mib
+    # threads: no worker processes, their decode buffers in the training process
+    threads = predict(dataclasses.replace(WORK, processes=False), PROBE, MODEL)
+    assert plan.host_mib - threads.host_mib == pytest.approx(2 * 100)
+
+
+def test_fixes_name_the_largest_value_that_fits():
+    plan = predict(WORK, PROBE, MODEL)
+    limit = plan.host_mib - 30  # three fewer 12 MiB slots fit, two do not
+    found = fixes(plan, PROBE, MODEL, limit)
+    assert found[0].startswith("queue.max_size=1:")
+    assert any(f.startswith("data.batch_size=") for f in found) and any(f.startswith("queue.workers=") for f in found)
+    for fix in found:
+        key, rest = fix.split("=")
+        value = int(rest.split(":")[0])
+        field = {"queue.max_size": "max_size", "data.batch_size": "batch_size", "queue.workers": "workers"}[key]
+        assert predict(dataclasses.replace(WORK, **{field: value}), PROBE, MODEL).host_mib <= limit
+        assert predict(dataclasses.replace(WORK, **{field: value + 1}), PROBE, MODEL).host_mib > limit
+    assert fixes(plan, PROBE, MODEL, 10) == []  # nothing alone gets under the probe's own cost
+    text = render(plan, ("queue.memory_budget_mb", limit), found)
+    assert "does NOT fit queue.memory_budget_mb" in text and "queue.max_size=1" in text
+    assert "\n  fits queue.memory_budget_mb" in render(plan, ("queue.memory_budget_mb", plan.host_mib + 1))
+
+
+def test_the_article_table_marks_the_configs_row_and_column():
+    table = article_table(48, (224, 224))
+    lines = table.splitlines()
+    header = lines[1]
+    assert "*224×224" in header and "| 1024×1024 |" in header and header.startswith("| batch | 32×32 |")
+    rows = {line.split(" | ")[0].strip("| "): line for line in lines[3:]}
+    assert list(rows)[0] == "32" and list(rows)[-1] == "65536" and ">48" in rows and "48" not in rows
+    # 64 × 1024² × 3 bytes = 0.1875 GiB of uint8, four times that in float32
+    assert rows["64"].rstrip(" |").endswith("0.75 / 0.188")
+    assert rows["65536"].rstrip(" |").endswith("768 / 192")
+    # negative control: a batch and resolution in the grid add no row or column
+    plain = article_table(64, (512, 512)).splitlines()
+    assert len(plain) == len(lines) - 1 and "*512×512" in plain[1] and "| >64 |" in "\n".join(plain)
+
+
+def test_model_facts_count_variables_optimizer_slots_and_outputs():
+    import keras
+
+    from app.model import memory_facts
+
+    inputs = keras.Input((8, 8, 3))
+    x = keras.layers.Conv2D(4, 3, padding="same")(inputs)  # 8·8·4 outputs, 3·3·3·4 + 4 weights
+    outputs = keras.layers.Dense(2)(keras.layers.Flatten()(x))  # 256 + 2 outputs, 256·2 + 2 weights
+    net = keras.Model(inputs, outputs)
+    net.compile(optimizer="adam", loss="mse")
+    facts = memory_facts(net, "float32")
+    weights = (3 * 3 * 3 * 4 + 4) + (256 * 2 + 2)
+    assert facts.parameter_bytes == 4 * weights
+    assert facts.activation_bytes_per_sample == 4 * (256 + 256 + 2)
+    assert 2 * 4 * weights <= facts.optimizer_bytes <= 2 * 4 * weights + 64  # Adam: two slots, and its counters
+    assert memory_facts(net, "mixed_float16").activation_bytes_per_sample == 2 * (256 + 256 + 2)
+    sgd = keras.Model(inputs, outputs)
+    sgd.compile(optimizer="sgd", loss="mse")
+    assert memory_facts(sgd, "float32").optimizer_bytes < 64  # negative control: plain SGD keeps no slots
