@@ -30,8 +30,8 @@ COMMANDS = {
                 "the loader makes them (config as for train)"),
     "plan": ("app.commands.plan", "main", "the memory training will take, host and device, part by part, against "
              "the budget, with the fixes; the batch × resolution table (config as for train)"),
-    "bench": ("app.commands.bench", "main", "time the input pipeline: this loader vs keras.utils.PyDataset vs tf.data vs "
-              "serial; writes bench.json"),
+    "bench": ("app.commands.bench", "main", "time the input pipeline: this loader vs keras.utils.PyDataset vs "
+              "tf.data vs serial; writes bench.json"),
 }
 
 USAGE = "usage: python -m app <command> [hydra overrides ...] [-m]   (or: app <command> ...)\n\ncommands:\n" + \
