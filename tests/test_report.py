@@ -21,3 +21,40 @@ def test_tags_are_a_column_when_any_run_has_them(tmp_path):
     assert columns[:3] == ["run", "tags", "seed"] and [r["tags"] for r in rows] == ["baseline,lr", ""]
     _, columns, _ = table(_runs(tmp_path / "b", [{"tags": []}, {}]))  # negative control: no tags, no column
     assert "tags" not in columns
+
+
+def _figure_of(tmp_path, summaries):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from app.commands.report import figure
+
+    swept, _, rows = table(_runs(tmp_path, summaries))
+    return swept, rows, figure(swept[0], swept, rows)
+
+
+def test_plots_start_at_zero_show_each_repeat_the_prediction_and_the_best_trial(tmp_path):
+    lr = ["0.0001", "0.001", "0.001", "0.01"]  # a repeat at 0.001, and a span of 100×: a log axis
+    accuracy = [0.5, 0.6, 0.7, 0.4]
+    summaries = [{"overrides": [f"optimizer.learning_rate={v}"], "images_per_s": 200.0 + i,
+                  "peak_memory_mb": 1000.0 + 10 * i, "memory_plan": {"host_peak_mib": 1100.0},
+                  "val_accuracy": accuracy[i], "status": "completed"} for i, v in enumerate(lr)]
+    swept, rows, fig = _figure_of(tmp_path / "a", summaries)
+    memory, speed, accuracy = fig.axes
+    assert swept == ["optimizer.learning_rate"] and rows[0]["predicted_peak_mb"] == 1100.0
+    for ax in (memory, speed, accuracy):
+        assert ax.get_ylim()[0] == 0 and ax.get_xscale() == "log"
+    assert accuracy.get_ylim()[1] == 1.0
+    points = [line for line in memory.lines if line.get_marker() == "o"][0]
+    assert sorted(points.get_ydata()) == [1000.0, 1010.0, 1020.0, 1030.0]  # every run, the repeat too
+    mean = [line for line in memory.lines if line.get_linestyle() == "-"][0]
+    assert list(mean.get_ydata()) == [1000.0, 1015.0, 1030.0]  # the repeat's mean
+    predicted = [line for line in memory.lines if line.get_linestyle() == "--"]
+    assert predicted and list(predicted[0].get_ydata()) == [1100.0] * 3
+    star = [line for line in accuracy.lines if line.get_marker() == "*"][0]
+    assert list(star.get_xdata()) == [0.001] and list(star.get_ydata()) == [0.7]
+    # negative control: names on a category axis, no prediction line when runs have no plan
+    names = [{"overrides": [f"model={m}"], "images_per_s": 1.0, "peak_memory_mb": 900.0, "val_accuracy": 0.5}
+             for m in ("resnet", "keras_app")]
+    _, _, other = _figure_of(tmp_path / "b", names)
+    assert other.axes[0].get_xscale() == "linear" and not [x for x in other.axes[0].lines if x.get_linestyle() == "--"]

@@ -1,8 +1,9 @@
 """`python -m app report <sweep dir | run dirs ...> [--out DIR]`: a table of each run's overrides
-against images/s, data-wait fraction, peak memory, final validation accuracy and status
-(printed, and report.csv), and PNG plots of peak memory and images/s against each swept key:
-the measured version of seed article 1's table. A command: imported by app/__main__.py only;
-never imports TensorFlow (it reads JSON files)."""
+against images/s, data-wait fraction, peak memory (and `plan`'s prediction), final validation
+accuracy and status (printed, and report.csv), and PNG plots of peak memory beside the
+prediction, images/s and validation accuracy against each swept key: the measured version of
+seed article 1's table. A command: imported by app/__main__.py only; never imports TensorFlow
+(it reads JSON files)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from app.errors import DataError
 
-FIGURES = ["images_per_s", "data_wait_fraction", "peak_memory_mb", "val_accuracy", "status"]
+FIGURES = ["images_per_s", "data_wait_fraction", "peak_memory_mb", "predicted_peak_mb", "val_accuracy", "status"]
 
 
 def find_runs(paths: list[Path]) -> list[Path]:
@@ -51,6 +52,7 @@ def table(runs: list[Path]) -> tuple[list[str], list[str], list[dict]]:
         row = {"run": str(run), **({"tags": ",".join(summary.get("tags") or [])} if tags else {})}
         row.update({k: values.get(k, "") for k in swept})
         row.update({f: summary.get(f) for f in FIGURES})
+        row["predicted_peak_mb"] = (summary.get("memory_plan") or {}).get("host_peak_mib")
         rows.append(row)
     return swept, ["run", *tags, *swept, *FIGURES], rows
 
@@ -79,40 +81,81 @@ def render(columns: list[str], rows: list[dict]) -> str:
 
 
 def plot(swept: list[str], rows: list[dict], out: Path) -> list[Path]:
-    """For each swept key: peak memory and images/s against its values, one line per
-    combination of the other swept keys."""
+    """report_<key>.png for each swept key (`figure`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     written = []
-    done = [r for r in rows if r["images_per_s"] is not None]
     for key in swept:
-        others = [k for k in swept if k != key]
-        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-        groups: dict[tuple, list[dict]] = {}
-        for row in done:
-            groups.setdefault(tuple(row[k] for k in others), []).append(row)
-        for label, members in sorted(groups.items()):
-            members.sort(key=lambda r: _sortable(r[key]))
-            xs = [str(r[key]) for r in members]
-            name = ", ".join(f"{k}={v}" for k, v in zip(others, label, strict=True)) or None
-            axes[0].plot(xs, [r["peak_memory_mb"] for r in members], marker="o", label=name)
-            axes[1].plot(xs, [r["images_per_s"] for r in members], marker="o", label=name)
-        for ax, title in zip(axes, ("peak memory (MiB, PSS of the process tree)", "images/s (training)"),
-                             strict=True):
-            ax.set_xlabel(key)
-            ax.set_title(title)
-            ax.grid(alpha=0.3)
-            if others:
-                ax.legend(fontsize=8)
-        fig.tight_layout()
+        fig = figure(key, swept, [r for r in rows if r["images_per_s"] is not None])
         path = out / f"report_{key.replace('/', '_')}.png"
         fig.savefig(path, dpi=100)
         plt.close(fig)
         written.append(path)
     return written
+
+
+def figure(key: str, swept: list[str], rows: list[dict]):
+    """Peak memory (measured, and `plan`'s prediction dashed), images/s and validation accuracy
+    against `key`'s values, a line a combination of the other swept keys. Every run is a point
+    (repeats show their spread) and the line joins their means; numeric values sit on a numeric
+    axis (logarithmic when they span over 20×, as a learning rate does); every axis starts at 0;
+    the best accuracy (an Optuna search's best trial) is starred."""
+    import matplotlib.pyplot as plt
+
+    others = [k for k in swept if k != key]
+    numeric = all(_sortable(r[key])[0] == 0 for r in rows)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row[k] for k in others), []).append(row)
+    def x(row):
+        return _x(row[key], numeric)
+
+    for label, members in sorted(groups.items()):
+        name = ", ".join(f"{k}={v}" for k, v in zip(others, label, strict=True)) or None
+        for ax, figure_name in zip(axes, ("peak_memory_mb", "images_per_s", "val_accuracy"), strict=True):
+            line = _points(ax, members, figure_name, x, label=name)
+            if figure_name == "peak_memory_mb" and any(r.get("predicted_peak_mb") for r in members):
+                _points(ax, members, "predicted_peak_mb", x, label="predicted (plan)", color=line.get_color(),
+                        linestyle="--")
+    best = max((r for r in rows if r["val_accuracy"] is not None), key=lambda r: r["val_accuracy"], default=None)
+    if best is not None:
+        axes[2].plot([_x(best[key], numeric)], [best["val_accuracy"]], marker="*", markersize=16, color="gold",
+                     markeredgecolor="black", linestyle="none", label=f"best: {key}={best[key]}")
+    values = [float(r[key]) for r in rows] if numeric else []
+    titles = ("peak host memory (MiB, PSS of the process tree)", "images/s (training)", "validation accuracy")
+    for ax, title in zip(axes, titles, strict=True):
+        ax.set_xlabel(key)
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        if values and min(values) > 0 and max(values) / min(values) > 20:
+            ax.set_xscale("log")
+        ax.set_ylim(bottom=0, top=1.0 if ax is axes[2] else None)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def _x(value, numeric: bool):
+    return float(value) if numeric else str(value)
+
+
+def _points(ax, members: list[dict], figure_name: str, x, **style):
+    """Each run's `figure_name` as a point at `x(run)`, and a line through the mean at each value;
+    `style`: the line's label, color and linestyle."""
+    have = [r for r in members if r.get(figure_name) is not None]
+    by_value: dict = {}
+    for r in have:
+        by_value.setdefault(x(r), []).append(r[figure_name])
+    xs = sorted(by_value, key=_sortable)
+    (line,) = ax.plot(xs, [sum(by_value[v]) / len(by_value[v]) for v in xs], **{"linestyle": "-", **style})
+    ax.plot([x(r) for r in have], [r[figure_name] for r in have], linestyle="none", color=line.get_color(),
+            marker="o" if line.get_linestyle() == "-" else "x")
+    return line
 
 
 def _sortable(value: str):
