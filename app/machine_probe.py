@@ -135,8 +135,9 @@ def _worker_figures() -> dict:
 
     from app.augment import Augmenter
     from app.data.source import FileSplit
-    from app.loader.enqueuer import Enqueuer, Settings
+    from app.loader.enqueuer import Enqueuer
     from app.loader.pipeline import batches
+    from app.loader.settings import Settings
 
     rng = np.random.default_rng(0)
     pss = {}

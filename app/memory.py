@@ -64,7 +64,9 @@ class PeakMemory:
         self.peak = 0  # bytes, over the whole run
         self.samples = 0  # how many times the tree was sampled
         self.pss_reads = 0  # how many of those read every process's PSS
-        self._window = 0  # bytes, since the last window_peak_mb()
+        self._window = 0  # bytes, since the last window_peaks_mb()
+        self.peak_root = self.peak_children = 0  # bytes: the root process alone, its children together
+        self._window_roles = [0, 0]
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="app-peak-memory", daemon=True)
         self._root = psutil.Process(pid)
@@ -89,7 +91,11 @@ class PeakMemory:
             abs(now - then) >= RECHECK_BYTES
             for pid, values in counters.items() for now, then in zip(values, self._read_at[pid], strict=True))
         if moved or time.monotonic() - self._last_read >= FULL_EVERY_S:
-            self._pss = sum(_pss(p) for p in tree if p.pid in counters)
+            each = {p.pid: _pss(p) for p in tree if p.pid in counters}
+            self._pss = sum(each.values())
+            root = each.get(self._root.pid, 0)
+            self.peak_root, self.peak_children = max(self.peak_root, root), max(self.peak_children, self._pss - root)
+            self._window_roles = [max(self._window_roles[0], root), max(self._window_roles[1], self._pss - root)]
             self._read_at, self._last_read = counters, time.monotonic()
             self.pss_reads += 1
         self.samples += 1
@@ -97,10 +103,15 @@ class PeakMemory:
         self._window = max(self._window, self._pss)
         return self._pss
 
-    def window_peak_mb(self) -> float:
-        """Peak since the previous call (one epoch), in MiB; starts the next window."""
-        peak, self._window = max(self._window, self.sample()), 0
-        return peak / MIB
+    def window_peaks_mb(self) -> dict:
+        """Peaks since the previous call (one epoch), in MiB, of the tree, of the root process
+        (the trainer) and of its children together (the workers); starts the next window."""
+        with self._lock:
+            now = self._sample()
+            peaks = {"peak_memory_mb": max(self._window, now) / MIB, "peak_trainer_mb": self._window_roles[0] / MIB,
+                     "peak_workers_mb": self._window_roles[1] / MIB}
+            self._window, self._window_roles = 0, [0, 0]
+        return peaks
 
     def __enter__(self) -> PeakMemory:
         self.sample()

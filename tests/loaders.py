@@ -9,7 +9,8 @@ import time
 import psutil
 from marked import IdentityAugmenter
 
-from app.loader.enqueuer import Enqueuer, Settings
+from app.loader.enqueuer import Enqueuer
+from app.loader.settings import Settings
 from app.memory import is_multiprocessing_helper
 
 

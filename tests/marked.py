@@ -48,6 +48,12 @@ class MarkedSplit:
     def describe(self, i: int) -> str:
         return f"/data/marked/{i:05d}.png"
 
+    def fetch(self, i: int) -> np.ndarray:  # as ArraySplit: the pixels come whole, nothing to decode
+        return self.read(i)
+
+    def decode(self, i: int, raw: np.ndarray, decode=None) -> np.ndarray:
+        return raw
+
     def read(self, i: int, decode=None) -> np.ndarray:
         if self.log_path:
             with open(self.log_path, "a") as f:

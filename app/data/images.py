@@ -83,51 +83,62 @@ def load_rgb(path: str | os.PathLike, min_short_side: int | None = None,
     Raises DecodeError (short reason) for anything that is not a readable image or declares
     more than `max_pixels`, and OSError subclasses such as FileNotFoundError unchanged.
     """
+    return rgb_from_bytes(read_bytes(path), min_short_side, max_pixels)
+
+
+def read_bytes(path: str | os.PathLike) -> bytes:
+    """The file's bytes (a worker times this apart from the decode); an empty file is a DecodeError."""
     with open(path, "rb") as file:
-        if os.fstat(file.fileno()).st_size == 0:
-            raise DecodeError("empty file")
-        source = file
-        if file.read(3) == _JPEG_START:
-            file.seek(0)
-            raw = file.read()
-            source = io.BytesIO(raw)  # for Pillow, if it comes to that: the file is read once
-            frame = _jpeg_frame(raw)
-            if frame is not None:
-                _check_pixels(frame[0], frame[1], max_pixels)
-            if frame is not None and frame[2] in (1, 3):  # greyscale or RGB; CMYK is Pillow's to convert
-                width, height, _ = frame
-                fast = _decode_jpeg(raw, draft_scale(width, height, min_short_side) if min_short_side else 1)
-                if fast is not None:
-                    return fast
-        # Every other image, and any JPEG OpenCV turns down: Pillow, which names what is wrong.
-        source.seek(0)
-        fmt = "image"  # until Pillow has read the header
-        try:
-            with Image.open(source) as img:
-                fmt = img.format or fmt
-                _check_pixels(img.width, img.height, max_pixels)
-                if min_short_side is not None and fmt == "JPEG":
-                    scale = draft_scale(img.width, img.height, min_short_side)
-                    if scale > 1:
-                        # Pillow picks the largest scale s with min(w // rw, h // rh) >= s;
-                        # (w // s, h // s) lands in [s, 2s) on both sides, so it picks `scale`.
-                        img.draft("RGB", (img.width // scale, img.height // scale))
-                img.load()  # decode everything now so a truncated file fails here
-                ImageOps.exif_transpose(img, in_place=True)
-                return _to_rgb(img)
-        except UnidentifiedImageError:
-            raise DecodeError("cannot identify image file") from None
-        except DecodeError:
-            raise
-        except Image.DecompressionBombError as exc:  # above twice Pillow's own limit, before ours could look
-            declared = re.search(r"\((\d+) pixels\)", str(exc))
-            raise _too_large(f"{int(declared.group(1)) / 1e6:.0f} M" if declared else "too many", max_pixels) from None
-        except (OSError, ValueError, SyntaxError) as exc:
-            # Pillow reports truncation as OSError("image file is truncated ...") or
-            # OSError("Truncated File Read"); other decoder failures vary by plugin.
-            if "truncated" in str(exc).lower():
-                raise DecodeError(f"truncated {fmt}") from exc
-            raise DecodeError(f"cannot decode {fmt}: {exc}") from exc
+        raw = file.read()
+    if not raw:
+        raise DecodeError("empty file")
+    return raw
+
+
+def rgb_from_bytes(raw: bytes, min_short_side: int | None = None,
+                   max_pixels: int | None = DEFAULT_MAX_PIXELS) -> np.ndarray:
+    """`load_rgb` on a file's bytes."""
+    if raw[:3] == _JPEG_START:
+        frame = _jpeg_frame(raw)
+        if frame is not None:
+            _check_pixels(frame[0], frame[1], max_pixels)
+        if frame is not None and frame[2] in (1, 3):  # greyscale or RGB; CMYK is Pillow's to convert
+            width, height, _ = frame
+            fast = _decode_jpeg(raw, draft_scale(width, height, min_short_side) if min_short_side else 1)
+            if fast is not None:
+                return fast
+    # Every other image, and any JPEG OpenCV turns down: Pillow, which names what is wrong.
+    return _pillow_rgb(io.BytesIO(raw), min_short_side, max_pixels)
+
+
+def _pillow_rgb(source, min_short_side: int | None, max_pixels: int | None) -> np.ndarray:
+    fmt = "image"  # until Pillow has read the header
+    try:
+        with Image.open(source) as img:
+            fmt = img.format or fmt
+            _check_pixels(img.width, img.height, max_pixels)
+            if min_short_side is not None and fmt == "JPEG":
+                scale = draft_scale(img.width, img.height, min_short_side)
+                if scale > 1:
+                    # Pillow picks the largest scale s with min(w // rw, h // rh) >= s;
+                    # (w // s, h // s) lands in [s, 2s) on both sides, so it picks `scale`.
+                    img.draft("RGB", (img.width // scale, img.height // scale))
+            img.load()  # decode everything now so a truncated file fails here
+            ImageOps.exif_transpose(img, in_place=True)
+            return _to_rgb(img)
+    except UnidentifiedImageError:
+        raise DecodeError("cannot identify image file") from None
+    except DecodeError:
+        raise
+    except Image.DecompressionBombError as exc:  # above twice Pillow's own limit, before ours could look
+        declared = re.search(r"\((\d+) pixels\)", str(exc))
+        raise _too_large(f"{int(declared.group(1)) / 1e6:.0f} M" if declared else "too many", max_pixels) from None
+    except (OSError, ValueError, SyntaxError) as exc:
+        # Pillow reports truncation as OSError("image file is truncated ...") or
+        # OSError("Truncated File Read"); other decoder failures vary by plugin.
+        if "truncated" in str(exc).lower():
+            raise DecodeError(f"truncated {fmt}") from exc
+        raise DecodeError(f"cannot decode {fmt}: {exc}") from exc
 
 
 def largest_decode_bytes(split, min_short_side: int | None, most: int = 256) -> int:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.data.images import Decode, DecodeError, load_rgb
+from app.data.images import Decode, DecodeError, read_bytes, rgb_from_bytes
 from app.errors import BadSampleError
 
 
@@ -42,10 +42,20 @@ class FileSplit:
         return len(self.paths)
 
     def read(self, i: int, decode: Decode | None = None) -> np.ndarray:
+        return self.decode(i, self.fetch(i), decode)
+
+    def fetch(self, i: int) -> bytes:
+        """Sample i's file, read (a worker times reading apart from decoding)."""
         path = self.paths[i]  # an IndexError stays an IndexError
+        try:
+            return read_bytes(path)
+        except Exception as exc:
+            raise BadSampleError(i, self.describe(i), _reason(exc)) from exc
+
+    def decode(self, i: int, raw: bytes, decode: Decode | None = None) -> np.ndarray:
         decode = decode or Decode()
         try:
-            return load_rgb(path, decode.min_short_side, decode.max_pixels)
+            return rgb_from_bytes(raw, decode.min_short_side, decode.max_pixels)
         except Exception as exc:
             raise BadSampleError(i, self.describe(i), _reason(exc)) from exc
 
@@ -69,6 +79,12 @@ class ArraySplit:
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    def fetch(self, i: int) -> np.ndarray:
+        return self.read(i)
+
+    def decode(self, i: int, raw: np.ndarray, decode: Decode | None = None) -> np.ndarray:
+        return raw  # rows are pixels already
 
     def read(self, i: int, decode: Decode | None = None) -> np.ndarray:
         """Row `rows[i]` as an owned array; `decode` does not apply to arrays."""

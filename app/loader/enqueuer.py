@@ -15,7 +15,6 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -25,6 +24,8 @@ from app.loader import worker as worker_loop
 from app.loader.bad_samples import BadSamples, failure
 from app.loader.pool import Pool, Work, Worker, exit_description
 from app.loader.ring import Ring
+from app.loader.settings import Settings
+from app.loader.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
@@ -42,30 +43,6 @@ class _Slot:
     size: int = 0
 
 
-@dataclass(frozen=True)
-class Settings:
-    """How the enqueuer works: the batch it fills, and the queue config's keys."""
-
-    batch_size: int
-    image_size: tuple[int, int]
-    workers: int = 2
-    use_multiprocessing: bool = True
-    max_size: int = 2
-    start_method: str = "spawn"
-    timeout_s: float = 120.0
-    startup_timeout_s: float = 300.0
-    max_bad_fraction: float = 0.0  # skip: above this share of a split, an error
-    bad_log: Path | None = None  # skip: where each skipped sample is listed
-
-    @classmethod
-    def from_config(cls, config, bad_log: Path | None = None, batch_size: int | None = None) -> Settings:
-        """The settings `data` and `queue` of a loaded config (app/config.py) describe."""
-        data, queue = config.data, config.queue
-        return cls(batch_size or data.batch_size, tuple(data.image_size), queue.workers, queue.use_multiprocessing,
-                   queue.max_size, str(queue.start_method.value), queue.timeout_s, queue.startup_timeout_s,
-                   data.max_bad_fraction, bad_log)
-
-
 class Enqueuer:
     def __init__(self, splits: dict, augmenters: dict, settings: Settings, seed: int = 0,
                  on_bad_sample: str = "raise"):
@@ -80,6 +57,7 @@ class Enqueuer:
         self.timeout_s = settings.timeout_s
         self.bad = BadSamples(splits, settings.max_bad_fraction, settings.bad_log)
         self.restarts = 0  # workers replaced this run
+        self.telemetry = Telemetry()
         self.ring: Ring | None = None
         self.pool: Pool | None = None
         self._slots: list[_Slot] = []
@@ -159,6 +137,8 @@ class Enqueuer:
                 if self.num_workers == 0:
                     self._build_here(b % self.max_size)
                 else:
+                    self._pump(0)  # the replies already there, so the ring's fill is as it stands
+                    self.telemetry.observe_fill(self._slots, self.max_size)
                     self._wait_for(b % self.max_size)
                 self._deaths_in_a_row = 0
                 yield self.ring.array[b % self.max_size, : slot.size], split.labels[order[slice(*bounds[b])]]
@@ -200,6 +180,7 @@ class Enqueuer:
         task, work = messages.Task(slot.split_name, slot.epoch, slot_index, []), self.work
         for position, index in list(slot.todo.items()):
             self._handle(worker_loop.fill(self.ring.array, task, position, index, work), None, "the training process")
+        self.telemetry.add_stages(worker_loop.take_stages())
 
     def _wait_for(self, slot_index: int) -> None:
         slot = self._slots[slot_index]
@@ -262,6 +243,7 @@ class Enqueuer:
             w.ready = True
             return
         if isinstance(reply, messages.ShareDone):  # every sample of w's share in this slot is written or answered
+            self.telemetry.add_stages(reply.stages)
             self._settle(w, {key for key in w.pending if key[0] == reply.slot})
             return
         if w is not None:

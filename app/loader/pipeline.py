@@ -12,8 +12,9 @@ import numpy as np
 
 from app.augment import augmenters
 from app.loader import prefetch
-from app.loader.enqueuer import Enqueuer, Settings
+from app.loader.enqueuer import Enqueuer
 from app.loader.order import epoch_order
+from app.loader.settings import Settings
 
 Loader = Enqueuer  # what a command holds: start it with `with`, read batches with the functions below
 

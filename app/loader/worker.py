@@ -9,6 +9,8 @@ a note of its own; and a share ends with ShareDone: one wake-up of the parent a 
 from __future__ import annotations
 
 import signal
+import threading
+import time
 import traceback
 from typing import Any
 
@@ -32,6 +34,33 @@ def make_sample(split: Any, augmenter: Any, index: int, seed: int, epoch: int) -
     return augmenter(image, seed, epoch, index)
 
 
+_local = threading.local()  # each worker thread's (or process's) stage times since its last share
+
+
+def take_stages() -> tuple[float, ...]:
+    """Seconds spent reading, decoding, augmenting and copying into the ring, and the samples
+    built, by this thread since the last call (app/loader/telemetry.py adds them up)."""
+    stages = getattr(_local, "stages", None) or (0.0, 0.0, 0.0, 0.0, 0)
+    _local.stages = (0.0, 0.0, 0.0, 0.0, 0)
+    return stages
+
+
+def _build_timed(ring, task: messages.Task, position: int, index: int, work) -> None:
+    """Sample `index` read, decoded, augmented and copied into its place, each stage timed."""
+    split, augmenter = work.splits[task.split], work.augmenters[task.split]
+    t0 = time.perf_counter()
+    raw = split.fetch(index)
+    t1 = time.perf_counter()
+    image = split.decode(index, raw, augmenter.decode)
+    t2 = time.perf_counter()
+    sample = augmenter(image, work.seed, task.epoch, index)
+    t3 = time.perf_counter()
+    ring[task.slot, position] = sample
+    t4 = time.perf_counter()
+    read, decoded, augmented, copied, n = getattr(_local, "stages", None) or (0.0, 0.0, 0.0, 0.0, 0)
+    _local.stages = (read + t1 - t0, decoded + t2 - t1, augmented + t3 - t2, copied + t4 - t3, n + 1)
+
+
 def serve(conn, ring: np.ndarray, done: np.ndarray, work) -> None:
     """Answer tasks until STOP arrives or the parent's end of the pipe closes. `work`: the
     splits, augmenters, seed and bad-sample policy (app/loader/pool.Work)."""
@@ -48,7 +77,7 @@ def serve(conn, ring: np.ndarray, done: np.ndarray, work) -> None:
                 done[task.slot, position] = 1  # after its pixels
             else:
                 conn.send(reply)
-        conn.send(messages.ShareDone(task.slot))
+        conn.send(messages.ShareDone(task.slot, take_stages()))
 
 
 def fill(ring, task: messages.Task, position: int, index: int, work) -> messages.Written | messages.SampleNote:
@@ -58,7 +87,7 @@ def fill(ring, task: messages.Task, position: int, index: int, work) -> messages
     split, augmenter = work.splits[task.split], work.augmenters[task.split]
     try:
         try:
-            ring[task.slot, position] = make_sample(split, augmenter, index, work.seed, task.epoch)
+            _build_timed(ring, task, position, index, work)
             return messages.Written(task.slot, position)
         except BadSampleError as bad:
             note = (task.slot, position, index, bad.where)

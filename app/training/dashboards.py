@@ -3,8 +3,10 @@
 the top for TensorBoard's HParams view), scalars.csv, or nothing.
 
 Scalars every `trainer.log_every_steps` (step/loss, step/accuracy, step/learning_rate,
-step/images_per_s, step/data_wait_fraction, step/peak_memory_mb) and at each epoch's end
-(epoch/<metric>, validation's under validation/), all on the global step; the run's `tags` as
+step/images_per_s, step/data_wait_fraction, step/peak_memory_mb, step/peak_trainer_mb,
+step/peak_workers_mb, and the loader's step/ring_fill and step/<stage>_ms a sample: read,
+decode, augment, copy) and at each epoch's end (epoch/<figure>: each number of metrics.csv's
+row, validation's under validation/), all on the global step; the run's `tags` as
 text; the first training batch as images (and augmented.png, whatever the logger). On resume what was written after the
 checkpoint is cut away, as metrics.csv's rows are: TensorBoard does not discard it by itself.
 Never imports the loader.
@@ -108,9 +110,10 @@ def writer(name: str, run_dir: Path) -> Writer:
 class Dashboard(keras.callbacks.Callback):
     """Writes what the module docstring lists, through `out`."""
 
-    def __init__(self, out: Writer, state: RunState, memory: PeakMemory):
+    def __init__(self, out: Writer, state: RunState, memory: PeakMemory, telemetry):
+        """`telemetry`: the loader's (app/loader/telemetry.py), read at each logging step."""
         super().__init__()
-        self.out, self.state, self.memory = out, state, memory
+        self.out, self.state, self.memory, self.telemetry = out, state, memory, telemetry
 
     def on_train_batch_end(self, batch, logs=None):
         if not logs:  # between reads: nothing was read off the device
@@ -118,6 +121,9 @@ class Dashboard(keras.callbacks.Callback):
         values = {f"step/{name}": value for name, value in logs.items()}
         values["step/learning_rate"] = float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
         values["step/peak_memory_mb"] = self.memory.peak / 2**20
+        values["step/peak_trainer_mb"] = self.memory.peak_root / 2**20
+        values["step/peak_workers_mb"] = self.memory.peak_children / 2**20
+        values.update({f"step/{name}": v for name, v in self.telemetry.take("live").items() if v is not None})
         self.out.scalars("train", values, self.state.steps_before_epoch + batch + 1)
 
     def on_epoch_end(self, epoch, logs=None):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import keras
 import numpy as np
+import psutil
 
 from app import model as models
 from app.loader.order import epoch_order, full_batches
@@ -25,6 +26,7 @@ from app.training import checkpoint, dashboards, recipe
 from app.training.callbacks import CallbackStates, Profile, Progress, SampleRecorder, StepCheckpoint
 from app.training.checkpoint import EpochFigures, RunState
 from app.training.devices import Placement
+from app.training.diagnosis import diagnose
 from app.training.rundir import Summary, append_metrics
 from app.training.shards import regrouped, train_share, validation_share
 from app.training.steps import (
@@ -101,8 +103,8 @@ class Epochs:
 
     def _callbacks(self) -> keras.callbacks.CallbackList:
         trainer, epochs = self.config.trainer, self.config.trainer.epochs
-        own = [Progress(epochs, self.steps), dashboards.Dashboard(self.out, self.state, self.memory)] \
-            if self.writes else []
+        dashboard = dashboards.Dashboard(self.out, self.state, self.memory, self.loader.telemetry)
+        own = [Progress(epochs, self.steps), dashboard] if self.writes else []
         # A step's row is written before its checkpoint: a run killed between the two would
         # otherwise resume after a step that samples.csv never recorded.
         if trainer.record_samples and self.writes:
@@ -141,11 +143,26 @@ class Epochs:
         val = validate(self.net, self._validation_feed(), callbacks)
         row = {"epoch": epoch + 1, **fit.logs, **{f"val_{name}": value for name, value in val.items()},
                "images_per_s": fit.images_per_s, "data_wait_fraction": fit.data_wait_fraction,
-               "peak_memory_mb": self.memory.window_peak_mb()}
-        logs = {k: v for k, v in row.items() if k != "epoch"}
+               **self.memory.window_peaks_mb(), **self._loader_figures()}
+        # numbers only: Keras's own TensorBoard callback writes every value it is given as a scalar
+        logs = {k: v for k, v in row.items() if k != "epoch" and isinstance(v, (int, float))}
         callbacks.on_epoch_end(epoch, logs)
+        row["diagnosis"] = diagnose(row, self.config.queue, self.budget_mib)
         self._record(row, fit.steps)
         return logs
+
+    @property
+    def budget_mib(self) -> float:
+        """The memory the run may take: queue.memory_budget_mb, else the machine's."""
+        budget = self.config.queue.memory_budget_mb
+        return float(budget) if budget is not None else psutil.virtual_memory().total / 2**20
+
+    def _loader_figures(self) -> dict:
+        """The loader's epoch: its stage times and ring fill (app/loader/telemetry.py), workers
+        restarted and samples skipped so far this run."""
+        skipped = sum(len(indices) for indices in self.loader.bad.skipped.values())
+        return {**self.loader.telemetry.take("epoch"), "restarted_workers": self.loader.restarts,
+                "skipped_samples": skipped}
 
     def _build_metrics(self) -> None:
         trainer = self.config.trainer
@@ -208,9 +225,21 @@ class Epochs:
                             best={"monitor": self.config.trainer.monitor, "value": state.best[0],
                                   "checkpoint": state.best[1]},
                             images_per_s=row["images_per_s"], data_wait_fraction=row["data_wait_fraction"],
-                            peak_memory_mb=peak, restarted_workers=self.loader.restarts)
+                            peak_memory_mb=peak, restarted_workers=self.loader.restarts,
+                            diagnosis=row["diagnosis"])
         log.info("epoch %d/%d: loss %.4f, accuracy %.3f, val_loss %.4f, val_accuracy %.3f, %.1f img/s, "
                  "data wait %.0f%%, peak %.0f MiB", row["epoch"], self.config.trainer.epochs, row["loss"],
                  row["accuracy"], row["val_loss"], row["val_accuracy"], row["images_per_s"],
                  100 * row["data_wait_fraction"], row["peak_memory_mb"])
+        log.info("epoch %d/%d: %s; %s", row["epoch"], self.config.trainer.epochs, _loader_line(row), row["diagnosis"])
         state.epoch, state.steps_before_epoch, state.figures = row["epoch"], step, None
+
+
+def _loader_line(row: dict) -> str:
+    """The epoch's loader telemetry, as the log's line gives it."""
+    stages = " + ".join(f"{name} {row[f'{name}_ms']:.2f}" for name in ("read", "decode", "augment", "copy")
+                        if row.get(f"{name}_ms") is not None)
+    ring = f"ring {100 * row['ring_fill']:.0f} % full when asked" if row.get("ring_fill") is not None else "no ring"
+    return (f"a sample {stages or 'n/a'} ms in a worker, {ring}, peak trainer {row['peak_trainer_mb']:.0f} + "
+            f"workers {row['peak_workers_mb']:.0f} MiB, {row['restarted_workers']} workers restarted, "
+            f"{row['skipped_samples']} samples skipped")

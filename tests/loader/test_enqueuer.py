@@ -12,8 +12,9 @@ from loaders import assert_clean, make, my_segments, workers_alive
 from marked import MarkedSplit, index_of
 
 from app.errors import WorkerError
-from app.loader.enqueuer import Enqueuer, Settings
+from app.loader.enqueuer import Enqueuer
 from app.loader.order import epoch_order
+from app.loader.settings import Settings
 
 MODES = [(0, True), (1, True), (2, True), (1, False), (2, False)]
 IDS = ["in-process", "1-process", "2-processes", "1-thread", "2-threads"]

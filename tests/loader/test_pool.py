@@ -108,7 +108,8 @@ def test_workers_die_with_their_parent_even_by_sigkill():
     code = """
 import threading, time
 from marked import IdentityAugmenter, MarkedSplit
-from app.loader.enqueuer import Enqueuer, Settings
+from app.loader.enqueuer import Enqueuer
+from app.loader.settings import Settings
 split = MarkedSplit(8, hang_at=(0, 1))  # both workers busy (hung) in a read: no pipe EOF to notice
 enq = Enqueuer({"train": split}, {"train": IdentityAugmenter()}, Settings(4, (8, 8), workers=2, timeout_s=600)).start()
 threading.Thread(target=lambda: list(enq.batches("train", list(range(8)), 0)), daemon=True).start()

@@ -7,8 +7,9 @@ import pytest
 from marked import IdentityAugmenter, MarkedSplit
 
 from app.errors import WorkerError
-from app.loader.enqueuer import Enqueuer, Settings
+from app.loader.enqueuer import Enqueuer
 from app.loader.prefetch import batches, detach
+from app.loader.settings import Settings
 
 
 def test_detach_survives_the_slot_being_reused():

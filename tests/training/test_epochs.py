@@ -3,6 +3,7 @@ user's callbacks (EarlyStopping, TensorBoard) behave as under `fit`, across a re
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -85,6 +86,18 @@ def test_tensorboard_writes_epoch_scalars(run):
         assert [e.step for e in events.Tensors("epoch_loss")] == [0, 1, 2]
 
 
+def test_metrics_csv_has_the_loaders_telemetry_and_a_diagnosis(run):
+    rows = list(csv.DictReader((run / "metrics.csv").open()))
+    for row in rows:
+        stages = [float(row[f"{s}_ms"]) for s in ("read", "decode", "augment", "copy")]
+        assert all(t > 0 for t in stages) and stages[1] + stages[2] > stages[0]  # decode and augment are the work
+        assert 0 <= float(row["ring_fill"]) <= 1 and row["restarted_workers"] == row["skipped_samples"] == "0"
+        assert 0 < float(row["peak_workers_mb"]) < float(row["peak_trainer_mb"]) <= float(row["peak_memory_mb"]) + 1
+        assert row["diagnosis"].split(":")[0] in ("balanced", "input-bound", "model-bound")
+    log = (run / "train.log").read_text()
+    assert "a sample read " in log and "ms in a worker, ring " in log and "workers restarted" in log
+
+
 def test_metrics_csv_has_each_classs_recall(run):
     header = (run / "metrics.csv").read_text().splitlines()[0].split(",")
     classes = json.loads((run / "split.json").read_text())["class_names"]
@@ -105,6 +118,11 @@ def test_the_runs_own_dashboard(run):
     train, validation = tags(run / "tensorboard" / "train"), tags(run / "tensorboard" / "validation")
     assert {"step/loss", "step/learning_rate", "step/images_per_s", "step/data_wait_fraction",
             "step/peak_memory_mb", "epoch/loss", "epoch/accuracy", "augmented"} <= train
+    # the loader's telemetry, live and at each epoch's end (numbers only: Keras's own TensorBoard
+    # callback, in this run too, writes every epoch figure it is given)
+    telemetry = {"ring_fill", "read_ms", "decode_ms", "augment_ms", "copy_ms", "peak_trainer_mb", "peak_workers_mb"}
+    assert {f"step/{t}" for t in telemetry} <= train and {f"epoch/{t}" for t in telemetry} <= train
+    assert "epoch/diagnosis" not in train and "epoch/restarted_workers" in train
     assert {"epoch/loss", "epoch/accuracy"} <= validation and not any(t.startswith("step/") for t in validation)
     assert "_hparams_/session_start_info" in tags(run / "tensorboard")
     assert (run / "augmented.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

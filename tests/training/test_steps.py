@@ -13,7 +13,8 @@ import pytest
 from marked import IdentityAugmenter, MarkedSplit
 
 from app.loader import prefetch
-from app.loader.enqueuer import Enqueuer, Settings
+from app.loader.enqueuer import Enqueuer
+from app.loader.settings import Settings
 from app.model import classifier
 from app.training.scores import evaluate
 from app.training.steps import EpochFigures, EpochPlan, Feed, train_epoch, validate

@@ -1,0 +1,38 @@
+"""The one-line diagnosis at an epoch's end, from its telemetry (a metrics.csv row): what
+bounds training, and what to change. Input-bound: the step waited on the loader over
+INPUT_BOUND of the time. Model-bound: the ring was nearly always full and the step hardly
+waited, so fewer workers or slots would save memory for nothing. Memory-bound: the peak came
+near the budget. Arithmetic and text only: no TensorFlow.
+"""
+
+from __future__ import annotations
+
+INPUT_BOUND = 0.20  # data-wait fraction
+FULL_RING = 0.9  # mean share of full slots when a batch is asked for
+NO_WAIT = 0.05
+NEAR_BUDGET = 0.9
+
+
+def diagnose(row: dict, queue, budget_mib: float) -> str:
+    """`row`: an epoch's figures; `queue`: the config's queue node; `budget_mib`: the memory the
+    run may take (queue.memory_budget_mb, else the machine's)."""
+    wait, fill, peak = row["data_wait_fraction"], row.get("ring_fill"), row["peak_memory_mb"]
+    found = []
+    if wait > INPUT_BOUND:
+        stages = ", ".join(f"{name} {row[f'{name}_ms']:.1f}" for name in ("read", "decode", "augment", "copy")
+                           if row.get(f"{name}_ms") is not None)
+        found.append(f"input-bound: the step waited on the loader {100 * wait:.0f} % of the time (a sample takes "
+                     f"{stages or 'n/a'} ms in a worker): more workers (queue.workers={queue.workers + 1}), "
+                     "data.decode.draft=true, or smaller data.image_size")
+    elif fill is not None and fill >= FULL_RING and wait < NO_WAIT and (queue.workers > 1 or queue.max_size > 1):
+        fewer = [f"queue.workers={queue.workers - 1}"] if queue.workers > 1 else []
+        fewer += ["queue.max_size=1"] if queue.max_size > 1 else []
+        found.append(f"model-bound: the ring was {100 * fill:.0f} % full when the step asked and it waited "
+                     f"{100 * wait:.0f} % of the time: {' or '.join(fewer)} saves memory at no cost in speed")
+    if peak >= NEAR_BUDGET * budget_mib:
+        found.append(f"memory-bound: peak {peak:.0f} MiB of {budget_mib:.0f} MiB: smaller queue.max_size, "
+                     "data.batch_size or queue.workers (python -m app plan shows each one's share)")
+    if not found:
+        full = f", ring {100 * fill:.0f} % full" if fill is not None else ""
+        found.append(f"balanced: data wait {100 * wait:.0f} %{full}, peak {peak:.0f} of {budget_mib:.0f} MiB")
+    return "; ".join(found)

@@ -1,0 +1,31 @@
+"""The epoch's one-line diagnosis: each bound named when its figures say so, and not otherwise."""
+
+from types import SimpleNamespace
+
+from app.training.diagnosis import diagnose
+
+QUEUE = SimpleNamespace(workers=2, max_size=4)
+ROW = {"data_wait_fraction": 0.02, "ring_fill": 0.5, "peak_memory_mb": 1000.0, "read_ms": 0.1, "decode_ms": 4.0,
+       "augment_ms": 2.0, "copy_ms": 0.1}
+
+
+def test_input_bound_names_the_stage_times_and_the_fixes():
+    line = diagnose({**ROW, "data_wait_fraction": 0.35, "ring_fill": 0.0}, QUEUE, 8000)
+    assert line.startswith("input-bound: the step waited on the loader 35 %") and "decode 4.0" in line
+    assert "queue.workers=3" in line and "data.decode.draft=true" in line
+    assert not diagnose({**ROW, "data_wait_fraction": 0.19}, QUEUE, 8000).startswith("input")  # negative control
+
+
+def test_model_bound_when_the_ring_stays_full_and_the_step_never_waits():
+    line = diagnose({**ROW, "ring_fill": 0.95, "data_wait_fraction": 0.01}, QUEUE, 8000)
+    assert line.startswith("model-bound") and "queue.workers=1 or queue.max_size=1" in line
+    assert diagnose({**ROW, "ring_fill": 0.95, "data_wait_fraction": 0.08}, QUEUE, 8000).startswith("balanced")
+    assert diagnose({**ROW, "ring_fill": None}, QUEUE, 8000).startswith("balanced")  # no ring (workers=0)
+    one = SimpleNamespace(workers=1, max_size=1)  # nothing left to take away
+    assert diagnose({**ROW, "ring_fill": 1.0, "data_wait_fraction": 0.0}, one, 8000).startswith("balanced")
+
+
+def test_memory_bound_near_the_budget_beside_another_bound():
+    line = diagnose({**ROW, "data_wait_fraction": 0.5, "peak_memory_mb": 950.0}, QUEUE, 1000)
+    assert line.startswith("input-bound") and "; memory-bound: peak 950 MiB of 1000 MiB" in line
+    assert "memory-bound" not in diagnose({**ROW, "peak_memory_mb": 850.0}, QUEUE, 1000)
