@@ -5,10 +5,10 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-
-from app.loader.telemetry import Telemetry
 from loaders import make
 from marked import MarkedSplit
+
+from app.loader.telemetry import Telemetry
 
 
 @pytest.mark.parametrize("workers", [2, 0], ids=["processes", "in-process"])
