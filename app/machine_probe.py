@@ -1,6 +1,6 @@
 """This machine's memory figures for the plan (app/memory_plan.py), measured once by a short
-probe and stored (`$APP_CACHE_DIR`, else `~/.cache/app`, as machine_probe.json), measured
-again when the machine or the library versions change:
+probe and stored (`$APP_CACHE_DIR`, else `~/.cache/app`, as machine_probe.<backend>.json), measured
+again when the machine, Keras's backend or the library versions change:
 
 - a training process: TensorFlow, Keras and the app loaded, a tiny model trained a step (PSS);
 - the activation factor: the same process's high-water mark training the small ResNet at two
@@ -34,8 +34,9 @@ SMALL, LARGE = (96, 96), (1800, 2400)  # worker probe images, H × W
 
 
 def cache_file() -> Path:
+    """A file a backend: the training process's figures are the backend's."""
     root = os.environ.get("APP_CACHE_DIR") or Path.home() / ".cache" / "app"
-    return Path(root) / "machine_probe.json"
+    return Path(root) / f"machine_probe.{_backend()}.json"
 
 
 def machine() -> dict:
@@ -43,13 +44,18 @@ def machine() -> dict:
 
     from app.training.rundir import versions
 
-    return {"host": platform.node(), "cpu_count": os.cpu_count(),
+    return {"host": platform.node(), "cpu_count": os.cpu_count(), "backend": _backend(),
             "memory_gib": round(psutil.virtual_memory().total / 2**30, 1), "versions": versions()}
+
+
+def _backend() -> str:
+    return os.environ.get("KERAS_BACKEND", "tensorflow")
 
 
 def measured(refresh: bool = False) -> Probe:
     """The stored probe of this machine, or a new one (about 20 s) when there is none, it was
-    taken on another machine or library versions, or `refresh`."""
+    taken on another machine, backend or library versions, or `refresh`. The training process
+    is measured on the backend this process set (KERAS_BACKEND), which its child inherits."""
     path, here = cache_file(), machine()
     if not refresh and path.is_file():
         try:

@@ -12,12 +12,13 @@ from app import machine_probe
 
 def test_measured_once_stored_and_measured_again_elsewhere(tmp_path, monkeypatch):
     monkeypatch.setenv("APP_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("KERAS_BACKEND", raising=False)  # TensorFlow's: the default
     probe = machine_probe.measured()
     # TensorFlow's process is hundreds of MiB; a worker (numpy, OpenCV, albumentations) tens
     assert 200 < probe.trainer_mib < 3000 and 20 < probe.worker_mib < probe.trainer_mib
     assert 0.5 < probe.worker_bytes_per_decoded_byte < 10  # a worker holds its largest decode at least once
     assert 0.3 < probe.activation_factor < 20
-    stored = json.loads((tmp_path / "machine_probe.json").read_text())
+    stored = json.loads((tmp_path / "machine_probe.tensorflow.json").read_text())
     assert stored["trainer_mib"] == probe.trainer_mib and stored["machine"]["versions"]["tensorflow"]
 
     def measuring(*_):
@@ -28,3 +29,10 @@ def test_measured_once_stored_and_measured_again_elsewhere(tmp_path, monkeypatch
     monkeypatch.setattr(machine_probe, "machine", lambda: {**stored["machine"], "cpu_count": 999})
     with pytest.raises(AssertionError, match="measured again"):  # negative control: another machine
         machine_probe.measured()
+    monkeypatch.undo()
+    monkeypatch.setenv("APP_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("KERAS_BACKEND", "jax")  # another backend: a file of its own, measured apart
+    monkeypatch.setattr(machine_probe, "_trainer_figures", measuring)
+    with pytest.raises(AssertionError, match="measured again"):
+        machine_probe.measured()
+    assert machine_probe.cache_file().name == "machine_probe.jax.json"
