@@ -154,26 +154,34 @@ def _train(config: Config, run_dir: Path, summary: Summary, state: RunState, cal
                 Epochs(config, run_dir, summary, state, source, steps, net, loader, memory, callbacks, placement,
                        weights).run()
             measured = summary.content.get("peak_memory_mb") or 0
-            log.info("memory: host peak %.0f MiB measured, %.0f MiB predicted (%+.0f %%)", measured, predicted,
-                     100 * (predicted - measured) / measured if measured else 0)
+            if predicted and measured:
+                log.info("memory: host peak %.0f MiB measured, %.0f MiB predicted (%+.0f %%)", measured, predicted,
+                         100 * (predicted - measured) / measured)
     finally:
         keras.mixed_precision.set_global_policy("float32")
 
 
-def _memory_plan(config: Config, source, net, placement, summary: Summary) -> float:
+def _memory_plan(config: Config, source, net, placement, summary: Summary) -> float | None:
     """The predicted host peak (MiB; `python -m app plan` shows it part by part), logged and kept in
-    summary.json; above `queue.memory_budget_mb`, the run is refused before any worker starts."""
+    summary.json; above `queue.memory_budget_mb`, the run is refused before any worker starts.
+    None when this machine's probe cannot be taken (and there is no budget to hold the run to)."""
     from app import memory_plan
     from app.machine_probe import measured
     from app.model import memory_facts
 
-    probe = measured()
+    budget = config.queue.memory_budget_mb
+    try:
+        probe = measured()
+    except (RuntimeError, AppError, OSError) as error:  # the plan informs; it must not stop a run without a budget
+        if budget is not None:
+            raise
+        log.warning("no memory plan: this machine's probe failed (%s)", error)
+        return None
     facts = memory_facts(net, config.trainer.precision.value)
     plan = memory_plan.plan_for(config, source.train, facts, probe, device_is_host=not placement.gpus)
     summary.update(memory_plan=plan.record())
     log.info("memory plan: host peak %.0f MiB predicted, device %.0f MiB (python -m app plan: part by part)",
              plan.host_mib, plan.device_mib)
-    budget = config.queue.memory_budget_mb
     if budget is not None and plan.host_mib > budget:
         fixed = memory_plan.fixes(plan, probe, facts, budget)
         raise config_error("queue.memory_budget_mb", budget, f"the predicted host peak is {plan.host_mib:.0f} MiB "
