@@ -67,6 +67,7 @@ class PeakMemory:
         self._window = 0  # bytes, since the last window_peaks_mb()
         self.peak_root = self.peak_children = 0  # bytes: the root process alone, its children together
         self._window_roles = [0, 0]
+        self._roles = (0, 0)  # (root, children) PSS at the last read
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="app-peak-memory", daemon=True)
         self._root = psutil.Process(pid)
@@ -93,11 +94,12 @@ class PeakMemory:
         if moved or time.monotonic() - self._last_read >= FULL_EVERY_S:
             each = {p.pid: _pss(p) for p in tree if p.pid in counters}
             self._pss = sum(each.values())
-            root = each.get(self._root.pid, 0)
-            self.peak_root, self.peak_children = max(self.peak_root, root), max(self.peak_children, self._pss - root)
-            self._window_roles = [max(self._window_roles[0], root), max(self._window_roles[1], self._pss - root)]
+            self._roles = (each.get(self._root.pid, 0), self._pss - each.get(self._root.pid, 0))
             self._read_at, self._last_read = counters, time.monotonic()
             self.pss_reads += 1
+        root, children = self._roles  # as last read, like the tree's figure: every window sees them
+        self.peak_root, self.peak_children = max(self.peak_root, root), max(self.peak_children, children)
+        self._window_roles = [max(self._window_roles[0], root), max(self._window_roles[1], children)]
         self.samples += 1
         self.peak = max(self.peak, self._pss)
         self._window = max(self._window, self._pss)

@@ -72,3 +72,25 @@ def test_leftovers_of_a_previous_job_are_found_and_removed():
 
     resource_tracker.unregister(segment._name, "shared_memory")  # already removed above
     assert leftovers_cleared() == "clean"
+
+
+def test_the_trainer_and_its_workers_apart_in_every_window(monkeypatch):
+    """peak_trainer_mb is this process's PSS, peak_workers_mb its children's together; a window
+    in which nothing moved (no PSS read) still reports them, as it reports the tree."""
+    monkeypatch.setattr(memory_module, "RECHECK_BYTES", 2**40)  # nothing counts as moved: one read only
+    monkeypatch.setattr(memory_module, "FULL_EVERY_S", 1e9)
+    child = subprocess.Popen([sys.executable, "-c", "import numpy as np; a = np.ones(64 * 2**20 // 8); "
+                              "print('ok', flush=True); import sys; sys.stdin.readline()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ok"  # its 64 MiB array is written
+        memory = PeakMemory()
+        first, second = memory.window_peaks_mb(), memory.window_peaks_mb()
+        assert memory.pss_reads == 1  # the second window read nothing
+        for window in (first, second):
+            assert window["peak_workers_mb"] >= 60 and window["peak_trainer_mb"] > 0
+            assert abs(window["peak_trainer_mb"] + window["peak_workers_mb"] - window["peak_memory_mb"]) < 1
+        alone = psutil.Process().memory_full_info().pss / 2**20
+        assert abs(first["peak_trainer_mb"] - alone) < 16  # negative control: the root is this process alone
+    finally:
+        child.communicate("\n", timeout=30)
