@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from app.data.images import draft_scale
+from app.data.images import header_draft
 from app.data.source import FileSplit
 from app.model import OFFSET, SCALE
 
@@ -26,16 +26,7 @@ RATIOS = (1, 2, 4, 8)  # what decode_jpeg's `ratio` takes
 def ratios(split: FileSplit, min_short_side: int | None) -> np.ndarray:
     """Each file's decode_jpeg ratio under the draft rule (`min_short_side`, None: draft off):
     the reduction this loader's decoder makes of it; 1 for a file that is not a JPEG."""
-    from PIL import Image
-
-    out = np.ones(len(split), np.int64)
-    if min_short_side is None:
-        return out
-    for i, path in enumerate(split.paths):
-        with Image.open(path) as img:  # the header only
-            if img.format == "JPEG":
-                out[i] = draft_scale(img.width, img.height, min_short_side)
-    return out
+    return np.array([(header_draft(path, min_short_side) or (0, 0, 1))[2] for path in split.paths], np.int64)
 
 
 def dataset(split: FileSplit, augmenter, pairs: np.ndarray, seed: int, batch_size: int) -> tf.data.Dataset:

@@ -147,17 +147,22 @@ def largest_decode_bytes(split, min_short_side: int | None, most: int = 256) -> 
     split's rows are all one size."""
     if not hasattr(split, "paths"):
         return int(np.prod(np.load(split.npy_path, mmap_mode="r").shape[1:]))
-    picked = split.paths[:: max(1, len(split.paths) // most)]
     largest = 0
-    for path in picked:
-        try:
-            with Image.open(path) as img:
-                w, h, jpeg = img.width, img.height, img.format == "JPEG"
-        except OSError:
-            continue  # a bad file is the loader's to report
-        s = draft_scale(w, h, min_short_side) if jpeg and min_short_side else 1
+    for path in split.paths[:: max(1, len(split.paths) // most)]:
+        w, h, s = header_draft(path, min_short_side) or (0, 0, 1)  # a bad file is the loader's to report
         largest = max(largest, -(-w // s) * -(-h // s) * 3)
     return largest
+
+
+def header_draft(path: str | os.PathLike, min_short_side: int | None) -> tuple[int, int, int] | None:
+    """(width, height, the reduction 1, 2, 4 or 8 this module's decoder makes of the file under
+    the draft rule `min_short_side`), from its header alone; None for a file Pillow cannot open."""
+    try:
+        with Image.open(path) as img:
+            w, h, jpeg = img.width, img.height, img.format == "JPEG"
+    except OSError:
+        return None
+    return w, h, draft_scale(w, h, min_short_side) if jpeg and min_short_side else 1
 
 
 def _jpeg_frame(raw: bytes) -> tuple[int, int, int] | None:

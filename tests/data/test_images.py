@@ -358,3 +358,19 @@ def test_the_pixel_limit_is_configurable_on_both_paths(tmp_path):
             load_rgb(path, max_pixels=9999)
         assert load_rgb(path, max_pixels=10000).shape == (100, 100, 3)  # at the limit: fine
         assert load_rgb(path, max_pixels=None).shape == (100, 100, 3)
+
+
+def test_largest_decode_reads_headers_under_the_draft_rule(tmp_path):
+    from app.data.images import largest_decode_bytes
+    from app.data.source import ArraySplit
+
+    paths = []
+    for name, size in (("big.jpg", (400, 300)), ("small.jpg", (100, 100))):
+        paths.append(tmp_path / name)
+        Image.new("RGB", size).save(paths[-1])
+    (tmp_path / "bad.jpg").write_bytes(b"not an image")
+    split = FileSplit([*paths, tmp_path / "bad.jpg"], [0, 0, 0])
+    assert largest_decode_bytes(split, None) == 400 * 300 * 3  # a full decode; the bad file passed over
+    assert largest_decode_bytes(split, 100) == 200 * 150 * 3  # halved: its short side stays ≥ 100
+    np.save(tmp_path / "rows.npy", np.zeros((4, 32, 32, 3), np.uint8))
+    assert largest_decode_bytes(ArraySplit(tmp_path / "rows.npy", [0, 1], [0, 0], "train"), 100) == 32 * 32 * 3
