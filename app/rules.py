@@ -18,6 +18,7 @@ from app.schema import BENCH_MODES, EVAL_TRANSFORMS, LOGGERS, SCHEDULERS
 
 WORKER_MIB = 100  # what a worker process costs, about (numpy, Pillow, OpenCV, albumentations, its buffers)
 WORKERS_PER_CORE = 4
+AUTO = "auto"  # queue.workers, queue.max_size: chosen when training starts (app/training/autotune.py)
 
 
 JIT_COMPILE = {"auto": "auto", "true": True, "false": False}  # trainer.jit_compile → Keras's compile argument
@@ -85,20 +86,31 @@ def _check_augment(a) -> None:
 
 
 def _check_queue(q) -> None:
-    _check(q.workers >= 0, "queue.workers", q.workers, "0 (load in the training process) or more workers")
+    for key in ("workers", "max_size"):
+        value = getattr(q, key)
+        _check(value == AUTO or (isinstance(value, int) and not isinstance(value, bool)), f"queue.{key}", value,
+               "an integer, or auto (chosen by a short probe of the data and the model when training starts)")
     if q.worker_limit is not None:
         _check(q.worker_limit >= 1, "queue.worker_limit", q.worker_limit, "null (what the machine holds) or at least 1")
+    if q.workers != AUTO:
+        _check_workers(q)
+    _check(q.memory_budget_mb is None or q.memory_budget_mb >= 1, "queue.memory_budget_mb", q.memory_budget_mb,
+           "null (what the machine has available) or a positive number of MiB")
+    _check(q.max_size == AUTO or q.max_size >= 1, "queue.max_size", q.max_size,
+           "an integer of at least 1 (batches held ready), or auto")
+    _check(q.timeout_s > 0, "queue.timeout_s", q.timeout_s, "a positive number of seconds")
+    _check(q.startup_timeout_s > 0, "queue.startup_timeout_s", q.startup_timeout_s, "a positive number of seconds")
+
+
+def _check_workers(q) -> None:
+    _check(q.workers >= 0, "queue.workers", q.workers, "0 (load in the training process), more workers, or auto")
+    if q.worker_limit is not None:
         _check(q.workers <= q.worker_limit, "queue.workers", q.workers, f"at most queue.worker_limit={q.worker_limit}")
     elif q.workers > 1:
         limit, why = worker_limit()
         _check(q.workers <= limit, "queue.workers", q.workers,
                f"at most {limit} on this machine ({why}); more would compete for the cores and memory. Set "
                f"queue.worker_limit={q.workers} if you know better (workers that mostly wait on network storage)")
-    _check(q.memory_budget_mb is None or q.memory_budget_mb >= 1, "queue.memory_budget_mb", q.memory_budget_mb,
-           "null (what the machine has available) or a positive number of MiB")
-    _check(q.max_size >= 1, "queue.max_size", q.max_size, "an integer of at least 1 (batches held ready)")
-    _check(q.timeout_s > 0, "queue.timeout_s", q.timeout_s, "a positive number of seconds")
-    _check(q.startup_timeout_s > 0, "queue.startup_timeout_s", q.startup_timeout_s, "a positive number of seconds")
 
 
 def _check_trainer(t) -> None:

@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from app.augment import build_compose
-from app.config import conf_dir, to_plain, validate
+from app.config import conf_dir, load, to_plain, validate
 from app.errors import ConfigError
 from app.schema import register
 
@@ -43,7 +43,7 @@ def test_each_data_source_composes(name):
 
 
 @pytest.mark.parametrize(("override", "key"), [
-    ("queue.max_size=abc", "queue.max_size"),
+    ("queue.timeout_s=abc", "queue.timeout_s"),
     ("queue.maxsize=2", "queue.maxsize"),
     ("queue.start_method=fork", "queue.start_method"),
     ("data.batch_size=big", "data.batch_size"),
@@ -64,6 +64,9 @@ def test_type_and_key_errors_fail_at_composition(override, key):
     (["data.batch_size=-1"], "data.batch_size"),
     (["data=folder"], "data.path"),
     (["queue.workers=-1"], "queue.workers"),
+    (["queue.max_size=abc"], "queue.max_size"),  # an integer or auto: checked by the rules (the type is Any)
+    (["queue.workers=fast"], "queue.workers"),
+    (["queue.workers=true"], "queue.workers"),
     (["data.val_fraction=1.5"], "data.val_fraction"),
     (["trainer.epochs=0"], "trainer.epochs"),
     (["data.image_size=[64]"], "data.image_size"),
@@ -228,7 +231,6 @@ def test_worker_count_is_bounded_by_the_machine_unless_told():
 def test_load_gives_the_one_typed_object_also_from_a_saved_run():
     """Config is validated once and travels as the schemas' dataclasses, whether composed by
     Hydra or read back from a run's state.json (a plain dict)."""
-    from app.config import load
     from app.schema import CifarDataConfig, Config, QueueConfig, StartMethod
 
     config = load(composed("data=cifar", "queue.max_size=3"))
@@ -273,3 +275,13 @@ def test_experiments_are_complete_recipes_and_debug_modes_apply_after_them():
     plain = composed()  # negative control: none of it by default
     assert (plain.data.name, list(plain.tags), plain.trainer.overfit_batches, plain.trainer.profile_steps) == \
         ("synthetic", [], 0, None)
+
+
+def test_auto_is_the_one_word_the_queue_takes():
+    """Issue 14.3: queue.workers and queue.max_size take an integer or `auto`, which travels as
+    such in the loaded config until training resolves it."""
+    config = load(composed("queue.workers=auto", "queue.max_size=auto"))
+    assert config.queue.workers == "auto" and config.queue.max_size == "auto"
+    assert load(composed("queue.workers=3", "queue.max_size=4")).queue.workers == 3
+    with pytest.raises(ConfigError, match="`queue.max_size` = 'Auto' is not allowed: an integer, or auto"):
+        validate(composed("queue.max_size=Auto"))  # negative control: only the word itself

@@ -22,6 +22,7 @@ modes unevenly (docs/performance.md has the figures). Modes:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import multiprocessing as mp
 from contextlib import nullcontext
@@ -45,6 +46,7 @@ KERAS_MODES = ("keras_threads", "keras_processes")
 def main(cfg: DictConfig) -> None:
     from app.augment import build_compose
     from app.data import load_source
+    from app.loader.settings import for_loading_only
     from app.training.rundir import hardware, versions, write_json
 
     config = load(cfg)
@@ -52,6 +54,8 @@ def main(cfg: DictConfig) -> None:
         raise config_error("trainer.backend", config.trainer.backend.value, "bench times the input pipelines "
                            "through Keras on TensorFlow (its peers are tf.data and PyDataset code); "
                            "benchmarks/gpu_check.sh measures training on JAX")
+    workers, max_size = for_loading_only(config.queue)  # `auto`: no training step here to balance
+    config = dataclasses.replace(config, queue=dataclasses.replace(config.queue, workers=workers, max_size=max_size))
     bench = config.bench
     build_compose(config.augment.transforms, config.data.image_size)
     source = load_source(config.data)  # generates the synthetic data once, before any timing

@@ -1,7 +1,8 @@
 """The one builder of the input pipeline, for every command (train, evaluate, predict, bench):
 a source's splits, each with its transforms → augmenters (the draft rule logged) → the enqueuer
-(workers, ring) → batches copied out one ahead (prefetch). Never imports TensorFlow, the model
-or training."""
+(workers, ring) → batches copied out one ahead (prefetch); and for the queue's `auto` probe, one
+sample built here as a worker builds it, and the cap on workers. Never imports TensorFlow, the
+model or training."""
 
 from __future__ import annotations
 
@@ -14,7 +15,10 @@ from app.augment import augmenters
 from app.loader import prefetch
 from app.loader.enqueuer import Enqueuer
 from app.loader.order import epoch_order
-from app.loader.settings import Settings
+from app.loader.settings import Settings, most_workers
+from app.loader.worker import make_sample
+
+__all__ = ["Loader", "batches", "build_loader", "every_sample", "make_sample", "most_workers"]
 
 Loader = Enqueuer  # what a command holds: start it with `with`, read batches with the functions below
 

@@ -3,8 +3,11 @@ keys, read once from a loaded config. No TensorFlow: worker processes import the
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from app.rules import AUTO, worker_limit
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,30 @@ class Settings:
     def from_config(cls, config, bad_log: Path | None = None, batch_size: int | None = None) -> Settings:
         """The settings `data` and `queue` of a loaded config (app/config.py) describe."""
         data, queue = config.data, config.queue
-        return cls(batch_size or data.batch_size, tuple(data.image_size), queue.workers, queue.use_multiprocessing,
-                   queue.max_size, str(queue.start_method.value), queue.timeout_s, queue.startup_timeout_s,
+        workers, max_size = for_loading_only(queue)
+        return cls(batch_size or data.batch_size, tuple(data.image_size), workers, queue.use_multiprocessing,
+                   max_size, str(queue.start_method.value), queue.timeout_s, queue.startup_timeout_s,
                    data.max_bad_fraction, bad_log)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity), not the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def most_workers(queue) -> tuple[int, str]:
+    """The cap on `auto` workers, and why: the usable cores, and queue.worker_limit (or the
+    machine's memory and core limit, app/rules.py)."""
+    cores = usable_cores()
+    limit, why = (queue.worker_limit, "queue.worker_limit") if queue.worker_limit else worker_limit()
+    return (cores, f"{cores} usable cores") if cores <= limit else (limit, why)
+
+
+def for_loading_only(queue) -> tuple[int, int]:
+    """(workers, max_size) of `auto` for a command that only loads (evaluate, predict, bench):
+    no training step to balance, so every core, and two slots."""
+    workers = most_workers(queue)[0] if queue.workers == AUTO else queue.workers
+    return workers, 2 if queue.max_size == AUTO else queue.max_size

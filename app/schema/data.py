@@ -81,9 +81,11 @@ class AugmentConfig:
 
 @dataclass
 class QueueConfig:
-    workers: int = 2
+    # An integer, or `auto`: chosen at start-up by a short probe (app/training/autotune.py).
+    # Any: OmegaConf's structured configs take no union of int and str.
+    workers: Any = 2
     use_multiprocessing: bool = True
-    max_size: int = 2
+    max_size: Any = 2
     shuffle: bool = True
     start_method: StartMethod = StartMethod.spawn
     timeout_s: float = 120.0  # for one batch, once the workers have started

@@ -135,7 +135,7 @@ def _train(config: Config, run_dir: Path, summary: Summary, state: RunState, cal
 
         devices.check_one_run_dir(run_dir)
     source, steps = _data(config, run_dir, placement.writes)
-    from app.training import recipe
+    from app.training import queue_plan, recipe
 
     recipe.check_monitor(config, source.class_names)
     weights = recipe.class_weights(config, source.train.labels, source.class_names)
@@ -145,7 +145,11 @@ def _train(config: Config, run_dir: Path, summary: Summary, state: RunState, cal
             net, point = _model(config, source, run_dir, state, steps)
             if point and placement.writes:
                 _redo_after(run_dir, state.epoch, point.state["step"])
-            predicted = _memory_plan(config, source, net, placement, summary)
+            plans = queue_plan.planner(config, source.train, net, device_is_host=not placement.gpus)
+            config, choice = queue_plan.resolved(config, source.train, net, plans, weights)
+            if choice:
+                summary.update(queue_auto=choice.record())
+            predicted = queue_plan.checked(config, plans, summary)
             loader = _loader(config, source, run_dir, placement)
             summary.update(queue_bytes=loader.queue_bytes)
             from app.training.epochs import Epochs  # Keras is loaded by now
@@ -159,37 +163,6 @@ def _train(config: Config, run_dir: Path, summary: Summary, state: RunState, cal
                          100 * (predicted - measured) / measured)
     finally:
         keras.mixed_precision.set_global_policy("float32")
-
-
-def _memory_plan(config: Config, source, net, placement, summary: Summary) -> float | None:
-    """The predicted host peak (MiB; `python -m app plan` shows it part by part), logged and kept in
-    summary.json; above `queue.memory_budget_mb`, the run is refused before any worker starts.
-    None when this machine's probe cannot be taken (and there is no budget to hold the run to)."""
-    from app import memory_plan
-    from app.machine_probe import measured
-    from app.model import memory_facts
-
-    budget = config.queue.memory_budget_mb
-    try:
-        probe = measured()
-    except (RuntimeError, AppError, OSError) as error:  # the plan informs; it must not stop a run without a budget
-        if budget is not None:
-            raise
-        log.warning("no memory plan: this machine's probe failed (%s)", error)
-        return None
-    facts = memory_facts(net, config.trainer.precision.value)
-    plan = memory_plan.plan_for(config, source.train, facts, probe, device_is_host=not placement.gpus)
-    summary.update(memory_plan=plan.record())
-    log.info("memory plan: host peak %.0f MiB predicted, device %.0f MiB (python -m app plan: part by part)",
-             plan.host_mib, plan.device_mib)
-    if budget is not None and plan.host_mib > budget:
-        fixed = memory_plan.fixes(plan, probe, facts, budget)
-        raise config_error("queue.memory_budget_mb", budget, f"the predicted host peak is {plan.host_mib:.0f} MiB "
-                           f"(python -m app plan shows its parts); "
-                           + (f"within the budget: {'; or '.join(fixed)}" if fixed else
-                              "no smaller queue.max_size, data.batch_size or queue.workers alone fits: "
-                              "raise the budget or use smaller images"))
-    return plan.host_mib
 
 
 def _loader(config: Config, source, run_dir: Path, placement):
