@@ -19,9 +19,14 @@ def test_plan_prints_the_parts_the_verdict_and_the_article_table(tmp_path):
     plan = json.loads((tmp_path / "plan" / "plan.json").read_text())
     assert plan["limit"] == {"name": "queue.memory_budget_mb", "mib": 1.0} and plan["fixes"] == []
     assert plan["host_peak_mib"] > plan["probe"]["trainer_mib"] > 100 and plan["device_mib"] > 0
-    # negative control: without a budget it is measured against the memory available, and fits
-    roomy = app("plan", *TINY, "hydra.run.dir=plan2", cwd=tmp_path)
+    assert plan["queue_auto"] is None and "(auto, from a probe" not in out
+    # negative control: without a budget it is measured against the memory available, and fits;
+    # with `auto` (issue 14.3) it runs train's probe and plans for what that chooses
+    roomy = app("plan", *TINY, "queue.workers=auto", "queue.max_size=auto", "hydra.run.dir=plan2", cwd=tmp_path)
     assert roomy.returncode == 0 and "fits the memory available now" in roomy.stdout
+    chosen = json.loads((tmp_path / "plan2" / "plan.json").read_text())["queue_auto"]
+    assert f"queue.workers={chosen['workers']} queue.max_size={chosen['max_size']} (auto, from a probe" in roomy.stdout
+    assert f"the ring ({chosen['max_size']} slot(s)" in roomy.stdout and f"{chosen['workers']} worker" in roomy.stdout
 
 
 def test_train_refuses_a_config_predicted_above_its_budget(tmp_path):

@@ -336,3 +336,38 @@ def profiled_steps(logdir: Path) -> list[int]:
                 if plane.event_metadata[event.metadata_id].name == "train":
                     found += [s.int64_value for s in event.stats if names[s.metadata_id] == "step_num"]
     return sorted(found)
+
+
+def _trained(run: Path) -> list[np.ndarray]:
+    import keras
+
+    import app.training.objectives  # noqa: F401 - the checkpoint's metric classes
+
+    last = sorted((run / "checkpoints").glob("step-*"))[-1]  # with its optimizer, unlike model.keras
+    model = keras.saving.load_model(last / "model.keras")
+    return [v.numpy() for v in [*model.weights, *model.optimizer.variables]]
+
+
+def test_auto_queue_trains_exactly_as_the_values_it_chose(tmp_path):
+    """Issue 14.3: the probe behind queue.workers=auto and queue.max_size=auto updates no weight
+    and draws no random number: a seeded run with `auto` ends with the very weights of a run
+    given the chosen values (tests/training/test_autotune.py has the probe's own checks)."""
+    common = [*TINY, "trainer.epochs=1", "trainer.deterministic=true", "model.dropout=0.5"]
+    result = app("train", *common, "queue.workers=auto", "queue.max_size=auto", "hydra.run.dir=auto", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "auto" / "summary.json").read_text())
+    chosen = summary["queue_auto"]
+    assert chosen["workers"] >= 1 and chosen["max_size"] >= 1 and chosen["step_ms"] > 0 and chosen["sample_ms"] > 0
+    assert f"workers={chosen['workers']}" in chosen["reason"] and f"max_size={chosen['max_size']}" in chosen["reason"]
+    log = (tmp_path / "auto" / "train.log").read_text()
+    assert f"queue auto: workers {chosen['workers']}, max_size {chosen['max_size']} (" in log
+    assert f"queue: {chosen['workers']} processes, max_size {chosen['max_size']}" in log
+    assert summary["queue_bytes"] == chosen["max_size"] * 4 * 32 * 32 * 3
+    given = [f"queue.workers={chosen['workers']}", f"queue.max_size={chosen['max_size']}"]
+    result = app("train", *common, *given, "hydra.run.dir=given", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "queue_auto" not in json.loads((tmp_path / "given" / "summary.json").read_text())
+    auto, explicit = _trained(tmp_path / "auto"), _trained(tmp_path / "given")
+    assert len(auto) == len(explicit) and all(np.array_equal(a, b) for a, b in zip(auto, explicit, strict=True))
+    rows = [(tmp_path / run / "metrics.csv").read_text().splitlines()[1].split(",")[:3] for run in ("auto", "given")]
+    assert rows[0] == rows[1]  # epoch, loss, accuracy

@@ -1,0 +1,132 @@
+"""Issue 14.3: `queue.workers=auto`, `queue.max_size=auto`. The choice from the probe's timings
+(arithmetic, with made-up timings), the probe's sample timing on real JPEG files, and its step
+timing on a real compiled model that it must leave exactly as it found it."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import keras
+import numpy as np
+import pytest
+from PIL import Image
+
+from app.augment import Augmenter
+from app.data.source import FileSplit
+from app.loader import settings
+from app.loader.worker import make_sample
+from app.model import classifier
+from app.training.autotune import Timings, choose, kept, time_samples, time_step
+
+
+@pytest.fixture(autouse=True)
+def eight_cores(monkeypatch):
+    monkeypatch.setattr(settings, "usable_cores", lambda: 8)
+
+
+def auto(**kw):
+    return SimpleNamespace(**{"workers": "auto", "max_size": "auto", "worker_limit": 16, **kw})
+
+
+def always(workers, max_size):
+    return True
+
+
+def steady(sample_ms: float, step_ms: float, n: int = 32) -> Timings:
+    return Timings([sample_ms / 1e3] * n, [step_ms / 1e3] * 3)
+
+
+def test_the_fewest_workers_that_keep_the_step_fed():
+    # a batch of 32 at 10 ms a sample is 320 ms of work; a step is 100 ms: 4 workers build it in 80
+    choice = choose(steady(10, 100), 32, auto(), always)
+    assert (choice.workers, choice.max_size) == (4, 1)
+    assert choice.figures["predicted_data_wait"] == 0.0 and "the fewest" in choice.reason
+    # negative control: a slower step needs fewer, a faster one more
+    assert choose(steady(10, 400), 32, auto(), always).workers == 1
+    assert choose(steady(10, 50), 32, auto(), always).workers == 7
+
+
+def test_capped_by_the_cores_and_worker_limit_when_the_loader_bounds_training():
+    choice = choose(steady(10, 10), 32, auto(), always)
+    assert choice.workers == 8 and "the most allowed (8 usable cores)" in choice.reason
+    assert choice.max_size == 1 and "only hold memory" in choice.reason  # the ring would stay empty
+    assert choose(steady(10, 10), 32, auto(worker_limit=3), always).workers == 3
+
+
+def test_max_size_absorbs_the_jitter_of_a_batch():
+    # the mean batch (2 workers) is 80 ms, within a 100 ms step: one slot when samples are steady
+    assert choose(steady(5, 100), 32, auto(), always).max_size == 1
+    jittery = Timings(list(np.random.default_rng(0).choice([0.001, 0.3], 64, p=[0.97, 0.03])), [0.1] * 3)
+    choice = choose(jittery, 32, auto(), always)
+    assert choice.max_size > 1 and "95th percentile" in choice.reason
+    assert choice.max_size <= 5  # a 95th-percentile batch (~320 ms) within that many 100 ms steps
+
+
+def test_the_memory_limit_comes_first():
+    jittery = Timings(list(np.random.default_rng(0).choice([0.001, 0.3], 64, p=[0.97, 0.03])), [0.1] * 3)
+    roomy = choose(jittery, 32, auto(), always)
+    tight = choose(jittery, 32, auto(), lambda workers, max_size: max_size == 1 and workers <= 1)
+    assert roomy.max_size > 1 and (tight.workers, tight.max_size) == (1, 1)
+    assert "by the memory limit" in tight.reason
+
+
+def test_a_value_the_user_gave_is_kept():
+    assert choose(steady(10, 100), 32, auto(workers=2), always).workers == 2
+    assert choose(steady(10, 100), 32, auto(max_size=5), always).max_size == 5
+
+
+@pytest.fixture(scope="module")
+def jpegs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("jpegs")
+    rng = np.random.default_rng(0)
+    paths = []
+    for i in range(6):
+        path = folder / f"{i}.jpg"
+        Image.fromarray(rng.integers(0, 255, (40, 48, 3), np.uint8)).save(path, quality=90)
+        paths.append(str(path))
+    (folder / "bad.jpg").write_bytes(b"not a jpeg")
+    return FileSplit(paths[:2] + [str(folder / "bad.jpg")] + paths[2:], [0, 1, 2, 0, 1, 2, 0])
+
+
+def test_samples_are_timed_as_a_worker_builds_them(jpegs):
+    augmenter = Augmenter([{"_target_": "albumentations.HorizontalFlip", "p": 0.5}], (16, 16))
+    times, images, built = time_samples(jpegs, augmenter, range(len(jpegs)), seed=3)
+    assert built == [0, 1, 3, 4, 5, 6]  # the unreadable file passed over
+    assert len(times) == len(built) - 1 and all(t > 0 for t in times)  # the first builds the augmentation
+    for index, image in zip(built, images, strict=True):  # the samples epoch 0 gives, bit for bit
+        assert np.array_equal(image, make_sample(jpegs, augmenter, index, 3, 0))
+    other_seed = [make_sample(jpegs, augmenter, index, 4, 0) for index in built]  # negative control
+    assert any(not np.array_equal(a, b) for a, b in zip(images, other_seed, strict=True))
+
+
+@pytest.fixture(scope="module")
+def net():
+    keras.utils.set_random_seed(0)
+    backbone = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3), keras.layers.Dropout(0.5),
+                                 keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3, activation="softmax")])
+    model = classifier(backbone, (8, 8))
+    model.compile(optimizer=keras.optimizers.Adam(0.1), loss="sparse_categorical_crossentropy",
+                  metrics=["accuracy"])
+    return model
+
+
+def values(model) -> list[np.ndarray]:
+    return [v.numpy().copy() for v in [*model.variables, *model.optimizer.variables, *model.metrics_variables]]
+
+
+def test_the_step_probe_leaves_the_model_as_it_found_it(net):
+    batch = (np.random.default_rng(1).integers(0, 255, (4, 8, 8, 3), np.uint8), np.array([0, 1, 2, 0]))
+    times = time_step(net, batch)
+    before = values(net)
+    seeds = [v for v in net.variables if "seed" in v.path]
+    assert seeds, "Dropout's seed state is one of the variables put back"
+    assert len(times) == 3 and all(t > 0 for t in times)
+    assert all(np.array_equal(a, b) for a, b in zip(before, values(net), strict=True))
+    time_step(net, batch)
+    assert all(np.array_equal(a, b) for a, b in zip(before, values(net), strict=True))
+    # negative control: inside `kept` the same steps do change the weights, the optimizer and the seed
+    with kept(net):
+        net.train_on_batch(*batch)
+        changed = [not np.array_equal(a, b) for a, b in zip(before, values(net), strict=True)]
+        assert sum(changed) > len(seeds) + 2
+    assert all(np.array_equal(a, b) for a, b in zip(before, values(net), strict=True))
