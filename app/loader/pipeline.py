@@ -15,10 +15,10 @@ from app.augment import augmenters
 from app.loader import prefetch
 from app.loader.enqueuer import Enqueuer
 from app.loader.order import epoch_order
-from app.loader.settings import Settings, most_workers
+from app.loader.settings import Settings, most_workers, usable_cores
 from app.loader.worker import make_sample
 
-__all__ = ["Loader", "batches", "build_loader", "every_sample", "make_sample", "most_workers"]
+__all__ = ["Loader", "batches", "build_loader", "every_sample", "make_sample", "most_workers", "usable_cores"]
 
 Loader = Enqueuer  # what a command holds: start it with `with`, read batches with the functions below
 

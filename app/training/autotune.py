@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.errors import BadSampleError, DataError
-from app.loader.pipeline import make_sample, most_workers
+from app.loader.pipeline import make_sample, most_workers, usable_cores
 from app.rules import AUTO
 
 log = logging.getLogger("app.train")
@@ -42,10 +42,55 @@ SLOW_BATCH_Z = 1.645  # a batch's 95th percentile: its mean + z standard deviati
 
 @dataclass(frozen=True)
 class Timings:
-    """What the probe measured: seconds each sample took to build, and each training step."""
+    """What the probe measured: seconds each sample took to build; each training step's seconds,
+    and the CPU seconds the training process spent in it (its threads together)."""
 
     sample_s: list[float]
     step_s: list[float]
+    step_cpu_s: list[float]
+
+
+@dataclass(frozen=True)
+class Cycle:
+    """The time between two batches trained, predicted for w workers: the longest of the step,
+    a batch's samples split between the workers, and all the CPU work of a batch (the step's and
+    the samples') spread over the cores, which workers and the step share."""
+
+    t: Timings
+    batch_size: int
+    cores: int
+
+    @property
+    def sample_s(self) -> float:
+        return float(np.mean(self.t.sample_s))
+
+    @property
+    def step_s(self) -> float:
+        return float(np.median(self.t.step_s))
+
+    @property
+    def shared_s(self) -> float:
+        return (float(np.median(self.t.step_cpu_s)) + self.batch_size * self.sample_s) / self.cores
+
+    def batch_s(self, workers: int) -> float:
+        return self.batch_size * self.sample_s / max(workers, 1)
+
+    def __call__(self, workers: int) -> float:
+        return max(self.step_s, self.batch_s(workers), self.shared_s)
+
+    def wait(self, workers: int) -> float:
+        """The share of the time the step would wait on the loader."""
+        return 1 - max(self.step_s, self.shared_s) / self(workers)
+
+    def slow_batch_s(self, workers: int) -> float:
+        """A batch's 95th percentile: each worker's share of it varies as its samples do."""
+        share = self.batch_size / max(workers, 1)
+        return self.batch_s(workers) + SLOW_BATCH_Z * float(np.std(self.t.sample_s)) * math.sqrt(share)
+
+    def describe(self, workers: int) -> str:
+        return (f"a batch every {self(workers) * 1e3:.0f} ms: the step {self.step_s * 1e3:.0f}, the samples "
+                f"{self.batch_s(workers) * 1e3:.0f} on {workers} worker(s), all the CPU work on {self.cores} "
+                f"core(s) {self.shared_s * 1e3:.0f}")
 
 
 @dataclass(frozen=True)
@@ -67,48 +112,44 @@ def wanted(queue) -> bool:
 def choose(t: Timings, batch_size: int, queue, fits: Callable[[int, int], bool]) -> Choice:
     """The workers and slots for `queue` (its non-`auto` values kept) from the probe's timings;
     `fits(workers, max_size)`: whether the memory plan of that pair is within the limit."""
-    mean_s, std_s = float(np.mean(t.sample_s)), float(np.std(t.sample_s))
-    step_s, fastest_s = float(np.median(t.step_s)), float(np.min(t.step_s))
     cap, cap_why = most_workers(queue)
-
-    def batch_s(w: int) -> float:  # the samples of a batch split between w workers
-        return batch_size * mean_s / w
-
-    def wait(w: int) -> float:
-        return max(0.0, 1 - step_s / batch_s(w))
-
+    cycle = Cycle(t, batch_size, usable_cores())
     reasons = []
     workers = queue.workers
     if workers == AUTO:
-        workers = next((w for w in range(1, cap + 1) if wait(w) < WAIT_TARGET), cap)
-        if wait(workers) < WAIT_TARGET:
-            reasons.append(f"workers={workers}: the fewest that build a batch ({batch_s(workers) * 1e3:.0f} ms) "
-                           f"within a step ({step_s * 1e3:.0f} ms)")
-        else:
-            reasons.append(f"workers={workers}: the most allowed ({cap_why}); the loader still bounds training "
-                           f"(a batch {batch_s(workers) * 1e3:.0f} ms, a step {step_s * 1e3:.0f} ms)")
+        best = cycle(cap)
+        workers = next(w for w in range(1, cap + 1) if 1 - best / cycle(w) < WAIT_TARGET)
+        limited = cycle.batch_s(workers) >= max(cycle.step_s, cycle.shared_s)
+        why = f"the most allowed ({cap_why}), and the loader still bounds training" if limited else \
+            f"the fewest within {100 * WAIT_TARGET:.0f} % of the best"
+        reasons.append(f"workers={workers}: {why}; {cycle.describe(workers)}")
         while workers > 1 and not fits(workers, 1):
             workers -= 1
             reasons.append(f"down to {workers} by the memory limit")
     max_size = queue.max_size
-    slow_s = batch_s(workers) + SLOW_BATCH_Z * std_s * math.sqrt(batch_size / max(workers, 1))
     if max_size == AUTO:
-        if workers == 0 or batch_s(workers) >= step_s:
-            max_size = 1
-            reasons.append("max_size=1: the step takes each batch as soon as it is built, more slots would "
-                           "only hold memory")
-        else:
-            max_size = max(1, math.ceil(slow_s / fastest_s))
-            reasons.append(f"max_size={max_size}: a slow batch ({slow_s * 1e3:.0f} ms, 95th percentile) within "
-                           f"that many of the fastest steps ({fastest_s * 1e3:.0f} ms)")
-            while max_size > 1 and not fits(workers, max_size):
-                max_size -= 1
-                reasons.append(f"max_size down to {max_size} by the memory limit")
-    figures = {"sample_ms": round(mean_s * 1e3, 3), "sample_std_ms": round(std_s * 1e3, 3),
-               "samples_probed": len(t.sample_s), "step_ms": round(step_s * 1e3, 2),
-               "fastest_step_ms": round(fastest_s * 1e3, 2), "batch_ms": round(batch_s(max(workers, 1)) * 1e3, 2),
-               "predicted_data_wait": round(wait(max(workers, 1)), 3), "workers_cap": cap}
+        max_size, why = _slots(cycle, workers)
+        reasons.append(why)
+        while max_size > 1 and not fits(workers, max_size):
+            max_size -= 1
+            reasons.append(f"max_size down to {max_size} by the memory limit")
+    figures = {"sample_ms": round(cycle.sample_s * 1e3, 3), "sample_std_ms": round(float(np.std(t.sample_s)) * 1e3, 3),
+               "samples_probed": len(t.sample_s), "step_ms": round(cycle.step_s * 1e3, 2),
+               "step_cpu_ms": round(float(np.median(t.step_cpu_s)) * 1e3, 2), "cores": cycle.cores,
+               "batch_ms": round(cycle.batch_s(workers) * 1e3, 2), "cycle_ms": round(cycle(workers) * 1e3, 2),
+               "predicted_data_wait": round(cycle.wait(workers), 3), "workers_cap": cap}
     return Choice(int(workers), int(max_size), "; ".join(reasons), figures)
+
+
+def _slots(cycle: Cycle, workers: int) -> tuple[int, str]:
+    """The fewest ring slots that keep a slow batch from stalling the step, and why."""
+    pace = max(float(np.min(cycle.t.step_s)), cycle.shared_s)  # how fast the step can empty the ring
+    if workers == 0 or cycle.batch_s(workers) >= pace:
+        return 1, "max_size=1: each batch is taken as soon as it is built, more slots would only hold memory"
+    slow = cycle.slow_batch_s(workers)
+    slots = max(1, math.ceil(slow / pace))
+    return slots, (f"max_size={slots}: a slow batch ({slow * 1e3:.0f} ms, 95th percentile) within that many "
+                   f"batches taken ({pace * 1e3:.0f} ms each at the fastest)")
 
 
 def time_samples(split, augmenter, indices, seed: int) -> tuple[list[float], list[np.ndarray], list[int]]:
@@ -138,9 +179,10 @@ def time_samples(split, augmenter, indices, seed: int) -> tuple[list[float], lis
     return times, images, built
 
 
-def time_step(net, batch: tuple, class_weights=None) -> list[float]:
+def time_step(net, batch: tuple, class_weights=None) -> tuple[list[float], list[float]]:
     """Seconds of each of STEP_CALLS training steps on `batch` (images, labels), after one that
-    traces the step; the model, its optimizer and its metrics left as they were."""
+    traces the step, and the CPU seconds of this process in each; the model, its optimizer and
+    its metrics left as they were."""
     from app.training.steps import Feed, build_metrics
 
     build_metrics(net)  # before the train function exists (JAX fixes its state's shape then)
@@ -149,18 +191,19 @@ def time_step(net, batch: tuple, class_weights=None) -> list[float]:
     calls_needed = 1 + STEP_CALLS
     feed = Feed([batch] * calls_needed * net.steps_per_execution, calls_needed * net.steps_per_execution,
                 class_weights)
-    times = []
+    times, cpu = [], []
     with kept(net):
         net.make_train_function()
         step_calls = feed.calls(net, "train")
         for _ in range(calls_needed):
-            started = time.perf_counter()
+            started, started_cpu = time.perf_counter(), time.process_time()
             logs = step_calls()
             float(np.asarray(logs["loss"]))  # the step has finished on the device
             times.append((time.perf_counter() - started) / net.steps_per_execution)
+            cpu.append((time.process_time() - started_cpu) / net.steps_per_execution)
         step_calls.sync()
     feed.close()
-    return times[1:]
+    return times[1:], cpu[1:]
 
 
 class kept:  # noqa: N801 - used as a context manager
@@ -201,8 +244,8 @@ def probe_and_choose(config, split, net, fits: Callable[[int, int], bool], class
     rows = np.resize(np.arange(len(built)), batch_size)  # fewer than a batch built: repeated
     images = np.stack([images[i] for i in rows])
     labels = np.asarray(split.labels, np.int64)[np.asarray(built)[rows]]
-    step_s = time_step(net, (images, labels), class_weights)
-    choice = choose(Timings(sample_s, step_s), batch_size, config.queue, fits)
+    step_s, step_cpu_s = time_step(net, (images, labels), class_weights)
+    choice = choose(Timings(sample_s, step_s, step_cpu_s), batch_size, config.queue, fits)
     log.info("queue auto: workers %d, max_size %d (%s)", choice.workers, choice.max_size, choice.reason)
     return choice
 

@@ -16,12 +16,18 @@ from app.data.source import FileSplit
 from app.loader import settings
 from app.loader.worker import make_sample
 from app.model import classifier
+from app.training import autotune
 from app.training.autotune import Timings, choose, kept, time_samples, time_step
+
+
+def use_cores(monkeypatch, n: int) -> None:
+    monkeypatch.setattr(settings, "usable_cores", lambda: n)
+    monkeypatch.setattr(autotune, "usable_cores", lambda: n)
 
 
 @pytest.fixture(autouse=True)
 def eight_cores(monkeypatch):
-    monkeypatch.setattr(settings, "usable_cores", lambda: 8)
+    use_cores(monkeypatch, 8)
 
 
 def auto(**kw):
@@ -32,8 +38,8 @@ def always(workers, max_size):
     return True
 
 
-def steady(sample_ms: float, step_ms: float, n: int = 32) -> Timings:
-    return Timings([sample_ms / 1e3] * n, [step_ms / 1e3] * 3)
+def steady(sample_ms: float, step_ms: float, cpu_ms: float = 0.0, n: int = 32) -> Timings:
+    return Timings([sample_ms / 1e3] * n, [step_ms / 1e3] * 3, [cpu_ms / 1e3] * 3)
 
 
 def test_the_fewest_workers_that_keep_the_step_fed():
@@ -53,17 +59,30 @@ def test_capped_by_the_cores_and_worker_limit_when_the_loader_bounds_training():
     assert choose(steady(10, 10), 32, auto(worker_limit=3), always).workers == 3
 
 
+def test_workers_and_the_step_share_the_cores(monkeypatch):
+    """Without a GPU the step's own CPU time takes the cores the workers need: a second worker
+    that would build batches faster than the step alone takes them gains nothing when every
+    core is already busy."""
+    use_cores(monkeypatch, 2)
+    # 160 ms of samples a batch, a 100 ms step that keeps 2 cores busy: 180 ms a batch either way
+    shared = choose(steady(5, 100, cpu_ms=200), 32, auto(), always)
+    assert shared.workers == 1 and shared.figures["cycle_ms"] == 180.0 and "on 2 core(s) 180" in shared.reason
+    assert choose(steady(5, 100, cpu_ms=0), 32, auto(), always).workers == 2  # negative control: a step on a GPU
+    # 320 ms of samples: a second worker does help, down to the cores' 235 ms
+    assert choose(steady(10, 100, cpu_ms=150), 32, auto(), always).workers == 2
+
+
 def test_max_size_absorbs_the_jitter_of_a_batch():
     # the mean batch (2 workers) is 80 ms, within a 100 ms step: one slot when samples are steady
     assert choose(steady(5, 100), 32, auto(), always).max_size == 1
-    jittery = Timings(list(np.random.default_rng(0).choice([0.001, 0.3], 64, p=[0.97, 0.03])), [0.1] * 3)
+    jittery = Timings(list(np.random.default_rng(0).choice([0.001, 0.3], 64, p=[0.97, 0.03])), [0.1] * 3, [0.0] * 3)
     choice = choose(jittery, 32, auto(), always)
     assert choice.max_size > 1 and "95th percentile" in choice.reason
     assert choice.max_size <= 5  # a 95th-percentile batch (~320 ms) within that many 100 ms steps
 
 
 def test_the_memory_limit_comes_first():
-    jittery = Timings(list(np.random.default_rng(0).choice([0.001, 0.3], 64, p=[0.97, 0.03])), [0.1] * 3)
+    jittery = Timings(list(np.random.default_rng(0).choice([0.001, 0.3], 64, p=[0.97, 0.03])), [0.1] * 3, [0.0] * 3)
     roomy = choose(jittery, 32, auto(), always)
     tight = choose(jittery, 32, auto(), lambda workers, max_size: max_size == 1 and workers <= 1)
     assert roomy.max_size > 1 and (tight.workers, tight.max_size) == (1, 1)
@@ -116,11 +135,11 @@ def values(model) -> list[np.ndarray]:
 
 def test_the_step_probe_leaves_the_model_as_it_found_it(net):
     batch = (np.random.default_rng(1).integers(0, 255, (4, 8, 8, 3), np.uint8), np.array([0, 1, 2, 0]))
-    times = time_step(net, batch)
+    times, cpu = time_step(net, batch)
     before = values(net)
     seeds = [v for v in net.variables if "seed" in v.path]
     assert seeds, "Dropout's seed state is one of the variables put back"
-    assert len(times) == 3 and all(t > 0 for t in times)
+    assert len(times) == len(cpu) == 3 and all(t > 0 for t in times) and all(c > 0 for c in cpu)
     assert all(np.array_equal(a, b) for a, b in zip(before, values(net), strict=True))
     time_step(net, batch)
     assert all(np.array_equal(a, b) for a, b in zip(before, values(net), strict=True))
