@@ -58,3 +58,13 @@ def test_plots_start_at_zero_show_each_repeat_the_prediction_and_the_best_trial(
              for m in ("resnet", "keras_app")]
     _, _, other = _figure_of(tmp_path / "b", names)
     assert other.axes[0].get_xscale() == "linear" and not [x for x in other.axes[0].lines if x.get_linestyle() == "--"]
+
+
+def test_an_auto_value_shows_what_it_chose(tmp_path):
+    runs = _runs(tmp_path, [{"overrides": ["queue.workers=auto", "queue.max_size=auto"],
+                             "queue_auto": {"workers": 2, "max_size": 1}},
+                            {"overrides": ["queue.workers=1", "queue.max_size=auto"]},  # failed before choosing
+                            {"overrides": ["queue.workers=3", "queue.max_size=2"]}])
+    _, _, rows = table(runs)
+    assert [(r["queue.workers"], r["queue.max_size"]) for r in rows] == [("auto (2)", "auto (1)"), ("1", "auto"),
+                                                                         ("3", "2")]

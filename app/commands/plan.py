@@ -31,7 +31,7 @@ def main(cfg: DictConfig) -> float:
     from app.data import load_source
     from app.frameworks import use_backend
     from app.machine_probe import measured
-    from app.training import queue_plan
+    from app.training import autotune, queue_plan
     from app.training.rundir import write_json
 
     config = load(cfg)
@@ -40,8 +40,9 @@ def main(cfg: DictConfig) -> float:
     probe = measured()  # here, unlike train, a plan is the point: a failed probe is the command's error
     net, gpus = _model(config, source)
     plans = queue_plan.planner(config, source.train, net, device_is_host=not gpus)
-    config, choice = queue_plan.resolved(config, source.train, net, plans)
+    choice = queue_plan.probed(config, source.train, net, plans)
     if choice:
+        config = autotune.applied(config, choice)
         print(f"queue.workers={config.queue.workers} queue.max_size={config.queue.max_size} "
               f"(auto, from a probe of the data and the step: {choice.reason})\n")
     plan = plans.for_queue(config.queue.workers, config.queue.max_size)

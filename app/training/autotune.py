@@ -8,12 +8,15 @@ randomness: a sample's augmentation is drawn from (seed, epoch, index) alone, an
 state is one of the variables put back. So a seeded `auto` run trains exactly as a run given
 the chosen values does.
 
-The choice (`choose`, arithmetic only): the fewest workers whose mean batch time (a batch's
-samples split between them) keeps the predicted data wait under WAIT_TARGET, capped by the cores
-this process may use and queue.worker_limit (or the machine's limit); the fewest ring slots that
-absorb a slow batch (its 95th percentile against the fastest step); one slot when the loader is
-the bottleneck anyway. Both within queue.memory_budget_mb (or the memory available), by the
-memory plan (app/memory_plan.py). A value the user gave is kept.
+The choice (`choose`, arithmetic only) predicts the time between two batches trained for each
+worker count (`Cycle`): the longest of the step, a batch's samples split between the workers,
+and all the CPU work of a batch (the step's and the samples') spread over the cores, which the
+workers and the step share. It takes the fewest workers within WAIT_TARGET of the best, capped
+by the cores this process may use and queue.worker_limit (or the machine's limit); then the
+fewest ring slots that hold a slow batch (its 95th percentile) while the step takes the ones
+before it; one slot when the loader is the bottleneck anyway. Both within queue.memory_budget_mb
+(or the memory available), by the memory plan (app/memory_plan.py). A value the user gave is
+kept. Never imports the loader's internals (app/loader/pipeline.py only).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,7 +37,7 @@ from app.rules import AUTO
 
 log = logging.getLogger("app.train")
 
-WAIT_TARGET = 0.05  # predicted share of the time the step waits on the loader
+WAIT_TARGET = 0.05  # how much slower than the best a batch may come (the step waiting on the loader)
 PROBE_SECONDS = 3.0  # building samples stops after this long (at least MIN_SAMPLES), or at one batch
 MIN_SAMPLES = 4
 STEP_CALLS = 3  # timed calls into the compiled step, after one that traces it
@@ -158,7 +162,6 @@ def time_samples(split, augmenter, indices, seed: int) -> tuple[list[float], lis
     An unreadable sample is passed over: the run's own policy deals with it."""
     import cv2
 
-
     threads = cv2.getNumThreads()
     cv2.setNumThreads(0)  # as in a worker (app/loader/worker.py)
     times, images, built = [], [], []
@@ -206,27 +209,25 @@ def time_step(net, batch: tuple, class_weights=None) -> tuple[list[float], list[
     return times[1:], cpu[1:]
 
 
-class kept:  # noqa: N801 - used as a context manager
-    """Every variable of `net` (its layers' weights and seed states, its optimizer's, its
-    metrics') as on entry, put back on exit; an error if the probe created one."""
+def _variables(net) -> list:
+    """Every variable a training step may change: the layers' weights and seed states, the
+    optimizer's (its iteration count and accumulators included), the metrics'."""
+    return [*net.trainable_variables, *net.non_trainable_variables, *net.optimizer.variables,
+            *net.metrics_variables]
 
-    def __init__(self, net):
-        self.net = net
 
-    def _variables(self) -> list:
-        net = self.net
-        return [*net.trainable_variables, *net.non_trainable_variables, *net.optimizer.variables,
-                *net.metrics_variables]
-
-    def __enter__(self):
-        self.saved = [(v, np.array(v.numpy(), copy=True)) for v in self._variables()]
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for variable, value in self.saved:
+@contextmanager
+def kept(net):
+    """Every variable of `net` as on entry, put back on exit; an error if the probe created one."""
+    variables = _variables(net)
+    saved = [np.array(v.numpy(), copy=True) for v in variables]
+    try:
+        yield
+    finally:
+        for variable, value in zip(variables, saved, strict=True):
             variable.assign(value)
-        if len(self._variables()) != len(self.saved):
-            raise RuntimeError("the queue probe's training step created variables it cannot put back")
+    if len(_variables(net)) != len(saved):
+        raise RuntimeError("the queue probe's training step created variables it cannot put back")
 
 
 def probe_and_choose(config, split, net, fits: Callable[[int, int], bool], class_weights=None) -> Choice:

@@ -66,14 +66,14 @@ def planner(config, split, net, device_is_host: bool) -> Planner:
     return Planner(config, plan, probe, facts)
 
 
-def resolved(config, split, net, plans: Planner, class_weights=None):
-    """`config` with `auto` queue values chosen by the probe, and the choice (None without `auto`)."""
+def probed(config, split, net, plans: Planner, class_weights=None):
+    """The choice of the probe (app/training/autotune.py) for `config`'s `auto` queue values, or
+    None when it has none. `config.data.batch_size`: the rows this process loads of each batch."""
     from app.training import autotune
 
     if not autotune.wanted(config.queue):
-        return config, None
-    choice = autotune.probe_and_choose(config, split, net, plans.fits(), class_weights)
-    return autotune.applied(config, choice), choice
+        return None
+    return autotune.probe_and_choose(config, split, net, plans.fits(), class_weights)
 
 
 def checked(config, plans: Planner, summary) -> float | None:

@@ -8,6 +8,7 @@ Never imports the loader's internals: only app/loader/pipeline.py and order.py.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from pathlib import Path
@@ -135,7 +136,7 @@ def _train(config: Config, run_dir: Path, summary: Summary, state: RunState, cal
 
         devices.check_one_run_dir(run_dir)
     source, steps = _data(config, run_dir, placement.writes)
-    from app.training import queue_plan, recipe
+    from app.training import autotune, queue_plan, recipe
 
     recipe.check_monitor(config, source.class_names)
     weights = recipe.class_weights(config, source.train.labels, source.class_names)
@@ -146,8 +147,9 @@ def _train(config: Config, run_dir: Path, summary: Summary, state: RunState, cal
             if point and placement.writes:
                 _redo_after(run_dir, state.epoch, point.state["step"])
             plans = queue_plan.planner(config, source.train, net, device_is_host=not placement.gpus)
-            config, choice = queue_plan.resolved(config, source.train, net, plans, weights)
+            choice = queue_plan.probed(_share(config, placement), source.train, net, plans, weights)
             if choice:
+                config = autotune.applied(config, choice)
                 summary.update(queue_auto=choice.record())
             predicted = queue_plan.checked(config, plans, summary)
             loader = _loader(config, source, run_dir, placement)
@@ -163,6 +165,13 @@ def _train(config: Config, run_dir: Path, summary: Summary, state: RunState, cal
                          100 * (predicted - measured) / measured)
     finally:
         keras.mixed_precision.set_global_policy("float32")
+
+
+def _share(config: Config, placement) -> Config:
+    """`config` with data.batch_size this process's rows of each global batch: its share under
+    data_parallel over several processes, else the whole batch."""
+    local = config.data.batch_size // placement.processes
+    return dataclasses.replace(config, data=dataclasses.replace(config.data, batch_size=local))
 
 
 def _loader(config: Config, source, run_dir: Path, placement):
