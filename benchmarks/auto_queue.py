@@ -1,11 +1,12 @@
 """queue.workers=auto and queue.max_size=auto against a sweep of workers × max_size (issue 14.3).
 
-For each workload, in one session: an `auto` run, every (workers, max_size) of the sweep, then
-`auto` again (so drift shows); each run a real `python -m app train` in its own process. The
-figures are the second epoch's images/s and the run's peak host memory (summary.json). Prints a
+For each workload, in one session: `auto`, then every (workers, max_size) of the sweep, then the
+same again in reverse order (so drift falls on both sides); each run a real `python -m app
+train` in its own process. The figures are the second epoch's images/s and the run's peak host
+memory (summary.json), each setting's mean over its two runs. Prints a
 Markdown table for docs/performance.md and writes every summary to outputs/bench_auto/.
 
-    .venv/bin/python benchmarks/auto_queue.py            # both workloads, ~25 minutes on 2 cores
+    .venv/bin/python benchmarks/auto_queue.py            # both workloads, ~40 minutes on 2 cores
     .venv/bin/python benchmarks/auto_queue.py --quick    # fewer steps and values: checks it runs
 """
 
@@ -31,6 +32,7 @@ WORKLOADS = {
     "model-bound": ["data.image_size=[64,64]", "data.batch_size=32", "model.widths=[64,128,256]",
                     "model.blocks_per_stage=2"],
 }
+STEPS = {"decode-bound": 40, "balanced": 30, "model-bound": 24}  # an epoch of ~5–15 s here
 
 
 def train(name: str, overrides: list[str], steps: int) -> dict:
@@ -46,33 +48,40 @@ def train(name: str, overrides: list[str], steps: int) -> dict:
     return summary
 
 
-def row(label: str, s: dict) -> str:
-    q = s.get("queue_auto") or {}
-    chosen = f" → {q['workers']}, {q['max_size']}" if q else ""
-    return (f"| {label}{chosen} | {s['images_per_s']:.1f} | {100 * s['data_wait_fraction']:.0f} % | "
-            f"{s['peak_memory_mb']:.0f} |")
+def mean(runs: list[dict], key: str) -> float:
+    return sum(r[key] for r in runs) / len(runs)
 
 
-def workload(name: str, overrides: list[str], workers: list[int], sizes: list[int], steps: int) -> list[str]:
-    results = {"auto (first)": train(f"{name}/auto-1", [*overrides, "queue.workers=auto", "queue.max_size=auto"],
-                                     steps)}
-    for w, m in itertools.product(workers, sizes):
-        results[f"{w}, {m}"] = train(f"{name}/w{w}-m{m}", [*overrides, f"queue.workers={w}", f"queue.max_size={m}"],
-                                     steps)
-    results["auto (again)"] = train(f"{name}/auto-2", [*overrides, "queue.workers=auto", "queue.max_size=auto"],
-                                    steps)
-    swept = {k: v for k, v in results.items() if not k.startswith("auto")}
-    best_key = max(swept, key=lambda k: swept[k]["images_per_s"])
-    best = swept[best_key]
-    autos = [v for k, v in results.items() if k.startswith("auto")]
-    lines = [f"**{name}** ({' '.join(overrides)})", "",
-             "| workers, max_size | images/s (epoch 2) | data wait | peak host MiB |", "|---|---:|---:|---:|"]
+def row(label: str, runs: list[dict]) -> str:
+    chosen = {(r["queue_auto"]["workers"], r["queue_auto"]["max_size"]) for r in runs if r.get("queue_auto")}
+    label += "".join(f" → {w}, {m}" for w, m in sorted(chosen))
+    each = " / ".join(f"{r['images_per_s']:.1f}" for r in runs)
+    return (f"| {label} | {each} | {mean(runs, 'images_per_s'):.1f} | {100 * mean(runs, 'data_wait_fraction'):.0f} % "
+            f"| {mean(runs, 'peak_memory_mb'):.0f} |")
+
+
+def workload(name: str, overrides: list[str], settings: list[tuple], steps: int, repeats: int) -> list[str]:
+    """Every setting `repeats` times, the order reversed each repeat; `auto` first and last."""
+    results: dict[str, list[dict]] = {}
+    order = [("auto", "auto"), *settings]
+    for repeat in range(repeats):
+        for w, m in order if repeat % 2 == 0 else order[::-1]:
+            label = "auto" if w == "auto" else f"{w}, {m}"
+            run = train(f"{name}/w{w}-m{m}-{repeat}", [*overrides, f"queue.workers={w}", f"queue.max_size={m}"], steps)
+            results.setdefault(label, []).append(run)
+    swept = {k: v for k, v in results.items() if k != "auto"}
+    best_key = max(swept, key=lambda k: mean(swept[k], "images_per_s"))
+    best, auto = swept[best_key], results["auto"]
+    lines = [f"**{name}** (`{' '.join(overrides)}`)", "",
+             "| workers, max_size | images/s (epoch 2, each run) | mean | data wait | peak host MiB |",
+             "|---|---:|---:|---:|---:|"]
     lines += [row(k, v) for k, v in results.items()]
-    ratios = ", ".join(f"{a['images_per_s'] / best['images_per_s']:.2f}" for a in autos)
-    memory = ", ".join(f"{a['peak_memory_mb'] - best['peak_memory_mb']:+.0f}" for a in autos)
-    lines += ["", f"best of the sweep: {best_key} ({best['images_per_s']:.1f} images/s, "
-              f"{best['peak_memory_mb']:.0f} MiB); auto / best images/s: {ratios}; auto − best peak MiB: {memory}",
-              f"auto's reason (first run): {autos[0]['queue_auto']['reason']}", ""]
+    lines += ["", f"Best of the sweep: {best_key}, {mean(best, 'images_per_s'):.1f} images/s at "
+              f"{mean(best, 'peak_memory_mb'):.0f} MiB. `auto`: {mean(auto, 'images_per_s'):.1f} images/s "
+              f"({mean(auto, 'images_per_s') / mean(best, 'images_per_s'):.2f} of the best) at "
+              f"{mean(auto, 'peak_memory_mb'):.0f} MiB "
+              f"({mean(auto, 'peak_memory_mb') - mean(best, 'peak_memory_mb'):+.0f})."
+              f" Its reason: {auto[0]['queue_auto']['reason']}", ""]
     (OUT / f"{name}.json").write_text(json.dumps(results, indent=1, default=str))
     return lines
 
@@ -81,11 +90,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few steps and two values of each: checks it runs")
     quick = parser.parse_args().quick
-    workers, sizes, steps = ([1, 2], [1, 2], 3) if quick else ([1, 2, 3], [1, 2, 4], 16)
+    workers, sizes = ([1, 2], [1, 2]) if quick else ([1, 2, 3], [1, 2, 4])
+    settings = list(itertools.product(workers, sizes))
     OUT.mkdir(parents=True, exist_ok=True)
     lines = []
     for name, overrides in WORKLOADS.items():
-        lines += workload(name, overrides, workers, sizes, steps)
+        steps = 3 if quick else STEPS[name]
+        lines += workload(name, overrides, settings, steps, repeats=1 if quick else 2)
     print("\n".join(lines))
 
 
