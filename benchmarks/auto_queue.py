@@ -89,12 +89,15 @@ def workload(name: str, overrides: list[str], settings: list[tuple], steps: int,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few steps and two values of each: checks it runs")
-    quick = parser.parse_args().quick
+    parser.add_argument("--only", choices=list(WORKLOADS), action="append", help="this workload (repeatable)")
+    args = parser.parse_args()
+    quick = args.quick
     workers, sizes = ([1, 2], [1, 2]) if quick else ([1, 2, 3], [1, 2, 4])
     settings = list(itertools.product(workers, sizes))
     OUT.mkdir(parents=True, exist_ok=True)
     lines = []
-    for name, overrides in WORKLOADS.items():
+    for name in args.only or list(WORKLOADS):
+        overrides = WORKLOADS[name]
         steps = 3 if quick else STEPS[name]
         lines += workload(name, overrides, settings, steps, repeats=1 if quick else 2)
     print("\n".join(lines))

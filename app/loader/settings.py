@@ -1,5 +1,8 @@
 """How the enqueuer works (app/loader/enqueuer.py): the batch it fills and the queue config's
-keys, read once from a loaded config. No TensorFlow: worker processes import the loader."""
+keys, read once from a loaded config; how many workers `auto` may take (the usable cores), and
+what `auto` means for a command with no training step to balance (every core, two slots;
+`train` resolves it first, by its probe: app/training/autotune.py). No TensorFlow: worker
+processes import the loader."""
 
 from __future__ import annotations
 
@@ -27,7 +30,8 @@ class Settings:
 
     @classmethod
     def from_config(cls, config, bad_log: Path | None = None, batch_size: int | None = None) -> Settings:
-        """The settings `data` and `queue` of a loaded config (app/config.py) describe."""
+        """The settings `data` and `queue` of a loaded config (app/config.py) describe; an `auto`
+        value still there is a loading-only command's (for_loading_only)."""
         data, queue = config.data, config.queue
         workers, max_size = for_loading_only(queue)
         return cls(batch_size or data.batch_size, tuple(data.image_size), workers, queue.use_multiprocessing,

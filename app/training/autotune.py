@@ -14,7 +14,8 @@ and all the CPU work of a batch (the step's and the samples') spread over the co
 workers and the step share. It takes the fewest workers within WAIT_TARGET of the best, capped
 by the cores this process may use and queue.worker_limit (or the machine's limit); then the
 fewest ring slots that hold a slow batch (its 95th percentile) while the step takes the ones
-before it; one slot when the loader is the bottleneck anyway. Both within queue.memory_budget_mb
+before it; when the workers bound training, two (one lets a worker done with its share of a
+batch idle until the others finish theirs), or one for a single worker. Both within queue.memory_budget_mb
 (or the memory available), by the memory plan (app/memory_plan.py). A value the user gave is
 kept. Never imports the loader's internals (app/loader/pipeline.py only).
 """
@@ -148,8 +149,11 @@ def choose(t: Timings, batch_size: int, queue, fits: Callable[[int, int], bool])
 def _slots(cycle: Cycle, workers: int) -> tuple[int, str]:
     """The fewest ring slots that keep a slow batch from stalling the step, and why."""
     pace = max(float(np.min(cycle.t.step_s)), cycle.shared_s)  # how fast the step can empty the ring
-    if workers == 0 or cycle.batch_s(workers) >= pace:
+    if workers <= 1 and cycle.batch_s(workers) >= pace:
         return 1, "max_size=1: each batch is taken as soon as it is built, more slots would only hold memory"
+    if cycle.batch_s(workers) >= pace:  # the workers bound training: none may idle at a batch's end
+        return 2, ("max_size=2: the workers bound training, and a worker done with its share of a batch starts "
+                   "on the next one instead of waiting for the others")
     slow = cycle.slow_batch_s(workers)
     slots = max(1, math.ceil(slow / pace))
     return slots, (f"max_size={slots}: a slow batch ({slow * 1e3:.0f} ms, 95th percentile) within that many "

@@ -55,8 +55,11 @@ def test_the_fewest_workers_that_keep_the_step_fed():
 def test_capped_by_the_cores_and_worker_limit_when_the_loader_bounds_training():
     choice = choose(steady(10, 10), 32, auto(), always)
     assert choice.workers == 8 and "the most allowed (8 usable cores)" in choice.reason
-    assert choice.max_size == 1 and "only hold memory" in choice.reason  # the ring would stay empty
+    # a worker done with its share starts on the next batch rather than idle (issue 14.3's benchmark)
+    assert choice.max_size == 2 and "instead of waiting for the others" in choice.reason
     assert choose(steady(10, 10), 32, auto(worker_limit=3), always).workers == 3
+    alone = choose(steady(10, 10), 32, auto(worker_limit=1), always)  # negative control: no others to wait for
+    assert (alone.workers, alone.max_size) == (1, 1) and "only hold memory" in alone.reason
 
 
 def test_workers_and_the_step_share_the_cores(monkeypatch):
