@@ -32,7 +32,7 @@ WORKLOADS = {
     "model-bound": ["data.image_size=[64,64]", "data.batch_size=32", "model.widths=[64,128,256]",
                     "model.blocks_per_stage=2"],
 }
-STEPS = {"decode-bound": 40, "balanced": 30, "model-bound": 24}  # an epoch of ~5–15 s here
+STEPS = {"decode-bound": 40, "balanced": 30, "model-bound": 20}  # an epoch of ~5–15 s here
 
 
 def train(name: str, overrides: list[str], steps: int) -> dict:

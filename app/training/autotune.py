@@ -14,8 +14,8 @@ and all the CPU work of a batch (the step's and the samples') spread over the co
 workers and the step share. It takes the fewest workers within WAIT_TARGET of the best, capped
 by the cores this process may use and queue.worker_limit (or the machine's limit); then the
 fewest ring slots that hold a slow batch (its 95th percentile) while the step takes the ones
-before it; when the workers bound training, two (one lets a worker done with its share of a
-batch idle until the others finish theirs), or one for a single worker. Both within queue.memory_budget_mb
+before it, and with two or more workers at least two (one slot lets a worker done with its
+share of a batch idle until the others finish theirs). Both within queue.memory_budget_mb
 (or the memory available), by the memory plan (app/memory_plan.py). A value the user gave is
 kept. Never imports the loader's internals (app/loader/pipeline.py only).
 """
@@ -147,17 +147,20 @@ def choose(t: Timings, batch_size: int, queue, fits: Callable[[int, int], bool])
 
 
 def _slots(cycle: Cycle, workers: int) -> tuple[int, str]:
-    """The fewest ring slots that keep a slow batch from stalling the step, and why."""
+    """The fewest ring slots that keep a slow batch from stalling the step, and why. Two or more
+    workers split each batch, and their shares end at different times: with one slot, a worker
+    done with its share waits for the others before it can start on the next batch."""
     pace = max(float(np.min(cycle.t.step_s)), cycle.shared_s)  # how fast the step can empty the ring
-    if workers <= 1 and cycle.batch_s(workers) >= pace:
-        return 1, "max_size=1: each batch is taken as soon as it is built, more slots would only hold memory"
-    if cycle.batch_s(workers) >= pace:  # the workers bound training: none may idle at a batch's end
-        return 2, ("max_size=2: the workers bound training, and a worker done with its share of a batch starts "
-                   "on the next one instead of waiting for the others")
+    least = 1 if workers <= 1 else 2
+    if cycle.batch_s(workers) >= pace:
+        return least, (f"max_size={least}: the workers bound training, so the ring never fills"
+                       + (", and a worker done with its share starts on the next batch" if least > 1 else ""))
     slow = cycle.slow_batch_s(workers)
-    slots = max(1, math.ceil(slow / pace))
+    slots = max(least, math.ceil(slow / pace))
     return slots, (f"max_size={slots}: a slow batch ({slow * 1e3:.0f} ms, 95th percentile) within that many "
-                   f"batches taken ({pace * 1e3:.0f} ms each at the fastest)")
+                   f"batches taken ({pace * 1e3:.0f} ms each at the fastest)"
+                   + (f"; at least {least}, so a worker done with its share starts on the next batch"
+                      if least > 1 else ""))
 
 
 def time_samples(split, augmenter, indices, seed: int) -> tuple[list[float], list[np.ndarray], list[int]]:
