@@ -3,7 +3,7 @@
 For each workload, in one session: `auto`, then every (workers, max_size) of the sweep, then the
 same again in reverse order (so drift falls on both sides); each run a real `python -m app
 train` in its own process. The figures are the second epoch's images/s and the run's peak host
-memory (summary.json), each setting's mean over its two runs. Prints a
+memory (summary.json), each setting's mean over its runs (`--repeats`, 2 by default). Prints a
 Markdown table for docs/performance.md and writes every summary to outputs/bench_auto/.
 
     .venv/bin/python benchmarks/auto_queue.py            # both workloads, ~40 minutes on 2 cores
@@ -90,6 +90,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few steps and two values of each: checks it runs")
     parser.add_argument("--only", choices=list(WORKLOADS), action="append", help="this workload (repeatable)")
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each setting, alternating order")
     args = parser.parse_args()
     quick = args.quick
     workers, sizes = ([1, 2], [1, 2]) if quick else ([1, 2, 3], [1, 2, 4])
@@ -99,7 +100,7 @@ def main() -> None:
     for name in args.only or list(WORKLOADS):
         overrides = WORKLOADS[name]
         steps = 3 if quick else STEPS[name]
-        lines += workload(name, overrides, settings, steps, repeats=1 if quick else 2)
+        lines += workload(name, overrides, settings, steps, repeats=1 if quick else args.repeats)
     print("\n".join(lines))
 
 
