@@ -22,17 +22,17 @@ from pathlib import Path
 
 OUT = Path("outputs/bench_auto")
 # decode-bound: photo-like JPEGs decoded whole for a small input and a small model
-# balanced: the same decode for a 4× larger input, whose step takes about as long
+# compute-shared: the same decode for a 4× larger input, whose step takes about as long: both share the cores
 # model-bound: small inputs decoded at reduced scale, a wide model
 WORKLOADS = {
     "decode-bound": ["data.image_size=[128,128]", "data.decode.draft=false", "data.batch_size=16",
                      "model.widths=[16,32]"],
-    "balanced": ["data.image_size=[256,256]", "data.decode.draft=false", "data.batch_size=16",
+    "compute-shared": ["data.image_size=[256,256]", "data.decode.draft=false", "data.batch_size=16",
                  "model.widths=[16,32]"],
     "model-bound": ["data.image_size=[64,64]", "data.batch_size=32", "model.widths=[64,128,256]",
                     "model.blocks_per_stage=2"],
 }
-STEPS = {"decode-bound": 40, "balanced": 30, "model-bound": 20}  # an epoch of ~5–15 s here
+STEPS = {"decode-bound": 40, "compute-shared": 30, "model-bound": 20}  # an epoch of ~5–15 s here
 
 
 def train(name: str, overrides: list[str], steps: int) -> dict:
