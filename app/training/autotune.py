@@ -128,7 +128,8 @@ def choose(t: Timings, batch_size: int, queue, fits: Callable[[int, int], bool])
         why = f"the most allowed ({cap_why}), and the loader still bounds training" if limited else \
             f"the fewest within {100 * WAIT_TARGET:.0f} % of the best"
         reasons.append(f"workers={workers}: {why}; {cycle.describe(workers)}")
-        while workers > 1 and not fits(workers, 1):
+        slots = 1 if queue.max_size == AUTO else queue.max_size
+        while workers > 1 and not fits(workers, slots):
             workers -= 1
             reasons.append(f"down to {workers} by the memory limit")
     max_size = queue.max_size
@@ -151,7 +152,9 @@ def _slots(cycle: Cycle, workers: int) -> tuple[int, str]:
     workers split each batch, and their shares end at different times: with one slot, a worker
     done with its share waits for the others before it can start on the next batch."""
     pace = max(float(np.min(cycle.t.step_s)), cycle.shared_s)  # how fast the step can empty the ring
-    least = 1 if workers <= 1 else 2
+    if workers == 0:
+        return 1, "max_size=1: loading in the training process builds one batch at a time"
+    least = 1 if workers == 1 else 2
     if cycle.batch_s(workers) >= pace:
         return least, (f"max_size={least}: the workers bound training, so the ring never fills"
                        + (", and a worker done with its share starts on the next batch" if least > 1 else ""))

@@ -155,3 +155,10 @@ def test_the_step_probe_leaves_the_model_as_it_found_it(net):
         changed = [not np.array_equal(a, b) for a, b in zip(before, values(net), strict=True)]
         assert sum(changed) > len(seeds) + 2
     assert all(np.array_equal(a, b) for a, b in zip(before, values(net), strict=True))
+
+
+def test_in_process_loading_gets_one_slot_and_a_given_max_size_counts_in_the_memory_limit():
+    assert choose(steady(10, 10), 32, auto(workers=0), always).max_size == 1
+    fits = []
+    choose(steady(10, 10), 32, auto(max_size=6), lambda w, m: fits.append((w, m)) or w <= 2)
+    assert fits and all(m == 6 for _, m in fits)
