@@ -46,9 +46,8 @@ def main(cfg: DictConfig) -> float:
         print(f"queue.workers={config.queue.workers} queue.max_size={config.queue.max_size} "
               f"(auto, from a probe of the data and the step: {choice.reason})\n")
     plan = plans.for_queue(config.queue.workers, config.queue.max_size)
-    facts = plans.facts
     name, limit = memory_plan.limit(config)
-    fixed = memory_plan.fixes(plan, probe, facts, limit) if plan.host_mib > limit else []
+    fixed = memory_plan.fixes(plan, probe, plans.facts, limit) if plan.host_mib > limit else []
     print(memory_plan.render(plan, (name, limit), fixed))
     print()
     print(memory_plan.article_table(config.data.batch_size, tuple(config.data.image_size)))

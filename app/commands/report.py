@@ -52,9 +52,9 @@ def table(runs: list[Path]) -> tuple[list[str], list[str], list[dict]]:
         row = {"run": str(run), **({"tags": ",".join(summary.get("tags") or [])} if tags else {})}
         row.update({k: values.get(k, "") for k in swept})
         chosen = summary.get("queue_auto") or {}
-        for key in ("queue.workers", "queue.max_size"):  # what `auto` chose, beside the word
-            if row.get(key) == "auto" and key.split(".")[1] in chosen:
-                row[key] = f"auto ({chosen[key.split('.')[1]]})"
+        for name in ("workers", "max_size"):  # what `auto` chose, beside the word
+            if row.get(f"queue.{name}") == "auto" and name in chosen:
+                row[f"queue.{name}"] = f"auto ({chosen[name]})"
         row.update({f: summary.get(f) for f in FIGURES})
         row["predicted_peak_mb"] = (summary.get("memory_plan") or {}).get("host_peak_mib")
         rows.append(row)

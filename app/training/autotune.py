@@ -84,7 +84,7 @@ class Cycle:
         return max(self.step_s, self.batch_s(workers), self.shared_s)
 
     def wait(self, workers: int) -> float:
-        """The share of the time the step would wait on the loader."""
+        """The share of the time the step would wait on the loader (0: something else sets the pace)."""
         return 1 - max(self.step_s, self.shared_s) / self(workers)
 
     def slow_batch_s(self, workers: int) -> float:
