@@ -90,7 +90,8 @@ def _paragraph(error: BaseException) -> str:
     while error is not None and id(error) not in seen:
         seen.add(id(error))
         text = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
-        if text and text not in parts and "$VALUE" not in text:  # OmegaConf's unfilled templates
+        # a cause already said in full by the error it caused is not repeated ("X — X")
+        if text and not any(text in part for part in parts) and "$VALUE" not in text:  # and OmegaConf's templates
             parts.append(text)
         error = error.__cause__
     return " — ".join(parts)

@@ -83,12 +83,13 @@ def workload(config, largest_decode_bytes: int, device_is_host: bool) -> Workloa
 
 def plan_for(config, split, model: ModelFacts, probe: Probe, *, device_is_host: bool) -> Plan:
     """The plan of a loaded config training on `split` (its largest decode read off the files'
-    headers, under the training augmentation's draft rule)."""
+    headers, under the training augmentation's draft rule; files the loader will refuse left out)."""
     from app.augment import Augmenter
     from app.data.images import largest_decode_bytes
 
-    decode = Augmenter(config.augment.transforms, config.data.image_size, draft=config.data.decode.draft).decode
-    largest = largest_decode_bytes(split, decode.min_short_side)
+    decode = Augmenter(config.augment.transforms, config.data.image_size, draft=config.data.decode.draft,
+                       max_pixels=config.data.max_image_pixels).decode
+    largest = largest_decode_bytes(split, decode)
     return predict(workload(config, largest, device_is_host), probe, model)
 
 

@@ -48,7 +48,7 @@ class MarkedSplit:
     def describe(self, i: int) -> str:
         return f"/data/marked/{i:05d}.png"
 
-    def fetch(self, i: int) -> np.ndarray:  # as ArraySplit: the pixels come whole, nothing to decode
+    def fetch(self, i: int, decode=None) -> np.ndarray:  # as ArraySplit: the pixels come whole, nothing to decode
         return self.read(i)
 
     def decode(self, i: int, raw: np.ndarray, decode=None) -> np.ndarray:

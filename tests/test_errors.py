@@ -56,3 +56,20 @@ def test_report_lists_a_corrupt_summary_as_unreadable(tmp_path, capsys):
     _, _, rows = table([tmp_path / "0", tmp_path / "1"])
     assert [r["status"] for r in rows] == ["completed", "unreadable"]
     assert "1/summary.json cannot be read" in capsys.readouterr().err
+
+
+def test_a_cause_the_message_already_says_is_not_repeated(capsys):
+    from app.errors import BadSampleError, DataError
+
+    try:
+        try:
+            raise ValueError("empty file")
+        except ValueError as exc:
+            raise BadSampleError(3, "/d/a.jpg", str(exc)) from exc
+    except BadSampleError as bad:
+        assert exit_status_for(bad) == 1
+    assert capsys.readouterr().err.strip() == "error: sample 3 (/d/a.jpg) could not be loaded: empty file"
+    wrapped = DataError("the run cannot start")  # negative control: a cause that says more is kept
+    wrapped.__cause__ = OSError("disk gone")
+    exit_status_for(wrapped)
+    assert capsys.readouterr().err.strip() == "error: the run cannot start — disk gone"

@@ -27,7 +27,7 @@ def main(cfg: DictConfig) -> float:
     from app.augment import eval_transforms
     from app.errors import config_error
     from app.frameworks import load_keras
-    from app.loader.pipeline import build_loader, every_sample
+    from app.loader.pipeline import build_loader
     from app.training.resume import chosen_checkpoint, open_run
     from app.training.rundir import run_source, write_json
 
@@ -50,12 +50,15 @@ def main(cfg: DictConfig) -> float:
     confusion = np.zeros((len(names), len(names)), np.int64)
     k = config.trainer.top_k if config.trainer.top_k and config.trainer.top_k < len(names) else None
     transforms = eval_transforms(config.augment, config.data.image_size)
-    with build_loader(config, {config.split: (split, transforms)}) as loader:
-        scores = evaluate(net, every_sample(loader, config.split), confusion, k)
+    # Evaluate's own bad-file policy, whatever data.on_bad_sample the run trained with: a file that
+    # cannot be read is left out and named (training's `skip` would score another file in its place).
+    with build_loader(config, {config.split: (split, transforms)}, on_bad_sample="mark") as loader:
+        scores = evaluate(net, readable(loader, config.split), confusion, k)
+    unreadable = _unreadable(split, loader.bad.failed[config.split], config.split)
     result = {"checkpoint": str(path), "split": config.split, "loss": scores.loss, "accuracy": scores.accuracy,
               **({f"top{k}_accuracy": scores.top_k_correct / scores.images} if k else {}),
               "samples": int(scores.images), "class_names": names, **per_class(confusion, names),
-              "confusion": confusion.tolist()}
+              "confusion": confusion.tolist(), "unreadable": unreadable}
     write_json(out / "evaluation.json", result)
     (out / "report.txt").write_text(report(result), encoding="utf-8")
     _plot(confusion, names, out / "confusion.png", result)
@@ -64,9 +67,40 @@ def main(cfg: DictConfig) -> float:
           f"on {result['samples']} {config.split} samples\n")
     print(_table(confusion, names))
     print(f"\n{report(result)}")
+    if unreadable:
+        print(f"{len(unreadable)} of {len(split)} {config.split} files could not be read and were left out "
+              "(evaluation.json's `unreadable` lists each with its error)")
     print(f"written: {out / 'evaluation.json'}, {out / 'report.txt'}, {out / 'confusion.png'}, "
           f"{out / 'misclassified.png'}")
     return result["accuracy"]
+
+
+def readable(loader, split_name: str):
+    """(images, labels, positions in the split) of every batch, the files that could not be read
+    left out (the `mark` policy gives them zeros and names them in `loader.bad.failed`)."""
+    from app.loader.pipeline import every_sample
+
+    failed, start = loader.bad.failed[split_name], 0
+    for x, y in every_sample(loader, split_name):
+        positions = np.arange(start, start + len(y))
+        start += len(y)
+        keep = np.array([p not in failed for p in positions], bool)
+        if keep.any():
+            yield x[keep], y[keep], positions[keep]
+
+
+def _unreadable(split, failed: dict[int, str], split_name: str) -> list[dict]:
+    """The files left out, each with its error; none readable at all is an error."""
+    from app.errors import DataError
+
+    left_out = [{"path": split.describe(i), "error": failed[i]} for i in sorted(failed)]
+    for row in left_out:
+        log.warning("left out of the %s split: %s (%s)", split_name, row["path"], row["error"])
+    if left_out and len(left_out) == len(split):
+        first = left_out[0]
+        raise DataError(f"none of the {len(split)} files of the {split_name} split could be read (the first, "
+                        f"{first['path']}: {first['error']}): fix or replace them, then run evaluate again.")
+    return left_out
 
 
 def per_class(confusion: np.ndarray, names: list[str]) -> dict:

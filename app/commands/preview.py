@@ -1,7 +1,8 @@
 """`python -m app preview`: preview.png, a row for each of `preview.images` training samples: the
 source image (the resize alone), then `preview.augmentations` augmentations of it, each exactly
 what the training loader would make of that sample in epochs 1, 2, ... (the same seed gives the
-same picture; data.decode.draft is honoured, so a reduced decode shows as it trains).
+same picture; data.decode.draft is honoured, so a reduced decode shows as it trains). An
+unreadable sample follows data.on_bad_sample: with skip, the next readable one is shown.
 The config is train's. No TensorFlow, no worker processes.
 """
 
@@ -15,6 +16,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from app.config import conf_dir, load
+from app.errors import BadSampleError, DataError
 from app.schema import register
 
 log = logging.getLogger("app.preview")
@@ -33,17 +35,32 @@ def main(cfg: DictConfig) -> str:
     source = load_source(config.data)
     built = augmenters(config.data, {"source": [], "train": config.augment.transforms})
     n, k = config.preview.images, config.preview.augmentations
-    indices = epoch_order(len(source.train), seed=config.seed, epoch=0, shuffle=config.queue.shuffle)[:n]
-    images, captions = [], []
-    for index in (int(i) for i in indices):
-        name = source.class_names[int(source.train.labels[index])]
-        images.append(make_sample(source.train, built["source"], index, config.seed, 0))
-        captions.append(f"#{index} {name}")
-        for epoch in range(k):
-            images.append(make_sample(source.train, built["train"], index, config.seed, epoch))
-            captions.append(f"epoch {epoch + 1}")
+    order = epoch_order(len(source.train), seed=config.seed, epoch=0, shuffle=config.queue.shuffle)
+    images, captions, shown = [], [], 0
+    for index in (int(i) for i in order):
+        if shown == n:
+            break
+        try:
+            row = [make_sample(source.train, built["source"], index, config.seed, 0)]
+        except BadSampleError as bad:
+            _bad_sample(bad, config.data.on_bad_sample.value)
+            continue
+        row += [make_sample(source.train, built["train"], index, config.seed, epoch) for epoch in range(k)]
+        images += row
+        captions += [f"#{index} {source.class_names[int(source.train.labels[index])]}",
+                     *(f"epoch {epoch + 1}" for epoch in range(k))]
+        shown += 1
     out = Path(HydraConfig.get().runtime.output_dir) / "preview.png"
     grid(images, captions, columns=k + 1).save(out)
-    log.info("preview: %d samples × (source + %d augmentations), seed %d", len(indices), k, config.seed)
+    log.info("preview: %d samples × (source + %d augmentations), seed %d", shown, k, config.seed)
     print(f"written: {out}")
     return str(out)
+
+
+def _bad_sample(bad: BadSampleError, policy: str) -> None:
+    """An unreadable training sample, by data.on_bad_sample: skip (and mark) show the next
+    readable one instead, as training leaves it out; raise stops, naming the file."""
+    if policy == "raise":
+        raise DataError(f"{bad}. Fix or remove the file, or set data.on_bad_sample=skip to leave such files out "
+                        "(training then lists them in bad_samples.txt).") from None
+    log.warning("left out of the preview: %s", bad)

@@ -160,7 +160,7 @@ def _scan(split_dir: Path, root: Path) -> dict[str, Files]:
     """class name → its images under split_dir/<class>/, for every class folder."""
     classes = _subfolders(split_dir)
     if not classes:
-        loose = sum(1 for e in os.scandir(split_dir) if e.is_file() and _is_image(e.name))
+        loose = sum(1 for e in os.scandir(split_dir) if _is_image(e.name) and not _is_dir(e))
         hint = f" It holds {loose} images directly: move them into class folders." if loose else ""
         raise DataError(f"{split_dir} has no class folders: expected one sub-folder a class holding "
                         f"its images, e.g. {split_dir}/cat/1.jpg and {split_dir}/dog/2.jpg, laid out "
@@ -187,13 +187,30 @@ def _walk(folder: Path, root: Path, above: frozenset = frozenset()):
     for entry in os.scandir(folder):
         if entry.name.startswith("."):
             continue
-        if entry.is_dir():
+        if _is_dir(entry):
             yield from _walk(Path(entry.path), root, above | {key})
-        elif entry.is_file() and _is_image(entry.name):
+        elif _is_image(entry.name) and (entry.is_symlink() or entry.is_file()):
             rel = Path(entry.path).relative_to(root).as_posix()
             _check_name(rel, root)
-            stat = entry.stat()
-            yield rel, stat.st_size, int(stat.st_mtime)
+            yield rel, *_size_and_time(entry)
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:  # a link in a loop (ELOOP): not a folder; if it is named as an image, a bad sample
+        return False
+
+
+def _size_and_time(entry: os.DirEntry) -> tuple[int, int]:
+    """An image's size and modification time; (-1, 0) for a link that leads nowhere or in a loop:
+    it stays in the split, so the loader reports it by data.on_bad_sample like any unreadable
+    file, and the fingerprint changes once it is mended."""
+    try:
+        stat = entry.stat()
+    except OSError:
+        return -1, 0
+    return stat.st_size, int(stat.st_mtime)
 
 
 def _check_name(rel: str, root: Path) -> None:

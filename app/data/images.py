@@ -33,6 +33,9 @@ _SIXTEEN_BIT_MODES = {"I;16", "I;16L", "I;16B", "I;16N", "I"}
 
 # Pillow's own limit: images declaring more pixels are refused before they are decoded.
 DEFAULT_MAX_PIXELS = 89_478_485
+# What is read of a file before its declared size is checked: JPEG, PNG, WebP, BMP and most TIFF
+# headers fit (a JPEG's EXIF block may not: the decode then checks).
+HEAD_BYTES = 64 * 1024
 # Pillow warns between its limit and twice it, and refuses above; load_rgb checks first, with
 # the configured limit, on both decode paths.
 warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
@@ -57,10 +60,18 @@ def _check_pixels(width: int, height: int, max_pixels: int | None) -> None:
 
 
 def _too_large(declared: str, max_pixels: int | None) -> DecodeError:
-    limit = f"data.max_image_pixels={max_pixels}" if max_pixels is not None else \
-        f"Pillow's own limit ({2 * Image.MAX_IMAGE_PIXELS})"
-    return DecodeError(f"it declares {declared} pixels, above {limit} (a decompression bomb, or a scan too "
-                       "large: raise data.max_image_pixels if the file is genuine)")
+    if max_pixels is not None:
+        return DecodeError(f"it declares {declared} pixels, above data.max_image_pixels={max_pixels} (a decompression "
+                           "bomb, or a scan too large: raise data.max_image_pixels if the file is genuine)")
+    return DecodeError(f"it declares {declared} pixels, above Pillow's own limit ({2 * Image.MAX_IMAGE_PIXELS}), "
+                       "which data.max_image_pixels=null does not lift (a decompression bomb, or an image too large "
+                       "to decode whole: resize or tile it)")
+
+
+def _pillow_refusal(error: Exception, max_pixels: int | None) -> DecodeError:
+    """Pillow's DecompressionBombError (above twice its own limit, before ours could look) as ours."""
+    declared = re.search(r"\((\d+) pixels\)", str(error))
+    return _too_large(f"{int(declared.group(1)) / 1e6:.0f} M" if declared else "too many", max_pixels)
 
 
 def draft_scale(width: int, height: int, min_short_side: int) -> int:
@@ -83,16 +94,38 @@ def load_rgb(path: str | os.PathLike, min_short_side: int | None = None,
     Raises DecodeError (short reason) for anything that is not a readable image or declares
     more than `max_pixels`, and OSError subclasses such as FileNotFoundError unchanged.
     """
-    return rgb_from_bytes(read_bytes(path), min_short_side, max_pixels)
+    return rgb_from_bytes(read_bytes(path, max_pixels), min_short_side, max_pixels)
 
 
-def read_bytes(path: str | os.PathLike) -> bytes:
-    """The file's bytes (a worker times this apart from the decode); an empty file is a DecodeError."""
+def read_bytes(path: str | os.PathLike, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> bytes:
+    """The file's bytes (a worker times this apart from the decode). An empty file, or one whose
+    header declares more than `max_pixels`, is a DecodeError, found from the header alone: a
+    huge file is refused without being read."""
     with open(path, "rb") as file:
-        raw = file.read()
-    if not raw:
-        raise DecodeError("empty file")
-    return raw
+        head = file.read(HEAD_BYTES)
+        if not head:
+            raise DecodeError("empty file")
+        size = declared_size(head, max_pixels)
+        if size is not None:
+            _check_pixels(*size, max_pixels)
+        return head + file.read()
+
+
+def declared_size(head: bytes, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> tuple[int, int] | None:
+    """(width, height) an image file's first bytes declare; None where they do not say (not an
+    image, or a header longer than `head`: the decode then tells). A DecodeError where Pillow
+    refuses the size outright (the decode would too)."""
+    if head[:3] == _JPEG_START:
+        frame = _jpeg_frame(head)
+        if frame is not None:
+            return frame[0], frame[1]
+    try:
+        with Image.open(io.BytesIO(head)) as img:
+            return img.width, img.height
+    except Image.DecompressionBombError as exc:
+        raise _pillow_refusal(exc, max_pixels) from None
+    except Exception:  # noqa: BLE001 - whatever Pillow cannot read from the header is the decode's to name
+        return None
 
 
 def rgb_from_bytes(raw: bytes, min_short_side: int | None = None,
@@ -130,9 +163,8 @@ def _pillow_rgb(source, min_short_side: int | None, max_pixels: int | None) -> n
         raise DecodeError("cannot identify image file") from None
     except DecodeError:
         raise
-    except Image.DecompressionBombError as exc:  # above twice Pillow's own limit, before ours could look
-        declared = re.search(r"\((\d+) pixels\)", str(exc))
-        raise _too_large(f"{int(declared.group(1)) / 1e6:.0f} M" if declared else "too many", max_pixels) from None
+    except Image.DecompressionBombError as exc:
+        raise _pillow_refusal(exc, max_pixels) from None
     except (OSError, ValueError, SyntaxError) as exc:
         # Pillow reports truncation as OSError("image file is truncated ...") or
         # OSError("Truncated File Read"); other decoder failures vary by plugin.
@@ -141,28 +173,35 @@ def _pillow_rgb(source, min_short_side: int | None, max_pixels: int | None) -> n
         raise DecodeError(f"cannot decode {fmt}: {exc}") from exc
 
 
-def largest_decode_bytes(split, min_short_side: int | None, most: int = 256) -> int:
-    """The largest decoded image (H × W × 3 bytes, after the draft reduction `min_short_side`
-    allows) among up to `most` files of `split`, spread over it: headers only. An array
-    split's rows are all one size."""
+def largest_decode_bytes(split, decode: Decode, most: int = 256) -> int:
+    """The largest decoded image (H × W × 3 bytes, after the draft reduction `decode` allows)
+    among up to `most` files of `split`, spread over it: headers only. A file the loader will
+    refuse (unreadable, or above `decode.max_pixels`) is the loader's to report, by the
+    bad-sample policy, and counts for nothing here. An array split's rows are all one size."""
     if not hasattr(split, "paths"):
         return int(np.prod(np.load(split.npy_path, mmap_mode="r").shape[1:]))
     largest = 0
     for path in split.paths[:: max(1, len(split.paths) // most)]:
-        w, h, s = header_draft(path, min_short_side) or (0, 0, 1)  # a bad file is the loader's to report
+        w, h, s = header_draft(path, decode.min_short_side, decode.max_pixels) or (0, 0, 1)
         largest = max(largest, -(-w // s) * -(-h // s) * 3)
     return largest
 
 
-def header_draft(path: str | os.PathLike, min_short_side: int | None) -> tuple[int, int, int] | None:
+def header_draft(path: str | os.PathLike, min_short_side: int | None,
+                 max_pixels: int | None = DEFAULT_MAX_PIXELS) -> tuple[int, int, int] | None:
     """(width, height, the reduction 1, 2, 4 or 8 this module's decoder makes of the file under
-    the draft rule `min_short_side`), from its header alone; None for a file Pillow cannot open."""
+    the draft rule `min_short_side`), from its header alone; None for a file that cannot be
+    opened, does not declare a size, or declares more than `max_pixels`."""
     try:
-        with Image.open(path) as img:
-            w, h, jpeg = img.width, img.height, img.format == "JPEG"
-    except OSError:
+        with open(path, "rb") as file:
+            head = file.read(HEAD_BYTES)
+        size = declared_size(head, max_pixels)
+    except (OSError, DecodeError):
         return None
-    return w, h, draft_scale(w, h, min_short_side) if jpeg and min_short_side else 1
+    if size is None or (max_pixels is not None and size[0] * size[1] > max_pixels):
+        return None
+    w, h = size
+    return w, h, draft_scale(w, h, min_short_side) if head[:3] == _JPEG_START and min_short_side else 1
 
 
 def _jpeg_frame(raw: bytes) -> tuple[int, int, int] | None:

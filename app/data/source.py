@@ -42,13 +42,14 @@ class FileSplit:
         return len(self.paths)
 
     def read(self, i: int, decode: Decode | None = None) -> np.ndarray:
-        return self.decode(i, self.fetch(i), decode)
+        return self.decode(i, self.fetch(i, decode), decode)
 
-    def fetch(self, i: int) -> bytes:
-        """Sample i's file, read (a worker times reading apart from decoding)."""
+    def fetch(self, i: int, decode: Decode | None = None) -> bytes:
+        """Sample i's file, read (a worker times reading apart from decoding); refused from its
+        header when it declares more pixels than `decode` allows."""
         path = self.paths[i]  # an IndexError stays an IndexError
         try:
-            return read_bytes(path)
+            return read_bytes(path, (decode or Decode()).max_pixels)
         except Exception as exc:
             raise BadSampleError(i, self.describe(i), _reason(exc)) from exc
 
@@ -80,7 +81,7 @@ class ArraySplit:
     def __len__(self) -> int:
         return len(self.rows)
 
-    def fetch(self, i: int) -> np.ndarray:
+    def fetch(self, i: int, decode: Decode | None = None) -> np.ndarray:
         return self.read(i)
 
     def decode(self, i: int, raw: np.ndarray, decode: Decode | None = None) -> np.ndarray:

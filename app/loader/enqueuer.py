@@ -41,6 +41,7 @@ class _Slot:
     epoch: int = 0
     todo: dict[int, int] = field(default_factory=dict)  # position -> sample index not yet written
     size: int = 0
+    labels: np.ndarray | None = None  # the batch's labels: a stand-in's own where one was written (skip)
 
 
 class Enqueuer:
@@ -124,7 +125,6 @@ class Enqueuer:
         until the next batch is asked for: copy it out (app/loader/prefetch.py) before that."""
         if self.ring is None:
             raise RuntimeError("Enqueuer.batches() before start()")
-        split = self.splits[split_name]
         count = -(-len(order) // self.batch_size)
         bounds = [(b * self.batch_size, min(len(order), (b + 1) * self.batch_size)) for b in range(count)]
         scheduled = 0
@@ -141,7 +141,7 @@ class Enqueuer:
                     self.telemetry.observe_fill(self._slots, self.max_size)
                     self._wait_for(b % self.max_size)
                 self._deaths_in_a_row = 0
-                yield self.ring.array[b % self.max_size, : slot.size], split.labels[order[slice(*bounds[b])]]
+                yield self.ring.array[b % self.max_size, : slot.size], slot.labels
                 slot.batch_no = -1
         except GeneratorExit:  # the consumer stopped early: wait for what is in flight
             self._drain()
@@ -155,6 +155,7 @@ class Enqueuer:
         slot = self._slots[slot_index]
         slot.batch_no, slot.split_name, slot.epoch, slot.size = batch_no, split_name, epoch, len(indices)
         slot.todo = {position: int(index) for position, index in enumerate(indices)}
+        slot.labels = self.splits[split_name].labels[indices]  # a copy: fancy indexing
         self.ring.done[slot_index] = 0
         if self.num_workers == 0:
             return
@@ -254,6 +255,8 @@ class Enqueuer:
             raise failure(reply, slot.split_name, slot.batch_no, who)
         if not isinstance(reply, messages.Written):
             self.bad.take(reply, slot.split_name)  # raises for Bad
+        if isinstance(reply, messages.Skipped):  # the image is the stand-in's: so is the label
+            slot.labels[reply.position] = self.splits[slot.split_name].labels[reply.stand_in]
         slot.todo.pop(reply.position, None)
 
     def _settle(self, w: Worker, written: set[tuple[int, int]]) -> None:

@@ -53,8 +53,12 @@ class SampleNote:
     detail: str  # the reason, or a traceback for Failed
 
 
+@dataclass(frozen=True)
 class Skipped(SampleNote):
-    """Unreadable; the next readable sample was written in its place (data.on_bad_sample=skip)."""
+    """Unreadable; the next readable sample, `stand_in`, was written in its place
+    (data.on_bad_sample=skip): the batch's label at `position` is the stand-in's."""
+
+    stand_in: int
 
 
 class Marked(SampleNote):

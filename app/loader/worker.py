@@ -49,7 +49,7 @@ def _build_timed(ring, task: messages.Task, position: int, index: int, work) -> 
     """Sample `index` read, decoded, augmented and copied into its place, each stage timed."""
     split, augmenter = work.splits[task.split], work.augmenters[task.split]
     t0 = time.perf_counter()
-    raw = split.fetch(index)
+    raw = split.fetch(index, augmenter.decode)
     t1 = time.perf_counter()
     image = split.decode(index, raw, augmenter.decode)
     t2 = time.perf_counter()
@@ -82,8 +82,8 @@ def serve(conn, ring: np.ndarray, done: np.ndarray, work) -> None:
 
 def fill(ring, task: messages.Task, position: int, index: int, work) -> messages.Written | messages.SampleNote:
     """Build sample `index` into its place in `task.slot`; what became of it. The policy
-    (work.on_bad_sample) for an unreadable one: raise (a Bad note), skip (a stand-in), or mark
-    (zeros, and a Marked note)."""
+    (work.on_bad_sample) for an unreadable one: raise (a Bad note), skip (a stand-in, whose label
+    the note names), or mark (zeros, and a Marked note)."""
     split, augmenter = work.splits[task.split], work.augmenters[task.split]
     try:
         try:
@@ -99,12 +99,13 @@ def fill(ring, task: messages.Task, position: int, index: int, work) -> messages
             # Deterministic stand-in, so the batch keeps its size: the next readable sample,
             # augmented with the bad sample's own randomness.
             for k in range(1, min(MAX_REPLACEMENTS, len(split))):
+                stand_in = (index + k) % len(split)
                 try:
-                    image = split.read((index + k) % len(split), augmenter.decode)
+                    image = split.read(stand_in, augmenter.decode)
                 except BadSampleError:
                     continue
                 ring[task.slot, position] = augmenter(image, work.seed, task.epoch, index)
-                return messages.Skipped(*note, bad.reason)
+                return messages.Skipped(*note, bad.reason, stand_in=stand_in)
             return messages.Bad(*note, f"{bad.reason}; and no readable stand-in nearby")
     except Exception as error:  # noqa: BLE001 - carried to the parent with its traceback
         return messages.Failed(task.slot, position, index, _describe(split, index),

@@ -31,27 +31,30 @@ class Scores:
     def accuracy(self) -> float:
         return self.correct / max(self.images, 1)
 
-    def add_mistakes(self, p: np.ndarray, y: np.ndarray, predicted: np.ndarray, keep: int = 16) -> None:
+    def add_mistakes(self, p: np.ndarray, y: np.ndarray, predicted: np.ndarray, positions: np.ndarray,
+                     keep: int = 16) -> None:
         for i in np.flatnonzero(predicted != y):
-            self.mistakes.append((float(p[i, predicted[i]]), self.images + int(i), int(y[i]), int(predicted[i])))
+            self.mistakes.append((float(p[i, predicted[i]]), int(positions[i]), int(y[i]), int(predicted[i])))
         self.mistakes = sorted(self.mistakes, reverse=True)[:keep]
 
 
-def evaluate(net: keras.Model, batches: Iterable[tuple[np.ndarray, np.ndarray]],
+def evaluate(net: keras.Model, batches: Iterable[tuple[np.ndarray, ...]],
              confusion: np.ndarray | None = None, top_k: int | None = None) -> Scores:
     """The `evaluate` command's scores: loss and accuracy over every batch, from one forward
     pass a batch, scored as Keras's sparse categorical crossentropy and accuracy score them;
-    top-k accuracy, and the most confident mistakes. With `confusion` (classes × classes), each
-    sample is counted into it too."""
+    top-k accuracy, and the most confident mistakes. A batch is (images, labels), or (images,
+    labels, each row's position in the split) where rows were left out. With `confusion`
+    (classes × classes), each sample is counted into it too."""
     scores = Scores()
-    for x, y in batches:
+    for x, y, *given in batches:
+        positions = given[0] if given else np.arange(scores.images, scores.images + len(y))
         p = np.asarray(net.predict_on_batch(x), np.float64)
         p /= p.sum(axis=1, keepdims=True)
         picked = np.clip(p[np.arange(len(y)), y], EPSILON, 1 - EPSILON)
         predicted = p.argmax(axis=1)
         if top_k:
             scores.top_k_correct += int((np.argsort(-p, axis=1)[:, :top_k] == y[:, None]).any(axis=1).sum())
-        scores.add_mistakes(p, y, predicted)
+        scores.add_mistakes(p, y, predicted, positions)
         scores.images += len(y)
         scores.loss_sum += float(-np.log(picked).sum())
         scores.correct += int((predicted == y).sum())

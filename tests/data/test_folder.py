@@ -291,6 +291,26 @@ def test_error_a_symlink_loop(tmp_path):
     assert len(folder_source(root, 0.3).train) + len(folder_source(root, 0.3).val) == 6
 
 
+def test_links_to_nowhere_are_bad_samples_not_crashes(tmp_path):
+    """An image-named link in a loop or to a missing file stays in the split, so the loader
+    reports it by data.on_bad_sample, as any unreadable file; its mending changes the fingerprint."""
+    from app.errors import BadSampleError
+
+    root = _tree(tmp_path / "d", {"a": 3, "b": 3})
+    (root / "a" / "loop.jpg").symlink_to(root / "a" / "loop.jpg")
+    (root / "b" / "gone.png").symlink_to(tmp_path / "missing.png")
+    (root / "b" / "notes.txt").symlink_to(tmp_path / "missing.txt")  # not an image name: ignored
+    source = folder_source(root, 0.3)
+    paths = source.train.paths + source.val.paths
+    assert len(paths) == 8 and {os.path.basename(p) for p in paths} >= {"loop.jpg", "gone.png"}
+    split = source.train if str(root / "a" / "loop.jpg") in source.train.paths else source.val
+    with pytest.raises(BadSampleError, match="loop.jpg.*Too many levels of symbolic links"):
+        split.read(split.paths.index(str(root / "a" / "loop.jpg")))
+    (root / "a" / "loop.jpg").unlink()
+    _image(root / "a" / "loop.jpg")
+    assert folder_source(root, 0.3).fingerprint != source.fingerprint
+
+
 def test_error_a_file_name_that_is_not_utf8(tmp_path):
     """Issue 10.10: a Latin-1 file name failed as an unexpected UnicodeEncodeError."""
     root = _tree(tmp_path / "d", {"a": 2, "b": 2})

@@ -361,7 +361,7 @@ def test_the_pixel_limit_is_configurable_on_both_paths(tmp_path):
 
 
 def test_largest_decode_reads_headers_under_the_draft_rule(tmp_path):
-    from app.data.images import largest_decode_bytes
+    from app.data.images import Decode, largest_decode_bytes
     from app.data.source import ArraySplit
 
     paths = []
@@ -370,7 +370,49 @@ def test_largest_decode_reads_headers_under_the_draft_rule(tmp_path):
         Image.new("RGB", size).save(paths[-1])
     (tmp_path / "bad.jpg").write_bytes(b"not an image")
     split = FileSplit([*paths, tmp_path / "bad.jpg"], [0, 0, 0])
-    assert largest_decode_bytes(split, None) == 400 * 300 * 3  # a full decode; the bad file passed over
-    assert largest_decode_bytes(split, 100) == 200 * 150 * 3  # halved: its short side stays ≥ 100
+    assert largest_decode_bytes(split, Decode()) == 400 * 300 * 3  # a full decode; the bad file passed over
+    assert largest_decode_bytes(split, Decode(100)) == 200 * 150 * 3  # halved: its short side stays ≥ 100
     np.save(tmp_path / "rows.npy", np.zeros((4, 32, 32, 3), np.uint8))
-    assert largest_decode_bytes(ArraySplit(tmp_path / "rows.npy", [0, 1], [0, 0], "train"), 100) == 32 * 32 * 3
+    assert largest_decode_bytes(ArraySplit(tmp_path / "rows.npy", [0, 1], [0, 0], "train"), Decode(100)) == 32 * 32 * 3
+
+
+def test_the_header_scan_leaves_what_the_loader_refuses_to_it(tmp_path):
+    """A decompression bomb (above Pillow's own limit, which raises outside OSError) and a file
+    above data.max_image_pixels are the loader's to report by the bad-sample policy: the memory
+    plan's header scan passes over them, and counts a genuine large file within the limit."""
+    from app.data.images import Decode, header_draft, largest_decode_bytes
+
+    small, bomb, huge_png, loop = (tmp_path / n for n in ("small.jpg", "bomb.jpg", "huge.png", "loop.jpg"))
+    Image.new("RGB", (100, 80)).save(small)
+    _declaring(bomb, 30000, 30000)
+    _png_declaring(huge_png, 40000, 40000)
+    loop.symlink_to(loop)
+    split = FileSplit([small, bomb, huge_png, loop], [0, 0, 0, 0])
+    for max_pixels in (images.DEFAULT_MAX_PIXELS, None):
+        assert largest_decode_bytes(split, Decode(None, max_pixels)) == (
+            100 * 80 * 3 if max_pixels else 30000 * 30000 * 3)  # null: the JPEG bomb is tried, as the loader would
+        assert header_draft(huge_png, None, max_pixels) is None  # beyond Pillow's own limit either way
+    assert header_draft(bomb, None, 10**9) == (30000, 30000, 1)  # within a raised limit: counted
+    assert header_draft(small, None, 8000) == (100, 80, 1) and header_draft(small, None, 7999) is None
+
+
+@pytest.mark.filterwarnings("ignore::PIL.Image.DecompressionBombWarning")
+def test_a_huge_file_is_refused_from_its_header_without_being_read(tmp_path, monkeypatch):
+    big = tmp_path / "big.png"
+    _png_declaring(big, 12000, 12000)
+    with open(big, "ab") as f:  # a large file: only its header may be read
+        f.write(b"\0" * (4 * images.HEAD_BYTES))
+    reads = []
+
+    class Counted(io.FileIO):
+        def read(self, n=-1):
+            reads.append(n)
+            return super().read(n)
+
+    monkeypatch.setattr(images, "open", lambda path, mode: Counted(path, "r"), raising=False)
+    with pytest.raises(DecodeError, match="12000×12000 = 144 M pixels, above data.max_image_pixels"):
+        images.read_bytes(big)
+    assert reads == [images.HEAD_BYTES]  # the header, and nothing after it
+    reads.clear()
+    assert len(images.read_bytes(big, max_pixels=None)) == big.stat().st_size  # no limit: read whole
+    assert reads == [images.HEAD_BYTES, -1]

@@ -46,6 +46,21 @@ def test_bad_sample_skip_keeps_batches_full_and_logs(tmp_path, children):
     assert_clean(children)
 
 
+@pytest.mark.parametrize("workers", [2, 0], ids=["processes", "in-process"])
+def test_a_stand_in_brings_its_own_label(workers, tmp_path, children):
+    """A skipped sample's place holds the next readable image: its label must be that image's,
+    not the bad sample's (training on mislabelled stand-ins)."""
+    split = MarkedSplit(16, bad=(4, 5, 10))  # labels i % 3: 4 → 1 and 5 → 2, their stand-in 6 → 0
+    with make(split, workers=workers, on_bad_sample="skip", max_bad_fraction=0.5,
+              bad_log=tmp_path / "bad.txt") as enq:
+        pairs = [(index_of(im), int(y)) for b, labels in enq.batches("train", np.arange(16), epoch=0)
+                 for im, y in zip(b, labels, strict=True)]
+    assert [i for i, _ in pairs] == [0, 1, 2, 3, 6, 6, 6, 7, 8, 9, 11, 11, 12, 13, 14, 15]
+    assert all(y == split.labels[i] for i, y in pairs)  # every label is its image's
+    assert split.labels[[4, 5, 10]].tolist() != split.labels[[6, 6, 11]].tolist()  # which the bad ones' are not
+    assert_clean(children)
+
+
 class OutOfMemoryAt(MarkedSplit):
     def read(self, i, decode=None):
         if i == 5:
