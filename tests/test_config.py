@@ -285,3 +285,16 @@ def test_auto_is_the_one_word_the_queue_takes():
     assert load(composed("queue.workers=3", "queue.max_size=4")).queue.workers == 3
     with pytest.raises(ConfigError, match="`queue.max_size` = 'Auto' is not allowed: an integer, or auto"):
         validate(composed("queue.max_size=Auto"))  # negative control: only the word itself
+
+
+def test_a_resumed_run_takes_the_bad_sample_advice_and_nothing_unsafe():
+    """A bad sample's message advises data.on_bad_sample=skip (and data.max_bad_fraction): a
+    resumed run must accept what it advises; the data's own settings stay refused."""
+    from app.training.resume import resumed_config
+
+    saved = to_plain(composed())
+    cfg = composed("data.on_bad_sample=skip", "data.max_bad_fraction=0.2", "+resume=/runs/x")
+    config = resumed_config(saved, cfg, ["resume=/runs/x", "data.on_bad_sample=skip", "data.max_bad_fraction=0.2"])
+    assert config.data.on_bad_sample == "skip" and config.data.max_bad_fraction == 0.2
+    with pytest.raises(ConfigError, match="`data.val_fraction` cannot change for a run that exists"):
+        resumed_config(saved, composed("data.val_fraction=0.3", "+resume=/runs/x"), ["data.val_fraction=0.3"])
