@@ -78,9 +78,12 @@ def explain(error: BaseException, resume_hint: str | None = None, where: str | N
             else ", then run the command again"
         return MachineError(f"no space left on the device holding {where}{free}: free some space{then}.")
     if any(isinstance(e, MemoryError) for e in _chain(error)):
-        then = f", then continue with `{resume_hint}`" if resume_hint else ""
+        if resume_hint:  # a resumed run keeps its data and model settings: only the queue's may change
+            return MachineError(f"out of memory (MemoryError): continue with `{resume_hint} queue.max_size=1` (or "
+                                "fewer queue.workers), or start a new run with a smaller data.batch_size or "
+                                "data.image_size.")
         return MachineError("out of memory (MemoryError): lower data.batch_size, queue.max_size, queue.workers or "
-                            f"data.image_size (`python -m app train --cfg job` shows them){then}.")
+                            "data.image_size (`python -m app train --cfg job` shows them).")
     return error
 
 

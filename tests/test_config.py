@@ -298,3 +298,21 @@ def test_a_resumed_run_takes_the_bad_sample_advice_and_nothing_unsafe():
     assert config.data.on_bad_sample == "skip" and config.data.max_bad_fraction == 0.2
     with pytest.raises(ConfigError, match="`data.val_fraction` cannot change for a run that exists"):
         resumed_config(saved, composed("data.val_fraction=0.3", "+resume=/runs/x"), ["data.val_fraction=0.3"])
+
+
+def test_the_out_of_memory_advice_for_a_run_works_when_followed():
+    """The advice names only keys a resumed run takes, in a command that is accepted."""
+    import re as regex
+
+    from app.errors import explain
+    from app.training.resume import resumed_config
+
+    message = str(explain(MemoryError(), resume_hint="python -m app train resume=/runs/x"))
+    command = regex.search(r"`(python -m app train resume=/runs/x[^`]*)`", message).group(1)
+    overrides = command.split()[4:]
+    assert overrides == ["resume=/runs/x", "queue.max_size=1"]
+    config = resumed_config(to_plain(composed()), composed("queue.max_size=1", "+resume=/runs/x"), overrides)
+    assert config.queue.max_size == 1
+    assert "data.batch_size" not in message.split("start a new run")[0]  # the rest takes a new run
+    fresh = str(explain(MemoryError()))  # negative control: a new run may lower anything
+    assert "lower data.batch_size, queue.max_size, queue.workers or data.image_size" in fresh

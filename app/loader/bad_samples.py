@@ -63,7 +63,8 @@ def failure(note: messages.Failed, split_name: str, batch_no: int, who: str) -> 
     if last.startswith("MemoryError"):  # the machine's limit, not a bug in the decoder
         return MachineError(
             f"{who} ran out of memory on sample {note.index} of the {split_name} split ({note.where}): lower "
-            "data.batch_size, queue.max_size or queue.workers, or data.max_image_pixels to refuse such images.")
+            "queue.workers or queue.max_size, or data.max_image_pixels to refuse such images (a resumed run may "
+            "change these too), or data.batch_size in a new run.")
     error = WorkerError(f"{who} failed on sample {note.index} of the {split_name} split ({note.where}), batch "
                         f"{batch_no}: {last}. The worker's traceback is in train.log.")
     error.worker_traceback = note.detail

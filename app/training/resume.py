@@ -34,9 +34,10 @@ from app.training.rundir import claim_dir, hold_lock
 
 log = logging.getLogger(__name__)
 
-# What a run may change when it resumes: how long, how it logs, how it loads, and what it does with a
-# bad file (the advice a bad sample prints must work on a resumed run too).
-SAFE_PREFIXES = ("trainer.epochs", "trainer.log_every_steps", "queue.", "data.on_bad_sample", "data.max_bad_fraction")
+# What a run may change when it resumes: how long, how it logs, how it loads, and which files are bad
+# samples and what becomes of them (the advice a bad sample prints must work on a resumed run too).
+SAFE_PREFIXES = ("trainer.epochs", "trainer.log_every_steps", "queue.", "data.on_bad_sample", "data.max_bad_fraction",
+                 "data.max_image_pixels")
 # Hydra's flags that print or inspect instead of running: no directory is claimed for them.
 INFO_FLAGS = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc")
 # A value Hydra parses as a sweep or a function (choice(a, b), range(1,3), int(4)...) is not quoted.
