@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+from test_train_cli import check_run_dir
 
 TINY = ["data=folder", "data.image_size=[32,32]", "data.batch_size=4", "model.widths=[8]", "trainer.epochs=1",
         "queue.workers=1", "logger=csv"]
@@ -70,6 +71,7 @@ def test_skip_trains_lists_every_bad_file_and_evaluate_leaves_out_what_it_cannot
     reasons = {Path(where).name: why for _, _, where, why in listed}
     assert "30000×30000" in reasons["bomb.jpg"] and reasons["empty.jpg"] == "empty file"
     assert reasons["loop.jpg"] == "Too many levels of symbolic links"
+    check_run_dir(run, epochs=1)
 
     # evaluate never stands another file in: the unreadable test file is left out and named
     evaluated = app("evaluate", f"resume={run}", "split=test", cwd=data.parent)
@@ -90,6 +92,12 @@ def test_raise_stops_with_one_paragraph_naming_the_file(data):
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error: sample ") and any(f"{data}/train/" in last and name in last for name in BAD)
     assert "set data.on_bad_sample=skip" in last  # the advice the test above follows
+    assert json.loads((data.parent / "raise run" / "summary.json").read_text())["status"] == "failed"
+
+    over = app("train", *TINY, f"data.path={data}", "data.on_bad_sample=skip", "data.max_bad_fraction=0.1",
+               f"hydra.run.dir={data.parent / 'over run'}", cwd=data.parent)
+    assert over.returncode == 1 and "above data.max_bad_fraction=0.1" in over.stderr
+    _clean(over)
 
 
 def test_preview_follows_the_policy(data):
@@ -109,8 +117,9 @@ def test_preview_follows_the_policy(data):
 
 
 def test_plan_reads_headers_by_the_loaders_rules(data):
-    for limit in ("data.max_image_pixels=89478485", "data.max_image_pixels=null"):
-        result = app("plan", *TINY, f"data.path={data}", limit, "hydra.run.dir=plan", cwd=data.parent)
-        assert result.returncode == 0, result.stderr[-3000:]
-        _clean(result)
-        assert "host memory (predicted peak):" in result.stdout
+    """With the default limit, train's own plan passed over the bomb (above); without one, too."""
+    result = app("plan", *TINY, f"data.path={data}", "data.max_image_pixels=null", "hydra.run.dir=plan",
+                 cwd=data.parent)
+    assert result.returncode == 0, result.stderr[-3000:]
+    _clean(result)
+    assert "host memory (predicted peak):" in result.stdout

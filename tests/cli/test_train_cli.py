@@ -262,38 +262,6 @@ def test_interrupt_stops_workers_and_frees_shared_memory(how, tmp_path):
     assert stopped_s < 15, f"took {stopped_s:.1f} s to stop"  # a hang guard; the README has the measured time
 
 
-def test_bad_files_raise_or_skip(tmp_path):
-    rng = np.random.default_rng(2)
-    images = tmp_path / "images"
-    for cls in ("a", "b"):
-        (images / cls).mkdir(parents=True)
-        for i in range(10):
-            Image.fromarray(rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)).save(images / cls / f"{i}.jpg")
-    good = (images / "a" / "0.jpg").read_bytes()
-    (images / "a" / "zero.jpg").write_bytes(b"")
-    (images / "a" / "truncated.jpg").write_bytes(good[: len(good) // 2])
-    (images / "b" / "notes.png").write_bytes(b"this is not an image")
-    base = ["data=folder", f"data.path={images}", "data.image_size=[32,32]", "data.batch_size=4",
-            "model.widths=[8]", "trainer.epochs=1", "queue.workers=2"]
-
-    raised = app("train", *base, "hydra.run.dir=raise", cwd=tmp_path)
-    assert raised.returncode == 1 and "Traceback" not in raised.stderr
-    assert any(name in raised.stderr for name in ("zero.jpg", "truncated.jpg", "notes.png"))
-    assert json.loads((tmp_path / "raise" / "summary.json").read_text())["status"] == "failed"
-
-    skipped = app("train", *base, "data.on_bad_sample=skip", "data.max_bad_fraction=0.3", "hydra.run.dir=skip",
-                  cwd=tmp_path)
-    assert skipped.returncode == 0, skipped.stderr[-3000:]
-    logged = (tmp_path / "skip" / "bad_samples.txt").read_text()
-    bad_in_train = [n for n in ("zero.jpg", "truncated.jpg", "notes.png") if n in logged]
-    assert bad_in_train and all("\t" in line for line in logged.splitlines())
-    check_run_dir(tmp_path / "skip", epochs=1)
-
-    over = app("train", *base, "data.on_bad_sample=skip", "data.max_bad_fraction=0.01", "hydra.run.dir=over",
-               cwd=tmp_path)
-    assert over.returncode == 1 and "above data.max_bad_fraction=0.01" in over.stderr
-
-
 def test_debug_overfit_learns_one_batch_and_profile_steps_trace_the_window(tmp_path):
     """debug=overfit (issue 12.7): the same batch every epoch, trained and validated on, learnt;
     trainer.profile_steps on top: TensorBoard's profiler traced exactly those steps, each marked;
