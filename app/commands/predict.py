@@ -28,7 +28,9 @@ def image_files(path: Path) -> list[Path]:
 
     if path.is_file():
         return [path]
-    return sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in EXTENSIONS
+    # A link that leads nowhere or in a loop is listed too: its row then says why it cannot be read.
+    return sorted(p for p in path.rglob("*") if (p.is_file() or p.is_symlink() and not p.is_dir())
+                  and p.suffix.lower() in EXTENSIONS
                   and not any(part.startswith(".") for part in p.relative_to(path).parts))
 
 

@@ -78,13 +78,15 @@ def test_evaluate_and_predict_on_a_run_whose_path_has_a_space(run):
     jpeg = images / "sub" / "truncated.jpg"
     Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(jpeg)
     jpeg.write_bytes(jpeg.read_bytes()[:200])
+    (images / "sub" / "loop.jpg").symlink_to(images / "sub" / "loop.jpg")
     result = app("predict", f"resume={run}", f"input={images}", "queue.workers=2", cwd=run.parent)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "3 of 5 files could not be read" in result.stdout
+    assert "4 of 6 files could not be read" in result.stdout
     (out,) = run.glob("predict/*/predictions.csv")
     rows = {Path(r["path"]).name: r for r in csv.DictReader(out.open(encoding="utf-8"))}
-    assert set(rows) == {"a.png", "b.png", "text.jpg", "empty.jpg", "truncated.jpg"}
-    for name in ("text.jpg", "empty.jpg", "truncated.jpg"):
+    assert set(rows) == {"a.png", "b.png", "text.jpg", "empty.jpg", "truncated.jpg", "loop.jpg"}
+    assert rows["loop.jpg"]["error"] == "Too many levels of symbolic links"
+    for name in ("text.jpg", "empty.jpg", "truncated.jpg", "loop.jpg"):
         row = rows[name]
         assert row["error"] and row["class"] == "" and all(v == "" for k, v in row.items()
                                                          if k not in ("path", "error"))
