@@ -209,7 +209,7 @@ def _read_batches(found: Path) -> dict[str, dict]:
                     if member.isfile() and name in wanted and Path(member.name).parent.name == FOLDER:
                         batches[name] = _unpickle(tar.extractfile(member))
     except (OSError, EOFError, tarfile.TarError, pickle.UnpicklingError) as exc:
-        raise DataError(f"cannot read CIFAR-10 from {found}: {str(exc).rstrip(".")}. Replace it with the official "
+        raise DataError(f"cannot read CIFAR-10 from {found}: {str(exc).rstrip('.')}. Replace it with the official "
                         f"archive from {URL}.") from exc
     missing = sorted(wanted - set(batches))
     if missing:
