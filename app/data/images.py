@@ -194,13 +194,25 @@ def header_draft(path: str | os.PathLike, min_short_side: int | None,
     try:
         with open(path, "rb") as file:
             head = file.read(HEAD_BYTES)
-        size = declared_size(head, max_pixels)
+        size = declared_size(head, max_pixels) or _pillow_size(path, max_pixels)
     except (OSError, DecodeError):
         return None
     if size is None or (max_pixels is not None and size[0] * size[1] > max_pixels):
         return None
     w, h = size
     return w, h, draft_scale(w, h, min_short_side) if head[:3] == _JPEG_START and min_short_side else 1
+
+
+def _pillow_size(path: str | os.PathLike, max_pixels: int | None) -> tuple[int, int] | None:
+    """(width, height) as Pillow reads them off the file, seeking as far as it needs (a JPEG whose
+    frame header lies past HEAD_BYTES); None where it cannot."""
+    try:
+        with Image.open(path) as img:
+            return img.width, img.height
+    except Image.DecompressionBombError as exc:
+        raise _pillow_refusal(exc, max_pixels) from None
+    except Exception:  # noqa: BLE001 - not an image: the loader's to report
+        return None
 
 
 def _jpeg_frame(raw: bytes) -> tuple[int, int, int] | None:

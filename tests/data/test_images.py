@@ -393,6 +393,9 @@ def test_the_header_scan_leaves_what_the_loader_refuses_to_it(tmp_path):
             100 * 80 * 3 if max_pixels else 30000 * 30000 * 3)  # null: the JPEG bomb is tried, as the loader would
         assert header_draft(huge_png, None, max_pixels) is None  # beyond Pillow's own limit either way
     assert header_draft(bomb, None, 10**9) == (30000, 30000, 1)  # within a raised limit: counted
+    late = tmp_path / "late.jpg"  # a frame header past the first bytes read (large EXIF, ICC, ...)
+    Image.new("RGB", (120, 90)).save(late, icc_profile=b"\0" * (2 * images.HEAD_BYTES))
+    assert header_draft(late, 45) == (120, 90, 2)
     assert header_draft(small, None, 8000) == (100, 80, 1) and header_draft(small, None, 7999) is None
 
 
