@@ -56,3 +56,12 @@ def test_report_lists_a_corrupt_summary_as_unreadable(tmp_path, capsys):
     _, _, rows = table([tmp_path / "0", tmp_path / "1"])
     assert [r["status"] for r in rows] == ["completed", "unreadable"]
     assert "1/summary.json cannot be read" in capsys.readouterr().err
+
+
+def test_a_bugs_message_names_the_log_of_the_command_that_holds_its_traceback(capsys, caplog):
+    assert exit_status_for(ValueError("boom"), "predict") == 1
+    assert "the traceback is in predict.log" in capsys.readouterr().err
+    assert caplog.records[-1].exc_info[0] is ValueError and caplog.records[-1].name == "app.predict"
+    caplog.clear()
+    exit_status_for(ValueError("boom"))  # negative control: train logs its own, once
+    assert "the run's train.log" in capsys.readouterr().err and not caplog.records
