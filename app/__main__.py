@@ -76,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["HYDRA_FULL_ERROR"] = "1"
     from app.errors import exit_status_for
 
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a scheduler's stop ends a command as Ctrl-C does
+    if word != "train":  # a scheduler's stop ends a command as Ctrl-C does (train: app/processes.py:interrupts)
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
     status = 0
     try:
         if word != "report":  # Hydra's commands: their directory and `resume` are settled first
@@ -104,14 +105,16 @@ def main(argv: list[str] | None = None) -> int:
 def _remove_empty_claims(word: str, failed: bool) -> None:
     """A directory claimed for this command that nothing was written into goes again, with the
     empty folders made for it (outputs/<date>/), never above the working directory. When
-    evaluate or predict failed (not by a bug, whose traceback its log keeps), their log goes
-    too: it says only what was printed, and the folder would look like a result."""
+    evaluate or predict failed before writing anything (and not by a bug, whose traceback its
+    log keeps), their log goes too: it says only what was printed, and the folder would look
+    like a result."""
     from app.training.resume import CLAIMED
 
     here = os.path.abspath(os.curdir)
     for path in CLAIMED:
-        if failed and word in ("evaluate", "predict") and not _bug_logged(path / f"{word}.log"):
-            (path / f"{word}.log").unlink(missing_ok=True)
+        log = path / f"{word}.log"
+        if failed and word in ("evaluate", "predict") and _only(path, log) and not _bug_logged(log):
+            log.unlink()
         for folder in [path, *path.parents][:4]:
             if folder != path and not os.path.abspath(folder).startswith(here + os.sep):
                 break
@@ -120,6 +123,14 @@ def _remove_empty_claims(word: str, failed: bool) -> None:
             except OSError:
                 break
 
+
+
+def _only(folder: Path, log: Path) -> bool:
+    """Whether `log` is all that `folder` holds."""
+    try:
+        return [p.name for p in folder.iterdir()] == [log.name]
+    except OSError:
+        return False
 
 
 def _bug_logged(log: Path) -> bool:

@@ -133,9 +133,12 @@ def exit_status_for(error: BaseException, command: str = "train") -> int:
         return 2
     if os.environ.get("APP_TRACEBACK"):
         traceback.print_exception(error)
+    where = "the run's train.log; "
     if command != "train":
-        logging.getLogger(f"app.{command}").error("unexpected error", exc_info=error)
-    where = "the run's train.log" if command == "train" else f"{command}.log, in the command's directory"
-    print(f"error: unexpected {type(error).__name__}: {_paragraph(error)} (a bug: the traceback is in {where}; "
-          "set APP_TRACEBACK=1 to print it here)", file=sys.stderr)
+        logged = bool(logging.getLogger().handlers)  # Hydra's log file, where there is one (not report's)
+        if logged:
+            logging.getLogger(f"app.{command}").error("unexpected error", exc_info=error)
+        where = f"{command}.log, in the command's directory; " if logged else ""
+    print(f"error: unexpected {type(error).__name__}: {_paragraph(error)} (a bug: "
+          f"{'the traceback is in ' + where if where else ''}set APP_TRACEBACK=1 to print it here)", file=sys.stderr)
     return 1

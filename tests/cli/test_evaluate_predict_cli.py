@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 from PIL import Image
 
@@ -215,9 +216,10 @@ def test_sigterm_stops_predict_as_ctrl_c_does(run, tmp_path):
     process = subprocess.Popen([sys.executable, "-m", "app", "predict", f"resume={copy}", f"input={images}",
                                 "queue.workers=1"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 240
-    while not [n for n in os.listdir("/dev/shm") if n.startswith(f"app-ring-{process.pid}-")]:
+    while not ([n for n in os.listdir("/dev/shm") if n.startswith(f"app-ring-{process.pid}-")]
+               and [p for p in psutil.Process(process.pid).children() if "resource_tracker" not in p.cmdline()[-1]]):
         assert process.poll() is None and time.monotonic() < deadline, process.stderr.read().decode()[-3000:]
-        time.sleep(0.01)
+        time.sleep(0.01)  # the ring, and then the worker: the loader is up
     process.terminate()
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130 and "interrupted." in stderr.decode(), stderr.decode()[-3000:]
