@@ -116,13 +116,14 @@ def _refuse_or_move_aside(folder: Path, overwrite: bool, key: str) -> None:
     if not holds_run(folder):
         return
     if not overwrite:
+        go_on = f"`python -m app train resume={folder}`" if key == "hydra.run.dir" else \
+            f"`python -m app train resume={folder}/<job>` (a job at a time)"
         raise config_error(key, str(folder), f"{folder} holds a run already (its summary.json, checkpoints, "
                            "metrics.csv), which a new run would overwrite and mix with its own. Continue it with "
-                           f"`python -m app train resume={folder}`, choose another folder, or add overwrite=true "
-                           f"to move it aside (to {folder.name}.old) and start a new run there")
+                           f"{go_on}, choose another folder, or add overwrite=true to rename it to "
+                           f"{folder.name}.old (nothing is deleted) and start anew there")
     check_unlocked(folder)
     aside = move_run_aside(folder)
-    log.warning("overwrite=true: the run that was in %s moved to %s", folder, aside)
     print(f"overwrite=true: the run that was in {folder} moved to {aside}", file=sys.stderr)
 
 
