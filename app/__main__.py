@@ -124,7 +124,6 @@ def _remove_empty_claims(word: str, failed: bool) -> None:
                 break
 
 
-
 def _only(folder: Path, log: Path) -> bool:
     """Whether `log` is all that `folder` holds."""
     try:

@@ -1,5 +1,6 @@
-"""The run directory: claiming a new one, its lock, and its small files (summary.json,
-metrics.csv, split.json; INTERFACE.md). No TensorFlow."""
+"""The run directory: claiming a new one (and refusing or moving aside one that holds a run),
+its lock, and its small files (summary.json, split.json; INTERFACE.md; the CSV files are
+app/training/tables.py's). No TensorFlow."""
 
 from __future__ import annotations
 

@@ -45,18 +45,20 @@ def rows_kept(path: Path, keep) -> tuple[list[str], list[dict], str] | None:
         raise _damaged(path, raw[:error.start].count(b"\n") + 1, "bytes that are not text (UTF-8)") from None
     first = text.split("\n", 1)[0]
     ending = "\r\n" if first.endswith("\r") else "\n"
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    rows = []
-    for row in reader:
-        if None in row or None in row.values():
-            raise _damaged(path, reader.line_num, f"{len(row) - (None in row) + len(row.get(None) or [])} fields "
-                           f"where the header has {len(reader.fieldnames)}")
+    reader = csv.reader(io.StringIO(text, newline=""))
+    columns, rows = next(reader, []), []
+    for values in reader:
+        if not values:  # a blank line
+            continue
+        if len(values) != len(columns):
+            raise _damaged(path, reader.line_num, f"{len(values)} fields where the header has {len(columns)}")
+        row = dict(zip(columns, values, strict=True))
         try:
             if keep(row):
                 rows.append(row)
         except (TypeError, ValueError, KeyError) as error:
             raise _damaged(path, reader.line_num, f"a value that is not what the column holds ({error})") from None
-    return list(reader.fieldnames or []), rows, ending
+    return columns, rows, ending
 
 
 def write_rows(path: Path, columns: list[str], rows: list[dict], ending: str = "\n") -> None:
