@@ -16,6 +16,7 @@ import importlib
 import os
 import signal
 import sys
+from pathlib import Path
 
 # command word -> (module, function, one line of help); Hydra names the job after the module: train.log...
 COMMANDS = {
@@ -75,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["HYDRA_FULL_ERROR"] = "1"
     from app.errors import exit_status_for
 
+    if word != "train":  # a scheduler's stop ends a command as Ctrl-C does (train: app/processes.py:interrupts)
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+    status = 0
     try:
         if word != "report":  # Hydra's commands: their directory and `resume` are settled first
             from app.training.resume import prepare_argv
@@ -91,19 +95,26 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as error:  # noqa: BLE001 - every failure leaves as a message and a status
         if isinstance(error, KeyboardInterrupt):  # stopping already: more Ctrl-C must not cut it short
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-        return exit_status_for(error)
+        status = exit_status_for(error, word)
+        return status
     finally:
-        _remove_empty_claims()
+        _remove_empty_claims(word, failed=status != 0)
     return 0
 
 
-def _remove_empty_claims() -> None:
+def _remove_empty_claims(word: str, failed: bool) -> None:
     """A directory claimed for this command that nothing was written into goes again, with the
-    empty folders made for it (outputs/<date>/), never above the working directory."""
+    empty folders made for it (outputs/<date>/), never above the working directory. When
+    evaluate or predict failed before writing anything (and not by a bug, whose traceback its
+    log keeps), their log goes too: it says only what was printed, and the folder would look
+    like a result."""
     from app.training.resume import CLAIMED
 
     here = os.path.abspath(os.curdir)
     for path in CLAIMED:
+        log = path / f"{word}.log"
+        if failed and word in ("evaluate", "predict") and _only(path, log) and not _bug_logged(log):
+            log.unlink()
         for folder in [path, *path.parents][:4]:
             if folder != path and not os.path.abspath(folder).startswith(here + os.sep):
                 break
@@ -111,6 +122,21 @@ def _remove_empty_claims() -> None:
                 folder.rmdir()  # only when empty
             except OSError:
                 break
+
+
+def _only(folder: Path, log: Path) -> bool:
+    """Whether `log` is all that `folder` holds."""
+    try:
+        return [p.name for p in folder.iterdir()] == [log.name]
+    except OSError:
+        return False
+
+
+def _bug_logged(log: Path) -> bool:
+    try:
+        return "unexpected error" in log.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
 
 
 if __name__ == "__main__":

@@ -113,8 +113,10 @@ def _allowed_keys(error: BaseException) -> str:
     return ""
 
 
-def exit_status_for(error: BaseException) -> int:
-    """Print `error` as one paragraph on stderr and return the process's exit status."""
+def exit_status_for(error: BaseException, command: str = "train") -> int:
+    """Print `error` as one paragraph on stderr and return the process's exit status. A bug's
+    traceback goes to `command`'s log (train logs its own, app/training/trainer.py)."""
+    import logging
     import sys
     import traceback
 
@@ -135,6 +137,12 @@ def exit_status_for(error: BaseException) -> int:
         return 2
     if os.environ.get("APP_TRACEBACK"):
         traceback.print_exception(error)
-    print(f"error: unexpected {type(error).__name__}: {_paragraph(error)} (a bug: the traceback is in the "
-          "run's train.log; set APP_TRACEBACK=1 to print it here)", file=sys.stderr)
+    where = "the run's train.log; "
+    if command != "train":
+        logged = bool(logging.getLogger().handlers)  # Hydra's log file, where there is one (not report's)
+        if logged:
+            logging.getLogger(f"app.{command}").error("unexpected error", exc_info=error)
+        where = f"{command}.log, in the command's directory; " if logged else ""
+    print(f"error: unexpected {type(error).__name__}: {_paragraph(error)} (a bug: "
+          f"{'the traceback is in ' + where if where else ''}set APP_TRACEBACK=1 to print it here)", file=sys.stderr)
     return 1

@@ -206,6 +206,20 @@ def read_metadata(path: Path) -> dict:
         return json.loads(archive.read(METADATA_FILE))
 
 
+def exported_problem(path: Path) -> str | None:
+    """What is wrong with a model.keras that `export` wrote (missing, truncated, a member that fails
+    its CRC, no metadata), or None when it is whole."""
+    if not Path(path).is_file():
+        return "it is missing"
+    try:
+        with zipfile.ZipFile(path) as archive:
+            broken = archive.testzip()
+            json.loads(archive.read(METADATA_FILE))
+    except (OSError, zipfile.BadZipFile, KeyError, ValueError) as error:
+        return f"it is damaged ({type(error).__name__}: {error})"
+    return f"it is damaged ({broken} inside fails its CRC check)" if broken else None
+
+
 def _first_layer_mode(model: keras.Model) -> str:
     """The normalisation of a classifier's first layer, read back from the layer itself (a new
     model and one loaded from a checkpoint alike)."""

@@ -60,6 +60,25 @@ def keep_freed_memory() -> bool:
     return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, 2**31 - 1))
 
 
+# `signals_held` blocks open in this process, and whether a signal came during one
+_held = {"depth": 0, "pending": False}
+
+
+@contextmanager
+def signals_held():
+    """Inside `interrupts`: Ctrl-C and SIGTERM wait for the block's end, then stop the run as
+    usual. For what must be written together (an epoch's metrics row, model.keras and
+    checkpoint): a signal between them would leave a row that no checkpoint backs."""
+    _held["depth"] += 1
+    try:
+        yield
+    finally:
+        _held["depth"] -= 1
+    if _held["pending"] and not _held["depth"]:
+        _held["pending"] = False
+        raise KeyboardInterrupt
+
+
 @contextmanager
 def interrupts():
     """Ctrl-C (SIGINT) and a scheduler's SIGTERM end the run the same way: the first raises
@@ -72,6 +91,9 @@ def interrupts():
     def interrupt(signum, frame):
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, stopping)
+        if _held["depth"]:  # raised when the held block ends
+            _held["pending"] = True
+            return
         raise KeyboardInterrupt
 
     try:

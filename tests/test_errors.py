@@ -73,3 +73,12 @@ def test_a_cause_the_message_already_says_is_not_repeated(capsys):
     wrapped.__cause__ = OSError("disk gone")
     exit_status_for(wrapped)
     assert capsys.readouterr().err.strip() == "error: the run cannot start — disk gone"
+
+
+def test_a_bugs_message_names_the_log_of_the_command_that_holds_its_traceback(capsys, caplog):
+    assert exit_status_for(ValueError("boom"), "predict") == 1
+    assert "the traceback is in predict.log" in capsys.readouterr().err
+    assert caplog.records[-1].exc_info[0] is ValueError and caplog.records[-1].name == "app.predict"
+    caplog.clear()
+    exit_status_for(ValueError("boom"))  # negative control: train logs its own, once
+    assert "the run's train.log" in capsys.readouterr().err and not caplog.records

@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-from app.model import OFFSET, SCALE, classifier, export, normalise, read_metadata, small_resnet
+from app.model import OFFSET, SCALE, classifier, export, exported_problem, normalise, read_metadata, small_resnet
 
 
 def test_shapes():
@@ -47,6 +47,15 @@ print(json.dumps({{"probs": probs.tolist(), "meta": meta, "input_shape": list(mo
     assert not np.allclose(backbone.predict(pixels.astype("float32"), verbose=0), expected, atol=1e-3)
     assert np.allclose(backbone.predict(pixels * np.float32(SCALE) + OFFSET, verbose=0), expected, atol=1e-5)
     assert not list(tmp_path.glob(".*tmp*"))  # written under a temporary name, then renamed
+    assert exported_problem(path) is None  # negative control for what follows
+    whole = path.read_bytes()
+    path.write_bytes(whole[: len(whole) // 2])
+    assert "damaged (BadZipFile" in exported_problem(path)
+    middle = whole.index(b"app_metadata.json") - 200  # a byte of a member's data, the archive's index whole
+    path.write_bytes(whole[:middle] + bytes([whole[middle] ^ 0xFF]) + whole[middle + 1:])
+    assert "damaged" in exported_problem(path)
+    path.unlink()
+    assert exported_problem(path) == "it is missing"
 
 
 def test_mixed_precision_trains_with_a_float32_output():

@@ -40,3 +40,30 @@ def test_freed_memory_is_kept_for_the_next_sample():
     assert _returned_bytes("keep") < 4 * 2**20
     # negative control: by default glibc hands such a block straight back (and faults it in again next time)
     assert _returned_bytes("default") > 60 * 2**20
+
+
+def test_a_signal_inside_a_held_block_stops_the_run_when_the_block_ends():
+    """What an epoch writes together (its metrics row, model.keras, checkpoint) is not cut by
+    SIGTERM or Ctrl-C: the signal stops the run once the block is done."""
+    import os
+    import signal
+
+    from app.processes import interrupts, signals_held
+
+    done = []
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with pytest.raises(KeyboardInterrupt), interrupts():
+            with signals_held():
+                os.kill(os.getpid(), signal.SIGTERM)
+                done.append("after the signal")  # the block goes on
+            done.append("after the block")  # never reached
+        assert done == ["after the signal"]
+        done.clear()
+        with pytest.raises(KeyboardInterrupt), interrupts():  # negative control: outside a held block, at once
+            os.kill(os.getpid(), signal.SIGTERM)
+            done.append("after the signal")
+        assert done == []
+    finally:  # interrupts() leaves them ignored: the process was ending
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

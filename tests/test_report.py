@@ -68,3 +68,22 @@ def test_an_auto_value_shows_what_it_chose(tmp_path):
     _, _, rows = table(runs)
     assert [(r["queue.workers"], r["queue.max_size"]) for r in rows] == [("auto (2)", "auto (1)"), ("1", "auto"),
                                                                          ("3", "2")]
+
+
+def test_a_second_report_keeps_the_first_and_failed_runs_say_why(tmp_path, monkeypatch, capsys):
+    from app.commands.report import main
+
+    runs = _runs(tmp_path / "sweep", [{"status": "completed", "overrides": ["seed=1"], "val_accuracy": 0.5},
+                                      {"status": "failed", "overrides": ["seed=2"],
+                                       "message": "config key `queue.max_size` = 0 is not allowed"}])
+    monkeypatch.chdir(tmp_path)
+    main([str(r) for r in runs])
+    first = (tmp_path / "report" / "report.csv").read_text()
+    (tmp_path / "report" / "report.csv").write_text(first + "a note of mine\n")
+    main([str(r) for r in runs])
+    assert (tmp_path / "report" / "report.csv").read_text() == first + "a note of mine\n"  # kept
+    assert (tmp_path / "report-1" / "report.csv").read_text() == first  # the new one beside it
+    out = capsys.readouterr().out
+    assert f"{runs[1]} (failed): config key `queue.max_size` = 0 is not allowed" in out
+    assert "config key `queue.max_size` = 0 is not allowed" in first.splitlines()[2]  # the CSV's message column
+    assert "config key" not in first.splitlines()[1]  # negative control: a completed run has none

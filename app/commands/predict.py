@@ -17,6 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from app.config import conf_dir
+from app.io import atomic_write
 from app.schema import register
 
 register()
@@ -34,6 +35,24 @@ def image_files(path: Path) -> list[Path]:
                   and not any(part.startswith(".") for part in p.relative_to(path).parts))
 
 
+def _exported(keras, run_dir: Path) -> tuple:
+    """(the model, its metadata) of the run's model.keras; a missing or damaged one is a DataError
+    that says how to write it again."""
+    from app.errors import DataError
+    from app.model import exported_problem, read_metadata
+
+    path = run_dir / "model.keras"
+    problem = exported_problem(path)
+    if problem is None:
+        try:
+            return keras.saving.load_model(path), read_metadata(path)
+        except Exception as error:  # noqa: BLE001 - whole as a zip, yet Keras cannot rebuild it
+            problem = f"Keras cannot load it ({type(error).__name__}: {str(error).splitlines()[0]})"
+    raise DataError(f"{path} cannot be used: {problem}. It is the run's best model, and the run's best checkpoint "
+                    f"holds the same weights: `python -m app train resume={run_dir}` writes it again from there (and "
+                    "trains no further when all its epochs are done). Nothing was changed.")
+
+
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     from app.augment import eval_transforms
@@ -45,8 +64,6 @@ def main(cfg: DictConfig) -> None:
 
     run_dir, config = open_run(cfg, safe=("queue.", "input"))  # first: it picks the backend Keras loads on
     keras = load_keras()
-    from app.model import read_metadata
-
     if not config.input:
         raise ConfigError("config key `input` is missing: predict needs input=<image file or folder of images>.")
     source = Path(config.input).expanduser().resolve()
@@ -56,8 +73,7 @@ def main(cfg: DictConfig) -> None:
     if not files:
         raise DataError(f"input {source} holds no image files (JPEG, PNG, WebP, BMP, TIFF).")
     model_path = run_dir / "model.keras"
-    meta = read_metadata(model_path)
-    net = keras.saving.load_model(model_path)
+    net, meta = _exported(keras, run_dir)
     names, size = meta["class_names"], meta["image_size"]
     log.info("predicting %d images from %s with %s", len(files), source, model_path)
     split = FileSplit([str(f) for f in files], np.zeros(len(files), np.int64))
@@ -68,7 +84,7 @@ def main(cfg: DictConfig) -> None:
     config = dataclasses.replace(config, data=dataclasses.replace(config.data, image_size=size))  # the model's own
     transforms = eval_transforms(config.augment, size)
     with build_loader(config, {"predict": (split, transforms)}, on_bad_sample="mark") as queue, \
-            open(out, "w", newline="", encoding="utf-8") as f:
+            atomic_write(out, newline="", encoding="utf-8") as f:  # stopped midway: no half CSV
         writer = csv.writer(f)
         writer.writerow(["path", "class", *names, "error"])
         done = 0

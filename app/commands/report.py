@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 
 from app.errors import DataError
+from app.io import atomic_write
+from app.training.rundir import claim_dir
 
 FIGURES = ["images_per_s", "data_wait_fraction", "peak_memory_mb", "predicted_peak_mb", "val_accuracy", "status"]
 
@@ -37,7 +39,7 @@ def _natural(path: Path) -> tuple:
 
 def overrides_of(summary: dict) -> dict[str, str]:
     pairs = (o.lstrip("+~").split("=", 1) for o in summary.get("overrides", []))
-    return {k: v for k, v in (p for p in pairs if len(p) == 2) if k != "resume"}
+    return {k: v for k, v in (p for p in pairs if len(p) == 2) if k not in ("resume", "overwrite")}
 
 
 def table(runs: list[Path]) -> tuple[list[str], list[str], list[dict]]:
@@ -57,8 +59,10 @@ def table(runs: list[Path]) -> tuple[list[str], list[str], list[dict]]:
                 row[f"queue.{name}"] = f"auto ({chosen[name]})"
         row.update({f: summary.get(f) for f in FIGURES})
         row["predicted_peak_mb"] = (summary.get("memory_plan") or {}).get("host_peak_mib")
+        row["message"] = summary.get("message") or ""  # why a failed run failed
         rows.append(row)
-    return swept, ["run", *tags, *swept, *FIGURES], rows
+    messages = ["message"] if any(r["message"] for r in rows) else []
+    return swept, ["run", *tags, *swept, *FIGURES, *messages], rows
 
 
 def _summary(run: Path) -> dict:
@@ -178,12 +182,17 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     runs = find_runs(args.paths)
     out = args.out or (args.paths[0] if len(args.paths) == 1 and args.paths[0].is_dir() else Path("report"))
+    if args.out is None and (out / "report.csv").exists() and out == Path("report"):
+        out = claim_dir(out)  # ./report holds another report: report-1, report-2, ...
     out.mkdir(parents=True, exist_ok=True)
     swept, columns, rows = table(runs)
-    with open(out / "report.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
+    with atomic_write(out / "report.csv", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-    print(render(columns, rows))
+    print(render([c for c in columns if c != "message"], rows))
+    for row in rows:
+        if row["message"]:
+            print(f"\n{row['run']} ({row['status']}): {row['message']}")
     pictures = plot(swept, rows, out)
     print(f"\nwritten: {out / 'report.csv'}" + "".join(f", {p}" for p in pictures))

@@ -77,6 +77,9 @@ class Config:
     print_config: bool = True  # train prints the composed config as a tree at start
     # null, a run directory, or `latest`: continue that run in place (app/training/resume.py)
     resume: str | None = None
+    # train only: a hydra.run.dir (or hydra.sweep.dir) that holds a run is refused; true moves that run
+    # aside to <folder>.old first (app/training/resume.py)
+    overwrite: bool = False
     # predict only: an image file or a folder of them (searched recursively)
     input: str | None = None
     # evaluate only: which split (val, or test where the data has one) and which checkpoint

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.errors import config_error
+from app.errors import DataError, config_error
 from app.training.rundir import write_json
 
 PREFIX = "step-"
@@ -149,6 +149,21 @@ def saved_config(run_dir: Path) -> dict:
         except (OSError, ValueError, KeyError):
             continue
     raise config_error("resume", str(run_dir), f"no checkpoint of {run_dir} has a readable state.json")
+
+
+def load_model(run_dir: Path, name: str):
+    """The model of checkpoint `name` (step-00000120); a damaged one is a DataError naming it."""
+    import keras
+
+    import app.training.objectives  # noqa: F401 - registers the recipe's loss and metrics, which checkpoints use
+
+    path = Path(run_dir) / "checkpoints" / name / "model.keras"
+    try:
+        return keras.saving.load_model(path)
+    except Exception as error:  # noqa: BLE001 - any unreadable file is the same for the user
+        raise DataError(f"{path} cannot be loaded ({type(error).__name__}: {str(error).splitlines()[0]}): the "
+                        "checkpoint is damaged; restore it from a copy of the run, or use another of "
+                        f"{', '.join(p.name for p in newest(run_dir))}.") from None
 
 
 @dataclass

@@ -24,7 +24,7 @@ import numpy as np
 from app import sheets
 from app.memory import PeakMemory
 from app.training.checkpoint import RunState
-from app.training.rundir import keep_rows
+from app.training.tables import keep_rows
 
 log = logging.getLogger("app.train")
 EVENTS = "tensorboard"

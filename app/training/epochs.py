@@ -21,13 +21,14 @@ from app import model as models
 from app.loader.order import epoch_order, full_batches
 from app.loader.pipeline import Loader, batches
 from app.memory import PeakMemory
+from app.processes import signals_held
 from app.schema import Config
 from app.training import checkpoint, dashboards, recipe
 from app.training.callbacks import CallbackStates, Profile, Progress, SampleRecorder, StepCheckpoint
 from app.training.checkpoint import EpochFigures, RunState
 from app.training.devices import Placement
 from app.training.diagnosis import diagnose
-from app.training.rundir import Summary, append_metrics
+from app.training.rundir import Summary
 from app.training.shards import regrouped, train_share, validation_share
 from app.training.steps import (
     EpochPlan,
@@ -39,6 +40,7 @@ from app.training.steps import (
     train_epoch,
     validate,
 )
+from app.training.tables import append_metrics
 
 log = logging.getLogger("app.train")
 
@@ -88,7 +90,9 @@ class Epochs:
         self.kept = CallbackStates(self.user_callbacks)
         self.kept.started(state.callbacks, state.callback_arrays)
         if state.epoch >= epochs:
-            log.info("all %d epochs are done already; add trainer.epochs=N to extend the run", epochs)
+            log.info("%d epochs of %s are done already (trainer.epochs=%d): `python -m app train resume=%s "
+                     "trainer.epochs=%d` trains it further (any number above %d)", state.epoch, self.run_dir, epochs,
+                     self.run_dir, state.epoch + 1, state.epoch)
         logs = None
         while state.epoch < epochs:
             logs = self._epoch(callbacks)
@@ -148,7 +152,8 @@ class Epochs:
         logs = {k: v for k, v in row.items() if k != "epoch" and isinstance(v, (int, float))}
         callbacks.on_epoch_end(epoch, logs)
         row["diagnosis"] = diagnose(row, self.config.queue, self.budget_mib)
-        self._record(row, fit.steps)
+        with signals_held():  # the row, model.keras and the checkpoint: all of them or none
+            self._record(row, fit.steps)
         return logs
 
     @property

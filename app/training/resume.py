@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from app.config import conf_dir, load
 from app.errors import ConfigError, config_error
 from app.schema import Config
 from app.training import checkpoint
-from app.training.rundir import claim_dir, hold_lock
+from app.training.rundir import check_unlocked, claim_dir, hold_lock, holds_run, move_run_aside
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,8 @@ def prepare_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str 
                               f"python -m app {word} resume=outputs/<date>/<time> (or resume=latest).")
         key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
         if info or _value(argv, key) is not None:
+            if not info and word == "train" and _process_of(argv) == 0:
+                _refuse_or_move_aside(Path(_value(argv, key)).expanduser(), _overwrite(argv), key)
             return argv
         if not multirun and _slurm_tasks() > 1:  # srun's tasks are the processes of one run: one directory
             shared = Path(outputs) / stamp[0] / f"slurm-{os.environ.get('SLURM_JOB_ID', 'job')}"
@@ -84,6 +87,9 @@ def prepare_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str 
         return [*argv, f"{key}={quoted(str(CLAIMED[-1]))}"]
     if multirun:
         raise ConfigError("config key `resume` cannot be used with -m: resume one run at a time.")
+    if _overwrite(argv):
+        raise config_error("overwrite", True, "false with `resume`, which continues the run in its own folder "
+                           "(overwrite=true moves a finished run aside to start a new one there)")
     run_dir = latest_run(outputs) if value == "latest" else Path(value).expanduser().resolve()
     if not (run_dir / "checkpoints").is_dir():
         raise config_error("resume", value, f"{run_dir} is not a run directory with checkpoints/ (give a directory "
@@ -98,6 +104,30 @@ def prepare_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str 
         if not info and _process_of(argv) == 0:  # process 0 of a several-process run holds the lock
             hold_lock(run_dir, "python -m app train resume=...")
     return [*kept, f"resume={quoted(str(run_dir))}", f"hydra.run.dir={quoted(str(where))}", "hydra.output_subdir=null"]
+
+
+def _overwrite(argv: list[str]) -> bool:
+    value = _value(argv, "overwrite")
+    if value not in (None, "true", "false", "True", "False"):
+        raise config_error("overwrite", value, "true or false")
+    return value in ("true", "True")
+
+
+def _refuse_or_move_aside(folder: Path, overwrite: bool, key: str) -> None:
+    """A new run (or sweep) into a folder chosen on the command line that holds a run already:
+    refused, or with overwrite=true the old one renamed aside first; a live run is never moved."""
+    if not holds_run(folder):
+        return
+    if not overwrite:
+        go_on = f"`python -m app train resume={folder}`" if key == "hydra.run.dir" else \
+            f"`python -m app train resume={folder}/<job>` (a job at a time)"
+        raise config_error(key, str(folder), f"{folder} holds a run already (its summary.json, checkpoints, "
+                           "metrics.csv), which a new run would overwrite and mix with its own. Continue it with "
+                           f"{go_on}, choose another folder, or add overwrite=true to rename it to "
+                           f"{folder.name}.old (nothing is deleted) and start anew there")
+    check_unlocked(folder)
+    aside = move_run_aside(folder)
+    print(f"overwrite=true: the run that was in {folder} moved to {aside}", file=sys.stderr)
 
 
 def _slurm_tasks() -> int:
@@ -221,7 +251,7 @@ def chosen_checkpoint(run_dir: Path, which: str = "last"):
         path = Path(run_dir) / "checkpoints" / which
         if not (path / "model.keras").is_file():
             raise config_error("checkpoint", which, f"last, best, or one of {run_dir}'s checkpoints: {names}")
-        return path, keras.saving.load_model(path / "model.keras")
+        return path, checkpoint.load_model(run_dir, which)
     for path in candidates:
         try:
             if _state(path)["epoch_complete"]:

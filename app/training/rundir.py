@@ -1,9 +1,9 @@
-"""The run directory: claiming a new one, its lock, and its small files (summary.json,
-metrics.csv, split.json; INTERFACE.md). No TensorFlow."""
+"""The run directory: claiming a new one (and refusing or moving aside one that holds a run),
+its lock, and its small files (summary.json, split.json; INTERFACE.md; the CSV files are
+app/training/tables.py's). No TensorFlow."""
 
 from __future__ import annotations
 
-import csv
 import fcntl
 import itertools
 import json
@@ -46,6 +46,34 @@ def claim_dir(path: Path) -> Path:
     raise AssertionError("unreachable")
 
 
+# what a run leaves that a second run in its folder would overwrite or mix with its own (a run
+# writes summary.json first, before its events, samples.csv or any checkpoint)
+RUN_FILES = ("summary.json", "metrics.csv", "model.keras")
+
+
+def holds_run(path: Path) -> bool:
+    """Whether `path` holds a run (finished, failed or stopped), or is a sweep's folder whose
+    jobs do."""
+    path = Path(path)
+    return path.is_dir() and (_own_run(path) or any(_own_run(job) for job in path.iterdir() if job.is_dir()))
+
+
+def _own_run(path: Path) -> bool:
+    return any((path / name).exists() for name in RUN_FILES) or any((path / "checkpoints").glob("step-*"))
+
+
+def move_run_aside(path: Path) -> Path:
+    """Renames the run in `path` to a free sibling name, `<name>.old`, `<name>.old-1`, ...; nothing
+    is deleted. Returns where it went."""
+    path = Path(path)
+    for n in itertools.count():
+        aside = path.with_name(f"{path.name}.old" if n == 0 else f"{path.name}.old-{n}")
+        if not aside.exists():
+            path.rename(aside)
+            return aside
+    raise AssertionError("unreachable")
+
+
 def hold_lock(run_dir: Path, command: str) -> None:
     """This process's exclusive lock on `run_dir` (`flock` on its .lock file, holding our PID),
     until the process ends or `release_lock`. The kernel drops it when the process dies, by
@@ -78,6 +106,12 @@ def release_lock(run_dir: Path) -> None:
         os.close(fd)  # closing the descriptor drops the flock
 
 
+def check_unlocked(run_dir: Path) -> None:
+    """RunInUseError when a live process holds `run_dir`'s lock."""
+    hold_lock(run_dir, "a check")
+    release_lock(run_dir)
+
+
 def log_apart(run_dir: Path, process: int) -> None:
     """Process `process` of a several-process run logs to `train.<process>.log` in the run
     directory that process 0 writes, not into process 0's log."""
@@ -98,43 +132,20 @@ def write_json(path: Path, content: Any) -> None:
         f.write(text)
 
 
-def append_metrics(path: Path, row: dict) -> None:
-    """A row of metrics.csv; the first row's keys are the columns (the figures, and the metrics
-    the recipe asked for: top-k, each class's recall)."""
-    new = not path.exists()
-    columns = list(row) if new else path.read_text(encoding="utf-8").splitlines()[0].split(",")
-    with open(path, "a", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        if new:
-            writer.writeheader()
-        writer.writerow({k: row.get(k) for k in columns})
-
-
-def keep_rows(path: Path, keep) -> None:
-    """Rewrite a CSV file with only the rows `keep(row)` accepts (a resumed run drops what
-    it is about to redo, so no row is duplicated)."""
-    if not path.exists():
-        return
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        fields, rows = reader.fieldnames, [row for row in reader if keep(row)]
-    with atomic_write(path, newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
-
-
 class Summary:
-    """summary.json, rewritten at start, every epoch and at the end."""
+    """summary.json, rewritten at start, every epoch and at the end. A resumed run's is kept as it
+    was until `start`: a resume refused before it trains (a budget, a missing file) changes nothing."""
 
     def __init__(self, run_dir: Path, overrides: list[str], *, resumed_from: str | None = None,
                  name: str = "summary.json"):
         self.path = Path(run_dir) / name
+        self.started = True
         if resumed_from and self.path.exists():  # the same run goes on: keep its record
             self.content = read_json(self.path, "delete it and resume again to start a new one (metrics.csv "
                                      "and the checkpoints keep the run's history)")
             self.content.setdefault("resumed", []).append({"from": resumed_from, "at": _now(),
                                                            "overrides": list(overrides)})
+            self.started = False
             self.update(status="running", message=None, versions=versions(), git_commit=git_commit())
             return
         self.content: dict[str, Any] = {
@@ -147,6 +158,12 @@ class Summary:
 
     def update(self, **values: Any) -> None:
         self.content.update(values, updated_at=_now())
+        if self.started:
+            self.write()
+
+    def start(self) -> None:
+        """Training begins: from now on every update is written."""
+        self.started = True
         self.write()
 
     def write(self) -> None:

@@ -29,7 +29,8 @@ from app.schema import Config
 from app.training import checkpoint
 from app.training.checkpoint import RunState
 from app.training.resume import resumed_config
-from app.training.rundir import Summary, hold_lock, keep_rows, log_apart, release_lock, run_source, write_json
+from app.training.rundir import Summary, hold_lock, log_apart, release_lock, run_source, write_json
+from app.training.tables import rows_kept, write_rows
 
 log = logging.getLogger("app.train")
 
@@ -79,14 +80,18 @@ def _train_recorded(config: Config, run_dir: Path, summary: Summary, callbacks: 
             _train(config, run_dir, summary, state, callbacks)
         summary.update(status="completed")
     except KeyboardInterrupt:
-        _record(summary, status="interrupted")
+        if summary.started:  # a resume stopped before it trained leaves the run as it was
+            _record(summary, status="interrupted")
         log.warning("interrupted after step %d; %s", state.steps_done, _continue_hint(run_dir))
         raise
     except BaseException as error:
         hint = f"python -m app train resume={run_dir}" if checkpoint.newest(run_dir) else None
         explained = explain(error, resume_hint=hint, where=str(run_dir))
-        _record(summary, status="failed", message=str(explained))
-        log.error("failed: %s", explained)
+        if summary.started:
+            _record(summary, status="failed", message=str(explained))
+            log.error("failed: %s", explained)
+        else:  # a resume refused before it trained: nothing in the run changes
+            log.error("not resumed (the run is as it was): %s", explained)
         if getattr(error, "worker_traceback", None):
             log.error("worker traceback:\n%s", error.worker_traceback)
         elif not isinstance(explained, AppError):  # a bug: keep its traceback
@@ -124,7 +129,8 @@ def _record(summary: Summary, **values) -> None:
 def _continue_hint(run_dir: Path) -> str:
     saved = checkpoint.newest(run_dir)
     if not saved:
-        return "no checkpoint was written yet: a new run starts from the beginning"
+        return ("no checkpoint was written yet, so there is nothing to resume: start the run again in a new folder "
+                f"(or add overwrite=true to move {run_dir} aside and use it again)")
     return (f"its last checkpoint is {saved[0].name}: `python -m app train resume={run_dir}` continues "
             "from there")
 
@@ -144,8 +150,6 @@ def _train(config: Config, run_dir: Path, summary: Summary, state: RunState, cal
         summary.update(hardware={**summary.content["hardware"], "gpus": placement.gpus}, **placement.record())
         with placement.scope():  # model, optimizer, metrics and steps on the strategy's replicas
             net, point = _model(config, source, run_dir, state, steps)
-            if point and placement.writes:
-                _redo_after(run_dir, state.epoch, point.state["step"])
             plans = queue_plan.planner(config, source.train, net, device_is_host=not placement.gpus)
             choice = queue_plan.probed(_share(config, placement), source.train, net, plans, weights)
             if choice:
@@ -157,6 +161,11 @@ def _train(config: Config, run_dir: Path, summary: Summary, state: RunState, cal
             from app.training.epochs import Epochs  # Keras is loaded by now
 
             with loader, PeakMemory() as memory:
+                if point and placement.writes:
+                    _redo_after(run_dir, state.epoch, point.state["step"])
+                summary.start()
+                if point and placement.writes:
+                    _export_again(config, run_dir, source, state, point)
                 Epochs(config, run_dir, summary, state, source, steps, net, loader, memory, callbacks, placement,
                        weights).run()
             measured = summary.content.get("peak_memory_mb") or 0
@@ -258,6 +267,23 @@ def _redo_after(run_dir: Path, epoch: int, step: int) -> None:
     dropped: it is redone, not duplicated."""
     from app.training import dashboards
 
-    keep_rows(run_dir / "metrics.csv", lambda row: int(row["epoch"]) <= epoch)
-    keep_rows(run_dir / "samples.csv", lambda row: int(row["step"]) <= step)
+    keep = {"metrics.csv": lambda row: int(row["epoch"]) <= epoch, "samples.csv": lambda row: int(row["step"]) <= step}
+    kept = {name: rows_kept(run_dir / name, test) for name, test in keep.items()}  # all read before any is written
+    for name, rows in kept.items():
+        if rows is not None:
+            write_rows(run_dir / name, *rows)
     dashboards.trim(run_dir, step)
+
+
+def _export_again(config: Config, run_dir: Path, source, state: RunState, point) -> None:
+    """model.keras, when missing or damaged, written again from the best checkpoint (the weights
+    it was exported with at that epoch's end)."""
+    from app import model as models
+
+    path = run_dir / "model.keras"
+    problem = models.exported_problem(path) if state.best else None
+    if problem is None:
+        return
+    best = point.model if point.path.name == state.best[1] else checkpoint.load_model(run_dir, state.best[1])
+    models.export(best, path, class_names=source.class_names, image_size=list(config.data.image_size))
+    log.warning("%s: %s; written again from the best checkpoint, %s", path, problem, state.best[1])

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 from PIL import Image
 
@@ -139,3 +143,86 @@ def test_evaluate_on_a_folders_test_split(tmp_path):
     evaluation = json.loads((out / "evaluation.json").read_text())
     assert evaluation["split"] == "test" and evaluation["samples"] == 6 and "on 6 test samples" in result.stdout
     assert {c: v["support"] for c, v in evaluation["per_class"].items()} == {"dark": 3, "light": 3}
+
+
+def tree(run: Path, but: tuple[str, ...] = ()) -> dict[str, bytes]:
+    """Every file of a run, by relative path, save those named in `but`."""
+    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*"))
+            if p.is_file() and p.name not in but}
+
+
+def test_a_second_train_into_a_runs_folder_is_refused_and_changes_nothing(run):
+    before = tree(run)
+    again = app("train", *TINY, cwd=run.parent)  # the same hydra.run.dir
+    assert again.returncode == 2 and "run holds a run already" in again.stderr, again.stderr[-3000:]
+    assert "python -m app train resume=run" in again.stderr and "overwrite=true" in again.stderr
+    assert tree(run) == before  # not even train.log
+
+
+def test_a_refused_resume_changes_nothing_in_the_run(run, tmp_path):
+    """A memory budget the run cannot fit, and garbage appended to metrics.csv: each refused with
+    the file or key at fault, and summary.json stays `completed`. The log records the refusal."""
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    before = tree(copy, but=("train.log", ".lock"))
+    budget = app("train", f"resume={copy}", "queue.memory_budget_mb=50", cwd=tmp_path)
+    assert budget.returncode == 2 and "`queue.memory_budget_mb` = 50" in budget.stderr, budget.stderr[-3000:]
+    assert tree(copy, but=("train.log", ".lock")) == before
+    assert json.loads((copy / "summary.json").read_text())["status"] == "completed"
+    with open(copy / "metrics.csv", "ab") as f:
+        f.write(b"\xff\xfe\x00 garbage\n")
+    before = tree(copy, but=("train.log", ".lock"))
+    damaged = app("train", f"resume={copy}", "trainer.epochs=3", cwd=tmp_path)
+    assert damaged.returncode == 1 and "unexpected" not in damaged.stderr, damaged.stderr[-3000:]
+    assert f"{copy / 'metrics.csv'} is damaged: line 4 holds bytes that are not text" in damaged.stderr
+    assert tree(copy, but=("train.log", ".lock")) == before
+    assert "not resumed (the run is as it was)" in (copy / "train.log").read_text()
+
+
+def test_a_damaged_model_keras_is_named_and_resume_writes_it_again(run, tmp_path):
+    import keras
+
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    whole = (copy / "model.keras").read_bytes()
+    (copy / "model.keras").write_bytes(whole[: len(whole) // 2])
+    image = tmp_path / "image.png"
+    Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(image)
+    refused = app("predict", f"resume={copy}", f"input={image}", cwd=tmp_path)
+    assert refused.returncode == 1 and "unexpected" not in refused.stderr, refused.stderr[-3000:]
+    assert f"{copy / 'model.keras'} cannot be used: it is damaged (BadZipFile" in refused.stderr
+    assert f"python -m app train resume={copy}` writes it again" in refused.stderr
+    assert not (copy / "predict").exists()  # a refused predict leaves no folder behind
+    resumed = app("train", f"resume={copy}", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    log = (copy / "train.log").read_text()
+    assert f"2 epochs of {copy} are done already (trainer.epochs=2): `python -m app train resume={copy} " \
+           "trainer.epochs=3` trains it further" in log
+    (tmp_path / "whole.keras").write_bytes(whole)
+    best = json.loads((copy / "summary.json").read_text())["best"]["checkpoint"]
+    assert f"written again from the best checkpoint, {best}" in log
+    again, original = (keras.saving.load_model(p) for p in (copy / "model.keras", tmp_path / "whole.keras"))
+    assert all(np.array_equal(a, b) for a, b in zip(again.get_weights(), original.get_weights(), strict=True))
+
+
+def test_sigterm_stops_predict_as_ctrl_c_does(run, tmp_path):
+    """A scheduler's SIGTERM: workers stopped, the ring freed, no half predictions.csv, exit 130."""
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    images = tmp_path / "images"
+    images.mkdir()
+    for i in range(1500):  # enough that the loop is still running when the ring appears
+        Image.fromarray(np.full((32, 32, 3), i % 256, np.uint8)).save(images / f"{i}.png")
+    process = subprocess.Popen([sys.executable, "-m", "app", "predict", f"resume={copy}", f"input={images}",
+                                "queue.workers=1"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 240
+    while not ([n for n in os.listdir("/dev/shm") if n.startswith(f"app-ring-{process.pid}-")]
+               and [p for p in psutil.Process(process.pid).children() if "resource_tracker" not in p.cmdline()[-1]]):
+        assert process.poll() is None and time.monotonic() < deadline, process.stderr.read().decode()[-3000:]
+        time.sleep(0.01)  # the ring, and then the worker: the loader is up
+    process.terminate()
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130 and "interrupted." in stderr.decode(), stderr.decode()[-3000:]
+    assert "leaked" not in stderr.decode() and "Traceback" not in stderr.decode()
+    assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"app-ring-{process.pid}-")]
+    assert not list(copy.rglob("predictions.csv")) and not (copy / "predict").exists()

@@ -213,3 +213,68 @@ def test_the_tasks_of_one_srun_share_a_run_and_only_process_0_locks_it(tmp_path,
     monkeypatch.setenv("SLURM_NTASKS", "1")  # one task: a claimed directory of its own, as before
     alone = prepare_argv(["queue.workers=1"], tmp_path / "outputs")[-1]
     assert "slurm" not in alone
+
+
+def test_a_folder_that_holds_a_run_is_refused_unless_overwrite_moves_it_aside(tmp_path, monkeypatch):
+    from app.errors import ConfigError
+    from app.training.rundir import RunInUseError
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty").mkdir()
+    assert prepare_argv(["hydra.run.dir=empty"]) == ["hydra.run.dir=empty"]  # negative control: nothing to lose
+    run = tmp_path / "R"
+    (run / "checkpoints" / "step-00000004").mkdir(parents=True)
+    (run / "summary.json").write_text('{"status": "completed"}')
+    with pytest.raises(ConfigError, match="R holds a run already") as refused:
+        prepare_argv(["hydra.run.dir=R"])
+    assert "resume=R" in str(refused.value) and "overwrite=true" in str(refused.value)
+    assert (run / "summary.json").exists()
+    (tmp_path / "S" / "0").mkdir(parents=True)  # a sweep's folder whose job holds a run
+    (tmp_path / "S" / "0" / "metrics.csv").write_text("epoch\n1\n")
+    with pytest.raises(ConfigError, match="S holds a run already"):
+        prepare_argv(["-m", "seed=1,2", "hydra.sweep.dir=S"])
+    with pytest.raises(ConfigError, match="`overwrite` = 'yes' is not allowed: true or false"):
+        prepare_argv(["hydra.run.dir=R", "overwrite=yes"])
+    with pytest.raises(ConfigError, match="false with `resume`"):
+        prepare_argv([f"resume={run}", "overwrite=true"])
+    holder = subprocess.Popen(  # a live run is never moved
+        [sys.executable, "-c", "import sys; from app.training.rundir import hold_lock; "
+         "hold_lock(sys.argv[1], 'a test'); print('held', flush=True); sys.stdin.read()", str(run)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(RunInUseError):
+            prepare_argv(["hydra.run.dir=R", "overwrite=true"])
+        assert (run / "summary.json").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert prepare_argv(["hydra.run.dir=R", "overwrite=true"]) == ["hydra.run.dir=R", "overwrite=true"]
+    assert not run.exists() and (tmp_path / "R.old" / "checkpoints" / "step-00000004").is_dir()
+    run.mkdir()
+    (run / "model.keras").write_bytes(b"the next run's")
+    prepare_argv(["hydra.run.dir=R", "overwrite=true"])  # a second time: beside the first, never over it
+    assert (tmp_path / "R.old-1" / "model.keras").read_bytes() == b"the next run's"
+    assert (tmp_path / "R.old" / "summary.json").exists()
+
+
+def test_sigterm_just_after_an_epochs_metrics_row_leaves_a_run_that_resumes(tmp_path):
+    """The row, model.keras and the checkpoint of an epoch are written together: a SIGTERM that
+    lands between them waits for the checkpoint, so every row has one and resume goes on."""
+    tiny = ["data.num_images=24", "data.source_size=96", "data.num_classes=3", "data.image_size=[32,32]",
+            "data.batch_size=4", "model.widths=[8]", "trainer.epochs=1", "queue.workers=1", "hydra.run.dir=run"]
+    process = subprocess.Popen([sys.executable, "-m", "app", "train", *tiny], cwd=tmp_path,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    metrics, deadline = tmp_path / "run" / "metrics.csv", time.monotonic() + 240
+    while not (metrics.exists() and len(metrics.read_bytes().splitlines()) >= 2):  # epoch 1's row is there
+        assert process.poll() is None and time.monotonic() < deadline, process.stderr.read().decode()[-3000:]
+        time.sleep(0.002)
+    process.terminate()
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr.decode()[-3000:]
+    run = tmp_path / "run"
+    states = [json.loads(p.read_text()) for p in (run / "checkpoints").glob("step-*/state.json")]
+    assert {str(s["epoch"] + 1) for s in states if s["epoch_complete"]} >= {r[0] for r in metric_rows(run)}
+    resumed = app("train", f"resume={run}", cwd=tmp_path)  # nothing left to train: it is accepted, and ends
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert [r[0] for r in metric_rows(run)] == ["1"]

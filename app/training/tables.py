@@ -1,0 +1,74 @@
+"""The run's CSV files (metrics.csv, samples.csv, the dashboards' scalars.csv): appended a row at
+a time, cut back to a checkpoint when a run resumes, and a damaged one named. No TensorFlow."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+from app.errors import DataError
+from app.io import atomic_write
+
+
+def append_metrics(path: Path, row: dict) -> None:
+    """A row of metrics.csv; the first row's keys are the columns (the figures, and the metrics
+    the recipe asked for: top-k, each class's recall)."""
+    new = not path.exists()
+    columns = list(row) if new else path.read_text(encoding="utf-8").splitlines()[0].split(",")
+    with open(path, "a", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        if new:
+            writer.writeheader()
+        writer.writerow({k: row.get(k) for k in columns})
+
+
+def keep_rows(path: Path, keep) -> None:
+    """Rewrite a CSV file with only the rows `keep(row)` accepts (a resumed run drops what
+    it is about to redo, so no row is duplicated), with the file's own line ends."""
+    kept = rows_kept(path, keep)
+    if kept is not None:
+        write_rows(path, *kept)
+
+
+def rows_kept(path: Path, keep) -> tuple[list[str], list[dict], str] | None:
+    """(columns, the rows `keep(row)` accepts, the line end) of a CSV file of the run; None when
+    there is none. A damaged file (bytes that are not text, a row that does not parse) is a
+    DataError naming it and the line, and nothing is written."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise _damaged(path, raw[:error.start].count(b"\n") + 1, "bytes that are not text (UTF-8)") from None
+    first = text.split("\n", 1)[0]
+    ending = "\r\n" if first.endswith("\r") else "\n"
+    reader = csv.reader(io.StringIO(text, newline=""))
+    columns, rows = next(reader, []), []
+    for values in reader:
+        if not values:  # a blank line
+            continue
+        if len(values) != len(columns):
+            raise _damaged(path, reader.line_num, f"{len(values)} fields where the header has {len(columns)}")
+        row = dict(zip(columns, values, strict=True))
+        try:
+            if keep(row):
+                rows.append(row)
+        except (TypeError, ValueError, KeyError) as error:
+            raise _damaged(path, reader.line_num, f"a value that is not what the column holds ({error})") from None
+    return columns, rows, ending
+
+
+def write_rows(path: Path, columns: list[str], rows: list[dict], ending: str = "\n") -> None:
+    with atomic_write(path, newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=columns, lineterminator=ending)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _damaged(path: Path, line: int, what: str) -> DataError:
+    return DataError(f"{path} is damaged: line {line} holds {what}. Nothing was changed. Restore the file from a "
+                     f"copy of the run, or delete that line (and any other damaged one) in an editor, then run "
+                     "the command again.")
