@@ -107,20 +107,21 @@ def _source(data, run_dir: Path | None):
 def _model(config, source):
     """(the model, the GPUs the backend sees): the model built and compiled as `train` builds
     it, on one device."""
-    from app.frameworks import load_keras
+    from app.frameworks import load_keras, native_stderr_to_log
 
     keras = load_keras()  # first: app.model imports Keras, whose start-up lines go to the log only from here
     from app import model as models
     from app.training import recipe
 
-    if config.trainer.backend == "jax":
-        import jax
+    with native_stderr_to_log():  # the first device query prints CUDA's "no GPU" lines natively
+        if config.trainer.backend == "jax":
+            import jax
 
-        gpus = [str(d) for d in jax.devices() if d.platform == "gpu"]
-    else:
-        import tensorflow as tf
+            gpus = [str(d) for d in jax.devices() if d.platform == "gpu"]
+        else:
+            import tensorflow as tf
 
-        gpus = [d.name for d in tf.config.list_physical_devices("GPU")]
+            gpus = [d.name for d in tf.config.list_physical_devices("GPU")]
     keras.mixed_precision.set_global_policy(config.trainer.precision.value)
     net = models.build(config.model, config.data.image_size, len(source.class_names))
     steps = config.trainer.steps_per_epoch or max(1, len(source.train) // config.data.batch_size)
