@@ -4,6 +4,7 @@ the model's own figures (app/model.py: memory_facts)."""
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import pytest
 
@@ -99,3 +100,33 @@ def test_model_facts_count_variables_optimizer_slots_and_outputs():
     sgd = keras.Model(inputs, outputs)
     sgd.compile(optimizer="sgd", loss="mse")
     assert memory_facts(sgd, "float32").optimizer_bytes < 64  # negative control: plain SGD keeps no slots
+
+
+def test_a_queue_over_the_memory_available_is_refused_with_the_workers_that_fit():
+    """No budget: the memory available now is the limit, and a plan above it stops the run before
+    any worker starts (train calls `checked` before the loader), naming the figure and the fix."""
+    import math
+
+    import psutil
+
+    from app.errors import MachineError
+    from app.training import queue_plan
+
+    available = psutil.virtual_memory().available / MIB
+    many = math.ceil(available / PROBE.worker_mib) + 10  # each worker alone is 100 MiB: these pass the machine
+    config = SimpleNamespace(queue=SimpleNamespace(workers=many, max_size=2, memory_budget_mb=None))
+    small = dataclasses.replace(WORK, batch_size=4, image_size=(32, 32), largest_decode_bytes=0)
+    plans = queue_plan.Planner(config, predict(small, PROBE, MODEL), PROBE, MODEL)
+    recorded = {}
+    summary = SimpleNamespace(update=lambda **values: recorded.update(values))
+    with pytest.raises(MachineError) as refused:
+        queue_plan.checked(config, plans, summary)
+    text = str(refused.value)
+    assert "refused before any worker started" in text and "over the memory available now" in text
+    assert recorded["memory_plan"]["host_peak_mib"] > available  # the figure is in summary.json too
+    fix = next(part for part in text.split("within it: ")[1].split("; or ") if part.startswith("queue.workers="))
+    workers = int(fix.split("=")[1].split(":")[0])
+    assert 0 < workers < many
+    # negative control: the named fix is admitted
+    config.queue.workers = workers
+    assert queue_plan.checked(config, plans, summary) == pytest.approx(plans.for_queue(workers, 2).host_mib)
