@@ -150,22 +150,25 @@ def _trainer_measures() -> dict:
 
 
 def _steps(net, size: tuple[int, int], batches: list[int]) -> list[int]:
-    """`net` compiled, then a train step of each batch size in `batches` and a test step of the
-    first, fed through tf.data as `train` feeds them (app/training/steps.py: one trace of each);
-    the high-water mark (bytes) after each train step."""
+    """`net` compiled, then a test step of the first batch size in `batches` and a train step of
+    each, fed through tf.data as `train` feeds them (app/training/steps.py: one trace of each
+    function, both in every mark); the high-water mark (bytes) after each train step."""
     from app.training import steps
 
     net.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    net.optimizer.build(net.trainable_variables)  # as `train` has it before its first step (JAX needs it)
+    steps.build_metrics(net)
     net.make_train_function()
     net.make_test_function()
+    test = steps.Feed([_zeros(batches[0], size)], 1).calls(net, "test")
+    test()
+    test.sync()  # JAX: the variables back in the model for the next function
+    calls = steps.Feed([_zeros(b, size) for b in batches], len(batches)).calls(net, "train")
     marks = []
-    feed = steps.Feed([_zeros(b, size) for b in batches], len(batches))
-    calls = feed.calls(net, "train")
     for _ in batches:
         calls()
         marks.append(_high_water())
-    test = steps.Feed([_zeros(batches[0], size)], 1).calls(net, "test")
-    test()
+    calls.sync()
     return marks
 
 
