@@ -16,21 +16,35 @@ from contextlib import contextmanager
 
 
 @contextmanager
-def native_stderr_to_log():
-    """File descriptor 2 goes to a temporary file while the block runs; what was written there is
-    appended to the log files of the root logger (Hydra's `<job>.log`) afterwards."""
+def native_stderr_captured():
+    """File descriptor 2 goes to a temporary file while the block runs; the list it yields gets
+    what was written there, as one string, when the block ends (a process with no log of its
+    own hands it to one that has: app/machine_probe.py)."""
+    text: list[str] = []
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as captured:
         os.dup2(captured.fileno(), 2)
         try:
-            yield
+            yield text
         finally:
             sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
             captured.seek(0)
-            _to_log_files(captured.read().decode("utf-8", "replace"))
+            text.append(captured.read().decode("utf-8", "replace"))
+
+
+@contextmanager
+def native_stderr_to_log():
+    """File descriptor 2 goes to a temporary file while the block runs; what was written there is
+    appended to the log files of the root logger (Hydra's `<job>.log`) afterwards."""
+    text: list[str] = []
+    try:
+        with native_stderr_captured() as text:
+            yield
+    finally:
+        native_lines_to_log("".join(text))
 
 
 def use_backend(trainer) -> None:
@@ -82,7 +96,8 @@ def load_tensorflow():
     return sys.modules["tensorflow"]
 
 
-def _to_log_files(text: str) -> None:
+def native_lines_to_log(text: str) -> None:
+    """`text` (native start-up lines) appended to the root logger's log files, or to stderr without one."""
     if not text.strip():
         return
     files = [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]

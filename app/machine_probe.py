@@ -2,14 +2,23 @@
 probe and stored (`$APP_CACHE_DIR`, else `~/.cache/app`, as machine_probe.<backend>.json), measured
 again when the machine, Keras's backend or the library versions change:
 
-- a training process: TensorFlow, Keras and the app loaded, a tiny model trained a step (PSS);
-- the activation factor: the same process's high-water mark training the small ResNet at two
-  batch sizes, per float32 byte of its layers' outputs;
-- a loader worker process: a real worker's PSS after small images, and how it grows with the
-  largest image it decodes (after large ones).
+- a training process before its model: the high-water mark of its resident set (RSS) with
+  TensorFlow, Keras and the app loaded, a tiny model's train and test steps fed through tf.data
+  as `train` feeds them, TensorBoard's writer and a checkpoint saved; the tiny model's own
+  compiled steps taken off;
+- the compiled steps' cost a layer, and the activation factor: the same process's high-water
+  mark training the small ResNet (train and test steps) at batch 4, then at batch 32: what
+  batch 4 holds beyond its activations, parameters and optimizer state, a layer; what batch 32
+  adds, per float32 byte of the layers' outputs;
+- a loader worker process: a real worker's private memory (USS) after small images, and how it
+  grows with the largest image it decodes (after large ones).
 
-The training process runs in a child of its own (spawned), so its figures are TensorFlow's
-alone; the workers are the loader's own. Never imported by workers.
+Resident and private sizes, as app/memory.py measures a run: PSS would divide TensorFlow's
+library pages with the process that started the probe when it has TensorFlow loaded (`train`
+has), and the figure would be a third low. The training process runs in a child of its own
+(spawned), so its figures are TensorFlow's alone; the workers are the loader's own. Its
+TensorFlow start-up lines come back with its figures and go to the command's log. Never
+imported by workers.
 """
 
 from __future__ import annotations
@@ -19,13 +28,17 @@ import logging
 import multiprocessing as mp
 import os
 import platform
+import resource
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 
+from app.frameworks import native_lines_to_log
 from app.io import atomic_write
+from app.memory import private_bytes
 from app.memory_plan import MIB, Probe
 
 log = logging.getLogger(__name__)
@@ -40,8 +53,6 @@ def cache_file() -> Path:
 
 
 def machine() -> dict:
-    import psutil
-
     from app.training.rundir import versions
 
     return {"host": platform.node(), "cpu_count": os.cpu_count(), "backend": _backend(),
@@ -71,9 +82,9 @@ def measured(refresh: bool = False) -> Probe:
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(path) as f:
         json.dump(probe.__dict__, f, indent=2)
-    log.info("machine probe: training process %.0f MiB, worker %.0f MiB + %.2f × its largest decode, "
-             "activations × %.2f (%.0f s)", probe.trainer_mib, probe.worker_mib, probe.worker_bytes_per_decoded_byte,
-             probe.activation_factor, time.perf_counter() - started)
+    log.info("machine probe: training process %.0f MiB + %.2f MiB a layer, worker %.0f MiB + %.2f × its largest "
+             "decode, activations × %.2f (%.0f s)", probe.trainer_mib, probe.step_mib_per_layer, probe.worker_mib,
+             probe.worker_bytes_per_decoded_byte, probe.activation_factor, time.perf_counter() - started)
     return probe
 
 
@@ -88,55 +99,93 @@ def _trainer_figures() -> dict:
     except EOFError:
         result = {"error": f"the probe process died (exit code {process.exitcode})"}
     process.join(timeout=60)
+    native_lines_to_log(result.pop("stderr", ""))
     if "error" in result:
         raise RuntimeError(f"memory probe of a training process failed: {result['error']}")
     return result
 
 
 def _trainer_child(conn) -> None:
-    """In its own process: what a training process costs before data, and the activation factor."""
-    from app.frameworks import native_stderr_to_log
+    """In its own process: what a training process costs before its model, a layer's compiled
+    steps and the activation factor. Its stderr (TensorFlow's native start-up lines) goes back
+    with them: this process has no log file to keep them in, and the terminal must not show them."""
+    from app.frameworks import native_stderr_captured
 
-    try:
-        with native_stderr_to_log():  # TensorFlow's start-up lines: this process has no log to keep them
-            conn.send(_trainer_measures())
-    except BaseException as error:  # noqa: BLE001 - reported to the parent
-        conn.send({"error": f"{type(error).__name__}: {error}"})
+    with native_stderr_captured() as text:
+        try:
+            result = _trainer_measures()
+        except BaseException as error:  # noqa: BLE001 - reported to the parent
+            result = {"error": f"{type(error).__name__}: {error}"}
+    conn.send({**result, "stderr": "".join(text)})
     conn.close()
 
 
 def _trainer_measures() -> dict:
-    import resource
-
-    import psutil
-
     from app.frameworks import load_keras
     from app.training import epochs, steps  # noqa: F401 - what `train` has loaded when it trains
+    from app.training.dashboards import TensorBoardWriter
 
     keras = load_keras()
     from app.model import classifier, memory_facts, small_resnet
 
     tiny = classifier(small_resnet((16, 16, 3), 2, widths=[4]), (16, 16))
-    tiny.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
-    tiny.train_on_batch(np.zeros((2, 16, 16, 3), np.uint8), np.zeros(2))
-    trainer_mib = psutil.Process().memory_full_info().pss / MIB
-    size = CALIBRATION["image_size"]
+    _steps(tiny, (16, 16), [2, 2])
+    with tempfile.TemporaryDirectory(prefix="app-probe-") as tmp:
+        writer = TensorBoardWriter(Path(tmp))
+        writer.scalars("train", {"loss": 1.0}, 1)
+        writer.close()
+        tiny.save(Path(tmp) / "model.keras")
+    with_tiny, before = _high_water(), _resident()
+    size, (small, large) = CALIBRATION["image_size"], CALIBRATION["batches"]
     net = classifier(small_resnet((*size, 3), 4), size)
-    net.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
-    marks = []
-    for batch in CALIBRATION["batches"]:
-        for _ in range(2):
-            net.train_on_batch(np.zeros((batch, *size, 3), np.uint8), np.zeros(batch))
-        marks.append(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)  # Linux: KiB
-    per_sample = memory_facts(net, "float32").activation_bytes_per_sample
-    grown = marks[1] - marks[0]
-    factor = grown / ((CALIBRATION["batches"][1] - CALIBRATION["batches"][0]) * per_sample)
+    marks = _steps(net, size, [small, small, large, large])
+    facts = memory_facts(net, "float32")
+    factor = max((marks[3] - marks[1]) / ((large - small) * facts.activation_bytes_per_sample), 0.0)
+    held = 4 * small * size[0] * size[1] * 3 + 2 * facts.parameter_bytes + facts.optimizer_bytes
+    per_layer = max(marks[1] - before - held - factor * small * facts.activation_bytes_per_sample, 0) / facts.layers
+    tiny_layers = memory_facts(tiny, "float32").layers
     keras.backend.clear_session()
-    return {"trainer_mib": trainer_mib, "activation_factor": max(factor, 0.0)}
+    return {"trainer_mib": (with_tiny - per_layer * tiny_layers) / MIB, "activation_factor": factor,
+            "step_mib_per_layer": per_layer / MIB}
+
+
+def _steps(net, size: tuple[int, int], batches: list[int]) -> list[int]:
+    """`net` compiled, then a test step of the first batch size in `batches` and a train step of
+    each, fed through tf.data as `train` feeds them (app/training/steps.py: one trace of each
+    function, both in every mark); the high-water mark (bytes) after each train step."""
+    from app.training import steps
+
+    net.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    net.optimizer.build(net.trainable_variables)  # as `train` has it before its first step (JAX needs it)
+    steps.build_metrics(net)
+    net.make_train_function()
+    net.make_test_function()
+    test = steps.Feed([_zeros(batches[0], size)], 1).calls(net, "test")
+    test()
+    test.sync()  # JAX: the variables back in the model for the next function
+    calls = steps.Feed([_zeros(b, size) for b in batches], len(batches)).calls(net, "train")
+    marks = []
+    for _ in batches:
+        calls()
+        marks.append(_high_water())
+    calls.sync()
+    return marks
+
+
+def _zeros(batch: int, size: tuple[int, int]) -> tuple:
+    return np.zeros((batch, *size, 3), np.uint8), np.zeros(batch, np.int64)
+
+
+def _resident() -> int:
+    return psutil.Process().memory_info().rss
+
+
+def _high_water() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
 
 def _worker_figures() -> dict:
-    """A real loader worker's PSS after small images, then (a fresh one) after large ones."""
+    """A real loader worker's USS after small images, then (a fresh one) after large ones."""
     from PIL import Image
 
     from app.augment import Augmenter
@@ -146,7 +195,7 @@ def _worker_figures() -> dict:
     from app.loader.settings import Settings
 
     rng = np.random.default_rng(0)
-    pss = {}
+    uss = {}
     with tempfile.TemporaryDirectory(prefix="app-probe-") as tmp:
         for name, (h, w) in (("small", SMALL), ("large", LARGE)):
             paths = []
@@ -159,13 +208,7 @@ def _worker_figures() -> dict:
             with Enqueuer({"train": split}, {"train": Augmenter([], (32, 32), draft=False)}, settings) as loader:
                 for _ in batches(loader, "train", np.arange(len(paths)), 0):
                     pass
-                pss[name] = _pss(loader.worker_pids[0])
+                uss[name] = private_bytes(loader.worker_pids[0])  # as app/memory.py counts a worker
     decoded = (LARGE[0] * LARGE[1] - SMALL[0] * SMALL[1]) * 3
-    return {"worker_mib": pss["small"] / MIB,
-            "worker_bytes_per_decoded_byte": max(pss["large"] - pss["small"], 0) / decoded}
-
-
-def _pss(pid: int) -> int:
-    import psutil
-
-    return psutil.Process(pid).memory_full_info().pss
+    return {"worker_mib": uss["small"] / MIB,
+            "worker_bytes_per_decoded_byte": max(uss["large"] - uss["small"], 0) / decoded}

@@ -1,17 +1,20 @@
 """Memory of the whole process tree: the training process and its loader workers.
 
-Proportional set size (PSS) counts shared pages (the ring, shared libraries) once across
-processes instead of once per process, as RSS would. Sampled every 100 ms in a thread.
+The tree's figure counts every page the tree holds once, and none by who else maps it: the
+training process's resident set (RSS) but its shared-memory pages, each child's private pages
+(USS) but the ring's, and the ring whole (its space in /dev/shm is reserved up front, so it is
+memory before any slot is written). The libraries the workers share with the training process
+are counted in the training process. Proportional set size (PSS) would divide a library's
+pages between every process that maps it, machine-wide: a second TensorFlow process anywhere (a
+test runner, another run) would take a couple of hundred MiB off the figure, and the plan
+(app/memory_plan.py) could not be held to it. Sampled every 100 ms in a thread.
 
-PSS is dear to read: the kernel walks every page table of the process, holding its memory-map
-lock, and for a TensorFlow process that is enough CPU to slow training when done every 100 ms
-(docs/performance.md has the figures). Resident and shared sizes are cheap (statm, a
-counter each): every 100 ms they are read, and PSS is read again, for the whole tree, only
-when one of them moved by RECHECK_BYTES since the last PSS read, a process came or went, or
-FULL_EVERY_S passed. A process's PSS moves by no more than its resident size does, but for
-pages it shares with processes outside the tree (libraries), which the full read every
-FULL_EVERY_S catches up with; so the tree's figure is right to within RECHECK_BYTES a process.
-Never imports TensorFlow (psutil reads /proc); the trainer and bench use it.
+A child's private size is dear to read (the kernel's smaps walks its page tables); resident and
+shared sizes are cheap (statm, a counter each), and so is the training process's figure
+(/proc/<pid>/status), read every 100 ms. The children's private sizes and the rings are read
+again only when one of their counters moved by RECHECK_BYTES since the last read, a process
+came or went, or FULL_EVERY_S passed: so the tree's figure is right to within RECHECK_BYTES a
+child. Never imports TensorFlow (it reads /proc); the trainer and bench use it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ log = logging.getLogger(__name__)
 MIB = 2**20
 RECHECK_BYTES = MIB
 FULL_EVERY_S = 2.0
+SHM_DIR, RING_PREFIX = "/dev/shm", "app-ring-"  # app/loader/ring.py's segments: app-ring-<creator's pid>-<token>
 
 
 def _tree(root: psutil.Process) -> list[psutil.Process]:
@@ -37,15 +41,57 @@ def _tree(root: psutil.Process) -> list[psutil.Process]:
         return []
 
 
-def tree_pss_bytes(root: psutil.Process | None = None) -> int:
-    return sum(_pss(process) for process in _tree(root or psutil.Process()))
-
-
-def _pss(process: psutil.Process) -> int:
-    try:
-        return process.memory_full_info().pss
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+def tree_bytes(root: psutil.Process | None = None) -> int:
+    """The tree's figure now: the root's resident set but its shared-memory pages, its children's
+    private pages but the ring's, and the root's rings whole."""
+    root, *children = _tree(root or psutil.Process()) or [None]
+    if root is None:
         return 0
+    return _root_bytes(root) + sum(private_bytes(child.pid) for child in children) + rings_bytes(root.pid)
+
+
+def _root_bytes(process: psutil.Process) -> int:
+    """RSS less RssShmem (the ring's pages, counted whole by `rings_bytes`): cheap (/proc/<pid>/status)."""
+    fields = {}
+    try:
+        with open(f"/proc/{process.pid}/status") as status:
+            for line in status:
+                if line.startswith(("VmRSS:", "RssShmem:")):
+                    name, value = line.split(":", 1)
+                    fields[name] = int(value.split()[0]) * 1024
+    except OSError:  # gone
+        return 0
+    return fields.get("VmRSS", 0) - fields.get("RssShmem", 0)
+
+
+def private_bytes(pid: int) -> int:
+    """The pages only this process maps (USS), but a ring's: a slot a worker wrote and the
+    training process has not read yet is the ring's (`rings_bytes`), not the worker's."""
+    total, counted = 0, True
+    try:
+        with open(f"/proc/{pid}/smaps") as smaps:
+            for line in smaps:
+                name, _, rest = line.partition(":")
+                if " " in name:  # a mapping's header: address range, permissions, ..., path
+                    counted = f"{SHM_DIR}/{RING_PREFIX}" not in line
+                elif counted and name in ("Private_Clean", "Private_Dirty"):
+                    total += int(rest.split()[0]) * 1024
+    except OSError:  # gone
+        return 0
+    return total
+
+
+def rings_bytes(pid: int, shm_dir: str = SHM_DIR) -> int:
+    """The space the rings of process `pid` reserve in `shm_dir`: all of it is memory, read or not."""
+    total = 0
+    prefix = f"{RING_PREFIX}{pid}-"
+    for name in os.listdir(shm_dir) if os.path.isdir(shm_dir) else []:
+        if name.startswith(prefix):
+            try:
+                total += os.stat(os.path.join(shm_dir, name)).st_blocks * 512
+            except OSError:  # removed meanwhile
+                pass
+    return total
 
 
 def _counters(process: psutil.Process) -> tuple[int, int] | None:
@@ -63,16 +109,15 @@ class PeakMemory:
         self.interval_s = interval_s
         self.peak = 0  # bytes, over the whole run
         self.samples = 0  # how many times the tree was sampled
-        self.pss_reads = 0  # how many of those read every process's PSS
+        self.pss_reads = 0  # how many of those read the children's USS (the name is bench.json's)
         self._window = 0  # bytes, since the last window_peaks_mb()
         self.peak_root = self.peak_children = 0  # bytes: the root process alone, its children together
         self._window_roles = [0, 0]
-        self._roles = (0, 0)  # (root, children) PSS at the last read
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="app-peak-memory", daemon=True)
         self._root = psutil.Process(pid)
-        self._read_at: dict[int, tuple[int, int]] = {}  # pid → counters at the last PSS read
-        self._pss = 0  # the tree's PSS at the last read
+        self._read_at: dict[int, tuple[int, int]] = {}  # child's pid → its counters at the last USS read
+        self._children = self._rings = 0  # bytes: the children's private memory, the rings, at the last read
         self._last_read = float("-inf")
         self._lock = threading.Lock()  # the thread and window_peak_mb() both sample
 
@@ -86,28 +131,29 @@ class PeakMemory:
             return self._sample()
 
     def _sample(self) -> int:
-        tree = _tree(self._root)
-        counters = {p.pid: c for p in tree if (c := _counters(p)) is not None}
+        root, *children = _tree(self._root) or [None]
+        root_bytes = _root_bytes(root) if root is not None else 0
+        counters = {p.pid: c for p in children if (c := _counters(p)) is not None}
         moved = counters.keys() != self._read_at.keys() or any(
             abs(now - then) >= RECHECK_BYTES
             for pid, values in counters.items() for now, then in zip(values, self._read_at[pid], strict=True))
         if moved or time.monotonic() - self._last_read >= FULL_EVERY_S:
-            each = {p.pid: _pss(p) for p in tree if p.pid in counters}
-            self._pss = sum(each.values())
-            self._roles = (each.get(self._root.pid, 0), self._pss - each.get(self._root.pid, 0))
+            self._children = sum(private_bytes(pid) for pid in counters)
+            self._rings = rings_bytes(self._root.pid)
             self._read_at, self._last_read = counters, time.monotonic()
             self.pss_reads += 1
-        root, children = self._roles  # as last read, like the tree's figure: every window sees them
-        self.peak_root, self.peak_children = max(self.peak_root, root), max(self.peak_children, children)
-        self._window_roles = [max(self._window_roles[0], root), max(self._window_roles[1], children)]
+        root_bytes += self._rings  # the training process's: it made the rings
+        total = root_bytes + self._children
+        self.peak_root, self.peak_children = max(self.peak_root, root_bytes), max(self.peak_children, self._children)
+        self._window_roles = [max(self._window_roles[0], root_bytes), max(self._window_roles[1], self._children)]
         self.samples += 1
-        self.peak = max(self.peak, self._pss)
-        self._window = max(self._window, self._pss)
-        return self._pss
+        self.peak = max(self.peak, total)
+        self._window = max(self._window, total)
+        return total
 
     def window_peaks_mb(self) -> dict:
         """Peaks since the previous call (one epoch), in MiB, of the tree, of the root process
-        (the trainer) and of its children together (the workers); starts the next window."""
+        (the trainer, RSS) and of its children together (the workers, USS); starts the next window."""
         with self._lock:
             now = self._sample()
             peaks = {"peak_memory_mb": max(self._window, now) / MIB, "peak_trainer_mb": self._window_roles[0] / MIB,
@@ -142,7 +188,7 @@ def leftovers_cleared(shm_dir: str = "/dev/shm") -> str:
         if not is_multiprocessing_helper(child):
             found.append(f"process {child.pid}")
             child.kill()
-    prefix = f"app-ring-{os.getpid()}-"
+    prefix = f"{RING_PREFIX}{os.getpid()}-"
     for name in os.listdir(shm_dir) if os.path.isdir(shm_dir) else []:
         if name.startswith(prefix):
             found.append(f"{shm_dir}/{name}")

@@ -17,6 +17,11 @@ GIB = 2**30
 # What the training process holds of uint8 batches beside the ring: the one the step trains on,
 # the one the prefetch has copied out ahead, and tf.data's tensor of it (app/loader/prefetch.py).
 TRAINER_UINT8_BATCHES = 3
+# How far a run's measured peak may be from its plan (docs/troubleshooting.md, Memory: repeated runs
+# spread by a few per cent, and the plan leaves out what it cannot see, such as Python's own garbage
+# between collections). A limit admits a plan only with this margin, so no run passes the limit it was
+# admitted under.
+MARGIN = 0.10
 ARTICLE_BATCHES = [2**k for k in range(5, 17)]  # 32 … 65536
 ARTICLE_SIDES = [32, 64, 128, 256, 512, 1024]
 
@@ -25,10 +30,11 @@ ARTICLE_SIDES = [32, 64, 128, 256, 512, 1024]
 class Probe:
     """This machine's figures, measured once (app/machine_probe.py)."""
 
-    trainer_mib: float  # a training process with TensorFlow, Keras and the app loaded, after a step
-    worker_mib: float  # a loader worker process after its first small samples
+    trainer_mib: float  # a training process before its model: TensorFlow, Keras, the app, tf.data, TensorBoard (RSS)
+    worker_mib: float  # a loader worker process after its first small samples (USS)
     worker_bytes_per_decoded_byte: float  # how a worker grows with the largest image it decodes
     activation_factor: float  # host bytes a training step holds per float32 byte of layer outputs
+    step_mib_per_layer: float  # the compiled train and test steps, a layer of the model
     machine: dict = field(default_factory=dict)
 
 
@@ -39,6 +45,7 @@ class ModelFacts:
     parameter_bytes: int
     optimizer_bytes: int
     activation_bytes_per_sample: int  # every layer's output, one sample, in the compute dtype
+    layers: int  # the layers that compute (nested models' included): the compiled steps grow with them
 
 
 @dataclass(frozen=True)
@@ -103,6 +110,11 @@ def limit(config) -> tuple[str, float]:
     return "the memory available now", psutil.virtual_memory().available / MIB
 
 
+def fits(plan: Plan, limit_mib: float) -> bool:
+    """Whether `plan`'s host peak, with the MARGIN the plan holds to, is within `limit_mib`."""
+    return plan.host_mib * (1 + MARGIN) <= limit_mib
+
+
 def uint8_batch_bytes(batch: int, size: tuple[int, int]) -> int:
     return batch * size[0] * size[1] * 3
 
@@ -116,6 +128,8 @@ def predict(work: Workload, probe: Probe, model: ModelFacts) -> Plan:
                * work.batch_size / MIB)]
     slots = work.max_size if work.workers else 1  # in-process loading builds one batch at a time
     host = [("TensorFlow and the app (this machine's probe)", probe.trainer_mib),
+            (f"compiled train and test steps ({model.layers} layers × {probe.step_mib_per_layer:.2f} MiB)",
+             model.layers * probe.step_mib_per_layer),
             (f"uint8 batches in the training process ({TRAINER_UINT8_BATCHES})", TRAINER_UINT8_BATCHES * batch / MIB),
             (f"the ring ({slots} slot(s) of one uint8 batch)", slots * batch / MIB)]
     if work.workers and work.processes:
@@ -131,17 +145,17 @@ def predict(work: Workload, probe: Probe, model: ModelFacts) -> Plan:
 
 
 def fixes(plan: Plan, probe: Probe, model: ModelFacts, limit_mib: float) -> list[str]:
-    """Changes that bring the predicted host peak under `limit_mib`, each with its figure: the
-    largest `max_size`, then the largest batch, then the most workers that fit."""
+    """Changes that bring the predicted host peak (with the MARGIN) under `limit_mib`, each with
+    its figure: the largest `max_size`, then the largest batch, then the most workers that fit."""
     w, found = plan.workload, []
     options = [("queue.max_size", w.max_size, lambda v: dataclasses.replace(w, max_size=v), 1),
                ("data.batch_size", w.batch_size, lambda v: dataclasses.replace(w, batch_size=v), 1),
                ("queue.workers", w.workers, lambda v: dataclasses.replace(w, workers=v), 0)]
     for key, current, change, least in options:
         for value in range(current - 1, least - 1, -1):
-            mib = predict(change(value), probe, model).host_mib
-            if mib <= limit_mib:
-                found.append(f"{key}={value}: {mib:.0f} MiB")
+            changed = predict(change(value), probe, model)
+            if fits(changed, limit_mib):
+                found.append(f"{key}={value}: {changed.host_mib:.0f} MiB")
                 break
     return found
 
@@ -154,9 +168,10 @@ def render(plan: Plan, limit: tuple[str, float] | None = None, fixed: list[str] 
     lines.append(f"  {plan.host_mib:9.1f} MiB  total")
     if limit:
         name, mib = limit
-        fits = plan.host_mib <= mib
-        lines.append(f"  {'fits' if fits else 'does NOT fit'} {name} ({mib:.0f} MiB)")
-        if not fits:
+        fitting = fits(plan, mib)
+        lines.append(f"  {'fits' if fitting else 'does NOT fit'} {name} ({mib:.0f} MiB), with the plan's "
+                     f"{MARGIN:.0%} margin: {plan.host_mib * (1 + MARGIN):.0f} MiB")
+        if not fitting:
             lines.append("  fixes: " + ("; ".join(fixed) if fixed else "none of max_size, batch or workers alone"))
     where = "on the CPU, counted above" if plan.workload.device_is_host else "on the GPU, apart from the host"
     lines.append(f"device memory ({where}):")

@@ -163,7 +163,7 @@ def memory_facts(net: keras.Model, precision: str):
     outputs = sum(int(np.prod(value.shape[1:])) for layer in computing for value in keras.tree.flatten(layer.output))
     return ModelFacts(parameter_bytes=nbytes(net.weights),
                       optimizer_bytes=nbytes(optimizer.variables) if optimizer else 0,
-                      activation_bytes_per_sample=outputs * per_value)
+                      activation_bytes_per_sample=outputs * per_value, layers=len(computing))
 
 
 def _all_layers(net: keras.Model):

@@ -4,18 +4,42 @@ stored, and measured again on another machine."""
 from __future__ import annotations
 
 import json
+import logging
+import subprocess
+import sys
 
 import pytest
 
 from app import machine_probe
+from app.frameworks import load_keras
+
+KERAS_ALONE = ("import psutil; from app.frameworks import load_keras; load_keras(); "
+               "print(psutil.Process().memory_info().rss)")
 
 
-def test_measured_once_stored_and_measured_again_elsewhere(tmp_path, monkeypatch):
+def test_measured_once_stored_and_measured_again_elsewhere(tmp_path, monkeypatch, capfd):
     monkeypatch.setenv("APP_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("KERAS_BACKEND", raising=False)  # TensorFlow's: the default
-    probe = machine_probe.measured()
+    load_keras()  # as in `train`, which probes with TensorFlow loaded: its pages must not be split with us
+    log_file = logging.FileHandler(tmp_path / "command.log")
+    logging.getLogger().addHandler(log_file)
+    capfd.readouterr()
+    try:
+        probe = machine_probe.measured()
+    finally:
+        logging.getLogger().removeHandler(log_file)
+        log_file.close()
+    # the probe's TensorFlow start-up lines go to the command's log, never to the terminal
+    terminal = capfd.readouterr().err
+    assert "oneDNN" not in terminal and "absl::InitializeLog" not in terminal, terminal
+    assert "oneDNN custom operations" in (tmp_path / "command.log").read_text()  # negative control: they were there
+    # a training process holds at least what Keras alone holds, in a process of its own
+    keras_alone = int(subprocess.run([sys.executable, "-c", KERAS_ALONE], capture_output=True, text=True,
+                                     check=True).stdout.split()[-1]) / 2**20
+    assert probe.trainer_mib >= 0.9 * keras_alone > 200, (probe.trainer_mib, keras_alone)
     # TensorFlow's process is hundreds of MiB; a worker (numpy, OpenCV, albumentations) tens
     assert 200 < probe.trainer_mib < 3000 and 20 < probe.worker_mib < probe.trainer_mib
+    assert 0.3 < probe.step_mib_per_layer < 20  # the compiled steps: MiB a layer
     assert 0.5 < probe.worker_bytes_per_decoded_byte < 10  # a worker holds its largest decode at least once
     assert 0.3 < probe.activation_factor < 20
     stored = json.loads((tmp_path / "machine_probe.tensorflow.json").read_text())

@@ -10,7 +10,8 @@ import numpy as np
 import psutil
 
 from app import memory as memory_module
-from app.memory import PeakMemory, leftovers_cleared, tree_pss_bytes
+from app.loader.ring import Ring
+from app.memory import PeakMemory, leftovers_cleared, private_bytes, tree_bytes
 
 
 def test_peak_counts_children_too():
@@ -20,42 +21,71 @@ def test_peak_counts_children_too():
         time.sleep(1.5)
         with PeakMemory(interval_s=0.05) as memory:
             time.sleep(0.3)
-        alone = psutil.Process().memory_full_info().pss
-        assert memory.peak >= alone + 60 * 2**20  # the child's 64 MiB array is in the tree's PSS
-        assert tree_pss_bytes() >= memory.peak * 0.8
+        assert memory.peak >= memory.peak_root + 60 * 2**20  # the child's 64 MiB array is in the tree's figure
+        assert tree_bytes() >= memory.peak * 0.8
     finally:
         child.kill()
         child.wait()
 
 
-def test_pss_is_read_again_only_when_the_tree_moves(monkeypatch):
-    """PSS (a page-table walk) is read again when a process's resident size moved, not every
-    sample; with the full read forced every time (negative control) it is read every sample."""
-    child = subprocess.Popen([sys.executable, "-c", "import sys, numpy as np, time; sys.stdin.readline(); "
-                              "a = np.ones(64 * 2**20 // 8); print('ok', flush=True); time.sleep(30)"],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+def test_children_are_read_again_only_when_they_move(monkeypatch):
+    """A child's private size (a page-table walk) is read again when its resident size moved,
+    not every sample; with the full read forced every time (negative control) it is read every
+    sample. The root's figure is cheap and read every sample."""
+    code = ("import subprocess, sys; child = subprocess.Popen([sys.executable, '-c', 'import sys, numpy as np, time; "
+            "sys.stdin.readline(); a = np.ones(64 * 2**20 // 8); print(\\'ok\\', flush=True); time.sleep(30)'], "
+            "stdin=sys.stdin, stdout=sys.stdout); print(child.pid, flush=True); child.wait()")
+    root = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
+        int(root.stdout.readline())
         time.sleep(1.0)  # started, numpy imported, idle
-        memory = PeakMemory(pid=child.pid)
+        memory = PeakMemory(pid=root.pid)
         for _ in range(5):
             memory.sample()
         assert (memory.samples, memory.pss_reads) == (5, 1)  # idle: read once
         before = memory.peak
-        child.stdin.write("go\n")
-        child.stdin.flush()
-        assert child.stdout.readline().strip() == "ok"
+        root.stdin.write("go\n")
+        root.stdin.flush()
+        assert root.stdout.readline().strip() == "ok"
         memory.sample()
         assert memory.pss_reads == 2 and memory.peak >= before + 60 * 2**20  # moved: read again
-        assert abs(memory.peak - tree_pss_bytes(psutil.Process(child.pid))) < 2 * 2**20
+        assert abs(memory.peak - tree_bytes(psutil.Process(root.pid))) < 2 * 2**20
 
         monkeypatch.setattr(memory_module, "FULL_EVERY_S", 0.0)
-        forced = PeakMemory(pid=child.pid)
+        forced = PeakMemory(pid=root.pid)
         for _ in range(3):
             forced.sample()
         assert forced.pss_reads == 3
     finally:
-        child.kill()
-        child.wait()
+        for process in psutil.Process(root.pid).children():
+            process.kill()
+        root.kill()
+        root.wait()
+
+
+def test_the_ring_counts_whole_and_once_whoever_wrote_it():
+    """The ring's space is reserved up front: memory before any slot is written, counted once,
+    in the training process; a slot a worker wrote is the ring's, not the worker's."""
+    base = PeakMemory().sample()
+    ring = Ring(8, 16, (256, 256), shared=True)  # 24 MiB, none of it written yet
+    code = ("import sys; from app.loader.ring import RingSpec, attach; "
+            "pixels, done, buffer = attach(RingSpec(sys.argv[1], tuple(map(int, sys.argv[2:])))); pixels[:] = 1; "
+            "print('ok', flush=True); sys.stdin.readline()")
+    writer = None
+    try:
+        with_ring = PeakMemory().sample()
+        assert 23 * 2**20 <= with_ring - base <= 30 * 2**20
+        writer = subprocess.Popen([sys.executable, "-c", code, ring.spec.name, *map(str, ring.spec.shape)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert writer.stdout.readline().strip() == "ok"
+        own = private_bytes(writer.pid)
+        # negative control: USS counts the slots it alone wrote as its own
+        assert psutil.Process(writer.pid).memory_full_info().uss - own >= 23 * 2**20
+        assert PeakMemory().sample() - with_ring <= own + 4 * 2**20
+    finally:
+        if writer:
+            writer.communicate("\n", timeout=30)
+        ring.close()
 
 
 def test_leftovers_of_a_previous_job_are_found_and_removed():
@@ -75,8 +105,8 @@ def test_leftovers_of_a_previous_job_are_found_and_removed():
 
 
 def test_the_trainer_and_its_workers_apart_in_every_window(monkeypatch):
-    """peak_trainer_mb is this process's PSS, peak_workers_mb its children's together; a window
-    in which nothing moved (no PSS read) still reports them, as it reports the tree."""
+    """peak_trainer_mb is this process's figure, peak_workers_mb its children's together; a window
+    in which nothing moved (no read of the children) still reports them, as it reports the tree."""
     monkeypatch.setattr(memory_module, "RECHECK_BYTES", 2**40)  # nothing counts as moved: one read only
     monkeypatch.setattr(memory_module, "FULL_EVERY_S", 1e9)
     child = subprocess.Popen([sys.executable, "-c", "import numpy as np; a = np.ones(64 * 2**20 // 8); "
@@ -90,7 +120,7 @@ def test_the_trainer_and_its_workers_apart_in_every_window(monkeypatch):
         for window in (first, second):
             assert window["peak_workers_mb"] >= 60 and window["peak_trainer_mb"] > 0
             assert abs(window["peak_trainer_mb"] + window["peak_workers_mb"] - window["peak_memory_mb"]) < 1
-        alone = psutil.Process().memory_full_info().pss / 2**20
+        alone = memory_module._root_bytes(psutil.Process()) / 2**20
         assert abs(first["peak_trainer_mb"] - alone) < 16  # negative control: the root is this process alone
     finally:
         child.communicate("\n", timeout=30)

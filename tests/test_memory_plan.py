@@ -4,13 +4,15 @@ the model's own figures (app/model.py: memory_facts)."""
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import pytest
 
-from app.memory_plan import MIB, ModelFacts, Probe, Workload, article_table, fixes, predict, render
+from app.memory_plan import MARGIN, MIB, ModelFacts, Probe, Workload, article_table, fits, fixes, predict, render
 
-PROBE = Probe(trainer_mib=500.0, worker_mib=100.0, worker_bytes_per_decoded_byte=2.0, activation_factor=1.5)
-MODEL = ModelFacts(parameter_bytes=10 * MIB, optimizer_bytes=20 * MIB, activation_bytes_per_sample=4 * MIB)
+PROBE = Probe(trainer_mib=500.0, worker_mib=100.0, worker_bytes_per_decoded_byte=2.0, activation_factor=1.5,
+              step_mib_per_layer=1.0)
+MODEL = ModelFacts(parameter_bytes=10 * MIB, optimizer_bytes=20 * MIB, activation_bytes_per_sample=4 * MIB, layers=20)
 WORK = Workload(batch_size=16, image_size=(512, 512), max_size=4, workers=2, processes=True,
                 largest_decode_bytes=12 * MIB, device_is_host=True)
 
@@ -20,11 +22,12 @@ def test_the_host_peak_adds_each_part_and_the_device_on_a_cpu():
     batch = 16 * 512 * 512 * 3 / MIB  # 12 MiB of uint8
     parts = dict(plan.host)
     assert parts["TensorFlow and the app (this machine's probe)"] == 500
+    assert parts["compiled train and test steps (20 layers × 1.00 MiB)"] == 20
     assert parts["the ring (4 slot(s) of one uint8 batch)"] == 4 * batch
     assert parts["2 worker processes (124 MiB each)"] == 2 * (100 + 2 * 12)
     assert dict(plan.device)["activations (estimate)"] == 1.5 * 4 * 16
     assert plan.device_mib == 4 * batch + 2 * 10 + 20 + 96
-    assert plan.host_mib == pytest.approx(500 + 3 * batch + 4 * batch + 248 + plan.device_mib)
+    assert plan.host_mib == pytest.approx(500 + 20 + 3 * batch + 4 * batch + 248 + plan.device_mib)
     # negative control: with a GPU the device's share is apart from the host
     on_gpu = predict(dataclasses.replace(WORK, device_is_host=False), PROBE, MODEL)
     assert on_gpu.host_mib == pytest.approx(plan.host_mib - plan.device_mib) and on_gpu.device_mib == plan.device_mib
@@ -35,7 +38,7 @@ def test_the_host_peak_adds_each_part_and_the_device_on_a_cpu():
 
 def test_fixes_name_the_largest_value_that_fits():
     plan = predict(WORK, PROBE, MODEL)
-    limit = plan.host_mib - 30  # three fewer 12 MiB slots fit, two do not
+    limit = (plan.host_mib - 30) * (1 + MARGIN)  # three fewer 12 MiB slots fit (with the margin), two do not
     found = fixes(plan, PROBE, MODEL, limit)
     assert found[0].startswith("queue.max_size=1:")
     assert any(f.startswith("data.batch_size=") for f in found) and any(f.startswith("queue.workers=") for f in found)
@@ -43,12 +46,23 @@ def test_fixes_name_the_largest_value_that_fits():
         key, rest = fix.split("=")
         value = int(rest.split(":")[0])
         field = {"queue.max_size": "max_size", "data.batch_size": "batch_size", "queue.workers": "workers"}[key]
-        assert predict(dataclasses.replace(WORK, **{field: value}), PROBE, MODEL).host_mib <= limit
-        assert predict(dataclasses.replace(WORK, **{field: value + 1}), PROBE, MODEL).host_mib > limit
+        assert fits(predict(dataclasses.replace(WORK, **{field: value}), PROBE, MODEL), limit)
+        assert not fits(predict(dataclasses.replace(WORK, **{field: value + 1}), PROBE, MODEL), limit)
     assert fixes(plan, PROBE, MODEL, 10) == []  # nothing alone gets under the probe's own cost
     text = render(plan, ("queue.memory_budget_mb", limit), found)
     assert "does NOT fit queue.memory_budget_mb" in text and "queue.max_size=1" in text
-    assert "\n  fits queue.memory_budget_mb" in render(plan, ("queue.memory_budget_mb", plan.host_mib + 1))
+    assert "\n  fits queue.memory_budget_mb" in render(plan, ("queue.memory_budget_mb", (plan.host_mib + 1) * 1.1))
+
+
+def test_a_limit_admits_a_plan_only_with_the_margin_the_plan_holds_to():
+    """The measured peak may be up to MARGIN above the plan: a plan just under the limit is not
+    admitted, one MARGIN under it is."""
+    plan = predict(WORK, PROBE, MODEL)
+    assert MARGIN == 0.10
+    assert not fits(plan, plan.host_mib) and not fits(plan, plan.host_mib * 1.09)
+    assert fits(plan, plan.host_mib * 1.1 + 0.01)  # negative control
+    text = render(plan, ("queue.memory_budget_mb", plan.host_mib + 1), [])
+    assert f"does NOT fit queue.memory_budget_mb ({plan.host_mib + 1:.0f} MiB), with the plan's 10% margin" in text
 
 
 def test_the_article_table_marks_the_configs_row_and_column():
@@ -82,6 +96,37 @@ def test_model_facts_count_variables_optimizer_slots_and_outputs():
     assert facts.activation_bytes_per_sample == 4 * (256 + 256 + 2)
     assert 2 * 4 * weights <= facts.optimizer_bytes <= 2 * 4 * weights + 64  # Adam: two slots, and its counters
     assert memory_facts(net, "mixed_float16").activation_bytes_per_sample == 2 * (256 + 256 + 2)
+    assert facts.layers == 3  # Conv2D, Flatten, Dense: each adds to the compiled steps
     sgd = keras.Model(inputs, outputs)
     sgd.compile(optimizer="sgd", loss="mse")
     assert memory_facts(sgd, "float32").optimizer_bytes < 64  # negative control: plain SGD keeps no slots
+
+
+def test_a_queue_over_the_memory_available_is_refused_with_the_workers_that_fit():
+    """No budget: the memory available now is the limit, and a plan above it stops the run before
+    any worker starts (train calls `checked` before the loader), naming the figure and the fix."""
+    import math
+
+    import psutil
+
+    from app.errors import MachineError
+    from app.training import queue_plan
+
+    available = psutil.virtual_memory().available / MIB
+    many = math.ceil(available / PROBE.worker_mib) + 10  # each worker alone is 100 MiB: these pass the machine
+    config = SimpleNamespace(queue=SimpleNamespace(workers=many, max_size=2, memory_budget_mb=None))
+    small = dataclasses.replace(WORK, batch_size=4, image_size=(32, 32), largest_decode_bytes=0)
+    plans = queue_plan.Planner(config, predict(small, PROBE, MODEL), PROBE, MODEL)
+    recorded = {}
+    summary = SimpleNamespace(update=lambda **values: recorded.update(values))
+    with pytest.raises(MachineError) as refused:
+        queue_plan.checked(config, plans, summary)
+    text = str(refused.value)
+    assert "refused before any worker started" in text and "over the memory available now" in text
+    assert recorded["memory_plan"]["host_peak_mib"] > available  # the figure is in summary.json too
+    fix = next(part for part in text.split("within it: ")[1].split("; or ") if part.startswith("queue.workers="))
+    workers = int(fix.split("=")[1].split(":")[0])
+    assert 0 < workers < many
+    # negative control: the named fix is admitted
+    config.queue.workers = workers
+    assert queue_plan.checked(config, plans, summary) == pytest.approx(plans.for_queue(workers, 2).host_mib)

@@ -4,13 +4,17 @@ cost, app/machine_probe.py; the batches, the ring, the workers' decodes), the de
 (the float32 batch, parameters, optimizer state, activations); the predicted host peak against
 `queue.memory_budget_mb` or the memory available, with the fixes when it does not fit; then the
 seed article's table of batch × resolution with the config's own marked. Writes plan.json.
-The config is train's; builds the model (Keras) but reads no image beyond the files' headers,
-unless queue.workers or queue.max_size is `auto`: then it runs train's probe
-(app/training/autotune.py) and plans for what it chooses.
+The config is train's, or with `resume=<run dir>` (or `latest`) that run's saved config with
+the overrides a resumed `train` takes; builds the model (Keras) but reads no image beyond the
+files' headers, unless queue.workers or queue.max_size is `auto`: then it runs train's probe
+(app/training/autotune.py) and plans for what it chooses. It never writes a dataset: data not
+there yet (a synthetic dataset not generated, CIFAR-10 not downloaded) is an error that says
+which command brings it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
@@ -19,6 +23,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from app.config import conf_dir, load
+from app.errors import DataError, config_error
 from app.schema import register
 
 log = logging.getLogger("app.plan")
@@ -28,15 +33,14 @@ register()
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float:
     from app import memory_plan
-    from app.data import load_source
     from app.frameworks import use_backend
     from app.machine_probe import measured
     from app.training import autotune, queue_plan
     from app.training.rundir import write_json
 
-    config = load(cfg)
+    config, run_dir = _config(cfg)
     use_backend(config.trainer)
-    source = load_source(config.data)
+    source = _source(config.data, run_dir)
     probe = measured()  # here, unlike train, a plan is the point: a failed probe is the command's error
     net, gpus = _model(config, source)
     plans = queue_plan.planner(config, source.train, net, device_is_host=not gpus)
@@ -58,22 +62,66 @@ def main(cfg: DictConfig) -> float:
     return plan.host_mib
 
 
+def _config(cfg: DictConfig):
+    """(the loaded config to plan, the run directory it comes from or None): with `resume`, the
+    run's saved config and the overrides `train resume=` takes (app/training/resume.py)."""
+    if not cfg.resume:
+        return load(cfg), None
+    from app.training import checkpoint
+    from app.training.resume import latest_run, resumed_config
+
+    run_dir = latest_run(Path("outputs")) if cfg.resume == "latest" else Path(cfg.resume).expanduser().resolve()
+    if not (run_dir / "checkpoints").is_dir():
+        raise config_error("resume", cfg.resume, f"{run_dir} is not a run directory with checkpoints/ (give a "
+                           "directory under outputs/ that a training run wrote, or `latest`)")
+    saved = resumed_config(checkpoint.saved_config(run_dir), cfg, list(HydraConfig.get().overrides.task))
+    log.info("planning %s's config (with the overrides `train resume=` takes)", run_dir)
+    return load(saved), run_dir
+
+
+def _source(data, run_dir: Path | None):
+    """The data source, read but never written: a dataset `train` would generate or download
+    first is refused, naming the command that brings it; a run's, checked to be what it trained on."""
+    from app.data import load_source, synthetic
+    from app.training.rundir import run_source
+
+    if data.name == "synthetic":
+        folders = [Path(data.path).expanduser() / spec.folder_name() for spec in synthetic.specs(data)]
+        missing = [str(folder) for folder in folders if not folder.is_dir()]
+        if missing:
+            raise DataError(f"the synthetic dataset is not generated yet ({' and '.join(missing)} missing), and "
+                            "plan never writes a dataset: `python -m app train` with the same data.* overrides "
+                            "generates it (then plan again)")
+    downloads = data.name == "cifar" and data.download
+    if downloads:
+        data = dataclasses.replace(data, download=False)  # found, or the error below: plan downloads nothing
+    try:
+        return run_source(run_dir, data) if run_dir else load_source(data)
+    except DataError as error:
+        if not downloads:
+            raise
+        raise DataError(f"{error} (plan never downloads: `python -m app train data=cifar data.download=true` "
+                        "fetches it)") from None
+
+
 def _model(config, source):
     """(the model, the GPUs the backend sees): the model built and compiled as `train` builds
     it, on one device."""
+    from app.frameworks import load_keras, native_stderr_to_log
+
+    keras = load_keras()  # first: app.model imports Keras, whose start-up lines go to the log only from here
     from app import model as models
-    from app.frameworks import load_keras
     from app.training import recipe
 
-    keras = load_keras()
-    if config.trainer.backend == "jax":
-        import jax
+    with native_stderr_to_log():  # the first device query prints CUDA's "no GPU" lines natively
+        if config.trainer.backend == "jax":
+            import jax
 
-        gpus = [str(d) for d in jax.devices() if d.platform == "gpu"]
-    else:
-        import tensorflow as tf
+            gpus = [str(d) for d in jax.devices() if d.platform == "gpu"]
+        else:
+            import tensorflow as tf
 
-        gpus = [d.name for d in tf.config.list_physical_devices("GPU")]
+            gpus = [d.name for d in tf.config.list_physical_devices("GPU")]
     keras.mixed_precision.set_global_policy(config.trainer.precision.value)
     net = models.build(config.model, config.data.image_size, len(source.class_names))
     steps = config.trainer.steps_per_epoch or max(1, len(source.train) // config.data.batch_size)

@@ -124,16 +124,22 @@ def check_generator(recorded_root: str, run_dir: Path) -> None:
                     "its checkpoints still serve `predict`.")
 
 
+def specs(data_cfg) -> list[Spec]:
+    """The datasets `data_cfg` reads: the training images', then the test split's if it has one."""
+    spec = Spec(data_cfg.num_images, data_cfg.source_size, data_cfg.num_classes, data_cfg.seed)
+    tests = getattr(data_cfg, "num_test_images", 0)
+    tests = max(data_cfg.num_classes, data_cfg.num_images // 4) if tests is None else tests
+    return [spec, Spec(tests, spec.source_size, spec.num_classes, spec.seed, first=spec.num_images)] if tests \
+        else [spec]
+
+
 def synthetic_source(data_cfg) -> Source:
     """The dataset, and its test split: `data.num_test_images` more images of the same classes
     (null: a quarter as many as num_images), drawn after the training images' indices into a
     folder of their own, so the training split and its fingerprint stay what they were."""
-    spec = Spec(data_cfg.num_images, data_cfg.source_size, data_cfg.num_classes, data_cfg.seed)
+    spec, *tests = specs(data_cfg)
     folder = ensure_dataset(data_cfg.path, spec)
-    tests = getattr(data_cfg, "num_test_images", 0)
-    tests = max(data_cfg.num_classes, data_cfg.num_images // 4) if tests is None else tests
-    test = ensure_dataset(data_cfg.path, Spec(tests, spec.source_size, spec.num_classes, spec.seed,
-                                              first=spec.num_images)) if tests else None
+    test = ensure_dataset(data_cfg.path, tests[0]) if tests else None
     # the files are a function of the folder's name (GENERATOR_VERSION and parameters): their times say nothing
     return folder_source(folder, data_cfg.val_fraction, name="synthetic", times=False, test=Held(test))
 

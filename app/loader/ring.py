@@ -5,7 +5,8 @@ boundary. Beside the pixels, one byte a sample says it is written (`done`): work
 instead of sending a message a sample, so the training process is woken once a worker's share
 of a batch and still knows which sample a hung or killed worker was on. The segment's space is
 reserved up front (posix_fallocate), so a /dev/shm too small fails at start-up with the size
-needed instead of a SIGBUS on the first write. A segment's name carries its creator's PID: one
+needed instead of a SIGBUS on the first write; a ring larger than /dev/shm's free space is
+refused before any of it is reserved. A segment's name carries its creator's PID: one
 whose creator no longer runs (the whole process group SIGKILLed, resource tracker included) is
 removed when the next ring is made.
 Never imports TensorFlow: worker processes map the ring.
@@ -18,6 +19,7 @@ import mmap
 import os
 import re
 import secrets
+import shutil
 from dataclasses import dataclass
 from multiprocessing import shared_memory
 
@@ -63,19 +65,16 @@ class Ring:
             self.array, self.done = self.spec.views(bytearray(self.spec.segment_bytes))
             return
         remove_orphans()
+        free = _free_bytes(SHM_DIR)
+        if self.spec.segment_bytes > free:  # refused before a byte is reserved: tmpfs pages are the machine's RAM
+            raise _too_big(self.spec, free, "not enough space")
         name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
         self._shm = shared_memory.SharedMemory(name=name, create=True, size=self.spec.segment_bytes)
         try:
             os.posix_fallocate(self._shm._fd, 0, self.spec.segment_bytes)
         except OSError as error:
             self._unlink()
-            free = _free_bytes(SHM_DIR)
-            raise WorkerError(
-                f"the queue's shared memory needs {self.spec.segment_bytes / 2**20:.1f} MiB "
-                f"(queue.max_size={slots} × batch {batch_size} × {image_size[0]}×{image_size[1]}×3 uint8) "
-                f"but {SHM_DIR} has {free / 2**20:.1f} MiB free ({error.strerror}). Lower queue.max_size "
-                f"or data.batch_size, or enlarge {SHM_DIR} (docker: --shm-size)."
-            ) from None
+            raise _too_big(self.spec, _free_bytes(SHM_DIR), error.strerror) from None
         self.spec = RingSpec(name, self.spec.shape)
         self.array, self.done = self.spec.views(self._shm.buf)
 
@@ -144,7 +143,16 @@ def attach(spec: RingSpec) -> tuple[np.ndarray, np.ndarray, mmap.mmap]:
 
 def _free_bytes(path: str) -> int:
     try:
-        stat = os.statvfs(path)
+        return shutil.disk_usage(path).free
     except OSError:
         return 0
-    return stat.f_bavail * stat.f_frsize
+
+
+def _too_big(spec: RingSpec, free: int, why: str) -> WorkerError:
+    slots, batch_size, height, width, _ = spec.shape
+    return WorkerError(
+        f"the queue's shared memory needs {spec.segment_bytes / 2**20:.1f} MiB "
+        f"(queue.max_size={slots} × batch {batch_size} × {height}×{width}×3 uint8) "
+        f"but {SHM_DIR} has {free / 2**20:.1f} MiB free ({why}). Lower queue.max_size "
+        f"(at most {max(free // max(spec.segment_bytes // slots, 1), 0)} slots fit) or data.batch_size, "
+        f"or enlarge {SHM_DIR} (docker: --shm-size).")

@@ -2,7 +2,8 @@
 bounds training, and what to change. Input-bound: the step waited on the loader over
 INPUT_BOUND of the time. Model-bound: the ring was nearly always full and the step hardly
 waited, so fewer workers or slots would save memory for nothing. Memory-bound: the peak came
-near the budget. Arithmetic and text only: no TensorFlow.
+near the budget. More workers are advised only when one more, at what a worker took this epoch,
+keeps the peak within the budget. Arithmetic and text only: no TensorFlow.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ def diagnose(row: dict, queue, budget_mib: float) -> str:
         stages = ", ".join(f"{name} {row[f'{name}_ms']:.1f}" for name in ("read", "decode", "augment", "copy")
                            if row.get(f"{name}_ms") is not None)
         found.append(f"input-bound: the step waited on the loader {100 * wait:.0f} % of the time (a sample takes "
-                     f"{stages or 'n/a'} ms in a worker): more workers (queue.workers={queue.workers + 1}), "
+                     f"{stages or 'n/a'} ms in a worker): {_more_workers(row, queue, budget_mib)}"
                      "data.decode.draft=true, or smaller data.image_size")
     elif fill is not None and fill >= FULL_RING and wait < NO_WAIT and (queue.workers > 1 or queue.max_size > 1):
         fewer = [f"queue.workers={queue.workers - 1}"] if queue.workers > 1 else []
@@ -36,3 +37,13 @@ def diagnose(row: dict, queue, budget_mib: float) -> str:
         full = f", ring {100 * fill:.0f} % full" if fill is not None else ""
         found.append(f"balanced: data wait {100 * wait:.0f} %{full}, peak {peak:.0f} of {budget_mib:.0f} MiB")
     return "; ".join(found)
+
+
+def _more_workers(row: dict, queue, budget_mib: float) -> str:
+    """More workers, when one more (what a worker took this epoch) keeps the peak within the budget."""
+    workers = queue.workers if isinstance(queue.workers, int) else 0
+    each = row.get("peak_workers_mb", 0) / workers if workers else 0
+    if row["peak_memory_mb"] + each > budget_mib:
+        return (f"not more workers (one more, ~{each:.0f} MiB, would pass the {budget_mib:.0f} MiB budget "
+                f"at a peak of {row['peak_memory_mb']:.0f}), but ")
+    return f"more workers (queue.workers={workers + 1}), "

@@ -10,7 +10,7 @@ import dataclasses
 import logging
 from collections.abc import Callable
 
-from app.errors import AppError, config_error
+from app.errors import AppError, MachineError, config_error
 from app.rules import AUTO
 
 log = logging.getLogger("app.train")
@@ -40,7 +40,7 @@ class Planner:
         from app import memory_plan
 
         limit = memory_plan.limit(self.config)[1]
-        return lambda workers, max_size: self.for_queue(workers, max_size).host_mib <= limit
+        return lambda workers, max_size: memory_plan.fits(self.for_queue(workers, max_size), limit)
 
 
 def planner(config, split, net, device_is_host: bool) -> Planner:
@@ -78,7 +78,8 @@ def probed(config, split, net, plans: Planner, class_weights=None):
 
 def checked(config, plans: Planner, summary) -> float | None:
     """The predicted host peak (MiB) of `config`'s final queue, logged and kept in summary.json;
-    above `queue.memory_budget_mb`, the run is refused before any worker starts. None without a plan."""
+    above `queue.memory_budget_mb`, or the memory available without one (with the plan's
+    margin), the run is refused before any worker starts. None without a plan."""
     from app import memory_plan
 
     if plans.plan is None:
@@ -87,12 +88,18 @@ def checked(config, plans: Planner, summary) -> float | None:
     summary.update(memory_plan=plan.record())
     log.info("memory plan: host peak %.0f MiB predicted, device %.0f MiB (python -m app plan: part by part)",
              plan.host_mib, plan.device_mib)
+    name, limit = memory_plan.limit(config)
+    if memory_plan.fits(plan, limit):
+        return plan.host_mib
+    fixed = memory_plan.fixes(plan, plans.probe, plans.facts, limit)
     budget = config.queue.memory_budget_mb
-    if budget is not None and plan.host_mib > budget:
-        fixed = memory_plan.fixes(plan, plans.probe, plans.facts, budget)
-        raise config_error("queue.memory_budget_mb", budget, f"the predicted host peak is {plan.host_mib:.0f} MiB "
-                           f"(python -m app plan shows its parts); "
-                           + (f"within the budget: {'; or '.join(fixed)}" if fixed else
-                              "no smaller queue.max_size, data.batch_size or queue.workers alone fits: "
-                              "raise the budget or use smaller images"))
-    return plan.host_mib
+    text = (f"the predicted host peak is {plan.host_mib:.0f} MiB, {plan.host_mib * (1 + memory_plan.MARGIN):.0f} "
+            f"MiB with the plan's {memory_plan.MARGIN:.0%} margin (python -m app plan shows its parts), over "
+            f"{name} ({limit:.0f} MiB); "
+            + (f"within it: {'; or '.join(fixed)}" if fixed else
+               "no smaller queue.max_size, data.batch_size or queue.workers alone fits: "
+               + ("raise the budget or use smaller images" if budget is not None else
+                  "use smaller images or free memory")))
+    if budget is not None:
+        raise config_error("queue.memory_budget_mb", budget, text)
+    raise MachineError(f"refused before any worker started: {text}")

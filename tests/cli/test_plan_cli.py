@@ -3,11 +3,78 @@
 from __future__ import annotations
 
 import json
+import math
+from types import SimpleNamespace
 
+import pytest
 from test_train_cli import TINY, app, only_run_dir
+
+from app.data import synthetic
+from app.memory_plan import MARGIN
+
+ONE_EPOCH = [o for o in TINY if not o.startswith("trainer.epochs=")] + ["trainer.epochs=1"]
+NOISE = ("absl::InitializeLog", "oneDNN", "cuda drivers", "cuInit")  # TensorFlow's native start-up lines
+
+
+def generated(cwd):
+    """TINY's synthetic dataset where `train` in `cwd` would generate it: plan never does."""
+    data = SimpleNamespace(num_images=24, source_size=96, num_classes=3, seed=0, num_test_images=None)
+    for spec in synthetic.specs(data):
+        synthetic.ensure_dataset(cwd / "datasets" / "synthetic", spec, progress=False)
+
+
+@pytest.fixture(scope="module")
+def promised(tmp_path_factory):
+    """plan refused on missing data; then the data, plan, and one tiny run under the budget the plan
+    just fits (with its margin)."""
+    cwd = tmp_path_factory.mktemp("promise")
+    refused = app("plan", *ONE_EPOCH, "hydra.run.dir=refused", cwd=cwd)
+    wrote = (cwd / "datasets").exists()
+    generated(cwd)
+    plan = app("plan", *ONE_EPOCH, "hydra.run.dir=plan", cwd=cwd)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    planned = json.loads((cwd / "plan" / "plan.json").read_text())["host_peak_mib"]
+    budget = math.ceil(planned * (1 + MARGIN))
+    run = app("train", *ONE_EPOCH, f"queue.memory_budget_mb={budget}", "hydra.run.dir=run", cwd=cwd)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return SimpleNamespace(cwd=cwd, refused=refused, wrote=wrote, plan=plan, planned=planned, budget=budget, run=run)
+
+
+def test_the_run_keeps_the_plan_and_the_budget_that_admitted_it(promised):
+    summary = json.loads((promised.cwd / "run" / "summary.json").read_text())
+    measured = summary["peak_memory_mb"]
+    assert summary["memory_plan"]["host_peak_mib"] == promised.planned  # train plans what plan printed
+    assert abs(measured - promised.planned) <= 0.10 * measured, (promised.planned, measured)
+    assert measured <= promised.budget
+    for result in (promised.plan, promised.run):  # nothing of TensorFlow's start-up on the terminal
+        assert not [line for line in result.stderr.splitlines() if any(n in line for n in NOISE)], result.stderr
+    assert any(n in (promised.cwd / "run" / "train.log").read_text() for n in NOISE)  # negative control: logged
+
+
+def test_plan_never_writes_a_dataset_and_says_what_generates_it(promised):
+    assert promised.refused.returncode != 0 and not promised.wrote
+    assert "is not generated yet" in promised.refused.stderr and "python -m app train" in promised.refused.stderr
+    assert "datasets/synthetic/v" in promised.refused.stderr
+
+
+def test_plan_resume_plans_the_runs_own_config(promised):
+    run_dir = promised.cwd / "run"
+    before = sorted(p.name for p in (promised.cwd / "datasets" / "synthetic").iterdir())
+    result = app("plan", f"resume={run_dir}", "queue.workers=1", "hydra.run.dir=resumed", cwd=promised.cwd)
+    assert result.returncode == 0, result.stderr[-3000:]
+    plan = json.loads((promised.cwd / "resumed" / "plan.json").read_text())
+    trained = json.loads((run_dir / "summary.json").read_text())["memory_plan"]["host"]
+    steps = next(k for k in trained if k.startswith("compiled train and test steps"))
+    assert plan["host"][steps] == trained[steps]  # the run's model (model.widths=[8,16]), not the default
+    assert "1 worker processes" in result.stdout  # with the overrides a resumed train takes
+    assert sorted(p.name for p in (promised.cwd / "datasets" / "synthetic").iterdir()) == before
+    # negative control: without resume it is the default config, whose 1000 images are not there
+    default = app("plan", "hydra.run.dir=default", cwd=promised.cwd)
+    assert default.returncode != 0 and "not generated yet" in default.stderr and "v2-n24-" not in default.stderr
 
 
 def test_plan_prints_the_parts_the_verdict_and_the_article_table(tmp_path):
+    generated(tmp_path)
     result = app("plan", *TINY, "queue.memory_budget_mb=1", "hydra.run.dir=plan", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout

@@ -89,3 +89,26 @@ def test_a_ring_left_by_a_killed_process_group_is_removed_at_the_next_start(capl
         assert path in caplog.text and f"left by process {child.pid}, which no longer runs" in caplog.text
     finally:
         mine.close()
+
+
+def test_a_ring_larger_than_dev_shm_is_free_is_refused_before_any_of_it_is_reserved(monkeypatch):
+    """tmpfs pages are the machine's memory: a ring /dev/shm cannot hold is refused from its free
+    space (as `df` reads it), not by reserving until it runs out."""
+    import shutil
+    from collections import namedtuple
+
+    from app.errors import WorkerError
+
+    real = shutil.disk_usage
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(2**30, 2**30 - 2**20, 2**20))
+    mine = f"app-ring-{os.getpid()}-"
+    before = {n for n in os.listdir("/dev/shm") if n.startswith(mine)}
+    with pytest.raises(WorkerError) as refused:
+        Ring(8, 16, (64, 64), shared=True)  # 1.5 MiB, with 1 MiB free
+    text = str(refused.value)
+    assert "needs 1.5 MiB" in text and "queue.max_size=8" in text and "/dev/shm has 1.0 MiB free" in text
+    assert "at most 5 slots fit" in text
+    assert {n for n in os.listdir("/dev/shm") if n.startswith(mine)} == before  # nothing was made
+    monkeypatch.setattr(shutil, "disk_usage", real)
+    Ring(8, 16, (64, 64), shared=True).close()  # negative control: the real /dev/shm holds it

@@ -29,3 +29,13 @@ def test_memory_bound_near_the_budget_beside_another_bound():
     line = diagnose({**ROW, "data_wait_fraction": 0.5, "peak_memory_mb": 950.0}, QUEUE, 1000)
     assert line.startswith("input-bound") and "; memory-bound: peak 950 MiB of 1000 MiB" in line
     assert "memory-bound" not in diagnose({**ROW, "peak_memory_mb": 850.0}, QUEUE, 1000)
+
+
+def test_input_bound_never_advises_a_worker_the_budget_has_no_room_for():
+    """One more worker, at what each took this epoch (peak_workers_mb / workers), must fit the budget."""
+    starved = {**ROW, "data_wait_fraction": 0.35, "peak_memory_mb": 887.0, "peak_workers_mb": 140.0}
+    line = diagnose(starved, SimpleNamespace(workers=1, max_size=2), 900)
+    assert "queue.workers=2" not in line and "not more workers (one more, ~140 MiB" in line
+    assert "data.decode.draft=true" in line
+    roomy = diagnose(starved, SimpleNamespace(workers=1, max_size=2), 2000)  # negative control
+    assert "more workers (queue.workers=2)" in roomy
