@@ -27,18 +27,10 @@ from app.training.callbacks import CallbackStates, Profile, Progress, SampleReco
 from app.training.checkpoint import EpochFigures, RunState
 from app.training.devices import Placement
 from app.training.diagnosis import diagnose
+from app.training.metric_state import metric_state, restore_metrics
 from app.training.rundir import Summary, append_metrics
 from app.training.shards import regrouped, train_share, validation_share
-from app.training.steps import (
-    EpochPlan,
-    Feed,
-    build_metrics,
-    metric_state,
-    restore_metrics,
-    sync,
-    train_epoch,
-    validate,
-)
+from app.training.steps import EpochPlan, Feed, build_metrics, sync, train_epoch, validate
 
 log = logging.getLogger("app.train")
 
