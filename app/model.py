@@ -33,6 +33,11 @@ METADATA_FILE = "app_metadata.json"  # inside model.keras; Keras ignores files i
 # Keras's 0.99 leaves the moving statistics far from the data after a few hundred steps, and
 # validation (which uses them) then sits near chance while training accuracy is high.
 BN_MOMENTUM = 0.9
+# TensorFlow's CPU kernels (oneDNN) compute the kernel gradient of a strided 1×1 convolution over
+# fewer input channels than oneDNN's block (16 with AVX-512, 8 with AVX2) past the end of a work
+# buffer: the training step segfaults or aborts ("double free or corruption"), e.g. model.widths=
+# [8,16] at 128². The small ResNet keeps such a shortcut off that kernel (`_projection`).
+ONEDNN_BLOCK = 16
 
 
 def small_resnet(input_shape: Sequence[int], num_classes: int, widths: Sequence[int] = (32, 64, 128),
@@ -62,11 +67,21 @@ def _conv_bn(x, width: int, stride: int = 1, relu: bool = True):
 def _residual(x, width: int, stride: int):
     shortcut = x
     if stride != 1 or x.shape[-1] != width:
-        shortcut = layers.Conv2D(width, 1, strides=stride, use_bias=False)(x)
-        shortcut = layers.BatchNormalization(momentum=BN_MOMENTUM)(shortcut)
+        shortcut = _projection(x, width, stride)
     y = _conv_bn(x, width, stride)
     y = _conv_bn(y, width, relu=False)
     return layers.ReLU()(layers.Add()([shortcut, y]))
+
+
+def _projection(x, width: int, stride: int):
+    """The shortcut's 1×1 convolution. Over fewer channels than ONEDNN_BLOCK, a strided one is
+    every `stride`-th pixel taken first (a pooling of size 1), then convolved with stride 1: the
+    same arithmetic, without oneDNN's strided 1×1 kernel gradient (see ONEDNN_BLOCK)."""
+    if stride != 1 and x.shape[-1] < ONEDNN_BLOCK:
+        x = layers.MaxPooling2D(pool_size=1, strides=stride)(x)
+        stride = 1
+    x = layers.Conv2D(width, 1, strides=stride, use_bias=False)(x)
+    return layers.BatchNormalization(momentum=BN_MOMENTUM)(x)
 
 
 def normalise(batch: np.ndarray) -> np.ndarray:

@@ -4,6 +4,9 @@ step loop with `fit`. Importable by the `train` CLI in a subprocess (tests/ on P
 from __future__ import annotations
 
 import json
+import os
+import signal
+from pathlib import Path
 
 import keras
 
@@ -81,3 +84,20 @@ class StepInputs(keras.callbacks.Callback):
 
         model.train_step = recorded
         model.make_train_function(force=True)
+
+
+class KillOnce(keras.callbacks.Callback):
+    """SIGKILLs its own process as training batch `batch` of epoch `epoch` begins (0-based), as a
+    pre-emption would, unless `path` exists; it writes `path` first, so the resumed run goes on."""
+
+    def __init__(self, path: str, epoch: int, batch: int):
+        super().__init__()
+        self.path, self.at, self.epoch = Path(path), (epoch, batch), 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if (self.epoch, batch) == self.at and not self.path.exists():
+            self.path.write_text("killed\n", encoding="utf-8")
+            os.kill(os.getpid(), signal.SIGKILL)

@@ -79,3 +79,36 @@ def test_normalise_matches_the_constants():
     out = normalise(batch)
     assert out.dtype == np.float32 and np.allclose(out, batch.astype(np.float64) * SCALE)
     assert out.max() == np.float32(1.0)
+
+
+def test_a_narrow_stage_trains_at_128_pixels():
+    """A shortcut's strided 1×1 convolution over 8 channels crashed TensorFlow's CPU training
+    step (oneDNN's kernel gradient) from about 48² on: one step, in a process of its own."""
+    script = """
+import numpy as np
+from app.model import classifier, small_resnet
+net = classifier(small_resnet((128, 128, 3), num_classes=2, widths=[8, 16]), (128, 128))
+net.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", jit_compile=False)
+pixels = np.random.default_rng(0).integers(0, 256, (1, 128, 128, 3), dtype=np.uint8)
+print(float(net.train_on_batch(pixels, np.array([1]))))
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert np.isfinite(float(result.stdout.split()[-1]))
+
+
+def test_a_narrow_shortcut_is_a_strided_one_by_one_convolution():
+    """What the shortcut computes over fewer than 16 channels: a 1×1 convolution of stride 2."""
+    import keras
+
+    net = small_resnet((10, 10, 3), num_classes=2, widths=[8, 16, 32])
+    pool = next(layer for layer in net.layers if isinstance(layer, keras.layers.MaxPooling2D))
+    convolution = next(layer for layer in net.layers if isinstance(layer, keras.layers.Conv2D)
+                       and tuple(layer.kernel.shape) == (1, 1, 8, 16))
+    x = np.random.default_rng(0).standard_normal((2, 5, 5, 8)).astype(np.float32)
+    expected = keras.ops.conv(x, convolution.kernel, strides=2)
+    assert np.allclose(convolution(pool(x)), expected, atol=1e-6) and expected.shape == (2, 3, 3, 16)
+    # negative control: the convolution without the pooling is another function
+    assert convolution(x).shape == (2, 5, 5, 16)
+    # 16 channels and more: the strided convolution itself, as in the default model
+    assert sum(isinstance(layer, keras.layers.MaxPooling2D) for layer in net.layers) == 1

@@ -5,6 +5,7 @@ bench's child processes; never imported by the loader or training."""
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 
@@ -23,10 +24,26 @@ def child_main(mode: str, config, conn, log_path: str | None = None) -> None:
         with native_stderr_to_log():
             result = _run_mode(mode, config)
     except BaseException as error:  # noqa: BLE001 - reported as that mode's result
-        first = next((line for line in str(error).splitlines() if line.strip()), "")
-        result = {"error": f"{type(error).__name__}: {first}", "traceback": traceback.format_exc()}
+        result = {"error": reason(error), "traceback": traceback.format_exc()}
     conn.send(result)
     conn.close()
+
+
+# Lines of a TensorFlow error that say where, not what: its "Graph execution error:" names the
+# node and its stack first, and the op's own message (or the Python error a generator raised,
+# with its traceback) after them.
+WHERE = ("Graph execution error:", "Detected at node", "<stack traces unavailable>", "Node: ",
+         "Traceback (most recent call last):", "[[")
+PYTHON_ERROR = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit): ")
+
+
+def reason(error: BaseException) -> str:
+    """`error` in one line: its type and the first line of its message that says what went wrong
+    (the Python error inside a TensorFlow error, when that is what it carries)."""
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    said = next((line.strip() for line in lines if not line[0].isspace() and not line.startswith(WHERE)),
+                lines[0].strip() if lines else "")
+    return said if PYTHON_ERROR.match(said) else f"{type(error).__name__}: {said}"
 
 
 class _Clock:

@@ -6,7 +6,8 @@ time to first batch is its own, prints the table and writes bench.json. Each mod
 `bench.memory=false`) once more in another, whose peak PSS (summed over its workers, sampled
 every 100 ms from here) is the mode's. The timed run is never sampled: reading a TensorFlow
 process's smaps_rollup is dear and holds its memory-map lock, so sampling while timing slows the
-modes unevenly (docs/performance.md has the figures). Modes:
+modes unevenly (docs/performance.md has the figures). A mode that fails is a row with its reason
+(its traceback in bench.json); when every mode fails, bench exits non-zero. Modes:
   baseline         the trivial model fit on one in-memory uint8 batch: the training process with no loader
   loader_steps     this loader → prefetch (uint8) → the trivial model, through `train`'s own step loop
   loader_fit       the same batches through `model.fit` (tf.data.from_generator, no prefetch)
@@ -34,7 +35,7 @@ from omegaconf import DictConfig
 
 from app.bench import modes
 from app.config import conf_dir, load, to_plain
-from app.errors import config_error
+from app.errors import AppError, config_error
 from app.schema import register
 
 register()
@@ -82,6 +83,17 @@ def main(cfg: DictConfig) -> None:
     write_json(run_dir / "bench.json", report)
     print(_table(results, report["derived"]))
     print(f"\nwritten: {run_dir / 'bench.json'}")
+    _raise_if_all_failed(results, run_dir)
+
+
+def _raise_if_all_failed(results: dict, run_dir: Path) -> None:
+    """Nothing was measured: an error (a non-zero exit) that gives the first mode's reason."""
+    if any("error" not in result for result in results.values()):
+        return
+    mode, first = next(iter(results.items()))
+    raise AppError(f"every bench mode failed, so nothing was measured; the first, {mode}: "
+                   f"{first['error'].rstrip('.')}. Each mode's error and traceback are in {run_dir / 'bench.json'} "
+                   f"(results.<mode>.traceback) and {run_dir / 'bench.log'}: fix what they say and run bench again.")
 
 
 def _in_own_process(mode: str, config, log_path: Path, *, sampled: bool) -> dict:

@@ -100,7 +100,7 @@ class LoggerConfig:
 class TrainerConfig:
     epochs: int = 8
     steps_per_epoch: int | None = None
-    validation_steps: int | None = None  # null: every validation sample; N: the first N batches (debug)
+    validation_steps: int | None = None  # null: every validation sample; N: N batches of every class (debug)
     # N: train and validate on the same N batches every epoch (debug=overfit: does the model learn at all?)
     overfit_batches: int = 0
     # [first, last]: TensorBoard's profiler traces these global steps into <run dir>/tensorboard (debug=profile)

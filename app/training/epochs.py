@@ -28,18 +28,10 @@ from app.training.callbacks import CallbackStates, Profile, Progress, SampleReco
 from app.training.checkpoint import EpochFigures, RunState
 from app.training.devices import Placement
 from app.training.diagnosis import diagnose
+from app.training.metric_state import metric_state, restore_metrics
 from app.training.rundir import Summary
 from app.training.shards import regrouped, train_share, validation_share
-from app.training.steps import (
-    EpochPlan,
-    Feed,
-    build_metrics,
-    metric_state,
-    restore_metrics,
-    sync,
-    train_epoch,
-    validate,
-)
+from app.training.steps import EpochPlan, Feed, build_metrics, sync, train_epoch, validate
 from app.training.tables import append_metrics
 
 log = logging.getLogger("app.train")
@@ -176,14 +168,16 @@ class Epochs:
 
     def _validation_feed(self) -> Feed:
         """Each validation sample once, in order, the last batch short (data_parallel: this
-        process's share, app/training/shards.py); the first `trainer.validation_steps` batches
-        only, when set."""
+        process's share, app/training/shards.py); with `trainer.validation_steps`, that many
+        batches of a sample of every class (`validation_sample`)."""
         batch, limit, place = self.config.data.batch_size, self.config.trainer.validation_steps, self.placement
-        n = min(len(self.source.val), limit * batch if limit else len(self.source.val))
+        labels = self.source.val.labels
+        samples = validation_sample(labels, limit * batch if limit else len(labels), self.config.seed)
+        n = len(samples)
         if place.strategy_name != "data_parallel":
-            return Feed(batches(self.loader, "val", np.arange(n), 0), math.ceil(n / batch))
+            return Feed(batches(self.loader, "val", samples, 0), math.ceil(n / batch))
         share = validation_share(n, batch, place.processes, place.process)
-        return Feed(regrouped(batches(self.loader, "val", share.rows, 0), share.sizes), share.batches,
+        return Feed(regrouped(batches(self.loader, "val", samples[share.rows], 0), share.sizes), share.batches,
                     whole_last=share.whole_last)
 
     def _showing_first(self, source):
@@ -238,6 +232,24 @@ class Epochs:
                  100 * row["data_wait_fraction"], row["peak_memory_mb"])
         log.info("epoch %d/%d: %s; %s", row["epoch"], self.config.trainer.epochs, _loader_line(row), row["diagnosis"])
         state.epoch, state.steps_before_epoch, state.figures = row["epoch"], step, None
+
+
+def validation_sample(labels: np.ndarray, n: int, seed: int) -> np.ndarray:
+    """`n` validation samples (all of them when n is not below their count), in file order, each
+    class's share of them as in the whole split, picked by `seed`: the same every epoch and every
+    run of the seed. A folder's split lists its classes one after the other, so its first batches
+    would hold one class and score nothing."""
+    if n >= len(labels):
+        return np.arange(len(labels))
+    drawn = np.random.default_rng(seed).permutation(len(labels))
+    classes = labels[drawn]
+    rank = np.zeros(len(drawn))  # each drawn sample's place among its class's
+    for label in np.unique(classes):
+        mine = classes == label
+        rank[mine] = np.arange(mine.sum())
+    # a class of c samples takes its k-th at (k + ½)/c of the way: the first n are proportional
+    due = (rank + 0.5) / np.bincount(classes)[classes]
+    return np.sort(drawn[np.argsort(due, kind="stable")[:n]])
 
 
 def _loader_line(row: dict) -> str:

@@ -96,11 +96,22 @@ class _TensorFlowCalls:
     """Keras's tf.function over an iterator of the feed (distributed under a strategy)."""
 
     def __init__(self, net: keras.Model, feed: Feed, kind: str):
-        self.feed, self.function = feed, net.train_function if kind == "train" else net.test_function
+        import tensorflow as tf  # not at the top: the JAX backend runs without it
+
+        self.net, self.feed = net, feed
+        self.function = net.train_function if kind == "train" else net.test_function
         self.iterator = feed.iterator(_image_size(net))
+        self.distributed = tf.distribute.has_strategy()
 
     def __call__(self) -> dict:
         return self.feed.call(self.function, self.iterator)
+
+    def read(self, logs: dict) -> dict:
+        """The metrics so far. Under a strategy a step's logs are the mean of each replica's own
+        results (Keras's reduce_per_replica): wrong for a ratio over unequal shares, such as a
+        short last batch or a class's recall. Read outside the step, the metric variables pool
+        every replica's counts, as Keras's own `evaluate` reads them at its end."""
+        return read(self.net.get_metrics_result() if self.distributed else logs)
 
     def sync(self) -> None:
         """The model's variables are the step's own: nothing to write back."""
@@ -130,6 +141,10 @@ class _JaxCalls:
         logs, self.state = self.feed.call(lambda iterator: self.function(self.state, iterator), self.iterator)
         net._jax_state = dict(zip(self.names, self.state, strict=True))
         return logs
+
+    def read(self, logs: dict) -> dict:
+        """The metrics so far: a step's logs hold every device's counts (one global batch)."""
+        return read(logs)
 
     def sync(self) -> None:
         self.net.jax_state_sync()
@@ -192,7 +207,7 @@ def _train_steps(net, feed: Feed, callbacks, figures: EpochFigures, plan: EpochP
     step_calls = feed.calls(net, "train")
     # A resumed epoch's clock goes on from the seconds it had; the time before the resume
     # (process start, model load) is neither training nor waiting.
-    clock = _Clock(figures, feed)
+    clock = _Clock(figures, feed, step_calls)
     step = read_at = plan.first
     while step < plan.steps and not net.stop_training:
         end = min(step + net.steps_per_execution, plan.steps)
@@ -214,13 +229,13 @@ class _Clock:
     """Reads an epoch's figures: Keras's running means (the one wait for the device), the
     seconds since the epoch began and those spent blocked on the ring."""
 
-    def __init__(self, figures: EpochFigures, feed: Feed):
-        self.figures, self.feed = figures, feed
+    def __init__(self, figures: EpochFigures, feed: Feed, step_calls):
+        self.figures, self.feed, self.step_calls = figures, feed, step_calls
         self.started, self.waited_before = time.perf_counter() - figures.seconds, figures.waited_s
 
     def read(self, logs: dict) -> dict:
         figures = self.figures
-        figures.logs = read(logs)
+        figures.logs = self.step_calls.read(logs)
         figures.seconds = time.perf_counter() - self.started
         figures.waited_s = self.waited_before + self.feed.waited_s
         return {**figures.logs, "images_per_s": figures.images_per_s, "data_wait_fraction": figures.data_wait_fraction}
@@ -246,7 +261,7 @@ def _test_steps(net, feed: Feed, callbacks) -> dict:
         callbacks.on_test_batch_begin(step)
         logs = step_calls()
         if end == feed.count:
-            logs = read(logs)
+            logs = step_calls.read(logs)
         callbacks.on_test_batch_end(end - 1, logs if end == feed.count else {})
         step = end
     step_calls.sync()
@@ -280,15 +295,3 @@ def build_metrics(net: keras.Model) -> None:
         rows = jax.local_device_count()
     net.test_on_batch(np.zeros((rows, height, width, 3), np.uint8), np.zeros((rows,), np.int64))
     net.reset_metrics()
-
-
-def restore_metrics(net: keras.Model, saved: dict) -> None:
-    """Keras's metric variables as a checkpoint inside an epoch saved them (a loaded model has
-    not built them yet)."""
-    build_metrics(net)
-    for variable in net.metrics_variables:
-        variable.assign(np.asarray(saved[variable.path], variable.dtype))
-
-
-def metric_state(net: keras.Model) -> dict:
-    return {variable.path: np.asarray(variable).tolist() for variable in net.metrics_variables}

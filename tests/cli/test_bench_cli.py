@@ -6,6 +6,13 @@ import json
 import subprocess
 import sys
 
+import numpy as np
+import pytest
+from PIL import Image
+
+from app.bench.modes import reason
+from app.commands.bench import _raise_if_all_failed
+from app.errors import AppError
 from app.schema import BENCH_MODES
 
 
@@ -54,3 +61,42 @@ def test_bench_rejects_an_unknown_mode(tmp_path):
     result = subprocess.run([sys.executable, "-m", "app", "bench", "bench.modes=[loader,warp]"],
                             capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert result.returncode == 2 and "bench.modes" in result.stderr and "warp" in result.stderr
+
+
+def test_bench_where_every_mode_fails_exits_non_zero_with_the_real_cause(tmp_path):
+    """A folder with an unreadable image: tf_data's reason is TensorFlow's own message, found
+    below its "Graph execution error:"; nothing measured is an error."""
+    for name in ("a", "b"):
+        folder = tmp_path / "images" / name
+        folder.mkdir(parents=True)
+        for i in range(5):
+            Image.fromarray(np.full((40, 40, 3), 40 * i, np.uint8)).save(folder / f"{i}.png")
+        (folder / "bad.jpg").write_bytes(b"not an image")
+    result = subprocess.run([sys.executable, "-m", "app", "bench", "data=folder", f"data.path={tmp_path / 'images'}",
+                             "data.image_size=[32,32]", "data.batch_size=4", "bench.batches=2", "bench.warmup=1",
+                             "bench.memory=false", "bench.modes=[tf_data,serial]", "hydra.run.dir=bench"],
+                            capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert result.returncode == 1, result.stderr[-3000:]
+    results = json.loads((tmp_path / "bench" / "bench.json").read_text())["results"]
+    assert results["tf_data"]["error"].startswith("InvalidArgumentError: Unknown image file format")
+    assert "Graph execution error" in results["tf_data"]["traceback"]  # negative control: what it was
+    assert "every bench mode failed" in result.stderr and "tf_data: InvalidArgumentError: Unknown" in result.stderr
+    assert "bad.jpg" in results["serial"]["error"] and "| serial | failed:" in result.stdout
+
+
+def test_bench_with_one_mode_measured_is_no_error(tmp_path):
+    results = {"tf_data": {"error": "InvalidArgumentError: Unknown image file format"}, "loader": {"images_per_s": 9}}
+    _raise_if_all_failed(results, tmp_path)
+    with pytest.raises(AppError, match=r"the first, tf_data: InvalidArgumentError: Unknown image file format\. "):
+        _raise_if_all_failed({"tf_data": results["tf_data"]}, tmp_path)
+
+
+def test_a_python_error_inside_a_tensorflow_error_is_the_reason():
+    class UnknownError(Exception):
+        pass
+
+    carried = ("Graph execution error:\n\nDetected at node PyFunc defined at (most recent call last):\n<stack "
+               "traces unavailable>\nDataError: sample 3 (x.jpg) could not be loaded\nTraceback (most recent call "
+               "last):\n\n  File \"a.py\", line 1, in f\n\n\t [[{{node PyFunc}}]]")
+    assert reason(UnknownError(carried)) == "DataError: sample 3 (x.jpg) could not be loaded"
+    assert reason(ValueError("first\nsecond")) == "ValueError: first"  # negative control: a plain error

@@ -44,7 +44,7 @@ def last_model(run: Path) -> keras.Model:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> Path:
-    """one: one device; two: 2 replicas; resumed: 2 replicas, 1 epoch, then resumed to 2."""
+    """one: one device; two: 2 replicas; resumed: 2 replicas, killed inside epoch 2, resumed."""
     root = tmp_path_factory.mktemp("devices")
     probe.index_images(root / "images", {"train": TRAIN, "val": VAL})
     common = [*CONFIG, f"data.path={root / 'images'}", f"trainer.epochs={EPOCHS}"]
@@ -52,9 +52,13 @@ def runs(tmp_path_factory) -> Path:
     for name, extra in {"one": [], "two": [*MIRRORED, inputs]}.items():
         result = app("train", *common, *extra, f"hydra.run.dir={name}", cwd=root)
         assert result.returncode == 0, result.stderr[-3000:]
-    first = app("train", *common, *MIRRORED, "trainer.epochs=1", "hydra.run.dir=resumed", cwd=root)
-    assert first.returncode == 0, first.stderr[-3000:]
-    rest = app("train", f"resume={root / 'resumed'}", f"trainer.epochs={EPOCHS}", cwd=root)
+    # killed as epoch 2's last step begins, after a checkpoint inside it: Keras's metrics restored
+    kill = (f"trainer.callbacks=[{{_target_: recording.KillOnce, path: {root / 'killed.txt'}, epoch: 1, "
+            f"batch: {len(TRAIN) // 4 - 1}}}]")
+    first = app("train", *common, *MIRRORED, "trainer.checkpoint_every_steps=2", kill, "hydra.run.dir=resumed",
+                cwd=root)
+    assert first.returncode == -9 and (root / "killed.txt").exists(), first.stderr[-3000:]
+    rest = app("train", f"resume={root / 'resumed'}", cwd=root)
     assert rest.returncode == 0, rest.stderr[-3000:]
     return root
 
@@ -86,10 +90,22 @@ def test_a_resumed_mirrored_run_equals_an_uninterrupted_one(runs):
     resumed, straight = last_model(runs / "resumed"), last_model(runs / "two")
     for a, b in zip(resumed.weights, straight.weights, strict=True):
         assert np.array_equal(np.asarray(a), np.asarray(b)), a.path
-    figures = ("loss", "accuracy", "val_loss", "val_accuracy")
-    read = [[tuple(row[k] for k in figures) for row in csv.DictReader((runs / run / "metrics.csv").open())]
+    read = [[tuple(row[k] for k in FIGURES) for row in csv.DictReader((runs / run / "metrics.csv").open())]
             for run in ("resumed", "two")]
     assert read[0] == read[1] and len(read[0]) == EPOCHS
+    assert len(json.loads((runs / "resumed" / "summary.json").read_text())["resumed"]) == 1
+
+
+FIGURES = [f"{split}{name}" for split in ("", "val_") for name in ("loss", "accuracy", "recall_class_0",
+                                                                    "recall_class_1")]
+
+
+def test_two_replicas_log_the_figures_of_one_device(runs):
+    """Each replica's own ratio, averaged, is not the pooled one: a class's recall over unequal
+    shares, validation's short last batch (1 image, on one replica only)."""
+    rows = [list(csv.DictReader((runs / run / "metrics.csv").open())) for run in ("one", "two")]
+    for one, two in zip(*rows, strict=True):
+        assert [float(one[k]) for k in FIGURES] == pytest.approx([float(two[k]) for k in FIGURES], abs=1e-6)
 
 
 def test_the_traced_step_receives_uint8_under_the_strategy(runs):
@@ -103,6 +119,15 @@ def test_evaluate_and_predict_count_each_row_once_on_one_device(runs):
     (out,) = (run / "evaluate").iterdir()
     evaluation = json.loads((out / "evaluation.json").read_text())
     assert evaluation["samples"] == np.array(evaluation["confusion"]).sum() == len(VAL)
+    # the last validation pass of training saw each file once, as evaluate does
+    first, last = list(csv.DictReader((run / "metrics.csv").open()))
+    evaluated = [evaluation["loss"], evaluation["accuracy"],
+                 *(evaluation["per_class"][name]["recall"] for name in ("class_0", "class_1"))]
+    assert evaluated == pytest.approx([float(last[k]) for k in FIGURES[4:]], abs=1e-6)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["val_accuracy"] == pytest.approx(evaluation["accuracy"], abs=1e-6)
+    # negative control: the first epoch's figures are told apart at this tolerance
+    assert evaluated != pytest.approx([float(first[k]) for k in FIGURES[4:]], abs=1e-6)
     predicted = app("predict", f"resume={run}", f"input={runs / 'images' / 'val'}", cwd=runs)
     assert predicted.returncode == 0, predicted.stderr[-3000:]
     (out,) = (run / "predict").iterdir()

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import keras
 import numpy as np
@@ -148,3 +149,40 @@ def test_early_stopping_goes_on_counting_after_a_resume(run):
     result = app("train", f"resume={bare}", "trainer.epochs=6", cwd=run.parent)
     assert result.returncode == 0, result.stderr[-3000:]
     assert rows(bare) == ["1", "2", "3", "4", "5", "6"]
+
+
+def validation_rows(labels: np.ndarray, limit: int | None, seed: int = 0, placement=None) -> list[int]:
+    """The validation samples the epoch loop hands to the steps (each sample a batch of its own
+    here, the loader's part left out), batch 8."""
+    from app.data.source import FileSplit
+    from app.training import epochs
+    from app.training.devices import Placement
+
+    val = FileSplit([f"{i:03d}.png" for i in range(len(labels))], labels)
+    host = SimpleNamespace(config=SimpleNamespace(data=SimpleNamespace(batch_size=8), seed=seed,
+                                                  trainer=SimpleNamespace(validation_steps=limit)),
+                           source=SimpleNamespace(val=val), loader=None,
+                           placement=placement or Placement("default", ["/device:CPU:0"]))
+    real = epochs.batches
+    epochs.batches = lambda loader, split, order, epoch: iter([(np.array([i]), labels[[i]]) for i in order])
+    try:
+        feed = epochs.Epochs._validation_feed(host)
+    finally:
+        epochs.batches = real
+    return [int(i) for x, _ in feed.batches for i in x]
+
+
+def test_validation_steps_score_every_class_in_its_share():
+    """trainer.validation_steps (debug=fast) on a folder's split, listed class by class: its
+    batches hold each class as the split does, picked by the seed, every sample once."""
+    from app.training.devices import Placement
+
+    labels = np.repeat([0, 1, 2], [41, 30, 10])
+    picked = validation_rows(labels, 2)
+    assert len(picked) == len(set(picked)) == 16 and np.bincount(labels[picked]).tolist() == [8, 6, 2]
+    assert validation_rows(labels, 2) == picked != validation_rows(labels, 2, seed=1)
+    shares = [validation_rows(labels, 2, placement=Placement("data_parallel", ["/device:CPU:0"], processes=2,
+                                                               process=p)) for p in (0, 1)]
+    assert sorted(shares[0] + shares[1]) == picked
+    # negative control: no limit, every sample once, in order
+    assert validation_rows(labels, None) == list(range(len(labels)))
