@@ -188,6 +188,7 @@ def test_a_damaged_model_keras_is_named_and_resume_writes_it_again(run, tmp_path
     (copy / "model.keras").write_bytes(whole[: len(whole) // 2])
     image = tmp_path / "image.png"
     Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(image)
+    shutil.rmtree(copy / "predict", ignore_errors=True)  # earlier tests' predictions
     refused = app("predict", f"resume={copy}", f"input={image}", cwd=tmp_path)
     assert refused.returncode == 1 and "unexpected" not in refused.stderr, refused.stderr[-3000:]
     assert f"{copy / 'model.keras'} cannot be used: it is damaged (BadZipFile" in refused.stderr
@@ -209,6 +210,7 @@ def test_sigterm_stops_predict_as_ctrl_c_does(run, tmp_path):
     """A scheduler's SIGTERM: workers stopped, the ring freed, no half predictions.csv, exit 130."""
     copy = tmp_path / "run"
     shutil.copytree(run, copy)
+    shutil.rmtree(copy / "predict", ignore_errors=True)  # earlier tests' predictions
     images = tmp_path / "images"
     images.mkdir()
     for i in range(1500):  # enough that the loop is still running when the ring appears
