@@ -63,8 +63,10 @@ def test_the_report_best_and_named_checkpoints(run):
     assert "macro avg" in report and "weighted avg" in report and f"accuracy {evaluation['accuracy']:.4f}" in report
     mistakes = confusion.sum() - np.trace(confusion)
     assert (out / "misclassified.png").exists() == bool(mistakes)
+    folders = sorted((run / "evaluate").iterdir())
     wrong = app("evaluate", f"resume={run}", "checkpoint=step-99999999", cwd=run.parent)
     assert wrong.returncode == 2 and "`checkpoint`" in wrong.stderr and "step-0000" in wrong.stderr
+    assert sorted((run / "evaluate").iterdir()) == folders  # a refused evaluate leaves no folder (and log) behind
     test = app("evaluate", f"resume={run}", "split=test", "queue.workers=1", cwd=run.parent)
     assert test.returncode == 0 and "on 9 test samples" in test.stdout  # synthetic: a quarter of 36, generated apart
 
