@@ -63,8 +63,10 @@ def test_the_report_best_and_named_checkpoints(run):
     assert "macro avg" in report and "weighted avg" in report and f"accuracy {evaluation['accuracy']:.4f}" in report
     mistakes = confusion.sum() - np.trace(confusion)
     assert (out / "misclassified.png").exists() == bool(mistakes)
+    folders = sorted((run / "evaluate").iterdir())
     wrong = app("evaluate", f"resume={run}", "checkpoint=step-99999999", cwd=run.parent)
     assert wrong.returncode == 2 and "`checkpoint`" in wrong.stderr and "step-0000" in wrong.stderr
+    assert sorted((run / "evaluate").iterdir()) == folders  # a refused evaluate leaves no folder (and log) behind
     test = app("evaluate", f"resume={run}", "split=test", "queue.workers=1", cwd=run.parent)
     assert test.returncode == 0 and "on 9 test samples" in test.stdout  # synthetic: a quarter of 36, generated apart
 
@@ -188,6 +190,7 @@ def test_a_damaged_model_keras_is_named_and_resume_writes_it_again(run, tmp_path
     (copy / "model.keras").write_bytes(whole[: len(whole) // 2])
     image = tmp_path / "image.png"
     Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(image)
+    shutil.rmtree(copy / "predict", ignore_errors=True)  # earlier tests' predictions
     refused = app("predict", f"resume={copy}", f"input={image}", cwd=tmp_path)
     assert refused.returncode == 1 and "unexpected" not in refused.stderr, refused.stderr[-3000:]
     assert f"{copy / 'model.keras'} cannot be used: it is damaged (BadZipFile" in refused.stderr
@@ -209,6 +212,7 @@ def test_sigterm_stops_predict_as_ctrl_c_does(run, tmp_path):
     """A scheduler's SIGTERM: workers stopped, the ring freed, no half predictions.csv, exit 130."""
     copy = tmp_path / "run"
     shutil.copytree(run, copy)
+    shutil.rmtree(copy / "predict", ignore_errors=True)  # earlier tests' predictions
     images = tmp_path / "images"
     images.mkdir()
     for i in range(1500):  # enough that the loop is still running when the ring appears

@@ -56,3 +56,16 @@ def test_resume_point_passes_over_half_written_and_corrupt_checkpoints(tmp_path,
 def test_no_checkpoint_is_an_error(tmp_path):
     with pytest.raises(ConfigError, match="has no checkpoint"):
         checkpoint.resume_point(tmp_path)
+
+
+def test_a_damaged_checkpoint_asked_for_by_name_is_named_with_the_others(tmp_path):
+    from app.errors import DataError
+
+    net = tiny()
+    for step in (1, 2):
+        checkpoint.save(net, tmp_path, step, {"step": step, "best": None})
+    assert checkpoint.load_model(tmp_path, "step-00000001") is not None  # negative control: a whole one loads
+    (tmp_path / "checkpoints" / "step-00000001" / "model.keras").write_bytes(b"not a zip file")
+    with pytest.raises(DataError, match="step-00000001/model.keras cannot be loaded") as raised:
+        checkpoint.load_model(tmp_path, "step-00000001")
+    assert "step-00000002, step-00000001" in str(raised.value)
