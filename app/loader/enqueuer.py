@@ -92,11 +92,11 @@ class Enqueuer:
 
     def start(self) -> Enqueuer:
         shared = self.num_workers > 0 and self.use_multiprocessing
-        self.ring = Ring(self.max_size, self.batch_size, self.image_size, shared=shared)
-        self._slots = [_Slot() for _ in range(self.max_size)]
-        self.pool = Pool(self.ring, self.work, processes=shared, start_method=self.settings.start_method,
-                         startup_timeout_s=self.settings.startup_timeout_s)
-        try:
+        try:  # from the ring on: a signal at any point here leaves no segment in /dev/shm
+            self.ring = Ring(self.max_size, self.batch_size, self.image_size, shared=shared)
+            self._slots = [_Slot() for _ in range(self.max_size)]
+            self.pool = Pool(self.ring, self.work, processes=shared, start_method=self.settings.start_method,
+                             startup_timeout_s=self.settings.startup_timeout_s)
             self.pool.start(self.num_workers)
         except BaseException:
             self.close()

@@ -34,6 +34,8 @@ def app(*args, cwd, **kw):
 def weights(checkpoint: Path) -> tuple[list[np.ndarray], int]:
     import keras
 
+    import app.training.objectives  # noqa: F401 - registers the loss the checkpoints were compiled with
+
     model = keras.saving.load_model(checkpoint / "model.keras")
     return [np.array(v) for v in model.weights], int(model.optimizer.iterations.numpy())
 
