@@ -32,7 +32,8 @@ def main(cfg: DictConfig) -> float:
     from app.training.rundir import run_source, write_json
 
     # first: it picks the backend Keras loads on
-    run_dir, config = open_run(cfg, safe=("queue.", "split", "checkpoint", "augment.eval_"))
+    run_dir, config = open_run(cfg, safe=("queue.", "split", "checkpoint", "augment.eval_", "data.max_image_pixels",
+                                               "data.test_path"))
     load_keras()
     from app.training.scores import evaluate
 

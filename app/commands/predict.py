@@ -62,7 +62,8 @@ def main(cfg: DictConfig) -> None:
     from app.loader.pipeline import build_loader, every_sample
     from app.training.resume import open_run
 
-    run_dir, config = open_run(cfg, safe=("queue.", "input"))  # first: it picks the backend Keras loads on
+    # first: it picks the backend Keras loads on
+    run_dir, config = open_run(cfg, safe=("queue.", "input", "data.max_image_pixels"))
     keras = load_keras()
     if not config.input:
         raise ConfigError("config key `input` is missing: predict needs input=<image file or folder of images>.")
@@ -100,13 +101,16 @@ def main(cfg: DictConfig) -> None:
             done += len(x)
     failed = queue.bad.failed["predict"]
     read = len(files) - len(failed)
-    print(f"{read} images: " + ", ".join(f"{n} {c}" for n, c in zip(names, counts, strict=True) if c))
+    if read:
+        print(f"{read} images: " + ", ".join(f"{n} {c}" for n, c in zip(names, counts, strict=True) if c))
     if failed:
         log.warning("%d of %d files could not be read; each is listed in %s with its error and no prediction",
                     len(failed), len(files), out)
         print(f"{len(failed)} of {len(files)} files could not be read: listed with their error, without numbers")
     print(f"written: {out}")
     if not read:
-        first = files[min(failed)]
-        raise DataError(f"none of the {len(files)} files under {source} could be read (the first, {first}: "
-                        f"{failed[min(failed)]}); see {out}.")
+        first, why = files[min(failed)], failed[min(failed)]
+        if not source.is_dir():
+            raise DataError(f"{source} could not be read: {why}; see {out}.")
+        raise DataError(f"none of the {len(files)} files under {source} could be read (the first, {first}: {why}); "
+                        f"see {out}.")

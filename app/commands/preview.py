@@ -50,6 +50,9 @@ def main(cfg: DictConfig) -> str:
         captions += [f"#{index} {source.class_names[int(source.train.labels[index])]}",
                      *(f"epoch {epoch + 1}" for epoch in range(k))]
         shown += 1
+    if not shown:
+        raise DataError(f"none of the {len(order)} samples of the train split could be read (the warnings above name "
+                        "each): fix or replace the files in data.path.")
     out = Path(HydraConfig.get().runtime.output_dir) / "preview.png"
     grid(images, captions, columns=k + 1).save(out)
     log.info("preview: %d samples × (source + %d augmentations), seed %d", shown, k, config.seed)

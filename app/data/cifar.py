@@ -187,19 +187,26 @@ def _build_cache(cache: Path, found: Path, key: str) -> dict:
 
 def _rows(batch: dict, found: Path, member: str) -> np.ndarray:
     data = np.asarray(batch.get(b"data", []), dtype=np.uint8)
-    if data.ndim != 2 or data.shape[1] != 3072 or len(batch.get(b"labels", [])) != len(data):
+    labels = np.asarray(batch.get(b"labels", []))
+    if data.ndim != 2 or data.shape[1] != 3072 or len(labels) != len(data):
         raise DataError(f"{found}: {member} is not a CIFAR-10 batch (data of shape {data.shape}, "
                         f"expected N×3072 with one label a row).")
+    outside = np.flatnonzero((labels < 0) | (labels > 9)) if labels.dtype.kind in "iu" else np.arange(len(labels))
+    if len(outside):
+        raise DataError(f"{found}: {member} is not a CIFAR-10 batch: row {outside[0]} has label "
+                        f"{labels[outside[0]].item()!r}, where CIFAR-10's are 0 to 9. Replace it with the official "
+                        f"archive from {URL}.")
     return data
 
 
 def _read_batches(found: Path) -> dict[str, dict]:
     wanted = {*TRAIN_BATCHES, *TEST_BATCHES, META}
-    batches = {}
+    batches, reading = {}, found
     try:
         if found.is_dir():
-            for name in wanted & {p.name for p in found.iterdir()}:
-                with open(found / name, "rb") as f:
+            for name in sorted(wanted & {p.name for p in found.iterdir()}):
+                reading = found / name  # a folder's files are named one by one when unreadable
+                with open(reading, "rb") as f:
                     batches[name] = _unpickle(f)
         else:
             # One pass through the gzip stream: members are read in archive order.
@@ -209,8 +216,9 @@ def _read_batches(found: Path) -> dict[str, dict]:
                     if member.isfile() and name in wanted and Path(member.name).parent.name == FOLDER:
                         batches[name] = _unpickle(tar.extractfile(member))
     except (OSError, EOFError, tarfile.TarError, pickle.UnpicklingError) as exc:
-        raise DataError(f"cannot read CIFAR-10 from {found}: {str(exc).rstrip('.')}. Replace it with the official "
-                        f"archive from {URL}.") from exc
+        what = "folder" if found.is_dir() else "archive"
+        raise DataError(f"cannot read CIFAR-10 from {reading}: {str(exc).rstrip('.')}. Replace the {what} with the "
+                        f"official {FOLDER}/ from {URL}.") from exc
     missing = sorted(wanted - set(batches))
     if missing:
         raise DataError(f"{found} is not a complete CIFAR-10 ({FOLDER}/): missing "

@@ -149,7 +149,16 @@ def split_by_fraction(files: Files, val_fraction: float) -> tuple[Files, Files]:
 def _subfolders(folder: Path) -> list[str]:
     if not folder.is_dir():
         return []
-    return sorted(e.name for e in os.scandir(folder) if e.is_dir() and not e.name.startswith("."))
+    return sorted(e.name for e in os.scandir(folder) if not e.name.startswith(".") and _is_class_dir(e))
+
+
+def _is_class_dir(entry: os.DirEntry) -> bool:
+    """A folder, or a link to one; a link in a loop is named (a class folder it may have been meant to be)."""
+    try:
+        return entry.is_dir()
+    except OSError as error:
+        raise DataError(f"{entry.path} is a symbolic link that cannot be followed ({error.strerror}): remove it, "
+                        "or point it at a folder of images.") from None
 
 
 def _is_image(name: str) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import stat
 import warnings
 from dataclasses import dataclass
 
@@ -100,7 +101,10 @@ def load_rgb(path: str | os.PathLike, min_short_side: int | None = None,
 def read_bytes(path: str | os.PathLike, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> bytes:
     """The file's bytes (a worker times this apart from the decode). An empty file, or one whose
     header declares more than `max_pixels`, is a DecodeError, found from the header alone: a
-    huge file is refused without being read."""
+    huge file is refused without being read. A device, pipe or socket is refused before it is
+    opened: reading /dev/urandom never ends, and opening a pipe waits for a writer."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise DecodeError("not a regular file (a device, pipe or socket)")
     with open(path, "rb") as file:
         head = file.read(HEAD_BYTES)
         if not head:
@@ -192,6 +196,8 @@ def header_draft(path: str | os.PathLike, min_short_side: int | None,
     the draft rule `min_short_side`), from its header alone; None for a file that cannot be
     opened, does not declare a size, or declares more than `max_pixels`."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
         with open(path, "rb") as file:
             head = file.read(HEAD_BYTES)
         size = declared_size(head, max_pixels) or _pillow_size(path, max_pixels)

@@ -1,7 +1,7 @@
 """What happens to a sample that cannot be loaded, by `data.on_bad_sample`: raise (stop, naming
 it), skip (training: the next readable one in its place, listed in bad_samples.txt, up to
-`data.max_bad_fraction` of a split), mark (predict: zeros in its place and the reason kept,
-since a stand-in would be a made-up answer); and the error a worker's failure stands for.
+`data.max_bad_fraction` of a split), mark (evaluate and predict: zeros in its place and the
+reason kept, since a stand-in would be a made-up answer); and the error a worker's failure stands for.
 Never imports TensorFlow, the model, training or the commands.
 """
 
@@ -14,6 +14,7 @@ from app.errors import AppError, DataError, MachineError, WorkerError
 from app.loader import messages
 
 log = logging.getLogger(__name__)
+MAX_REPLACEMENTS = 100  # `skip`: how many following samples a worker tries in place of a bad one
 
 
 class BadSamples:
@@ -33,6 +34,13 @@ class BadSamples:
             self.failed[split_name][reply.index] = reply.detail
             log.warning("sample %d of the %s split (%s) could not be loaded: %s", reply.index, split_name,
                         reply.where, reply.detail)
+        elif isinstance(reply, messages.Stranded):
+            tried = min(MAX_REPLACEMENTS, self.sizes[split_name]) - 1
+            raise DataError(
+                f"sample {reply.index} of the {split_name} split ({reply.where}) could not be loaded: {reply.detail}; "
+                f"and none of the {tried} samples after it that could stand in for it (data.on_bad_sample=skip) "
+                f"could be read either: the {split_name} split has no readable image there. Fix or replace those "
+                "files (bad_samples.txt in the run directory lists those found so far).")
         else:
             raise DataError(
                 f"sample {reply.index} of the {split_name} split ({reply.where}) could not be loaded: "

@@ -69,5 +69,9 @@ class Bad(SampleNote):
     """Unreadable, and the policy is to stop (data.on_bad_sample=raise)."""
 
 
+class Stranded(SampleNote):
+    """Unreadable under data.on_bad_sample=skip, and so is every sample that might stand in."""
+
+
 class Failed(SampleNote):
     """An exception other than a bad file: a bug or the machine's limit; `detail` is its traceback."""

@@ -19,6 +19,7 @@ import numpy as np
 
 from app.errors import BadSampleError
 from app.loader import messages
+from app.loader.bad_samples import MAX_REPLACEMENTS
 from app.loader.ring import RingSpec, attach
 from app.processes import die_with_parent, keep_freed_memory
 
@@ -26,7 +27,6 @@ from app.processes import die_with_parent, keep_freed_memory
 THREAD_ENV = {name: "1" for name in (
     "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
     "VECLIB_MAXIMUM_THREADS")}
-MAX_REPLACEMENTS = 100  # `skip`: how many following samples to try in place of a bad one
 
 
 def make_sample(split: Any, augmenter: Any, index: int, seed: int, epoch: int) -> np.ndarray:
@@ -106,7 +106,7 @@ def fill(ring, task: messages.Task, position: int, index: int, work) -> messages
                     continue
                 ring[task.slot, position] = augmenter(image, work.seed, task.epoch, index)
                 return messages.Skipped(*note, bad.reason, stand_in=stand_in)
-            return messages.Bad(*note, f"{bad.reason}; and no readable stand-in nearby")
+            return messages.Stranded(*note, bad.reason)
     except Exception as error:  # noqa: BLE001 - carried to the parent with its traceback
         return messages.Failed(task.slot, position, index, _describe(split, index),
                                "".join(traceback.format_exception(error)))

@@ -84,6 +84,12 @@ def test_skip_trains_lists_every_bad_file_and_evaluate_leaves_out_what_it_cannot
     assert result["unreadable"] == [{"path": str(data / "test/a/empty.jpg"), "error": "empty file"}]
     assert result["per_class"]["a"]["support"] == 4 and result["per_class"]["b"]["support"] == 4
 
+    # the advice a too-large image gets (raise data.max_image_pixels) is taken by predict on a run
+    limited = app("predict", f"resume={run}", f"input={data / 'test'}", "data.max_image_pixels=100", cwd=data.parent)
+    assert limited.returncode == 1 and "none of the 9 files under" in limited.stderr
+    assert "above data.max_image_pixels=100" in limited.stderr and "raise data.max_image_pixels" in limited.stderr
+    _clean(limited)
+
 
 def test_raise_stops_with_one_paragraph_naming_the_file(data):
     result = app("train", *TINY, f"data.path={data}", f"hydra.run.dir={data.parent / 'raise run'}", cwd=data.parent)
@@ -109,6 +115,15 @@ def test_preview_follows_the_policy(data):
     said = (shown.stdout + shown.stderr).splitlines()
     left_out = [line for line in said if "left out of the preview: sample" in line]
     assert {name for name in BAD for line in left_out if f"/{name})" in line} == BAD  # all 21 tried, 16 shown
+    nothing = data.parent / "nothing readable"
+    for split in ("train", "val"):
+        for cls in "ab":
+            (nothing / split / cls).mkdir(parents=True)
+            (nothing / split / cls / "gone.jpg").symlink_to(nothing / "gone.jpg")
+    empty = app("preview", *TINY, f"data.path={nothing}", "data.on_bad_sample=skip", "hydra.run.dir=p3",
+                cwd=data.parent)
+    assert empty.returncode == 1 and "none of the 2 samples of the train split could be read" in empty.stderr
+    _clean(empty)
     refused = app("preview", *TINY, f"data.path={data}", "preview.images=16", "hydra.run.dir=p2", cwd=data.parent)
     assert refused.returncode == 1
     _clean(refused)

@@ -199,6 +199,21 @@ def test_refuses_pickles_that_build_other_objects(tmp_path):
     assert not (tmp_path / "cache").exists()
 
 
+def test_a_label_outside_the_ten_classes_or_an_empty_batch_file_is_named(tmp_path):
+    batches = _write_batches(tmp_path)
+    data, labels = batches["data_batch_2"]
+    labels[3] = 99
+    (tmp_path / "cifar-10-batches-py" / "data_batch_2").write_bytes(_dump({b"labels": labels, b"data": data}))
+    with pytest.raises(DataError, match="data_batch_2 is not a CIFAR-10 batch: row 3 has label 99, where CIFAR-10's"):
+        load_source(_cfg(tmp_path))
+    labels[3] = 9  # negative control: the highest label there is
+    (tmp_path / "cifar-10-batches-py" / "data_batch_2").write_bytes(_dump({b"labels": labels, b"data": data}))
+    assert len(load_source(_cfg(tmp_path)).train) > 0
+    (tmp_path / "cifar-10-batches-py" / "data_batch_4").write_bytes(b"")
+    with pytest.raises(DataError, match=r"cannot read CIFAR-10 from \S+/cifar-10-batches-py/data_batch_4: Ran out"):
+        load_source(_cfg(tmp_path))
+
+
 def test_download_from_url_with_good_md5(tmp_path, monkeypatch):
     archive, batches = _write_archive(tmp_path / "server")
     monkeypatch.setattr(cifar, "URL", archive.as_uri())

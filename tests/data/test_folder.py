@@ -311,6 +311,16 @@ def test_links_to_nowhere_are_bad_samples_not_crashes(tmp_path):
     assert folder_source(root, 0.3).fingerprint != source.fingerprint
 
 
+def test_error_a_class_folder_link_in_a_loop(tmp_path):
+    root = _tree(tmp_path / "d", {"a": 2, "b": 2})
+    (root / "c").symlink_to(root / "c")
+    message = _error(root)
+    assert f"{root / 'c'} is a symbolic link that cannot be followed (Too many levels of symbolic links)" in message
+    (root / "c").unlink()
+    (root / "c").symlink_to(root / "a", target_is_directory=True)  # negative control: a link to a folder is a class
+    assert folder_source(root, 0.3).class_names == ["a", "b", "c"]
+
+
 def test_error_a_file_name_that_is_not_utf8(tmp_path):
     """Issue 10.10: a Latin-1 file name failed as an unexpected UnicodeEncodeError."""
     root = _tree(tmp_path / "d", {"a": 2, "b": 2})

@@ -419,3 +419,20 @@ def test_a_huge_file_is_refused_from_its_header_without_being_read(tmp_path, mon
     reads.clear()
     assert len(images.read_bytes(big, max_pixels=None)) == big.stat().st_size  # no limit: read whole
     assert reads == [images.HEAD_BYTES, -1]
+
+
+def test_a_device_or_pipe_named_as_an_image_is_refused_before_it_is_opened(tmp_path):
+    """A link to /dev/urandom would be read for ever; opening a pipe waits for a writer."""
+    import os
+
+    from app.data.images import header_draft
+
+    (tmp_path / "random.png").symlink_to("/dev/urandom")
+    os.mkfifo(tmp_path / "pipe.jpg")
+    real = tmp_path / "real.png"
+    Image.new("RGB", (4, 3)).save(real)
+    for name in ("random.png", "pipe.jpg"):
+        with pytest.raises(DecodeError, match="not a regular file"):
+            images.read_bytes(tmp_path / name)
+        assert header_draft(tmp_path / name, None) is None
+    assert load_rgb(real).shape == (3, 4, 3) and header_draft(real, None) == (4, 3, 1)  # negative control

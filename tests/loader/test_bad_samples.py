@@ -75,3 +75,15 @@ def test_memory_error_in_a_worker_is_named_as_such(processes, children):
             make(OutOfMemoryAt(16), processes=processes) as enq:
         list(enq.batches("train", np.arange(16), epoch=0))
     assert_clean(children)
+
+
+def test_a_split_with_nothing_readable_near_a_bad_sample_says_so(tmp_path, children):
+    """Under skip, when no sample that could stand in is readable either, the message says the
+    split has nothing readable there, and does not advise the skip already set."""
+    with pytest.raises(DataError) as caught, make(MarkedSplit(6, bad=tuple(range(6))), on_bad_sample="skip",
+                                                  max_bad_fraction=1.0, bad_log=tmp_path / "bad.txt") as enq:
+        list(enq.batches("train", np.arange(6), epoch=0))
+    message = str(caught.value)
+    assert "none of the 5 samples after it that could stand in" in message and "no readable image there" in message
+    assert "set data.on_bad_sample=skip" not in message
+    assert_clean(children)
