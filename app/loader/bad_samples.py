@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import numpy as np
+
 from app.errors import AppError, DataError, MachineError, WorkerError
 from app.loader import messages
 
@@ -22,6 +24,7 @@ class BadSamples:
 
     def __init__(self, splits: dict, max_bad_fraction: float, bad_log: Path | None):
         self.sizes = {name: len(split) for name, split in splits.items()}
+        self.labels = {name: split.labels for name, split in splits.items()}
         self.max_bad_fraction, self.bad_log = max_bad_fraction, bad_log
         self.failed: dict[str, dict[int, str]] = {name: {} for name in splits}  # mark: sample index → reason
         self.skipped: dict[str, set[int]] = {name: set() for name in splits}
@@ -56,12 +59,21 @@ class BadSamples:
         if self.bad_log is not None:
             with open(self.bad_log, "a", encoding="utf-8") as f:
                 f.write(f"{split_name}\t{reply.index}\t{reply.where}\t{reply.detail}\n")
+        self._warn_if_a_class_is_gone(split_name, int(self.labels[split_name][reply.index]))
         total = self.sizes[split_name]
         if len(seen) > self.max_bad_fraction * total:
             raise DataError(
                 f"{len(seen)} of {total} samples of the {split_name} split could not be loaded, above "
                 f"data.max_bad_fraction={self.max_bad_fraction:g} (last: {reply.where}: {reply.detail}); "
                 f"see bad_samples.txt in the run directory.")
+
+    def _warn_if_a_class_is_gone(self, split_name: str, label: int) -> None:
+        """Every sample of class `label` skipped: the model never sees that class in this split."""
+        labels = np.asarray(self.labels[split_name])
+        if np.isin(np.flatnonzero(labels == label), list(self.skipped[split_name])).all():
+            log.warning("every sample of class %d of the %s split (%d files) could not be loaded: the %s split "
+                        "has none of that class left; see bad_samples.txt", label, split_name,
+                        int((labels == label).sum()), split_name)
 
 
 def failure(note: messages.Failed, split_name: str, batch_no: int, who: str) -> AppError:

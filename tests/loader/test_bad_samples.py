@@ -87,3 +87,18 @@ def test_a_split_with_nothing_readable_near_a_bad_sample_says_so(tmp_path, child
     assert "none of the 5 samples after it that could stand in" in message and "no readable image there" in message
     assert "set data.on_bad_sample=skip" not in message
     assert_clean(children)
+
+
+def test_a_class_with_every_sample_skipped_is_warned_of(tmp_path, caplog, children):
+    split = MarkedSplit(9, bad=(1, 4, 7))  # labels i % 3: every sample of class 1
+    with make(split, on_bad_sample="skip", max_bad_fraction=0.5, bad_log=tmp_path / "bad.txt") as enq:
+        list(enq.batches("train", np.arange(9), epoch=0))
+    gone = [r.getMessage() for r in caplog.records if "every sample of class" in r.getMessage()]
+    assert gone == ["every sample of class 1 of the train split (3 files) could not be loaded: the train split "
+                    "has none of that class left; see bad_samples.txt"]
+    caplog.clear()
+    with make(MarkedSplit(9, bad=(1, 4)), on_bad_sample="skip", max_bad_fraction=0.5,  # negative control
+              bad_log=tmp_path / "bad2.txt") as enq:
+        list(enq.batches("train", np.arange(9), epoch=0))
+    assert not [r for r in caplog.records if "every sample of class" in r.getMessage()]
+    assert_clean(children)
