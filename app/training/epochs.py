@@ -28,9 +28,9 @@ from app.training.callbacks import CallbackStates, Profile, Progress, SampleReco
 from app.training.checkpoint import EpochFigures, RunState
 from app.training.devices import Placement
 from app.training.diagnosis import diagnose
-from app.training.metric_state import metric_state, restore_metrics
+from app.training.replicas import average_moving_statistics, metric_state, restore_metrics
 from app.training.rundir import Summary
-from app.training.shards import regrouped, train_share, validation_share
+from app.training.shards import mirrored_sizes, regrouped, train_share, validation_share
 from app.training.steps import EpochPlan, Feed, build_metrics, sync, train_epoch, validate
 from app.training.tables import append_metrics
 
@@ -136,6 +136,7 @@ class Epochs:
         feed = Feed(source, self.steps - first, self.class_weights)
         plan = EpochPlan(self.steps, batch, first, trainer.log_every_steps, trainer.checkpoint_every_steps)
         fit = train_epoch(self.net, feed, callbacks, state.figures, plan)
+        average_moving_statistics(self.net)  # validation and the checkpoint: one model on every replica
         val = validate(self.net, self._validation_feed(), callbacks)
         row = {"epoch": epoch + 1, **fit.logs, **{f"val_{name}": value for name, value in val.items()},
                "images_per_s": fit.images_per_s, "data_wait_fraction": fit.data_wait_fraction,
@@ -174,6 +175,9 @@ class Epochs:
         labels = self.source.val.labels
         samples = validation_sample(labels, limit * batch if limit else len(labels), self.config.seed)
         n = len(samples)
+        if place.strategy_name == "mirrored":  # no replica without a row
+            sizes = mirrored_sizes(n, batch, place.replicas)
+            return Feed(regrouped(batches(self.loader, "val", samples, 0), sizes), len(sizes))
         if place.strategy_name != "data_parallel":
             return Feed(batches(self.loader, "val", samples, 0), math.ceil(n / batch))
         share = validation_share(n, batch, place.processes, place.process)
@@ -194,6 +198,7 @@ class Epochs:
     def _save_inside_epoch(self, done: int) -> None:
         """A checkpoint after `done` steps of the running epoch, with Keras's metric variables."""
         sync(self.net)
+        average_moving_statistics(self.net)  # as the epoch's end does: a resumed run goes on from the same
         state = self.state
         state.figures.metric_state = metric_state(self.net)
         state.callbacks, arrays = self.kept.changed()

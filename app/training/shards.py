@@ -6,7 +6,9 @@ process order, so every sample of the epoch's order is trained once, on one devi
 Validation takes every sample once: its full batches are shared the same way; its short last
 batch cannot split evenly over the devices, so every process loads all of it and it is
 replicated on every device (each computes the whole batch: exact metrics, no padding rows to
-keep out of them). Plain numpy: no Keras, no loader.
+keep out of them). Under trainer.strategy=mirrored, tf.data splits each validation batch over
+the replicas: a short last batch of fewer rows than replicas joins the batch before it
+(`mirrored_sizes`). Plain numpy: no Keras, no loader.
 """
 
 from __future__ import annotations
@@ -45,6 +47,18 @@ def validation_share(n: int, batch: int, processes: int, process: int) -> Valida
     last = np.arange(full * batch, n)
     return ValidationShare(np.concatenate([own, last]), [local] * full + ([len(last)] if len(last) else []),
                            bool(len(last)))
+
+
+def mirrored_sizes(n: int, batch: int, replicas: int) -> list[int]:
+    """Validation's global batches over n samples under mirrored: `batch` rows each, the last
+    short, unless it has fewer rows than there are replicas; then it joins the batch before
+    (a replica given no row fails: TensorFlow's CPU convolution returns an empty batch's input
+    unchanged, in the wrong shape, and the next layer refuses it)."""
+    full, rest = divmod(n, batch)
+    sizes = [batch] * full + ([rest] if rest else [])
+    if 0 < rest < replicas and full:
+        sizes[-2:] = [batch + rest]
+    return sizes
 
 
 def regrouped(batches: Iterable[tuple], sizes: list[int]) -> Iterator[tuple]:

@@ -145,6 +145,7 @@ def _train(config: Config, run_dir: Path, summary: Summary, state: RunState, cal
     from app.training import autotune, queue_plan, recipe
 
     recipe.check_monitor(config, source.class_names)
+    _check_validation_rows(len(source.val), placement)
     weights = recipe.class_weights(config, source.train.labels, source.class_names)
     try:
         summary.update(hardware={**summary.content["hardware"], "gpus": placement.gpus}, **placement.record())
@@ -174,6 +175,15 @@ def _train(config: Config, run_dir: Path, summary: Summary, state: RunState, cal
                          100 * (predicted - measured) / measured)
     finally:
         keras.mixed_precision.set_global_policy("float32")
+
+
+def _check_validation_rows(n: int, placement) -> None:
+    """Under mirrored every replica validates at least one sample (app/training/shards.py)."""
+    if placement.strategy_name == "mirrored" and 0 < n < placement.replicas:
+        raise config_error("trainer.strategy", "mirrored", f"the validation split has {n} sample(s), fewer than "
+                           f"its {placement.replicas} replicas ({', '.join(placement.devices)}), and each validates "
+                           "one at least: add validation images, or use fewer devices (trainer.cpu_devices) "
+                           "or trainer.strategy=default")
 
 
 def _share(config: Config, placement) -> Config:

@@ -135,11 +135,41 @@ def test_evaluate_and_predict_count_each_row_once_on_one_device(runs):
     assert sorted(Path(row[0]).name for row in rows) == [f"{i:03d}.png" for i in VAL]
 
 
+def test_batch_norm_statistics_are_one_models_on_every_replica(runs):
+    """Each replica updates BatchNormalization's moving statistics from its own share; validation
+    (on every replica) and the checkpoint (the first replica's) must see the same ones."""
+    config = [c for c in CONFIG if not c.startswith("model")] + ["model=resnet", "model.widths=[8]"]
+    trained = app("train", *config, f"data.path={runs / 'images'}", "trainer.epochs=1", *MIRRORED,
+                  "hydra.run.dir=batch_norm", cwd=runs)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    evaluated = app("evaluate", f"resume={runs / 'batch_norm'}", cwd=runs)
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    (out,) = (runs / "batch_norm" / "evaluate").iterdir()
+    evaluation = json.loads((out / "evaluation.json").read_text())
+    (row,) = csv.DictReader((runs / "batch_norm" / "metrics.csv").open())
+    assert [evaluation["loss"], evaluation["accuracy"]] == pytest.approx([float(row["val_loss"]),
+                                                                          float(row["val_accuracy"])], abs=1e-6)
+    # negative control: the statistics are the data's, not the initial ones validation would share
+    net = last_model(runs / "batch_norm")
+    means = [np.asarray(v) for v in net.weights if v.path.endswith("moving_mean")]
+    assert means and all(np.abs(m).max() > 1e-3 for m in means)
+
+
 def test_a_batch_the_replicas_cannot_share_is_refused_with_the_fix():
     placement = Placement("mirrored", ["/device:GPU:0", "/device:GPU:1", "/device:GPU:2"], strategy=object())
     with pytest.raises(ConfigError, match=r"data.batch_size.*3 replicas.*data.batch_size=12 or 9"):
         _check_batch(10, placement)
     _check_batch(12, placement)  # negative control: a multiple passes
+
+
+def test_a_validation_split_smaller_than_the_replicas_is_refused():
+    from app.training.trainer import _check_validation_rows
+
+    placement = Placement("mirrored", ["/device:CPU:0", "/device:CPU:1"], strategy=object())
+    with pytest.raises(ConfigError, match=r"trainer.strategy.*1 sample.*2 replicas.*trainer.cpu_devices"):
+        _check_validation_rows(1, placement)
+    _check_validation_rows(2, placement)  # negative controls: one each, or one device
+    _check_validation_rows(1, Placement("default", ["/device:CPU:0"]))
 
 
 def composed(*overrides: str):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.training.shards import regrouped, train_share, validation_share
+from app.training.shards import mirrored_sizes, regrouped, train_share, validation_share
 
 
 def test_the_shares_of_a_training_order_put_each_global_batch_back_together():
@@ -30,3 +30,10 @@ def test_regrouped_gathers_the_whole_last_batch_from_several_loader_batches():
              [(np.full((1, 1, 1, 3), 2, np.uint8), np.array([2]))]
     out = list(regrouped(loader, [2, 3]))
     assert [len(y) for _, y in out] == [2, 3] and list(out[1][1]) == [1, 1, 2]
+
+
+def test_mirrored_validation_gives_every_replica_a_row():
+    assert mirrored_sizes(9, 4, 2) == [4, 5]  # 1 row for 2 replicas: with the batch before
+    assert mirrored_sizes(19, 8, 4) == [8, 11]
+    assert mirrored_sizes(11, 4, 2) == [4, 4, 3]  # negative control: 3 rows split 2 + 1
+    assert mirrored_sizes(8, 4, 2) == [4, 4] and mirrored_sizes(3, 4, 2) == [3]

@@ -1,6 +1,10 @@
-"""Keras's metric variables inside an epoch, as a checkpoint keeps them and a resumed run gets
-them back: under a TensorFlow strategy each replica's own copy, so the resumed epoch's figures
-are those of an unbroken one to the last digit. Never imports the loader."""
+"""What the replicas of a TensorFlow strategy (trainer.strategy=mirrored) each keep apart.
+Keras's metric variables count each replica's share: a checkpoint inside an epoch keeps each
+replica's copy, so a resumed epoch's figures are an unbroken one's to the last digit.
+BatchNormalization's moving statistics are updated by each replica from its own share (Keras
+gives them no aggregation), so the replicas drift apart, and validation, which runs on every
+replica, would score other statistics than the checkpoint keeps (the first replica's): they are
+averaged before validation and before a checkpoint. Never imports the loader."""
 
 from __future__ import annotations
 
@@ -46,3 +50,18 @@ def _replica_copies(variable) -> list:
 
     value = variable.value
     return list(value.values) if isinstance(value, tf.distribute.DistributedValues) else []
+
+
+def average_moving_statistics(net: keras.Model) -> None:
+    """Every BatchNormalization layer's moving mean and variance set, on every replica, to their
+    mean over the replicas. Both are running means of batch figures, linear in them: the mean of
+    the replicas' is the running mean of their shares' means (with equal shares, one device's
+    moving mean exactly), whenever it is taken."""
+    for layer in net._flatten_layers():
+        if isinstance(layer, keras.layers.BatchNormalization) and layer.built:
+            for variable in (layer.moving_mean, layer.moving_variance):
+                copies = _replica_copies(variable)
+                if len(copies) > 1:
+                    mean = np.mean([np.asarray(copy) for copy in copies], axis=0)
+                    for copy in copies:
+                        copy.assign(mean.astype(variable.dtype))
