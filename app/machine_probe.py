@@ -69,7 +69,7 @@ def _backend() -> str:
 
 
 def measured(refresh: bool = False) -> Probe:
-    """The stored probe of this machine, or a new one (about 20 s) when there is none, it was
+    """The stored probe of this machine, or a new one (about 30 s) when there is none, it was
     taken on another machine, backend or library versions, or `refresh`. The training process
     is measured on the backend this process set (KERAS_BACKEND), which its child inherits."""
     path, here = cache_file(), machine()
