@@ -60,8 +60,17 @@ def keep_freed_memory() -> bool:
     return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, 2**31 - 1))
 
 
-# `signals_held` blocks open in this process, and whether a signal came during one
-_held = {"depth": 0, "pending": False}
+# `signals_held` blocks open in this process, whether a signal came during one, and whether one
+# came at all (its KeyboardInterrupt may have been lost: see `stop_if_interrupted`)
+_held = {"depth": 0, "pending": False, "requested": False}
+
+
+def stop_if_interrupted() -> None:
+    """Raise the KeyboardInterrupt of a Ctrl-C or SIGTERM that came, should its first raise have
+    been lost: Python ignores an exception raised inside a garbage-collector callback or a
+    `__del__` ("Exception ignored in …"), and the run would train on. The step loops call this."""
+    if _held["requested"] and not _held["depth"]:
+        raise KeyboardInterrupt
 
 
 @contextmanager
@@ -89,6 +98,7 @@ def interrupts():
         print("stopping: the workers are being ended and the run recorded; one moment.", file=sys.stderr)
 
     def interrupt(signum, frame):
+        _held["requested"] = True
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, stopping)
         if _held["depth"]:  # raised when the held block ends
@@ -96,6 +106,7 @@ def interrupts():
             return
         raise KeyboardInterrupt
 
+    _held["requested"] = False
     try:
         previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     except ValueError:  # not the main thread (a threaded launcher): leave the signals alone

@@ -67,6 +67,9 @@ def prepare_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str 
     value = _value(argv, "resume") if word in ("train", "evaluate", "predict") else None
     stamp = time.strftime("%Y-%m-%d"), time.strftime("%H-%M-%S")
     on_a_run = word in ("evaluate", "predict")
+    if value == "" and not on_a_run:  # `resume=$RUN` with RUN unset: never a fresh run in its place
+        raise ConfigError("config key `resume` is empty: give the run to continue, e.g. python -m app train "
+                          "resume=outputs/<date>/<time> (or resume=latest); leave `resume` out to start a new run.")
     if value in (None, "", "null", "None"):
         if on_a_run and not info:
             raise ConfigError(f"config key `resume` is missing: `{word}` works on a training run, e.g. "

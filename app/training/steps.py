@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import keras
 import numpy as np
 
+from app.processes import stop_if_interrupted
 from app.training.checkpoint import EpochFigures, RunState
 
 __all__ = ["EpochFigures", "EpochPlan", "Feed", "RunState", "train_epoch", "validate"]
@@ -210,6 +211,7 @@ def _train_steps(net, feed: Feed, callbacks, figures: EpochFigures, plan: EpochP
     clock = _Clock(figures, feed, step_calls)
     step = read_at = plan.first
     while step < plan.steps and not net.stop_training:
+        stop_if_interrupted()
         end = min(step + net.steps_per_execution, plan.steps)
         callbacks.on_train_batch_begin(step)
         logs = step_calls()
@@ -257,6 +259,7 @@ def _test_steps(net, feed: Feed, callbacks) -> dict:
     callbacks.on_test_begin()
     step, logs = 0, {}
     while step < feed.count:
+        stop_if_interrupted()
         end = min(step + net.steps_per_execution, feed.count)
         callbacks.on_test_batch_begin(step)
         logs = step_calls()

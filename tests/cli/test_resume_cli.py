@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from app.errors import ConfigError
 from app.training.resume import latest_run, prepare_argv
 from app.training.rundir import release_lock
 
@@ -187,6 +188,9 @@ def test_latest_is_the_run_with_the_newest_checkpoint(tmp_path):
     run = (tmp_path / "outputs" / "new").resolve()
     assert argv == ["queue.workers=1", f"resume='{run}'", f"hydra.run.dir='{run}'", "hydra.output_subdir=null"]
     release_lock(run)
+    # `resume=` left empty (an unset shell variable) is refused, never a fresh run in its place
+    with pytest.raises(ConfigError, match="config key `resume` is empty"):
+        prepare_argv(["resume=", "queue.workers=1"], tmp_path / "outputs")
     # nothing to resume: a new directory of its own is claimed
     (fresh,) = prepare_argv(["queue.workers=1"], tmp_path / "outputs")[1:]
     assert fresh.startswith("hydra.run.dir=") and Path(fresh.split("=", 1)[1].strip("'")).is_dir()
