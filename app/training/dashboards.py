@@ -161,7 +161,7 @@ def first_batch(out: Writer, run_dir: Path, batch: tuple, class_names: list[str]
 def trim(run_dir: Path, step: int) -> None:
     """What the dashboards hold after `step` goes: the event files rewritten without those events
     (each under a temporary name, then renamed over the old one), scalars.csv without those rows."""
-    keep_rows(Path(run_dir) / SCALARS, lambda row: int(row["step"]) <= step)
+    keep_rows(Path(run_dir) / SCALARS, lambda row: int(row["step"]) <= step, "step")
     root = Path(run_dir) / EVENTS
     files = sorted(root.rglob("*tfevents*")) if root.is_dir() else []
     if not files:

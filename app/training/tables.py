@@ -23,18 +23,19 @@ def append_metrics(path: Path, row: dict) -> None:
         writer.writerow({k: row.get(k) for k in columns})
 
 
-def keep_rows(path: Path, keep) -> None:
+def keep_rows(path: Path, keep, column: str) -> None:
     """Rewrite a CSV file with only the rows `keep(row)` accepts (a resumed run drops what
     it is about to redo, so no row is duplicated), with the file's own line ends."""
-    kept = rows_kept(path, keep)
+    kept = rows_kept(path, keep, column)
     if kept is not None:
         write_rows(path, *kept)
 
 
-def rows_kept(path: Path, keep) -> tuple[list[str], list[dict], str] | None:
+def rows_kept(path: Path, keep, column: str) -> tuple[list[str], list[dict], str] | None:
     """(columns, the rows `keep(row)` accepts, the line end) of a CSV file of the run; None when
-    there is none. A damaged file (bytes that are not text, a row that does not parse) is a
-    DataError naming it and the line, and nothing is written."""
+    there is none. A damaged file (bytes that are not text, no header or one without `column`,
+    the one `keep` reads, a row that does not parse) is a DataError naming it and the line, and
+    nothing is written."""
     path = Path(path)
     if not path.exists():
         return None
@@ -47,6 +48,10 @@ def rows_kept(path: Path, keep) -> tuple[list[str], list[dict], str] | None:
     ending = "\r\n" if first.endswith("\r") else "\n"
     reader = csv.reader(io.StringIO(text, newline=""))
     columns, rows = next(reader, []), []
+    if column not in columns:
+        raise DataError(f"{path} is damaged: it has no header line with the `{column}` column"
+                        f"{' (the file is empty)' if not raw else ''}. Nothing was changed. Restore the file from a "
+                        "copy of the run, or start a new run.")
     for values in reader:
         if not values:  # a blank line
             continue
@@ -59,6 +64,18 @@ def rows_kept(path: Path, keep) -> tuple[list[str], list[dict], str] | None:
         except (TypeError, ValueError, KeyError) as error:
             raise _damaged(path, reader.line_num, f"a value that is not what the column holds ({error})") from None
     return columns, rows, ending
+
+
+def check_history(path: Path, kept, epochs_done: int) -> None:
+    """metrics.csv must hold a row for each epoch the checkpoint has done: a resume would
+    otherwise write a file that has lost them."""
+    found = [int(row["epoch"]) for row in kept[1]] if kept else []
+    missing = sorted(set(range(1, epochs_done + 1)) - set(found))
+    if missing:
+        what = "is missing" if kept is None else f"has no row for epoch(s) {', '.join(map(str, missing))}"
+        raise DataError(f"{path} {what}, though the run's checkpoint has done {epochs_done} epoch(s): resuming "
+                        "would write a history without them. Nothing was changed. Restore the file from a copy of "
+                        "the run, or start a new run.")
 
 
 def write_rows(path: Path, columns: list[str], rows: list[dict], ending: str = "\n") -> None:

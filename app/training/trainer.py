@@ -30,7 +30,7 @@ from app.training import checkpoint
 from app.training.checkpoint import RunState
 from app.training.resume import resumed_config
 from app.training.rundir import Summary, hold_lock, log_apart, release_lock, run_source, write_json
-from app.training.tables import rows_kept, write_rows
+from app.training.tables import check_history, rows_kept, write_rows
 
 log = logging.getLogger("app.train")
 
@@ -273,12 +273,13 @@ def _model(config: Config, source, run_dir: Path, state: RunState, steps: int):
 
 
 def _redo_after(run_dir: Path, epoch: int, step: int) -> None:
-    """What the interrupted run wrote after its checkpoint (global step `step`, in epoch `epoch`)
-    dropped: it is redone, not duplicated."""
+    """What the run wrote after its checkpoint (step `step`, epoch `epoch`) dropped: redone, not duplicated."""
     from app.training import dashboards
 
-    keep = {"metrics.csv": lambda row: int(row["epoch"]) <= epoch, "samples.csv": lambda row: int(row["step"]) <= step}
-    kept = {name: rows_kept(run_dir / name, test) for name, test in keep.items()}  # all read before any is written
+    keep = {"metrics.csv": (lambda row: int(row["epoch"]) <= epoch, "epoch"),
+            "samples.csv": (lambda row: int(row["step"]) <= step, "step")}
+    kept = {name: rows_kept(run_dir / name, *test) for name, test in keep.items()}  # all read before any is written
+    check_history(run_dir / "metrics.csv", kept["metrics.csv"], epoch)
     for name, rows in kept.items():
         if rows is not None:
             write_rows(run_dir / name, *rows)

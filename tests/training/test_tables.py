@@ -3,6 +3,8 @@ damaged one named with its line."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from app.errors import DataError
@@ -13,7 +15,7 @@ from app.training.tables import append_metrics, keep_rows
 def test_cutting_back_keeps_the_files_own_line_ends(tmp_path, ending):
     path = tmp_path / "samples.csv"
     path.write_bytes(ending.join(["step,epoch", "1,1", "2,1", "3,2", ""]).encode())
-    keep_rows(path, lambda row: int(row["step"]) <= 2)
+    keep_rows(path, lambda row: int(row["step"]) <= 2, "step")
     assert path.read_bytes() == ending.join(["step,epoch", "1,1", "2,1", ""]).encode()
 
 
@@ -21,12 +23,34 @@ def test_a_damaged_file_is_named_with_its_line_and_left_as_it_is(tmp_path):
     path = tmp_path / "metrics.csv"
     append_metrics(path, {"epoch": 1, "loss": 0.5})
     append_metrics(path, {"epoch": 2, "loss": 0.4})
-    keep_rows(path, lambda row: int(row["epoch"]) <= 2)  # negative control: a whole file is read
+    keep_rows(path, lambda row: int(row["epoch"]) <= 2, "epoch")  # negative control: a whole file is read
     for garbage, what in ((b"\xff\xfe\x00junk\n", "not text"), (b"3,0.3,extra\n", "3 fields where the header has 2"),
                           (b"three,0.3\n", "not what the column holds")):
         damaged = path.read_bytes() + garbage
         path.with_name("damaged.csv").write_bytes(damaged)
         with pytest.raises(DataError, match="damaged.csv is damaged: line 4 holds") as raised:
-            keep_rows(path.with_name("damaged.csv"), lambda row: int(row["epoch"]) <= 2)
+            keep_rows(path.with_name("damaged.csv"), lambda row: int(row["epoch"]) <= 2, "epoch")
         assert what in str(raised.value) and "delete that line" in str(raised.value)
         assert path.with_name("damaged.csv").read_bytes() == damaged
+
+
+def test_an_empty_or_headless_file_or_a_lost_epoch_is_refused_before_anything_is_written(tmp_path):
+    from app.training.tables import check_history, rows_kept
+
+    path = tmp_path / "metrics.csv"
+    for content, what in ((b"", "no header line with the `epoch` column (the file is empty)"),
+                          (b"epo", "no header line with the `epoch` column. Nothing")):  # cut inside the header
+        path.write_bytes(content)
+        with pytest.raises(DataError, match=re.escape(f"metrics.csv is damaged: it has {what}")):
+            rows_kept(path, lambda row: True, "epoch")
+        assert path.read_bytes() == content
+    path.unlink()
+    for epoch in (1, 2, 3):
+        append_metrics(path, {"epoch": epoch, "loss": 0.5})
+    kept = rows_kept(path, lambda row: int(row["epoch"]) <= 2, "epoch")
+    check_history(path, kept, 2)  # negative control: both epochs there
+    with pytest.raises(DataError, match="has no row for epoch\\(s\\) 2, though the run's checkpoint has done 2"):
+        check_history(path, rows_kept(path, lambda row: int(row["epoch"]) != 2, "epoch"), 2)
+    with pytest.raises(DataError, match="metrics.csv is missing, though the run's checkpoint has done 2 epoch"):
+        check_history(path, rows_kept(tmp_path / "gone.csv", lambda row: True, "epoch"), 2)
+    check_history(path, None, 0)  # inside the first epoch there is no history yet
