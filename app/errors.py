@@ -84,7 +84,25 @@ def explain(error: BaseException, resume_hint: str | None = None, where: str | N
                                 "data.image_size.")
         return MachineError("out of memory (MemoryError): lower data.batch_size, queue.max_size, queue.workers or "
                             "data.image_size (`python -m app train --cfg job` shows them).")
+    blocked = _path_refused(error)
+    if blocked is not None:
+        path = blocked.filename2 or blocked.filename
+        then = f"continue with `{resume_hint}`" if resume_hint else "run the command again"
+        return MachineError(f"{path} cannot be written or read: {blocked.strerror}. Give it back its place (a file "
+                            f"where a file belongs, writable by you, on a writable disk), then {then}.")
     return error
+
+
+def _path_refused(error: BaseException) -> OSError | None:
+    """The OSError in `error`'s chain of a path the file system refuses: its permissions or
+    attributes, a folder where a file belongs or the reverse, a read-only disk."""
+    import errno
+
+    refusals = (errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR, errno.EROFS, errno.ENOTEMPTY)
+    for e in _chain(error):
+        if isinstance(e, OSError) and e.errno in refusals and e.filename:
+            return e
+    return None
 
 
 def _paragraph(error: BaseException) -> str:

@@ -224,6 +224,8 @@ def read_metadata(path: Path) -> dict:
 def exported_problem(path: Path) -> str | None:
     """What is wrong with a model.keras that `export` wrote (missing, truncated, a member that fails
     its CRC, no metadata), or None when it is whole."""
+    if Path(path).is_dir():
+        return "it is a folder, not the model's file: move the folder away"
     if not Path(path).is_file():
         return "it is missing"
     try:

@@ -82,3 +82,17 @@ def test_a_bugs_message_names_the_log_of_the_command_that_holds_its_traceback(ca
     caplog.clear()
     exit_status_for(ValueError("boom"))  # negative control: train logs its own, once
     assert "the run's train.log" in capsys.readouterr().err and not caplog.records
+
+
+def test_a_path_the_file_system_refuses_is_named_with_what_to_do():
+    import os
+
+    renamed = OSError(errno.EISDIR, os.strerror(errno.EISDIR), "/runs/x/.m.tmp", None, "/runs/x/metrics.csv")
+    message = str(explain(renamed, resume_hint="python -m app train resume=/runs/x"))
+    assert message.startswith("/runs/x/metrics.csv cannot be written or read: Is a directory.")
+    assert message.endswith("then continue with `python -m app train resume=/runs/x`.")
+    locked = RuntimeError("saving failed")
+    locked.__cause__ = PermissionError(errno.EPERM, "Operation not permitted", "/runs/x/model.keras")
+    assert isinstance(explain(locked), MachineError) and "/runs/x/model.keras" in str(explain(locked))
+    missing = FileNotFoundError(errno.ENOENT, "No such file or directory", "/x")  # negative control: not a refusal
+    assert explain(missing) is missing

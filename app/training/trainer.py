@@ -162,11 +162,10 @@ def _train(config: Config, run_dir: Path, summary: Summary, state: RunState, cal
             from app.training.epochs import Epochs  # Keras is loaded by now
 
             with loader, PeakMemory() as memory:
-                if point and placement.writes:
+                if point and placement.writes:  # what may refuse the resume, before the run counts as running
                     _redo_after(run_dir, state.epoch, point.state["step"])
-                summary.start()
-                if point and placement.writes:
                     _export_again(config, run_dir, source, state, point)
+                summary.start()
                 Epochs(config, run_dir, summary, state, source, steps, net, loader, memory, callbacks, placement,
                        weights).run()
             measured = summary.content.get("peak_memory_mb") or 0
