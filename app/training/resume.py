@@ -31,7 +31,7 @@ from app.config import conf_dir, load
 from app.errors import ConfigError, config_error
 from app.schema import Config
 from app.training import checkpoint
-from app.training.rundir import check_unlocked, claim_dir, hold_lock, holds_run, move_run_aside
+from app.training.rundir import check_unlocked, claim_dir, hold_lock, holds_run, move_run_aside, run_files
 
 log = logging.getLogger(__name__)
 
@@ -124,10 +124,11 @@ def _refuse_or_move_aside(folder: Path, overwrite: bool, key: str) -> None:
     if not overwrite:
         go_on = f"`python -m app train resume={folder}`" if key == "hydra.run.dir" else \
             f"`python -m app train resume={folder}/<job>` (a job at a time)"
-        raise config_error(key, str(folder), f"{folder} holds a run already (its summary.json, checkpoints, "
-                           "metrics.csv), which a new run would overwrite and mix with its own. Continue it with "
-                           f"{go_on}, choose another folder, or add overwrite=true to rename it to "
-                           f"{folder.name}.old (nothing is deleted) and start anew there")
+        files = run_files(folder) if key == "hydra.run.dir" else ["jobs' runs"]
+        go_on = f"Continue it with {go_on}, choose" if "checkpoints" in files or key != "hydra.run.dir" else "Choose"
+        raise config_error(key, str(folder), f"{folder} holds a run already (its {', '.join(files)}), which a new "
+                           f"run would overwrite and mix with its own. {go_on} another folder, or add overwrite=true "
+                           f"to rename it to {folder.name}.old (nothing is deleted) and start anew there")
     check_unlocked(folder)
     aside = move_run_aside(folder)
     print(f"overwrite=true: the run that was in {folder} moved to {aside}", file=sys.stderr)

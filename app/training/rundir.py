@@ -48,7 +48,9 @@ def claim_dir(path: Path) -> Path:
 
 # what a run leaves that a second run in its folder would overwrite or mix with its own (a run
 # writes summary.json first, before its events, samples.csv or any checkpoint)
-RUN_FILES = ("summary.json", "metrics.csv", "model.keras")
+# What makes a folder hold a run worth keeping: a run that stopped before its first checkpoint
+# or epoch (a refused config, say) leaves nothing a resume could go on from, and may be started anew.
+RUN_FILES = ("metrics.csv", "model.keras")
 
 
 def holds_run(path: Path) -> bool:
@@ -59,7 +61,13 @@ def holds_run(path: Path) -> bool:
 
 
 def _own_run(path: Path) -> bool:
-    return any((path / name).exists() for name in RUN_FILES) or any((path / "checkpoints").glob("step-*"))
+    return bool(run_files(path))
+
+
+def run_files(path: Path) -> list[str]:
+    """The files of a run worth keeping in `path`: its checkpoints, metrics.csv, model.keras."""
+    found = ["checkpoints"] if any((Path(path) / "checkpoints").glob("step-*")) else []
+    return found + [name for name in RUN_FILES if (Path(path) / name).exists()]
 
 
 def move_run_aside(path: Path) -> Path:

@@ -229,12 +229,21 @@ def test_a_folder_that_holds_a_run_is_refused_unless_overwrite_moves_it_aside(tm
     monkeypatch.chdir(tmp_path)
     (tmp_path / "empty").mkdir()
     assert prepare_argv(["hydra.run.dir=empty"]) == ["hydra.run.dir=empty"]  # negative control: nothing to lose
+    (tmp_path / "refused").mkdir()  # a run refused at start (a config error): nothing to resume, nothing to lose
+    (tmp_path / "refused" / "summary.json").write_text('{"status": "failed"}')
+    assert prepare_argv(["hydra.run.dir=refused"]) == ["hydra.run.dir=refused"]
+    (tmp_path / "stopped").mkdir()  # a run with its history but no checkpoint: kept, and no resume offered
+    (tmp_path / "stopped" / "metrics.csv").write_text("epoch\n1\n")
+    with pytest.raises(ConfigError, match=r"stopped holds a run already \(its metrics.csv\).*Choose another") as told:
+        prepare_argv(["hydra.run.dir=stopped"])
+    assert "resume=" not in str(told.value)
     run = tmp_path / "R"
     (run / "checkpoints" / "step-00000004").mkdir(parents=True)
     (run / "summary.json").write_text('{"status": "completed"}')
     with pytest.raises(ConfigError, match="R holds a run already") as refused:
         prepare_argv(["hydra.run.dir=R"])
     assert "resume=R" in str(refused.value) and "overwrite=true" in str(refused.value)
+    assert "(its checkpoints)" in str(refused.value)  # only what is there
     assert (run / "summary.json").exists()
     (tmp_path / "S" / "0").mkdir(parents=True)  # a sweep's folder whose job holds a run
     (tmp_path / "S" / "0" / "metrics.csv").write_text("epoch\n1\n")
