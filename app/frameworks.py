@@ -84,6 +84,20 @@ def load_keras():
     return sys.modules["keras"]
 
 
+def query_devices_quietly() -> None:
+    """The backend's first device query, which prints CUDA's "no GPU" lines natively, with them
+    sent to the log (a command on one device: a strategy's devices are set up before this)."""
+    with native_stderr_to_log():
+        if os.environ.get("KERAS_BACKEND") == "jax":
+            import jax
+
+            jax.devices()
+        else:
+            import tensorflow as tf
+
+            tf.config.list_logical_devices()
+
+
 def load_tensorflow():
     """TensorFlow, its start-up lines sent to the log. Beside Keras on JAX (TensorBoard's writer,
     the profiler) it is kept off the GPUs, whose memory JAX takes."""

@@ -227,9 +227,11 @@ def open_run(cfg: DictConfig, safe: tuple[str, ...]) -> tuple[Path, Config]:
     run_dir = Path(cfg.resume)
     cfg = resumed_config(checkpoint.saved_config(run_dir), cfg, list(HydraConfig.get().overrides.task), safe)
     config = load(cfg)
-    from app.frameworks import use_backend
+    from app.frameworks import load_keras, query_devices_quietly, use_backend
 
     use_backend(config.trainer)  # the run's backend: a run trained on JAX needs no TensorFlow here
+    load_keras()  # first, and quietly: its native start-up lines go to the command's log
+    query_devices_quietly()
     from app.model import import_builder
 
     import_builder(config.model)
