@@ -20,6 +20,8 @@ from pathlib import Path
 
 import keras
 import numpy as np
+from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+from tensorboard.compat.proto import event_pb2
 
 from app import sheets
 from app.memory import PeakMemory
@@ -170,11 +172,12 @@ def trim(run_dir: Path, step: int) -> None:
 
     tf = load_tensorflow()
 
-    for path in files:
-        kept = [e for e in tf.compat.v1.train.summary_iterator(str(path)) if e.step <= step]
+    for path in files:  # TensorBoard's own reader, the records kept byte for byte
+        records = RawEventFileLoader(str(path)).Load()
+        kept = [record for record in records if event_pb2.Event.FromString(record).step <= step]
         tmp = path.with_name(f".{path.name}.tmp")
         with tf.io.TFRecordWriter(str(tmp)) as out:
-            for event in kept:
-                out.write(event.SerializeToString())
+            for record in kept:
+                out.write(record)
         tmp.replace(path)
     log.info("dashboards: events after step %d removed from %d event files", step, len(files))
