@@ -87,3 +87,15 @@ def test_a_second_report_keeps_the_first_and_failed_runs_say_why(tmp_path, monke
     assert f"{runs[1]} (failed): config key `queue.max_size` = 0 is not allowed" in out
     assert "config key `queue.max_size` = 0 is not allowed" in first.splitlines()[2]  # the CSV's message column
     assert "config key" not in first.splitlines()[1]  # negative control: a completed run has none
+
+
+def test_a_path_that_does_not_exist_is_named_as_such(tmp_path):
+    import pytest
+
+    from app.commands.report import find_runs
+    from app.errors import DataError
+
+    with pytest.raises(DataError, match=f"{tmp_path / 'nowhere'} does not exist: give a run directory"):
+        find_runs([tmp_path / "nowhere"])
+    with pytest.raises(DataError, match="no run directory"):  # negative control: there, but holding no run
+        find_runs([tmp_path])

@@ -24,6 +24,8 @@ def find_runs(paths: list[Path]) -> list[Path]:
     """Each path that is a run directory, and every run directory below the others (a sweep)."""
     runs = []
     for path in paths:
+        if not path.exists():
+            raise DataError(f"{path} does not exist: give a run directory or a sweep's folder (under outputs/).")
         if (path / "summary.json").is_file():
             runs.append(path)
         else:
