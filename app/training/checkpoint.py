@@ -161,9 +161,11 @@ def load_model(run_dir: Path, name: str):
     try:
         return keras.saving.load_model(path)
     except Exception as error:  # noqa: BLE001 - any unreadable file is the same for the user
-        raise DataError(f"{path} cannot be loaded ({type(error).__name__}: {str(error).splitlines()[0]}): the "
-                        "checkpoint is damaged; restore it from a copy of the run, or use another of "
-                        f"{', '.join(p.name for p in newest(run_dir))}.") from None
+        others = [p.name for p in newest(run_dir) if p.name != name]
+        why = str(error).splitlines()[0] if str(error) else ""
+        instead = f", or use another: {', '.join(others)}" if others else "; the run has no other checkpoint"
+        raise DataError(f"{path} cannot be loaded ({type(error).__name__}: {why}): the checkpoint is damaged; "
+                        f"restore it from a copy of the run{instead}.") from None
 
 
 @dataclass
@@ -199,7 +201,7 @@ def resume_point(run_dir: Path) -> ResumePoint:
         except Exception as error:  # noqa: BLE001 - any unreadable checkpoint is skipped the same way
             log.warning("checkpoint %s cannot be loaded (%s: %s); trying the one before it", path,
                         type(error).__name__, str(error).splitlines()[0] if str(error) else "")
-            failures.append(f"{path.name}: {type(error).__name__}")
+            failures.append(f"{path.name}: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
             continue
         arrays_file = path / CALLBACK_ARRAYS  # absent in checkpoints of older versions
         arrays = dict(np.load(arrays_file)) if arrays_file.exists() else {}
@@ -207,4 +209,5 @@ def resume_point(run_dir: Path) -> ResumePoint:
     if not candidates:
         raise config_error("resume", str(run_dir), f"{run_dir} has no checkpoint in checkpoints/ (a run saves one "
                            "at each epoch end and every trainer.checkpoint_every_steps)")
-    raise config_error("resume", str(run_dir), f"none of its checkpoints loads ({'; '.join(failures)})")
+    raise config_error("resume", str(run_dir), f"none of its checkpoints loads ({'; '.join(failures)}): restore "
+                       "checkpoints/ from a copy of the run, or start a new run")

@@ -49,8 +49,10 @@ def test_resume_point_passes_over_half_written_and_corrupt_checkpoints(tmp_path,
     assert "step-00000002 cannot be loaded" in caplog.text
     # none loads: an error, never a silent fresh start
     (tmp_path / "checkpoints" / "step-00000001" / "state.json").write_text("{not json")
-    with pytest.raises(ConfigError, match="none of its checkpoints loads"):
+    with pytest.raises(ConfigError, match="none of its checkpoints loads") as raised:
         checkpoint.resume_point(tmp_path)
+    assert "step-00000001: JSONDecodeError: Expecting property name" in str(raised.value)  # the reason
+    assert str(raised.value).endswith("restore checkpoints/ from a copy of the run, or start a new run.")
 
 
 def test_no_checkpoint_is_an_error(tmp_path):
@@ -68,4 +70,4 @@ def test_a_damaged_checkpoint_asked_for_by_name_is_named_with_the_others(tmp_pat
     (tmp_path / "checkpoints" / "step-00000001" / "model.keras").write_bytes(b"not a zip file")
     with pytest.raises(DataError, match="step-00000001/model.keras cannot be loaded") as raised:
         checkpoint.load_model(tmp_path, "step-00000001")
-    assert "step-00000002, step-00000001" in str(raised.value)
+    assert str(raised.value).endswith("or use another: step-00000002.")  # not the damaged one itself
