@@ -76,7 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["HYDRA_FULL_ERROR"] = "1"
     from app.errors import exit_status_for
 
-    if word != "train":  # a scheduler's stop ends a command as Ctrl-C does (train: app/processes.py:interrupts)
+    # A scheduler's stop ends a command as Ctrl-C does, from its first moment (a training run's own
+    # handling takes over once it starts: app/processes.py:interrupts); a sweep's parent is left alone.
+    if not {"-m", "--multirun"} & set(rest):
         signal.signal(signal.SIGTERM, signal.default_int_handler)
     status = 0
     try:

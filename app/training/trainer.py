@@ -129,8 +129,8 @@ def _record(summary: Summary, **values) -> None:
 def _continue_hint(run_dir: Path) -> str:
     saved = checkpoint.newest(run_dir)
     if not saved:
-        return ("no checkpoint was written yet, so there is nothing to resume: start the run again in a new folder "
-                f"(or add overwrite=true to move {run_dir} aside and use it again)")
+        return (f"no checkpoint was written yet, so there is nothing to resume: run the same command again "
+                f"({run_dir} holds nothing a new run there would lose)")
     return (f"its last checkpoint is {saved[0].name}: `python -m app train resume={run_dir}` continues "
             "from there")
 
