@@ -66,14 +66,22 @@ def rows_kept(path: Path, keep, column: str) -> tuple[list[str], list[dict], str
     return columns, rows, ending
 
 
-def check_history(path: Path, kept, epochs_done: int) -> None:
-    """metrics.csv must hold a row for each epoch the checkpoint has done: a resume would
-    otherwise write a file that has lost them."""
-    found = [int(row["epoch"]) for row in kept[1]] if kept else []
+def check_history(run_dir: Path, kept: dict, epochs_done: int, steps_recorded: int) -> None:
+    """metrics.csv must hold a row for each epoch the checkpoint has done, and samples.csv
+    (trainer.record_samples) must be there once a step was: a resume would otherwise write
+    files that have lost them. `kept`: rows_kept of each, by name."""
+    metrics = kept["metrics.csv"]
+    found = [int(row["epoch"]) for row in metrics[1]] if metrics else []
     missing = sorted(set(range(1, epochs_done + 1)) - set(found))
+    problem = None
     if missing:
-        what = "is missing" if kept is None else f"has no row for epoch(s) {', '.join(map(str, missing))}"
-        raise DataError(f"{path} {what}, though the run's checkpoint has done {epochs_done} epoch(s): resuming "
+        problem = ("metrics.csv", "is missing" if metrics is None else
+                   f"has no row for epoch(s) {', '.join(map(str, missing))}", f"{epochs_done} epoch(s)")
+    elif steps_recorded and kept["samples.csv"] is None:
+        problem = ("samples.csv", "is missing", f"{steps_recorded} step(s), recorded with trainer.record_samples")
+    if problem:
+        name, what, done = problem
+        raise DataError(f"{Path(run_dir) / name} {what}, though the run's checkpoint has done {done}: resuming "
                         "would write a history without them. Nothing was changed. Restore the file from a copy of "
                         "the run, or start a new run.")
 

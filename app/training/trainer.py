@@ -163,7 +163,7 @@ def _train(config: Config, run_dir: Path, summary: Summary, state: RunState, cal
 
             with loader, PeakMemory() as memory:
                 if point and placement.writes:  # what may refuse the resume, before the run counts as running
-                    _redo_after(run_dir, state.epoch, point.state["step"])
+                    _redo_after(run_dir, state.epoch, point.state["step"], config.trainer.record_samples)
                     _export_again(config, run_dir, source, state, point)
                 summary.start()
                 Epochs(config, run_dir, summary, state, source, steps, net, loader, memory, callbacks, placement,
@@ -271,14 +271,14 @@ def _model(config: Config, source, run_dir: Path, state: RunState, steps: int):
     return point.model, point
 
 
-def _redo_after(run_dir: Path, epoch: int, step: int) -> None:
+def _redo_after(run_dir: Path, epoch: int, step: int, samples: bool) -> None:
     """What the run wrote after its checkpoint (step `step`, epoch `epoch`) dropped: redone, not duplicated."""
     from app.training import dashboards
 
     keep = {"metrics.csv": (lambda row: int(row["epoch"]) <= epoch, "epoch"),
             "samples.csv": (lambda row: int(row["step"]) <= step, "step")}
     kept = {name: rows_kept(run_dir / name, *test) for name, test in keep.items()}  # all read before any is written
-    check_history(run_dir / "metrics.csv", kept["metrics.csv"], epoch)
+    check_history(run_dir, kept, epoch, step if samples else 0)
     for name, rows in kept.items():
         if rows is not None:
             write_rows(run_dir / name, *rows)

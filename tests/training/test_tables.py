@@ -47,10 +47,16 @@ def test_an_empty_or_headless_file_or_a_lost_epoch_is_refused_before_anything_is
     path.unlink()
     for epoch in (1, 2, 3):
         append_metrics(path, {"epoch": epoch, "loss": 0.5})
-    kept = rows_kept(path, lambda row: int(row["epoch"]) <= 2, "epoch")
-    check_history(path, kept, 2)  # negative control: both epochs there
+    samples = rows_kept(path, lambda row: True, "epoch")  # any whole file will do for samples.csv here
+
+    def history(metrics, epochs, steps=0, recorded=samples):
+        check_history(tmp_path, {"metrics.csv": metrics, "samples.csv": recorded}, epochs, steps)
+
+    history(rows_kept(path, lambda row: int(row["epoch"]) <= 2, "epoch"), 2)  # negative control: both there
     with pytest.raises(DataError, match="has no row for epoch\\(s\\) 2, though the run's checkpoint has done 2"):
-        check_history(path, rows_kept(path, lambda row: int(row["epoch"]) != 2, "epoch"), 2)
+        history(rows_kept(path, lambda row: int(row["epoch"]) != 2, "epoch"), 2)
     with pytest.raises(DataError, match="metrics.csv is missing, though the run's checkpoint has done 2 epoch"):
-        check_history(path, rows_kept(tmp_path / "gone.csv", lambda row: True, "epoch"), 2)
-    check_history(path, None, 0)  # inside the first epoch there is no history yet
+        history(rows_kept(tmp_path / "gone.csv", lambda row: True, "epoch"), 2)
+    history(None, 0, 0, None)  # inside the first epoch there is no history yet
+    with pytest.raises(DataError, match="samples.csv is missing, though the run's checkpoint has done 5 step"):
+        history(None, 0, 5, None)
