@@ -275,9 +275,10 @@ def _redo_after(run_dir: Path, epoch: int, step: int, samples: bool) -> None:
     """What the run wrote after its checkpoint (step `step`, epoch `epoch`) dropped: redone, not duplicated."""
     from app.training import dashboards
 
-    keep = {"metrics.csv": (lambda row: int(row["epoch"]) <= epoch, "epoch"),
-            "samples.csv": (lambda row: int(row["step"]) <= step, "step")}
-    kept = {name: rows_kept(run_dir / name, *test) for name, test in keep.items()}  # all read before any is written
+    by_step = (lambda row: int(row["step"]) <= step, "step")  # scalars.csv too: every file read before any is written
+    keep = {"metrics.csv": (lambda row: int(row["epoch"]) <= epoch, "epoch"), "samples.csv": by_step,
+            dashboards.SCALARS: by_step}
+    kept = {name: rows_kept(run_dir / name, *test) for name, test in keep.items()}
     check_history(run_dir, kept, epoch, step if samples else 0)
     for name, rows in kept.items():
         if rows is not None:
