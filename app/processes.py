@@ -119,5 +119,6 @@ def interrupts():
         stopped = True
         raise
     finally:
+        _held["requested"] = False  # stopped by now, or never asked: nothing left for the step loops to raise
         for sig, handler in previous.items():  # after an interrupt the process is ending: ignore the rest
             signal.signal(sig, signal.SIG_IGN if stopped else handler)
