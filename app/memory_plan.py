@@ -1,7 +1,7 @@
 """The memory plan of a config: what the training process, the ring and each worker will hold
 on the host, and what the model will hold on the device, predicted from this machine's probe
 (app/machine_probe.py), the model's own figures and the data's largest decode; the fixes when
-it does not fit; and the seed article's table of batch × resolution.
+it does not fit; and the table of one batch's size in GiB by batch × resolution.
 
 Arithmetic and text only: never imports TensorFlow, Keras or the loader (`plan` and `train`
 hand it the figures).
@@ -180,7 +180,7 @@ def render(plan: Plan, limit: tuple[str, float] | None = None, fixed: list[str] 
     return "\n".join(lines)
 
 
-def article_table(batch: int, size: tuple[int, int]) -> str:
+def batch_size_table(batch: int, size: tuple[int, int]) -> str:
     """H × W × 3 × batch bytes, in GiB, float32 / uint8, for batch 32 … 65536 and square sides
     32 … 1024; the config's own batch and resolution added where the grid lacks them and marked
     with `>` (row) and `*` (column)."""

@@ -1,4 +1,4 @@
-"""queue.workers=auto and queue.max_size=auto against a sweep of workers × max_size (issue 14.3).
+"""queue.workers=auto and queue.max_size=auto against a sweep of workers × max_size.
 
 For each workload, in one session: `auto`, then every (workers, max_size) of the sweep, then the
 same again in reverse order (so drift falls on both sides); each run a real `python -m app

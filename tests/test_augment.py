@@ -133,7 +133,7 @@ SOURCE_PIXELS = [
 
 @pytest.mark.parametrize("transform", RESIZING + SOURCE_PIXELS, ids=lambda t: t["_target_"].split(".")[-1])
 def test_draft_keeps_what_each_transform_shows(transform, big_jpeg):
-    """Issue 10.2: draft on and off give the same shape and field of view; a transform in source
+    """Draft on and off give the same shape and field of view; a transform in source
     pixels decodes at full size. Negative control: today's rule (a reduction to the output
     size for any transform but RandomResizedCrop) shows RandomCrop a different picture."""
     from app.data.source import FileSplit

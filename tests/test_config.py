@@ -70,7 +70,7 @@ def test_type_and_key_errors_fail_at_composition(override, key):
     (["data.val_fraction=1.5"], "data.val_fraction"),
     (["trainer.epochs=0"], "trainer.epochs"),
     (["data.image_size=[64]"], "data.image_size"),
-    # issue 12.3: each model target has its own keys and rules, checked before any model is built
+    # each model target has its own keys and rules, checked before any model is built
     (["model=keras_app", "model.name=Xception", "data.image_size=[64,64]"], "data.image_size"),
     (["model=keras_app", "model.name=ResNet51"], "model.name"),
     (["model=keras_app", "model.weights=/no/such/file.weights.h5"], "model.weights"),
@@ -79,19 +79,19 @@ def test_type_and_key_errors_fail_at_composition(override, key):
     (["model=keras_app", "model.freeze_backbone=true", "trainer.unfreeze_at_epoch=1"], "trainer.unfreeze_at_epoch"),
     (["model._target_=keras.applications.MobileNetV3Small"], "model._target_"),
     (["model=keras_app", "+model.widths=[8]"], "model.widths"),
-    # issue 12.4: the recipe's groups
+    # the recipe's groups
     (["scheduler=cosine", "trainer.callbacks=[{_target_: keras.callbacks.ReduceLROnPlateau}]"], "trainer.callbacks[0]"),
     (["scheduler=multistep", "scheduler.milestones=[9]"], "scheduler.milestones"),
     (["optimizer.learning_rate=0"], "optimizer.learning_rate"),
     (["augment.eval_transform=middle"], "augment.eval_transform"),
     (["optimizer.clipnorm=1", "optimizer.global_clipnorm=1"], "optimizer.global_clipnorm"),
     (["data=folder", "data.path=/x", "data.test_fraction=0.8"], "data.test_fraction"),
-    # issue 12.7: the debugging keys
+    # the debugging keys
     (["trainer.validation_steps=0"], "trainer.validation_steps"),
     (["trainer.overfit_batches=-1"], "trainer.overfit_batches"),
     (["trainer.profile_steps=[5,2]"], "trainer.profile_steps"),
     (["trainer.profile_steps=[0,2]"], "trainer.profile_steps"),
-    # issue 13: devices
+    # devices
     (["trainer.cpu_devices=2"], "trainer.cpu_devices"),
     (["trainer.strategy=mirrored", "trainer.cpu_devices=0"], "trainer.cpu_devices"),
     (["trainer.backend=jax", "trainer.strategy=mirrored"], "trainer.strategy"),
@@ -155,11 +155,11 @@ CLI_ERRORS = [
     (["data=folder"], "data.path"),
     (["augment.transforms=[{_target_: albumentations.RandomResizedCrop, size: [8, 8], scle: [0.5, 1]}]"],
      "augment.transforms[0]"),
-    (["+trainer.foo=1"], "trainer.foo"),  # issue 10.13: `+` added a key past Hydra's check
-    (["queue.workers=1000"], "queue.workers"),  # issue 10.9
-    # issue 10.17: checked before the data, not after it and TensorFlow's start
+    (["+trainer.foo=1"], "trainer.foo"),  # `+` added a key past Hydra's check
+    (["queue.workers=1000"], "queue.workers"),
+    # checked before the data, not after it and TensorFlow's start
     (["trainer.callbacks=[{_target_: keras.callbacks.EarlyStoping}]"], "trainer.callbacks[0]"),
-    # issue 12.2: BackupAndRestore would fight the run's own checkpoints; resume= does its job
+    # BackupAndRestore would fight the run's own checkpoints; resume= does its job
     (["trainer.callbacks=[{_target_: keras.callbacks.BackupAndRestore, backup_dir: b}]"], "resume=latest"),
     (["trainer.jit_compile=maybe"], "trainer.jit_compile"),
     (["trainer.lr=0.01"], "optimizer.learning_rate"),  # a replaced key names its successor
@@ -200,7 +200,7 @@ def test_yaml_files_mirror_the_schema():
 @pytest.mark.parametrize(("override", "key"), [("+trainer.foo=1", "trainer.foo"), ("+bar=2", "bar"),
                                                ("+data.decode.x=1", "data.decode.x")])
 def test_keys_added_with_plus_are_refused(override, key):
-    """Issue 10.13: Hydra lets `+key=` add a key to a structured config; validate does not."""
+    """Hydra lets `+key=` add a key to a structured config; validate does not."""
     cfg = composed(override)
     assert OmegaConf.select(cfg, key) is not None  # Hydra took it: the check below is ours
     with pytest.raises(ConfigError, match=rf"`{key}` is not allowed.*Allowed keys there"):
@@ -215,7 +215,7 @@ def test_a_saved_config_without_a_newer_key_takes_its_default():
 
 
 def test_worker_count_is_bounded_by_the_machine_unless_told():
-    """Issue 10.9: queue.workers=1000 started 44 processes before anyone stopped it."""
+    """Queue.workers=1000 started 44 processes before anyone stopped it."""
     import os
 
     limit = 4 * (os.cpu_count() or 1)
@@ -252,7 +252,7 @@ def test_bench_keys_are_checked_with_the_rest(override, key):
 
 
 def test_experiments_are_complete_recipes_and_debug_modes_apply_after_them():
-    """Issue 12.7: experiment= sets groups and keys; debug= comes after it; the command line last."""
+    """Experiment= sets groups and keys; debug= comes after it; the command line last."""
     cifar = composed("experiment=cifar_resnet")
     validate(cifar)
     assert (cifar.data.name, cifar.model._target_, cifar.optimizer._target_, cifar.scheduler.name) == \
@@ -278,7 +278,7 @@ def test_experiments_are_complete_recipes_and_debug_modes_apply_after_them():
 
 
 def test_auto_is_the_one_word_the_queue_takes():
-    """Issue 14.3: queue.workers and queue.max_size take an integer or `auto`, which travels as
+    """Queue.workers and queue.max_size take an integer or `auto`, which travels as
     such in the loaded config until training resolves it."""
     config = load(composed("queue.workers=auto", "queue.max_size=auto"))
     assert config.queue.workers == "auto" and config.queue.max_size == "auto"

@@ -1,4 +1,4 @@
-"""The memory plan's arithmetic: parts, fixes and the article's table (no TensorFlow here), and
+"""The memory plan's arithmetic: parts, fixes and the batch-size table (no TensorFlow here), and
 the model's own figures (app/model.py: memory_facts)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from app.memory_plan import MARGIN, MIB, ModelFacts, Probe, Workload, article_table, fits, fixes, predict, render
+from app.memory_plan import MARGIN, MIB, ModelFacts, Probe, Workload, batch_size_table, fits, fixes, predict, render
 
 PROBE = Probe(trainer_mib=500.0, worker_mib=100.0, worker_bytes_per_decoded_byte=2.0, activation_factor=1.5,
               step_mib_per_layer=1.0)
@@ -65,8 +65,8 @@ def test_a_limit_admits_a_plan_only_with_the_margin_the_plan_holds_to():
     assert f"does NOT fit queue.memory_budget_mb ({plan.host_mib + 1:.0f} MiB), with the plan's 10% margin" in text
 
 
-def test_the_article_table_marks_the_configs_row_and_column():
-    table = article_table(48, (224, 224))
+def test_the_batch_size_table_marks_the_configs_row_and_column():
+    table = batch_size_table(48, (224, 224))
     lines = table.splitlines()
     header = lines[1]
     assert "*224×224" in header and "| 1024×1024 |" in header and header.startswith("| batch | 32×32 |")
@@ -76,7 +76,7 @@ def test_the_article_table_marks_the_configs_row_and_column():
     assert rows["64"].rstrip(" |").endswith("0.75 / 0.188")
     assert rows["65536"].rstrip(" |").endswith("768 / 192")
     # negative control: a batch and resolution in the grid add no row or column
-    plain = article_table(64, (512, 512)).splitlines()
+    plain = batch_size_table(64, (512, 512)).splitlines()
     assert len(plain) == len(lines) - 1 and "*512×512" in plain[1] and "| >64 |" in "\n".join(plain)
 
 

@@ -3,7 +3,7 @@ it starts: host memory part by part (this machine's probe for TensorFlow's and a
 cost, app/machine_probe.py; the batches, the ring, the workers' decodes), the device's apart
 (the float32 batch, parameters, optimizer state, activations); the predicted host peak against
 `queue.memory_budget_mb` or the memory available, with the fixes when it does not fit; then the
-seed article's table of batch × resolution with the config's own marked. Writes plan.json.
+table of one batch's size in GiB by batch × resolution with the config's own marked. Writes plan.json.
 The config is train's, or with `resume=<run dir>` (or `latest`) that run's saved config with
 the overrides a resumed `train` takes; builds the model (Keras) but reads no image beyond the
 files' headers, unless queue.workers or queue.max_size is `auto`: then it runs train's probe
@@ -54,7 +54,7 @@ def main(cfg: DictConfig) -> float:
     fixed = memory_plan.fixes(plan, probe, plans.facts, limit) if plan.host_mib > limit else []
     print(memory_plan.render(plan, (name, limit), fixed))
     print()
-    print(memory_plan.article_table(config.data.batch_size, tuple(config.data.image_size)))
+    print(memory_plan.batch_size_table(config.data.batch_size, tuple(config.data.image_size)))
     out = Path(HydraConfig.get().runtime.output_dir) / "plan.json"
     write_json(out, {**plan.record(), "limit": {"name": name, "mib": round(limit, 1)}, "fixes": fixed,
                      "gpus": gpus, "probe": probe.__dict__, "queue_auto": choice.record() if choice else None})

@@ -2,7 +2,7 @@
 against images/s, data-wait fraction, peak memory (and `plan`'s prediction), final validation
 accuracy and status (printed, and report.csv), and PNG plots of peak memory beside the
 prediction, images/s and validation accuracy against each swept key: the measured version of
-seed article 1's table. A command: imported by app/__main__.py only; never imports TensorFlow
+table of one batch's size by batch × resolution. A command: imported by app/__main__.py only; never imports TensorFlow
 (it reads JSON files)."""
 
 from __future__ import annotations

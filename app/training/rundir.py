@@ -1,5 +1,5 @@
 """The run directory: claiming a new one (and refusing or moving aside one that holds a run),
-its lock, and its small files (summary.json, split.json; INTERFACE.md; the CSV files are
+its lock, and its small files (summary.json, split.json; the CSV files are
 app/training/tables.py's). No TensorFlow."""
 
 from __future__ import annotations

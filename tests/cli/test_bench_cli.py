@@ -39,7 +39,7 @@ def test_bench_reports_every_mode(tmp_path):
                                                      results["keras_processes"]["images_per_s"])
     assert "| loader_steps |" in result.stdout and "| - |" in result.stdout
     assert (tmp_path / "bench" / "bench.log").exists()
-    # the modes' TensorFlow start-up lines go to bench.log, not the terminal (issue 11)
+    # the modes' TensorFlow start-up lines go to bench.log, not the terminal
     assert "oneDNN" not in result.stderr and "absl::InitializeLog" not in result.stderr
     assert "oneDNN" in (tmp_path / "bench" / "bench.log").read_text()  # negative control: they are there
 

@@ -1,4 +1,4 @@
-"""What a hostile test of the CLI found (issue 10), through the real CLI: a run directory whose
+"""What a hostile test of the CLI found, through the real CLI: a run directory whose
 path has a space and a non-ASCII character, a lock held by another process, directories of the
 same second taken already, a predict over unreadable files, a full disk."""
 
@@ -33,7 +33,7 @@ def epochs(run: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
     """One training run, from a folder named with a space and a non-ASCII character, started
-    while every directory name of the next 90 seconds is taken already (issue 10.7)."""
+    while every directory name of the next 90 seconds is taken already."""
     root = tmp_path_factory.mktemp("hostile") / "my runs ü"
     taken = {time.strftime("%Y-%m-%d/%H-%M-%S", time.localtime(time.time() + s)) for s in range(90)}
     for name in taken:
@@ -50,7 +50,7 @@ def run(tmp_path_factory) -> Path:
 
 
 def test_claimed_names_are_unique_under_a_race(tmp_path):
-    """Issue 10.7, the mechanism: many claims of one name at once, each gets its own directory."""
+    """The mechanism: many claims of one name at once, each gets its own directory."""
     from concurrent.futures import ThreadPoolExecutor
 
     from app.training.rundir import claim_dir
@@ -61,7 +61,7 @@ def test_claimed_names_are_unique_under_a_race(tmp_path):
 
 
 def test_evaluate_and_predict_on_a_run_whose_path_has_a_space(run):
-    """Issue 10.8 and 10.1: evaluate and predict take such paths; predict lists each unreadable
+    """Evaluate and predict take such paths; predict lists each unreadable
     file with its error and no numbers, goes on, and exits 0."""
     evaluated = app("evaluate", f"resume={run}", cwd=run.parent)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
@@ -105,7 +105,7 @@ def test_evaluate_and_predict_on_a_run_whose_path_has_a_space(run):
 
 
 def test_a_locked_run_is_refused_and_a_killed_holder_leaves_no_lock(run):
-    """Issue 10.3: two `train resume=` of one run both ran. The second is refused, naming the
+    """Two `train resume=` of one run both ran. The second is refused, naming the
     PID; a holder killed by SIGKILL leaves nothing stale; and resume takes the path with a space."""
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys; from app.training.rundir import hold_lock; "
@@ -127,7 +127,7 @@ def test_a_locked_run_is_refused_and_a_killed_holder_leaves_no_lock(run):
 
 
 def test_a_full_disk_marks_the_run_failed_and_leaves_no_half_file(tmp_path):
-    """Issue 10.10: a full disk left status `running` and an empty .summary.json.tmp. The run
+    """A full disk left status `running` and an empty .summary.json.tmp. The run
     directory is a 160 KiB tmpfs, in a mount namespace of our own."""
     if not shutil.which("unshare"):
         pytest.skip("needs unshare (util-linux) for a small tmpfs")

@@ -73,7 +73,7 @@ def test_plan_resume_plans_the_runs_own_config(promised):
     assert default.returncode != 0 and "not generated yet" in default.stderr and "v2-n24-" not in default.stderr
 
 
-def test_plan_prints_the_parts_the_verdict_and_the_article_table(tmp_path):
+def test_plan_prints_the_parts_the_verdict_and_the_batch_size_table(tmp_path):
     generated(tmp_path)
     result = app("plan", *TINY, "queue.memory_budget_mb=1", "hydra.run.dir=plan", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -88,7 +88,7 @@ def test_plan_prints_the_parts_the_verdict_and_the_article_table(tmp_path):
     assert plan["host_peak_mib"] > plan["probe"]["trainer_mib"] > 100 and plan["device_mib"] > 0
     assert plan["queue_auto"] is None and "(auto, from a probe" not in out
     # negative control: without a budget it is measured against the memory available, and fits;
-    # with `auto` (issue 14.3) it runs train's probe and plans for what that chooses
+    # with `auto` it runs train's probe and plans for what that chooses
     roomy = app("plan", *TINY, "queue.workers=auto", "queue.max_size=auto", "hydra.run.dir=plan2", cwd=tmp_path)
     assert roomy.returncode == 0 and "fits the memory available now" in roomy.stdout
     chosen = json.loads((tmp_path / "plan2" / "plan.json").read_text())["queue_auto"]

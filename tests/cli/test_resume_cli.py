@@ -194,7 +194,7 @@ def test_latest_is_the_run_with_the_newest_checkpoint(tmp_path):
     # nothing to resume: a new directory of its own is claimed
     (fresh,) = prepare_argv(["queue.workers=1"], tmp_path / "outputs")[1:]
     assert fresh.startswith("hydra.run.dir=") and Path(fresh.split("=", 1)[1].strip("'")).is_dir()
-    # two sweeps started in the same second: two sweep directories (issue 10.7)
+    # two sweeps started in the same second: two sweep directories
     sweeps = [prepare_argv(["-m", "queue.workers=1,2"], tmp_path / "outputs")[-1] for _ in range(2)]
     assert sweeps[0].startswith("hydra.sweep.dir=") and sweeps[0] != sweeps[1]
 

@@ -63,7 +63,7 @@ def test_train_from_another_directory(tmp_path):
     assert summary["steps"] == 2 * (train_samples // 4)  # full batches only
     assert "epoch 2/2" in (run / "train.log").read_text()
     assert "data.num_images=24" in summary["overrides"]
-    # the terminal gets the log and the result, TensorFlow's start-up lines go to the log (issue 11)
+    # the terminal gets the log and the result, TensorFlow's start-up lines go to the log
     assert f"run dir: {run}" in result.stdout.replace(str(tmp_path) + "/", "") or "run dir: " in result.stdout
     assert "oneDNN" not in result.stderr and "absl::InitializeLog" not in result.stderr
     assert "oneDNN" in (run / "train.log").read_text()  # negative control: they are printed, elsewhere
@@ -155,7 +155,7 @@ def write_tiny_cifar(root: Path, per_batch: int = 6) -> None:
 
 
 def test_cifar_experiment_under_debug_fast_and_cifar_missing(tmp_path):
-    """experiment=cifar_resnet (issue 12.7) on a tiny CIFAR-10, in debug=fast's 2 steps; its tags
+    """experiment=cifar_resnet on a tiny CIFAR-10, in debug=fast's 2 steps; its tags
     in summary.json, and the composed config printed as a tree."""
     write_tiny_cifar(tmp_path / "cifar")
     small = ["data.batch_size=2", "model.widths=[8]", "model.blocks_per_stage=1", "queue.max_size=2",
@@ -240,7 +240,7 @@ def test_interrupt_stops_workers_and_frees_shared_memory(how, tmp_path):
     segments = [n for n in os.listdir("/dev/shm") if n.startswith(f"app-ring-{process.pid}-")]
     assert len(segments) == 1  # negative control for the check below
     sent = time.monotonic()
-    if how == "ctrl-c":  # a user pressing Ctrl-C again and again until it stops (issue 10.15)
+    if how == "ctrl-c":  # a user pressing Ctrl-C again and again until it stops
         while process.poll() is None:
             os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole group
             try:
@@ -263,7 +263,7 @@ def test_interrupt_stops_workers_and_frees_shared_memory(how, tmp_path):
 
 
 def test_debug_overfit_learns_one_batch_and_profile_steps_trace_the_window(tmp_path):
-    """debug=overfit (issue 12.7): the same batch every epoch, trained and validated on, learnt;
+    """debug=overfit: the same batch every epoch, trained and validated on, learnt;
     trainer.profile_steps on top: TensorBoard's profiler traced exactly those steps, each marked;
     tags in TensorBoard; print_config=false prints no tree."""
     result = app("train", *TINY, "debug=overfit", "trainer.epochs=12", "optimizer.learning_rate=0.01",
@@ -317,7 +317,7 @@ def _trained(run: Path) -> list[np.ndarray]:
 
 
 def test_auto_queue_trains_exactly_as_the_values_it_chose(tmp_path):
-    """Issue 14.3: the probe behind queue.workers=auto and queue.max_size=auto updates no weight
+    """The probe behind queue.workers=auto and queue.max_size=auto updates no weight
     and draws no random number: a seeded run with `auto` ends with the very weights of a run
     given the chosen values (tests/training/test_autotune.py has the probe's own checks)."""
     common = [*TINY, "trainer.epochs=1", "trainer.deterministic=true", "model.dropout=0.5"]

@@ -237,7 +237,7 @@ def test_copy_of_tree_keeps_fingerprint(tmp_path):
 
 
 def test_fingerprint_covers_modification_times(tmp_path):
-    """Issue 10.16: a same-size content change went unnoticed (names + sizes only)."""
+    """A same-size content change went unnoticed (names + sizes only)."""
     root = _tree(tmp_path / "d", {"a": 3, "b": 3}, ext=".bmp")  # uncompressed: the size is the shape's
     target = root / "a" / "a001.bmp"
     size, before = target.stat().st_size, folder_source(root, 0.3)
@@ -272,7 +272,7 @@ def test_check_same_data_says_what_changed(tmp_path):
 
 
 def test_error_a_single_class(tmp_path):
-    """Issue 10.12: one class trained and reported accuracy 0.000."""
+    """One class trained and reported accuracy 0.000."""
     root = _tree(tmp_path / "d", {"cats": 4})
     assert f"{root} has one class folder (cats): a classifier needs at least 2 classes" in _error(root)
     _tree(root, {"dogs": 2})
@@ -280,7 +280,7 @@ def test_error_a_single_class(tmp_path):
 
 
 def test_error_a_symlink_loop(tmp_path):
-    """Issue 10.10: a symbolic link back up the tree recursed until Python gave up."""
+    """A symbolic link back up the tree recursed until Python gave up."""
     root = _tree(tmp_path / "d", {"a": 2, "b": 2})
     (root / "a" / "nested").mkdir()
     (root / "a" / "nested" / "up").symlink_to(root / "a")
@@ -322,7 +322,7 @@ def test_error_a_class_folder_link_in_a_loop(tmp_path):
 
 
 def test_error_a_file_name_that_is_not_utf8(tmp_path):
-    """Issue 10.10: a Latin-1 file name failed as an unexpected UnicodeEncodeError."""
+    """A Latin-1 file name failed as an unexpected UnicodeEncodeError."""
     root = _tree(tmp_path / "d", {"a": 2, "b": 2})
     raw = os.path.join(os.fsencode(root / "a"), b"caf\xe9.png")
     with open(raw, "wb") as f:

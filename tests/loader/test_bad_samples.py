@@ -70,7 +70,7 @@ class OutOfMemoryAt(MarkedSplit):
 
 @pytest.mark.parametrize("processes", [True, False], ids=["processes", "threads"])
 def test_memory_error_in_a_worker_is_named_as_such(processes, children):
-    """Issue 10.10: a MemoryError with threads came out as "unexpected … (a bug)"."""
+    """A MemoryError with threads came out as "unexpected … (a bug)"."""
     with pytest.raises(MachineError, match=r"ran out of memory on sample 5 .*lower queue.workers or queue.max_size"), \
             make(OutOfMemoryAt(16), processes=processes) as enq:
         list(enq.batches("train", np.arange(16), epoch=0))

@@ -45,12 +45,12 @@ def test_killed_worker_is_replaced_and_its_samples_rebuilt(caplog, children):
         # the replacement serves the next epoch too
         assert [index_of(im) for b, _ in enq.batches("val", order[:12], epoch=1) for im in b] == list(order[:12])
     assert f"worker process {victim} died (killed by signal SIGKILL (9))" in caplog.text
-    assert "out-of-memory" not in caplog.text  # what is known, not a guess (issue 10.4)
+    assert "out-of-memory" not in caplog.text  # what is known, not a guess
     assert_clean(children)
 
 
 def test_a_replacement_started_in_a_pass_outlives_it(caplog, children):
-    """Issue 10.4: a replacement was started from the pass's short-lived copy-ahead thread, and
+    """A replacement was started from the pass's short-lived copy-ahead thread, and
     the parent-death signal, which fires when the *thread* that started a process ends, killed
     it at the end of every pass: 6 restarts for one kill over 3 epochs."""
     n, order = 48, np.arange(48)
@@ -142,7 +142,7 @@ class SlowToStart(MarkedSplit):
 
 
 def test_start_up_is_timed_apart_from_the_batch(children):
-    """Issue 10.14: queue.timeout_s counted the workers' start-up, so a small timeout failed at
+    """Queue.timeout_s counted the workers' start-up, so a small timeout failed at
     batch 0 on a loaded machine."""
     split = SlowToStart(8)
     split.start_s = 1.5

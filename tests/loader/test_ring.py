@@ -63,7 +63,7 @@ except WorkerError as error:
 
 
 def test_a_ring_left_by_a_killed_process_group_is_removed_at_the_next_start(caplog):
-    """Issue 10.5: SIGKILL to the whole group (the resource tracker included) left the segment in
+    """SIGKILL to the whole group (the resource tracker included) left the segment in
     /dev/shm for ever; start-up only removed segments carrying its own PID."""
     import signal
     import subprocess

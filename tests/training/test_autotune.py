@@ -1,4 +1,4 @@
-"""Issue 14.3: `queue.workers=auto`, `queue.max_size=auto`. The choice from the probe's timings
+"""`queue.workers=auto`, `queue.max_size=auto`. The choice from the probe's timings
 (arithmetic, with made-up timings), the probe's sample timing on real JPEG files, and its step
 timing on a real compiled model that it must leave exactly as it found it."""
 
@@ -55,7 +55,7 @@ def test_the_fewest_workers_that_keep_the_step_fed():
 def test_capped_by_the_cores_and_worker_limit_when_the_loader_bounds_training():
     choice = choose(steady(10, 10), 32, auto(), always)
     assert choice.workers == 8 and "the most allowed (8 usable cores)" in choice.reason
-    # a worker done with its share starts on the next batch rather than idle (issue 14.3's benchmark)
+    # a worker done with its share starts on the next batch rather than idle (the benchmark in benchmarks/auto_queue.py)
     assert choice.max_size == 2 and "the ring never fills, and a worker done with its share" in choice.reason
     assert choose(steady(10, 10), 32, auto(worker_limit=3), always).workers == 3
     alone = choose(steady(10, 10), 32, auto(worker_limit=1), always)  # negative control: no others to wait for

@@ -61,7 +61,7 @@ class CountAhead(keras.callbacks.Callback):
 
 @pytest.mark.parametrize("max_size", [1, 2, 10])
 def test_built_ahead_never_exceeds_max_size(max_size, tmp_path):
-    """Seed article 1's experiment: batches built vs batches consumed by training steps."""
+    """Batches built vs batches consumed by training steps."""
     log = tmp_path / "reads.log"
     split = MarkedSplit(120, log_path=str(log))
     count = CountAhead(log)
@@ -127,7 +127,7 @@ def test_evaluate_and_validate_weight_the_short_last_batch():
 
 
 def test_a_resumed_epoch_does_not_count_its_past_as_waiting():
-    """Issue 10.11: the first wait after a mid-epoch resume counted the seconds already spent
+    """The first wait after a mid-epoch resume counted the seconds already spent
     before the interruption (data_wait_fraction 1.336). A resumed epoch passes its old figures."""
     net = tiny_net()
     before = EpochFigures(steps=5, images=20, waited_s=1.0, seconds=100.0)
