@@ -27,7 +27,7 @@ _LAYOUT = ("<path>/<class>/<image> (split by data.val_fraction), or <path>/train
 # (relative path with "/" separators, size in bytes, modification time in whole seconds);
 # a class's files sorted by path.
 Files = list[tuple[str, int, int]]
-# What split.json's fingerprint covers (README: "The data's fingerprint").
+# What split.json's fingerprint covers (docs/troubleshooting.md: "the data changed since …").
 FINGERPRINT_COVERS = "relative paths, sizes and modification times (to the second)"
 
 

@@ -259,7 +259,7 @@ def test_interrupt_stops_workers_and_frees_shared_memory(how, tmp_path):
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "interrupted"
     steps = len(samples.read_text().splitlines()) - 1  # a row a step taken, and the header
     assert f"interrupted after step {steps};" in log.read_text()  # not the last epoch end's count
-    assert stopped_s < 15, f"took {stopped_s:.1f} s to stop"  # a hang guard; the README has the measured time
+    assert stopped_s < 15, f"took {stopped_s:.1f} s to stop"  # a hang guard, not a timing
 
 
 def test_debug_overfit_learns_one_batch_and_profile_steps_trace_the_window(tmp_path):
