@@ -60,3 +60,12 @@ def test_measured_once_stored_and_measured_again_elsewhere(tmp_path, monkeypatch
     with pytest.raises(AssertionError, match="measured again"):
         machine_probe.measured()
     assert machine_probe.cache_file().name == "machine_probe.jax.json"
+
+
+def test_the_lower_figures_of_the_training_processes_are_kept(monkeypatch):
+    # one process settled on a higher step cost, the other (on a loaded machine) on a higher base
+    measured = iter([{"trainer_mib": 943.0, "activation_factor": 0.76, "step_mib_per_layer": 1.5},
+                     {"trainer_mib": 765.0, "activation_factor": 0.93, "step_mib_per_layer": 1.9}])
+    monkeypatch.setattr(machine_probe, "_trainer_process", lambda: next(measured))
+    figures = machine_probe._trainer_figures()
+    assert figures == {"trainer_mib": 765.0, "activation_factor": 0.76, "step_mib_per_layer": 1.5}
