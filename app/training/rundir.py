@@ -247,7 +247,31 @@ def check_same_data(run_dir: Path, source) -> None:
     raise DataError(f"the data changed since {run_dir} was trained (split.json fingerprint "
                     f"{str(fingerprint)[:12]}, now {str(now)[:12]}; it covers "
                     f"{recorded.get('fingerprint_covers', 'relative paths and sizes')}): the samples would not be "
-                    f"the run's.{detail} Restore the data, or start a new run.")
+                    f"the run's.{_changed_files(recorded, source, Path(run_dir) / 'split.json')}{detail} "
+                    "Restore the data, or start a new run.")
+
+
+def _changed_files(recorded: dict, source, split_file: Path) -> str:
+    """Which files differ from split.json's lists, for a folder source: new and gone by name,
+    and, where the names are the same, those modified after split.json was written."""
+    if not isinstance(recorded.get("train"), list) or "train" not in source.split:
+        return ""
+    before = set(recorded["train"]) | set(recorded.get("val") or [])
+    now = set(source.split["train"]) | set(source.split["val"])
+    root = Path(source.split["root"])
+    since = split_file.stat().st_mtime
+    modified = sorted(rel for rel in now & before if _modified_after(root / rel, since))
+    parts = [f"{len(names)} {what} ({', '.join(names[:3])}{', …' if len(names) > 3 else ''})"
+             for what, names in (("new", sorted(now - before)), ("gone", sorted(before - now)),
+                                 ("modified after the run started", modified)) if names]
+    return f" In {root}: {'; '.join(parts)}." if parts else ""
+
+
+def _modified_after(path: Path, since: float) -> bool:
+    try:
+        return path.stat().st_mtime > since
+    except OSError:
+        return False
 
 
 def read_json(path: Path, what_to_do: str) -> Any:
