@@ -4,6 +4,7 @@ app/training/tables.py's). No TensorFlow."""
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import itertools
 import json
@@ -106,16 +107,23 @@ def hold_lock(run_dir: Path, command: str) -> None:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n{command}\n".encode(), 0)
     _held[run_dir] = fd
+    atexit.register(release_lock, run_dir)  # a command refused after it took the lock wipes its PID too
 
 
 def release_lock(run_dir: Path) -> None:
+    """The lock dropped and its holder's PID wiped: a command that ends, or is refused, leaves the
+    .lock file as it found it after the last run that ended."""
     fd = _held.pop(Path(run_dir).resolve(), None)
     if fd is not None:
+        os.ftruncate(fd, 0)
         os.close(fd)  # closing the descriptor drops the flock
 
 
 def check_unlocked(run_dir: Path) -> None:
-    """RunInUseError when a live process holds `run_dir`'s lock."""
+    """RunInUseError when a live process holds `run_dir`'s lock; the .lock file is left as it is."""
+    lock_file = Path(run_dir).resolve() / LOCK_FILE
+    if Path(run_dir).resolve() in _held or not lock_file.is_file():
+        return
     hold_lock(run_dir, "a check")
     release_lock(run_dir)
 

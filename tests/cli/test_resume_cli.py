@@ -151,8 +151,12 @@ def test_metrics_rows_continue_without_gaps_or_duplicates(runs):
 
 def test_unsafe_override_is_refused(runs):
     run_a, _, _, _ = runs
+    before = {p: p.read_bytes() for p in run_a.rglob("*") if p.is_file()}
+    assert (run_a / ".lock") in before
     result = app("train", f"resume={run_a}", "data.batch_size=4", cwd=run_a.parent)
     assert result.returncode == 2 and "`data.batch_size` cannot change for a run that exists" in result.stderr
+    # refused: nothing in the run changed, its lock file (a PID while one is held) included
+    assert {p: p.read_bytes() for p in run_a.rglob("*") if p.is_file()} == before
 
 
 def test_corrupt_newest_checkpoint_falls_back(runs):
