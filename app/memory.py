@@ -109,7 +109,7 @@ class PeakMemory:
         self.interval_s = interval_s
         self.peak = 0  # bytes, over the whole run
         self.samples = 0  # how many times the tree was sampled
-        self.pss_reads = 0  # how many of those read the children's USS (the name is bench.json's)
+        self.private_reads = 0  # how many of those read the children's private memory (USS)
         self._window = 0  # bytes, since the last window_peaks_mb()
         self.peak_root = self.peak_children = 0  # bytes: the root process alone, its children together
         self._window_roles = [0, 0]
@@ -141,7 +141,7 @@ class PeakMemory:
             self._children = sum(private_bytes(pid) for pid in counters)
             self._rings = rings_bytes(self._root.pid)
             self._read_at, self._last_read = counters, time.monotonic()
-            self.pss_reads += 1
+            self.private_reads += 1
         root_bytes += self._rings  # the training process's: it made the rings
         total = root_bytes + self._children
         self.peak_root, self.peak_children = max(self.peak_root, root_bytes), max(self.peak_children, self._children)

@@ -42,20 +42,20 @@ def test_children_are_read_again_only_when_they_move(monkeypatch):
         memory = PeakMemory(pid=root.pid)
         for _ in range(5):
             memory.sample()
-        assert (memory.samples, memory.pss_reads) == (5, 1)  # idle: read once
+        assert (memory.samples, memory.private_reads) == (5, 1)  # idle: read once
         before = memory.peak
         root.stdin.write("go\n")
         root.stdin.flush()
         assert root.stdout.readline().strip() == "ok"
         memory.sample()
-        assert memory.pss_reads == 2 and memory.peak >= before + 60 * 2**20  # moved: read again
+        assert memory.private_reads == 2 and memory.peak >= before + 60 * 2**20  # moved: read again
         assert abs(memory.peak - tree_bytes(psutil.Process(root.pid))) < 2 * 2**20
 
         monkeypatch.setattr(memory_module, "FULL_EVERY_S", 0.0)
         forced = PeakMemory(pid=root.pid)
         for _ in range(3):
             forced.sample()
-        assert forced.pss_reads == 3
+        assert forced.private_reads == 3
     finally:
         for process in psutil.Process(root.pid).children():
             process.kill()
@@ -116,7 +116,7 @@ def test_the_trainer_and_its_workers_apart_in_every_window(monkeypatch):
         assert child.stdout.readline().strip() == "ok"  # its 64 MiB array is written
         memory = PeakMemory()
         first, second = memory.window_peaks_mb(), memory.window_peaks_mb()
-        assert memory.pss_reads == 1  # the second window read nothing
+        assert memory.private_reads == 1  # the second window read nothing
         for window in (first, second):
             assert window["peak_workers_mb"] >= 60 and window["peak_trainer_mb"] > 0
             assert abs(window["peak_trainer_mb"] + window["peak_workers_mb"] - window["peak_memory_mb"]) < 1

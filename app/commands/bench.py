@@ -3,8 +3,9 @@
 
 This module is the parent: it runs each mode (app/bench/modes.py) in a fresh process, so its
 time to first batch is its own, prints the table and writes bench.json. Each mode runs (unless
-`bench.memory=false`) once more in another, whose peak PSS (summed over its workers, sampled
-every 100 ms from here) is the mode's. The timed run is never sampled: reading a TensorFlow
+`bench.memory=false`) once more in another, whose peak memory (the training process's resident
+memory, its workers' private memory and the rings, as app/memory.py counts a run; sampled every
+100 ms from here) is the mode's. The timed run is never sampled: reading a TensorFlow
 process's smaps_rollup is dear and holds its memory-map lock, so sampling while timing slows the
 modes unevenly (docs/performance.md has the figures). A mode that fails is a row with its reason
 (its traceback in bench.json); when every mode fails, bench exits non-zero. Modes:
@@ -41,6 +42,7 @@ from app.schema import register
 register()
 log = logging.getLogger("app.bench")
 KERAS_MODES = ("keras_threads", "keras_processes")
+MEMORY_KEYS = ("peak_memory_mb", "memory_samples", "memory_reads", "peak_pss_mb", "pss_samples", "pss_reads")
 
 
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
@@ -72,8 +74,8 @@ def main(cfg: DictConfig) -> None:
             if "error" in sampled:
                 result["memory_error"] = sampled["error"]
             else:
-                result.update(peak_pss_mb=sampled["peak_pss_mb"], pss_samples=sampled["pss_samples"],
-                              pss_reads=sampled["pss_reads"], sampled_images_per_s=sampled["images_per_s"])
+                result.update({key: sampled[key] for key in MEMORY_KEYS},
+                              sampled_images_per_s=sampled["images_per_s"])
         results[mode] = result
         log.info("%-16s %s", mode, _line(result))
     plain = to_plain(config)
@@ -97,7 +99,7 @@ def _raise_if_all_failed(results: dict, run_dir: Path) -> None:
 
 
 def _in_own_process(mode: str, config, log_path: Path, *, sampled: bool) -> dict:
-    """One run of `mode` in a fresh process; with `sampled`, its tree's PSS every 100 ms."""
+    """One run of `mode` in a fresh process; with `sampled`, its tree's memory every 100 ms."""
     from app.memory import PeakMemory
 
     context = mp.get_context("spawn")
@@ -112,20 +114,31 @@ def _in_own_process(mode: str, config, log_path: Path, *, sampled: bool) -> dict
     if process.is_alive():
         process.kill()
     if sampled:
-        result.update(peak_pss_mb=memory.peak / 2**20, pss_samples=memory.samples, pss_reads=memory.pss_reads)
+        result.update(_memory_figures(memory))
     return result
+
+
+def _memory_figures(memory) -> dict:
+    """The sampled run's memory as bench.json keeps it. The `pss` keys are the same figures under
+    the names they had when the measure was a proportional share (PSS): kept for scripts that
+    read them; the measure is now the one app/memory.py describes (resident + private + rings)."""
+    figures = {"peak_memory_mb": memory.peak / 2**20, "memory_samples": memory.samples,
+               "memory_reads": memory.private_reads}
+    return {**figures, "peak_pss_mb": figures["peak_memory_mb"], "pss_samples": memory.samples,
+            "pss_reads": memory.private_reads}
 
 
 def _line(result: dict) -> str:
     if "error" in result:
         return f"failed: {result['error']}"
-    return f"{result['images_per_s']:8.1f} img/s, first batch {result['first_batch_s']:.2f} s, peak PSS {_mib(result)}"
+    return (f"{result['images_per_s']:8.1f} img/s, first batch {result['first_batch_s']:.2f} s, "
+            f"peak memory {_mib(result)} MiB")
 
 
 def _mib(result: dict) -> str:
-    """Peak PSS as a table shows it: not measured with `bench.memory=false`, or the sampled run's error."""
-    if "peak_pss_mb" in result:
-        return f"{result['peak_pss_mb']:.0f}"
+    """Peak memory as a table shows it: not measured with `bench.memory=false`, or the sampled run's error."""
+    if "peak_memory_mb" in result:
+        return f"{result['peak_memory_mb']:.0f}"
     return f"failed: {result['memory_error']}" if "memory_error" in result else "-"
 
 
@@ -148,7 +161,7 @@ def _derived(results: dict, config) -> dict:
     if "serial" in ok and "loader" in ok and queue.workers:
         ideal = ok["serial"]["images_per_s"] * queue.workers
         derived["loader_vs_serial_times_workers"] = ok["loader"]["images_per_s"] / ideal
-    peaks = {m: r["peak_pss_mb"] for m, r in ok.items() if "peak_pss_mb" in r}
+    peaks = {m: r["peak_memory_mb"] for m, r in ok.items() if "peak_memory_mb" in r}
     if "baseline" in peaks:
         bound = (peaks["baseline"] + 120 * queue.workers
                  + (derived["queue_bytes"] + 2 * derived["float32_batch_bytes"]) / 2**20)
@@ -164,7 +177,7 @@ def _derived(results: dict, config) -> dict:
 
 
 def _table(results: dict, derived: dict) -> str:
-    rows = ["| mode | images/s | first batch (s) | peak PSS (MiB) |", "|---|---:|---:|---:|"]
+    rows = ["| mode | images/s | first batch (s) | peak memory (MiB) |", "|---|---:|---:|---:|"]
     for mode, r in results.items():
         if "error" in r:
             rows.append(f"| {mode} | failed: {r['error']} | | |")
