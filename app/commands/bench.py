@@ -132,7 +132,7 @@ def _line(result: dict) -> str:
     if "error" in result:
         return f"failed: {result['error']}"
     return (f"{result['images_per_s']:8.1f} img/s, first batch {result['first_batch_s']:.2f} s, "
-            f"peak memory {_mib(result)} MiB")
+            f"peak memory {_mib(result)}{' MiB' if 'peak_memory_mb' in result else ''}")
 
 
 def _mib(result: dict) -> str:
