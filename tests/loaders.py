@@ -23,6 +23,16 @@ def make(split, *, workers=2, processes=True, max_size=2, batch=4, **kw) -> Enqu
                     settings, **policy)
 
 
+def wait_until(condition, timeout_s: float = 5.0) -> bool:
+    """Polls `condition` until it holds or `timeout_s` passes; whether it held."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
 def my_segments() -> list[str]:
     return [n for n in os.listdir("/dev/shm") if n.startswith(f"app-ring-{os.getpid()}-")]
 

@@ -3,7 +3,6 @@
 import os
 import subprocess
 import sys
-import time
 from multiprocessing import shared_memory
 
 import numpy as np
@@ -15,12 +14,12 @@ from app.memory import PeakMemory, leftovers_cleared, private_bytes, tree_bytes
 
 
 def test_peak_counts_children_too():
-    child = subprocess.Popen([sys.executable, "-c",
-                              "import numpy as np, time; a = np.ones(64 * 2**20 // 8); time.sleep(30)"])
+    child = subprocess.Popen([sys.executable, "-c", "import numpy as np, time; a = np.ones(64 * 2**20 // 8); "
+                              "print('ready', flush=True); time.sleep(30)"], stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(1.5)
-        with PeakMemory(interval_s=0.05) as memory:
-            time.sleep(0.3)
+        assert child.stdout.readline().strip() == "ready"  # its 64 MiB array is written
+        memory = PeakMemory()
+        memory.sample()
         assert memory.peak >= memory.peak_root + 60 * 2**20  # the child's 64 MiB array is in the tree's figure
         assert tree_bytes() >= memory.peak * 0.8
     finally:
@@ -33,12 +32,13 @@ def test_children_are_read_again_only_when_they_move(monkeypatch):
     not every sample; with the full read forced every time (negative control) it is read every
     sample. The root's figure is cheap and read every sample."""
     code = ("import subprocess, sys; child = subprocess.Popen([sys.executable, '-c', 'import sys, numpy as np, time; "
-            "sys.stdin.readline(); a = np.ones(64 * 2**20 // 8); print(\\'ok\\', flush=True); time.sleep(30)'], "
+            "print(\\'idle\\', flush=True); sys.stdin.readline(); a = np.ones(64 * 2**20 // 8); "
+            "print(\\'ok\\', flush=True); time.sleep(30)'], "
             "stdin=sys.stdin, stdout=sys.stdout); print(child.pid, flush=True); child.wait()")
     root = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         int(root.stdout.readline())
-        time.sleep(1.0)  # started, numpy imported, idle
+        assert root.stdout.readline().strip() == "idle"  # started, numpy imported, waiting for its go
         memory = PeakMemory(pid=root.pid)
         for _ in range(5):
             memory.sample()

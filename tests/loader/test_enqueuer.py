@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 import pytest
-from loaders import assert_clean, make, my_segments, workers_alive
+from loaders import assert_clean, make, my_segments, wait_until, workers_alive
 from marked import MarkedSplit, index_of
 
 from app.errors import WorkerError
@@ -45,6 +45,10 @@ def test_forkserver_workers(children):
     assert_clean(children)
 
 
+def read_count(log) -> int:
+    return len(log.read_text().splitlines())
+
+
 @pytest.mark.parametrize("max_size", [1, 2, 3])
 def test_never_builds_more_than_max_size_ahead(max_size, tmp_path, children):
     """Samples read at the source, counted in the workers, against batches consumed."""
@@ -54,10 +58,11 @@ def test_never_builds_more_than_max_size_ahead(max_size, tmp_path, children):
     most_ahead = 0
     with make(split, workers=2, max_size=max_size, batch=batch) as enq:
         for consumed, _ in enumerate(enq.batches("train", np.arange(n), epoch=0), start=1):
-            time.sleep(0.15)  # give the workers every chance to run ahead
-            reads = len(log.read_text().splitlines())
-            # the batch being consumed and (max_size - 1) more
-            assert reads <= (consumed - 1 + max_size) * batch
+            allowed = min((consumed - 1 + max_size) * batch, n)  # the batch being consumed and (max_size - 1) more
+            # the workers fill every slot they may; more would show here, or a batch later
+            assert wait_until(lambda allowed=allowed: read_count(log) >= allowed), (consumed, allowed)
+            reads = read_count(log)
+            assert reads <= allowed
             most_ahead = max(most_ahead, reads - consumed * batch)
     # Negative control: the count is real, the workers do fill every slot they may.
     assert most_ahead == (max_size - 1) * batch

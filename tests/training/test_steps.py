@@ -10,6 +10,7 @@ import weakref
 import keras
 import numpy as np
 import pytest
+from loaders import wait_until
 from marked import IdentityAugmenter, MarkedSplit
 
 from app.loader import prefetch
@@ -49,14 +50,19 @@ def enqueuer(split, max_size: int) -> Enqueuer:
 class CountAhead(keras.callbacks.Callback):
     """After each training step: samples read at the source minus samples trained on."""
 
-    def __init__(self, log):
+    def __init__(self, log, max_size):
         super().__init__()
-        self.log, self.ahead, self.consumed = log, [], 0
+        self.log, self.ahead, self.consumed, self.max_size = log, [], 0, max_size
 
     def on_train_batch_end(self, batch, logs=None):
         self.consumed += BATCH
-        time.sleep(0.05)  # a slow step: the workers get every chance to run ahead
-        self.ahead.append(len(self.log.read_text().splitlines()) - self.consumed)
+        # a slow step: the workers fill every slot they may (more would show here or a step later)
+        full = min(self.consumed + self.max_size * BATCH, 120)
+        assert wait_until(lambda: self.read() >= full), (self.consumed, self.read(), full)
+        self.ahead.append(self.read() - self.consumed)
+
+    def read(self) -> int:
+        return len(self.log.read_text().splitlines())
 
 
 @pytest.mark.parametrize("max_size", [1, 2, 10])
@@ -64,7 +70,7 @@ def test_built_ahead_never_exceeds_max_size(max_size, tmp_path):
     """Batches built vs batches consumed by training steps."""
     log = tmp_path / "reads.log"
     split = MarkedSplit(120, log_path=str(log))
-    count = CountAhead(log)
+    count = CountAhead(log, max_size)
     net = tiny_net()
     with enqueuer(split, max_size) as enq:
         figures = train(net, prefetch.batches(enq, "train", np.arange(120), 0), 30, [count])
