@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
-from loaders import assert_clean, make
+from loaders import assert_clean, make, wait_until
 from marked import MarkedSplit, index_of
 
 from app.errors import WorkerError
@@ -26,6 +26,13 @@ def test_workers_run_in_other_processes(tmp_path, children):
     assert_clean(children)
 
 
+def _dead(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def test_killed_worker_is_replaced_and_its_samples_rebuilt(caplog, children):
     """The OOM killer's SIGKILL mid-epoch: a new worker, no lost or duplicated sample."""
     n, order = 400, np.random.default_rng(0).permutation(400)
@@ -39,7 +46,8 @@ def test_killed_worker_is_replaced_and_its_samples_rebuilt(caplog, children):
             if k == 3:
                 victim = enq.worker_pids[0]
                 os.kill(victim, signal.SIGKILL)
-                time.sleep(0.2)  # let it die with samples of the next batches handed out
+                # dead (a zombie until the pool reaps it) with samples of the next batches handed out
+                assert wait_until(lambda victim=victim: _dead(victim))
         assert got == undisturbed and enq.restarts == 1
         assert victim not in enq.worker_pids and len(enq.worker_pids) == 2
         # the replacement serves the next epoch too
@@ -113,7 +121,8 @@ from app.loader.settings import Settings
 split = MarkedSplit(8, hang_at=(0, 1))  # both workers busy (hung) in a read: no pipe EOF to notice
 enq = Enqueuer({"train": split}, {"train": IdentityAugmenter()}, Settings(4, (8, 8), workers=2, timeout_s=600)).start()
 threading.Thread(target=lambda: list(enq.batches("train", list(range(8)), 0)), daemon=True).start()
-time.sleep(1)
+while len(enq.worker_pids) < 2:
+    time.sleep(0.01)
 print(" ".join(map(str, enq.worker_pids)), enq.ring.spec.name, flush=True)
 time.sleep(120)
 """
