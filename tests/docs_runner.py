@@ -1,0 +1,66 @@
+"""Runs command lines of `python -m app` one after another in this one process, through the CLI's
+own `main` (app/__main__.py) as `python -m app` calls it, and Python snippets with `exec`, for
+tests/cli/test_docs_commands.py: TensorFlow and Keras load once for them all.
+
+Usage: python tests/docs_runner.py <commands.json> <results.json>; each command is
+{"argv": [...]} or {"python": "..."}. In an argument, {LAST_RUN} is the newest run directory under
+./outputs/<date>/<time>/ with a model.keras and {LAST_SWEEP} the newest sweep under
+./outputs/multirun/<date>/<time>/,
+found when that command starts: the documents' placeholders for a run they made a step before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import signal
+import sys
+import traceback
+from pathlib import Path
+
+from hydra.core.global_hydra import GlobalHydra
+
+from app.__main__ import main
+from app.training import resume
+
+
+def newest(pattern: str) -> str:
+    """The newest folder under ./outputs/ that holds `pattern`'s file."""
+    found = sorted(Path("outputs").glob(pattern), key=lambda path: path.stat().st_mtime)
+    return str(found[-1].parent) if found else "<none>"
+
+
+def placeheld(text: str) -> str:
+    return (text.replace("{LAST_SWEEP}", newest("multirun/*/*/multirun.yaml"))
+            .replace("{LAST_RUN}", newest("[0-9]*/[0-9]*/model.keras")))
+
+
+def run_one(command: dict) -> dict:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            if "python" in command:
+                exec(compile(placeheld(command["python"]), "<snippet>", "exec"), {})  # noqa: S102
+                status = 0
+            else:
+                status = main([placeheld(arg) for arg in command["argv"]])
+        except SystemExit as stop:
+            status = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+        except Exception:  # noqa: BLE001 - a snippet's failure is the test's to show
+            traceback.print_exc()
+            status = 1
+    # what one command leaves in the process that the next, in a process of its own, would not see
+    GlobalHydra.instance().clear()
+    resume.CLAIMED.clear()
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    return {**command, "status": status, "printed": out.getvalue()}
+
+
+if __name__ == "__main__":
+    listed, written = Path(sys.argv[1]), Path(sys.argv[2])  # the CLI's main sets sys.argv
+    results = []
+    for command in json.loads(listed.read_text()):
+        results.append(run_one(command))
+        written.write_text(json.dumps(results))  # what ran so far, should a later one hang
