@@ -41,7 +41,8 @@ FOLDER = "cifar-10-batches-py"
 TRAIN_BATCHES = [f"data_batch_{i}" for i in range(1, 6)]
 TEST_BATCHES = ["test_batch"]
 META = "batches.meta"
-CACHE_VERSION = 2
+# 3: caches from before label names and pixel values were checked are rebuilt (and so checked).
+CACHE_VERSION = 3
 # 1: the test batch was the validation split. 2: validation drawn from the training batches.
 SPLIT_VERSION = 2
 

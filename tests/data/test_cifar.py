@@ -226,6 +226,10 @@ def test_label_names_that_are_not_ten_distinct_names_are_named(tmp_path):
         with pytest.raises(DataError, match=r"batches.meta's label_names are not 10 distinct names"):
             load_source(_cfg(tmp_path))
     meta.write_bytes(_dump({b"label_names": LABEL_NAMES}))
+    load_source(_cfg(tmp_path))
+    cached = tmp_path / "cache" / "meta.json"  # as a version that did not check would have cached three names
+    cached.write_text(json.dumps({**json.loads(cached.read_text()), "version": 2, "class_names": ["a", "b", "c"]}))
+    assert load_source(_cfg(tmp_path)).class_names == [n.decode() for n in LABEL_NAMES]  # rebuilt, checked
     data, labels = batches["data_batch_5"]
     wide = data.astype(np.int64)
     wide[2, 7] = 300
