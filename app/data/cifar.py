@@ -233,9 +233,9 @@ def _read_batches(found: Path) -> dict[str, dict]:
                     if member.isfile() and name in wanted and Path(member.name).parent.name == FOLDER:
                         batches[name] = _unpickle(tar.extractfile(member))
     except (OSError, EOFError, tarfile.TarError, pickle.UnpicklingError) as exc:
-        what = "folder" if found.is_dir() else "archive"
-        raise DataError(f"cannot read CIFAR-10 from {reading}: {str(exc).rstrip('.')}. Replace the {what} with the "
-                        f"official {FOLDER}/ from {URL}.") from exc
+        what = f"folder with the official {FOLDER}/" if found.is_dir() else f"archive with the official {ARCHIVE}"
+        raise DataError(f"cannot read CIFAR-10 from {reading}: {str(exc).rstrip('.')}. Replace the {what} "
+                        f"from {URL}.") from exc
     missing = sorted(wanted - set(batches))
     if missing:
         raise DataError(f"{found} is not a complete CIFAR-10 ({FOLDER}/): missing "

@@ -308,3 +308,11 @@ def test_runs_on_the_first_split_are_refused(tmp_path):
         run_source(run, _cfg(tmp_path / "data"))
     assert "CIFAR-10 split version 1, where the official test batch was the validation split" in str(err.value)
     assert "Start a new run" in str(err.value)
+
+
+def test_a_truncated_archive_is_named_with_the_file_to_put_in_its_place(tmp_path):
+    archive, _ = _write_archive(tmp_path)
+    archive.write_bytes(archive.read_bytes()[:len(archive.read_bytes()) // 2])
+    with pytest.raises(DataError, match=r"cifar-10-python.tar.gz: .*Replace the archive with the official "
+                                        r"cifar-10-python.tar.gz from https://"):
+        load_source(_cfg(tmp_path))
