@@ -45,6 +45,23 @@ def folder_source(path: str | os.PathLike, val_fraction: float, name: str = "fol
                   test: Held = Held()) -> Source:
     """`times=False`: the fingerprint leaves modification times out (generated data, whose files
     are the same bytes wherever and whenever they are made)."""
+    try:
+        return _source(path, val_fraction, name, times, test)
+    except PermissionError as error:  # a folder the scan cannot list (an image is the loader's to report)
+        locked = _first_locked(Path(error.filename))
+        raise DataError(f"{locked} cannot be read ({error.strerror}): every folder under data.path {path}"
+                        f"{f' and data.test_path {test.path}' if test.path else ''} must be readable by the user "
+                        f"running the app. Give it read access (its owner can run `chmod -R a+rX {locked}`), "
+                        "or move it out.") from None
+
+
+def _first_locked(path: Path) -> Path:
+    """The outermost folder on `path` that cannot be listed and entered: a stat of x/train fails
+    when x itself is locked, and read access to x/train alone would not mend it."""
+    return next((p for p in (*reversed(path.parents), path) if not os.access(p, os.R_OK | os.X_OK)), path)
+
+
+def _source(path, val_fraction: float, name: str, times: bool, test: Held) -> Source:
     if test.fraction and test.path:
         raise DataError(f"data.test_fraction={test.fraction} and data.test_path={test.path} both name a test "
                         "split: keep one.")
