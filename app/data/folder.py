@@ -91,8 +91,8 @@ def _source(path, val_fraction: float, name: str, times: bool, test: Held) -> So
     if held_out:
         test_split = _file_split(root, held_out, class_names)[0]
     else:
-        # <path>/test/ is the test split beside train/ and val/; in the flat layout it would be a class
-        given = root / "test" if fraction is None and (root / "test").is_dir() else test.path
+        # data.test_path when named; else <path>/test/ beside train/ and val/ (in the flat layout, a class)
+        given = test.path or (root / "test" if fraction is None and (root / "test").is_dir() else None)
         test_split = _test_split(given, class_names)
     split["test"] = test_split.paths if test_split else None
     split["test_fraction"] = test.fraction if held_out else None

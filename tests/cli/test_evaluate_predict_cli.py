@@ -145,6 +145,9 @@ def test_evaluate_on_a_folders_test_split(tmp_path):
     assert trained.returncode == 0, trained.stderr[-3000:]
     missing = app("evaluate", f"resume={tmp_path / 'run'}", "split=test", cwd=tmp_path)
     assert missing.returncode == 2 and "`split`" in missing.stderr and "data.test_path" in missing.stderr
+    held = app("evaluate", f"resume={tmp_path / 'run'}", "split=test", f"data.test_path={tmp_path / 'images/val'}",
+               "queue.workers=0", cwd=tmp_path)  # the advice above, followed as written
+    assert held.returncode == 0 and "on 4 test samples" in held.stdout, held.stderr[-3000:]
     images("test", 3)
     result = app("evaluate", f"resume={tmp_path / 'run'}", "split=test", "queue.workers=0", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]

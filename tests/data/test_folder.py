@@ -343,6 +343,8 @@ def test_a_test_split_beside_train_and_val_or_by_test_path_outside_the_fingerpri
     src = folder_source(root, val_fraction=0.2)
     assert src.test.labels.tolist() == [1, 1] and src.test.paths[0].endswith("test/y/y000.png")
     assert src.fingerprint == without.fingerprint  # test images never block a resume
+    named = folder_source(root, val_fraction=0.2, test=Held(str(_tree(tmp_path / "held", {"x": 3}))))
+    assert named.test.labels.tolist() == [0, 0, 0]  # data.test_path, named, wins over <path>/test/
     # the flat layout takes a test folder of its own; a "test" folder in it is a class
     flat = _tree(tmp_path / "flat", {"x": 4, "y": 4})
     elsewhere = _tree(tmp_path / "held_out", {"x": 1})
