@@ -207,8 +207,9 @@ def _walk(folder: Path, root: Path, above: frozenset = frozenset()):
     for ever."""
     here = folder.stat()
     key = (here.st_dev, here.st_ino)
-    if key in above:
-        raise DataError(f"{folder} is a symbolic link loop (it leads back to {folder.resolve()}, a folder "
+    if key in above:  # named by its link: x/up -> .. shows up as x/up/x, which is no link itself
+        link = next((p for p in (folder, *folder.parents) if p.is_symlink()), folder)
+        raise DataError(f"{link} is a symbolic link loop (it leads back to {link.resolve()}, a folder "
                         f"above it): remove the link, or point it outside {root}.")
     for entry in os.scandir(folder):
         if entry.name.startswith("."):
