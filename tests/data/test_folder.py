@@ -290,7 +290,7 @@ def test_error_a_symlink_loop(tmp_path):
     assert f"{root / 'a' / 'nested' / 'up'} is a symbolic link loop" in message and "remove the link" in message
     above = _tree(tmp_path / "e", {"a": 2, "b": 2})
     (above / "b" / "up").symlink_to("..")  # to data.path itself: the loop shows at b/up/b, the link is b/up
-    assert _error(above).startswith(f"{above / 'b' / 'up'} is a symbolic link loop (it leads back to {above})")
+    assert _error(above).startswith(f"{above / 'b' / 'up'} is a symbolic link loop (it leads back to {above}, a folder")
     (root / "a" / "nested" / "up").unlink()
     (root / "a" / "nested" / "side").symlink_to(root / "b", target_is_directory=True)  # not a loop: followed
     assert len(folder_source(root, 0.3).train) + len(folder_source(root, 0.3).val) == 6
