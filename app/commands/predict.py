@@ -17,6 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from app.config import conf_dir
+from app.errors import ConfigError, DataError
 from app.io import atomic_write
 from app.schema import register
 
@@ -38,7 +39,6 @@ def image_files(path: Path) -> list[Path]:
 def _exported(keras, run_dir: Path) -> tuple:
     """(the model, its metadata) of the run's model.keras; a missing or damaged one is a DataError
     that says how to write it again."""
-    from app.errors import DataError
     from app.model import exported_problem, read_metadata
 
     path = run_dir / "model.keras"
@@ -53,26 +53,34 @@ def _exported(keras, run_dir: Path) -> tuple:
                     "trains no further when all its epochs are done). Nothing was changed.")
 
 
+def _input_files(given: str | None) -> tuple[Path, list[Path]]:
+    if not given:
+        raise ConfigError("config key `input` is missing: predict needs input=<image file or folder of images>.")
+    try:
+        source = Path(given).expanduser().resolve()
+    except (RuntimeError, OSError):  # a link in a loop (Python 3.11 raises RuntimeError, later ones OSError)
+        raise DataError(f"input {given} is a symbolic link in a loop: point it at an image or a folder of "
+                        "images, or give the file it was meant for.") from None
+    if not source.exists():
+        raise DataError(f"input {source} does not exist.")
+    files = image_files(source)
+    if not files:
+        raise DataError(f"input {source} holds no image files (JPEG, PNG, WebP, BMP, TIFF).")
+    return source, files
+
+
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     from app.augment import eval_transforms
     from app.data.source import FileSplit
-    from app.errors import ConfigError, DataError
     from app.frameworks import load_keras
     from app.loader.pipeline import build_loader, every_sample
     from app.training.resume import open_run
 
     # first: it picks the backend Keras loads on
     run_dir, config = open_run(cfg, safe=("queue.", "input", "data.max_image_pixels"))
+    source, files = _input_files(config.input)  # before Keras loads: a wrong input is said at once
     keras = load_keras()
-    if not config.input:
-        raise ConfigError("config key `input` is missing: predict needs input=<image file or folder of images>.")
-    source = Path(config.input).expanduser().resolve()
-    if not source.exists():
-        raise DataError(f"input {source} does not exist.")
-    files = image_files(source)
-    if not files:
-        raise DataError(f"input {source} holds no image files (JPEG, PNG, WebP, BMP, TIFF).")
     model_path = run_dir / "model.keras"
     net, meta = _exported(keras, run_dir)
     names, size = meta["class_names"], meta["image_size"]

@@ -41,7 +41,8 @@ FOLDER = "cifar-10-batches-py"
 TRAIN_BATCHES = [f"data_batch_{i}" for i in range(1, 6)]
 TEST_BATCHES = ["test_batch"]
 META = "batches.meta"
-CACHE_VERSION = 2
+# 3: caches from before label names and pixel values were checked are rebuilt (and so checked).
+CACHE_VERSION = 3
 # 1: the test batch was the validation split. 2: validation drawn from the training batches.
 SPLIT_VERSION = 2
 
@@ -161,11 +162,11 @@ def _build_cache(cache: Path, found: Path, key: str) -> dict:
         arrays[f"{split}_x"] = np.ascontiguousarray(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
         arrays[f"{split}_y"] = np.concatenate(
             [np.asarray(batches[m][b"labels"], dtype=np.int64) for m in members])
-    label_names = batches[META].get(b"label_names")
-    if not label_names:
-        raise DataError(f"{found}: {META} has no label_names. Replace it with the official archive "
-                        f"from {URL}.")
-    class_names = [n.decode() if isinstance(n, bytes) else str(n) for n in label_names]
+    class_names = [n.decode() if isinstance(n, bytes) else str(n) for n in batches[META].get(b"label_names") or []]
+    # Labels run 0 to 9 (_rows): fewer names leave some unnamed, a repeated one merges two classes' metrics.
+    if len(set(class_names)) != 10 or len(class_names) != 10:
+        raise DataError(f"{found}: {META}'s label_names are not 10 distinct names ({class_names}). Replace it "
+                        f"with the official archive from {URL}.")
 
     digest = hashlib.sha256(f"cifar split {SPLIT_VERSION}".encode())
     cache.mkdir(parents=True, exist_ok=True)
@@ -186,7 +187,7 @@ def _build_cache(cache: Path, found: Path, key: str) -> dict:
 
 
 def _rows(batch: dict, found: Path, member: str) -> np.ndarray:
-    data = np.asarray(batch.get(b"data", []), dtype=np.uint8)
+    data = np.asarray(batch.get(b"data", []))
     labels = np.asarray(batch.get(b"labels", []))
     if data.ndim != 2 or data.shape[1] != 3072 or len(labels) != len(data):
         raise DataError(f"{found}: {member} is not a CIFAR-10 batch (data of shape {data.shape}, "
@@ -196,7 +197,23 @@ def _rows(batch: dict, found: Path, member: str) -> np.ndarray:
         raise DataError(f"{found}: {member} is not a CIFAR-10 batch: row {outside[0]} has label "
                         f"{labels[outside[0]].item()!r}, where CIFAR-10's are 0 to 9. Replace it with the official "
                         f"archive from {URL}.")
-    return data
+    return _pixels(data, found, member)
+
+
+def _pixels(data: np.ndarray, found: Path, member: str) -> np.ndarray:
+    """`data` as uint8; a value uint8 cannot hold is named, since the cast would wrap 300 to 44 without a word."""
+    if data.dtype == np.uint8:
+        return data
+    if data.dtype.kind not in "iuf":
+        raise DataError(f"{found}: {member} is not a CIFAR-10 batch: its data are {data.dtype} values, where "
+                        f"CIFAR-10's are pixels 0 to 255. Replace it with the official archive from {URL}.")
+    wrong = np.argwhere((data < 0) | (data > 255) | (data != np.floor(data)))
+    if len(wrong):
+        row, column = wrong[0]
+        raise DataError(f"{found}: {member} is not a CIFAR-10 batch: row {row} holds the value "
+                        f"{data[row, column].item()!r}, where CIFAR-10's pixels are 0 to 255. Replace it with the "
+                        f"official archive from {URL}.")
+    return data.astype(np.uint8)
 
 
 def _read_batches(found: Path) -> dict[str, dict]:
@@ -216,9 +233,9 @@ def _read_batches(found: Path) -> dict[str, dict]:
                     if member.isfile() and name in wanted and Path(member.name).parent.name == FOLDER:
                         batches[name] = _unpickle(tar.extractfile(member))
     except (OSError, EOFError, tarfile.TarError, pickle.UnpicklingError) as exc:
-        what = "folder" if found.is_dir() else "archive"
-        raise DataError(f"cannot read CIFAR-10 from {reading}: {str(exc).rstrip('.')}. Replace the {what} with the "
-                        f"official {FOLDER}/ from {URL}.") from exc
+        what = f"folder with the official {FOLDER}/" if found.is_dir() else f"archive with the official {ARCHIVE}"
+        raise DataError(f"cannot read CIFAR-10 from {reading}: {str(exc).rstrip('.')}. Replace the {what} "
+                        f"from {URL}.") from exc
     missing = sorted(wanted - set(batches))
     if missing:
         raise DataError(f"{found} is not a complete CIFAR-10 ({FOLDER}/): missing "

@@ -45,6 +45,23 @@ def folder_source(path: str | os.PathLike, val_fraction: float, name: str = "fol
                   test: Held = Held()) -> Source:
     """`times=False`: the fingerprint leaves modification times out (generated data, whose files
     are the same bytes wherever and whenever they are made)."""
+    try:
+        return _source(path, val_fraction, name, times, test)
+    except PermissionError as error:  # a folder the scan cannot list (an image is the loader's to report)
+        locked = _first_locked(Path(error.filename))
+        raise DataError(f"{locked} cannot be read ({error.strerror}): every folder under data.path {path}"
+                        f"{f' and data.test_path {test.path}' if test.path else ''} must be readable by the user "
+                        f"running the app. Give it read access (its owner can run `chmod -R a+rX {locked}`), "
+                        "or move it out.") from None
+
+
+def _first_locked(path: Path) -> Path:
+    """The outermost folder on `path` that cannot be listed and entered: a stat of x/train fails
+    when x itself is locked, and read access to x/train alone would not mend it."""
+    return next((p for p in (*reversed(path.parents), path) if not os.access(p, os.R_OK | os.X_OK)), path)
+
+
+def _source(path, val_fraction: float, name: str, times: bool, test: Held) -> Source:
     if test.fraction and test.path:
         raise DataError(f"data.test_fraction={test.fraction} and data.test_path={test.path} both name a test "
                         "split: keep one.")
@@ -74,8 +91,8 @@ def folder_source(path: str | os.PathLike, val_fraction: float, name: str = "fol
     if held_out:
         test_split = _file_split(root, held_out, class_names)[0]
     else:
-        # <path>/test/ is the test split beside train/ and val/; in the flat layout it would be a class
-        given = root / "test" if fraction is None and (root / "test").is_dir() else test.path
+        # data.test_path when named; else <path>/test/ beside train/ and val/ (in the flat layout, a class)
+        given = test.path or (root / "test" if fraction is None and (root / "test").is_dir() else None)
         test_split = _test_split(given, class_names)
     split["test"] = test_split.paths if test_split else None
     split["test_fraction"] = test.fraction if held_out else None
@@ -190,8 +207,9 @@ def _walk(folder: Path, root: Path, above: frozenset = frozenset()):
     for ever."""
     here = folder.stat()
     key = (here.st_dev, here.st_ino)
-    if key in above:
-        raise DataError(f"{folder} is a symbolic link loop (it leads back to {folder.resolve()}, a folder "
+    if key in above:  # named by its link: x/up -> .. shows up as x/up/x, which is no link itself
+        link = next((p for p in (folder, *folder.parents) if p.is_symlink()), folder)
+        raise DataError(f"{link} is a symbolic link loop (it leads back to {link.resolve()}, a folder "
                         f"above it): remove the link, or point it outside {root}.")
     for entry in os.scandir(folder):
         if entry.name.startswith("."):

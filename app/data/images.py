@@ -57,22 +57,25 @@ class Decode:
 
 def _check_pixels(width: int, height: int, max_pixels: int | None) -> None:
     if max_pixels is not None and width * height > max_pixels:
-        raise _too_large(f"{width}×{height} = {width * height / 1e6:.0f} M", max_pixels)
+        raise DecodeError(f"it declares {width}×{height} = {_count(width * height)} pixels, above "
+                          f"data.max_image_pixels={max_pixels} (a decompression bomb, or a scan too large: raise "
+                          "data.max_image_pixels if the file is genuine)")
 
 
-def _too_large(declared: str, max_pixels: int | None) -> DecodeError:
-    if max_pixels is not None:
-        return DecodeError(f"it declares {declared} pixels, above data.max_image_pixels={max_pixels} (a decompression "
-                           "bomb, or a scan too large: raise data.max_image_pixels if the file is genuine)")
-    return DecodeError(f"it declares {declared} pixels, above Pillow's own limit ({2 * Image.MAX_IMAGE_PIXELS}), "
-                       "which data.max_image_pixels=null does not lift (a decompression bomb, or an image too large "
-                       "to decode whole: resize or tile it)")
+def _count(pixels: int) -> str:
+    """Millions where rounding to them hides little; the exact count below, where a limit the user
+    set may be near (a 32×32 image is not "0 M")."""
+    return f"{pixels / 1e6:.0f} M" if pixels >= 100_000_000 else f"{pixels:,}"
 
 
-def _pillow_refusal(error: Exception, max_pixels: int | None) -> DecodeError:
-    """Pillow's DecompressionBombError (above twice its own limit, before ours could look) as ours."""
+def _pillow_refusal(error: Exception) -> DecodeError:
+    """Pillow's DecompressionBombError (above twice its own limit, before ours could look) as ours.
+    No data.max_image_pixels lifts that limit, so the message names it whatever the setting."""
     declared = re.search(r"\((\d+) pixels\)", str(error))
-    return _too_large(f"{int(declared.group(1)) / 1e6:.0f} M" if declared else "too many", max_pixels)
+    count = _count(int(declared.group(1))) if declared else "too many"
+    return DecodeError(f"it declares {count} pixels, above Pillow's own limit ({2 * Image.MAX_IMAGE_PIXELS}), "
+                       "which no data.max_image_pixels lifts (a decompression bomb, or an image too large to decode "
+                       "whole: resize or tile it)")
 
 
 def draft_scale(width: int, height: int, min_short_side: int) -> int:
@@ -126,7 +129,7 @@ def declared_size(head: bytes, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> t
         with Image.open(io.BytesIO(head)) as img:
             return img.width, img.height
     except Image.DecompressionBombError as exc:
-        raise _pillow_refusal(exc, max_pixels) from None
+        raise _pillow_refusal(exc) from None
     except Exception:  # noqa: BLE001 - whatever Pillow cannot read from the header is the decode's to name
         return None
 
@@ -167,7 +170,7 @@ def _pillow_rgb(source, min_short_side: int | None, max_pixels: int | None) -> n
     except DecodeError:
         raise
     except Image.DecompressionBombError as exc:
-        raise _pillow_refusal(exc, max_pixels) from None
+        raise _pillow_refusal(exc) from None
     except (OSError, ValueError, SyntaxError) as exc:
         # Pillow reports truncation as OSError("image file is truncated ...") or
         # OSError("Truncated File Read"); other decoder failures vary by plugin.
@@ -216,7 +219,7 @@ def _pillow_size(path: str | os.PathLike, max_pixels: int | None) -> tuple[int, 
         with Image.open(path) as img:
             return img.width, img.height
     except Image.DecompressionBombError as exc:
-        raise _pillow_refusal(exc, max_pixels) from None
+        raise _pillow_refusal(exc) from None
     except Exception:  # noqa: BLE001 - not an image: the loader's to report
         return None
 

@@ -7,6 +7,7 @@ Never imports TensorFlow, the model, training or the commands.
 
 from __future__ import annotations
 
+import csv
 import logging
 from pathlib import Path
 
@@ -57,8 +58,10 @@ class BadSamples:
         seen.add(reply.index)
         log.warning("skipped sample %d of the %s split (%s): %s", reply.index, split_name, reply.where, reply.detail)
         if self.bad_log is not None:
-            with open(self.bad_log, "a", encoding="utf-8") as f:
-                f.write(f"{split_name}\t{reply.index}\t{reply.where}\t{reply.detail}\n")
+            # csv quotes a field only when it holds a tab, newline or quote (a file may be named so): one row a file
+            with open(self.bad_log, "a", encoding="utf-8", newline="") as f:
+                csv.writer(f, delimiter="\t", lineterminator="\n").writerow(
+                    (split_name, reply.index, reply.where, reply.detail))
         self._warn_if_a_class_is_gone(split_name, int(self.labels[split_name][reply.index]))
         total = self.sizes[split_name]
         if len(seen) > self.max_bad_fraction * total:

@@ -98,6 +98,8 @@ def prepare_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str 
         raise config_error("resume", value, f"{run_dir} is not a run directory with checkpoints/ (give a directory "
                            "under outputs/ that a training run wrote, or `latest`)")
     kept = [a for a in argv if _key(a) != "resume"]
+    if word == "evaluate":  # composed on the default data group (synthetic, no test_path) before the run's is read
+        kept = [f"++{a.lstrip('+')}" if _key(a) == "data.test_path" else a for a in kept]
     if on_a_run:
         where = run_dir / word / f"{stamp[0]}_{stamp[1]}"
         if not info:

@@ -121,6 +121,10 @@ print(json.dumps({{"classes": [names[i] for i in probabilities.argmax(1)], "p": 
 def test_predict_names_a_missing_input(run, tmp_path):
     result = app("predict", f"resume={run}", f"input={tmp_path / 'none'}", cwd=run.parent)
     assert result.returncode == 1 and str(tmp_path / "none") in result.stderr
+    (tmp_path / "self.jpg").symlink_to("self.jpg")  # a link in a loop, given as the input
+    looped = app("predict", f"resume={run}", f"input={tmp_path / 'self.jpg'}", cwd=run.parent)
+    assert looped.returncode == 1 and f"input {tmp_path / 'self.jpg'} is a symbolic link in a loop" in looped.stderr
+    assert "a bug" not in looped.stderr
 
 
 def test_evaluate_on_a_folders_test_split(tmp_path):
@@ -145,6 +149,9 @@ def test_evaluate_on_a_folders_test_split(tmp_path):
     assert trained.returncode == 0, trained.stderr[-3000:]
     missing = app("evaluate", f"resume={tmp_path / 'run'}", "split=test", cwd=tmp_path)
     assert missing.returncode == 2 and "`split`" in missing.stderr and "data.test_path" in missing.stderr
+    held = app("evaluate", f"resume={tmp_path / 'run'}", "split=test", f"data.test_path={tmp_path / 'images/val'}",
+               "queue.workers=0", cwd=tmp_path)  # the advice above, followed as written
+    assert held.returncode == 0 and "on 4 test samples" in held.stdout, held.stderr[-3000:]
     images("test", 3)
     result = app("evaluate", f"resume={tmp_path / 'run'}", "split=test", "queue.workers=0", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]

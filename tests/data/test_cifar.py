@@ -214,6 +214,32 @@ def test_a_label_outside_the_ten_classes_or_an_empty_batch_file_is_named(tmp_pat
         load_source(_cfg(tmp_path))
 
 
+
+def test_label_names_that_are_not_ten_distinct_names_are_named(tmp_path):
+    """batches.meta with fewer names than the labels use, or one name twice (per-class metrics
+    would fold into one column), is refused naming the file; pixel values beyond 0..255 are not
+    wrapped into uint8."""
+    batches = _write_batches(tmp_path)
+    meta = tmp_path / "cifar-10-batches-py" / "batches.meta"
+    for names in (LABEL_NAMES[:3], [b"cat"] * 10):
+        meta.write_bytes(_dump({b"label_names": names}))
+        with pytest.raises(DataError, match=r"batches.meta's label_names are not 10 distinct names"):
+            load_source(_cfg(tmp_path))
+    meta.write_bytes(_dump({b"label_names": LABEL_NAMES}))
+    load_source(_cfg(tmp_path))
+    cached = tmp_path / "cache" / "meta.json"  # as a version that did not check would have cached three names
+    cached.write_text(json.dumps({**json.loads(cached.read_text()), "version": 2, "class_names": ["a", "b", "c"]}))
+    assert load_source(_cfg(tmp_path)).class_names == [n.decode() for n in LABEL_NAMES]  # rebuilt, checked
+    data, labels = batches["data_batch_5"]
+    wide = data.astype(np.int64)
+    wide[2, 7] = 300
+    (tmp_path / "cifar-10-batches-py" / "data_batch_5").write_bytes(_dump({b"labels": labels, b"data": wide}))
+    with pytest.raises(DataError, match=r"data_batch_5 is not a CIFAR-10 batch: row 2 holds the value 300"):
+        load_source(_cfg(tmp_path))
+    wide[2, 7] = 255  # negative control: int64 within 0..255 reads as the official uint8 would
+    (tmp_path / "cifar-10-batches-py" / "data_batch_5").write_bytes(_dump({b"labels": labels, b"data": wide}))
+    assert len(load_source(_cfg(tmp_path)).train) > 0
+
 def test_download_from_url_with_good_md5(tmp_path, monkeypatch):
     archive, batches = _write_archive(tmp_path / "server")
     monkeypatch.setattr(cifar, "URL", archive.as_uri())
@@ -282,3 +308,11 @@ def test_runs_on_the_first_split_are_refused(tmp_path):
         run_source(run, _cfg(tmp_path / "data"))
     assert "CIFAR-10 split version 1, where the official test batch was the validation split" in str(err.value)
     assert "Start a new run" in str(err.value)
+
+
+def test_a_truncated_archive_is_named_with_the_file_to_put_in_its_place(tmp_path):
+    archive, _ = _write_archive(tmp_path)
+    archive.write_bytes(archive.read_bytes()[:len(archive.read_bytes()) // 2])
+    with pytest.raises(DataError, match=r"cifar-10-python.tar.gz: .*Replace the archive with the official "
+                                        r"cifar-10-python.tar.gz from https://"):
+        load_source(_cfg(tmp_path))

@@ -4,6 +4,8 @@ import json
 import os
 import pickle
 import shutil
+import tempfile
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -286,6 +288,9 @@ def test_error_a_symlink_loop(tmp_path):
     (root / "a" / "nested" / "up").symlink_to(root / "a")
     message = _error(root)
     assert f"{root / 'a' / 'nested' / 'up'} is a symbolic link loop" in message and "remove the link" in message
+    above = _tree(tmp_path / "e", {"a": 2, "b": 2})
+    (above / "b" / "up").symlink_to("..")  # to data.path itself: the loop shows at b/up/b, the link is b/up
+    assert _error(above).startswith(f"{above / 'b' / 'up'} is a symbolic link loop (it leads back to {above}, a folder")
     (root / "a" / "nested" / "up").unlink()
     (root / "a" / "nested" / "side").symlink_to(root / "b", target_is_directory=True)  # not a loop: followed
     assert len(folder_source(root, 0.3).train) + len(folder_source(root, 0.3).val) == 6
@@ -341,6 +346,8 @@ def test_a_test_split_beside_train_and_val_or_by_test_path_outside_the_fingerpri
     src = folder_source(root, val_fraction=0.2)
     assert src.test.labels.tolist() == [1, 1] and src.test.paths[0].endswith("test/y/y000.png")
     assert src.fingerprint == without.fingerprint  # test images never block a resume
+    named = folder_source(root, val_fraction=0.2, test=Held(str(_tree(tmp_path / "held", {"x": 3}))))
+    assert named.test.labels.tolist() == [0, 0, 0]  # data.test_path, named, wins over <path>/test/
     # the flat layout takes a test folder of its own; a "test" folder in it is a class
     flat = _tree(tmp_path / "flat", {"x": 4, "y": 4})
     elsewhere = _tree(tmp_path / "held_out", {"x": 1})
@@ -387,3 +394,55 @@ def _only(root, keep, dest):
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(root / rel, dest / rel)
     return dest
+
+
+def _scanned_by_another_user(root: Path, test_path: Path | None = None) -> str:
+    """folder_source(root)'s DataError message, as a user without root's right to read anything:
+    this process when it is not root, else a forked child that gives up root first."""
+    def scan() -> str:
+        try:
+            folder_source(root, 0.2, test=Held(str(test_path) if test_path else None))
+            return "no error"
+        except DataError as error:
+            return str(error)
+        except Exception as error:  # noqa: BLE001 - what the test should see instead
+            return f"{type(error).__name__}: {error}"
+
+    if os.geteuid() != 0:
+        return scan()
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            os.write(write, scan().encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as f:
+        said = f.read().decode()
+    os.waitpid(child, 0)
+    return said
+
+
+def test_an_unreadable_folder_is_named_with_a_fix_that_reads(tmp_path):
+    """chmod 000 on a sub-folder, a class folder or data.path itself: the message names it and
+    asks for read access; never the run-directory advice ("writable by you")."""
+    base = Path(tempfile.mkdtemp(prefix="unreadable-", dir="/tmp"))  # another user must reach it
+    try:
+        base.chmod(0o755)
+        root = _tree(base / "data", {"a": 3, "b": 3})
+        (root / "a" / "sub").mkdir()
+        assert _scanned_by_another_user(root) == "no error"  # negative control: all readable
+        for locked in (root / "a" / "sub", root / "b", root):
+            locked.chmod(0o000)
+            said = _scanned_by_another_user(root)
+            locked.chmod(0o755)
+            assert said.startswith(f"{locked} cannot be read (Permission denied)"), said
+            assert f"chmod -R a+rX {locked}`" in said
+            assert "writable" not in said and f"data.path {root}" in said
+    finally:
+        for folder in (base, *base.rglob("*")):
+            folder.chmod(0o755)
+        shutil.rmtree(base)

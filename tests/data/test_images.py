@@ -340,9 +340,10 @@ def test_a_decompression_bomb_is_refused_before_decoding(tmp_path):
     _declaring(bomb, 30000, 30000)
     _png_declaring(png, 30000, 30000)
     assert bomb.stat().st_size < 1000
-    for path in (bomb, png):
-        with pytest.raises(DecodeError, match=r"declares (30000×30000 = )?900 M pixels, above data.max_image_pixels"):
-            load_rgb(path)
+    with pytest.raises(DecodeError, match=r"declares 30000×30000 = 900 M pixels, above data.max_image_pixels"):
+        load_rgb(bomb)
+    with pytest.raises(DecodeError, match=r"declares 900 M pixels, above Pillow's own limit"):  # Pillow refuses first
+        load_rgb(png)
     with pytest.raises(BadSampleError, match="bomb.jpg.*above data.max_image_pixels=89478485"):
         FileSplit([str(bomb)], [0]).read(0)
 
@@ -436,3 +437,20 @@ def test_a_device_or_pipe_named_as_an_image_is_refused_before_it_is_opened(tmp_p
             images.read_bytes(tmp_path / name)
         assert header_draft(tmp_path / name, None) is None
     assert load_rgb(real).shape == (3, 4, 3) and header_draft(real, None) == (4, 3, 1)  # negative control
+
+
+def test_a_refusal_states_the_limit_that_refused_it(tmp_path):
+    """A small limit names the pixel count exactly (never "0 M"); above Pillow's own hard limit
+    (twice its default) the message names that limit, since raising data.max_image_pixels
+    cannot lift it, and never claims a raised limit was passed."""
+    small, huge = tmp_path / "small.png", tmp_path / "huge.png"
+    Image.new("RGB", (32, 32)).save(small)
+    _png_declaring(huge, 15000, 15000)  # 225 M: above Pillow's 179 M whatever the setting
+    with pytest.raises(DecodeError, match=r"declares 32×32 = 1,024 pixels, above data.max_image_pixels=500 "):
+        load_rgb(small, max_pixels=500)
+    for max_pixels in (images.DEFAULT_MAX_PIXELS, 300_000_000, None):
+        with pytest.raises(DecodeError) as refused:
+            load_rgb(huge, max_pixels=max_pixels)
+        assert "225 M pixels, above Pillow's own limit (178956970)" in str(refused.value)
+        assert "above data.max_image_pixels" not in str(refused.value)
+        assert "raise data.max_image_pixels" not in str(refused.value)  # advice that would fail

@@ -3,12 +3,17 @@ file raises, is skipped or stands in by policy; a worker's failure or MemoryErro
 
 from __future__ import annotations
 
+import csv
+
 import numpy as np
 import pytest
 from loaders import assert_clean, make
 from marked import MarkedSplit, index_of
 
+from app.data.source import FileSplit
 from app.errors import DataError, MachineError, WorkerError
+from app.loader import messages
+from app.loader.bad_samples import BadSamples
 
 
 @pytest.mark.parametrize("processes", [True, False], ids=["processes", "threads"])
@@ -102,3 +107,17 @@ def test_a_class_with_every_sample_skipped_is_warned_of(tmp_path, caplog, childr
         list(enq.batches("train", np.arange(9), epoch=0))
     assert not [r for r in caplog.records if "every sample of class" in r.getMessage()]
     assert_clean(children)
+
+
+def test_bad_samples_txt_keeps_one_row_a_file_whatever_its_name(tmp_path):
+    """A file name may hold a tab, a newline or a quote: bad_samples.txt stays one row of four
+    tab-separated fields a file, read back by csv with delimiter='\\t'."""
+    names = ["/data/a\tb.jpg", "/data/new\nline.jpg", '/data/q"uote.jpg', "/data/plain.jpg"]
+    log = tmp_path / "bad_samples.txt"
+    bad = BadSamples({"train": FileSplit(names + ["/data/good.jpg"], [0, 1, 0, 1, 0])}, 1.0, log)
+    for index, where in enumerate(names):
+        bad.take(messages.Skipped(0, index, index, where, "empty file", stand_in=4), "train")
+    with open(log, newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f, delimiter="\t"))
+    assert rows == [["train", str(i), where, "empty file"] for i, where in enumerate(names)]
+    assert log.read_text().splitlines()[-1] == "train\t3\t/data/plain.jpg\tempty file"  # plain names as before
