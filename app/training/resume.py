@@ -95,8 +95,7 @@ def prepare_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str 
                            "(overwrite=true moves a finished run aside to start a new one there)")
     run_dir = latest_run(outputs) if value == "latest" else Path(value).expanduser().resolve()
     if not (run_dir / "checkpoints").is_dir():
-        raise config_error("resume", value, f"{run_dir} is not a run directory with checkpoints/ (give a directory "
-                           "under outputs/ that a training run wrote, or `latest`)")
+        raise checkpoint.nothing_to_resume(run_dir)
     kept = [a for a in argv if _key(a) != "resume"]
     if on_a_run:
         where = run_dir / word / f"{stamp[0]}_{stamp[1]}"
