@@ -80,7 +80,8 @@ def explain(error: BaseException, resume_hint: str | None = None, where: str | N
     too_large = _errno_in(error, "EFBIG")
     if too_large is not None:
         then = f"continue with `{resume_hint}`" if resume_hint else "run the command again"
-        return MachineError(f"{too_large.filename or where or 'a file being written'} grew past the largest file "
+        file = too_large.filename or (f"a file written into {where}" if where else "a file being written")
+        return MachineError(f"{file} grew past the largest file "
                             f"this process may write ({too_large.strerror}: the shell's `ulimit -f`, or the file "
                             f"system's own limit): raise it (`ulimit -f unlimited`) or write to another disk, then "
                             f"{then}.")

@@ -234,9 +234,9 @@ def resume_point(run_dir: Path, epochs: int | None = None) -> ResumePoint:
 
 def _check_epochs_left(run_dir: Path, path: Path, state: dict, epochs: int | None) -> None:
     """The checkpoint's epoch, finished or under way, is within trainer.epochs: a run is never cut back."""
-    least = state["epoch"] + 1
-    if epochs is None or epochs >= least:
+    if epochs is None or epochs > state["epoch"]:
         return
+    least = state["epoch"] + 1
     where = f"{least} epochs done" if state["epoch_complete"] else f"epoch {least} under way"
     raise config_error("trainer.epochs", epochs, f"{least} or more: {run_dir} has {where} (checkpoint {path.name}), "
                        f"and a run is not cut back. Leave trainer.epochs out to go on as set, or "
