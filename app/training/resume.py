@@ -118,6 +118,9 @@ def _overwrite(argv: list[str]) -> bool:
 def _refuse_or_move_aside(folder: Path, overwrite: bool, key: str) -> None:
     """A new run (or sweep) into a folder chosen on the command line that holds a run already:
     refused, or with overwrite=true the old one renamed aside first; a live run is never moved."""
+    if folder.exists() and not folder.is_dir():
+        raise config_error(key, str(folder), f"a folder: {folder} is a file (nothing was written); name a new "
+                           "folder, or one that holds no run")
     if not holds_run(folder):
         return
     if not overwrite:

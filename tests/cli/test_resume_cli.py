@@ -229,6 +229,10 @@ def test_a_folder_that_holds_a_run_is_refused_unless_overwrite_moves_it_aside(tm
     monkeypatch.chdir(tmp_path)
     (tmp_path / "empty").mkdir()
     assert prepare_argv(["hydra.run.dir=empty"]) == ["hydra.run.dir=empty"]  # negative control: nothing to lose
+    (tmp_path / "notes").write_text("a file")
+    with pytest.raises(ConfigError, match="`hydra.run.dir` = '.*notes' is not allowed: a folder: .*notes is a file"):
+        prepare_argv(["hydra.run.dir=notes"])
+    assert (tmp_path / "notes").read_text() == "a file"
     (tmp_path / "refused").mkdir()  # a run refused at start (a config error): nothing to resume, nothing to lose
     (tmp_path / "refused" / "summary.json").write_text('{"status": "failed"}')
     assert prepare_argv(["hydra.run.dir=refused"]) == ["hydra.run.dir=refused"]
