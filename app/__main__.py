@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -106,16 +107,17 @@ def main(argv: list[str] | None = None) -> int:
 
 def _remove_empty_claims(word: str, failed: bool) -> None:
     """A directory claimed for this command that nothing was written into goes again, with the
-    empty folders made for it (outputs/<date>/), never above the working directory. When
-    evaluate or predict failed before writing anything (and not by a bug, whose traceback its
-    log keeps), their log goes too: it says only what was printed, and the folder would look
-    like a result."""
+    empty folders made for it (outputs/<date>/), never above the working directory. When a
+    command other than train failed before writing anything (a refusal, Ctrl-C; not a bug, whose
+    traceback its log keeps), its log and Hydra's copy of its config go too: they say only what
+    was printed, and the folder would look like a result."""
     from app.training.resume import CLAIMED
 
     here = os.path.abspath(os.curdir)
     for path in CLAIMED:
         log = path / f"{word}.log"
-        if failed and word in ("evaluate", "predict") and _only(path, log) and not _bug_logged(log):
+        if failed and word != "train" and _only(path, log) and not _bug_logged(log):
+            shutil.rmtree(path / ".hydra", ignore_errors=True)
             log.unlink()
         for folder in [path, *path.parents][:4]:
             if folder != path and not os.path.abspath(folder).startswith(here + os.sep):
@@ -127,9 +129,9 @@ def _remove_empty_claims(word: str, failed: bool) -> None:
 
 
 def _only(folder: Path, log: Path) -> bool:
-    """Whether `log` is all that `folder` holds."""
+    """Whether `log` (and Hydra's .hydra/) is all that `folder` holds."""
     try:
-        return [p.name for p in folder.iterdir()] == [log.name]
+        return {p.name for p in folder.iterdir()} - {".hydra"} == {log.name}
     except OSError:
         return False
 

@@ -77,6 +77,14 @@ def explain(error: BaseException, resume_hint: str | None = None, where: str | N
         then = f", then continue with `{resume_hint}`: the checkpoints written before are whole" if resume_hint \
             else ", then run the command again"
         return MachineError(f"no space left on the device holding {where}{free}: free some space{then}.")
+    too_large = _errno_in(error, "EFBIG")
+    if too_large is not None:
+        then = f"continue with `{resume_hint}`" if resume_hint else "run the command again"
+        file = too_large.filename or (f"a file written into {where}" if where else "a file being written")
+        return MachineError(f"{file} grew past the largest file "
+                            f"this process may write ({too_large.strerror}: the shell's `ulimit -f`, or the file "
+                            f"system's own limit): raise it (`ulimit -f unlimited`) or write to another disk, then "
+                            f"{then}.")
     if any(isinstance(e, MemoryError) for e in _chain(error)):
         if resume_hint:  # a resumed run keeps its data and model settings: only the queue's may change
             return MachineError(f"out of memory (MemoryError): continue with `{resume_hint} queue.max_size=1` (or "
@@ -91,6 +99,13 @@ def explain(error: BaseException, resume_hint: str | None = None, where: str | N
         return MachineError(f"{path} cannot be written or read: {blocked.strerror}. Give it back its place (a file "
                             f"where a file belongs, writable by you, on a writable disk), then {then}.")
     return error
+
+
+def _errno_in(error: BaseException, name: str) -> OSError | None:
+    """The OSError with errno `name` in `error`'s chain."""
+    import errno
+
+    return next((e for e in _chain(error) if isinstance(e, OSError) and e.errno == getattr(errno, name)), None)
 
 
 def _path_refused(error: BaseException) -> OSError | None:

@@ -96,3 +96,14 @@ def test_a_path_the_file_system_refuses_is_named_with_what_to_do():
     assert isinstance(explain(locked), MachineError) and "/runs/x/model.keras" in str(explain(locked))
     missing = FileNotFoundError(errno.ENOENT, "No such file or directory", "/x")  # negative control: not a refusal
     assert explain(missing) is missing
+
+
+def test_a_file_past_the_size_limit_is_a_message_saying_what_to_do():
+    """`ulimit -f` (or a file system's largest file) refuses a write with EFBIG, not a full disk."""
+    refused = OSError(errno.EFBIG, "File too large")
+    explained = explain(refused, resume_hint="python -m app train resume=/runs/x", where="/runs/x")
+    assert isinstance(explained, MachineError), explained
+    assert str(explained).startswith("a file written into /runs/x grew past the largest file this process may "
+                                     "write (File too large: the shell's `ulimit -f`")
+    assert str(explained).endswith("then continue with `python -m app train resume=/runs/x`.")
+    assert explain(OSError(errno.EIO, "I/O error")).errno == errno.EIO  # negative control: another error stays

@@ -89,6 +89,18 @@ def test_a_second_report_keeps_the_first_and_failed_runs_say_why(tmp_path, monke
     assert "config key" not in first.splitlines()[1]  # negative control: a completed run has none
 
 
+def test_a_sweeps_jobs_come_in_order_with_any_other_run_folder_after_them(tmp_path):
+    from app.commands.report import find_runs
+
+    for job in ("10", "2", "0"):
+        (tmp_path / job).mkdir()
+        (tmp_path / job / "summary.json").write_text("{}")
+    assert [p.name for p in find_runs([tmp_path])] == ["0", "2", "10"]  # negative control: numbers only
+    (tmp_path / "2 copy").mkdir()
+    (tmp_path / "2 copy" / "summary.json").write_text("{}")
+    assert [p.name for p in find_runs([tmp_path])] == ["0", "2", "10", "2 copy"]
+
+
 def test_a_path_that_does_not_exist_is_named_as_such(tmp_path):
     import pytest
 

@@ -25,7 +25,10 @@ def child_main(mode: str, config, conn, log_path: str | None = None) -> None:
             result = _run_mode(mode, config)
     except BaseException as error:  # noqa: BLE001 - reported as that mode's result
         result = {"error": reason(error), "traceback": traceback.format_exc()}
-    conn.send(result)
+    try:
+        conn.send(result)
+    except OSError:  # the bench stopped (Ctrl-C, SIGTERM) and closed its end: nobody waits for this result
+        pass
     conn.close()
 
 

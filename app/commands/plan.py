@@ -23,7 +23,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from app.config import conf_dir, load
-from app.errors import DataError, config_error
+from app.errors import DataError
 from app.schema import register
 
 log = logging.getLogger("app.plan")
@@ -72,8 +72,7 @@ def _config(cfg: DictConfig):
 
     run_dir = latest_run(Path("outputs")) if cfg.resume == "latest" else Path(cfg.resume).expanduser().resolve()
     if not (run_dir / "checkpoints").is_dir():
-        raise config_error("resume", cfg.resume, f"{run_dir} is not a run directory with checkpoints/ (give a "
-                           "directory under outputs/ that a training run wrote, or `latest`)")
+        raise checkpoint.nothing_to_resume(run_dir)
     saved = resumed_config(checkpoint.saved_config(run_dir), cfg, list(HydraConfig.get().overrides.task))
     log.info("planning %s's config (with the overrides `train resume=` takes)", run_dir)
     return load(saved), run_dir

@@ -36,7 +36,8 @@ def find_runs(paths: list[Path]) -> list[Path]:
 
 
 def _natural(path: Path) -> tuple:
-    return tuple(int(p) if p.isdigit() else p for p in path.parts)
+    """Job 2 before job 10; a folder named otherwise beside them (a copy, notes) after them."""
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in path.parts)
 
 
 def overrides_of(summary: dict) -> dict[str, str]:

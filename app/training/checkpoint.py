@@ -148,7 +148,24 @@ def saved_config(run_dir: Path) -> dict:
             return json.loads((path / "state.json").read_text())["config"]
         except (OSError, ValueError, KeyError):
             continue
-    raise config_error("resume", str(run_dir), f"no checkpoint of {run_dir} has a readable state.json")
+    if not newest(run_dir):
+        raise nothing_to_resume(run_dir)
+    raise config_error("resume", str(run_dir), f"no checkpoint of {run_dir} has a readable state.json: restore "
+                       "checkpoints/ from a copy of the run, or start a new run")
+
+
+def nothing_to_resume(run_dir: Path):
+    """The error for a folder with no checkpoint, saying why there is none and what to do instead."""
+    run_dir = Path(run_dir)
+    if (run_dir / "metrics.csv").exists() or (run_dir / "model.keras").exists():
+        why = (f"{run_dir} holds a run whose checkpoints/ are gone: restore them from a copy of the run (its "
+               "model.keras still serves `predict`), or start a new run")
+    elif (run_dir / "summary.json").exists():
+        why = (f"{run_dir} holds a run stopped before its first checkpoint, so there is nothing to resume: run the "
+               f"command that started it again, with hydra.run.dir={run_dir} (nothing there would be lost)")
+    else:
+        why = f"{run_dir} is not a run directory (give one that `python -m app train` wrote, or `latest`)"
+    return config_error("resume", str(run_dir), why)
 
 
 def load_model(run_dir: Path, name: str):
@@ -176,12 +193,13 @@ class ResumePoint:
     arrays: dict  # the callbacks' arrays
 
 
-def resume_point(run_dir: Path) -> ResumePoint:
+def resume_point(run_dir: Path, epochs: int | None = None) -> ResumePoint:
     """Where a resumed run starts, decided here and only here:
 
     1. the run directory's newest checkpoint whose state.json and model.keras both load;
     2. if it does not load (a corrupt or half-copied file), a warning, and the next newest;
-    3. none loads, or there is none: an error. Never a silent fresh start.
+    3. none loads, or there is none: an error. Never a silent fresh start;
+    4. `epochs` (trainer.epochs) below the epochs done there: an error, not a run called completed.
     """
     import keras
 
@@ -205,9 +223,21 @@ def resume_point(run_dir: Path) -> ResumePoint:
             continue
         arrays_file = path / CALLBACK_ARRAYS  # absent in checkpoints of older versions
         arrays = dict(np.load(arrays_file)) if arrays_file.exists() else {}
+        _check_epochs_left(run_dir, path, state, epochs)
         return ResumePoint(path, state, model, arrays)
     if not candidates:
         raise config_error("resume", str(run_dir), f"{run_dir} has no checkpoint in checkpoints/ (a run saves one "
                            "at each epoch end and every trainer.checkpoint_every_steps)")
     raise config_error("resume", str(run_dir), f"none of its checkpoints loads ({'; '.join(failures)}): restore "
                        "checkpoints/ from a copy of the run, or start a new run")
+
+
+def _check_epochs_left(run_dir: Path, path: Path, state: dict, epochs: int | None) -> None:
+    """The checkpoint's epoch, finished or under way, is within trainer.epochs: a run is never cut back."""
+    if epochs is None or epochs > state["epoch"]:
+        return
+    least = state["epoch"] + 1
+    where = f"{least} epochs done" if state["epoch_complete"] else f"epoch {least} under way"
+    raise config_error("trainer.epochs", epochs, f"{least} or more: {run_dir} has {where} (checkpoint {path.name}), "
+                       f"and a run is not cut back. Leave trainer.epochs out to go on as set, or "
+                       f"`python -m app train resume={run_dir} trainer.epochs={least + 1}` trains it further")

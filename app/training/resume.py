@@ -95,8 +95,7 @@ def prepare_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str 
                            "(overwrite=true moves a finished run aside to start a new one there)")
     run_dir = latest_run(outputs) if value == "latest" else Path(value).expanduser().resolve()
     if not (run_dir / "checkpoints").is_dir():
-        raise config_error("resume", value, f"{run_dir} is not a run directory with checkpoints/ (give a directory "
-                           "under outputs/ that a training run wrote, or `latest`)")
+        raise checkpoint.nothing_to_resume(run_dir)
     kept = [a for a in argv if _key(a) != "resume"]
     if word == "evaluate":  # composed on the default data group (synthetic, no test_path) before the run's is read
         kept = [f"++{a.lstrip('+')}" if _key(a) == "data.test_path" else a for a in kept]
@@ -121,6 +120,9 @@ def _overwrite(argv: list[str]) -> bool:
 def _refuse_or_move_aside(folder: Path, overwrite: bool, key: str) -> None:
     """A new run (or sweep) into a folder chosen on the command line that holds a run already:
     refused, or with overwrite=true the old one renamed aside first; a live run is never moved."""
+    if folder.exists() and not folder.is_dir():
+        raise config_error(key, str(folder), f"a folder: {folder} is a file (nothing was written); name a new "
+                           "folder, or one that holds no run")
     if not holds_run(folder):
         return
     if not overwrite:

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import platform
+import shutil
 import subprocess
 import time
 from importlib import metadata
@@ -26,6 +27,7 @@ LOCK_FILE = ".lock"
 _SPLIT_MISSING = ("it records which samples the run trains and validates on; restore it from a copy of the run, "
                   "or start a new run")
 _held: dict[Path, int] = {}  # run directory → the descriptor whose flock this process holds
+log = logging.getLogger("app.train")
 
 
 class RunInUseError(AppError):
@@ -69,6 +71,29 @@ def run_files(path: Path) -> list[str]:
     """The files of a run worth keeping in `path`: its checkpoints, metrics.csv, model.keras."""
     found = ["checkpoints"] if any((Path(path) / "checkpoints").glob("step-*")) else []
     return found + [name for name in RUN_FILES if (Path(path) / name).exists()]
+
+
+# What a run records step by step before its first checkpoint: in a folder that holds no run
+# (`holds_run`), these are a stopped run's leftovers, which a new run would append its steps to.
+PARTIAL_RECORDS = ("samples.csv", "scalars.csv", "bad_samples.txt", "tensorboard")
+
+
+def delete_partial_records(path: Path) -> None:
+    """A new run's folder freed of what a run stopped there before its first checkpoint recorded
+    (nothing a resume could go on from, as `holds_run` says), so the new run's steps start at 1
+    instead of after the old ones. Never touches a folder that holds a run."""
+    path = Path(path)
+    if holds_run(path):
+        return
+    for name in PARTIAL_RECORDS:
+        leftover = path / name
+        if leftover.is_dir():
+            shutil.rmtree(leftover)
+        elif leftover.exists():
+            leftover.unlink()
+        else:
+            continue
+        log.info("removed %s: a run stopped in %s before its first checkpoint left it", leftover, path)
 
 
 def move_run_aside(path: Path) -> Path:

@@ -52,6 +52,7 @@ def rows_kept(path: Path, keep, column: str) -> tuple[list[str], list[dict], str
         raise DataError(f"{path} is damaged: it has no header line with the `{column}` column"
                         f"{' (the file is empty)' if not raw else ''}. Nothing was changed. Restore the file from a "
                         "copy of the run, or start a new run.")
+    kept_line = 0
     for values in reader:
         if not values:  # a blank line
             continue
@@ -61,8 +62,11 @@ def rows_kept(path: Path, keep, column: str) -> tuple[list[str], list[dict], str
         try:
             if keep(row):
                 rows.append(row)
+                kept_line = reader.line_num
         except (TypeError, ValueError, KeyError) as error:
             raise _damaged(path, reader.line_num, f"a value that is not what the column holds ({error})") from None
+    if kept_line and kept_line == reader.line_num and not text.endswith("\n"):  # a row after it would be dropped
+        raise _damaged(path, kept_line, "a row cut short (the file ends inside it: a write that stopped midway)")
     return columns, rows, ending
 
 
@@ -79,6 +83,9 @@ def check_history(run_dir: Path, kept: dict, epochs_done: int, steps_recorded: i
                    f"has no row for epoch(s) {', '.join(map(str, missing))}", f"{epochs_done} epoch(s)")
     elif steps_recorded and kept["samples.csv"] is None:
         problem = ("samples.csv", "is missing", f"{steps_recorded} step(s), recorded with trainer.record_samples")
+    elif steps_recorded and (gone := sorted(set(range(1, steps_recorded + 1))
+                                            - {int(row["step"]) for row in kept["samples.csv"][1]})):
+        problem = ("samples.csv", f"has no row for step(s) {_spans(gone)}", f"{steps_recorded} step(s)")
     if problem:
         name, what, done = problem
         raise DataError(f"{Path(run_dir) / name} {what}, though the run's checkpoint has done {done}: resuming "
@@ -97,3 +104,14 @@ def _damaged(path: Path, line: int, what: str) -> DataError:
     return DataError(f"{path} is damaged: line {line} holds {what}. Nothing was changed. Restore the file from a "
                      f"copy of the run, or delete that line (and any other damaged one) in an editor, then run "
                      "the command again.")
+
+
+def _spans(numbers: list[int]) -> str:
+    """1, 2, 3, 7 → "1-3, 7"."""
+    spans: list[list[int]] = []
+    for n in numbers:
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)

@@ -26,7 +26,7 @@ from app.loader.pipeline import build_loader
 from app.memory import PeakMemory, leftovers_cleared
 from app.processes import interrupts
 from app.schema import Config
-from app.training import checkpoint
+from app.training import checkpoint, rundir
 from app.training.checkpoint import RunState
 from app.training.resume import resumed_config
 from app.training.rundir import Summary, hold_lock, log_apart, release_lock, run_source, write_json
@@ -180,9 +180,8 @@ def _check_validation_rows(n: int, placement) -> None:
     """Under mirrored every replica validates at least one sample (app/training/shards.py)."""
     if placement.strategy_name == "mirrored" and 0 < n < placement.replicas:
         raise config_error("trainer.strategy", "mirrored", f"the validation split has {n} sample(s), fewer than "
-                           f"its {placement.replicas} replicas ({', '.join(placement.devices)}), and each validates "
-                           "one at least: add validation images, or use fewer devices (trainer.cpu_devices) "
-                           "or trainer.strategy=default")
+                           f"its {placement.replicas} replicas ({', '.join(placement.devices)}), one each at least: "
+                           "add validation images, fewer devices (trainer.cpu_devices) or trainer.strategy=default")
 
 
 def _share(config: Config, placement) -> Config:
@@ -218,6 +217,7 @@ def _data(config: Config, run_dir: Path, writes: bool = True):
         source = overfitting(source, overfit * batch, config.seed)
         log.info("overfitting: training and validating on the same %d samples every epoch", len(source.train))
     if not config.resume and writes:
+        rundir.delete_partial_records(run_dir)
         write_json(run_dir / "split.json", source.split)
     available = len(source.train) // batch
     if available == 0:
@@ -264,7 +264,7 @@ def _model(config: Config, source, run_dir: Path, state: RunState, steps: int):
         recipe.compile_new(net, config, steps, source.class_names)
         return net, None
     models.import_builder(config.model)
-    point = checkpoint.resume_point(run_dir)
+    point = checkpoint.resume_point(run_dir, epochs=config.trainer.epochs)
     state.restore(point.state, point.arrays)
     log.info("resuming from %s: step %d done (epoch %d, batch %d); continuing at step %d", point.path.name,
              point.state["step"], point.state["epoch"] + 1, point.state["batch_in_epoch"], point.state["step"] + 1)

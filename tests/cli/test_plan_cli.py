@@ -30,6 +30,8 @@ def promised(tmp_path_factory):
     cwd = tmp_path_factory.mktemp("promise")
     refused = app("plan", *ONE_EPOCH, "hydra.run.dir=refused", cwd=cwd)
     wrote = (cwd / "datasets").exists()
+    claimed = app("plan", *ONE_EPOCH, cwd=cwd)  # in a folder of its own under outputs/, which goes again
+    claimed.left = sorted(p.as_posix() for p in (cwd / "outputs").rglob("*"))
     generated(cwd)
     plan = app("plan", *ONE_EPOCH, "hydra.run.dir=plan", cwd=cwd)
     assert plan.returncode == 0, plan.stderr[-3000:]
@@ -37,7 +39,8 @@ def promised(tmp_path_factory):
     budget = math.ceil(planned * (1 + MARGIN))
     run = app("train", *ONE_EPOCH, f"queue.memory_budget_mb={budget}", "hydra.run.dir=run", cwd=cwd)
     assert run.returncode == 0, run.stderr[-3000:]
-    return SimpleNamespace(cwd=cwd, refused=refused, wrote=wrote, plan=plan, planned=planned, budget=budget, run=run)
+    return SimpleNamespace(cwd=cwd, refused=refused, claimed=claimed, wrote=wrote, plan=plan, planned=planned,
+                           budget=budget, run=run)
 
 
 def test_the_run_keeps_the_plan_and_the_budget_that_admitted_it(promised):
@@ -55,6 +58,10 @@ def test_plan_never_writes_a_dataset_and_says_what_generates_it(promised):
     assert promised.refused.returncode != 0 and not promised.wrote
     assert "is not generated yet" in promised.refused.stderr and "python -m app train" in promised.refused.stderr
     assert "datasets/synthetic/v" in promised.refused.stderr
+    # a refused plan in a folder it claimed leaves no folder that looks like a result
+    assert promised.claimed.returncode == 1 and "is not generated yet" in promised.claimed.stderr
+    assert promised.claimed.left == []
+    assert (promised.cwd / "refused" / "plan.log").exists()  # negative control: a folder the user named stays
 
 
 def test_plan_resume_plans_the_runs_own_config(promised):

@@ -233,6 +233,10 @@ def test_a_folder_that_holds_a_run_is_refused_unless_overwrite_moves_it_aside(tm
     monkeypatch.chdir(tmp_path)
     (tmp_path / "empty").mkdir()
     assert prepare_argv(["hydra.run.dir=empty"]) == ["hydra.run.dir=empty"]  # negative control: nothing to lose
+    (tmp_path / "notes").write_text("a file")
+    with pytest.raises(ConfigError, match="`hydra.run.dir` = '.*notes' is not allowed: a folder: .*notes is a file"):
+        prepare_argv(["hydra.run.dir=notes"])
+    assert (tmp_path / "notes").read_text() == "a file"
     (tmp_path / "refused").mkdir()  # a run refused at start (a config error): nothing to resume, nothing to lose
     (tmp_path / "refused" / "summary.json").write_text('{"status": "failed"}')
     assert prepare_argv(["hydra.run.dir=refused"]) == ["hydra.run.dir=refused"]
@@ -282,7 +286,11 @@ def test_sigterm_just_after_an_epochs_metrics_row_leaves_a_run_that_resumes(tmp_
     """The row, model.keras and the checkpoint of an epoch are written together: a SIGTERM that
     lands between them waits for the checkpoint, so every row has one and resume goes on."""
     tiny = ["data.num_images=24", "data.source_size=96", "data.num_classes=3", "data.image_size=[32,32]",
-            "data.batch_size=4", "model.widths=[8]", "trainer.epochs=1", "queue.workers=1", "hydra.run.dir=run"]
+            "data.batch_size=4", "model.widths=[8]", "trainer.epochs=1", "queue.workers=1", "hydra.run.dir=run",
+            "trainer.record_samples=true"]
+    (tmp_path / "run").mkdir()  # where a run stopped before its first checkpoint: its step rows are no history
+    (tmp_path / "run" / "summary.json").write_text('{"status": "interrupted"}')
+    (tmp_path / "run" / "samples.csv").write_text("step,epoch,batch,indices\n1,1,0,99 99 99 99\n")
     process = subprocess.Popen([sys.executable, "-m", "app", "train", *tiny], cwd=tmp_path,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     metrics, deadline = tmp_path / "run" / "metrics.csv", time.monotonic() + 240
@@ -298,3 +306,20 @@ def test_sigterm_just_after_an_epochs_metrics_row_leaves_a_run_that_resumes(tmp_
     resumed = app("train", f"resume={run}", cwd=tmp_path)  # nothing left to train: it is accepted, and ends
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert [r[0] for r in metric_rows(run)] == ["1"]
+    samples = [row.split(",")[0] for row in (run / "samples.csv").read_text().splitlines()[1:]]
+    assert samples == [str(step) for step in range(1, len(samples) + 1)] and "99 99" not in samples[0]
+
+
+def test_a_new_run_deletes_only_what_a_run_stopped_before_its_first_checkpoint_recorded(tmp_path):
+    from app.training.rundir import delete_partial_records
+
+    for name in ("stopped", "kept"):
+        (tmp_path / name / "tensorboard" / "train").mkdir(parents=True)
+        for file in ("summary.json", "train.log", "samples.csv", "scalars.csv", "bad_samples.txt"):
+            (tmp_path / name / file).write_text("x")
+    (tmp_path / "kept" / "checkpoints" / "step-00000005").mkdir(parents=True)  # a run: nothing of it goes
+    before = sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "kept").rglob("*"))
+    for name in ("stopped", "kept"):
+        delete_partial_records(tmp_path / name)
+    assert sorted(p.name for p in (tmp_path / "stopped").iterdir()) == ["summary.json", "train.log"]
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "kept").rglob("*")) == before

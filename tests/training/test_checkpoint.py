@@ -60,6 +60,33 @@ def test_no_checkpoint_is_an_error(tmp_path):
         checkpoint.resume_point(tmp_path)
 
 
+def test_a_folder_without_checkpoints_is_told_what_to_do_instead(tmp_path):
+    """A run stopped before its first checkpoint is started again; lost checkpoints/ are restored."""
+    with pytest.raises(ConfigError, match="is not a run directory"):  # negative control: nothing of a run
+        checkpoint.saved_config(tmp_path)
+    (tmp_path / "summary.json").write_text('{"status": "interrupted"}')
+    (tmp_path / "checkpoints").mkdir()  # the first checkpoint's write was stopped
+    with pytest.raises(ConfigError, match="stopped before its first checkpoint, so there is nothing to resume: run "
+                       f"the command that started it again, with hydra.run.dir={tmp_path} "):
+        checkpoint.saved_config(tmp_path)
+    (tmp_path / "metrics.csv").write_text("epoch\n1\n")
+    with pytest.raises(ConfigError, match="holds a run whose checkpoints/ are gone: restore them"):
+        checkpoint.saved_config(tmp_path)
+
+
+def test_trainer_epochs_below_the_checkpoints_epoch_is_refused(tmp_path):
+    """A resume with fewer epochs than done would end at once and call an unfinished run completed."""
+    net = tiny()
+    checkpoint.save(net, tmp_path, 4, {"step": 4, "epoch": 1, "epoch_complete": True})  # 2 epochs done
+    assert checkpoint.resume_point(tmp_path, epochs=2).path.name == "step-00000004"  # negative control
+    with pytest.raises(ConfigError, match=r"`trainer.epochs` = 1 is not allowed: 2 or more: .* has 2 epochs done "
+                       r"\(checkpoint step-00000004\).*trainer.epochs=3` trains it further"):
+        checkpoint.resume_point(tmp_path, epochs=1)
+    checkpoint.save(net, tmp_path, 6, {"step": 6, "epoch": 2, "epoch_complete": False})  # inside epoch 3
+    with pytest.raises(ConfigError, match="2 is not allowed: 3 or more: .* has epoch 3 under way"):
+        checkpoint.resume_point(tmp_path, epochs=2)
+
+
 def test_a_damaged_checkpoint_asked_for_by_name_is_named_with_the_others(tmp_path):
     from app.errors import DataError
 

@@ -78,3 +78,22 @@ def test_a_resume_reads_every_csv_file_before_it_cuts_any_back(tmp_path):
     _redo_after(tmp_path, 1, 2, samples=True)  # negative control: whole files are cut back to the checkpoint
     assert (tmp_path / "samples.csv").read_text() == "step,epoch\n1,1\n2,1\n"
     assert (tmp_path / "scalars.csv").read_text().splitlines()[-1] == "train,loss,1,0.5"
+
+
+def test_a_row_cut_short_or_a_lost_step_is_named_and_nothing_is_written(tmp_path):
+    """A write that stopped midway (a kill, a full disk) leaves a last row without its line end."""
+    from app.training.tables import check_history, rows_kept
+
+    path = tmp_path / "samples.csv"
+    whole = "step,epoch,batch,indices\n1,1,0,4 7 1 0\n2,1,1,3 5 2 6\n"
+    path.write_text(whole + "3,1,2,8 1")  # the same number of fields: only the missing line end tells
+    by_step = lambda step: (lambda row: int(row["step"]) <= step)  # noqa: E731
+    assert len(rows_kept(path, by_step(2), "step")[1]) == 2  # negative control: a cut row after the checkpoint goes
+    with pytest.raises(DataError, match="samples.csv is damaged: line 4 holds a row cut short"):
+        rows_kept(path, by_step(3), "step")
+    assert path.read_text() == whole + "3,1,2,8 1"
+    path.write_text("step,epoch,batch,indices\n1,1,0,4 7 1 0\n3,1,2,8 1 5 2\n")  # step 2's row deleted
+    with pytest.raises(DataError, match=r"samples.csv has no row for step\(s\) 2, though the run's checkpoint has"):
+        check_history(tmp_path, {"metrics.csv": None, "samples.csv": rows_kept(path, by_step(3), "step")}, 0, 3)
+    path.write_text(whole)
+    check_history(tmp_path, {"metrics.csv": None, "samples.csv": rows_kept(path, by_step(2), "step")}, 0, 2)
