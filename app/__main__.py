@@ -40,12 +40,18 @@ USAGE = "usage: python -m app <command> [hydra overrides ...] [-m]   (or: app <c
     "\n\n`python -m app <command> --help` shows that command's config groups and Hydra's flags.\n" \
     "`eval \"$(app completion bash)\"` turns on tab completion of commands and overrides for `app`."
 
-# Completes the command word itself, then hands the line to that command's Hydra.
+# Completes the command word itself, then hands the line to that command's Hydra (report's folders
+# are left to bash's own file completion).
 BASH_COMPLETION = """_app_complete()
 {
     local cur=${COMP_WORDS[COMP_CWORD]}
     if (( COMP_CWORD == 1 )); then
         COMPREPLY=($(compgen -W "%s" -- "$cur"))
+        return
+    fi
+    if [[ ${COMP_WORDS[1]} == report ]]; then  # not Hydra: its arguments are folders
+        compopt -o filenames 2>/dev/null
+        COMPREPLY=($(compgen -f -- "$cur"))
         return
     fi
     local choices
@@ -67,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         if rest != ["bash"]:
             print("usage: app completion bash   (then: eval \"$(app completion bash)\")", file=sys.stderr)
             return 2
-        print(BASH_COMPLETION % " ".join(c for c in COMMANDS if c != "report"))
+        print(BASH_COMPLETION % " ".join(COMMANDS))
         return 0
     if word not in COMMANDS:
         print(f"error: unknown command {word!r}.\n\n{USAGE}", file=sys.stderr)

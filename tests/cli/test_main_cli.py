@@ -50,6 +50,9 @@ def complete(line: str, tmp_path: Path) -> list[str]:
 @pytest.mark.skipif(not shutil.which("bash"), reason="needs bash")
 def test_bash_completion_of_commands_and_overrides(tmp_path):
     assert complete("app tr", tmp_path) == ["train"]
+    assert complete("app rep", tmp_path) == ["report"]  # every command, report too
+    (tmp_path / "outputs").mkdir()
+    assert complete("app report out", tmp_path) == ["outputs"]  # its arguments are folders
     assert "data=" in complete("app train da", tmp_path)  # the command word is not taken for an override
     assert "data=cifar" in complete("app train data=ci", tmp_path)
     assert "queue.max_size=" in complete("app evaluate queue.max", tmp_path)
