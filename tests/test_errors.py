@@ -96,3 +96,30 @@ def test_a_path_the_file_system_refuses_is_named_with_what_to_do():
     assert isinstance(explain(locked), MachineError) and "/runs/x/model.keras" in str(explain(locked))
     missing = FileNotFoundError(errno.ENOENT, "No such file or directory", "/x")  # negative control: not a refusal
     assert explain(missing) is missing
+
+
+@pytest.mark.parametrize(("override", "said"), [
+    ("queue.wokers=2", "config key `queue.wokers` is not allowed: no such key (did you mean queue.workers?). "
+                       "Allowed keys there: workers,"),
+    ("data.decode.drafft=false", "(did you mean data.decode.draft?)"),
+])
+def test_an_unknown_key_is_named_without_hydras_plus_advice(override, said, capsys):
+    """Hydra's "use +key=..." fails when followed (a schema refuses added keys too): the message
+    names the key and the one meant instead. A free mapping keeps Hydra's advice, which works there."""
+    from hydra import compose, initialize_config_dir
+
+    from app.config import conf_dir
+    from app.schema import register
+
+    register()
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        for given in (override, "model.kwargs.alpha=0.75"):
+            with pytest.raises(Exception) as caught:
+                compose("config", overrides=[given])
+            assert exit_status_for(caught.value) == 2
+            printed = capsys.readouterr().err
+            if given == override:
+                assert said in printed and "+" not in printed
+            else:  # negative control: `+model.kwargs.alpha=0.75` is what adds a key to a mapping
+                assert "+model.kwargs.alpha=0.75" in printed
+        compose("config", overrides=["+model.kwargs.alpha=0.75"])  # ... and it does
