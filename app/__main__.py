@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _remove_empty_claims(word: str, failed: bool) -> None:
     """A directory claimed for this command that nothing was written into goes again, with the
-    empty folders made for it (outputs/<date>/), never above the working directory. When
+    empty folders made for it (outputs/<date>/, a run's evaluate/ or predict/), never other
+    folders above the working directory. When
     evaluate or predict failed before writing anything (and not by a bug, whose traceback its
     log keeps), their log goes too: it says only what was printed, and the folder would look
     like a result."""
@@ -124,7 +125,8 @@ def _remove_empty_claims(word: str, failed: bool) -> None:
         if failed and word in ("evaluate", "predict") and _only(path, log) and not _bug_logged(log):
             log.unlink()
         for folder in [path, *path.parents][:4]:
-            if folder != path and not os.path.abspath(folder).startswith(here + os.sep):
+            made = folder == path or (folder == path.parent and folder.name == word)  # <run>/predict/<stamp>
+            if not made and not os.path.abspath(folder).startswith(here + os.sep):
                 break
             try:
                 folder.rmdir()  # only when empty

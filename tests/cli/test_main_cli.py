@@ -57,3 +57,27 @@ def test_bash_completion_of_commands_and_overrides(tmp_path):
     assert "data=cifar" in complete("app train data=ci", tmp_path)
     assert "queue.max_size=" in complete("app evaluate queue.max", tmp_path)
     assert complete("app train zzz", tmp_path) == []  # negative control: nothing matches, nothing offered
+
+
+def test_a_refused_predict_leaves_no_folder_in_a_run_elsewhere(tmp_path, monkeypatch):
+    """A run outside the working directory: the claimed <run>/predict/<stamp> and the predict/
+    made for it both go; the run's own folder and what it holds stay."""
+    from app.__main__ import _remove_empty_claims
+    from app.training import resume
+
+    run, here = tmp_path / "run", tmp_path / "elsewhere"
+    (run / "checkpoints").mkdir(parents=True)
+    here.mkdir()
+    monkeypatch.chdir(here)
+    claimed = run / "predict" / "2026-01-01_00-00-00"
+    claimed.mkdir(parents=True)
+    (claimed / "predict.log").write_text("refused\n")
+    monkeypatch.setattr(resume, "CLAIMED", [claimed])
+    _remove_empty_claims("predict", failed=True)
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoints"]
+    kept = run / "predict" / "2026-01-02_00-00-00"  # negative control: an earlier result stays, and so its folder
+    kept.mkdir(parents=True)
+    (kept / "predictions.csv").write_text("path\n")
+    claimed.mkdir()
+    _remove_empty_claims("predict", failed=True)
+    assert sorted(p.name for p in (run / "predict").iterdir()) == ["2026-01-02_00-00-00"]
