@@ -69,7 +69,8 @@ def main(cfg: DictConfig) -> None:
         raise ConfigError("config key `input` is missing: predict needs input=<image file or folder of images>.")
     source = Path(config.input).expanduser().resolve()
     if not source.exists():
-        raise DataError(f"input {source} does not exist.")
+        raise DataError(f"input {source} does not exist: give input=<an image file, or a folder of images "
+                        "(searched recursively)> that is there.")
     files = image_files(source)
     if not files:
         raise DataError(f"input {source} holds no image files (JPEG, PNG, WebP, BMP, TIFF).")
