@@ -142,6 +142,20 @@ def _unknown_key_message(key: str, names: list[str]) -> str:
     return f"config key `{key}` is not allowed: no such key{meant}. Allowed keys there: {', '.join(names)}."
 
 
+def _unknown_option(error: BaseException) -> str | None:
+    """For a group option that is not there (`optimizer=adamm`): the options a user may pick,
+    without the schemas Hydra lists beside them and its search path."""
+    import difflib
+
+    group, _, name = str(getattr(error, "missing_cfg_file", None) or "").rpartition("/")
+    options = [o for o in getattr(error, "options", None) or [] if not o.endswith("_schema")]
+    if not group or not options:
+        return None
+    near = difflib.get_close_matches(name, options, n=1)
+    meant = f" (did you mean {group}={near[0]}?)" if near else ""
+    return f"config group `{group}` has no option `{name}`{meant}: {group}= one of {', '.join(options)}."
+
+
 def exit_status_for(error: BaseException, command: str = "train") -> int:
     """Print `error` as one paragraph on stderr and return the process's exit status. A bug's
     traceback goes to `command`'s log (train logs its own, app/training/trainer.py)."""
@@ -162,8 +176,9 @@ def exit_status_for(error: BaseException, command: str = "train") -> int:
     if isinstance(error, (HydraException, OmegaConfBaseException)):
         unknown = any(isinstance(e, (ConfigKeyError, ConfigAttributeError)) for e in (error, error.__cause__))
         found = _unknown_key(error) if unknown else None
-        print(f"error: {_unknown_key_message(*found)}" if found else f"config error: {_paragraph(error)}",
-              file=sys.stderr)
+        option = _unknown_option(error)
+        print(f"error: {_unknown_key_message(*found)}" if found else f"error: {option}" if option else
+              f"config error: {_paragraph(error)}", file=sys.stderr)
         return 2
     if os.environ.get("APP_TRACEBACK"):
         traceback.print_exception(error)

@@ -51,6 +51,7 @@ def test_each_data_source_composes(name):
     ("trainer.precision=float64", "trainer.precision"),
     ("trainer.strategy=tpu", "trainer.strategy"),
     ("trainer.backend=torch", "trainer.backend"),
+    ("hparams_search=lr_optun", "hparams_search"),  # a misspelt search is not silently no search
 ])
 def test_type_and_key_errors_fail_at_composition(override, key):
     with pytest.raises(Exception) as caught:

@@ -123,3 +123,22 @@ def test_an_unknown_key_is_named_without_hydras_plus_advice(override, said, caps
             else:  # negative control: `+model.kwargs.alpha=0.75` is what adds a key to a mapping
                 assert "+model.kwargs.alpha=0.75" in printed
         compose("config", overrides=["+model.kwargs.alpha=0.75"])  # ... and it does
+
+
+def test_a_misspelt_group_option_is_named_with_the_options_a_user_may_pick(capsys):
+    """Hydra lists the schemas beside the options and its search path; the message keeps the options."""
+    from hydra import compose, initialize_config_dir
+
+    from app.config import conf_dir
+    from app.schema import register
+
+    register()
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        with pytest.raises(Exception) as caught:
+            compose("config", overrides=["data=foldr"])
+        compose("config", overrides=["data=folder"])  # negative control: the option meant composes
+    assert exit_status_for(caught.value) == 2
+    printed = capsys.readouterr().err
+    assert printed.startswith("error: config group `data` has no option `foldr` (did you mean data=folder?): "
+                              "data= one of cifar, folder, synthetic.")
+    assert "_schema" not in printed and "search path" not in printed
