@@ -63,6 +63,12 @@ COMP_WORDBREAKS=${COMP_WORDBREAKS//=}
 complete -o nospace -o default -F _app_complete app"""
 
 
+# Hydra's modes, of which a command line may give one: Hydra stops on two with a ValueError
+MODES = {"-r": "--run", "--run": "--run", "-m": "--multirun", "--multirun": "--multirun", "-c": "--cfg",
+         "--cfg": "--cfg", "-i": "--info", "--info": "--info", "-sc": "--shell-completion",
+         "--shell-completion": "--shell-completion"}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
@@ -77,6 +83,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if word not in COMMANDS:
         print(f"error: unknown command {word!r}.\n\n{USAGE}", file=sys.stderr)
+        return 2
+    modes = list(dict.fromkeys(MODES[a] for a in rest if a in MODES))
+    if len(modes) > 1:
+        print(f"error: {' and '.join(modes)} cannot be given together: Hydra runs one mode at a time; keep "
+              f"one of them (to see a sweep job's config: --cfg job without -m, with one value of each swept "
+              "key).", file=sys.stderr)
         return 2
     module, function, _ = COMMANDS[word]
     os.environ["HYDRA_FULL_ERROR"] = "1"

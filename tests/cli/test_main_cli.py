@@ -81,3 +81,12 @@ def test_a_refused_predict_leaves_no_folder_in_a_run_elsewhere(tmp_path, monkeyp
     claimed.mkdir()
     _remove_empty_claims("predict", failed=True)
     assert sorted(p.name for p in (run / "predict").iterdir()) == ["2026-01-02_00-00-00"]
+
+
+def test_two_hydra_modes_are_refused_naming_both(tmp_path):
+    refused = run(sys.executable, "-m", "app", "train", "-m", "queue.max_size=1,2", "--cfg", "job", cwd=tmp_path)
+    assert refused.returncode == 2 and refused.stderr.startswith("error: --multirun and --cfg cannot be given "
+                                                                 "together") and "a bug" not in refused.stderr
+    followed = run(sys.executable, "-m", "app", "train", "queue.max_size=1", "--cfg", "job", cwd=tmp_path)
+    assert followed.returncode == 0 and "max_size: 1" in followed.stdout  # the advice, followed
+    assert not (tmp_path / "outputs").exists()
