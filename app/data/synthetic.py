@@ -93,8 +93,8 @@ def ensure_dataset(root: str | os.PathLike, spec: Spec, progress: bool = True) -
     final = root / spec.folder_name()
     if final.is_dir():
         return final
-    root.mkdir(parents=True, exist_ok=True)
     _check_disk_room(root, spec)
+    root.mkdir(parents=True, exist_ok=True)
     _remove_stale_tmp(root)
     tmp = root / f"{_TMP_PREFIX}{final.name}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
