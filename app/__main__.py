@@ -41,12 +41,18 @@ USAGE = "usage: python -m app <command> [hydra overrides ...] [-m]   (or: app <c
     "\n\n`python -m app <command> --help` shows that command's config groups and Hydra's flags.\n" \
     "`eval \"$(app completion bash)\"` turns on tab completion of commands and overrides for `app`."
 
-# Completes the command word itself, then hands the line to that command's Hydra.
+# Completes the command word itself, then hands the line to that command's Hydra (report's folders
+# are left to bash's own file completion).
 BASH_COMPLETION = """_app_complete()
 {
     local cur=${COMP_WORDS[COMP_CWORD]}
     if (( COMP_CWORD == 1 )); then
         COMPREPLY=($(compgen -W "%s" -- "$cur"))
+        return
+    fi
+    if [[ ${COMP_WORDS[1]} == report ]]; then  # not Hydra: its arguments are folders
+        compopt -o filenames 2>/dev/null
+        COMPREPLY=($(compgen -f -- "$cur"))
         return
     fi
     local choices
@@ -56,6 +62,12 @@ BASH_COMPLETION = """_app_complete()
 }
 COMP_WORDBREAKS=${COMP_WORDBREAKS//=}
 complete -o nospace -o default -F _app_complete app"""
+
+
+# Hydra's modes, of which a command line may give one: Hydra stops on two with a ValueError
+MODES = {"-r": "--run", "--run": "--run", "-m": "--multirun", "--multirun": "--multirun", "-c": "--cfg",
+         "--cfg": "--cfg", "-i": "--info", "--info": "--info", "-sc": "--shell-completion",
+         "--shell-completion": "--shell-completion"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,10 +80,16 @@ def main(argv: list[str] | None = None) -> int:
         if rest != ["bash"]:
             print("usage: app completion bash   (then: eval \"$(app completion bash)\")", file=sys.stderr)
             return 2
-        print(BASH_COMPLETION % " ".join(c for c in COMMANDS if c != "report"))
+        print(BASH_COMPLETION % " ".join(COMMANDS))
         return 0
     if word not in COMMANDS:
         print(f"error: unknown command {word!r}.\n\n{USAGE}", file=sys.stderr)
+        return 2
+    modes = list(dict.fromkeys(MODES[a] for a in rest if a in MODES))
+    if len(modes) > 1:
+        print(f"error: {' and '.join(modes)} cannot be given together: Hydra runs one mode at a time; keep "
+              f"one of them (to see a sweep job's config: --cfg job without -m, with one value of each swept "
+              "key).", file=sys.stderr)
         return 2
     module, function, _ = COMMANDS[word]
     os.environ["HYDRA_FULL_ERROR"] = "1"
@@ -107,10 +125,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _remove_empty_claims(word: str, failed: bool) -> None:
     """A directory claimed for this command that nothing was written into goes again, with the
-    empty folders made for it (outputs/<date>/), never above the working directory. When a
-    command other than train failed before writing anything (a refusal, Ctrl-C; not a bug, whose
-    traceback its log keeps), its log and Hydra's copy of its config go too: they say only what
-    was printed, and the folder would look like a result."""
+    empty folders made for it (outputs/<date>/, a run's evaluate/ or predict/), never other
+    folders above the working directory. When a command other than train failed before writing
+    anything (a refusal, Ctrl-C; not a bug, whose traceback its log keeps), its log and Hydra's
+    copy of its config go too: they say only what was printed, and the folder would look like a
+    result."""
     from app.training.resume import CLAIMED
 
     here = os.path.abspath(os.curdir)
@@ -120,7 +139,8 @@ def _remove_empty_claims(word: str, failed: bool) -> None:
             shutil.rmtree(path / ".hydra", ignore_errors=True)
             log.unlink()
         for folder in [path, *path.parents][:4]:
-            if folder != path and not os.path.abspath(folder).startswith(here + os.sep):
+            made = folder == path or (folder == path.parent and folder.name == word)  # <run>/predict/<stamp>
+            if not made and not os.path.abspath(folder).startswith(here + os.sep):
                 break
             try:
                 folder.rmdir()  # only when empty

@@ -133,17 +133,42 @@ def _paragraph(error: BaseException) -> str:
     return " — ".join(parts)
 
 
-def _allowed_keys(error: BaseException) -> str:
-    """For an unknown key: the keys its schema does allow."""
+def _unknown_key(error: BaseException) -> tuple[str, list[str]] | None:
+    """For a key its schema does not have: (the key, the keys the schema allows); None for a
+    free mapping (model.kwargs, trainer.class_weight), where Hydra's `+` adds the key."""
     import dataclasses
 
     while error is not None:
         object_type = getattr(error, "object_type", None)
         if object_type is not None and dataclasses.is_dataclass(object_type):
-            names = ", ".join(f.name for f in dataclasses.fields(object_type))
-            return f" Allowed keys there: {names}."
+            return str(getattr(error, "full_key", "") or "?"), [f.name for f in dataclasses.fields(object_type)]
         error = error.__cause__
-    return ""
+    return None
+
+
+def _unknown_key_message(key: str, names: list[str]) -> str:
+    """Hydra's advice for an unknown key is `+key=...`, which a schema refuses too: say what is
+    there instead, and the likeliest key meant."""
+    import difflib
+
+    head, _, last = key.rpartition(".")
+    near = difflib.get_close_matches(last, names, n=1)
+    meant = f" (did you mean {head + '.' if head else ''}{near[0]}?)" if near else ""
+    return f"config key `{key}` is not allowed: no such key{meant}. Allowed keys there: {', '.join(names)}."
+
+
+def _unknown_option(error: BaseException) -> str | None:
+    """For a group option that is not there (`optimizer=adamm`): the options a user may pick,
+    without the schemas Hydra lists beside them and its search path."""
+    import difflib
+
+    group, _, name = str(getattr(error, "missing_cfg_file", None) or "").rpartition("/")
+    options = [o for o in getattr(error, "options", None) or [] if not o.endswith("_schema")]
+    if not group or not options:
+        return None
+    near = difflib.get_close_matches(name, options, n=1)
+    meant = f" (did you mean {group}={near[0]}?)" if near else ""
+    return f"config group `{group}` has no option `{name}`{meant}: {group}= one of {', '.join(options)}."
 
 
 def exit_status_for(error: BaseException, command: str = "train") -> int:
@@ -165,8 +190,10 @@ def exit_status_for(error: BaseException, command: str = "train") -> int:
 
     if isinstance(error, (HydraException, OmegaConfBaseException)):
         unknown = any(isinstance(e, (ConfigKeyError, ConfigAttributeError)) for e in (error, error.__cause__))
-        hint = _allowed_keys(error) if unknown else ""
-        print(f"config error: {_paragraph(error)}{hint}", file=sys.stderr)
+        found = _unknown_key(error) if unknown else None
+        option = _unknown_option(error)
+        print(f"error: {_unknown_key_message(*found)}" if found else f"error: {option}" if option else
+              f"config error: {_paragraph(error)}", file=sys.stderr)
         return 2
     if os.environ.get("APP_TRACEBACK"):
         traceback.print_exception(error)

@@ -100,14 +100,22 @@ def plan_for(config, split, model: ModelFacts, probe: Probe, *, device_is_host: 
     return predict(workload(config, largest, device_is_host), probe, model)
 
 
+BUDGET = "queue.memory_budget_mb"
+
+
 def limit(config) -> tuple[str, float]:
     """What the predicted host peak must stay under: `queue.memory_budget_mb` when set, else the
-    memory available now."""
+    memory available now; also the latter when a budget is above it, since a budget cannot give
+    a run memory the machine does not have."""
     import psutil
 
-    if config.queue.memory_budget_mb is not None:
-        return "queue.memory_budget_mb", float(config.queue.memory_budget_mb)
-    return "the memory available now", psutil.virtual_memory().available / MIB
+    available = psutil.virtual_memory().available / MIB
+    budget = config.queue.memory_budget_mb
+    if budget is None:
+        return "the memory available now", available
+    if budget <= available:
+        return BUDGET, float(budget)
+    return f"{BUDGET}={budget} capped at the memory available now", available
 
 
 def fits(plan: Plan, limit_mib: float) -> bool:

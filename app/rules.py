@@ -36,8 +36,12 @@ def worker_limit() -> tuple[int, str]:
                    f"{available / 2**30:.1f} GiB available / ~{WORKER_MIB} MiB a worker = {by_memory}")
 
 
+SEEDS = 2**32  # Keras's and NumPy's seeding take 0 to 2**32 - 1
+
+
 def check(cfg) -> None:
     """Every rule, on `cfg` typed by its schemas. Raises ConfigError."""
+    _check_seed("seed", cfg.seed)
     _check_data(cfg.data)
     _check_augment(cfg.augment)
     _check_queue(cfg.queue)
@@ -50,6 +54,10 @@ def check(cfg) -> None:
 def _check(ok: bool, key: str, value: Any, allowed: str) -> None:
     if not ok:
         raise config_error(key, value, allowed)
+
+
+def _check_seed(key: str, value: int) -> None:
+    _check(0 <= value < SEEDS, key, value, f"an integer from 0 to {SEEDS - 1} (2**32 − 1), e.g. {key}=0")
 
 
 def _check_data(d) -> None:
@@ -71,6 +79,7 @@ def _check_data(d) -> None:
                d.test_fraction, f"a fraction from 0 (no test split drawn) to below 1 − data.val_fraction "
                f"({1 - d.val_fraction:g}), so training keeps images")
     if d.name == "synthetic":
+        _check_seed("data.seed", d.seed)
         _check(d.num_classes >= 2, "data.num_classes", d.num_classes, "at least 2")
         _check(d.num_images >= 2 * d.num_classes, "data.num_images", d.num_images,
                f"at least 2 images a class ({2 * d.num_classes} for {d.num_classes} classes)")

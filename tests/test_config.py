@@ -51,6 +51,7 @@ def test_each_data_source_composes(name):
     ("trainer.precision=float64", "trainer.precision"),
     ("trainer.strategy=tpu", "trainer.strategy"),
     ("trainer.backend=torch", "trainer.backend"),
+    ("hparams_search=lr_optun", "hparams_search"),  # a misspelt search is not silently no search
 ])
 def test_type_and_key_errors_fail_at_composition(override, key):
     with pytest.raises(Exception) as caught:
@@ -91,6 +92,10 @@ def test_type_and_key_errors_fail_at_composition(override, key):
     (["trainer.overfit_batches=-1"], "trainer.overfit_batches"),
     (["trainer.profile_steps=[5,2]"], "trainer.profile_steps"),
     (["trainer.profile_steps=[0,2]"], "trainer.profile_steps"),
+    # seeds: Keras and NumPy take 0 to 2**32 - 1 only
+    (["seed=-1"], "seed"),
+    (["seed=4294967296"], "seed"),
+    (["data.seed=-1"], "data.seed"),
     # devices
     (["trainer.cpu_devices=2"], "trainer.cpu_devices"),
     (["trainer.strategy=mirrored", "trainer.cpu_devices=0"], "trainer.cpu_devices"),
@@ -109,6 +114,7 @@ def test_range_errors_name_the_key(overrides, key):
 
 
 def test_good_values_pass_the_same_checks(tmp_path):  # negative control for the range checks
+    validate(composed("seed=4294967295", "data.seed=0"))
     validate(composed("queue.max_size=1", "data.batch_size=1", "queue.workers=0", "data=folder", "data.path=/x",
                       "data.test_fraction=0.7"))
     weights = tmp_path / "w.weights.h5"

@@ -107,3 +107,49 @@ def test_a_file_past_the_size_limit_is_a_message_saying_what_to_do():
                                      "write (File too large: the shell's `ulimit -f`")
     assert str(explained).endswith("then continue with `python -m app train resume=/runs/x`.")
     assert explain(OSError(errno.EIO, "I/O error")).errno == errno.EIO  # negative control: another error stays
+
+
+@pytest.mark.parametrize(("override", "said"), [
+    ("queue.wokers=2", "config key `queue.wokers` is not allowed: no such key (did you mean queue.workers?). "
+                       "Allowed keys there: workers,"),
+    ("data.decode.drafft=false", "(did you mean data.decode.draft?)"),
+])
+def test_an_unknown_key_is_named_without_hydras_plus_advice(override, said, capsys):
+    """Hydra's "use +key=..." fails when followed (a schema refuses added keys too): the message
+    names the key and the one meant instead. A free mapping keeps Hydra's advice, which works there."""
+    from hydra import compose, initialize_config_dir
+
+    from app.config import conf_dir
+    from app.schema import register
+
+    register()
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        for given in (override, "model.kwargs.alpha=0.75"):
+            with pytest.raises(Exception) as caught:
+                compose("config", overrides=[given])
+            assert exit_status_for(caught.value) == 2
+            printed = capsys.readouterr().err
+            if given == override:
+                assert said in printed and "+" not in printed
+            else:  # negative control: `+model.kwargs.alpha=0.75` is what adds a key to a mapping
+                assert "+model.kwargs.alpha=0.75" in printed
+        compose("config", overrides=["+model.kwargs.alpha=0.75"])  # ... and it does
+
+
+def test_a_misspelt_group_option_is_named_with_the_options_a_user_may_pick(capsys):
+    """Hydra lists the schemas beside the options and its search path; the message keeps the options."""
+    from hydra import compose, initialize_config_dir
+
+    from app.config import conf_dir
+    from app.schema import register
+
+    register()
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        with pytest.raises(Exception) as caught:
+            compose("config", overrides=["data=foldr"])
+        compose("config", overrides=["data=folder"])  # negative control: the option meant composes
+    assert exit_status_for(caught.value) == 2
+    printed = capsys.readouterr().err
+    assert printed.startswith("error: config group `data` has no option `foldr` (did you mean data=folder?): "
+                              "data= one of cifar, folder, synthetic.")
+    assert "_schema" not in printed and "search path" not in printed

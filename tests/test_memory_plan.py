@@ -102,9 +102,11 @@ def test_model_facts_count_variables_optimizer_slots_and_outputs():
     assert memory_facts(sgd, "float32").optimizer_bytes < 64  # negative control: plain SGD keeps no slots
 
 
-def test_a_queue_over_the_memory_available_is_refused_with_the_workers_that_fit():
-    """No budget: the memory available now is the limit, and a plan above it stops the run before
-    any worker starts (train calls `checked` before the loader), naming the figure and the fix."""
+@pytest.mark.parametrize("budget", [None, 10**9], ids=["no budget", "a budget above the machine"])
+def test_a_queue_over_the_memory_available_is_refused_with_the_workers_that_fit(budget):
+    """No budget, or one above what the machine has: the memory available now is the limit, and a
+    plan above it stops the run before any worker starts (train calls `checked` before the
+    loader), naming the figure and the fix."""
     import math
 
     import psutil
@@ -114,7 +116,7 @@ def test_a_queue_over_the_memory_available_is_refused_with_the_workers_that_fit(
 
     available = psutil.virtual_memory().available / MIB
     many = math.ceil(available / PROBE.worker_mib) + 10  # each worker alone is 100 MiB: these pass the machine
-    config = SimpleNamespace(queue=SimpleNamespace(workers=many, max_size=2, memory_budget_mb=None))
+    config = SimpleNamespace(queue=SimpleNamespace(workers=many, max_size=2, memory_budget_mb=budget))
     small = dataclasses.replace(WORK, batch_size=4, image_size=(32, 32), largest_decode_bytes=0)
     plans = queue_plan.Planner(config, predict(small, PROBE, MODEL), PROBE, MODEL)
     recorded = {}
@@ -122,7 +124,8 @@ def test_a_queue_over_the_memory_available_is_refused_with_the_workers_that_fit(
     with pytest.raises(MachineError) as refused:
         queue_plan.checked(config, plans, summary)
     text = str(refused.value)
-    assert "refused before any worker started" in text and "over the memory available now" in text
+    assert "refused before any worker started" in text and "the memory available now" in text
+    assert budget is None or f"over queue.memory_budget_mb={budget} capped at the memory available now (" in text
     assert recorded["memory_plan"]["host_peak_mib"] > available  # the figure is in summary.json too
     fix = next(part for part in text.split("within it: ")[1].split("; or ") if part.startswith("queue.workers="))
     workers = int(fix.split("=")[1].split(":")[0])

@@ -62,7 +62,8 @@ def _input_files(given: str | None) -> tuple[Path, list[Path]]:
         raise DataError(f"input {given} is a symbolic link in a loop: point it at an image or a folder of "
                         "images, or give the file it was meant for.") from None
     if not source.exists():
-        raise DataError(f"input {source} does not exist.")
+        raise DataError(f"input {source} does not exist: give input=<an image file, or a folder of images "
+                        "(searched recursively)> that is there.")
     files = image_files(source)
     if not files:
         raise DataError(f"input {source} holds no image files (JPEG, PNG, WebP, BMP, TIFF).")

@@ -31,7 +31,7 @@ from tqdm import tqdm
 from app.data.drawing import COLOURS, SHAPES, class_style, draw_image
 from app.data.folder import Held, folder_source
 from app.data.source import Source
-from app.errors import DataError
+from app.errors import DataError, MachineError
 
 # In the dataset's folder name: bumped when the drawing changes, so old datasets are not reused
 # and runs trained on them are not resumed on new files.
@@ -46,6 +46,9 @@ _TMP_PREFIX = ".tmp-"
 # A pool only pays for its start-up (spawn'ed interpreters importing numpy and PIL) when
 # there are a few seconds of drawing: about 64 images of 1024².
 POOL_MIN_PIXELS = 64 * 1024 * 1024
+# The least a generated file takes: its headers, and 0.1 byte a pixel (measured: 0.17 at 1024²,
+# more at smaller sizes), so a dataset refused for its size would not have fit.
+_LEAST_FILE_BYTES, _LEAST_BYTES_A_PIXEL = 600, 0.1
 
 
 def class_names(num_classes: int) -> list[str]:
@@ -90,17 +93,19 @@ def ensure_dataset(root: str | os.PathLike, spec: Spec, progress: bool = True) -
     final = root / spec.folder_name()
     if final.is_dir():
         return final
+    _check_disk_room(root, spec)
     root.mkdir(parents=True, exist_ok=True)
     _remove_stale_tmp(root)
     tmp = root / f"{_TMP_PREFIX}{final.name}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         for name in names:
             (tmp / name).mkdir(parents=True)
-        jobs = [(str(tmp / names[i % num_classes] / f"{i:05d}.jpg"), seed, i, source_size,
-                 i % num_classes) for i in range(spec.first, spec.first + num_images)]
+        # a generator: a list of every image's job would hold them all in memory at once
+        jobs = ((str(tmp / names[i % num_classes] / f"{i:05d}.jpg"), seed, i, source_size,
+                 i % num_classes) for i in range(spec.first, spec.first + num_images))
         with tqdm(total=num_images, desc=f"generating {final.name}", unit="img", file=sys.stderr,
                   disable=not progress) as bar:
-            _run(jobs, bar)
+            _run(jobs, num_images, source_size, bar)
         try:
             tmp.rename(final)
         except OSError:
@@ -138,15 +143,38 @@ def synthetic_source(data_cfg) -> Source:
     (null: a quarter as many as num_images), drawn after the training images' indices into a
     folder of their own, so the training split and its fingerprint stay what they were."""
     spec, *tests = specs(data_cfg)
+    root = Path(data_cfg.path).expanduser().absolute()
+    for each in (spec, *tests):  # both before either is generated: a refusal leaves nothing written
+        if not (root / each.folder_name()).is_dir():
+            _check_disk_room(root, each)
     folder = ensure_dataset(data_cfg.path, spec)
     test = ensure_dataset(data_cfg.path, tests[0]) if tests else None
     # the files are a function of the folder's name (GENERATOR_VERSION and parameters): their times say nothing
     return folder_source(folder, data_cfg.val_fraction, name="synthetic", times=False, test=Held(test))
 
 
-def _run(jobs: list[tuple], bar: tqdm) -> None:
-    pixels = sum(job[3] ** 2 for job in jobs)
-    workers = min(os.cpu_count() or 1, len(jobs))
+def _check_disk_room(root: Path, spec: Spec) -> None:
+    """Refuses, before anything is written, a dataset that cannot fit the disk's free space."""
+    least = spec.num_images * (_LEAST_FILE_BYTES + _LEAST_BYTES_A_PIXEL * spec.source_size ** 2)
+    free = shutil.disk_usage(_existing(root)).free
+    if least > free:
+        key = "data.num_test_images" if spec.first else "data.num_images"
+        raise MachineError(
+            f"{key}={spec.num_images} synthetic images of data.source_size={spec.source_size} take at least "
+            f"{least / 2**30:,.1f} GiB, and the disk holding {root} has {free / 2**30:,.1f} GiB free: lower {key} "
+            "or data.source_size, or set data.path to a folder on a disk with room. Nothing was written.")
+
+
+def _existing(path: Path) -> Path:
+    """`path`, or its nearest folder that exists (the one whose disk a new folder would be on)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _run(jobs, count: int, source_size: int, bar: tqdm) -> None:
+    pixels = count * source_size ** 2
+    workers = min(os.cpu_count() or 1, count)
     if workers < 2 or pixels < POOL_MIN_PIXELS:
         for job in jobs:
             _write_image(job)

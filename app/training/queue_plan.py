@@ -78,7 +78,7 @@ def probed(config, split, net, plans: Planner, class_weights=None):
 
 def checked(config, plans: Planner, summary) -> float | None:
     """The predicted host peak (MiB) of `config`'s final queue, logged and kept in summary.json;
-    above `queue.memory_budget_mb`, or the memory available without one (with the plan's
+    above `queue.memory_budget_mb`, or the memory available without one or below one (with the plan's
     margin), the run is refused before any worker starts. None without a plan."""
     from app import memory_plan
 
@@ -92,7 +92,7 @@ def checked(config, plans: Planner, summary) -> float | None:
     if memory_plan.fits(plan, limit):
         return plan.host_mib
     fixed = memory_plan.fixes(plan, plans.probe, plans.facts, limit)
-    budget = config.queue.memory_budget_mb
+    budget = config.queue.memory_budget_mb if name == memory_plan.BUDGET else None
     text = (f"the predicted host peak is {plan.host_mib:.0f} MiB, {plan.host_mib * (1 + memory_plan.MARGIN):.0f} "
             f"MiB with the plan's {memory_plan.MARGIN:.0%} margin (python -m app plan shows its parts), over "
             f"{name} ({limit:.0f} MiB); "

@@ -231,6 +231,11 @@ def _data(config: Config, run_dir: Path, writes: bool = True):
     if profiled and profiled[1] > steps * config.trainer.epochs:
         raise config_error("trainer.profile_steps", list(profiled), f"steps the run reaches: it has "
                            f"{steps * config.trainer.epochs} ({config.trainer.epochs} epochs of {steps} steps)")
+    accumulated = config.trainer.grad_accum_steps
+    if accumulated > steps * config.trainer.epochs:  # the optimizer would never update the weights
+        raise config_error("trainer.grad_accum_steps", accumulated, f"at most the steps the run takes, "
+                           f"{steps * config.trainer.epochs} ({config.trainer.epochs} epochs of {steps} steps): with "
+                           "more, no update is ever made")
     log.info("data: %s, %d classes, %d training and %d validation samples, fingerprint %s",
              source.name, len(source.class_names), len(source.train), len(source.val), source.fingerprint[:12])
     return source, steps

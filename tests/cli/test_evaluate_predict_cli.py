@@ -121,6 +121,8 @@ print(json.dumps({{"classes": [names[i] for i in probabilities.argmax(1)], "p": 
 def test_predict_names_a_missing_input(run, tmp_path):
     result = app("predict", f"resume={run}", f"input={tmp_path / 'none'}", cwd=run.parent)
     assert result.returncode == 1 and str(tmp_path / "none") in result.stderr
+    assert "give input=<an image file, or a folder of images" in result.stderr  # what to do about it
+    assert not (run / "predict").exists() or any((run / "predict").iterdir())  # no empty folder left in the run
     (tmp_path / "self.jpg").symlink_to("self.jpg")  # a link in a loop, given as the input
     looped = app("predict", f"resume={run}", f"input={tmp_path / 'self.jpg'}", cwd=run.parent)
     assert looped.returncode == 1 and f"input {tmp_path / 'self.jpg'} is a symbolic link in a loop" in looped.stderr

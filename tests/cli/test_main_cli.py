@@ -50,7 +50,43 @@ def complete(line: str, tmp_path: Path) -> list[str]:
 @pytest.mark.skipif(not shutil.which("bash"), reason="needs bash")
 def test_bash_completion_of_commands_and_overrides(tmp_path):
     assert complete("app tr", tmp_path) == ["train"]
+    assert complete("app rep", tmp_path) == ["report"]  # every command, report too
+    (tmp_path / "outputs").mkdir()
+    assert complete("app report out", tmp_path) == ["outputs"]  # its arguments are folders
     assert "data=" in complete("app train da", tmp_path)  # the command word is not taken for an override
     assert "data=cifar" in complete("app train data=ci", tmp_path)
     assert "queue.max_size=" in complete("app evaluate queue.max", tmp_path)
     assert complete("app train zzz", tmp_path) == []  # negative control: nothing matches, nothing offered
+
+
+def test_a_refused_predict_leaves_no_folder_in_a_run_elsewhere(tmp_path, monkeypatch):
+    """A run outside the working directory: the claimed <run>/predict/<stamp> and the predict/
+    made for it both go; the run's own folder and what it holds stay."""
+    from app.__main__ import _remove_empty_claims
+    from app.training import resume
+
+    run, here = tmp_path / "run", tmp_path / "elsewhere"
+    (run / "checkpoints").mkdir(parents=True)
+    here.mkdir()
+    monkeypatch.chdir(here)
+    claimed = run / "predict" / "2026-01-01_00-00-00"
+    claimed.mkdir(parents=True)
+    (claimed / "predict.log").write_text("refused\n")
+    monkeypatch.setattr(resume, "CLAIMED", [claimed])
+    _remove_empty_claims("predict", failed=True)
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoints"]
+    kept = run / "predict" / "2026-01-02_00-00-00"  # negative control: an earlier result stays, and so its folder
+    kept.mkdir(parents=True)
+    (kept / "predictions.csv").write_text("path\n")
+    claimed.mkdir()
+    _remove_empty_claims("predict", failed=True)
+    assert sorted(p.name for p in (run / "predict").iterdir()) == ["2026-01-02_00-00-00"]
+
+
+def test_two_hydra_modes_are_refused_naming_both(tmp_path):
+    refused = run(sys.executable, "-m", "app", "train", "-m", "queue.max_size=1,2", "--cfg", "job", cwd=tmp_path)
+    assert refused.returncode == 2 and refused.stderr.startswith("error: --multirun and --cfg cannot be given "
+                                                                 "together") and "a bug" not in refused.stderr
+    followed = run(sys.executable, "-m", "app", "train", "queue.max_size=1", "--cfg", "job", cwd=tmp_path)
+    assert followed.returncode == 0 and "max_size: 1" in followed.stdout  # the advice, followed
+    assert not (tmp_path / "outputs").exists()

@@ -15,7 +15,7 @@ from PIL import Image
 from app.data import drawing, load_source, synthetic
 from app.data.images import load_rgb
 from app.data.synthetic import Spec, class_names, dataset_dir_name, ensure_dataset
-from app.errors import DataError
+from app.errors import DataError, MachineError
 from app.training.rundir import run_source, write_json
 
 TINY = {"num_images": 24, "source_size": 64, "num_classes": 3}
@@ -74,8 +74,8 @@ def test_losing_the_rename_race_uses_the_winners_copy(tmp_path, monkeypatch):
     run = synthetic._run
     winner = {}
 
-    def run_then_get_overtaken(jobs, bar):
-        run(jobs, bar)
+    def run_then_get_overtaken(*args):
+        run(*args)
         # Another job finishes first, while this one is about to rename its copy.
         monkeypatch.setattr(synthetic, "_run", run)
         winner["folder"] = ensure_dataset(tmp_path, Spec(seed=0, **TINY), progress=False)
@@ -224,3 +224,21 @@ def test_the_test_split_is_generated_apart_and_outside_the_fingerprint(tmp_path)
     assert names == [f"{i:05d}.jpg" for i in range(24, 30)]
     assert sorted(set(some.test.labels.tolist())) == [0, 1, 2]
     assert (tmp_path / "v2-n24-s64-c3-seed0-test6").is_dir()
+
+
+def test_a_dataset_larger_than_the_free_disk_is_refused_before_any_file(tmp_path):
+    """A billion images are refused at once, naming the key, instead of filling the disk (or the
+    memory, with every image's job); the dataset that fits is generated (test_layout_and_names)."""
+    with pytest.raises(MachineError, match=r"data\.num_images=1000000000 .* data\.source_size=1024 .* GiB free"):
+        ensure_dataset(tmp_path, Spec(10**9, 1024, 4, 0), progress=False)
+    with pytest.raises(MachineError, match=r"lower data\.num_test_images"):
+        ensure_dataset(tmp_path, Spec(10**9, 1024, 4, 0, first=800), progress=False)
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_a_test_split_too_large_is_refused_before_the_training_images(tmp_path):
+    data = SimpleNamespace(path=str(tmp_path / "synthetic"), num_images=24, source_size=64, num_classes=3, seed=0,
+                           num_test_images=10**9, val_fraction=0.25)
+    with pytest.raises(MachineError, match=r"lower data\.num_test_images"):
+        synthetic.synthetic_source(data)
+    assert not (tmp_path / "synthetic").exists() or not any((tmp_path / "synthetic").iterdir())

@@ -163,6 +163,18 @@ def test_accumulation_counts_updates_and_the_schedule_follows_them():
     assert float(schedule(10)) == pytest.approx(0.0005, rel=1e-3) and float(schedule(20)) == pytest.approx(0.0)
 
 
+def test_more_accumulated_steps_than_the_run_takes_are_refused(tmp_path):
+    """trainer.grad_accum_steps above the run's steps would train without a single update."""
+    from app.errors import ConfigError
+    from app.training.trainer import _data
+
+    tiny = ["data.num_images=24", "data.source_size=32", "data.num_classes=3", "data.batch_size=4",
+            f"data.path={tmp_path / 'data'}", "trainer.epochs=2"]  # 18 training samples: 4 steps an epoch
+    with pytest.raises(ConfigError, match=r"`trainer.grad_accum_steps` = 9 .* at most the steps the run takes, 8 "):
+        _data(composed(*tiny, "trainer.grad_accum_steps=9"), tmp_path, writes=False)
+    assert _data(composed(*tiny, "trainer.grad_accum_steps=8"), tmp_path, writes=False)[1] == 4  # the fix passes
+
+
 def test_class_weights_monitor_and_metric_names():
     from app.errors import ConfigError
     from app.training.recipe import better, check_monitor, class_weights, metric_names
