@@ -242,3 +242,14 @@ def _check_keras_app(m, size: list[int]) -> None:
     _check(weights in (None, "imagenet") or Path(str(weights)).expanduser().is_file(), "model.weights", weights,
            "null (random), imagenet (downloaded once into $KERAS_HOME/models), or the path of a weights file; "
            "no file is there")
+
+
+def check_run_length(t, steps: int) -> None:
+    """The trainer's keys that count steps, against the steps the run takes (known once its data is)."""
+    total = steps * t.epochs
+    if t.profile_steps and t.profile_steps[1] > total:
+        raise config_error("trainer.profile_steps", list(t.profile_steps), f"steps the run reaches: it has "
+                           f"{total} ({t.epochs} epochs of {steps} steps)")
+    if t.grad_accum_steps > total:  # the optimizer would never update the weights
+        raise config_error("trainer.grad_accum_steps", t.grad_accum_steps, f"at most the steps the run takes, "
+                           f"{total} ({t.epochs} epochs of {steps} steps): with more, no update is ever made")

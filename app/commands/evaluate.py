@@ -29,7 +29,8 @@ def main(cfg: DictConfig) -> float:
     from app.frameworks import load_keras
     from app.loader.pipeline import build_loader
     from app.training.resume import chosen_checkpoint, open_run
-    from app.training.rundir import run_source, write_json
+    from app.training.rundata import run_source
+    from app.training.rundir import write_json
 
     # first: it picks the backend Keras loads on
     run_dir, config = open_run(cfg, safe=("queue.", "split", "checkpoint", "augment.eval_", "data.max_image_pixels",

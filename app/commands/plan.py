@@ -82,7 +82,7 @@ def _source(data, run_dir: Path | None):
     """The data source, read but never written: a dataset `train` would generate or download
     first is refused, naming the command that brings it; a run's, checked to be what it trained on."""
     from app.data import load_source, synthetic
-    from app.training.rundir import run_source
+    from app.training.rundata import run_source
 
     if data.name == "synthetic":
         folders = [Path(data.path).expanduser() / spec.folder_name() for spec in synthetic.specs(data)]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from app import rules
 from app.augment import build_compose, eval_transforms
 from app.config import instantiate_each, load, to_plain
 from app.console import print_config
@@ -29,7 +30,8 @@ from app.schema import Config
 from app.training import checkpoint, rundir
 from app.training.checkpoint import RunState
 from app.training.resume import resumed_config
-from app.training.rundir import Summary, hold_lock, log_apart, release_lock, run_source, write_json
+from app.training.rundata import run_source
+from app.training.rundir import Summary, hold_lock, log_apart, release_lock, write_json
 from app.training.tables import check_history, rows_kept, write_rows
 
 log = logging.getLogger("app.train")
@@ -227,15 +229,7 @@ def _data(config: Config, run_dir: Path, writes: bool = True):
     if steps > available:
         raise config_error("trainer.steps_per_epoch", steps, f"the training split has {available} full batches "
                            f"of data.batch_size={batch} (null uses them all)")
-    profiled = config.trainer.profile_steps
-    if profiled and profiled[1] > steps * config.trainer.epochs:
-        raise config_error("trainer.profile_steps", list(profiled), f"steps the run reaches: it has "
-                           f"{steps * config.trainer.epochs} ({config.trainer.epochs} epochs of {steps} steps)")
-    accumulated = config.trainer.grad_accum_steps
-    if accumulated > steps * config.trainer.epochs:  # the optimizer would never update the weights
-        raise config_error("trainer.grad_accum_steps", accumulated, f"at most the steps the run takes, "
-                           f"{steps * config.trainer.epochs} ({config.trainer.epochs} epochs of {steps} steps): with "
-                           "more, no update is ever made")
+    rules.check_run_length(config.trainer, steps)
     log.info("data: %s, %d classes, %d training and %d validation samples, fingerprint %s",
              source.name, len(source.class_names), len(source.train), len(source.val), source.fingerprint[:12])
     return source, steps

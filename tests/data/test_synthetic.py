@@ -16,7 +16,8 @@ from app.data import drawing, load_source, synthetic
 from app.data.images import load_rgb
 from app.data.synthetic import Spec, class_names, dataset_dir_name, ensure_dataset
 from app.errors import DataError, MachineError
-from app.training.rundir import run_source, write_json
+from app.training.rundata import run_source
+from app.training.rundir import write_json
 
 TINY = {"num_images": 24, "source_size": 64, "num_classes": 3}
 

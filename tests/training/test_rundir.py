@@ -11,7 +11,7 @@ from PIL import Image
 
 from app.data.folder import folder_source
 from app.errors import DataError
-from app.training.rundir import check_same_data
+from app.training.rundata import check_same_data
 
 
 def _tree(root, names):

@@ -1,0 +1,69 @@
+"""A run's data: the source it was trained on, found again and checked to be the same before a
+resume, `evaluate` or `plan` uses it; a refusal names what changed. Never imported by workers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from app.data import cifar, load_source, synthetic
+from app.errors import DataError
+from app.training.rundir import read_json
+
+SPLIT_MISSING = ("it records which samples the run trains and validates on; restore it from a copy of the run, "
+                 "or start a new run")
+
+
+def run_source(run_dir: Path, data_config):
+    """The data source of an existing run, checked to be the one it was trained on; a synthetic
+    dataset of another generator version, or CIFAR-10 split another way, is refused before any work."""
+    recorded = read_json(Path(run_dir) / "split.json", SPLIT_MISSING)
+    if recorded.get("source") == "synthetic":
+        synthetic.check_generator(str(recorded.get("root", "")), run_dir)
+    if recorded.get("source") == "cifar":
+        cifar.check_split(recorded, run_dir)
+    source = load_source(data_config)
+    check_same_data(run_dir, source)
+    return source
+
+
+def check_same_data(run_dir: Path, source) -> None:
+    """A run's data must be what it was trained on: split.json's fingerprint against the source's.
+    Runs recorded before modification times were covered compare names and sizes."""
+    recorded = read_json(Path(run_dir) / "split.json", SPLIT_MISSING)
+    fingerprint = recorded.get("fingerprint")
+    now = source.fingerprint if "fingerprint_covers" in recorded else source.names_sizes_fingerprint
+    if fingerprint == now:
+        return
+    detail = ""
+    if recorded.get("names_sizes_fingerprint") and recorded["names_sizes_fingerprint"] == \
+            source.names_sizes_fingerprint:
+        detail = (" Only modification times differ: the files were rewritten, or copied without keeping "
+                  "their times (cp -p and rsync -t keep them).")
+    raise DataError(f"the data changed since {run_dir} was trained (split.json fingerprint "
+                    f"{str(fingerprint)[:12]}, now {str(now)[:12]}; it covers "
+                    f"{recorded.get('fingerprint_covers', 'relative paths and sizes')}): the samples would not be "
+                    f"the run's.{_changed_files(recorded, source, Path(run_dir) / 'split.json')}{detail} "
+                    "Restore the data, or start a new run.")
+
+
+def _changed_files(recorded: dict, source, split_file: Path) -> str:
+    """Which files differ from split.json's lists, for a folder source: new and gone by name,
+    and, where the names are the same, those modified after split.json was written."""
+    if not isinstance(recorded.get("train"), list) or "train" not in source.split:
+        return ""
+    before = set(recorded["train"]) | set(recorded.get("val") or [])
+    now = set(source.split["train"]) | set(source.split["val"])
+    root = Path(source.split["root"])
+    since = split_file.stat().st_mtime
+    modified = sorted(rel for rel in now & before if _modified_after(root / rel, since))
+    parts = [f"{len(names)} {what} ({', '.join(names[:3])}{', …' if len(names) > 3 else ''})"
+             for what, names in (("new", sorted(now - before)), ("gone", sorted(before - now)),
+                                 ("modified after the run started", modified)) if names]
+    return f" In {root}: {'; '.join(parts)}." if parts else ""
+
+
+def _modified_after(path: Path, since: float) -> bool:
+    try:
+        return path.stat().st_mtime > since
+    except OSError:
+        return False
