@@ -16,6 +16,7 @@ import io
 import json
 import signal
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -37,7 +38,7 @@ def placeheld(text: str) -> str:
 
 
 def run_one(command: dict) -> dict:
-    out = io.StringIO()
+    out, started = io.StringIO(), time.perf_counter()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
         try:
             if "python" in command:
@@ -55,7 +56,7 @@ def run_one(command: dict) -> dict:
     resume.CLAIMED.clear()
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    return {**command, "status": status, "printed": out.getvalue()}
+    return {**command, "status": status, "printed": out.getvalue(), "seconds": time.perf_counter() - started}
 
 
 if __name__ == "__main__":

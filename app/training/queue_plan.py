@@ -88,6 +88,10 @@ def checked(config, plans: Planner, summary) -> float | None:
     summary.update(memory_plan=plan.record())
     log.info("memory plan: host peak %.0f MiB predicted, device %.0f MiB (python -m app plan: part by part)",
              plan.host_mib, plan.device_mib)
+    if getattr(config.model, "freeze_backbone", False) and config.trainer.unfreeze_at_epoch:
+        log.warning("the plan is the frozen model's: from epoch %d (trainer.unfreeze_at_epoch) a second, larger "
+                    "train step is compiled and the peak grows past it (10-16 %% on small runs here): leave room",
+                    config.trainer.unfreeze_at_epoch)
     name, limit = memory_plan.limit(config)
     if memory_plan.fits(plan, limit):
         return plan.host_mib

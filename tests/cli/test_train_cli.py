@@ -95,40 +95,6 @@ def test_help_cfg_and_unknown_command(tmp_path):
     assert not (tmp_path / "outputs").exists()
 
 
-def test_sweep_runs_every_combination(tmp_path):
-    result = app("train", "-m", *TINY, "trainer.epochs=1", "queue.workers=0,2", "queue.max_size=1,2",
-                 "hydra.sweep.dir=sweep", cwd=tmp_path, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    jobs = sorted((tmp_path / "sweep").glob("[0-9]*"))
-    assert [j.name for j in jobs] == ["0", "1", "2", "3"]
-    seen, pids = set(), set()
-    for job in jobs:
-        summary = check_run_dir(job, epochs=1)
-        seen.add(tuple(sorted(o for o in summary["overrides"] if o.startswith("queue."))))
-        pids.add(summary["pid"])
-        assert summary["isolation"] == "clean"
-        assert "epoch 1/1" in (job / "train.log").read_text()  # each job's own log, from its own process
-    assert len(seen) == 4
-    assert len(pids) == 4  # each job trained in a fresh process: nothing of one job weighs on the next
-
-    # the report over that sweep: its numbers are the runs' own
-    report = app("report", "sweep", cwd=tmp_path)
-    assert report.returncode == 0, report.stderr[-3000:]
-    rows = list(csv.DictReader((tmp_path / "sweep" / "report.csv").open()))
-    assert len(rows) == 4 and set(rows[0]) >= {"queue.workers", "queue.max_size", "images_per_s", "status"}
-    assert "data.num_images" not in rows[0]  # not swept: the same in every run
-    for row in rows:
-        summary = json.loads((tmp_path / row["run"] / "summary.json").read_text())
-        assert f"queue.workers={row['queue.workers']}" in summary["overrides"]
-        assert f"queue.max_size={row['queue.max_size']}" in summary["overrides"]
-        for figure in ("images_per_s", "data_wait_fraction", "peak_memory_mb", "val_accuracy"):
-            assert float(row[figure]) == pytest.approx(summary[figure])
-        assert row["status"] == "completed"
-    for key in ("queue.workers", "queue.max_size"):
-        assert (tmp_path / "sweep" / f"report_{key}.png").read_bytes()[:4] == b"\x89PNG"
-    assert "queue.max_size" in report.stdout.splitlines()[0]
-
-
 def test_a_failing_job_is_recorded_and_the_sweep_goes_on(tmp_path):
     result = app("train", "-m", *TINY, "trainer.epochs=1", "queue.max_size=0,2", "hydra.sweep.dir=sweep",
                  cwd=tmp_path)
@@ -155,28 +121,9 @@ def write_tiny_cifar(root: Path, per_batch: int = 6) -> None:
         pickle.dump({b"label_names": names, b"num_cases_per_batch": per_batch, b"num_vis": 3072}, f)
 
 
-def test_cifar_experiment_under_debug_fast_and_cifar_missing(tmp_path):
-    """experiment=cifar_resnet on a tiny CIFAR-10, in debug=fast's 2 steps; its tags
-    in summary.json, and the composed config printed as a tree."""
-    write_tiny_cifar(tmp_path / "cifar")
-    small = ["data.batch_size=2", "model.widths=[8]", "model.blocks_per_stage=1", "queue.max_size=2",
-             f"trainer.callbacks=[{{_target_: recording.HookRecorder, path: {tmp_path / 'hooks.jsonl'}}}]"]
-    result = app("train", "experiment=cifar_resnet", "debug=fast", f"data.path={tmp_path / 'cifar'}", *small,
-                 cwd=tmp_path, env={"HOME": str(tmp_path), "PYTHONPATH": str(Path(__file__).parents[1])})
-    assert result.returncode == 0, result.stderr[-3000:]
-    run = only_run_dir(tmp_path / "outputs")
-    summary = check_run_dir(run, epochs=1)
-    assert summary["steps"] == 2 and summary["tags"] == ["cifar", "resnet"]
-    split = json.loads((run / "split.json").read_text())
-    assert split["class_names"][0] == "airplane" and split["split_version"] == 2 and len(split["test"]) == 6
-    hooks = [h[0] for h in map(json.loads, (tmp_path / "hooks.jsonl").read_text().splitlines())]
-    assert hooks.count("test_batch_end") == 2 < len(split["val"]) / 2  # trainer.validation_steps=2 of more
-    assert "SGD" in (run / ".hydra" / "config.yaml").read_text()
-    tree = result.stdout.splitlines()
-    assert f"config of {run}" in tree[0] and "├── trainer" in tree and "└── (top level)" in tree
-    assert any(line.endswith("steps_per_epoch: 2") for line in tree) and "- PadIfNeeded" not in result.stdout
-    assert any(line.endswith("_target_: albumentations.PadIfNeeded") for line in tree)
-
+def test_cifar_missing_names_the_archive_and_the_download_key(tmp_path):
+    """No CIFAR-10 where data.path says: the archive to put there, or data.download. (The CIFAR recipe
+    itself trains in tests/cli/test_docs_commands.py, as README shows it.)"""
     missing = app("train", "data=cifar", f"data.path={tmp_path / 'nothing'}", cwd=tmp_path,
                   env={"HOME": str(tmp_path)})
     assert missing.returncode != 0 and "Traceback" not in missing.stderr

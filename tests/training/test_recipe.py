@@ -63,6 +63,7 @@ def test_the_frozen_backbone_keeps_the_files_weights_until_it_is_unfrozen(runs):
     assert not same(backbone(after_two), start)  # negative control: trained from epoch 2
     log = (root / "A" / "train.log").read_text()
     assert "1,299 trainable" not in log and "epoch 2: the backbone is trained too from now on" in log
+    assert "the plan is the frozen model's: from epoch 2 (trainer.unfreeze_at_epoch)" in log  # leave room, it says
     summary = json.loads((root / "A" / "summary.json").read_text())
     assert summary["tags"] == ["finetune", "mobilenet"]  # the experiment's, with its optimizer
     assert after_two.optimizer.__class__.__name__ == "AdamW"
