@@ -116,7 +116,8 @@ def test_a_queue_over_the_memory_available_is_refused_with_the_workers_that_fit(
 
     available = psutil.virtual_memory().available / MIB
     many = math.ceil(available / PROBE.worker_mib) + 10  # each worker alone is 100 MiB: these pass the machine
-    config = SimpleNamespace(queue=SimpleNamespace(workers=many, max_size=2, memory_budget_mb=budget))
+    config = SimpleNamespace(queue=SimpleNamespace(workers=many, max_size=2, memory_budget_mb=budget),
+                             model=SimpleNamespace(), trainer=SimpleNamespace(unfreeze_at_epoch=None))
     small = dataclasses.replace(WORK, batch_size=4, image_size=(32, 32), largest_decode_bytes=0)
     plans = queue_plan.Planner(config, predict(small, PROBE, MODEL), PROBE, MODEL)
     recorded = {}

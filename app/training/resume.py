@@ -225,15 +225,19 @@ def resumed_config(saved: dict, cfg: DictConfig, overrides: list[str],
     return result
 
 
-def open_run(cfg: DictConfig, safe: tuple[str, ...]) -> tuple[Path, Config]:
+def open_run(cfg: DictConfig, safe: tuple[str, ...], check=None) -> tuple[Path, Config]:
     """(run dir, its config with the `safe` overrides, loaded: re-typed by the schemas and
-    validated), Keras set to load on the run's backend and the model builder's module imported."""
+    validated), Keras set to load on the run's backend and the model builder's module imported.
+    `check(run_dir, config)`, the command's own checks, runs before Keras loads: a refusal is
+    said in a second, not after TensorFlow's start-up."""
     run_dir = Path(cfg.resume)
     cfg = resumed_config(checkpoint.saved_config(run_dir), cfg, list(HydraConfig.get().overrides.task), safe)
     config = load(cfg)
     from app.frameworks import load_keras, query_devices_quietly, use_backend
 
     use_backend(config.trainer)  # the run's backend: a run trained on JAX needs no TensorFlow here
+    if check is not None:
+        check(run_dir, config)
     load_keras()  # first, and quietly: its native start-up lines go to the command's log
     query_devices_quietly()
     from app.model import import_builder

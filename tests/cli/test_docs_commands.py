@@ -45,7 +45,7 @@ TINY_SIZES = {"train": ["data.image_size=[32,32]", "data.batch_size=4"],
               "preview": ["data.image_size=[32,32]", "data.batch_size=4"],
               "bench": ["data.image_size=[32,32]", "data.batch_size=4", "bench.modes=[loader]", "bench.batches=2",
                         "bench.warmup=1", "bench.memory=false"]}
-TINY_DEFAULTS = {"trainer.epochs": "2", "queue.workers": "1", "model.widths": "[8]",
+TINY_DEFAULTS = {"trainer.epochs": "1", "queue.workers": "1", "model.widths": "[8]",
                  "data.num_images": "24", "data.source_size": "48", "data.num_classes": "2"}
 MOST_EPOCHS = 3  # a page's trainer.epochs=10 or 20, cut to this (a fine-tune unfreezing at epoch 3 still does)
 DATA_KEYS = {"synthetic": ("data.num_images", "data.source_size", "data.num_classes"), "folder": (), "cifar": ()}
@@ -125,6 +125,8 @@ def tiny(argv: list[str]) -> list[str]:
         defaults = {key: value for key, value in defaults.items() if key.startswith("data.")}
     if "trainer.cpu_devices" not in given and "trainer.strategy=mirrored" in args:
         defaults["trainer.cpu_devices"] = "2"
+    if "trainer.epochs" not in given and "scheduler=cosine" in args:
+        defaults["trainer.epochs"] = "2"  # its one-epoch warm-up needs an epoch after it
     return [f"{key}={value}" for key, value in defaults.items()] + TINY_SIZES.get(word, []) + capped
 
 
@@ -220,8 +222,9 @@ def ran(tmp_path_factory):
         else:
             (alone if apart(argv) else together).append({**command, "argv": argv})
     results = run_all(together, work, env)
-    for command in alone:
-        results += run_all([command], work, env)
+    jax = [command for command in alone if "trainer.backend=jax" in command["argv"]]
+    for group in [[c] for c in alone if c not in jax] + [jax]:  # JAX's commands share a process: one backend
+        results += run_all(group, work, env) if group else []
     return {"planned": together[1:] + alone, "results": results[1:], "skipped": skipped, "made": results[0],
             "work": work}
 
