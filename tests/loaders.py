@@ -45,11 +45,6 @@ def workers_alive() -> set[int]:
 
 def assert_clean(children_before: set[int]) -> None:
     """No worker process left, no shared-memory segment of ours left."""
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        extra = workers_alive() - children_before
-        if not extra:
-            break
-        time.sleep(0.05)
-    assert not extra, f"orphan worker processes: {extra}"
+    wait_until(lambda: not workers_alive() - children_before)
+    assert not workers_alive() - children_before, f"orphan worker processes: {workers_alive() - children_before}"
     assert my_segments() == []

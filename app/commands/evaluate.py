@@ -26,30 +26,24 @@ log = logging.getLogger("app.evaluate")
 def main(cfg: DictConfig) -> float:
     from app.augment import eval_transforms
     from app.errors import config_error
-    from app.frameworks import load_keras
     from app.loader.pipeline import build_loader
-    from app.training.resume import chosen_checkpoint, open_run
+    from app.training.resume import chosen_checkpoint, keras_for_run, read_run
     from app.training.rundata import run_source
     from app.training.rundir import write_json
 
-    opened = {}
-
-    def data_checked(run_dir: Path, config) -> None:  # before Keras loads: a refusal comes at once
-        opened["source"] = source = run_source(run_dir, config.data)
-        opened["split"] = {"val": source.val, "test": source.test}.get(config.split)
-        if opened["split"] is None:
-            raise config_error("split", config.split, "val, or test where the data has a test split (data=folder: "
-                               "<path>/test/<class>/ beside train/ and val/, or data.test_path); this run's has "
-                               "none" if config.split == "test" else "val or test")
-
     # first: it picks the backend Keras loads on
-    run_dir, config = open_run(cfg, safe=("queue.", "split", "checkpoint", "augment.eval_", "data.max_image_pixels",
-                                               "data.test_path"), check=data_checked)
-    load_keras()
+    run_dir, config = read_run(cfg, safe=("queue.", "split", "checkpoint", "augment.eval_", "data.max_image_pixels",
+                                          "data.test_path"))
+    source = run_source(run_dir, config.data)  # before Keras loads: a refusal comes at once
+    split = {"val": source.val, "test": source.test}.get(config.split)
+    if split is None:
+        raise config_error("split", config.split, "val, or test where the data has a test split (data=folder: "
+                           "<path>/test/<class>/ beside train/ and val/, or data.test_path); this run's has none"
+                           if config.split == "test" else "val or test")
+    keras_for_run(config)
     from app.training.scores import evaluate
 
     out = Path(HydraConfig.get().runtime.output_dir)
-    source, split = opened["source"], opened["split"]
     path, net = chosen_checkpoint(run_dir, config.checkpoint)
     names = source.class_names
     log.info("evaluating %s on %d %s samples of %s (Keras on %s, one device)", path, len(split), config.split,

@@ -11,7 +11,8 @@
   `<date>/slurm-<job id>[.<step id>]`, and only process 0 takes a resumed run's lock.
 - Values with spaces or non-ASCII characters (paths, mostly) are quoted for Hydra's override
   grammar, which otherwise rejects them however the shell quoted them.
-- `open_run`: a finished run opened again for `evaluate` and `predict`, its config re-typed.
+- `open_run` (`read_run`, then `keras_for_run`): a finished run opened again for `evaluate` and
+  `predict`, its config re-typed.
 """
 
 from __future__ import annotations
@@ -225,25 +226,35 @@ def resumed_config(saved: dict, cfg: DictConfig, overrides: list[str],
     return result
 
 
-def open_run(cfg: DictConfig, safe: tuple[str, ...], check=None) -> tuple[Path, Config]:
+def open_run(cfg: DictConfig, safe: tuple[str, ...]) -> tuple[Path, Config]:
+    """`read_run`, then Keras loaded for it (`keras_for_run`)."""
+    run_dir, config = read_run(cfg, safe)
+    keras_for_run(config)
+    return run_dir, config
+
+
+def read_run(cfg: DictConfig, safe: tuple[str, ...]) -> tuple[Path, Config]:
     """(run dir, its config with the `safe` overrides, loaded: re-typed by the schemas and
-    validated), Keras set to load on the run's backend and the model builder's module imported.
-    `check(run_dir, config)`, the command's own checks, runs before Keras loads: a refusal is
-    said in a second, not after TensorFlow's start-up."""
+    validated), Keras set to load on the run's backend but not loaded: a command's own checks
+    between this and `keras_for_run` refuse in a second, not after TensorFlow's start-up."""
     run_dir = Path(cfg.resume)
     cfg = resumed_config(checkpoint.saved_config(run_dir), cfg, list(HydraConfig.get().overrides.task), safe)
     config = load(cfg)
-    from app.frameworks import load_keras, query_devices_quietly, use_backend
+    from app.frameworks import use_backend
 
     use_backend(config.trainer)  # the run's backend: a run trained on JAX needs no TensorFlow here
-    if check is not None:
-        check(run_dir, config)
-    load_keras()  # first, and quietly: its native start-up lines go to the command's log
-    query_devices_quietly()
+    return run_dir, config
+
+
+def keras_for_run(config: Config) -> None:
+    """Keras loaded quietly (its native start-up lines go to the command's log) and the run's
+    model builder's module imported."""
+    from app.frameworks import load_keras, query_devices_quietly
     from app.model import import_builder
 
+    load_keras()
+    query_devices_quietly()
     import_builder(config.model)
-    return run_dir, config
 
 
 def chosen_checkpoint(run_dir: Path, which: str = "last"):
