@@ -250,10 +250,11 @@ def keras_for_run(config: Config) -> None:
     """Keras loaded quietly (its native start-up lines go to the command's log) and the run's
     model builder's module imported."""
     from app.frameworks import load_keras, query_devices_quietly
+
+    load_keras()  # before app.model, which imports Keras at its top: loud, there
+    query_devices_quietly()
     from app.model import import_builder
 
-    load_keras()
-    query_devices_quietly()
     import_builder(config.model)
 
 
