@@ -19,6 +19,8 @@ import signal
 import sys
 from pathlib import Path
 
+from app.processes import raise_on_stop_signals, stop_if_interrupted
+
 # command word -> (module, function, one line of help); Hydra names the job after the module: train.log...
 COMMANDS = {
     "train": ("app.commands.train", "main", "train a CNN; writes a run directory under outputs/ (-m: a sweep)"),
@@ -95,10 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["HYDRA_FULL_ERROR"] = "1"
     from app.errors import exit_status_for
 
-    # A scheduler's stop ends a command as Ctrl-C does, from its first moment (a training run's own
-    # handling takes over once it starts: app/processes.py:interrupts); a sweep's parent is left alone.
+    # A scheduler's stop ends a command as Ctrl-C does, from its first moment; a sweep's parent is left alone.
     if not {"-m", "--multirun"} & set(rest):
-        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        raise_on_stop_signals()
     status = 0
     try:
         if word != "report":  # Hydra's commands: their directory and `resume` are settled first
@@ -111,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.argv = [f"python -m app {word}", *rest]
         entry = getattr(importlib.import_module(module), function)
         entry()
+        stop_if_interrupted()  # a stop whose raise was lost (in a `__del__`, say) is not ignored
     except SystemExit as stop:  # --help, --cfg and friends end this way
         return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
     except BaseException as error:  # noqa: BLE001 - every failure leaves as a message and a status

@@ -68,9 +68,23 @@ _held = {"depth": 0, "pending": False, "requested": False}
 def stop_if_interrupted() -> None:
     """Raise the KeyboardInterrupt of a Ctrl-C or SIGTERM that came, should its first raise have
     been lost: Python ignores an exception raised inside a garbage-collector callback or a
-    `__del__` ("Exception ignored in …"), and the run would train on. The step loops call this."""
+    `__del__` ("Exception ignored in …"), and the run would train on. The step loops, evaluate's
+    and predict's batch loops and the end of every command call this."""
     if _held["requested"] and not _held["depth"]:
         raise KeyboardInterrupt
+
+
+def raise_on_stop_signals() -> None:
+    """From a command's first moment, Ctrl-C and a scheduler's SIGTERM raise KeyboardInterrupt
+    and are remembered, so that one whose raise was lost still stops the command at its next
+    `stop_if_interrupted` (a training run's own handling takes over once it starts: `interrupts`)."""
+    def interrupt(signum, frame):
+        _held["requested"] = True
+        raise KeyboardInterrupt
+
+    _held["requested"] = False
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, interrupt)
 
 
 @contextmanager
@@ -106,8 +120,7 @@ def interrupts():
             return
         raise KeyboardInterrupt
 
-    _held["requested"] = False
-    try:
+    try:  # a stop that came before, its raise lost, stays requested
         previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     except ValueError:  # not the main thread (a threaded launcher): leave the signals alone
         yield

@@ -103,3 +103,32 @@ def test_an_interrupt_lost_inside_a_gc_callback_still_stops_the_run():
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_stop_lost_before_training_starts_still_stops_it():
+    """A command's stop signals are remembered from its first moment: one whose raise was lost
+    while the command started (evaluate's model loading, say) stops it at the next check, and
+    the training run's own handling does not forget it."""
+    import os
+    import signal
+
+    from app.processes import interrupts, raise_on_stop_signals, stop_if_interrupted
+
+    class Finalised:
+        def __del__(self):  # where Python ignores what a signal handler raises
+            os.kill(os.getpid(), signal.SIGTERM)
+            sum(range(1000))
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        raise_on_stop_signals()
+        stop_if_interrupted()  # negative control: no signal yet, nothing raised
+        Finalised()  # collected at once: the signal comes, its raise is lost
+        with pytest.raises(KeyboardInterrupt), interrupts():
+            stop_if_interrupted()
+        raise_on_stop_signals()  # the next command in this process starts afresh
+        stop_if_interrupted()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 from app.config import conf_dir
 from app.errors import ConfigError, DataError
 from app.io import atomic_write
+from app.processes import stop_if_interrupted
 from app.schema import register
 
 register()
@@ -99,6 +100,7 @@ def main(cfg: DictConfig) -> None:
         writer.writerow(["path", "class", *names, "error"])
         done = 0
         for x, _ in every_sample(queue, "predict"):
+            stop_if_interrupted()
             probabilities = np.asarray(net.predict_on_batch(x))
             for index, p in enumerate(probabilities, start=done):
                 error = queue.bad.failed["predict"].get(index)

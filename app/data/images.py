@@ -30,6 +30,8 @@ _SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 # Modes Pillow converts to RGB by itself (alpha is dropped, palettes looked up).
 _DIRECT_MODES = {"RGB", "RGBA", "RGBX", "L", "LA", "1", "P", "PA", "CMYK", "YCbCr"}
 _SIXTEEN_BIT_MODES = {"I;16", "I;16L", "I;16B", "I;16N", "I"}
+# Bytes a pixel in Pillow's own storage of a mode, where not 4 (RGB, RGBA, CMYK, I, F: 4).
+_PILLOW_BYTES = {"1": 1, "L": 1, "P": 1, "I;16": 2, "I;16L": 2, "I;16B": 2, "I;16N": 2}
 
 
 # Pillow's own limit: images declaring more pixels are refused before they are decoded.
@@ -180,17 +182,46 @@ def _pillow_rgb(source, min_short_side: int | None, max_pixels: int | None) -> n
 
 
 def largest_decode_bytes(split, decode: Decode, most: int = 256) -> int:
-    """The largest decoded image (H × W × 3 bytes, after the draft reduction `decode` allows)
-    among up to `most` files of `split`, spread over it: headers only. A file the loader will
-    refuse (unreadable, or above `decode.max_pixels`) is the loader's to report, by the
-    bad-sample policy, and counts for nothing here. An array split's rows are all one size."""
+    """The most memory one decode holds (`decode_peak_bytes`) among up to `most` files of
+    `split`, spread over it: headers only. A file the loader will refuse (unreadable, or above
+    `decode.max_pixels`) is the loader's to report, by the bad-sample policy, and counts for
+    nothing here. An array split's rows are all one size."""
     if not hasattr(split, "paths"):
         return int(np.prod(np.load(split.npy_path, mmap_mode="r").shape[1:]))
-    largest = 0
-    for path in split.paths[:: max(1, len(split.paths) // most)]:
-        w, h, s = header_draft(path, decode.min_short_side, decode.max_pixels) or (0, 0, 1)
-        largest = max(largest, -(-w // s) * -(-h // s) * 3)
-    return largest
+    step = max(1, len(split.paths) // most)
+    return max((decode_peak_bytes(path, decode) for path in split.paths[::step]), default=0)
+
+
+def decode_peak_bytes(path: str | os.PathLike, decode: Decode) -> int:
+    """The bytes decoding `path` holds at its peak, from its header alone; 0 for a file the
+    loader will refuse. A JPEG that OpenCV decodes holds its RGB array (H × W × 3, after any
+    draft reduction); what Pillow decodes holds Pillow's image in the file's mode, its RGB
+    conversion where the mode is another, and the array: a greyscale PNG holds 8 bytes a pixel."""
+    found = header_draft(path, decode.min_short_side, decode.max_pixels)
+    if found is None:
+        return 0
+    width, height, scale = found
+    pixels = -(-width // scale) * -(-height // scale)
+    mode = _pillow_mode(path)
+    if mode is None:
+        return pixels * 3
+    if mode in _SIXTEEN_BIT_MODES or mode == "F":  # scaled through int64 or float working copies
+        return pixels * (_PILLOW_BYTES.get(mode, 4) + 2 * 8 + 3)
+    return pixels * (_PILLOW_BYTES.get(mode, 4) + (0 if mode == "RGB" else 4) + 3)
+
+
+def _pillow_mode(path: str | os.PathLike) -> str | None:
+    """The mode Pillow decodes `path` in; None for a JPEG OpenCV decodes (greyscale or RGB)."""
+    with open(path, "rb") as file:
+        head = file.read(HEAD_BYTES)
+    frame = _jpeg_frame(head) if head[:3] == _JPEG_START else None
+    if frame is not None:
+        return None if frame[2] in (1, 3) else "CMYK"
+    try:
+        with Image.open(path) as img:
+            return img.mode
+    except Exception:  # noqa: BLE001 - sized already; counted as Pillow's widest mode
+        return "RGBA"
 
 
 def header_draft(path: str | os.PathLike, min_short_side: int | None,

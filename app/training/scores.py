@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import keras
 import numpy as np
 
+from app.processes import stop_if_interrupted
 from app.training.objectives import EPSILON
 
 
@@ -47,6 +48,7 @@ def evaluate(net: keras.Model, batches: Iterable[tuple[np.ndarray, ...]],
     (classes × classes), each sample is counted into it too."""
     scores = Scores()
     for x, y, *given in batches:
+        stop_if_interrupted()
         positions = given[0] if given else np.arange(scores.images, scores.images + len(y))
         p = np.asarray(net.predict_on_batch(x), np.float64)
         p /= p.sum(axis=1, keepdims=True)

@@ -454,3 +454,19 @@ def test_a_refusal_states_the_limit_that_refused_it(tmp_path):
         assert "225 M pixels, above Pillow's own limit (178956970)" in str(refused.value)
         assert "above data.max_image_pixels" not in str(refused.value)
         assert "raise data.max_image_pixels" not in str(refused.value)  # advice that would fail
+
+
+def test_a_decode_through_pillow_is_planned_with_its_own_copies(tmp_path):
+    """The memory plan counts what a decode holds: a JPEG through OpenCV its RGB array alone; a
+    file Pillow decodes also Pillow's image in its mode and the RGB conversion of another mode."""
+    from app.data.images import Decode, decode_peak_bytes, largest_decode_bytes
+
+    made = {"rgb.jpg": ("RGB", 3), "grey.jpg": ("L", 3), "cmyk.jpg": ("CMYK", 4 + 4 + 3),
+            "rgb.png": ("RGB", 4 + 3), "grey.png": ("L", 1 + 4 + 3), "deep.png": ("I;16", 2 + 16 + 3)}
+    for name, (mode, _) in made.items():
+        Image.new(mode, (40, 30)).save(tmp_path / name)
+    for name, (_, per_pixel) in made.items():
+        assert decode_peak_bytes(tmp_path / name, Decode()) == 40 * 30 * per_pixel, name
+    assert decode_peak_bytes(tmp_path / "grey.png", Decode(None, 1000)) == 0  # refused by the limit: the loader's
+    split = FileSplit([tmp_path / "rgb.jpg", tmp_path / "grey.png"], [0, 0])
+    assert largest_decode_bytes(split, Decode()) == 40 * 30 * 8  # the greyscale PNG, not the larger-looking JPEG
