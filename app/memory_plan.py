@@ -92,7 +92,7 @@ def plan_for(config, split, model: ModelFacts, probe: Probe, *, device_is_host: 
     """The plan of a loaded config training on `split` (its largest decode read off the files'
     headers, under the training augmentation's draft rule; files the loader will refuse left out)."""
     from app.augment import Augmenter
-    from app.data.images import largest_decode_bytes
+    from app.data.headers import largest_decode_bytes
 
     decode = Augmenter(config.augment.transforms, config.data.image_size, draft=config.data.decode.draft,
                        max_pixels=config.data.max_image_pixels).decode

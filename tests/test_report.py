@@ -111,3 +111,17 @@ def test_a_path_that_does_not_exist_is_named_as_such(tmp_path):
         find_runs([tmp_path / "nowhere"])
     with pytest.raises(DataError, match="no run directory"):  # negative control: there, but holding no run
         find_runs([tmp_path])
+
+
+def test_one_runs_report_goes_to_report_and_a_sweeps_into_its_folder(tmp_path, monkeypatch):
+    """A run's folder is its record: `report <run dir>` leaves it as it was."""
+    from app.commands.report import main
+
+    runs = _runs(tmp_path / "sweep", [{"status": "completed", "overrides": ["seed=1"]},
+                                      {"status": "completed", "overrides": ["seed=2"]}])
+    monkeypatch.chdir(tmp_path)
+    main([str(runs[0])])
+    assert sorted(p.name for p in runs[0].iterdir()) == ["summary.json"]
+    assert (tmp_path / "report" / "report.csv").exists()
+    main([str(tmp_path / "sweep")])
+    assert (tmp_path / "sweep" / "report.csv").exists()  # negative control: a sweep's folder gets its report

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from app.data.images import header_draft
+from app.data.headers import header_draft
 from app.data.source import FileSplit
 from app.model import OFFSET, SCALE
 

@@ -180,11 +180,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m app report", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paths", nargs="+", type=Path, help="a sweep directory, or run directories")
-    parser.add_argument("--out", type=Path, help="where report.csv and the PNGs go (default: the one directory "
-                                                 "given, else ./report)")
+    parser.add_argument("--out", type=Path, help="where report.csv and the PNGs go (default: the one sweep "
+                                                 "directory given, else ./report)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     runs = find_runs(args.paths)
-    out = args.out or (args.paths[0] if len(args.paths) == 1 and args.paths[0].is_dir() else Path("report"))
+    one = args.paths[0] if len(args.paths) == 1 else None
+    # a sweep's folder gets its report; a run's folder is the run's record, never written by report
+    out = args.out or (one if one and one.is_dir() and not (one / "summary.json").exists() else Path("report"))
     if args.out is None and (out / "report.csv").exists() and out == Path("report"):
         out = claim_dir(out)  # ./report holds another report: report-1, report-2, ...
     out.mkdir(parents=True, exist_ok=True)

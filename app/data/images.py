@@ -23,15 +23,13 @@ EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff")
 _CV2_REDUCED = {1: 0, 2: cv2.IMREAD_REDUCED_GRAYSCALE_2, 4: cv2.IMREAD_REDUCED_GRAYSCALE_4,
                 8: cv2.IMREAD_REDUCED_GRAYSCALE_8}
 
-_JPEG_START = b"\xff\xd8\xff"  # SOI and the next marker's FF: how Pillow recognises a JPEG too
+JPEG_START = b"\xff\xd8\xff"  # SOI and the next marker's FF: how Pillow recognises a JPEG too
 # SOF0..SOF15 but DHT (C4), JPG (C8) and DAC (CC), which share the range.
 _SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 
 # Modes Pillow converts to RGB by itself (alpha is dropped, palettes looked up).
 _DIRECT_MODES = {"RGB", "RGBA", "RGBX", "L", "LA", "1", "P", "PA", "CMYK", "YCbCr"}
-_SIXTEEN_BIT_MODES = {"I;16", "I;16L", "I;16B", "I;16N", "I"}
-# Bytes a pixel in Pillow's own storage of a mode, where not 4 (RGB, RGBA, CMYK, I, F: 4).
-_PILLOW_BYTES = {"1": 1, "L": 1, "P": 1, "I;16": 2, "I;16L": 2, "I;16B": 2, "I;16N": 2}
+SIXTEEN_BIT_MODES = {"I;16", "I;16L", "I;16B", "I;16N", "I"}
 
 
 # Pillow's own limit: images declaring more pixels are refused before they are decoded.
@@ -70,7 +68,7 @@ def _count(pixels: int) -> str:
     return f"{pixels / 1e6:.0f} M" if pixels >= 100_000_000 else f"{pixels:,}"
 
 
-def _pillow_refusal(error: Exception) -> DecodeError:
+def pillow_refusal(error: Exception) -> DecodeError:
     """Pillow's DecompressionBombError (above twice its own limit, before ours could look) as ours.
     No data.max_image_pixels lifts that limit, so the message names it whatever the setting."""
     declared = re.search(r"\((\d+) pixels\)", str(error))
@@ -124,14 +122,14 @@ def declared_size(head: bytes, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> t
     """(width, height) an image file's first bytes declare; None where they do not say (not an
     image, or a header longer than `head`: the decode then tells). A DecodeError where Pillow
     refuses the size outright (the decode would too)."""
-    if head[:3] == _JPEG_START:  # not Pillow's Python parser: a noticeable share of a sample's time
-        frame = _jpeg_frame(head)
+    if head[:3] == JPEG_START:  # not Pillow's Python parser: a noticeable share of a sample's time
+        frame = jpeg_frame(head)
         return None if frame is None else (frame[0], frame[1])
     try:
         with Image.open(io.BytesIO(head)) as img:
             return img.width, img.height
     except Image.DecompressionBombError as exc:
-        raise _pillow_refusal(exc) from None
+        raise pillow_refusal(exc) from None
     except Exception:  # noqa: BLE001 - whatever Pillow cannot read from the header is the decode's to name
         return None
 
@@ -139,8 +137,8 @@ def declared_size(head: bytes, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> t
 def rgb_from_bytes(raw: bytes, min_short_side: int | None = None,
                    max_pixels: int | None = DEFAULT_MAX_PIXELS) -> np.ndarray:
     """`load_rgb` on a file's bytes."""
-    if raw[:3] == _JPEG_START:
-        frame = _jpeg_frame(raw)
+    if raw[:3] == JPEG_START:
+        frame = jpeg_frame(raw)
         if frame is not None:
             _check_pixels(frame[0], frame[1], max_pixels)
         if frame is not None and frame[2] in (1, 3):  # greyscale or RGB; CMYK is Pillow's to convert
@@ -172,7 +170,7 @@ def _pillow_rgb(source, min_short_side: int | None, max_pixels: int | None) -> n
     except DecodeError:
         raise
     except Image.DecompressionBombError as exc:
-        raise _pillow_refusal(exc) from None
+        raise pillow_refusal(exc) from None
     except (OSError, ValueError, SyntaxError) as exc:
         # Pillow reports truncation as OSError("image file is truncated ...") or
         # OSError("Truncated File Read"); other decoder failures vary by plugin.
@@ -181,81 +179,7 @@ def _pillow_rgb(source, min_short_side: int | None, max_pixels: int | None) -> n
         raise DecodeError(f"cannot decode {fmt}: {exc}") from exc
 
 
-def largest_decode_bytes(split, decode: Decode, most: int = 256) -> int:
-    """The most memory one decode holds (`decode_peak_bytes`) among up to `most` files of
-    `split`, spread over it: headers only. A file the loader will refuse (unreadable, or above
-    `decode.max_pixels`) is the loader's to report, by the bad-sample policy, and counts for
-    nothing here. An array split's rows are all one size."""
-    if not hasattr(split, "paths"):
-        return int(np.prod(np.load(split.npy_path, mmap_mode="r").shape[1:]))
-    step = max(1, len(split.paths) // most)
-    return max((decode_peak_bytes(path, decode) for path in split.paths[::step]), default=0)
-
-
-def decode_peak_bytes(path: str | os.PathLike, decode: Decode) -> int:
-    """The bytes decoding `path` holds at its peak, from its header alone; 0 for a file the
-    loader will refuse. A JPEG that OpenCV decodes holds its RGB array (H × W × 3, after any
-    draft reduction); what Pillow decodes holds Pillow's image in the file's mode, its RGB
-    conversion where the mode is another, and the array: a greyscale PNG holds 8 bytes a pixel."""
-    found = header_draft(path, decode.min_short_side, decode.max_pixels)
-    if found is None:
-        return 0
-    width, height, scale = found
-    pixels = -(-width // scale) * -(-height // scale)
-    mode = _pillow_mode(path)
-    if mode is None:
-        return pixels * 3
-    if mode in _SIXTEEN_BIT_MODES or mode == "F":  # scaled through int64 or float working copies
-        return pixels * (_PILLOW_BYTES.get(mode, 4) + 2 * 8 + 3)
-    return pixels * (_PILLOW_BYTES.get(mode, 4) + (0 if mode == "RGB" else 4) + 3)
-
-
-def _pillow_mode(path: str | os.PathLike) -> str | None:
-    """The mode Pillow decodes `path` in; None for a JPEG OpenCV decodes (greyscale or RGB)."""
-    with open(path, "rb") as file:
-        head = file.read(HEAD_BYTES)
-    frame = _jpeg_frame(head) if head[:3] == _JPEG_START else None
-    if frame is not None:
-        return None if frame[2] in (1, 3) else "CMYK"
-    try:
-        with Image.open(path) as img:
-            return img.mode
-    except Exception:  # noqa: BLE001 - sized already; counted as Pillow's widest mode
-        return "RGBA"
-
-
-def header_draft(path: str | os.PathLike, min_short_side: int | None,
-                 max_pixels: int | None = DEFAULT_MAX_PIXELS) -> tuple[int, int, int] | None:
-    """(width, height, the reduction 1, 2, 4 or 8 this module's decoder makes of the file under
-    the draft rule `min_short_side`), from its header alone; None for a file that cannot be
-    opened, does not declare a size, or declares more than `max_pixels`."""
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return None
-        with open(path, "rb") as file:
-            head = file.read(HEAD_BYTES)
-        size = declared_size(head, max_pixels) or _pillow_size(path, max_pixels)
-    except (OSError, DecodeError):
-        return None
-    if size is None or (max_pixels is not None and size[0] * size[1] > max_pixels):
-        return None
-    w, h = size
-    return w, h, draft_scale(w, h, min_short_side) if head[:3] == _JPEG_START and min_short_side else 1
-
-
-def _pillow_size(path: str | os.PathLike, max_pixels: int | None) -> tuple[int, int] | None:
-    """(width, height) as Pillow reads them off the file, seeking as far as it needs (a JPEG whose
-    frame header lies past HEAD_BYTES); None where it cannot."""
-    try:
-        with Image.open(path) as img:
-            return img.width, img.height
-    except Image.DecompressionBombError as exc:
-        raise _pillow_refusal(exc) from None
-    except Exception:  # noqa: BLE001 - not an image: the loader's to report
-        return None
-
-
-def _jpeg_frame(raw: bytes) -> tuple[int, int, int] | None:
+def jpeg_frame(raw: bytes) -> tuple[int, int, int] | None:
     """(width, height, components) from a JPEG's frame header, the first SOFn marker; None when
     the markers before it do not parse (Pillow then says what is wrong). Read here because
     Pillow's header parser is Python, and a noticeable share of a sample's time
@@ -293,13 +217,16 @@ def _decode_jpeg(raw: bytes, scale: int) -> np.ndarray | None:
 
 
 def _to_rgb(img: Image.Image) -> np.ndarray:
-    if img.mode in _SIXTEEN_BIT_MODES:
+    if img.mode in SIXTEEN_BIT_MODES:
         # Scale, not clip: 16-bit 40000 is a mid grey (155), not white.
         values = np.clip(np.asarray(img).astype(np.int64), 0, 65535)
         grey = (values * 255 // 65535).astype(np.uint8)
         return np.repeat(grey[:, :, None], 3, axis=2)
     if img.mode == "F":
-        grey = np.clip(np.nan_to_num(np.asarray(img)), 0, 255).astype(np.uint8)
+        values = np.nan_to_num(np.asarray(img))
+        if values.max(initial=0) <= 1:  # the 0–1 convention of float images, not a black 0–255 one
+            values = values * 255
+        grey = np.clip(values, 0, 255).astype(np.uint8)
         return np.repeat(grey[:, :, None], 3, axis=2)
     if img.mode == "P" and "transparency" in img.info:
         # Via RGBA: Pillow warns when a palette with transparency goes straight to RGB.

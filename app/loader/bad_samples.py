@@ -26,6 +26,7 @@ class BadSamples:
     def __init__(self, splits: dict, max_bad_fraction: float, bad_log: Path | None):
         self.sizes = {name: len(split) for name, split in splits.items()}
         self.labels = {name: split.labels for name, split in splits.items()}
+        self.describe = {name: split.describe for name, split in splits.items()}
         self.max_bad_fraction, self.bad_log = max_bad_fraction, bad_log
         self.failed: dict[str, dict[int, str]] = {name: {} for name in splits}  # mark: sample index → reason
         self.skipped: dict[str, set[int]] = {name: set() for name in splits}
@@ -73,10 +74,11 @@ class BadSamples:
     def _warn_if_a_class_is_gone(self, split_name: str, label: int) -> None:
         """Every sample of class `label` skipped: the model never sees that class in this split."""
         labels = np.asarray(self.labels[split_name])
-        if np.isin(np.flatnonzero(labels == label), list(self.skipped[split_name])).all():
-            log.warning("every sample of class %d of the %s split (%d files) could not be loaded: the %s split "
-                        "has none of that class left; see bad_samples.txt", label, split_name,
-                        int((labels == label).sum()), split_name)
+        members = np.flatnonzero(labels == label)
+        if np.isin(members, list(self.skipped[split_name])).all():  # named by a file: its folder is the class's
+            log.warning("every sample of class %d (%s, ...) of the %s split (%d files) could not be loaded: the %s "
+                        "split has none of that class left; see bad_samples.txt", label,
+                        self.describe[split_name](int(members[0])), split_name, len(members), split_name)
 
 
 def failure(note: messages.Failed, split_name: str, batch_no: int, who: str) -> AppError:

@@ -20,6 +20,7 @@ import numpy as np
 from app.errors import BadSampleError
 from app.loader import messages
 from app.loader.bad_samples import MAX_REPLACEMENTS
+from app.loader.native_stderr import NativeStderr
 from app.loader.ring import RingSpec, attach
 from app.processes import die_with_parent, keep_freed_memory
 
@@ -35,6 +36,7 @@ def make_sample(split: Any, augmenter: Any, index: int, seed: int, epoch: int) -
 
 
 _local = threading.local()  # each worker thread's (or process's) stage times since its last share
+_native: list[NativeStderr] = []  # a worker process's caught descriptor 2 (threads leave it alone)
 
 
 def take_stages() -> tuple[float, ...]:
@@ -73,6 +75,8 @@ def serve(conn, ring: np.ndarray, done: np.ndarray, work) -> None:
             return
         for position, index in task.items:
             reply = fill(ring, task, position, index, work)
+            for caught in _native:
+                caught.write_named(_describe(work.splits[task.split], index))
             if isinstance(reply, messages.Written):
                 done[task.slot, position] = 1  # after its pixels
             else:
@@ -130,6 +134,7 @@ def process_main(conn, spec: RingSpec, work, parent_pid: int | None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the training process's to handle
     die_with_parent(parent_pid)
     prepare_process()
+    _native.append(NativeStderr())
     ring, done, buffer = attach(spec)
     try:
         conn.send(messages.Ready())

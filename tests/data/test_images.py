@@ -5,6 +5,7 @@ import pickle
 
 import numpy as np
 import pytest
+from forged import declaring, png_declaring
 from PIL import Image, ImageOps
 
 from app.data import images
@@ -103,6 +104,12 @@ def test_float_tiff_is_clipped(tmp_path):
     arr = load_rgb(path)
     _check_rgb(arr, 1, 3)
     assert arr[0, :, 1].tolist() == [0, 100, 255]
+
+
+def test_float_tiff_in_zero_to_one_is_scaled(tmp_path):
+    path = tmp_path / "unit.tif"
+    Image.fromarray(np.array([[0.0, 0.5, 1.0]], dtype=np.float32)).save(path)
+    assert load_rgb(path)[0, :, 0].tolist() == [0, 127, 255]  # not black: 0–1 is the float convention
 
 
 def _exif_rotated_jpeg(path, width, height):
@@ -299,46 +306,24 @@ def test_jpeg_frame_header_matches_pillow(tmp_path, mode, encoding):
     Image.new(mode, (37, 23)).save(path, "JPEG", **encoding)
     with Image.open(path) as img:
         want = (img.width, img.height, len(img.getbands()))
-    assert images._jpeg_frame(path.read_bytes()) == want
+    assert images.jpeg_frame(path.read_bytes()) == want
 
 
 def test_jpeg_frame_header_of_broken_markers_is_none():
     raw = _jpeg_bytes()
     sof = raw.index(b"\xff\xc0")
-    assert images._jpeg_frame(raw[:sof + 6]) is None  # cut inside the frame header
-    assert images._jpeg_frame(raw[:2] + b"\x12\x34" + raw[2:]) is None  # not a marker where one must be
+    assert images.jpeg_frame(raw[:sof + 6]) is None  # cut inside the frame header
+    assert images.jpeg_frame(raw[:2] + b"\x12\x34" + raw[2:]) is None  # not a marker where one must be
     no_frame = raw[:sof] + raw[raw.index(b"\xff\xda"):]  # the scan starts with no frame header before it
-    assert images._jpeg_frame(no_frame) is None
-    assert images._jpeg_frame(raw[:2] + b"\xff\xff" + raw[2:]) == images._jpeg_frame(raw) == (64, 64, 3)  # fill
-
-
-def _declaring(path, width: int, height: int) -> None:
-    """A small real JPEG whose frame header is rewritten to declare width × height."""
-    buffer = io.BytesIO()
-    Image.new("RGB", (16, 16), (10, 20, 30)).save(buffer, "JPEG")
-    raw = bytearray(buffer.getvalue())
-    sof = raw.index(b"\xff\xc0")
-    raw[sof + 5:sof + 7], raw[sof + 7:sof + 9] = height.to_bytes(2, "big"), width.to_bytes(2, "big")
-    path.write_bytes(bytes(raw))
-
-
-def _png_declaring(path, width: int, height: int) -> None:
-    import struct
-    import zlib
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 64))
-                     + chunk(b"IEND", b""))
+    assert images.jpeg_frame(no_frame) is None
+    assert images.jpeg_frame(raw[:2] + b"\xff\xff" + raw[2:]) == images.jpeg_frame(raw) == (64, 64, 3)  # fill
 
 
 def test_a_decompression_bomb_is_refused_before_decoding(tmp_path):
     """A 630-byte JPEG declaring 30000×30000 decoded to 2.7 GB on the fast path."""
     bomb, png = tmp_path / "bomb.jpg", tmp_path / "bomb.png"
-    _declaring(bomb, 30000, 30000)
-    _png_declaring(png, 30000, 30000)
+    declaring(bomb, 30000, 30000)
+    png_declaring(png, 30000, 30000)
     assert bomb.stat().st_size < 1000
     with pytest.raises(DecodeError, match=r"declares 30000×30000 = 900 M pixels, above data.max_image_pixels"):
         load_rgb(bomb)
@@ -361,49 +346,10 @@ def test_the_pixel_limit_is_configurable_on_both_paths(tmp_path):
         assert load_rgb(path, max_pixels=None).shape == (100, 100, 3)
 
 
-def test_largest_decode_reads_headers_under_the_draft_rule(tmp_path):
-    from app.data.images import Decode, largest_decode_bytes
-    from app.data.source import ArraySplit
-
-    paths = []
-    for name, size in (("big.jpg", (400, 300)), ("small.jpg", (100, 100))):
-        paths.append(tmp_path / name)
-        Image.new("RGB", size).save(paths[-1])
-    (tmp_path / "bad.jpg").write_bytes(b"not an image")
-    split = FileSplit([*paths, tmp_path / "bad.jpg"], [0, 0, 0])
-    assert largest_decode_bytes(split, Decode()) == 400 * 300 * 3  # a full decode; the bad file passed over
-    assert largest_decode_bytes(split, Decode(100)) == 200 * 150 * 3  # halved: its short side stays ≥ 100
-    np.save(tmp_path / "rows.npy", np.zeros((4, 32, 32, 3), np.uint8))
-    assert largest_decode_bytes(ArraySplit(tmp_path / "rows.npy", [0, 1], [0, 0], "train"), Decode(100)) == 32 * 32 * 3
-
-
-def test_the_header_scan_leaves_what_the_loader_refuses_to_it(tmp_path):
-    """A decompression bomb (above Pillow's own limit, which raises outside OSError) and a file
-    above data.max_image_pixels are the loader's to report by the bad-sample policy: the memory
-    plan's header scan passes over them, and counts a genuine large file within the limit."""
-    from app.data.images import Decode, header_draft, largest_decode_bytes
-
-    small, bomb, huge_png, loop = (tmp_path / n for n in ("small.jpg", "bomb.jpg", "huge.png", "loop.jpg"))
-    Image.new("RGB", (100, 80)).save(small)
-    _declaring(bomb, 30000, 30000)
-    _png_declaring(huge_png, 40000, 40000)
-    loop.symlink_to(loop)
-    split = FileSplit([small, bomb, huge_png, loop], [0, 0, 0, 0])
-    for max_pixels in (images.DEFAULT_MAX_PIXELS, None):
-        assert largest_decode_bytes(split, Decode(None, max_pixels)) == (
-            100 * 80 * 3 if max_pixels else 30000 * 30000 * 3)  # null: the JPEG bomb is tried, as the loader would
-        assert header_draft(huge_png, None, max_pixels) is None  # beyond Pillow's own limit either way
-    assert header_draft(bomb, None, 10**9) == (30000, 30000, 1)  # within a raised limit: counted
-    late = tmp_path / "late.jpg"  # a frame header past the first bytes read (large EXIF, ICC, ...)
-    Image.new("RGB", (120, 90)).save(late, icc_profile=b"\0" * (2 * images.HEAD_BYTES))
-    assert header_draft(late, 45) == (120, 90, 2)
-    assert header_draft(small, None, 8000) == (100, 80, 1) and header_draft(small, None, 7999) is None
-
-
 @pytest.mark.filterwarnings("ignore::PIL.Image.DecompressionBombWarning")
 def test_a_huge_file_is_refused_from_its_header_without_being_read(tmp_path, monkeypatch):
     big = tmp_path / "big.png"
-    _png_declaring(big, 12000, 12000)
+    png_declaring(big, 12000, 12000)
     with open(big, "ab") as f:  # a large file: only its header may be read
         f.write(b"\0" * (4 * images.HEAD_BYTES))
     reads = []
@@ -426,7 +372,7 @@ def test_a_device_or_pipe_named_as_an_image_is_refused_before_it_is_opened(tmp_p
     """A link to /dev/urandom would be read for ever; opening a pipe waits for a writer."""
     import os
 
-    from app.data.images import header_draft
+    from app.data.headers import header_draft
 
     (tmp_path / "random.png").symlink_to("/dev/urandom")
     os.mkfifo(tmp_path / "pipe.jpg")
@@ -445,7 +391,7 @@ def test_a_refusal_states_the_limit_that_refused_it(tmp_path):
     cannot lift it, and never claims a raised limit was passed."""
     small, huge = tmp_path / "small.png", tmp_path / "huge.png"
     Image.new("RGB", (32, 32)).save(small)
-    _png_declaring(huge, 15000, 15000)  # 225 M: above Pillow's 179 M whatever the setting
+    png_declaring(huge, 15000, 15000)  # 225 M: above Pillow's 179 M whatever the setting
     with pytest.raises(DecodeError, match=r"declares 32×32 = 1,024 pixels, above data.max_image_pixels=500 "):
         load_rgb(small, max_pixels=500)
     for max_pixels in (images.DEFAULT_MAX_PIXELS, 300_000_000, None):
@@ -454,19 +400,3 @@ def test_a_refusal_states_the_limit_that_refused_it(tmp_path):
         assert "225 M pixels, above Pillow's own limit (178956970)" in str(refused.value)
         assert "above data.max_image_pixels" not in str(refused.value)
         assert "raise data.max_image_pixels" not in str(refused.value)  # advice that would fail
-
-
-def test_a_decode_through_pillow_is_planned_with_its_own_copies(tmp_path):
-    """The memory plan counts what a decode holds: a JPEG through OpenCV its RGB array alone; a
-    file Pillow decodes also Pillow's image in its mode and the RGB conversion of another mode."""
-    from app.data.images import Decode, decode_peak_bytes, largest_decode_bytes
-
-    made = {"rgb.jpg": ("RGB", 3), "grey.jpg": ("L", 3), "cmyk.jpg": ("CMYK", 4 + 4 + 3),
-            "rgb.png": ("RGB", 4 + 3), "grey.png": ("L", 1 + 4 + 3), "deep.png": ("I;16", 2 + 16 + 3)}
-    for name, (mode, _) in made.items():
-        Image.new(mode, (40, 30)).save(tmp_path / name)
-    for name, (_, per_pixel) in made.items():
-        assert decode_peak_bytes(tmp_path / name, Decode()) == 40 * 30 * per_pixel, name
-    assert decode_peak_bytes(tmp_path / "grey.png", Decode(None, 1000)) == 0  # refused by the limit: the loader's
-    split = FileSplit([tmp_path / "rgb.jpg", tmp_path / "grey.png"], [0, 0])
-    assert largest_decode_bytes(split, Decode()) == 40 * 30 * 8  # the greyscale PNG, not the larger-looking JPEG

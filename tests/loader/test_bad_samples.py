@@ -99,8 +99,8 @@ def test_a_class_with_every_sample_skipped_is_warned_of(tmp_path, caplog, childr
     with make(split, on_bad_sample="skip", max_bad_fraction=0.5, bad_log=tmp_path / "bad.txt") as enq:
         list(enq.batches("train", np.arange(9), epoch=0))
     gone = [r.getMessage() for r in caplog.records if "every sample of class" in r.getMessage()]
-    assert gone == ["every sample of class 1 of the train split (3 files) could not be loaded: the train split "
-                    "has none of that class left; see bad_samples.txt"]
+    assert gone == [f"every sample of class 1 ({split.describe(1)}, ...) of the train split (3 files) could not be "
+                    "loaded: the train split has none of that class left; see bad_samples.txt"]
     caplog.clear()
     with make(MarkedSplit(9, bad=(1, 4)), on_bad_sample="skip", max_bad_fraction=0.5,  # negative control
               bad_log=tmp_path / "bad2.txt") as enq:

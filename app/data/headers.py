@@ -1,0 +1,103 @@
+"""What the files of a split will hold once decoded, read off their headers alone: the memory
+plan's and bench's view of a dataset. The decode itself is app/data/images.py.
+
+No TensorFlow here.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import numpy as np
+from PIL import Image
+
+from app.data.images import (
+    DEFAULT_MAX_PIXELS,
+    HEAD_BYTES,
+    JPEG_START,
+    SIXTEEN_BIT_MODES,
+    Decode,
+    DecodeError,
+    declared_size,
+    draft_scale,
+    jpeg_frame,
+    pillow_refusal,
+)
+
+# Bytes a pixel in Pillow's own storage of a mode, where not 4 (RGB, RGBA, CMYK, I, F: 4).
+_PILLOW_BYTES = {"1": 1, "L": 1, "P": 1, "I;16": 2, "I;16L": 2, "I;16B": 2, "I;16N": 2}
+
+
+def largest_decode_bytes(split, decode: Decode, most: int = 256) -> int:
+    """The most memory one decode holds (`decode_peak_bytes`) among up to `most` files of
+    `split`, spread over it: headers only. A file the loader will refuse (unreadable, or above
+    `decode.max_pixels`) is the loader's to report, by the bad-sample policy, and counts for
+    nothing here. An array split's rows are all one size."""
+    if not hasattr(split, "paths"):
+        return int(np.prod(np.load(split.npy_path, mmap_mode="r").shape[1:]))
+    step = max(1, len(split.paths) // most)
+    return max((decode_peak_bytes(path, decode) for path in split.paths[::step]), default=0)
+
+
+def decode_peak_bytes(path: str | os.PathLike, decode: Decode) -> int:
+    """The bytes decoding `path` holds at its peak, from its header alone; 0 for a file the
+    loader will refuse. A JPEG that OpenCV decodes holds its RGB array (H × W × 3, after any
+    draft reduction); what Pillow decodes holds Pillow's image in the file's mode, its RGB
+    conversion where the mode is another, and the array: a greyscale PNG holds 8 bytes a pixel."""
+    found = header_draft(path, decode.min_short_side, decode.max_pixels)
+    if found is None:
+        return 0
+    width, height, scale = found
+    pixels = -(-width // scale) * -(-height // scale)
+    mode = _pillow_mode(path)
+    if mode is None:
+        return pixels * 3
+    if mode in SIXTEEN_BIT_MODES or mode == "F":  # scaled through int64 or float working copies
+        return pixels * (_PILLOW_BYTES.get(mode, 4) + 2 * 8 + 3)
+    return pixels * (_PILLOW_BYTES.get(mode, 4) + (0 if mode == "RGB" else 4) + 3)
+
+
+def _pillow_mode(path: str | os.PathLike) -> str | None:
+    """The mode Pillow decodes `path` in; None for a JPEG OpenCV decodes (greyscale or RGB)."""
+    with open(path, "rb") as file:
+        head = file.read(HEAD_BYTES)
+    frame = jpeg_frame(head) if head[:3] == JPEG_START else None
+    if frame is not None:
+        return None if frame[2] in (1, 3) else "CMYK"
+    try:
+        with Image.open(path) as img:
+            return img.mode
+    except Exception:  # noqa: BLE001 - sized already; counted as Pillow's widest mode
+        return "RGBA"
+
+
+def header_draft(path: str | os.PathLike, min_short_side: int | None,
+                 max_pixels: int | None = DEFAULT_MAX_PIXELS) -> tuple[int, int, int] | None:
+    """(width, height, the reduction 1, 2, 4 or 8 this module's decoder makes of the file under
+    the draft rule `min_short_side`), from its header alone; None for a file that cannot be
+    opened, does not declare a size, or declares more than `max_pixels`."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        with open(path, "rb") as file:
+            head = file.read(HEAD_BYTES)
+        size = declared_size(head, max_pixels) or _pillow_size(path, max_pixels)
+    except (OSError, DecodeError):
+        return None
+    if size is None or (max_pixels is not None and size[0] * size[1] > max_pixels):
+        return None
+    w, h = size
+    return w, h, draft_scale(w, h, min_short_side) if head[:3] == JPEG_START and min_short_side else 1
+
+
+def _pillow_size(path: str | os.PathLike, max_pixels: int | None) -> tuple[int, int] | None:
+    """(width, height) as Pillow reads them off the file, seeking as far as it needs (a JPEG whose
+    frame header lies past HEAD_BYTES); None where it cannot."""
+    try:
+        with Image.open(path) as img:
+            return img.width, img.height
+    except Image.DecompressionBombError as exc:
+        raise pillow_refusal(exc) from None
+    except Exception:  # noqa: BLE001 - not an image: the loader's to report
+        return None
