@@ -45,7 +45,7 @@ class BadSamples:
                 f"sample {reply.index} of the {split_name} split ({reply.where}) could not be loaded: {reply.detail}; "
                 f"and none of the {tried} samples after it that could stand in for it (data.on_bad_sample=skip) "
                 f"could be read either: the {split_name} split has no readable image there. Fix or replace those "
-                "files (bad_samples.txt in the run directory lists those found so far).")
+                f"files{self._listed(' (', ' lists those found so far)')}.")
         else:
             raise DataError(
                 f"sample {reply.index} of the {split_name} split ({reply.where}) could not be loaded: "
@@ -68,8 +68,8 @@ class BadSamples:
         if len(seen) > self.max_bad_fraction * total:
             raise DataError(
                 f"{len(seen)} of {total} samples of the {split_name} split could not be loaded, above "
-                f"data.max_bad_fraction={self.max_bad_fraction:g} (last: {reply.where}: {reply.detail}); "
-                f"see bad_samples.txt in the run directory.")
+                f"data.max_bad_fraction={self.max_bad_fraction:g} (last: {reply.where}: {reply.detail})"
+                f"{self._listed('; see ', '')}.")
 
     def _warn_if_a_class_is_gone(self, split_name: str, label: int) -> None:
         """Every sample of class `label` skipped: the model never sees that class in this split."""
@@ -77,8 +77,13 @@ class BadSamples:
         members = np.flatnonzero(labels == label)
         if np.isin(members, list(self.skipped[split_name])).all():  # named by a file: its folder is the class's
             log.warning("every sample of class %d (%s, ...) of the %s split (%d files) could not be loaded: the %s "
-                        "split has none of that class left; see bad_samples.txt", label,
-                        self.describe[split_name](int(members[0])), split_name, len(members), split_name)
+                        "split has none of that class left%s", label,
+                        self.describe[split_name](int(members[0])), split_name, len(members), split_name,
+                        self._listed("; see ", ""))
+
+    def _listed(self, before: str, after: str) -> str:
+        """Where the bad files are listed, for a message; nothing where no list is kept (bench)."""
+        return "" if self.bad_log is None else f"{before}{self.bad_log}{after}"
 
 
 def failure(note: messages.Failed, split_name: str, batch_no: int, who: str) -> AppError:

@@ -100,7 +100,7 @@ def test_a_class_with_every_sample_skipped_is_warned_of(tmp_path, caplog, childr
         list(enq.batches("train", np.arange(9), epoch=0))
     gone = [r.getMessage() for r in caplog.records if "every sample of class" in r.getMessage()]
     assert gone == [f"every sample of class 1 ({split.describe(1)}, ...) of the train split (3 files) could not be "
-                    "loaded: the train split has none of that class left; see bad_samples.txt"]
+                    f"loaded: the train split has none of that class left; see {tmp_path / 'bad.txt'}"]
     caplog.clear()
     with make(MarkedSplit(9, bad=(1, 4)), on_bad_sample="skip", max_bad_fraction=0.5,  # negative control
               bad_log=tmp_path / "bad2.txt") as enq:
@@ -121,3 +121,13 @@ def test_bad_samples_txt_keeps_one_row_a_file_whatever_its_name(tmp_path):
         rows = list(csv.reader(f, delimiter="\t"))
     assert rows == [["train", str(i), where, "empty file"] for i, where in enumerate(names)]
     assert log.read_text().splitlines()[-1] == "train\t3\t/data/plain.jpg\tempty file"  # plain names as before
+
+
+def test_a_message_names_the_list_of_bad_files_only_where_one_is_kept(tmp_path):
+    """bench keeps no bad_samples.txt: its messages do not send the user to one."""
+    split = {"train": FileSplit(["/data/a.jpg", "/data/b.jpg"], [0, 1])}
+    for log in (None, tmp_path / "bad_samples.txt"):
+        with pytest.raises(DataError) as caught:
+            BadSamples(split, 0.1, log).take(messages.Skipped(0, 0, 0, "/data/a.jpg", "empty file", stand_in=1),
+                                             "train")
+        assert str(caught.value).endswith(f"(last: /data/a.jpg: empty file){'; see ' + str(log) if log else ''}.")
