@@ -100,7 +100,7 @@ def _raise_if_all_failed(results: dict, run_dir: Path) -> None:
 
 def _in_own_process(mode: str, config, log_path: Path, *, sampled: bool) -> dict:
     """One run of `mode` in a fresh process; with `sampled`, its tree's memory every 100 ms."""
-    from app.memory import PeakMemory
+    from app.capacity.memory import PeakMemory
 
     context = mp.get_context("spawn")
     parent_end, child_end = context.Pipe(duplex=False)
