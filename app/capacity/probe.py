@@ -13,7 +13,7 @@ again when the machine, Keras's backend or the library versions change:
 - a loader worker process: a real worker's private memory (USS) after small images, and how it
   grows with the largest image it decodes (after large ones).
 
-Resident and private sizes, as app/memory.py measures a run: PSS would divide TensorFlow's
+Resident and private sizes, as app/capacity/memory.py measures a run: PSS would divide TensorFlow's
 library pages with the process that started the probe when it has TensorFlow loaded (`train`
 has), and the figure would be a third low. The training process runs in a child of its own
 (spawned), so its figures are TensorFlow's alone; the workers are the loader's own. Its

@@ -43,8 +43,8 @@ def main(cfg: DictConfig) -> float:
     config, run_dir = _config(cfg)
     use_backend(config.trainer)
     source = _source(config.data, run_dir)
-    load_keras()  # quietly, before the next line imports it
-    from app.training import calibration  # imports Keras, which must load quietly first (above)
+    load_keras()  # quietly, before calibration imports it
+    from app.training import calibration  # imports Keras: after load_keras
 
     # here, unlike train, a plan is the point: a failed probe is the command's error
     probe = measured_or_spawn_probe(calibration.trainer_measures)
@@ -103,8 +103,8 @@ def _model(config, source):
     """(the model, the GPUs the backend sees): the model built and compiled as `train` builds
     it, on one device."""
     keras = load_keras()  # first: app.model imports Keras, whose start-up lines go to the log only from here
-    from app import model as models
-    from app.training import recipe
+    from app import model as models  # imports Keras: after load_keras
+    from app.training import recipe  # imports Keras: after load_keras
 
     with native_stderr_to_log():  # the first device query prints CUDA's "no GPU" lines natively
         if config.trainer.backend == "jax":
