@@ -7,7 +7,7 @@ again when the machine, Keras's backend or the library versions change:
   as `train` feeds them, TensorBoard's writer and a checkpoint saved; the tiny model's own
   compiled steps taken off;
 - the compiled steps' cost a layer, and the activation factor: the same process's high-water
-  mark training the small ResNet (train and test steps) STEPS steps at batch 4, then STEPS at
+  mark training the small ResNet (train and test steps) a few steps at batch 4, then as many at
   batch 32: what batch 4 holds beyond its activations, parameters and optimizer state, a layer;
   what batch 32 adds, per float32 byte of the layers' outputs;
 - a loader worker process: a real worker's private memory (USS) after small images, and how it

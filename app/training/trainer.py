@@ -145,7 +145,7 @@ def _train(config: Config, run_dir: Path, summary: Summary, state: RunState, cal
 
         devices.check_one_run_dir(run_dir)
     source, steps = _data(config, run_dir, placement.writes)
-    from app.training import calibration, recipe
+    from app.training import calibration, recipe  # import Keras: after _start_keras loaded it quietly
 
     recipe.check_monitor(config, source.class_names)
     _check_validation_rows(len(source.val), placement)
