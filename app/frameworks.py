@@ -2,7 +2,8 @@
 before Keras loads), and starting TensorFlow and Keras quietly: the native lines they print while starting (absl's
 "All log messages before absl::InitializeLog()", oneDNN's notice, cudart's and cuInit's "no GPU")
 go to the command's log file, not the terminal. TF_CPP_MIN_LOG_LEVEL alone does not hide them
-in TensorFlow 2.21: they are written to file descriptor 2 before that setting is read. Never
+in TensorFlow 2.21: they are written to file descriptor 2 before that setting is read. Also the
+versions of the libraries a run depends on (summary.json, the machine probe's key). Never
 imported by loader workers."""
 
 from __future__ import annotations
@@ -10,16 +11,18 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import platform
 import sys
 import tempfile
 from contextlib import contextmanager
+from importlib import metadata
 
 
 @contextmanager
 def native_stderr_captured():
     """File descriptor 2 goes to a temporary file while the block runs; the list it yields gets
     what was written there, as one string, when the block ends (a process with no log of its
-    own hands it to one that has: app/machine_probe.py)."""
+    own hands it to one that has: app/capacity/probe.py)."""
     text: list[str] = []
     sys.stderr.flush()
     saved = os.dup(2)
@@ -125,3 +128,14 @@ def native_lines_to_log(text: str) -> None:
             handler.flush()
         finally:
             handler.release()
+
+
+def versions() -> dict[str, str]:
+    """Python's and the installed versions of the libraries a run depends on."""
+    found = {"python": platform.python_version()}
+    for package in ("tensorflow", "keras", "jax", "albumentations", "numpy", "hydra-core"):
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            found[package] = "not installed"
+    return found

@@ -159,13 +159,11 @@ def import_builder(model_config) -> None:
                     error)
 
 
-def memory_facts(net: keras.Model, precision: str):
-    """What `net` holds on its device (app/memory_plan.py's ModelFacts): its variables, its
+def memory_facts(net: keras.Model, precision: str) -> dict[str, int]:
+    """What `net` holds on its device (the fields of app/capacity/plan.py's ModelFacts): its variables, its
     optimizer's state (built over the trainable variables if it is not yet), and every layer's
     output for one sample, nested models' layers included, in the compute dtype of `precision`
     (but the first layer's: the float32 batch, which the plan counts apart)."""
-    from app.memory_plan import ModelFacts
-
     def nbytes(variables) -> int:
         return sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in variables)
 
@@ -176,9 +174,9 @@ def memory_facts(net: keras.Model, precision: str):
     computing = [layer for layer in _all_layers(net)
                  if not isinstance(layer, (keras.Model, layers.InputLayer)) and layer.name != "normalise"]
     outputs = sum(int(np.prod(value.shape[1:])) for layer in computing for value in keras.tree.flatten(layer.output))
-    return ModelFacts(parameter_bytes=nbytes(net.weights),
-                      optimizer_bytes=nbytes(optimizer.variables) if optimizer else 0,
-                      activation_bytes_per_sample=outputs * per_value, layers=len(computing))
+    return dict(parameter_bytes=nbytes(net.weights),
+                optimizer_bytes=nbytes(optimizer.variables) if optimizer else 0,
+                activation_bytes_per_sample=outputs * per_value, layers=len(computing))
 
 
 def _all_layers(net: keras.Model):

@@ -18,7 +18,7 @@ from app.schema import BENCH_MODES, EVAL_TRANSFORMS, LOGGERS, SCHEDULERS
 
 WORKER_MIB = 100  # what a worker process costs, about (numpy, Pillow, OpenCV, albumentations, its buffers)
 WORKERS_PER_CORE = 4
-AUTO = "auto"  # queue.workers, queue.max_size: chosen when training starts (app/training/autotune.py)
+AUTO = "auto"  # queue.workers, queue.max_size: chosen when training starts (app/capacity/auto.py)
 
 
 JIT_COMPILE = {"auto": "auto", "true": True, "false": False}  # trainer.jit_compile → Keras's compile argument

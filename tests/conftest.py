@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-# The machine probe (app/machine_probe.py) stores its figures here, not in the user's cache:
+# The machine probe (app/capacity/probe.py) stores its figures here, not in the user's cache:
 # measured once a session, by the first run that needs them, for the runs of every test after.
 os.environ["APP_CACHE_DIR"] = tempfile.mkdtemp(prefix="app-test-cache-")
 atexit.register(shutil.rmtree, os.environ["APP_CACHE_DIR"], ignore_errors=True)

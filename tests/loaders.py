@@ -9,9 +9,9 @@ import time
 import psutil
 from marked import IdentityAugmenter
 
+from app.capacity.memory import is_multiprocessing_helper
 from app.loader.enqueuer import Enqueuer
 from app.loader.settings import Settings
-from app.memory import is_multiprocessing_helper
 
 
 def make(split, *, workers=2, processes=True, max_size=2, batch=4, **kw) -> Enqueuer:

@@ -4,7 +4,7 @@
 This module is the parent: it runs each mode (app/bench/modes.py) in a fresh process, so its
 time to first batch is its own, prints the table and writes bench.json. Each mode runs (unless
 `bench.memory=false`) once more in another, whose peak memory (the training process's resident
-memory, its workers' private memory and the rings, as app/memory.py counts a run; sampled every
+memory, its workers' private memory and the rings, as app/capacity/memory.py counts a run; sampled every
 100 ms from here) is the mode's. The timed run is never sampled: reading a TensorFlow
 process's smaps_rollup is dear and holds its memory-map lock, so sampling while timing slows the
 modes unevenly (docs/performance.md has the figures). A mode that fails is a row with its reason
@@ -100,7 +100,7 @@ def _raise_if_all_failed(results: dict, run_dir: Path) -> None:
 
 def _in_own_process(mode: str, config, log_path: Path, *, sampled: bool) -> dict:
     """One run of `mode` in a fresh process; with `sampled`, its tree's memory every 100 ms."""
-    from app.memory import PeakMemory
+    from app.capacity.memory import PeakMemory
 
     context = mp.get_context("spawn")
     parent_end, child_end = context.Pipe(duplex=False)
@@ -121,7 +121,7 @@ def _in_own_process(mode: str, config, log_path: Path, *, sampled: bool) -> dict
 def _memory_figures(memory) -> dict:
     """The sampled run's memory as bench.json keeps it. The `pss` keys are the same figures under
     the names they had when the measure was a proportional share (PSS): kept for scripts that
-    read them; the measure is now the one app/memory.py describes (resident + private + rings)."""
+    read them; the measure is now the one app/capacity/memory.py describes (resident + private + rings)."""
     figures = {"peak_memory_mb": memory.peak / 2**20, "memory_samples": memory.samples,
                "memory_reads": memory.private_reads}
     return {**figures, "peak_pss_mb": figures["peak_memory_mb"], "pss_samples": memory.samples,

@@ -1,13 +1,13 @@
 """`python -m app plan [overrides]`: the memory a training run of this config will take, before
 it starts: host memory part by part (this machine's probe for TensorFlow's and a worker's own
-cost, app/machine_probe.py; the batches, the ring, the workers' decodes), the device's apart
+cost, app/capacity/probe.py; the batches, the ring, the workers' decodes), the device's apart
 (the float32 batch, parameters, optimizer state, activations); the predicted host peak against
 `queue.memory_budget_mb` or the memory available, with the fixes when it does not fit; then the
 table of one batch's size in GiB by batch × resolution with the config's own marked. Writes plan.json.
 The config is train's, or with `resume=<run dir>` (or `latest`) that run's saved config with
 the overrides a resumed `train` takes; builds the model (Keras) but reads no image beyond the
 files' headers, unless queue.workers or queue.max_size is `auto`: then it runs train's probe
-(app/training/autotune.py) and plans for what it chooses. It never writes a dataset: data not
+(app/capacity/auto.py) and plans for what it chooses. It never writes a dataset: data not
 there yet (a synthetic dataset not generated, CIFAR-10 not downloaded) is an error that says
 which command brings it.
 """
@@ -22,9 +22,17 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from app.capacity import auto, queue_plan
+from app.capacity.probe import measured_or_spawn_probe
 from app.config import conf_dir, load
+from app.data import load_source, synthetic
 from app.errors import DataError
+from app.frameworks import load_keras, native_stderr_to_log, use_backend
 from app.schema import register
+from app.training import checkpoint
+from app.training.resume import latest_run, resumed_config
+from app.training.rundata import run_source
+from app.training.rundir import write_json
 
 log = logging.getLogger("app.plan")
 register()
@@ -32,34 +40,28 @@ register()
 
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float:
-    from app import memory_plan
-    from app.frameworks import use_backend
-    from app.machine_probe import measured
-    from app.training import autotune, queue_plan
-    from app.training.rundir import write_json
-
     config, run_dir = _config(cfg)
     use_backend(config.trainer)
     source = _source(config.data, run_dir)
-    probe = measured()  # here, unlike train, a plan is the point: a failed probe is the command's error
+    load_keras()  # quietly, before calibration imports it
+    from app.training import calibration  # imports Keras: after load_keras
+
+    # here, unlike train, a plan is the point: a failed probe is the command's error
+    probe = measured_or_spawn_probe(calibration.trainer_measures)
     net, gpus = _model(config, source)
-    plans = queue_plan.planner(config, source.train, net, device_is_host=not gpus)
-    choice = queue_plan.probed(config, source.train, net, plans)
+    plans = calibration.planner(config, source.train, net, device_is_host=not gpus)
+    choice = calibration.probed(config, source.train, net, plans)
     if choice:
-        config = autotune.applied(config, choice)
+        config = auto.applied(config, choice)
         print(f"queue.workers={config.queue.workers} queue.max_size={config.queue.max_size} "
               f"(auto, from a probe of the data and the step: {choice.reason})\n")
-    plan = plans.for_queue(config.queue.workers, config.queue.max_size)
-    name, limit = memory_plan.limit(config)
-    fixed = memory_plan.fixes(plan, probe, plans.facts, limit) if plan.host_mib > limit else []
-    print(memory_plan.render(plan, (name, limit), fixed))
-    print()
-    print(memory_plan.batch_size_table(config.data.batch_size, tuple(config.data.image_size)))
+    text, record = queue_plan.report(config, plans)
+    print(text)
     out = Path(HydraConfig.get().runtime.output_dir) / "plan.json"
-    write_json(out, {**plan.record(), "limit": {"name": name, "mib": round(limit, 1)}, "fixes": fixed,
-                     "gpus": gpus, "probe": probe.__dict__, "queue_auto": choice.record() if choice else None})
+    write_json(out, {**record, "gpus": gpus, "probe": probe.__dict__,
+                     "queue_auto": choice.record() if choice else None})
     print(f"\nwritten: {out}")
-    return plan.host_mib
+    return record["host_peak_mib"]
 
 
 def _config(cfg: DictConfig):
@@ -67,9 +69,6 @@ def _config(cfg: DictConfig):
     run's saved config and the overrides `train resume=` takes (app/training/resume.py)."""
     if not cfg.resume:
         return load(cfg), None
-    from app.training import checkpoint
-    from app.training.resume import latest_run, resumed_config
-
     run_dir = latest_run(Path("outputs")) if cfg.resume == "latest" else Path(cfg.resume).expanduser().resolve()
     if not (run_dir / "checkpoints").is_dir():
         raise checkpoint.nothing_to_resume(run_dir)
@@ -81,9 +80,6 @@ def _config(cfg: DictConfig):
 def _source(data, run_dir: Path | None):
     """The data source, read but never written: a dataset `train` would generate or download
     first is refused, naming the command that brings it; a run's, checked to be what it trained on."""
-    from app.data import load_source, synthetic
-    from app.training.rundata import run_source
-
     if data.name == "synthetic":
         folders = [Path(data.path).expanduser() / spec.folder_name() for spec in synthetic.specs(data)]
         missing = [str(folder) for folder in folders if not folder.is_dir()]
@@ -106,11 +102,9 @@ def _source(data, run_dir: Path | None):
 def _model(config, source):
     """(the model, the GPUs the backend sees): the model built and compiled as `train` builds
     it, on one device."""
-    from app.frameworks import load_keras, native_stderr_to_log
-
     keras = load_keras()  # first: app.model imports Keras, whose start-up lines go to the log only from here
-    from app import model as models
-    from app.training import recipe
+    from app import model as models  # imports Keras: after load_keras
+    from app.training import recipe  # imports Keras: after load_keras
 
     with native_stderr_to_log():  # the first device query prints CUDA's "no GPU" lines natively
         if config.trainer.backend == "jax":

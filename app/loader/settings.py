@@ -1,7 +1,7 @@
 """How the enqueuer works (app/loader/enqueuer.py): the batch it fills and the queue config's
 keys, read once from a loaded config; how many workers `auto` may take (the usable cores), and
 what `auto` means for a command with no training step to balance (every core, two slots;
-`train` resolves it first, by its probe: app/training/autotune.py). No TensorFlow: worker
+`train` resolves it first, by its probe: app/capacity/auto.py). No TensorFlow: worker
 processes import the loader."""
 
 from __future__ import annotations

@@ -81,7 +81,7 @@ class AugmentConfig:
 
 @dataclass
 class QueueConfig:
-    # An integer, or `auto`: chosen at start-up by a short probe (app/training/autotune.py).
+    # An integer, or `auto`: chosen at start-up by a short probe (app/capacity/auto.py).
     # Any: OmegaConf's structured configs take no union of int and str.
     workers: Any = 2
     use_multiprocessing: bool = True

@@ -24,7 +24,7 @@ from tensorboard.backend.event_processing.event_file_loader import RawEventFileL
 from tensorboard.compat.proto import event_pb2
 
 from app import sheets
-from app.memory import PeakMemory
+from app.capacity.memory import PeakMemory
 from app.training.checkpoint import RunState
 from app.training.tables import keep_rows
 

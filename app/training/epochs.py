@@ -18,16 +18,16 @@ import numpy as np
 import psutil
 
 from app import model as models
+from app.capacity.diagnosis import diagnose
+from app.capacity.memory import PeakMemory
 from app.loader.order import epoch_order, full_batches
 from app.loader.pipeline import Loader, batches
-from app.memory import PeakMemory
 from app.processes import signals_held
 from app.schema import Config
 from app.training import checkpoint, dashboards, recipe
 from app.training.callbacks import CallbackStates, Profile, Progress, SampleRecorder, StepCheckpoint
 from app.training.checkpoint import EpochFigures, RunState
 from app.training.devices import Placement
-from app.training.diagnosis import diagnose
 from app.training.replicas import average_moving_statistics, metric_state, restore_metrics
 from app.training.rundir import Summary
 from app.training.shards import mirrored_sizes, regrouped, train_share, validation_share

@@ -14,13 +14,13 @@ import platform
 import shutil
 import subprocess
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 from app.errors import AppError, DataError
+from app.frameworks import versions
 from app.io import atomic_write
 
 LOCK_FILE = ".lock"
@@ -211,16 +211,6 @@ class Summary:
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
-
-
-def versions() -> dict[str, str]:
-    found = {"python": platform.python_version()}
-    for package in ("tensorflow", "keras", "jax", "albumentations", "numpy", "hydra-core"):
-        try:
-            found[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            found[package] = "not installed"
-    return found
 
 
 def hardware(gpus: list[str] | None = None) -> dict[str, Any]:

@@ -17,6 +17,8 @@ from omegaconf import DictConfig
 
 from app import rules
 from app.augment import build_compose, eval_transforms
+from app.capacity import auto, queue_plan
+from app.capacity.memory import PeakMemory, kill_leftovers_and_delete_segments
 from app.config import instantiate_each, load, to_plain
 from app.console import print_config
 from app.data import load_source
@@ -24,7 +26,6 @@ from app.data.source import overfitting
 from app.errors import AppError, config_error, explain
 from app.frameworks import load_keras, use_backend
 from app.loader.pipeline import build_loader
-from app.memory import PeakMemory, leftovers_cleared
 from app.processes import interrupts
 from app.schema import Config
 from app.training import checkpoint, rundir
@@ -67,7 +68,7 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
     try:
         summary = Summary(run_dir, overrides, resumed_from=resumed,
                           name=f"summary.{process}.json" if process else "summary.json")
-        summary.update(isolation=leftovers_cleared(), pid=os.getpid(), tags=list(config.tags))
+        summary.update(isolation=kill_leftovers_and_delete_segments(), pid=os.getpid(), tags=list(config.tags))
         _train_recorded(config, run_dir, summary, callbacks)
     finally:
         release_lock(run_dir)
@@ -144,7 +145,7 @@ def _train(config: Config, run_dir: Path, summary: Summary, state: RunState, cal
 
         devices.check_one_run_dir(run_dir)
     source, steps = _data(config, run_dir, placement.writes)
-    from app.training import autotune, queue_plan, recipe
+    from app.training import calibration, recipe  # import Keras: after _start_keras loaded it quietly
 
     recipe.check_monitor(config, source.class_names)
     _check_validation_rows(len(source.val), placement)
@@ -153,12 +154,12 @@ def _train(config: Config, run_dir: Path, summary: Summary, state: RunState, cal
         summary.update(hardware={**summary.content["hardware"], "gpus": placement.gpus}, **placement.record())
         with placement.scope():  # model, optimizer, metrics and steps on the strategy's replicas
             net, point = _model(config, source, run_dir, state, steps)
-            plans = queue_plan.planner(config, source.train, net, device_is_host=not placement.gpus)
-            choice = queue_plan.probed(_share(config, placement), source.train, net, plans, weights)
+            plans = calibration.planner(config, source.train, net, device_is_host=not placement.gpus)
+            choice = calibration.probed(_share(config, placement), source.train, net, plans, weights)
             if choice:
-                config = autotune.applied(config, choice)
+                config = auto.applied(config, choice)
                 summary.update(queue_auto=choice.record())
-            predicted = queue_plan.checked(config, plans, summary)
+            predicted = queue_plan.check_and_write_plan(config, plans, summary)
             loader = _loader(config, source, run_dir, placement)
             summary.update(queue_bytes=loader.queue_bytes)
             from app.training.epochs import Epochs  # Keras is loaded by now

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 from test_train_cli import TINY, app, only_run_dir
 
+from app.capacity.plan import MARGIN
 from app.data import synthetic
-from app.memory_plan import MARGIN
 
 ONE_EPOCH = [o for o in TINY if not o.startswith("trainer.epochs=")] + ["trainer.epochs=1"]
 NOISE = ("absl::InitializeLog", "oneDNN", "cuda drivers", "cuInit")  # TensorFlow's native start-up lines

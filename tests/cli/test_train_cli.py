@@ -267,7 +267,7 @@ def _trained(run: Path) -> list[np.ndarray]:
 def test_auto_queue_trains_exactly_as_the_values_it_chose(tmp_path):
     """The probe behind queue.workers=auto and queue.max_size=auto updates no weight
     and draws no random number: a seeded run with `auto` ends with the very weights of a run
-    given the chosen values (tests/training/test_autotune.py has the probe's own checks)."""
+    given the chosen values (tests/capacity/test_auto.py has the probe's own checks)."""
     common = [*TINY, "trainer.epochs=1", "trainer.deterministic=true", "model.dropout=0.5"]
     result = app("train", *common, "queue.workers=auto", "queue.max_size=auto", "hydra.run.dir=auto", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -4,11 +4,10 @@ the model's own figures (app/model.py: memory_facts)."""
 from __future__ import annotations
 
 import dataclasses
-from types import SimpleNamespace
 
 import pytest
 
-from app.memory_plan import MARGIN, MIB, ModelFacts, Probe, Workload, batch_size_table, fits, fixes, predict, render
+from app.capacity.plan import MARGIN, MIB, ModelFacts, Probe, Workload, batch_size_table, fits, fixes, predict, render
 
 PROBE = Probe(trainer_mib=500.0, worker_mib=100.0, worker_bytes_per_decoded_byte=2.0, activation_factor=1.5,
               step_mib_per_layer=1.0)
@@ -90,47 +89,13 @@ def test_model_facts_count_variables_optimizer_slots_and_outputs():
     outputs = keras.layers.Dense(2)(keras.layers.Flatten()(x))  # 256 + 2 outputs, 256·2 + 2 weights
     net = keras.Model(inputs, outputs)
     net.compile(optimizer="adam", loss="mse")
-    facts = memory_facts(net, "float32")
+    facts = ModelFacts(**memory_facts(net, "float32"))
     weights = (3 * 3 * 3 * 4 + 4) + (256 * 2 + 2)
     assert facts.parameter_bytes == 4 * weights
     assert facts.activation_bytes_per_sample == 4 * (256 + 256 + 2)
     assert 2 * 4 * weights <= facts.optimizer_bytes <= 2 * 4 * weights + 64  # Adam: two slots, and its counters
-    assert memory_facts(net, "mixed_float16").activation_bytes_per_sample == 2 * (256 + 256 + 2)
+    assert memory_facts(net, "mixed_float16")["activation_bytes_per_sample"] == 2 * (256 + 256 + 2)
     assert facts.layers == 3  # Conv2D, Flatten, Dense: each adds to the compiled steps
     sgd = keras.Model(inputs, outputs)
     sgd.compile(optimizer="sgd", loss="mse")
-    assert memory_facts(sgd, "float32").optimizer_bytes < 64  # negative control: plain SGD keeps no slots
-
-
-@pytest.mark.parametrize("budget", [None, 10**9], ids=["no budget", "a budget above the machine"])
-def test_a_queue_over_the_memory_available_is_refused_with_the_workers_that_fit(budget):
-    """No budget, or one above what the machine has: the memory available now is the limit, and a
-    plan above it stops the run before any worker starts (train calls `checked` before the
-    loader), naming the figure and the fix."""
-    import math
-
-    import psutil
-
-    from app.errors import MachineError
-    from app.training import queue_plan
-
-    available = psutil.virtual_memory().available / MIB
-    many = math.ceil(available / PROBE.worker_mib) + 10  # each worker alone is 100 MiB: these pass the machine
-    config = SimpleNamespace(queue=SimpleNamespace(workers=many, max_size=2, memory_budget_mb=budget),
-                             model=SimpleNamespace(), trainer=SimpleNamespace(unfreeze_at_epoch=None))
-    small = dataclasses.replace(WORK, batch_size=4, image_size=(32, 32), largest_decode_bytes=0)
-    plans = queue_plan.Planner(config, predict(small, PROBE, MODEL), PROBE, MODEL)
-    recorded = {}
-    summary = SimpleNamespace(update=lambda **values: recorded.update(values))
-    with pytest.raises(MachineError) as refused:
-        queue_plan.checked(config, plans, summary)
-    text = str(refused.value)
-    assert "refused before any worker started" in text and "the memory available now" in text
-    assert budget is None or f"over queue.memory_budget_mb={budget} capped at the memory available now (" in text
-    assert recorded["memory_plan"]["host_peak_mib"] > available  # the figure is in summary.json too
-    fix = next(part for part in text.split("within it: ")[1].split("; or ") if part.startswith("queue.workers="))
-    workers = int(fix.split("=")[1].split(":")[0])
-    assert 0 < workers < many
-    # negative control: the named fix is admitted
-    config.queue.workers = workers
-    assert queue_plan.checked(config, plans, summary) == pytest.approx(plans.for_queue(workers, 2).host_mib)
+    assert memory_facts(sgd, "float32")["optimizer_bytes"] < 64  # negative control: plain SGD keeps no slots

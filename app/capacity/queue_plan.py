@@ -1,7 +1,9 @@
 """The run's queue before any worker starts: `auto` values chosen by the probe
-(app/training/autotune.py) within the memory limit, then the memory plan (app/memory_plan.py)
-of the final settings logged, kept in summary.json and held to `queue.memory_budget_mb`.
-Used by `train` and `plan`; never imports the loader's internals.
+(app/capacity/auto.py) within the memory limit, then the memory plan (app/capacity/plan.py)
+of the final settings logged, kept in summary.json and held to `queue.memory_budget_mb`; and
+the plan as `python -m app plan` prints and records it. Used by `train` and `plan` (through
+app/training/calibration.py, which hands in what only training can measure). Never imports the
+loader's internals, training or the commands.
 """
 
 from __future__ import annotations
@@ -10,6 +12,10 @@ import dataclasses
 import logging
 from collections.abc import Callable
 
+from app.capacity import auto
+from app.capacity import plan as memory_plan
+from app.capacity.plan import ModelFacts, Probe
+from app.capacity.probe import measured_or_spawn_probe
 from app.errors import AppError, MachineError, config_error
 from app.rules import AUTO
 
@@ -22,13 +28,11 @@ class Planner:
     off the files' headers once. `plan` is None when this machine's probe cannot be taken."""
 
     config: object
-    plan: object | None = None  # memory_plan.Plan of the config, `auto` values taken as 1
-    probe: object | None = None
-    facts: object | None = None
+    plan: memory_plan.Plan | None = None  # of the config, `auto` values taken as 1
+    probe: Probe | None = None
+    facts: ModelFacts | None = None
 
-    def for_queue(self, workers: int, max_size: int):
-        from app import memory_plan
-
+    def for_queue(self, workers: int, max_size: int) -> memory_plan.Plan:
         work = dataclasses.replace(self.plan.workload, workers=workers, max_size=max_size)
         return memory_plan.predict(work, self.probe, self.facts)
 
@@ -37,27 +41,23 @@ class Planner:
         without a plan."""
         if self.plan is None:
             return lambda workers, max_size: True
-        from app import memory_plan
-
         limit = memory_plan.limit(self.config)[1]
         return lambda workers, max_size: memory_plan.fits(self.for_queue(workers, max_size), limit)
 
 
-def planner(config, split, net, device_is_host: bool) -> Planner:
-    """The Planner of a loaded config training `net` on `split`. Without a budget, a machine
-    whose probe fails gets none, with a warning; with one, the failure stops the run."""
-    from app import memory_plan
-    from app.machine_probe import measured
-    from app.model import memory_facts
-
+def planner(config, split, facts: ModelFacts, trainer_measures: Callable[[], dict], *,
+            device_is_host: bool) -> Planner:
+    """The Planner of a loaded config training a model of `facts` on `split`; this machine's
+    probe taken first when it is not stored (`trainer_measures`: the probe's tiny training job,
+    app/capacity/probe.py). Without a budget, a machine whose probe fails gets no plan, with a
+    warning; with one, the failure stops the run."""
     try:
-        probe = measured()
+        probe = measured_or_spawn_probe(trainer_measures)
     except (RuntimeError, AppError, OSError) as error:  # the plan informs; it must not stop a run without a budget
         if config.queue.memory_budget_mb is not None:
             raise
         log.warning("no memory plan: this machine's probe failed (%s)", error)
         return Planner(config)
-    facts = memory_facts(net, config.trainer.precision.value)
     q = config.queue
     ones = dataclasses.replace(q, workers=1 if q.workers == AUTO else q.workers,
                                max_size=1 if q.max_size == AUTO else q.max_size)
@@ -66,22 +66,18 @@ def planner(config, split, net, device_is_host: bool) -> Planner:
     return Planner(config, plan, probe, facts)
 
 
-def probed(config, split, net, plans: Planner, class_weights=None):
-    """The choice of the probe (app/training/autotune.py) for `config`'s `auto` queue values, or
+def probed(config, split, plans: Planner, time_step: auto.StepTimer) -> auto.Choice | None:
+    """The choice of the probe (app/capacity/auto.py) for `config`'s `auto` queue values, or
     None when it has none. `config.data.batch_size`: the rows this process loads of each batch."""
-    from app.training import autotune
-
-    if not autotune.wanted(config.queue):
+    if not auto.wanted(config.queue):
         return None
-    return autotune.probe_and_choose(config, split, net, plans.fits(), class_weights)
+    return auto.probe_and_choose(config, split, time_step, plans.fits())
 
 
-def checked(config, plans: Planner, summary) -> float | None:
-    """The predicted host peak (MiB) of `config`'s final queue, logged and kept in summary.json;
+def check_and_write_plan(config, plans: Planner, summary) -> float | None:
+    """The predicted host peak (MiB) of `config`'s final queue, logged and written to summary.json;
     above `queue.memory_budget_mb`, or the memory available without one or below one (with the plan's
     margin), the run is refused before any worker starts. None without a plan."""
-    from app import memory_plan
-
     if plans.plan is None:
         return None
     plan = plans.for_queue(config.queue.workers, config.queue.max_size)
@@ -107,3 +103,14 @@ def checked(config, plans: Planner, summary) -> float | None:
     if budget is not None:
         raise config_error("queue.memory_budget_mb", budget, text)
     raise MachineError(f"refused before any worker started: {text}")
+
+
+def report(config, plans: Planner) -> tuple[str, dict]:
+    """What `python -m app plan` prints of `config`'s final queue (the plan part by part against
+    the limit, the fixes when it does not fit, the batch-size table) and what plan.json records."""
+    plan = plans.for_queue(config.queue.workers, config.queue.max_size)
+    name, limit = memory_plan.limit(config)
+    fixed = memory_plan.fixes(plan, plans.probe, plans.facts, limit) if plan.host_mib > limit else []
+    text = (memory_plan.render(plan, (name, limit), fixed) + "\n\n"
+            + memory_plan.batch_size_table(config.data.batch_size, tuple(config.data.image_size)))
+    return text, {**plan.record(), "limit": {"name": name, "mib": round(limit, 1)}, "fixes": fixed}

@@ -2,7 +2,7 @@
 
 from types import SimpleNamespace
 
-from app.training.diagnosis import diagnose
+from app.capacity.diagnosis import diagnose
 
 QUEUE = SimpleNamespace(workers=2, max_size=4)
 ROW = {"data_wait_fraction": 0.02, "ring_fill": 0.5, "peak_memory_mb": 1000.0, "read_ms": 0.1, "decode_ms": 4.0,

@@ -1,16 +1,22 @@
 """The memory plan of a config: what the training process, the ring and each worker will hold
 on the host, and what the model will hold on the device, predicted from this machine's probe
-(app/machine_probe.py), the model's own figures and the data's largest decode; the fixes when
+(app/capacity/probe.py), the model's own figures and the data's largest decode; the fixes when
 it does not fit; and the table of one batch's size in GiB by batch × resolution.
 
-Arithmetic and text only: never imports TensorFlow, Keras or the loader (`plan` and `train`
-hand it the figures).
+Arithmetic and text only: never imports TensorFlow, Keras, the loader or training (`plan` and
+`train` hand it the figures).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+
+import numpy as np
+import psutil
+
+from app.augment import Augmenter
+from app.data.headers import largest_decode_bytes
 
 MIB = 2**20
 GIB = 2**30
@@ -28,7 +34,7 @@ ARTICLE_SIDES = [32, 64, 128, 256, 512, 1024]
 
 @dataclass(frozen=True)
 class Probe:
-    """This machine's figures, measured once (app/machine_probe.py)."""
+    """This machine's figures, measured once (app/capacity/probe.py)."""
 
     trainer_mib: float  # a training process before its model: TensorFlow, Keras, the app, tf.data, TensorBoard (RSS)
     worker_mib: float  # a loader worker process after its first small samples (USS)
@@ -91,9 +97,6 @@ def workload(config, largest_decode_bytes: int, device_is_host: bool) -> Workloa
 def plan_for(config, split, model: ModelFacts, probe: Probe, *, device_is_host: bool) -> Plan:
     """The plan of a loaded config training on `split` (its largest decode read off the files'
     headers, under the training augmentation's draft rule; files the loader will refuse left out)."""
-    from app.augment import Augmenter
-    from app.data.headers import largest_decode_bytes
-
     decode = Augmenter(config.augment.transforms, config.data.image_size, draft=config.data.decode.draft,
                        max_pixels=config.data.max_image_pixels).decode
     largest = largest_decode_bytes(split, decode)
@@ -107,8 +110,6 @@ def limit(config) -> tuple[str, float]:
     """What the predicted host peak must stay under: `queue.memory_budget_mb` when set, else the
     memory available now; also the latter when a budget is above it, since a budget cannot give
     a run memory the machine does not have."""
-    import psutil
-
     available = psutil.virtual_memory().available / MIB
     budget = config.queue.memory_budget_mb
     if budget is None:
@@ -208,6 +209,4 @@ def batch_size_table(batch: int, size: tuple[int, int]) -> str:
 
 def _gib(n: int) -> str:
     """Three significant digits, never in exponent form (0.000366, 0.75, 768)."""
-    import numpy as np
-
     return np.format_float_positional(n / GIB, precision=3, unique=False, fractional=False, trim="-")

@@ -7,14 +7,15 @@ memory before any slot is written). The libraries the workers share with the tra
 are counted in the training process. Proportional set size (PSS) would divide a library's
 pages between every process that maps it, machine-wide: a second TensorFlow process anywhere (a
 test runner, another run) would take a couple of hundred MiB off the figure, and the plan
-(app/memory_plan.py) could not be held to it. Sampled every 100 ms in a thread.
+(app/capacity/plan.py) could not be held to it. Sampled every 100 ms in a thread.
 
 A child's private size is dear to read (the kernel's smaps walks its page tables); resident and
 shared sizes are cheap (statm, a counter each), and so is the training process's figure
 (/proc/<pid>/status), read every 100 ms. The children's private sizes and the rings are read
 again only when one of their counters moved by RECHECK_BYTES since the last read, a process
 came or went, or FULL_EVERY_S passed: so the tree's figure is right to within RECHECK_BYTES a
-child. Never imports TensorFlow (it reads /proc); the trainer and bench use it.
+child. Never imports TensorFlow (it reads /proc), nor the rest of the app; the trainer and bench
+use it.
 """
 
 from __future__ import annotations
@@ -180,9 +181,9 @@ def is_multiprocessing_helper(process: psutil.Process) -> bool:
     return "resource_tracker" in cmdline or ("forkserver" in cmdline and process.ppid() == os.getpid())
 
 
-def leftovers_cleared(shm_dir: str = "/dev/shm") -> str:
+def kill_leftovers_and_delete_segments(shm_dir: str = "/dev/shm") -> str:
     """Checked before a job starts (in a sweep, after the previous one): no worker process and no
-    ring segment of this process may be left. Any found is ended or removed, and named."""
+    ring segment of this process may be left. Any found is killed (SIGKILL) or deleted, and named."""
     found = []
     for child in psutil.Process().children(recursive=True):
         if not is_multiprocessing_helper(child):

@@ -8,9 +8,9 @@ from multiprocessing import shared_memory
 import numpy as np
 import psutil
 
-from app import memory as memory_module
+from app.capacity import memory as memory_module
+from app.capacity.memory import PeakMemory, kill_leftovers_and_delete_segments, private_bytes, tree_bytes
 from app.loader.ring import Ring
-from app.memory import PeakMemory, leftovers_cleared, private_bytes, tree_bytes
 
 
 def test_peak_counts_children_too():
@@ -89,11 +89,11 @@ def test_the_ring_counts_whole_and_once_whoever_wrote_it():
 
 
 def test_leftovers_of_a_previous_job_are_found_and_removed():
-    assert leftovers_cleared() == "clean"  # negative control
+    assert kill_leftovers_and_delete_segments() == "clean"  # negative control
     stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     segment = shared_memory.SharedMemory(name=f"app-ring-{os.getpid()}-test", create=True, size=4096)
     np.ndarray((4096,), np.uint8, buffer=segment.buf)[:] = 1
-    report = leftovers_cleared()
+    report = kill_leftovers_and_delete_segments()
     assert f"process {stray.pid}" in report and segment.name in report
     stray.wait(timeout=5)
     assert not os.path.exists(f"/dev/shm/{segment.name}")
@@ -101,7 +101,7 @@ def test_leftovers_of_a_previous_job_are_found_and_removed():
     from multiprocessing import resource_tracker
 
     resource_tracker.unregister(segment._name, "shared_memory")  # already removed above
-    assert leftovers_cleared() == "clean"
+    assert kill_leftovers_and_delete_segments() == "clean"
 
 
 def test_the_trainer_and_its_workers_apart_in_every_window(monkeypatch):

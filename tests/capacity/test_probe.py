@@ -10,8 +10,9 @@ import sys
 
 import pytest
 
-from app import machine_probe
+from app.capacity import probe as machine_probe
 from app.frameworks import load_keras
+from app.training.calibration import trainer_measures
 
 KERAS_ALONE = ("import psutil; from app.frameworks import load_keras; load_keras(); "
                "print(psutil.Process().memory_info().rss)")
@@ -25,7 +26,7 @@ def test_measured_once_stored_and_measured_again_elsewhere(tmp_path, monkeypatch
     logging.getLogger().addHandler(log_file)
     capfd.readouterr()
     try:
-        probe = machine_probe.measured()
+        probe = machine_probe.measured_or_spawn_probe(trainer_measures)
     finally:
         logging.getLogger().removeHandler(log_file)
         log_file.close()
@@ -48,17 +49,17 @@ def test_measured_once_stored_and_measured_again_elsewhere(tmp_path, monkeypatch
     def measuring(*_):
         raise AssertionError("measured again")
 
-    monkeypatch.setattr(machine_probe, "_trainer_figures", measuring)
-    assert machine_probe.measured() == probe  # stored: nothing measured
+    monkeypatch.setattr(machine_probe, "_spawn_trainer_probes", measuring)
+    assert machine_probe.measured_or_spawn_probe(trainer_measures) == probe  # stored: nothing measured
     monkeypatch.setattr(machine_probe, "machine", lambda: {**stored["machine"], "cpu_count": 999})
     with pytest.raises(AssertionError, match="measured again"):  # negative control: another machine
-        machine_probe.measured()
+        machine_probe.measured_or_spawn_probe(trainer_measures)
     monkeypatch.undo()
     monkeypatch.setenv("APP_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("KERAS_BACKEND", "jax")  # another backend: a file of its own, measured apart
-    monkeypatch.setattr(machine_probe, "_trainer_figures", measuring)
+    monkeypatch.setattr(machine_probe, "_spawn_trainer_probes", measuring)
     with pytest.raises(AssertionError, match="measured again"):
-        machine_probe.measured()
+        machine_probe.measured_or_spawn_probe(trainer_measures)
     assert machine_probe.cache_file().name == "machine_probe.jax.json"
 
 
@@ -66,6 +67,6 @@ def test_the_lower_figures_of_the_training_processes_are_kept(monkeypatch):
     # one process settled on a higher step cost, the other (on a loaded machine) on a higher base
     measured = iter([{"trainer_mib": 943.0, "activation_factor": 0.76, "step_mib_per_layer": 1.5},
                      {"trainer_mib": 765.0, "activation_factor": 0.93, "step_mib_per_layer": 1.9}])
-    monkeypatch.setattr(machine_probe, "_trainer_process", lambda: next(measured))
-    figures = machine_probe._trainer_figures()
+    monkeypatch.setattr(machine_probe, "_spawn_trainer_probe", lambda _: next(measured))
+    figures = machine_probe._spawn_trainer_probes(trainer_measures)
     assert figures == {"trainer_mib": 765.0, "activation_factor": 0.76, "step_mib_per_layer": 1.5}

@@ -2,10 +2,9 @@
 
 The probe builds up to one batch of training samples in this process, single-threaded as a
 worker builds them (read, decode, augment), and times each; then it times the model's compiled
-training step on that batch, a few calls after one to trace it. It updates no weight: every
-variable of the model, its optimizer and its metrics is put back as it was. It consumes no
-randomness: a sample's augmentation is drawn from (seed, epoch, index) alone, and Dropout's seed
-state is one of the variables put back. So a seeded `auto` run trains exactly as a run given
+training step on that batch with the timer training hands in (app/training/calibration.py:
+time_step, which puts every variable back). It consumes no randomness: a sample's augmentation
+is drawn from (seed, epoch, index) alone. So a seeded `auto` run trains exactly as a run given
 the chosen values does.
 
 The choice (`choose`, arithmetic only) predicts the time between two batches trained for each
@@ -16,8 +15,9 @@ by the cores this process may use and queue.worker_limit (or the machine's limit
 fewest ring slots that hold a slow batch (its 95th percentile) while the step takes the ones
 before it, and with two or more workers at least two (one slot lets a worker done with its
 share of a batch idle until the others finish theirs). Both within queue.memory_budget_mb
-(or the memory available), by the memory plan (app/memory_plan.py). A value the user gave is
-kept. Never imports the loader's internals (app/loader/pipeline.py only).
+(or the memory available), by the memory plan (app/capacity/plan.py). A value the user gave is
+kept. Never imports the loader's internals (app/loader/pipeline.py and order.py only), training
+or a framework.
 """
 
 from __future__ import annotations
@@ -27,12 +27,14 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass
 
+import cv2
 import numpy as np
 
+from app.augment import augmenters
 from app.errors import BadSampleError, DataError
+from app.loader.order import epoch_order
 from app.loader.pipeline import make_sample, most_workers, usable_cores
 from app.rules import AUTO
 
@@ -41,8 +43,10 @@ log = logging.getLogger("app.train")
 WAIT_TARGET = 0.05  # how much slower than the best a batch may come (the step waiting on the loader)
 PROBE_SECONDS = 3.0  # building samples stops after this long (at least MIN_SAMPLES), or at one batch
 MIN_SAMPLES = 4
-STEP_CALLS = 3  # timed calls into the compiled step, after one that traces it
 SLOW_BATCH_Z = 1.645  # a batch's 95th percentile: its mean + z standard deviations
+# Times the model's compiled step on one (images, labels) batch: each call's seconds, and the CPU
+# seconds the training process spent in each (app/training/calibration.py: time_step).
+StepTimer = Callable[[tuple], tuple[list[float], list[float]]]
 
 
 @dataclass(frozen=True)
@@ -170,8 +174,6 @@ def time_samples(split, augmenter, indices, seed: int) -> tuple[list[float], lis
     """Seconds to read, decode and augment each of `indices` (epoch 0), single-threaded as in a
     worker, until one batch is built or PROBE_SECONDS have passed; the samples and their indices.
     An unreadable sample is passed over: the run's own policy deals with it."""
-    import cv2
-
     threads = cv2.getNumThreads()
     cv2.setNumThreads(0)  # as in a worker (app/loader/worker.py)
     times, images, built = [], [], []
@@ -192,59 +194,8 @@ def time_samples(split, augmenter, indices, seed: int) -> tuple[list[float], lis
     return times, images, built
 
 
-def time_step(net, batch: tuple, class_weights=None) -> tuple[list[float], list[float]]:
-    """Seconds of each of STEP_CALLS training steps on `batch` (images, labels), after one that
-    traces the step, and the CPU seconds of this process in each; the model, its optimizer and
-    its metrics left as they were."""
-    from app.training.steps import Feed, build_metrics
-
-    build_metrics(net)  # before the train function exists (JAX fixes its state's shape then)
-    if not net.optimizer.built:
-        net.optimizer.build(net.trainable_variables)
-    calls_needed = 1 + STEP_CALLS
-    feed = Feed([batch] * calls_needed * net.steps_per_execution, calls_needed * net.steps_per_execution,
-                class_weights)
-    times, cpu = [], []
-    with kept(net):
-        net.make_train_function()
-        step_calls = feed.calls(net, "train")
-        for _ in range(calls_needed):
-            started, started_cpu = time.perf_counter(), time.process_time()
-            logs = step_calls()
-            float(np.asarray(logs["loss"]))  # the step has finished on the device
-            times.append((time.perf_counter() - started) / net.steps_per_execution)
-            cpu.append((time.process_time() - started_cpu) / net.steps_per_execution)
-        step_calls.sync()
-    feed.close()
-    return times[1:], cpu[1:]
-
-
-def _variables(net) -> list:
-    """Every variable a training step may change: the layers' weights and seed states, the
-    optimizer's (its iteration count and accumulators included), the metrics'."""
-    return [*net.trainable_variables, *net.non_trainable_variables, *net.optimizer.variables,
-            *net.metrics_variables]
-
-
-@contextmanager
-def kept(net):
-    """Every variable of `net` as on entry, put back on exit; an error if the probe created one."""
-    variables = _variables(net)
-    saved = [np.array(v.numpy(), copy=True) for v in variables]
-    try:
-        yield
-    finally:
-        for variable, value in zip(variables, saved, strict=True):
-            variable.assign(value)
-    if len(_variables(net)) != len(saved):
-        raise RuntimeError("the queue probe's training step created variables it cannot put back")
-
-
-def probe_and_choose(config, split, net, fits: Callable[[int, int], bool], class_weights=None) -> Choice:
-    """Time up to a batch of `split`'s samples and the compiled step of `net` on them, then choose."""
-    from app.augment import augmenters
-    from app.loader.order import epoch_order
-
+def probe_and_choose(config, split, time_step: StepTimer, fits: Callable[[int, int], bool]) -> Choice:
+    """Time up to a batch of `split`'s samples and the compiled step on them (`time_step`), then choose."""
     batch_size = config.data.batch_size
     augmenter = augmenters(config.data, {"probe": config.augment.transforms})["probe"]
     order = epoch_order(len(split), seed=config.seed, epoch=0, shuffle=config.queue.shuffle)[:batch_size + 1]
@@ -255,7 +206,7 @@ def probe_and_choose(config, split, net, fits: Callable[[int, int], bool], class
     rows = np.resize(np.arange(len(built)), batch_size)  # fewer than a batch built: repeated
     images = np.stack([images[i] for i in rows])
     labels = np.asarray(split.labels, np.int64)[np.asarray(built)[rows]]
-    step_s, step_cpu_s = time_step(net, (images, labels), class_weights)
+    step_s, step_cpu_s = time_step((images, labels))
     choice = choose(Timings(sample_s, step_s, step_cpu_s), batch_size, config.queue, fits)
     log.info("queue auto: workers %d, max_size %d (%s)", choice.workers, choice.max_size, choice.reason)
     return choice

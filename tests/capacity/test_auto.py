@@ -1,28 +1,26 @@
 """`queue.workers=auto`, `queue.max_size=auto`. The choice from the probe's timings
-(arithmetic, with made-up timings), the probe's sample timing on real JPEG files, and its step
-timing on a real compiled model that it must leave exactly as it found it."""
+(arithmetic, with made-up timings) and the probe's sample timing on real JPEG files (its step
+timing: tests/training/test_calibration.py)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-import keras
 import numpy as np
 import pytest
 from PIL import Image
 
 from app.augment import Augmenter
+from app.capacity import auto as auto_module
+from app.capacity.auto import Timings, choose, time_samples
 from app.data.source import FileSplit
 from app.loader import settings
 from app.loader.worker import make_sample
-from app.model import classifier
-from app.training import autotune
-from app.training.autotune import Timings, choose, kept, time_samples, time_step
 
 
 def use_cores(monkeypatch, n: int) -> None:
     monkeypatch.setattr(settings, "usable_cores", lambda: n)
-    monkeypatch.setattr(autotune, "usable_cores", lambda: n)
+    monkeypatch.setattr(auto_module, "usable_cores", lambda: n)
 
 
 @pytest.fixture(autouse=True)
@@ -122,39 +120,6 @@ def test_samples_are_timed_as_a_worker_builds_them(jpegs):
         assert np.array_equal(image, make_sample(jpegs, augmenter, index, 3, 0))
     other_seed = [make_sample(jpegs, augmenter, index, 4, 0) for index in built]  # negative control
     assert any(not np.array_equal(a, b) for a, b in zip(images, other_seed, strict=True))
-
-
-@pytest.fixture(scope="module")
-def net():
-    keras.utils.set_random_seed(0)
-    backbone = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3), keras.layers.Dropout(0.5),
-                                 keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3, activation="softmax")])
-    model = classifier(backbone, (8, 8))
-    model.compile(optimizer=keras.optimizers.Adam(0.1), loss="sparse_categorical_crossentropy",
-                  metrics=["accuracy"])
-    return model
-
-
-def values(model) -> list[np.ndarray]:
-    return [v.numpy().copy() for v in [*model.variables, *model.optimizer.variables, *model.metrics_variables]]
-
-
-def test_the_step_probe_leaves_the_model_as_it_found_it(net):
-    batch = (np.random.default_rng(1).integers(0, 255, (4, 8, 8, 3), np.uint8), np.array([0, 1, 2, 0]))
-    times, cpu = time_step(net, batch)
-    before = values(net)
-    seeds = [v for v in net.variables if "seed" in v.path]
-    assert seeds, "Dropout's seed state is one of the variables put back"
-    assert len(times) == len(cpu) == 3 and all(t > 0 for t in times) and all(c > 0 for c in cpu)
-    assert all(np.array_equal(a, b) for a, b in zip(before, values(net), strict=True))
-    time_step(net, batch)
-    assert all(np.array_equal(a, b) for a, b in zip(before, values(net), strict=True))
-    # negative control: inside `kept` the same steps do change the weights, the optimizer and the seed
-    with kept(net):
-        net.train_on_batch(*batch)
-        changed = [not np.array_equal(a, b) for a, b in zip(before, values(net), strict=True)]
-        assert sum(changed) > len(seeds) + 2
-    assert all(np.array_equal(a, b) for a, b in zip(before, values(net), strict=True))
 
 
 def test_in_process_loading_gets_one_slot_and_a_given_max_size_counts_in_the_memory_limit():

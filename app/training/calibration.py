@@ -1,0 +1,155 @@
+"""What capacity (app/capacity/) measures by running training's own code, handed to it from here:
+
+- `trainer_measures`: the body of the machine probe's training process (app/capacity/probe.py
+  spawns it): what a training process costs before its model, with TensorFlow, Keras, the app,
+  tf.data and TensorBoard's writer loaded and a tiny model's steps run; the compiled steps' cost
+  a layer; the activation factor, from a small ResNet's steps at two batch sizes;
+- `time_step`: the model's compiled training step timed for `queue.*=auto`, every variable put
+  back as it was (`kept`);
+- `planner` and `probed`: app/capacity/queue_plan.py's, with these handed in (`train` and `plan`).
+
+Imports Keras at its top: the trainer and `plan` import it once Keras is loaded, and the probe's
+child imports it inside the capture of its start-up lines.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+
+import keras
+import numpy as np
+
+from app.capacity import queue_plan
+from app.capacity.auto import Choice
+from app.capacity.plan import MIB, ModelFacts
+from app.capacity.probe import high_water, reset_high_water, resident
+from app.model import classifier, memory_facts, small_resnet
+from app.training import epochs, steps  # noqa: F401 - epochs: loaded as `train` has it loaded when it trains
+from app.training.dashboards import TensorBoardWriter
+
+CALIBRATION = {"image_size": (128, 128), "batches": (4, 32)}
+# Steps at each calibration batch size, each one's own peak (VmHWM reset before it), the median
+# taken: a one-off spike of the allocator in one step moved the factor from 0.76 to 0.93 when the
+# process's high-water mark was read instead.
+STEPS = 5
+STEP_CALLS = 3  # timed calls into the compiled step for `auto`, after one that traces it
+
+
+def planner(config, split, net, device_is_host: bool) -> queue_plan.Planner:
+    """The Planner of a loaded config training `net` on `split` (app/capacity/queue_plan.py); this
+    machine's probe spawned first when it is not stored."""
+    facts = model_facts(net, config.trainer.precision.value)
+    return queue_plan.planner(config, split, facts, trainer_measures, device_is_host=device_is_host)
+
+
+def probed(config, split, net, plans: queue_plan.Planner, class_weights=None) -> Choice | None:
+    """The probe's choice for `config`'s `auto` queue values (app/capacity/auto.py), `net`'s step
+    timed by `time_step`; None when it has none."""
+    return queue_plan.probed(config, split, plans, partial(time_step, net, class_weights=class_weights))
+
+
+def model_facts(net, precision: str) -> ModelFacts:
+    return ModelFacts(**memory_facts(net, precision))
+
+
+def trainer_measures() -> dict:
+    """In the probe's own process: what a training process costs before its model, a layer's
+    compiled steps and the activation factor (app/capacity/probe.py)."""
+    tiny = classifier(small_resnet((16, 16, 3), 2, widths=[4]), (16, 16))
+    _steps(tiny, (16, 16), [2, 2])
+    with tempfile.TemporaryDirectory(prefix="app-probe-") as tmp:
+        writer = TensorBoardWriter(Path(tmp))
+        writer.scalars("train", {"loss": 1.0}, 1)
+        writer.close()
+        tiny.save(Path(tmp) / "model.keras")
+    with_tiny, before = high_water(), resident()
+    size, (small, large) = CALIBRATION["image_size"], CALIBRATION["batches"]
+    net = classifier(small_resnet((*size, 3), 4), size)
+    marks = _steps(net, size, [small] * STEPS + [large] * STEPS)
+    facts = model_facts(net, "float32")
+    settled_small, settled_large = statistics.median(marks[:STEPS]), statistics.median(marks[STEPS:])
+    factor = max((settled_large - settled_small) / ((large - small) * facts.activation_bytes_per_sample), 0.0)
+    held = 4 * small * size[0] * size[1] * 3 + 2 * facts.parameter_bytes + facts.optimizer_bytes
+    activations = factor * small * facts.activation_bytes_per_sample
+    per_layer = max(settled_small - before - held - activations, 0) / facts.layers
+    tiny_layers = model_facts(tiny, "float32").layers
+    keras.backend.clear_session()
+    return {"trainer_mib": (with_tiny - per_layer * tiny_layers) / MIB, "activation_factor": factor,
+            "step_mib_per_layer": per_layer / MIB}
+
+
+def _steps(net, size: tuple[int, int], batches: list[int]) -> list[int]:
+    """`net` compiled, then a test step of the first batch size in `batches` and a train step of
+    each, fed through tf.data as `train` feeds them (app/training/steps.py: one trace of each
+    function, both in every mark); the high-water mark (bytes) after each train step."""
+    net.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    net.optimizer.build(net.trainable_variables)  # as `train` has it before its first step (JAX needs it)
+    steps.build_metrics(net)
+    net.make_train_function()
+    net.make_test_function()
+    test = steps.Feed([_zeros(batches[0], size)], 1).calls(net, "test")
+    test()
+    test.sync()  # JAX: the variables back in the model for the next function
+    calls = steps.Feed([_zeros(b, size) for b in batches], len(batches)).calls(net, "train")
+    marks = []
+    for _ in batches:
+        reset_high_water()
+        calls()
+        marks.append(high_water())
+    calls.sync()
+    return marks
+
+
+def _zeros(batch: int, size: tuple[int, int]) -> tuple:
+    return np.zeros((batch, *size, 3), np.uint8), np.zeros(batch, np.int64)
+
+
+def time_step(net, batch: tuple, class_weights=None) -> tuple[list[float], list[float]]:
+    """Seconds of each of STEP_CALLS training steps on `batch` (images, labels), after one that
+    traces the step, and the CPU seconds of this process in each; the model, its optimizer and
+    its metrics left as they were."""
+    steps.build_metrics(net)  # before the train function exists (JAX fixes its state's shape then)
+    if not net.optimizer.built:
+        net.optimizer.build(net.trainable_variables)
+    calls_needed = 1 + STEP_CALLS
+    feed = steps.Feed([batch] * calls_needed * net.steps_per_execution, calls_needed * net.steps_per_execution,
+                      class_weights)
+    times, cpu = [], []
+    with kept(net):
+        net.make_train_function()
+        step_calls = feed.calls(net, "train")
+        for _ in range(calls_needed):
+            started, started_cpu = time.perf_counter(), time.process_time()
+            logs = step_calls()
+            float(np.asarray(logs["loss"]))  # the step has finished on the device
+            times.append((time.perf_counter() - started) / net.steps_per_execution)
+            cpu.append((time.process_time() - started_cpu) / net.steps_per_execution)
+        step_calls.sync()
+    feed.close()
+    return times[1:], cpu[1:]
+
+
+def _variables(net) -> list:
+    """Every variable a training step may change: the layers' weights and seed states, the
+    optimizer's (its iteration count and accumulators included), the metrics'."""
+    return [*net.trainable_variables, *net.non_trainable_variables, *net.optimizer.variables,
+            *net.metrics_variables]
+
+
+@contextmanager
+def kept(net):
+    """Every variable of `net` as on entry, put back on exit; an error if the probe created one."""
+    variables = _variables(net)
+    saved = [np.array(v.numpy(), copy=True) for v in variables]
+    try:
+        yield
+    finally:
+        for variable, value in zip(variables, saved, strict=True):
+            variable.assign(value)
+    if len(_variables(net)) != len(saved):
+        raise RuntimeError("the queue probe's training step created variables it cannot put back")

@@ -1,0 +1,147 @@
+"""The run's queue before any worker starts (app/capacity/queue_plan.py), from plain facts: a
+stored machine probe, the model's figures, real JPEG headers, made-up step timings. No model is
+built and no probe process spawned."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import psutil
+import pytest
+from hydra import compose, initialize_config_dir
+from PIL import Image
+
+from app.capacity import probe as machine_probe
+from app.capacity import queue_plan
+from app.capacity.plan import MIB, ModelFacts, Probe, Workload, predict
+from app.config import conf_dir, load
+from app.data.source import FileSplit
+from app.errors import ConfigError, MachineError
+from app.schema import register
+
+PROBE = Probe(trainer_mib=500.0, worker_mib=100.0, worker_bytes_per_decoded_byte=2.0, activation_factor=1.5,
+              step_mib_per_layer=1.0)
+MODEL = ModelFacts(parameter_bytes=10 * MIB, optimizer_bytes=20 * MIB, activation_bytes_per_sample=4 * MIB, layers=20)
+
+
+def composed(*overrides: str):
+    register()
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        return load(compose("config", overrides=["data.batch_size=4", "data.image_size=[32,32]", *overrides]))
+
+
+@pytest.fixture
+def jpegs(tmp_path):
+    rng = np.random.default_rng(0)
+    paths = []
+    for i, (h, w) in enumerate([(40, 48), (120, 160), (60, 60), (50, 70), (40, 40)]):
+        paths.append(tmp_path / f"{i}.jpg")
+        Image.fromarray(rng.integers(0, 255, (h, w, 3), np.uint8)).save(paths[-1], quality=90)
+    return FileSplit([str(p) for p in paths], [0, 1, 0, 1, 0])
+
+
+@pytest.fixture
+def stored_probe(tmp_path, monkeypatch):
+    """This machine's probe as if measured before; measuring again is an error."""
+    monkeypatch.setenv("APP_CACHE_DIR", str(tmp_path))
+    machine_probe.cache_file().write_text(json.dumps({**PROBE.__dict__, "machine": machine_probe.machine()}))
+
+    def spawning(*_):
+        raise AssertionError("the probe was spawned")
+
+    monkeypatch.setattr(machine_probe, "_spawn_trainer_probes", spawning)
+
+
+def no_trainer() -> dict:
+    raise AssertionError("the training process was measured")
+
+
+def test_the_plan_of_any_queue_from_the_files_headers_and_the_stored_probe(jpegs, stored_probe):
+    config = composed("queue.workers=auto", "queue.max_size=3", "data.decode.draft=false")
+    plans = queue_plan.planner(config, jpegs, MODEL, no_trainer, device_is_host=True)
+    assert plans.probe == dataclasses.replace(PROBE, machine=machine_probe.machine())  # read, not measured
+    assert (plans.plan.workload.workers, plans.plan.workload.max_size) == (1, 3)  # `auto` planned as 1
+    assert plans.plan.workload.largest_decode_bytes == 120 * 160 * 3  # the largest file, off its header
+    work = Workload(batch_size=4, image_size=(32, 32), max_size=2, workers=5, processes=True,
+                    largest_decode_bytes=120 * 160 * 3, device_is_host=True)
+    assert plans.for_queue(5, 2) == predict(work, plans.probe, MODEL)
+    fits = plans.fits()
+    available = psutil.virtual_memory().available / MIB
+    too_many = math.ceil(available / PROBE.worker_mib) + 10  # each worker alone is 100 MiB
+    assert fits(1, 1) and not fits(too_many, 1)  # negative control: the limit does bind
+
+
+def test_a_failed_probe_gives_no_plan_without_a_budget_and_stops_a_run_with_one(jpegs, monkeypatch):
+    def failing(_):
+        raise RuntimeError("memory probe of a training process failed: no")
+
+    monkeypatch.setattr(queue_plan, "measured_or_spawn_probe", failing)
+    plans = queue_plan.planner(composed(), jpegs, MODEL, no_trainer, device_is_host=True)
+    assert plans.plan is None and plans.fits()(10**6, 10**6)  # every queue fits what nothing measures
+    assert queue_plan.check_and_write_plan(composed(), plans, summary=None) is None
+    with pytest.raises(RuntimeError, match="probe"):  # negative control: a budget needs the plan
+        queue_plan.planner(composed("queue.memory_budget_mb=4000"), jpegs, MODEL, no_trainer, device_is_host=True)
+
+
+def test_the_step_is_timed_only_for_an_auto_queue(jpegs):
+    def never(batch):
+        raise AssertionError("the step was timed")
+
+    plans = queue_plan.Planner(composed())
+    assert queue_plan.probed(composed("queue.workers=2", "queue.max_size=2"), jpegs, plans, never) is None
+    timed = []
+
+    def step(batch):  # a 100 ms step, no CPU to speak of
+        timed.append(batch)
+        return [0.1] * 3, [0.001] * 3
+
+    choice = queue_plan.probed(composed("queue.workers=auto", "queue.max_size=2"), jpegs, plans, step)
+    images, labels = timed[0]
+    assert images.shape == (4, 32, 32, 3) and images.dtype == np.uint8 and len(labels) == 4  # one real batch
+    assert choice.max_size == 2 and choice.workers >= 1 and choice.figures["step_ms"] == 100.0
+
+
+@pytest.mark.parametrize("budget", [None, 10**9], ids=["no budget", "a budget above the machine"])
+def test_a_queue_over_the_memory_available_is_refused_with_the_workers_that_fit(budget):
+    """No budget, or one above what the machine has: the memory available now is the limit, and a
+    plan above it stops the run before any worker starts (train checks it before the loader
+    starts), naming the figure and the fix."""
+    available = psutil.virtual_memory().available / MIB
+    many = math.ceil(available / PROBE.worker_mib) + 10  # each worker alone is 100 MiB: these pass the machine
+    config = SimpleNamespace(queue=SimpleNamespace(workers=many, max_size=2, memory_budget_mb=budget),
+                             model=SimpleNamespace(), trainer=SimpleNamespace(unfreeze_at_epoch=None))
+    small = Workload(batch_size=4, image_size=(32, 32), max_size=4, workers=2, processes=True,
+                     largest_decode_bytes=0, device_is_host=True)
+    plans = queue_plan.Planner(config, predict(small, PROBE, MODEL), PROBE, MODEL)
+    recorded = {}
+    summary = SimpleNamespace(update=lambda **values: recorded.update(values))
+    with pytest.raises(MachineError) as refused:
+        queue_plan.check_and_write_plan(config, plans, summary)
+    text = str(refused.value)
+    assert "refused before any worker started" in text and "the memory available now" in text
+    assert budget is None or f"over queue.memory_budget_mb={budget} capped at the memory available now (" in text
+    assert recorded["memory_plan"]["host_peak_mib"] > available  # the figure is in summary.json too
+    fix = next(part for part in text.split("within it: ")[1].split("; or ") if part.startswith("queue.workers="))
+    workers = int(fix.split("=")[1].split(":")[0])
+    assert 0 < workers < many
+    # negative control: the named fix is admitted
+    config.queue.workers = workers
+    assert queue_plan.check_and_write_plan(config, plans, summary) == pytest.approx(
+        plans.for_queue(workers, 2).host_mib)
+
+
+def test_a_budget_under_the_plan_is_a_config_error_naming_the_key():
+    config = SimpleNamespace(queue=SimpleNamespace(workers=2, max_size=2, memory_budget_mb=100),
+                             model=SimpleNamespace(), trainer=SimpleNamespace(unfreeze_at_epoch=None))
+    small = Workload(batch_size=4, image_size=(32, 32), max_size=2, workers=2, processes=True,
+                     largest_decode_bytes=0, device_is_host=True)
+    plans = queue_plan.Planner(config, predict(small, PROBE, MODEL), PROBE, MODEL)
+    with pytest.raises(ConfigError, match="queue.memory_budget_mb"):
+        queue_plan.check_and_write_plan(config, plans, SimpleNamespace(update=lambda **_: None))
+    host = plans.for_queue(2, 2).host_mib
+    config.queue.memory_budget_mb = math.ceil(host * 1.2)  # negative control: a budget that holds it passes
+    assert queue_plan.check_and_write_plan(config, plans, SimpleNamespace(update=lambda **_: None)) == host
