@@ -10,7 +10,9 @@ layers' random state), `callback_arrays.npz` (arrays the user's callbacks hold) 
 `state.json` (epoch, batches done in it, the epoch's figures and Keras's metric variables, the
 callbacks' counters, the best so far, the whole config). It is written under a temporary name and renamed when
 complete, so a kill during a write leaves the previous one intact. The newest `keep` are kept,
-and the best by validation accuracy.
+and the best by validation accuracy. `walk` is the one pass over a run's checkpoints, newest
+first, passing over those that do not load; `resume_point` (train) and
+app/training/resume.py's `chosen_checkpoint` (evaluate) are the two policies over it.
 Never imports the loader; TensorFlow only inside the functions that load a model.
 """
 
@@ -19,8 +21,10 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -144,10 +148,9 @@ def newest(run_dir: Path) -> list[Path]:
 def saved_config(run_dir: Path) -> dict:
     """The config a run was started with, from its newest readable state.json (no TensorFlow)."""
     for path in newest(run_dir):
-        try:
-            return json.loads((path / "state.json").read_text())["config"]
-        except (OSError, ValueError, KeyError):
-            continue
+        state = read_state(path)
+        if isinstance(state, dict) and "config" in state:
+            return state["config"]
     if not newest(run_dir):
         raise nothing_to_resume(run_dir)
     raise config_error("resume", str(run_dir), f"no checkpoint of {run_dir} has a readable state.json: restore "
@@ -168,21 +171,52 @@ def nothing_to_resume(run_dir: Path):
     return config_error("resume", str(run_dir), why)
 
 
+def load_keras_model(path: Path):
+    """The Keras model saved at `path` (a .keras file), the recipe's loss and metrics registered."""
+    import keras  # Keras loads on the run's backend, set after this module is imported (app/frameworks.py)
+
+    import app.training.objectives  # noqa: F401 - registers the recipe's loss and metrics; it imports Keras
+
+    return keras.saving.load_model(path)
+
+
 def load_model(run_dir: Path, name: str):
     """The model of checkpoint `name` (step-00000120); a damaged one is a DataError naming it."""
-    import keras
-
-    import app.training.objectives  # noqa: F401 - registers the recipe's loss and metrics, which checkpoints use
-
     path = Path(run_dir) / "checkpoints" / name / "model.keras"
     try:
-        return keras.saving.load_model(path)
+        return load_keras_model(path)
     except Exception as error:  # noqa: BLE001 - any unreadable file is the same for the user
         others = [p.name for p in newest(run_dir) if p.name != name]
         why = str(error).splitlines()[0] if str(error) else ""
         instead = f", or use another: {', '.join(others)}" if others else "; the run has no other checkpoint"
         raise DataError(f"{path} cannot be loaded ({type(error).__name__}: {why}): the checkpoint is damaged; "
                         f"restore it from a copy of the run{instead}.") from None
+
+
+def read_state(path: Path) -> dict | None:
+    """A checkpoint's state.json, or None when it cannot be read."""
+    try:
+        return json.loads((path / "state.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def walk(run_dir: Path, open_one: Callable[[Path, dict], Any], failures: list[str] | None = None) -> Iterator[tuple]:
+    """(path, state, what `open_one(path, state)` gave) of each checkpoint of the run, newest
+    first; one whose state.json or `open_one` fails is warned about, its reason appended to
+    `failures`, and passed over. `open_one` returns None to pass over a checkpoint silently."""
+    for path in newest(run_dir):
+        try:
+            state = json.loads((path / "state.json").read_text())
+            opened = open_one(path, state)
+        except Exception as error:  # noqa: BLE001 - any unreadable checkpoint is passed over the same way
+            reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+            log.warning("checkpoint %s cannot be loaded (%s); trying the one before it", path, reason)
+            if failures is not None:
+                failures.append(f"{path.name}: {reason}")
+            continue
+        if opened is not None:
+            yield path, state, opened
 
 
 @dataclass
@@ -201,26 +235,8 @@ def resume_point(run_dir: Path, epochs: int | None = None) -> ResumePoint:
     3. none loads, or there is none: an error. Never a silent fresh start;
     4. `epochs` (trainer.epochs) below the epochs done there: an error, not a run called completed.
     """
-    import keras
-
-    import app.training.objectives  # noqa: F401 - registers the recipe's loss and metrics, which checkpoints use
-
-    candidates = newest(run_dir)
-    failures = []
-    for path in candidates:
-        try:
-            state = json.loads((path / "state.json").read_text())
-            model = keras.saving.load_model(path / "model.keras")
-            seeds, saved = _seed_states(model), np.load(path / SEED_STATES)
-            if len(seeds) != len(saved):
-                raise ValueError(f"{len(saved)} seed generator states saved for {len(seeds)} in the model")
-            for variable, value in zip(seeds, saved, strict=True):
-                variable.assign(value)
-        except Exception as error:  # noqa: BLE001 - any unreadable checkpoint is skipped the same way
-            log.warning("checkpoint %s cannot be loaded (%s: %s); trying the one before it", path,
-                        type(error).__name__, str(error).splitlines()[0] if str(error) else "")
-            failures.append(f"{path.name}: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
-            continue
+    candidates, failures = newest(run_dir), []
+    for path, state, model in walk(run_dir, _model_with_seeds, failures):
         arrays_file = path / CALLBACK_ARRAYS  # absent in checkpoints of older versions
         arrays = dict(np.load(arrays_file)) if arrays_file.exists() else {}
         _check_epochs_left(run_dir, path, state, epochs)
@@ -230,6 +246,17 @@ def resume_point(run_dir: Path, epochs: int | None = None) -> ResumePoint:
                            "at each epoch end and every trainer.checkpoint_every_steps)")
     raise config_error("resume", str(run_dir), f"none of its checkpoints loads ({'; '.join(failures)}): restore "
                        "checkpoints/ from a copy of the run, or start a new run")
+
+
+def _model_with_seeds(path: Path, state: dict):
+    """A checkpoint's model with its Dropout layers' random state put back."""
+    model = load_keras_model(path / "model.keras")
+    seeds, saved = _seed_states(model), np.load(path / SEED_STATES)
+    if len(seeds) != len(saved):
+        raise ValueError(f"{len(saved)} seed generator states saved for {len(seeds)} in the model")
+    for variable, value in zip(seeds, saved, strict=True):
+        variable.assign(value)
+    return model
 
 
 def _check_epochs_left(run_dir: Path, path: Path, state: dict, epochs: int | None) -> None:

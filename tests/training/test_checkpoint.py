@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import keras
 import numpy as np
 import pytest
@@ -98,3 +100,30 @@ def test_a_damaged_checkpoint_asked_for_by_name_is_named_with_the_others(tmp_pat
     with pytest.raises(DataError, match="step-00000001/model.keras cannot be loaded") as raised:
         checkpoint.load_model(tmp_path, "step-00000001")
     assert str(raised.value).endswith("or use another: step-00000002.")  # not the damaged one itself
+
+
+def _checkpoints(tmp_path, states: dict) -> None:
+    for step, state in states.items():
+        folder = tmp_path / "checkpoints" / f"step-{step:08d}"
+        folder.mkdir(parents=True)
+        (folder / "state.json").write_text(state if isinstance(state, str) else json.dumps(state))
+
+
+def test_the_walk_goes_newest_first_and_passes_over_what_does_not_open(tmp_path, caplog):
+    _checkpoints(tmp_path, {1: {"step": 1}, 2: {"step": 2, "inside": True}, 3: "{cut", 4: {"step": 4, "bad": 1}})
+
+    def opened(path, state):
+        if state.get("bad"):
+            raise ValueError("damaged\nsecond line")
+        return None if state.get("inside") else f"model of {path.name}"
+
+    failures = []
+    with caplog.at_level("WARNING"):
+        walked = list(checkpoint.walk(tmp_path, opened, failures))
+    assert [(p.name, s["step"], m) for p, s, m in walked] == [("step-00000001", 1, "model of step-00000001")]
+    assert failures[0] == "step-00000004: ValueError: damaged"  # the first line of why
+    assert failures[1].startswith("step-00000003: JSONDecodeError: Expecting property name") and len(failures) == 2
+    assert "step-00000004 cannot be loaded" in caplog.text and "step-00000002" not in caplog.text  # None: silent
+    # negative control: with every checkpoint opening, each is walked, newest first
+    assert [p.name for p, _, _ in checkpoint.walk(tmp_path, lambda p, s: 1)] == [
+        "step-00000004", "step-00000002", "step-00000001"]
