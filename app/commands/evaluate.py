@@ -55,7 +55,7 @@ def main(cfg: DictConfig) -> float:
     # cannot be read is left out and named (training's `skip` would score another file in its place).
     with build_loader(config, {config.split: (split, transforms)}, on_bad_sample="mark") as loader:
         scores = evaluate(net, readable(loader, config.split), confusion, k)
-    unreadable = _unreadable(split, loader.bad.failed[config.split], config.split)
+    unreadable = _unreadable(split, loader.failed(config.split), config.split)
     result = {"checkpoint": str(path), "split": config.split, "loss": scores.loss, "accuracy": scores.accuracy,
               **({f"top{k}_accuracy": scores.top_k_correct / scores.images} if k else {}),
               "samples": int(scores.images), "class_names": names, **per_class(confusion, names),
@@ -78,11 +78,9 @@ def main(cfg: DictConfig) -> float:
 
 def readable(loader, split_name: str):
     """(images, labels, positions in the split) of every batch, the files that could not be read
-    left out (the `mark` policy gives them zeros and names them in `loader.bad.failed`)."""
-    from app.loader.pipeline import every_sample
-
-    failed, start = loader.bad.failed[split_name], 0
-    for x, y in every_sample(loader, split_name):
+    left out (the `mark` policy gives them zeros and names them in `loader.failed`)."""
+    failed, start = loader.failed(split_name), 0
+    for x, y in loader.every_sample(split_name):
         positions = np.arange(start, start + len(y))
         start += len(y)
         keep = np.array([p not in failed for p in positions], bool)

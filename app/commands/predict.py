@@ -75,7 +75,7 @@ def main(cfg: DictConfig) -> None:
     from app.augment import eval_transforms
     from app.data.source import FileSplit
     from app.frameworks import load_keras
-    from app.loader.pipeline import build_loader, every_sample
+    from app.loader.pipeline import build_loader
     from app.training.resume import open_run
 
     # first: it picks the backend Keras loads on
@@ -93,22 +93,22 @@ def main(cfg: DictConfig) -> None:
     # numbers (training's `skip` would put the next file's pixels, and so its answer, in its place).
     config = dataclasses.replace(config, data=dataclasses.replace(config.data, image_size=size))  # the model's own
     transforms = eval_transforms(config.augment, size)
-    with build_loader(config, {"predict": (split, transforms)}, on_bad_sample="mark") as queue, \
+    with build_loader(config, {"predict": (split, transforms)}, on_bad_sample="mark") as loader, \
             atomic_write(out, newline="", encoding="utf-8") as f:  # stopped midway: no half CSV
         writer = csv.writer(f)
         writer.writerow(["path", "class", *names, "error"])
         done = 0
-        for x, _ in every_sample(queue, "predict"):
+        for x, _ in loader.every_sample("predict"):
             probabilities = np.asarray(net.predict_on_batch(x))
             for index, p in enumerate(probabilities, start=done):
-                error = queue.bad.failed["predict"].get(index)
+                error = loader.failed("predict").get(index)
                 if error is not None:
                     writer.writerow([str(files[index]), "", *([""] * len(names)), error])
                     continue
                 writer.writerow([str(files[index]), names[int(p.argmax())], *(f"{v:.6f}" for v in p), ""])
                 counts[int(p.argmax())] += 1
             done += len(x)
-    failed = queue.bad.failed["predict"]
+    failed = loader.failed("predict")
     read = len(files) - len(failed)
     if read:
         print(f"{read} images: " + ", ".join(f"{n} {c}" for n, c in zip(names, counts, strict=True) if c))

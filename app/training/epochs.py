@@ -19,7 +19,7 @@ import psutil
 
 from app import model as models
 from app.loader.order import epoch_order, full_batches
-from app.loader.pipeline import Loader, batches
+from app.loader.pipeline import Loader
 from app.memory import PeakMemory
 from app.processes import signals_held
 from app.schema import Config
@@ -129,7 +129,7 @@ class Epochs:
             restore_metrics(self.net, state.figures.metric_state)
         callbacks.on_epoch_begin(epoch, {"first_batch": first})
         place = self.placement
-        source = batches(self.loader, "train", train_share(state.order[first * batch:], batch, place.processes,
+        source = self.loader.batches("train", train_share(state.order[first * batch:], batch, place.processes,
                                                            place.process), epoch)
         if state.steps_done == 0 and self.writes:
             source = self._showing_first(source)
@@ -158,9 +158,8 @@ class Epochs:
     def _loader_figures(self) -> dict:
         """The loader's epoch: its stage times and ring fill (app/loader/telemetry.py), workers
         restarted and samples skipped so far this run."""
-        skipped = sum(len(indices) for indices in self.loader.bad.skipped.values())
-        return {**self.loader.telemetry.take("epoch"), "restarted_workers": self.loader.restarts,
-                "skipped_samples": skipped}
+        return {**self.loader.telemetry("epoch"), "restarted_workers": self.loader.restarts,
+                "skipped_samples": self.loader.skipped}
 
     def _build_metrics(self) -> None:
         trainer = self.config.trainer
@@ -177,11 +176,11 @@ class Epochs:
         n = len(samples)
         if place.strategy_name == "mirrored":  # no replica without a row
             sizes = mirrored_sizes(n, batch, place.replicas)
-            return Feed(regrouped(batches(self.loader, "val", samples, 0), sizes), len(sizes))
+            return Feed(regrouped(self.loader.batches("val", samples, 0), sizes), len(sizes))
         if place.strategy_name != "data_parallel":
-            return Feed(batches(self.loader, "val", samples, 0), math.ceil(n / batch))
+            return Feed(self.loader.batches("val", samples, 0), math.ceil(n / batch))
         share = validation_share(n, batch, place.processes, place.process)
-        return Feed(regrouped(batches(self.loader, "val", samples[share.rows], 0), share.sizes), share.batches,
+        return Feed(regrouped(self.loader.batches("val", samples[share.rows], 0), share.sizes), share.batches,
                     whole_last=share.whole_last)
 
     def _showing_first(self, source):

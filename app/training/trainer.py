@@ -160,7 +160,7 @@ def _train(config: Config, run_dir: Path, summary: Summary, state: RunState, cal
                 summary.update(queue_auto=choice.record())
             predicted = queue_plan.checked(config, plans, summary)
             loader = _loader(config, source, run_dir, placement)
-            summary.update(queue_bytes=loader.queue_bytes)
+            summary.update(queue_bytes=loader.queue.bytes)
             from app.training.epochs import Epochs  # Keras is loaded by now
 
             with loader, PeakMemory() as memory:
@@ -201,8 +201,9 @@ def _loader(config: Config, source, run_dir: Path, placement):
     loader = build_loader(config, {"train": (source.train, config.augment.transforms),
                                   "val": (source.val, eval_transforms(config.augment, config.data.image_size))},
                          bad_log=run_dir / bad, batch_size=local)
-    log.info("queue: %d %s, max_size %d: %.1f MiB of uint8 batches%s", loader.num_workers,
-             "processes" if loader.use_multiprocessing else "threads", loader.max_size, loader.queue_bytes / 2**20,
+    queue = loader.queue
+    log.info("queue: %d %s, max_size %d: %.1f MiB of uint8 batches%s", queue.workers,
+             "processes" if queue.processes else "threads", queue.max_size, queue.bytes / 2**20,
              f" of {local} rows (this process's share of each batch)" if placement.processes > 1 else "")
     return loader
 
