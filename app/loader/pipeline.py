@@ -94,4 +94,4 @@ def build_loader(config, splits: dict[str, tuple], *, bad_log: Path | None = Non
     data.on_bad_sample; `batch_size` data.batch_size (one process's share of a global batch)."""
     built = augmenters(config.data, {name: transforms for name, (_, transforms) in splits.items()})
     return Loader(Enqueuer.from_config(config, {name: split for name, (split, _) in splits.items()}, built,
-                                       Settings.from_config(config, bad_log, batch_size), on_bad_sample))
+                                       Settings.from_config(config, bad_log, batch_size), on_bad_sample=on_bad_sample))

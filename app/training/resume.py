@@ -13,7 +13,8 @@
   grammar (app/overrides.py reads and quotes them); a replaced key is refused naming its
   successor, and a run saved with old keys is read back in today's (app/training/migrate.py).
 - `open_run` (`read_run`, then `keras_for_run`): a finished run opened again for `evaluate` and
-  `predict`, its config re-typed; `chosen_checkpoint`: the checkpoint `evaluate` scores.
+  `predict`, its config re-typed (their Keras side, the checkpoint or model.keras loaded, is
+  app/training/restore.py's).
 Orchestration only: never imports Keras, TensorFlow or the loader at its top (app/__main__.py
 imports it before any backend is chosen).
 """
@@ -170,7 +171,7 @@ def resumed_config(saved: dict, cfg: DictConfig, overrides: list[str],
 def open_run(cfg: DictConfig, safe: tuple[str, ...]) -> tuple[Path, Config]:
     """`read_run`, then Keras loaded for it (`keras_for_run`)."""
     run_dir, config = read_run(cfg, safe)
-    keras_for_run(config)
+    keras_for_run()
     return run_dir, config
 
 
@@ -185,37 +186,9 @@ def read_run(cfg: DictConfig, safe: tuple[str, ...]) -> tuple[Path, Config]:
     return run_dir, config
 
 
-def keras_for_run(config: Config) -> None:
-    """Keras loaded quietly (its native start-up lines go to the command's log) and the run's
-    model builder's module imported."""
-    load_keras()  # before app.model, which imports Keras at its top: loud, there
+def keras_for_run() -> None:
+    """Keras loaded quietly on the backend `read_run` set (its native start-up lines go to the
+    command's log): a command imports its Keras side (app/training/restore.py) after this, as
+    a module that imports Keras at its top would load it loudly."""
+    load_keras()
     query_devices_quietly()
-    from app.model import import_builder  # it imports Keras: only once Keras is loaded quietly on the run's backend
-
-    import_builder(config.model)
-
-
-def chosen_checkpoint(run_dir: Path, which: str = "last"):
-    """(path, loaded model) of a run's checkpoint: `last`, the newest written at an epoch's end
-    (its weights made metrics.csv's last row); `best`, the one trainer.monitor picked (kept
-    however old); or a checkpoint's name (step-00000120)."""
-    candidates = checkpoint.newest(run_dir)
-    names = ", ".join(p.name for p in candidates) or "none"
-    if which == "best":
-        best = next((s["best"] for s in map(checkpoint.read_state, candidates) if s and s.get("best")), None)
-        if not best:
-            raise config_error("checkpoint", which, f"{run_dir} has no checkpoint marked best yet (there are: {names})")
-        which = best[1]
-    if which != "last":
-        path = Path(run_dir) / "checkpoints" / which
-        if not (path / "model.keras").is_file():
-            raise config_error("checkpoint", which, f"last, best, or one of {run_dir}'s checkpoints: {names}")
-        return path, checkpoint.load_model(run_dir, which)
-    for path, _, model in checkpoint.walk(run_dir, _model_at_epoch_end):
-        return path, model
-    raise config_error("resume", str(run_dir), "it has no loadable checkpoint written at an epoch's end")
-
-
-def _model_at_epoch_end(path: Path, state: dict):
-    """The checkpoint's model when it was written at an epoch's end; None (passed over) inside one."""
-    return checkpoint.load_keras_model(path / "model.keras") if state["epoch_complete"] else None

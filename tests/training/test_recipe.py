@@ -168,13 +168,14 @@ def test_accumulation_counts_updates_and_the_schedule_follows_them():
 def test_more_accumulated_steps_than_the_run_takes_are_refused(tmp_path):
     """trainer.grad_accum_steps above the run's steps would train without a single update."""
     from app.errors import ConfigError
-    from app.training.trainer import _data
+    from app.training.inputs import read_data_and_write_split
 
     tiny = ["data.num_images=24", "data.source_size=32", "data.num_classes=3", "data.batch_size=4",
             f"data.path={tmp_path / 'data'}", "trainer.epochs=2"]  # 18 training samples: 4 steps an epoch
     with pytest.raises(ConfigError, match=r"`trainer.grad_accum_steps` = 9 .* at most the steps the run takes, 8 "):
-        _data(composed(*tiny, "trainer.grad_accum_steps=9"), tmp_path, writes=False)
-    assert _data(composed(*tiny, "trainer.grad_accum_steps=8"), tmp_path, writes=False)[1] == 4  # the fix passes
+        read_data_and_write_split(composed(*tiny, "trainer.grad_accum_steps=9"), tmp_path, writes=False)
+    fixed = read_data_and_write_split(composed(*tiny, "trainer.grad_accum_steps=8"), tmp_path, writes=False)
+    assert fixed[1] == 4  # the fix passes
 
 
 def test_class_weights_monitor_and_metric_names():
