@@ -143,5 +143,5 @@ def test_evaluates_choice_last_best_or_named(tmp_path, caplog):
     with caplog.at_level("WARNING"):
         assert restore.chosen_checkpoint(tmp_path)[0].name == "step-00000002"  # the one before, with a warning
     assert "step-00000004 cannot be loaded" in caplog.text
-    with pytest.raises(ConfigError, match="last, best, or one of .*checkpoints: step-00000005, step-00000004, step-00000002"):
+    with pytest.raises(ConfigError, match="or one of .*checkpoints: step-00000005, step-00000004, step-00000002"):
         restore.chosen_checkpoint(tmp_path, "step-00000003")
