@@ -147,8 +147,8 @@ class Epochs:
             restore_metrics(self.net, state.figures.metric_state)
         callbacks.on_epoch_begin(epoch, {"first_batch": first})
         place = self.placement
-        source = self.loader.batches("train", train_share(state.order[first * batch:], batch, place.processes,
-                                                           place.process), epoch)
+        mine = train_share(state.order[first * batch:], batch, place.processes, place.process)
+        source = self.loader.batches("train", mine, epoch)
         if state.steps_done == 0 and self.writes:
             source = self._showing_first(source)
         feed = Feed(source, self.steps - first, self.class_weights)
