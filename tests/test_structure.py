@@ -76,7 +76,7 @@ def test_the_loader_never_imports_model_training_or_commands():
 # down a floor or sideways on its own; the loader and the model sit side by side and never meet.
 FLOORS = [
     {"app", "app.errors", "app.schema", "app.rules", "app.config", "app.families", "app.io", "app.frameworks",
-     "app.processes", "app.console", "app.sheets"},
+     "app.processes", "app.console", "app.sheets", "app.overrides"},
     {"app.data", "app.augment", "app.loader", "app.model", "app.backbones"},
     {"app.capacity"},
     {"app.training"},
@@ -167,3 +167,44 @@ def test_modules_and_functions_stay_short():
     wide = ast.parse("def f(a, b, c, d, e, g):\n    pass\n")
     long = ast.parse("def h():\n" + "    x = 1\n" * 61)
     assert _oversized(wide) == ["f"] and _oversized(long) == ["h"]
+
+
+LOADER_HOLDERS = ("loader", "enqueuer")  # what the code outside app/loader calls the Loader it holds
+
+
+def _loader_api() -> set[str]:
+    """The public members of app/loader/pipeline.py's Loader, read off its class."""
+    tree = ast.parse(MODULES["app.loader.pipeline"].read_text())
+    loader = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Loader")
+    return {n.name for n in loader.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")}
+
+
+def _loader_reads_beyond(tree: ast.AST, api: set[str]) -> list[str]:
+    """Attributes read off a loader (`loader.x`, `self.loader.x`) that its public type does not offer."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        holder = node.value
+        name = holder.id if isinstance(holder, ast.Name) else holder.attr if isinstance(holder, ast.Attribute) else ""
+        if name in LOADER_HOLDERS and node.attr not in api:
+            found.append(ast.unparse(node))
+    return found
+
+
+def test_commands_and_training_use_the_loader_only_through_its_public_type():
+    api = _loader_api()
+    assert {"batches", "every_sample", "failed", "skipped", "restarts", "telemetry", "queue"} <= api
+    outside = {m: p for m, p in MODULES.items() if not m.startswith("app.loader")}
+    beyond = {m: found for m, p in outside.items() if (found := _loader_reads_beyond(ast.parse(p.read_text()), api))}
+    assert not beyond, beyond
+    # the enqueuer's parts stay the loader's: no command or training module imports them
+    internal = {f"app.loader.{n}" for n in ("enqueuer", "bad_samples", "telemetry", "ring", "pool", "prefetch",
+                                            "messages")}
+    users = [m for m in outside if m.startswith(("app.commands", "app.training"))]
+    imported = {m: sorted(imports(m) & internal) for m in users if imports(m) & internal}
+    assert not imported, imported
+    # negative control: the walk sees a private attribute and an internal object read off a loader
+    bad = ast.parse("loader._enqueuer.close()\nself.loader.bad.failed\nenqueuer.batches('train', o, 0)\n")
+    assert sorted(_loader_reads_beyond(bad, api)) == ["loader._enqueuer", "self.loader.bad"]
+    assert "app.loader.enqueuer" in imports("app.loader.pipeline")

@@ -121,12 +121,10 @@ def _enqueuer(config, source):
 
 def _loader_batches(enqueuer, order):
     """This loader's batches over `order`, one epoch's pass after another."""
-    from app.loader.pipeline import batches
-
     epochs = order[:, 0]
     for epoch in sorted(set(epochs.tolist())):
         indices = order[epochs == epoch, 1]
-        yield from batches(enqueuer, "train", indices, int(epoch))
+        yield from enqueuer.batches("train", indices, int(epoch))
 
 
 def _trivial_model(config, num_classes, normalising=True):

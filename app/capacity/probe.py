@@ -49,7 +49,7 @@ from app.data.source import FileSplit
 from app.frameworks import native_lines_to_log, native_stderr_captured, versions
 from app.io import atomic_write
 from app.loader.enqueuer import Enqueuer
-from app.loader.pipeline import batches
+from app.loader.pipeline import Loader
 from app.loader.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -170,8 +170,9 @@ def _spawn_worker_probe() -> dict:
                 Image.fromarray(noise).save(paths[-1], quality=90)
             settings = Settings(batch_size=2, image_size=(32, 32), workers=1, max_size=1)
             split = FileSplit(paths, [0] * len(paths))
-            with Enqueuer({"train": split}, {"train": Augmenter([], (32, 32), draft=False)}, settings) as loader:
-                for _ in batches(loader, "train", np.arange(len(paths)), 0):
+            enqueuer = Enqueuer({"train": split}, {"train": Augmenter([], (32, 32), draft=False)}, settings)
+            with Loader(enqueuer) as loader:
+                for _ in loader.batches("train", np.arange(len(paths)), 0):
                     pass
                 uss[name] = private_bytes(loader.worker_pids[0])  # as app/capacity/memory.py counts a worker
     decoded = (LARGE[0] * LARGE[1] - SMALL[0] * SMALL[1]) * 3

@@ -15,8 +15,15 @@ import numpy as np
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from app.augment import Augmenter, eval_transforms
 from app.config import conf_dir
+from app.errors import DataError, config_error
+from app.loader.pipeline import build_loader, make_sample
 from app.schema import register
+from app.sheets import grid
+from app.training.resume import keras_for_run, read_run
+from app.training.rundata import run_source
+from app.training.rundir import write_json
 
 register()
 log = logging.getLogger("app.evaluate")
@@ -24,13 +31,6 @@ log = logging.getLogger("app.evaluate")
 
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float:
-    from app.augment import eval_transforms
-    from app.errors import config_error
-    from app.loader.pipeline import build_loader
-    from app.training.resume import chosen_checkpoint, keras_for_run, read_run
-    from app.training.rundata import run_source
-    from app.training.rundir import write_json
-
     # first: it picks the backend Keras loads on
     run_dir, config = read_run(cfg, safe=("queue.", "split", "checkpoint", "augment.eval_", "data.max_image_pixels",
                                           "data.test_path"))
@@ -40,11 +40,12 @@ def main(cfg: DictConfig) -> float:
         raise config_error("split", config.split, "val, or test where the data has a test split (data=folder: "
                            "<path>/test/<class>/ beside train/ and val/, or data.test_path); this run's has none"
                            if config.split == "test" else "val or test")
-    keras_for_run(config)
-    from app.training.scores import evaluate
+    keras_for_run()
+    from app.training import restore, scores  # the Keras side: they import Keras, loaded just now on the run's backend
 
     out = Path(HydraConfig.get().runtime.output_dir)
-    path, net = chosen_checkpoint(run_dir, config.checkpoint)
+    restore.builder_imported(config.model)
+    path, net = restore.chosen_checkpoint(run_dir, config.checkpoint)
     names = source.class_names
     log.info("evaluating %s on %d %s samples of %s (Keras on %s, one device)", path, len(split), config.split,
              source.name, config.trainer.backend.value)
@@ -54,16 +55,16 @@ def main(cfg: DictConfig) -> float:
     # Evaluate's own bad-file policy, whatever data.on_bad_sample the run trained with: a file that
     # cannot be read is left out and named (training's `skip` would score another file in its place).
     with build_loader(config, {config.split: (split, transforms)}, on_bad_sample="mark") as loader:
-        scores = evaluate(net, readable(loader, config.split), confusion, k)
-    unreadable = _unreadable(split, loader.bad.failed[config.split], config.split)
-    result = {"checkpoint": str(path), "split": config.split, "loss": scores.loss, "accuracy": scores.accuracy,
-              **({f"top{k}_accuracy": scores.top_k_correct / scores.images} if k else {}),
-              "samples": int(scores.images), "class_names": names, **per_class(confusion, names),
+        figures = scores.evaluate(net, readable(loader, config.split), confusion, k)
+    unreadable = _unreadable(split, loader.failed(config.split), config.split)
+    result = {"checkpoint": str(path), "split": config.split, "loss": figures.loss, "accuracy": figures.accuracy,
+              **({f"top{k}_accuracy": figures.top_k_correct / figures.images} if k else {}),
+              "samples": int(figures.images), "class_names": names, **per_class(confusion, names),
               "confusion": confusion.tolist(), "unreadable": unreadable}
     write_json(out / "evaluation.json", result)
     (out / "report.txt").write_text(report(result), encoding="utf-8")
     _plot(confusion, names, out / "confusion.png", result)
-    _mistakes(config, split, scores.mistakes, names, out / "misclassified.png")
+    _mistakes(config, split, figures.mistakes, names=names, path=out / "misclassified.png")
     print(f"checkpoint {path.name}: loss {result['loss']:.4f}, accuracy {result['accuracy']:.4f} "
           f"on {result['samples']} {config.split} samples\n")
     print(_table(confusion, names))
@@ -78,11 +79,9 @@ def main(cfg: DictConfig) -> float:
 
 def readable(loader, split_name: str):
     """(images, labels, positions in the split) of every batch, the files that could not be read
-    left out (the `mark` policy gives them zeros and names them in `loader.bad.failed`)."""
-    from app.loader.pipeline import every_sample
-
-    failed, start = loader.bad.failed[split_name], 0
-    for x, y in every_sample(loader, split_name):
+    left out (the `mark` policy gives them zeros and names them in `loader.failed`)."""
+    failed, start = loader.failed(split_name), 0
+    for x, y in loader.every_sample(split_name):
         positions = np.arange(start, start + len(y))
         start += len(y)
         keep = np.array([p not in failed for p in positions], bool)
@@ -92,8 +91,6 @@ def readable(loader, split_name: str):
 
 def _unreadable(split, failed: dict[int, str], split_name: str) -> list[dict]:
     """The files left out, each with its error; none readable at all is an error."""
-    from app.errors import DataError
-
     left_out = [{"path": split.describe(i), "error": failed[i]} for i in sorted(failed)]
     for row in left_out:
         log.warning("left out of the %s split: %s (%s)", split_name, row["path"], row["error"])
@@ -139,17 +136,11 @@ def report(result: dict) -> str:
 def _mistakes(config, split, mistakes: list, names: list[str], path: Path) -> None:
     """misclassified.png: the most confident mistakes, as the model saw them (resized), each
     with its true and predicted class and the probability it gave the wrong one."""
-    from app.augment import Augmenter
-    from app.loader.worker import make_sample
-    from app.sheets import grid
-
     if not mistakes:
         return
-    from app.augment import eval_transforms
-
     resize = Augmenter(eval_transforms(config.augment, config.data.image_size), config.data.image_size,
                        draft=config.data.decode.draft, max_pixels=config.data.max_image_pixels)
-    images = [make_sample(split, resize, index, config.seed, 0) for _, index, _, _ in mistakes]
+    images = [make_sample(split, resize, index, seed=config.seed, epoch=0) for _, index, _, _ in mistakes]
     captions = [f"true {names[t]}\npred {names[p]}\np {prob:.2f}" for prob, _, t, p in mistakes]
     grid(images, captions, columns=4).save(path)
 
@@ -163,7 +154,7 @@ def _table(confusion: np.ndarray, names: list[str]) -> str:
 
 
 def _plot(confusion: np.ndarray, names: list[str], path: Path, result: dict) -> None:
-    import matplotlib
+    import matplotlib  # a second to load: only the plot needs it, after the scores
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

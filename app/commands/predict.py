@@ -16,42 +16,28 @@ import numpy as np
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from app.augment import eval_transforms
 from app.config import conf_dir
+from app.data.images import EXTENSIONS
+from app.data.source import FileSplit
 from app.errors import ConfigError, DataError
 from app.io import atomic_write
+from app.loader.pipeline import build_loader
 from app.processes import stop_if_interrupted
 from app.schema import register
+from app.training.resume import open_run
 
 register()
 log = logging.getLogger("app.predict")
 
 
 def image_files(path: Path) -> list[Path]:
-    from app.data.images import EXTENSIONS
-
     if path.is_file():
         return [path]
     # A link that leads nowhere or in a loop is listed too: its row then says why it cannot be read.
     return sorted(p for p in path.rglob("*") if (p.is_file() or p.is_symlink() and not p.is_dir())
                   and p.suffix.lower() in EXTENSIONS
                   and not any(part.startswith(".") for part in p.relative_to(path).parts))
-
-
-def _exported(keras, run_dir: Path) -> tuple:
-    """(the model, its metadata) of the run's model.keras; a missing or damaged one is a DataError
-    that says how to write it again."""
-    from app.model import exported_problem, read_metadata
-
-    path = run_dir / "model.keras"
-    problem = exported_problem(path)
-    if problem is None:
-        try:
-            return keras.saving.load_model(path), read_metadata(path)
-        except Exception as error:  # noqa: BLE001 - whole as a zip, yet Keras cannot rebuild it
-            problem = f"Keras cannot load it ({type(error).__name__}: {str(error).splitlines()[0]})"
-    raise DataError(f"{path} cannot be used: {problem}. It is the run's best model, and the run's best checkpoint "
-                    f"holds the same weights: `python -m app train resume={run_dir}` writes it again from there (and "
-                    "trains no further when all its epochs are done). Nothing was changed.")
 
 
 def _input_files(given: str | None) -> tuple[Path, list[Path]]:
@@ -73,18 +59,14 @@ def _input_files(given: str | None) -> tuple[Path, list[Path]]:
 
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    from app.augment import eval_transforms
-    from app.data.source import FileSplit
-    from app.frameworks import load_keras
-    from app.loader.pipeline import build_loader, every_sample
-    from app.training.resume import open_run
-
     # first: it picks the backend Keras loads on
     run_dir, config = open_run(cfg, safe=("queue.", "input", "data.max_image_pixels"))
     source, files = _input_files(config.input)  # before Keras loads: a wrong input is said at once
-    keras = load_keras()
+    from app.training import restore  # the Keras side: it imports Keras, which open_run loaded on the run's backend
+
+    restore.builder_imported(config.model)
     model_path = run_dir / "model.keras"
-    net, meta = _exported(keras, run_dir)
+    net, meta = restore.exported_model(run_dir)
     names, size = meta["class_names"], meta["image_size"]
     log.info("predicting %d images from %s with %s", len(files), source, model_path)
     split = FileSplit([str(f) for f in files], np.zeros(len(files), np.int64))
@@ -94,23 +76,23 @@ def main(cfg: DictConfig) -> None:
     # numbers (training's `skip` would put the next file's pixels, and so its answer, in its place).
     config = dataclasses.replace(config, data=dataclasses.replace(config.data, image_size=size))  # the model's own
     transforms = eval_transforms(config.augment, size)
-    with build_loader(config, {"predict": (split, transforms)}, on_bad_sample="mark") as queue, \
+    with build_loader(config, {"predict": (split, transforms)}, on_bad_sample="mark") as loader, \
             atomic_write(out, newline="", encoding="utf-8") as f:  # stopped midway: no half CSV
         writer = csv.writer(f)
         writer.writerow(["path", "class", *names, "error"])
         done = 0
-        for x, _ in every_sample(queue, "predict"):
+        for x, _ in loader.every_sample("predict"):
             stop_if_interrupted()
             probabilities = np.asarray(net.predict_on_batch(x))
             for index, p in enumerate(probabilities, start=done):
-                error = queue.bad.failed["predict"].get(index)
+                error = loader.failed("predict").get(index)
                 if error is not None:
                     writer.writerow([str(files[index]), "", *([""] * len(names)), error])
                     continue
                 writer.writerow([str(files[index]), names[int(p.argmax())], *(f"{v:.6f}" for v in p), ""])
                 counts[int(p.argmax())] += 1
             done += len(x)
-    failed = queue.bad.failed["predict"]
+    failed = loader.failed("predict")
     read = len(files) - len(failed)
     if read:
         print(f"{read} images: " + ", ".join(f"{n} {c}" for n, c in zip(names, counts, strict=True) if c))

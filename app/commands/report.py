@@ -15,6 +15,7 @@ from pathlib import Path
 
 from app.errors import DataError
 from app.io import atomic_write
+from app.overrides import as_dict
 from app.training.rundir import claim_dir
 
 FIGURES = ["images_per_s", "data_wait_fraction", "peak_memory_mb", "predicted_peak_mb", "val_accuracy", "status"]
@@ -41,8 +42,8 @@ def _natural(path: Path) -> tuple:
 
 
 def overrides_of(summary: dict) -> dict[str, str]:
-    pairs = (o.lstrip("+~").split("=", 1) for o in summary.get("overrides", []))
-    return {k: v for k, v in (p for p in pairs if len(p) == 2) if k not in ("resume", "overwrite")}
+    given = as_dict(summary.get("overrides", []))
+    return {k: v for k, v in given.items() if k not in ("resume", "overwrite")}
 
 
 def table(runs: list[Path]) -> tuple[list[str], list[str], list[dict]]:

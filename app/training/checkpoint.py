@@ -10,8 +10,10 @@ layers' random state), `callback_arrays.npz` (arrays the user's callbacks hold) 
 `state.json` (epoch, batches done in it, the epoch's figures and Keras's metric variables, the
 callbacks' counters, the best so far, the whole config). It is written under a temporary name and renamed when
 complete, so a kill during a write leaves the previous one intact. The newest `keep` are kept,
-and the best by validation accuracy.
-Never imports the loader; TensorFlow only inside the functions that load a model.
+and the best by validation accuracy. `walk` is the one pass over a run's checkpoints, newest
+first, passing over those that do not open; the policies over it, and loading a checkpoint's
+model, are app/training/restore.py's (the Keras side).
+Never imports Keras, TensorFlow or the loader: app/training/resume.py imports it before any backend is set.
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from app.errors import DataError, config_error
+from app.errors import config_error
 from app.training.rundir import write_json
 
 PREFIX = "step-"
@@ -36,7 +40,7 @@ CALLBACK_ARRAYS = "callback_arrays.npz"  # arrays the user's callbacks hold (Ear
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EpochFigures:
     """The running epoch, as last read off the device (app/training/steps.py)."""
 
@@ -62,7 +66,7 @@ class EpochFigures:
         return asdict(self)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RunState:
     """Where training is: what a checkpoint stores and what a resume restores."""
 
@@ -99,7 +103,7 @@ class RunState:
                 "best": self.best, "callbacks": self.callbacks, "metrics": metrics, "config": self.config}
 
 
-def _seed_states(model) -> list:
+def seed_states(model) -> list:
     return [v for v in model.variables if v.name == "seed_generator_state"]
 
 
@@ -115,7 +119,7 @@ def save(model, run_dir: Path, step: int, state: dict, arrays: dict | None = Non
     tmp.mkdir()
     try:
         model.save(tmp / "model.keras")
-        np.save(tmp / SEED_STATES, np.array([np.array(v) for v in _seed_states(model)], np.int64).reshape(-1, 2))
+        np.save(tmp / SEED_STATES, np.array([np.array(v) for v in seed_states(model)], np.int64).reshape(-1, 2))
         np.savez(tmp / CALLBACK_ARRAYS, **(arrays or {}))
         write_json(tmp / "state.json", state)
     except BaseException:  # a full disk, say: the half-written checkpoint goes, the previous ones stay
@@ -144,10 +148,9 @@ def newest(run_dir: Path) -> list[Path]:
 def saved_config(run_dir: Path) -> dict:
     """The config a run was started with, from its newest readable state.json (no TensorFlow)."""
     for path in newest(run_dir):
-        try:
-            return json.loads((path / "state.json").read_text())["config"]
-        except (OSError, ValueError, KeyError):
-            continue
+        state = read_state(path)
+        if isinstance(state, dict) and "config" in state:
+            return state["config"]
     if not newest(run_dir):
         raise nothing_to_resume(run_dir)
     raise config_error("resume", str(run_dir), f"no checkpoint of {run_dir} has a readable state.json: restore "
@@ -168,76 +171,27 @@ def nothing_to_resume(run_dir: Path):
     return config_error("resume", str(run_dir), why)
 
 
-def load_model(run_dir: Path, name: str):
-    """The model of checkpoint `name` (step-00000120); a damaged one is a DataError naming it."""
-    import keras
-
-    import app.training.objectives  # noqa: F401 - registers the recipe's loss and metrics, which checkpoints use
-
-    path = Path(run_dir) / "checkpoints" / name / "model.keras"
+def read_state(path: Path) -> dict | None:
+    """A checkpoint's state.json, or None when it cannot be read."""
     try:
-        return keras.saving.load_model(path)
-    except Exception as error:  # noqa: BLE001 - any unreadable file is the same for the user
-        others = [p.name for p in newest(run_dir) if p.name != name]
-        why = str(error).splitlines()[0] if str(error) else ""
-        instead = f", or use another: {', '.join(others)}" if others else "; the run has no other checkpoint"
-        raise DataError(f"{path} cannot be loaded ({type(error).__name__}: {why}): the checkpoint is damaged; "
-                        f"restore it from a copy of the run{instead}.") from None
+        return json.loads((path / "state.json").read_text())
+    except (OSError, ValueError):
+        return None
 
 
-@dataclass
-class ResumePoint:
-    path: Path
-    state: dict
-    model: object  # the loaded keras.Model, compiled, with its optimizer
-    arrays: dict  # the callbacks' arrays
-
-
-def resume_point(run_dir: Path, epochs: int | None = None) -> ResumePoint:
-    """Where a resumed run starts, decided here and only here:
-
-    1. the run directory's newest checkpoint whose state.json and model.keras both load;
-    2. if it does not load (a corrupt or half-copied file), a warning, and the next newest;
-    3. none loads, or there is none: an error. Never a silent fresh start;
-    4. `epochs` (trainer.epochs) below the epochs done there: an error, not a run called completed.
-    """
-    import keras
-
-    import app.training.objectives  # noqa: F401 - registers the recipe's loss and metrics, which checkpoints use
-
-    candidates = newest(run_dir)
-    failures = []
-    for path in candidates:
+def walk(run_dir: Path, open_one: Callable[[Path, dict], Any], failures: list[str] | None = None) -> Iterator[tuple]:
+    """(path, state, what `open_one(path, state)` gave) of each checkpoint of the run, newest
+    first; one whose state.json or `open_one` fails is warned about, its reason appended to
+    `failures`, and passed over. `open_one` returns None to pass over a checkpoint silently."""
+    for path in newest(run_dir):
         try:
             state = json.loads((path / "state.json").read_text())
-            model = keras.saving.load_model(path / "model.keras")
-            seeds, saved = _seed_states(model), np.load(path / SEED_STATES)
-            if len(seeds) != len(saved):
-                raise ValueError(f"{len(saved)} seed generator states saved for {len(seeds)} in the model")
-            for variable, value in zip(seeds, saved, strict=True):
-                variable.assign(value)
-        except Exception as error:  # noqa: BLE001 - any unreadable checkpoint is skipped the same way
-            log.warning("checkpoint %s cannot be loaded (%s: %s); trying the one before it", path,
-                        type(error).__name__, str(error).splitlines()[0] if str(error) else "")
-            failures.append(f"{path.name}: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
+            opened = open_one(path, state)
+        except Exception as error:  # noqa: BLE001 - any unreadable checkpoint is passed over the same way
+            reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+            log.warning("checkpoint %s cannot be loaded (%s); trying the one before it", path, reason)
+            if failures is not None:
+                failures.append(f"{path.name}: {reason}")
             continue
-        arrays_file = path / CALLBACK_ARRAYS  # absent in checkpoints of older versions
-        arrays = dict(np.load(arrays_file)) if arrays_file.exists() else {}
-        _check_epochs_left(run_dir, path, state, epochs)
-        return ResumePoint(path, state, model, arrays)
-    if not candidates:
-        raise config_error("resume", str(run_dir), f"{run_dir} has no checkpoint in checkpoints/ (a run saves one "
-                           "at each epoch end and every trainer.checkpoint_every_steps)")
-    raise config_error("resume", str(run_dir), f"none of its checkpoints loads ({'; '.join(failures)}): restore "
-                       "checkpoints/ from a copy of the run, or start a new run")
-
-
-def _check_epochs_left(run_dir: Path, path: Path, state: dict, epochs: int | None) -> None:
-    """The checkpoint's epoch, finished or under way, is within trainer.epochs: a run is never cut back."""
-    if epochs is None or epochs > state["epoch"]:
-        return
-    least = state["epoch"] + 1
-    where = f"{least} epochs done" if state["epoch_complete"] else f"epoch {least} under way"
-    raise config_error("trainer.epochs", epochs, f"{least} or more: {run_dir} has {where} (checkpoint {path.name}), "
-                       f"and a run is not cut back. Leave trainer.epochs out to go on as set, or "
-                       f"`python -m app train resume={run_dir} trainer.epochs={least + 1}` trains it further")
+        if opened is not None:
+            yield path, state, opened

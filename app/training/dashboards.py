@@ -113,7 +113,7 @@ class Dashboard(keras.callbacks.Callback):
     """Writes what the module docstring lists, through `out`."""
 
     def __init__(self, out: Writer, state: RunState, memory: PeakMemory, telemetry):
-        """`telemetry`: the loader's (app/loader/telemetry.py), read at each logging step."""
+        """`telemetry`: the loader's snapshot of a window (Loader.telemetry), read at each logging step."""
         super().__init__()
         self.out, self.state, self.memory, self.telemetry = out, state, memory, telemetry
 
@@ -125,7 +125,7 @@ class Dashboard(keras.callbacks.Callback):
         values["step/peak_memory_mb"] = self.memory.peak / 2**20
         values["step/peak_trainer_mb"] = self.memory.peak_root / 2**20
         values["step/peak_workers_mb"] = self.memory.peak_children / 2**20
-        values.update({f"step/{name}": v for name, v in self.telemetry.take("live").items() if v is not None})
+        values.update({f"step/{name}": v for name, v in self.telemetry("live").items() if v is not None})
         self.out.scalars("train", values, self.state.steps_before_epoch + batch + 1)
 
     def on_epoch_end(self, epoch, logs=None):

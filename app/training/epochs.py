@@ -1,6 +1,7 @@
 """The epoch loop of one run: each epoch's order, its steps (app/training/steps.py), validation,
 the callbacks' hooks as `fit` fires them, and what is recorded at the epoch's end (metrics.csv,
 model.keras when best, the checkpoint, summary.json, the log line).
+Given the run's RunContext (app/training/context.py) by app/training/session.py.
 Never imports the loader's internals: only app/loader/pipeline.py and order.py.
 """
 
@@ -21,12 +22,13 @@ from app import model as models
 from app.capacity.diagnosis import diagnose
 from app.capacity.memory import PeakMemory
 from app.loader.order import epoch_order, full_batches
-from app.loader.pipeline import Loader, batches
+from app.loader.pipeline import Loader
 from app.processes import signals_held
 from app.schema import Config
 from app.training import checkpoint, dashboards, recipe
 from app.training.callbacks import CallbackStates, Profile, Progress, SampleRecorder, StepCheckpoint
 from app.training.checkpoint import EpochFigures, RunState
+from app.training.context import RunContext
 from app.training.devices import Placement
 from app.training.replicas import average_moving_statistics, metric_state, restore_metrics
 from app.training.rundir import Summary
@@ -37,25 +39,41 @@ from app.training.tables import append_metrics
 log = logging.getLogger("app.train")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Epochs:
     """The epoch loop of one run, and what it records at each epoch's end."""
 
-    config: Config
-    run_dir: Path
-    summary: Summary
-    state: RunState
+    context: RunContext  # the run's config, directory, summary, state and the user's callbacks
+    placement: Placement
     source: object
     steps: int  # training steps an epoch
     net: keras.Model
     loader: Loader
     memory: PeakMemory
-    user_callbacks: list
-    placement: Placement
     class_weights: np.ndarray | None = None  # trainer.class_weight, a weight a class index
     kept: CallbackStates = field(init=False)
     out: dashboards.Writer = field(init=False)
     saves: Path = field(init=False)  # where checkpoints and model.keras go: run_dir, or a scratch directory
+
+    @property
+    def config(self) -> Config:
+        return self.context.config
+
+    @property
+    def run_dir(self) -> Path:
+        return self.context.run_dir
+
+    @property
+    def summary(self) -> Summary:
+        return self.context.summary
+
+    @property
+    def state(self) -> RunState:
+        return self.context.state
+
+    @property
+    def user_callbacks(self) -> list:
+        return self.context.user_callbacks
 
     def run(self) -> None:
         """Process 0 of several writes the run directory; the others train their shares. Saving a
@@ -129,13 +147,14 @@ class Epochs:
             restore_metrics(self.net, state.figures.metric_state)
         callbacks.on_epoch_begin(epoch, {"first_batch": first})
         place = self.placement
-        source = batches(self.loader, "train", train_share(state.order[first * batch:], batch, place.processes,
-                                                           place.process), epoch)
+        mine = train_share(state.order[first * batch:], batch, place.processes, place.process)
+        source = self.loader.batches("train", mine, epoch)
         if state.steps_done == 0 and self.writes:
             source = self._showing_first(source)
         feed = Feed(source, self.steps - first, self.class_weights)
-        plan = EpochPlan(self.steps, batch, first, trainer.log_every_steps, trainer.checkpoint_every_steps)
-        fit = train_epoch(self.net, feed, callbacks, state.figures, plan)
+        plan = EpochPlan(steps=self.steps, batch_size=batch, first=first, log_every=trainer.log_every_steps,
+                         checkpoint_every=trainer.checkpoint_every_steps)
+        fit = train_epoch(self.net, feed, callbacks, figures=state.figures, plan=plan)
         average_moving_statistics(self.net)  # validation and the checkpoint: one model on every replica
         val = validate(self.net, self._validation_feed(), callbacks)
         row = {"epoch": epoch + 1, **fit.logs, **{f"val_{name}": value for name, value in val.items()},
@@ -158,9 +177,8 @@ class Epochs:
     def _loader_figures(self) -> dict:
         """The loader's epoch: its stage times and ring fill (app/loader/telemetry.py), workers
         restarted and samples skipped so far this run."""
-        skipped = sum(len(indices) for indices in self.loader.bad.skipped.values())
-        return {**self.loader.telemetry.take("epoch"), "restarted_workers": self.loader.restarts,
-                "skipped_samples": skipped}
+        return {**self.loader.telemetry("epoch"), "restarted_workers": self.loader.restarts,
+                "skipped_samples": self.loader.skipped}
 
     def _build_metrics(self) -> None:
         trainer = self.config.trainer
@@ -177,11 +195,11 @@ class Epochs:
         n = len(samples)
         if place.strategy_name == "mirrored":  # no replica without a row
             sizes = mirrored_sizes(n, batch, place.replicas)
-            return Feed(regrouped(batches(self.loader, "val", samples, 0), sizes), len(sizes))
+            return Feed(regrouped(self.loader.batches("val", samples, 0), sizes), len(sizes))
         if place.strategy_name != "data_parallel":
-            return Feed(batches(self.loader, "val", samples, 0), math.ceil(n / batch))
+            return Feed(self.loader.batches("val", samples, 0), math.ceil(n / batch))
         share = validation_share(n, batch, place.processes, place.process)
-        return Feed(regrouped(batches(self.loader, "val", samples[share.rows], 0), share.sizes), share.batches,
+        return Feed(regrouped(self.loader.batches("val", samples[share.rows], 0), share.sizes), share.batches,
                     whole_last=share.whole_last)
 
     def _showing_first(self, source):
@@ -204,7 +222,7 @@ class Epochs:
         state.callbacks, arrays = self.kept.changed()
         with recipe.all_trainable(self.net):
             checkpoint.save(self.net, self.saves, state.steps_before_epoch + done,
-                            state.checkpoint(done, complete=False), arrays)
+                            state.checkpoint(done, complete=False), arrays=arrays)
 
     def _record(self, row: dict, steps_done: int) -> None:
         """metrics.csv (by the process that writes the run directory), model.keras when best, the
@@ -222,7 +240,7 @@ class Epochs:
         state.callbacks, arrays = self.kept.changed()
         with recipe.all_trainable(self.net):
             checkpoint.save(self.net, self.saves, step, state.checkpoint(steps_done, complete=True, metrics=row),
-                            arrays)
+                            arrays=arrays)
         peak = max(self.memory.peak / 2**20, self.summary.content.get("peak_memory_mb") or 0)
         self.summary.update(epochs_completed=row["epoch"], steps=step, loss=row["loss"],
                             val_accuracy=row["val_accuracy"],

@@ -10,17 +10,18 @@
   (SLURM_NTASKS > 1) are the processes of one data_parallel run: they share
   `<date>/slurm-<job id>[.<step id>]`, and only process 0 takes a resumed run's lock.
 - Values with spaces or non-ASCII characters (paths, mostly) are quoted for Hydra's override
-  grammar, which otherwise rejects them however the shell quoted them.
+  grammar (app/overrides.py reads and quotes them); a replaced key is refused naming its
+  successor, and a run saved with old keys is read back in today's (app/training/migrate.py).
 - `open_run` (`read_run`, then `keras_for_run`): a finished run opened again for `evaluate` and
-  `predict`, its config re-typed.
+  `predict`, its config re-typed (their Keras side, the checkpoint or model.keras loaded, is
+  app/training/restore.py's).
+Orchestration only: never imports Keras, TensorFlow or the loader at its top (app/__main__.py
+imports it before any backend is chosen).
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -28,13 +29,14 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from app.config import conf_dir, load
+from app.config import load
 from app.errors import ConfigError, config_error
+from app.frameworks import load_keras, query_devices_quietly, use_backend
+from app.overrides import key_of, quote_override, quoted, value_of
 from app.schema import Config
 from app.training import checkpoint
+from app.training.migrate import migrated, refuse_moved_keys
 from app.training.rundir import check_unlocked, claim_dir, hold_lock, holds_run, move_run_aside, run_files
-
-log = logging.getLogger(__name__)
 
 # What a run may change when it resumes: how long, how it logs, how it loads, and which files are bad
 # samples and what becomes of them (the advice a bad sample prints must work on a resumed run too).
@@ -42,30 +44,19 @@ SAFE_PREFIXES = ("trainer.epochs", "trainer.log_every_steps", "queue.", "data.on
                  "data.max_image_pixels")
 # Hydra's flags that print or inspect instead of running: no directory is claimed for them.
 INFO_FLAGS = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc")
-# A value Hydra parses as a sweep or a function (choice(a, b), range(1,3), int(4)...) is not quoted.
-_FUNCTION = re.compile(r"^[A-Za-z_]+\(.*\)$")
 # Directories claimed in this process: app/__main__.py removes those left empty (a config error
 # that Hydra finds after the claim must not leave an empty run directory behind).
 CLAIMED: list[Path] = []
 
 
-# keys that were replaced: the override is refused naming the new ones; a run saved with them is
-# read back translated (`upgraded`)
-MOVED = {"trainer.lr": "optimizer.learning_rate=<the peak learning rate> (conf/scheduler shapes it over the run)",
-         "trainer.optimizer": "optimizer=adam|adamw|sgd|rmsprop|lion (conf/optimizer), or any Keras optimizer "
-                              "with optimizer._target_=keras.optimizers.<Name>",
-         "trainer.mixed_precision": "trainer.precision=mixed_float16 (or mixed_bfloat16, or float32)"}
-
 
 def prepare_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str = "train") -> list[str]:
     """The overrides of `python -m app <word> ...`, rewritten as the module docstring says."""
-    for arg in argv:
-        if _key(arg) in MOVED:
-            raise ConfigError(f"config key `{_key(arg)}` was replaced: use {MOVED[_key(arg)]}.")
+    refuse_moved_keys(argv)
     argv = [quote_override(a) for a in argv]
-    info = any(a.split("=", 1)[0] in INFO_FLAGS for a in argv)
+    info = any(key_of(a) in INFO_FLAGS for a in argv)
     multirun = "-m" in argv or "--multirun" in argv
-    value = _value(argv, "resume") if word in ("train", "evaluate", "predict") else None
+    value = value_of(argv, "resume") if word in ("train", "evaluate", "predict") else None
     stamp = time.strftime("%Y-%m-%d"), time.strftime("%H-%M-%S")
     on_a_run = word in ("evaluate", "predict")
     if value == "" and not on_a_run:  # `resume=$RUN` with RUN unset: never a fresh run in its place
@@ -76,9 +67,9 @@ def prepare_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str 
             raise ConfigError(f"config key `resume` is missing: `{word}` works on a training run, e.g. "
                               f"python -m app {word} resume=outputs/<date>/<time> (or resume=latest).")
         key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-        if info or _value(argv, key) is not None:
+        if info or value_of(argv, key) is not None:
             if not info and word == "train" and _process_of(argv) == 0:
-                _refuse_or_move_aside(Path(_value(argv, key)).expanduser(), _overwrite(argv), key)
+                _refuse_or_move_aside(Path(value_of(argv, key)).expanduser(), _overwrite(argv), key)
             return argv
         if not multirun and _slurm_tasks() > 1:  # srun's tasks are the processes of one run: one directory
             shared = Path(outputs) / stamp[0] / f"slurm-{os.environ.get('SLURM_JOB_ID', 'job')}"
@@ -97,9 +88,9 @@ def prepare_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str 
     run_dir = latest_run(outputs) if value == "latest" else Path(value).expanduser().resolve()
     if not (run_dir / "checkpoints").is_dir():
         raise checkpoint.nothing_to_resume(run_dir)
-    kept = [a for a in argv if _key(a) != "resume"]
+    kept = [a for a in argv if key_of(a) != "resume"]
     if word == "evaluate":  # composed on the default data group (synthetic, no test_path) before the run's is read
-        kept = [f"++{a.lstrip('+')}" if _key(a) == "data.test_path" else a for a in kept]
+        kept = [f"++{a.lstrip('+')}" if key_of(a) == "data.test_path" else a for a in kept]
     if on_a_run:
         where = run_dir / word / f"{stamp[0]}_{stamp[1]}"
         if not info:
@@ -112,7 +103,7 @@ def prepare_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str 
 
 
 def _overwrite(argv: list[str]) -> bool:
-    value = _value(argv, "overwrite")
+    value = value_of(argv, "overwrite")
     if value not in (None, "true", "false", "True", "False"):
         raise config_error("overwrite", value, "true or false")
     return value in ("true", "True")
@@ -145,59 +136,10 @@ def _slurm_tasks() -> int:
 
 def _process_of(argv: list[str]) -> int:
     """This process's id among the processes of one run, as the command line or SLURM say."""
-    given = _value(argv, "trainer.process_id")
+    given = value_of(argv, "trainer.process_id")
     if given not in (None, "null"):
         return int(given)
     return int(os.environ.get("SLURM_PROCID", "0")) if _slurm_tasks() > 1 else 0
-
-
-def quoted(value: str) -> str:
-    """`value` as one quoted string of Hydra's override grammar (no interpolation inside)."""
-    return "'" + value.replace("'", "\\'").replace("${", "\\${") + "'"
-
-
-def quote_override(arg: str) -> str:
-    """`key=value` with `value` quoted when Hydra would reject it unquoted (a space, a non-ASCII
-    character) and it is a plain string: not quoted already, not a list, dict, sweep or function."""
-    if arg.startswith("-") or "=" not in arg:
-        return arg
-    key, value = arg.split("=", 1)
-    plain = value and value[0] not in "'\"[{" and not _FUNCTION.match(value)
-    if plain and (any(c.isspace() for c in value) or not value.isascii()):
-        return f"{key}={quoted(value)}"
-    return arg
-
-
-def _key(arg: str) -> str:
-    return arg.lstrip("+~").split("=", 1)[0]
-
-
-def _value(argv: list[str], key: str) -> str | None:
-    """The last value given to `key`, its Hydra quotes taken off."""
-    found = None
-    for arg in argv:
-        if "=" in arg and _key(arg) == key:
-            found = arg.split("=", 1)[1]
-    if found and len(found) >= 2 and found[0] == found[-1] and found[0] in "'\"":
-        found = found[1:-1].replace(f"\\{found[0]}", found[0]).replace("\\${", "${")
-    return found
-
-
-def upgraded(saved: dict) -> dict:
-    """A config saved before today's keys, in them: trainer.mixed_precision becomes
-    trainer.precision; trainer.optimizer becomes that preset of conf/optimizer with trainer.lr as
-    its learning rate, under a constant schedule (what such a run trained with); others as they are."""
-    trainer = dict(saved.get("trainer") or {})
-    if "mixed_precision" in trainer:
-        trainer["precision"] = "mixed_float16" if trainer.pop("mixed_precision") else "float32"
-        saved = {**saved, "trainer": trainer}
-    if "optimizer" in saved or not {"optimizer", "lr"} & set(trainer):
-        return saved
-    name = trainer.pop("optimizer", "adam")
-    preset = OmegaConf.to_container(OmegaConf.load(conf_dir() / "optimizer" / f"{name}.yaml"))
-    preset.pop("defaults", None)
-    preset["learning_rate"] = trainer.pop("lr", preset["learning_rate"])
-    return {**saved, "trainer": trainer, "optimizer": preset, "scheduler": {"name": "constant"}}
 
 
 def latest_run(outputs: Path) -> Path:
@@ -212,9 +154,9 @@ def latest_run(outputs: Path) -> Path:
 def resumed_config(saved: dict, cfg: DictConfig, overrides: list[str],
                    safe: tuple[str, ...] = SAFE_PREFIXES) -> DictConfig:
     """The checkpoint's config, with the overrides that are safe applied; anything else is an error."""
-    result = OmegaConf.create(upgraded(saved))
+    result = OmegaConf.create(migrated(saved))
     for override in overrides:
-        key = override.lstrip("+~").split("=", 1)[0]
+        key = key_of(override)
         if key == "resume":
             continue
         if not key.startswith(safe):
@@ -229,7 +171,7 @@ def resumed_config(saved: dict, cfg: DictConfig, overrides: list[str],
 def open_run(cfg: DictConfig, safe: tuple[str, ...]) -> tuple[Path, Config]:
     """`read_run`, then Keras loaded for it (`keras_for_run`)."""
     run_dir, config = read_run(cfg, safe)
-    keras_for_run(config)
+    keras_for_run()
     return run_dir, config
 
 
@@ -240,55 +182,13 @@ def read_run(cfg: DictConfig, safe: tuple[str, ...]) -> tuple[Path, Config]:
     run_dir = Path(cfg.resume)
     cfg = resumed_config(checkpoint.saved_config(run_dir), cfg, list(HydraConfig.get().overrides.task), safe)
     config = load(cfg)
-    from app.frameworks import use_backend
-
     use_backend(config.trainer)  # the run's backend: a run trained on JAX needs no TensorFlow here
     return run_dir, config
 
 
-def keras_for_run(config: Config) -> None:
-    """Keras loaded quietly (its native start-up lines go to the command's log) and the run's
-    model builder's module imported."""
-    from app.frameworks import load_keras, query_devices_quietly
-
-    load_keras()  # before app.model, which imports Keras at its top: loud, there
+def keras_for_run() -> None:
+    """Keras loaded quietly on the backend `read_run` set (its native start-up lines go to the
+    command's log): a command imports its Keras side (app/training/restore.py) after this, as
+    a module that imports Keras at its top would load it loudly."""
+    load_keras()
     query_devices_quietly()
-    from app.model import import_builder
-
-    import_builder(config.model)
-
-
-def chosen_checkpoint(run_dir: Path, which: str = "last"):
-    """(path, loaded model) of a run's checkpoint: `last`, the newest written at an epoch's end
-    (its weights made metrics.csv's last row); `best`, the one trainer.monitor picked (kept
-    however old); or a checkpoint's name (step-00000120)."""
-    import keras
-
-    import app.training.objectives  # noqa: F401 - registers the recipe's loss and metrics, which checkpoints use
-
-    candidates = checkpoint.newest(run_dir)
-    names = ", ".join(p.name for p in candidates) or "none"
-    if which == "best":
-        best = next((s["best"] for s in map(_state, candidates) if s and s.get("best")), None)
-        if not best:
-            raise config_error("checkpoint", which, f"{run_dir} has no checkpoint marked best yet (there are: {names})")
-        which = best[1]
-    if which != "last":
-        path = Path(run_dir) / "checkpoints" / which
-        if not (path / "model.keras").is_file():
-            raise config_error("checkpoint", which, f"last, best, or one of {run_dir}'s checkpoints: {names}")
-        return path, checkpoint.load_model(run_dir, which)
-    for path in candidates:
-        try:
-            if _state(path)["epoch_complete"]:
-                return path, keras.saving.load_model(path / "model.keras")
-        except Exception as error:  # noqa: BLE001 - an unreadable checkpoint is passed over
-            log.warning("checkpoint %s cannot be loaded (%s); trying the one before it", path, error)
-    raise config_error("resume", str(run_dir), "it has no loadable checkpoint written at an epoch's end")
-
-
-def _state(path: Path) -> dict | None:
-    try:
-        return json.loads((path / "state.json").read_text())
-    except (OSError, ValueError):
-        return None

@@ -1,39 +1,32 @@
 """Training: config → data → loader → model → epochs (app/training/epochs.py) → run directory.
 
-Checks that need no data run first: the config, the augmentation and the callbacks (when there
-are any, building them loads TensorFlow); then the data, then the model. The run directory is
-locked while it trains (app/training/rundir.py).
-Never imports the loader's internals: only app/loader/pipeline.py and order.py.
+Here, before Keras loads: the checks that need no data (the config, the augmentation and the
+callbacks: when there are any, building them loads TensorFlow), the run directory locked
+(app/training/rundir.py) and summary.json begun, and how the run ended recorded. The rest,
+from the devices on, is the Keras side (app/training/session.py), given one RunContext.
+Never imports Keras at its top (trainer.backend must be set first), nor the loader.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from pathlib import Path
 
 from omegaconf import DictConfig
 
-from app import rules
-from app.augment import build_compose, eval_transforms
-from app.capacity import auto, queue_plan
-from app.capacity.memory import PeakMemory, kill_leftovers_and_delete_segments
+from app.augment import build_compose
+from app.capacity.memory import kill_leftovers_and_delete_segments
 from app.config import instantiate_each, load, to_plain
 from app.console import print_config
-from app.data import load_source
-from app.data.source import overfitting
 from app.errors import AppError, config_error, explain
 from app.frameworks import load_keras, use_backend
-from app.loader.pipeline import build_loader
 from app.processes import interrupts
-from app.schema import Config
-from app.training import checkpoint, rundir
+from app.training import checkpoint, devices
 from app.training.checkpoint import RunState
+from app.training.context import RunContext
 from app.training.resume import resumed_config
-from app.training.rundata import run_source
-from app.training.rundir import Summary, hold_lock, log_apart, release_lock, write_json
-from app.training.tables import check_history, rows_kept, write_rows
+from app.training.rundir import Summary, hold_lock, log_apart, release_lock
 
 log = logging.getLogger("app.train")
 
@@ -58,8 +51,6 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
             Summary(run_dir, overrides).update(status="failed", message=str(error))
         raise
 
-    from app.training import devices
-
     process = devices.expected_process(config.trainer)
     if process:  # one of several: process 0 writes the run directory, this one its own log and summary
         log_apart(run_dir, process)
@@ -69,18 +60,19 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
         summary = Summary(run_dir, overrides, resumed_from=resumed,
                           name=f"summary.{process}.json" if process else "summary.json")
         summary.update(isolation=kill_leftovers_and_delete_segments(), pid=os.getpid(), tags=list(config.tags))
-        _train_recorded(config, run_dir, summary, callbacks)
+        _train_recorded(RunContext(config=config, run_dir=run_dir, summary=summary,
+                                   state=RunState(config=to_plain(config)), user_callbacks=callbacks))
     finally:
         release_lock(run_dir)
     return summary.content
 
 
-def _train_recorded(config: Config, run_dir: Path, summary: Summary, callbacks: list) -> None:
+def _train_recorded(run: RunContext) -> None:
     """Train, and record how it ended in summary.json and the log."""
-    state = RunState(config=to_plain(config))
+    run_dir, summary, state = run.run_dir, run.summary, run.state
     try:
         with interrupts():
-            _train(config, run_dir, summary, state, callbacks)
+            _train(run)
         summary.update(status="completed")
     except KeyboardInterrupt:
         if summary.started:  # a resume stopped before it trained leaves the run as it was
@@ -138,163 +130,8 @@ def _continue_hint(run_dir: Path) -> str:
             "from there")
 
 
-def _train(config: Config, run_dir: Path, summary: Summary, state: RunState, callbacks: list) -> None:
-    keras, placement = _start_keras(config)  # first: the processes of a data_parallel run join here
-    if placement.processes > 1:
-        from app.training import devices
+def _train(run: RunContext) -> None:
+    load_keras()  # quietly (its start-up lines to the log), before session's imports would load it loudly
+    from app.training import session  # the Keras side: it imports Keras at its top, so after use_backend
 
-        devices.check_one_run_dir(run_dir)
-    source, steps = _data(config, run_dir, placement.writes)
-    from app.training import calibration, recipe  # import Keras: after _start_keras loaded it quietly
-
-    recipe.check_monitor(config, source.class_names)
-    _check_validation_rows(len(source.val), placement)
-    weights = recipe.class_weights(config, source.train.labels, source.class_names)
-    try:
-        summary.update(hardware={**summary.content["hardware"], "gpus": placement.gpus}, **placement.record())
-        with placement.scope():  # model, optimizer, metrics and steps on the strategy's replicas
-            net, point = _model(config, source, run_dir, state, steps)
-            plans = calibration.planner(config, source.train, net, device_is_host=not placement.gpus)
-            choice = calibration.probed(_share(config, placement), source.train, net, plans, weights)
-            if choice:
-                config = auto.applied(config, choice)
-                summary.update(queue_auto=choice.record())
-            predicted = queue_plan.check_and_write_plan(config, plans, summary)
-            loader = _loader(config, source, run_dir, placement)
-            summary.update(queue_bytes=loader.queue_bytes)
-            from app.training.epochs import Epochs  # Keras is loaded by now
-
-            with loader, PeakMemory() as memory:
-                if point and placement.writes:  # what may refuse the resume, before the run counts as running
-                    _redo_after(run_dir, state.epoch, point.state["step"], config.trainer.record_samples)
-                    _export_again(config, run_dir, source, state, point)
-                summary.start()
-                Epochs(config, run_dir, summary, state, source, steps, net, loader, memory, callbacks, placement,
-                       weights).run()
-            measured = summary.content.get("peak_memory_mb") or 0
-            if predicted and measured:
-                log.info("memory: host peak %.0f MiB measured, %.0f MiB predicted (%+.0f %%)", measured, predicted,
-                         100 * (predicted - measured) / measured)
-    finally:
-        keras.mixed_precision.set_global_policy("float32")
-
-
-def _check_validation_rows(n: int, placement) -> None:
-    """Under mirrored every replica validates at least one sample (app/training/shards.py)."""
-    if placement.strategy_name == "mirrored" and 0 < n < placement.replicas:
-        raise config_error("trainer.strategy", "mirrored", f"the validation split has {n} sample(s), fewer than "
-                           f"its {placement.replicas} replicas ({', '.join(placement.devices)}), one each at least: "
-                           "add validation images, fewer devices (trainer.cpu_devices) or trainer.strategy=default")
-
-
-def _share(config: Config, placement) -> Config:
-    """`config` with data.batch_size this process's rows of each global batch: its share under
-    data_parallel over several processes, else the whole batch."""
-    local = config.data.batch_size // placement.processes
-    return dataclasses.replace(config, data=dataclasses.replace(config.data, batch_size=local))
-
-
-def _loader(config: Config, source, run_dir: Path, placement):
-    """The loader of this process's rows: its share of each global batch (data_parallel over
-    several processes), else the whole batch."""
-    local = config.data.batch_size // placement.processes
-    bad = "bad_samples.txt" if placement.writes else f"bad_samples.{placement.process}.txt"
-    loader = build_loader(config, {"train": (source.train, config.augment.transforms),
-                                  "val": (source.val, eval_transforms(config.augment, config.data.image_size))},
-                         bad_log=run_dir / bad, batch_size=local)
-    log.info("queue: %d %s, max_size %d: %.1f MiB of uint8 batches%s", loader.num_workers,
-             "processes" if loader.use_multiprocessing else "threads", loader.max_size, loader.queue_bytes / 2**20,
-             f" of {local} rows (this process's share of each batch)" if placement.processes > 1 else "")
-    return loader
-
-
-def _data(config: Config, run_dir: Path, writes: bool = True):
-    """(the data source, training steps an epoch): split.json written (by the process that
-    writes the run directory), or checked on resume."""
-    batch, overfit = config.data.batch_size, config.trainer.overfit_batches
-    source = run_source(run_dir, config.data) if config.resume else load_source(config.data)
-    if overfit:
-        if len(source.train) < overfit * batch:
-            raise config_error("trainer.overfit_batches", overfit, f"the training split has {len(source.train)} "
-                               f"samples, fewer than {overfit} batches of data.batch_size={batch}")
-        source = overfitting(source, overfit * batch, config.seed)
-        log.info("overfitting: training and validating on the same %d samples every epoch", len(source.train))
-    if not config.resume and writes:
-        rundir.delete_partial_records(run_dir)
-        write_json(run_dir / "split.json", source.split)
-    available = len(source.train) // batch
-    if available == 0:
-        raise config_error("data.batch_size", batch, f"the training split has only {len(source.train)} samples, "
-                           "fewer than one full batch")
-    steps = config.trainer.steps_per_epoch or available
-    if steps > available:
-        raise config_error("trainer.steps_per_epoch", steps, f"the training split has {available} full batches "
-                           f"of data.batch_size={batch} (null uses them all)")
-    rules.check_run_length(config.trainer, steps)
-    log.info("data: %s, %d classes, %d training and %d validation samples, fingerprint %s",
-             source.name, len(source.class_names), len(source.train), len(source.val), source.fingerprint[:12])
-    return source, steps
-
-
-def _start_keras(config: Config):
-    """Keras and the devices the run trains on, seeded, with the run's determinism and precision.
-    The backend starts here, after every check that needs neither it nor the data."""
-    keras = load_keras()
-    from app.training import devices
-
-    keras.backend.clear_session()  # before the devices: it forgets keras.distribution's too
-    placement = devices.place(config)  # before any TensorFlow op: logical CPU devices are fixed then
-    keras.utils.set_random_seed(config.seed)
-    if config.trainer.deterministic and config.trainer.backend == "tensorflow":  # JAX: XLA's flag (frameworks)
-        import tensorflow as tf
-
-        tf.config.experimental.enable_op_determinism()
-    devices.set_precision(config)
-    return keras, placement
-
-
-def _model(config: Config, source, run_dir: Path, state: RunState, steps: int):
-    """(a new compiled classifier, None), or on resume (the checkpoint's, the checkpoint) with
-    `state` restored from it."""
-    from app import model as models
-    from app.training import recipe
-
-    if not config.resume:
-        net = models.build(config.model, config.data.image_size, len(source.class_names))
-        recipe.compile_new(net, config, steps, source.class_names)
-        return net, None
-    models.import_builder(config.model)
-    point = checkpoint.resume_point(run_dir, epochs=config.trainer.epochs)
-    state.restore(point.state, point.arrays)
-    log.info("resuming from %s: step %d done (epoch %d, batch %d); continuing at step %d", point.path.name,
-             point.state["step"], point.state["epoch"] + 1, point.state["batch_in_epoch"], point.state["step"] + 1)
-    return point.model, point
-
-
-def _redo_after(run_dir: Path, epoch: int, step: int, samples: bool) -> None:
-    """What the run wrote after its checkpoint (step `step`, epoch `epoch`) dropped: redone, not duplicated."""
-    from app.training import dashboards
-
-    by_step = (lambda row: int(row["step"]) <= step, "step")  # scalars.csv too: every file read before any is written
-    keep = {"metrics.csv": (lambda row: int(row["epoch"]) <= epoch, "epoch"), "samples.csv": by_step,
-            dashboards.SCALARS: by_step}
-    kept = {name: rows_kept(run_dir / name, *test) for name, test in keep.items()}
-    check_history(run_dir, kept, epoch, step if samples else 0)
-    for name, rows in kept.items():
-        if rows is not None:
-            write_rows(run_dir / name, *rows)
-    dashboards.trim(run_dir, step)
-
-
-def _export_again(config: Config, run_dir: Path, source, state: RunState, point) -> None:
-    """model.keras, when missing or damaged, written again from the best checkpoint (the weights
-    it was exported with at that epoch's end)."""
-    from app import model as models
-
-    path = run_dir / "model.keras"
-    problem = models.exported_problem(path) if state.best else None
-    if problem is None:
-        return
-    best = point.model if point.path.name == state.best[1] else checkpoint.load_model(run_dir, state.best[1])
-    models.export(best, path, class_names=source.class_names, image_size=list(config.data.image_size))
-    log.warning("%s: %s; written again from the best checkpoint, %s", path, problem, state.best[1])
+    session.train(run)

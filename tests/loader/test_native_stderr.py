@@ -15,14 +15,15 @@ import numpy as np
 from app.augment import Augmenter
 from app.data.source import FileSplit
 from app.loader.enqueuer import Enqueuer
-from app.loader.pipeline import batches
+from app.loader.pipeline import Loader
 from app.loader.settings import Settings
 
 paths = sys.argv[1:]
 settings = Settings(batch_size=len(paths), image_size=(16, 16), workers=1, max_size=1)
-with Enqueuer({"train": FileSplit(paths, [0] * len(paths))}, {"train": Augmenter([], (16, 16), draft=False)},
-              settings) as loader:
-    for x, _ in batches(loader, "train", np.arange(len(paths)), 0):
+enqueuer = Enqueuer({"train": FileSplit(paths, [0] * len(paths))}, {"train": Augmenter([], (16, 16), draft=False)},
+                    settings)
+with Loader(enqueuer) as loader:
+    for x, _ in loader.batches("train", np.arange(len(paths)), 0):
         print(x.shape)
 """
 

@@ -163,13 +163,13 @@ def test_a_batch_the_replicas_cannot_share_is_refused_with_the_fix():
 
 
 def test_a_validation_split_smaller_than_the_replicas_is_refused():
-    from app.training.trainer import _check_validation_rows
+    from app.training.inputs import check_validation_rows
 
     placement = Placement("mirrored", ["/device:CPU:0", "/device:CPU:1"], strategy=object())
     with pytest.raises(ConfigError, match=r"trainer.strategy.*1 sample.*2 replicas.*trainer.cpu_devices"):
-        _check_validation_rows(1, placement)
-    _check_validation_rows(2, placement)  # negative controls: one each, or one device
-    _check_validation_rows(1, Placement("default", ["/device:CPU:0"]))
+        check_validation_rows(1, placement)
+    check_validation_rows(2, placement)  # negative controls: one each, or one device
+    check_validation_rows(1, Placement("default", ["/device:CPU:0"]))
 
 
 def composed(*overrides: str):

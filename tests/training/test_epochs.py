@@ -159,16 +159,15 @@ def validation_rows(labels: np.ndarray, limit: int | None, seed: int = 0, placem
     from app.training.devices import Placement
 
     val = FileSplit([f"{i:03d}.png" for i in range(len(labels))], labels)
+
+    def one_a_batch(split, order, epoch):
+        return iter([(np.array([i]), labels[[i]]) for i in order])
+
     host = SimpleNamespace(config=SimpleNamespace(data=SimpleNamespace(batch_size=8), seed=seed,
                                                   trainer=SimpleNamespace(validation_steps=limit)),
-                           source=SimpleNamespace(val=val), loader=None,
+                           source=SimpleNamespace(val=val), loader=SimpleNamespace(batches=one_a_batch),
                            placement=placement or Placement("default", ["/device:CPU:0"]))
-    real = epochs.batches
-    epochs.batches = lambda loader, split, order, epoch: iter([(np.array([i]), labels[[i]]) for i in order])
-    try:
-        feed = epochs.Epochs._validation_feed(host)
-    finally:
-        epochs.batches = real
+    feed = epochs.Epochs._validation_feed(host)
     return [int(i) for x, _ in feed.batches for i in x]
 
 

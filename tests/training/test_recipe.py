@@ -127,7 +127,8 @@ def test_schedules_over_epochs_times_steps():
 def test_replaced_keys_are_refused_and_old_runs_are_read_translated():
     from app.config import load
     from app.errors import ConfigError
-    from app.training.resume import prepare_argv, upgraded
+    from app.training.migrate import migrated
+    from app.training.resume import prepare_argv
 
     with pytest.raises(ConfigError, match=r"`trainer.lr` was replaced: use optimizer.learning_rate"):
         prepare_argv(["trainer.lr=0.1"])
@@ -140,7 +141,7 @@ def test_replaced_keys_are_refused_and_old_runs_are_read_translated():
     old["trainer"].update(optimizer="sgd", lr=0.05)
     with pytest.raises(ConfigError, match="trainer"):  # negative control: as saved, today's schema refuses it
         load(old)
-    config = load(upgraded(old))
+    config = load(migrated(old))
     assert config.optimizer._target_ == "keras.optimizers.SGD" and config.optimizer.learning_rate == 0.05
     assert config.optimizer.kwargs == {"momentum": 0.9, "nesterov": True} and config.scheduler.name == "constant"
     with pytest.raises(ConfigError, match=r"`trainer.mixed_precision` was replaced: use trainer.precision="):
@@ -150,7 +151,7 @@ def test_replaced_keys_are_refused_and_old_runs_are_read_translated():
     mixed["trainer"]["mixed_precision"] = True
     with pytest.raises(ConfigError, match="mixed_precision"):  # negative control
         load(mixed)
-    assert load(upgraded(mixed)).trainer.precision == "mixed_float16"
+    assert load(migrated(mixed)).trainer.precision == "mixed_float16"
 
 
 def test_accumulation_counts_updates_and_the_schedule_follows_them():
@@ -167,13 +168,14 @@ def test_accumulation_counts_updates_and_the_schedule_follows_them():
 def test_more_accumulated_steps_than_the_run_takes_are_refused(tmp_path):
     """trainer.grad_accum_steps above the run's steps would train without a single update."""
     from app.errors import ConfigError
-    from app.training.trainer import _data
+    from app.training.inputs import read_data_and_write_split
 
     tiny = ["data.num_images=24", "data.source_size=32", "data.num_classes=3", "data.batch_size=4",
             f"data.path={tmp_path / 'data'}", "trainer.epochs=2"]  # 18 training samples: 4 steps an epoch
     with pytest.raises(ConfigError, match=r"`trainer.grad_accum_steps` = 9 .* at most the steps the run takes, 8 "):
-        _data(composed(*tiny, "trainer.grad_accum_steps=9"), tmp_path, writes=False)
-    assert _data(composed(*tiny, "trainer.grad_accum_steps=8"), tmp_path, writes=False)[1] == 4  # the fix passes
+        read_data_and_write_split(composed(*tiny, "trainer.grad_accum_steps=9"), tmp_path, writes=False)
+    fixed = read_data_and_write_split(composed(*tiny, "trainer.grad_accum_steps=8"), tmp_path, writes=False)
+    assert fixed[1] == 4  # the fix passes
 
 
 def test_class_weights_monitor_and_metric_names():

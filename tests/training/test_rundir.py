@@ -54,3 +54,44 @@ def test_a_rewritten_file_is_named_as_modified(tmp_path):
         check_same_data(run, folder_source(root, 0.5))
     assert "1 modified after the run started (b/b1.png)" in str(refused.value)
     assert "new (" not in str(refused.value) and "gone" not in str(refused.value)
+
+
+def test_claiming_a_taken_name_gets_the_next_free_one(tmp_path):
+    from app.training.rundir import claim_dir
+
+    first = claim_dir(tmp_path / "day" / "12-00-00")
+    assert first == tmp_path / "day" / "12-00-00" and first.is_dir()
+    assert claim_dir(first) == first.with_name("12-00-00-1")  # the same second: a directory of its own
+    assert claim_dir(first) == first.with_name("12-00-00-2")
+
+
+def test_a_stopped_runs_leftovers_go_and_a_run_is_never_touched(tmp_path):
+    from app.training.rundir import delete_partial_records, holds_run, move_run_aside, run_files
+
+    (tmp_path / "samples.csv").write_text("step\n1\n")
+    (tmp_path / "tensorboard").mkdir()
+    assert not holds_run(tmp_path)  # leftovers of a run stopped before its first checkpoint
+    delete_partial_records(tmp_path)
+    assert not (tmp_path / "samples.csv").exists() and not (tmp_path / "tensorboard").exists()
+    (tmp_path / "samples.csv").write_text("step\n1\n")
+    (tmp_path / "metrics.csv").write_text("epoch\n1\n")
+    (tmp_path / "checkpoints" / "step-00000004").mkdir(parents=True)
+    assert holds_run(tmp_path) and run_files(tmp_path) == ["checkpoints", "metrics.csv"]
+    delete_partial_records(tmp_path)  # negative control: a folder that holds a run keeps everything
+    assert (tmp_path / "samples.csv").exists()
+    assert holds_run(tmp_path.parent)  # a sweep's folder: one of its jobs holds a run
+    assert move_run_aside(tmp_path) == tmp_path.with_name(f"{tmp_path.name}.old") and not tmp_path.exists()
+
+
+def test_a_resumed_runs_summary_is_kept_until_it_trains(tmp_path):
+    from app.training.rundir import Summary
+
+    Summary(tmp_path, ["trainer.epochs=2"]).update(status="completed", epochs_completed=2)
+    resumed = Summary(tmp_path, ["trainer.epochs=3"], resumed_from=str(tmp_path))
+    resumed.update(queue_bytes=1)
+    on_disk = json.loads((tmp_path / "summary.json").read_text())
+    assert on_disk["status"] == "completed" and "resumed" not in on_disk  # a refused resume changes nothing
+    resumed.start()
+    on_disk = json.loads((tmp_path / "summary.json").read_text())
+    assert on_disk["status"] == "running" and on_disk["resumed"][0]["overrides"] == ["trainer.epochs=3"]
+    assert on_disk["epochs_completed"] == 2 and on_disk["queue_bytes"] == 1

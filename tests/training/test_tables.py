@@ -64,7 +64,7 @@ def test_an_empty_or_headless_file_or_a_lost_epoch_is_refused_before_anything_is
 
 def test_a_resume_reads_every_csv_file_before_it_cuts_any_back(tmp_path):
     """A damaged scalars.csv (logger=csv) is found before metrics.csv and samples.csv are cut."""
-    from app.training.trainer import _redo_after
+    from app.training.session import _drop_records_after
 
     for epoch in (1, 2):
         append_metrics(tmp_path / "metrics.csv", {"epoch": epoch, "loss": 0.5})
@@ -72,10 +72,10 @@ def test_a_resume_reads_every_csv_file_before_it_cuts_any_back(tmp_path):
     (tmp_path / "scalars.csv").write_text("split,tag,step,value\ntrain,loss,1,0.5\ntrain,loss,x,0.4\n")
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     with pytest.raises(DataError, match="scalars.csv is damaged: line 3"):
-        _redo_after(tmp_path, 1, 2, samples=True)
+        _drop_records_after(tmp_path, 1, 2, samples=True)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # nothing cut back
     (tmp_path / "scalars.csv").write_text("split,tag,step,value\ntrain,loss,1,0.5\ntrain,loss,4,0.4\n")
-    _redo_after(tmp_path, 1, 2, samples=True)  # negative control: whole files are cut back to the checkpoint
+    _drop_records_after(tmp_path, 1, 2, samples=True)  # negative control: whole files are cut back to the checkpoint
     assert (tmp_path / "samples.csv").read_text() == "step,epoch\n1,1\n2,1\n"
     assert (tmp_path / "scalars.csv").read_text().splitlines()[-1] == "train,loss,1,0.5"
 

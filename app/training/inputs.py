@@ -1,0 +1,81 @@
+"""A training run's inputs, before the model: its data source and steps an epoch (split.json
+written for a new run, checked on resume), this process's share of each batch, and its loader
+(app/loader/pipeline.py). Never imports Keras, TensorFlow or the loader's internals."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+from app import rules
+from app.augment import eval_transforms
+from app.data import load_source
+from app.data.source import overfitting
+from app.errors import config_error
+from app.loader.pipeline import Loader, build_loader
+from app.schema import Config
+from app.training import rundir
+from app.training.devices import Placement
+from app.training.rundata import run_source
+from app.training.rundir import write_json
+
+log = logging.getLogger("app.train")
+
+
+def read_data_and_write_split(config: Config, run_dir: Path, writes: bool = True):
+    """(the data source, training steps an epoch): split.json written (by the process that
+    writes the run directory, after deleting a failed start's partial records), or checked on resume."""
+    batch, overfit = config.data.batch_size, config.trainer.overfit_batches
+    source = run_source(run_dir, config.data) if config.resume else load_source(config.data)
+    if overfit:
+        if len(source.train) < overfit * batch:
+            raise config_error("trainer.overfit_batches", overfit, f"the training split has {len(source.train)} "
+                               f"samples, fewer than {overfit} batches of data.batch_size={batch}")
+        source = overfitting(source, overfit * batch, config.seed)
+        log.info("overfitting: training and validating on the same %d samples every epoch", len(source.train))
+    if not config.resume and writes:
+        rundir.delete_partial_records(run_dir)
+        write_json(run_dir / "split.json", source.split)
+    available = len(source.train) // batch
+    if available == 0:
+        raise config_error("data.batch_size", batch, f"the training split has only {len(source.train)} samples, "
+                           "fewer than one full batch")
+    steps = config.trainer.steps_per_epoch or available
+    if steps > available:
+        raise config_error("trainer.steps_per_epoch", steps, f"the training split has {available} full batches "
+                           f"of data.batch_size={batch} (null uses them all)")
+    rules.check_run_length(config.trainer, steps)
+    log.info("data: %s, %d classes, %d training and %d validation samples, fingerprint %s",
+             source.name, len(source.class_names), len(source.train), len(source.val), source.fingerprint[:12])
+    return source, steps
+
+
+def check_validation_rows(n: int, placement: Placement) -> None:
+    """Under mirrored every replica validates at least one sample (app/training/shards.py)."""
+    if placement.strategy_name == "mirrored" and 0 < n < placement.replicas:
+        raise config_error("trainer.strategy", "mirrored", f"the validation split has {n} sample(s), fewer than "
+                           f"its {placement.replicas} replicas ({', '.join(placement.devices)}), one each at least: "
+                           "add validation images, fewer devices (trainer.cpu_devices) or trainer.strategy=default")
+
+
+def share(config: Config, placement: Placement) -> Config:
+    """`config` with data.batch_size this process's rows of each global batch: its share under
+    data_parallel over several processes, else the whole batch."""
+    local = config.data.batch_size // placement.processes
+    return dataclasses.replace(config, data=dataclasses.replace(config.data, batch_size=local))
+
+
+def run_loader(config: Config, source, run_dir: Path, placement: Placement) -> Loader:
+    """The loader of this process's rows (not started): its share of each global batch
+    (data_parallel over several processes), else the whole batch."""
+    local = config.data.batch_size // placement.processes
+    bad = "bad_samples.txt" if placement.writes else f"bad_samples.{placement.process}.txt"
+    loader = build_loader(config, {"train": (source.train, config.augment.transforms),
+                                  "val": (source.val, eval_transforms(config.augment, config.data.image_size))},
+                         bad_log=run_dir / bad, batch_size=local)
+    queue = loader.queue
+    log.info("queue: %d %s, max_size %d: %.1f MiB of uint8 batches%s", queue.workers,
+             "processes" if queue.processes else "threads", queue.max_size, queue.bytes / 2**20,
+             f" of {local} rows (this process's share of each batch)" if placement.processes > 1 else "")
+    return loader

@@ -1,0 +1,64 @@
+"""Config keys that changed: an override naming a replaced key is refused with the new one's
+name (`refuse_moved_keys`), and a config saved in a run directory with old keys is read back in
+today's (`migrated`), so every old run still resumes, evaluates and predicts.
+
+Each change of keys is one step of `STEPS`: a function from a saved config (plain dicts, as
+state.json holds it) to the same config in newer keys, returning it unchanged when it does not
+apply. Steps run in order, oldest change first; a new change of keys adds its step at the end.
+Never imports TensorFlow, Keras, the loader or the commands.
+"""
+
+from __future__ import annotations
+
+from omegaconf import OmegaConf
+
+from app.config import conf_dir
+from app.errors import ConfigError
+from app.overrides import key_of
+
+# key that was replaced → what to write instead (the message of a refused override)
+MOVED = {"trainer.lr": "optimizer.learning_rate=<the peak learning rate> (conf/scheduler shapes it over the run)",
+         "trainer.optimizer": "optimizer=adam|adamw|sgd|rmsprop|lion (conf/optimizer), or any Keras optimizer "
+                              "with optimizer._target_=keras.optimizers.<Name>",
+         "trainer.mixed_precision": "trainer.precision=mixed_float16 (or mixed_bfloat16, or float32)"}
+
+
+def refuse_moved_keys(argv: list[str]) -> None:
+    """A ConfigError for the first override of a key that was replaced, naming its successor."""
+    for arg in argv:
+        if key_of(arg) in MOVED:
+            raise ConfigError(f"config key `{key_of(arg)}` was replaced: use {MOVED[key_of(arg)]}.")
+
+
+def _precision(saved: dict) -> dict:
+    """trainer.mixed_precision (a bool) became trainer.precision."""
+    trainer = dict(saved.get("trainer") or {})
+    if "mixed_precision" not in trainer:
+        return saved
+    trainer["precision"] = "mixed_float16" if trainer.pop("mixed_precision") else "float32"
+    return {**saved, "trainer": trainer}
+
+
+def _optimizer(saved: dict) -> dict:
+    """trainer.optimizer and trainer.lr became the optimizer group: that preset of conf/optimizer
+    with trainer.lr as its learning rate, under a constant schedule (what such a run trained with)."""
+    trainer = dict(saved.get("trainer") or {})
+    if "optimizer" in saved or not {"optimizer", "lr"} & set(trainer):
+        return saved
+    name = trainer.pop("optimizer", "adam")
+    preset = OmegaConf.to_container(OmegaConf.load(conf_dir() / "optimizer" / f"{name}.yaml"))
+    preset.pop("defaults", None)
+    preset["learning_rate"] = trainer.pop("lr", preset["learning_rate"])
+    return {**saved, "trainer": trainer, "optimizer": preset, "scheduler": {"name": "constant"}}
+
+
+# oldest change first; a change of keys adds its step here
+STEPS = (_precision, _optimizer)
+
+
+def migrated(saved: dict) -> dict:
+    """A config saved in a run directory, in today's keys (each step of `STEPS` in turn); a
+    config in today's keys comes back as it is."""
+    for step in STEPS:
+        saved = step(saved)
+    return saved

@@ -1,0 +1,126 @@
+"""A training run's Keras side: Keras started on the run's devices, the data, the model (new, or
+the checkpoint's on resume), the queue planned and its `auto` resolved, the loader started, then
+the epoch loop (app/training/epochs.py). Imports Keras and the model at its top, so it is
+imported only once trainer.backend is set and Keras loaded quietly (app/training/trainer.py).
+Never imports the loader's internals: only app/loader/pipeline.py (through inputs.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+import keras
+
+from app import model as models
+from app.capacity import auto
+from app.capacity.memory import PeakMemory
+from app.capacity.queue_plan import check_and_write_plan
+from app.schema import Config
+from app.training import calibration, dashboards, devices, inputs, recipe, restore
+from app.training.checkpoint import RunState
+from app.training.context import RunContext
+from app.training.epochs import Epochs
+from app.training.restore import ResumePoint
+from app.training.tables import check_history, rows_kept, write_rows
+
+log = logging.getLogger("app.train")
+
+
+def train(run: RunContext) -> None:
+    """The run as its context says, from its devices to its last epoch."""
+    config = run.config
+    placement = start_keras(config)  # first: the processes of a data_parallel run join here
+    if placement.processes > 1:
+        devices.check_one_run_dir(run.run_dir)
+    source, steps = inputs.read_data_and_write_split(config, run.run_dir, placement.writes)
+    recipe.check_monitor(config, source.class_names)
+    inputs.check_validation_rows(len(source.val), placement)
+    weights = recipe.class_weights(config, source.train.labels, source.class_names)
+    summary = run.summary
+    try:
+        summary.update(hardware={**summary.content["hardware"], "gpus": placement.gpus}, **placement.record())
+        with placement.scope():  # model, optimizer, metrics and steps on the strategy's replicas
+            net, point = _model(run, source, steps)
+            plans = calibration.planner(config, source.train, net, device_is_host=not placement.gpus)
+            choice = calibration.probed(inputs.share(config, placement), source.train, net, plans,
+                                        class_weights=weights)
+            if choice:
+                run = dataclasses.replace(run, config=auto.applied(config, choice))
+                summary.update(queue_auto=choice.record())
+            predicted = check_and_write_plan(run.config, plans, summary)
+            loader = inputs.run_loader(run.config, source, run.run_dir, placement)
+            summary.update(queue_bytes=loader.queue.bytes)
+            with loader, PeakMemory() as memory:
+                if point and placement.writes:  # what may refuse the resume, before the run counts as running
+                    _drop_records_after(run.run_dir, run.state.epoch, point.state["step"],
+                                        run.config.trainer.record_samples)
+                    _write_export_again(run, source, point)
+                summary.start()
+                Epochs(context=run, placement=placement, source=source, steps=steps, net=net, loader=loader,
+                       memory=memory, class_weights=weights).run()
+            _log_memory(predicted, summary.content.get("peak_memory_mb") or 0)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def _log_memory(predicted: float | None, measured: float) -> None:
+    if predicted and measured:
+        log.info("memory: host peak %.0f MiB measured, %.0f MiB predicted (%+.0f %%)", measured, predicted,
+                 100 * (predicted - measured) / measured)
+
+
+def start_keras(config: Config) -> devices.Placement:
+    """The devices the run trains on, Keras seeded, with the run's determinism and precision.
+    The backend starts here, after every check that needs neither it nor the data."""
+    keras.backend.clear_session()  # before the devices: it forgets keras.distribution's too
+    placement = devices.place(config)  # before any TensorFlow op: logical CPU devices are fixed then
+    keras.utils.set_random_seed(config.seed)
+    if config.trainer.deterministic and config.trainer.backend == "tensorflow":  # JAX: XLA's flag (frameworks)
+        import tensorflow as tf  # TensorFlow only on its own backend: a JAX run never loads it
+
+        tf.config.experimental.enable_op_determinism()
+    devices.set_precision(config)
+    return placement
+
+
+def _model(run: RunContext, source, steps: int) -> tuple[keras.Model, ResumePoint | None]:
+    """(a new compiled classifier, None), or on resume (the checkpoint's, the checkpoint) with
+    the run's state restored from it."""
+    config = run.config
+    if not config.resume:
+        net = models.build(config.model, config.data.image_size, len(source.class_names))
+        recipe.compile_new(net, config, steps, source.class_names)
+        return net, None
+    models.import_builder(config.model)
+    point = restore.resume_point(run.run_dir, epochs=config.trainer.epochs)
+    run.state.restore(point.state, point.arrays)
+    log.info("resuming from %s: step %d done (epoch %d, batch %d); continuing at step %d", point.path.name,
+             point.state["step"], point.state["epoch"] + 1, point.state["batch_in_epoch"], point.state["step"] + 1)
+    return point.model, point
+
+
+def _drop_records_after(run_dir: Path, epoch: int, step: int, samples: bool) -> None:
+    """What the run wrote after its checkpoint (step `step`, epoch `epoch`) dropped: redone, not duplicated."""
+    by_step = (lambda row: int(row["step"]) <= step, "step")  # scalars.csv too: every file read before any is written
+    keep = {"metrics.csv": (lambda row: int(row["epoch"]) <= epoch, "epoch"), "samples.csv": by_step,
+            dashboards.SCALARS: by_step}
+    kept = {name: rows_kept(run_dir / name, *test) for name, test in keep.items()}
+    check_history(run_dir, kept, epoch, step if samples else 0)
+    for name, rows in kept.items():
+        if rows is not None:
+            write_rows(run_dir / name, *rows)
+    dashboards.trim(run_dir, step)
+
+
+def _write_export_again(run: RunContext, source, point: ResumePoint) -> None:
+    """model.keras, when missing or damaged, written again from the best checkpoint (the weights
+    it was exported with at that epoch's end)."""
+    state: RunState = run.state
+    path = run.run_dir / "model.keras"
+    problem = models.exported_problem(path) if state.best else None
+    if problem is None:
+        return
+    best = point.model if point.path.name == state.best[1] else restore.load_model(run.run_dir, state.best[1])
+    models.export(best, path, class_names=source.class_names, image_size=list(run.config.data.image_size))
+    log.warning("%s: %s; written again from the best checkpoint, %s", path, problem, state.best[1])

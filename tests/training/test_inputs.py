@@ -1,0 +1,62 @@
+"""A training run's set-up before the model (app/training/inputs.py, app/training/trainer.py):
+the data and split.json, this process's share of a batch, its loader, and a refused config
+recorded in summary.json."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from app.config import conf_dir, load
+from app.errors import ConfigError
+from app.schema import register
+from app.training import inputs
+from app.training.devices import Placement
+
+TINY = ["data.num_images=24", "data.source_size=32", "data.num_classes=3", "data.batch_size=4",
+        "data.image_size=[8,8]", "queue.workers=1", "queue.use_multiprocessing=false", "queue.max_size=2"]
+
+
+def composed(*overrides: str, typed: bool = True):
+    register()
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        cfg = compose("config", overrides=list(overrides))
+    return load(cfg) if typed else cfg
+
+
+def test_a_new_run_writes_split_json_and_a_resume_checks_it(tmp_path):
+    config = composed(*TINY, f"data.path={tmp_path / 'data'}")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    source, steps = inputs.read_data_and_write_split(config, run_dir, writes=False)
+    assert not (run_dir / "split.json").exists()  # negative control: a process that does not write the run
+    source, steps = inputs.read_data_and_write_split(config, run_dir)
+    assert steps == len(source.train) // 4 and json.loads((run_dir / "split.json").read_text())
+    resumed = composed(*TINY, f"data.path={tmp_path / 'data'}", f"+resume={run_dir}")
+    assert inputs.read_data_and_write_split(resumed, run_dir)[1] == steps  # checked against split.json
+    with pytest.raises(ConfigError, match="trainer.steps_per_epoch"):
+        inputs.read_data_and_write_split(composed(*TINY, f"data.path={tmp_path / 'data'}",
+                                                  "trainer.steps_per_epoch=99"), run_dir)
+
+
+def test_each_process_loads_its_share_of_a_batch(tmp_path):
+    config = composed(*TINY, f"data.path={tmp_path / 'data'}", "data.batch_size=8")
+    source, _ = inputs.read_data_and_write_split(config, tmp_path)
+    one, two = Placement("default", ["/device:CPU:0"]), Placement("data_parallel", ["/device:CPU:0"], processes=2)
+    assert inputs.share(config, one).data.batch_size == 8 and inputs.share(config, two).data.batch_size == 4
+    whole, half = (inputs.run_loader(config, source, tmp_path, p).queue for p in (one, two))
+    assert whole.bytes == 2 * half.bytes == 2 * 8 * 8 * 8 * 3 and half.workers == 1 and not half.processes
+
+
+def test_a_refused_config_is_recorded_in_summary_json(tmp_path):
+    """trainer.run refuses a bad config for a new run before anything trains, summary.json
+    saying why (a sweep's report shows the job as failed, with the reason)."""
+    from app.training.trainer import run
+
+    with pytest.raises(ConfigError, match="trainer.epochs"):
+        run(composed(*TINY, "trainer.epochs=0", typed=False), tmp_path, ["trainer.epochs=0"])
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "failed" and "trainer.epochs" in summary["message"]
+    assert summary["overrides"] == ["trainer.epochs=0"] and not (tmp_path / "split.json").exists()
