@@ -70,7 +70,7 @@ def _input_files(given: str | None) -> tuple[Path, list[Path]]:
     return source, files
 
 
-@hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
+@hydra.main(config_path=str(conf_dir()), config_name="predict", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     from app.augment import eval_transforms
     from app.data.source import FileSplit
@@ -79,8 +79,8 @@ def main(cfg: DictConfig) -> None:
     from app.training.resume import open_run
 
     # first: it picks the backend Keras loads on
-    run_dir, config = open_run(cfg, safe=("queue.", "input", "data.max_image_pixels"))
-    source, files = _input_files(config.input)  # before Keras loads: a wrong input is said at once
+    run_dir, config = open_run(cfg, safe=("queue.", "data.max_image_pixels"))
+    source, files = _input_files(cfg.input)  # before Keras loads: a wrong input is said at once
     keras = load_keras()
     model_path = run_dir / "model.keras"
     net, meta = _exported(keras, run_dir)

@@ -30,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from app.config import conf_dir, load
 from app.errors import ConfigError, config_error
-from app.schema import Config
+from app.schema import COMMAND_KEYS, Config
 from app.training import checkpoint
 from app.training.rundir import check_unlocked, claim_dir, hold_lock, holds_run, move_run_aside, run_files
 
@@ -200,6 +200,12 @@ def upgraded(saved: dict) -> dict:
     return {**saved, "trainer": trainer, "optimizer": preset, "scheduler": {"name": "constant"}}
 
 
+def without_command_keys(saved: dict) -> dict:
+    """A run's config without another command's keys (input, split, checkpoint), which runs saved
+    before those keys left the run's config hold."""
+    return {key: value for key, value in saved.items() if key not in COMMAND_KEYS}
+
+
 def latest_run(outputs: Path) -> Path:
     """The training run under `outputs` whose newest checkpoint is the newest of all."""
     states = list(Path(outputs).glob("**/checkpoints/step-*/state.json"))
@@ -212,10 +218,10 @@ def latest_run(outputs: Path) -> Path:
 def resumed_config(saved: dict, cfg: DictConfig, overrides: list[str],
                    safe: tuple[str, ...] = SAFE_PREFIXES) -> DictConfig:
     """The checkpoint's config, with the overrides that are safe applied; anything else is an error."""
-    result = OmegaConf.create(upgraded(saved))
+    result = OmegaConf.create(upgraded(without_command_keys(saved)))
     for override in overrides:
         key = override.lstrip("+~").split("=", 1)[0]
-        if key == "resume":
+        if key == "resume" or key in COMMAND_KEYS:  # the command's own: never the run's
             continue
         if not key.startswith(safe):
             allowed = ", ".join(f"{s}*" if s.endswith(".") else s for s in safe)
