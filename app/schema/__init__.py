@@ -98,7 +98,7 @@ class Config:
     bench: BenchConfig = MISSING
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EvaluateConfig(Config):
     """`python -m app evaluate` composes conf/evaluate.yaml: the run's keys and these."""
 
@@ -107,7 +107,7 @@ class EvaluateConfig(Config):
     checkpoint: str = "last"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PredictConfig(Config):
     """`python -m app predict` composes conf/predict.yaml: the run's keys and these."""
 
