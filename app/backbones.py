@@ -10,6 +10,9 @@ import contextlib
 import os
 from pathlib import Path
 
+from app.adapters import weight_downloads_recorded
+from app.errors import config_error
+
 
 def keras_app(input_shape, num_classes: int, name: str, weights: str | None = None, **settings):
     """The `keras.applications` model `name` without its top, pooled (`pooling`: avg or max),
@@ -45,26 +48,15 @@ def _downloads_named(name: str, weights: str | None):
     if weights != "imagenet":
         yield
         return
-    from keras.src.utils import file_utils  # where keras.applications fetch their weights
-
-    real, wanted = file_utils.get_file, []
-
-    def get_file(fname=None, origin=None, *args, **kwargs):
-        wanted.append((fname, origin))
-        return real(fname, origin, *args, **kwargs)
-
-    file_utils.get_file = get_file
-    try:
-        yield
-    except Exception as error:
-        if not wanted:
-            raise
-        from app.errors import config_error
-
-        fname, origin = wanted[-1]
-        raise config_error("model.weights", weights, f"Keras could not fetch {fname} for {name} from {origin} "
-                           f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}). "
-                           f"Download it where there is a network and put it in {cache_dir()} (the cache "
-                           f"folder, $KERAS_HOME/models), or give its path: model.weights=/path/to/{fname}") from None
-    finally:
-        file_utils.get_file = real
+    with weight_downloads_recorded() as wanted:
+        try:
+            yield
+        except Exception as error:
+            if not wanted:
+                raise
+            fname, origin = wanted[-1]
+            first = str(error).splitlines()[0] if str(error) else ""
+            raise config_error("model.weights", weights, f"Keras could not fetch {fname} for {name} from {origin} "
+                               f"({type(error).__name__}: {first}). Download it where there is a network and put "
+                               f"it in {cache_dir()} (the cache folder, $KERAS_HOME/models), or give its path: "
+                               f"model.weights=/path/to/{fname}") from None

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
+import typing
 
 import pytest
 from omegaconf import OmegaConf
 
-from app.config import conf_dir
-from app.schema import DATA_SCHEMAS, MODEL_SCHEMAS, SCHEMAS, AugmentConfig
+from app.config import conf_dir, load, to_plain
+from app.schema import (
+    DATA_SCHEMAS,
+    MODEL_SCHEMAS,
+    SCHEMAS,
+    AugmentConfig,
+    Config,
+    DataConfig,
+    FolderDataConfig,
+    KerasAppConfig,
+    ModelConfig,
+)
 
 
 def _default(f: dataclasses.Field):
@@ -36,3 +47,18 @@ def test_schema_defaults_equal_the_yaml(schema, path):
     for key, value in yaml.items():
         default = _default(fields[key])
         assert value == default, f"{path.name}: {key} is {value!r} in YAML, {default!r} in {schema.__name__}"
+
+
+def test_root_groups_are_typed_by_their_schemas():
+    """Config says each group's shape: a group with one schema a choice (data, model) is typed by
+    the schema they all extend, and a composed or loaded config carries the chosen one."""
+    hints = typing.get_type_hints(Config)
+    groups = {"data", "augment", "queue", "model", "optimizer", "scheduler", "trainer", "logger", "preview", "bench"}
+    assert {name for name, hint in hints.items() if dataclasses.is_dataclass(hint)} == groups
+    assert hints["data"] is DataConfig and all(issubclass(s, DataConfig) for s in DATA_SCHEMAS.values())
+    assert hints["model"] is ModelConfig and all(issubclass(s, ModelConfig) for s in MODEL_SCHEMAS.values())
+    assert all(hints[group] is schema for group, schema in SCHEMAS.items())
+    defaults = {group: schema() for group, schema in SCHEMAS.items()}
+    config = load(to_plain(load(OmegaConf.structured(Config(data=FolderDataConfig(path="/x"),
+                                                            model=KerasAppConfig(), **defaults)))))
+    assert type(config.data) is FolderDataConfig and type(config.model) is KerasAppConfig

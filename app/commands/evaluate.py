@@ -29,35 +29,34 @@ register()
 log = logging.getLogger("app.evaluate")
 
 
-@hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
+@hydra.main(config_path=str(conf_dir()), config_name="evaluate", version_base="1.3")
 def main(cfg: DictConfig) -> float:
     # first: it picks the backend Keras loads on
-    run_dir, config = read_run(cfg, safe=("queue.", "split", "checkpoint", "augment.eval_", "data.max_image_pixels",
-                                          "data.test_path"))
+    run_dir, config = read_run(cfg, safe=("queue.", "augment.eval_", "data.max_image_pixels", "data.test_path"))
     source = run_source(run_dir, config.data)  # before Keras loads: a refusal comes at once
-    split = {"val": source.val, "test": source.test}.get(config.split)
+    split = {"val": source.val, "test": source.test}.get(cfg.split)
     if split is None:
-        raise config_error("split", config.split, "val, or test where the data has a test split (data=folder: "
+        raise config_error("split", cfg.split, "val, or test where the data has a test split (data=folder: "
                            "<path>/test/<class>/ beside train/ and val/, or data.test_path); this run's has none"
-                           if config.split == "test" else "val or test")
+                           if cfg.split == "test" else "val or test")
     keras_for_run()
     from app.training import restore, scores  # the Keras side: they import Keras, loaded just now on the run's backend
 
     out = Path(HydraConfig.get().runtime.output_dir)
     restore.builder_imported(config.model)
-    path, net = restore.chosen_checkpoint(run_dir, config.checkpoint)
+    path, net = restore.chosen_checkpoint(run_dir, cfg.checkpoint)
     names = source.class_names
-    log.info("evaluating %s on %d %s samples of %s (Keras on %s, one device)", path, len(split), config.split,
+    log.info("evaluating %s on %d %s samples of %s (Keras on %s, one device)", path, len(split), cfg.split,
              source.name, config.trainer.backend.value)
     confusion = np.zeros((len(names), len(names)), np.int64)
     k = config.trainer.top_k if config.trainer.top_k and config.trainer.top_k < len(names) else None
     transforms = eval_transforms(config.augment, config.data.image_size)
     # Evaluate's own bad-file policy, whatever data.on_bad_sample the run trained with: a file that
     # cannot be read is left out and named (training's `skip` would score another file in its place).
-    with build_loader(config, {config.split: (split, transforms)}, on_bad_sample="mark") as loader:
-        figures = scores.evaluate(net, readable(loader, config.split), confusion, k)
-    unreadable = _unreadable(split, loader.failed(config.split), config.split)
-    result = {"checkpoint": str(path), "split": config.split, "loss": figures.loss, "accuracy": figures.accuracy,
+    with build_loader(config, {cfg.split: (split, transforms)}, on_bad_sample="mark") as loader:
+        figures = scores.evaluate(net, readable(loader, cfg.split), confusion, k)
+    unreadable = _unreadable(split, loader.failed(cfg.split), cfg.split)
+    result = {"checkpoint": str(path), "split": cfg.split, "loss": figures.loss, "accuracy": figures.accuracy,
               **({f"top{k}_accuracy": figures.top_k_correct / figures.images} if k else {}),
               "samples": int(figures.images), "class_names": names, **per_class(confusion, names),
               "confusion": confusion.tolist(), "unreadable": unreadable}
@@ -66,11 +65,11 @@ def main(cfg: DictConfig) -> float:
     _plot(confusion, names, out / "confusion.png", result)
     _mistakes(config, split, figures.mistakes, names=names, path=out / "misclassified.png")
     print(f"checkpoint {path.name}: loss {result['loss']:.4f}, accuracy {result['accuracy']:.4f} "
-          f"on {result['samples']} {config.split} samples\n")
+          f"on {result['samples']} {cfg.split} samples\n")
     print(_table(confusion, names))
     print(f"\n{report(result)}")
     if unreadable:
-        print(f"{len(unreadable)} of {len(split)} {config.split} files could not be read and were left out "
+        print(f"{len(unreadable)} of {len(split)} {cfg.split} files could not be read and were left out "
               "(evaluation.json's `unreadable` lists each with its error)")
     print(f"written: {out / 'evaluation.json'}, {out / 'report.txt'}, {out / 'confusion.png'}, "
           f"{out / 'misclassified.png'}")

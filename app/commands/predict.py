@@ -57,11 +57,11 @@ def _input_files(given: str | None) -> tuple[Path, list[Path]]:
     return source, files
 
 
-@hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
+@hydra.main(config_path=str(conf_dir()), config_name="predict", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     # first: it picks the backend Keras loads on
-    run_dir, config = open_run(cfg, safe=("queue.", "input", "data.max_image_pixels"))
-    source, files = _input_files(config.input)  # before Keras loads: a wrong input is said at once
+    run_dir, config = open_run(cfg, safe=("queue.", "data.max_image_pixels"))
+    source, files = _input_files(cfg.input)  # before Keras loads: a wrong input is said at once
     from app.training import restore  # the Keras side: it imports Keras, which open_run loaded on the run's backend
 
     restore.builder_imported(config.model)

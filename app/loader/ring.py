@@ -8,7 +8,8 @@ reserved up front (posix_fallocate), so a /dev/shm too small fails at start-up w
 needed instead of a SIGBUS on the first write; a ring larger than /dev/shm's free space is
 refused before any of it is reserved. A segment's name carries its creator's PID: one
 whose creator no longer runs (the whole process group SIGKILLed, resource tracker included) is
-removed when the next ring is made.
+removed when the next ring is made. `segment_fd` is the one use of SharedMemory's private
+`_fd` (tests/loader/test_ring.py checks it on each Python the project allows).
 Never imports TensorFlow: worker processes map the ring.
 """
 
@@ -71,7 +72,7 @@ class Ring:
         name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
         self._shm = shared_memory.SharedMemory(name=name, create=True, size=self.spec.segment_bytes)
         try:
-            os.posix_fallocate(self._shm._fd, 0, self.spec.segment_bytes)
+            os.posix_fallocate(segment_fd(self._shm), 0, self.spec.segment_bytes)
         except OSError as error:
             self._unlink()
             raise _too_big(self.spec, _free_bytes(SHM_DIR), error.strerror) from None
@@ -94,6 +95,11 @@ class Ring:
             except BufferError:  # a consumer still holds a view: the mapping goes with it
                 pass
             shm.unlink()
+
+
+def segment_fd(segment: shared_memory.SharedMemory) -> int:
+    """The segment's open file descriptor, for posix_fallocate: SharedMemory keeps it private."""
+    return segment._fd
 
 
 def remove_orphans(shm_dir: str = SHM_DIR) -> list[str]:

@@ -5,14 +5,16 @@ OmegaConf enforces these types, enum values and unknown keys while Hydra compose
 (app/config.py's `typed`) on any config read back from a run; after `config.load` the
 dataclasses themselves are the object every stage reads. The YAML files in conf/ extend them
 (`defaults: [<group>_schema, _self_]`), and their defaults are these (tests/test_schema.py).
+The root is `Config` (conf/config.yaml: train, plan, bench, preview), or `EvaluateConfig` and
+`PredictConfig` (conf/evaluate.yaml, predict.yaml), which add the keys only that command reads:
+a run's config never holds those.
 Ranges and cross-key rules are app/rules.py's. Imports nothing of the app but the standard
 library, Hydra and OmegaConf: worker processes import it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -33,6 +35,7 @@ from app.schema.training import (
     CustomModelConfig,
     KerasAppConfig,
     LoggerConfig,
+    ModelConfig,
     OptimizerConfig,
     Precision,
     ResnetModelConfig,
@@ -42,9 +45,9 @@ from app.schema.training import (
 )
 
 __all__ = ["AugmentConfig", "Backend", "CifarDataConfig", "Config", "CustomModelConfig", "DataConfig", "DecodeConfig",
-           "FolderDataConfig", "KerasAppConfig", "LoggerConfig", "OnBadSample", "OptimizerConfig", "Precision",
-           "QueueConfig", "ResnetModelConfig", "SchedulerConfig", "StartMethod", "Strategy", "SyntheticDataConfig",
-           "TrainerConfig", "register", "model_schema"]
+           "FolderDataConfig", "KerasAppConfig", "LoggerConfig", "ModelConfig", "OnBadSample", "OptimizerConfig",
+           "Precision", "QueueConfig", "ResnetModelConfig", "SchedulerConfig", "StartMethod", "Strategy",
+           "SyntheticDataConfig", "TrainerConfig", "register", "model_schema"]
 
 BENCH_MODES = ["baseline", "loader_steps", "loader_fit", "loader", "keras_threads", "keras_processes", "tf_data",
                "serial"]
@@ -80,28 +83,47 @@ class Config:
     # train only: a hydra.run.dir (or hydra.sweep.dir) that holds a run is refused; true moves that run
     # aside to <folder>.old first (app/training/resume.py)
     overwrite: bool = False
-    # predict only: an image file or a folder of them (searched recursively)
-    input: str | None = None
-    # evaluate only: which split (val, or test where the data has one) and which checkpoint
-    # (last: the newest written at an epoch's end; best: by trainer.monitor; or a name, step-00000120)
-    split: str = "val"
+    # Each group's own schema types its node; data and model have one a choice, extending these
+    # (data: SyntheticDataConfig, CifarDataConfig, FolderDataConfig by `name`; model:
+    # ResnetModelConfig, KerasAppConfig, CustomModelConfig by `_target_`).
+    data: DataConfig = MISSING
+    augment: AugmentConfig = MISSING
+    queue: QueueConfig = MISSING
+    model: ModelConfig = MISSING
+    optimizer: OptimizerConfig = MISSING
+    scheduler: SchedulerConfig = MISSING
+    trainer: TrainerConfig = MISSING
+    logger: LoggerConfig = MISSING
+    preview: PreviewConfig = MISSING
+    bench: BenchConfig = MISSING
+
+
+@dataclass(kw_only=True)
+class EvaluateConfig(Config):
+    """`python -m app evaluate` composes conf/evaluate.yaml: the run's keys and these."""
+
+    split: str = "val"  # val, or test where the data has one
+    # last: the newest written at an epoch's end; best: by trainer.monitor; or a name, step-00000120
     checkpoint: str = "last"
-    # Each group's own schema types its node (data has one a source).
-    data: Any = MISSING
-    augment: Any = MISSING
-    queue: Any = MISSING
-    model: Any = MISSING
-    optimizer: Any = MISSING
-    scheduler: Any = MISSING
-    trainer: Any = MISSING
-    logger: Any = MISSING
-    preview: Any = MISSING
-    bench: Any = MISSING
+
+
+@dataclass(kw_only=True)
+class PredictConfig(Config):
+    """`python -m app predict` composes conf/predict.yaml: the run's keys and these."""
+
+    input: str | None = None  # an image file or a folder of them (searched recursively)
+
+
+# keys a command reads from its own config, never from (or into) a run's
+COMMAND_KEYS = tuple(sorted({f.name for schema in (EvaluateConfig, PredictConfig) for f in fields(schema)}
+                            - {f.name for f in fields(Config)}))
 
 
 def register() -> None:
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
+    cs.store(name="evaluate_schema", node=EvaluateConfig)
+    cs.store(name="predict_schema", node=PredictConfig)
     cs.store(group="data", name="synthetic_schema", node=SyntheticDataConfig)
     cs.store(group="data", name="cifar_schema", node=CifarDataConfig)
     cs.store(group="data", name="folder_schema", node=FolderDataConfig)

@@ -28,7 +28,14 @@ class Precision(str, Enum):
 
 
 @dataclass
-class ResnetModelConfig:
+class ModelConfig:
+    """What every model schema has: the builder, by `_target_` (model_schema picks the schema by it)."""
+
+    _target_: str = MISSING
+
+
+@dataclass
+class ResnetModelConfig(ModelConfig):
     """model=resnet: the small ResNet of app/model.py."""
 
     _target_: str = "app.model.small_resnet"
@@ -39,7 +46,7 @@ class ResnetModelConfig:
 
 
 @dataclass
-class KerasAppConfig:
+class KerasAppConfig(ModelConfig):
     """model=keras_app: a keras.applications backbone with a new head (app/backbones.py)."""
 
     _target_: str = "app.backbones.keras_app"
@@ -52,11 +59,10 @@ class KerasAppConfig:
 
 
 @dataclass
-class CustomModelConfig:
+class CustomModelConfig(ModelConfig):
     """model=custom: any builder `(input_shape, num_classes, **kwargs) -> keras.Model` whose input
     is RGB scaled to [0, 1]."""
 
-    _target_: str = MISSING
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 

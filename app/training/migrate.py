@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 from app.config import conf_dir
 from app.errors import ConfigError
 from app.overrides import key_of
+from app.schema import COMMAND_KEYS
 
 # key that was replaced → what to write instead (the message of a refused override)
 MOVED = {"trainer.lr": "optimizer.learning_rate=<the peak learning rate> (conf/scheduler shapes it over the run)",
@@ -52,8 +53,13 @@ def _optimizer(saved: dict) -> dict:
     return {**saved, "trainer": trainer, "optimizer": preset, "scheduler": {"name": "constant"}}
 
 
+def _without_command_keys(saved: dict) -> dict:
+    """evaluate's and predict's own keys (input, split, checkpoint) left the run's config."""
+    return {key: value for key, value in saved.items() if key not in COMMAND_KEYS}
+
+
 # oldest change first; a change of keys adds its step here
-STEPS = (_precision, _optimizer)
+STEPS = (_precision, _optimizer, _without_command_keys)
 
 
 def migrated(saved: dict) -> dict:

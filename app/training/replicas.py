@@ -11,6 +11,7 @@ from __future__ import annotations
 import keras
 import numpy as np
 
+from app.adapters import every_layer
 from app.training.steps import build_metrics
 
 
@@ -57,7 +58,7 @@ def average_moving_statistics(net: keras.Model) -> None:
     mean over the replicas. Both are running means of batch figures, linear in them: the mean of
     the replicas' is the running mean of their shares' means (with equal shares, one device's
     moving mean exactly), whenever it is taken."""
-    for layer in net._flatten_layers():
+    for layer in every_layer(net):
         if isinstance(layer, keras.layers.BatchNormalization) and layer.built:
             for variable in (layer.moving_mean, layer.moving_variance):
                 copies = _replica_copies(variable)

@@ -33,7 +33,7 @@ from app.config import load
 from app.errors import ConfigError, config_error
 from app.frameworks import load_keras, query_devices_quietly, use_backend
 from app.overrides import key_of, quote_override, quoted, value_of
-from app.schema import Config
+from app.schema import COMMAND_KEYS, Config
 from app.training import checkpoint
 from app.training.migrate import migrated, refuse_moved_keys
 from app.training.rundir import check_unlocked, claim_dir, hold_lock, holds_run, move_run_aside, run_files
@@ -157,7 +157,7 @@ def resumed_config(saved: dict, cfg: DictConfig, overrides: list[str],
     result = OmegaConf.create(migrated(saved))
     for override in overrides:
         key = key_of(override)
-        if key == "resume":
+        if key == "resume" or key in COMMAND_KEYS:  # the command's own: never the run's
             continue
         if not key.startswith(safe):
             allowed = ", ".join(f"{s}*" if s.endswith(".") else s for s in safe)

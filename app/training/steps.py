@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import keras
 import numpy as np
 
+from app.adapters import JaxTrainerState
 from app.processes import stop_if_interrupted
 from app.training.checkpoint import EpochFigures, RunState
 
@@ -127,21 +128,14 @@ class _JaxCalls:
              "test": ("trainable_variables", "non_trainable_variables", "metrics_variables")}
 
     def __init__(self, net: keras.Model, feed: Feed, kind: str):
-        self.net, self.feed, self.names = net, feed, self.STATE[kind]
+        self.net, self.feed = net, feed
         self.function = net.train_function if kind == "train" else net.test_function
         self.iterator = (_on_devices(batch, whole=feed.whole_last and i == feed.count - 1)
                          for i, batch in enumerate(feed._generate()))
-        self.state = None
-        net._jax_state_synced = True  # the model's variables hold the newest values
+        self.state = JaxTrainerState(net, self.STATE[kind])
 
     def __call__(self) -> dict:
-        net = self.net
-        if net._jax_state_synced:  # read since the last call: take its variables again
-            self.state = net._get_jax_state(**dict.fromkeys(self.names, True), purge_model_variables=True)
-            net._jax_state_synced = False
-        logs, self.state = self.feed.call(lambda iterator: self.function(self.state, iterator), self.iterator)
-        net._jax_state = dict(zip(self.names, self.state, strict=True))
-        return logs
+        return self.state.call(lambda state: self.feed.call(lambda it: self.function(state, it), self.iterator))
 
     def read(self, logs: dict) -> dict:
         """The metrics so far: a step's logs hold every device's counts (one global batch)."""

@@ -1,11 +1,12 @@
 """The ring: shared memory that workers map by name, and that leaves nothing behind."""
 
 import os
+from multiprocessing import shared_memory
 
 import numpy as np
 import pytest
 
-from app.loader.ring import Ring, attach
+from app.loader.ring import Ring, attach, segment_fd
 
 
 def test_worker_view_shares_the_parent_memory():
@@ -112,3 +113,18 @@ def test_a_ring_larger_than_dev_shm_is_free_is_refused_before_any_of_it_is_reser
     assert {n for n in os.listdir("/dev/shm") if n.startswith(mine)} == before  # nothing was made
     monkeypatch.setattr(shutil, "disk_usage", real)
     Ring(8, 16, (64, 64), shared=True).close()  # negative control: the real /dev/shm holds it
+
+
+def test_segment_fd_is_the_segments_own_open_file():
+    """SharedMemory's private `_fd`, as the ring uses it: posix_fallocate on it reserves the
+    segment's own pages, and what is written through it is what the mapping shows."""
+    segment = shared_memory.SharedMemory(create=True, size=4096)
+    try:
+        fd = segment_fd(segment)
+        os.posix_fallocate(fd, 0, 4096)
+        assert os.fstat(fd).st_size == 4096
+        os.pwrite(fd, b"\x07", 10)
+        assert segment.buf[10] == 7 and segment.buf[11] == 0
+    finally:
+        segment.close()
+        segment.unlink()
