@@ -10,6 +10,8 @@ import contextlib
 import os
 from pathlib import Path
 
+from app.errors import config_error
+
 
 def keras_app(input_shape, num_classes: int, name: str, weights: str | None = None, **settings):
     """The `keras.applications` model `name` without its top, pooled (`pooling`: avg or max),
@@ -59,8 +61,6 @@ def _downloads_named(name: str, weights: str | None):
     except Exception as error:
         if not wanted:
             raise
-        from app.errors import config_error
-
         fname, origin = wanted[-1]
         raise config_error("model.weights", weights, f"Keras could not fetch {fname} for {name} from {origin} "
                            f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}). "

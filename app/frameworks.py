@@ -14,6 +14,8 @@ import sys
 import tempfile
 from contextlib import contextmanager
 
+from app.errors import config_error
+
 
 @contextmanager
 def native_stderr_captured():
@@ -51,8 +53,6 @@ def use_backend(trainer) -> None:
     """`trainer.backend` as KERAS_BACKEND, before Keras loads. For JAX, also XLA's flags, read
     when JAX starts: `trainer.cpu_devices` host devices, and `trainer.deterministic` as XLA's
     deterministic GPU ops. A process where Keras runs on another backend already is refused."""
-    from app.errors import config_error
-
     name = trainer.backend.value
     if "keras" in sys.modules:
         current = sys.modules["keras"].backend.backend()

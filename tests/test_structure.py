@@ -94,3 +94,54 @@ def test_modules_and_functions_stay_short():
     wide = ast.parse("def f(a, b, c, d, e, g):\n    pass\n")
     long = ast.parse("def h():\n" + "    x = 1\n" * 61)
     assert _oversized(wide) == ["f"] and _oversized(long) == ["h"]
+
+
+# Explicit construction: a reader sees what each argument is without counting positions.
+LOGGING_CALLS = {"debug", "info", "warning", "error", "exception", "critical", "log"}
+# Names app/ defines that libraries define too: a call to them may be the library's own.
+LIBRARY_NAMES = {"__init__", "run", "main", "get", "update", "write", "start", "stop", "close", "call", "build"}
+
+
+def _is_dataclass(decorator: ast.expr) -> bool:
+    target = decorator.func if isinstance(decorator, ast.Call) else decorator
+    return (target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", None)) == "dataclass"
+
+
+def _kw_only(decorator: ast.expr) -> bool:
+    return isinstance(decorator, ast.Call) and any(
+        k.arg == "kw_only" and isinstance(k.value, ast.Constant) and k.value.value is True
+        for k in decorator.keywords)
+
+
+def positional_dataclasses(tree: ast.AST, max_fields: int = 4) -> list[str]:
+    """Dataclasses of more than `max_fields` fields that may be built by position."""
+    found = []
+    for node in ast.walk(tree):
+        decorators = [d for d in getattr(node, "decorator_list", ()) if _is_dataclass(d)]
+        if not isinstance(node, ast.ClassDef) or not decorators or _kw_only(decorators[0]):
+            continue
+        fields = [s for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+                  and "ClassVar" not in ast.unparse(s.annotation)]
+        if len(fields) > max_fields:
+            found.append(node.name)
+    return found
+
+
+def defined_names(trees: list[ast.AST]) -> set[str]:
+    """The functions and classes app/ defines, by name, less the names libraries share."""
+    names = {n.name for t in trees for n in ast.walk(t)
+             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    return names - LIBRARY_NAMES - LOGGING_CALLS
+
+
+def wide_calls(tree: ast.AST, app_names: set[str], max_positional: int = 4) -> list[str]:
+    """Calls that pass more than `max_positional` arguments by position to an app-defined callable
+    (`cls(...)` in a classmethod is the class's own)."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or len(node.args) <= max_positional:
+            continue
+        callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+        if callee in app_names or callee == "cls":
+            found.append(f"{callee}:{node.lineno}")
+    return found

@@ -149,7 +149,7 @@ def _mistakes(config, split, mistakes: list, names: list[str], path: Path) -> No
 
     resize = Augmenter(eval_transforms(config.augment, config.data.image_size), config.data.image_size,
                        draft=config.data.decode.draft, max_pixels=config.data.max_image_pixels)
-    images = [make_sample(split, resize, index, config.seed, 0) for _, index, _, _ in mistakes]
+    images = [make_sample(split, resize, index, seed=config.seed, epoch=0) for _, index, _, _ in mistakes]
     captions = [f"true {names[t]}\npred {names[p]}\np {prob:.2f}" for prob, _, t, p in mistakes]
     grid(images, captions, columns=4).save(path)
 

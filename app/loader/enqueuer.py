@@ -180,7 +180,8 @@ class Enqueuer:
         slot = self._slots[slot_index]
         task, work = messages.Task(slot.split_name, slot.epoch, slot_index, []), self.work
         for position, index in list(slot.todo.items()):
-            self._handle(worker_loop.fill(self.ring.array, task, position, index, work), None, "the training process")
+            reply = worker_loop.fill(self.ring.array, task, work, position=position, index=index)
+            self._handle(reply, None, "the training process")
         self.telemetry.add_stages(worker_loop.take_stages())
 
     def _wait_for(self, slot_index: int) -> None:

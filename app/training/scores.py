@@ -14,7 +14,7 @@ import numpy as np
 from app.training.objectives import EPSILON
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Scores:
     images: int = 0
     loss_sum: float = 0.0

@@ -231,9 +231,10 @@ def test_a_dataset_larger_than_the_free_disk_is_refused_before_any_file(tmp_path
     """A billion images are refused at once, naming the key, instead of filling the disk (or the
     memory, with every image's job); the dataset that fits is generated (test_layout_and_names)."""
     with pytest.raises(MachineError, match=r"data\.num_images=1000000000 .* data\.source_size=1024 .* GiB free"):
-        ensure_dataset(tmp_path, Spec(10**9, 1024, 4, 0), progress=False)
+        ensure_dataset(tmp_path, Spec(num_images=10**9, source_size=1024, num_classes=4, seed=0), progress=False)
     with pytest.raises(MachineError, match=r"lower data\.num_test_images"):
-        ensure_dataset(tmp_path, Spec(10**9, 1024, 4, 0, first=800), progress=False)
+        ensure_dataset(tmp_path, Spec(num_images=10**9, source_size=1024, num_classes=4, seed=0, first=800),
+                       progress=False)
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 

@@ -44,7 +44,7 @@ def blank_batches(count: int, size: int = 8):
 
 def enqueuer(split, max_size: int) -> Enqueuer:
     return Enqueuer({"train": split}, {"train": IdentityAugmenter()},
-                    Settings(BATCH, (split.size, split.size), workers=2, max_size=max_size))
+                    Settings(batch_size=BATCH, image_size=(split.size, split.size), workers=2, max_size=max_size))
 
 
 class CountAhead(keras.callbacks.Callback):
