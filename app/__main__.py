@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from app.errors import exit_status_for
-from app.training.resume import CLAIMED, prepare_argv
+from app.training import resume
 
 # command word -> (module, function, one line of help); Hydra names the job after the module: train.log...
 COMMANDS = {
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     try:
         if word != "report":  # Hydra's commands: their directory and `resume` are settled first
-            rest = prepare_argv(rest, word=word)
+            rest = resume.prepare_argv(rest, word=word)
         if "query=bash" in rest and "COMP_LINE" in os.environ:  # completion: Hydra strips the program only
             program, _, line = os.environ["COMP_LINE"].partition(f" {word}")
             os.environ["COMP_LINE"] = program + line
@@ -130,7 +130,7 @@ def _remove_empty_claims(word: str, failed: bool) -> None:
     copy of its config go too: they say only what was printed, and the folder would look like a
     result."""
     here = os.path.abspath(os.curdir)
-    for path in CLAIMED:
+    for path in resume.CLAIMED:
         log = path / f"{word}.log"
         if failed and word != "train" and _only(path, log) and not _bug_logged(log):
             shutil.rmtree(path / ".hydra", ignore_errors=True)
