@@ -57,6 +57,13 @@ def test_workers_never_import_a_framework():
     assert any(m.split(".")[0] == "keras" for m in closure(["app.model"]))
 
 
+def test_bench_modes_without_a_model_never_import_a_framework():
+    """Their process's memory and start-up are the loader's own: bench compares them so."""
+    plain = closure(["app.bench.loading"])
+    assert not sorted(m for m in plain if m.split(".")[0] in FRAMEWORKS)
+    assert "keras" in closure(["app.bench.keras_modes"])  # negative control: the Keras modes' do
+
+
 def test_model_and_training_never_import_loader_internals():
     public = {"app.loader", "app.loader.pipeline", "app.loader.order"}
     training = ["app.model", *(m for m in MODULES if m.startswith("app.training"))]

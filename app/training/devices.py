@@ -26,9 +26,12 @@ Never imports the loader.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from app.errors import config_error
 from app.frameworks import load_tensorflow, native_stderr_to_log
@@ -93,8 +96,6 @@ def place(config: Config) -> Placement:
 
 
 def _place_jax(config: Config) -> Placement:
-    import importlib.util
-
     import jax
     import keras
 
@@ -132,7 +133,6 @@ def expected_process(trainer) -> int:
 
 def check_one_run_dir(run_dir) -> None:
     """Every process of a several-process run writes into process 0's run directory."""
-    import numpy as np
     from jax.experimental import multihost_utils
 
     mine = str(run_dir.resolve()).encode()[:4096]
