@@ -19,7 +19,9 @@ import signal
 import sys
 from pathlib import Path
 
+from app.errors import exit_status_for
 from app.processes import raise_on_stop_signals, stop_if_interrupted
+from app.training import resume
 
 # command word -> (module, function, one line of help); Hydra names the job after the module: train.log...
 COMMANDS = {
@@ -95,17 +97,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module, function, _ = COMMANDS[word]
     os.environ["HYDRA_FULL_ERROR"] = "1"
-    from app.errors import exit_status_for
-
     # A scheduler's stop ends a command as Ctrl-C does, from its first moment; a sweep's parent is left alone.
     if not {"-m", "--multirun"} & set(rest):
         raise_on_stop_signals()
     status = 0
     try:
         if word != "report":  # Hydra's commands: their directory and `resume` are settled first
-            from app.training.resume import prepare_argv
-
-            rest = prepare_argv(rest, word=word)
+            rest = resume.prepare_argv(rest, word=word)
         if "query=bash" in rest and "COMP_LINE" in os.environ:  # completion: Hydra strips the program only
             program, _, line = os.environ["COMP_LINE"].partition(f" {word}")
             os.environ["COMP_LINE"] = program + line
@@ -132,10 +130,8 @@ def _remove_empty_claims(word: str, failed: bool) -> None:
     anything (a refusal, Ctrl-C; not a bug, whose traceback its log keeps), its log and Hydra's
     copy of its config go too: they say only what was printed, and the folder would look like a
     result."""
-    from app.training.resume import CLAIMED
-
     here = os.path.abspath(os.curdir)
-    for path in CLAIMED:
+    for path in resume.CLAIMED:
         log = path / f"{word}.log"
         if failed and word != "train" and _only(path, log) and not _bug_logged(log):
             shutil.rmtree(path / ".hydra", ignore_errors=True)

@@ -17,6 +17,8 @@ import tempfile
 from contextlib import contextmanager
 from importlib import metadata
 
+from app.errors import config_error
+
 
 @contextmanager
 def native_stderr_captured():
@@ -54,8 +56,6 @@ def use_backend(trainer) -> None:
     """`trainer.backend` as KERAS_BACKEND, before Keras loads. For JAX, also XLA's flags, read
     when JAX starts: `trainer.cpu_devices` host devices, and `trainer.deterministic` as XLA's
     deterministic GPU ops. A process where Keras runs on another backend already is refused."""
-    from app.errors import config_error
-
     name = trainer.backend.value
     if "keras" in sys.modules:
         current = sys.modules["keras"].backend.backend()

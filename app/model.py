@@ -17,7 +17,11 @@ from pathlib import Path
 
 import keras
 import numpy as np
+from hydra.utils import instantiate
 from keras import layers
+
+from app.errors import ConfigError, config_error
+from app.families import FAMILIES, KERAS_APP
 
 # The float32 boundary: the classifier's first layer turns RGB values 0..255 (the loader's uint8
 # batches) into what the backbone expects, on the device that trains. "unit": x·SCALE + OFFSET,
@@ -125,11 +129,6 @@ def classifier(backbone: keras.Model, image_size: Sequence[int], normalisation: 
 def build(model_config, image_size: Sequence[int], num_classes: int) -> keras.Model:
     """The classifier a model config describes: its `_target_` called with the input shape, the
     class count, its other keys and `kwargs`; behind the normalisation the backbone expects."""
-    from hydra.utils import instantiate
-
-    from app.errors import ConfigError, config_error
-    from app.families import FAMILIES, KERAS_APP
-
     spec = dataclasses.asdict(model_config)
     extra = spec.pop("kwargs", None) or {}
     try:

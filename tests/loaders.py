@@ -17,8 +17,8 @@ from app.loader.settings import Settings
 def make(split, *, workers=2, processes=True, max_size=2, batch=4, **kw) -> Enqueuer:
     """An enqueuer over `split` as both splits; `kw`: more Settings, and seed, on_bad_sample."""
     policy = {k: kw.pop(k) for k in ("seed", "on_bad_sample") if k in kw}
-    settings = Settings(batch, (split.size, split.size), workers=workers, use_multiprocessing=processes,
-                        max_size=max_size, timeout_s=kw.pop("timeout_s", 30), **kw)
+    settings = Settings(batch_size=batch, image_size=(split.size, split.size), workers=workers,
+                        use_multiprocessing=processes, max_size=max_size, timeout_s=kw.pop("timeout_s", 30), **kw)
     return Enqueuer({"train": split, "val": split}, {"train": IdentityAugmenter(), "val": IdentityAugmenter()},
                     settings, **policy)
 

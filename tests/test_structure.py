@@ -1,5 +1,5 @@
-"""The layout's rules, read off the code (ast), not grepped: which stage may import which, and
-how long a module or a function may grow."""
+"""The layout's rules, read off the code (ast), not grepped: which stage may import which, how
+long a module or a function may grow, and that what is built names its arguments."""
 
 from __future__ import annotations
 
@@ -53,6 +53,13 @@ def test_workers_never_import_a_framework():
     assert not bad, bad
     # negative control: the walk does see the frameworks where they are
     assert any(m.split(".")[0] == "keras" for m in closure(["app.model"]))
+
+
+def test_bench_modes_without_a_model_never_import_a_framework():
+    """Their process's memory and start-up are the loader's own: bench compares them so."""
+    plain = closure(["app.bench.loading"])
+    assert not sorted(m for m in plain if m.split(".")[0] in FRAMEWORKS)
+    assert "keras" in closure(["app.bench.keras_modes"])  # negative control: the Keras modes' do
 
 
 def test_model_and_training_never_import_loader_internals():
@@ -209,3 +216,125 @@ def test_commands_and_training_use_the_loader_only_through_its_public_type():
     bad = ast.parse("loader._enqueuer.close()\nself.loader.bad.failed\nenqueuer.batches('train', o, 0)\n")
     assert sorted(_loader_reads_beyond(bad, api)) == ["loader._enqueuer", "self.loader.bad"]
     assert "app.loader.enqueuer" in imports("app.loader.pipeline")
+
+
+# Explicit construction: a reader sees what each argument is without counting positions.
+LOGGING_CALLS = {"debug", "info", "warning", "error", "exception", "critical", "log"}
+# Names app/ defines that libraries' objects have too: such a call may be the library's own.
+LIBRARY_NAMES = {"__init__", "run", "main", "get", "update", "write", "start", "stop", "close", "call", "build"}
+MAX_LOCAL_APP_IMPORTS = 10
+
+
+def _is_dataclass(decorator: ast.expr) -> bool:
+    target = decorator.func if isinstance(decorator, ast.Call) else decorator
+    return (target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", None)) == "dataclass"
+
+
+def _kw_only(decorator: ast.expr) -> bool:
+    return isinstance(decorator, ast.Call) and any(
+        k.arg == "kw_only" and isinstance(k.value, ast.Constant) and k.value.value is True
+        for k in decorator.keywords)
+
+
+def positional_dataclasses(tree: ast.AST, max_fields: int = 4) -> list[str]:
+    """Dataclasses of more than `max_fields` fields (their own, ClassVars aside) not `kw_only=True`."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        decorators = [d for d in node.decorator_list if _is_dataclass(d)]
+        fields = [s for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+                  and "ClassVar" not in ast.unparse(s.annotation)]
+        if decorators and not _kw_only(decorators[0]) and len(fields) > max_fields:
+            found.append(node.name)
+    return found
+
+
+def defined_names(trees: list[ast.AST]) -> set[str]:
+    """The functions and classes app/ defines, by name, less the names libraries share."""
+    names = {n.name for t in trees for n in ast.walk(t)
+             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    return names - LIBRARY_NAMES - LOGGING_CALLS
+
+
+def wide_calls(tree: ast.AST, app_names: set[str], max_positional: int = 4) -> list[str]:
+    """Calls (name:line) that pass more than `max_positional` arguments by position to a callable
+    app/ defines, known by its name (`cls(...)` in a classmethod is the class's own)."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or len(node.args) <= max_positional:
+            continue
+        callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+        if callee in app_names or callee == "cls":
+            found.append(f"{callee}:{node.lineno}")
+    return found
+
+
+def local_app_imports(source: str) -> tuple[list[int], list[int]]:
+    """The lines of the imports of app/ inside a function, and those of them with no comment on
+    their line or alone on the line above (the comment says why it must wait)."""
+    tree, lines = ast.parse(source), source.splitlines()
+    found = set()
+    for function in ast.walk(tree):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(function):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [(node.module or "") if node.level == 0 else "app."] if isinstance(node, ast.ImportFrom) else []
+            if any(n == "app" or n.startswith("app.") for n in names):
+                found.add(node.lineno)
+    said = [n for n in sorted(found) if "#" in lines[n - 1] or lines[n - 2].strip().startswith("#")]
+    return sorted(found), sorted(found - set(said))
+
+
+def local_import_breaches(sources: dict[str, str], limit: int = MAX_LOCAL_APP_IMPORTS) -> dict:
+    """What breaks the rule in `sources` (module → text): the function-local app imports with no
+    reason beside them, by module, and all of them, by module, when there are more than `limit`."""
+    found = {m: local_app_imports(text) for m, text in sources.items()}
+    breaches = {"silent": {m: lines for m, (_, lines) in found.items() if lines}}
+    if sum(len(lines) for lines, _ in found.values()) > limit:
+        breaches["over the limit"] = {m: lines for m, (lines, _) in found.items() if lines}
+    return {k: v for k, v in breaches.items() if v}
+
+
+def test_dataclasses_of_more_than_four_fields_are_built_by_keyword():
+    positional = {m: names for m, p in MODULES.items() if (names := positional_dataclasses(ast.parse(p.read_text())))}
+    assert not positional, positional
+
+
+def test_no_call_passes_more_than_four_arguments_by_position():
+    trees = {m: ast.parse(p.read_text()) for m, p in MODULES.items()}
+    names = defined_names(list(trees.values()))
+    assert {"Settings", "make_sample", "build_loader"} <= names  # the walk finds the app's callables
+    wide = {m: calls for m, tree in trees.items() if (calls := wide_calls(tree, names))}
+    assert not wide, wide
+
+
+def test_function_local_app_imports_are_few_and_say_why():
+    breaches = local_import_breaches({m: p.read_text() for m, p in MODULES.items()})
+    assert not breaches, breaches
+
+
+def test_the_dataclass_rule_sees_a_breach():
+    wide = "@dataclass(frozen=True)\nclass Wide:\n" + "".join(f"    f{i}: int\n" for i in range(5))
+    assert positional_dataclasses(ast.parse(wide)) == ["Wide"]
+    assert positional_dataclasses(ast.parse(wide.replace("(frozen=True)", "(frozen=True, kw_only=True)"))) == []
+    assert positional_dataclasses(ast.parse(wide.replace("    f4: int\n", ""))) == []  # four may go by position
+
+
+def test_the_positional_rule_sees_a_breach():
+    calls = ast.parse("def f(*a):\n    pass\nf(1, 2, 3, 4, 5)\nf(1, 2, 3, 4, x=5)\nlog.info('%s', 1, 2, 3, 4)\n"
+                      "class C:\n    @classmethod\n    def make(cls):\n        return cls(1, 2, 3, 4, 5)\n"
+                      "print(1, 2, 3, 4, 5)\n")
+    assert wide_calls(calls, defined_names([calls])) == ["f:3", "cls:9"]
+
+
+def test_the_local_import_rule_sees_a_breach():
+    text = ("import os\n\n\ndef f():\n    from app.model import build\n    # Keras waits for the backend\n"
+            "    from app import model\n    import app.data  # why\n    import numpy\n    from . import x  # why\n")
+    assert local_app_imports(text) == ([5, 7, 8, 10], [5])
+    said = "def f():\n" + "    import app.model  # Keras waits for the backend\n" * 4
+    assert local_import_breaches({"a": text}) == {"silent": {"a": [5]}}
+    assert local_import_breaches({"a": said, "b": said}, limit=8) == {}
+    assert local_import_breaches({"a": said, "b": said, "c": said}, limit=8) == {
+        "over the limit": {"a": [2, 3, 4, 5], "b": [2, 3, 4, 5], "c": [2, 3, 4, 5]}}

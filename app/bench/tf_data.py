@@ -29,7 +29,7 @@ def ratios(split: FileSplit, min_short_side: int | None) -> np.ndarray:
     return np.array([(header_draft(path, min_short_side) or (0, 0, 1))[2] for path in split.paths], np.int64)
 
 
-def dataset(split: FileSplit, augmenter, pairs: np.ndarray, seed: int, batch_size: int) -> tf.data.Dataset:
+def dataset(split: FileSplit, augmenter, pairs: np.ndarray, *, seed: int, batch_size: int) -> tf.data.Dataset:
     """Batches of (float32 images, labels) over `pairs`, each row a sample's (epoch, index)."""
     if not isinstance(split, FileSplit):
         raise ValueError("the tf_data mode reads image files (tf.io.read_file); this data source holds an "

@@ -181,7 +181,7 @@ def time_samples(split, augmenter, indices, seed: int) -> tuple[list[float], lis
         for index in indices:
             started = time.perf_counter()
             try:
-                images.append(make_sample(split, augmenter, int(index), seed, 0))
+                images.append(make_sample(split, augmenter, int(index), seed=seed, epoch=0))
             except BadSampleError:
                 continue
             if built:  # the first pays for building the augmentation

@@ -32,7 +32,7 @@ ARTICLE_BATCHES = [2**k for k in range(5, 17)]  # 32 … 65536
 ARTICLE_SIDES = [32, 64, 128, 256, 512, 1024]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Probe:
     """This machine's figures, measured once (app/capacity/probe.py)."""
 
@@ -54,7 +54,7 @@ class ModelFacts:
     layers: int  # the layers that compute (nested models' included): the compiled steps grow with them
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Workload:
     """The config's figures the plan needs."""
 
@@ -90,8 +90,9 @@ class Plan:
 def workload(config, largest_decode_bytes: int, device_is_host: bool) -> Workload:
     """The figures of a loaded config (app/config.py) the plan needs."""
     d, q = config.data, config.queue
-    return Workload(d.batch_size, tuple(d.image_size), q.max_size, q.workers, q.use_multiprocessing,
-                    largest_decode_bytes, device_is_host)
+    return Workload(batch_size=d.batch_size, image_size=tuple(d.image_size), max_size=q.max_size, workers=q.workers,
+                    processes=q.use_multiprocessing, largest_decode_bytes=largest_decode_bytes,
+                    device_is_host=device_is_host)
 
 
 def plan_for(config, split, model: ModelFacts, probe: Probe, *, device_is_host: bool) -> Plan:

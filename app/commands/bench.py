@@ -34,10 +34,15 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from app.augment import build_compose
 from app.bench import modes
+from app.capacity.memory import PeakMemory
 from app.config import conf_dir, load, to_plain
+from app.data import load_source
 from app.errors import AppError, config_error
+from app.loader.settings import for_loading_only
 from app.schema import register
+from app.training.rundir import hardware, versions, write_json
 
 register()
 log = logging.getLogger("app.bench")
@@ -47,11 +52,6 @@ MEMORY_KEYS = ("peak_memory_mb", "memory_samples", "memory_reads", "peak_pss_mb"
 
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    from app.augment import build_compose
-    from app.data import load_source
-    from app.loader.settings import for_loading_only
-    from app.training.rundir import hardware, versions, write_json
-
     config = load(cfg)
     if config.trainer.backend != "tensorflow":
         raise config_error("trainer.backend", config.trainer.backend.value, "bench times the input pipelines "
@@ -100,8 +100,6 @@ def _raise_if_all_failed(results: dict, run_dir: Path) -> None:
 
 def _in_own_process(mode: str, config, log_path: Path, *, sampled: bool) -> dict:
     """One run of `mode` in a fresh process; with `sampled`, its tree's memory every 100 ms."""
-    from app.capacity.memory import PeakMemory
-
     context = mp.get_context("spawn")
     parent_end, child_end = context.Pipe(duplex=False)
     process = context.Process(target=modes.child_main, args=(mode, config, child_end, str(log_path)),
@@ -187,5 +185,3 @@ def _table(results: dict, derived: dict) -> str:
     rows += [f"{k}: {v:.3g}" if isinstance(v, float) else f"{k}: {v}" for k, v in derived.items()]
     return "\n".join(rows)
 
-
-# -- in the mode's own process ----------------------------------------------------------------

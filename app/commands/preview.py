@@ -15,9 +15,14 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from app.augment import augmenters
 from app.config import conf_dir, load
+from app.data import load_source
 from app.errors import BadSampleError, DataError
+from app.loader.order import epoch_order
+from app.loader.worker import make_sample
 from app.schema import register
+from app.sheets import grid
 
 log = logging.getLogger("app.preview")
 register()
@@ -25,12 +30,6 @@ register()
 
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> str:
-    from app.augment import augmenters
-    from app.data import load_source
-    from app.loader.order import epoch_order
-    from app.loader.worker import make_sample
-    from app.sheets import grid
-
     config = load(cfg)
     source = load_source(config.data)
     built = augmenters(config.data, {"source": [], "train": config.augment.transforms})
@@ -41,11 +40,11 @@ def main(cfg: DictConfig) -> str:
         if shown == n:
             break
         try:
-            row = [make_sample(source.train, built["source"], index, config.seed, 0)]
+            row = [make_sample(source.train, built["source"], index, seed=config.seed, epoch=0)]
         except BadSampleError as bad:
             _bad_sample(bad, config.data.on_bad_sample.value)
             continue
-        row += [make_sample(source.train, built["train"], index, config.seed, epoch) for epoch in range(k)]
+        row += [make_sample(source.train, built["train"], index, seed=config.seed, epoch=epoch) for epoch in range(k)]
         images += row
         captions += [f"#{index} {source.class_names[int(source.train.labels[index])]}",
                      *(f"epoch {epoch + 1}" for epoch in range(k))]

@@ -21,8 +21,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from app.config import conf_dir
 from app.errors import AppError, ConfigError, DataError, WorkerError
-from app.processes import startable
+from app.processes import die_with_parent, startable
 from app.schema import register
+from app.training.trainer import run
 
 register()
 ERRORS = {cls.__name__: cls for cls in (AppError, ConfigError, DataError, WorkerError)}
@@ -34,8 +35,6 @@ def main(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     run_dir, overrides = Path(hydra_cfg.runtime.output_dir), list(hydra_cfg.overrides.task)
     if hydra_cfg.mode != RunMode.MULTIRUN:
-        from app.training.trainer import run
-
         summary = run(cfg, run_dir, overrides)
         accuracy = summary["val_accuracy"]
         epochs = summary["epochs_completed"]
@@ -78,12 +77,8 @@ def _in_fresh_process(plain: dict, run_dir: Path, overrides: list[str], logging_
 
 def _job(plain: dict, run_dir: Path, overrides: list[str], logging_cfg: dict, conn) -> None:
     """The job's own process: Hydra's logging for the job, then training."""
-    from app.processes import die_with_parent
-
     die_with_parent(None)  # a sweep stopped by SIGKILL takes its running job along
     logging.config.dictConfig(logging_cfg)
-    from app.training.trainer import run
-
     try:
         conn.send(("ok", run(OmegaConf.create(plain), run_dir, overrides)["val_accuracy"]))
     except KeyboardInterrupt:

@@ -123,7 +123,7 @@ def _load(cache: Path, found: Path, val_fraction: float) -> Source:
         with contextlib.suppress(ValueError):
             meta = json.loads(meta_path.read_text())
     if not meta or meta.get("version") != CACHE_VERSION or meta.get("source_key") != key:
-        meta = _build_cache(cache, found, key)
+        meta = _write_cache(cache, found, key)
 
     labels, test_y = np.load(cache / "train_y.npy"), np.load(cache / "test_y.npy")
     train_rows, val_rows = _split_rows(labels, val_fraction)
@@ -139,7 +139,8 @@ def _load(cache: Path, found: Path, val_fraction: float) -> Source:
              "fingerprint_covers": "the training batches' images and labels", "class_names": meta["class_names"],
              "root": str(found), "train": train.rows.tolist(), "val": val.rows.tolist(),
              "val_fraction": val_fraction, "test": test.rows.tolist()}
-    return Source("cifar", meta["class_names"], train, val, fingerprint, split, test=test)
+    return Source(name="cifar", class_names=meta["class_names"], train=train, val=val, fingerprint=fingerprint,
+                  split=split, test=test)
 
 
 def _split_rows(labels: np.ndarray, val_fraction: float) -> tuple[np.ndarray, np.ndarray]:
@@ -153,7 +154,7 @@ def _split_rows(labels: np.ndarray, val_fraction: float) -> tuple[np.ndarray, np
     return np.array(sorted(train), dtype=np.int64), np.array(sorted(val), dtype=np.int64)
 
 
-def _build_cache(cache: Path, found: Path, key: str) -> dict:
+def _write_cache(cache: Path, found: Path, key: str) -> dict:
     batches = _read_batches(found)
     arrays = {}
     for split, members in (("train", TRAIN_BATCHES), ("test", TEST_BATCHES)):

@@ -71,19 +71,21 @@ def _texture(rng: np.random.Generator, width: int, height: int) -> np.ndarray:
     grey = rng.standard_normal((height, width), dtype=np.float32)
     grey *= SENSOR_NOISE
     for cells_per_side, amplitude in TEXTURE_OCTAVES:
-        layer = _noise_layer(rng, width, height, cells_per_side, "L")
+        layer = _noise_layer(rng, (width, height), cells_per_side, "L")
         layer -= 127.5
         layer *= amplitude / 127.5
         grey += layer
-    colour = _noise_layer(rng, width, height, TEXTURE_OCTAVES[1][0], "RGB")
+    colour = _noise_layer(rng, (width, height), TEXTURE_OCTAVES[1][0], "RGB")
     colour -= 127.5
     colour *= CHROMA_SHARE * TEXTURE_OCTAVES[1][1] / 127.5
     colour += grey[..., None]
     return colour
 
 
-def _noise_layer(rng: np.random.Generator, width: int, height: int, cells_per_side: int, mode: str) -> np.ndarray:
-    """Uniform noise on a grid of `cells_per_side` cells along the long side, smoothly upscaled."""
+def _noise_layer(rng: np.random.Generator, size: tuple[int, int], cells_per_side: int, mode: str) -> np.ndarray:
+    """Uniform noise on a grid of `cells_per_side` cells along the long side, smoothly upscaled
+    to `size` (width, height)."""
+    width, height = size
     long_side = max(width, height)
     side = max(2, min(cells_per_side, long_side // 2))
     shape = (max(2, side * height // long_side), max(2, side * width // long_side)) + ((3,) if mode == "RGB" else ())

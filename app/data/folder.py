@@ -46,7 +46,7 @@ def folder_source(path: str | os.PathLike, val_fraction: float, name: str = "fol
     """`times=False`: the fingerprint leaves modification times out (generated data, whose files
     are the same bytes wherever and whenever they are made)."""
     try:
-        return _source(path, val_fraction, name, times, test)
+        return _source(path, val_fraction, name, times=times, test=test)
     except PermissionError as error:  # a folder the scan cannot list (an image is the loader's to report)
         locked = _first_locked(Path(error.filename))
         raise DataError(f"{locked} cannot be read ({error.strerror}): every folder under data.path {path}"
@@ -61,7 +61,7 @@ def _first_locked(path: Path) -> Path:
     return next((p for p in (*reversed(path.parents), path) if not os.access(p, os.R_OK | os.X_OK)), path)
 
 
-def _source(path, val_fraction: float, name: str, times: bool, test: Held) -> Source:
+def _source(path, val_fraction: float, name: str, *, times: bool, test: Held) -> Source:
     if test.fraction and test.path:
         raise DataError(f"data.test_fraction={test.fraction} and data.test_path={test.path} both name a test "
                         "split: keep one.")
@@ -96,7 +96,8 @@ def _source(path, val_fraction: float, name: str, times: bool, test: Held) -> So
         test_split = _test_split(given, class_names)
     split["test"] = test_split.paths if test_split else None
     split["test_fraction"] = test.fraction if held_out else None
-    return Source(name, class_names, train_split, val_split, fingerprint, split, names_sizes, test_split)
+    return Source(name=name, class_names=class_names, train=train_split, val=val_split, fingerprint=fingerprint,
+                  split=split, names_sizes_fingerprint=names_sizes, test=test_split)
 
 
 def _layout(root: Path, val_fraction: float, test_fraction: float):

@@ -101,7 +101,7 @@ class ArraySplit:
         return f"{self.name} row {self.rows[i]} ({self.npy_path})"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Source:
     name: str
     class_names: list[str]

@@ -14,6 +14,7 @@ Never imports TensorFlow, Keras or the loader: worker processes import it.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import re
@@ -64,7 +65,7 @@ def dataset_dir_name(num_images: int, source_size: int, num_classes: int, seed: 
     return f"v{GENERATOR_VERSION}-n{num_images}-s{source_size}-c{num_classes}-seed{seed}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Spec:
     """What a synthetic dataset is generated from (data.num_images, source_size, num_classes, seed)."""
 
@@ -105,7 +106,7 @@ def ensure_dataset(root: str | os.PathLike, spec: Spec, progress: bool = True) -
                  i % num_classes) for i in range(spec.first, spec.first + num_images))
         with tqdm(total=num_images, desc=f"generating {final.name}", unit="img", file=sys.stderr,
                   disable=not progress) as bar:
-            _run(jobs, num_images, source_size, bar)
+            _write_images(jobs, num_images, source_size, bar)
         try:
             tmp.rename(final)
         except OSError:
@@ -131,10 +132,11 @@ def check_generator(recorded_root: str, run_dir: Path) -> None:
 
 def specs(data_cfg) -> list[Spec]:
     """The datasets `data_cfg` reads: the training images', then the test split's if it has one."""
-    spec = Spec(data_cfg.num_images, data_cfg.source_size, data_cfg.num_classes, data_cfg.seed)
+    spec = Spec(num_images=data_cfg.num_images, source_size=data_cfg.source_size, num_classes=data_cfg.num_classes,
+                seed=data_cfg.seed)
     tests = getattr(data_cfg, "num_test_images", 0)
     tests = max(data_cfg.num_classes, data_cfg.num_images // 4) if tests is None else tests
-    return [spec, Spec(tests, spec.source_size, spec.num_classes, spec.seed, first=spec.num_images)] if tests \
+    return [spec, dataclasses.replace(spec, num_images=tests, first=spec.num_images)] if tests \
         else [spec]
 
 
@@ -172,7 +174,8 @@ def _existing(path: Path) -> Path:
     return path
 
 
-def _run(jobs, count: int, source_size: int, bar: tqdm) -> None:
+def _write_images(jobs, count: int, source_size: int, bar: tqdm) -> None:
+    """Each job's image written: here for a small dataset, else by a pool of spawned processes."""
     pixels = count * source_size ** 2
     workers = min(os.cpu_count() or 1, count)
     if workers < 2 or pixels < POOL_MIN_PIXELS:

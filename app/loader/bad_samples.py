@@ -34,7 +34,7 @@ class BadSamples:
     def take(self, reply, split_name: str) -> None:
         """A worker's Skipped, Marked or Bad reply for a sample of `split_name`."""
         if isinstance(reply, messages.Skipped):
-            self._skip(split_name, reply)
+            self._log_skipped(split_name, reply)
         elif isinstance(reply, messages.Marked):
             self.failed[split_name][reply.index] = reply.detail
             log.warning("sample %d of the %s split (%s) could not be loaded: %s", reply.index, split_name,
@@ -52,7 +52,7 @@ class BadSamples:
                 f"{reply.detail}. Fix or remove the file, or set data.on_bad_sample=skip to replace such samples "
                 "(logged to bad_samples.txt) up to data.max_bad_fraction.")
 
-    def _skip(self, split_name: str, reply: messages.Skipped) -> None:
+    def _log_skipped(self, split_name: str, reply: messages.Skipped) -> None:
         seen = self.skipped[split_name]
         if reply.index in seen:
             return

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 MAX_DEATHS_IN_A_ROW = 3
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Slot:
     batch_no: int = -1
     split_name: str = ""
@@ -70,7 +70,8 @@ class Enqueuer:
         """The enqueuer `seed` and `data.on_bad_sample` of a loaded config describe, working
         by `settings` (Settings.from_config); `on_bad_sample` replaces data.on_bad_sample
         (predict's own policy)."""
-        return cls(splits, augmenters, settings, config.seed, on_bad_sample or str(config.data.on_bad_sample.value))
+        return cls(splits, augmenters, settings, seed=config.seed,
+                   on_bad_sample=on_bad_sample or str(config.data.on_bad_sample.value))
 
     # -- life cycle ---------------------------------------------------------------------
 
@@ -180,7 +181,8 @@ class Enqueuer:
         slot = self._slots[slot_index]
         task, work = messages.Task(slot.split_name, slot.epoch, slot_index, []), self.work
         for position, index in list(slot.todo.items()):
-            self._handle(worker_loop.fill(self.ring.array, task, position, index, work), None, "the training process")
+            reply = worker_loop.fill(self.ring.array, task, work, position=position, index=index)
+            self._handle(reply, None, "the training process")
         self.telemetry.add_stages(worker_loop.take_stages())
 
     def _wait_for(self, slot_index: int) -> None:

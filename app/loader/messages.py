@@ -42,7 +42,7 @@ class Written:
     position: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SampleNote:
     """Worker → parent: what became of one sample other than being written as itself."""
 
@@ -53,7 +53,7 @@ class SampleNote:
     detail: str  # the reason, or a traceback for Failed
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Skipped(SampleNote):
     """Unreadable; the next readable sample, `stand_in`, was written in its place
     (data.on_bad_sample=skip): the batch's label at `position` is the stand-in's."""

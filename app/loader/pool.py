@@ -32,7 +32,7 @@ class Work:
     on_bad_sample: str  # raise, skip or mark (app/loader/worker.py)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Worker:
     conn: Connection
     handle: Any  # multiprocessing.Process or threading.Thread
@@ -75,7 +75,7 @@ class Pool:
             thread = threading.Thread(target=_serve_thread, name=f"app-loader-{i}", daemon=True,
                                       args=(child_end, self.ring.array, self.ring.done, self.work))
             thread.start()
-            return Worker(parent_end, thread, f"worker thread {i}", ready=True)
+            return Worker(conn=parent_end, handle=thread, name=f"worker thread {i}", ready=True)
         context = mp.get_context(self.start_method)
         parent_end, child_end = context.Pipe(duplex=True)
         parent_pid = os.getpid() if self.start_method == "spawn" else None
@@ -84,7 +84,7 @@ class Pool:
         with _child_environment(self.start_method):
             self._starter.submit(process.start).result()
         child_end.close()
-        return Worker(parent_end, process, f"worker process {process.pid}")
+        return Worker(conn=parent_end, handle=process, name=f"worker process {process.pid}")
 
     def replace(self, dead: Worker) -> Worker:
         """A new worker in a dead one's place (given none of its work: the caller hands that on)."""

@@ -13,7 +13,7 @@ from pathlib import Path
 from app.rules import AUTO, worker_limit
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Settings:
     """How the enqueuer works: the batch it fills, and the queue config's keys."""
 
@@ -34,9 +34,11 @@ class Settings:
         value still there is a loading-only command's (for_loading_only)."""
         data, queue = config.data, config.queue
         workers, max_size = for_loading_only(queue)
-        return cls(batch_size or data.batch_size, tuple(data.image_size), workers, queue.use_multiprocessing,
-                   max_size, str(queue.start_method.value), queue.timeout_s, queue.startup_timeout_s,
-                   data.max_bad_fraction, bad_log)
+        return cls(batch_size=batch_size or data.batch_size, image_size=tuple(data.image_size), workers=workers,
+                   use_multiprocessing=queue.use_multiprocessing, max_size=max_size,
+                   start_method=str(queue.start_method.value), timeout_s=queue.timeout_s,
+                   startup_timeout_s=queue.startup_timeout_s, max_bad_fraction=data.max_bad_fraction,
+                   bad_log=bad_log)
 
 
 def usable_cores() -> int:

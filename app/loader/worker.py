@@ -30,7 +30,7 @@ THREAD_ENV = {name: "1" for name in (
     "VECLIB_MAXIMUM_THREADS")}
 
 
-def make_sample(split: Any, augmenter: Any, index: int, seed: int, epoch: int) -> np.ndarray:
+def make_sample(split: Any, augmenter: Any, index: int, *, seed: int, epoch: int) -> np.ndarray:
     image = split.read(index, augmenter.decode)
     return augmenter(image, seed, epoch, index)
 
@@ -47,7 +47,7 @@ def take_stages() -> tuple[float, ...]:
     return stages
 
 
-def _build_timed(ring, task: messages.Task, position: int, index: int, work) -> None:
+def _build_timed(ring, task: messages.Task, work, *, position: int, index: int) -> None:
     """Sample `index` read, decoded, augmented and copied into its place, each stage timed."""
     split, augmenter = work.splits[task.split], work.augmenters[task.split]
     t0 = time.perf_counter()
@@ -74,7 +74,7 @@ def serve(conn, ring: np.ndarray, done: np.ndarray, work) -> None:
         if task is messages.STOP:
             return
         for position, index in task.items:
-            reply = fill(ring, task, position, index, work)
+            reply = fill(ring, task, work, position=position, index=index)
             for caught in _native:
                 caught.write_named(_describe(work.splits[task.split], index))
             if isinstance(reply, messages.Written):
@@ -84,22 +84,22 @@ def serve(conn, ring: np.ndarray, done: np.ndarray, work) -> None:
         conn.send(messages.ShareDone(task.slot, take_stages()))
 
 
-def fill(ring, task: messages.Task, position: int, index: int, work) -> messages.Written | messages.SampleNote:
+def fill(ring, task: messages.Task, work, *, position: int, index: int) -> messages.Written | messages.SampleNote:
     """Build sample `index` into its place in `task.slot`; what became of it. The policy
     (work.on_bad_sample) for an unreadable one: raise (a Bad note), skip (a stand-in, whose label
     the note names), or mark (zeros, and a Marked note)."""
     split, augmenter = work.splits[task.split], work.augmenters[task.split]
     try:
         try:
-            _build_timed(ring, task, position, index, work)
+            _build_timed(ring, task, work, position=position, index=index)
             return messages.Written(task.slot, position)
         except BadSampleError as bad:
-            note = (task.slot, position, index, bad.where)
+            note = {"slot": task.slot, "position": position, "index": index, "where": bad.where, "detail": bad.reason}
             if work.on_bad_sample == "mark":
                 ring[task.slot, position] = 0
-                return messages.Marked(*note, bad.reason)
+                return messages.Marked(**note)
             if work.on_bad_sample != "skip":
-                return messages.Bad(*note, bad.reason)
+                return messages.Bad(**note)
             # Deterministic stand-in, so the batch keeps its size: the next readable sample,
             # augmented with the bad sample's own randomness.
             for k in range(1, min(MAX_REPLACEMENTS, len(split))):
@@ -109,11 +109,11 @@ def fill(ring, task: messages.Task, position: int, index: int, work) -> messages
                 except BadSampleError:
                     continue
                 ring[task.slot, position] = augmenter(image, work.seed, task.epoch, index)
-                return messages.Skipped(*note, bad.reason, stand_in=stand_in)
-            return messages.Stranded(*note, bad.reason)
+                return messages.Skipped(**note, stand_in=stand_in)
+            return messages.Stranded(**note)
     except Exception as error:  # noqa: BLE001 - carried to the parent with its traceback
-        return messages.Failed(task.slot, position, index, _describe(split, index),
-                               "".join(traceback.format_exception(error)))
+        return messages.Failed(slot=task.slot, position=position, index=index, where=_describe(split, index),
+                               detail="".join(traceback.format_exception(error)))
 
 
 def _describe(split: Any, index: int) -> str:

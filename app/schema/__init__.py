@@ -73,7 +73,7 @@ class PreviewConfig:
     augmentations: int = 6  # augmentations of each, beside its source image
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Config:
     seed: int = 0
     tags: list[str] = field(default_factory=list)  # into summary.json and TensorBoard, to find runs by

@@ -23,7 +23,7 @@ class DecodeConfig:
     draft: bool = True  # JPEG: decode at 1/2, 1/4 or 1/8 scale when the network input allows
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DataConfig:
     name: str = MISSING  # synthetic | cifar | folder, set by each conf/data file
     path: str | None = None
@@ -38,7 +38,7 @@ class DataConfig:
     max_image_pixels: int | None = 89_478_485
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SyntheticDataConfig(DataConfig):
     name: str = "synthetic"
     path: str | None = "datasets/synthetic"
@@ -49,7 +49,7 @@ class SyntheticDataConfig(DataConfig):
     num_test_images: int | None = None  # the test split, generated apart: null is a quarter of num_images
 
 
-@dataclass
+@dataclass(kw_only=True)
 class CifarDataConfig(DataConfig):
     name: str = "cifar"
     path: str | None = "datasets/cifar10"
@@ -79,7 +79,7 @@ class AugmentConfig:
     eval_crop_fraction: float = 0.875
 
 
-@dataclass
+@dataclass(kw_only=True)
 class QueueConfig:
     # An integer, or `auto`: chosen at start-up by a short probe (app/capacity/auto.py).
     # Any: OmegaConf's structured configs take no union of int and str.

@@ -34,7 +34,7 @@ class ModelConfig:
     _target_: str = MISSING
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ResnetModelConfig(ModelConfig):
     """model=resnet: the small ResNet of app/model.py."""
 
@@ -45,7 +45,7 @@ class ResnetModelConfig(ModelConfig):
     kwargs: dict[str, Any] = field(default_factory=dict)  # more keyword arguments for the builder
 
 
-@dataclass
+@dataclass(kw_only=True)
 class KerasAppConfig(ModelConfig):
     """model=keras_app: a keras.applications backbone with a new head (app/backbones.py)."""
 
@@ -66,7 +66,7 @@ class CustomModelConfig(ModelConfig):
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class OptimizerConfig:
     """conf/optimizer: any Keras optimizer by `_target_`; `learning_rate` is the peak, which
     conf/scheduler shapes over the run."""
@@ -81,7 +81,7 @@ class OptimizerConfig:
     kwargs: dict[str, Any] = field(default_factory=dict)  # the optimizer's own (momentum, beta_1, ...)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SchedulerConfig:
     """conf/scheduler: the learning rate over the run, in steps (epochs × steps an epoch)."""
 
@@ -102,7 +102,7 @@ class LoggerConfig:
     name: str = "tensorboard"  # tensorboard | csv | none
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TrainerConfig:
     epochs: int = 8
     steps_per_epoch: int | None = None

@@ -13,6 +13,7 @@ import keras
 import numpy as np
 from tqdm import tqdm
 
+from app.frameworks import load_tensorflow
 from app.training.checkpoint import RunState
 
 log = logging.getLogger("app.train")
@@ -57,8 +58,6 @@ class Profile(keras.callbacks.Callback):
             self.start, self.stop = jax.profiler.start_trace, jax.profiler.stop_trace
             self.step = lambda step: jax.profiler.StepTraceAnnotation("train", step_num=step)
         else:
-            from app.frameworks import load_tensorflow
-
             profiler = load_tensorflow().profiler.experimental
             self.start, self.stop = profiler.start, profiler.stop
             self.step = lambda step: profiler.Trace("train", step_num=step, _r=1)

@@ -25,8 +25,9 @@ from tensorboard.compat.proto import event_pb2
 
 from app import sheets
 from app.capacity.memory import PeakMemory
+from app.frameworks import load_tensorflow
 from app.training.checkpoint import RunState
-from app.training.tables import keep_rows
+from app.training.tables import rewrite_keeping_rows
 
 log = logging.getLogger("app.train")
 EVENTS = "tensorboard"
@@ -54,8 +55,6 @@ class Writer:
 
 class TensorBoardWriter(Writer):
     def __init__(self, run_dir: Path):
-        from app.frameworks import load_tensorflow
-
         tf = load_tensorflow()
 
         self.tf, self.root = tf, Path(run_dir) / EVENTS
@@ -152,7 +151,7 @@ def hyperparameters(config: dict, prefix: str = "") -> dict:
     return flat
 
 
-def first_batch(out: Writer, run_dir: Path, batch: tuple, class_names: list[str]) -> None:
+def write_first_batch(out: Writer, run_dir: Path, batch: tuple, class_names: list[str]) -> None:
     """The first training batch as the model gets it (augmented, uint8): in the dashboard, and as
     augmented.png with each sample's class."""
     images, labels = batch[0], batch[1]
@@ -163,13 +162,11 @@ def first_batch(out: Writer, run_dir: Path, batch: tuple, class_names: list[str]
 def trim(run_dir: Path, step: int) -> None:
     """What the dashboards hold after `step` goes: the event files rewritten without those events
     (each under a temporary name, then renamed over the old one), scalars.csv without those rows."""
-    keep_rows(Path(run_dir) / SCALARS, lambda row: int(row["step"]) <= step, "step")
+    rewrite_keeping_rows(Path(run_dir) / SCALARS, lambda row: int(row["step"]) <= step, "step")
     root = Path(run_dir) / EVENTS
     files = sorted(root.rglob("*tfevents*")) if root.is_dir() else []
     if not files:
         return
-    from app.frameworks import load_tensorflow
-
     tf = load_tensorflow()
 
     for path in files:  # TensorBoard's own reader, the records kept byte for byte

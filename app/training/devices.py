@@ -26,18 +26,21 @@ Never imports the loader.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from app.errors import config_error
-from app.frameworks import native_stderr_to_log
+from app.frameworks import load_tensorflow, native_stderr_to_log
 from app.schema import Config
 
 log = logging.getLogger("app.train")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Placement:
     """The devices a run trains on."""
 
@@ -82,24 +85,21 @@ def place(config: Config) -> Placement:
     with native_stderr_to_log():  # cuInit's "no GPU" line, when there is none
         gpus = [d.name for d in tf.config.list_logical_devices("GPU")]
     if trainer.strategy == "default":
-        placement = Placement("default", [gpus[0] if gpus else "/device:CPU:0"], gpus)
+        placement = Placement(strategy_name="default", devices=[gpus[0] if gpus else "/device:CPU:0"], gpus=gpus)
     else:
         devices = gpus or [d.name for d in tf.config.list_logical_devices("CPU")]
-        placement = Placement("mirrored", devices, gpus, tf.distribute.MirroredStrategy(devices))
+        placement = Placement(strategy_name="mirrored", devices=devices, gpus=gpus,
+                              strategy=tf.distribute.MirroredStrategy(devices))
         _check_batch(config.data.batch_size, placement)
     _log(placement, "TensorFlow")
     return placement
 
 
 def _place_jax(config: Config) -> Placement:
-    import importlib.util
-
     import jax
     import keras
 
     if importlib.util.find_spec("tensorflow"):  # Keras on JAX still imports it (its data adapters, TensorBoard)
-        from app.frameworks import load_tensorflow
-
         load_tensorflow()  # quietly, and kept off the GPUs
     trainer = config.trainer
     logging.getLogger("jax").setLevel(logging.WARNING)  # its INFO lines: each platform it did not find
@@ -112,11 +112,12 @@ def _place_jax(config: Config) -> Placement:
                            f"setting was made, with {jax.local_device_count()} CPU device(s); sweep over "
                            "trainer.cpu_devices with a launcher that starts a process a job (hydra/launcher=joblib)")
     if trainer.strategy == "default":
-        placement = Placement("default", [str(jax.devices()[0])], gpus)
+        placement = Placement(strategy_name="default", devices=[str(jax.devices()[0])], gpus=gpus)
     else:
         keras.distribution.set_distribution(keras.distribution.DataParallel(devices=jax.devices()))
-        placement = Placement("data_parallel", [str(d) for d in jax.devices()], gpus, None, jax.process_count(),
-                              jax.process_index(), jax.local_device_count())
+        placement = Placement(strategy_name="data_parallel", devices=[str(d) for d in jax.devices()], gpus=gpus,
+                              processes=jax.process_count(), process=jax.process_index(),
+                              local_devices=jax.local_device_count())
         _check_batch(config.data.batch_size, placement)
     _log(placement, "JAX")
     return placement
@@ -132,7 +133,6 @@ def expected_process(trainer) -> int:
 
 def check_one_run_dir(run_dir) -> None:
     """Every process of a several-process run writes into process 0's run directory."""
-    import numpy as np
     from jax.experimental import multihost_utils
 
     mine = str(run_dir.resolve()).encode()[:4096]

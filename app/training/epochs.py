@@ -208,7 +208,7 @@ class Epochs:
         first = next(iterator, None)
         if first is None:
             return
-        dashboards.first_batch(self.out, self.run_dir, first, self.source.class_names)
+        dashboards.write_first_batch(self.out, self.run_dir, first, self.source.class_names)
         yield first
         del first
         yield from iterator

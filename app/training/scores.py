@@ -15,7 +15,7 @@ from app.processes import stop_if_interrupted
 from app.training.objectives import EPSILON
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Scores:
     images: int = 0
     loss_sum: float = 0.0

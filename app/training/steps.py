@@ -169,7 +169,7 @@ def sync(net: keras.Model) -> None:
         net.jax_state_sync()
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EpochPlan:
     steps: int  # the epoch's training steps
     batch_size: int
@@ -193,12 +193,12 @@ def train_epoch(net: keras.Model, feed: Feed, callbacks: keras.callbacks.Callbac
     Stops early when a callback sets `net.stop_training`."""
     net.make_train_function()
     try:
-        return _train_steps(net, feed, callbacks, figures, plan)
+        return _train_steps(net, feed, callbacks, figures=figures, plan=plan)
     finally:
         feed.close()
 
 
-def _train_steps(net, feed: Feed, callbacks, figures: EpochFigures, plan: EpochPlan) -> EpochFigures:
+def _train_steps(net, feed: Feed, callbacks, *, figures: EpochFigures, plan: EpochPlan) -> EpochFigures:
     step_calls = feed.calls(net, "train")
     # A resumed epoch's clock goes on from the seconds it had; the time before the resume
     # (process start, model load) is neither training nor waiting.

@@ -23,7 +23,7 @@ def append_metrics(path: Path, row: dict) -> None:
         writer.writerow({k: row.get(k) for k in columns})
 
 
-def keep_rows(path: Path, keep, column: str) -> None:
+def rewrite_keeping_rows(path: Path, keep, column: str) -> None:
     """Rewrite a CSV file with only the rows `keep(row)` accepts (a resumed run drops what
     it is about to redo, so no row is duplicated), with the file's own line ends."""
     kept = rows_kept(path, keep, column)

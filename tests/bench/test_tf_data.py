@@ -51,4 +51,5 @@ def test_batches_are_the_augmented_samples_in_float32(split):
 
 def test_an_array_source_is_refused():
     with pytest.raises(ValueError, match="data=cifar"):
-        dataset(ArraySplit("unused.npy", [0], [0], "train"), Augmenter([], (32, 32)), np.zeros((1, 2), int), 0, 1)
+        dataset(ArraySplit("unused.npy", [0], [0], "train"), Augmenter([], (32, 32)), np.zeros((1, 2), int),
+                seed=0, batch_size=1)

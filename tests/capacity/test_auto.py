@@ -117,8 +117,8 @@ def test_samples_are_timed_as_a_worker_builds_them(jpegs):
     assert built == [0, 1, 3, 4, 5, 6]  # the unreadable file passed over
     assert len(times) == len(built) - 1 and all(t > 0 for t in times)  # the first builds the augmentation
     for index, image in zip(built, images, strict=True):  # the samples epoch 0 gives, bit for bit
-        assert np.array_equal(image, make_sample(jpegs, augmenter, index, 3, 0))
-    other_seed = [make_sample(jpegs, augmenter, index, 4, 0) for index in built]  # negative control
+        assert np.array_equal(image, make_sample(jpegs, augmenter, index, seed=3, epoch=0))
+    other_seed = [make_sample(jpegs, augmenter, index, seed=4, epoch=0) for index in built]  # negative control
     assert any(not np.array_equal(a, b) for a, b in zip(images, other_seed, strict=True))
 
 

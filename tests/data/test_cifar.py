@@ -129,7 +129,7 @@ def test_cache_is_reused_and_rebuilt_when_the_source_changes(tmp_path, monkeypat
     def fail(*args):
         raise AssertionError("cache rebuilt")
     with monkeypatch.context() as m:
-        m.setattr(cifar, "_build_cache", fail)
+        m.setattr(cifar, "_write_cache", fail)
         again = load_source(_cfg(tmp_path))
     assert again.fingerprint == first.fingerprint
 

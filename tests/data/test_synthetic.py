@@ -60,7 +60,7 @@ def test_existing_dataset_is_reused(tmp_path, monkeypatch):
 
     def fail(*args):
         raise AssertionError("regenerated")
-    monkeypatch.setattr(synthetic, "_run", fail)
+    monkeypatch.setattr(synthetic, "_write_images", fail)
     assert ensure_dataset(tmp_path, Spec(seed=0, **TINY), progress=False) == folder
     assert {p: p.stat().st_mtime_ns for p in folder.rglob("*.jpg")} == before
 
@@ -72,16 +72,16 @@ def test_progress_goes_to_stderr(tmp_path, capsys):
 
 
 def test_losing_the_rename_race_uses_the_winners_copy(tmp_path, monkeypatch):
-    run = synthetic._run
+    run = synthetic._write_images
     winner = {}
 
     def run_then_get_overtaken(*args):
         run(*args)
         # Another job finishes first, while this one is about to rename its copy.
-        monkeypatch.setattr(synthetic, "_run", run)
+        monkeypatch.setattr(synthetic, "_write_images", run)
         winner["folder"] = ensure_dataset(tmp_path, Spec(seed=0, **TINY), progress=False)
         winner["files"] = _files(winner["folder"])
-    monkeypatch.setattr(synthetic, "_run", run_then_get_overtaken)
+    monkeypatch.setattr(synthetic, "_write_images", run_then_get_overtaken)
 
     folder = ensure_dataset(tmp_path, Spec(seed=0, **TINY), progress=False)
     assert folder == winner["folder"]
@@ -178,7 +178,7 @@ def test_a_run_on_another_generators_files_is_refused_before_generating(tmp_path
 
     def fail(*args):
         raise AssertionError("generated")
-    monkeypatch.setattr(synthetic, "_run", fail)
+    monkeypatch.setattr(synthetic, "_write_images", fail)
     with pytest.raises(DataError, match=r"trained on synthetic images of generator v1 .* generates v2"):
         run_source(run, data)
     assert not (tmp_path / "data").exists()
@@ -231,9 +231,10 @@ def test_a_dataset_larger_than_the_free_disk_is_refused_before_any_file(tmp_path
     """A billion images are refused at once, naming the key, instead of filling the disk (or the
     memory, with every image's job); the dataset that fits is generated (test_layout_and_names)."""
     with pytest.raises(MachineError, match=r"data\.num_images=1000000000 .* data\.source_size=1024 .* GiB free"):
-        ensure_dataset(tmp_path, Spec(10**9, 1024, 4, 0), progress=False)
+        ensure_dataset(tmp_path, Spec(num_images=10**9, source_size=1024, num_classes=4, seed=0), progress=False)
     with pytest.raises(MachineError, match=r"lower data\.num_test_images"):
-        ensure_dataset(tmp_path, Spec(10**9, 1024, 4, 0, first=800), progress=False)
+        ensure_dataset(tmp_path, Spec(num_images=10**9, source_size=1024, num_classes=4, seed=0, first=800),
+                       progress=False)
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 

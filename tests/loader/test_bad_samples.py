@@ -116,7 +116,8 @@ def test_bad_samples_txt_keeps_one_row_a_file_whatever_its_name(tmp_path):
     log = tmp_path / "bad_samples.txt"
     bad = BadSamples({"train": FileSplit(names + ["/data/good.jpg"], [0, 1, 0, 1, 0])}, 1.0, log)
     for index, where in enumerate(names):
-        bad.take(messages.Skipped(0, index, index, where, "empty file", stand_in=4), "train")
+        skipped = messages.Skipped(slot=0, position=index, index=index, where=where, detail="empty file", stand_in=4)
+        bad.take(skipped, "train")
     with open(log, newline="", encoding="utf-8") as f:
         rows = list(csv.reader(f, delimiter="\t"))
     assert rows == [["train", str(i), where, "empty file"] for i, where in enumerate(names)]

@@ -139,7 +139,7 @@ def epoch_bytes(split, *, workers, processes=True, start_method="spawn", seed=0,
 
     augmenter = Augmenter(CROP_FLIP_JITTER, [24, 24])
     order = epoch_order(len(split), seed=seed, epoch=epoch, shuffle=True)
-    settings = Settings(4, (24, 24), workers=workers, use_multiprocessing=processes, max_size=2,
+    settings = Settings(batch_size=4, image_size=(24, 24), workers=workers, use_multiprocessing=processes, max_size=2,
                         start_method=start_method)
     with Enqueuer({"train": split}, {"train": augmenter}, settings, seed=seed) as enq:
         return [images.tobytes() for images, _ in enq.batches("train", order, epoch)]

@@ -119,7 +119,8 @@ from marked import IdentityAugmenter, MarkedSplit
 from app.loader.enqueuer import Enqueuer
 from app.loader.settings import Settings
 split = MarkedSplit(8, hang_at=(0, 1))  # both workers busy (hung) in a read: no pipe EOF to notice
-enq = Enqueuer({"train": split}, {"train": IdentityAugmenter()}, Settings(4, (8, 8), workers=2, timeout_s=600)).start()
+settings = Settings(batch_size=4, image_size=(8, 8), workers=2, timeout_s=600)
+enq = Enqueuer({"train": split}, {"train": IdentityAugmenter()}, settings).start()
 threading.Thread(target=lambda: list(enq.batches("train", list(range(8)), 0)), daemon=True).start()
 while len(enq.worker_pids) < 2:
     time.sleep(0.01)

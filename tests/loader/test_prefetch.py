@@ -20,7 +20,8 @@ def test_detach_survives_the_slot_being_reused():
 
 
 def make(split):
-    return Enqueuer({"train": split}, {"train": IdentityAugmenter()}, Settings(4, (8, 8), workers=2, max_size=2))
+    settings = Settings(batch_size=4, image_size=(8, 8), workers=2, max_size=2)
+    return Enqueuer({"train": split}, {"train": IdentityAugmenter()}, settings)
 
 
 def test_batches_ahead_keep_order_and_stop_cleanly():

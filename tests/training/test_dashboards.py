@@ -58,7 +58,7 @@ def test_csv_logger_and_none(tmp_path):
 def test_the_first_batch_is_drawn_with_its_classes(tmp_path):
     batch = np.random.default_rng(0).integers(0, 256, (10, 16, 16, 3), dtype=np.uint8)
     out = dashboards.writer("tensorboard", tmp_path)
-    dashboards.first_batch(out, tmp_path, (batch, np.arange(10) % 2), ["cat", "dog"])
+    dashboards.write_first_batch(out, tmp_path, (batch, np.arange(10) % 2), ["cat", "dog"])
     out.close()
     from PIL import Image
 

@@ -156,7 +156,8 @@ def test_batch_norm_statistics_are_one_models_on_every_replica(runs):
 
 
 def test_a_batch_the_replicas_cannot_share_is_refused_with_the_fix():
-    placement = Placement("mirrored", ["/device:GPU:0", "/device:GPU:1", "/device:GPU:2"], strategy=object())
+    placement = Placement(strategy_name="mirrored", devices=["/device:GPU:0", "/device:GPU:1", "/device:GPU:2"],
+                          strategy=object())
     with pytest.raises(ConfigError, match=r"data.batch_size.*3 replicas.*data.batch_size=12 or 9"):
         _check_batch(10, placement)
     _check_batch(12, placement)  # negative control: a multiple passes
@@ -165,11 +166,11 @@ def test_a_batch_the_replicas_cannot_share_is_refused_with_the_fix():
 def test_a_validation_split_smaller_than_the_replicas_is_refused():
     from app.training.inputs import check_validation_rows
 
-    placement = Placement("mirrored", ["/device:CPU:0", "/device:CPU:1"], strategy=object())
+    placement = Placement(strategy_name="mirrored", devices=["/device:CPU:0", "/device:CPU:1"], strategy=object())
     with pytest.raises(ConfigError, match=r"trainer.strategy.*1 sample.*2 replicas.*trainer.cpu_devices"):
         check_validation_rows(1, placement)
     check_validation_rows(2, placement)  # negative controls: one each, or one device
-    check_validation_rows(1, Placement("default", ["/device:CPU:0"]))
+    check_validation_rows(1, Placement(strategy_name="default", devices=["/device:CPU:0"]))
 
 
 def composed(*overrides: str):

@@ -166,7 +166,7 @@ def validation_rows(labels: np.ndarray, limit: int | None, seed: int = 0, placem
     host = SimpleNamespace(config=SimpleNamespace(data=SimpleNamespace(batch_size=8), seed=seed,
                                                   trainer=SimpleNamespace(validation_steps=limit)),
                            source=SimpleNamespace(val=val), loader=SimpleNamespace(batches=one_a_batch),
-                           placement=placement or Placement("default", ["/device:CPU:0"]))
+                           placement=placement or Placement(strategy_name="default", devices=["/device:CPU:0"]))
     feed = epochs.Epochs._validation_feed(host)
     return [int(i) for x, _ in feed.batches for i in x]
 
@@ -180,8 +180,8 @@ def test_validation_steps_score_every_class_in_its_share():
     picked = validation_rows(labels, 2)
     assert len(picked) == len(set(picked)) == 16 and np.bincount(labels[picked]).tolist() == [8, 6, 2]
     assert validation_rows(labels, 2) == picked != validation_rows(labels, 2, seed=1)
-    shares = [validation_rows(labels, 2, placement=Placement("data_parallel", ["/device:CPU:0"], processes=2,
-                                                               process=p)) for p in (0, 1)]
+    shares = [validation_rows(labels, 2, placement=Placement(strategy_name="data_parallel", devices=["/device:CPU:0"],
+                                                               processes=2, process=p)) for p in (0, 1)]
     assert sorted(shares[0] + shares[1]) == picked
     # negative control: no limit, every sample once, in order
     assert validation_rows(labels, None) == list(range(len(labels)))

@@ -223,9 +223,9 @@ def test_class_weights_reach_the_loss():
     before = [w.copy() for w in weighted.get_weights()]
     callbacks = keras.callbacks.CallbackList([], model=weighted)
     figures = train_epoch(weighted, Feed(batches(), 3, np.zeros(3, np.float32)), callbacks, EpochFigures(),
-                          EpochPlan(3, 4))
+                          EpochPlan(steps=3, batch_size=4))
     assert figures.logs["loss"] == 0 and same(before, weighted.get_weights())
     # negative control: unweighted, the same batches move the weights
     train_epoch(plain, Feed(batches(), 3), keras.callbacks.CallbackList([], model=plain), EpochFigures(),
-                EpochPlan(3, 4))
+                EpochPlan(steps=3, batch_size=4))
     assert not same(before, plain.get_weights())

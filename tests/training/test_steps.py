@@ -34,7 +34,7 @@ def tiny_net(size: int = 8, steps_per_execution: int = 1) -> keras.Model:
 
 def train(net, batches, count: int, callbacks=(), **plan) -> EpochFigures:
     return train_epoch(net, Feed(batches, count), keras.callbacks.CallbackList(list(callbacks), model=net),
-                       EpochFigures(), EpochPlan(count, BATCH, **plan))
+                       EpochFigures(), EpochPlan(steps=count, batch_size=BATCH, **plan))
 
 
 def blank_batches(count: int, size: int = 8):
@@ -44,7 +44,7 @@ def blank_batches(count: int, size: int = 8):
 
 def enqueuer(split, max_size: int) -> Enqueuer:
     return Enqueuer({"train": split}, {"train": IdentityAugmenter()},
-                    Settings(BATCH, (split.size, split.size), workers=2, max_size=max_size))
+                    Settings(batch_size=BATCH, image_size=(split.size, split.size), workers=2, max_size=max_size))
 
 
 class CountAhead(keras.callbacks.Callback):
@@ -138,7 +138,7 @@ def test_a_resumed_epoch_does_not_count_its_past_as_waiting():
     net = tiny_net()
     before = EpochFigures(steps=5, images=20, waited_s=1.0, seconds=100.0)
     figures = train_epoch(net, Feed(blank_batches(3), 3), keras.callbacks.CallbackList([], model=net), before,
-                          EpochPlan(8, BATCH, first=5))
+                          EpochPlan(steps=8, batch_size=BATCH, first=5))
     assert figures.steps == 8 and figures.images == 32 and figures.seconds >= 100.0
     # the three new steps waited next to nothing: far below the 100 s already on the clock
     assert figures.waited_s < 1.0 + 50.0 and 0 <= figures.data_wait_fraction < 0.5

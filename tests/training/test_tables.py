@@ -8,14 +8,14 @@ import re
 import pytest
 
 from app.errors import DataError
-from app.training.tables import append_metrics, keep_rows
+from app.training.tables import append_metrics, rewrite_keeping_rows
 
 
 @pytest.mark.parametrize("ending", ["\n", "\r\n"])
 def test_cutting_back_keeps_the_files_own_line_ends(tmp_path, ending):
     path = tmp_path / "samples.csv"
     path.write_bytes(ending.join(["step,epoch", "1,1", "2,1", "3,2", ""]).encode())
-    keep_rows(path, lambda row: int(row["step"]) <= 2, "step")
+    rewrite_keeping_rows(path, lambda row: int(row["step"]) <= 2, "step")
     assert path.read_bytes() == ending.join(["step,epoch", "1,1", "2,1", ""]).encode()
 
 
@@ -23,13 +23,13 @@ def test_a_damaged_file_is_named_with_its_line_and_left_as_it_is(tmp_path):
     path = tmp_path / "metrics.csv"
     append_metrics(path, {"epoch": 1, "loss": 0.5})
     append_metrics(path, {"epoch": 2, "loss": 0.4})
-    keep_rows(path, lambda row: int(row["epoch"]) <= 2, "epoch")  # negative control: a whole file is read
+    rewrite_keeping_rows(path, lambda row: int(row["epoch"]) <= 2, "epoch")  # negative control: a whole file is read
     for garbage, what in ((b"\xff\xfe\x00junk\n", "not text"), (b"3,0.3,extra\n", "3 fields where the header has 2"),
                           (b"three,0.3\n", "not what the column holds")):
         damaged = path.read_bytes() + garbage
         path.with_name("damaged.csv").write_bytes(damaged)
         with pytest.raises(DataError, match="damaged.csv is damaged: line 4 holds") as raised:
-            keep_rows(path.with_name("damaged.csv"), lambda row: int(row["epoch"]) <= 2, "epoch")
+            rewrite_keeping_rows(path.with_name("damaged.csv"), lambda row: int(row["epoch"]) <= 2, "epoch")
         assert what in str(raised.value) and "delete that line" in str(raised.value)
         assert path.with_name("damaged.csv").read_bytes() == damaged
 

@@ -1,0 +1,91 @@
+"""What every bench mode is given (its Run: the config, the data, the (epoch, index) pairs to
+visit, the clock), and the modes with no model: `loader` (this loader and its prefetch) and
+`serial` (decode + augment one sample after another, the per-core rate). Never imports
+TensorFlow, Keras or JAX: these modes' memory is the loader's own. Runs in bench's child
+processes; never imported by the loader or training."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from app.loader.order import epoch_order, full_batches
+from app.loader.pipeline import build_loader
+from app.loader.worker import make_sample, prepare_process
+
+
+class Clock:
+    """Times batches: the first from the start, the rate over those after the warmup."""
+
+    def __init__(self, warmup: int, batch: int):
+        self.warmup, self.batch = warmup, batch
+        self.start = time.perf_counter()
+        self.marks: list[float] = []
+
+    def tick(self) -> None:
+        self.marks.append(time.perf_counter())
+
+    def result(self) -> dict:
+        count = len(self.marks) - self.warmup
+        since = self.marks[self.warmup - 1] if self.warmup else self.start
+        seconds = self.marks[-1] - since
+        return {"images_per_s": count * self.batch / seconds, "first_batch_s": self.marks[0] - self.start,
+                "timed_batches": count, "timed_seconds": seconds}
+
+
+@dataclass(kw_only=True)
+class Run:
+    """What a mode is given: its name, the config, the data, the training augmentation, the
+    (epoch, sample index) pairs to go through, and the clock to tick a batch."""
+
+    mode: str
+    config: object  # the loaded config (app/config.py)
+    source: object
+    augmenter: object
+    order: object
+    clock: Clock
+
+
+def visit_order(n: int, batch: int, *, needed: int, seed: int, shuffle: bool) -> np.ndarray:
+    """(epoch, sample index) pairs, epoch after epoch until `needed`, full batches only (as
+    training takes them), so every timed batch holds `batch` images."""
+    pairs, epoch = [], 0
+    while len(pairs) < needed:
+        order = full_batches(epoch_order(n, seed=seed, epoch=epoch, shuffle=shuffle), batch)
+        pairs += [(epoch, int(i)) for i in order]
+        epoch += 1
+    return np.array(pairs[:needed])
+
+
+def training_loader(config, source):
+    """This loader over the training split; its workers start when its `with` block is entered."""
+    return build_loader(config, {"train": (source.train, config.augment.transforms)})
+
+
+def loader_batches(loader, order):
+    """This loader's batches over `order`, one epoch's pass after another."""
+    epochs = order[:, 0]
+    for epoch in sorted(set(epochs.tolist())):
+        indices = order[epochs == epoch, 1]
+        yield from loader.batches("train", indices, int(epoch))
+
+
+def loader_only(run: Run) -> None:
+    config, source, order, clock = run.config, run.source, run.order, run.clock
+    clock.start = time.perf_counter()
+    with training_loader(config, source) as loader:
+        for _ in loader_batches(loader, order):
+            clock.tick()
+
+
+def serial(run: Run) -> None:
+    config, source, augmenter, order, clock = run.config, run.source, run.augmenter, run.order, run.clock
+    prepare_process()  # single-threaded and keeping freed memory, as a worker is: the per-core rate
+    batch = config.data.batch_size
+    clock.start = time.perf_counter()
+    for k, (epoch, index) in enumerate(order, start=1):
+        make_sample(source.train, augmenter, int(index), seed=config.seed, epoch=int(epoch))
+        if k % batch == 0:
+            clock.tick()
