@@ -17,6 +17,7 @@ KERAS_ALONE = ("import psutil; from app.frameworks import load_keras; load_keras
                "print(psutil.Process().memory_info().rss)")
 
 
+@pytest.mark.slow
 def test_measured_once_stored_and_measured_again_elsewhere(tmp_path, monkeypatch, capfd):
     monkeypatch.setenv("APP_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("KERAS_BACKEND", raising=False)  # TensorFlow's: the default

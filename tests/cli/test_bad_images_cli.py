@@ -60,6 +60,7 @@ def _clean(result: subprocess.CompletedProcess) -> None:
     assert "Traceback" not in said and "unexpected" not in said and "a bug" not in said, said[-3000:]
 
 
+@pytest.mark.slow
 def test_skip_trains_lists_every_bad_file_and_evaluate_leaves_out_what_it_cannot_read(data):
     run = data.parent / "skip run"
     result = app("train", *TINY, f"data.path={data}", "data.on_bad_sample=skip", "data.max_bad_fraction=0.4",
@@ -91,6 +92,7 @@ def test_skip_trains_lists_every_bad_file_and_evaluate_leaves_out_what_it_cannot
     _clean(limited)
 
 
+@pytest.mark.slow
 def test_raise_stops_with_one_paragraph_naming_the_file(data):
     result = app("train", *TINY, f"data.path={data}", f"hydra.run.dir={data.parent / 'raise run'}", cwd=data.parent)
     assert result.returncode == 1
@@ -106,6 +108,7 @@ def test_raise_stops_with_one_paragraph_naming_the_file(data):
     _clean(over)
 
 
+@pytest.mark.slow
 def test_preview_follows_the_policy(data):
     shown = app("preview", *TINY, f"data.path={data}", "preview.images=16", "preview.augmentations=1",
                 "data.on_bad_sample=skip", "hydra.run.dir=preview", cwd=data.parent)
@@ -131,6 +134,7 @@ def test_preview_follows_the_policy(data):
     assert any(name in last for name in BAD) and " — " not in last and "data.on_bad_sample=skip" in last
 
 
+@pytest.mark.slow
 def test_plan_reads_headers_by_the_loaders_rules(data):
     """With the default limit, train's own plan passed over the bomb (above); without one, too."""
     result = app("plan", *TINY, f"data.path={data}", "data.max_image_pixels=null", "hydra.run.dir=plan",

@@ -35,6 +35,7 @@ def run(tmp_path_factory) -> Path:
 NATIVE_NOISE = ("absl::InitializeLog", "oneDNN custom operations", "cuda drivers", "cuInit")
 
 
+@pytest.mark.slow
 def test_evaluate_equals_the_last_validation_row(run):
     result = app("evaluate", f"resume={run}", "queue.workers=1", cwd=run.parent)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -53,6 +54,7 @@ def test_evaluate_equals_the_last_validation_row(run):
     assert "true \\ predicted" in result.stdout
 
 
+@pytest.mark.slow
 def test_the_report_best_and_named_checkpoints(run):
     result = app("evaluate", f"resume={run}", "checkpoint=best", "queue.workers=1", cwd=run.parent)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -77,6 +79,7 @@ def test_the_report_best_and_named_checkpoints(run):
     assert test.returncode == 0 and "on 9 test samples" in test.stdout  # synthetic: a quarter of 36, generated apart
 
 
+@pytest.mark.slow
 def test_evaluate_refuses_other_data_settings_and_needs_a_run(run, tmp_path):
     changed = app("evaluate", f"resume={run}", "data.batch_size=2", cwd=run.parent)
     assert changed.returncode == 2 and "data.batch_size" in changed.stderr
@@ -84,6 +87,7 @@ def test_evaluate_refuses_other_data_settings_and_needs_a_run(run, tmp_path):
     assert missing.returncode == 2 and "resume" in missing.stderr
 
 
+@pytest.mark.slow
 def test_predict_matches_model_keras_in_plain_python(run, tmp_path):
     images = tmp_path / "images"
     (images / "sub").mkdir(parents=True)
@@ -118,6 +122,7 @@ print(json.dumps({{"classes": [names[i] for i in probabilities.argmax(1)], "p": 
     assert np.allclose(np.array([[float(v) for v in r[2:-1]] for r in rows]), expected["p"], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_predict_names_a_missing_input(run, tmp_path):
     result = app("predict", f"resume={run}", f"input={tmp_path / 'none'}", cwd=run.parent)
     assert result.returncode == 1 and str(tmp_path / "none") in result.stderr
@@ -129,6 +134,7 @@ def test_predict_names_a_missing_input(run, tmp_path):
     assert "a bug" not in looped.stderr
 
 
+@pytest.mark.slow
 def test_evaluate_on_a_folders_test_split(tmp_path):
     """data=folder: `evaluate split=test` is refused while there is no test split, and scores the
     test images alone once <path>/test/<class>/ is there beside train/ and val/; adding them does
@@ -169,6 +175,7 @@ def tree(run: Path, but: tuple[str, ...] = ()) -> dict[str, bytes]:
             if p.is_file() and p.name not in but}
 
 
+@pytest.mark.slow
 def test_a_second_train_into_a_runs_folder_is_refused_and_changes_nothing(run):
     before = tree(run)
     again = app("train", *TINY, cwd=run.parent)  # the same hydra.run.dir
@@ -177,6 +184,7 @@ def test_a_second_train_into_a_runs_folder_is_refused_and_changes_nothing(run):
     assert tree(run) == before  # not even train.log
 
 
+@pytest.mark.slow
 def test_a_refused_resume_changes_nothing_in_the_run(run, tmp_path):
     """A memory budget the run cannot fit, and garbage appended to metrics.csv: each refused with
     the file or key at fault, and summary.json stays `completed`. The log records the refusal."""
@@ -197,6 +205,7 @@ def test_a_refused_resume_changes_nothing_in_the_run(run, tmp_path):
     assert "not resumed (the run is as it was)" in (copy / "train.log").read_text()
 
 
+@pytest.mark.slow
 def test_a_damaged_model_keras_is_named_and_resume_writes_it_again(run, tmp_path):
     import keras
 
@@ -224,6 +233,7 @@ def test_a_damaged_model_keras_is_named_and_resume_writes_it_again(run, tmp_path
     assert all(np.array_equal(a, b) for a, b in zip(again.get_weights(), original.get_weights(), strict=True))
 
 
+@pytest.mark.slow
 def test_sigterm_stops_predict_as_ctrl_c_does(run, tmp_path):
     """A scheduler's SIGTERM: workers stopped, the ring freed, no half predictions.csv, exit 130."""
     copy = tmp_path / "run"

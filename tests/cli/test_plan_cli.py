@@ -43,6 +43,7 @@ def promised(tmp_path_factory):
                            budget=budget, run=run)
 
 
+@pytest.mark.slow
 def test_the_run_keeps_the_plan_and_the_budget_that_admitted_it(promised):
     summary = json.loads((promised.cwd / "run" / "summary.json").read_text())
     measured = summary["peak_memory_mb"]
@@ -54,6 +55,7 @@ def test_the_run_keeps_the_plan_and_the_budget_that_admitted_it(promised):
     assert any(n in (promised.cwd / "run" / "train.log").read_text() for n in NOISE)  # negative control: logged
 
 
+@pytest.mark.slow
 def test_plan_never_writes_a_dataset_and_says_what_generates_it(promised):
     assert promised.refused.returncode != 0 and not promised.wrote
     assert "is not generated yet" in promised.refused.stderr and "python -m app train" in promised.refused.stderr
@@ -64,6 +66,7 @@ def test_plan_never_writes_a_dataset_and_says_what_generates_it(promised):
     assert (promised.cwd / "refused" / "plan.log").exists()  # negative control: a folder the user named stays
 
 
+@pytest.mark.slow
 def test_plan_resume_plans_the_runs_own_config(promised):
     run_dir = promised.cwd / "run"
     before = sorted(p.name for p in (promised.cwd / "datasets" / "synthetic").iterdir())
@@ -80,6 +83,7 @@ def test_plan_resume_plans_the_runs_own_config(promised):
     assert default.returncode != 0 and "not generated yet" in default.stderr and "v2-n24-" not in default.stderr
 
 
+@pytest.mark.slow
 def test_plan_prints_the_parts_the_verdict_and_the_batch_size_table(tmp_path):
     generated(tmp_path)
     result = app("plan", *TINY, "queue.memory_budget_mb=1", "hydra.run.dir=plan", cwd=tmp_path)
@@ -103,6 +107,7 @@ def test_plan_prints_the_parts_the_verdict_and_the_batch_size_table(tmp_path):
     assert f"the ring ({chosen['max_size']} slot(s)" in roomy.stdout and f"{chosen['workers']} worker" in roomy.stdout
 
 
+@pytest.mark.slow
 def test_train_refuses_a_config_predicted_above_its_budget(tmp_path):
     result = app("train", *TINY, "queue.memory_budget_mb=300", cwd=tmp_path)
     assert result.returncode == 2

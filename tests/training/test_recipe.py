@@ -56,6 +56,7 @@ def same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
     return all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
 
 
+@pytest.mark.slow
 def test_the_frozen_backbone_keeps_the_files_weights_until_it_is_unfrozen(runs):
     root, start = runs
     after_one, after_two = checkpoints(root / "A")
@@ -69,6 +70,7 @@ def test_the_frozen_backbone_keeps_the_files_weights_until_it_is_unfrozen(runs):
     assert after_two.optimizer.__class__.__name__ == "AdamW"
 
 
+@pytest.mark.slow
 def test_a_resume_across_the_unfreeze_point_is_exact(runs):
     root, _ = runs
     a, b = checkpoints(root / "A")[-1], checkpoints(root / "B")[-1]
