@@ -18,6 +18,7 @@ import numpy as np
 import probe
 import pytest
 import recording
+from docs_runner import spawn_one_process_for
 
 from app.errors import ConfigError
 from app.training.checkpoint import newest
@@ -32,10 +33,12 @@ CONFIG = ["data=folder", "data.image_size=[8,8]", "data.batch_size=4", "augment=
 MIRRORED = ["trainer.strategy=mirrored", "trainer.cpu_devices=2"]
 
 
+ENV = {**os.environ, "PYTHONPATH": str(TESTS)}  # probe.counting_model, recording.StepInputs
+
+
 def app(*args, cwd):
-    env = {**os.environ, "PYTHONPATH": str(TESTS)}  # probe.counting_model, recording.StepInputs
     return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=600, env=env)
+                          timeout=600, env=ENV)
 
 
 def last_model(run: Path) -> keras.Model:
@@ -49,17 +52,18 @@ def runs(tmp_path_factory) -> Path:
     probe.index_images(root / "images", {"train": TRAIN, "val": VAL})
     common = [*CONFIG, f"data.path={root / 'images'}", f"trainer.epochs={EPOCHS}"]
     inputs = f"trainer.callbacks=[{{_target_: recording.StepInputs, path: {root / 'dtypes.txt'}}}]"
-    for name, extra in {"one": [], "two": [*MIRRORED, inputs]}.items():
-        result = app("train", *common, *extra, f"hydra.run.dir={name}", cwd=root)
-        assert result.returncode == 0, result.stderr[-3000:]
+    one = app("train", *common, "hydra.run.dir=one", cwd=root)
+    assert one.returncode == 0, one.stderr[-3000:]
     # killed as epoch 2's last step begins, after a checkpoint inside it: Keras's metrics restored
     kill = (f"trainer.callbacks=[{{_target_: recording.KillOnce, path: {root / 'killed.txt'}, epoch: 1, "
             f"batch: {len(TRAIN) // 4 - 1}}}]")
     first = app("train", *common, *MIRRORED, "trainer.checkpoint_every_steps=2", kill, "hydra.run.dir=resumed",
                 cwd=root)
     assert first.returncode == -9 and (root / "killed.txt").exists(), first.stderr[-3000:]
-    rest = app("train", f"resume={root / 'resumed'}", cwd=root)
-    assert rest.returncode == 0, rest.stderr[-3000:]
+    # the two mirrored runs on the same devices share a process: TensorFlow loads once
+    for done in spawn_one_process_for(["train", *common, *MIRRORED, inputs, "hydra.run.dir=two"],
+                                      ["train", f"resume={root / 'resumed'}"], cwd=root, env=ENV):
+        assert done.returncode == 0, done.stderr[-3000:]
     return root
 
 
@@ -261,10 +265,10 @@ def jax_runs(tmp_path_factory) -> Path:
         _, err = process.communicate(timeout=600)
         assert process.returncode == 0, err[-3000:]
     local = [*common, *DATA_PARALLEL, "trainer.cpu_devices=2"]
-    first = app("train", *local, "trainer.epochs=1", "hydra.run.dir=local", cwd=root)
-    assert first.returncode == 0, first.stderr[-3000:]
-    rest = app("train", f"resume={root / 'local'}", f"trainer.epochs={EPOCHS}", cwd=root)
-    assert rest.returncode == 0, rest.stderr[-3000:]
+    for done in spawn_one_process_for(["train", *local, "trainer.epochs=1", "hydra.run.dir=local"],
+                                      ["train", f"resume={root / 'local'}", f"trainer.epochs={EPOCHS}"], cwd=root,
+                                      env=ENV):  # one process: JAX loads once
+        assert done.returncode == 0, done.stderr[-3000:]
     return root
 
 
