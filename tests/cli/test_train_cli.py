@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
+from docs_runner import spawn_one_process_for
 from PIL import Image
 
 TINY = ["data.num_images=24", "data.source_size=96", "data.num_classes=3", "data.image_size=[32,32]",
@@ -87,13 +88,11 @@ def test_jit_compile_reaches_keras(tmp_path):
 
 @pytest.mark.slow
 def test_help_cfg_and_unknown_command(tmp_path):
-    top = app("--help", cwd=tmp_path)
+    top, cfg, hydra_help, unknown = spawn_one_process_for(["--help"], ["train", "--cfg", "job", "queue.max_size=3"],
+                                                          ["train", "--help"], ["trian"], cwd=tmp_path)
     assert top.returncode == 0 and "train" in top.stdout
-    cfg = app("train", "--cfg", "job", "queue.max_size=3", cwd=tmp_path)
     assert cfg.returncode == 0 and "max_size: 3" in cfg.stdout and "data:" in cfg.stdout
-    hydra_help = app("train", "--help", cwd=tmp_path)
     assert hydra_help.returncode == 0 and "queue: default" in hydra_help.stdout
-    unknown = app("trian", cwd=tmp_path)
     assert unknown.returncode != 0 and "unknown command 'trian'" in unknown.stderr and "train" in unknown.stderr
     assert not (tmp_path / "outputs").exists()
 
