@@ -7,13 +7,17 @@ SYSTEM_PYTHON ?= $(shell for p in python3 python3.13 python3.12 python3.11; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 13))' 2>/dev/null \
 	&& echo $$p && break; done)
 
-.PHONY: train test lint clean
+.PHONY: train test test-fast lint clean
 
 train: $(VENV)/.installed
 	$(PYTHON) -m app train $(ARGS)
 
 test: $(VENV)/.installed
 	$(PYTHON) -m pytest $(ARGS)
+
+# Every module's unit tests, none marked slow (pyproject.toml): the loop to run while editing.
+test-fast: $(VENV)/.installed
+	$(PYTHON) -m pytest -m "not slow" $(ARGS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check app tests

@@ -3,7 +3,8 @@ own `main` (app/__main__.py) as `python -m app` calls it, and Python snippets wi
 tests/cli/test_docs_commands.py: TensorFlow and Keras load once for them all.
 
 Usage: python tests/docs_runner.py <commands.json> <results.json>; each command is
-{"argv": [...]} or {"python": "..."}. In an argument, {LAST_RUN} is the newest run directory under
+{"argv": [...]} or {"python": "..."}. Other tests run a few commands so with
+`spawn_one_process_for`. In an argument, {LAST_RUN} is the newest run directory under
 ./outputs/<date>/<time>/ with a model.keras and {LAST_SWEEP} the newest sweep under
 ./outputs/multirun/<date>/<time>/,
 found when that command starts: the documents' placeholders for a run they made a step before.
@@ -15,7 +16,9 @@ import contextlib
 import io
 import json
 import signal
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -57,6 +60,20 @@ def run_one(command: dict) -> dict:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     return {**command, "status": status, "printed": out.getvalue(), "seconds": time.perf_counter() - started}
+
+
+def spawn_one_process_for(*argvs: list[str], cwd: Path, env: dict | None = None) -> list[subprocess.CompletedProcess]:
+    """`python -m app <argv>` for each argv, one after another in one new process (this module,
+    run as a script), so TensorFlow loads once for them all; each one's exit status and what it
+    printed (stdout and stderr as one text, given as both)."""
+    with tempfile.TemporaryDirectory(prefix="commands-") as folder:
+        listed, written = Path(folder) / "commands.json", Path(folder) / "results.json"
+        listed.write_text(json.dumps([{"argv": list(argv)} for argv in argvs]))
+        runner = subprocess.run([sys.executable, __file__, str(listed), str(written)], cwd=cwd, env=env,
+                                capture_output=True, text=True, timeout=600 * len(argvs))
+        done = json.loads(written.read_text()) if written.exists() else []
+    assert len(done) == len(argvs), f"the runner died ({runner.returncode}): {runner.stderr[-3000:]}"
+    return [subprocess.CompletedProcess(["app", *r["argv"]], r["status"], r["printed"], r["printed"]) for r in done]
 
 
 if __name__ == "__main__":

@@ -174,6 +174,7 @@ CLI_ERRORS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("overrides", "key"), CLI_ERRORS, ids=[o[0][0][:30] for o in CLI_ERRORS])
 def test_cli_exits_before_any_work(overrides, key, tmp_path):
     data = tmp_path / "datasets"

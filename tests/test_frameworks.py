@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 SETUP = """
 import importlib.util, os, sys
 from types import SimpleNamespace
@@ -38,6 +40,7 @@ except Exception as error:
     assert missing.startswith("ConfigError") and "`trainer.backend`" in missing and "pip install -e '.[jax]'" in missing
 
 
+@pytest.mark.slow
 def test_keras_loaded_on_one_backend_refuses_another():
     done = python("""
 use_backend(trainer("tensorflow"))

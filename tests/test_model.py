@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from app.model import OFFSET, SCALE, classifier, export, exported_problem, normalise, read_metadata, small_resnet
 
@@ -17,6 +18,7 @@ def test_shapes():
     assert sum(1 for layer in net.layers if layer.__class__.__name__ == "Add") == 4
 
 
+@pytest.mark.slow
 def test_model_keras_loads_without_the_app(tmp_path):
     backbone = small_resnet((24, 24, 3), num_classes=3, widths=[8, 16])
     net = classifier(backbone, (24, 24))
@@ -81,6 +83,7 @@ def test_normalise_matches_the_constants():
     assert out.max() == np.float32(1.0)
 
 
+@pytest.mark.slow
 def test_a_narrow_stage_trains_at_128_pixels():
     """A shortcut's strided 1×1 convolution over 8 channels crashed TensorFlow's CPU training
     step (oneDNN's kernel gradient) from about 48² on: one step, in a process of its own."""

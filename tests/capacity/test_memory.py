@@ -14,6 +14,7 @@ from app.loader.ring import Ring
 
 
 def test_peak_counts_children_too():
+    # the child's sleep only keeps it alive to be measured: the test waits for its "ready" line
     child = subprocess.Popen([sys.executable, "-c", "import numpy as np, time; a = np.ones(64 * 2**20 // 8); "
                               "print('ready', flush=True); time.sleep(30)"], stdout=subprocess.PIPE, text=True)
     try:
@@ -31,6 +32,7 @@ def test_children_are_read_again_only_when_they_move(monkeypatch):
     """A child's private size (a page-table walk) is read again when its resident size moved,
     not every sample; with the full read forced every time (negative control) it is read every
     sample. The root's figure is cheap and read every sample."""
+    # the grandchild's sleep only keeps it alive to be measured: the test reads its "idle" and "ok" lines
     code = ("import subprocess, sys; child = subprocess.Popen([sys.executable, '-c', 'import sys, numpy as np, time; "
             "print(\\'idle\\', flush=True); sys.stdin.readline(); a = np.ones(64 * 2**20 // 8); "
             "print(\\'ok\\', flush=True); time.sleep(30)'], "
@@ -90,7 +92,7 @@ def test_the_ring_counts_whole_and_once_whoever_wrote_it():
 
 def test_leftovers_of_a_previous_job_are_found_and_removed():
     assert kill_leftovers_and_delete_segments() == "clean"  # negative control
-    stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # a leftover, alive until cleared
     segment = shared_memory.SharedMemory(name=f"app-ring-{os.getpid()}-test", create=True, size=4096)
     np.ndarray((4096,), np.uint8, buffer=segment.buf)[:] = 1
     report = kill_leftovers_and_delete_segments()

@@ -1,6 +1,7 @@
 """Bad images through the real CLI, as a user meets them: a data folder holding a decompression
 bomb, a zero-byte file, a text file named .jpg, a truncated JPEG and a link in a loop; train,
-evaluate, preview and plan each follow the bad-sample policy and name the file, never a traceback."""
+evaluate, preview and plan each follow the bad-sample policy and name the file, never a traceback.
+A test's commands in a row share one process (tests/docs_runner.py): TensorFlow loads once."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from docs_runner import spawn_one_process_for
 from PIL import Image
 from test_train_cli import check_run_dir
 
@@ -60,10 +62,14 @@ def _clean(result: subprocess.CompletedProcess) -> None:
     assert "Traceback" not in said and "unexpected" not in said and "a bug" not in said, said[-3000:]
 
 
+@pytest.mark.slow
 def test_skip_trains_lists_every_bad_file_and_evaluate_leaves_out_what_it_cannot_read(data):
     run = data.parent / "skip run"
-    result = app("train", *TINY, f"data.path={data}", "data.on_bad_sample=skip", "data.max_bad_fraction=0.4",
-                 f"hydra.run.dir={run}", cwd=data.parent)
+    result, evaluated, limited = spawn_one_process_for(
+        ["train", *TINY, f"data.path={data}", "data.on_bad_sample=skip", "data.max_bad_fraction=0.4",
+         f"hydra.run.dir={run}"],
+        ["evaluate", f"resume={run}", "split=test"],
+        ["predict", f"resume={run}", f"input={data / 'test'}", "data.max_image_pixels=100"], cwd=data.parent)
     assert result.returncode == 0, result.stderr[-3000:]
     _clean(result)
     listed = [line.split("\t") for line in (run / "bad_samples.txt").read_text().splitlines()]
@@ -74,7 +80,6 @@ def test_skip_trains_lists_every_bad_file_and_evaluate_leaves_out_what_it_cannot
     check_run_dir(run, epochs=1)
 
     # evaluate never stands another file in: the unreadable test file is left out and named
-    evaluated = app("evaluate", f"resume={run}", "split=test", cwd=data.parent)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     _clean(evaluated)
     assert "1 of 9 test files could not be read and were left out" in evaluated.stdout
@@ -85,14 +90,17 @@ def test_skip_trains_lists_every_bad_file_and_evaluate_leaves_out_what_it_cannot
     assert result["per_class"]["a"]["support"] == 4 and result["per_class"]["b"]["support"] == 4
 
     # the advice a too-large image gets (raise data.max_image_pixels) is taken by predict on a run
-    limited = app("predict", f"resume={run}", f"input={data / 'test'}", "data.max_image_pixels=100", cwd=data.parent)
     assert limited.returncode == 1 and "none of the 9 files under" in limited.stderr
     assert "above data.max_image_pixels=100" in limited.stderr and "raise data.max_image_pixels" in limited.stderr
     _clean(limited)
 
 
+@pytest.mark.slow
 def test_raise_stops_with_one_paragraph_naming_the_file(data):
-    result = app("train", *TINY, f"data.path={data}", f"hydra.run.dir={data.parent / 'raise run'}", cwd=data.parent)
+    result, over = spawn_one_process_for(
+        ["train", *TINY, f"data.path={data}", f"hydra.run.dir={data.parent / 'raise run'}"],
+        ["train", *TINY, f"data.path={data}", "data.on_bad_sample=skip", "data.max_bad_fraction=0.1",
+         f"hydra.run.dir={data.parent / 'over run'}"], cwd=data.parent)
     assert result.returncode == 1
     _clean(result)
     last = result.stderr.strip().splitlines()[-1]
@@ -100,12 +108,11 @@ def test_raise_stops_with_one_paragraph_naming_the_file(data):
     assert "set data.on_bad_sample=skip" in last  # the advice the test above follows
     assert json.loads((data.parent / "raise run" / "summary.json").read_text())["status"] == "failed"
 
-    over = app("train", *TINY, f"data.path={data}", "data.on_bad_sample=skip", "data.max_bad_fraction=0.1",
-               f"hydra.run.dir={data.parent / 'over run'}", cwd=data.parent)
     assert over.returncode == 1 and "above data.max_bad_fraction=0.1" in over.stderr
     _clean(over)
 
 
+@pytest.mark.slow
 def test_preview_follows_the_policy(data):
     shown = app("preview", *TINY, f"data.path={data}", "preview.images=16", "preview.augmentations=1",
                 "data.on_bad_sample=skip", "hydra.run.dir=preview", cwd=data.parent)
@@ -131,6 +138,7 @@ def test_preview_follows_the_policy(data):
     assert any(name in last for name in BAD) and " — " not in last and "data.on_bad_sample=skip" in last
 
 
+@pytest.mark.slow
 def test_plan_reads_headers_by_the_loaders_rules(data):
     """With the default limit, train's own plan passed over the bomb (above); without one, too."""
     result = app("plan", *TINY, f"data.path={data}", "data.max_image_pixels=null", "hydra.run.dir=plan",

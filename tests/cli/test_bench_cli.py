@@ -25,6 +25,7 @@ def bench(tmp_path, *args):
     return result, json.loads((tmp_path / "bench" / "bench.json").read_text())
 
 
+@pytest.mark.slow
 def test_bench_reports_every_mode(tmp_path):
     """Each mode once, timed only (the memory run is the next test's)."""
     result, report = bench(tmp_path, "bench.memory=false")
@@ -44,6 +45,7 @@ def test_bench_reports_every_mode(tmp_path):
     assert "oneDNN" in (tmp_path / "bench" / "bench.log").read_text()  # negative control: they are there
 
 
+@pytest.mark.slow
 def test_bench_memory_run_samples_a_second_run(tmp_path):
     result, report = bench(tmp_path, "bench.modes=[baseline,loader_steps,serial]")
     results = report["results"]
@@ -62,12 +64,14 @@ def test_bench_memory_run_samples_a_second_run(tmp_path):
     assert "loader_steps_peak_within_bound" in report["derived"] and "| serial |" in result.stdout
 
 
+@pytest.mark.slow
 def test_bench_rejects_an_unknown_mode(tmp_path):
     result = subprocess.run([sys.executable, "-m", "app", "bench", "bench.modes=[loader,warp]"],
                             capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert result.returncode == 2 and "bench.modes" in result.stderr and "warp" in result.stderr
 
 
+@pytest.mark.slow
 def test_bench_where_every_mode_fails_exits_non_zero_with_the_real_cause(tmp_path):
     """A folder with an unreadable image: tf_data's reason is TensorFlow's own message, found
     below its "Graph execution error:"; nothing measured is an error."""
@@ -89,6 +93,7 @@ def test_bench_where_every_mode_fails_exits_non_zero_with_the_real_cause(tmp_pat
     assert "bad.jpg" in results["serial"]["error"] and "| serial | failed:" in result.stdout
 
 
+@pytest.mark.slow
 def test_bench_with_one_mode_measured_is_no_error(tmp_path):
     results = {"tf_data": {"error": "InvalidArgumentError: Unknown image file format"}, "loader": {"images_per_s": 9}}
     _raise_if_all_failed(results, tmp_path)

@@ -37,6 +37,7 @@ SKIPPED = {
     "srun ": "needs a SLURM cluster",
     "hydra/launcher=slurm": "needs a SLURM cluster (Hydra's submitit launcher)",
     "trainer.coordinator=": "needs several hosts",
+    "make test-fast": "is this test suite's unit tests, which `make test` runs too",
     "make test": "is this test suite, which CI runs",
     "bin/tensorboard ": "is a server that runs until stopped; tests/training/test_dashboards.py reads the event "
                         "files it shows with TensorBoard's own reader",
@@ -229,6 +230,7 @@ def ran(tmp_path_factory):
             "work": work}
 
 
+@pytest.mark.slow
 def test_the_documents_show_commands_and_skip_only_what_needs_a_cluster(ran):
     pages = {c["page"] for c in ran["planned"]}
     assert {"README.md", "models.md", "queue.md", "runs.md", "run-directory.md"} <= pages, pages
@@ -238,6 +240,7 @@ def test_the_documents_show_commands_and_skip_only_what_needs_a_cluster(ran):
         assert reason, command
 
 
+@pytest.mark.slow
 def test_every_documented_command_runs_as_shown(ran):
     assert ran["made"]["status"] == 0, ran["made"]["printed"]
     failures = []
@@ -260,6 +263,7 @@ def printed_by(ran, page: str, starts: str) -> str:
     return next(r["printed"] for r in ran["results"] if r["page"] == page and r.get("text", "").startswith(starts))
 
 
+@pytest.mark.slow
 def test_the_readme_sweep_runs_a_job_a_value_each_in_a_fresh_process_and_its_report_is_theirs(ran):
     sweep = max((ran["work"] / "outputs" / "multirun").glob("*/*"), key=lambda path: path.stat().st_mtime)
     summaries = [json.loads((sweep / job / "summary.json").read_text()) for job in ("0", "1")]
@@ -278,6 +282,7 @@ def test_the_readme_sweep_runs_a_job_a_value_each_in_a_fresh_process_and_its_rep
     assert "queue.max_size" in printed_by(ran, "README.md", ".venv/bin/python -m app report").splitlines()[0]
 
 
+@pytest.mark.slow
 def test_the_cifar_recipe_under_debug_fast_prints_its_config_and_keeps_its_tags(ran):
     printed = printed_by(ran, "README.md", ".venv/bin/python -m app train experiment=cifar_resnet")
     run = Path(re.search(r"^run dir: (.+)$", printed, re.M).group(1))

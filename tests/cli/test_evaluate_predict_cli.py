@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
+from docs_runner import spawn_one_process_for
 from PIL import Image
 
 TINY = ["data.num_images=36", "data.source_size=96", "data.num_classes=3", "data.image_size=[32,32]",
@@ -35,6 +36,7 @@ def run(tmp_path_factory) -> Path:
 NATIVE_NOISE = ("absl::InitializeLog", "oneDNN custom operations", "cuda drivers", "cuInit")
 
 
+@pytest.mark.slow
 def test_evaluate_equals_the_last_validation_row(run):
     result = app("evaluate", f"resume={run}", "queue.workers=1", cwd=run.parent)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -53,6 +55,7 @@ def test_evaluate_equals_the_last_validation_row(run):
     assert "true \\ predicted" in result.stdout
 
 
+@pytest.mark.slow
 def test_the_report_best_and_named_checkpoints(run):
     result = app("evaluate", f"resume={run}", "checkpoint=best", "queue.workers=1", cwd=run.parent)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -77,6 +80,7 @@ def test_the_report_best_and_named_checkpoints(run):
     assert test.returncode == 0 and "on 9 test samples" in test.stdout  # synthetic: a quarter of 36, generated apart
 
 
+@pytest.mark.slow
 def test_evaluate_refuses_other_data_settings_and_needs_a_run(run, tmp_path):
     changed = app("evaluate", f"resume={run}", "data.batch_size=2", cwd=run.parent)
     assert changed.returncode == 2 and "data.batch_size" in changed.stderr
@@ -84,6 +88,7 @@ def test_evaluate_refuses_other_data_settings_and_needs_a_run(run, tmp_path):
     assert missing.returncode == 2 and "resume" in missing.stderr
 
 
+@pytest.mark.slow
 def test_predict_matches_model_keras_in_plain_python(run, tmp_path):
     images = tmp_path / "images"
     (images / "sub").mkdir(parents=True)
@@ -118,17 +123,20 @@ print(json.dumps({{"classes": [names[i] for i in probabilities.argmax(1)], "p": 
     assert np.allclose(np.array([[float(v) for v in r[2:-1]] for r in rows]), expected["p"], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_predict_names_a_missing_input(run, tmp_path):
-    result = app("predict", f"resume={run}", f"input={tmp_path / 'none'}", cwd=run.parent)
+    (tmp_path / "self.jpg").symlink_to("self.jpg")  # a link in a loop, given as the input
+    result, looped = spawn_one_process_for(["predict", f"resume={run}", f"input={tmp_path / 'none'}"],
+                                           ["predict", f"resume={run}", f"input={tmp_path / 'self.jpg'}"],
+                                           cwd=run.parent)
     assert result.returncode == 1 and str(tmp_path / "none") in result.stderr
     assert "give input=<an image file, or a folder of images" in result.stderr  # what to do about it
     assert not (run / "predict").exists() or any((run / "predict").iterdir())  # no empty folder left in the run
-    (tmp_path / "self.jpg").symlink_to("self.jpg")  # a link in a loop, given as the input
-    looped = app("predict", f"resume={run}", f"input={tmp_path / 'self.jpg'}", cwd=run.parent)
     assert looped.returncode == 1 and f"input {tmp_path / 'self.jpg'} is a symbolic link in a loop" in looped.stderr
     assert "a bug" not in looped.stderr
 
 
+@pytest.mark.slow
 def test_evaluate_on_a_folders_test_split(tmp_path):
     """data=folder: `evaluate split=test` is refused while there is no test split, and scores the
     test images alone once <path>/test/<class>/ is there beside train/ and val/; adding them does
@@ -145,14 +153,14 @@ def test_evaluate_on_a_folders_test_split(tmp_path):
 
     images("train", 8)
     images("val", 2)
-    trained = app("train", "data=folder", f"data.path={tmp_path / 'images'}", "data.image_size=[16,16]",
-                  "data.batch_size=4", "model.widths=[8]", "trainer.epochs=1", "queue.workers=0", "hydra.run.dir=run",
-                  cwd=tmp_path)
+    trained, missing, held = spawn_one_process_for(
+        ["train", "data=folder", f"data.path={tmp_path / 'images'}", "data.image_size=[16,16]", "data.batch_size=4",
+         "model.widths=[8]", "trainer.epochs=1", "queue.workers=0", "hydra.run.dir=run"],
+        ["evaluate", f"resume={tmp_path / 'run'}", "split=test"],
+        ["evaluate", f"resume={tmp_path / 'run'}", "split=test", f"data.test_path={tmp_path / 'images/val'}",
+         "queue.workers=0"], cwd=tmp_path)  # the advice the second gets, followed as written
     assert trained.returncode == 0, trained.stderr[-3000:]
-    missing = app("evaluate", f"resume={tmp_path / 'run'}", "split=test", cwd=tmp_path)
     assert missing.returncode == 2 and "`split`" in missing.stderr and "data.test_path" in missing.stderr
-    held = app("evaluate", f"resume={tmp_path / 'run'}", "split=test", f"data.test_path={tmp_path / 'images/val'}",
-               "queue.workers=0", cwd=tmp_path)  # the advice above, followed as written
     assert held.returncode == 0 and "on 4 test samples" in held.stdout, held.stderr[-3000:]
     images("test", 3)
     result = app("evaluate", f"resume={tmp_path / 'run'}", "split=test", "queue.workers=0", cwd=tmp_path)
@@ -169,6 +177,7 @@ def tree(run: Path, but: tuple[str, ...] = ()) -> dict[str, bytes]:
             if p.is_file() and p.name not in but}
 
 
+@pytest.mark.slow
 def test_a_second_train_into_a_runs_folder_is_refused_and_changes_nothing(run):
     before = tree(run)
     again = app("train", *TINY, cwd=run.parent)  # the same hydra.run.dir
@@ -177,6 +186,7 @@ def test_a_second_train_into_a_runs_folder_is_refused_and_changes_nothing(run):
     assert tree(run) == before  # not even train.log
 
 
+@pytest.mark.slow
 def test_a_refused_resume_changes_nothing_in_the_run(run, tmp_path):
     """A memory budget the run cannot fit, and garbage appended to metrics.csv: each refused with
     the file or key at fault, and summary.json stays `completed`. The log records the refusal."""
@@ -197,6 +207,7 @@ def test_a_refused_resume_changes_nothing_in_the_run(run, tmp_path):
     assert "not resumed (the run is as it was)" in (copy / "train.log").read_text()
 
 
+@pytest.mark.slow
 def test_a_damaged_model_keras_is_named_and_resume_writes_it_again(run, tmp_path):
     import keras
 
@@ -207,12 +218,12 @@ def test_a_damaged_model_keras_is_named_and_resume_writes_it_again(run, tmp_path
     image = tmp_path / "image.png"
     Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(image)
     shutil.rmtree(copy / "predict", ignore_errors=True)  # earlier tests' predictions
-    refused = app("predict", f"resume={copy}", f"input={image}", cwd=tmp_path)
+    refused, resumed = spawn_one_process_for(["predict", f"resume={copy}", f"input={image}"],
+                                             ["train", f"resume={copy}"], cwd=tmp_path)
     assert refused.returncode == 1 and "unexpected" not in refused.stderr, refused.stderr[-3000:]
     assert f"{copy / 'model.keras'} cannot be used: it is damaged (BadZipFile" in refused.stderr
     assert f"python -m app train resume={copy}` writes it again" in refused.stderr
-    assert not (copy / "predict").exists()  # a refused predict leaves no folder behind
-    resumed = app("train", f"resume={copy}", cwd=tmp_path)
+    assert not (copy / "predict").exists()  # a refused predict leaves no folder behind (train writes none)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     log = (copy / "train.log").read_text()
     assert f"2 epochs of {copy} are done already (trainer.epochs=2): `python -m app train resume={copy} " \
@@ -224,6 +235,7 @@ def test_a_damaged_model_keras_is_named_and_resume_writes_it_again(run, tmp_path
     assert all(np.array_equal(a, b) for a, b in zip(again.get_weights(), original.get_weights(), strict=True))
 
 
+@pytest.mark.slow
 def test_sigterm_stops_predict_as_ctrl_c_does(run, tmp_path):
     """A scheduler's SIGTERM: workers stopped, the ring freed, no half predictions.csv, exit 130."""
     copy = tmp_path / "run"

@@ -60,6 +60,7 @@ def test_claimed_names_are_unique_under_a_race(tmp_path):
     assert len(set(claimed)) == 16 and all(p.is_dir() for p in claimed)
 
 
+@pytest.mark.slow
 def test_evaluate_and_predict_on_a_run_whose_path_has_a_space(run):
     """Evaluate and predict take such paths; predict lists each unreadable
     file with its error and no numbers, goes on, and exits 0."""
@@ -104,6 +105,7 @@ def test_evaluate_and_predict_on_a_run_whose_path_has_a_space(run):
     assert failed.returncode == 1 and "none of the 1 files" in failed.stderr and "Traceback" not in failed.stderr
 
 
+@pytest.mark.slow
 def test_a_locked_run_is_refused_and_a_killed_holder_leaves_no_lock(run):
     """Two `train resume=` of one run both ran. The second is refused, naming the
     PID; a holder killed by SIGKILL leaves nothing stale; and resume takes the path with a space."""
@@ -126,6 +128,7 @@ def test_a_locked_run_is_refused_and_a_killed_holder_leaves_no_lock(run):
     assert epochs(run) == ["1", "2"]
 
 
+@pytest.mark.slow
 def test_a_full_disk_marks_the_run_failed_and_leaves_no_half_file(tmp_path):
     """A full disk left status `running` and an empty .summary.json.tmp. The run
     directory is a 160 KiB tmpfs, in a mount namespace of our own."""

@@ -18,6 +18,7 @@ def run(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedP
     return subprocess.run(args, capture_output=True, text=True, cwd=cwd, timeout=120, env={**os.environ, **(env or {})})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["train", "evaluate", "predict", "bench"])
 def test_every_command_has_its_help(command, tmp_path):
     result = run(sys.executable, "-m", "app", command, "--help", cwd=tmp_path)
@@ -47,6 +48,7 @@ def complete(line: str, tmp_path: Path) -> list[str]:
     return [w for w in result.stdout.splitlines() if w]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not shutil.which("bash"), reason="needs bash")
 def test_bash_completion_of_commands_and_overrides(tmp_path):
     assert complete("app tr", tmp_path) == ["train"]

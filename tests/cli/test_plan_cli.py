@@ -7,6 +7,7 @@ import math
 from types import SimpleNamespace
 
 import pytest
+from docs_runner import spawn_one_process_for
 from test_train_cli import TINY, app, only_run_dir
 
 from app.capacity.plan import MARGIN
@@ -43,6 +44,7 @@ def promised(tmp_path_factory):
                            budget=budget, run=run)
 
 
+@pytest.mark.slow
 def test_the_run_keeps_the_plan_and_the_budget_that_admitted_it(promised):
     summary = json.loads((promised.cwd / "run" / "summary.json").read_text())
     measured = summary["peak_memory_mb"]
@@ -54,6 +56,7 @@ def test_the_run_keeps_the_plan_and_the_budget_that_admitted_it(promised):
     assert any(n in (promised.cwd / "run" / "train.log").read_text() for n in NOISE)  # negative control: logged
 
 
+@pytest.mark.slow
 def test_plan_never_writes_a_dataset_and_says_what_generates_it(promised):
     assert promised.refused.returncode != 0 and not promised.wrote
     assert "is not generated yet" in promised.refused.stderr and "python -m app train" in promised.refused.stderr
@@ -64,10 +67,12 @@ def test_plan_never_writes_a_dataset_and_says_what_generates_it(promised):
     assert (promised.cwd / "refused" / "plan.log").exists()  # negative control: a folder the user named stays
 
 
+@pytest.mark.slow
 def test_plan_resume_plans_the_runs_own_config(promised):
     run_dir = promised.cwd / "run"
     before = sorted(p.name for p in (promised.cwd / "datasets" / "synthetic").iterdir())
-    result = app("plan", f"resume={run_dir}", "queue.workers=1", "hydra.run.dir=resumed", cwd=promised.cwd)
+    result, default = spawn_one_process_for(["plan", f"resume={run_dir}", "queue.workers=1", "hydra.run.dir=resumed"],
+                                            ["plan", "hydra.run.dir=default"], cwd=promised.cwd)
     assert result.returncode == 0, result.stderr[-3000:]
     plan = json.loads((promised.cwd / "resumed" / "plan.json").read_text())
     trained = json.loads((run_dir / "summary.json").read_text())["memory_plan"]["host"]
@@ -76,13 +81,15 @@ def test_plan_resume_plans_the_runs_own_config(promised):
     assert "1 worker processes" in result.stdout  # with the overrides a resumed train takes
     assert sorted(p.name for p in (promised.cwd / "datasets" / "synthetic").iterdir()) == before
     # negative control: without resume it is the default config, whose 1000 images are not there
-    default = app("plan", "hydra.run.dir=default", cwd=promised.cwd)
     assert default.returncode != 0 and "not generated yet" in default.stderr and "v2-n24-" not in default.stderr
 
 
+@pytest.mark.slow
 def test_plan_prints_the_parts_the_verdict_and_the_batch_size_table(tmp_path):
     generated(tmp_path)
-    result = app("plan", *TINY, "queue.memory_budget_mb=1", "hydra.run.dir=plan", cwd=tmp_path)
+    result, roomy = spawn_one_process_for(
+        ["plan", *TINY, "queue.memory_budget_mb=1", "hydra.run.dir=plan"],
+        ["plan", *TINY, "queue.workers=auto", "queue.max_size=auto", "hydra.run.dir=plan2"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
     assert "host memory (predicted peak):" in out and "TensorFlow and the app (this machine's probe)" in out
@@ -96,13 +103,13 @@ def test_plan_prints_the_parts_the_verdict_and_the_batch_size_table(tmp_path):
     assert plan["queue_auto"] is None and "(auto, from a probe" not in out
     # negative control: without a budget it is measured against the memory available, and fits;
     # with `auto` it runs train's probe and plans for what that chooses
-    roomy = app("plan", *TINY, "queue.workers=auto", "queue.max_size=auto", "hydra.run.dir=plan2", cwd=tmp_path)
     assert roomy.returncode == 0 and "fits the memory available now" in roomy.stdout
     chosen = json.loads((tmp_path / "plan2" / "plan.json").read_text())["queue_auto"]
     assert f"queue.workers={chosen['workers']} queue.max_size={chosen['max_size']} (auto, from a probe" in roomy.stdout
     assert f"the ring ({chosen['max_size']} slot(s)" in roomy.stdout and f"{chosen['workers']} worker" in roomy.stdout
 
 
+@pytest.mark.slow
 def test_train_refuses_a_config_predicted_above_its_budget(tmp_path):
     result = app("train", *TINY, "queue.memory_budget_mb=300", cwd=tmp_path)
     assert result.returncode == 2

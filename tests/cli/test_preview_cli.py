@@ -32,6 +32,7 @@ def previews(tmp_path_factory):
     return root, preview
 
 
+@pytest.mark.slow
 def test_the_same_seed_draws_the_same_picture(previews):
     root, preview = previews
     first = preview("a", "preview.images=3", "preview.augmentations=4")
@@ -41,6 +42,7 @@ def test_the_same_seed_draws_the_same_picture(previews):
     assert Image.open(root / "a" / "preview.png").size == (5 * cell, 3 * (96 + 14 + 4))
 
 
+@pytest.mark.slow
 def test_the_draft_decode_shows(previews):
     _, preview = previews
     assert preview("draft", "preview.images=2") != preview("full", "preview.images=2", "data.decode.draft=false")

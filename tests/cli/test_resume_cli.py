@@ -84,6 +84,7 @@ def runs(tmp_path_factory):
     return root / "A", run_b, state, before
 
 
+@pytest.mark.slow
 def test_resumed_run_continues_at_the_next_step(runs):
     _, run_b, point, _ = runs
     log = (run_b / "train.log").read_text()
@@ -92,12 +93,14 @@ def test_resumed_run_continues_at_the_next_step(runs):
     assert not point["epoch_complete"] and point["batch_in_epoch"] > 0
 
 
+@pytest.mark.slow
 def test_resumed_run_trained_on_the_same_samples(runs):
     run_a, run_b, _, _ = runs
     # bytes: the line ends too (a resume once rewrote the rows it kept with \r\n, then appended \n)
     assert (run_b / "samples.csv").read_bytes() == (run_a / "samples.csv").read_bytes()
 
 
+@pytest.mark.slow
 def test_resumed_run_ends_with_the_same_weights(runs):
     run_a, run_b, _, before = runs
     final_a, steps_a = weights(newest_checkpoint(run_a))
@@ -108,6 +111,7 @@ def test_resumed_run_ends_with_the_same_weights(runs):
     assert not all(np.array_equal(x, y) for x, y in zip(before[0], final_a, strict=True))
 
 
+@pytest.mark.slow
 def test_the_learning_rate_at_every_step_is_the_uninterrupted_runs(runs):
     """scheduler=cosine: the rate is a function of the optimizer's step counter, which the
     checkpoint keeps; the steps B redid after its resume got the rates they had before."""
@@ -119,6 +123,7 @@ def test_the_learning_rate_at_every_step_is_the_uninterrupted_runs(runs):
     assert len(set(rates_a.values())) > 10  # negative control: the rate does change along the run
 
 
+@pytest.mark.slow
 def test_the_dashboards_events_hold_each_step_once_as_uninterrupted(runs):
     """B's TensorBoard events after its resume: the steps after the checkpoint it resumed from
     were cut before they were redone, and what remains is A's."""
@@ -138,6 +143,7 @@ def test_the_dashboards_events_hold_each_step_once_as_uninterrupted(runs):
     assert len(scalars(run_a, "train", "step/loss")) == 5 * 3  # a read at each call: checkpoints every 3
 
 
+@pytest.mark.slow
 def test_metrics_rows_continue_without_gaps_or_duplicates(runs):
     run_a, run_b, _, _ = runs
     assert metric_rows(run_b) == metric_rows(run_a)
@@ -149,6 +155,7 @@ def test_metrics_rows_continue_without_gaps_or_duplicates(runs):
     assert "queue.workers=2" in overrides and "resume" not in overrides  # the first start's, not rewritten
 
 
+@pytest.mark.slow
 def test_unsafe_override_is_refused(runs):
     run_a, _, _, _ = runs
     before = {p: p.read_bytes() for p in run_a.rglob("*") if p.is_file()}
@@ -159,6 +166,7 @@ def test_unsafe_override_is_refused(runs):
     assert {p: p.read_bytes() for p in run_a.rglob("*") if p.is_file()} == before
 
 
+@pytest.mark.slow
 def test_corrupt_newest_checkpoint_falls_back(runs):
     run_a, _, _, _ = runs
     copy = run_a.parent / "C"
@@ -172,6 +180,7 @@ def test_corrupt_newest_checkpoint_falls_back(runs):
     assert [r[0] for r in metric_rows(copy)] == ["1", "2", "3", "4", "5", "6"]
 
 
+@pytest.mark.slow
 def test_resume_needs_a_run_with_checkpoints(tmp_path):
     result = app("train", f"resume={tmp_path / 'nothing'}", cwd=tmp_path)
     assert result.returncode == 2 and "resume" in result.stderr and "Traceback" not in result.stderr
@@ -226,6 +235,7 @@ def test_the_tasks_of_one_srun_share_a_run_and_only_process_0_locks_it(tmp_path,
     assert "slurm" not in alone
 
 
+@pytest.mark.slow
 def test_a_folder_that_holds_a_run_is_refused_unless_overwrite_moves_it_aside(tmp_path, monkeypatch):
     from app.errors import ConfigError
     from app.training.rundir import RunInUseError
@@ -282,6 +292,7 @@ def test_a_folder_that_holds_a_run_is_refused_unless_overwrite_moves_it_aside(tm
     assert (tmp_path / "R.old" / "summary.json").exists()
 
 
+@pytest.mark.slow
 def test_sigterm_just_after_an_epochs_metrics_row_leaves_a_run_that_resumes(tmp_path):
     """The row, model.keras and the checkpoint of an epoch are written together: a SIGTERM that
     lands between them waits for the checkpoint, so every row has one and resume goes on."""

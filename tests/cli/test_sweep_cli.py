@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from app.data.synthetic import dataset_dir_name
@@ -18,6 +19,7 @@ def app(*args, cwd):
     return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, cwd=cwd, timeout=600)
 
 
+@pytest.mark.slow
 def test_joblib_runs_jobs_in_parallel_on_one_dataset(tmp_path):
     result = app("train", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", *TINY, "queue.workers=1,2",
                  "hydra.sweep.dir=sweep", cwd=tmp_path)
@@ -31,6 +33,7 @@ def test_joblib_runs_jobs_in_parallel_on_one_dataset(tmp_path):
     assert made == [dataset_dir_name(48, 96, 3, 0), f"{dataset_dir_name(48, 96, 3, 0)}-test12"]
 
 
+@pytest.mark.slow
 def test_optuna_search_returns_the_best_validation_accuracy(tmp_path):
     result = app("train", "-m", "hparams_search=lr_optuna", "hydra.sweeper.n_trials=2", *TINY,
                  "hydra.sweep.dir=search", cwd=tmp_path)
@@ -43,6 +46,7 @@ def test_optuna_search_returns_the_best_validation_accuracy(tmp_path):
     assert 1e-4 <= found["best_params"]["optimizer.learning_rate"] <= 1e-2
 
 
+@pytest.mark.slow
 def test_slurm_launcher_config_composes(tmp_path):
     result = app("train", "hydra/launcher=slurm", "--cfg", "hydra", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]

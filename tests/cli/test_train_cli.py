@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
+from docs_runner import spawn_one_process_for
 from PIL import Image
 
 TINY = ["data.num_images=24", "data.source_size=96", "data.num_classes=3", "data.image_size=[32,32]",
@@ -51,6 +52,7 @@ def check_run_dir(run: Path, epochs: int) -> dict:
     return summary
 
 
+@pytest.mark.slow
 def test_train_from_another_directory(tmp_path):
     result = app("train", *TINY, "queue.workers=2", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -75,6 +77,7 @@ def test_train_from_another_directory(tmp_path):
     assert "MiB measured" in (run / "train.log").read_text()
 
 
+@pytest.mark.slow
 def test_jit_compile_reaches_keras(tmp_path):
     result = app("train", *TINY, "trainer.epochs=1", "trainer.jit_compile=true", "queue.workers=0",
                  "hydra.run.dir=run", cwd=tmp_path)
@@ -83,18 +86,18 @@ def test_jit_compile_reaches_keras(tmp_path):
     check_run_dir(tmp_path / "run", epochs=1)
 
 
+@pytest.mark.slow
 def test_help_cfg_and_unknown_command(tmp_path):
-    top = app("--help", cwd=tmp_path)
+    top, cfg, hydra_help, unknown = spawn_one_process_for(["--help"], ["train", "--cfg", "job", "queue.max_size=3"],
+                                                          ["train", "--help"], ["trian"], cwd=tmp_path)
     assert top.returncode == 0 and "train" in top.stdout
-    cfg = app("train", "--cfg", "job", "queue.max_size=3", cwd=tmp_path)
     assert cfg.returncode == 0 and "max_size: 3" in cfg.stdout and "data:" in cfg.stdout
-    hydra_help = app("train", "--help", cwd=tmp_path)
     assert hydra_help.returncode == 0 and "queue: default" in hydra_help.stdout
-    unknown = app("trian", cwd=tmp_path)
     assert unknown.returncode != 0 and "unknown command 'trian'" in unknown.stderr and "train" in unknown.stderr
     assert not (tmp_path / "outputs").exists()
 
 
+@pytest.mark.slow
 def test_a_failing_job_is_recorded_and_the_sweep_goes_on(tmp_path):
     result = app("train", "-m", *TINY, "trainer.epochs=1", "queue.max_size=0,2", "hydra.sweep.dir=sweep",
                  cwd=tmp_path)
@@ -121,6 +124,7 @@ def write_tiny_cifar(root: Path, per_batch: int = 6) -> None:
         pickle.dump({b"label_names": names, b"num_cases_per_batch": per_batch, b"num_vis": 3072}, f)
 
 
+@pytest.mark.slow
 def test_cifar_missing_names_the_archive_and_the_download_key(tmp_path):
     """No CIFAR-10 where data.path says: the archive to put there, or data.download. (The CIFAR recipe
     itself trains in tests/cli/test_docs_commands.py, as README shows it.)"""
@@ -131,6 +135,7 @@ def test_cifar_missing_names_the_archive_and_the_download_key(tmp_path):
     assert "data.download=true" in missing.stderr
 
 
+@pytest.mark.slow
 def test_folder_of_mixed_formats(tmp_path):
     rng = np.random.default_rng(1)
     images = tmp_path / "images"
@@ -164,6 +169,7 @@ def test_folder_of_mixed_formats(tmp_path):
     assert split["class_names"] == ["cats", "dogs"] and len(split["train"]) + len(split["val"]) == 12
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
 def test_interrupt_stops_workers_and_frees_shared_memory(how, tmp_path):
     args = [sys.executable, "-m", "app", "train", *TINY, "data.num_images=200", "trainer.epochs=200",
@@ -210,6 +216,7 @@ def test_interrupt_stops_workers_and_frees_shared_memory(how, tmp_path):
     assert stopped_s < 15, f"took {stopped_s:.1f} s to stop"  # a hang guard, not a timing
 
 
+@pytest.mark.slow
 def test_debug_overfit_learns_one_batch_and_profile_steps_trace_the_window(tmp_path):
     """debug=overfit: the same batch every epoch, trained and validated on, learnt;
     trainer.profile_steps on top: TensorBoard's profiler traced exactly those steps, each marked;
@@ -264,6 +271,7 @@ def _trained(run: Path) -> list[np.ndarray]:
     return [v.numpy() for v in [*model.weights, *model.optimizer.variables]]
 
 
+@pytest.mark.slow
 def test_auto_queue_trains_exactly_as_the_values_it_chose(tmp_path):
     """The probe behind queue.workers=auto and queue.max_size=auto updates no weight
     and draws no random number: a seeded run with `auto` ends with the very weights of a run

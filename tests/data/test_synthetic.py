@@ -94,6 +94,7 @@ def _ensure_in_child(root, queue):
                                  progress=False)))
 
 
+@pytest.mark.slow
 def test_two_processes_at_once_make_one_complete_dataset(tmp_path):
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()

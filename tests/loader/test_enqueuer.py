@@ -81,6 +81,7 @@ def test_queue_memory_is_max_size_slots(children):
     assert_clean(children)
 
 
+@pytest.mark.slow
 def test_hung_worker_times_out_naming_batch_and_sample(children):
     started = time.monotonic()
     with pytest.raises(WorkerError, match=r"batch 1 of the train split .* sample\(s\) 6") as caught, \
@@ -145,6 +146,7 @@ def epoch_bytes(split, *, workers, processes=True, start_method="spawn", seed=0,
         return [images.tobytes() for images, _ in enq.batches("train", order, epoch)]
 
 
+@pytest.mark.slow
 def test_batches_are_bit_identical_for_any_workers_and_mode(jpeg_split):
     reference = epoch_bytes(jpeg_split, workers=0)
     for workers, processes, method in [(1, True, "spawn"), (4, True, "spawn"), (4, True, "forkserver"),
@@ -153,6 +155,7 @@ def test_batches_are_bit_identical_for_any_workers_and_mode(jpeg_split):
             (workers, processes, method)
 
 
+@pytest.mark.slow
 def test_negative_controls_epoch_seed_and_repeated_image_differ(jpeg_split):
     from app.augment import Augmenter
 

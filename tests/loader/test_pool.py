@@ -109,6 +109,7 @@ def test_workers_never_import_tensorflow(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_workers_die_with_their_parent_even_by_sigkill():
     import subprocess
     import sys
@@ -122,10 +123,11 @@ split = MarkedSplit(8, hang_at=(0, 1))  # both workers busy (hung) in a read: no
 settings = Settings(batch_size=4, image_size=(8, 8), workers=2, timeout_s=600)
 enq = Enqueuer({"train": split}, {"train": IdentityAugmenter()}, settings).start()
 threading.Thread(target=lambda: list(enq.batches("train", list(range(8)), 0)), daemon=True).start()
-while len(enq.worker_pids) < 2:
+deadline = time.monotonic() + 60
+while len(enq.worker_pids) < 2 and time.monotonic() < deadline:
     time.sleep(0.01)
 print(" ".join(map(str, enq.worker_pids)), enq.ring.spec.name, flush=True)
-time.sleep(120)
+time.sleep(120)  # alive, with its workers, until the test SIGKILLs it
 """
     parent = subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).parent.parent, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
@@ -134,13 +136,9 @@ time.sleep(120)
     assert len(pids) == 2 and all(psutil.pid_exists(p) for p in pids)  # negative control
     parent.kill()  # SIGKILL: no cleanup code of the parent runs
     parent.wait()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(psutil.pid_exists(p) for p in pids):
-        time.sleep(0.1)
-    assert not any(psutil.pid_exists(p) for p in pids)
-    while time.monotonic() < deadline and os.path.exists(f"/dev/shm/{segment}"):
-        time.sleep(0.1)  # multiprocessing's resource tracker unlinks what the dead parent left
-    assert not os.path.exists(f"/dev/shm/{segment}")
+    assert wait_until(lambda: not any(psutil.pid_exists(p) for p in pids), timeout_s=10)
+    # multiprocessing's resource tracker unlinks what the dead parent left
+    assert wait_until(lambda: not os.path.exists(f"/dev/shm/{segment}"), timeout_s=10)
 
 
 class SlowToStart(MarkedSplit):
@@ -151,6 +149,7 @@ class SlowToStart(MarkedSplit):
         super().__setstate__(state)
 
 
+@pytest.mark.slow
 def test_start_up_is_timed_apart_from_the_batch(children):
     """Queue.timeout_s counted the workers' start-up, so a small timeout failed at
     batch 0 on a loaded machine."""

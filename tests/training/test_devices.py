@@ -18,6 +18,7 @@ import numpy as np
 import probe
 import pytest
 import recording
+from docs_runner import spawn_one_process_for
 
 from app.errors import ConfigError
 from app.training.checkpoint import newest
@@ -32,10 +33,12 @@ CONFIG = ["data=folder", "data.image_size=[8,8]", "data.batch_size=4", "augment=
 MIRRORED = ["trainer.strategy=mirrored", "trainer.cpu_devices=2"]
 
 
+ENV = {**os.environ, "PYTHONPATH": str(TESTS)}  # probe.counting_model, recording.StepInputs
+
+
 def app(*args, cwd):
-    env = {**os.environ, "PYTHONPATH": str(TESTS)}  # probe.counting_model, recording.StepInputs
     return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=600, env=env)
+                          timeout=600, env=ENV)
 
 
 def last_model(run: Path) -> keras.Model:
@@ -49,20 +52,22 @@ def runs(tmp_path_factory) -> Path:
     probe.index_images(root / "images", {"train": TRAIN, "val": VAL})
     common = [*CONFIG, f"data.path={root / 'images'}", f"trainer.epochs={EPOCHS}"]
     inputs = f"trainer.callbacks=[{{_target_: recording.StepInputs, path: {root / 'dtypes.txt'}}}]"
-    for name, extra in {"one": [], "two": [*MIRRORED, inputs]}.items():
-        result = app("train", *common, *extra, f"hydra.run.dir={name}", cwd=root)
-        assert result.returncode == 0, result.stderr[-3000:]
+    one = app("train", *common, "hydra.run.dir=one", cwd=root)
+    assert one.returncode == 0, one.stderr[-3000:]
     # killed as epoch 2's last step begins, after a checkpoint inside it: Keras's metrics restored
     kill = (f"trainer.callbacks=[{{_target_: recording.KillOnce, path: {root / 'killed.txt'}, epoch: 1, "
             f"batch: {len(TRAIN) // 4 - 1}}}]")
     first = app("train", *common, *MIRRORED, "trainer.checkpoint_every_steps=2", kill, "hydra.run.dir=resumed",
                 cwd=root)
     assert first.returncode == -9 and (root / "killed.txt").exists(), first.stderr[-3000:]
-    rest = app("train", f"resume={root / 'resumed'}", cwd=root)
-    assert rest.returncode == 0, rest.stderr[-3000:]
+    # the two mirrored runs on the same devices share a process: TensorFlow loads once
+    for done in spawn_one_process_for(["train", *common, *MIRRORED, inputs, "hydra.run.dir=two"],
+                                      ["train", f"resume={root / 'resumed'}"], cwd=root, env=ENV):
+        assert done.returncode == 0, done.stderr[-3000:]
     return root
 
 
+@pytest.mark.slow
 def test_each_replica_trains_half_of_every_batch_and_each_sample_once(runs):
     summary = json.loads((runs / "two" / "summary.json").read_text())
     assert (summary["strategy"], summary["replicas"], summary["status"]) == ("mirrored", 2, "completed")
@@ -77,6 +82,7 @@ def test_each_replica_trains_half_of_every_batch_and_each_sample_once(runs):
     assert rows_one == 4 and np.array_equal(trained_one, trained)
 
 
+@pytest.mark.slow
 def test_two_replicas_train_the_weights_of_one_device(runs):
     one, two = last_model(runs / "one"), last_model(runs / "two")
     kernel_one, kernel_two = (net.get_layer("counting").get_layer("probabilities").kernel for net in (one, two))
@@ -86,6 +92,7 @@ def test_two_replicas_train_the_weights_of_one_device(runs):
     assert not np.allclose(first.get_layer("counting").get_layer("probabilities").kernel, kernel_two, atol=1e-3)
 
 
+@pytest.mark.slow
 def test_a_resumed_mirrored_run_equals_an_uninterrupted_one(runs):
     resumed, straight = last_model(runs / "resumed"), last_model(runs / "two")
     for a, b in zip(resumed.weights, straight.weights, strict=True):
@@ -100,6 +107,7 @@ FIGURES = [f"{split}{name}" for split in ("", "val_") for name in ("loss", "accu
                                                                     "recall_class_1")]
 
 
+@pytest.mark.slow
 def test_two_replicas_log_the_figures_of_one_device(runs):
     """Each replica's own ratio, averaged, is not the pooled one: a class's recall over unequal
     shares, validation's short last batch (1 image, on one replica only)."""
@@ -108,10 +116,12 @@ def test_two_replicas_log_the_figures_of_one_device(runs):
         assert [float(one[k]) for k in FIGURES] == pytest.approx([float(two[k]) for k in FIGURES], abs=1e-6)
 
 
+@pytest.mark.slow
 def test_the_traced_step_receives_uint8_under_the_strategy(runs):
     assert set((runs / "dtypes.txt").read_text().split()) == {"uint8"}
 
 
+@pytest.mark.slow
 def test_evaluate_and_predict_count_each_row_once_on_one_device(runs):
     run = runs / "two"
     evaluated = app("evaluate", f"resume={run}", cwd=runs)
@@ -135,6 +145,7 @@ def test_evaluate_and_predict_count_each_row_once_on_one_device(runs):
     assert sorted(Path(row[0]).name for row in rows) == [f"{i:03d}.png" for i in VAL]
 
 
+@pytest.mark.slow
 def test_batch_norm_statistics_are_one_models_on_every_replica(runs):
     """Each replica updates BatchNormalization's moving statistics from its own share; validation
     (on every replica) and the checkpoint (the first replica's) must see the same ones."""
@@ -184,7 +195,8 @@ def composed(*overrides: str):
         return load(compose("config", overrides=list(overrides)))
 
 
-@pytest.mark.parametrize("precision", ["float32", "mixed_float16", "mixed_bfloat16"])
+@pytest.mark.parametrize("precision", ["float32", pytest.param("mixed_float16", marks=pytest.mark.slow),
+                                       pytest.param("mixed_bfloat16", marks=pytest.mark.slow)])
 def test_each_precision_trains_under_a_strategy_with_float32_ends(precision, tmp_path):
     """One replica of MirroredStrategy in this process (the CPU is not split here): the model,
     optimizer and step built in its scope, the batches distributed, as the trainer does."""
@@ -254,10 +266,10 @@ def jax_runs(tmp_path_factory) -> Path:
         _, err = process.communicate(timeout=600)
         assert process.returncode == 0, err[-3000:]
     local = [*common, *DATA_PARALLEL, "trainer.cpu_devices=2"]
-    first = app("train", *local, "trainer.epochs=1", "hydra.run.dir=local", cwd=root)
-    assert first.returncode == 0, first.stderr[-3000:]
-    rest = app("train", f"resume={root / 'local'}", f"trainer.epochs={EPOCHS}", cwd=root)
-    assert rest.returncode == 0, rest.stderr[-3000:]
+    for done in spawn_one_process_for(["train", *local, "trainer.epochs=1", "hydra.run.dir=local"],
+                                      ["train", f"resume={root / 'local'}", f"trainer.epochs={EPOCHS}"], cwd=root,
+                                      env=ENV):  # one process: JAX loads once
+        assert done.returncode == 0, done.stderr[-3000:]
     return root
 
 
@@ -265,6 +277,7 @@ def kernel(net: keras.Model) -> np.ndarray:
     return np.asarray(net.get_layer("counting").get_layer("probabilities").kernel)
 
 
+@pytest.mark.slow
 def test_two_jax_processes_train_each_sample_once_into_one_run_directory(jax_runs):
     run = jax_runs / "processes"
     summary = json.loads((run / "summary.json").read_text())
@@ -286,6 +299,7 @@ def test_two_jax_processes_train_each_sample_once_into_one_run_directory(jax_run
     assert np.allclose(rows[0], rows[1], atol=1e-5)  # validation's short last batch counted once
 
 
+@pytest.mark.slow
 def test_jax_local_devices_train_each_sample_once_across_a_resume(jax_runs):
     run = jax_runs / "local"
     summary = json.loads((run / "summary.json").read_text())
@@ -298,10 +312,12 @@ def test_jax_local_devices_train_each_sample_once_across_a_resume(jax_runs):
                            kernel(last_model(run)), atol=1e-3)
 
 
+@pytest.mark.slow
 def test_the_traced_jax_step_receives_uint8(jax_runs):
     assert set((jax_runs / "dtypes.txt").read_text().split()) == {"uint8"}
 
 
+@pytest.mark.slow
 def test_evaluate_and_predict_a_jax_run(jax_runs):
     run = jax_runs / "processes"
     evaluated = app("evaluate", f"resume={run}", cwd=jax_runs)

@@ -64,6 +64,7 @@ def fit_hooks(run: Path, tmp_path: Path) -> list[list]:
             for hook, index, keys in recording.read(path)]
 
 
+@pytest.mark.slow
 def test_every_hook_fires_as_under_fit(run, tmp_path):
     ours, theirs = recording.read(run.parent / "hooks.jsonl"), fit_hooks(run, tmp_path)
     assert [h[:2] for h in ours] == [h[:2] for h in theirs]
@@ -76,6 +77,7 @@ def test_every_hook_fires_as_under_fit(run, tmp_path):
     assert [bool(h[2]) for h in ends] == [False, True] * 3 and {"loss", "accuracy"} <= set(ends[1][2])
 
 
+@pytest.mark.slow
 def test_tensorboard_writes_epoch_scalars(run):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -87,6 +89,7 @@ def test_tensorboard_writes_epoch_scalars(run):
         assert [e.step for e in events.Tensors("epoch_loss")] == [0, 1, 2]
 
 
+@pytest.mark.slow
 def test_metrics_csv_has_the_loaders_telemetry_and_a_diagnosis(run):
     rows = list(csv.DictReader((run / "metrics.csv").open()))
     for row in rows:
@@ -99,6 +102,7 @@ def test_metrics_csv_has_the_loaders_telemetry_and_a_diagnosis(run):
     assert "a sample read " in log and "ms in a worker, ring " in log and "workers restarted" in log
 
 
+@pytest.mark.slow
 def test_metrics_csv_has_each_classs_recall(run):
     header = (run / "metrics.csv").read_text().splitlines()[0].split(",")
     classes = json.loads((run / "split.json").read_text())["class_names"]
@@ -106,6 +110,7 @@ def test_metrics_csv_has_each_classs_recall(run):
     assert not any("top" in c for c in header)  # top-5 of 3 classes is left out
 
 
+@pytest.mark.slow
 def test_the_runs_own_dashboard(run):
     """logger=tensorboard (the default): step and epoch scalars, validation's apart, the first
     batch's images, the hyper-parameters for TensorBoard's HParams view; augmented.png."""
@@ -133,6 +138,7 @@ def rows(run: Path) -> list[str]:
     return [line.split(",")[0] for line in (run / "metrics.csv").read_text().splitlines()[1:]]
 
 
+@pytest.mark.slow
 def test_early_stopping_goes_on_counting_after_a_resume(run):
     """EarlyStopping's `wait` (2 after three epochs) is in the checkpoint: resumed to 6 epochs,
     the run stops after epoch 4, as an uninterrupted one would."""

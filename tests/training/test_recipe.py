@@ -1,25 +1,21 @@
 """Fine-tuning through the real CLI, as experiment=finetune_mobilenet sets it up: a MobileNetV3Small
 with weights from a file, its backbone frozen for epoch 1 (BatchNorm statistics included) and
-trained from epoch 2; a run resumed across that point ends with the weights of an uninterrupted one."""
+trained from epoch 2; a run resumed across that point ends with the weights of an uninterrupted one.
+The three runs share one process (tests/docs_runner.py): TensorFlow loads once."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import keras
 import numpy as np
 import pytest
+from docs_runner import spawn_one_process_for
 
 import app.training.objectives  # noqa: F401 - registers the loss the checkpoints were compiled with
 
 SMALL = "+model.kwargs={minimalistic: true}"  # new keys of a mapping take `+` in Hydra
-
-
-def app(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, cwd=cwd, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -34,12 +30,10 @@ def runs(tmp_path_factory):
     config = ["experiment=finetune_mobilenet", "data=synthetic", "data.num_images=48", "data.source_size=64",
               "data.num_classes=3", "data.image_size=[32,32]", "data.batch_size=8", f"model.weights={weights}", SMALL,
               "scheduler=constant", "trainer.unfreeze_at_epoch=2", "trainer.deterministic=true", "queue.workers=1"]
-    a = app("train", *config, "trainer.epochs=2", "hydra.run.dir=A", cwd=root)
-    assert a.returncode == 0, a.stderr[-3000:]
-    b = app("train", *config, "trainer.epochs=1", "hydra.run.dir=B", cwd=root)
-    assert b.returncode == 0, b.stderr[-3000:]
-    resumed = app("train", f"resume={root / 'B'}", "trainer.epochs=2", cwd=root)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    for done in spawn_one_process_for(["train", *config, "trainer.epochs=2", "hydra.run.dir=A"],
+                                      ["train", *config, "trainer.epochs=1", "hydra.run.dir=B"],
+                                      ["train", f"resume={root / 'B'}", "trainer.epochs=2"], cwd=root):
+        assert done.returncode == 0, done.stderr[-3000:]
     return root, [np.array(w) for w in base.get_weights()]
 
 
@@ -56,6 +50,7 @@ def same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
     return all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
 
 
+@pytest.mark.slow
 def test_the_frozen_backbone_keeps_the_files_weights_until_it_is_unfrozen(runs):
     root, start = runs
     after_one, after_two = checkpoints(root / "A")
@@ -69,6 +64,7 @@ def test_the_frozen_backbone_keeps_the_files_weights_until_it_is_unfrozen(runs):
     assert after_two.optimizer.__class__.__name__ == "AdamW"
 
 
+@pytest.mark.slow
 def test_a_resume_across_the_unfreeze_point_is_exact(runs):
     root, _ = runs
     a, b = checkpoints(root / "A")[-1], checkpoints(root / "B")[-1]
