@@ -129,6 +129,6 @@ def test_a_message_names_the_list_of_bad_files_only_where_one_is_kept(tmp_path):
     split = {"train": FileSplit(["/data/a.jpg", "/data/b.jpg"], [0, 1])}
     for log in (None, tmp_path / "bad_samples.txt"):
         with pytest.raises(DataError) as caught:
-            BadSamples(split, 0.1, log).take(messages.Skipped(0, 0, 0, "/data/a.jpg", "empty file", stand_in=1),
-                                             "train")
+            BadSamples(split, 0.1, log).take(messages.Skipped(slot=0, position=0, index=0, where="/data/a.jpg",
+                                                              detail="empty file", stand_in=1), "train")
         assert str(caught.value).endswith(f"(last: /data/a.jpg: empty file){'; see ' + str(log) if log else ''}.")

@@ -44,7 +44,8 @@ def test_a_new_run_writes_split_json_and_a_resume_checks_it(tmp_path):
 def test_each_process_loads_its_share_of_a_batch(tmp_path):
     config = composed(*TINY, f"data.path={tmp_path / 'data'}", "data.batch_size=8")
     source, _ = inputs.read_data_and_write_split(config, tmp_path)
-    one, two = Placement("default", ["/device:CPU:0"]), Placement("data_parallel", ["/device:CPU:0"], processes=2)
+    one, two = Placement(strategy_name="default", devices=["/device:CPU:0"]), Placement(
+        strategy_name="data_parallel", devices=["/device:CPU:0"], processes=2)
     assert inputs.share(config, one).data.batch_size == 8 and inputs.share(config, two).data.batch_size == 4
     whole, half = (inputs.run_loader(config, source, tmp_path, p).queue for p in (one, two))
     assert whole.bytes == 2 * half.bytes == 2 * 8 * 8 * 8 * 3 and half.workers == 1 and not half.processes
