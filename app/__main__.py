@@ -19,6 +19,7 @@ import signal
 import sys
 from pathlib import Path
 
+from app.commands import raise_carried
 from app.errors import exit_status_for
 from app.processes import raise_on_stop_signals, stop_if_interrupted
 from app.training import resume
@@ -110,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.argv = [f"python -m app {word}", *rest]
         entry = getattr(importlib.import_module(module), function)
         entry()
+        raise_carried()  # a single run's failure, carried past Hydra's own line about it
         stop_if_interrupted()  # a stop whose raise was lost (in a `__del__`, say) is not ignored
     except SystemExit as stop:  # --help, --cfg and friends end this way
         return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)

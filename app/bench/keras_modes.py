@@ -14,8 +14,9 @@ import numpy as np
 import tensorflow as tf
 
 from app.bench.keras_baseline import KerasBaseline
-from app.bench.loading import Run, loader_batches, training_loader
+from app.bench.loading import Run, loader_batches, reason, training_loader
 from app.bench.tf_data import dataset
+from app.errors import BadSampleError, DataError
 from app.model import classifier
 from app.training.steps import EpochFigures, EpochPlan, Feed, train_epoch
 
@@ -100,7 +101,24 @@ def _tf_data(run: Run):
     steps = len(order) // batch
     pipeline = dataset(source.train, run.augmenter, order, seed=config.seed, batch_size=batch)  # reads the headers
     clock.start = time.perf_counter()
-    net.fit(pipeline, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[_Tick(clock)])
+    try:
+        net.fit(pipeline, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[_Tick(clock)])
+    except tf.errors.InvalidArgumentError as error:  # TensorFlow's decoders name no file: find it
+        where = _first_unreadable(source.train, order)
+        if where is None:
+            raise
+        raise DataError(f"{reason(error)}; a file of this mode's samples that the loader cannot read either: "
+                        f"{where}") from error
+
+
+def _first_unreadable(split, order) -> str | None:
+    """'path: reason' of the first sample of `order` this app's own reader refuses; None if none."""
+    for index in dict.fromkeys(order[:, 1].tolist()):
+        try:
+            split.read(index)
+        except BadSampleError as bad:
+            return f"{bad.where}: {bad.reason}"
+    return None
 
 
 KERAS_MODES = {"baseline": _baseline, "loader_steps": _loader_steps, "loader_fit": _loader_fit,

@@ -6,6 +6,7 @@ processes; never imported by the loader or training."""
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 
@@ -89,3 +90,18 @@ def serial(run: Run) -> None:
         make_sample(source.train, augmenter, int(index), seed=config.seed, epoch=int(epoch))
         if k % batch == 0:
             clock.tick()
+
+
+# Lines of a TensorFlow error that say where, not what
+WHERE = ("Graph execution error:", "Detected at node", "<stack traces unavailable>", "Node: ",
+         "Traceback (most recent call last):", "[[")
+PYTHON_ERROR = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit): ")
+
+
+def reason(error: BaseException) -> str:
+    """`error` in one line: its type and the first line of its message that says what went wrong
+    (the Python error inside a TensorFlow error, when that is what it carries)."""
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    said = next((line.strip() for line in lines if not line[0].isspace() and not line.startswith(WHERE)),
+                lines[0].strip() if lines else "")
+    return said if PYTHON_ERROR.match(said) else f"{type(error).__name__}: {said}"

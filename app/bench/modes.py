@@ -7,11 +7,10 @@ bench's child processes; never imported by the loader or training."""
 from __future__ import annotations
 
 import logging
-import re
 import traceback
 
 from app.augment import Augmenter
-from app.bench.loading import Clock, Run, loader_only, serial, visit_order
+from app.bench.loading import Clock, Run, loader_only, reason, serial, visit_order
 from app.data import load_source
 from app.frameworks import native_stderr_to_log
 
@@ -40,18 +39,6 @@ def child_main(mode: str, config, conn, log_path: str | None = None) -> None:
 # Lines of a TensorFlow error that say where, not what: its "Graph execution error:" names the
 # node and its stack first, and the op's own message (or the Python error a generator raised,
 # with its traceback) after them.
-WHERE = ("Graph execution error:", "Detected at node", "<stack traces unavailable>", "Node: ",
-         "Traceback (most recent call last):", "[[")
-PYTHON_ERROR = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit): ")
-
-
-def reason(error: BaseException) -> str:
-    """`error` in one line: its type and the first line of its message that says what went wrong
-    (the Python error inside a TensorFlow error, when that is what it carries)."""
-    lines = [line for line in str(error).splitlines() if line.strip()]
-    said = next((line.strip() for line in lines if not line[0].isspace() and not line.startswith(WHERE)),
-                lines[0].strip() if lines else "")
-    return said if PYTHON_ERROR.match(said) else f"{type(error).__name__}: {said}"
 
 
 def _run_mode(mode: str, config) -> dict:

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import psutil
 
-from app.augment import Augmenter
+from app.augment import Augmenter, eval_transforms
 from app.data.headers import largest_decode_bytes
+from app.data.images import Decode
 
 MIB = 2**20
 GIB = 2**30
@@ -95,12 +96,17 @@ def workload(config, largest_decode_bytes: int, device_is_host: bool) -> Workloa
                     device_is_host=device_is_host)
 
 
-def plan_for(config, split, model: ModelFacts, probe: Probe, *, device_is_host: bool) -> Plan:
-    """The plan of a loaded config training on `split` (its largest decode read off the files'
-    headers, under the training augmentation's draft rule; files the loader will refuse left out)."""
-    decode = Augmenter(config.augment.transforms, config.data.image_size, draft=config.data.decode.draft,
-                       max_pixels=config.data.max_image_pixels).decode
-    largest = largest_decode_bytes(split, decode)
+def plan_for(config, splits: tuple, model: ModelFacts, probe: Probe, *, device_is_host: bool) -> Plan:
+    """The plan of a loaded config training on `splits[0]` and validating on `splits[1]`, if
+    given: the largest decode is read off the files' headers, each split's under its own
+    transforms' draft rule (the same workers decode both); files the loader will refuse are left out."""
+    data = config.data
+
+    def decode(transforms) -> Decode:
+        return Augmenter(transforms, data.image_size, draft=data.decode.draft, max_pixels=data.max_image_pixels).decode
+
+    rules = [decode(config.augment.transforms), decode(eval_transforms(config.augment, data.image_size))]
+    largest = max(largest_decode_bytes(split, rule) for split, rule in zip(splits, rules, strict=False))
     return predict(workload(config, largest, device_is_host), probe, model)
 
 

@@ -45,9 +45,10 @@ class Planner:
         return lambda workers, max_size: memory_plan.fits(self.for_queue(workers, max_size), limit)
 
 
-def planner(config, split, facts: ModelFacts, trainer_measures: Callable[[], dict], *,
+def planner(config, splits: tuple, facts: ModelFacts, trainer_measures: Callable[[], dict], *,
             device_is_host: bool) -> Planner:
-    """The Planner of a loaded config training a model of `facts` on `split`; this machine's
+    """The Planner of a loaded config training a model of `facts` on `splits[0]` and validating on
+    `splits[1]`, if given; this machine's
     probe taken first when it is not stored (`trainer_measures`: the probe's tiny training job,
     app/capacity/probe.py). Without a budget, a machine whose probe fails gets no plan, with a
     warning; with one, the failure stops the run."""
@@ -61,7 +62,7 @@ def planner(config, split, facts: ModelFacts, trainer_measures: Callable[[], dic
     q = config.queue
     ones = dataclasses.replace(q, workers=1 if q.workers == AUTO else q.workers,
                                max_size=1 if q.max_size == AUTO else q.max_size)
-    plan = memory_plan.plan_for(dataclasses.replace(config, queue=ones), split, facts, probe,
+    plan = memory_plan.plan_for(dataclasses.replace(config, queue=ones), splits, facts, probe,
                                 device_is_host=device_is_host)
     return Planner(config, plan, probe, facts)
 

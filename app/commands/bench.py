@@ -37,6 +37,7 @@ from omegaconf import DictConfig
 from app.augment import build_compose
 from app.bench import modes
 from app.capacity.memory import PeakMemory
+from app.commands import failure_carried
 from app.config import conf_dir, load, to_plain
 from app.data import load_source
 from app.errors import AppError, config_error
@@ -51,6 +52,7 @@ MEMORY_KEYS = ("peak_memory_mb", "memory_samples", "memory_reads", "peak_pss_mb"
 
 
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
+@failure_carried
 def main(cfg: DictConfig) -> None:
     config = load(cfg)
     if config.trainer.backend != "tensorflow":

@@ -16,6 +16,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from app.augment import Augmenter, eval_transforms
+from app.commands import failure_carried
 from app.config import conf_dir
 from app.errors import DataError, config_error
 from app.loader.pipeline import build_loader, make_sample
@@ -30,6 +31,7 @@ log = logging.getLogger("app.evaluate")
 
 
 @hydra.main(config_path=str(conf_dir()), config_name="evaluate", version_base="1.3")
+@failure_carried
 def main(cfg: DictConfig) -> float:
     # first: it picks the backend Keras loads on
     run_dir, config = read_run(cfg, safe=("queue.", "augment.eval_", "data.max_image_pixels", "data.test_path"))

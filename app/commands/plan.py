@@ -24,6 +24,7 @@ from omegaconf import DictConfig
 
 from app.capacity import auto, queue_plan
 from app.capacity.probe import measured_or_spawn_probe
+from app.commands import failure_carried
 from app.config import conf_dir, load
 from app.data import load_source, synthetic
 from app.errors import DataError
@@ -39,6 +40,7 @@ register()
 
 
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
+@failure_carried
 def main(cfg: DictConfig) -> float:
     config, run_dir = _config(cfg)
     use_backend(config.trainer)
@@ -49,7 +51,7 @@ def main(cfg: DictConfig) -> float:
     # here, unlike train, a plan is the point: a failed probe is the command's error
     probe = measured_or_spawn_probe(calibration.trainer_measures)
     net, gpus = _model(config, source)
-    plans = calibration.planner(config, source.train, net, device_is_host=not gpus)
+    plans = calibration.planner(config, source, net, device_is_host=not gpus)
     choice = calibration.probed(config, source.train, net, plans)
     if choice:
         config = auto.applied(config, choice)

@@ -17,6 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from app.augment import eval_transforms
+from app.commands import failure_carried
 from app.config import conf_dir
 from app.data.images import EXTENSIONS
 from app.data.source import FileSplit
@@ -58,6 +59,7 @@ def _input_files(given: str | None) -> tuple[Path, list[Path]]:
 
 
 @hydra.main(config_path=str(conf_dir()), config_name="predict", version_base="1.3")
+@failure_carried
 def main(cfg: DictConfig) -> None:
     # first: it picks the backend Keras loads on
     run_dir, config = open_run(cfg, safe=("queue.", "data.max_image_pixels"))

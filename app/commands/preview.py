@@ -16,6 +16,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from app.augment import augmenters
+from app.commands import failure_carried
 from app.config import conf_dir, load
 from app.data import load_source
 from app.errors import BadSampleError, DataError
@@ -29,6 +30,7 @@ register()
 
 
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
+@failure_carried
 def main(cfg: DictConfig) -> str:
     config = load(cfg)
     source = load_source(config.data)

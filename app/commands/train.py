@@ -19,6 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from app.commands import failure_carried
 from app.config import conf_dir
 from app.errors import AppError, ConfigError, DataError, WorkerError
 from app.processes import die_with_parent, startable
@@ -30,6 +31,7 @@ ERRORS = {cls.__name__: cls for cls in (AppError, ConfigError, DataError, Worker
 
 
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
+@failure_carried
 def main(cfg: DictConfig) -> float | None:
     """Returns the final validation accuracy, the value a Hydra sweeper optimises."""
     hydra_cfg = HydraConfig.get()

@@ -40,11 +40,12 @@ STEPS = 5
 STEP_CALLS = 3  # timed calls into the compiled step for `auto`, after one that traces it
 
 
-def planner(config, split, net, device_is_host: bool) -> queue_plan.Planner:
-    """The Planner of a loaded config training `net` on `split` (app/capacity/queue_plan.py); this
-    machine's probe spawned first when it is not stored."""
+def planner(config, source, net, device_is_host: bool) -> queue_plan.Planner:
+    """The Planner of a loaded config training `net` on `source`'s train split and validating on
+    its val split (app/capacity/queue_plan.py); this machine's probe spawned first when it is not stored."""
     facts = model_facts(net, config.trainer.precision.value)
-    return queue_plan.planner(config, split, facts, trainer_measures, device_is_host=device_is_host)
+    return queue_plan.planner(config, (source.train, source.val), facts, trainer_measures,
+                              device_is_host=device_is_host)
 
 
 def probed(config, split, net, plans: queue_plan.Planner, class_weights=None) -> Choice | None:

@@ -42,7 +42,7 @@ def train(run: RunContext) -> None:
         summary.update(hardware={**summary.content["hardware"], "gpus": placement.gpus}, **placement.record())
         with placement.scope():  # model, optimizer, metrics and steps on the strategy's replicas
             net, point = _model(run, source, steps)
-            plans = calibration.planner(config, source.train, net, device_is_host=not placement.gpus)
+            plans = calibration.planner(config, source, net, device_is_host=not placement.gpus)
             choice = calibration.probed(inputs.share(config, placement), source.train, net, plans,
                                         class_weights=weights)
             if choice:

@@ -60,9 +60,20 @@ def no_trainer() -> dict:
     raise AssertionError("the training process was measured")
 
 
+def test_the_plan_counts_the_validation_files_the_same_workers_decode(jpegs, stored_probe, tmp_path):
+    grey = tmp_path / "grey.png"  # through Pillow: its image, the RGB conversion and the array, 8 bytes a pixel
+    Image.new("L", (200, 100)).save(grey)
+    config = composed("data.decode.draft=false")
+    val = FileSplit([str(grey)], [0])
+    planned = queue_plan.planner(config, (jpegs, val), MODEL, no_trainer, device_is_host=True)
+    assert planned.plan.workload.largest_decode_bytes == 200 * 100 * 8
+    alone = queue_plan.planner(config, (jpegs,), MODEL, no_trainer, device_is_host=True)  # negative control
+    assert alone.plan.workload.largest_decode_bytes == 120 * 160 * 3
+
+
 def test_the_plan_of_any_queue_from_the_files_headers_and_the_stored_probe(jpegs, stored_probe):
     config = composed("queue.workers=auto", "queue.max_size=3", "data.decode.draft=false")
-    plans = queue_plan.planner(config, jpegs, MODEL, no_trainer, device_is_host=True)
+    plans = queue_plan.planner(config, (jpegs,), MODEL, no_trainer, device_is_host=True)
     assert plans.probe == dataclasses.replace(PROBE, machine=machine_probe.machine())  # read, not measured
     assert (plans.plan.workload.workers, plans.plan.workload.max_size) == (1, 3)  # `auto` planned as 1
     assert plans.plan.workload.largest_decode_bytes == 120 * 160 * 3  # the largest file, off its header
@@ -80,11 +91,11 @@ def test_a_failed_probe_gives_no_plan_without_a_budget_and_stops_a_run_with_one(
         raise RuntimeError("memory probe of a training process failed: no")
 
     monkeypatch.setattr(queue_plan, "measured_or_spawn_probe", failing)
-    plans = queue_plan.planner(composed(), jpegs, MODEL, no_trainer, device_is_host=True)
+    plans = queue_plan.planner(composed(), (jpegs,), MODEL, no_trainer, device_is_host=True)
     assert plans.plan is None and plans.fits()(10**6, 10**6)  # every queue fits what nothing measures
     assert queue_plan.check_and_write_plan(composed(), plans, summary=None) is None
     with pytest.raises(RuntimeError, match="probe"):  # negative control: a budget needs the plan
-        queue_plan.planner(composed("queue.memory_budget_mb=4000"), jpegs, MODEL, no_trainer, device_is_host=True)
+        queue_plan.planner(composed("queue.memory_budget_mb=4000"), (jpegs,), MODEL, no_trainer, device_is_host=True)
 
 
 def test_the_step_is_timed_only_for_an_auto_queue(jpegs):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from app.bench.modes import reason
+from app.bench.loading import reason
 from app.commands.bench import _raise_if_all_failed
 from app.errors import AppError
 from app.schema import BENCH_MODES
@@ -69,6 +69,7 @@ def test_bench_rejects_an_unknown_mode(tmp_path):
     result = subprocess.run([sys.executable, "-m", "app", "bench", "bench.modes=[loader,warp]"],
                             capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert result.returncode == 2 and "bench.modes" in result.stderr and "warp" in result.stderr
+    assert "Error executing job" not in result.stderr  # Hydra's own line above the paragraph
 
 
 @pytest.mark.slow
@@ -88,6 +89,7 @@ def test_bench_where_every_mode_fails_exits_non_zero_with_the_real_cause(tmp_pat
     assert result.returncode == 1, result.stderr[-3000:]
     results = json.loads((tmp_path / "bench" / "bench.json").read_text())["results"]
     assert results["tf_data"]["error"].startswith("InvalidArgumentError: Unknown image file format")
+    assert "bad.jpg: cannot identify image file" in results["tf_data"]["error"]  # TensorFlow's decoder names no file
     assert "Graph execution error" in results["tf_data"]["traceback"]  # negative control: what it was
     assert "every bench mode failed" in result.stderr and "tf_data: InvalidArgumentError: Unknown" in result.stderr
     assert "bad.jpg" in results["serial"]["error"] and "| serial | failed:" in result.stdout

@@ -75,6 +75,7 @@ def test_the_report_best_and_named_checkpoints(run):
     folders = sorted((run / "evaluate").iterdir())
     wrong = app("evaluate", f"resume={run}", "checkpoint=step-99999999", cwd=run.parent)
     assert wrong.returncode == 2 and "`checkpoint`" in wrong.stderr and "step-0000" in wrong.stderr
+    assert wrong.stderr.count("error:") == 1 and "Error executing job" not in wrong.stderr  # one paragraph, once
     assert sorted((run / "evaluate").iterdir()) == folders  # a refused evaluate leaves no folder (and log) behind
     test = app("evaluate", f"resume={run}", "split=test", "queue.workers=1", cwd=run.parent)
     assert test.returncode == 0 and "on 9 test samples" in test.stdout  # synthetic: a quarter of 36, generated apart
