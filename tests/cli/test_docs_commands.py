@@ -11,7 +11,8 @@ cannot run here is listed in SKIPPED with why, and a page that shows one says so
 The TensorFlow commands on one device run one after another in one process
 (tests/docs_runner.py: the CLI's own `main`, as `python -m app` calls it), so TensorFlow loads
 once; a command on JAX or on several devices runs in a process of its own, as its backend and
-devices must be set before they load.
+devices must be set before they load. Those stand alone (a train on the default data), so they
+run beside the page-order process, each in a working directory of its own.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import re
 import shlex
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -204,6 +206,11 @@ def run_all(commands: list[dict], cwd: Path, env: dict) -> list[dict]:
     return done
 
 
+def own_directory(path: Path) -> Path:
+    path.mkdir()
+    return path
+
+
 @pytest.fixture(scope="module")
 def ran(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("docs")
@@ -222,10 +229,12 @@ def ran(tmp_path_factory):
             skipped.append(command)
         else:
             (alone if apart(argv) else together).append({**command, "argv": argv})
-    results = run_all(together, work, env)
     jax = [command for command in alone if "trainer.backend=jax" in command["argv"]]
-    for group in [[c] for c in alone if c not in jax] + [jax]:  # JAX's commands share a process: one backend
-        results += run_all(group, work, env) if group else []
+    groups = [[c] for c in alone if c not in jax] + ([jax] if jax else [])  # JAX's share a process: one backend
+    with ThreadPoolExecutor(max_workers=1 + len(groups)) as pool:
+        in_order = pool.submit(run_all, together, work, env)
+        beside = [pool.submit(run_all, group, own_directory(tmp / f"apart-{i}"), env) for i, group in enumerate(groups)]
+        results = in_order.result() + [result for ran_apart in beside for result in ran_apart.result()]
     return {"planned": together[1:] + alone, "results": results[1:], "skipped": skipped, "made": results[0],
             "work": work}
 

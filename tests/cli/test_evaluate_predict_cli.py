@@ -57,9 +57,16 @@ def test_evaluate_equals_the_last_validation_row(run):
 
 @pytest.mark.slow
 def test_the_report_best_and_named_checkpoints(run):
-    result = app("evaluate", f"resume={run}", "checkpoint=best", "queue.workers=1", cwd=run.parent)
+    folder = run / "evaluate"
+    before = set(folder.iterdir()) if folder.exists() else set()
+    result, wrong, test = spawn_one_process_for(  # one after another, as three commands would run
+        ["evaluate", f"resume={run}", "checkpoint=best", "queue.workers=1"],
+        ["evaluate", f"resume={run}", "checkpoint=step-99999999"],
+        ["evaluate", f"resume={run}", "split=test", "queue.workers=1"], cwd=run.parent)
     assert result.returncode == 0, result.stderr[-3000:]
-    out = sorted((run / "evaluate").iterdir())[-1]
+    written = {json.loads((f / "evaluation.json").read_text())["split"]: f for f in set(folder.iterdir()) - before}
+    assert sorted(written) == ["test", "val"]  # a refused evaluate leaves no folder (and log) behind
+    out = written["val"]
     evaluation = json.loads((out / "evaluation.json").read_text())
     best = json.loads((run / "summary.json").read_text())["best"]
     assert Path(evaluation["checkpoint"]).name == best["checkpoint"]
@@ -72,12 +79,8 @@ def test_the_report_best_and_named_checkpoints(run):
     assert "macro avg" in report and "weighted avg" in report and f"accuracy {evaluation['accuracy']:.4f}" in report
     mistakes = confusion.sum() - np.trace(confusion)
     assert (out / "misclassified.png").exists() == bool(mistakes)
-    folders = sorted((run / "evaluate").iterdir())
-    wrong = app("evaluate", f"resume={run}", "checkpoint=step-99999999", cwd=run.parent)
     assert wrong.returncode == 2 and "`checkpoint`" in wrong.stderr and "step-0000" in wrong.stderr
     assert wrong.stderr.count("error:") == 1 and "Error executing job" not in wrong.stderr  # one paragraph, once
-    assert sorted((run / "evaluate").iterdir()) == folders  # a refused evaluate leaves no folder (and log) behind
-    test = app("evaluate", f"resume={run}", "split=test", "queue.workers=1", cwd=run.parent)
     assert test.returncode == 0 and "on 9 test samples" in test.stdout  # synthetic: a quarter of 36, generated apart
 
 

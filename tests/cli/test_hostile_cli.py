@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from docs_runner import spawn_one_process_for
 from PIL import Image
 
 TINY = ["data.num_images=24", "data.source_size=96", "data.num_classes=3", "data.image_size=[32,32]",
@@ -64,10 +65,6 @@ def test_claimed_names_are_unique_under_a_race(tmp_path):
 def test_evaluate_and_predict_on_a_run_whose_path_has_a_space(run):
     """Evaluate and predict take such paths; predict lists each unreadable
     file with its error and no numbers, goes on, and exits 0."""
-    evaluated = app("evaluate", f"resume={run}", cwd=run.parent)
-    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
-    assert list(run.glob("evaluate/*/evaluation.json"))
-
     images = run.parent / "to predict é"
     (images / "sub").mkdir(parents=True)
     rng = np.random.default_rng(0)
@@ -80,7 +77,11 @@ def test_evaluate_and_predict_on_a_run_whose_path_has_a_space(run):
     Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(jpeg)
     jpeg.write_bytes(jpeg.read_bytes()[:200])
     (images / "sub" / "loop.jpg").symlink_to(images / "sub" / "loop.jpg")
-    result = app("predict", f"resume={run}", f"input={images}", "queue.workers=2", cwd=run.parent)
+    evaluated, result = spawn_one_process_for(["evaluate", f"resume={run}"],
+                                              ["predict", f"resume={run}", f"input={images}", "queue.workers=2"],
+                                              cwd=run.parent)
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert list(run.glob("evaluate/*/evaluation.json"))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "4 of 6 files could not be read" in result.stdout
     (out,) = run.glob("predict/*/predictions.csv")
