@@ -64,7 +64,8 @@ class Workload:
     max_size: int
     workers: int
     processes: bool  # workers are processes (each with its own interpreter), not threads
-    largest_decode_bytes: int  # the largest training image, decoded (after any draft reduction)
+    largest_decode_bytes: int  # the largest image's RGB array (after any draft reduction)
+    largest_pillow_bytes: int = 0  # what Pillow's own copies of an image hold beside it (not JPEGs OpenCV decodes)
     device_is_host: bool  # no GPU: the device's share is host memory too
 
 
@@ -88,11 +89,11 @@ class Plan:
                 "host": {k: round(v, 1) for k, v in self.host}, "device": {k: round(v, 1) for k, v in self.device}}
 
 
-def workload(config, largest_decode_bytes: int, device_is_host: bool) -> Workload:
+def workload(config, largest: tuple[int, int], device_is_host: bool) -> Workload:
     """The figures of a loaded config (app/config.py) the plan needs."""
     d, q = config.data, config.queue
     return Workload(batch_size=d.batch_size, image_size=tuple(d.image_size), max_size=q.max_size, workers=q.workers,
-                    processes=q.use_multiprocessing, largest_decode_bytes=largest_decode_bytes,
+                    processes=q.use_multiprocessing, largest_decode_bytes=largest[0], largest_pillow_bytes=largest[1],
                     device_is_host=device_is_host)
 
 
@@ -106,7 +107,8 @@ def plan_for(config, splits: tuple, model: ModelFacts, probe: Probe, *, device_i
         return Augmenter(transforms, data.image_size, draft=data.decode.draft, max_pixels=data.max_image_pixels).decode
 
     rules = [decode(config.augment.transforms), decode(eval_transforms(config.augment, data.image_size))]
-    largest = max(largest_decode_bytes(split, rule) for split, rule in zip(splits, rules, strict=False))
+    sizes = [largest_decode_bytes(split, rule) for split, rule in zip(splits, rules, strict=False)]
+    largest = (max(a for a, _ in sizes), max(p for _, p in sizes))
     return predict(workload(config, largest, device_is_host), probe, model)
 
 
@@ -135,6 +137,12 @@ def uint8_batch_bytes(batch: int, size: tuple[int, int]) -> int:
     return batch * size[0] * size[1] * 3
 
 
+def decode_mib(work: Workload, probe: Probe) -> float:
+    """What a worker grows by for the largest image: the probe's growth a byte of array (the
+    array, the file, the augmentation's copies), and Pillow's own copies once."""
+    return (probe.worker_bytes_per_decoded_byte * work.largest_decode_bytes + work.largest_pillow_bytes) / MIB
+
+
 def predict(work: Workload, probe: Probe, model: ModelFacts) -> Plan:
     batch = uint8_batch_bytes(work.batch_size, work.image_size)
     device = [("float32 batch (the first layer's output)", 4 * batch / MIB),
@@ -149,12 +157,12 @@ def predict(work: Workload, probe: Probe, model: ModelFacts) -> Plan:
             (f"uint8 batches in the training process ({TRAINER_UINT8_BATCHES})", TRAINER_UINT8_BATCHES * batch / MIB),
             (f"the ring ({slots} slot(s) of one uint8 batch)", slots * batch / MIB)]
     if work.workers and work.processes:
-        each = probe.worker_mib + probe.worker_bytes_per_decoded_byte * work.largest_decode_bytes / MIB
+        each = probe.worker_mib + decode_mib(work, probe)
         host.append((f"{work.workers} worker processes ({each:.0f} MiB each)", work.workers * each))
     else:  # threads or in-process: the decode's buffers in the training process
         threads = max(work.workers, 1)
         host.append((f"decode buffers of {threads} loading thread(s)",
-                     threads * probe.worker_bytes_per_decoded_byte * work.largest_decode_bytes / MIB))
+                     threads * decode_mib(work, probe)))
     if work.device_is_host:
         host += [(f"device (CPU): {name}", mib) for name, mib in device]
     return Plan(host, device, work)

@@ -29,33 +29,35 @@ from app.data.images import (
 _PILLOW_BYTES = {"1": 1, "L": 1, "P": 1, "I;16": 2, "I;16L": 2, "I;16B": 2, "I;16N": 2}
 
 
-def largest_decode_bytes(split, decode: Decode, most: int = 256) -> int:
-    """The most memory one decode holds (`decode_peak_bytes`) among up to `most` files of
-    `split`, spread over it: headers only. A file the loader will refuse (unreadable, or above
-    `decode.max_pixels`) is the loader's to report, by the bad-sample policy, and counts for
-    nothing here. An array split's rows are all one size."""
+def largest_decode_bytes(split, decode: Decode, most: int = 256) -> tuple[int, int]:
+    """The most memory one decode holds among up to `most` files of `split`, spread over it,
+    from headers only: (the largest RGB array, the most Pillow's own copies hold: `decode_bytes`).
+    A file the loader will refuse (unreadable, or above `decode.max_pixels`) is the loader's to
+    report, by the bad-sample policy, and counts for nothing here. An array split's rows are
+    all one size."""
     if not hasattr(split, "paths"):
-        return int(np.prod(np.load(split.npy_path, mmap_mode="r").shape[1:]))
+        return int(np.prod(np.load(split.npy_path, mmap_mode="r").shape[1:])), 0
     step = max(1, len(split.paths) // most)
-    return max((decode_peak_bytes(path, decode) for path in split.paths[::step]), default=0)
+    sizes = [decode_bytes(path, decode) for path in split.paths[::step]]
+    return max((a for a, _ in sizes), default=0), max((p for _, p in sizes), default=0)
 
 
-def decode_peak_bytes(path: str | os.PathLike, decode: Decode) -> int:
-    """The bytes decoding `path` holds at its peak, from its header alone; 0 for a file the
-    loader will refuse. A JPEG that OpenCV decodes holds its RGB array (H × W × 3, after any
-    draft reduction); what Pillow decodes holds Pillow's image in the file's mode, its RGB
-    conversion where the mode is another, and the array: a greyscale PNG holds 8 bytes a pixel."""
+def decode_bytes(path: str | os.PathLike, decode: Decode) -> tuple[int, int]:
+    """What decoding `path` holds, from its header alone: (its RGB array, H × W × 3 after any
+    draft reduction; Pillow's own copies beside it: the image in the file's mode, and its RGB
+    conversion where the mode is another). A JPEG that OpenCV decodes has no Pillow copies; a
+    greyscale PNG has 5 bytes a pixel of them. (0, 0) for a file the loader will refuse."""
     found = header_draft(path, decode.min_short_side, decode.max_pixels)
     if found is None:
-        return 0
+        return 0, 0
     width, height, scale = found
     pixels = -(-width // scale) * -(-height // scale)
     mode = _pillow_mode(path)
     if mode is None:
-        return pixels * 3
+        return pixels * 3, 0
     if mode in SIXTEEN_BIT_MODES or mode == "F":  # scaled through int64 or float working copies
-        return pixels * (_PILLOW_BYTES.get(mode, 4) + 2 * 8 + 3)
-    return pixels * (_PILLOW_BYTES.get(mode, 4) + (0 if mode == "RGB" else 4) + 3)
+        return pixels * 3, pixels * (_PILLOW_BYTES.get(mode, 4) + 2 * 8)
+    return pixels * 3, pixels * (_PILLOW_BYTES.get(mode, 4) + (0 if mode == "RGB" else 4))
 
 
 def _pillow_mode(path: str | os.PathLike) -> str | None:

@@ -33,6 +33,9 @@ def test_the_host_peak_adds_each_part_and_the_device_on_a_cpu():
     # threads: no worker processes, their decode buffers in the training process
     threads = predict(dataclasses.replace(WORK, processes=False), PROBE, MODEL)
     assert plan.host_mib - threads.host_mib == pytest.approx(2 * 100)
+    # what Pillow's own copies hold is added once a worker, not scaled by the probe's growth a byte of array
+    pillow = predict(dataclasses.replace(WORK, largest_pillow_bytes=5 * MIB), PROBE, MODEL)
+    assert dict(pillow.host)["2 worker processes (129 MiB each)"] == 2 * (100 + 2 * 12 + 5)
 
 
 def test_fixes_name_the_largest_value_that_fits():

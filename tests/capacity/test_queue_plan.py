@@ -61,14 +61,15 @@ def no_trainer() -> dict:
 
 
 def test_the_plan_counts_the_validation_files_the_same_workers_decode(jpegs, stored_probe, tmp_path):
-    grey = tmp_path / "grey.png"  # through Pillow: its image, the RGB conversion and the array, 8 bytes a pixel
+    grey = tmp_path / "grey.png"  # through Pillow: its image and the RGB conversion beside the array
     Image.new("L", (200, 100)).save(grey)
     config = composed("data.decode.draft=false")
     val = FileSplit([str(grey)], [0])
     planned = queue_plan.planner(config, (jpegs, val), MODEL, no_trainer, device_is_host=True)
-    assert planned.plan.workload.largest_decode_bytes == 200 * 100 * 8
+    assert planned.plan.workload.largest_decode_bytes == 200 * 100 * 3
+    assert planned.plan.workload.largest_pillow_bytes == 200 * 100 * 5  # Pillow's greyscale image and its RGB copy
     alone = queue_plan.planner(config, (jpegs,), MODEL, no_trainer, device_is_host=True)  # negative control
-    assert alone.plan.workload.largest_decode_bytes == 120 * 160 * 3
+    assert (alone.plan.workload.largest_decode_bytes, alone.plan.workload.largest_pillow_bytes) == (120 * 160 * 3, 0)
 
 
 def test_the_plan_of_any_queue_from_the_files_headers_and_the_stored_probe(jpegs, stored_probe):
