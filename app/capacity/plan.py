@@ -29,8 +29,8 @@ TRAINER_UINT8_BATCHES = 3
 # between collections). A limit admits a plan only with this margin, so no run passes the limit it was
 # admitted under.
 MARGIN = 0.10
-ARTICLE_BATCHES = [2**k for k in range(5, 17)]  # 32 … 65536
-ARTICLE_SIDES = [32, 64, 128, 256, 512, 1024]
+TABLE_BATCHES = [2**k for k in range(5, 17)]  # the batch-size table: 32 … 65536
+TABLE_SIDES = [32, 64, 128, 256, 512, 1024]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -208,8 +208,8 @@ def batch_size_table(batch: int, size: tuple[int, int]) -> str:
     """H × W × 3 × batch bytes, in GiB, float32 / uint8, for batch 32 … 65536 and square sides
     32 … 1024; the config's own batch and resolution added where the grid lacks them and marked
     with `>` (row) and `*` (column)."""
-    batches = sorted(set(ARTICLE_BATCHES) | {batch})
-    sides = [(s, s) for s in ARTICLE_SIDES]
+    batches = sorted(set(TABLE_BATCHES) | {batch})
+    sides = [(s, s) for s in TABLE_SIDES]
     if tuple(size) not in sides:
         sides = sorted(sides + [tuple(size)], key=lambda hw: hw[0] * hw[1])
     head = ["batch"] + [f"{'*' if hw == tuple(size) else ''}{hw[0]}×{hw[1]}" for hw in sides]
