@@ -16,7 +16,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from app import rules
 from app.errors import ConfigError, config_error
-from app.schema import DATA_SCHEMAS, SCHEMAS, Config, model_schema
+from app.schema import SCHEMAS, Config, data_schema, model_schema
 
 
 def conf_dir() -> Path:
@@ -78,11 +78,11 @@ def typed(cfg: DictConfig | dict) -> DictConfig:
 
 
 def _schema_of(key: str, value: Any) -> type | None:
-    """The schema of a top-level node: data's by its `name`, model's by its `_target_`."""
+    """The schema of a top-level node: data's and model's by its `_target_`."""
     if not isinstance(value, dict):
         return None
     if key == "data":
-        return DATA_SCHEMAS.get(str(value.get("name")))
+        return data_schema(value.get("_target_"))
     if key == "model":
         target = str(value.get("_target_"))
         if target.startswith("keras.applications."):

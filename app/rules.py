@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 
 from app.errors import config_error
 from app.families import FAMILIES
-from app.schema import BENCH_MODES, EVAL_TRANSFORMS, LOGGERS, SCHEDULERS
+from app.schema import BENCH_MODES, DATA_TARGETS, EVAL_TRANSFORMS, LOGGER_TARGETS, SCHEDULER_TARGETS, option_of
 
 WORKER_MIB = 100  # what a worker process costs, about (numpy, Pillow, OpenCV, albumentations, its buffers)
 WORKERS_PER_CORE = 4
@@ -71,14 +71,14 @@ def _check_data(d) -> None:
            "a fraction from 0 to 1")
     _check(d.max_image_pixels is None or d.max_image_pixels >= 1, "data.max_image_pixels", d.max_image_pixels,
            "null (no limit) or a positive number of pixels")
-    if d.name == "folder":
+    if d._target_ == DATA_TARGETS["folder"]:
         _check(d.path is not None and str(d.path).strip() != "", "data.path", d.path,
                "data=folder needs the folder of images: add data.path=/path/to/images "
                "(class folders <path>/<class>/*, or <path>/train/<class>/* and <path>/val/<class>/*)")
         _check(0.0 <= d.test_fraction < 1.0 and d.val_fraction + d.test_fraction < 1.0, "data.test_fraction",
                d.test_fraction, f"a fraction from 0 (no test split drawn) to below 1 − data.val_fraction "
                f"({1 - d.val_fraction:g}), so training keeps images")
-    if d.name == "synthetic":
+    if d._target_ == DATA_TARGETS["synthetic"]:
         _check_seed("data.seed", d.seed)
         _check(d.num_classes >= 2, "data.num_classes", d.num_classes, "at least 2")
         _check(d.num_images >= 2 * d.num_classes, "data.num_images", d.num_images,
@@ -177,8 +177,10 @@ def _check_recipe(cfg) -> None:
     _check(o.clipnorm is None or o.global_clipnorm is None, "optimizer.global_clipnorm", o.global_clipnorm,
            "null when optimizer.clipnorm is set (one of the two)")
     _check(0 < o.ema_momentum < 1, "optimizer.ema_momentum", o.ema_momentum, "strictly between 0 and 1")
-    _check(cfg.logger.name in LOGGERS, "logger.name", cfg.logger.name, f"one of {', '.join(LOGGERS)} (logger=<name>)")
-    _check(s.name in SCHEDULERS, "scheduler.name", s.name, f"one of {', '.join(SCHEDULERS)} (scheduler=<name>)")
+    for group, targets in (("logger", LOGGER_TARGETS), ("scheduler", SCHEDULER_TARGETS)):
+        target = cfg[group]._target_
+        _check(target in targets.values(), f"{group}._target_", target,
+               f"one of {', '.join(targets.values())}: choose it with {group}=<{'|'.join(targets)}>")
     _check(0 <= s.warmup_epochs < epochs, "scheduler.warmup_epochs", s.warmup_epochs,
            f"from 0 to below trainer.epochs={epochs}")
     _check(0 <= s.final_fraction <= 1, "scheduler.final_fraction", s.final_fraction, "a fraction of the peak, 0 to 1")
@@ -200,8 +202,9 @@ def _check_recipe(cfg) -> None:
     _check(t.monitor_mode in ("auto", "max", "min"), "trainer.monitor_mode", t.monitor_mode, "auto, max or min")
     for i, spec in enumerate(cfg.trainer.callbacks):
         plateau = str((spec or {}).get("_target_", "")).endswith("ReduceLROnPlateau")
-        _check(not (plateau and s.name != "constant"), f"trainer.callbacks[{i}]", spec.get("_target_"),
-               f"ReduceLROnPlateau cannot change the learning rate scheduler={s.name} sets: use it with "
+        option = option_of("scheduler", s._target_) or s._target_
+        _check(not (plateau and option != "constant"), f"trainer.callbacks[{i}]", spec.get("_target_"),
+               f"ReduceLROnPlateau cannot change the learning rate scheduler={option} sets: use it with "
                "scheduler=constant, or drop it")
 
 

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from app.augment import build_compose
 from app.config import conf_dir, load, to_plain, validate
 from app.errors import ConfigError
-from app.schema import register
+from app.schema import option_of, register
 
 register()
 
@@ -28,7 +28,7 @@ def composed(*overrides: str):
 def test_defaults_compose_and_validate():
     cfg = composed()
     validate(cfg)
-    assert cfg.data.name == "synthetic" and cfg.data.source_size >= 1024
+    assert cfg.data._target_ == "app.data.synthetic.synthetic_source" and cfg.data.source_size >= 1024
     assert cfg.queue.workers == 2 and cfg.queue.use_multiprocessing and cfg.queue.max_size == 2
     assert to_plain(cfg)["queue"]["start_method"] == "spawn"
     # the augmentation's crop follows data.image_size
@@ -38,7 +38,7 @@ def test_defaults_compose_and_validate():
 @pytest.mark.parametrize("name", ["synthetic", "cifar", "folder"])
 def test_each_data_source_composes(name):
     cfg = composed(f"data={name}", "data.path=/x")
-    assert cfg.data.name == name
+    assert option_of("data", cfg.data._target_) == name
     validate(cfg)
 
 
@@ -262,26 +262,28 @@ def test_experiments_are_complete_recipes_and_debug_modes_apply_after_them():
     """Experiment= sets groups and keys; debug= comes after it; the command line last."""
     cifar = composed("experiment=cifar_resnet")
     validate(cifar)
-    assert (cifar.data.name, cifar.model._target_, cifar.optimizer._target_, cifar.scheduler.name) == \
-        ("cifar", "app.model.small_resnet", "keras.optimizers.SGD", "cosine")
+    assert (cifar.data._target_, cifar.model._target_, cifar.optimizer._target_, cifar.scheduler._target_) == \
+        ("app.data.cifar.cifar_source", "app.model.small_resnet", "keras.optimizers.SGD",
+         "app.training.schedules.cosine")
     assert list(cifar.tags) == ["cifar", "resnet"] and cifar.trainer.epochs == 30
     assert [t["_target_"].split(".")[-1] for t in to_plain(cifar)["augment"]["transforms"]] == \
         ["PadIfNeeded", "RandomCrop", "HorizontalFlip"]
     tune = composed("experiment=finetune_mobilenet", "data.path=/x")
     validate(tune)
-    assert (tune.data.name, tune.model.name, tune.model.weights, tune.model.freeze_backbone) == \
+    assert (option_of("data", tune.data._target_), tune.model.name, tune.model.weights, tune.model.freeze_backbone) == \
         ("folder", "MobileNetV3Small", "imagenet", True)
     assert tune.trainer.unfreeze_at_epoch == 3 and tune.optimizer._target_ == "keras.optimizers.AdamW"
     fast = composed("experiment=cifar_resnet", "debug=fast", "trainer.steps_per_epoch=3")
     validate(fast)  # the warm-up longer than the one debug epoch is dropped
     assert (fast.trainer.epochs, fast.trainer.steps_per_epoch, fast.trainer.validation_steps) == (1, 3, 2)
-    assert fast.queue.workers == 0 and list(fast.data.image_size) == [32, 32] and fast.data.name == "cifar"
+    assert fast.queue.workers == 0 and list(fast.data.image_size) == [32, 32]
+    assert option_of("data", fast.data._target_) == "cifar"
     overfit = composed("debug=overfit")
     assert overfit.trainer.overfit_batches == 1 and not overfit.augment.transforms
     assert list(composed("debug=profile").trainer.profile_steps) == [5, 8]
     plain = composed()  # negative control: none of it by default
-    assert (plain.data.name, list(plain.tags), plain.trainer.overfit_batches, plain.trainer.profile_steps) == \
-        ("synthetic", [], 0, None)
+    assert (option_of("data", plain.data._target_), list(plain.tags), plain.trainer.overfit_batches,
+            plain.trainer.profile_steps) == ("synthetic", [], 0, None)
 
 
 def test_auto_is_the_one_word_the_queue_takes():

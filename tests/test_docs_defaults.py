@@ -18,7 +18,8 @@ register()
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
 RESNET = {"model._target_": "app.model.small_resnet"}
-SYNTHETIC = {"data.name": "synthetic"}
+SYNTHETIC = {"data._target_": "app.data.synthetic.synthetic_source"}
+TENSORBOARD = {"logger._target_": "app.training.dashboards.TensorBoardWriter"}
 
 # (page, words as the page has them on one line, the config values they state)
 STATED = [
@@ -35,7 +36,7 @@ STATED = [
     ("docs/performance.md", "default model and EfficientNetV2B0", RESNET),
     ("docs/performance.md", "of the default run", {**RESNET, **SYNTHETIC}),
     ("docs/performance.md", "-default-", {"trainer.strategy": "default"}),  # the runs' names
-    ("docs/run-directory.md", "`logger=tensorboard`, the default", {"logger.name": "tensorboard"}),
+    ("docs/run-directory.md", "`logger=tensorboard`, the default", TENSORBOARD),
     ("docs/runs.md", "on the default data", SYNTHETIC),
     ("docs/troubleshooting.md", "`raise` (the default)", {"data.on_bad_sample": "raise"}),
     ("docs/troubleshooting.md", "(default 89,478,485", {"data.max_image_pixels": 89_478_485}),

@@ -29,7 +29,7 @@ from app.config import conf_dir, load
 from app.data import load_source, synthetic
 from app.errors import DataError
 from app.frameworks import load_keras, native_stderr_to_log, use_backend
-from app.schema import register
+from app.schema import DATA_TARGETS, register
 from app.training import checkpoint
 from app.training.resume import latest_run, resumed_config
 from app.training.rundata import run_source
@@ -82,14 +82,14 @@ def _config(cfg: DictConfig):
 def _source(data, run_dir: Path | None):
     """The data source, read but never written: a dataset `train` would generate or download
     first is refused, naming the command that brings it; a run's, checked to be what it trained on."""
-    if data.name == "synthetic":
+    if data._target_ == DATA_TARGETS["synthetic"]:
         folders = [Path(data.path).expanduser() / spec.folder_name() for spec in synthetic.specs(data)]
         missing = [str(folder) for folder in folders if not folder.is_dir()]
         if missing:
             raise DataError(f"the synthetic dataset is not generated yet ({' and '.join(missing)} missing), and "
                             "plan never writes a dataset: `python -m app train` with the same data.* overrides "
                             "generates it (then plan again)")
-    downloads = data.name == "cifar" and data.download
+    downloads = data._target_ == DATA_TARGETS["cifar"] and data.download
     if downloads:
         data = dataclasses.replace(data, download=False)  # found, or the error below: plan downloads nothing
     try:

@@ -6,23 +6,26 @@ Nothing under app/data ever imports TensorFlow, Keras or the loader: loader work
 from __future__ import annotations
 
 from app.data.cifar import cifar_source
-from app.data.folder import Held, folder_source
+from app.data.folder import folder_source_of
 from app.data.source import ArraySplit, FileSplit, Source
 from app.data.synthetic import synthetic_source
 from app.errors import ConfigError, config_error
+from app.schema.data import DATA_TARGETS
 
 __all__ = ["ArraySplit", "FileSplit", "Source", "load_source"]
 
-_SOURCES = {"synthetic": synthetic_source, "cifar": cifar_source,
-            "folder": lambda cfg: folder_source(cfg.path, cfg.val_fraction, test=Held(
-                getattr(cfg, "test_path", None), getattr(cfg, "test_fraction", 0.0)))}
+# data._target_ names one of these; the table, not an import by name, so a config can never make a
+# worker import anything else
+_SOURCES = {f"{fn.__module__}.{fn.__name__}": fn for fn in (synthetic_source, cifar_source, folder_source_of)}
 
 
 def load_source(data_cfg) -> Source:
-    """The source `data_cfg.name` names; relative paths are relative to the working directory."""
-    if data_cfg.name not in _SOURCES:
-        raise config_error("data.name", data_cfg.name, f"one of {', '.join(_SOURCES)}")
+    """The source `data_cfg._target_` names; relative paths are relative to the working directory."""
+    if data_cfg._target_ not in _SOURCES:
+        raise config_error("data._target_", data_cfg._target_,
+                           f"one of {', '.join(_SOURCES)}: choose it with data=<{'|'.join(DATA_TARGETS)}>")
     if not data_cfg.path or not str(data_cfg.path).strip():
-        raise ConfigError(f"config key `data.path` is not set: data={data_cfg.name} needs a folder, "
+        option = next(o for o, t in DATA_TARGETS.items() if t == data_cfg._target_)
+        raise ConfigError(f"config key `data.path` is not set: data={option} needs a folder, "
                           f"e.g. data.path=/path/to/images.")
-    return _SOURCES[data_cfg.name](data_cfg)
+    return _SOURCES[data_cfg._target_](data_cfg)

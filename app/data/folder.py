@@ -41,6 +41,12 @@ class Held:
     fraction: float = 0.0
 
 
+def folder_source_of(data_cfg) -> Source:
+    """data=folder: the source of a config's data node (its `_target_`)."""
+    return folder_source(data_cfg.path, data_cfg.val_fraction,
+                         test=Held(getattr(data_cfg, "test_path", None), getattr(data_cfg, "test_fraction", 0.0)))
+
+
 def folder_source(path: str | os.PathLike, val_fraction: float, name: str = "folder", *, times: bool = True,
                   test: Held = Held()) -> Source:
     """`times=False`: the fingerprint leaves modification times out (generated data, whose files

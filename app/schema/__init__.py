@@ -20,6 +20,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from app.schema.data import (
+    DATA_TARGETS,
     AugmentConfig,
     CifarDataConfig,
     DataConfig,
@@ -31,6 +32,8 @@ from app.schema.data import (
     SyntheticDataConfig,
 )
 from app.schema.training import (
+    LOGGER_TARGETS,
+    SCHEDULER_TARGETS,
     Backend,
     CustomModelConfig,
     KerasAppConfig,
@@ -84,8 +87,8 @@ class Config:
     # aside to <folder>.old first (app/training/resume.py)
     overwrite: bool = False
     # Each group's own schema types its node; data and model have one a choice, extending these
-    # (data: SyntheticDataConfig, CifarDataConfig, FolderDataConfig by `name`; model:
-    # ResnetModelConfig, KerasAppConfig, CustomModelConfig by `_target_`).
+    # (data: SyntheticDataConfig, CifarDataConfig, FolderDataConfig; model: ResnetModelConfig,
+    # KerasAppConfig, CustomModelConfig), picked by the node's `_target_` as every group chooses.
     data: DataConfig = MISSING
     augment: AugmentConfig = MISSING
     queue: QueueConfig = MISSING
@@ -143,9 +146,9 @@ def register() -> None:
 SCHEMAS = {"augment": AugmentConfig, "queue": QueueConfig, "optimizer": OptimizerConfig, "scheduler": SchedulerConfig,
            "trainer": TrainerConfig, "logger": LoggerConfig, "bench": BenchConfig,
            "preview": PreviewConfig}
-LOGGERS = ["tensorboard", "csv", "none"]
 EVAL_TRANSFORMS = ["resize", "center_crop"]
-SCHEDULERS = ["constant", "cosine", "step", "multistep", "one_cycle"]
+# The groups whose options are ours alone: each option sets the node's `_target_` to one of these.
+TARGETS = {"data": DATA_TARGETS, "scheduler": SCHEDULER_TARGETS, "logger": LOGGER_TARGETS}
 MODEL_SCHEMAS = {"resnet": ResnetModelConfig, "keras_app": KerasAppConfig, "custom": CustomModelConfig}  # conf/model/
 
 
@@ -156,3 +159,13 @@ def model_schema(target: str | None) -> type:
 
 
 DATA_SCHEMAS = {"synthetic": SyntheticDataConfig, "cifar": CifarDataConfig, "folder": FolderDataConfig}
+
+
+def option_of(group: str, target: str) -> str | None:
+    """The option of `group` (data=folder: `folder`) whose `_target_` this is; None: none of ours."""
+    return next((option for option, known in TARGETS[group].items() if known == target), None)
+
+
+def data_schema(target: str | None) -> type | None:
+    """A data node's schema, by its `_target_`."""
+    return DATA_SCHEMAS.get(option_of("data", str(target)))

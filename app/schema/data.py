@@ -23,9 +23,14 @@ class DecodeConfig:
     draft: bool = True  # JPEG: decode at 1/2, 1/4 or 1/8 scale when the network input allows
 
 
+# What builds each data option's source, its node's `_target_` (set by `data=<option>`).
+DATA_TARGETS = {"synthetic": "app.data.synthetic.synthetic_source", "cifar": "app.data.cifar.cifar_source",
+                "folder": "app.data.folder.folder_source_of"}
+
+
 @dataclass(kw_only=True)
 class DataConfig:
-    name: str = MISSING  # synthetic | cifar | folder, set by each conf/data file
+    _target_: str = MISSING  # DATA_TARGETS: set by each conf/data file
     path: str | None = None
     image_size: list[int] = field(default_factory=lambda: [64, 64])
     batch_size: int = 32
@@ -40,7 +45,7 @@ class DataConfig:
 
 @dataclass(kw_only=True)
 class SyntheticDataConfig(DataConfig):
-    name: str = "synthetic"
+    _target_: str = DATA_TARGETS["synthetic"]
     path: str | None = "datasets/synthetic"
     num_images: int = 800
     source_size: int = 1024
@@ -51,7 +56,7 @@ class SyntheticDataConfig(DataConfig):
 
 @dataclass(kw_only=True)
 class CifarDataConfig(DataConfig):
-    name: str = "cifar"
+    _target_: str = DATA_TARGETS["cifar"]
     path: str | None = "datasets/cifar10"
     image_size: list[int] = field(default_factory=lambda: [32, 32])
     batch_size: int = 64
@@ -61,7 +66,7 @@ class CifarDataConfig(DataConfig):
 
 @dataclass
 class FolderDataConfig(DataConfig):
-    name: str = "folder"
+    _target_: str = DATA_TARGETS["folder"]
     image_size: list[int] = field(default_factory=lambda: [128, 128])
     # the test split: <path>/test/<class>/ when it is there, else this folder of <class>/ (null: none)
     test_path: str | None = None

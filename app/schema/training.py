@@ -81,11 +81,19 @@ class OptimizerConfig:
     kwargs: dict[str, Any] = field(default_factory=dict)  # the optimizer's own (momentum, beta_1, ...)
 
 
+# What each scheduler and logger option builds, its node's `_target_` (set by `scheduler=<option>`,
+# `logger=<option>`), as model's and optimizer's name theirs: every group chooses the same way.
+SCHEDULER_TARGETS = {name: f"app.training.schedules.{name}" for name in
+                     ("constant", "cosine", "step", "multistep", "one_cycle")}
+LOGGER_TARGETS = {"tensorboard": "app.training.dashboards.TensorBoardWriter",
+                  "csv": "app.training.dashboards.CsvWriter", "none": "app.training.dashboards.Writer"}
+
+
 @dataclass(kw_only=True)
 class SchedulerConfig:
     """conf/scheduler: the learning rate over the run, in steps (epochs × steps an epoch)."""
 
-    name: str = "constant"  # constant | cosine | step | multistep | one_cycle
+    _target_: str = SCHEDULER_TARGETS["constant"]  # the schedule's builder in app/training/schedules.py
     warmup_epochs: float = 0.0  # cosine: a linear warm-up from 0 to the peak first
     final_fraction: float = 0.0  # cosine, one_cycle: the last learning rate, as a fraction of the peak
     every_epochs: int = 1  # step: the rate times `gamma` every this many epochs
@@ -99,7 +107,7 @@ class SchedulerConfig:
 class LoggerConfig:
     """conf/logger: where the run's dashboards go (app/training/dashboards.py)."""
 
-    name: str = "tensorboard"  # tensorboard | csv | none
+    _target_: str = LOGGER_TARGETS["tensorboard"]  # the writer in app/training/dashboards.py
 
 
 @dataclass(kw_only=True)

@@ -104,8 +104,11 @@ class CsvWriter(Writer):
             out.writerows([split, tag, step, value] for tag, value in values.items())
 
 
-def writer(name: str, run_dir: Path) -> Writer:
-    return {"tensorboard": TensorBoardWriter, "csv": CsvWriter}.get(name, lambda _: Writer())(run_dir)
+def writer(target: str | None, run_dir: Path) -> Writer:
+    """The writer `logger._target_` names; None (a process that logs nothing) or Writer's own: one
+    that writes nothing."""
+    chosen = {f"{__name__}.{cls.__name__}": cls for cls in (TensorBoardWriter, CsvWriter)}.get(target)
+    return chosen(run_dir) if chosen else Writer()
 
 
 class Dashboard(keras.callbacks.Callback):

@@ -88,7 +88,7 @@ class Epochs:
 
     def _run(self) -> None:
         epochs, state = self.config.trainer.epochs, self.state
-        self.out = dashboards.writer(self.config.logger.name if self.writes else "none", self.run_dir)
+        self.out = dashboards.writer(self.config.logger._target_ if self.writes else None, self.run_dir)
         if state.steps_done == 0:  # a resumed run's are in the events kept from before
             self.out.hparams(dashboards.hyperparameters(state.config), trial=str(self.run_dir))
             if self.config.tags:

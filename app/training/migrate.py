@@ -10,12 +10,14 @@ Never imports TensorFlow, Keras, the loader or the commands.
 
 from __future__ import annotations
 
+import sys
+
 from omegaconf import OmegaConf
 
 from app.config import conf_dir
-from app.errors import ConfigError
-from app.overrides import key_of
-from app.schema import COMMAND_KEYS
+from app.errors import ConfigError, config_error
+from app.overrides import key_of, value_of
+from app.schema import COMMAND_KEYS, TARGETS
 
 # key that was replaced → what to write instead (the message of a refused override)
 MOVED = {"trainer.lr": "optimizer.learning_rate=<the peak learning rate> (conf/scheduler shapes it over the run)",
@@ -29,6 +31,31 @@ def refuse_moved_keys(argv: list[str]) -> None:
     for arg in argv:
         if key_of(arg) in MOVED:
             raise ConfigError(f"config key `{key_of(arg)}` was replaced: use {MOVED[key_of(arg)]}.")
+
+
+def renamed_choosers(argv: list[str]) -> list[str]:
+    """`data.name=X`, `scheduler.name=X`, `logger.name=X` (the old way to choose those, before every
+    group chose by `_target_`) as the group choice `data=X`, with a deprecation message that names it."""
+    out = list(argv)
+    for group, targets in TARGETS.items():
+        old = f"{group}.name"
+        value = value_of(out, old)
+        if value is None:
+            continue
+        out = [arg for arg in out if key_of(arg) != old]
+        unknown = [v for v in value.split(",") if v not in targets]
+        if unknown:
+            raise config_error(old, value, f"one of {', '.join(targets)}; choose with {group}=<option> "
+                               f"(`{old}` is deprecated: every group is chosen by its option, and its node "
+                               f"names what it builds by `_target_`)")
+        chosen = value_of(out, group)
+        if chosen is not None and chosen != value:
+            raise ConfigError(f"config keys `{group}={chosen}` and `{old}={value}` choose two {group} options: "
+                              f"keep `{group}=`, `{old}` is its deprecated spelling.")
+        print(f"`{old}={value}` is deprecated: use `{group}={value}` (each group is chosen by its option; "
+              f"the node's `_target_` names what it builds).", file=sys.stderr)
+        out += [] if chosen is not None else [f"{group}={value}"]
+    return out
 
 
 def _precision(saved: dict) -> dict:
@@ -58,8 +85,19 @@ def _without_command_keys(saved: dict) -> dict:
     return {key: value for key, value in saved.items() if key not in COMMAND_KEYS}
 
 
+def _chosen_by_target(saved: dict) -> dict:
+    """data, scheduler and logger chose their option by `name`; like model and optimizer, they now
+    name what builds them by `_target_`."""
+    out = dict(saved)
+    for group, targets in TARGETS.items():
+        node = saved.get(group)
+        if isinstance(node, dict) and "name" in node and "_target_" not in node and node["name"] in targets:
+            out[group] = {"_target_": targets[node["name"]], **{k: v for k, v in node.items() if k != "name"}}
+    return out
+
+
 # oldest change first; a change of keys adds its step here
-STEPS = (_precision, _optimizer, _without_command_keys)
+STEPS = (_precision, _optimizer, _without_command_keys, _chosen_by_target)
 
 
 def migrated(saved: dict) -> dict:

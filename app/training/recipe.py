@@ -1,5 +1,5 @@
 """The recipe a model is compiled with (conf/optimizer by `_target_`, the learning rate over
-the run from conf/scheduler as a stock Keras schedule, loss, metrics, XLA, steps a call), and
+the run from conf/scheduler (app/training/schedules.py), loss, metrics, XLA, steps a call), and
 the backbone's freezing: frozen for the first epochs with `model.freeze_backbone`, trained from
 `trainer.unfreeze_at_epoch` on, recompiled with the same optimizer when that changes.
 
@@ -24,6 +24,7 @@ from app.errors import config_error
 from app.rules import JIT_COMPILE
 from app.schema import Config
 from app.training.objectives import PerClassRecall, SmoothedSparseCrossentropy
+from app.training.schedules import SCHEDULES
 
 log = logging.getLogger("app.train")
 
@@ -59,29 +60,13 @@ def build_optimizer(config: Config, steps_per_epoch: int) -> keras.optimizers.Op
 
 
 def learning_rate(config: Config, steps_per_epoch: int):
-    """The peak (scheduler=constant), or a stock Keras schedule over the run's optimizer
-    updates (epochs × steps an epoch ÷ trainer.grad_accum_steps): stock, so the checkpoints load
-    as they are. It is a function of the optimizer's update counter, which a checkpoint keeps: a
-    resumed run's rates are the uninterrupted run's."""
-    s, peak = config.scheduler, config.optimizer.learning_rate
-
+    """The schedule `scheduler._target_` names (app/training/schedules.py) over the run's optimizer
+    updates: epochs × steps an epoch ÷ trainer.grad_accum_steps."""
     def updates(epochs: float) -> int:  # the optimizer's counter after that many epochs
         return int(epochs * steps_per_epoch // config.trainer.grad_accum_steps)
 
-    total, schedules = updates(config.trainer.epochs), keras.optimizers.schedules
-    if s.name in ("cosine", "one_cycle"):
-        warmup = updates(s.warmup_epochs) if s.name == "cosine" else round(s.peak_at * total)
-        start = 0.0 if s.name == "cosine" else s.start_fraction * peak
-        return schedules.CosineDecay(start, max(total - warmup, 1), alpha=s.final_fraction, warmup_target=peak,
-                                     warmup_steps=warmup)
-    if s.name in ("step", "multistep"):
-        epochs = (range(s.every_epochs, config.trainer.epochs, s.every_epochs) if s.name == "step" else s.milestones)
-        # Keras changes the value once the counter passes a boundary: the first update of epoch
-        # e + 1 runs at counter updates(e)
-        boundaries = [updates(epoch) - 1 for epoch in epochs]
-        if boundaries:
-            return schedules.PiecewiseConstantDecay(boundaries, [peak * s.gamma**i for i in range(len(boundaries) + 1)])
-    return peak
+    return SCHEDULES[config.scheduler._target_](config.scheduler, peak=config.optimizer.learning_rate,
+                                                updates=updates, epochs=config.trainer.epochs)
 
 
 def metric_names(config: Config, class_names: list[str]) -> list[str]:

@@ -83,7 +83,9 @@ def test_the_ring_counts_whole_and_once_whoever_wrote_it():
         own = private_bytes(writer.pid)
         # negative control: USS counts the slots it alone wrote as its own
         assert psutil.Process(writer.pid).memory_full_info().uss - own >= 23 * 2**20
-        assert PeakMemory().sample() - with_ring <= own + 4 * 2**20
+        # the written 24 MiB counted again (as the worker's) would be far over; the slack is this
+        # process's own growth between the two samples (pytest's, up to ~5 MiB here)
+        assert PeakMemory().sample() - with_ring <= own + 10 * 2**20
     finally:
         if writer:
             writer.communicate("\n", timeout=30)

@@ -92,3 +92,11 @@ def test_two_hydra_modes_are_refused_naming_both(tmp_path):
     followed = run(sys.executable, "-m", "app", "train", "queue.max_size=1", "--cfg", "job", cwd=tmp_path)
     assert followed.returncode == 0 and "max_size: 1" in followed.stdout  # the advice, followed
     assert not (tmp_path / "outputs").exists()
+
+
+def test_the_old_spelling_of_a_group_choice_works_and_names_the_new_one(tmp_path):
+    old = run(sys.executable, "-m", "app", "train", "scheduler.name=cosine", "--cfg", "job", cwd=tmp_path)
+    assert old.returncode == 0 and "use `scheduler=cosine`" in old.stderr
+    assert "_target_: app.training.schedules.cosine" in old.stdout and "warmup_epochs: 1.0" in old.stdout  # cosine.yaml
+    new = run(sys.executable, "-m", "app", "train", "scheduler=cosine", "--cfg", "job", cwd=tmp_path)
+    assert new.returncode == 0 and new.stdout == old.stdout and "deprecated" not in new.stderr  # negative control

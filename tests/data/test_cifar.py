@@ -13,6 +13,7 @@ import pytest
 
 from app.data import cifar, load_source
 from app.errors import BadSampleError, DataError
+from app.schema.data import DATA_TARGETS
 
 LABEL_NAMES = [b"airplane", b"automobile", b"bird", b"cat", b"deer", b"dog", b"frog", b"horse",
                b"ship", b"truck"]
@@ -54,7 +55,7 @@ def _write_archive(folder, seed=0):
 
 
 def _cfg(path, download=False, val_fraction=0.2):
-    return SimpleNamespace(name="cifar", path=str(path), download=download, val_fraction=val_fraction)
+    return SimpleNamespace(_target_=DATA_TARGETS["cifar"], path=str(path), download=download, val_fraction=val_fraction)
 
 
 @pytest.fixture(autouse=True)

@@ -16,9 +16,11 @@ from app.data import drawing, load_source, synthetic
 from app.data.images import load_rgb
 from app.data.synthetic import Spec, class_names, dataset_dir_name, ensure_dataset
 from app.errors import DataError, MachineError
+from app.schema.data import DATA_TARGETS
 from app.training.rundata import run_source
 from app.training.rundir import write_json
 
+SYNTH = DATA_TARGETS["synthetic"]
 TINY = {"num_images": 24, "source_size": 64, "num_classes": 3}
 
 
@@ -130,7 +132,7 @@ def test_stale_temporary_folders_of_dead_jobs_are_removed(tmp_path):
 
 
 def test_images_are_rgb_jpegs_of_a_few_sizes_and_aspect_ratios(tmp_path):
-    src = load_source(SimpleNamespace(name="synthetic", path=str(tmp_path), val_fraction=0.25,
+    src = load_source(SimpleNamespace(_target_=SYNTH, path=str(tmp_path), val_fraction=0.25,
                                       seed=0, **TINY))
     images = [src.train.read(i) for i in range(len(src.train))]
     assert all(img.dtype == np.uint8 and img.ndim == 3 and img.shape[2] == 3 for img in images)
@@ -166,7 +168,7 @@ def test_files_stored_turned_load_as_drawn(tmp_path, draft):
 
 
 def test_a_run_on_another_generators_files_is_refused_before_generating(tmp_path, monkeypatch):
-    data = SimpleNamespace(name="synthetic", path=str(tmp_path / "data"), val_fraction=0.25, seed=0, **TINY)
+    data = SimpleNamespace(_target_=SYNTH, path=str(tmp_path / "data"), val_fraction=0.25, seed=0, **TINY)
     source = load_source(data)
     run = tmp_path / "run"
     run.mkdir()
@@ -187,7 +189,7 @@ def test_a_run_on_another_generators_files_is_refused_before_generating(tmp_path
 
 def test_source_is_the_folder_split(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    cfg = SimpleNamespace(name="synthetic", path="datasets/synthetic", val_fraction=0.25, seed=0, **TINY)
+    cfg = SimpleNamespace(_target_=SYNTH, path="datasets/synthetic", val_fraction=0.25, seed=0, **TINY)
     src = load_source(cfg)
     assert src.name == "synthetic" and src.split["source"] == "synthetic"
     assert src.class_names == ["00_red_circle", "01_green_square", "02_blue_triangle"]
@@ -215,7 +217,7 @@ def test_class_count_out_of_range(tmp_path, n):
 
 def test_the_test_split_is_generated_apart_and_outside_the_fingerprint(tmp_path):
     def source(tests):
-        return load_source(SimpleNamespace(name="synthetic", path=str(tmp_path), val_fraction=0.25, seed=0,
+        return load_source(SimpleNamespace(_target_=SYNTH, path=str(tmp_path), val_fraction=0.25, seed=0,
                                            num_test_images=tests, **TINY))
 
     none, some = source(0), source(None)  # null: a quarter of num_images

@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow as tf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from app.schema import LOGGER_TARGETS
 from app.training import dashboards
 
 
@@ -20,7 +21,7 @@ def steps(path, tag: str) -> list[int]:
 
 
 def write(run_dir, step_range) -> None:
-    out = dashboards.writer("tensorboard", run_dir)
+    out = dashboards.writer(LOGGER_TARGETS["tensorboard"], run_dir)
     for step in step_range:
         out.scalars("train", {"step/loss": 1.0 / step}, step)
     out.close()
@@ -40,7 +41,7 @@ def test_a_resume_cuts_the_events_after_its_checkpoint(tmp_path):
 
 
 def test_csv_logger_and_none(tmp_path):
-    out = dashboards.writer("csv", tmp_path)
+    out = dashboards.writer(LOGGER_TARGETS["csv"], tmp_path)
     out.scalars("train", {"step/loss": 0.5, "step/accuracy": 0.25}, 3)
     out.scalars("validation", {"epoch/loss": 0.7}, 6)
     rows = list(csv.DictReader((tmp_path / "scalars.csv").open()))
@@ -51,13 +52,13 @@ def test_csv_logger_and_none(tmp_path):
     assert [r["step"] for r in csv.DictReader((tmp_path / "scalars.csv").open())] == ["3", "3"]
     quiet = tmp_path / "quiet"
     quiet.mkdir()
-    dashboards.writer("none", quiet).scalars("train", {"step/loss": 1.0}, 1)
+    dashboards.writer(LOGGER_TARGETS["none"], quiet).scalars("train", {"step/loss": 1.0}, 1)
     assert not list(quiet.iterdir())
 
 
 def test_the_first_batch_is_drawn_with_its_classes(tmp_path):
     batch = np.random.default_rng(0).integers(0, 256, (10, 16, 16, 3), dtype=np.uint8)
-    out = dashboards.writer("tensorboard", tmp_path)
+    out = dashboards.writer(LOGGER_TARGETS["tensorboard"], tmp_path)
     dashboards.write_first_batch(out, tmp_path, (batch, np.arange(10) % 2), ["cat", "dog"])
     out.close()
     from PIL import Image

@@ -4,15 +4,19 @@ is read back in today's, through the path a resume takes: state.json → migrate
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import hydra.utils
 import pytest
 from hydra import compose, initialize_config_dir
 
-from app.config import conf_dir, load, to_plain
+from app.config import conf_dir, load, to_plain, validate
+from app.data import _SOURCES
 from app.errors import ConfigError
-from app.schema import register
-from app.training import checkpoint
-from app.training.migrate import STEPS, migrated, refuse_moved_keys
+from app.schema import TARGETS, register
+from app.training import checkpoint, dashboards
+from app.training.migrate import STEPS, migrated, refuse_moved_keys, renamed_choosers
+from app.training.schedules import SCHEDULES
 
 
 def _saved_run(tmp_path, config: dict):
@@ -23,14 +27,20 @@ def _saved_run(tmp_path, config: dict):
     return tmp_path
 
 
-def _old_format() -> dict:
+def _composed(*overrides: str):
     register()
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        config = to_plain(compose("config"))
+        return compose("config", overrides=list(overrides))
+
+
+def _old_format() -> dict:
+    config = to_plain(_composed())
     config.pop("optimizer"), config.pop("scheduler")
     config["trainer"].pop("precision")
     config["trainer"].update(optimizer="sgd", lr=0.05, mixed_precision=True)
     config.update(split="val", checkpoint="last", input=None)  # evaluate's and predict's keys, in every run then
+    for group, option in (("data", "synthetic"), ("logger", "tensorboard")):  # scheduler: from _optimizer
+        config[group] = {"name": option, **{k: v for k, v in config[group].items() if k != "_target_"}}
     return config
 
 
@@ -41,14 +51,45 @@ def test_an_old_run_dir_is_read_back_in_todays_keys(tmp_path):
     config = load(migrated(saved))
     assert config.trainer.precision == "mixed_float16"
     assert config.optimizer._target_ == "keras.optimizers.SGD" and config.optimizer.learning_rate == 0.05
-    assert config.scheduler.name == "constant"
+    assert config.scheduler._target_ == "app.training.schedules.constant"
+    assert (config.data._target_, config.logger._target_) == ("app.data.synthetic.synthetic_source",
+                                                              "app.training.dashboards.TensorBoardWriter")
     today = to_plain(config)
     assert migrated(today) == today  # a config in today's keys is left as it is
     assert not {"split", "checkpoint", "input"} & set(migrated(saved))
-    assert len(STEPS) == 3  # each step is exercised above
+    assert len(STEPS) == 4  # each step is exercised above
 
 
 def test_an_override_of_a_replaced_key_names_its_successor():
     refuse_moved_keys(["optimizer.learning_rate=0.1", "-m"])  # today's keys pass
     with pytest.raises(ConfigError, match=r"`trainer.lr` was replaced: use optimizer.learning_rate"):
         refuse_moved_keys(["+trainer.lr=0.1"])
+
+
+def test_the_old_way_to_choose_a_group_is_its_option_with_a_deprecation(capsys):
+    """`scheduler.name=cosine` (data, scheduler and logger chose by `name`) is `scheduler=cosine`."""
+    assert renamed_choosers(["scheduler.name=cosine", "model.name=Xception", "-m"]) == \
+        ["model.name=Xception", "-m", "scheduler=cosine"]  # model.name is keras_app's backbone, not a chooser
+    assert "`scheduler.name=cosine` is deprecated: use `scheduler=cosine`" in capsys.readouterr().err
+    assert renamed_choosers(["logger.name=csv,none", "data=folder", "data.name=folder"]) == \
+        ["data=folder", "logger=csv,none"]  # a sweep's values; the group given twice alike
+    assert capsys.readouterr().err.count("deprecated") == 2
+    today = ["scheduler=cosine", "data.path=/x"]
+    assert renamed_choosers(today) == today and not capsys.readouterr().err  # negative control
+    with pytest.raises(ConfigError, match=r"`scheduler=step` and `scheduler.name=cosine` choose two"):
+        renamed_choosers(["scheduler=step", "scheduler.name=cosine"])
+    with pytest.raises(ConfigError, match=r"`data.name`.*'imagenet'.*one of synthetic, cifar, folder"):
+        renamed_choosers(["data.name=imagenet"])
+
+
+def test_each_target_of_ours_is_the_callable_it_names():
+    """What `_target_` names is what runs: the tables that dispatch on it hold exactly the
+    schema's targets, each the object at that dotted path."""
+    assert set(_SOURCES) == set(TARGETS["data"].values()) and set(SCHEDULES) == set(TARGETS["scheduler"].values())
+    for group, targets in TARGETS.items():
+        for target in targets.values():
+            assert callable(hydra.utils.get_object(target)), (group, target)
+    for option, target in TARGETS["logger"].items():
+        assert type(dashboards.writer(target, Path("/nonexistent"))) is hydra.utils.get_object(target), option
+    with pytest.raises(ConfigError, match=r"`scheduler._target_`.*choose it with scheduler=<constant\|cosine"):
+        validate(to_plain(_composed("scheduler._target_=app.training.schedules.nope")))  # negative control

@@ -139,7 +139,8 @@ def test_replaced_keys_are_refused_and_old_runs_are_read_translated():
         load(old)
     config = load(migrated(old))
     assert config.optimizer._target_ == "keras.optimizers.SGD" and config.optimizer.learning_rate == 0.05
-    assert config.optimizer.kwargs == {"momentum": 0.9, "nesterov": True} and config.scheduler.name == "constant"
+    assert config.optimizer.kwargs == {"momentum": 0.9, "nesterov": True}
+    assert config.scheduler._target_ == "app.training.schedules.constant"
     with pytest.raises(ConfigError, match=r"`trainer.mixed_precision` was replaced: use trainer.precision="):
         prepare_argv(["trainer.mixed_precision=true"])
     mixed = to_plain(composed())

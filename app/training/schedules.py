@@ -1,0 +1,63 @@
+"""The learning rate over a run, one builder a `scheduler=<option>` (its `_target_`).
+
+Each returns the peak (a constant) or a stock Keras schedule over the run's optimizer updates, so
+checkpoints load as they are. A schedule is a function of the optimizer's update counter, which a
+checkpoint keeps: a resumed run's rates are the uninterrupted run's. Each builder takes the
+scheduler's node, the peak, `updates(epochs)` (the optimizer's counter after that many epochs) and
+the run's epochs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import keras
+
+Updates = Callable[[float], int]
+
+
+def constant(s, *, peak: float, updates: Updates, epochs: int):
+    """The peak throughout."""
+    return peak
+
+
+def cosine(s, *, peak: float, updates: Updates, epochs: int):
+    """A linear warm-up from 0 over `warmup_epochs`, then cosine decay to `final_fraction` of the peak."""
+    return _warm_then_cosine(start=0.0, peak=peak, warmup=updates(s.warmup_epochs), total=updates(epochs),
+                             final_fraction=s.final_fraction)
+
+
+def one_cycle(s, *, peak: float, updates: Updates, epochs: int):
+    """Linear from `start_fraction` of the peak up to it at `peak_at` of the run, then cosine down."""
+    total = updates(epochs)
+    return _warm_then_cosine(start=s.start_fraction * peak, peak=peak, warmup=round(s.peak_at * total), total=total,
+                             final_fraction=s.final_fraction)
+
+
+def step(s, *, peak: float, updates: Updates, epochs: int):
+    """The peak times `gamma` every `every_epochs` epochs."""
+    return _piecewise(range(s.every_epochs, epochs, s.every_epochs), s.gamma, peak, updates)
+
+
+def multistep(s, *, peak: float, updates: Updates, epochs: int):
+    """The peak times `gamma` after each epoch in `milestones`."""
+    return _piecewise(s.milestones, s.gamma, peak, updates)
+
+
+def _warm_then_cosine(*, start: float, peak: float, warmup: int, total: int, final_fraction: float):
+    return keras.optimizers.schedules.CosineDecay(start, max(total - warmup, 1), alpha=final_fraction,
+                                                  warmup_target=peak, warmup_steps=warmup)
+
+
+def _piecewise(epochs, gamma: float, peak: float, updates: Updates):
+    # Keras changes the value once the counter passes a boundary: the first update of epoch e + 1
+    # runs at counter updates(e)
+    boundaries = [updates(epoch) - 1 for epoch in epochs]
+    if not boundaries:
+        return peak
+    return keras.optimizers.schedules.PiecewiseConstantDecay(boundaries,
+                                                             [peak * gamma**i for i in range(len(boundaries) + 1)])
+
+
+# scheduler._target_ names one of these (app/schema: SCHEDULER_TARGETS, which rules check against)
+SCHEDULES = {f"{__name__}.{fn.__name__}": fn for fn in (constant, cosine, step, multistep, one_cycle)}
