@@ -10,7 +10,7 @@ from app.data.folder import folder_source_of
 from app.data.source import ArraySplit, FileSplit, Source
 from app.data.synthetic import synthetic_source
 from app.errors import ConfigError, config_error
-from app.schema.data import DATA_TARGETS
+from app.schema import DATA_TARGETS, option_of
 
 __all__ = ["ArraySplit", "FileSplit", "Source", "load_source"]
 
@@ -25,7 +25,7 @@ def load_source(data_cfg) -> Source:
         raise config_error("data._target_", data_cfg._target_,
                            f"one of {', '.join(_SOURCES)}: choose it with data=<{'|'.join(DATA_TARGETS)}>")
     if not data_cfg.path or not str(data_cfg.path).strip():
-        option = next(o for o, t in DATA_TARGETS.items() if t == data_cfg._target_)
+        option = option_of("data", data_cfg._target_)
         raise ConfigError(f"config key `data.path` is not set: data={option} needs a folder, "
-                          f"e.g. data.path=/path/to/images.")
+                          "e.g. data.path=/path/to/images.")
     return _SOURCES[data_cfg._target_](data_cfg)
