@@ -51,7 +51,7 @@ KERAS_MODES = ("keras_threads", "keras_processes")
 MEMORY_KEYS = ("peak_memory_mb", "memory_samples", "memory_reads", "peak_pss_mb", "pss_samples", "pss_reads")
 
 
-@hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
+@hydra.main(config_path=str(conf_dir()), config_name="bench", version_base="1.3")
 @failure_carried
 def main(cfg: DictConfig) -> None:
     config = load(cfg)

@@ -92,3 +92,14 @@ def test_two_hydra_modes_are_refused_naming_both(tmp_path):
     followed = run(sys.executable, "-m", "app", "train", "queue.max_size=1", "--cfg", "job", cwd=tmp_path)
     assert followed.returncode == 0 and "max_size: 1" in followed.stdout  # the advice, followed
     assert not (tmp_path / "outputs").exists()
+
+
+def test_a_key_of_another_commands_config_is_refused_naming_that_command(tmp_path):
+    """bench's and preview's groups are in their own commands' configs only: train given one is
+    told which command takes it, before any folder is made; bench itself takes it."""
+    refused = run(sys.executable, "-m", "app", "train", "data.batch_size=8", "bench.batches=2", cwd=tmp_path)
+    assert refused.returncode == 2 and not (tmp_path / "outputs").exists()
+    assert refused.stderr.startswith("error: config key `bench.batches` is read by `python -m app bench` only")
+    assert refused.stderr.rstrip().endswith("python -m app bench bench.batches=2")
+    taken = run(sys.executable, "-m", "app", "bench", "--cfg", "job", "bench.batches=2", cwd=tmp_path)
+    assert taken.returncode == 0 and "batches: 2" in taken.stdout  # negative control: bench's own key
