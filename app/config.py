@@ -52,14 +52,16 @@ def instantiate_each(specs: list, key: str, base: type, example: str, **kwargs: 
 def typed(cfg: DictConfig | dict) -> DictConfig:
     """`cfg` merged onto its groups' schemas: an unknown key is refused however it came (a `+key=`
     override adds one past Hydra's own check), and a key the config lacks (a run saved before
-    it existed) takes its default."""
+    it existed) takes its default. The root is the one `cfg` was composed under (bench's and
+    preview's add their groups to Config), else Config: a plain dict is a run's config."""
+    base = _root_of(cfg)
     plain = to_plain(cfg) if isinstance(cfg, DictConfig) else cfg
-    known = [f.name for f in dataclasses.fields(Config)]
+    known = [f.name for f in dataclasses.fields(base)]
     for key in plain:
         if key not in known:
             raise ConfigError(f"config key `{key}` is not allowed: no such key. Allowed keys there: "
                               f"{', '.join(known)}.")
-    root = OmegaConf.structured(Config)
+    root = OmegaConf.structured(base)
     for key, value in plain.items():
         schema = _schema_of(key, value)
         if schema is None or not isinstance(value, dict):
@@ -75,6 +77,12 @@ def typed(cfg: DictConfig | dict) -> DictConfig:
             first = str(error).splitlines()[0]
             raise ConfigError(f"config key `{full}` is not allowed: {first}. Allowed keys there: {names}.") from None
     return root
+
+
+def _root_of(cfg: DictConfig | dict) -> type:
+    """The root schema a composed config carries (a command's own extends Config), else Config."""
+    schema = OmegaConf.get_type(cfg) if isinstance(cfg, DictConfig) else None
+    return schema if isinstance(schema, type) and issubclass(schema, Config) else Config
 
 
 def _schema_of(key: str, value: Any) -> type | None:

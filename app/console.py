@@ -10,14 +10,11 @@ from rich.console import Console
 from rich.syntax import Syntax
 from rich.tree import Tree
 
-# groups other commands read (bench, preview): left out of train's tree
-NOT_TRAINING = ("bench", "preview")
-
 
 def config_tree(plain: dict, title: str = "config") -> Tree:
     """A branch a group (data, augment, model, ...) holding its YAML, then one for the top-level keys."""
     tree = Tree(title, guide_style="dim")
-    branches = {k: v for k, v in plain.items() if isinstance(v, dict) and k not in NOT_TRAINING}
+    branches = {k: v for k, v in plain.items() if isinstance(v, dict)}
     branches["(top level)"] = {k: v for k, v in plain.items() if not isinstance(v, dict)}
     for key, value in branches.items():
         tree.add(key, guide_style="dim").add(_yaml(value))

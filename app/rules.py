@@ -48,7 +48,8 @@ def check(cfg) -> None:
     _check_trainer(cfg.trainer)
     _check_devices(cfg.trainer)
     _check_recipe(cfg)
-    _check_model_and_bench(cfg)
+    _check_model(cfg)
+    _check_bench_and_preview(cfg)
 
 
 def _check(ok: bool, key: str, value: Any, allowed: str) -> None:
@@ -208,7 +209,7 @@ def _check_recipe(cfg) -> None:
                "scheduler=constant, or drop it")
 
 
-def _check_model_and_bench(cfg) -> None:
+def _check_model(cfg) -> None:
     m, size = cfg.model, list(cfg.data.image_size)
     if "widths" in m:  # model=resnet
         widths = list(m.widths)
@@ -225,13 +226,19 @@ def _check_model_and_bench(cfg) -> None:
                "only with a frozen backbone to unfreeze: model=keras_app model.freeze_backbone=true")
         _check(t.unfreeze_at_epoch >= 2, "trainer.unfreeze_at_epoch", t.unfreeze_at_epoch,
                "the first epoch (2 or later) that trains the backbone too; the epochs before train the head alone")
-    b = cfg.bench
-    _check(len(b.modes) > 0 and all(m in BENCH_MODES for m in b.modes), "bench.modes", list(b.modes),
-           f"a list of modes from {', '.join(BENCH_MODES)}")
-    _check(b.batches >= 1, "bench.batches", b.batches, "at least 1 timed batch")
-    _check(b.warmup >= 0, "bench.warmup", b.warmup, "0 or more batches")
-    _check(cfg.preview.images >= 1, "preview.images", cfg.preview.images, "at least 1 sample")
-    _check(cfg.preview.augmentations >= 1, "preview.augmentations", cfg.preview.augmentations, "at least 1")
+
+
+def _check_bench_and_preview(cfg) -> None:
+    """The groups only bench's and preview's own configs hold (conf/bench.yaml, preview.yaml)."""
+    if "bench" in cfg:
+        b = cfg.bench
+        _check(len(b.modes) > 0 and all(m in BENCH_MODES for m in b.modes), "bench.modes", list(b.modes),
+               f"a list of modes from {', '.join(BENCH_MODES)}")
+        _check(b.batches >= 1, "bench.batches", b.batches, "at least 1 timed batch")
+        _check(b.warmup >= 0, "bench.warmup", b.warmup, "0 or more batches")
+    if "preview" in cfg:
+        _check(cfg.preview.images >= 1, "preview.images", cfg.preview.images, "at least 1 sample")
+        _check(cfg.preview.augmentations >= 1, "preview.augmentations", cfg.preview.augmentations, "at least 1")
 
 
 def _check_keras_app(m, size: list[int]) -> None:

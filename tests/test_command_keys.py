@@ -1,11 +1,14 @@
-"""Keys only one command reads (evaluate's split and checkpoint, predict's input) live in that
-command's config (conf/evaluate.yaml, conf/predict.yaml), not in a run's: train's config and the
-tree it prints hold none of them, and a run saved when they were there still resumes and evaluates."""
+"""Keys only one command reads (evaluate's split and checkpoint, predict's input, bench's and
+preview's groups) live in that command's config (conf/evaluate.yaml, predict.yaml, bench.yaml,
+preview.yaml), not in a run's: train's config and the tree it prints hold none of them, another
+command given one is told which command takes it, and a run saved when they were there still
+resumes and evaluates."""
 
 from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -17,13 +20,25 @@ from rich.console import Console
 from app.config import conf_dir, load, to_plain
 from app.console import config_tree
 from app.errors import ConfigError
-from app.schema import COMMAND_KEYS, Config, EvaluateConfig, PredictConfig, register
+from app.schema import (
+    COMMAND_KEYS,
+    BenchCommandConfig,
+    Config,
+    EvaluateConfig,
+    PredictConfig,
+    PreviewCommandConfig,
+    register,
+)
 from app.training.checkpoint import saved_config
+from app.training.migrate import refuse_keys_of_other_commands
 from app.training.resume import resumed_config
 
 register()
+SAVED = Path(__file__).resolve().parent / "saved"
 # A run's config as runs saved it while the command keys were part of every config.
-OLD = Path(__file__).resolve().parent / "saved" / "run_config_with_command_keys.json"
+OLD = SAVED / "run_config_with_command_keys.json"
+# ... and after evaluate's and predict's left, while bench's and preview's groups were still in it.
+WITH_BENCH = SAVED / "run_config_with_bench_and_preview.json"
 
 
 def composed(name: str, *overrides: str):
@@ -38,15 +53,19 @@ def printed(plain: dict) -> str:
 
 
 def test_train_config_and_its_tree_hold_no_command_key():
-    assert COMMAND_KEYS == ("checkpoint", "input", "split")
+    assert COMMAND_KEYS == ("bench", "checkpoint", "input", "preview", "split")
     plain = to_plain(composed("config"))
     assert not set(COMMAND_KEYS) & set(plain) and OmegaConf.get_type(composed("config")) is Config
     tree = printed(plain)
-    assert "seed: 0" in tree and not any(f"{key}:" in tree for key in COMMAND_KEYS)
-    # negative control: the same tree over evaluate's config does show its keys
+    shown = re.compile(rf"(── |\s)({'|'.join(COMMAND_KEYS)})(:|$)", re.MULTILINE)  # a branch, or a key
+    assert "seed: 0" in tree and not shown.search(tree)
+    # negative control: the same tree over evaluate's and bench's configs does show their keys
     assert "split: val" in printed(to_plain(composed("evaluate")))
-    with pytest.raises(ConfigCompositionException, match="split"):
-        composed("config", "split=test")
+    bench = printed(to_plain(composed("bench")))
+    assert "warmup: 3" in bench and shown.search(bench).group(2) == "bench"
+    for override in ("split=test", "bench.batches=2", "preview.images=2"):
+        with pytest.raises(ConfigCompositionException, match=override.split("=")[0]):
+            composed("config", override)
 
 
 def test_evaluate_and_predict_compose_their_own_keys_over_the_common_ones():
@@ -59,17 +78,46 @@ def test_evaluate_and_predict_compose_their_own_keys_over_the_common_ones():
         composed("evaluate", "input=/some/images")
 
 
-def test_a_run_saved_with_command_keys_resumes_and_evaluates(tmp_path):
-    old = json.loads(OLD.read_text())
-    assert {"input", "split", "checkpoint"} <= set(old)
-    with pytest.raises(ConfigError, match="`input` is not allowed"):  # negative control: as saved, refused
+def test_bench_and_preview_compose_and_load_their_own_groups():
+    bench = composed("bench", "bench.modes=[loader]", "data.batch_size=8")
+    assert OmegaConf.get_type(bench) is BenchCommandConfig and "preview" not in bench
+    loaded = load(bench)  # typed under bench's root, its group kept
+    assert type(loaded) is BenchCommandConfig and loaded.bench.modes == ["loader"] and loaded.data.batch_size == 8
+    preview = load(composed("preview", "preview.images=2"))
+    assert type(preview) is PreviewCommandConfig and preview.preview.images == 2
+    with pytest.raises(ConfigCompositionException, match="preview"):  # each command its own
+        composed("bench", "preview.images=2")
+
+
+def test_another_commands_key_is_refused_naming_that_command():
+    for word, argv in [("bench", ["bench.modes=[loader]"]), ("preview", ["preview.images=2"]),
+                       ("evaluate", ["split=test", "checkpoint=best"]), ("predict", ["input=x.png"]),
+                       ("train", ["data.batch_size=8", "-m", "seed=1,2"])]:
+        refuse_keys_of_other_commands(argv, word)  # negative control: each command's own keys pass
+    with pytest.raises(ConfigError, match=re.escape("`bench.modes` is read by `python -m app bench` only: train's "
+                                                    "config has no `bench`")) as refused:
+        refuse_keys_of_other_commands(["data.batch_size=8", "+bench.modes=[loader]"], "train")
+    assert str(refused.value).endswith("python -m app bench bench.modes=[loader]")  # the fix, `+` taken off
+    with pytest.raises(ConfigError, match=re.escape("python -m app evaluate resume=<run dir> split=test")):
+        refuse_keys_of_other_commands(["split=test"], "train")
+    with pytest.raises(ConfigError, match=re.escape("`preview` is read by `python -m app preview` only: bench's")):
+        refuse_keys_of_other_commands(["preview=default"], "bench")
+
+
+@pytest.mark.parametrize(("saved", "held", "command", "own"), [
+    (OLD, {"bench", "checkpoint", "input", "preview", "split"}, "evaluate", "split=test"),
+    (WITH_BENCH, {"bench", "preview"}, "predict", "input=x.png")], ids=["every command's keys", "bench's, preview's"])
+def test_a_run_saved_with_command_keys_resumes_and_evaluates(saved, held, command, own, tmp_path):
+    old = json.loads(saved.read_text())
+    assert set(COMMAND_KEYS) & set(old) == held
+    with pytest.raises(ConfigError, match="is not allowed: no such key"):  # negative control: as saved, refused
         load(old)
     state = tmp_path / "checkpoints" / "step-00000001"
     state.mkdir(parents=True)
     (state / "state.json").write_text(json.dumps({"config": old}))
     trained = load(resumed_config(saved_config(tmp_path), composed("config", "trainer.epochs=3"), ["trainer.epochs=3"]))
-    assert trained.trainer.epochs == 3 and trained.data.num_images == 40
-    asked = composed("evaluate", f"resume={tmp_path}", "split=test", "queue.workers=0")
-    evaluated = load(resumed_config(saved_config(tmp_path), asked, [f"resume={tmp_path}", "split=test",
-                                                                     "queue.workers=0"], ("queue.",)))
-    assert evaluated.queue.workers == 0 and not set(COMMAND_KEYS) & set(to_plain(evaluated))
+    assert trained.trainer.epochs == 3 and trained.data.num_images == 40 and type(trained) is Config
+    asked = composed(command, f"resume={tmp_path}", own, "queue.workers=0")
+    opened = load(resumed_config(saved_config(tmp_path), asked, [f"resume={tmp_path}", own, "queue.workers=0"],
+                                 ("queue.",)))
+    assert opened.queue.workers == 0 and not set(COMMAND_KEYS) & set(to_plain(opened))

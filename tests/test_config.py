@@ -20,9 +20,9 @@ from app.schema import option_of, register
 register()
 
 
-def composed(*overrides: str):
+def composed(*overrides: str, name: str = "config"):
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
+        return compose(name, overrides=list(overrides))
 
 
 def test_defaults_compose_and_validate():
@@ -249,13 +249,16 @@ def test_load_gives_the_one_typed_object_also_from_a_saved_run():
         load({**to_plain(config), "queue": {**to_plain(config)["queue"], "max_size": 0}})
 
 
-@pytest.mark.parametrize(("override", "key"), [("bench.modes=[loader,fast]", "bench.modes"),
-                                               ("bench.batches=0", "bench.batches"),
-                                               ("bench.warmup=-1", "bench.warmup")])
-def test_bench_keys_are_checked_with_the_rest(override, key):
-    validate(composed("bench.modes=[loader,serial]", "bench.batches=1", "bench.warmup=0"))  # negative control
+@pytest.mark.parametrize(("command", "override", "key"), [("bench", "bench.modes=[loader,fast]", "bench.modes"),
+                                                          ("bench", "bench.batches=0", "bench.batches"),
+                                                          ("bench", "bench.warmup=-1", "bench.warmup"),
+                                                          ("preview", "preview.images=0", "preview.images")])
+def test_bench_and_preview_keys_are_checked_with_the_rest(command, override, key):
+    """In their commands' own configs (conf/bench.yaml, preview.yaml), the only ones that hold them."""
+    validate(composed("bench.modes=[loader,serial]", "bench.batches=1", "bench.warmup=0", name="bench"))
+    validate(composed("preview.images=1", name="preview"))  # negative control: the edges pass
     with pytest.raises(ConfigError, match=re.escape(f"`{key}`")):
-        validate(composed(override))
+        validate(composed(override, name=command))
 
 
 def test_experiments_are_complete_recipes_and_debug_modes_apply_after_them():

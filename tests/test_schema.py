@@ -14,11 +14,13 @@ from app.schema import (
     MODEL_SCHEMAS,
     SCHEMAS,
     AugmentConfig,
+    BenchCommandConfig,
     Config,
     DataConfig,
     FolderDataConfig,
     KerasAppConfig,
     ModelConfig,
+    PreviewCommandConfig,
 )
 
 
@@ -53,12 +55,14 @@ def test_root_groups_are_typed_by_their_schemas():
     """Config says each group's shape: a group with one schema a choice (data, model) is typed by
     the schema they all extend, and a composed or loaded config carries the chosen one."""
     hints = typing.get_type_hints(Config)
-    groups = {"data", "augment", "queue", "model", "optimizer", "scheduler", "trainer", "logger", "preview", "bench"}
+    groups = {"data", "augment", "queue", "model", "optimizer", "scheduler", "trainer", "logger"}
     assert {name for name, hint in hints.items() if dataclasses.is_dataclass(hint)} == groups
     assert hints["data"] is DataConfig and all(issubclass(s, DataConfig) for s in DATA_SCHEMAS.values())
     assert hints["model"] is ModelConfig and all(issubclass(s, ModelConfig) for s in MODEL_SCHEMAS.values())
-    assert all(hints[group] is schema for group, schema in SCHEMAS.items())
-    defaults = {group: schema() for group, schema in SCHEMAS.items()}
+    # bench's and preview's groups are their commands' roots' own
+    roots = {**hints, **typing.get_type_hints(BenchCommandConfig), **typing.get_type_hints(PreviewCommandConfig)}
+    assert all(roots[group] is schema for group, schema in SCHEMAS.items())
+    defaults = {group: schema() for group, schema in SCHEMAS.items() if group in hints}
     config = load(to_plain(load(OmegaConf.structured(Config(data=FolderDataConfig(path="/x"),
                                                             model=KerasAppConfig(), **defaults)))))
     assert type(config.data) is FolderDataConfig and type(config.model) is KerasAppConfig

@@ -61,7 +61,7 @@ class Workload:
 
     batch_size: int
     image_size: tuple[int, int]
-    max_size: int
+    max_size: int  # ring slots: queue.max_size as the loader caps it (app/loader/settings.py: ring_slots)
     workers: int
     processes: bool  # workers are processes (each with its own interpreter), not threads
     largest_decode_bytes: int  # the largest image's RGB array (after any draft reduction)

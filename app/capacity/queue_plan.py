@@ -17,12 +17,13 @@ from app.capacity import plan as memory_plan
 from app.capacity.plan import ModelFacts, Probe
 from app.capacity.probe import measured_or_spawn_probe
 from app.errors import AppError, MachineError, config_error
+from app.loader.pipeline import ring_slots
 from app.rules import AUTO
 
 log = logging.getLogger("app.train")
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class Planner:
     """The memory plan of the run's config for any (workers, max_size): the largest decode read
     off the files' headers once. `plan` is None when this machine's probe cannot be taken."""
@@ -31,9 +32,15 @@ class Planner:
     plan: memory_plan.Plan | None = None  # of the config, `auto` values taken as 1
     probe: Probe | None = None
     facts: ModelFacts | None = None
+    splits: dict[str, int] = dataclasses.field(default_factory=dict)  # name → samples the loader will serve
+
+    def slots(self, max_size: int) -> tuple[int, str | None]:
+        """The ring's slots for `max_size`, as the run's loader will cap them, and why when it does
+        (app/loader/settings.py: ring_slots)."""
+        return ring_slots(max_size, self.splits, self.config.data.batch_size)
 
     def for_queue(self, workers: int, max_size: int) -> memory_plan.Plan:
-        work = dataclasses.replace(self.plan.workload, workers=workers, max_size=max_size)
+        work = dataclasses.replace(self.plan.workload, workers=workers, max_size=self.slots(max_size)[0])
         return memory_plan.predict(work, self.probe, self.facts)
 
     def fits(self) -> Callable[[int, int], bool]:
@@ -58,13 +65,15 @@ def planner(config, splits: tuple, facts: ModelFacts, trainer_measures: Callable
         if config.queue.memory_budget_mb is not None:
             raise
         log.warning("no memory plan: this machine's probe failed (%s)", error)
-        return Planner(config)
+        return Planner(config=config)
     q = config.queue
+    sizes = {name: len(split) for name, split in zip(("train", "val"), splits, strict=False)}  # val: when given
+    served = Planner(config=config, splits=sizes)
     ones = dataclasses.replace(q, workers=1 if q.workers == AUTO else q.workers,
-                               max_size=1 if q.max_size == AUTO else q.max_size)
+                               max_size=1 if q.max_size == AUTO else served.slots(q.max_size)[0])
     plan = memory_plan.plan_for(dataclasses.replace(config, queue=ones), splits, facts, probe,
                                 device_is_host=device_is_host)
-    return Planner(config, plan, probe, facts)
+    return dataclasses.replace(served, plan=plan, probe=probe, facts=facts)
 
 
 def probed(config, split, plans: Planner, time_step: auto.StepTimer) -> auto.Choice | None:
@@ -112,6 +121,7 @@ def report(config, plans: Planner) -> tuple[str, dict]:
     plan = plans.for_queue(config.queue.workers, config.queue.max_size)
     name, limit = memory_plan.limit(config)
     fixed = memory_plan.fixes(plan, plans.probe, plans.facts, limit) if plan.host_mib > limit else []
-    text = (memory_plan.render(plan, (name, limit), fixed) + "\n\n"
+    capped = plans.slots(config.queue.max_size)[1]
+    text = (f"{capped}\n\n" if capped else "") + (memory_plan.render(plan, (name, limit), fixed) + "\n\n"
             + memory_plan.batch_size_table(config.data.batch_size, tuple(config.data.image_size)))
     return text, {**plan.record(), "limit": {"name": name, "mib": round(limit, 1)}, "fixes": fixed}

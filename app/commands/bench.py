@@ -41,7 +41,7 @@ from app.commands import failure_carried
 from app.config import conf_dir, load, to_plain
 from app.data import load_source
 from app.errors import AppError, config_error
-from app.loader.settings import for_loading_only
+from app.loader.settings import for_loading_only, ring_slots
 from app.schema import register
 from app.training.rundir import hardware, versions, write_json
 
@@ -51,7 +51,7 @@ KERAS_MODES = ("keras_threads", "keras_processes")
 MEMORY_KEYS = ("peak_memory_mb", "memory_samples", "memory_reads", "peak_pss_mb", "pss_samples", "pss_reads")
 
 
-@hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
+@hydra.main(config_path=str(conf_dir()), config_name="bench", version_base="1.3")
 @failure_carried
 def main(cfg: DictConfig) -> None:
     config = load(cfg)
@@ -67,6 +67,9 @@ def main(cfg: DictConfig) -> None:
     needed = (bench.warmup + bench.batches) * config.data.batch_size
     log.info("bench on %s: %d training samples, %d needed a mode (epochs repeat when fewer)", source.name,
              len(source.train), needed)
+    slots, capped = ring_slots(config.queue.max_size, {"train": len(source.train)}, config.data.batch_size)
+    if capped:  # said here: the modes' processes log warnings only
+        log.info(capped)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     results = {}
     for mode in bench.modes:
@@ -82,7 +85,7 @@ def main(cfg: DictConfig) -> None:
         log.info("%-16s %s", mode, _line(result))
     plain = to_plain(config)
     report = {"results": results, "config": {k: plain[k] for k in ("data", "augment", "queue", "bench", "seed")},
-              "derived": _derived(results, config), "versions": versions(), "hardware": hardware(),
+              "derived": _derived(results, config, slots), "versions": versions(), "hardware": hardware(),
               "overrides": list(HydraConfig.get().overrides.task)}
     write_json(run_dir / "bench.json", report)
     print(_table(results, report["derived"]))
@@ -142,12 +145,12 @@ def _mib(result: dict) -> str:
     return f"failed: {result['memory_error']}" if "memory_error" in result else "-"
 
 
-def _derived(results: dict, config) -> dict:
-    """The figures the targets speak of."""
+def _derived(results: dict, config, slots: int) -> dict:
+    """The figures the targets speak of; `slots`: the loader modes' ring's (queue.max_size as it caps it)."""
     ok = {m: r for m, r in results.items() if "error" not in r}
     data, queue = config.data, config.queue
     batch_uint8 = data.batch_size * data.image_size[0] * data.image_size[1] * 3
-    derived: dict = {"queue_bytes": queue.max_size * batch_uint8, "float32_batch_bytes": 4 * batch_uint8}
+    derived: dict = {"queue_bytes": slots * batch_uint8, "float32_batch_bytes": 4 * batch_uint8}
     keras_best = max((ok[m]["images_per_s"] for m in KERAS_MODES if m in ok), default=None)
     if keras_best:
         derived["keras_best_images_per_s"] = keras_best

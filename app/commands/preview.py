@@ -3,7 +3,7 @@ source image (the resize alone), then `preview.augmentations` augmentations of i
 what the training loader would make of that sample in epochs 1, 2, ... (the same seed gives the
 same picture; data.decode.draft is honoured, so a reduced decode shows as it trains). An
 unreadable sample follows data.on_bad_sample: with skip, the next readable one is shown.
-The config is train's. No TensorFlow, no worker processes.
+The config is train's with preview's own group (conf/preview.yaml). No TensorFlow, no worker processes.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ log = logging.getLogger("app.preview")
 register()
 
 
-@hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
+@hydra.main(config_path=str(conf_dir()), config_name="preview", version_base="1.3")
 @failure_carried
 def main(cfg: DictConfig) -> str:
     config = load(cfg)

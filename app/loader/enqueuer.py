@@ -24,7 +24,7 @@ from app.loader import worker as worker_loop
 from app.loader.bad_samples import BadSamples, failure
 from app.loader.pool import Pool, Work, Worker, exit_description
 from app.loader.ring import Ring
-from app.loader.settings import Settings
+from app.loader.settings import Settings, ring_slots
 from app.loader.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,10 @@ class Enqueuer:
         self.seed, self.on_bad_sample = seed, on_bad_sample
         self.batch_size, self.image_size = settings.batch_size, tuple(settings.image_size)
         self.num_workers, self.use_multiprocessing = settings.workers, settings.use_multiprocessing
-        self.max_size = settings.max_size if settings.workers > 0 else 1  # in-process: one batch, built on demand
+        slots = settings.max_size if settings.workers > 0 else 1  # in-process: one batch, built on demand
+        self.max_size, capped = ring_slots(slots, {name: len(split) for name, split in splits.items()}, self.batch_size)
+        if capped:
+            log.info(capped)
         self.timeout_s = settings.timeout_s
         self.bad = BadSamples(splits, settings.max_bad_fraction, settings.bad_log)
         self.restarts = 0  # workers replaced this run

@@ -1,8 +1,9 @@
 """The one builder of the input pipeline, for every command (train, evaluate, predict, bench),
 and `Loader`, the one type a command holds of it: a source's splits, each with its transforms →
 augmenters (the draft rule logged) → the enqueuer (workers, ring) → batches copied out one
-ahead (prefetch); and for the queue's `auto` probe, one sample built here as a worker builds
-it, and the cap on workers. Never imports TensorFlow, the model or training."""
+ahead (prefetch); and for the queue's `auto` probe and the memory plan, one sample built here
+as a worker builds it, the cap on workers and the ring's slots a loader's splits can fill.
+Never imports TensorFlow, the model or training."""
 
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ from app.augment import augmenters
 from app.loader import prefetch
 from app.loader.enqueuer import Enqueuer
 from app.loader.order import epoch_order
-from app.loader.settings import Settings, most_workers, usable_cores
+from app.loader.settings import Settings, most_workers, ring_slots, usable_cores
 from app.loader.worker import make_sample
 
-__all__ = ["Loader", "QueueFigures", "build_loader", "make_sample", "most_workers", "usable_cores"]
+__all__ = ["Loader", "QueueFigures", "build_loader", "make_sample", "most_workers", "ring_slots", "usable_cores"]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,7 +1,8 @@
 """How the enqueuer works (app/loader/enqueuer.py): the batch it fills and the queue config's
-keys, read once from a loaded config; how many workers `auto` may take (the usable cores), and
-what `auto` means for a command with no training step to balance (every core, two slots;
-`train` resolves it first, by its probe: app/capacity/auto.py). No TensorFlow: worker
+keys, read once from a loaded config; how many ring slots a loader's splits can fill
+(`ring_slots`: the memory plan counts the same); how many workers `auto` may take (the usable
+cores), and what `auto` means for a command with no training step to balance (every core, two
+slots; `train` resolves it first, by its probe: app/capacity/auto.py). No TensorFlow: worker
 processes import the loader."""
 
 from __future__ import annotations
@@ -39,6 +40,22 @@ class Settings:
                    start_method=str(queue.start_method.value), timeout_s=queue.timeout_s,
                    startup_timeout_s=queue.startup_timeout_s, max_bad_fraction=data.max_bad_fraction,
                    bad_log=bad_log)
+
+
+def ring_slots(max_size: int, splits: dict[str, int], batch_size: int) -> tuple[int, str | None]:
+    """(the ring's slots, why they are fewer than `max_size` or None) for a loader over `splits`
+    (name → samples) in batches of `batch_size`: a pass over a split schedules nothing past its
+    last batch (app/loader/enqueuer.py), so a slot beyond the largest pass's batches would be
+    shared memory that never fills. At least 1."""
+    if not splits:
+        return max_size, None
+    name = max(splits, key=splits.__getitem__)
+    most = max(1, -(-splits[name] // batch_size))
+    if max_size <= most:
+        return max_size, None
+    return most, (f"queue.max_size={max_size} capped at {most} ring slot(s): a pass over the {name} split "
+                  f"({splits[name]} samples, the largest this loader serves) is at most {most} batch(es) of "
+                  f"{batch_size}, so a slot past them would be shared memory that never fills")
 
 
 def usable_cores() -> int:

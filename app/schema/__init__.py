@@ -5,9 +5,10 @@ OmegaConf enforces these types, enum values and unknown keys while Hydra compose
 (app/config.py's `typed`) on any config read back from a run; after `config.load` the
 dataclasses themselves are the object every stage reads. The YAML files in conf/ extend them
 (`defaults: [<group>_schema, _self_]`), and their defaults are these (tests/test_schema.py).
-The root is `Config` (conf/config.yaml: train, plan, bench, preview), or `EvaluateConfig` and
-`PredictConfig` (conf/evaluate.yaml, predict.yaml), which add the keys only that command reads:
-a run's config never holds those.
+The root is `Config` (conf/config.yaml: train, plan), or a command's own, which adds the keys
+only that command reads: `EvaluateConfig`, `PredictConfig`, `BenchCommandConfig`,
+`PreviewCommandConfig` (conf/evaluate.yaml, predict.yaml, bench.yaml, preview.yaml). A run's
+config never holds those (COMMAND_KEYS).
 Ranges and cross-key rules are app/rules.py's. Imports nothing of the app but the standard
 library, Hydra and OmegaConf: worker processes import it.
 """
@@ -47,10 +48,11 @@ from app.schema.training import (
     TrainerConfig,
 )
 
-__all__ = ["AugmentConfig", "Backend", "CifarDataConfig", "Config", "CustomModelConfig", "DataConfig", "DecodeConfig",
-           "FolderDataConfig", "KerasAppConfig", "LoggerConfig", "ModelConfig", "OnBadSample", "OptimizerConfig",
-           "Precision", "QueueConfig", "ResnetModelConfig", "SchedulerConfig", "StartMethod", "Strategy",
-           "SyntheticDataConfig", "TrainerConfig", "register", "model_schema"]
+__all__ = ["AugmentConfig", "Backend", "BenchCommandConfig", "CifarDataConfig", "Config", "CustomModelConfig",
+           "DataConfig", "DecodeConfig", "FolderDataConfig", "KerasAppConfig", "LoggerConfig", "ModelConfig",
+           "OnBadSample", "OptimizerConfig", "Precision", "PreviewCommandConfig", "QueueConfig", "ResnetModelConfig",
+           "SchedulerConfig", "StartMethod", "Strategy", "SyntheticDataConfig", "TrainerConfig", "register",
+           "model_schema"]
 
 BENCH_MODES = ["baseline", "loader_steps", "loader_fit", "loader", "keras_threads", "keras_processes", "tf_data",
                "serial"]
@@ -97,8 +99,6 @@ class Config:
     scheduler: SchedulerConfig = MISSING
     trainer: TrainerConfig = MISSING
     logger: LoggerConfig = MISSING
-    preview: PreviewConfig = MISSING
-    bench: BenchConfig = MISSING
 
 
 @dataclass(kw_only=True)
@@ -117,9 +117,27 @@ class PredictConfig(Config):
     input: str | None = None  # an image file or a folder of them (searched recursively)
 
 
-# keys a command reads from its own config, never from (or into) a run's
-COMMAND_KEYS = tuple(sorted({f.name for schema in (EvaluateConfig, PredictConfig) for f in fields(schema)}
-                            - {f.name for f in fields(Config)}))
+@dataclass(kw_only=True)
+class BenchCommandConfig(Config):
+    """`python -m app bench` composes conf/bench.yaml: the common keys and bench's group."""
+
+    bench: BenchConfig = MISSING
+
+
+@dataclass(kw_only=True)
+class PreviewCommandConfig(Config):
+    """`python -m app preview` composes conf/preview.yaml: the common keys and preview's group."""
+
+    preview: PreviewConfig = MISSING
+
+
+# command word → its root schema, where it has keys of its own
+COMMAND_SCHEMAS = {"evaluate": EvaluateConfig, "predict": PredictConfig, "bench": BenchCommandConfig,
+                   "preview": PreviewCommandConfig}
+# top-level key → the one command that reads it from its own config, never from (or into) a run's
+COMMAND_OF = {key.name: word for word, schema in COMMAND_SCHEMAS.items() for key in fields(schema)
+              if key.name not in {common.name for common in fields(Config)}}
+COMMAND_KEYS = tuple(sorted(COMMAND_OF))
 
 
 def register() -> None:
@@ -127,6 +145,8 @@ def register() -> None:
     cs.store(name="config_schema", node=Config)
     cs.store(name="evaluate_schema", node=EvaluateConfig)
     cs.store(name="predict_schema", node=PredictConfig)
+    cs.store(name="bench_command_schema", node=BenchCommandConfig)
+    cs.store(name="preview_command_schema", node=PreviewCommandConfig)
     cs.store(group="data", name="synthetic_schema", node=SyntheticDataConfig)
     cs.store(group="data", name="cifar_schema", node=CifarDataConfig)
     cs.store(group="data", name="folder_schema", node=FolderDataConfig)

@@ -1,6 +1,7 @@
 """Config keys that changed: an override naming a replaced key is refused with the new one's
-name (`refuse_moved_keys`), and a config saved in a run directory with old keys is read back in
-today's (`migrated`), so every old run still resumes, evaluates and predicts.
+name (`refuse_moved_keys`), one naming a key of another command's own config with that command
+(`refuse_keys_of_other_commands`), and a config saved in a run directory with old keys is read
+back in today's (`migrated`), so every old run still resumes, evaluates and predicts.
 
 Each change of keys is one step of `STEPS`: a function from a saved config (plain dicts, as
 state.json holds it) to the same config in newer keys, returning it unchanged when it does not
@@ -16,8 +17,8 @@ from omegaconf import OmegaConf
 
 from app.config import conf_dir
 from app.errors import ConfigError, config_error
-from app.overrides import key_of, value_of
-from app.schema import COMMAND_KEYS, TARGETS
+from app.overrides import key_of, parsed, value_of
+from app.schema import COMMAND_KEYS, COMMAND_OF, TARGETS
 
 # key that was replaced → what to write instead (the message of a refused override)
 MOVED = {"trainer.lr": "optimizer.learning_rate=<the peak learning rate> (conf/scheduler shapes it over the run)",
@@ -58,6 +59,20 @@ def renamed_choosers(argv: list[str]) -> list[str]:
     return out
 
 
+def refuse_keys_of_other_commands(argv: list[str], word: str) -> None:
+    """A ConfigError for the first override of a key that another command's own config holds
+    (bench.*, preview.*, split, checkpoint, input), naming the command that takes it."""
+    for key, value in filter(None, map(parsed, argv)):
+        top = key.split(".", 1)[0]
+        owner = COMMAND_OF.get(top)
+        if owner and owner != word:
+            how = "on a run: python -m app {} resume=<run dir> {}" if owner in ("evaluate", "predict") else \
+                "with your other overrides: python -m app {} {}"
+            raise ConfigError(f"config key `{key}` is read by `python -m app {owner}` only: {word}'s config has no "
+                              f"`{top}` (a training run's config never holds it). Give it to that command, "
+                              + how.format(owner, f"{key}={value}"))
+
+
 def _precision(saved: dict) -> dict:
     """trainer.mixed_precision (a bool) became trainer.precision."""
     trainer = dict(saved.get("trainer") or {})
@@ -81,7 +96,8 @@ def _optimizer(saved: dict) -> dict:
 
 
 def _without_command_keys(saved: dict) -> dict:
-    """evaluate's and predict's own keys (input, split, checkpoint) left the run's config."""
+    """Each command's own keys left the run's config: evaluate's and predict's (split, checkpoint,
+    input), then bench's and preview's groups (COMMAND_KEYS names them all)."""
     return {key: value for key, value in saved.items() if key not in COMMAND_KEYS}
 
 

@@ -35,7 +35,7 @@ from app.frameworks import load_keras, query_devices_quietly, use_backend
 from app.overrides import key_of, quote_override, quoted, value_of
 from app.schema import COMMAND_KEYS, Config
 from app.training import checkpoint
-from app.training.migrate import migrated, refuse_moved_keys, renamed_choosers
+from app.training.migrate import migrated, refuse_keys_of_other_commands, refuse_moved_keys, renamed_choosers
 from app.training.rundir import check_unlocked, claim_dir, hold_lock, holds_run, move_run_aside, run_files
 
 # What a run may change when it resumes: how long, how it logs, how it loads, and which files are bad
@@ -53,6 +53,7 @@ CLAIMED: list[Path] = []
 def prepare_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str = "train") -> list[str]:
     """The overrides of `python -m app <word> ...`, rewritten as the module docstring says."""
     refuse_moved_keys(argv)
+    refuse_keys_of_other_commands(argv, word)
     argv = [quote_override(a) for a in renamed_choosers(argv)]
     info = any(key_of(a) in INFO_FLAGS for a in argv)
     multirun = "-m" in argv or "--multirun" in argv

@@ -73,10 +73,10 @@ def test_the_plan_counts_the_validation_files_the_same_workers_decode(jpegs, sto
 
 
 def test_the_plan_of_any_queue_from_the_files_headers_and_the_stored_probe(jpegs, stored_probe):
-    config = composed("queue.workers=auto", "queue.max_size=3", "data.decode.draft=false")
+    config = composed("queue.workers=auto", "queue.max_size=2", "data.decode.draft=false")
     plans = queue_plan.planner(config, (jpegs,), MODEL, no_trainer, device_is_host=True)
     assert plans.probe == dataclasses.replace(PROBE, machine=machine_probe.machine())  # read, not measured
-    assert (plans.plan.workload.workers, plans.plan.workload.max_size) == (1, 3)  # `auto` planned as 1
+    assert (plans.plan.workload.workers, plans.plan.workload.max_size) == (1, 2)  # `auto` planned as 1
     assert plans.plan.workload.largest_decode_bytes == 120 * 160 * 3  # the largest file, off its header
     work = Workload(batch_size=4, image_size=(32, 32), max_size=2, workers=5, processes=True,
                     largest_decode_bytes=120 * 160 * 3, device_is_host=True)
@@ -85,6 +85,22 @@ def test_the_plan_of_any_queue_from_the_files_headers_and_the_stored_probe(jpegs
     available = psutil.virtual_memory().available / MIB
     too_many = math.ceil(available / PROBE.worker_mib) + 10  # each worker alone is 100 MiB
     assert fits(1, 1) and not fits(too_many, 1)  # negative control: the limit does bind
+
+
+def test_the_plan_counts_the_ring_as_the_loader_caps_it(jpegs, stored_probe):
+    """queue.max_size past the batches of the largest split is planned as the slots the loader
+    will make (app/loader/settings.py: ring_slots): 5 files in batches of 4 fill 2."""
+    config = composed("queue.max_size=100000")
+    plans = queue_plan.planner(config, (jpegs, FileSplit(jpegs.paths[:1], [0])), MODEL, no_trainer,
+                               device_is_host=True)
+    assert plans.plan.workload.max_size == 2 and plans.for_queue(2, 100000) == plans.for_queue(2, 2)
+    text, record = queue_plan.report(config, plans)
+    assert text.startswith("queue.max_size=100000 capped at 2 ring slot(s): a pass over the train split (5 samples")
+    assert "the ring (2 slot(s) of one uint8 batch)" in text
+    assert record["host"]["the ring (2 slot(s) of one uint8 batch)"] == round(2 * 4 * 32 * 32 * 3 / MIB, 1)
+    # negative control: under the cap, as given, and nothing said
+    assert plans.for_queue(2, 1).workload.max_size == 1
+    assert "capped" not in queue_plan.report(composed("queue.max_size=2"), plans)[0]
 
 
 def test_a_failed_probe_gives_no_plan_without_a_budget_and_stops_a_run_with_one(jpegs, monkeypatch):
@@ -103,7 +119,7 @@ def test_the_step_is_timed_only_for_an_auto_queue(jpegs):
     def never(batch):
         raise AssertionError("the step was timed")
 
-    plans = queue_plan.Planner(composed())
+    plans = queue_plan.Planner(config=composed())
     assert queue_plan.probed(composed("queue.workers=2", "queue.max_size=2"), jpegs, plans, never) is None
     timed = []
 
@@ -125,10 +141,11 @@ def test_a_queue_over_the_memory_available_is_refused_with_the_workers_that_fit(
     available = psutil.virtual_memory().available / MIB
     many = math.ceil(available / PROBE.worker_mib) + 10  # each worker alone is 100 MiB: these pass the machine
     config = SimpleNamespace(queue=SimpleNamespace(workers=many, max_size=2, memory_budget_mb=budget),
-                             model=SimpleNamespace(), trainer=SimpleNamespace(unfreeze_at_epoch=None))
+                             model=SimpleNamespace(), trainer=SimpleNamespace(unfreeze_at_epoch=None),
+                             data=SimpleNamespace(batch_size=4))
     small = Workload(batch_size=4, image_size=(32, 32), max_size=4, workers=2, processes=True,
                      largest_decode_bytes=0, device_is_host=True)
-    plans = queue_plan.Planner(config, predict(small, PROBE, MODEL), PROBE, MODEL)
+    plans = queue_plan.Planner(config=config, plan=predict(small, PROBE, MODEL), probe=PROBE, facts=MODEL)
     recorded = {}
     summary = SimpleNamespace(update=lambda **values: recorded.update(values))
     with pytest.raises(MachineError) as refused:
@@ -148,10 +165,11 @@ def test_a_queue_over_the_memory_available_is_refused_with_the_workers_that_fit(
 
 def test_a_budget_under_the_plan_is_a_config_error_naming_the_key():
     config = SimpleNamespace(queue=SimpleNamespace(workers=2, max_size=2, memory_budget_mb=100),
-                             model=SimpleNamespace(), trainer=SimpleNamespace(unfreeze_at_epoch=None))
+                             model=SimpleNamespace(), trainer=SimpleNamespace(unfreeze_at_epoch=None),
+                             data=SimpleNamespace(batch_size=4))
     small = Workload(batch_size=4, image_size=(32, 32), max_size=2, workers=2, processes=True,
                      largest_decode_bytes=0, device_is_host=True)
-    plans = queue_plan.Planner(config, predict(small, PROBE, MODEL), PROBE, MODEL)
+    plans = queue_plan.Planner(config=config, plan=predict(small, PROBE, MODEL), probe=PROBE, facts=MODEL)
     with pytest.raises(ConfigError, match="queue.memory_budget_mb"):
         queue_plan.check_and_write_plan(config, plans, SimpleNamespace(update=lambda **_: None))
     host = plans.for_queue(2, 2).host_mib

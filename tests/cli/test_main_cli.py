@@ -100,3 +100,14 @@ def test_the_old_spelling_of_a_group_choice_works_and_names_the_new_one(tmp_path
     assert "_target_: app.training.schedules.cosine" in old.stdout and "warmup_epochs: 1.0" in old.stdout  # cosine.yaml
     new = run(sys.executable, "-m", "app", "train", "scheduler=cosine", "--cfg", "job", cwd=tmp_path)
     assert new.returncode == 0 and new.stdout == old.stdout and "deprecated" not in new.stderr  # negative control
+
+
+def test_a_key_of_another_commands_config_is_refused_naming_that_command(tmp_path):
+    """bench's and preview's groups are in their own commands' configs only: train given one is
+    told which command takes it, before any folder is made; bench itself takes it."""
+    refused = run(sys.executable, "-m", "app", "train", "data.batch_size=8", "bench.batches=2", cwd=tmp_path)
+    assert refused.returncode == 2 and not (tmp_path / "outputs").exists()
+    assert refused.stderr.startswith("error: config key `bench.batches` is read by `python -m app bench` only")
+    assert refused.stderr.rstrip().endswith("python -m app bench bench.batches=2")
+    taken = run(sys.executable, "-m", "app", "bench", "--cfg", "job", "bench.batches=2", cwd=tmp_path)
+    assert taken.returncode == 0 and "batches: 2" in taken.stdout  # negative control: bench's own key

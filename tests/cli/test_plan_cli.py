@@ -87,13 +87,17 @@ def test_plan_resume_plans_the_runs_own_config(promised):
 @pytest.mark.slow
 def test_plan_prints_the_parts_the_verdict_and_the_batch_size_table(tmp_path):
     generated(tmp_path)
-    result, roomy = spawn_one_process_for(
+    result, roomy, capped = spawn_one_process_for(
         ["plan", *TINY, "queue.memory_budget_mb=1", "hydra.run.dir=plan"],
-        ["plan", *TINY, "queue.workers=auto", "queue.max_size=auto", "hydra.run.dir=plan2"], cwd=tmp_path)
+        ["plan", *TINY, "queue.workers=auto", "queue.max_size=auto", "hydra.run.dir=plan2"],
+        ["plan", *TINY, "queue.max_size=100000", "hydra.run.dir=plan3"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
     assert "host memory (predicted peak):" in out and "TensorFlow and the app (this machine's probe)" in out
-    assert "the ring (2 slot(s) of one uint8 batch)" in out and "2 worker processes" in out
+    assert "the ring (2 slot(s) of one uint8 batch)" in out and "2 worker processes" in out and "capped" not in out
+    # a ring past what an epoch fills is planned as the loader makes it: TINY's training split is 5 batches of 4
+    assert capped.returncode == 0 and "queue.max_size=100000 capped at 5 ring slot(s)" in capped.stdout
+    assert "the ring (5 slot(s) of one uint8 batch)" in capped.stdout
     assert "device memory (on the CPU, counted above):" in out and "optimizer state" in out
     assert "does NOT fit queue.memory_budget_mb (1 MiB)" in out and "none of max_size, batch or workers" in out
     assert "| >4 |" in out and "*32×32" in out and "| 65536 |" in out

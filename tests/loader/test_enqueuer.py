@@ -3,6 +3,7 @@ scheduling, order, draining."""
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
@@ -71,13 +72,30 @@ def test_never_builds_more_than_max_size_ahead(max_size, tmp_path, children):
 
 
 def test_queue_memory_is_max_size_slots(children):
-    split = MarkedSplit(8, size=16)
+    split = MarkedSplit(16, size=16)  # 4 batches a pass: room for the 3 slots
     with make(split, workers=2, max_size=3, batch=5) as enq:
         assert enq.ring.array.shape == (3, 5, 16, 16, 3) and enq.ring.array.dtype == np.uint8
         segment = my_segments()
         assert len(segment) == 1
         # the pixels of max_size batches, and a `done` byte a sample
         assert os.stat(f"/dev/shm/{segment[0]}").st_size == 3 * 5 * 16 * 16 * 3 + 3 * 5
+    assert_clean(children)
+
+
+def test_the_ring_holds_no_more_slots_than_a_pass_fills(caplog, children):
+    """A pass over a split schedules nothing past its last batch: queue.max_size above the largest
+    split's batches is capped there (the memory plan counts the same), with a line saying so."""
+    split = MarkedSplit(10, size=8)  # 3 batches of 4 a pass, the last short
+    with caplog.at_level(logging.INFO, logger="app.loader.enqueuer"):
+        with make(split, workers=1, processes=False, max_size=100000, batch=4) as enq:
+            assert enq.max_size == 3 and enq.ring.array.shape[0] == 3 and enq.queue_bytes == 3 * 4 * 8 * 8 * 3
+            got = [index_of(image) for images, _ in enq.batches("train", np.arange(10), 0) for image in images]
+        assert got == list(range(10))
+        assert "queue.max_size=100000 capped at 3 ring slot(s): a pass over the train split (10 samples" in caplog.text
+        caplog.clear()
+        # negative control: a value at or under the cap is left as it is, and nothing is said
+        assert [make(split, max_size=m, batch=4).max_size for m in (2, 3)] == [2, 3] and "capped" not in caplog.text
+    assert make(MarkedSplit(0), max_size=4, batch=4).max_size == 1  # an empty split: still one slot
     assert_clean(children)
 
 
