@@ -3,7 +3,9 @@
 In a sweep each job trains in a fresh process of its own: TensorFlow keeps part of every
 finished job (graphs, functions) that `clear_session` does not give back, so jobs run one
 after another in one process would each start heavier than the last, and a report would
-compare memory that depends on the job's place in the sweep.
+compare memory that depends on the job's place in the sweep. In a sweep's resume (`train
+resume=<sweep dir>`) a job done already is not trained again, and one with a checkpoint goes on
+in its folder (app/training/sweeps.py).
 A command: imported by app/__main__.py only, never by the loader, the model or training.
 """
 
@@ -24,6 +26,8 @@ from app.config import conf_dir
 from app.errors import AppError, ConfigError, DataError, WorkerError
 from app.processes import die_with_parent, startable
 from app.schema import register
+from app.training import sweeps
+from app.training.resume import SAFE_PREFIXES
 from app.training.trainer import run
 
 register()
@@ -41,13 +45,26 @@ def main(cfg: DictConfig) -> float | None:
         accuracy = summary["val_accuracy"]
         epochs = summary["epochs_completed"]
         print(f"run dir: {run_dir}\n{epochs} epoch{'' if epochs == 1 else 's'} done, "
-              f"val_accuracy {accuracy if accuracy is None else round(accuracy, 4)}")
+              f"val_accuracy {_rounded(accuracy)}")
         return accuracy
+    how = ""
+    if sweeps.resuming(hydra_cfg):  # a sweep's resume: this job may be done already, or go on in its folder
+        step = sweeps.job_step(run_dir, overrides, epochs=cfg.trainer.epochs, safe=SAFE_PREFIXES)
+        if step.action == "done":
+            print(f"job {hydra_cfg.job.num}: {run_dir}, val_accuracy {_rounded(step.accuracy)}: completed "
+                  "already, not trained again")
+            return step.accuracy
+        if step.action == "resume":
+            cfg.resume, overrides, how = str(run_dir), step.overrides, ": resumed in its folder"
     logging_cfg = OmegaConf.to_container(hydra_cfg.job_logging, resolve=True)
     accuracy = _in_fresh_process(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), run_dir, overrides,
                                  logging_cfg)
-    print(f"job {hydra_cfg.job.num}: {run_dir}, val_accuracy {accuracy if accuracy is None else round(accuracy, 4)}")
+    print(f"job {hydra_cfg.job.num}: {run_dir}, val_accuracy {_rounded(accuracy)}{how}")
     return accuracy
+
+
+def _rounded(accuracy: float | None) -> float | None:
+    return accuracy if accuracy is None else round(accuracy, 4)
 
 
 def _in_fresh_process(plain: dict, run_dir: Path, overrides: list[str], logging_cfg: dict) -> float | None:

@@ -3,7 +3,9 @@
 - `resume=<run dir>` or `resume=latest` is resolved here, before Hydra makes a directory:
   `train` continues in the run directory itself (taking its lock first, app/training/rundir.py), and
   `evaluate`/`predict` write into `<run dir>/<command>/<date>_<time>/`. The task then takes the
-  config from the checkpoint: only what is safe to change may be overridden.
+  config from the checkpoint: only what is safe to change may be overridden. `train
+  resume=<sweep dir>` runs the sweep again in its folder, each job done, resumed or started
+  (app/training/sweeps.py).
 - A new run's directory is claimed here, atomically: two runs started in the same second (or
   two sweeps) never share one; the second gets `<time>-1`. `hydra.run.dir=`/`hydra.sweep.dir=`
   given on the command line are the user's to choose and are left alone. The tasks of one srun
@@ -34,7 +36,7 @@ from app.errors import ConfigError, config_error
 from app.frameworks import load_keras, query_devices_quietly, use_backend
 from app.overrides import key_of, quote_override, quoted, value_of
 from app.schema import COMMAND_KEYS, Config
-from app.training import checkpoint
+from app.training import checkpoint, sweeps
 from app.training.migrate import migrated, refuse_keys_of_other_commands, refuse_moved_keys, renamed_choosers
 from app.training.rundir import check_unlocked, claim_dir, hold_lock, holds_run, move_run_aside, run_files
 
@@ -81,12 +83,16 @@ def prepare_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str 
         base = Path(outputs) / "multirun" if multirun else Path(outputs)
         CLAIMED.append(claim_dir(base / stamp[0] / stamp[1]))
         return [*argv, f"{key}={quoted(str(CLAIMED[-1]))}"]
-    if multirun:
-        raise ConfigError("config key `resume` cannot be used with -m: resume one run at a time.")
     if _overwrite(argv):
         raise config_error("overwrite", True, "false with `resume`, which continues the run in its own folder "
                            "(overwrite=true moves a finished run aside to start a new one there)")
     run_dir = latest_run(outputs) if value == "latest" else Path(value).expanduser().resolve()
+    if sweeps.is_sweep(run_dir):
+        return _sweep_resumed(run_dir, [a for a in argv if key_of(a) != "resume"], word=word, info=info)
+    if multirun:
+        raise config_error("resume", value, f"a sweep's folder with -m: {run_dir} is one run's. Leave -m out to "
+                           "resume it, or give the sweep's folder to finish every job of a sweep: python -m app "
+                           "train resume=outputs/multirun/<date>/<time>")
     if not (run_dir / "checkpoints").is_dir():
         raise checkpoint.nothing_to_resume(run_dir)
     kept = [a for a in argv if key_of(a) != "resume"]
@@ -101,6 +107,29 @@ def prepare_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str 
         if not info and _process_of(argv) == 0:  # process 0 of a several-process run holds the lock
             hold_lock(run_dir, "python -m app train resume=...")
     return [*kept, f"resume={quoted(str(run_dir))}", f"hydra.run.dir={quoted(str(where))}", "hydra.output_subdir=null"]
+
+
+def _sweep_resumed(sweep: Path, given: list[str], *, word: str, info: bool) -> list[str]:
+    """`train resume=<sweep dir>`: the sweep's own command line again (app/training/sweeps.py),
+    with only what a single resume may change added; `evaluate`/`predict` need a job's folder."""
+    if word != "train":
+        raise sweeps.not_a_run(sweep, word)
+    if info:  # Hydra prints or inspects: nothing runs, nothing is checked
+        return [*given, f"resume={quoted(str(sweep))}"]
+    for arg in given:
+        if not arg.startswith("-") and not key_of(arg).startswith(("hydra.", "hydra/")):
+            _check_safe(key_of(arg))
+    sweeps.check_unlocked_sweep(sweep)
+    return sweeps.resume_argv(sweep, given)
+
+
+def _check_safe(key: str, safe: tuple[str, ...] = SAFE_PREFIXES) -> None:
+    """What a run that exists may change on resume: `safe`'s keys and a command's own."""
+    if key == "resume" or key in COMMAND_KEYS or key.startswith(safe):
+        return
+    allowed = ", ".join(f"{s}*" if s.endswith(".") else s for s in safe)
+    raise ConfigError(f"config key `{key}` cannot change for a run that exists (its config is the one it "
+                      f"was trained with); only {allowed} may. Start a new run for other settings.")
 
 
 def _overwrite(argv: list[str]) -> bool:
@@ -119,8 +148,8 @@ def _refuse_or_move_aside(folder: Path, overwrite: bool, key: str) -> None:
     if not holds_run(folder):
         return
     if not overwrite:
-        go_on = f"`python -m app train resume={folder}`" if key == "hydra.run.dir" else \
-            f"`python -m app train resume={folder}/<job>` (a job at a time)"
+        go_on = f"`python -m app train resume={folder}`" + ("" if key == "hydra.run.dir" else
+                                                              " (every job of the sweep, each in its own folder)")
         files = run_files(folder) if key == "hydra.run.dir" else ["jobs' runs"]
         go_on = f"Continue it with {go_on}, choose" if "checkpoints" in files or key != "hydra.run.dir" else "Choose"
         raise config_error(key, str(folder), f"{folder} holds a run already (its {', '.join(files)}), which a new "
@@ -158,12 +187,9 @@ def resumed_config(saved: dict, cfg: DictConfig, overrides: list[str],
     result = OmegaConf.create(migrated(saved))
     for override in overrides:
         key = key_of(override)
+        _check_safe(key, safe)
         if key == "resume" or key in COMMAND_KEYS:  # the command's own: never the run's
             continue
-        if not key.startswith(safe):
-            allowed = ", ".join(f"{s}*" if s.endswith(".") else s for s in safe)
-            raise ConfigError(f"config key `{key}` cannot change for a run that exists (its config is the one it "
-                              f"was trained with); only {allowed} may. Start a new run for other settings.")
         OmegaConf.update(result, key, OmegaConf.select(cfg, key), merge=False)
     result.resume = cfg.resume
     return result

@@ -118,15 +118,9 @@ def hold_lock(run_dir: Path, command: str) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").split("\n", 1)
+        error = _in_use(run_dir, fd)
         os.close(fd)
-        who = f"process {holder[0]} ({holder[1].strip()})" if len(holder) == 2 and holder[0].isdigit() \
-            else "another process"
-        raise RunInUseError(
-            f"{run_dir} is in use: {who} holds its lock ({run_dir / LOCK_FILE}). Two processes training one "
-            "run would write its epochs and checkpoints twice. Wait for it to end, or stop it (kill "
-            f"{holder[0] if holder[0].isdigit() else '<pid>'}) and resume; a process that died leaves no lock."
-        ) from None
+        raise error from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n{command}\n".encode(), 0)
     _held[run_dir] = fd
@@ -142,13 +136,30 @@ def release_lock(run_dir: Path) -> None:
         os.close(fd)  # closing the descriptor drops the flock
 
 
+def _in_use(run_dir: Path, fd: int) -> RunInUseError:
+    """The error for `run_dir`, whose lock file `fd` is open and held by another process."""
+    holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").split("\n", 1)
+    who = f"process {holder[0]} ({holder[1].strip()})" if len(holder) == 2 and holder[0].isdigit() \
+        else "another process"
+    return RunInUseError(
+        f"{run_dir} is in use: {who} holds its lock ({run_dir / LOCK_FILE}). Two processes training one "
+        "run would write its epochs and checkpoints twice. Wait for it to end, or stop it (kill "
+        f"{holder[0] if holder[0].isdigit() else '<pid>'}) and resume; a process that died leaves no lock.")
+
+
 def check_unlocked(run_dir: Path) -> None:
-    """RunInUseError when a live process holds `run_dir`'s lock; the .lock file is left as it is."""
-    lock_file = Path(run_dir).resolve() / LOCK_FILE
-    if Path(run_dir).resolve() in _held or not lock_file.is_file():
+    """RunInUseError when a live process holds `run_dir`'s lock. The .lock file is only read: its
+    bytes and times stay as they are (a finished run is left untouched)."""
+    run_dir = Path(run_dir).resolve()
+    if run_dir in _held or not (run_dir / LOCK_FILE).is_file():
         return
-    hold_lock(run_dir, "a check")
-    release_lock(run_dir)
+    fd = os.open(run_dir / LOCK_FILE, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # taken and dropped at once, or held by another
+    except BlockingIOError:
+        raise _in_use(run_dir, fd) from None
+    finally:
+        os.close(fd)
 
 
 def log_apart(run_dir: Path, process: int) -> None:
