@@ -39,6 +39,8 @@ COMMANDS = {
              "the budget, with the fixes; the batch × resolution table (config as for train)"),
     "bench": ("app.commands.bench", "main", "time the input pipeline: this loader vs keras.utils.PyDataset vs "
               "tf.data vs serial; writes bench.json"),
+    "prepare": ("app.commands.prepare", "main", "a packed, pre-resized shard copy of the data, for faster "
+                "training: prepare data=<source> prepare.out=<folder>"),
 }
 
 USAGE = "usage: python -m app <command> [hydra overrides ...] [-m]   (or: app <command> ...)\n\ncommands:\n" + \

@@ -62,7 +62,7 @@ SOURCE_PIXELS = frozenset({
     "RandomCropNearBBox", "RandomSizedBBoxSafeCrop", "CropAndPad", "AtLeastOneBBoxRandomCrop"})
 
 
-def _needed_short_side(transform: A.BasicTransform) -> int | None:
+def needed_short_side(transform: A.BasicTransform) -> int | None:
     """For a transform that resizes to a fixed output: the short side its input needs so the
     output is never upsampled; None for any other transform."""
     name = type(transform).__name__
@@ -82,29 +82,38 @@ def _needed_short_side(transform: A.BasicTransform) -> int | None:
 
 
 def draft_rule(compose: A.Compose, enabled: bool = True) -> tuple[int | None, str]:
-    """(the short side a JPEG may be reduced to by draft decoding, or None for a full decode; why).
+    """(the short side a JPEG may be reduced to by draft decoding, or None for a full decode; why)."""
+    if not enabled:
+        return None, "draft off: data.decode.draft=false"
+    need, why = short_side_rule(compose, "draft rule")
+    if need is None:
+        return None, f"draft off: {why}"
+    return need, f"draft allowed: JPEGs decoded at 1/2, 1/4 or 1/8 scale while the short side stays at least {why}"
+
+
+def short_side_rule(compose: A.Compose, rule: str) -> tuple[int | None, str]:
+    """(the smallest short side an image needs so that no transform of `compose` upsamples it,
+    and why: "<n> px (<transforms> need(s) that)"), or (None, why no such size can be told). The
+    draft rule's and `prepare.short_side=auto`'s, named `rule` in the reason.
 
     Only the transforms up to the first that always resizes to a fixed output matter: each
     before it must be resolution-free (a flip, a colour change), or the rule does not know what
-    a reduced image would do to it and allows none. A resize that may be skipped (p < 1) adds
+    a smaller image would do to it and allows none. A resize that may be skipped (p < 1) adds
     its need and the look goes on."""
-    if not enabled:
-        return None, "draft off: data.decode.draft=false"
     need, by = 0, []
     for transform in compose.transforms:
         name = type(transform).__name__
         if name in RESOLUTION_FREE:
             continue
         if name in SOURCE_PIXELS:
-            return None, f"draft off: {name} works in source pixels"
-        side = _needed_short_side(transform)
+            return None, f"{name} works in source pixels"
+        side = needed_short_side(transform)
         if side is None:
-            return None, f"draft off: {name} is not known to the draft rule (its arguments may be in source pixels)"
+            return None, f"{name} is not known to the {rule} (its arguments may be in source pixels)"
         need, by = max(need, side), [*by, name]
         if transform.p >= 1:
-            return need, (f"draft allowed: JPEGs decoded at 1/2, 1/4 or 1/8 scale while the short side stays "
-                          f"at least {need} px ({' and '.join(by)} {'needs' if len(by) == 1 else 'need'} that)")
-    return None, "draft off: no transform resizes to a fixed output"
+            return need, f"{need} px ({' and '.join(by)} {'needs' if len(by) == 1 else 'need'} that)"
+    return None, "no transform resizes to a fixed output"
 
 
 def augmenters(data, splits: dict[str, list]) -> dict[str, Augmenter]:

@@ -229,7 +229,8 @@ def _check_model(cfg) -> None:
 
 
 def _check_bench_and_preview(cfg) -> None:
-    """The groups only bench's and preview's own configs hold (conf/bench.yaml, preview.yaml)."""
+    """The groups only bench's, preview's and prepare's own configs hold (conf/bench.yaml, preview.yaml,
+    prepare.yaml)."""
     if "bench" in cfg:
         b = cfg.bench
         _check(len(b.modes) > 0 and all(m in BENCH_MODES for m in b.modes), "bench.modes", list(b.modes),
@@ -239,6 +240,17 @@ def _check_bench_and_preview(cfg) -> None:
     if "preview" in cfg:
         _check(cfg.preview.images >= 1, "preview.images", cfg.preview.images, "at least 1 sample")
         _check(cfg.preview.augmentations >= 1, "preview.augmentations", cfg.preview.augmentations, "at least 1")
+    if "prepare" in cfg:
+        _check_prepare(cfg.prepare)
+
+
+def _check_prepare(p) -> None:
+    side = p.short_side
+    _check(side in ("auto", "full") or (isinstance(side, int) and not isinstance(side, bool) and side >= 1),
+           "prepare.short_side", side, "auto (what the train and eval transforms need), full, or an integer ≥ 1")
+    _check(p.format in ("jpeg", "raw"), "prepare.format", p.format, "jpeg or raw")
+    _check(1 <= p.quality <= 100, "prepare.quality", p.quality, "an integer from 1 to 100 (95: the default)")
+    _check(p.shard_mb >= 1, "prepare.shard_mb", p.shard_mb, "at least 1 (MiB a shard)")
 
 
 def _check_keras_app(m, size: list[int]) -> None:

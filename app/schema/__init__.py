@@ -7,7 +7,8 @@ dataclasses themselves are the object every stage reads. The YAML files in conf/
 (`defaults: [<group>_schema, _self_]`), and their defaults are these (tests/test_schema.py).
 The root is `Config` (conf/config.yaml: train, plan), or a command's own, which adds the keys
 only that command reads: `EvaluateConfig`, `PredictConfig`, `BenchCommandConfig`,
-`PreviewCommandConfig` (conf/evaluate.yaml, predict.yaml, bench.yaml, preview.yaml). A run's
+`PreviewCommandConfig`, `PrepareCommandConfig` (conf/evaluate.yaml, predict.yaml, bench.yaml,
+preview.yaml, prepare.yaml). A run's
 config never holds those (COMMAND_KEYS).
 Ranges and cross-key rules are app/rules.py's. Imports nothing of the app but the standard
 library, Hydra and OmegaConf: worker processes import it.
@@ -16,6 +17,7 @@ library, Hydra and OmegaConf: worker processes import it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -50,7 +52,8 @@ from app.schema.training import (
 
 __all__ = ["AugmentConfig", "Backend", "BenchCommandConfig", "CifarDataConfig", "Config", "CustomModelConfig",
            "DataConfig", "DecodeConfig", "FolderDataConfig", "KerasAppConfig", "LoggerConfig", "ModelConfig",
-           "OnBadSample", "OptimizerConfig", "Precision", "PreviewCommandConfig", "QueueConfig", "ResnetModelConfig",
+           "OnBadSample", "OptimizerConfig", "Precision", "PrepareCommandConfig", "PrepareConfig",
+           "PreviewCommandConfig", "QueueConfig", "ResnetModelConfig",
            "SchedulerConfig", "StartMethod", "Strategy", "SyntheticDataConfig", "TrainerConfig", "register",
            "model_schema"]
 
@@ -76,6 +79,19 @@ class PreviewConfig:
 
     images: int = 4  # training samples, a row each
     augmentations: int = 6  # augmentations of each, beside its source image
+
+
+@dataclass(kw_only=True)
+class PrepareConfig:
+    """`python -m app prepare` only (app/prepare/)."""
+
+    out: str | None = None  # the folder the prepared copy is written to (a local folder so far)
+    # auto (the smallest every crop of the train and eval transforms needs), an integer, or full.
+    # Any: OmegaConf's structured configs take no union of int and str.
+    short_side: Any = "auto"
+    format: str = "jpeg"  # jpeg | raw (uint8 .npy: no decode at all, the largest)
+    quality: int = 95  # jpeg only, 4:4:4
+    shard_mb: int = 256  # about this many MiB a shard
 
 
 @dataclass(kw_only=True)
@@ -131,9 +147,16 @@ class PreviewCommandConfig(Config):
     preview: PreviewConfig = MISSING
 
 
+@dataclass(kw_only=True)
+class PrepareCommandConfig(Config):
+    """`python -m app prepare` composes conf/prepare.yaml: the common keys and prepare's group."""
+
+    prepare: PrepareConfig = MISSING
+
+
 # command word → its root schema, where it has keys of its own
 COMMAND_SCHEMAS = {"evaluate": EvaluateConfig, "predict": PredictConfig, "bench": BenchCommandConfig,
-                   "preview": PreviewCommandConfig}
+                   "preview": PreviewCommandConfig, "prepare": PrepareCommandConfig}
 # top-level key → the one command that reads it from its own config, never from (or into) a run's
 COMMAND_OF = {key.name: word for word, schema in COMMAND_SCHEMAS.items() for key in fields(schema)
               if key.name not in {common.name for common in fields(Config)}}
@@ -147,6 +170,7 @@ def register() -> None:
     cs.store(name="predict_schema", node=PredictConfig)
     cs.store(name="bench_command_schema", node=BenchCommandConfig)
     cs.store(name="preview_command_schema", node=PreviewCommandConfig)
+    cs.store(name="prepare_command_schema", node=PrepareCommandConfig)
     cs.store(group="data", name="synthetic_schema", node=SyntheticDataConfig)
     cs.store(group="data", name="cifar_schema", node=CifarDataConfig)
     cs.store(group="data", name="folder_schema", node=FolderDataConfig)
@@ -161,11 +185,12 @@ def register() -> None:
     cs.store(group="logger", name="logger_schema", node=LoggerConfig)
     cs.store(group="preview", name="preview_schema", node=PreviewConfig)
     cs.store(group="bench", name="bench_schema", node=BenchConfig)
+    cs.store(group="prepare", name="prepare_schema", node=PrepareConfig)
 
 
 SCHEMAS = {"augment": AugmentConfig, "queue": QueueConfig, "optimizer": OptimizerConfig, "scheduler": SchedulerConfig,
            "trainer": TrainerConfig, "logger": LoggerConfig, "bench": BenchConfig,
-           "preview": PreviewConfig}
+           "preview": PreviewConfig, "prepare": PrepareConfig}
 EVAL_TRANSFORMS = ["resize", "center_crop"]
 # The groups whose options are ours alone: each option sets the node's `_target_` to one of these.
 TARGETS = {"data": DATA_TARGETS, "scheduler": SCHEDULER_TARGETS, "logger": LOGGER_TARGETS}

@@ -1,0 +1,32 @@
+"""`python -m app prepare data=<source> prepare.out=DIR`: a packed, pre-resized shard copy of the
+data (app/prepare/ does the work; app/data/shards.py is its layout). The config is the common
+keys (data, augment: `prepare.short_side=auto` reads the transforms) and prepare's own group
+(conf/prepare.yaml). Workers: queue.workers processes (auto: every core); never TensorFlow.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import hydra
+from omegaconf import DictConfig
+
+from app.commands import failure_carried
+from app.config import conf_dir, load
+from app.loader.settings import for_loading_only
+from app.prepare.copy import write_prepared_copy
+from app.schema import register
+
+register()
+log = logging.getLogger("app.prepare")
+
+
+@hydra.main(config_path=str(conf_dir()), config_name="prepare", version_base="1.3")
+@failure_carried
+def main(cfg: DictConfig) -> str:
+    config = load(cfg)
+    workers, _ = for_loading_only(config.queue)  # `auto`: every core, nothing else to balance
+    line = write_prepared_copy(config, workers=workers)
+    log.info("%s", line)
+    print(line)
+    return line

@@ -1,0 +1,120 @@
+"""A worker's share of prepare: one source sample → its stored image (upright 8-bit RGB, its short
+side brought down to the stored one, never up, the aspect kept), encoded as a JPEG or a .npy
+member, with its label and the original's path and size. The decode is the loader's own
+(app/data: EXIF orientation applied, data.max_image_pixels refused from the header).
+
+Imports app.data and app.errors only, never TensorFlow or the loader: spawned worker
+processes import it (app/prepare/job.py starts them).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+from PIL import Image
+
+from app.data.images import Decode, jpeg_frame
+from app.errors import BadSampleError
+
+_STATE: dict = {}  # a worker's splits and Encoding, set once by `start_worker`
+
+
+@dataclass(frozen=True, kw_only=True)
+class Encoding:
+    short_side: int | None  # None: full size
+    format: str  # jpeg | raw
+    quality: int
+    max_pixels: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Encoded:
+    index: int  # the sample's index in its source split
+    image: bytes  # the image member's bytes
+    data_start: int  # where the pixels start in `image`: 0 for a JPEG, the .npy header's length for raw
+    height: int
+    width: int
+    label: int
+    meta: bytes  # the .json member
+    source_bytes: int
+
+
+@dataclass(frozen=True)
+class Bad:
+    index: int
+    where: str
+    detail: str
+
+
+def start_worker(splits: dict, encoding: Encoding) -> None:
+    """A worker process's initializer: the splits it reads and how it encodes."""
+    _STATE.update(splits=splits, encoding=encoding)
+
+
+def encode_chunk(split_name: str, indices: list[int]) -> list[Encoded | Bad]:
+    """The samples `indices` of `split_name`, in order, in a worker."""
+    split, encoding = _STATE["splits"][split_name], _STATE["encoding"]
+    return [encode_or_bad(split, index, encoding) for index in indices]
+
+
+def encode_or_bad(split, index: int, encoding: Encoding) -> Encoded | Bad:
+    try:
+        return encode_sample(split, index, encoding)
+    except BadSampleError as bad:
+        return Bad(index, bad.where, bad.reason)
+
+
+def encode_sample(split, index: int, encoding: Encoding) -> Encoded:
+    """Sample `index` of `split` (a FileSplit or ArraySplit), as stored. JPEGs are decoded at a
+    reduced (draft) scale where the short side stays at least the stored one."""
+    decode = Decode(encoding.short_side, encoding.max_pixels)
+    raw = split.fetch(index, decode)
+    image = split.decode(index, raw, decode)
+    original = _original_size(raw, image)
+    image = fit_short_side(image, encoding.short_side)
+    member, data_start = _encoded(image, encoding)
+    height, width = image.shape[:2]
+    label = int(split.labels[index])
+    meta = json.dumps({"path": split.describe(index), "size": list(original), "stored_size": [height, width],
+                       "label": label}).encode()
+    source_bytes = len(raw) if isinstance(raw, bytes) else int(raw.nbytes)
+    return Encoded(index=index, image=member, data_start=data_start, height=height, width=width, label=label,
+                   meta=meta, source_bytes=source_bytes)
+
+
+def fit_short_side(image: np.ndarray, short_side: int | None) -> np.ndarray:
+    """`image` with its short side brought down to `short_side` (the aspect kept); never up."""
+    height, width = image.shape[:2]
+    if short_side is None or min(height, width) <= short_side:
+        return np.ascontiguousarray(image, dtype=np.uint8)
+    scale = short_side / min(height, width)
+    size = (max(short_side, round(width * scale)), max(short_side, round(height * scale)))  # cv2: (w, h)
+    if height <= width:
+        size = (size[0], short_side)
+    else:
+        size = (short_side, size[1])
+    return cv2.resize(image, size, interpolation=cv2.INTER_AREA)
+
+
+def _encoded(image: np.ndarray, encoding: Encoding) -> tuple[bytes, int]:
+    buffer = io.BytesIO()
+    if encoding.format == "jpeg":
+        Image.fromarray(image, "RGB").save(buffer, "JPEG", quality=encoding.quality, subsampling=0)
+        return buffer.getvalue(), 0
+    np.lib.format.write_array(buffer, image, allow_pickle=False)
+    data = buffer.getvalue()
+    return data, len(data) - image.nbytes
+
+
+def _original_size(raw, image: np.ndarray) -> tuple[int, int]:
+    """The original's (height, width), upright: a draft decode made `image` smaller than the file."""
+    height, width = image.shape[:2]
+    frame = jpeg_frame(raw) if isinstance(raw, bytes) else None
+    if frame is None:
+        return height, width
+    frame_w, frame_h = frame[0], frame[1]
+    return (frame_h, frame_w) if (frame_h >= frame_w) == (height >= width) else (frame_w, frame_h)

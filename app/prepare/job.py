@@ -1,0 +1,177 @@
+"""The prepare job: each shard not yet finished, in order, its samples encoded by a pool of
+worker processes and written as they come back (in order), under a progress bar with images/s
+and ETA; a shard and then its record (app/prepare/plan.py) each written whole or not at all.
+Bad samples follow data.on_bad_sample: raise stops naming the file, skip leaves it out (listed
+in bad_samples.txt) up to data.max_bad_fraction of a split.
+
+The workers are a spawn pool (concurrent.futures) whose processes import app.prepare.encode,
+so app.data, and never TensorFlow: the loader's own pool (app/loader/pool.py) hands back
+fixed-size batches through its shared-memory ring, while a prepared sample is a JPEG or array
+of its own size. queue.workers=0 encodes in this process.
+Imports app.data, app.errors and app.prepare only.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from collections import deque
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from app.data.shards import sample_key
+from app.errors import DataError
+from app.prepare.encode import Bad, Encoding, encode_chunk, encode_or_bad, start_worker
+from app.prepare.finish import write_bad_samples
+from app.prepare.plan import per_shard, read_record, shard_orders, write_record
+from app.prepare.tar import ShardWriter, delete_stale_temporaries
+
+CHUNK = 8  # samples a task: few enough that the pool stays busy at a shard's end
+ESTIMATE_SAMPLES = 8  # samples encoded to size the shards
+
+
+@dataclass(kw_only=True)
+class Job:
+    out: Path
+    splits: dict  # split name → FileSplit | ArraySplit: train, val, and test where the source has one
+    encoding: Encoding
+    workers: int
+    seed: int
+    on_bad_sample: str  # raise | skip
+    max_bad_fraction: float
+
+
+def estimate_per_shard(job: Job, shard_mb: int) -> dict[str, int]:
+    """Samples a shard, each split, from the stored size of the first few training samples of the
+    shuffled order (the same few each time: the plan is the same for the same source and settings)."""
+    train = job.splits["train"]
+    first = shard_orders(len(train), len(train) or 1, job.seed, "train")[0][:ESTIMATE_SAMPLES]
+    sizes = [len(done.image) for done in (encode_or_bad(train, int(i), job.encoding) for i in first)
+             if not isinstance(done, Bad)]
+    return {name: per_shard(sizes, shard_mb) for name in job.splits}
+
+
+def write_shards(job: Job, plan: dict) -> tuple[dict[str, list[dict]], int]:
+    """Every shard of `plan` not finished yet, in order; (each split's records in shard order,
+    samples encoded now). A sample's key is its place in the prepared split (bad samples left
+    out), so a finished shard is kept only where it starts where the shards before it end."""
+    orders = {split: shard_orders(planned["count"], planned["per_shard"], job.seed, split)
+              for split, planned in plan["splits"].items()}
+    total = sum(planned["count"] for planned in plan["splits"].values())
+    kept = sum(len(orders[split][n]) for split, planned in plan["splits"].items()
+               for n, name in enumerate(planned["shards"]) if read_record(job.out, name) is not None)
+    records: dict[str, list[dict]] = {}
+    with _pool(job) as pool, tqdm(total=total, initial=kept, unit="img", desc="prepare", dynamic_ncols=True) as bar:
+        for split, planned in plan["splits"].items():
+            delete_stale_temporaries(job.out, planned["shards"])
+            records[split], start = [], 0
+            for name, order in zip(planned["shards"], orders[split]):
+                record = read_record(job.out, name)
+                if record is None or record.get("start") != start:
+                    bar.update(-len(order) if record is not None else 0)
+                    record = _write_shard(job, pool, split, (name, order, start), bar)
+                    _check_bad_fraction(job, plan, split, record)
+                records[split].append(record)
+                start += len(record["rows"])
+    return records, total - kept
+
+
+def _write_shard(job: Job, pool, split: str, shard: tuple, bar: tqdm) -> dict:
+    """One shard (its name, its samples' source indices, the key number of its first good
+    sample), then its record."""
+    name, order, start = shard
+    rows, bad, source_bytes = [], [], 0
+    with ShardWriter(job.out / name, job.encoding.format) as writer:
+        for result in _encoded_in_order(pool, split, order):
+            bar.update(1)
+            if isinstance(result, Bad):
+                _refuse_if_raise(job, split, result)
+                bad.append([result.index, result.where, result.detail])
+                continue
+            offset, length = writer.add(sample_key(split, start + len(rows)), result)
+            rows.append([offset, length, result.label, result.height, result.width, result.index])
+            source_bytes += result.source_bytes
+    record = {"start": start, "rows": rows, "bad": bad, "source_bytes": source_bytes}
+    write_record(job.out, name, record)
+    return record
+
+
+def _encoded_in_order(pool, split: str, order: np.ndarray):
+    """The samples `order` of `split`, encoded by the pool, in order; a few chunks a worker in flight."""
+    chunks = [[int(i) for i in order[at:at + CHUNK]] for at in range(0, len(order), CHUNK)]
+    window = max(2, 4 * job_workers(pool))
+    pending: deque[Future] = deque()
+    for chunk in chunks:
+        pending.append(pool.submit(encode_chunk, split, chunk))
+        if len(pending) >= window:
+            yield from pending.popleft().result()
+    while pending:
+        yield from pending.popleft().result()
+
+
+def job_workers(pool) -> int:
+    return getattr(pool, "_max_workers", 1)
+
+
+def _refuse_if_raise(job: Job, split: str, bad: Bad) -> None:
+    if job.on_bad_sample == "raise":
+        raise DataError(f"{bad.where} (sample {bad.index} of the {split} split) could not be loaded: {bad.detail}. "
+                        "Fix or remove the file, or set data.on_bad_sample=skip to leave such files out of the copy "
+                        f"(listed in {job.out / 'bad_samples.txt'}); the shards finished so far are kept, so running "
+                        "the same command again goes on from there.")
+
+
+def _check_bad_fraction(job: Job, plan: dict, split: str, record: dict) -> None:
+    """Above data.max_bad_fraction of the split left out so far: stop, the files listed."""
+    if not record["bad"]:
+        return
+    records = [read_record(job.out, name) for name in plan["splits"][split]["shards"]]
+    bad = [row for found in records if found for row in found["bad"]]
+    count = plan["splits"][split]["count"]
+    if len(bad) > job.max_bad_fraction * count:
+        listed = write_bad_samples(job.out, {split: bad})
+        raise DataError(f"{len(bad)} of {count} samples of the {split} split could not be loaded, above "
+                        f"data.max_bad_fraction={job.max_bad_fraction:g} (last: {bad[-1][1]}: {bad[-1][2]}); see "
+                        f"{listed}. Fix or remove those files, or raise data.max_bad_fraction, and run the same "
+                        "command again (the finished shards are kept).")
+
+
+class _InProcess:
+    """queue.workers=0: the pool's `submit`, run here."""
+
+    _max_workers = 1
+
+    def __init__(self, job: Job):
+        start_worker(job.splits, job.encoding)
+
+    def submit(self, fn, *args) -> Future:
+        future: Future = Future()
+        future.set_result(fn(*args))
+        return future
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+def _pool(job: Job):
+    if job.workers <= 0:
+        return _InProcess(job)
+    return _Spawned(job)
+
+
+class _Spawned(ProcessPoolExecutor):
+    """A spawn pool that stops at once on an error or Ctrl-C (its queued chunks cancelled)."""
+
+    def __init__(self, job: Job):
+        super().__init__(max_workers=job.workers, mp_context=mp.get_context("spawn"), initializer=start_worker,
+                         initargs=(job.splits, job.encoding))
+
+    def __exit__(self, kind, error, trace):
+        self.shutdown(wait=kind is None, cancel_futures=True)
+        return False

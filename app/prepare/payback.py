@@ -1,0 +1,66 @@
+"""The summary line a prepare ends with: files, bytes before and after, time, and after how many
+epochs the time pays back, from a short timed read+decode of a few originals (as the training
+loader decodes them) and of a few prepared samples (their bytes read from the shard, decoded).
+Imports NumPy, app.data and app.prepare.encode only.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from app.data.images import Decode, rgb_from_bytes
+
+TIMED = 8  # samples of each kind
+
+
+def seconds_per_original(split, decode: Decode) -> float | None:
+    """Mean read+decode time of the first few readable samples of `split` (the loader's decode)."""
+    times = []
+    for index in range(min(len(split), 4 * TIMED)):
+        begun = time.perf_counter()
+        try:
+            split.read(index, decode)
+        except Exception:  # noqa: BLE001 - a bad file is bad_samples.txt's, not the timing's
+            continue
+        times.append(time.perf_counter() - begun)
+        if len(times) == TIMED:
+            break
+    return float(np.mean(times)) if times else None
+
+
+def seconds_per_prepared(out: Path, index: np.ndarray, shards: list[str], fmt: str) -> float | None:
+    """Mean read+decode time of the first few samples of a prepared split."""
+    times = []
+    for row in index[:TIMED]:
+        begun = time.perf_counter()
+        with open(Path(out) / shards[int(row["shard"])], "rb") as f:
+            f.seek(int(row["offset"]))
+            data = f.read(int(row["length"]))
+        if fmt == "jpeg":
+            rgb_from_bytes(data)
+        else:
+            np.frombuffer(data, np.uint8).reshape(int(row["height"]), int(row["width"]), 3).copy()
+        times.append(time.perf_counter() - begun)
+    return float(np.mean(times)) if times else None
+
+
+def summary_line(*, files: int, bad: int, sizes: tuple[int, int], seconds: float, per_sample: tuple) -> str:
+    """`sizes`: bytes before and after; `per_sample`: (original, prepared) seconds a training sample, and
+    how many training samples an epoch reads."""
+    before, after = sizes
+    original, prepared, epoch_samples = per_sample
+    line = (f"prepared {files} files ({bad} bad, left out): {_mb(before)} → {_mb(after)} in {seconds:.1f} s")
+    if original is None or prepared is None:
+        return line + "; no sample could be timed for the payback"
+    saved = (original - prepared) * epoch_samples
+    timing = f"read+decode {1000 * original:.1f} ms an original, {1000 * prepared:.1f} ms prepared"
+    if saved <= 0:
+        return line + f"; {timing}: reading the copy saves no decode time, so it never pays back in time"
+    return line + f"; {timing}: the time pays back after {max(seconds / saved, 0.01):.2g} epochs"
+
+
+def _mb(count: int) -> str:
+    return f"{count / 2**20:.1f} MiB"

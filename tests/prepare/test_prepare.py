@@ -1,0 +1,95 @@
+"""app/prepare in-process: the resize rule, the shard assignment, and a prepare killed mid-way
+resumed (a shard left as a half-written temporary, no manifest yet)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
+
+from app.config import conf_dir, load
+from app.data.shards import read_index, read_manifest
+from app.errors import ConfigError, DataError
+from app.prepare.copy import write_prepared_copy
+from app.prepare.encode import fit_short_side
+from app.prepare.plan import shard_orders
+from app.prepare.rule import stored_short_side
+from app.schema import register
+
+register()
+TINY = ["data.num_images=24", "data.source_size=64", "data.num_classes=3", "data.image_size=[16,16]"]
+
+
+def prepared_config(*overrides: str):
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        return load(compose("prepare", overrides=list(overrides)))
+
+
+def test_auto_takes_the_larger_need_of_train_and_eval_and_refuses_source_pixel_transforms():
+    crop = "{_target_: albumentations.RandomResizedCrop, size: [64, 64], scale: [0.5, 1.0], ratio: [1.0, 1.0]}"
+    side, why = stored_short_side(prepared_config(f"augment.transforms=[{crop}]", "data.image_size=[64,64]"))
+    assert side == 91 and "RandomResizedCrop" in why  # 64 / sqrt(0.5), above eval's 64
+    eval_crop = prepared_config("augment.transforms=[]", "data.image_size=[64,64]", "augment.eval_transform=center_crop")
+    assert stored_short_side(eval_crop)[0] == round(64 / 0.875)  # eval's SmallestMaxSize, above train's Resize
+    assert stored_short_side(prepared_config("prepare.short_side=300"))[0] == 300
+    assert stored_short_side(prepared_config("prepare.short_side=full"))[0] is None
+    refused = "augment.transforms=[{_target_: albumentations.RandomCrop, height: 32, width: 32}]"
+    with pytest.raises(ConfigError, match="RandomCrop works in source pixels.*prepare.short_side=full"):
+        stored_short_side(prepared_config(refused))
+    with pytest.raises(ConfigError, match="GaussianBlur is not known to the resize rule"):
+        stored_short_side(prepared_config("augment.transforms=[{_target_: albumentations.GaussianBlur}]"))
+    assert stored_short_side(prepared_config(refused, "prepare.short_side=48"))[0] == 48  # by hand: allowed
+    with pytest.raises(ConfigError, match="prepare.short_side"):
+        prepared_config("prepare.short_side=big")
+
+
+def test_the_resize_keeps_the_aspect_and_never_upscales():
+    wide = np.zeros((300, 500, 3), np.uint8)
+    assert fit_short_side(wide, 120).shape == (120, 200, 3)
+    assert fit_short_side(wide.transpose(1, 0, 2), 120).shape == (200, 120, 3)
+    assert fit_short_side(wide, 400).shape == (300, 500, 3)  # never up
+    assert fit_short_side(wide, None).shape == (300, 500, 3)
+
+
+def test_shards_are_one_seeded_shuffle_and_no_shard_is_one_class():
+    labels = np.repeat(np.arange(4), 10)  # the source's order: class by class
+    shards = shard_orders(40, 10, seed=0, split="train")
+    assert [len(s) for s in shards] == [10, 10, 10, 10]
+    assert sorted(np.concatenate(shards).tolist()) == list(range(40))  # each sample once
+    assert all(len(set(labels[s])) > 1 for s in shards)
+    assert all((a == b).all() for a, b in zip(shards, shard_orders(40, 10, seed=0, split="train")))
+    assert not (np.concatenate(shards) == np.concatenate(shard_orders(40, 10, seed=1, split="train"))).all()
+    unshuffled = np.array_split(np.arange(40), 4)  # negative control: cut in the source's order
+    assert all(len(set(labels[s])) == 1 for s in unshuffled)
+    assert [len(s) for s in shard_orders(23, 10, seed=0, split="val")] == [8, 8, 7]
+
+
+def test_a_killed_prepare_keeps_its_finished_shards_and_finishes_the_rest(tmp_path):
+    config = prepared_config(*TINY, f"data.path={tmp_path / 'data'}", f"prepare.out={tmp_path / 'copy'}",
+                             "prepare.format=raw")
+    out = tmp_path / "copy"
+    write_prepared_copy(config, workers=0, per_shard=5)
+    shards = sorted(out.glob("*.tar"))
+    assert [p.name for p in shards if p.name.startswith("train")] == [f"train-0000{n}.tar" for n in range(4)]
+    index = read_index(out, "train").copy()
+    before = {p.name: p.stat().st_mtime_ns for p in shards}
+    # killed while writing train-00001: half of it in atomic_write's temporary, no record, no manifest
+    (out / "train-00001.tar").rename(out / ".train-00001.tar.99999.tmp")
+    (out / ".prepare" / "train-00001.tar.json").unlink()
+    (out / "manifest.json").unlink()
+    with pytest.raises(DataError, match="did not finish"):  # negative control: not a copy a reader opens
+        read_manifest(out)
+    line = write_prepared_copy(config, workers=0, per_shard=5)
+    assert "prepared 30 files" in line
+    after = {p.name: p.stat().st_mtime_ns for p in sorted(out.glob("*.tar"))}
+    assert {n for n in after if after[n] != before[n]} == {"train-00001.tar"}  # the rest kept as they were
+    assert not list(out.glob(".*.tmp"))  # the half-written shard is gone
+    assert (read_index(out, "train") == index).all() and read_manifest(out).splits["train"].count == 18
+    assert "up to date" in write_prepared_copy(config, workers=0, per_shard=5)
+    # another setting into the same folder: refused, nothing overwritten
+    other = prepared_config(*TINY, f"data.path={tmp_path / 'data'}", f"prepare.out={out}")
+    with pytest.raises(DataError, match="format, quality differ"):
+        write_prepared_copy(other, workers=0)
+    assert json.loads((out / "manifest.json").read_text())["format"] == "raw"
