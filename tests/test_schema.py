@@ -20,6 +20,7 @@ from app.schema import (
     FolderDataConfig,
     KerasAppConfig,
     ModelConfig,
+    PrepareCommandConfig,
     PreviewCommandConfig,
 )
 
@@ -59,8 +60,9 @@ def test_root_groups_are_typed_by_their_schemas():
     assert {name for name, hint in hints.items() if dataclasses.is_dataclass(hint)} == groups
     assert hints["data"] is DataConfig and all(issubclass(s, DataConfig) for s in DATA_SCHEMAS.values())
     assert hints["model"] is ModelConfig and all(issubclass(s, ModelConfig) for s in MODEL_SCHEMAS.values())
-    # bench's and preview's groups are their commands' roots' own
-    roots = {**hints, **typing.get_type_hints(BenchCommandConfig), **typing.get_type_hints(PreviewCommandConfig)}
+    # bench's, preview's and prepare's groups are their commands' roots' own
+    roots = {**hints, **typing.get_type_hints(BenchCommandConfig), **typing.get_type_hints(PreviewCommandConfig),
+             **typing.get_type_hints(PrepareCommandConfig)}
     assert all(roots[group] is schema for group, schema in SCHEMAS.items())
     defaults = {group: schema() for group, schema in SCHEMAS.items() if group in hints}
     config = load(to_plain(load(OmegaConf.structured(Config(data=FolderDataConfig(path="/x"),

@@ -55,7 +55,7 @@ def write_prepared_copy(config, *, workers: int, per_shard: int | None = None) -
                         short_side=short_side, format=p.format, quality=p.quality if p.format == "jpeg" else None,
                         app_version=version("app"))
     write_copy_index(out, plan=plan, records=records, manifest=manifest)
-    return _summary(config, job, plan, records, time.monotonic() - begun)
+    return _summary(config, job, plan, records=records, seconds=time.monotonic() - begun)
 
 
 def _refuse_unsupported(config) -> Path:
@@ -91,7 +91,7 @@ def _source_of(config, source) -> dict:
     return {"name": source.name, "path": str(config.data.path), "fingerprint": source.fingerprint}
 
 
-def _summary(config, job: Job, plan: dict, records: dict, seconds: float) -> str:
+def _summary(config, job: Job, plan: dict, *, records: dict, seconds: float) -> str:
     out = job.out
     shards = [out / name for planned in plan["splits"].values() for name in planned["shards"]]
     after = sum(path.stat().st_size for path in shards)

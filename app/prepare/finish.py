@@ -41,7 +41,8 @@ def write_bad_samples(out: Path, bad: dict[str, list]) -> Path:
 def write_copy_index(out: Path, *, plan: dict, records: dict[str, list[dict]], manifest: Manifest) -> None:
     """Each split's index, bad_samples.txt, then manifest.json (`manifest` without its splits and
     bad-sample count, filled in here)."""
-    bad = {split: [row for record in split_records for row in record["bad"]] for split, split_records in records.items()}
+    bad = {split: [row for record in split_records for row in record["bad"]]
+           for split, split_records in records.items()}
     for split, split_records in records.items():
         write_index(out, split, index_of(split_records))
     write_bad_samples(out, bad)

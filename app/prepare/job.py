@@ -68,18 +68,18 @@ def write_shards(job: Job, plan: dict) -> tuple[dict[str, list[dict]], int]:
         for split, planned in plan["splits"].items():
             delete_stale_temporaries(job.out, planned["shards"])
             records[split], start = [], 0
-            for name, order in zip(planned["shards"], orders[split]):
+            for name, order in zip(planned["shards"], orders[split], strict=True):
                 record = read_record(job.out, name)
                 if record is None or record.get("start") != start:
                     bar.update(-len(order) if record is not None else 0)
-                    record = _write_shard(job, pool, split, (name, order, start), bar)
+                    record = _write_shard(job, pool, split, (name, order, start), bar=bar)
                     _check_bad_fraction(job, plan, split, record)
                 records[split].append(record)
                 start += len(record["rows"])
     return records, total - kept
 
 
-def _write_shard(job: Job, pool, split: str, shard: tuple, bar: tqdm) -> dict:
+def _write_shard(job: Job, pool, split: str, shard: tuple, *, bar: tqdm) -> dict:
     """One shard (its name, its samples' source indices, the key number of its first good
     sample), then its record."""
     name, order, start = shard

@@ -67,9 +67,11 @@ def read_plan(out: Path, key: dict) -> dict | None:
         raise DataError(f"prepare.out={out} is a folder that holds other files, not a prepared copy (no "
                         f"{path}): give a new or empty folder, so that nothing in it is overwritten.") from None
     if plan.get("key") != key:
-        changed = sorted(k for k in set(key) | set(plan.get("key", {})) if plan.get("key", {}).get(k) != key.get(k))
-        raise DataError(f"prepare.out={out} holds a prepared copy of other settings or another source ({', '.join(changed)} "
-                        f"differ): prepare into a new folder, or delete {out} first to replace it.")
+        old = plan.get("key") or {}
+        changed = sorted(k for k in set(key) | set(old) if old.get(k) != key.get(k))
+        raise DataError(f"prepare.out={out} holds a prepared copy of other settings or another source "
+                        f"({', '.join(changed)} differ): prepare into a new folder, or delete {out} first to "
+                        "replace it.")
     return plan
 
 

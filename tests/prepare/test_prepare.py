@@ -31,7 +31,8 @@ def test_auto_takes_the_larger_need_of_train_and_eval_and_refuses_source_pixel_t
     crop = "{_target_: albumentations.RandomResizedCrop, size: [64, 64], scale: [0.5, 1.0], ratio: [1.0, 1.0]}"
     side, why = stored_short_side(prepared_config(f"augment.transforms=[{crop}]", "data.image_size=[64,64]"))
     assert side == 91 and "RandomResizedCrop" in why  # 64 / sqrt(0.5), above eval's 64
-    eval_crop = prepared_config("augment.transforms=[]", "data.image_size=[64,64]", "augment.eval_transform=center_crop")
+    eval_crop = prepared_config("augment.transforms=[]", "data.image_size=[64,64]",
+                                "augment.eval_transform=center_crop")
     assert stored_short_side(eval_crop)[0] == round(64 / 0.875)  # eval's SmallestMaxSize, above train's Resize
     assert stored_short_side(prepared_config("prepare.short_side=300"))[0] == 300
     assert stored_short_side(prepared_config("prepare.short_side=full"))[0] is None
@@ -59,8 +60,9 @@ def test_shards_are_one_seeded_shuffle_and_no_shard_is_one_class():
     assert [len(s) for s in shards] == [10, 10, 10, 10]
     assert sorted(np.concatenate(shards).tolist()) == list(range(40))  # each sample once
     assert all(len(set(labels[s])) > 1 for s in shards)
-    assert all((a == b).all() for a, b in zip(shards, shard_orders(40, 10, seed=0, split="train")))
-    assert not (np.concatenate(shards) == np.concatenate(shard_orders(40, 10, seed=1, split="train"))).all()
+    assert all((a == b).all() for a, b in zip(shards, shard_orders(40, 10, seed=0, split="train"), strict=True))
+    reseeded = np.concatenate(shard_orders(40, 10, seed=1, split="train"))
+    assert not (np.concatenate(shards) == reseeded).all()  # negative control: another seed, another order
     unshuffled = np.array_split(np.arange(40), 4)  # negative control: cut in the source's order
     assert all(len(set(labels[s])) == 1 for s in unshuffled)
     assert [len(s) for s in shard_orders(23, 10, seed=0, split="val")] == [8, 8, 7]
