@@ -38,12 +38,20 @@ STATED = [
     ("docs/performance.md", "-default-", {"trainer.strategy": "default"}),  # the runs' names
     ("docs/run-directory.md", "`logger=tensorboard`, the default", TENSORBOARD),
     ("docs/runs.md", "on the default data", SYNTHETIC),
+    ("docs/prepare.md", "`raise` (the default)", {"data.on_bad_sample": "raise"}),
+    # prepare's table, a row a key (its header says `default`)
+    ("docs/prepare.md", "| `prepare.out` | (required) |", {"prepare.out": None}),
+    ("docs/prepare.md", "| `prepare.short_side` | `auto` |", {"prepare.short_side": "auto"}),
+    ("docs/prepare.md", "| `prepare.format` | `jpeg` |", {"prepare.format": "jpeg"}),
+    ("docs/prepare.md", "| `prepare.quality` | `95` |", {"prepare.quality": 95}),
+    ("docs/prepare.md", "| `prepare.shard_mb` | `256` |", {"prepare.shard_mb": 256}),
     ("docs/troubleshooting.md", "`raise` (the default)", {"data.on_bad_sample": "raise"}),
     ("docs/troubleshooting.md", "(default 89,478,485", {"data.max_image_pixels": 89_478_485}),
     ("docs/troubleshooting.md", "the default model on 64 images", RESNET),
 ]
 # (page, words): lines that use the word and state no value of this app's config
 NOT_A_SETTING = [
+    ("docs/prepare.md", "| key | default | what it does |"),  # the table's header: its rows are in STATED
     ("docs/architecture.md", "Schema defaults equal"),  # the rules this test belongs to
     ("docs/architecture.md", "every default"),
     ("docs/architecture.md", "`tests/test_docs_defaults.py`"),
@@ -56,9 +64,9 @@ NOT_A_SETTING = [
 
 @pytest.fixture(scope="module")
 def defaults() -> dict:
-    """The config a command composes with no overrides, as plain values."""
+    """The config a command composes with no overrides, as plain values; prepare's group from its own."""
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        return to_plain(compose("config"))
+        return {**to_plain(compose("config")), "prepare": to_plain(compose("prepare"))["prepare"]}
 
 
 def wrong_values(stated: dict, plain: dict) -> list[str]:

@@ -59,7 +59,9 @@ def summary_line(*, files: int, bad: int, sizes: tuple[int, int], seconds: float
     timing = f"read+decode {1000 * original:.1f} ms an original, {1000 * prepared:.1f} ms prepared"
     if saved <= 0:
         return line + f"; {timing}: reading the copy saves no decode time, so it never pays back in time"
-    return line + f"; {timing}: the time pays back after {max(seconds / saved, 0.01):.2g} epochs"
+    epochs = seconds / saved
+    shown = f"{epochs:.0f}" if epochs >= 10 else f"{max(epochs, 0.01):.2g}"
+    return line + f"; {timing}: the time pays back after {shown} epochs"
 
 
 def _mb(count: int) -> str:

@@ -118,7 +118,8 @@ def tiny(argv: list[str]) -> list[str]:
     word, args = (argv[0], argv[1:]) if argv else ("", [])
     epochs = [int(a.split("=", 1)[1]) for a in args if a.startswith("trainer.epochs=")]
     capped = [f"trainer.epochs={MOST_EPOCHS}"] if epochs and epochs[-1] > MOST_EPOCHS else []
-    if word not in ("train", "plan", "preview", "bench") or any(a.startswith(("--", "resume=")) for a in args):
+    tiny_words = ("train", "plan", "preview", "bench", "prepare")
+    if word not in tiny_words or any(a.startswith(("--", "resume=")) for a in args):
         return capped
     given = {a.split("=", 1)[0] for a in args if "=" in a}
     defaults = {key: value for key, value in TINY_DEFAULTS.items()
