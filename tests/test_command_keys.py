@@ -102,6 +102,9 @@ def test_another_commands_key_is_refused_naming_that_command():
         refuse_keys_of_other_commands(["split=test"], "train")
     with pytest.raises(ConfigError, match=re.escape("`preview` is read by `python -m app preview` only: bench's")):
         refuse_keys_of_other_commands(["preview=default"], "bench")
+    refuse_keys_of_other_commands(["prepare.out=copy", "prepare.format=raw"], "prepare")  # negative control
+    with pytest.raises(ConfigError, match=re.escape("python -m app prepare prepare.out=copy")):
+        refuse_keys_of_other_commands(["prepare.out=copy"], "train")
 
 
 @pytest.mark.parametrize(("saved", "held", "command", "own"), [
