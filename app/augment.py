@@ -26,6 +26,7 @@ import numpy as np
 
 from app.config import instantiate_each
 from app.data.images import DEFAULT_MAX_PIXELS, Decode
+from app.data.prepared import PreparedSplit, check_short_side
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,24 @@ def short_side_rule(compose: A.Compose, rule: str) -> tuple[int | None, str]:
         if transform.p >= 1:
             return need, f"{need} px ({' and '.join(by)} {'needs' if len(by) == 1 else 'need'} that)"
     return None, "no transform resizes to a fixed output"
+
+
+def needed_short_side(transforms: Sequence[dict], image_size: Sequence[int]) -> int | None:
+    """The short side an image needs so that `transforms` and the resize never upsample it: the
+    draft rule's figure, draft decoding on or off; None where the rule cannot tell."""
+    return draft_rule(build_compose(transforms, image_size))[0]
+
+
+def check_stored_sizes(config, source) -> None:
+    """Refuse, before any work, a prepared copy (data=prepared) stored smaller than a loaded
+    config's transforms need: training's for the train split, evaluation's for val and test."""
+    if not isinstance(source.train, PreparedSplit):
+        return
+    size = config.data.image_size
+    evaluation = eval_transforms(config.augment, size)
+    for name, split, transforms in (("train", source.train, config.augment.transforms),
+                                    ("evaluation", source.val, evaluation)):
+        check_short_side(split, needed_short_side(transforms, size), f"the {name} transforms (to {size[0]}×{size[1]})")
 
 
 def augmenters(data, splits: dict[str, list]) -> dict[str, Augmenter]:

@@ -66,8 +66,13 @@ def _check_data(d) -> None:
     _check(len(size) == 2 and all(s >= 8 for s in size), "data.image_size", size,
            "two integers [H, W], each at least 8")
     _check(d.batch_size >= 1, "data.batch_size", d.batch_size, "an integer of at least 1")
-    _check(0.0 < d.val_fraction < 1.0, "data.val_fraction", d.val_fraction,
-           "a fraction strictly between 0 and 1")
+    if d._target_ == DATA_TARGETS["prepared"]:
+        _check(d.val_fraction is None, "data.val_fraction", d.val_fraction,
+               "null with data=prepared: the copy's validation split is the one `python -m app prepare` wrote. "
+               "Drop the override, or prepare the copy again with data.val_fraction set for its source")
+    else:
+        _check(d.val_fraction is not None and 0.0 < d.val_fraction < 1.0, "data.val_fraction", d.val_fraction,
+               "a fraction strictly between 0 and 1")
     _check(0.0 <= d.max_bad_fraction <= 1.0, "data.max_bad_fraction", d.max_bad_fraction,
            "a fraction from 0 to 1")
     _check(d.max_image_pixels is None or d.max_image_pixels >= 1, "data.max_image_pixels", d.max_image_pixels,

@@ -35,7 +35,7 @@ def test_defaults_compose_and_validate():
     assert to_plain(composed("data.image_size=[48,40]"))["augment"]["transforms"][0]["size"] == [48, 40]
 
 
-@pytest.mark.parametrize("name", ["synthetic", "cifar", "folder"])
+@pytest.mark.parametrize("name", ["synthetic", "cifar", "folder", "prepared"])
 def test_each_data_source_composes(name):
     cfg = composed(f"data={name}", "data.path=/x")
     assert option_of("data", cfg.data._target_) == name
@@ -87,6 +87,7 @@ def test_type_and_key_errors_fail_at_composition(override, key):
     (["augment.eval_transform=middle"], "augment.eval_transform"),
     (["optimizer.clipnorm=1", "optimizer.global_clipnorm=1"], "optimizer.global_clipnorm"),
     (["data=folder", "data.path=/x", "data.test_fraction=0.8"], "data.test_fraction"),
+    (["data=prepared", "data.path=/x", "data.val_fraction=0.2"], "data.val_fraction"),  # the copy's split
     # the debugging keys
     (["trainer.validation_steps=0"], "trainer.validation_steps"),
     (["trainer.overfit_batches=-1"], "trainer.overfit_batches"),

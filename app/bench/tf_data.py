@@ -33,7 +33,8 @@ def dataset(split: FileSplit, augmenter, pairs: np.ndarray, *, seed: int, batch_
     """Batches of (float32 images, labels) over `pairs`, each row a sample's (epoch, index)."""
     if not isinstance(split, FileSplit):
         raise ValueError("the tf_data mode reads image files (tf.io.read_file); this data source holds an "
-                         "array (data=cifar): use data=synthetic or data=folder")
+                         "array (data=cifar) or a prepared copy's shards (data=prepared): use data=synthetic or "
+                         "data=folder, or leave tf_data out of bench.modes")
     indices = pairs[:, 1]
     branch = np.searchsorted(RATIOS, ratios(split, augmenter.decode.min_short_side)[indices]).astype(np.int32)
     height, width = augmenter.image_size

@@ -34,7 +34,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from app.augment import build_compose
+from app.augment import build_compose, check_stored_sizes
 from app.bench import modes
 from app.capacity.memory import PeakMemory
 from app.commands import failure_carried
@@ -64,6 +64,7 @@ def main(cfg: DictConfig) -> None:
     bench = config.bench
     build_compose(config.augment.transforms, config.data.image_size)
     source = load_source(config.data)  # generates the synthetic data once, before any timing
+    check_stored_sizes(config, source)
     needed = (bench.warmup + bench.batches) * config.data.batch_size
     log.info("bench on %s: %d training samples, %d needed a mode (epochs repeat when fewer)", source.name,
              len(source.train), needed)

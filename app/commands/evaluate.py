@@ -15,7 +15,7 @@ import numpy as np
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from app.augment import Augmenter, eval_transforms
+from app.augment import Augmenter, check_stored_sizes, eval_transforms
 from app.commands import failure_carried
 from app.config import conf_dir
 from app.errors import DataError, config_error
@@ -36,6 +36,7 @@ def main(cfg: DictConfig) -> float:
     # first: it picks the backend Keras loads on
     run_dir, config = read_run(cfg, safe=("queue.", "augment.eval_", "data.max_image_pixels", "data.test_path"))
     source = run_source(run_dir, config.data)  # before Keras loads: a refusal comes at once
+    check_stored_sizes(config, source)
     split = {"val": source.val, "test": source.test}.get(cfg.split)
     if split is None:
         raise config_error("split", cfg.split, "val, or test where the data has a test split (data=folder: "

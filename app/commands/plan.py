@@ -22,6 +22,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from app.augment import check_stored_sizes
 from app.capacity import auto, queue_plan
 from app.capacity.probe import measured_or_spawn_probe
 from app.commands import failure_carried
@@ -45,6 +46,7 @@ def main(cfg: DictConfig) -> float:
     config, run_dir = _config(cfg)
     use_backend(config.trainer)
     source = _source(config.data, run_dir)
+    check_stored_sizes(config, source)
     load_keras()  # quietly, before calibration imports it
     from app.training import calibration  # imports Keras: after load_keras
 

@@ -15,7 +15,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from app.augment import augmenters
+from app.augment import augmenters, check_stored_sizes
 from app.commands import failure_carried
 from app.config import conf_dir, load
 from app.data import load_source
@@ -34,6 +34,7 @@ register()
 def main(cfg: DictConfig) -> str:
     config = load(cfg)
     source = load_source(config.data)
+    check_stored_sizes(config, source)
     built = augmenters(config.data, {"source": [], "train": config.augment.transforms})
     n, k = config.preview.images, config.preview.augmentations
     order = epoch_order(len(source.train), seed=config.seed, epoch=0, shuffle=config.queue.shuffle)

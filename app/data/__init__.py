@@ -7,16 +7,18 @@ from __future__ import annotations
 
 from app.data.cifar import cifar_source
 from app.data.folder import folder_source_of
+from app.data.prepared import PreparedSplit, prepared_source
 from app.data.source import ArraySplit, FileSplit, Source
 from app.data.synthetic import synthetic_source
 from app.errors import ConfigError, config_error
 from app.schema import DATA_TARGETS, option_of
 
-__all__ = ["ArraySplit", "FileSplit", "Source", "load_source"]
+__all__ = ["ArraySplit", "FileSplit", "PreparedSplit", "Source", "load_source"]
 
 # data._target_ names one of these; the table, not an import by name, so a config can never make a
 # worker import anything else
-_SOURCES = {f"{fn.__module__}.{fn.__name__}": fn for fn in (synthetic_source, cifar_source, folder_source_of)}
+_SOURCES = {f"{fn.__module__}.{fn.__name__}": fn for fn in (synthetic_source, cifar_source, folder_source_of,
+                                                                   prepared_source)}
 
 
 def load_source(data_cfg) -> Source:
@@ -26,6 +28,8 @@ def load_source(data_cfg) -> Source:
                            f"one of {', '.join(_SOURCES)}: choose it with data=<{'|'.join(DATA_TARGETS)}>")
     if not data_cfg.path or not str(data_cfg.path).strip():
         option = option_of("data", data_cfg._target_)
+        example = "/path/to/the/prepared/copy (the prepare.out of `python -m app prepare`)" \
+            if option == "prepared" else "/path/to/images"
         raise ConfigError(f"config key `data.path` is not set: data={option} needs a folder, "
-                          "e.g. data.path=/path/to/images.")
+                          f"e.g. data.path={example}.")
     return _SOURCES[data_cfg._target_](data_cfg)

@@ -35,11 +35,29 @@ def largest_decode_bytes(split, decode: Decode, most: int = 256) -> tuple[int, i
     A file the loader will refuse (unreadable, or above `decode.max_pixels`) is the loader's to
     report, by the bad-sample policy, and counts for nothing here. An array split's rows are
     all one size."""
+    if hasattr(split, "stored_sizes"):
+        return _stored_decode_bytes(split, decode), 0
     if not hasattr(split, "paths"):
         return int(np.prod(np.load(split.npy_path, mmap_mode="r").shape[1:])), 0
     step = max(1, len(split.paths) // most)
     sizes = [decode_bytes(path, decode) for path in split.paths[::step]]
     return max((a for a, _ in sizes), default=0), max((p for _, p in sizes), default=0)
+
+
+def _stored_decode_bytes(split, decode: Decode) -> int:
+    """A prepared copy's largest RGB array, from the sizes its index stores (every sample's, no
+    file opened): JPEGs reduced by the draft rule as the decode reduces them; OpenCV decodes
+    them (RGB baseline), so no Pillow copies. Samples above `decode.max_pixels` the loader refuses."""
+    heights, widths = split.stored_sizes()
+    kept = np.ones(len(heights), bool) if decode.max_pixels is None else heights * widths <= decode.max_pixels
+    heights, widths = heights[kept], widths[kept]
+    scale = np.ones(len(heights), np.int64)
+    if getattr(split, "format", None) == "jpeg" and decode.min_short_side:
+        short = np.minimum(heights, widths)
+        for s in (2, 4, 8):  # draft_scale's rule, all rows at once: the largest that keeps the short side
+            scale = np.where((s <= short) & (-(-short // s) >= decode.min_short_side), s, scale)
+    pixels = -(-heights // scale) * -(-widths // scale)
+    return int(pixels.max(initial=0)) * 3
 
 
 def decode_bytes(path: str | os.PathLike, decode: Decode) -> tuple[int, int]:

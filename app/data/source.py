@@ -119,6 +119,8 @@ def subset(split: FileSplit | ArraySplit, picked: np.ndarray) -> FileSplit | Arr
     """The samples `picked` (indices into `split`) as a split of their own."""
     if isinstance(split, FileSplit):
         return FileSplit([split.paths[i] for i in picked], split.labels[picked])
+    if hasattr(split, "take"):  # a prepared copy's (app/data/prepared.py, which imports this module)
+        return split.take(picked)
     return ArraySplit(split.npy_path, split.rows[picked], split.labels[picked], split.name)
 
 

@@ -30,6 +30,7 @@ from app.schema.data import (
     DecodeConfig,
     FolderDataConfig,
     OnBadSample,
+    PreparedDataConfig,
     QueueConfig,
     StartMethod,
     SyntheticDataConfig,
@@ -53,7 +54,7 @@ from app.schema.training import (
 __all__ = ["AugmentConfig", "Backend", "BenchCommandConfig", "CifarDataConfig", "Config", "CustomModelConfig",
            "DataConfig", "DecodeConfig", "FolderDataConfig", "KerasAppConfig", "LoggerConfig", "ModelConfig",
            "OnBadSample", "OptimizerConfig", "Precision", "PrepareCommandConfig", "PrepareConfig",
-           "PreviewCommandConfig", "QueueConfig", "ResnetModelConfig",
+           "PreparedDataConfig", "PreviewCommandConfig", "QueueConfig", "ResnetModelConfig",
            "SchedulerConfig", "StartMethod", "Strategy", "SyntheticDataConfig", "TrainerConfig", "register",
            "model_schema"]
 
@@ -105,7 +106,7 @@ class Config:
     # aside to <folder>.old first (app/training/resume.py)
     overwrite: bool = False
     # Each group's own schema types its node; data and model have one a choice, extending these
-    # (data: SyntheticDataConfig, CifarDataConfig, FolderDataConfig; model: ResnetModelConfig,
+    # (data: SyntheticDataConfig, CifarDataConfig, FolderDataConfig, PreparedDataConfig; model: ResnetModelConfig,
     # KerasAppConfig, CustomModelConfig), picked by the node's `_target_` as every group chooses.
     data: DataConfig = MISSING
     augment: AugmentConfig = MISSING
@@ -174,6 +175,7 @@ def register() -> None:
     cs.store(group="data", name="synthetic_schema", node=SyntheticDataConfig)
     cs.store(group="data", name="cifar_schema", node=CifarDataConfig)
     cs.store(group="data", name="folder_schema", node=FolderDataConfig)
+    cs.store(group="data", name="prepared_schema", node=PreparedDataConfig)
     cs.store(group="augment", name="augment_schema", node=AugmentConfig)
     cs.store(group="queue", name="queue_schema", node=QueueConfig)
     cs.store(group="model", name="resnet_schema", node=ResnetModelConfig)
@@ -203,7 +205,8 @@ def model_schema(target: str | None) -> type:
     return known.get(target, CustomModelConfig)
 
 
-DATA_SCHEMAS = {"synthetic": SyntheticDataConfig, "cifar": CifarDataConfig, "folder": FolderDataConfig}
+DATA_SCHEMAS = {"synthetic": SyntheticDataConfig, "cifar": CifarDataConfig, "folder": FolderDataConfig,
+                "prepared": PreparedDataConfig}
 
 
 def option_of(group: str, target: str) -> str | None:

@@ -25,7 +25,7 @@ class DecodeConfig:
 
 # What builds each data option's source, its node's `_target_` (set by `data=<option>`).
 DATA_TARGETS = {"synthetic": "app.data.synthetic.synthetic_source", "cifar": "app.data.cifar.cifar_source",
-                "folder": "app.data.folder.folder_source_of"}
+                "folder": "app.data.folder.folder_source_of", "prepared": "app.data.prepared.prepared_source"}
 
 
 @dataclass(kw_only=True)
@@ -71,6 +71,15 @@ class FolderDataConfig(DataConfig):
     # the test split: <path>/test/<class>/ when it is there, else this folder of <class>/ (null: none)
     test_path: str | None = None
     test_fraction: float = 0.0  # or, in the flat layout <path>/<class>/, this fraction of each class
+
+
+@dataclass(kw_only=True)
+class PreparedDataConfig(DataConfig):
+    """A copy written by `python -m app prepare` (app/data/shards.py): its splits are the copy's."""
+
+    _target_: str = DATA_TARGETS["prepared"]
+    # null: the copy's own validation split (prepare fixed it); any number is refused (app/rules.py)
+    val_fraction: float | None = None
 
 
 @dataclass

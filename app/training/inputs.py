@@ -9,7 +9,7 @@ import logging
 from pathlib import Path
 
 from app import rules
-from app.augment import eval_transforms
+from app.augment import check_stored_sizes, eval_transforms
 from app.data import load_source
 from app.data.source import overfitting
 from app.errors import config_error
@@ -28,6 +28,7 @@ def read_data_and_write_split(config: Config, run_dir: Path, writes: bool = True
     writes the run directory, after deleting a failed start's partial records), or checked on resume."""
     batch, overfit = config.data.batch_size, config.trainer.overfit_batches
     source = run_source(run_dir, config.data) if config.resume else load_source(config.data)
+    check_stored_sizes(config, source)
     if overfit:
         if len(source.train) < overfit * batch:
             raise config_error("trainer.overfit_batches", overfit, f"the training split has {len(source.train)} "

@@ -1,0 +1,165 @@
+"""data=prepared: a copy written by `python -m app prepare` (the layout is app/data/shards.py).
+
+Sample i of a split is one row of the split's memory-mapped index: one positioned read of that
+row's `length` bytes at `offset` in its shard (never a whole shard), then the decode (JPEG as
+any file; raw: the stored uint8 array as it is). Splits carry paths only when pickled to a
+worker; the index and the shards are opened there, on first use, as ArraySplit does.
+Local folders only so far. Never imports TensorFlow, Keras or the loader: workers import it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from app.data.images import Decode, DecodeError, rgb_from_bytes
+from app.data.shards import MEMBER, index_path, read_index, read_manifest, sample_key
+from app.data.source import Source, _reason
+from app.errors import BadSampleError, DataError
+
+FINGERPRINT_COVERS = "the prepared copy's manifest: its source's fingerprint, the resize rule and the format"
+
+
+class PreparedSplit:
+    """The samples of one split of a prepared copy: rows `rows` of its index."""
+
+    def __init__(self, root: str, split: str, shards: list[str], rows=None, *, image_format: str):
+        self.root, self.split, self.shards, self.format = str(root), split, list(shards), image_format
+        index = read_index(self.root, split)
+        self.rows = np.arange(len(index), dtype=np.int64) if rows is None else np.asarray(rows, np.int64)
+        self.labels = np.asarray(index["label"], np.int64)[self.rows]
+        self._index: np.ndarray | None = index
+        self._fds: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        # Each process maps the index and opens the shards itself: descriptors do not cross processes.
+        return {**self.__dict__, "_index": None, "_fds": {}, "_lock": None}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __del__(self) -> None:
+        for fd in getattr(self, "_fds", {}).values():
+            os.close(fd)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def take(self, picked: np.ndarray) -> PreparedSplit:
+        """The samples `picked` (indices into this split) as a split of their own."""
+        return PreparedSplit(self.root, self.split, self.shards, self.rows[picked], image_format=self.format)
+
+    def _row(self, i: int):
+        if self._index is None:
+            self._index = read_index(self.root, self.split)
+        return self._index[self.rows[i]]
+
+    def _shard_fd(self, shard: int) -> int:
+        fd = self._fds.get(shard)
+        if fd is None:
+            with self._lock:  # threads share the split: one descriptor a shard
+                fd = self._fds.get(shard)
+                if fd is None:
+                    fd = self._fds[shard] = os.open(self.shard_path(shard), os.O_RDONLY)
+        return fd
+
+    def shard_path(self, shard: int) -> str:
+        return os.path.join(self.root, self.shards[shard])
+
+    def fetch(self, i: int, decode: Decode | None = None) -> bytearray:
+        """Sample i's stored bytes: one read of its member's range of its shard."""
+        self.rows[i]  # an IndexError stays an IndexError
+        try:
+            row = self._row(i)
+            length = int(row["length"])
+            data = bytearray(length)
+            got = os.preadv(self._shard_fd(int(row["shard"])), [data], int(row["offset"]))
+            if got != length:
+                raise DecodeError(f"the shard ends {length - got} bytes before the member does (a truncated shard)")
+            return data
+        except Exception as exc:
+            raise BadSampleError(i, self.describe(i), _reason(exc)) from exc
+
+    def decode(self, i: int, raw: bytearray, decode: Decode | None = None) -> np.ndarray:
+        decode = decode or Decode()
+        try:
+            if self.format == "raw":
+                row = self._row(i)
+                height, width = int(row["height"]), int(row["width"])
+                if len(raw) != height * width * 3:
+                    raise DecodeError(f"{len(raw)} bytes where the index says {height}×{width}×3")
+                return np.frombuffer(raw, np.uint8).reshape(height, width, 3)  # writable: raw is a bytearray
+            return rgb_from_bytes(bytes(raw), decode.min_short_side, decode.max_pixels)
+        except Exception as exc:
+            raise BadSampleError(i, self.describe(i), _reason(exc)) from exc
+
+    def read(self, i: int, decode: Decode | None = None) -> np.ndarray:
+        return self.decode(i, self.fetch(i, decode), decode)
+
+    def describe(self, i: int) -> str:
+        key = sample_key(self.split, int(self.rows[i]))
+        return f"{self.shard_path(int(self._row(i)['shard']))} member {key}.{MEMBER[self.format]}"
+
+    def stored_sizes(self) -> tuple[np.ndarray, np.ndarray]:
+        """(heights, widths) of the stored images, from the index alone."""
+        if self._index is None:
+            self._index = read_index(self.root, self.split)
+        rows = self._index[self.rows]
+        return np.asarray(rows["height"], np.int64), np.asarray(rows["width"], np.int64)
+
+
+def prepared_source(data_cfg) -> Source:
+    """data=prepared: the copy at data.path (a local folder)."""
+    path = str(data_cfg.path)
+    if "://" in path:
+        raise DataError(f"data.path {path} is a URL: data=prepared reads a prepared copy in a local folder only "
+                        "so far (object storage and https come later). Copy the folder to local disk (e.g. "
+                        "`aws s3 sync <url> /data/copy`) and give data.path=/data/copy.")
+    root = Path(path).expanduser().absolute()
+    if not root.is_dir():
+        raise DataError(f"data.path {root} does not exist or is not a folder: data=prepared reads the folder "
+                        "that `python -m app prepare ... prepare.out=<folder>` wrote.")
+    manifest = read_manifest(root)
+    splits = {}
+    for name, record in manifest.splits.items():
+        split = PreparedSplit(str(root), name, record.shards, image_format=manifest.format)
+        if len(split) != record.count:
+            raise DataError(f"{index_path(root, name)} has {len(split)} rows where {root}/manifest.json counts "
+                            f"{record.count}: the copy is inconsistent; prepare it again.")
+        splits[name] = split
+    for name in ("train", "val"):
+        if not len(splits.get(name, ())):
+            raise DataError(f"{root} has no {name} samples: a prepared copy needs a train and a val split; "
+                            "prepare it again from a source with both.")
+    rule = {"short_side": manifest.short_side, "format": manifest.format, "quality": manifest.quality}
+    fingerprint = hashlib.sha256(json.dumps({"source": manifest.source.get("fingerprint"), **rule},
+                                            sort_keys=True).encode()).hexdigest()
+    split = {"source": "prepared", "fingerprint": fingerprint, "fingerprint_covers": FINGERPRINT_COVERS,
+             "class_names": manifest.class_names, "root": str(root), "prepared": {**rule, "of": manifest.source},
+             "counts": {name: len(s) for name, s in splits.items()}}
+    return Source(name="prepared", class_names=list(manifest.class_names), train=splits["train"], val=splits["val"],
+                  fingerprint=fingerprint, split=split, test=splits.get("test"))
+
+
+def check_short_side(split, need: int | None, what: str) -> None:
+    """Refuse a prepared split stored smaller than `need` px of short side (what `what`, the
+    transforms, need: None where they say nothing), before any work; other splits pass."""
+    if not isinstance(split, PreparedSplit) or need is None:
+        return
+    stored = read_manifest(split.root).short_side
+    if stored is None or stored >= need:
+        return
+    source = read_manifest(split.root).source
+    raise DataError(f"the prepared copy {split.root} stores images at a short side of {stored} px, but {what} "
+                    f"need {need} px: training on it would upsample. Prepare it again for these transforms: "
+                    f"`python -m app prepare data={source.get('name', '<source>')} "
+                    f"data.path={source.get('path', '<path>')} prepare.out={split.root} prepare.short_side={need}` "
+                    "(or prepare.short_side=auto with the same augment and data.image_size), or lower "
+                    "data.image_size.")

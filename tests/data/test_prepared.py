@@ -1,0 +1,134 @@
+"""data=prepared (app/data/prepared.py): sample i read from its shard by its index row, the
+bad-sample naming, the short-side refusal, the plan's sizes from the index, the source's checks."""
+
+from __future__ import annotations
+
+import pickle
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from prepared_copies import picture, write_copy
+
+from app.augment import check_stored_sizes
+from app.data import load_source
+from app.data.headers import largest_decode_bytes
+from app.data.images import Decode, rgb_from_bytes
+from app.data.shards import read_index
+from app.errors import BadSampleError, ConfigError, DataError
+from app.schema.data import DATA_TARGETS
+
+
+def _data(path, **keys):
+    return SimpleNamespace(_target_=DATA_TARGETS["prepared"], path=None if path is None else str(path), **keys)
+
+
+@pytest.fixture(scope="module")
+def copies(tmp_path_factory):
+    root = tmp_path_factory.mktemp("prepared")
+    return {fmt: write_copy(root / fmt, image_format=fmt) for fmt in ("jpeg", "raw")}
+
+
+def test_raw_sample_is_the_stored_pixels_read_by_its_range_alone(copies):
+    source = load_source(_data(copies["raw"]))
+    train = pickle.loads(pickle.dumps(source.train))  # as a spawn'ed worker gets it
+    assert train._index is None and not train._fds
+    for i in (0, 5, 23):
+        raw = train.fetch(i)
+        assert len(raw) == 40 * 56 * 3  # the member's pixels, not the shard (which holds 12 samples)
+        assert np.array_equal(train.decode(i, raw), picture(i % 3, i))
+    assert not np.array_equal(train.read(1), picture(1, 2))  # negative control: another sample differs
+    assert list(train.labels[:4]) == [0, 1, 2, 0] and source.class_names == ["class0", "class1", "class2"]
+
+
+def test_jpeg_sample_decodes_to_the_original(copies):
+    source = load_source(_data(copies["jpeg"]))
+    image = source.val.read(4)
+    assert image.shape == (40, 56, 3) and image.flags.writeable
+    assert np.abs(image.astype(int) - picture(4 % 3, 104)).mean() < 6  # noise at quality 95
+    assert np.abs(image.astype(int) - picture(4 % 3, 105)).mean() > 20  # negative control
+    assert len(source.test) == 6 and len(source.train) == 24
+
+
+def test_a_corrupt_member_is_a_bad_sample_named_by_shard_and_key(tmp_path):
+    root = write_copy(tmp_path / "copy", counts={"train": 6, "val": 3})
+    row = read_index(root, "train")[3]
+    with open(root / "train-00001.tar", "r+b") as shard:
+        shard.seek(int(row["offset"]))
+        shard.write(b"\0" * int(row["length"]))
+    train = load_source(_data(root)).train
+    with pytest.raises(BadSampleError, match=r"train-00001\.tar member train-000000003\.jpg"):
+        train.read(3)
+    train.read(1)  # negative control: the same shard's other sample reads
+
+
+def test_a_truncated_shard_is_a_bad_sample(tmp_path):
+    root = write_copy(tmp_path / "copy", image_format="raw", counts={"train": 6, "val": 3})
+    row = read_index(root, "train")[4]
+    with open(root / "train-00000.tar", "r+b") as shard:
+        shard.truncate(int(row["offset"]) + 10)
+    train = load_source(_data(root)).train
+    with pytest.raises(BadSampleError, match=r"train-00000\.tar member train-000000004\.npy.*truncated"):
+        train.read(4)
+    train.read(2)  # negative control: before the cut
+
+
+def _config(image_size, transforms=()):
+    augment = SimpleNamespace(transforms=list(transforms), eval_transform="resize", eval_crop_fraction=0.875)
+    return SimpleNamespace(data=SimpleNamespace(image_size=image_size), augment=augment)
+
+
+def test_a_copy_stored_smaller_than_the_transforms_need_is_refused(copies, tmp_path):
+    source = load_source(_data(copies["jpeg"]))  # short side 40
+    crop = [{"_target_": "albumentations.RandomResizedCrop", "size": [32, 32], "scale": [0.5, 1.0]}]
+    with pytest.raises(DataError, match=r"short side of 40 px, but the train transforms .* need 53 px.*"
+                                        r"python -m app prepare data=folder data.path=/orig .*short_side=53"):
+        check_stored_sizes(_config([32, 32], crop), source)
+    in_source_pixels = [{"_target_": "albumentations.CenterCrop", "height": 30, "width": 30}]  # the rule cannot tell
+    with pytest.raises(DataError, match="the evaluation transforms .* need 48 px"):
+        check_stored_sizes(_config([48, 48], in_source_pixels), source)
+    check_stored_sizes(_config([40, 40]), source)  # negative control: big enough
+    full = load_source(_data(write_copy(tmp_path / "full", counts={"train": 3, "val": 3}, short_side=None)))
+    check_stored_sizes(_config([48, 48], crop), full)  # stored at full size: never refused
+
+
+def test_the_plan_takes_the_sizes_from_the_index_without_opening_a_shard(copies, tmp_path):
+    root = write_copy(tmp_path / "copy", counts={"train": 6, "val": 3})
+    train = load_source(_data(root)).train
+    for shard in root.glob("*.tar"):
+        shard.unlink()  # the plan must not need them
+    assert largest_decode_bytes(train, Decode()) == (40 * 56 * 3, 0)
+    # a draft decode to a short side of 10 reduces 40×56 by 4
+    assert largest_decode_bytes(train, Decode(min_short_side=10)) == (10 * 14 * 3, 0)
+    jpeg = load_source(_data(copies["jpeg"])).train
+    assert rgb_from_bytes(bytes(jpeg.fetch(0)), 10).shape == (10, 14, 3)  # what the decode makes, indeed
+    raw = load_source(_data(copies["raw"])).train
+    assert largest_decode_bytes(raw, Decode(min_short_side=10)) == (40 * 56 * 3, 0)  # raw is never reduced
+
+
+def test_the_fingerprint_is_the_manifests(copies, tmp_path):
+    jpeg, raw = (load_source(_data(copies[f])) for f in ("jpeg", "raw"))
+    assert jpeg.fingerprint != raw.fingerprint and jpeg.split["source"] == "prepared"
+    again = load_source(_data(write_copy(tmp_path / "again", counts={"train": 3, "val": 3})))
+    assert again.fingerprint == jpeg.fingerprint  # the same source, rule and format
+    assert jpeg.split["prepared"]["short_side"] == 40 and jpeg.split["counts"]["test"] == 6
+
+
+@pytest.mark.parametrize(("path", "message"), [
+    ("s3://bucket/copy", "local folder only so far"),
+    ("/no/such/copy", "does not exist"),
+])
+def test_what_is_not_a_local_copy_is_refused(path, message):
+    with pytest.raises(DataError, match=message):
+        load_source(_data(path))
+
+
+def test_a_folder_without_a_manifest_is_refused(copies, tmp_path):
+    with pytest.raises(DataError, match="manifest.json is missing"):
+        load_source(_data(tmp_path))
+    load_source(_data(copies["raw"]))  # negative control
+
+
+def test_data_path_is_required():
+    with pytest.raises(ConfigError, match="data=prepared needs a folder.*prepare.out"):
+        load_source(_data(None))
