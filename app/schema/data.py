@@ -34,7 +34,7 @@ class DataConfig:
     path: str | None = None
     image_size: list[int] = field(default_factory=lambda: [64, 64])
     batch_size: int = 32
-    val_fraction: float = 0.2
+    val_fraction: float | None = 0.2  # null only where the data gives the split (data=prepared)
     on_bad_sample: OnBadSample = OnBadSample["raise"]  # type: ignore[valid-type]
     max_bad_fraction: float = 0.01
     decode: DecodeConfig = field(default_factory=DecodeConfig)
