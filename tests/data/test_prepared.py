@@ -3,6 +3,7 @@ bad-sample naming, the short-side refusal, the plan's sizes from the index, the 
 
 from __future__ import annotations
 
+import json
 import pickle
 from types import SimpleNamespace
 
@@ -17,6 +18,7 @@ from app.data.images import Decode, rgb_from_bytes
 from app.data.shards import read_index
 from app.errors import BadSampleError, ConfigError, DataError
 from app.schema.data import DATA_TARGETS
+from app.training.rundata import check_same_data
 
 
 def _data(path, **keys):
@@ -132,3 +134,11 @@ def test_a_folder_without_a_manifest_is_refused(copies, tmp_path):
 def test_data_path_is_required():
     with pytest.raises(ConfigError, match="data=prepared needs a folder.*prepare.out"):
         load_source(_data(None))
+
+
+def test_resumes_data_check_takes_the_manifests_fingerprint(copies, tmp_path):
+    jpeg = load_source(_data(copies["jpeg"]))
+    (tmp_path / "split.json").write_text(json.dumps(jpeg.split))
+    check_same_data(tmp_path, load_source(_data(copies["jpeg"])))  # the same copy: resumes
+    with pytest.raises(DataError, match="the data changed since"):  # negative control: another format
+        check_same_data(tmp_path, load_source(_data(copies["raw"])))
