@@ -117,22 +117,18 @@ def short_side_rule(compose: A.Compose, rule: str) -> tuple[int | None, str]:
     return None, "no transform resizes to a fixed output"
 
 
-def needed_short_side(transforms: Sequence[dict], image_size: Sequence[int]) -> int | None:
-    """The short side an image needs so that `transforms` and the resize never upsample it: the
-    draft rule's figure, draft decoding on or off; None where the rule cannot tell."""
-    return draft_rule(build_compose(transforms, image_size))[0]
-
-
 def check_stored_sizes(config, source) -> None:
     """Refuse, before any work, a prepared copy (data=prepared) stored smaller than a loaded
-    config's transforms need: training's for the train split, evaluation's for val and test."""
+    config's transforms need (the rule `prepare.short_side=auto` reads): training's for the train
+    split, evaluation's for val and test."""
     if not isinstance(source.train, PreparedSplit):
         return
     size = config.data.image_size
     evaluation = eval_transforms(config.augment, size)
     for name, split, transforms in (("train", source.train, config.augment.transforms),
                                     ("evaluation", source.val, evaluation)):
-        check_short_side(split, needed_short_side(transforms, size), f"the {name} transforms (to {size[0]}×{size[1]})")
+        need, _ = short_side_rule(build_compose(transforms, size), "short-side check")
+        check_short_side(split, need, f"the {name} transforms (to {size[0]}×{size[1]})")
 
 
 def augmenters(data, splits: dict[str, list]) -> dict[str, Augmenter]:

@@ -153,13 +153,14 @@ def check_short_side(split, need: int | None, what: str) -> None:
     transforms, need: None where they say nothing), before any work; other splits pass."""
     if not isinstance(split, PreparedSplit) or need is None:
         return
-    stored = read_manifest(split.root).short_side
+    manifest = read_manifest(split.root)
+    stored, source = manifest.short_side, manifest.source
     if stored is None or stored >= need:
         return
-    source = read_manifest(split.root).source
+    again = f"{split.root}-{need}"
     raise DataError(f"the prepared copy {split.root} stores images at a short side of {stored} px, but {what} "
-                    f"need {need} px: training on it would upsample. Prepare it again for these transforms: "
-                    f"`python -m app prepare data={source.get('name', '<source>')} "
-                    f"data.path={source.get('path', '<path>')} prepare.out={split.root} prepare.short_side={need}` "
-                    "(or prepare.short_side=auto with the same augment and data.image_size), or lower "
+                    f"need {need} px: training on it would upsample. Prepare a copy for these transforms in a new "
+                    f"folder: `python -m app prepare data={source.get('name', '<source>')} "
+                    f"data.path={source.get('path', '<path>')} prepare.out={again} prepare.short_side={need}` (with "
+                    f"the other data.* keys the copy was prepared with), then train with data.path={again}; or lower "
                     "data.image_size.")
