@@ -52,6 +52,8 @@ class Run:
 def visit_order(n: int, batch: int, *, needed: int, seed: int, shuffle: bool) -> np.ndarray:
     """(epoch, sample index) pairs, epoch after epoch until `needed`, full batches only (as
     training takes them), so every timed batch holds `batch` images."""
+    if n < batch:  # no full batch in an epoch: the loop below would never end
+        raise ValueError(f"{n} samples hold no full batch of {batch}")
     pairs, epoch = [], 0
     while len(pairs) < needed:
         order = full_batches(epoch_order(n, seed=seed, epoch=epoch, shuffle=shuffle), batch)

@@ -65,6 +65,10 @@ def main(cfg: DictConfig) -> None:
     build_compose(config.augment.transforms, config.data.image_size)
     source = load_source(config.data)  # generates the synthetic data once, before any timing
     check_stored_sizes(config, source)
+    if len(source.train) < config.data.batch_size:  # no full batch: no mode could ever time one
+        raise config_error("data.batch_size", config.data.batch_size,
+                           f"at most the {len(source.train)} samples of the training split: bench times full "
+                           f"batches, as training takes them. Lower data.batch_size, or bench more images")
     needed = (bench.warmup + bench.batches) * config.data.batch_size
     log.info("bench on %s: %d training samples, %d needed a mode (epochs repeat when fewer)", source.name,
              len(source.train), needed)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from app.bench.loading import reason
+from app.bench.loading import reason, visit_order
 from app.commands.bench import _raise_if_all_failed
 from app.errors import AppError
 from app.schema import BENCH_MODES
@@ -112,3 +112,16 @@ def test_a_python_error_inside_a_tensorflow_error_is_the_reason():
                "last):\n\n  File \"a.py\", line 1, in f\n\n\t [[{{node PyFunc}}]]")
     assert reason(UnknownError(carried)) == "DataError: sample 3 (x.jpg) could not be loaded"
     assert reason(ValueError("first\nsecond")) == "ValueError: first"  # negative control: a plain error
+
+
+@pytest.mark.slow
+def test_bench_on_fewer_samples_than_a_batch_is_refused_not_left_spinning(tmp_path):
+    """No full batch in the training split: no mode could time one (it spun until killed)."""
+    result = subprocess.run([sys.executable, "-m", "app", "bench", "data.num_images=24", "data.source_size=32",
+                             "bench.modes=[loader]", "bench.memory=false"],
+                            capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert result.returncode == 2 and "config key `data.batch_size`" in result.stderr, result.stderr[-2000:]
+    assert "at most the 20 samples of the training split" in result.stderr
+    assert len(visit_order(20, 4, needed=12, seed=0, shuffle=True)) == 12  # negative control: batches fit
+    with pytest.raises(ValueError, match="no full batch"):
+        visit_order(20, 32, needed=12, seed=0, shuffle=True)
