@@ -39,6 +39,7 @@ STATED = [
     ("docs/run-directory.md", "`logger=tensorboard`, the default", TENSORBOARD),
     ("docs/runs.md", "on the default data", SYNTHETIC),
     ("docs/prepare.md", "`raise` (the default)", {"data.on_bad_sample": "raise"}),
+    ("docs/prepare.md", "on the default data", {**SYNTHETIC, "data.num_images": 800, "data.image_size": [64, 64]}),
     # prepare's table, a row a key (its header says `default`)
     ("docs/prepare.md", "| `prepare.out` | (required) |", {"prepare.out": None}),
     ("docs/prepare.md", "| `prepare.short_side` | `auto` |", {"prepare.short_side": "auto"}),

@@ -51,7 +51,8 @@ TINY_SIZES = {"train": ["data.image_size=[32,32]", "data.batch_size=4"],
 TINY_DEFAULTS = {"trainer.epochs": "1", "queue.workers": "1", "model.widths": "[8]",
                  "data.num_images": "24", "data.source_size": "48", "data.num_classes": "2"}
 MOST_EPOCHS = 3  # a page's trainer.epochs=10 or 20, cut to this (a fine-tune unfreezing at epoch 3 still does)
-DATA_KEYS = {"synthetic": ("data.num_images", "data.source_size", "data.num_classes"), "folder": (), "cifar": ()}
+DATA_KEYS = {"synthetic": ("data.num_images", "data.source_size", "data.num_classes"), "folder": (), "cifar": (),
+             "prepared": ()}
 LOG_PREFIX = re.compile(r"^\[[^\]]*\]\[[^\]]*\]\[[^\]]*\] - ")
 
 
