@@ -19,7 +19,7 @@ import numpy as np
 
 from app.data.images import Decode, DecodeError, rgb_from_bytes
 from app.data.shards import MEMBER, index_path, read_index, read_manifest, sample_key
-from app.data.source import Source, _reason
+from app.data.source import Source, bad_sample_reason
 from app.errors import BadSampleError, DataError
 
 FINGERPRINT_COVERS = "the prepared copy's manifest: its source's fingerprint, the resize rule and the format"
@@ -85,7 +85,7 @@ class PreparedSplit:
                 raise DecodeError(f"the shard ends {length - got} bytes before the member does (a truncated shard)")
             return data
         except Exception as exc:
-            raise BadSampleError(i, self.describe(i), _reason(exc)) from exc
+            raise BadSampleError(i, self.describe(i), bad_sample_reason(exc)) from exc
 
     def decode(self, i: int, raw: bytearray, decode: Decode | None = None) -> np.ndarray:
         decode = decode or Decode()
@@ -98,7 +98,7 @@ class PreparedSplit:
                 return np.frombuffer(raw, np.uint8).reshape(height, width, 3)  # writable: raw is a bytearray
             return rgb_from_bytes(bytes(raw), decode.min_short_side, decode.max_pixels)
         except Exception as exc:
-            raise BadSampleError(i, self.describe(i), _reason(exc)) from exc
+            raise BadSampleError(i, self.describe(i), bad_sample_reason(exc)) from exc
 
     def read(self, i: int, decode: Decode | None = None) -> np.ndarray:
         return self.decode(i, self.fetch(i, decode), decode)

@@ -16,7 +16,7 @@ from app.data.images import Decode, DecodeError, read_bytes, rgb_from_bytes
 from app.errors import BadSampleError
 
 
-def _reason(exc: BaseException) -> str:
+def bad_sample_reason(exc: BaseException) -> str:
     if isinstance(exc, DecodeError):
         return str(exc)
     if isinstance(exc, OSError) and exc.strerror:
@@ -51,14 +51,14 @@ class FileSplit:
         try:
             return read_bytes(path, (decode or Decode()).max_pixels)
         except Exception as exc:
-            raise BadSampleError(i, self.describe(i), _reason(exc)) from exc
+            raise BadSampleError(i, self.describe(i), bad_sample_reason(exc)) from exc
 
     def decode(self, i: int, raw: bytes, decode: Decode | None = None) -> np.ndarray:
         decode = decode or Decode()
         try:
             return rgb_from_bytes(raw, decode.min_short_side, decode.max_pixels)
         except Exception as exc:
-            raise BadSampleError(i, self.describe(i), _reason(exc)) from exc
+            raise BadSampleError(i, self.describe(i), bad_sample_reason(exc)) from exc
 
     def describe(self, i: int) -> str:
         return self.paths[i]
@@ -95,7 +95,7 @@ class ArraySplit:
                 self._array = np.load(self.npy_path, mmap_mode="r")
             return np.array(self._array[row], dtype=np.uint8, order="C")
         except Exception as exc:
-            raise BadSampleError(i, self.describe(i), _reason(exc)) from exc
+            raise BadSampleError(i, self.describe(i), bad_sample_reason(exc)) from exc
 
     def describe(self, i: int) -> str:
         return f"{self.name} row {self.rows[i]} ({self.npy_path})"
