@@ -322,7 +322,9 @@ def test_the_traced_jax_step_receives_uint8(jax_runs):
 @pytest.mark.slow
 def test_evaluate_and_predict_a_jax_run(jax_runs):
     run = jax_runs / "processes"
-    evaluated = app("evaluate", f"resume={run}", cwd=jax_runs)
+    evaluated, predicted = spawn_one_process_for(  # one process for both: JAX loads once
+        ["evaluate", f"resume={run}"], ["predict", f"resume={run}", f"input={jax_runs / 'images' / 'val'}"],
+        cwd=jax_runs, env=ENV)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     (out,) = (run / "evaluate").iterdir()
     evaluation = json.loads((out / "evaluation.json").read_text())
@@ -330,7 +332,6 @@ def test_evaluate_and_predict_a_jax_run(jax_runs):
     last = list(csv.DictReader((run / "metrics.csv").open()))[-1]
     assert evaluation["accuracy"] == pytest.approx(float(last["val_accuracy"]), abs=1e-6)
     assert "Keras on jax" in next(out.glob("*.log")).read_text()
-    predicted = app("predict", f"resume={run}", f"input={jax_runs / 'images' / 'val'}", cwd=jax_runs)
     assert predicted.returncode == 0, predicted.stderr[-3000:]
     (out,) = (run / "predict").iterdir()
     assert len(list(csv.reader((out / "predictions.csv").open()))) == 1 + len(VAL)
