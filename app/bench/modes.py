@@ -6,6 +6,7 @@ bench's child processes; never imported by the loader or training."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import traceback
 
@@ -29,6 +30,10 @@ def child_main(mode: str, config, conn, log_path: str | None = None) -> None:
             result = _run_mode(mode, config)
     except BaseException as error:  # noqa: BLE001 - reported as that mode's result
         result = {"error": reason(error), "traceback": traceback.format_exc()}
+    # A tf.data error's traceback holds its iterator in a reference cycle; freed at exit, its
+    # numpy_function threads wait for a GIL that finalization never gives back (a minute's hang
+    # until bench kills the process). Freed here, while they can still run.
+    gc.collect()
     try:
         conn.send(result)
     except OSError:  # the bench stopped (Ctrl-C, SIGTERM) and closed its end: nobody waits for this result

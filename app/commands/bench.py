@@ -120,6 +120,8 @@ def _in_own_process(mode: str, config, log_path: Path, *, sampled: bool) -> dict
         result = parent_end.recv() if parent_end.poll(timeout=1800) else {"error": "timed out after 30 min"}
         process.join(timeout=60)
     if process.is_alive():
+        # said, as the minute waited is the user's: a mode's process that hangs on its way out
+        log.warning("bench mode %s: its process sent its result but did not exit within 60 s; killed", mode)
         process.kill()
     if sampled:
         result.update(_memory_figures(memory))

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from docs_runner import spawn_one_process_for
 
 from app.errors import ConfigError
 from app.training.resume import latest_run, prepare_argv
@@ -52,10 +53,8 @@ def metric_rows(run: Path) -> list[tuple]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """A: uninterrupted. B: the same config, SIGKILLed after a checkpoint inside epoch 2+."""
+    """B: SIGKILLed after a checkpoint inside epoch 2+. A: the same config, uninterrupted."""
     root = tmp_path_factory.mktemp("resume")
-    a = app("train", *CONFIG, "hydra.run.dir=A", cwd=root)
-    assert a.returncode == 0, a.stderr[-3000:]
     b = subprocess.Popen([sys.executable, "-m", "app", "train", *CONFIG, "hydra.run.dir=B"], cwd=root,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                          env={**os.environ, "PYTHONPATH": str(TESTS)})
@@ -79,8 +78,11 @@ def runs(tmp_path_factory):
     point = newest_checkpoint(run_b)
     assert (point / "state.json").exists(), sorted(p.name for p in (run_b / "checkpoints").rglob("*"))
     before, state = weights(point), json.loads((point / "state.json").read_text())
-    resumed = app("train", f"resume={run_b}", cwd=root)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    # A, then B resumed, in one process (tests/docs_runner.py): TensorFlow loads once for both
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    for done in spawn_one_process_for(["train", *CONFIG, "hydra.run.dir=A"], ["train", f"resume={run_b}"],
+                                      cwd=root, env=env):
+        assert done.returncode == 0, done.stderr[-3000:]
     return root / "A", run_b, state, before
 
 

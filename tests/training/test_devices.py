@@ -124,7 +124,10 @@ def test_the_traced_step_receives_uint8_under_the_strategy(runs):
 @pytest.mark.slow
 def test_evaluate_and_predict_count_each_row_once_on_one_device(runs):
     run = runs / "two"
-    evaluated = app("evaluate", f"resume={run}", cwd=runs)
+    # one process for both (tests/docs_runner.py): TensorFlow loads once
+    evaluated, predicted = spawn_one_process_for(["evaluate", f"resume={run}"],
+                                                 ["predict", f"resume={run}", f"input={runs / 'images' / 'val'}"],
+                                                 cwd=runs, env=ENV)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     (out,) = (run / "evaluate").iterdir()
     evaluation = json.loads((out / "evaluation.json").read_text())
@@ -138,7 +141,6 @@ def test_evaluate_and_predict_count_each_row_once_on_one_device(runs):
     assert summary["val_accuracy"] == pytest.approx(evaluation["accuracy"], abs=1e-6)
     # negative control: the first epoch's figures are told apart at this tolerance
     assert evaluated != pytest.approx([float(first[k]) for k in FIGURES[4:]], abs=1e-6)
-    predicted = app("predict", f"resume={run}", f"input={runs / 'images' / 'val'}", cwd=runs)
     assert predicted.returncode == 0, predicted.stderr[-3000:]
     (out,) = (run / "predict").iterdir()
     rows = list(csv.reader((out / "predictions.csv").open()))[1:]
@@ -150,10 +152,10 @@ def test_batch_norm_statistics_are_one_models_on_every_replica(runs):
     """Each replica updates BatchNormalization's moving statistics from its own share; validation
     (on every replica) and the checkpoint (the first replica's) must see the same ones."""
     config = [c for c in CONFIG if not c.startswith("model")] + ["model=resnet", "model.widths=[8]"]
-    trained = app("train", *config, f"data.path={runs / 'images'}", "trainer.epochs=1", *MIRRORED,
-                  "hydra.run.dir=batch_norm", cwd=runs)
+    trained, evaluated = spawn_one_process_for(  # one process, on the same devices: TensorFlow loads once
+        ["train", *config, f"data.path={runs / 'images'}", "trainer.epochs=1", *MIRRORED, "hydra.run.dir=batch_norm"],
+        ["evaluate", f"resume={runs / 'batch_norm'}"], cwd=runs, env=ENV)
     assert trained.returncode == 0, trained.stderr[-3000:]
-    evaluated = app("evaluate", f"resume={runs / 'batch_norm'}", cwd=runs)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     (out,) = (runs / "batch_norm" / "evaluate").iterdir()
     evaluation = json.loads((out / "evaluation.json").read_text())
@@ -320,7 +322,9 @@ def test_the_traced_jax_step_receives_uint8(jax_runs):
 @pytest.mark.slow
 def test_evaluate_and_predict_a_jax_run(jax_runs):
     run = jax_runs / "processes"
-    evaluated = app("evaluate", f"resume={run}", cwd=jax_runs)
+    evaluated, predicted = spawn_one_process_for(  # one process for both: JAX loads once
+        ["evaluate", f"resume={run}"], ["predict", f"resume={run}", f"input={jax_runs / 'images' / 'val'}"],
+        cwd=jax_runs, env=ENV)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     (out,) = (run / "evaluate").iterdir()
     evaluation = json.loads((out / "evaluation.json").read_text())
@@ -328,7 +332,6 @@ def test_evaluate_and_predict_a_jax_run(jax_runs):
     last = list(csv.DictReader((run / "metrics.csv").open()))[-1]
     assert evaluation["accuracy"] == pytest.approx(float(last["val_accuracy"]), abs=1e-6)
     assert "Keras on jax" in next(out.glob("*.log")).read_text()
-    predicted = app("predict", f"resume={run}", f"input={jax_runs / 'images' / 'val'}", cwd=jax_runs)
     assert predicted.returncode == 0, predicted.stderr[-3000:]
     (out,) = (run / "predict").iterdir()
     assert len(list(csv.reader((out / "predictions.csv").open()))) == 1 + len(VAL)

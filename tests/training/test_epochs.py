@@ -17,6 +17,7 @@ import keras
 import numpy as np
 import pytest
 import recording
+from docs_runner import spawn_one_process_for
 
 TESTS = Path(__file__).resolve().parents[1]
 EXECUTION = 4  # steps a call: 6 training steps make calls of 4 and 2
@@ -148,12 +149,13 @@ def test_early_stopping_goes_on_counting_after_a_resume(run):
     shutil.copytree(run, bare)
     for state in bare.glob("checkpoints/step-*/state.json"):
         state.write_text(json.dumps({**json.loads(state.read_text()), "callbacks": None}))
-    result = app("train", f"resume={run}", "trainer.epochs=6", cwd=run.parent)
-    assert result.returncode == 0, result.stderr[-3000:]
+    # both resumed in one process (tests/docs_runner.py): TensorFlow loads once
+    for result in spawn_one_process_for(["train", f"resume={run}", "trainer.epochs=6"],
+                                        ["train", f"resume={bare}", "trainer.epochs=6"], cwd=run.parent,
+                                        env={**os.environ, "PYTHONPATH": str(TESTS)}):
+        assert result.returncode == 0, result.stderr[-3000:]
     assert rows(run) == ["1", "2", "3", "4"]
     assert "a callback stopped training after epoch 4" in (run / "train.log").read_text()
-    result = app("train", f"resume={bare}", "trainer.epochs=6", cwd=run.parent)
-    assert result.returncode == 0, result.stderr[-3000:]
     assert rows(bare) == ["1", "2", "3", "4", "5", "6"]
 
 
