@@ -21,7 +21,7 @@ from pathlib import Path
 
 from app.commands import raise_carried
 from app.errors import exit_status_for
-from app.processes import raise_on_stop_signals, stop_if_interrupted
+from app.processes import enable_crash_report, raise_on_stop_signals, stop_if_interrupted
 from app.training import resume
 
 # command word -> (module, function, one line of help); Hydra names the job after the module: train.log...
@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module, function, _ = COMMANDS[word]
     os.environ["HYDRA_FULL_ERROR"] = "1"
+    enable_crash_report()
     # A scheduler's stop ends a command as Ctrl-C does, from its first moment; a sweep's parent is left alone.
     if not {"-m", "--multirun"} & set(rest):
         raise_on_stop_signals()

@@ -1,10 +1,12 @@
 """Processes: starting children from wherever the app runs (a launcher's worker included),
 making them end with their parent, keeping the memory they free, and how the training process
-takes Ctrl-C and SIGTERM. No TensorFlow: worker processes import this."""
+takes Ctrl-C and SIGTERM, and what a crash inside a C library leaves on the terminal. No
+TensorFlow: worker processes import this."""
 
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import multiprocessing as mp
 import os
 import signal
@@ -63,6 +65,14 @@ def keep_freed_memory() -> bool:
 # `signals_held` blocks open in this process, whether a signal came during one, and whether one
 # came at all (its KeyboardInterrupt may have been lost: see `stop_if_interrupted`)
 _held = {"depth": 0, "pending": False, "requested": False}
+
+
+def enable_crash_report() -> None:
+    """A segfault (or abort) inside TensorFlow, JAX or another C library prints every Python
+    thread's stack to stderr before the process dies (Python's faulthandler): what the process was
+    doing, for the report, where the process would otherwise end with no word."""
+    if not faulthandler.is_enabled():
+        faulthandler.enable(sys.stderr, all_threads=True)
 
 
 def stop_if_interrupted() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+import signal
 import subprocess
 import sys
 
@@ -132,3 +133,20 @@ def test_a_stop_lost_before_training_starts_still_stops_it():
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def test_a_crash_inside_a_c_library_prints_every_threads_stack(tmp_path):
+    """A segfault after a command ran (as inside TensorFlow): Python's stack of each thread on
+    stderr, not a silent death."""
+    crash = ("import ctypes, sys, threading\n"
+             "threading.Thread(target=threading.Event().wait, name='app-prefetch', daemon=True).start()\n"
+             "{run}\n"
+             "ctypes.string_at(0)\n")
+    run = "import app.__main__ as m; sys.argv = ['app', 'train', '--cfg', 'job']; m.main()"
+    crashed = subprocess.run([sys.executable, "-c", crash.format(run=run)], capture_output=True, text=True,
+                             cwd=tmp_path, timeout=120)
+    assert crashed.returncode == -signal.SIGSEGV and "Fatal Python error: Segmentation fault" in crashed.stderr
+    assert "Current thread 0x" in crashed.stderr and "\nThread 0x" in crashed.stderr  # the other thread's too
+    silent = subprocess.run([sys.executable, "-c", crash.format(run="pass")], capture_output=True, text=True,
+                            cwd=tmp_path, timeout=120)
+    assert silent.returncode == -signal.SIGSEGV and "Fatal Python error" not in silent.stderr  # negative control

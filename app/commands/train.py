@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from app.commands import failure_carried
 from app.config import conf_dir
 from app.errors import AppError, ConfigError, DataError, WorkerError
-from app.processes import die_with_parent, startable
+from app.processes import die_with_parent, enable_crash_report, startable
 from app.schema import register
 from app.training import sweeps
 from app.training.resume import SAFE_PREFIXES
@@ -97,6 +97,7 @@ def _in_fresh_process(plain: dict, run_dir: Path, overrides: list[str], logging_
 def _job(plain: dict, run_dir: Path, overrides: list[str], logging_cfg: dict, conn) -> None:
     """The job's own process: Hydra's logging for the job, then training."""
     die_with_parent(None)  # a sweep stopped by SIGKILL takes its running job along
+    enable_crash_report()  # a spawned process: the sweep's own setting does not reach it
     logging.config.dictConfig(logging_cfg)
     try:
         conn.send(("ok", run(OmegaConf.create(plain), run_dir, overrides)["val_accuracy"]))
