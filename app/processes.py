@@ -90,6 +90,9 @@ def raise_on_stop_signals() -> None:
     `stop_if_interrupted` (a training run's own handling takes over once it starts: `interrupts`)."""
     def interrupt(signum, frame):
         _held["requested"] = True
+        if _held["depth"]:  # raised when the held block ends
+            _held["pending"] = True
+            return
         raise KeyboardInterrupt
 
     _held["requested"] = False
@@ -99,9 +102,10 @@ def raise_on_stop_signals() -> None:
 
 @contextmanager
 def signals_held():
-    """Inside `interrupts`: Ctrl-C and SIGTERM wait for the block's end, then stop the run as
-    usual. For what must be written together (an epoch's metrics row, model.keras and
-    checkpoint): a signal between them would leave a row that no checkpoint backs."""
+    """Ctrl-C and SIGTERM wait for the block's end, then stop the command as usual. For what must
+    be written together (an epoch's metrics row, model.keras and checkpoint: a signal between them
+    would leave a row that no checkpoint backs), and for TensorFlow's tracing, whose C++ callbacks
+    cannot take an exception raised inside them."""
     _held["depth"] += 1
     try:
         yield

@@ -150,3 +150,31 @@ def test_a_crash_inside_a_c_library_prints_every_threads_stack(tmp_path):
     silent = subprocess.run([sys.executable, "-c", crash.format(run="pass")], capture_output=True, text=True,
                             cwd=tmp_path, timeout=120)
     assert silent.returncode == -signal.SIGSEGV and "Fatal Python error" not in silent.stderr  # negative control
+
+
+HELD_FROM_THE_START = """
+import os, signal, sys
+from app.processes import raise_on_stop_signals, signals_held
+raise_on_stop_signals()
+try:
+    if sys.argv[1] == "held":
+        with signals_held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            print("the held block ended", flush=True)
+    else:
+        os.kill(os.getpid(), signal.SIGTERM)
+        print("the held block ended", flush=True)
+except KeyboardInterrupt:
+    print("stopped", flush=True)
+"""
+
+
+def test_a_signal_before_training_starts_waits_for_a_held_block_too():
+    """From a command's first moment (evaluate, predict, training's start), a stop inside a held
+    block (TensorFlow tracing) is raised when the block ends, not inside it."""
+    held = subprocess.run([sys.executable, "-c", HELD_FROM_THE_START, "held"], capture_output=True, text=True,
+                          timeout=60)
+    assert held.stdout.split() == ["the", "held", "block", "ended", "stopped"], held.stderr
+    at_once = subprocess.run([sys.executable, "-c", HELD_FROM_THE_START, "free"], capture_output=True, text=True,
+                             timeout=60)
+    assert at_once.stdout.split() == ["stopped"], at_once.stderr  # negative control: not held, raised at once

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import keras
 import numpy as np
 
 from app.adapters import JaxTrainerState
-from app.processes import stop_if_interrupted
+from app.processes import signals_held, stop_if_interrupted
 from app.training.checkpoint import EpochFigures, RunState
 
 __all__ = ["EpochFigures", "EpochPlan", "Feed", "RunState", "train_epoch", "validate"]
@@ -100,13 +101,18 @@ class _TensorFlowCalls:
     def __init__(self, net: keras.Model, feed: Feed, kind: str):
         import tensorflow as tf  # not at the top: the JAX backend runs without it
 
-        self.net, self.feed = net, feed
+        self.net, self.feed, self.traced = net, feed, False
         self.function = net.train_function if kind == "train" else net.test_function
-        self.iterator = feed.iterator(_image_size(net))
-        self.distributed = tf.distribute.has_strategy()
+        # a stop raised inside TensorFlow's tracing (the dataset here, the step at its first call) breaks
+        # its C++ callbacks ("MISMATCH of original and normalized active exception types"): it waits
+        with signals_held():
+            self.iterator, self.distributed = feed.iterator(_image_size(net)), tf.distribute.has_strategy()
 
     def __call__(self) -> dict:
-        return self.feed.call(self.function, self.iterator)
+        with nullcontext() if self.traced else signals_held():
+            logs = self.feed.call(self.function, self.iterator)
+        self.traced = True
+        return logs
 
     def read(self, logs: dict) -> dict:
         """The metrics so far. Under a strategy a step's logs are the mean of each replica's own
