@@ -71,8 +71,13 @@ def enable_crash_report() -> None:
     """A segfault (or abort) inside TensorFlow, JAX or another C library prints every Python
     thread's stack to stderr before the process dies (Python's faulthandler): what the process was
     doing, for the report, where the process would otherwise end with no word."""
-    if not faulthandler.is_enabled():
-        faulthandler.enable(sys.stderr, all_threads=True)
+    for stream in (sys.stderr, sys.__stderr__):  # a stand-in stderr (a notebook's, a test's) has no file
+        if faulthandler.is_enabled():
+            return
+        try:
+            faulthandler.enable(stream, all_threads=True)
+        except (AttributeError, ValueError, OSError):  # io.UnsupportedOperation: no fileno; None
+            continue
 
 
 def stop_if_interrupted() -> None:

@@ -178,3 +178,13 @@ def test_a_signal_before_training_starts_waits_for_a_held_block_too():
     at_once = subprocess.run([sys.executable, "-c", HELD_FROM_THE_START, "free"], capture_output=True, text=True,
                              timeout=60)
     assert at_once.stdout.split() == ["stopped"], at_once.stderr  # negative control: not held, raised at once
+
+
+def test_a_stand_in_stderr_still_gets_the_crash_report():
+    """A notebook's or a test's stderr has no file: the report goes to the process's own stderr."""
+    code = ("import faulthandler, io, sys\nfrom app.processes import enable_crash_report\n"
+            "sys.stderr = io.StringIO()\ntry:\n    faulthandler.enable(sys.stderr)\n"
+            "except io.UnsupportedOperation:\n    print('refused', end=' ')\n"  # negative control: faulthandler's own
+            "enable_crash_report()\nprint(faulthandler.is_enabled())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.split() == ["refused", "True"], done.stderr
