@@ -150,7 +150,8 @@ def test_conf_ships_in_the_package_build(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     shipped = {p.relative_to(root / "conf").as_posix() for p in (root / "conf").rglob("*.yaml")}
     assert shipped and {f"app/conf/{n}" for n in shipped} <= names
-    assert "app/loader/enqueuer.py" in names
+    modules = {p.relative_to(root).as_posix() for p in (root / "app").rglob("*.py")}
+    assert "app/loader/enqueuer.py" in modules and modules <= names, sorted(modules - names)
 
 
 CLI_ERRORS = [
