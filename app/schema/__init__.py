@@ -93,6 +93,7 @@ class PrepareConfig:
     format: str = "jpeg"  # jpeg | raw (uint8 .npy: no decode at all, the largest)
     quality: int = 95  # jpeg only, 4:4:4
     shard_mb: int = 256  # about this many MiB a shard
+    storage_options: dict[str, Any] = field(default_factory=dict)  # fsspec's, for a URL prepare.out
 
 
 @dataclass(kw_only=True)

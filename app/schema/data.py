@@ -80,6 +80,11 @@ class PreparedDataConfig(DataConfig):
     _target_: str = DATA_TARGETS["prepared"]
     # null: the copy's own validation split (prepare fixed it); any number is refused (app/rules.py)
     val_fraction: float | None = None
+    # A URL data.path (s3://, gs://, https://): fsspec's options for its filesystem (s3fs: key,
+    # secret, endpoint_url, ...); secrets are redacted wherever a config is saved or printed.
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    cache_dir: str | None = None  # a URL data.path: keep fetched shards here (null: read byte ranges only)
+    cache_max_gb: float = 20.0  # the cache's cap: least recently used shards go first
 
 
 @dataclass
