@@ -1,0 +1,184 @@
+"""Where a prepared copy lives: a local folder, or a URL (`s3://`, `gs://`, `https://`, ...)
+through fsspec. Owns opening a URL's filesystem (with `storage_options`, else the standard
+environment: AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, profiles, ...), reading whole small files and
+byte ranges, writing files whole or not at all, retrying transient errors with backoff (and
+counting the retries), and turning what cannot be retried (no bucket, no object, no credentials,
+no driver) into one paragraph that names the URL.
+
+`Store.at(location, options)` is the one way in; a Store pickles without its open filesystem,
+so worker processes open their own. Imports the standard library, fsspec and app.errors/app.io
+only: worker processes import it; never TensorFlow, Keras or JAX.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+import fsspec
+
+from app.errors import DataError
+from app.io import atomic_write
+
+URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+TRIES = 5  # a transient error is tried again this many times in all, with doubling waits
+FIRST_WAIT = 0.2  # seconds before the second try
+DRIVERS = {"s3": "s3fs (pip install 'app[s3]')", "gs": "gcsfs (pip install 'app[gcs]')",
+           "gcs": "gcsfs (pip install 'app[gcs]')", "http": "aiohttp", "https": "aiohttp"}
+# Errors no retry mends: the object or bucket is not there, access is refused, a wrong argument.
+FINAL = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, ValueError, TypeError,
+         ImportError)
+_retries = {"count": 0}  # this process's transient errors tried again (telemetry reads it)
+
+
+def is_url(location) -> bool:
+    return bool(location) and bool(URL.match(str(location)))
+
+
+def retries() -> int:
+    """How many reads or writes this process tried again after a transient storage error."""
+    return _retries["count"]
+
+
+class Store:
+    """A folder of named files: a local folder, or the objects under a URL."""
+
+    @staticmethod
+    def at(location: str, storage_options: dict | None = None) -> Store:
+        if is_url(location):
+            return RemoteStore(str(location), dict(storage_options or {}))
+        return LocalStore(Path(str(location)).expanduser().absolute())
+
+    local: Path | None = None  # the folder, for a local store
+
+
+class LocalStore(Store):
+    def __init__(self, root: Path):
+        self.local = self.root = root
+
+    def __str__(self) -> str:
+        return str(self.root)
+
+    def path_of(self, name: str) -> str:
+        return str(self.root / name)
+
+    def read_bytes(self, name: str) -> bytes:
+        return (self.root / name).read_bytes()
+
+    def read_range(self, name: str, start: int, length: int) -> bytes:
+        with open(self.root / name, "rb") as f:
+            f.seek(start)
+            return f.read(length)
+
+    def exists(self, name: str) -> bool:
+        return (self.root / name).exists()
+
+    def size(self, name: str) -> int:
+        return (self.root / name).stat().st_size
+
+    def write_bytes(self, name: str, data: bytes) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        with atomic_write(self.root / name, "wb") as f:
+            f.write(data)
+
+    def put_file_and_delete_it(self, local: Path, name: str) -> None:
+        """Move a finished local file into the store under `name` (a rename: whole or absent)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        os.replace(local, self.root / name)
+
+    def delete(self, name: str) -> None:
+        (self.root / name).unlink(missing_ok=True)
+
+
+class RemoteStore(Store):
+    """The objects under `url`. One PUT makes an object whole or not at all, so a write is atomic
+    without a rename; reads are byte ranges, never a whole shard unless asked."""
+
+    def __init__(self, url: str, storage_options: dict):
+        self.url, self.storage_options = url.rstrip("/"), storage_options
+        self._fs = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_fs": None}  # each process opens its own filesystem
+
+    def __str__(self) -> str:
+        return self.url
+
+    @property
+    def fs(self):
+        if self._fs is None:
+            try:
+                self._fs, _ = fsspec.core.url_to_fs(self.url, **self.storage_options)
+            except ImportError as error:
+                raise storage_error(self.url, error) from None
+        return self._fs
+
+    def path_of(self, name: str) -> str:
+        return f"{self.url}/{name}"
+
+    def read_bytes(self, name: str) -> bytes:
+        return self._retrying(self.path_of(name), lambda path: self.fs.cat_file(path))
+
+    def read_range(self, name: str, start: int, length: int) -> bytes:
+        # Keywords: s3fs's cat_file takes a version_id before start and end.
+        return self._retrying(self.path_of(name), lambda path: self.fs.cat_file(path, start=start, end=start + length))
+
+    def exists(self, name: str) -> bool:
+        return self._retrying(self.path_of(name), lambda path: self.fs.exists(path))
+
+    def size(self, name: str) -> int:
+        return int(self._retrying(self.path_of(name), lambda path: self.fs.size(path)))
+
+    def write_bytes(self, name: str, data: bytes) -> None:
+        self._retrying(self.path_of(name), lambda path: self.fs.pipe_file(path, data))
+
+    def put_file_and_delete_it(self, local: Path, name: str) -> None:
+        self._retrying(self.path_of(name), lambda path: self.fs.put_file(str(local), path))
+        Path(local).unlink(missing_ok=True)
+
+    def delete(self, name: str) -> None:
+        path = self.path_of(name)
+        if self._retrying(path, lambda p: self.fs.exists(p)):
+            self._retrying(path, lambda p: self.fs.rm_file(p))
+
+    def _retrying(self, path: str, call):
+        wait = FIRST_WAIT
+        for attempt in range(1, TRIES + 1):
+            try:
+                return call(path)
+            except DataError:
+                raise
+            except FINAL as error:
+                raise storage_error(path, error) from None
+            except Exception as error:  # noqa: BLE001 - drivers raise their own kinds for a dropped connection
+                if _is_credentials(error) or attempt == TRIES:
+                    raise storage_error(path, error, attempts=attempt) from None
+                _retries["count"] += 1
+                time.sleep(wait)  # backoff: the store is given time to recover, not a guess at an event
+                wait *= 2
+
+
+def _is_credentials(error: Exception) -> bool:
+    """botocore's NoCredentialsError and kin, recognised by name: no import of botocore here."""
+    return "Credential" in type(error).__name__ or "credential" in str(error).lower()
+
+
+def storage_error(url: str, error: Exception, attempts: int = 1) -> DataError:
+    """One paragraph for a storage failure, naming the URL and what mends it."""
+    scheme = url.split("://", 1)[0].lower()
+    detail = f"{type(error).__name__}: {error}"
+    if isinstance(error, ImportError):
+        return DataError(f"{url} cannot be opened: reading {scheme}:// needs {DRIVERS.get(scheme, 'its fsspec driver')}"
+                         f" ({detail}).")
+    if isinstance(error, FileNotFoundError):
+        return DataError(f"{url} does not exist ({detail}): check the bucket and the path (a prepared copy's folder "
+                         "holds manifest.json), and the endpoint (AWS_ENDPOINT_URL or storage_options.endpoint_url).")
+    if isinstance(error, PermissionError) or _is_credentials(error):
+        return DataError(f"{url} cannot be read with the credentials given ({detail}): set them in the environment "
+                         "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE; for gs://, "
+                         "GOOGLE_APPLICATION_CREDENTIALS) or in storage_options (redacted wherever saved).")
+    tried = f" after {attempts} tries" if attempts > 1 else ""
+    return DataError(f"{url} could not be reached{tried} ({detail}): check the endpoint and the network, then run "
+                     "the same command again (a resumed run or prepare goes on from where it stopped).")
