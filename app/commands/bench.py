@@ -8,7 +8,9 @@ memory, its workers' private memory and the rings, as app/capacity/memory.py cou
 100 ms from here) is the mode's. The timed run is never sampled: reading a TensorFlow
 process's smaps_rollup is dear and holds its memory-map lock, so sampling while timing slows the
 modes unevenly (docs/performance.md has the figures). A mode that fails is a row with its reason
-(its traceback in bench.json); when every mode fails, bench exits non-zero. Modes:
+(its traceback in bench.json); when every mode fails, bench exits non-zero. `bench.prepared`
+lists prepared copies of the same data: every mode runs on each of them too, rows `<mode>@<copy>`,
+with each copy's rate against the originals' (app/bench/copies.py). Modes:
   baseline         the trivial model fit on one in-memory uint8 batch: the training process with no loader
   loader_steps     this loader → prefetch (uint8) → the trivial model, through `train`'s own step loop
   loader_fit       the same batches through `model.fit` (tf.data.from_generator, no prefetch)
@@ -35,7 +37,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from app.augment import build_compose, check_stored_sizes
-from app.bench import modes
+from app.bench import copies, modes
 from app.capacity.memory import PeakMemory
 from app.commands import failure_carried
 from app.config import conf_dir, load, to_plain
@@ -76,26 +78,42 @@ def main(cfg: DictConfig) -> None:
     if capped:  # said here: the modes' processes log warnings only
         log.info(capped)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    benched = [(None, config)] + [(copy, _copy_checked(config, copy, source)) for copy in bench.prepared]
     results = {}
-    for mode in bench.modes:
-        result = _in_own_process(mode, config, run_dir / "bench.log", sampled=False)
-        if bench.memory and "error" not in result:
-            sampled = _in_own_process(mode, config, run_dir / "bench.log", sampled=True)
-            if "error" in sampled:
-                result["memory_error"] = sampled["error"]
-            else:
-                result.update({key: sampled[key] for key in MEMORY_KEYS},
-                              sampled_images_per_s=sampled["images_per_s"])
-        results[mode] = result
-        log.info("%-16s %s", mode, _line(result))
+    for copy, variant in benched:
+        for mode in bench.modes:
+            name = copies.row_name(mode, copy)
+            results[name] = _measured(mode, variant, run_dir / "bench.log")
+            log.info("%-16s %s", name, _line(results[name]))
     plain = to_plain(config)
+    derived = {**_derived(results, config, slots), **copies.ratios(results, bench.modes, list(bench.prepared))}
     report = {"results": results, "config": {k: plain[k] for k in ("data", "augment", "queue", "bench", "seed")},
-              "derived": _derived(results, config, slots), "versions": versions(), "hardware": hardware(),
+              "derived": derived, "versions": versions(), "hardware": hardware(),
               "overrides": list(HydraConfig.get().overrides.task)}
     write_json(run_dir / "bench.json", report)
     print(_table(results, report["derived"]))
     print(f"\nwritten: {run_dir / 'bench.json'}")
     _raise_if_all_failed(results, run_dir)
+
+
+def _copy_checked(config, copy: str, source):
+    """The config that benches the prepared copy `copy` of `source`, refused before any timing
+    where the copy is of other data or stored smaller than the transforms need."""
+    variant = copies.copy_config(config, copy)
+    check_stored_sizes(variant, copies.copy_source_of(config, copy, source))
+    return variant
+
+
+def _measured(mode: str, config, log_path: Path) -> dict:
+    """`mode` timed in its own process, then (bench.memory) run again for its peak memory."""
+    result = _in_own_process(mode, config, log_path, sampled=False)
+    if config.bench.memory and "error" not in result:
+        sampled = _in_own_process(mode, config, log_path, sampled=True)
+        if "error" in sampled:
+            result["memory_error"] = sampled["error"]
+        else:
+            result.update({key: sampled[key] for key in MEMORY_KEYS}, sampled_images_per_s=sampled["images_per_s"])
+    return result
 
 
 def _raise_if_all_failed(results: dict, run_dir: Path) -> None:

@@ -62,7 +62,7 @@ BENCH_MODES = ["baseline", "loader_steps", "loader_fit", "loader", "keras_thread
                "serial"]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class BenchConfig:
     """`python -m app bench` only."""
 
@@ -72,6 +72,9 @@ class BenchConfig:
     # A second run of each mode, its tree's PSS sampled every 100 ms, for the peak; the timed
     # run is never sampled (app/commands/bench.py says why).
     memory: bool = True
+    # Prepared copies of the benched data (folders or URLs, `python -m app prepare`): every mode
+    # runs on each too, beside the originals (app/bench/copies.py).
+    prepared: list[str] = field(default_factory=list)
 
 
 @dataclass

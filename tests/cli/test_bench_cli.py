@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+from docs_runner import spawn_one_process_for
 from PIL import Image
 
 from app.bench.loading import reason, visit_order
@@ -63,6 +64,34 @@ def test_bench_memory_run_samples_a_second_run(tmp_path):
     assert report["derived"]["memory_bound_mb"] > results["baseline"]["peak_memory_mb"]
     assert "peak memory (MiB)" in result.stdout
     assert "loader_steps_peak_within_bound" in report["derived"] and "| serial |" in result.stdout
+
+
+@pytest.mark.slow
+def test_bench_runs_each_mode_on_prepared_copies_beside_the_originals(tmp_path):
+    """The modes without a model (their processes never load TensorFlow: cheap) on the originals
+    and on a prepared copy of them, in one run; a copy of other data is refused before any timing."""
+    data = ["data.num_images=24", "data.source_size=96", "data.num_classes=3", "data.image_size=[32,32]",
+            "data.batch_size=4", "queue.workers=1"]
+    other = ["data.num_images=24", "data.source_size=64", "data.num_classes=3"]  # other files: another fingerprint
+    prepared, bench_both, refused = spawn_one_process_for(
+        ["prepare", *data, f"prepare.out={tmp_path / 'copy'}", "hydra.run.dir=prepare"],
+        ["bench", *data, "bench.batches=3", "bench.warmup=1", "bench.modes=[loader,serial]", "bench.memory=false",
+         f"bench.prepared=[{tmp_path / 'copy'}]", "hydra.run.dir=bench"],
+        ["bench", *data, *other, "bench.modes=[serial]", f"bench.prepared=[{tmp_path / 'copy'}]",
+         "hydra.run.dir=other"], cwd=tmp_path)
+    assert prepared.returncode == 0 and bench_both.returncode == 0, bench_both.stderr[-3000:]
+    report = json.loads((tmp_path / "bench" / "bench.json").read_text())
+    copy = str(tmp_path / "copy")
+    assert list(report["results"]) == ["loader", "serial", f"loader@{copy}", f"serial@{copy}"]
+    for name, r in report["results"].items():
+        assert "error" not in r and r["timed_batches"] == 3, (name, r.get("traceback"))
+    results, derived = report["results"], report["derived"]
+    assert derived[f"loader@{copy}_vs_original"] == \
+        results[f"loader@{copy}"]["images_per_s"] / results["loader"]["images_per_s"]
+    assert f"| serial@{copy} |" in bench_both.stdout and f"serial@{copy}_vs_original" in bench_both.stdout
+    assert refused.returncode != 0 and "bench.prepared" in refused.stderr
+    assert "not of the data benched" in refused.stderr
+    assert not (tmp_path / "other" / "bench.json").exists()  # refused before any mode ran
 
 
 @pytest.mark.slow

@@ -1,0 +1,56 @@
+"""`bench.prepared=[<copy>, ...]`: the same modes on prepared copies of the benched data, beside
+the originals in one run. Owns the config a copy is benched with (the original's, its data
+switched to `data=prepared data.path=<copy>`: the same image size, batch, decode and bad-sample
+keys, the same augmentation), the check that a copy is of this data, each row's name
+(`<mode>@<copy>`) and the ratios a table reports (copy against originals; a later copy against
+the first, e.g. object storage against local disk). Imports app.data and app.schema only; never
+TensorFlow (the bench parent imports it before any mode's process starts).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from app.data import load_source
+from app.errors import ConfigError
+from app.schema.data import PreparedDataConfig
+
+SHARED_KEYS = ("image_size", "batch_size", "on_bad_sample", "max_bad_fraction", "decode", "max_image_pixels")
+
+
+def row_name(mode: str, copy: str | None) -> str:
+    return mode if copy is None else f"{mode}@{copy}"
+
+
+def copy_config(config, copy: str):
+    """The loaded config `config` with its data switched to the prepared copy at `copy`."""
+    data = PreparedDataConfig(path=copy, **{key: getattr(config.data, key) for key in SHARED_KEYS})
+    return dataclasses.replace(config, data=data)
+
+
+def copy_source_of(config, copy: str, source):
+    """The copy's source, refused unless it was prepared from `source` (the benched data)."""
+    copied = load_source(copy_config(config, copy).data)
+    of = copied.split.get("prepared", {}).get("of", {})
+    if of.get("fingerprint") != source.fingerprint:
+        raise ConfigError(f"config key `bench.prepared` names {copy}, a prepared copy of {of.get('name')} at "
+                          f"{of.get('path')}, not of the data benched here ({source.name}; fingerprints differ): a "
+                          "side-by-side figure needs the copy of the same files. Prepare one with `python -m app "
+                          "prepare` and the same data.* keys, or bench the copy alone with data=prepared.")
+    return copied
+
+
+def ratios(results: dict, modes: list[str], copies: list[str]) -> dict:
+    """Each copy's rate over the originals' (`<mode>@<copy>_vs_original`), and each later copy's
+    over the first's (`<mode>@<copy>_vs_first_copy`), for the modes measured on both."""
+    ok = {name: r["images_per_s"] for name, r in results.items() if "error" not in r}
+    derived = {}
+    for mode in modes:
+        for n, copy in enumerate(copies):
+            name = row_name(mode, copy)
+            if name in ok and mode in ok:
+                derived[f"{name}_vs_original"] = ok[name] / ok[mode]
+            first = row_name(mode, copies[0])
+            if n and name in ok and first in ok:
+                derived[f"{name}_vs_first_copy"] = ok[name] / ok[first]
+    return derived
