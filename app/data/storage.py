@@ -79,7 +79,7 @@ class LocalStore(Store):
         return (self.root / name).stat().st_size
 
     def write_bytes(self, name: str, data: bytes) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / name).parent.mkdir(parents=True, exist_ok=True)  # a name may be in a subfolder
         with atomic_write(self.root / name, "wb") as f:
             f.write(data)
 
@@ -90,6 +90,12 @@ class LocalStore(Store):
 
     def delete(self, name: str) -> None:
         (self.root / name).unlink(missing_ok=True)
+
+    def names(self) -> list[str] | None:
+        """The names directly under the folder ([] where it is absent or empty); None where it is a file."""
+        if self.root.is_file():
+            return None
+        return sorted(path.name for path in self.root.iterdir()) if self.root.is_dir() else []
 
 
 class RemoteStore(Store):
@@ -142,6 +148,22 @@ class RemoteStore(Store):
         path = self.path_of(name)
         if self._retrying(path, lambda p: self.fs.exists(p)):
             self._retrying(path, lambda p: self.fs.rm_file(p))
+
+    def names(self) -> list[str] | None:
+        """The names directly under the URL ([] where nothing is under it); None where it is an
+        object itself. A missing bucket is a DataError naming the URL."""
+        def listed(path: str) -> list[dict]:
+            try:
+                return self.fs.ls(path, detail=True)
+            except FileNotFoundError:
+                if self.fs.exists(self.fs._strip_protocol(path).split("/")[0]):  # the bucket: there, the folder not
+                    return []
+                raise
+        entries = self._retrying(self.url, listed)
+        if [entry["type"] for entry in entries] == ["file"] and \
+                entries[0]["name"].rstrip("/") == self.fs._strip_protocol(self.url).rstrip("/"):
+            return None
+        return sorted(entry["name"].rstrip("/").rsplit("/", 1)[-1] for entry in entries)
 
     def _retrying(self, path: str, call):
         wait = FIRST_WAIT

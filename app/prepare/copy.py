@@ -1,6 +1,8 @@
-"""A prepared copy from a loaded config, start to end: the refusals (a URL, no folder, `mark`),
-the source's splits, the plan (or the one an earlier run left), the shards, the index and
-manifest last, the summary line. What `python -m app prepare` runs (app/commands/prepare.py).
+"""A prepared copy from a loaded config, start to end: the refusals (a source at a URL, an
+https:// copy, no folder, `mark`), the source's splits, the plan (or the one an earlier run
+left), the shards, the index and manifest last, the summary line. The copy is written through a
+Store (app/data/storage.py): a local folder, or a URL (s3://, gs://) with prepare.storage_options.
+What `python -m app prepare` runs (app/commands/prepare.py).
 Imports app.data, app.augment (by app.prepare.rule), app.errors and app.prepare only.
 """
 
@@ -8,30 +10,29 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
 import time
 from importlib.metadata import version
-from pathlib import Path
 
 from app.data import load_source
 from app.data.images import Decode
-from app.data.shards import Manifest, read_index
+from app.data.shards import Manifest
+from app.data.storage import Store, is_url
 from app.errors import ConfigError
 from app.prepare import payback
 from app.prepare.encode import Encoding
-from app.prepare.finish import write_copy_index
+from app.prepare.finish import index_of, write_copy_index
 from app.prepare.job import Job, estimate_per_shard, write_shards
 from app.prepare.plan import is_up_to_date, make_plan, read_plan, write_plan
 from app.prepare.rule import stored_short_side
 
 log = logging.getLogger("app.prepare")
-URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+READ_ONLY = ("http", "https")  # URL schemes fsspec reads but cannot write
 
 
 def write_prepared_copy(config, *, workers: int, per_shard: int | None = None) -> str:
     """Prepare `config.data` into `config.prepare.out`; the line that says what was done.
     `per_shard` (tests): samples a shard, instead of sizing shards by prepare.shard_mb."""
-    out = _refuse_unsupported(config)
+    store = _refuse_unsupported(config)
     short_side, why = stored_short_side(config)
     log.info("%s", why)
     source = load_source(config.data)
@@ -39,40 +40,46 @@ def write_prepared_copy(config, *, workers: int, per_shard: int | None = None) -
     p = config.prepare
     encoding = Encoding(short_side=short_side, format=p.format, quality=p.quality,
                         max_pixels=config.data.max_image_pixels)
-    job = Job(out=out, splits=splits, encoding=encoding, workers=workers, seed=config.seed,
+    job = Job(store=store, splits=splits, encoding=encoding, workers=workers, seed=config.seed,
               on_bad_sample=config.data.on_bad_sample.value, max_bad_fraction=config.data.max_bad_fraction)
     key = _plan_key(config, source, splits, short_side)
-    plan = read_plan(out, key)
-    if is_up_to_date(out, plan):
-        return f"{out} is up to date: a finished copy of this source with these settings; nothing written."
+    plan = read_plan(store, key)
+    if is_up_to_date(store, plan):
+        return f"{store} is up to date: a finished copy of this source with these settings; nothing written."
     begun = time.monotonic()
     if plan is None:
         sizes = {name: per_shard for name in splits} if per_shard else estimate_per_shard(job, p.shard_mb)
         plan = make_plan(key=key, counts={name: len(split) for name, split in splits.items()}, sizes=sizes)
-        write_plan(out, plan)
+        write_plan(store, plan)
     records, encoded = write_shards(job, plan)
     manifest = Manifest(class_names=list(source.class_names), splits={}, source=_source_of(config, source),
                         short_side=short_side, format=p.format, quality=p.quality if p.format == "jpeg" else None,
                         app_version=version("app"))
-    write_copy_index(out, plan=plan, records=records, manifest=manifest)
+    write_copy_index(store, plan=plan, records=records, manifest=manifest)
     return _summary(config, job, plan, records=records, seconds=time.monotonic() - begun)
 
 
-def _refuse_unsupported(config) -> Path:
+def _refuse_unsupported(config) -> Store:
+    """The copy's Store, once the settings prepare cannot work with are refused."""
     p, data = config.prepare, config.data
     if not p.out or not str(p.out).strip():
-        raise ConfigError("config key `prepare.out` is not set: give the folder the prepared copy is written to, "
-                          "e.g. python -m app prepare data=folder data.path=/path/to/images prepare.out=/path/to/copy.")
-    for key, value in (("prepare.out", p.out), ("data.path", data.path)):
-        if value and URL.match(str(value)):
-            raise ConfigError(f"config key `{key}` = {value!r} is a URL: prepare reads and writes local folders only "
-                              f"so far (object storage comes later). Copy the data to a local folder and give its "
-                              f"path, e.g. {key}=/path/to/folder.")
+        raise ConfigError("config key `prepare.out` is not set: give the folder or URL the prepared copy is written "
+                          "to, e.g. python -m app prepare data=folder data.path=/path/to/images "
+                          "prepare.out=/path/to/copy (or prepare.out=s3://bucket/copy).")
+    if data.path and is_url(data.path):
+        raise ConfigError(f"config key `data.path` = {data.path!r} is a URL: prepare reads a local source (it writes "
+                          "to a URL: prepare.out may be s3:// or gs://). Copy the source to a local folder and give "
+                          "its path, e.g. data.path=/path/to/images.")
+    scheme = str(p.out).split("://", 1)[0].lower()
+    if is_url(p.out) and scheme in READ_ONLY:
+        raise ConfigError(f"config key `prepare.out` = {p.out!r} is an {scheme}:// URL, which can only be read: "
+                          "prepare writes a copy to a local folder or to object storage, e.g. "
+                          "prepare.out=s3://bucket/copy or prepare.out=gs://bucket/copy.")
     if data.on_bad_sample.value == "mark":
         raise ConfigError("config key `data.on_bad_sample` = 'mark' is not allowed for prepare: mark keeps a "
                           "stand-in for a sample being scored, and a copy has none to keep. Use "
                           "data.on_bad_sample=skip to leave bad files out (listed in bad_samples.txt), or raise.")
-    return Path(str(p.out)).expanduser()
+    return Store.at(str(p.out), p.storage_options)
 
 
 def _plan_key(config, source, splits: dict, short_side: int | None) -> dict:
@@ -92,16 +99,15 @@ def _source_of(config, source) -> dict:
 
 
 def _summary(config, job: Job, plan: dict, *, records: dict, seconds: float) -> str:
-    out = job.out
-    shards = [out / name for planned in plan["splits"].values() for name in planned["shards"]]
-    after = sum(path.stat().st_size for path in shards)
+    store = job.store
+    after = sum(store.size(name) for planned in plan["splits"].values() for name in planned["shards"])
     before = sum(record["source_bytes"] for split in records.values() for record in split)
     bad = sum(len(record["bad"]) for split in records.values() for record in split)
     files = sum(len(record["rows"]) for split in records.values() for record in split) + bad
     train = job.splits["train"]
     draft = job.encoding.short_side if config.data.decode.draft else None
     original = payback.seconds_per_original(train, Decode(draft, config.data.max_image_pixels))
-    prepared = payback.seconds_per_prepared(out, read_index(out, "train"), plan["splits"]["train"]["shards"],
+    prepared = payback.seconds_per_prepared(store, index_of(records["train"]), plan["splits"]["train"]["shards"],
                                             job.encoding.format)
     return payback.summary_line(files=files, bad=bad, sizes=(before, after), seconds=seconds,
                                 per_sample=(original, prepared, len(train)))

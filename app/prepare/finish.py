@@ -1,18 +1,20 @@
 """What a prepare writes last, from the finished shards' records: each split's index
 (index-<split>.npy), bad_samples.txt (the format training writes: split, index, file, reason,
-tab-separated) and manifest.json, each whole or not at all, the manifest last of all.
-Imports NumPy, app.io, app.data.shards and app.prepare.plan only.
+tab-separated) and manifest.json, each whole or not at all through the copy's Store (a folder
+or a URL), the manifest last of all.
+Imports NumPy, app.data.shards and app.data.storage only.
 """
 
 from __future__ import annotations
 
 import csv
-from pathlib import Path
+import io
+import json
 
 import numpy as np
 
-from app.data.shards import BAD_SAMPLES, INDEX_DTYPE, Manifest, SplitRecord, index_path, write_manifest
-from app.io import atomic_write
+from app.data.shards import BAD_SAMPLES, INDEX_DTYPE, MANIFEST, Manifest, SplitRecord, index_path
+from app.data.storage import Store
 
 
 def index_of(records: list[dict]) -> np.ndarray:
@@ -21,33 +23,35 @@ def index_of(records: list[dict]) -> np.ndarray:
     return np.array(rows, dtype=INDEX_DTYPE) if rows else np.zeros(0, dtype=INDEX_DTYPE)
 
 
-def write_index(out: Path, split: str, index: np.ndarray) -> None:
-    with atomic_write(index_path(out, split), "wb") as f:
-        np.save(f, index, allow_pickle=False)
+def write_index(store: Store, split: str, index: np.ndarray) -> None:
+    buffer = io.BytesIO()
+    np.save(buffer, index, allow_pickle=False)
+    store.write_bytes(index_path("", split).name, buffer.getvalue())
 
 
-def write_bad_samples(out: Path, bad: dict[str, list]) -> Path:
+def write_bad_samples(store: Store, bad: dict[str, list]) -> str:
     """bad_samples.txt: one row a file left out, as training writes them (csv quotes a field
-    only when it holds a tab, newline or quote)."""
-    path = Path(out) / BAD_SAMPLES
-    with atomic_write(path, encoding="utf-8", newline="") as f:
-        writer = csv.writer(f, delimiter="\t", lineterminator="\n")
-        for split, rows in bad.items():
-            for index, where, detail in sorted(rows):
-                writer.writerow((split, index, where, detail))
-    return path
+    only when it holds a tab, newline or quote). Returns where it is."""
+    text = io.StringIO(newline="")
+    writer = csv.writer(text, delimiter="\t", lineterminator="\n")
+    for split, rows in bad.items():
+        for index, where, detail in sorted(rows):
+            writer.writerow((split, index, where, detail))
+    store.write_bytes(BAD_SAMPLES, text.getvalue().encode("utf-8"))
+    return store.path_of(BAD_SAMPLES)
 
 
-def write_copy_index(out: Path, *, plan: dict, records: dict[str, list[dict]], manifest: Manifest) -> None:
+def write_copy_index(store: Store, *, plan: dict, records: dict[str, list[dict]], manifest: Manifest) -> None:
     """Each split's index, bad_samples.txt, then manifest.json (`manifest` without its splits and
     bad-sample count, filled in here)."""
     bad = {split: [row for record in split_records for row in record["bad"]]
            for split, split_records in records.items()}
     for split, split_records in records.items():
-        write_index(out, split, index_of(split_records))
-    write_bad_samples(out, bad)
+        write_index(store, split, index_of(split_records))
+    write_bad_samples(store, bad)
     manifest.splits = {split: SplitRecord(count=sum(len(r["rows"]) for r in split_records),
                                           shards=list(plan["splits"][split]["shards"]))
                        for split, split_records in records.items()}
     manifest.bad_samples = sum(len(rows) for rows in bad.values())
-    write_manifest(out, manifest)
+    # as app/data/shards.py's write_manifest writes it to a folder: the same bytes at a URL
+    store.write_bytes(MANIFEST, json.dumps(manifest.to_json(), indent=2).encode("utf-8"))

@@ -17,16 +17,16 @@ import multiprocessing as mp
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
-from app.data.shards import sample_key
+from app.data.shards import BAD_SAMPLES, sample_key
+from app.data.storage import Store
 from app.errors import DataError
 from app.prepare.encode import Bad, Encoding, encode_chunk, encode_or_bad, start_worker
 from app.prepare.finish import write_bad_samples
-from app.prepare.plan import per_shard, read_record, shard_orders, write_record
+from app.prepare.plan import per_shard, read_records, shard_orders, write_record
 from app.prepare.tar import ShardWriter, delete_stale_temporaries
 
 CHUNK = 8  # samples a task: few enough that the pool stays busy at a shard's end
@@ -35,7 +35,7 @@ ESTIMATE_SAMPLES = 8  # samples encoded to size the shards
 
 @dataclass(kw_only=True)
 class Job:
-    out: Path
+    store: Store  # the copy's folder or URL
     splits: dict  # split name → FileSplit | ArraySplit: train, val, and test where the source has one
     encoding: Encoding
     workers: int
@@ -61,19 +61,20 @@ def write_shards(job: Job, plan: dict) -> tuple[dict[str, list[dict]], int]:
     orders = {split: shard_orders(planned["count"], planned["per_shard"], job.seed, split)
               for split, planned in plan["splits"].items()}
     total = sum(planned["count"] for planned in plan["splits"].values())
+    found = read_records(job.store, plan)  # read once: each is a request or two at a URL
     kept = sum(len(orders[split][n]) for split, planned in plan["splits"].items()
-               for n, name in enumerate(planned["shards"]) if read_record(job.out, name) is not None)
+               for n, name in enumerate(planned["shards"]) if found[name] is not None)
     records: dict[str, list[dict]] = {}
     with _pool(job) as pool, tqdm(total=total, initial=kept, unit="img", desc="prepare", dynamic_ncols=True) as bar:
         for split, planned in plan["splits"].items():
-            delete_stale_temporaries(job.out, planned["shards"])
+            delete_stale_temporaries(job.store, planned["shards"])
             records[split], start = [], 0
             for name, order in zip(planned["shards"], orders[split], strict=True):
-                record = read_record(job.out, name)
+                record = found[name]
                 if record is None or record.get("start") != start:
                     bar.update(-len(order) if record is not None else 0)
-                    record = _write_shard(job, pool, split, (name, order, start), bar=bar)
-                    _check_bad_fraction(job, plan, split, record)
+                    record = found[name] = _write_shard(job, pool, split, (name, order, start), bar=bar)
+                    _check_bad_fraction(job, plan, split, found, written=name)
                 records[split].append(record)
                 start += len(record["rows"])
     return records, total - kept
@@ -84,7 +85,7 @@ def _write_shard(job: Job, pool, split: str, shard: tuple, *, bar: tqdm) -> dict
     sample), then its record."""
     name, order, start = shard
     rows, bad, source_bytes = [], [], 0
-    with ShardWriter(job.out / name, job.encoding.format) as writer:
+    with ShardWriter(job.store, name, job.encoding.format) as writer:
         for result in _encoded_in_order(pool, split, order):
             bar.update(1)
             if isinstance(result, Bad):
@@ -95,7 +96,7 @@ def _write_shard(job: Job, pool, split: str, shard: tuple, *, bar: tqdm) -> dict
             rows.append([offset, length, result.label, result.height, result.width, result.index])
             source_bytes += result.source_bytes
     record = {"start": start, "rows": rows, "bad": bad, "source_bytes": source_bytes}
-    write_record(job.out, name, record)
+    write_record(job.store, name, record)
     return record
 
 
@@ -120,19 +121,20 @@ def _refuse_if_raise(job: Job, split: str, bad: Bad) -> None:
     if job.on_bad_sample == "raise":
         raise DataError(f"{bad.where} (sample {bad.index} of the {split} split) could not be loaded: {bad.detail}. "
                         "Fix or remove the file, or set data.on_bad_sample=skip to leave such files out of the copy "
-                        f"(listed in {job.out / 'bad_samples.txt'}); the shards finished so far are kept, so running "
-                        "the same command again goes on from there.")
+                        f"(listed in {job.store.path_of(BAD_SAMPLES)}); the shards finished so far are kept, so "
+                        "running the same command again goes on from there.")
 
 
-def _check_bad_fraction(job: Job, plan: dict, split: str, record: dict) -> None:
-    """Above data.max_bad_fraction of the split left out so far: stop, the files listed."""
-    if not record["bad"]:
+def _check_bad_fraction(job: Job, plan: dict, split: str, found: dict[str, dict | None], *, written: str) -> None:
+    """Above data.max_bad_fraction of the split left out so far (`found`: the finished shards'
+    records by name, `written` the one just written, checked where it left some out): stop,
+    the files listed."""
+    if not found[written]["bad"]:
         return
-    records = [read_record(job.out, name) for name in plan["splits"][split]["shards"]]
-    bad = [row for found in records if found for row in found["bad"]]
+    bad = [row for name in plan["splits"][split]["shards"] if found[name] for row in found[name]["bad"]]
     count = plan["splits"][split]["count"]
     if len(bad) > job.max_bad_fraction * count:
-        listed = write_bad_samples(job.out, {split: bad})
+        listed = write_bad_samples(job.store, {split: bad})
         raise DataError(f"{len(bad)} of {count} samples of the {split} split could not be loaded, above "
                         f"data.max_bad_fraction={job.max_bad_fraction:g} (last: {bad[-1][1]}: {bad[-1][2]}); see "
                         f"{listed}. Fix or remove those files, or raise data.max_bad_fraction, and run the same "

@@ -1,17 +1,17 @@
 """The summary line a prepare ends with: files, bytes before and after, time, and after how many
 epochs the time pays back, from a short timed read+decode of a few originals (as the training
-loader decodes them) and of a few prepared samples (their bytes read from the shard, decoded).
-Imports NumPy, app.data and app.prepare.encode only.
+loader decodes them) and of a few prepared samples (their bytes read from the shard through the
+copy's Store, a folder or a URL, and decoded). Imports NumPy and app.data only.
 """
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 
 from app.data.images import Decode, rgb_from_bytes
+from app.data.storage import Store
 
 TIMED = 8  # samples of each kind
 
@@ -31,14 +31,12 @@ def seconds_per_original(split, decode: Decode) -> float | None:
     return float(np.mean(times)) if times else None
 
 
-def seconds_per_prepared(out: Path, index: np.ndarray, shards: list[str], fmt: str) -> float | None:
-    """Mean read+decode time of the first few samples of a prepared split."""
+def seconds_per_prepared(store: Store, index: np.ndarray, shards: list[str], fmt: str) -> float | None:
+    """Mean read+decode time of the first few samples of a prepared split (each its byte range)."""
     times = []
     for row in index[:TIMED]:
         begun = time.perf_counter()
-        with open(Path(out) / shards[int(row["shard"])], "rb") as f:
-            f.seek(int(row["offset"]))
-            data = f.read(int(row["length"]))
+        data = store.read_range(shards[int(row["shard"])], int(row["offset"]), int(row["length"]))
         if fmt == "jpeg":
             rgb_from_bytes(data)
         else:

@@ -4,28 +4,29 @@ Each split's samples are shuffled once by the seed (so no shard is one class) an
 shards of about prepare.shard_mb, from the stored size of a few samples. The plan is kept in
 `<out>/.prepare/plan.json` with the settings and the source it is for; each finished shard has
 a record beside it (`<shard>.json`: its index rows and its bad samples), written after the
-shard, so a killed prepare run again keeps the shards with a record and writes the rest.
-Imports the standard library, NumPy, app.io, app.errors and app.data.shards only.
+shard, so a killed prepare run again keeps the shards with a record and writes the rest. All of
+it is read and written through the copy's Store (app/data/storage.py): a folder or a URL.
+Imports the standard library, NumPy, app.errors, app.data.shards and app.data.storage only.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 
 from app.data.shards import MANIFEST, SPLITS, shard_name
+from app.data.storage import Store
 from app.errors import DataError
-from app.io import atomic_write
 
 JOURNAL = ".prepare"  # the plan and the finished shards' records, under the copy's folder
+PLAN = f"{JOURNAL}/plan.json"
 TAR_OVERHEAD = 4 * 512  # three members' headers and padding, about
 
 
-def journal(out: Path) -> Path:
-    return Path(out) / JOURNAL
+def record_name(shard: str) -> str:
+    return f"{JOURNAL}/{shard}.json"
 
 
 def shard_orders(count: int, per_shard: int, seed: int, split: str) -> list[np.ndarray]:
@@ -50,57 +51,62 @@ def make_plan(*, key: dict, counts: dict[str, int], sizes: dict[str, int]) -> di
     return {"key": key, "splits": splits}
 
 
-def read_plan(out: Path, key: dict) -> dict | None:
-    """The plan an earlier prepare into `out` left for the same settings and source; None when
-    `out` is new or empty. A folder holding anything else, or a copy of other settings or
-    another source, is refused: nothing in it is overwritten."""
-    out = Path(out)
-    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+def read_plan(store: Store, key: dict) -> dict | None:
+    """The plan an earlier prepare into `store` left for the same settings and source; None when
+    the folder is new or empty. A folder holding anything else, or a copy of other settings or
+    another source, is refused: nothing in it is overwritten. A missing bucket is refused here,
+    before any encoding work."""
+    names = store.names()
+    if names is None:
+        raise DataError(f"prepare.out={store} is a file, not a folder: give a new or empty folder, e.g. "
+                        f"prepare.out={store}.prepared.")
+    if not names:
         return None
-    if not out.is_dir():
-        raise DataError(f"prepare.out={out} is a file, not a folder: give a new or empty folder, e.g. "
-                        f"prepare.out={out}.prepared.")
-    path = journal(out) / "plan.json"
+    path = store.path_of(PLAN)
     try:
-        plan = json.loads(path.read_text(encoding="utf-8"))
+        plan = json.loads(store.read_bytes(PLAN)) if store.exists(PLAN) else None
     except (OSError, ValueError):
-        raise DataError(f"prepare.out={out} is a folder that holds other files, not a prepared copy (no "
-                        f"{path}): give a new or empty folder, so that nothing in it is overwritten.") from None
+        plan = None
+    if not isinstance(plan, dict):
+        raise DataError(f"prepare.out={store} is a folder that holds other files, not a prepared copy (no "
+                        f"{path}): give a new or empty folder, so that nothing in it is overwritten.")
     if plan.get("key") != key:
         old = plan.get("key") or {}
         changed = sorted(k for k in set(key) | set(old) if old.get(k) != key.get(k))
-        raise DataError(f"prepare.out={out} holds a prepared copy of other settings or another source "
-                        f"({', '.join(changed)} differ): prepare into a new folder, or delete {out} first to "
+        raise DataError(f"prepare.out={store} holds a prepared copy of other settings or another source "
+                        f"({', '.join(changed)} differ): prepare into a new folder, or delete {store} first to "
                         "replace it.")
     return plan
 
 
-def write_plan(out: Path, plan: dict) -> None:
-    journal(out).mkdir(parents=True, exist_ok=True)
-    with atomic_write(journal(out) / "plan.json", encoding="utf-8") as f:
-        json.dump(plan, f)
+def write_plan(store: Store, plan: dict) -> None:
+    store.write_bytes(PLAN, json.dumps(plan).encode("utf-8"))
 
 
-def write_record(out: Path, shard: str, record: dict) -> None:
+def write_record(store: Store, shard: str, record: dict) -> None:
     """A finished shard's record: {"start": the key number of its first sample, "rows": [[offset,
     length, label, height, width, source index], ...], "bad": [[source index, where, detail], ...],
     "source_bytes": n}. Written after the shard itself."""
-    with atomic_write(journal(out) / f"{shard}.json", encoding="utf-8") as f:
-        json.dump(record, f)
+    store.write_bytes(record_name(shard), json.dumps(record).encode("utf-8"))
 
 
-def read_record(out: Path, shard: str) -> dict | None:
+def read_record(store: Store, shard: str) -> dict | None:
     """A shard's record where the shard is finished (its file and its record both there), else None."""
-    if not (Path(out) / shard).is_file():
+    if not store.exists(shard) or not store.exists(record_name(shard)):
         return None
     try:
-        return json.loads((journal(out) / f"{shard}.json").read_text(encoding="utf-8"))
+        return json.loads(store.read_bytes(record_name(shard)))
     except (OSError, ValueError):
         return None
 
 
-def is_up_to_date(out: Path, plan: dict | None) -> bool:
-    """Whether `out` is a finished copy of this plan: its manifest and every shard with its record."""
-    if plan is None or not (Path(out) / MANIFEST).is_file():
+def read_records(store: Store, plan: dict) -> dict[str, dict | None]:
+    """Every planned shard's record (None where the shard is not finished), by shard name."""
+    return {shard: read_record(store, shard) for split in plan["splits"].values() for shard in split["shards"]}
+
+
+def is_up_to_date(store: Store, plan: dict | None) -> bool:
+    """Whether `store` is a finished copy of this plan: its manifest and every shard with its record."""
+    if plan is None or not store.exists(MANIFEST):
         return False
-    return all(read_record(out, shard) is not None for split in plan["splits"].values() for shard in split["shards"])
+    return all(record is not None for record in read_records(store, plan).values())

@@ -1,35 +1,52 @@
 """One shard, written whole or not at all: a plain (uncompressed) tar in WebDataset's layout,
 each sample its `<key>.<jpg|npy>`, `<key>.cls` and `<key>.json` members, and where each image
-member's pixels or JPEG bytes start in the file. Written beside its name (app/io.py's
-atomic_write) and renamed when complete, so a killed prepare never leaves half a shard under a
-shard's name. Imports app.io, app.data.shards and app.prepare.encode only.
+member's pixels or JPEG bytes start in the file. Written to a staging file and handed to the
+copy's Store when complete (app/data/storage.py's put_file_and_delete_it), so a killed prepare
+never leaves half a shard under a shard's name: for a local folder the staging file is hidden
+beside the shard (app/io.py's temporary_name) and renamed; for a URL it is in the system's
+temporary folder, under a folder of its own for that URL, and sent in one PUT.
+Imports app.io, app.data and app.prepare.encode only.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import tarfile
+import tempfile
 from pathlib import Path
 
 from app.data.shards import MEMBER
-from app.io import atomic_write, temporary_name
+from app.data.storage import Store
+from app.io import temporary_name
 from app.prepare.encode import Encoded
 
 # A fixed time and owner: the same samples make the same bytes, whenever and by whom prepared.
 MTIME = 0
+STAGING = "app-prepare-staging"  # under the system's temporary folder: shards on their way to a URL
+
+
+def staging_folder(store: Store) -> Path:
+    """Where shards for `store` are written before they are whole: beside them for a local
+    folder (a rename then moves one in), else a folder of the temporary folder kept for this URL."""
+    if store.local is not None:
+        return store.local
+    return Path(tempfile.gettempdir()) / STAGING / hashlib.sha256(str(store).encode()).hexdigest()[:16]
 
 
 class ShardWriter:
-    """`with ShardWriter(path, fmt) as shard: shard.add(key, encoded)`: the rows it returns are
-    (offset, length) of each image's data in the finished file."""
+    """`with ShardWriter(store, name, fmt) as shard: shard.add(key, encoded)`: the rows it returns
+    are (offset, length) of each image's data in the finished file."""
 
-    def __init__(self, path: Path, fmt: str):
-        self.path, self.extension = Path(path), MEMBER[fmt]
+    def __init__(self, store: Store, name: str, fmt: str):
+        self.store, self.name, self.extension = store, name, MEMBER[fmt]
+        self.staged = temporary_name(staging_folder(store) / name)
 
     def __enter__(self) -> ShardWriter:
-        self._file_context = atomic_write(self.path, "wb")
-        self._tar = tarfile.open(fileobj=self._file_context.__enter__(), mode="w", format=tarfile.USTAR_FORMAT)
+        self.staged.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.staged, "wb")  # noqa: SIM115 - closed in __exit__, then handed to the store
+        self._tar = tarfile.open(fileobj=self._file, mode="w", format=tarfile.USTAR_FORMAT)
         return self
 
     def add(self, key: str, sample: Encoded) -> tuple[int, int]:
@@ -43,8 +60,16 @@ class ShardWriter:
         return header_at + header + sample.data_start, len(sample.image) - sample.data_start
 
     def __exit__(self, kind, error, trace) -> None:
-        self._tar.close()  # the end-of-archive blocks; an error leaves no shard under its name
-        self._file_context.__exit__(kind, error, trace)
+        """Finished: the shard moved into the store under its name. An error (here or in the
+        move) leaves no shard under its name and no staging file."""
+        try:
+            self._tar.close()  # the end-of-archive blocks
+            self._file.close()
+            if kind is None:
+                self.store.put_file_and_delete_it(self.staged, self.name)
+        finally:
+            self._file.close()
+            self.staged.unlink(missing_ok=True)
 
     def _with(self, name: str, data: bytes) -> tuple[tarfile.TarInfo, io.BytesIO]:
         return self._member(name, data), io.BytesIO(data)
@@ -56,13 +81,13 @@ class ShardWriter:
         return info
 
 
-def delete_stale_temporaries(folder: Path, names: list[str]) -> int:
-    """Partial shards a killed prepare left beside `names` (atomic_write's hidden temporaries of
-    any process): deleted, as nothing will finish them. Returns how many."""
-    deleted = 0
+def delete_stale_temporaries(store: Store, names: list[str]) -> int:
+    """Partial shards a killed prepare left in `store`'s staging folder for `names` (staging
+    files of any process): deleted, as nothing will finish them. Returns how many."""
+    folder, deleted = staging_folder(store), 0
     for name in names:
-        pattern = temporary_name(Path(folder) / name).name.replace(f".{os.getpid()}.", ".*.")
-        for stale in Path(folder).glob(pattern):
+        pattern = temporary_name(folder / name).name.replace(f".{os.getpid()}.", ".*.")
+        for stale in folder.glob(pattern):
             stale.unlink(missing_ok=True)
             deleted += 1
     return deleted

@@ -89,7 +89,7 @@ class PreviewConfig:
 class PrepareConfig:
     """`python -m app prepare` only (app/prepare/)."""
 
-    out: str | None = None  # the folder the prepared copy is written to (a local folder so far)
+    out: str | None = None  # the folder or URL (s3://, gs://) the prepared copy is written to
     # auto (the smallest every crop of the train and eval transforms needs), an integer, or full.
     # Any: OmegaConf's structured configs take no union of int and str.
     short_side: Any = "auto"

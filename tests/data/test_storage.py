@@ -52,6 +52,19 @@ def test_a_url_is_a_remote_store_and_a_path_a_local_one(tmp_path):
     assert str(Store.at("s3://bucket/copy/")) == "s3://bucket/copy"
 
 
+def test_a_store_names_what_is_under_it_and_tells_a_file_from_a_folder(store):
+    assert store.names() == []  # absent: nothing under it yet
+    store.write_bytes(".journal/plan.json", b"{}")  # a name in a subfolder: the subfolder made where needed
+    store.write_bytes("b.tar", b"x")
+    assert store.names() == [".journal", "b.tar"] and store.read_bytes(".journal/plan.json") == b"{}"
+    file = Store.at(store.path_of("b.tar"))  # negative control: a location that is a file, not a folder
+    assert file.names() is None
+    if isinstance(store, RemoteStore):
+        bucket = str(store).removeprefix("s3://").split("/")[0]
+        with pytest.raises(DataError, match=rf"s3://no-such-{bucket}/copy does not exist"):
+            Store.at(f"s3://no-such-{bucket}/copy").names()
+
+
 def test_a_missing_bucket_or_object_is_one_paragraph_naming_the_url(s3):
     with pytest.raises(DataError, match=r"s3://no-such-bucket-here/copy/manifest.json does not exist"):
         Store.at("s3://no-such-bucket-here/copy").read_bytes("manifest.json")

@@ -1,21 +1,31 @@
-"""app/prepare in-process: the resize rule, the shard assignment, and a prepare killed mid-way
-resumed (a shard left as a half-written temporary, no manifest yet)."""
+"""app/prepare in-process: the resize rule, the shard assignment, a prepare killed mid-way
+resumed (a shard left as a half-written staging file, no manifest yet) into a local folder and
+into a bucket of a real S3 endpoint on localhost (tests/s3_endpoint.py), the copy in the bucket
+byte for byte the local one, and the refusals: a source at a URL, an https:// copy, a missing
+bucket, a bucket folder that holds something else."""
 
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
+import s3fs
 from hydra import compose, initialize_config_dir
+from s3_endpoint import environment, new_bucket
 
 from app.config import conf_dir, load
-from app.data.shards import read_index, read_manifest
+from app.data.shards import read_manifest
+from app.data.storage import LocalStore, RemoteStore, Store
 from app.errors import ConfigError, DataError
+from app.prepare import job
 from app.prepare.copy import write_prepared_copy
 from app.prepare.encode import fit_short_side
 from app.prepare.plan import shard_orders
 from app.prepare.rule import stored_short_side
+from app.prepare.tar import staging_folder
 from app.schema import register
 
 register()
@@ -68,30 +78,108 @@ def test_shards_are_one_seeded_shuffle_and_no_shard_is_one_class():
     assert [len(s) for s in shard_orders(23, 10, seed=0, split="val")] == [8, 8, 7]
 
 
-def test_a_killed_prepare_keeps_its_finished_shards_and_finishes_the_rest(tmp_path):
-    config = prepared_config(*TINY, f"data.path={tmp_path / 'data'}", f"prepare.out={tmp_path / 'copy'}",
-                             "prepare.format=raw")
-    out = tmp_path / "copy"
+@pytest.fixture
+def s3(monkeypatch, tmp_path):
+    """The local S3 endpoint in this process's environment, and shards staged under tmp_path."""
+    for name, value in environment().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    return s3fs.S3FileSystem(skip_instance_cache=True)
+
+
+@pytest.fixture(params=["local", "s3"])
+def out(request, tmp_path) -> str:
+    """Where the copy goes: a local folder, or a folder of a new bucket on the local S3 endpoint."""
+    if request.param == "local":
+        return str(tmp_path / "copy")
+    return f"s3://{new_bucket(request.getfixturevalue('s3'))}/copy"
+
+
+@pytest.fixture
+def writes(monkeypatch) -> list[str]:
+    """The names every Store writes from now on (the real writes still happen)."""
+    written: list[str] = []
+    for kind in (LocalStore, RemoteStore):
+        for method in ("write_bytes", "put_file_and_delete_it"):
+            def spied(self, *args, _real=getattr(kind, method), **kw):
+                written.append(args[-1] if isinstance(args[0], Path) else args[0])
+                return _real(self, *args, **kw)
+            monkeypatch.setattr(kind, method, spied)
+    return written
+
+
+def copied(out: str) -> dict[str, bytes]:
+    """Every file of a copy (the .prepare records too) by its name under the copy's root."""
+    if Store.at(out).local is not None:
+        return {str(p.relative_to(out)): p.read_bytes() for p in sorted(Path(out).rglob("*")) if p.is_file()}
+    fs = Store.at(out).fs
+    root = out.removeprefix("s3://")
+    return {name.removeprefix(f"{root}/"): fs.cat_file(name) for name in fs.find(root)}
+
+
+def test_a_killed_prepare_keeps_its_finished_shards_and_finishes_the_rest(out, tmp_path, writes):
+    config = prepared_config(*TINY, f"data.path={tmp_path / 'data'}", f"prepare.out={out}", "prepare.format=raw")
+    store = Store.at(out)
     write_prepared_copy(config, workers=0, per_shard=5)
-    shards = sorted(out.glob("*.tar"))
-    assert [p.name for p in shards if p.name.startswith("train")] == [f"train-0000{n}.tar" for n in range(4)]
-    index = read_index(out, "train").copy()
-    before = {p.name: p.stat().st_mtime_ns for p in shards}
-    # killed while writing train-00001: half of it in atomic_write's temporary, no record, no manifest
-    (out / "train-00001.tar").rename(out / ".train-00001.tar.99999.tmp")
-    (out / ".prepare" / "train-00001.tar.json").unlink()
-    (out / "manifest.json").unlink()
-    with pytest.raises(DataError, match="did not finish"):  # negative control: not a copy a reader opens
-        read_manifest(out)
+    assert [n for n in store.names() if n.startswith("train")] == [f"train-0000{n}.tar" for n in range(4)]
+    index = store.read_bytes("index-train.npy")
+    # killed while writing train-00001: half of it in its staging file, no record, no manifest
+    staged = staging_folder(store) / ".train-00001.tar.99999.tmp"
+    staged.write_bytes(store.read_bytes("train-00001.tar")[:1000])
+    for name in ("train-00001.tar", ".prepare/train-00001.tar.json", "manifest.json"):
+        store.delete(name)
+    assert not store.exists("manifest.json") and not store.exists("train-00001.tar")  # negative control
+    if store.local is not None:
+        with pytest.raises(DataError, match="did not finish"):  # not a copy a reader opens
+            read_manifest(out)
+    writes.clear()
     line = write_prepared_copy(config, workers=0, per_shard=5)
     assert "prepared 30 files" in line
-    after = {p.name: p.stat().st_mtime_ns for p in sorted(out.glob("*.tar"))}
-    assert {n for n in after if after[n] != before[n]} == {"train-00001.tar"}  # the rest kept as they were
-    assert not list(out.glob(".*.tmp"))  # the half-written shard is gone
-    assert (read_index(out, "train") == index).all() and read_manifest(out).splits["train"].count == 18
+    assert [name for name in writes if name.endswith(".tar")] == ["train-00001.tar"]  # the rest kept
+    assert not staged.exists() and not list(staging_folder(store).glob(".*.tmp"))  # the half-written one is gone
+    assert store.read_bytes("index-train.npy") == index
+    assert json.loads(store.read_bytes("manifest.json"))["splits"]["train"]["count"] == 18
+    writes.clear()
     assert "up to date" in write_prepared_copy(config, workers=0, per_shard=5)
+    assert writes == []  # nothing written
     # another setting into the same folder: refused, nothing overwritten
     other = prepared_config(*TINY, f"data.path={tmp_path / 'data'}", f"prepare.out={out}")
     with pytest.raises(DataError, match="format, quality differ"):
         write_prepared_copy(other, workers=0)
-    assert json.loads((out / "manifest.json").read_text())["format"] == "raw"
+    assert json.loads(store.read_bytes("manifest.json"))["format"] == "raw" and writes == []
+
+
+def test_a_copy_in_a_bucket_is_byte_for_byte_the_local_one(s3, tmp_path):
+    bucket = new_bucket(s3)
+    for out in (str(tmp_path / "copy"), f"s3://{bucket}/copy"):
+        config = prepared_config(*TINY, f"data.path={tmp_path / 'data'}", f"prepare.out={out}")
+        assert "prepared 30 files" in write_prepared_copy(config, workers=0, per_shard=7)
+    local, remote = copied(str(tmp_path / "copy")), copied(f"s3://{bucket}/copy")
+    made = {"manifest.json", "index-train.npy", "bad_samples.txt", ".prepare/plan.json", "train-00002.tar"}
+    assert made <= set(local)
+    assert local == remote
+    assert not list((tmp_path / "tmp").rglob("*.tmp"))  # no staging file left behind
+    s3.pipe_file(f"{bucket}/copy/index-val.npy", b"changed")  # negative control: the comparison sees a byte
+    assert copied(f"s3://{bucket}/copy") != local
+
+
+def test_a_url_source_or_https_copy_is_refused_and_a_bucket_holding_else_is_not_overwritten(s3, tmp_path,
+                                                                                            monkeypatch):
+    with pytest.raises(ConfigError, match="`data.path` = 's3://b/images' is a URL: prepare reads a local source"):
+        write_prepared_copy(prepared_config(*TINY, "data.path=s3://b/images", f"prepare.out={tmp_path}/c"), workers=0)
+    with pytest.raises(ConfigError, match="https:// URL, which can only be read"):
+        write_prepared_copy(prepared_config(*TINY, f"data.path={tmp_path / 'data'}",
+                                            "prepare.out=https://host/copy"), workers=0)
+    encoded = []
+    monkeypatch.setattr(job, "encode_or_bad", lambda *args: encoded.append(args))  # no encoding before the checks
+    bucket = new_bucket(s3)
+    s3.pipe_file(f"{bucket}/else/notes.txt", b"mine")
+    s3.pipe_file(f"{bucket}/object", b"a file")
+    for out, refused in ((f"s3://no-such-{bucket}/copy", rf"s3://no-such-{bucket}/copy does not exist"),
+                         (f"s3://{bucket}/else", "holds other files, not a prepared copy"),
+                         (f"s3://{bucket}/object", "is a file, not a folder")):
+        with pytest.raises(DataError, match=refused):
+            write_prepared_copy(prepared_config(*TINY, f"data.path={tmp_path / 'data'}", f"prepare.out={out}"),
+                                workers=0)
+    assert encoded == [] and s3.cat_file(f"{bucket}/else/notes.txt") == b"mine"
+    assert s3.ls(f"{bucket}/else", detail=False) == [f"{bucket}/else/notes.txt"]
