@@ -1,6 +1,7 @@
 """`python -m app predict resume=<run dir> input=<folder or file>`: class probabilities from the
 run's model.keras (its best), as CSV, through the same loader as training (workers, queue),
-since predicting over many large images is the same problem. Writes
+since predicting over many large images is the same problem. An input that is a prepared copy
+(`python -m app prepare`'s folder or URL) is predicted sample by sample, every split in turn. Writes
 <run dir>/predict/<date>_<time>/predictions.csv. A command: imported by app/__main__.py only,
 never by the loader, the model or training."""
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import hydra
@@ -20,12 +22,16 @@ from app.augment import eval_transforms
 from app.commands import failure_carried
 from app.config import conf_dir
 from app.data.images import EXTENSIONS
+from app.data.prepared import prepared_source
+from app.data.shards import MANIFEST, SPLITS
 from app.data.source import FileSplit
+from app.data.storage import is_url
 from app.errors import ConfigError, DataError
 from app.io import atomic_write
 from app.loader.pipeline import build_loader
 from app.processes import stop_if_interrupted
 from app.schema import register
+from app.schema.data import PreparedDataConfig
 from app.training.resume import open_run
 
 register()
@@ -39,6 +45,15 @@ def image_files(path: Path) -> list[Path]:
     return sorted(p for p in path.rglob("*") if (p.is_file() or p.is_symlink() and not p.is_dir())
                   and p.suffix.lower() in EXTENSIONS
                   and not any(part.startswith(".") for part in p.relative_to(path).parts))
+
+
+def _prepared_input(given: str) -> dict | None:
+    """`input` that is a prepared copy (a folder or URL holding manifest.json): its splits, in
+    order; None for anything else. A URL is always taken for a copy (files cannot be listed there)."""
+    if not is_url(given) and not (Path(given).expanduser() / MANIFEST).is_file():
+        return None
+    copy = prepared_source(PreparedDataConfig(path=given))
+    return {name: split for name in SPLITS if (split := getattr(copy, name)) is not None}
 
 
 def _input_files(given: str | None) -> tuple[Path, list[Path]]:
@@ -63,49 +78,70 @@ def _input_files(given: str | None) -> tuple[Path, list[Path]]:
 def main(cfg: DictConfig) -> None:
     # first: it picks the backend Keras loads on
     run_dir, config = open_run(cfg, safe=("queue.", "data.max_image_pixels"))
-    source, files = _input_files(cfg.input)  # before Keras loads: a wrong input is said at once
+    prepared = _prepared_input(cfg.input) if cfg.input else None  # before Keras loads: a wrong input is said at once
+    source, files = (cfg.input, []) if prepared else _input_files(cfg.input)
     from app.training import restore  # the Keras side: it imports Keras, which open_run loaded on the run's backend
 
     restore.builder_imported(config.model)
     model_path = run_dir / "model.keras"
     net, meta = restore.exported_model(run_dir)
     names, size = meta["class_names"], meta["image_size"]
-    log.info("predicting %d images from %s with %s", len(files), source, model_path)
-    split = FileSplit([str(f) for f in files], np.zeros(len(files), np.int64))
+    splits = prepared or {"predict": FileSplit([str(f) for f in files], np.zeros(len(files), np.int64))}
+    total = sum(len(split) for split in splits.values())
+    log.info("predicting %d images from %s with %s", total, source, model_path)
     out = Path(HydraConfig.get().runtime.output_dir) / "predictions.csv"
     counts = np.zeros(len(names), np.int64)
     # Predict's own bad-file policy: a file that cannot be read is listed with its error and no
     # numbers (training's `skip` would put the next file's pixels, and so its answer, in its place).
     config = dataclasses.replace(config, data=dataclasses.replace(config.data, image_size=size))  # the model's own
     transforms = eval_transforms(config.augment, size)
-    with build_loader(config, {"predict": (split, transforms)}, on_bad_sample="mark") as loader, \
+    failed: list[tuple[str, str]] = []  # (what, why) of each sample that could not be read
+    with build_loader(config, {name: (split, transforms) for name, split in splits.items()},
+                      on_bad_sample="mark") as loader, \
             atomic_write(out, newline="", encoding="utf-8") as f:  # stopped midway: no half CSV
-        writer = csv.writer(f)
-        writer.writerow(["path", "class", *names, "error"])
-        done = 0
-        for x, _ in loader.every_sample("predict"):
-            stop_if_interrupted()
-            probabilities = np.asarray(net.predict_on_batch(x))
-            for index, p in enumerate(probabilities, start=done):
-                error = loader.failed("predict").get(index)
-                if error is not None:
-                    writer.writerow([str(files[index]), "", *([""] * len(names)), error])
-                    continue
-                writer.writerow([str(files[index]), names[int(p.argmax())], *(f"{v:.6f}" for v in p), ""])
-                counts[int(p.argmax())] += 1
-            done += len(x)
-    failed = loader.failed("predict")
-    read = len(files) - len(failed)
+        rows = _Rows(writer=csv.writer(f), net=net, names=names, counts=counts)
+        rows.writer.writerow(["path", "class", *names, "error"])
+        for name, split in splits.items():
+            failed += rows.write_split(loader, name, split.describe if prepared else lambda i: str(files[i]))
+    read = total - len(failed)
     if read:
         print(f"{read} images: " + ", ".join(f"{n} {c}" for n, c in zip(names, counts, strict=True) if c))
     if failed:
-        log.warning("%d of %d files could not be read; each is listed in %s with its error and no prediction",
-                    len(failed), len(files), out)
-        print(f"{len(failed)} of {len(files)} files could not be read: listed with their error, without numbers")
+        log.warning("%d of %d samples could not be read; each is listed in %s with its error and no prediction",
+                    len(failed), total, out)
+        print(f"{len(failed)} of {total} files could not be read: listed with their error, without numbers")
     print(f"written: {out}")
     if not read:
-        first, why = files[min(failed)], failed[min(failed)]
-        if not source.is_dir():
+        first, why = failed[0]
+        if not prepared and not Path(source).is_dir():
             raise DataError(f"{source} could not be read: {why}; see {out}.")
-        raise DataError(f"none of the {len(files)} files under {source} could be read (the first, {first}: {why}); "
-                        f"see {out}.")
+        where = f"samples of the prepared copy {source}" if prepared else f"files under {source}"
+        raise DataError(f"none of the {total} {where} could be read (the first, {first}: {why}); see {out}.")
+
+
+@dataclass(kw_only=True)
+class _Rows:
+    """predictions.csv as it is written: the model, its class names, each class's count so far."""
+
+    writer: object
+    net: object
+    names: list[str]
+    counts: np.ndarray
+
+    def write_split(self, loader, name: str, what) -> list[tuple[str, str]]:
+        """A row for every sample of the loader's split `name` (`what(i)`: sample i's path
+        column); what could not be read, as (what, why)."""
+        done, failed = 0, []
+        for x, _ in loader.every_sample(name):
+            stop_if_interrupted()
+            probabilities = np.asarray(self.net.predict_on_batch(x))
+            for index, p in enumerate(probabilities, start=done):
+                error = loader.failed(name).get(index)
+                if error is not None:
+                    self.writer.writerow([what(index), "", *([""] * len(self.names)), error])
+                    failed.append((what(index), error))
+                    continue
+                self.writer.writerow([what(index), self.names[int(p.argmax())], *(f"{v:.6f}" for v in p), ""])
+                self.counts[int(p.argmax())] += 1
+            done += len(x)
+        return failed

@@ -25,12 +25,13 @@ def _rows(run: Path, name: str, *keys: str) -> list[tuple]:
 @pytest.mark.slow
 def test_train_on_a_prepared_copy_is_worker_count_independent_and_evaluates_its_test_split(tmp_path):
     copy = write_copy(tmp_path / "copy", image_format="jpeg")
-    one, two, test, small = spawn_one_process_for(
+    one, two, test, predicted, small = spawn_one_process_for(
         ["train", *CONFIG, f"data.path={copy}", "queue.workers=1", "hydra.run.dir=w1"],
         ["train", *CONFIG, f"data.path={copy}", "queue.workers=2", "hydra.run.dir=w2"],
         ["evaluate", f"resume={tmp_path / 'w2'}", "split=test", "queue.workers=1"],
+        ["predict", f"resume={tmp_path / 'w2'}", f"input={copy}", "queue.workers=1"],
         ["train", *CONFIG, f"data.path={copy}", "data.image_size=[48,48]", "hydra.run.dir=big"], cwd=tmp_path)
-    for result in (one, two, test):
+    for result in (one, two, test, predicted):
         assert result.returncode == 0, result.stderr[-3000:]
     w1, w2 = tmp_path / "w1", tmp_path / "w2"
     samples = _rows(w1, "samples.csv", "indices")
@@ -43,6 +44,13 @@ def test_train_on_a_prepared_copy_is_worker_count_independent_and_evaluates_its_
     (out,) = (w2 / "evaluate").iterdir()
     evaluation = json.loads((out / "evaluation.json").read_text())
     assert evaluation["split"] == "test" and evaluation["samples"] == 6
+    # predict on the copy's own samples: every split in turn, each row named by its shard and member
+    (out,) = (w2 / "predict").iterdir()
+    rows = list(csv.DictReader((out / "predictions.csv").open()))
+    assert len(rows) == 24 + 9 + 6 and "39 images:" in predicted.stdout
+    assert [row["path"].rsplit(" ", 1)[1] for row in rows[:2]] == ["train-000000000.jpg", "train-000000001.jpg"]
+    assert rows[-1]["path"].endswith("member test-000000005.jpg") and "/test-0000" in rows[-1]["path"]
+    assert all(abs(sum(float(row[f"class{c}"]) for c in range(3)) - 1) < 1e-4 and not row["error"] for row in rows)
     # 48 px out needs a short side of 79: refused before any work, naming both and the command that mends it
     assert small.returncode != 0
     assert "short side of 40 px" in small.stderr and "need 79 px" in small.stderr
