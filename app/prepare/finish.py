@@ -1,7 +1,8 @@
 """What a prepare writes last, from the finished shards' records: each split's index
 (index-<split>.npy), bad_samples.txt (the format training writes: split, index, file, reason,
-tab-separated) and manifest.json, each whole or not at all, the manifest last of all.
-Imports NumPy, app.io, app.data.shards and app.prepare.plan only.
+tab-separated) and manifest.json, each whole or not at all, the manifest last of all; and the
+temporaries a prepare killed while writing one of these, a shard's record or the plan left.
+Imports NumPy, app.io, app.data.shards, app.prepare.plan and app.prepare.tar only.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from app.data.shards import BAD_SAMPLES, INDEX_DTYPE, Manifest, SplitRecord, index_path, write_manifest
+from app.data.shards import BAD_SAMPLES, INDEX_DTYPE, MANIFEST, Manifest, SplitRecord, index_path, write_manifest
 from app.io import atomic_write
+from app.prepare.plan import journal
+from app.prepare.tar import delete_stale_temporaries
 
 
 def index_of(records: list[dict]) -> np.ndarray:
@@ -41,6 +44,10 @@ def write_bad_samples(out: Path, bad: dict[str, list]) -> Path:
 def write_copy_index(out: Path, *, plan: dict, records: dict[str, list[dict]], manifest: Manifest) -> None:
     """Each split's index, bad_samples.txt, then manifest.json (`manifest` without its splits and
     bad-sample count, filled in here)."""
+    # a kill in the microseconds these files and the records take to write leaves their temporaries
+    delete_stale_temporaries(out, [index_path(out, split).name for split in records] + [BAD_SAMPLES, MANIFEST])
+    delete_stale_temporaries(journal(out), ["plan.json", *(f"{shard}.json" for planned in plan["splits"].values()
+                                                           for shard in planned["shards"])])
     bad = {split: [row for record in split_records for row in record["bad"]]
            for split, split_records in records.items()}
     for split, split_records in records.items():

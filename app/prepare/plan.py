@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ from app.io import atomic_write
 
 JOURNAL = ".prepare"  # the plan and the finished shards' records, under the copy's folder
 TAR_OVERHEAD = 4 * 512  # three members' headers and padding, about
+PLAN_TEMPORARY = re.compile(r"^\.plan\.json\.\d+\.tmp$")  # app/io.py's atomic_write's, of any process
 
 
 def journal(out: Path) -> Path:
@@ -52,10 +54,11 @@ def make_plan(*, key: dict, counts: dict[str, int], sizes: dict[str, int]) -> di
 
 def read_plan(out: Path, key: dict) -> dict | None:
     """The plan an earlier prepare into `out` left for the same settings and source; None when
-    `out` is new or empty. A folder holding anything else, or a copy of other settings or
-    another source, is refused: nothing in it is overwritten."""
+    `out` is new or empty (or a prepare was killed there before its plan was whole). A folder
+    holding anything else, or a copy of other settings or another source, is refused: nothing in
+    it is overwritten."""
     out = Path(out)
-    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+    if not out.exists() or (out.is_dir() and _holds_no_plan_yet(out)):
         return None
     if not out.is_dir():
         raise DataError(f"prepare.out={out} is a file, not a folder: give a new or empty folder, e.g. "
@@ -73,6 +76,14 @@ def read_plan(out: Path, key: dict) -> dict | None:
                         f"({', '.join(changed)} differ): prepare into a new folder, or delete {out} first to "
                         "replace it.")
     return plan
+
+
+def _holds_no_plan_yet(out: Path) -> bool:
+    """`out` is empty, or holds only the journal of a prepare killed while it wrote the plan (the
+    plan's temporary at most): a folder to prepare into as if new."""
+    names = [path.name for path in out.iterdir()]
+    return not names or (names == [JOURNAL] and journal(out).is_dir()
+                         and all(PLAN_TEMPORARY.match(path.name) for path in journal(out).iterdir()))
 
 
 def write_plan(out: Path, plan: dict) -> None:
