@@ -17,6 +17,8 @@ from app.data.shards import (
     Manifest,
     SplitRecord,
     index_path,
+    read_index,
+    read_manifest,
     sample_key,
     shard_name,
     write_manifest,
@@ -93,3 +95,15 @@ def write_copy(root: Path, *, image_format: str = "jpeg", counts: dict[str, int]
                                   short_side=short_side, format=image_format,
                                   quality=95 if image_format == "jpeg" else None, app_version="test"))
     return root
+
+
+def corrupt_member(root: Path, split: str, i: int) -> str:
+    """Sample i's image member of `split` overwritten with zeros where the index points; its
+    description as data=prepared names it (`<shard> member <key>.<ext>`)."""
+    row = read_index(root, split)[i]
+    shard = root / read_manifest(root).splits[split].shards[int(row["shard"])]
+    with open(shard, "r+b") as f:
+        f.seek(int(row["offset"]))
+        f.write(b"\0" * int(row["length"]))
+    return f"{shard} member {sample_key(split, i)}.{MEMBER[read_manifest(root).format]}"
+

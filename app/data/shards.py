@@ -14,8 +14,9 @@
         million samples cost no parse at start, and sample i is found without reading a shard.
     <out>/manifest.json
         written last, whole or not at all (`Manifest`): class names, each split's shards and
-        count, the source's fingerprint, the resize rule, the format. A copy without it is
-        unfinished.
+        count, the source's fingerprint, the resize rule, the format, and the source's own split
+        record (`assignment`: which files or rows are train, val and test, as training's
+        split.json records them). A copy without it is unfinished.
     <out>/bad_samples.txt
         the source's files that were left out, as training lists them.
 
@@ -74,6 +75,9 @@ class Manifest:
     app_version: str
     version: int = FORMAT_VERSION
     bad_samples: int = 0
+    # the source's split record (Source.split, what training writes as split.json): which of its
+    # files or rows went to train, val and test. Empty in copies prepared before it was recorded.
+    assignment: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)

@@ -54,7 +54,7 @@ def write_prepared_copy(config, *, workers: int, per_shard: int | None = None) -
     records, encoded = write_shards(job, plan)
     manifest = Manifest(class_names=list(source.class_names), splits={}, source=_source_of(config, source),
                         short_side=short_side, format=p.format, quality=p.quality if p.format == "jpeg" else None,
-                        app_version=version("app"))
+                        app_version=version("app"), assignment=source.split)
     write_copy_index(store, plan=plan, records=records, manifest=manifest)
     return _summary(config, job, plan, records=records, seconds=time.monotonic() - begun)
 

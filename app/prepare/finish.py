@@ -1,8 +1,9 @@
 """What a prepare writes last, from the finished shards' records: each split's index
 (index-<split>.npy), bad_samples.txt (the format training writes: split, index, file, reason,
 tab-separated) and manifest.json, each whole or not at all through the copy's Store (a folder
-or a URL), the manifest last of all.
-Imports NumPy, app.data.shards and app.data.storage only.
+or a URL), the manifest last of all; and, in a folder, the temporaries a prepare killed while
+writing one of these, a shard's record or the plan left.
+Imports NumPy, app.data.shards, app.data.storage, app.prepare.plan and app.prepare.tar only.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import numpy as np
 
 from app.data.shards import BAD_SAMPLES, INDEX_DTYPE, MANIFEST, Manifest, SplitRecord, index_path
 from app.data.storage import Store
+from app.prepare.plan import JOURNAL
+from app.prepare.tar import delete_stale_temporaries_in
 
 
 def index_of(records: list[dict]) -> np.ndarray:
@@ -44,6 +47,12 @@ def write_bad_samples(store: Store, bad: dict[str, list]) -> str:
 def write_copy_index(store: Store, *, plan: dict, records: dict[str, list[dict]], manifest: Manifest) -> None:
     """Each split's index, bad_samples.txt, then manifest.json (`manifest` without its splits and
     bad-sample count, filled in here)."""
+    if store.local is not None:  # a kill in the microseconds these and the records take leaves their temporaries
+        finals = [index_path("", split).name for split in records] + [BAD_SAMPLES, MANIFEST]
+        shards = [shard for planned in plan["splits"].values() for shard in planned["shards"]]
+        journal = ["plan.json", *(f"{shard}.json" for shard in shards)]
+        delete_stale_temporaries_in(store.local, finals)
+        delete_stale_temporaries_in(store.local / JOURNAL, journal)
     bad = {split: [row for record in split_records for row in record["bad"]]
            for split, split_records in records.items()}
     for split, split_records in records.items():

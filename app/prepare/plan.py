@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from app.errors import DataError
 JOURNAL = ".prepare"  # the plan and the finished shards' records, under the copy's folder
 PLAN = f"{JOURNAL}/plan.json"
 TAR_OVERHEAD = 4 * 512  # three members' headers and padding, about
+PLAN_TEMPORARY = re.compile(r"^\.plan\.json\.\d+\.tmp$")  # app/io.py's atomic_write's, of any process
 
 
 def record_name(shard: str) -> str:
@@ -60,7 +62,7 @@ def read_plan(store: Store, key: dict) -> dict | None:
     if names is None:
         raise DataError(f"prepare.out={store} is a file, not a folder: give a new or empty folder, e.g. "
                         f"prepare.out={store}.prepared.")
-    if not names:
+    if not names or _holds_no_plan_yet(store, names):
         return None
     path = store.path_of(PLAN)
     try:
@@ -77,6 +79,15 @@ def read_plan(store: Store, key: dict) -> dict | None:
                         f"({', '.join(changed)} differ): prepare into a new folder, or delete {store} first to "
                         "replace it.")
     return plan
+
+
+def _holds_no_plan_yet(store: Store, names: list[str]) -> bool:
+    """The folder holds only the journal of a prepare killed while it wrote the plan (the plan's
+    temporary at most): a folder to prepare into as if new. A remote store has no temporaries (a
+    PUT is whole or absent)."""
+    journal = store.local / JOURNAL if store.local is not None else None
+    return (names == [JOURNAL] and journal is not None and journal.is_dir()
+            and all(PLAN_TEMPORARY.match(path.name) for path in journal.iterdir()))
 
 
 def write_plan(store: Store, plan: dict) -> None:

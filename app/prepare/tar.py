@@ -84,10 +84,15 @@ class ShardWriter:
 def delete_stale_temporaries(store: Store, names: list[str]) -> int:
     """Partial shards a killed prepare left in `store`'s staging folder for `names` (staging
     files of any process): deleted, as nothing will finish them. Returns how many."""
-    folder, deleted = staging_folder(store), 0
+    return delete_stale_temporaries_in(staging_folder(store), names)
+
+
+def delete_stale_temporaries_in(folder: Path, names: list[str]) -> int:
+    """app/io.py's atomic_write's temporaries of `names` in `folder`, of any process: deleted."""
+    deleted = 0
     for name in names:
-        pattern = temporary_name(folder / name).name.replace(f".{os.getpid()}.", ".*.")
-        for stale in folder.glob(pattern):
+        pattern = temporary_name(Path(folder) / name).name.replace(f".{os.getpid()}.", ".*.")
+        for stale in Path(folder).glob(pattern):
             stale.unlink(missing_ok=True)
             deleted += 1
     return deleted

@@ -1,4 +1,5 @@
-"""Resume, for real: a run SIGKILLed mid-epoch and resumed equals the uninterrupted run."""
+"""Resume, for real: a run SIGKILLed mid-epoch and resumed equals the uninterrupted run, on the
+default data and on a prepared copy (data=prepared)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ CONFIG = ["data.num_images=96", "data.source_size=128", "data.num_classes=3", "d
           "trainer.deterministic=true", "queue.workers=2", "scheduler=cosine", "optimizer.learning_rate=0.003",
           "trainer.callbacks=[{_target_: recording.LearningRates, path: '${hydra:runtime.output_dir}/lr.txt'}]"]
 TESTS = Path(__file__).resolve().parents[1]
+# the same on a prepared copy, smaller: 4 steps an epoch (18 training samples), a checkpoint every 2
+PREPARED = ["data=prepared", "data.image_size=[32,32]", "data.batch_size=4", "model.widths=[8]", "trainer.epochs=2",
+            "trainer.checkpoint_every_steps=2", "trainer.record_samples=true", "trainer.deterministic=true",
+            "queue.workers=1"]
 
 
 def app(*args, cwd, **kw):
@@ -51,39 +56,68 @@ def metric_rows(run: Path) -> list[tuple]:
     return [(r["epoch"], r["loss"], r["accuracy"], r["val_loss"], r["val_accuracy"]) for r in rows]
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """B: SIGKILLed after a checkpoint inside epoch 2+. A: the same config, uninterrupted."""
-    root = tmp_path_factory.mktemp("resume")
-    b = subprocess.Popen([sys.executable, "-m", "app", "train", *CONFIG, "hydra.run.dir=B"], cwd=root,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                         env={**os.environ, "PYTHONPATH": str(TESTS)})
+def start_train(root: Path, config: list[str], name: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "app", "train", *config, f"hydra.run.dir={name}"], cwd=root,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": str(TESTS)})
+
+
+def kill_each_after_a_mid_epoch_checkpoint(root: Path, started: dict[str, subprocess.Popen]) -> None:
+    """SIGKILL each run (by its folder's name) once it has a checkpoint inside epoch 2 or later."""
     deadline = time.monotonic() + 300
-    killed_after = None
-    while time.monotonic() < deadline and killed_after is None:
-        assert b.poll() is None, "run B ended before it could be interrupted: " + b.stderr.read().decode()[-2000:]
-        for state in (root / "B" / "checkpoints").glob("step-*/state.json"):
-            try:
-                saved = json.loads(state.read_text())
-            except FileNotFoundError:  # pruned meanwhile
-                continue
-            if saved["epoch"] >= 1 and not saved["epoch_complete"]:
-                b.kill()  # SIGKILL: no cleanup, as the OOM killer or a pre-emption does
-                killed_after = saved["step"]
-                break
+    while started and time.monotonic() < deadline:
+        for name, process in list(started.items()):
+            assert process.poll() is None, f"run {name} ended before it could be interrupted: " + \
+                process.stderr.read().decode()[-2000:]
+            for state in (root / name / "checkpoints").glob("step-*/state.json"):
+                try:
+                    saved = json.loads(state.read_text())
+                except FileNotFoundError:  # pruned meanwhile
+                    continue
+                if saved["epoch"] >= 1 and not saved["epoch_complete"]:
+                    process.kill()  # SIGKILL: no cleanup, as the OOM killer or a pre-emption does
+                    process.wait()
+                    del started[name]
+                    break
         time.sleep(0.02)
-    b.wait()
-    assert killed_after is not None
-    run_b = root / "B"
-    point = newest_checkpoint(run_b)
-    assert (point / "state.json").exists(), sorted(p.name for p in (run_b / "checkpoints").rglob("*"))
-    before, state = weights(point), json.loads((point / "state.json").read_text())
-    # A, then B resumed, in one process (tests/docs_runner.py): TensorFlow loads once for both
+    assert not started, f"not interrupted in time: {sorted(started)}"
+
+
+def write_prepared_copy_of_tiny_data(root: Path) -> Path:
+    """A prepared copy (python -m app prepare, for real) of a small default dataset."""
+    copy = root / "copy"
+    done = app("prepare", "data.num_images=24", "data.source_size=64", "data.num_classes=3",
+               f"data.path={root / 'data'}", "data.image_size=[32,32]", f"prepare.out={copy}", "queue.workers=0",
+               "hydra.run.dir=prepare", cwd=root)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return copy
+
+
+@pytest.fixture(scope="module")
+def all_runs(tmp_path_factory):
+    """B: SIGKILLed after a checkpoint inside epoch 2+. A: the same config, uninterrupted. The
+    same for PB and PA, smaller, on a prepared copy (data=prepared); B and PB run side by side."""
+    root = tmp_path_factory.mktemp("resume")
+    b = start_train(root, CONFIG, "B")  # first: the copy is prepared while B starts
+    prepared = [*PREPARED, f"data.path={write_prepared_copy_of_tiny_data(root)}"]
+    kill_each_after_a_mid_epoch_checkpoint(root, {"B": b, "PB": start_train(root, prepared, "PB")})
+    resumed = {}
+    for name in ("B", "PB"):
+        point = newest_checkpoint(root / name)
+        assert (point / "state.json").exists(), sorted(p.name for p in (root / name / "checkpoints").rglob("*"))
+        resumed[name] = json.loads((point / "state.json").read_text()), weights(point)
+    # A, then B resumed, and the same on the copy, in one process (tests/docs_runner.py): TensorFlow loads once
     env = {**os.environ, "PYTHONPATH": str(TESTS)}
-    for done in spawn_one_process_for(["train", *CONFIG, "hydra.run.dir=A"], ["train", f"resume={run_b}"],
+    for done in spawn_one_process_for(["train", *CONFIG, "hydra.run.dir=A"], ["train", f"resume={root / 'B'}"],
+                                      ["train", *prepared, "hydra.run.dir=PA"], ["train", f"resume={root / 'PB'}"],
                                       cwd=root, env=env):
         assert done.returncode == 0, done.stderr[-3000:]
-    return root / "A", run_b, state, before
+    return {"default": (root / "A", root / "B", *resumed["B"]), "prepared": (root / "PA", root / "PB", *resumed["PB"])}
+
+
+@pytest.fixture(scope="module")
+def runs(all_runs):
+    return all_runs["default"]
 
 
 @pytest.mark.slow
@@ -108,6 +142,22 @@ def test_resumed_run_ends_with_the_same_weights(runs):
     final_a, steps_a = weights(newest_checkpoint(run_a))
     final_b, steps_b = weights(newest_checkpoint(run_b))
     assert newest_checkpoint(run_a).name == newest_checkpoint(run_b).name and steps_a == steps_b
+    assert all(np.array_equal(x, y) for x, y in zip(final_a, final_b, strict=True))
+    # negative control: the checkpoint B resumed from (an older state) differs from the end
+    assert not all(np.array_equal(x, y) for x, y in zip(before[0], final_a, strict=True))
+
+
+@pytest.mark.slow
+def test_a_run_on_a_prepared_copy_resumes_to_the_uninterrupted_runs_samples_metrics_and_weights(all_runs):
+    run_a, run_b, point, before = all_runs["prepared"]
+    assert not point["epoch_complete"] and point["epoch"] >= 1
+    assert f"continuing at step {point['step'] + 1}" in (run_b / "train.log").read_text()
+    assert json.loads((run_b / "split.json").read_text())["source"] == "prepared"
+    assert (run_b / "samples.csv").read_bytes() == (run_a / "samples.csv").read_bytes()
+    assert metric_rows(run_b) == metric_rows(run_a) and [r[0] for r in metric_rows(run_a)] == ["1", "2"]
+    final_a, steps_a = weights(newest_checkpoint(run_a))
+    final_b, steps_b = weights(newest_checkpoint(run_b))
+    assert steps_a == steps_b == 2 * 4
     assert all(np.array_equal(x, y) for x, y in zip(final_a, final_b, strict=True))
     # negative control: the checkpoint B resumed from (an older state) differs from the end
     assert not all(np.array_equal(x, y) for x, y in zip(before[0], final_a, strict=True))

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from prepared_copies import picture, write_copy
+from prepared_copies import corrupt_member, picture, write_copy
 
 from app.augment import check_stored_sizes
 from app.data import load_source
@@ -54,10 +54,7 @@ def test_jpeg_sample_decodes_to_the_original(copies):
 
 def test_a_corrupt_member_is_a_bad_sample_named_by_shard_and_key(tmp_path):
     root = write_copy(tmp_path / "copy", counts={"train": 6, "val": 3})
-    row = read_index(root, "train")[3]
-    with open(root / "train-00001.tar", "r+b") as shard:
-        shard.seek(int(row["offset"]))
-        shard.write(b"\0" * int(row["length"]))
+    assert corrupt_member(root, "train", 3) == f"{root}/train-00001.tar member train-000000003.jpg"
     train = load_source(_data(root)).train
     with pytest.raises(BadSampleError, match=r"train-00001\.tar member train-000000003\.jpg"):
         train.read(3)

@@ -2,11 +2,14 @@
 resumed (a shard left as a half-written staging file, no manifest yet) into a local folder and
 into a bucket of a real S3 endpoint on localhost (tests/s3_endpoint.py), the copy in the bucket
 byte for byte the local one, and the refusals: a source at a URL, an https:// copy, a missing
-bucket, a bucket folder that holds something else."""
+bucket, a bucket folder that holds something else; the source's split in the manifest and each
+sample's original found from its .json member, a raw copy through WebDataset."""
 
 from __future__ import annotations
 
 import json
+import os
+import tarfile
 import tempfile
 from pathlib import Path
 
@@ -15,15 +18,17 @@ import pytest
 import s3fs
 from hydra import compose, initialize_config_dir
 from s3_endpoint import environment, new_bucket
+from shard_checks import assert_webdataset_reads_what_the_index_says
 
 from app.config import conf_dir, load
-from app.data.shards import read_manifest
+from app.data import load_source
+from app.data.shards import read_index, read_manifest
 from app.data.storage import LocalStore, RemoteStore, Store
 from app.errors import ConfigError, DataError
 from app.prepare import job
 from app.prepare.copy import write_prepared_copy
 from app.prepare.encode import fit_short_side
-from app.prepare.plan import shard_orders
+from app.prepare.plan import JOURNAL, read_plan, shard_orders
 from app.prepare.rule import stored_short_side
 from app.prepare.tar import staging_folder
 from app.schema import register
@@ -183,3 +188,49 @@ def test_a_url_source_or_https_copy_is_refused_and_a_bucket_holding_else_is_not_
                                 workers=0)
     assert encoded == [] and s3.cat_file(f"{bucket}/else/notes.txt") == b"mine"
     assert s3.ls(f"{bucket}/else", detail=False) == [f"{bucket}/else/notes.txt"]
+
+
+def _metas(out, split: str) -> list[dict]:
+    """The .json members of a split's shards, in key order."""
+    metas = []
+    for name in read_manifest(out).splits[split].shards:
+        with tarfile.open(out / name) as tar:
+            metas += [json.loads(tar.extractfile(m).read()) for m in tar.getmembers() if m.name.endswith(".json")]
+    return metas
+
+
+def test_the_manifest_records_the_sources_split_and_each_sample_names_its_original(tmp_path):
+    out = tmp_path / "copy"
+    (out / JOURNAL).mkdir(parents=True)  # a prepare killed while it wrote its plan left this alone
+    (out / JOURNAL / ".plan.json.4242.tmp").write_text('{"key": {"short_')
+    config = prepared_config(*TINY, f"data.path={tmp_path / 'data'}", f"prepare.out={out}", "prepare.format=raw")
+    write_prepared_copy(config, workers=0, per_shard=5)
+    assert not list(out.rglob("*.tmp"))
+    source, manifest = load_source(config.data), read_manifest(out)
+    assert manifest.assignment == json.loads(json.dumps(source.split))  # as training's split.json holds it
+    assert manifest.assignment["train"] and manifest.assignment["val"] and manifest.assignment["test"]
+    for split in manifest.splits:
+        original, assigned = getattr(source, split), manifest.assignment[split]
+        places = [assigned.index(os.path.relpath(meta["path"], manifest.assignment["root"]) if split != "test"
+                                 else meta["path"]) for meta in _metas(out, split)]
+        assert sorted(places) == list(range(len(original)))  # each original once, found by its path alone
+        assert [original.describe(p) for p in places] == [meta["path"] for meta in _metas(out, split)]
+        assert (original.labels[places] == read_index(out, split)["label"]).all()
+        assert places != sorted(places)  # negative control: shuffled, so a key's number is not the place
+    assert assert_webdataset_reads_what_the_index_says(out) == 30
+    # a manifest written before the assignment was recorded still reads (with none)
+    written = json.loads((out / "manifest.json").read_text())
+    (out / "manifest.json").write_text(json.dumps({k: v for k, v in written.items() if k != "assignment"}))
+    assert read_manifest(out).assignment == {} and read_manifest(out).splits["train"].count == 18
+    (out / "manifest.json").write_text(json.dumps({**written, "surprise": 1}))
+    with pytest.raises(DataError, match="cannot be read"):  # negative control: an unknown field is still refused
+        read_manifest(out)
+
+
+def test_a_folder_with_anything_but_an_unfinished_plan_is_refused(tmp_path):
+    (tmp_path / ".prepare").mkdir()
+    (tmp_path / ".prepare" / ".plan.json.4242.tmp").write_text("{")
+    assert read_plan(Store.at(str(tmp_path)), {"any": "key"}) is None  # killed while the plan was written: as new
+    (tmp_path / ".prepare" / "notes.txt").write_text("mine")
+    with pytest.raises(DataError, match="holds other files"):
+        read_plan(Store.at(str(tmp_path)), {"any": "key"})
