@@ -95,6 +95,9 @@ def failure(note: messages.Failed, split_name: str, batch_no: int, who: str) -> 
             f"{who} ran out of memory on sample {note.index} of the {split_name} split ({note.where}): lower "
             "queue.workers or queue.max_size, or data.max_image_pixels to refuse such images (a resumed run may "
             "change these too), or data.batch_size in a new run.")
+    if last.startswith("app.errors.DataError: "):  # storage that could not be reached: its own paragraph
+        return DataError(f"{who} could not read sample {note.index} of the {split_name} split: "
+                         f"{last.removeprefix('app.errors.DataError: ')}")
     error = WorkerError(f"{who} failed on sample {note.index} of the {split_name} split ({note.where}), batch "
                         f"{batch_no}: {last}. The worker's traceback is in train.log.")
     error.worker_traceback = note.detail
