@@ -1,12 +1,20 @@
-"""Files written whole or not at all. No TensorFlow: data sources use it."""
+"""Files written whole or not at all, and whether a location is a URL rather than a local path.
+No TensorFlow: data sources use it."""
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
+
+URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")  # s3://, gs://, https://, ...
+
+
+def is_url(location) -> bool:
+    return bool(location) and bool(URL.match(str(location)))
 
 
 def temporary_name(path: Path) -> Path:

@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 
 from app.errors import config_error
 from app.families import FAMILIES
+from app.io import is_url
 from app.schema import BENCH_MODES, DATA_TARGETS, EVAL_TRANSFORMS, LOGGER_TARGETS, SCHEDULER_TARGETS, option_of
 
 WORKER_MIB = 100  # what a worker process costs, about (numpy, Pillow, OpenCV, albumentations, its buffers)
@@ -70,7 +71,15 @@ def _check_data(d) -> None:
         _check(d.val_fraction is None, "data.val_fraction", d.val_fraction,
                "null with data=prepared: the copy's validation split is the one `python -m app prepare` wrote. "
                "Drop the override, or prepare the copy again with data.val_fraction set for its source")
+        _check(d.cache_max_gb > 0, "data.cache_max_gb", d.cache_max_gb, "a positive number of GB (10⁹ bytes)")
+        _check(d.cache_dir is None or is_url(d.path), "data.cache_dir", d.cache_dir,
+               f"null for a copy in a local folder (data.path={d.path} is read in place: a cache would only copy "
+               "it); data.cache_dir keeps the shards of a copy at a URL (s3://, gs://, https://)")
     else:
+        _check(not is_url(d.path), "data.path", d.path,
+               f"a local folder: data={option_of('data', d._target_)} (and prepare) read local files only. For data "
+               "in object storage, prepare a copy there from a local folder (`python -m app prepare ... "
+               "prepare.out=<URL>`) and train with data=prepared data.path=<its URL>")
         _check(d.val_fraction is not None and 0.0 < d.val_fraction < 1.0, "data.val_fraction", d.val_fraction,
                "a fraction strictly between 0 and 1")
     _check(0.0 <= d.max_bad_fraction <= 1.0, "data.max_bad_fraction", d.max_bad_fraction,

@@ -88,6 +88,9 @@ def test_type_and_key_errors_fail_at_composition(override, key):
     (["optimizer.clipnorm=1", "optimizer.global_clipnorm=1"], "optimizer.global_clipnorm"),
     (["data=folder", "data.path=/x", "data.test_fraction=0.8"], "data.test_fraction"),
     (["data=prepared", "data.path=/x", "data.val_fraction=0.2"], "data.val_fraction"),  # the copy's split
+    (["data=prepared", "data.path=s3://b/c", "data.cache_max_gb=0"], "data.cache_max_gb"),
+    (["data=prepared", "data.path=/x", "data.cache_dir=/cache"], "data.cache_dir"),  # a local copy is read in place
+    (["data=folder", "data.path=s3://b/images"], "data.path"),  # folder sources read local folders
     # the debugging keys
     (["trainer.validation_steps=0"], "trainer.validation_steps"),
     (["trainer.overfit_batches=-1"], "trainer.overfit_batches"),
@@ -116,6 +119,7 @@ def test_range_errors_name_the_key(overrides, key):
 
 def test_good_values_pass_the_same_checks(tmp_path):  # negative control for the range checks
     validate(composed("seed=4294967295", "data.seed=0"))
+    validate(composed("data=prepared", "data.path=s3://b/c", "data.cache_dir=/cache", "data.cache_max_gb=0.5"))
     validate(composed("queue.max_size=1", "data.batch_size=1", "queue.workers=0", "data=folder", "data.path=/x",
                       "data.test_fraction=0.7"))
     weights = tmp_path / "w.weights.h5"

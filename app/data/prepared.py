@@ -1,10 +1,14 @@
-"""data=prepared: a copy written by `python -m app prepare` (the layout is app/data/shards.py).
+"""data=prepared: a copy written by `python -m app prepare` (the layout is app/data/shards.py),
+in a local folder or at a URL (s3://, gs://, https://: app/data/storage.py).
 
-Sample i of a split is one row of the split's memory-mapped index: one positioned read of that
-row's `length` bytes at `offset` in its shard (never a whole shard), then the decode (JPEG as
-any file; raw: the stored uint8 array as it is). Splits carry paths only when pickled to a
-worker; the index and the shards are opened there, on first use, as ArraySplit does.
-Local folders only so far. Never imports TensorFlow, Keras or the loader: workers import it.
+Sample i of a split is one row of the split's index: one read of that row's `length` bytes at
+`offset` in its shard (never a whole shard), then the decode (JPEG as any file; raw: the stored
+uint8 array as it is). A local copy: the index memory-mapped, one positioned read (os.preadv).
+A copy at a URL (`RemoteCopy`): the index fetched once a process into memory, each sample one
+ranged GET; or, with data.cache_dir, whole shards kept on local disk (app/data/shard_cache.py)
+and read there. Splits carry paths only when pickled to a worker; the index and the shards are
+opened there, on first use, as ArraySplit does. Never imports TensorFlow, Keras or the loader:
+workers import it.
 """
 
 from __future__ import annotations
@@ -16,21 +20,74 @@ import threading
 from pathlib import Path
 
 import numpy as np
+from omegaconf import DictConfig, OmegaConf
 
 from app.data.images import Decode, DecodeError, rgb_from_bytes
-from app.data.shards import MEMBER, index_path, read_index, read_manifest, sample_key
+from app.data.shard_cache import ShardCache, cache_key
+from app.data.shards import (
+    MANIFEST,
+    MEMBER,
+    check_index,
+    index_name,
+    parse_manifest,
+    read_index,
+    read_manifest,
+    sample_key,
+)
 from app.data.source import Source, bad_sample_reason
+from app.data.storage import RemoteStore, Store, is_url
 from app.errors import BadSampleError, DataError
 
 FINGERPRINT_COVERS = "the prepared copy's manifest: its source's fingerprint, the resize rule and the format"
+GB = 10**9  # data.cache_max_gb's unit
+TAR_BLOCK = 512  # a tar member's header: every shard starts with one
+_indexes: dict[tuple, np.ndarray] = {}  # a URL copy's indexes, fetched once a process: (key, split, cached)
+_indexes_lock = threading.Lock()
+
+
+class RemoteCopy:
+    """A prepared copy at a URL: its store, its manifest (and `key`, a hash of the URL and the
+    manifest's bytes), and the local cache of its shards (None: each sample one ranged GET)."""
+
+    def __init__(self, store: RemoteStore, manifest: bytes, cache_dir: Path | None, cache_max_gb: float):
+        self.store, self.manifest = store, parse_manifest(manifest, store.url)
+        self.key = cache_key(store.url, manifest)
+        self.cache = None if cache_dir is None else ShardCache(store, cache_dir / self.key, int(cache_max_gb * GB))
+
+    def __str__(self) -> str:
+        return str(self.store)
+
+    def index(self, split: str) -> np.ndarray:
+        """The split's index: fetched once this process (into memory, or into the cache, mapped there)."""
+        with _indexes_lock:
+            index = _indexes.get((self.key, split, self.cache is not None))
+            if index is None:
+                if self.cache is None:
+                    index = read_index(self.store.url, split, self.store.storage_options)
+                else:
+                    local = self.cache.fetched(index_name(split))
+                    index = check_index(lambda: np.load(local, mmap_mode="r"), self.store.path_of(index_name(split)))
+                _indexes[(self.key, split, self.cache is not None)] = index
+        return index
+
+    def read(self, shard: str, offset: int, length: int) -> bytearray:
+        """`length` bytes at `offset` of `shard` (fewer where it ends before)."""
+        if self.cache is not None:
+            return self.cache.read(shard, offset, length)
+        return bytearray(self.store.read_range(shard, offset, length))
+
+
+def _read_index(root, split: str) -> np.ndarray:
+    return root.index(split) if isinstance(root, RemoteCopy) else read_index(root, split)
 
 
 class PreparedSplit:
     """The samples of one split of a prepared copy: rows `rows` of its index."""
 
     def __init__(self, root: str, split: str, shards: list[str], rows=None, *, image_format: str):
-        self.root, self.split, self.shards, self.format = str(root), split, list(shards), image_format
-        index = read_index(self.root, split)
+        self.root = root if isinstance(root, RemoteCopy) else str(root)
+        self.split, self.shards, self.format = split, list(shards), image_format
+        index = _read_index(self.root, split)
         self.rows = np.arange(len(index), dtype=np.int64) if rows is None else np.asarray(rows, np.int64)
         self.labels = np.asarray(index["label"], np.int64)[self.rows]
         self._index: np.ndarray | None = index
@@ -58,7 +115,7 @@ class PreparedSplit:
 
     def _row(self, i: int):
         if self._index is None:
-            self._index = read_index(self.root, self.split)
+            self._index = _read_index(self.root, self.split)
         return self._index[self.rows[i]]
 
     def _shard_fd(self, shard: int) -> int:
@@ -71,6 +128,8 @@ class PreparedSplit:
         return fd
 
     def shard_path(self, shard: int) -> str:
+        if isinstance(self.root, RemoteCopy):
+            return self.root.store.path_of(self.shards[shard])
         return os.path.join(self.root, self.shards[shard])
 
     def fetch(self, i: int, decode: Decode | None = None) -> bytearray:
@@ -78,12 +137,18 @@ class PreparedSplit:
         self.rows[i]  # an IndexError stays an IndexError
         try:
             row = self._row(i)
-            length = int(row["length"])
-            data = bytearray(length)
-            got = os.preadv(self._shard_fd(int(row["shard"])), [data], int(row["offset"]))
+            length, shard, offset = int(row["length"]), int(row["shard"]), int(row["offset"])
+            if isinstance(self.root, RemoteCopy):
+                data = self.root.read(self.shards[shard], offset, length)
+                got = len(data)
+            else:
+                data = bytearray(length)
+                got = os.preadv(self._shard_fd(shard), [data], offset)
             if got != length:
                 raise DecodeError(f"the shard ends {length - got} bytes before the member does (a truncated shard)")
             return data
+        except DataError:
+            raise  # storage that cannot be reached: not this sample's fault, never skipped as a bad one
         except Exception as exc:
             raise BadSampleError(i, self.describe(i), bad_sample_reason(exc)) from exc
 
@@ -110,29 +175,21 @@ class PreparedSplit:
     def stored_sizes(self) -> tuple[np.ndarray, np.ndarray]:
         """(heights, widths) of the stored images, from the index alone."""
         if self._index is None:
-            self._index = read_index(self.root, self.split)
+            self._index = _read_index(self.root, self.split)
         rows = self._index[self.rows]
         return np.asarray(rows["height"], np.int64), np.asarray(rows["width"], np.int64)
 
 
 def prepared_source(data_cfg) -> Source:
-    """data=prepared: the copy at data.path (a local folder)."""
-    path = str(data_cfg.path)
-    if "://" in path:
-        raise DataError(f"data.path {path} is a URL: data=prepared reads a prepared copy in a local folder only "
-                        "so far (object storage and https come later). Copy the folder to local disk (e.g. "
-                        "`aws s3 sync <url> /data/copy`) and give data.path=/data/copy.")
-    root = Path(path).expanduser().absolute()
-    if not root.is_dir():
-        raise DataError(f"data.path {root} does not exist or is not a folder: data=prepared reads the folder "
-                        "that `python -m app prepare ... prepare.out=<folder>` wrote.")
-    manifest = read_manifest(root)
+    """data=prepared: the copy at data.path (a local folder, or a URL)."""
+    root = _remote_copy(data_cfg) if is_url(data_cfg.path) else _local_copy(data_cfg.path)
+    manifest = root.manifest if isinstance(root, RemoteCopy) else read_manifest(root)
     splits = {}
     for name, record in manifest.splits.items():
-        split = PreparedSplit(str(root), name, record.shards, image_format=manifest.format)
+        split = PreparedSplit(root, name, record.shards, image_format=manifest.format)
         if len(split) != record.count:
-            raise DataError(f"{index_path(root, name)} has {len(split)} rows where {root}/manifest.json counts "
-                            f"{record.count}: the copy is inconsistent; prepare it again.")
+            raise DataError(f"{str(root).rstrip('/')}/{index_name(name)} has {len(split)} rows where {root}/{MANIFEST} "
+                            f"counts {record.count}: the copy is inconsistent; prepare it again.")
         splits[name] = split
     for name in ("train", "val"):
         if not len(splits.get(name, ())):
@@ -148,12 +205,39 @@ def prepared_source(data_cfg) -> Source:
                   fingerprint=fingerprint, split=split, test=splits.get("test"))
 
 
+def _local_copy(path) -> str:
+    root = Path(str(path)).expanduser().absolute()
+    if not root.is_dir():
+        raise DataError(f"data.path {root} does not exist or is not a folder: data=prepared reads the folder "
+                        "that `python -m app prepare ... prepare.out=<folder>` wrote.")
+    return str(root)
+
+
+def _remote_copy(data_cfg) -> RemoteCopy:
+    """The copy at the URL data.path: its manifest read, and one byte range of its first shard,
+    so a missing object, refused credentials or a server that ignores ranges stop the command
+    here, before any work."""
+    options = data_cfg.storage_options
+    options = OmegaConf.to_container(options, resolve=True) if isinstance(options, DictConfig) else options
+    store = Store.at(str(data_cfg.path), options)
+    cache_dir = None if data_cfg.cache_dir is None else Path(str(data_cfg.cache_dir)).expanduser().absolute()
+    copy = RemoteCopy(store, store.read_bytes(MANIFEST), cache_dir, data_cfg.cache_max_gb)
+    first = next((record.shards[0] for record in copy.manifest.splits.values() if record.shards), None)
+    if first is not None:
+        head = store.read_range(first, 0, TAR_BLOCK)
+        if len(head) != TAR_BLOCK:
+            raise DataError(f"{store.path_of(first)}: asked for its first {TAR_BLOCK} bytes, got {len(head)}: the "
+                            "server does not answer byte ranges (HTTP Range requests), or the shard is cut short. "
+                            "Serve the copy from a server that does, or from object storage (s3://, gs://).")
+    return copy
+
+
 def check_short_side(split, need: int | None, what: str) -> None:
     """Refuse a prepared split stored smaller than `need` px of short side (what `what`, the
     transforms, need: None where they say nothing), before any work; other splits pass."""
     if not isinstance(split, PreparedSplit) or need is None:
         return
-    manifest = read_manifest(split.root)
+    manifest = split.root.manifest if isinstance(split.root, RemoteCopy) else read_manifest(split.root)
     stored, source = manifest.short_side, manifest.source
     if stored is None or stored >= need:
         return

@@ -20,18 +20,22 @@
     <out>/bad_samples.txt
         the source's files that were left out, as training lists them.
 
-Imports only the standard library, NumPy and app.errors/app.io: worker processes import it.
+A copy at a URL is read through app/data/storage.py (`read_manifest`, `read_index`).
+Imports only the standard library, NumPy, app.errors/app.io and app.data.storage: worker
+processes import it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from app.data.storage import Store, is_url
 from app.errors import DataError
 from app.io import atomic_write
 
@@ -54,8 +58,12 @@ def sample_key(split: str, index: int) -> str:
     return f"{split}-{index:09d}"
 
 
+def index_name(split: str) -> str:
+    return f"index-{split}.npy"
+
+
 def index_path(root: str | Path, split: str) -> Path:
-    return Path(root) / f"index-{split}.npy"
+    return Path(root) / index_name(split)
 
 
 @dataclass(kw_only=True)
@@ -91,17 +99,30 @@ def write_manifest(root: str | Path, manifest: Manifest) -> Path:
     return path
 
 
-def read_manifest(root: str | Path) -> Manifest:
-    """The copy's manifest; a DataError naming the file when it is missing (an unfinished or
-    wrong folder) or cannot be read."""
+def manifest_bytes(root: str | Path, storage_options: dict | None = None) -> bytes:
+    """manifest.json's bytes, from a folder or a URL (through app/data/storage.py); a DataError
+    naming the file when it is missing (an unfinished or wrong folder) or cannot be read."""
+    if is_url(root):
+        return Store.at(str(root), storage_options).read_bytes(MANIFEST)
     path = Path(root) / MANIFEST
     if not path.is_file():
         raise DataError(f"{path} is missing: {root} is not a prepared copy, or its `python -m app prepare` did "
                         f"not finish (run it again with the same settings: it keeps the shards already written).")
+    return path.read_bytes()
+
+
+def read_manifest(root: str | Path, storage_options: dict | None = None) -> Manifest:
+    """The copy's manifest, at a folder or a URL."""
+    return parse_manifest(manifest_bytes(root, storage_options), root)
+
+
+def parse_manifest(raw: bytes, root: str | Path) -> Manifest:
+    """The manifest of the copy at `root` from its bytes; a DataError naming it when they are not one."""
+    path = f"{str(root).rstrip('/')}/{MANIFEST}"
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-        splits = {name: SplitRecord(**record) for name, record in raw.pop("splits").items()}
-        manifest = Manifest(splits=splits, **raw)
+        fields = json.loads(raw.decode("utf-8"))
+        splits = {name: SplitRecord(**record) for name, record in fields.pop("splits").items()}
+        manifest = Manifest(splits=splits, **fields)
     except (ValueError, TypeError, KeyError, AttributeError) as error:
         raise DataError(f"{path} cannot be read ({type(error).__name__}: {error}): prepare the copy again "
                         f"(python -m app prepare ... prepare.out={root}).") from None
@@ -111,11 +132,21 @@ def read_manifest(root: str | Path) -> Manifest:
     return manifest
 
 
-def read_index(root: str | Path, split: str) -> np.ndarray:
-    """A split's index, memory-mapped (INDEX_DTYPE)."""
+def read_index(root: str | Path, split: str, storage_options: dict | None = None) -> np.ndarray:
+    """A split's index (INDEX_DTYPE): memory-mapped from a folder; from a URL, fetched whole into
+    memory (one GET: a million samples are 36 MB)."""
+    if is_url(root):
+        path = f"{str(root).rstrip('/')}/{index_name(split)}"
+        raw = Store.at(str(root), storage_options).read_bytes(index_name(split))
+        return check_index(lambda: np.load(io.BytesIO(raw)), path)
     path = index_path(root, split)
+    return check_index(lambda: np.load(path, mmap_mode="r"), path)
+
+
+def check_index(load, path: str | Path) -> np.ndarray:
+    """`load()`'s array, refused (naming `path`) unless it is a prepared copy's index."""
     try:
-        index = np.load(path, mmap_mode="r")
+        index = load()
     except (OSError, ValueError) as error:
         raise DataError(f"{path} cannot be read ({error}): prepare the copy again.") from None
     if index.dtype != INDEX_DTYPE:

@@ -1,9 +1,10 @@
 """Where a prepared copy lives: a local folder, or a URL (`s3://`, `gs://`, `https://`, ...)
 through fsspec. Owns opening a URL's filesystem (with `storage_options`, else the standard
 environment: AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, profiles, ...), reading whole small files and
-byte ranges, writing files whole or not at all, retrying transient errors with backoff (and
-counting the retries), and turning what cannot be retried (no bucket, no object, no credentials,
-no driver) into one paragraph that names the URL.
+byte ranges (or streaming one to a local file), writing files whole or not at all, retrying
+transient errors with backoff (each retry logged as a warning and counted, for the process and
+for the thread: a loader worker's telemetry reports its own), and turning what cannot be
+retried (no bucket, no object, no credentials, no driver) into one paragraph that names the URL.
 
 `Store.at(location, options)` is the one way in; a Store pickles without its open filesystem,
 so worker processes open their own. Imports the standard library, fsspec and app.errors/app.io
@@ -12,17 +13,17 @@ only: worker processes import it; never TensorFlow, Keras or JAX.
 
 from __future__ import annotations
 
+import logging
 import os
-import re
+import threading
 import time
 from pathlib import Path
 
 import fsspec
 
 from app.errors import DataError
-from app.io import atomic_write
+from app.io import atomic_write, is_url
 
-URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 TRIES = 5  # a transient error is tried again this many times in all, with doubling waits
 FIRST_WAIT = 0.2  # seconds before the second try
 DRIVERS = {"s3": "s3fs (pip install 'app[s3]')", "gs": "gcsfs (pip install 'app[gcs]')",
@@ -30,16 +31,19 @@ DRIVERS = {"s3": "s3fs (pip install 'app[s3]')", "gs": "gcsfs (pip install 'app[
 # Errors no retry mends: the object or bucket is not there, access is refused, a wrong argument.
 FINAL = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, ValueError, TypeError,
          ImportError)
-_retries = {"count": 0}  # this process's transient errors tried again (telemetry reads it)
-
-
-def is_url(location) -> bool:
-    return bool(location) and bool(URL.match(str(location)))
+_retries = {"count": 0}  # this process's transient errors tried again
+_thread = threading.local()  # and this thread's: a loader worker's telemetry reads its own
+log = logging.getLogger(__name__)
 
 
 def retries() -> int:
     """How many reads or writes this process tried again after a transient storage error."""
     return _retries["count"]
+
+
+def thread_retries() -> int:
+    """How many of them this thread made (a loader thread's share, for its telemetry)."""
+    return getattr(_thread, "count", 0)
 
 
 class Store:
@@ -137,6 +141,11 @@ class RemoteStore(Store):
     def size(self, name: str) -> int:
         return int(self._retrying(self.path_of(name), lambda path: self.fs.size(path)))
 
+    def download_to(self, name: str, local: Path) -> None:
+        """The object `name` streamed into the local file `local` (created or replaced; begun
+        again from its start on a retry), never whole in memory."""
+        self._retrying(self.path_of(name), lambda path: self.fs.get_file(path, str(local)))
+
     def write_bytes(self, name: str, data: bytes) -> None:
         self._retrying(self.path_of(name), lambda path: self.fs.pipe_file(path, data))
 
@@ -178,13 +187,18 @@ class RemoteStore(Store):
                 if _is_credentials(error) or attempt == TRIES:
                     raise storage_error(path, error, attempts=attempt) from None
                 _retries["count"] += 1
+                _thread.count = thread_retries() + 1
+                log.warning("%s: %s: %s; trying again in %.1f s (try %d of %d)", path, type(error).__name__, error,
+                            wait, attempt + 1, TRIES)
                 time.sleep(wait)  # backoff: the store is given time to recover, not a guess at an event
                 wait *= 2
 
 
 def _is_credentials(error: Exception) -> bool:
-    """botocore's NoCredentialsError and kin, recognised by name: no import of botocore here."""
-    return "Credential" in type(error).__name__ or "credential" in str(error).lower()
+    """botocore's NoCredentialsError and kin, recognised by name (no import of botocore here), and
+    an HTTP server's 401 or 403."""
+    return ("Credential" in type(error).__name__ or "credential" in str(error).lower()
+            or getattr(error, "status", None) in (401, 403))
 
 
 def storage_error(url: str, error: Exception, attempts: int = 1) -> DataError:

@@ -29,7 +29,8 @@ class BadSamples:
         self.describe = {name: split.describe for name, split in splits.items()}
         self.max_bad_fraction, self.bad_log = max_bad_fraction, bad_log
         self.failed: dict[str, dict[int, str]] = {name: {} for name in splits}  # mark: sample index → reason
-        self.skipped: dict[str, set[int]] = {name: set() for name in splits}
+        # a resumed run's list goes on: a sample skipped before the stop is not listed (or counted) twice
+        self.skipped: dict[str, set[int]] = {name: _listed_in(bad_log, name) for name in splits}
 
     def take(self, reply, split_name: str) -> None:
         """A worker's Skipped, Marked or Bad reply for a sample of `split_name`."""
@@ -54,17 +55,17 @@ class BadSamples:
 
     def _log_skipped(self, split_name: str, reply: messages.Skipped) -> None:
         seen = self.skipped[split_name]
-        if reply.index in seen:
-            return
-        seen.add(reply.index)
-        log.warning("skipped sample %d of the %s split (%s): %s", reply.index, split_name, reply.where, reply.detail)
-        if self.bad_log is not None:
-            # csv quotes a field only when it holds a tab, newline or quote (a file may be named so): one row a file
-            with open(self.bad_log, "a", encoding="utf-8", newline="") as f:
-                csv.writer(f, delimiter="\t", lineterminator="\n").writerow(
-                    (split_name, reply.index, reply.where, reply.detail))
-        self._warn_if_a_class_is_gone(split_name, int(self.labels[split_name][reply.index]))
-        total = self.sizes[split_name]
+        if reply.index not in seen:
+            seen.add(reply.index)
+            log.warning("skipped sample %d of the %s split (%s): %s", reply.index, split_name, reply.where,
+                        reply.detail)
+            if self.bad_log is not None:
+                # csv quotes a field only when it holds a tab, newline or quote (a file may be named so): a row a file
+                with open(self.bad_log, "a", encoding="utf-8", newline="") as f:
+                    csv.writer(f, delimiter="\t", lineterminator="\n").writerow(
+                        (split_name, reply.index, reply.where, reply.detail))
+            self._warn_if_a_class_is_gone(split_name, int(self.labels[split_name][reply.index]))
+        total = self.sizes[split_name]  # checked for one listed before a resume too: the limit may be lower now
         if len(seen) > self.max_bad_fraction * total:
             raise DataError(
                 f"{len(seen)} of {total} samples of the {split_name} split could not be loaded, above "
@@ -86,6 +87,15 @@ class BadSamples:
         return "" if self.bad_log is None else f"{before}{self.bad_log}{after}"
 
 
+def _listed_in(bad_log: Path | None, split_name: str) -> set[int]:
+    """The sample indices of `split_name` that `bad_log` (bad_samples.txt) lists already."""
+    if bad_log is None or not Path(bad_log).is_file():
+        return set()
+    with open(bad_log, encoding="utf-8", newline="") as f:
+        return {int(row[1]) for row in csv.reader(f, delimiter="\t") if len(row) >= 2 and row[0] == split_name
+                and row[1].isdigit()}
+
+
 def failure(note: messages.Failed, split_name: str, batch_no: int, who: str) -> AppError:
     """The error a Failed note stands for: out of memory, or a failure with the worker's traceback."""
     detail = note.detail.strip()
@@ -95,6 +105,9 @@ def failure(note: messages.Failed, split_name: str, batch_no: int, who: str) -> 
             f"{who} ran out of memory on sample {note.index} of the {split_name} split ({note.where}): lower "
             "queue.workers or queue.max_size, or data.max_image_pixels to refuse such images (a resumed run may "
             "change these too), or data.batch_size in a new run.")
+    if last.startswith("app.errors.DataError: "):  # storage that could not be reached: its own paragraph
+        return DataError(f"{who} could not read sample {note.index} of the {split_name} split: "
+                         f"{last.removeprefix('app.errors.DataError: ')}")
     error = WorkerError(f"{who} failed on sample {note.index} of the {split_name} split ({note.where}), batch "
                         f"{batch_no}: {last}. The worker's traceback is in train.log.")
     error.worker_traceback = note.detail

@@ -27,10 +27,11 @@ class Ready:
 @dataclass(frozen=True)
 class ShareDone:
     """Worker → parent: every sample of its share in `slot` is written or answered; `stages`: the
-    seconds it spent reading, decoding, augmenting and copying, and the samples it built."""
+    seconds it spent reading, decoding, augmenting and copying, the samples it built and the
+    storage retries their reads made."""
 
     slot: int
-    stages: tuple = (0.0, 0.0, 0.0, 0.0, 0)
+    stages: tuple = (0.0, 0.0, 0.0, 0.0, 0, 0)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from typing import Any
 import cv2
 import numpy as np
 
+from app.data import storage
 from app.errors import BadSampleError
 from app.loader import messages
 from app.loader.bad_samples import MAX_REPLACEMENTS
@@ -39,28 +40,34 @@ _local = threading.local()  # each worker thread's (or process's) stage times si
 _native: list[NativeStderr] = []  # a worker process's caught descriptor 2 (threads leave it alone)
 
 
+NO_STAGES = (0.0, 0.0, 0.0, 0.0, 0, 0)
+
+
 def take_stages() -> tuple[float, ...]:
-    """Seconds spent reading, decoding, augmenting and copying into the ring, and the samples
-    built, by this thread since the last call (app/loader/telemetry.py adds them up)."""
-    stages = getattr(_local, "stages", None) or (0.0, 0.0, 0.0, 0.0, 0)
-    _local.stages = (0.0, 0.0, 0.0, 0.0, 0)
+    """Seconds spent reading, decoding, augmenting and copying into the ring, the samples built,
+    and the storage retries their reads made (app/data/storage.py), by this thread since the
+    last call (app/loader/telemetry.py adds them up)."""
+    stages = getattr(_local, "stages", None) or NO_STAGES
+    _local.stages = NO_STAGES
     return stages
 
 
 def _build_timed(ring, task: messages.Task, work, *, position: int, index: int) -> None:
     """Sample `index` read, decoded, augmented and copied into its place, each stage timed."""
     split, augmenter = work.splits[task.split], work.augmenters[task.split]
-    t0 = time.perf_counter()
+    retries, t0 = storage.thread_retries(), time.perf_counter()
     raw = split.fetch(index, augmenter.decode)
     t1 = time.perf_counter()
+    retries = storage.thread_retries() - retries
     image = split.decode(index, raw, augmenter.decode)
     t2 = time.perf_counter()
     sample = augmenter(image, work.seed, task.epoch, index)
     t3 = time.perf_counter()
     ring[task.slot, position] = sample
     t4 = time.perf_counter()
-    read, decoded, augmented, copied, n = getattr(_local, "stages", None) or (0.0, 0.0, 0.0, 0.0, 0)
-    _local.stages = (read + t1 - t0, decoded + t2 - t1, augmented + t3 - t2, copied + t4 - t3, n + 1)
+    read, decoded, augmented, copied, n, retried = getattr(_local, "stages", None) or NO_STAGES
+    _local.stages = (read + t1 - t0, decoded + t2 - t1, augmented + t3 - t2, copied + t4 - t3, n + 1,
+                     retried + retries)
 
 
 def serve(conn, ring: np.ndarray, done: np.ndarray, work) -> None:

@@ -282,4 +282,5 @@ def _loader_line(row: dict) -> str:
     ring = f"ring {100 * row['ring_fill']:.0f} % full when asked" if row.get("ring_fill") is not None else "no ring"
     return (f"a sample {stages or 'n/a'} ms in a worker, {ring}, peak trainer {row['peak_trainer_mb']:.0f} + "
             f"workers {row['peak_workers_mb']:.0f} MiB, {row['restarted_workers']} workers restarted, "
-            f"{row['skipped_samples']} samples skipped")
+            f"{row['skipped_samples']} samples skipped"
+            + (f", {row['storage_retries']} storage reads tried again" if row.get("storage_retries") else ""))

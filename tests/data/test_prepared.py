@@ -113,13 +113,9 @@ def test_the_fingerprint_is_the_manifests(copies, tmp_path):
     assert jpeg.split["prepared"]["short_side"] == 40 and jpeg.split["counts"]["test"] == 6
 
 
-@pytest.mark.parametrize(("path", "message"), [
-    ("s3://bucket/copy", "local folder only so far"),
-    ("/no/such/copy", "does not exist"),
-])
-def test_what_is_not_a_local_copy_is_refused(path, message):
-    with pytest.raises(DataError, match=message):
-        load_source(_data(path))
+def test_a_folder_that_is_not_there_is_refused():
+    with pytest.raises(DataError, match="/no/such/copy does not exist or is not a folder"):
+        load_source(_data("/no/such/copy"))
 
 
 def test_a_folder_without_a_manifest_is_refused(copies, tmp_path):

@@ -45,6 +45,7 @@ def test_bad_sample_skip_keeps_batches_full_and_logs(tmp_path, children):
     assert runs[0][5] == runs[0][6] == 7  # the next readable sample stands in
     lines = bad_log.read_text().splitlines()
     assert any("/data/marked/00005.png" in line and "truncated" in line for line in lines)
+    assert len(lines) == 2  # the second run (a resume's loader) lists nothing its list holds already
     with pytest.raises(DataError, match="above data.max_bad_fraction=0.1"), \
             make(split, on_bad_sample="skip", max_bad_fraction=0.1, bad_log=bad_log) as enq:
         list(enq.batches("train", np.arange(16), epoch=0))

@@ -49,9 +49,9 @@ def test_a_good_sample_is_written_into_its_place_and_timed():
     assert fill(pixels, task((2, 7)), job, position=2, index=7) == messages.Written(slot=1, position=2)
     assert index_of(pixels[1, 2]) == 7 and np.array_equal(pixels[1, 2], marked_image(7, SIZE))
     assert (pixels[0] == 99).all() and (pixels[1, [0, 1, 3]] == 99).all()  # nowhere else
-    *seconds, built = take_stages()
-    assert built == 1 and all(s >= 0 for s in seconds)
-    assert take_stages() == (0.0, 0.0, 0.0, 0.0, 0)  # taken: the next share starts from nothing
+    *seconds, built, retried = take_stages()
+    assert built == 1 and retried == 0 and all(s >= 0 for s in seconds)
+    assert take_stages() == (0.0, 0.0, 0.0, 0.0, 0, 0)  # taken: the next share starts from nothing
 
 
 def test_a_bad_sample_under_raise_is_a_bad_note_naming_the_file_and_nothing_is_written():

@@ -170,7 +170,7 @@ def test_a_copy_in_a_bucket_is_byte_for_byte_the_local_one(s3, tmp_path):
 
 def test_a_url_source_or_https_copy_is_refused_and_a_bucket_holding_else_is_not_overwritten(s3, tmp_path,
                                                                                             monkeypatch):
-    with pytest.raises(ConfigError, match="`data.path` = 's3://b/images' is a URL: prepare reads a local source"):
+    with pytest.raises(ConfigError, match=r"'s3://b/images' is not allowed: a local folder: data=synthetic \(and prep"):
         write_prepared_copy(prepared_config(*TINY, "data.path=s3://b/images", f"prepare.out={tmp_path}/c"), workers=0)
     with pytest.raises(ConfigError, match="https:// URL, which can only be read"):
         write_prepared_copy(prepared_config(*TINY, f"data.path={tmp_path / 'data'}",

@@ -1,0 +1,151 @@
+"""data.cache_dir: a local disk cache of whole shards of a prepared copy at a URL.
+
+    <cache_dir>/<key>/<shard name>      the shard, whole (downloaded once, then read by pread)
+    <cache_dir>/<key>/index-<split>.npy a split's index, memory-mapped from here
+    <cache_dir>/<key>/.<name>.<pid>.<thread>.part  a download under way
+
+`<key>` is a hash of the copy's URL and its manifest's bytes: a copy prepared again at the same
+URL is another copy, and never mixed with the old one's shards.
+
+A worker that needs a sample of a shard not here downloads the whole shard, streamed to a
+temporary file beside it and renamed: several workers and processes may race, and each rename
+puts an identical whole file in place, so a reader never sees half a shard. Once the shards under
+`cache_dir` (every copy's) hold more than `max_bytes`, the least recently used go first (a shard's
+modification time is touched when it is read, at most once a second), never the one just fetched.
+A shard deleted while another process reads it stays readable through that process's open
+descriptor; that process notices at its next touch and downloads it again when next needed.
+
+Imports the standard library, and app.data.storage only: worker processes import it; never
+TensorFlow, Keras or JAX.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from pathlib import Path
+
+from app.data.storage import RemoteStore
+
+TOUCH_EVERY_S = 1.0  # a shard's mtime (its place in the LRU order) is refreshed at most this often
+STALE_PART_S = 600.0  # a download's temporary file untouched this long was left by a killed process
+
+
+def cache_key(url: str, manifest: bytes) -> str:
+    """The folder of one copy's shards under cache_dir: the URL and the manifest, hashed."""
+    return hashlib.sha256(url.encode() + b"\0" + manifest).hexdigest()[:20]
+
+
+class _Open:
+    """A shard's open descriptor, closed when the last reader lets go of it: a thread still
+    reading a shard another forgot never finds its descriptor closed, or reused for another file."""
+
+    def __init__(self, path: Path):
+        self.fd = os.open(path, os.O_RDONLY)
+
+    def __del__(self) -> None:
+        os.close(self.fd)
+
+
+class ShardCache:
+    """The shards of the copy at `store`, kept whole under `folder` (cache_dir/<key>), the
+    shards under cache_dir capped at `max_bytes`."""
+
+    def __init__(self, store: RemoteStore, folder: Path, max_bytes: int):
+        self.store, self.folder, self.max_bytes = store, Path(folder), int(max_bytes)
+        self._open: dict[str, _Open] = {}
+        self._touched: dict[str, float] = {}
+        self._lock = threading.RLock()
+
+    def __getstate__(self) -> dict:
+        # Each process opens its own descriptors.
+        return {**self.__dict__, "_open": {}, "_touched": {}, "_lock": None}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
+
+    def local_path(self, name: str) -> Path:
+        return self.folder / name
+
+    def read(self, name: str, offset: int, length: int) -> bytearray:
+        """`length` bytes at `offset` of shard `name`, from its local copy (downloaded first when
+        not here); fewer where the shard ends before."""
+        opened = self._open.get(name) or self._open_downloading(name)
+        data = bytearray(length)
+        got = os.preadv(opened.fd, [data], offset)
+        self._touch_or_forget(name)
+        return data[:got] if got != length else data
+
+    def fetched(self, name: str) -> Path:
+        """The local path of `name` (a shard or an index), downloaded first when not here."""
+        path = self.local_path(name)
+        if not path.is_file():
+            self._download_and_evict(name)
+        return path
+
+    def _open_downloading(self, name: str) -> _Open:
+        with self._lock:  # threads share the cache: one download and one descriptor a shard
+            opened = self._open.get(name)
+            if opened is None:
+                opened = self._open[name] = _Open(self.fetched(name))
+                self._touched[name] = time.monotonic()
+        return opened
+
+    def _download_and_evict(self, name: str) -> None:
+        """Stream `name` to a temporary file beside its place and rename it there; then delete the
+        least recently used shards while the cache holds more than its cap (and forget this
+        process's descriptors of them, so their disk space is freed)."""
+        path = self.local_path(name)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        part = path.with_name(f".{name}.{os.getpid()}.{threading.get_ident()}.part")
+        try:
+            self.store.download_to(name, part)
+            os.replace(part, path)  # a racing process's identical file, replaced whole
+        finally:
+            part.unlink(missing_ok=True)
+        for deleted in delete_least_recently_used(self.folder.parent, self.max_bytes, keep=path):
+            if deleted.parent == self.folder:
+                self._forget(deleted.name)
+
+    def _touch_or_forget(self, name: str) -> None:
+        """Refresh the shard's place in the LRU order; if another process deleted it meanwhile,
+        forget its descriptor, so the next read downloads it again."""
+        now = time.monotonic()
+        if now - self._touched.get(name, 0.0) < TOUCH_EVERY_S:
+            return
+        self._touched[name] = now
+        try:
+            os.utime(self.local_path(name))
+        except FileNotFoundError:
+            self._forget(name)
+
+    def _forget(self, name: str) -> None:
+        with self._lock:
+            self._open.pop(name, None)  # closed once no reader holds it
+
+
+def delete_least_recently_used(cache_dir: Path, max_bytes: int, keep: Path) -> list[Path]:
+    """Delete shards under `cache_dir` (every copy's), the least recently used first, until they
+    hold at most `max_bytes`, never `keep`; and downloads a killed process left. What was deleted."""
+    shards, now = [], time.time()
+    for path in cache_dir.glob("*/*"):
+        try:
+            stat = path.stat()
+        except FileNotFoundError:  # deleted by another process meanwhile
+            continue
+        if path.name.endswith(".part") and now - stat.st_mtime > STALE_PART_S:
+            path.unlink(missing_ok=True)
+        elif path.suffix == ".tar":
+            shards.append((stat.st_mtime, stat.st_size, path))
+    total, deleted = sum(size for _, size, _ in shards), []
+    for _, size, path in sorted(shards):
+        if total <= max_bytes:
+            break
+        if path != keep:
+            path.unlink(missing_ok=True)
+            total -= size
+            deleted.append(path)
+    return deleted
