@@ -8,6 +8,7 @@ Never imports TensorFlow or the loader: worker processes import it (through app/
 from __future__ import annotations
 
 import dataclasses
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,10 @@ from omegaconf.errors import OmegaConfBaseException
 
 from app import rules
 from app.errors import ConfigError, config_error
+from app.redact import OPTIONS, dropped_note, without_redacted
 from app.schema import SCHEMAS, Config, data_schema, model_schema
+
+log = logging.getLogger("app.config")
 
 
 def conf_dir() -> Path:
@@ -111,8 +115,28 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
 
 def load(cfg: DictConfig | dict) -> Config:
     """The config, validated once, as the one typed object every stage reads: the schemas'
-    dataclasses (`config.data.batch_size`), enums as members."""
-    return OmegaConf.to_object(validate(cfg))  # type: ignore[return-value]
+    dataclasses (`config.data.batch_size`), enums as members. A secret of storage_options that a
+    run's saved config holds as REDACTED (app/redact.py) and the command line did not give again
+    is left out, with a line in the log saying so."""
+    cfg = validate(cfg)
+    _drop_redacted(cfg)
+    return OmegaConf.to_object(cfg)  # type: ignore[return-value]
+
+
+def _drop_redacted(cfg: DictConfig) -> None:
+    """Each group's storage_options without their REDACTED values (a run's config read back, or a
+    sweep's overrides run again): REDACTED is no credential, the environment's are."""
+    dropped = []
+    for group in list(cfg.keys()):
+        node = cfg[group]
+        if not isinstance(node, DictConfig) or not isinstance(node.get(OPTIONS), DictConfig):
+            continue
+        options = OmegaConf.to_container(node[OPTIONS], resolve=False)
+        kept, gone = without_redacted(options, f"{group}.{OPTIONS}")
+        if gone:
+            node[OPTIONS], dropped = kept, dropped + gone
+    if dropped:
+        log.info("%s", dropped_note(dropped))
 
 
 def to_plain(cfg: DictConfig | Config) -> dict:

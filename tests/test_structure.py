@@ -84,7 +84,7 @@ def test_the_loader_never_imports_model_training_or_commands():
 FLOORS = [
     {"app", "app.errors", "app.schema", "app.rules", "app.config", "app.families", "app.io", "app.frameworks",
      "app.processes", "app.console", "app.sheets", "app.overrides",
-     "app.adapters"},
+     "app.adapters", "app.redact", "app.hydra_files"},
     {"app.data", "app.augment", "app.loader", "app.model", "app.backbones"},
     {"app.capacity", "app.prepare"},
     {"app.training"},

@@ -44,6 +44,7 @@ from app.config import conf_dir, load, to_plain
 from app.data import load_source
 from app.errors import AppError, config_error
 from app.loader.settings import for_loading_only, ring_slots
+from app.redact import redacted
 from app.schema import register
 from app.training.rundir import hardware, versions, write_json
 
@@ -85,11 +86,11 @@ def main(cfg: DictConfig) -> None:
             name = copies.row_name(mode, copy)
             results[name] = _measured(mode, variant, run_dir / "bench.log")
             log.info("%-16s %s", name, _line(results[name]))
-    plain = to_plain(config)
+    plain = redacted(to_plain(config))
     derived = {**_derived(results, config, slots), **copies.ratios(results, bench.modes, list(bench.prepared))}
     report = {"results": results, "config": {k: plain[k] for k in ("data", "augment", "queue", "bench", "seed")},
               "derived": derived, "versions": versions(), "hardware": hardware(),
-              "overrides": list(HydraConfig.get().overrides.task)}
+              "overrides": redacted(list(HydraConfig.get().overrides.task))}
     write_json(run_dir / "bench.json", report)
     print(_table(results, report["derived"]))
     print(f"\nwritten: {run_dir / 'bench.json'}")

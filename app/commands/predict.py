@@ -32,7 +32,7 @@ from app.loader.pipeline import build_loader
 from app.processes import stop_if_interrupted
 from app.schema import register
 from app.schema.data import PreparedDataConfig
-from app.training.resume import open_run
+from app.training.resume import STORAGE, open_run
 
 register()
 log = logging.getLogger("app.predict")
@@ -77,7 +77,7 @@ def _input_files(given: str | None) -> tuple[Path, list[Path]]:
 @failure_carried
 def main(cfg: DictConfig) -> None:
     # first: it picks the backend Keras loads on
-    run_dir, config = open_run(cfg, safe=("queue.", "data.max_image_pixels"))
+    run_dir, config = open_run(cfg, safe=("queue.", "data.max_image_pixels", STORAGE))
     prepared = _prepared_input(cfg.input) if cfg.input else None  # before Keras loads: a wrong input is said at once
     source, files = (cfg.input, []) if prepared else _input_files(cfg.input)
     from app.training import restore  # the Keras side: it imports Keras, which open_run loaded on the run's backend

@@ -42,8 +42,10 @@ from app.training.rundir import check_unlocked, claim_dir, hold_lock, holds_run,
 
 # What a run may change when it resumes: how long, how it logs, how it loads, and which files are bad
 # samples and what becomes of them (the advice a bad sample prints must work on a resumed run too).
+# The storage's credentials too: a run's saved config holds its secrets as <redacted> (app/redact.py).
+STORAGE = "data.storage_options"
 SAFE_PREFIXES = ("trainer.epochs", "trainer.log_every_steps", "queue.", "data.on_bad_sample", "data.max_bad_fraction",
-                 "data.max_image_pixels")
+                 "data.max_image_pixels", STORAGE)
 # Hydra's flags that print or inspect instead of running: no directory is claimed for them.
 INFO_FLAGS = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc")
 # Directories claimed in this process: app/__main__.py removes those left empty (a config error
@@ -96,8 +98,9 @@ def prepare_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str 
     if not (run_dir / "checkpoints").is_dir():
         raise checkpoint.nothing_to_resume(run_dir)
     kept = [a for a in argv if key_of(a) != "resume"]
-    if word == "evaluate":  # composed on the default data group (synthetic, no test_path) before the run's is read
-        kept = [f"++{a.lstrip('+')}" if key_of(a) == "data.test_path" else a for a in kept]
+    # composed on the default data group (synthetic: no test_path, no storage_options) before the run's is read
+    forced = ("data.test_path", STORAGE) if word == "evaluate" else (STORAGE,)
+    kept = [f"++{a.lstrip('+')}" if key_of(a).startswith(forced) and a[:1] != "~" else a for a in kept]
     if on_a_run:
         where = run_dir / word / f"{stamp[0]}_{stamp[1]}"
         if not info:

@@ -22,6 +22,7 @@ import psutil
 from app.errors import AppError, DataError
 from app.frameworks import versions
 from app.io import atomic_write
+from app.redact import redacted
 
 LOCK_FILE = ".lock"
 _held: dict[Path, int] = {}  # run directory → the descriptor whose flock this process holds
@@ -190,6 +191,7 @@ class Summary:
                  name: str = "summary.json"):
         self.path = Path(run_dir) / name
         self.started = True
+        overrides = redacted(list(overrides))
         if resumed_from and self.path.exists():  # the same run goes on: keep its record
             self.content = read_json(self.path, "delete it and resume again to start a new one (metrics.csv "
                                      "and the checkpoints keep the run's history)")

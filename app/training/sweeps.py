@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from app.errors import AppError, ConfigError, DataError, config_error
 from app.overrides import as_dict, key_of, quoted
+from app.redact import redacted
 from app.training import checkpoint
 from app.training.rundir import LOCK_FILE, check_unlocked, hold_lock, release_lock, run_files
 
@@ -102,7 +103,7 @@ def resume_argv(sweep: Path, given: list[str]) -> list[str]:
     subdir = next((a.split("=", 1)[1] for a in own if key_of(a) == "hydra.output_subdir"), ".hydra")
     if subdir not in ("null", "None") and not subdir.startswith("${"):
         subdir = f"${{{RESOLVER}:{subdir}}}"
-    print(f"resuming the sweep in {sweep}: {' '.join(task)}", file=sys.stderr)
+    print(f"resuming the sweep in {sweep}: {' '.join(redacted(task))}", file=sys.stderr)
     return ["-m", *flags, *task, *kept, *hydra_given, f"hydra.sweep.dir={quoted(str(sweep))}",
             f"hydra.output_subdir={subdir}", f"hydra.callbacks.{CALLBACK}.resuming=true"]
 

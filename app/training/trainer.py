@@ -22,6 +22,7 @@ from app.console import print_config
 from app.errors import AppError, config_error, explain
 from app.frameworks import load_keras, use_backend
 from app.processes import interrupts
+from app.redact import redacted
 from app.training import checkpoint, devices
 from app.training.checkpoint import RunState
 from app.training.context import RunContext
@@ -43,7 +44,7 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
         config = load(cfg)  # validated once; the one object every step below reads
         use_backend(config.trainer)  # before anything loads Keras
         if config.print_config:
-            print_config(to_plain(config), f"config of {run_dir}")
+            print_config(redacted(to_plain(config)), f"config of {run_dir}")
         build_compose(config.augment.transforms, config.data.image_size)  # strict: misspellings fail
         callbacks = user_callbacks(config.trainer.callbacks)
     except AppError as error:
@@ -61,7 +62,7 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
                           name=f"summary.{process}.json" if process else "summary.json")
         summary.update(isolation=kill_leftovers_and_delete_segments(), pid=os.getpid(), tags=list(config.tags))
         _train_recorded(RunContext(config=config, run_dir=run_dir, summary=summary,
-                                   state=RunState(config=to_plain(config)), user_callbacks=callbacks))
+                                   state=RunState(config=redacted(to_plain(config))), user_callbacks=callbacks))
     finally:
         release_lock(run_dir)
     return summary.content

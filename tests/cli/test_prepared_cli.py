@@ -6,7 +6,8 @@ with and without a shard cache, the bad member listed by shard and key; `raise` 
 evaluate split=test leaves its bad member out and names it (the `mark` policy); predict on the
 copy's samples; a run on the S3 copy SIGKILLed inside an epoch and resumed, the same as
 uninterrupted; a copy stored smaller than the transforms need, a missing bucket and a URL for a
-folder source refused before any work."""
+folder source refused before any work; storage_options' secrets (used to reach the S3 copy) in no
+file of the run and nowhere in what it printed."""
 
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ def test_train_on_a_prepared_copy_is_worker_count_and_storage_independent_follow
         ["train", *CONFIG, f"data.path={copy}", "data.image_size=[48,48]", "hydra.run.dir=big"],
         ["train", *CONFIG, f"data.path={copy}", "queue.workers=1", "hydra.run.dir=raise"],
         ["train", *CONFIG, *SKIP, f"data.path={url}", "queue.workers=1", f"data.cache_dir={tmp_path / 'cache'}",
-         "hydra.run.dir=s1"],
+         secrets(endpoint()), "hydra.run.dir=s1"],
         ["train", *s3_config, "hydra.run.dir=s2"],
         ["evaluate", f"resume={tmp_path / 's2'}", "split=test", "queue.workers=2"],
         ["train", f"resume={tmp_path / 'killed'}"],
@@ -132,3 +133,21 @@ def test_train_on_a_prepared_copy_is_worker_count_and_storage_independent_follow
     assert missing.returncode != 0 and "s3://no-such-bucket-here/copy/manifest.json does not exist" in missing.stderr
     assert not (tmp_path / "missing" / "checkpoints").exists()
     assert folder.returncode == 2 and "`data.path`" in folder.stderr and "data=prepared" in folder.stderr
+    _check_no_secret(runs["s1"], cached.stdout)
+
+
+def secrets(url: str) -> str:
+    """storage_options that reach the endpoint at `url`, with a key and secret to look for."""
+    return f"+data.storage_options={{key: AKIAEXAMPLE, secret: s3cr3tvalue, endpoint_url: {url}}}"
+
+def _check_no_secret(run: Path, printed: str) -> None:
+    """No file of `run` (.hydra/, the log, summary.json, checkpoints' state.json, TensorBoard's
+    HParams) and nothing printed holds a secret; the endpoint is there: the options were saved."""
+    files = [p for p in run.rglob("*") if p.is_file()]
+    holding = {word: [str(p.relative_to(run)) for p in files if word.encode() in p.read_bytes()]
+               for word in ("s3cr3tvalue", "AKIAEXAMPLE", "127.0.0.1")}
+    assert holding["s3cr3tvalue"] == holding["AKIAEXAMPLE"] == []
+    assert "s3cr3tvalue" not in printed and "AKIAEXAMPLE" not in printed and "<redacted>" in printed
+    for name in (".hydra/config.yaml", ".hydra/overrides.yaml", "summary.json", "tensorboard"):
+        assert any(p.startswith(name) for p in holding["127.0.0.1"]), (name, holding["127.0.0.1"])
+    assert any(p.startswith("checkpoints/") and p.endswith("state.json") for p in holding["127.0.0.1"])

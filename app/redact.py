@@ -1,0 +1,121 @@
+"""Secrets kept out of everything a command saves, prints or logs: fsspec's `storage_options`
+(data.storage_options, prepare.storage_options) may hold credentials (s3fs: key, secret, token,
+client_kwargs.aws_session_token) that must reach the code opening storage and nothing else.
+
+The rule: below a key named `storage_options`, at any depth (lists included), a key whose name
+holds one of SECRET_WORDS, in any case, has its value written as REDACTED; every other key
+(endpoint_url, region_name, anon, profile, ...) stays as it is. `redacted` applies it to a config
+or any part of one (plain containers: dicts, lists, strings); a string that mentions
+`storage_options` (a command-line override, a log line, Hydra's override_dirname) has the value
+after each secret key's `=` or `:` replaced (`redacted_text`). A config read back from a run
+holds REDACTED where a secret was: `without_redacted` takes those keys out again, so the
+environment's credentials apply unless the command line gives them anew.
+Only the standard library: worker processes import it; never imports Hydra, TensorFlow or the app.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+REDACTED = "<redacted>"
+OPTIONS = "storage_options"
+SECRET_WORDS = ("key", "secret", "token", "password", "passwd", "credential", "session_token", "access_key",
+                "private")
+_SECRET = re.compile("|".join(SECRET_WORDS), re.IGNORECASE)
+# In text: a key (a dotted path, or a flow mapping's key) after the start, a space, `{`, `,`, `+` or
+# `~`, never inside a value (`http://s3.key.host:9000` is not a key), then `=` or `:` and its value:
+# quoted, an interpolation, a flow mapping or list of one level, or a run up to a separator.
+_ASSIGNMENT = re.compile(
+    r"(?<![^\s{,+~])(?P<name>[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)*)(?P<sep>\s*[=:]\s*)"
+    r"(?P<value>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|\$\{[^}]*\}|\{[^{}]*\}|\[[^\[\]]*\]|[^\s,}\]]+)")
+
+
+def is_secret(name: str) -> bool:
+    """Whether a key of storage_options named `name` holds a secret (SECRET_WORDS, any case)."""
+    return bool(_SECRET.search(str(name)))
+
+
+def _secret_path(path: list[str]) -> bool:
+    """Whether a key path (its parts) names a secret: a part after `storage_options` is secret."""
+    if OPTIONS not in path:
+        return False
+    return any(is_secret(part) for part in path[path.index(OPTIONS) + 1:])
+
+
+def redacted(node: Any, path: tuple[str, ...] = ()) -> Any:
+    """`node` (a config, or a part of one at key path `path`) with every secret of its storage
+    options written as REDACTED; a new container, `node` itself unchanged. A key may be dotted
+    (`data.storage_options.secret`, as Hydra's sweeper params hold them)."""
+    if isinstance(node, dict):
+        out = {}
+        for key, value in node.items():
+            where = (*path, *str(key).split("."))
+            secret = value is not None and value != "" and _secret_path(list(where))
+            out[key] = REDACTED if secret else redacted(value, where)
+        return out
+    if isinstance(node, list | tuple):
+        return [redacted(item, path) for item in node]
+    if isinstance(node, str) and OPTIONS in node:
+        return redacted_text(node)
+    return node
+
+
+def redacted_text(text: str, within: bool = False) -> str:
+    """`text` with the value of each secret key after `storage_options` (or anywhere, `within`
+    storage options already) replaced by REDACTED, quoted so that an override stays one that
+    Hydra reads (`data.storage_options.secret='<redacted>'`). A key of other options after them on
+    the same line may be caught too: text is redacted generously, configs exactly (`redacted`)."""
+    start = 0 if within else text.find(OPTIONS)
+    if start < 0:
+        return text
+
+    def replace(match: re.Match) -> str:
+        parts = match["name"].split(".")
+        secret = _secret_path(parts) if OPTIONS in parts else any(map(is_secret, parts))
+        if not secret:  # a flow mapping or list's own keys are looked at in turn
+            return f"{match['name']}{match['sep']}{redacted_text(match['value'], within=True)}"
+        if match["value"] in ("null", "''", '""'):
+            return match[0]
+        return f"{match['name']}{match['sep']}'{REDACTED}'"
+
+    return text[:start] + _ASSIGNMENT.sub(replace, text[start:])
+
+
+def without_redacted(options: dict, path: str) -> tuple[dict, list[str]]:
+    """(storage options `options` at config key `path` without the keys whose value is REDACTED,
+    the dotted keys taken out): a run's saved config never holds the secret itself."""
+    kept, dropped = {}, []
+    for key, value in options.items():
+        where = f"{path}.{key}"
+        if value == REDACTED:
+            dropped.append(where)
+        elif isinstance(value, dict):
+            kept[key], inner = without_redacted(value, where)
+            dropped += inner
+        else:
+            kept[key] = value
+    return kept, dropped
+
+
+def dropped_note(keys: list[str]) -> str:
+    """The line that says which secrets a config read back lacked, and how to give them again
+    (worded so that `redacted_text` leaves it whole: no key is followed by `=` or `:`)."""
+    return (f"secrets not saved with the run, so not used ({', '.join(keys)}): the environment's credentials "
+            f"apply (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ...); to use others, give them again on "
+            f"the command line as {keys[0].split(OPTIONS)[0]}{OPTIONS}.<key>=...")
+
+
+class RedactingFilter(logging.Filter):
+    """A logging filter that writes a record's message with `redacted_text`: on a handler (Hydra's
+    logging config names it, conf/common.yaml), the records of every logger that reach it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if OPTIONS in message:
+            cleaned = redacted_text(message)
+            if cleaned != message:
+                record.msg, record.args = cleaned, None
+        return True
+
