@@ -209,8 +209,9 @@ def storage_error(url: str, error: Exception, attempts: int = 1) -> DataError:
         return DataError(f"{url} cannot be opened: reading {scheme}:// needs {DRIVERS.get(scheme, 'its fsspec driver')}"
                          f" ({detail}).")
     if isinstance(error, FileNotFoundError):
-        return DataError(f"{url} does not exist ({detail}): check the bucket and the path (a prepared copy's folder "
-                         "holds manifest.json), and the endpoint (AWS_ENDPOINT_URL or storage_options.endpoint_url).")
+        return DataError(f"{url} does not exist ({detail}): check the bucket (prepare writes into one that exists) "
+                         "and the path (a prepared copy's folder holds manifest.json), and the endpoint "
+                         "(AWS_ENDPOINT_URL or storage_options.endpoint_url).")
     if isinstance(error, PermissionError) or _is_credentials(error):
         return DataError(f"{url} cannot be read with the credentials given ({detail}): set them in the environment "
                          "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE; for gs://, "
