@@ -7,14 +7,14 @@ processes of a several-host run, and `trainer.precision`.
   over `trainer.cpu_devices` logical CPU devices (anyone can try it). The global batch
   (`data.batch_size`) is split across the replicas by tf.data (app/training/steps.py), so it
   must divide evenly; validation's short last batch is split unevenly, and joins the batch
-  before when some replica would get no row (app/training/shards.py). Metrics are read pooled
+  before when some replica would get no row (app/training/shares.py). Metrics are read pooled
   over the replicas (app/training/steps.py); BatchNormalization's moving statistics, which each
   replica updates apart, are averaged before validation (app/training/replicas.py).
   Model, optimizer and metrics are built inside the strategy's scope (the trainer runs in it).
 - data_parallel (JAX): `keras.distribution.DataParallel` over every device of every process
   (`keras.distribution.initialize` joins the processes first: the coordinator, count and id from
   config, or SLURM's variables). Each process loads its share of each global batch
-  (app/training/shards.py); JAX assembles the global batch from the shares.
+  (app/training/shares.py); JAX assembles the global batch from the shares.
 - precision: Keras's global dtype policy; the first layer and the softmax head stay float32
   (app/model.py), and Keras wraps the optimizer in a LossScaleOptimizer under mixed_float16.
 

@@ -32,7 +32,7 @@ from app.training.context import RunContext
 from app.training.devices import Placement
 from app.training.replicas import average_moving_statistics, metric_state, restore_metrics
 from app.training.rundir import Summary
-from app.training.shards import mirrored_sizes, regrouped, train_share, validation_share
+from app.training.shares import mirrored_sizes, regrouped, train_share, validation_share
 from app.training.steps import EpochPlan, Feed, build_metrics, sync, train_epoch, validate
 from app.training.tables import append_metrics
 
@@ -187,7 +187,7 @@ class Epochs:
 
     def _validation_feed(self) -> Feed:
         """Each validation sample once, in order, the last batch short (data_parallel: this
-        process's share, app/training/shards.py); with `trainer.validation_steps`, that many
+        process's share, app/training/shares.py); with `trainer.validation_steps`, that many
         batches of a sample of every class (`validation_sample`)."""
         batch, limit, place = self.config.data.batch_size, self.config.trainer.validation_steps, self.placement
         labels = self.source.val.labels

@@ -53,7 +53,7 @@ def read_data_and_write_split(config: Config, run_dir: Path, writes: bool = True
 
 
 def check_validation_rows(n: int, placement: Placement) -> None:
-    """Under mirrored every replica validates at least one sample (app/training/shards.py)."""
+    """Under mirrored every replica validates at least one sample (app/training/shares.py)."""
     if placement.strategy_name == "mirrored" and 0 < n < placement.replicas:
         raise config_error("trainer.strategy", "mirrored", f"the validation split has {n} sample(s), fewer than "
                            f"its {placement.replicas} replicas ({', '.join(placement.devices)}), one each at least: "

@@ -46,7 +46,7 @@ class PerClassRecall(keras.metrics.Metric):
     def update_state(self, y_true, y_pred, sample_weight=None):
         classes = len(self.class_names)
         truth = ops.one_hot(ops.cast(ops.reshape(y_true, (-1,)), "int32"), classes)
-        if sample_weight is not None:  # weight 0: a padding row (app/training/shards.py) counts nowhere
+        if sample_weight is not None:  # weight 0: a padding row (app/training/shares.py) counts nowhere
             truth = truth * ops.expand_dims(ops.cast(ops.reshape(sample_weight, (-1,)), truth.dtype), -1)
         guess = ops.one_hot(ops.argmax(y_pred, axis=-1), classes)
         self.seen.assign_add(ops.sum(truth, axis=0))

@@ -31,7 +31,7 @@ class Feed:
     (`calls`): the seconds spent blocked waiting for them, and an error the iterator raised, kept
     to be raised unchanged in the loop (tf.data would turn it into a TensorFlow error). Batches
     are (images, labels); `whole_last`: the last is one every process loads whole, to be
-    replicated on every device (app/training/shards.py)."""
+    replicated on every device (app/training/shares.py)."""
 
     def __init__(self, batches: Iterable[tuple], count: int, class_weights: np.ndarray | None = None, *,
                  whole_last: bool = False):

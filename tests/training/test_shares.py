@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.training.shards import mirrored_sizes, regrouped, train_share, validation_share
+from app.training.shares import mirrored_sizes, regrouped, train_share, validation_share
 
 
 def test_the_shares_of_a_training_order_put_each_global_batch_back_together():
