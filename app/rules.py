@@ -192,10 +192,12 @@ def _check_recipe(cfg) -> None:
     _check(o.clipnorm is None or o.global_clipnorm is None, "optimizer.global_clipnorm", o.global_clipnorm,
            "null when optimizer.clipnorm is set (one of the two)")
     _check(0 < o.ema_momentum < 1, "optimizer.ema_momentum", o.ema_momentum, "strictly between 0 and 1")
-    for group, targets in (("logger", LOGGER_TARGETS), ("scheduler", SCHEDULER_TARGETS)):
-        target = cfg[group]._target_
-        _check(target in targets.values(), f"{group}._target_", target,
-               f"one of {', '.join(targets.values())}: choose it with {group}=<{'|'.join(targets)}>")
+    target = cfg.scheduler._target_
+    _check(target in SCHEDULER_TARGETS.values(), "scheduler._target_", target,
+           f"one of {', '.join(SCHEDULER_TARGETS.values())}: choose it with scheduler=<{'|'.join(SCHEDULER_TARGETS)}>")
+    for option, node in cfg.logger.items():  # each chosen logger's node builds that logger's writer
+        _check(node is None or node._target_ == LOGGER_TARGETS[option], f"logger.{option}._target_",
+               node and node._target_, f"{LOGGER_TARGETS[option]}: choose loggers with logger=[tensorboard,mlflow]")
     _check(0 <= s.warmup_epochs < epochs, "scheduler.warmup_epochs", s.warmup_epochs,
            f"from 0 to below trainer.epochs={epochs}")
     _check(0 <= s.final_fraction <= 1, "scheduler.final_fraction", s.final_fraction, "a fraction of the peak, 0 to 1")

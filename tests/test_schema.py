@@ -23,6 +23,7 @@ from app.schema import (
     PrepareCommandConfig,
     PreviewCommandConfig,
 )
+from app.schema.training import CsvLoggerConfig, LoggerConfig, MlflowLoggerConfig, TensorBoardLoggerConfig
 
 
 def _default(f: dataclasses.Field):
@@ -32,8 +33,8 @@ def _default(f: dataclasses.Field):
 
 
 # the schema's defaults; the group's other files are presets
-PRESETS = {"optimizer": "adam", "scheduler": "constant", "logger": "tensorboard"}
-CASES = [(schema, conf_dir() / group / path.name) for group, schema in SCHEMAS.items()
+PRESETS = {"optimizer": "adam", "scheduler": "constant"}
+CASES = [(schema, conf_dir() / group / path.name) for group, schema in SCHEMAS.items() if group != "logger"
          for path in sorted((conf_dir() / group).glob("*.yaml"))
          if not (schema is AugmentConfig and path.stem != "none")  # augment/default.yaml is a preset list
          and not (group in PRESETS and path.stem != PRESETS[group])]
@@ -50,6 +51,19 @@ def test_schema_defaults_equal_the_yaml(schema, path):
     for key, value in yaml.items():
         default = _default(fields[key])
         assert value == default, f"{path.name}: {key} is {value!r} in YAML, {default!r} in {schema.__name__}"
+
+
+LOGGERS = {"tensorboard": TensorBoardLoggerConfig, "csv": CsvLoggerConfig, "mlflow": MlflowLoggerConfig}
+
+
+@pytest.mark.parametrize("option", sorted(LOGGERS))
+def test_each_logger_file_is_its_schema_under_its_name(option):
+    """conf/logger: each option's node under its own name (several go together), its schema's defaults."""
+    yaml = OmegaConf.to_container(OmegaConf.load(conf_dir() / "logger" / f"{option}.yaml"))
+    assert list(yaml) == [option] and yaml[option] == dataclasses.asdict(LOGGERS[option]())
+    assert typing.get_args(typing.get_type_hints(LoggerConfig)[option])[0] is LOGGERS[option]
+    assert {f.name for f in dataclasses.fields(LoggerConfig)} == set(LOGGERS)
+    assert OmegaConf.load(conf_dir() / "logger" / "none.yaml") in ({}, None)  # logger=none: no node
 
 
 def test_root_groups_are_typed_by_their_schemas():

@@ -22,6 +22,7 @@ from app.errors import DataError, config_error
 from app.loader.pipeline import build_loader, make_sample
 from app.schema import register
 from app.sheets import grid
+from app.training.mlflow_writer import log_evaluation
 from app.training.resume import STORAGE, keras_for_run, read_run
 from app.training.rundata import run_source
 from app.training.rundir import write_json
@@ -68,6 +69,8 @@ def main(cfg: DictConfig) -> float:
     (out / "report.txt").write_text(report(result), encoding="utf-8")
     _plot(confusion, names, out / "confusion.png", result)
     _mistakes(config, split, figures.mistakes, names=names, path=out / "misclassified.png")
+    if config.logger.mlflow is not None:  # the confusion matrix and the rest, beside the run's own
+        log_evaluation(run_dir, out)
     print(f"checkpoint {path.name}: loss {result['loss']:.4f}, accuracy {result['accuracy']:.4f} "
           f"on {result['samples']} {cfg.split} samples\n")
     print(_table(confusion, names))

@@ -39,24 +39,27 @@ from app.schema.training import (
     LOGGER_TARGETS,
     SCHEDULER_TARGETS,
     Backend,
+    CsvLoggerConfig,
     CustomModelConfig,
     KerasAppConfig,
     LoggerConfig,
+    MlflowLoggerConfig,
     ModelConfig,
     OptimizerConfig,
     Precision,
     ResnetModelConfig,
     SchedulerConfig,
     Strategy,
+    TensorBoardLoggerConfig,
     TrainerConfig,
 )
 
-__all__ = ["AugmentConfig", "Backend", "BenchCommandConfig", "CifarDataConfig", "Config", "CustomModelConfig",
-           "DataConfig", "DecodeConfig", "FolderDataConfig", "KerasAppConfig", "LoggerConfig", "ModelConfig",
-           "OnBadSample", "OptimizerConfig", "Precision", "PrepareCommandConfig", "PrepareConfig",
-           "PreparedDataConfig", "PreviewCommandConfig", "QueueConfig", "ResnetModelConfig",
-           "SchedulerConfig", "StartMethod", "Strategy", "SyntheticDataConfig", "TrainerConfig", "register",
-           "model_schema"]
+__all__ = ["AugmentConfig", "Backend", "BenchCommandConfig", "CifarDataConfig", "Config", "CsvLoggerConfig",
+           "CustomModelConfig", "DataConfig", "DecodeConfig", "FolderDataConfig", "KerasAppConfig", "LoggerConfig",
+           "MlflowLoggerConfig", "ModelConfig", "OnBadSample", "OptimizerConfig", "Precision", "PrepareCommandConfig",
+           "PrepareConfig", "PreparedDataConfig", "PreviewCommandConfig", "QueueConfig", "ResnetModelConfig",
+           "SchedulerConfig", "StartMethod", "Strategy", "SyntheticDataConfig", "TensorBoardLoggerConfig",
+           "TrainerConfig", "register", "model_schema"]
 
 BENCH_MODES = ["baseline", "loader_steps", "loader_fit", "loader", "keras_threads", "keras_processes", "tf_data",
                "serial"]
@@ -119,7 +122,7 @@ class Config:
     optimizer: OptimizerConfig = MISSING
     scheduler: SchedulerConfig = MISSING
     trainer: TrainerConfig = MISSING
-    logger: LoggerConfig = MISSING
+    logger: LoggerConfig = field(default_factory=LoggerConfig)  # logger=none (or []): no node chosen
 
 
 @dataclass(kw_only=True)

@@ -86,7 +86,8 @@ class OptimizerConfig:
 SCHEDULER_TARGETS = {name: f"app.training.schedules.{name}" for name in
                      ("constant", "cosine", "step", "multistep", "one_cycle")}
 LOGGER_TARGETS = {"tensorboard": "app.training.dashboards.TensorBoardWriter",
-                  "csv": "app.training.dashboards.CsvWriter", "none": "app.training.dashboards.Writer"}
+                  "csv": "app.training.dashboards.CsvWriter", "mlflow": "app.training.mlflow_writer.MlflowWriter",
+                  "none": "app.training.dashboards.Writer"}
 
 
 @dataclass(kw_only=True)
@@ -104,10 +105,39 @@ class SchedulerConfig:
 
 
 @dataclass
-class LoggerConfig:
-    """conf/logger: where the run's dashboards go (app/training/dashboards.py)."""
+class TensorBoardLoggerConfig:
+    """conf/logger/tensorboard.yaml: event files in <run dir>/tensorboard."""
 
     _target_: str = LOGGER_TARGETS["tensorboard"]  # the writer in app/training/dashboards.py
+
+
+@dataclass
+class CsvLoggerConfig:
+    """conf/logger/csv.yaml: <run dir>/scalars.csv."""
+
+    _target_: str = LOGGER_TARGETS["csv"]
+
+
+@dataclass(kw_only=True)
+class MlflowLoggerConfig:
+    """conf/logger/mlflow.yaml: an MLflow run (app/training/mlflow_writer.py)."""
+
+    _target_: str = LOGGER_TARGETS["mlflow"]
+    # null: MLFLOW_TRACKING_URI when set, else sqlite:///<absolute outputs/>/mlflow.db, shared by every run
+    tracking_uri: str | None = None
+    # null: the sweep's folder for a sweep's jobs (one experiment a sweep), else `train`
+    experiment: str | None = None
+
+
+@dataclass
+class LoggerConfig:
+    """conf/logger: the run's dashboards, one node an option chosen (`logger=[tensorboard,mlflow]`,
+    Hydra's list of a group's options: each file puts its node under its own name); none chosen
+    (`logger=none`): no dashboard."""
+
+    tensorboard: TensorBoardLoggerConfig | None = None
+    csv: CsvLoggerConfig | None = None
+    mlflow: MlflowLoggerConfig | None = None
 
 
 @dataclass(kw_only=True)

@@ -1,6 +1,7 @@
-"""The run's dashboards (conf/logger): TensorBoard event files under <run dir>/tensorboard
-(train/ and validation/, as Keras's own callback lays them out, and the hyper-parameters at
-the top for TensorBoard's HParams view), scalars.csv, or nothing.
+"""The run's dashboards (conf/logger, one or several at once): TensorBoard event files under
+<run dir>/tensorboard (train/ and validation/, as Keras's own callback lays them out, and the
+hyper-parameters at the top for TensorBoard's HParams view), scalars.csv, an MLflow run
+(app/training/mlflow_writer.py), or nothing.
 
 Scalars every `trainer.log_every_steps` (step/loss, step/accuracy, step/learning_rate,
 step/images_per_s, step/data_wait_fraction, step/peak_memory_mb, step/peak_trainer_mb,
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import logging
+from dataclasses import fields
 from pathlib import Path
 
 import keras
@@ -26,7 +28,9 @@ from tensorboard.compat.proto import event_pb2
 from app import sheets
 from app.capacity.memory import PeakMemory
 from app.frameworks import load_tensorflow
+from app.schema import LOGGER_TARGETS, LoggerConfig
 from app.training.checkpoint import RunState
+from app.training.mlflow_writer import MlflowWriter, flattened
 from app.training.tables import rewrite_keeping_rows
 
 log = logging.getLogger("app.train")
@@ -35,7 +39,15 @@ SCALARS = "scalars.csv"
 
 
 class Writer:
-    """logger=none: writes nothing."""
+    """logger=none: writes nothing. What every writer takes, in the order a run calls it."""
+
+    def begin(self, config: dict, *, trial: str, step: int) -> None:
+        """The run's (plain) config, once a run starts or resumes at `step`: HParams and the tags
+        from a new run (a resumed run's are in the events kept from before)."""
+        if step == 0:
+            self.hparams(flattened(config), trial=trial)
+            if config.get("tags"):
+                self.tags(list(config["tags"]))
 
     def scalars(self, split: str, values: dict, step: int) -> None:
         pass
@@ -49,8 +61,45 @@ class Writer:
     def tags(self, tags: list[str]) -> None:
         pass
 
+    def checkpointed(self, step: int) -> None:
+        """Called just before the checkpoint of `step` is saved: what was written up to it is final."""
+
     def close(self) -> None:
-        pass
+        """The run's end, as planned (trainer.epochs done, or a callback stopped it)."""
+
+    def ended(self, status: str) -> None:
+        """The run's end by an error (`failed`) or a signal (`interrupted`)."""
+
+
+class Writers(Writer):
+    """Several loggers at once (logger=[tensorboard,mlflow]): each call to each, in order."""
+
+    def __init__(self, chosen: list):
+        self.chosen = chosen
+
+    def begin(self, config: dict, *, trial: str, step: int) -> None:
+        for out in self.chosen:
+            out.begin(config, trial=trial, step=step)
+
+    def scalars(self, split: str, values: dict, step: int) -> None:
+        for out in self.chosen:
+            out.scalars(split, values, step)
+
+    def images(self, tag: str, batch: np.ndarray, step: int) -> None:
+        for out in self.chosen:
+            out.images(tag, batch, step)
+
+    def checkpointed(self, step: int) -> None:
+        for out in self.chosen:
+            out.checkpointed(step)
+
+    def close(self) -> None:
+        for out in self.chosen:
+            out.close()
+
+    def ended(self, status: str) -> None:
+        for out in self.chosen:
+            out.ended(status)
 
 
 class TensorBoardWriter(Writer):
@@ -104,11 +153,20 @@ class CsvWriter(Writer):
             out.writerows([split, tag, step, value] for tag, value in values.items())
 
 
-def writer(target: str | None, run_dir: Path) -> Writer:
-    """The writer `logger._target_` names; None (a process that logs nothing) or Writer's own: one
-    that writes nothing."""
+def writer(target: str | None, run_dir: Path, node=None) -> Writer:
+    """The writer a logger's `_target_` names (`node`: that logger's config); None (a process that
+    logs nothing) or Writer's own: one that writes nothing."""
+    if target == LOGGER_TARGETS["mlflow"]:
+        return MlflowWriter(run_dir, node)
     chosen = {f"{__name__}.{cls.__name__}": cls for cls in (TensorBoardWriter, CsvWriter)}.get(target)
     return chosen(run_dir) if chosen else Writer()
+
+
+def writers(logger: LoggerConfig, run_dir: Path) -> Writer:
+    """The writers of each logger chosen (`logger=[tensorboard,mlflow]`), as one."""
+    nodes = [getattr(logger, f.name) for f in fields(logger)]
+    chosen = [writer(node._target_, run_dir, node) for node in nodes if node is not None]
+    return Writers(chosen) if len(chosen) > 1 else (chosen or [Writer()])[0]
 
 
 class Dashboard(keras.callbacks.Callback):
@@ -138,20 +196,6 @@ class Dashboard(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         self.out.close()
-
-
-def hyperparameters(config: dict, prefix: str = "") -> dict:
-    """The config flattened to dotted keys and the plain values HParams takes (lists as text)."""
-    flat = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(hyperparameters(value, f"{name}."))
-        elif isinstance(value, (bool, int, float, str)):
-            flat[name] = value
-        elif value is not None:
-            flat[name] = str(value)
-    return flat
 
 
 def write_first_batch(out: Writer, run_dir: Path, batch: tuple, class_names: list[str]) -> None:

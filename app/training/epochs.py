@@ -87,12 +87,19 @@ class Epochs:
                 shutil.rmtree(self.saves, ignore_errors=True)
 
     def _run(self) -> None:
+        self.out = dashboards.writers(self.config.logger, self.run_dir) if self.writes else dashboards.Writer()
+        self.out.begin(self.state.config, trial=str(self.run_dir), step=self.state.steps_done)
+        try:
+            self._epochs()
+        except BaseException as error:  # an MLflow run ends as failed or killed, its files kept
+            try:
+                self.out.ended("interrupted" if isinstance(error, KeyboardInterrupt) else "failed")
+            except Exception as failure:  # the run's own error is the one to report
+                log.warning("dashboards: the run's end could not be recorded: %s", failure)
+            raise
+
+    def _epochs(self) -> None:
         epochs, state = self.config.trainer.epochs, self.state
-        self.out = dashboards.writer(self.config.logger._target_ if self.writes else None, self.run_dir)
-        if state.steps_done == 0:  # a resumed run's are in the events kept from before
-            self.out.hparams(dashboards.hyperparameters(state.config), trial=str(self.run_dir))
-            if self.config.tags:
-                self.out.tags(list(self.config.tags))
         callbacks = self._callbacks()
         self.net.stop_training = False
         self._build_metrics()  # before a callback makes the train function (JAX fixes its state's shape then)
@@ -220,6 +227,7 @@ class Epochs:
         state = self.state
         state.figures.metric_state = metric_state(self.net)
         state.callbacks, arrays = self.kept.changed()
+        self.out.checkpointed(state.steps_before_epoch + done)  # before: a kill between the two redoes no step
         with recipe.all_trainable(self.net):
             checkpoint.save(self.net, self.saves, state.steps_before_epoch + done,
                             state.checkpoint(done, complete=False), arrays=arrays)
@@ -238,6 +246,7 @@ class Epochs:
                           image_size=list(self.config.data.image_size))
         state.figures.metric_state = {}
         state.callbacks, arrays = self.kept.changed()
+        self.out.checkpointed(step)
         with recipe.all_trainable(self.net):
             checkpoint.save(self.net, self.saves, step, state.checkpoint(steps_done, complete=True, metrics=row),
                             arrays=arrays)

@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from app.config import conf_dir
 from app.errors import ConfigError, config_error
 from app.overrides import key_of, parsed, value_of
-from app.schema import COMMAND_KEYS, COMMAND_OF, TARGETS
+from app.schema import COMMAND_KEYS, COMMAND_OF, TARGETS, option_of
 
 # key that was replaced → what to write instead (the message of a refused override)
 MOVED = {"trainer.lr": "optimizer.learning_rate=<the peak learning rate> (conf/scheduler shapes it over the run)",
@@ -112,8 +112,18 @@ def _chosen_by_target(saved: dict) -> dict:
     return out
 
 
+def _loggers_by_option(saved: dict) -> dict:
+    """logger was one node, its `_target_` the run's one writer; now several loggers may be chosen
+    (`logger=[tensorboard,mlflow]`), each its node under its option's name, none for `logger=none`."""
+    node = saved.get("logger")
+    option = option_of("logger", node.get("_target_")) if isinstance(node, dict) else None
+    if option is None:
+        return saved
+    return {**saved, "logger": {} if option == "none" else {option: dict(node)}}
+
+
 # oldest change first; a change of keys adds its step here
-STEPS = (_precision, _optimizer, _without_command_keys, _chosen_by_target)
+STEPS = (_precision, _optimizer, _without_command_keys, _chosen_by_target, _loggers_by_option)
 
 
 def migrated(saved: dict) -> dict:

@@ -23,7 +23,7 @@ from app.errors import AppError, config_error, explain
 from app.frameworks import load_keras, use_backend
 from app.processes import interrupts
 from app.redact import redacted
-from app.training import checkpoint, devices
+from app.training import checkpoint, devices, mlflow_writer
 from app.training.checkpoint import RunState
 from app.training.context import RunContext
 from app.training.resume import resumed_config
@@ -43,6 +43,7 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
         # Everything that can be checked without data, first; the callbacks need Keras.
         config = load(cfg)  # validated once; the one object every step below reads
         use_backend(config.trainer)  # before anything loads Keras
+        mlflow_writer.check_installed(config.logger)
         if config.print_config:
             print_config(redacted(to_plain(config)), f"config of {run_dir}")
         build_compose(config.augment.transforms, config.data.image_size)  # strict: misspellings fail

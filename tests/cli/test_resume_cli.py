@@ -24,7 +24,9 @@ CONFIG = ["data.num_images=96", "data.source_size=128", "data.num_classes=3", "d
           "data.batch_size=8", "model.widths=[32,64]", "model.dropout=0.3", "trainer.epochs=5",
           "trainer.checkpoint_every_steps=3", "trainer.steps_per_execution=3", "trainer.record_samples=true",
           "trainer.deterministic=true", "queue.workers=2", "scheduler=cosine", "optimizer.learning_rate=0.003",
-          "trainer.callbacks=[{_target_: recording.LearningRates, path: '${hydra:runtime.output_dir}/lr.txt'}]"]
+          "trainer.callbacks=[{_target_: recording.LearningRates, path: '${hydra:runtime.output_dir}/lr.txt'}]",
+          "logger=[tensorboard,mlflow]"]  # MLflow's store: <cwd>/outputs/mlflow.db
+CHANGED = "data.max_image_pixels=89478486"  # safe to change on resume, and changes nothing here
 TESTS = Path(__file__).resolve().parents[1]
 # the same on a prepared copy, smaller: 4 steps an epoch (18 training samples), a checkpoint every 2
 PREPARED = ["data=prepared", "data.image_size=[32,32]", "data.batch_size=4", "model.widths=[8]", "trainer.epochs=2",
@@ -108,7 +110,8 @@ def all_runs(tmp_path_factory):
         resumed[name] = json.loads((point / "state.json").read_text()), weights(point)
     # A, then B resumed, and the same on the copy, in one process (tests/docs_runner.py): TensorFlow loads once
     env = {**os.environ, "PYTHONPATH": str(TESTS)}
-    for done in spawn_one_process_for(["train", *CONFIG, "hydra.run.dir=A"], ["train", f"resume={root / 'B'}"],
+    for done in spawn_one_process_for(["train", *CONFIG, "hydra.run.dir=A"], ["train", f"resume={root / 'B'}", CHANGED],
+                                      ["evaluate", f"resume={root / 'B'}"],
                                       ["train", *prepared, "hydra.run.dir=PA"], ["train", f"resume={root / 'PB'}"],
                                       cwd=root, env=env):
         assert done.returncode == 0, done.stderr[-3000:]
@@ -196,6 +199,34 @@ def test_the_dashboards_events_hold_each_step_once_as_uninterrupted(runs):
 
 
 @pytest.mark.slow
+def test_the_mlflow_run_is_continued_with_each_step_once_as_uninterrupted(runs):
+    """B's MLflow run, read back with MLflow's client: one run for B (its resume continued it),
+    each step once with A's values, the changed override a tag beside the write-once param, and the
+    run's files and its evaluation (the confusion matrix) as artifacts."""
+    from mlflow import MlflowClient
+
+    run_a, run_b, point, _ = runs
+    client = MlflowClient(f"sqlite:///{run_a.parent / 'outputs' / 'mlflow.db'}")
+    ids = [json.loads((run / "mlflow.json").read_text())["run_id"] for run in (run_a, run_b)]
+    listed = client.search_runs([client.get_experiment_by_name("train").experiment_id])
+    assert sorted(r.info.run_id for r in listed) == sorted(ids) and ids[0] != ids[1]  # B: one run, not two
+    for key in ("step/loss", "epoch/accuracy", "epoch/val_loss"):
+        a, b = ([(m.step, m.value) for m in client.get_metric_history(i, key)] for i in ids)
+        last = max(step for step, _ in b)  # A's run may be extended later (test_corrupt_newest_checkpoint_falls_back)
+        assert len({step for step, _ in b}) == len(b) and sorted(x for x in a if x[0] <= last) == sorted(b), key
+    assert len(client.get_metric_history(ids[1], "step/loss")) == 5 * 3
+    b = client.get_run(ids[1])
+    assert b.info.status == "FINISHED" and b.data.params["trainer.epochs"] == "5"
+    assert b.data.params["data.max_image_pixels"] == "89478485"  # the first start's: params are written once
+    assert b.data.tags[f"changed_at_step_{point['step']}.data.max_image_pixels"] == "89478486"
+    artifacts = {f.path for f in client.list_artifacts(ids[1])}
+    assert {"config.yaml", "summary.json", "metrics.csv", "model.keras", "augmented.png"} <= artifacts
+    (evaluation,) = client.list_artifacts(ids[1], "evaluate")
+    assert f"{evaluation.path}/confusion.png" in {f.path for f in client.list_artifacts(ids[1], evaluation.path)}
+    assert not client.list_artifacts(ids[0], "evaluate")  # negative control: A was not evaluated
+
+
+@pytest.mark.slow
 def test_metrics_rows_continue_without_gaps_or_duplicates(runs):
     run_a, run_b, _, _ = runs
     assert metric_rows(run_b) == metric_rows(run_a)
@@ -230,6 +261,14 @@ def test_corrupt_newest_checkpoint_falls_back(runs):
     log = (copy / "train.log").read_text()
     assert f"checkpoint {newest} cannot be loaded" in log and f"resuming from {previous.name}" in log
     assert [r[0] for r in metric_rows(copy)] == ["1", "2", "3", "4", "5", "6"]
+    # the copy goes on in A's MLflow run (mlflow.json came with it): the steps after `previous`, which
+    # the store holds already, are not sent again
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{run_a.parent / 'outputs' / 'mlflow.db'}")
+    run_id = json.loads((copy / "mlflow.json").read_text())["run_id"]
+    steps = [m.step for m in client.get_metric_history(run_id, "step/loss")]
+    assert len(steps) == len(set(steps)) == 6 * 3 and client.get_run(run_id).info.status == "FINISHED"
 
 
 @pytest.mark.slow

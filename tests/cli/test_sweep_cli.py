@@ -27,12 +27,22 @@ def app(*args, cwd):
 
 @pytest.mark.slow
 def test_joblib_runs_jobs_in_parallel_on_one_dataset(tmp_path):
+    """Both jobs write one MLflow SQLite store at once (a new one: its tables made by one of them):
+    neither fails on a locked database, and the sweep is one experiment, a run a job."""
+    from mlflow import MlflowClient
+
     result = app("train", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", *TINY, "queue.workers=1,2",
-                 "hydra.sweep.dir=sweep", cwd=tmp_path)
+                 "hydra.sweep.dir=sweep", "logger=[csv,mlflow]", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     for job in ("0", "1"):
         summary = json.loads((tmp_path / "sweep" / job / "summary.json").read_text())
         assert summary["status"] == "completed" and summary["isolation"] == "clean"
+        assert (tmp_path / "sweep" / job / "scalars.csv").is_file()  # the other logger, beside MLflow
+    client = MlflowClient(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("sweep").experiment_id])
+    assert sorted(r.info.run_name for r in runs) == ["sweep/0", "sweep/1"]
+    assert all(r.info.status == "FINISHED" and r.data.metrics["epoch/val_accuracy"] >= 0 for r in runs)
+    assert {r.data.params["queue.workers"] for r in runs} == {"1", "2"}
     # both jobs asked for the dataset (and its test split) at once: each was generated once, and no half
     # copy is left
     made = sorted(d.name for d in (tmp_path / "datasets" / "synthetic").iterdir())

@@ -39,8 +39,8 @@ def _old_format() -> dict:
     config["trainer"].pop("precision")
     config["trainer"].update(optimizer="sgd", lr=0.05, mixed_precision=True)
     config.update(split="val", checkpoint="last", input=None)  # evaluate's and predict's keys, in every run then
-    for group, option in (("data", "synthetic"), ("logger", "tensorboard")):  # scheduler: from _optimizer
-        config[group] = {"name": option, **{k: v for k, v in config[group].items() if k != "_target_"}}
+    config["data"] = {"name": "synthetic", **{k: v for k, v in config["data"].items() if k != "_target_"}}
+    config["logger"] = {"name": "tensorboard"}  # one logger a run; scheduler: from _optimizer
     return config
 
 
@@ -52,12 +52,13 @@ def test_an_old_run_dir_is_read_back_in_todays_keys(tmp_path):
     assert config.trainer.precision == "mixed_float16"
     assert config.optimizer._target_ == "keras.optimizers.SGD" and config.optimizer.learning_rate == 0.05
     assert config.scheduler._target_ == "app.training.schedules.constant"
-    assert (config.data._target_, config.logger._target_) == ("app.data.synthetic.synthetic_source",
-                                                              "app.training.dashboards.TensorBoardWriter")
+    assert (config.data._target_, config.logger.tensorboard._target_) == (
+        "app.data.synthetic.synthetic_source", "app.training.dashboards.TensorBoardWriter")
+    assert (config.logger.csv, config.logger.mlflow) == (None, None)
     today = to_plain(config)
     assert migrated(today) == today  # a config in today's keys is left as it is
     assert not {"split", "checkpoint", "input"} & set(migrated(saved))
-    assert len(STEPS) == 4  # each step is exercised above
+    assert len(STEPS) == 5  # each step is exercised above
 
 
 def test_an_override_of_a_replaced_key_names_its_successor():
@@ -91,5 +92,7 @@ def test_each_target_of_ours_is_the_callable_it_names():
             assert callable(hydra.utils.get_object(target)), (group, target)
     for option, target in TARGETS["logger"].items():
         assert type(dashboards.writer(target, Path("/nonexistent"))) is hydra.utils.get_object(target), option
+    with pytest.raises(ConfigError, match=r"`logger.csv._target_`.*app.training.dashboards.CsvWriter"):
+        validate(to_plain(_composed("logger=csv", "logger.csv._target_=app.training.dashboards.Writer")))
     with pytest.raises(ConfigError, match=r"`scheduler._target_`.*choose it with scheduler=<constant\|cosine"):
         validate(to_plain(_composed("scheduler._target_=app.training.schedules.nope")))  # negative control

@@ -1,0 +1,279 @@
+"""logger=mlflow: the run as one MLflow run. Its params are the resolved config, flattened
+(`flattened`); its metrics the step and epoch scalars the
+other loggers get (validation's as `epoch/val_<name>`); its tags the config's `tags`
+(`key:value` or `key=value` as that pair, a bare word with an empty value) and `run_dir`; its
+artifacts the resolved config.yaml, summary.json, metrics.csv, augmented.png and model.keras when
+the run ends, and an evaluation's folder (the confusion matrix) when `evaluate` runs on it.
+
+MLflow's rules, kept here: params are write-once, so a resume whose config changed logs each
+changed value as the tag `changed_at_step_<step>.<key>`; metrics are append-only, so they wait in
+memory until the run's next checkpoint (`checkpointed`, just before it is saved) and a resumed
+run, which redoes the steps after its checkpoint, sends only the steps the store does not hold
+yet; SQLite takes one writer at a time, so a write that finds the database locked is retried
+(a sweep's parallel jobs share one store), and the store's tables are made under a file lock.
+The MLflow run's id is kept in <run dir>/mlflow.json, so a resumed run goes on in the same MLflow
+run. Only the process that writes the run directory makes a writer (app/training/epochs.py).
+
+The store: `logger.mlflow.tracking_uri`, else MLFLOW_TRACKING_URI, else
+sqlite:///<absolute outputs/>/mlflow.db, its artifacts in outputs/mlflow-artifacts/ (a SQLite
+store's artifacts go beside its database file): `mlflow ui --backend-store-uri <that uri>`
+shows every run, offline. MLflow is an optional extra, imported when a writer is made; never
+imports TensorFlow, Keras or the loader.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import re
+import time
+from pathlib import Path
+
+from app.errors import ConfigError
+from app.schema.training import MlflowLoggerConfig
+from app.training.rundir import write_json
+from app.training.sweeps import is_sweep
+
+log = logging.getLogger("app.train")
+RUN_FILE = "mlflow.json"
+ARTIFACTS = ("metrics.csv", "augmented.png", "model.keras")
+BATCH = 500  # rows a log_batch call: MLflow takes at most 1000 metrics and 100 params or tags
+RETRY_S = 300.0  # how long a write waits, all retries together, for a locked SQLite database
+STATUSES = {"completed": "FINISHED", "interrupted": "KILLED", "failed": "FAILED"}
+INSTALL = ('logger=mlflow needs MLflow, an optional extra: pip install -e ".[mlflow]" (mlflow-skinny with '
+           "SQLAlchemy and Alembic, for the SQLite store; `mlflow ui` needs the full `mlflow` package), or "
+           "choose another logger: logger=tensorboard.")
+
+
+def flattened(config: dict, prefix: str = "") -> dict:
+    """The config flattened to dotted keys and plain values (lists as text), as HParams and
+    MLflow's params take them."""
+    flat = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flattened(value, f"{name}."))
+        elif isinstance(value, (bool, int, float, str)):
+            flat[name] = value
+        elif value is not None:
+            flat[name] = str(value)
+    return flat
+
+
+def import_mlflow():
+    """MLflow, or a ConfigError saying how to install it."""
+    try:
+        import mlflow  # the optional extra: imported only when a run logs to MLflow
+    except ImportError:
+        raise ConfigError(INSTALL) from None
+    return mlflow
+
+
+def check_installed(logger) -> None:
+    """With logger=mlflow, MLflow installed: refused before any data is read, not at the first epoch."""
+    if logger.mlflow is not None:
+        import_mlflow()
+
+
+def store(tracking_uri: str | None, outputs: Path = Path("outputs")) -> tuple[str, str | None]:
+    """(the tracking URI, the artifact location of a new experiment: None where the store decides)."""
+    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if not uri:
+        root = outputs.resolve()
+        root.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{root / 'mlflow.db'}", (root / "mlflow-artifacts").as_uri()
+    database = _sqlite_file(uri)
+    return uri, (database.parent / "mlflow-artifacts").as_uri() if database else None
+
+
+def _sqlite_file(uri: str) -> Path | None:
+    return Path(uri[len("sqlite:///"):]).resolve() if uri.startswith("sqlite:///") else None
+
+
+@contextlib.contextmanager
+def _tables_locked(uri: str):
+    """A SQLite store's tables made (and an experiment found or made) by one process at a time:
+    two jobs of a sweep starting together would both create them."""
+    database = _sqlite_file(uri)
+    if database is None:
+        yield
+        return
+    database.parent.mkdir(parents=True, exist_ok=True)
+    with open(database.with_name(f"{database.name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def retried(call, *args, deadline_s: float = RETRY_S, **kwargs):
+    """`call(*args, **kwargs)`, again after a pause (doubling, at most 2 s) while SQLite says the
+    database is locked, until `deadline_s`; any other error at once."""
+    end, pause = time.monotonic() + deadline_s, 0.05
+    while True:
+        try:
+            return call(*args, **kwargs)
+        except Exception as error:
+            if "locked" not in str(error) or time.monotonic() > end:
+                raise
+            log.info("mlflow: the store is locked by another writer; trying again in %.2f s", pause)
+            time.sleep(pause)
+            pause = min(pause * 2, 2.0)
+
+
+def metric_key(split: str, tag: str) -> str:
+    """`epoch/loss` of validation as `epoch/val_loss`; characters MLflow refuses in a key as `_`."""
+    if split != "train":
+        head, _, name = tag.rpartition("/")
+        tag = f"{head}/val_{name}" if head else f"val_{name}"
+    return re.sub(r"[^\w./\- :]", "_", tag)
+
+
+def tag_pairs(tags: list[str]) -> dict[str, str]:
+    """The config's `tags` as MLflow's key/value tags: `team:vision` (or `team=vision`) that pair,
+    a bare word with an empty value."""
+    pairs = {}
+    for tag in map(str, tags):
+        pair = re.fullmatch(r"([^=:]*)[=:](.*)", tag)
+        key, value = pair.groups() if pair else (tag, "")
+        pairs[metric_key("train", key.strip())] = value.strip()
+    return pairs
+
+
+class MlflowWriter:
+    """The MLflow run of a training run (the module docstring says what it holds)."""
+
+    def __init__(self, run_dir: Path, node: MlflowLoggerConfig | None = None):
+        self.run_dir, self.node = Path(run_dir), node or MlflowLoggerConfig()
+        self.mlflow = import_mlflow()
+        self.client, self.run_id, self.config = None, None, {}
+        self.pending: list = []  # Metric rows not sent yet: sent at the next checkpoint
+        self.stored: dict[str, int] = {}  # key → the last step the store holds (a resumed run's)
+
+    def begin(self, config: dict, *, trial: str, step: int) -> None:
+        """The MLflow run made, or the run directory's continued (`step` > 0: a resume), with its
+        params and tags."""
+        self.config = config
+        saved = self.run_dir / RUN_FILE
+        record = json.loads(saved.read_text()) if saved.is_file() else None
+        uri, artifacts = (record["tracking_uri"], None) if record else store(self.node.tracking_uri)
+        with _tables_locked(uri):
+            self.client = self.mlflow.MlflowClient(uri)
+            retried(self.client.search_experiments, max_results=1)  # the store, made now: its tables too
+            run = self._continued(record) if record else None
+            if run is None:
+                run = self._created(uri, artifacts, trial)
+        self.run_id = run.info.run_id
+        params = {key: str(value)[:6000] for key, value in flattened(config).items()}
+        old = run.data.params
+        changed = {f"changed_at_step_{step}.{key}": value for key, value in params.items()
+                   if key in old and old[key] != value}
+        for key in changed:
+            log.info("mlflow: %s (params are written once: the resumed run's value is this tag)", key)
+        self._send(params={k: v for k, v in params.items() if k not in old},
+                   tags={**tag_pairs(config.get("tags") or []), "run_dir": str(self.run_dir.resolve()), **changed})
+
+    def _continued(self, record: dict):
+        """The run directory's MLflow run, running again, with the last step of each metric the
+        store holds; None when the store has lost it."""
+        try:
+            run = retried(self.client.get_run, record["run_id"])
+        except self.mlflow.exceptions.MlflowException as error:
+            log.warning("mlflow: the run %s is not in %s (%s): a new MLflow run takes its place",
+                        record["run_id"], record["tracking_uri"], str(error).splitlines()[0])
+            return None
+        for key in run.data.metrics:
+            history = retried(self.client.get_metric_history, run.info.run_id, key)
+            self.stored[key] = max((m.step for m in history), default=-1)
+        retried(self.client.update_run, run.info.run_id, status="RUNNING")
+        log.info("mlflow: continuing run %s in %s", run.info.run_id, record["tracking_uri"])
+        return run
+
+    def _created(self, uri: str, artifacts: str | None, trial: str):
+        name = self.node.experiment or _experiment_of(self.run_dir)
+        found = retried(self.client.get_experiment_by_name, name)
+        experiment = found.experiment_id if found else retried(self.client.create_experiment, name,
+                                                               artifact_location=artifacts)
+        run = retried(self.client.create_run, experiment, run_name=_shown(Path(trial)))
+        write_json(self.run_dir / RUN_FILE, {"tracking_uri": uri, "experiment_id": experiment,
+                                             "run_id": run.info.run_id})
+        log.info("mlflow: run %s in experiment %r of %s", run.info.run_id, name, uri)
+        return run
+
+    def scalars(self, split: str, values: dict, step: int) -> None:
+        now = int(time.time() * 1000)
+        self.pending += [self.mlflow.entities.Metric(metric_key(split, tag), float(value), now, int(step))
+                         for tag, value in values.items()]
+
+    def checkpointed(self, step: int) -> None:
+        """Everything up to `step` is final (its checkpoint is saved next): sent, but a step the
+        store holds already (a resumed run redoing it)."""
+        rows = [m for m in self.pending if m.step <= step and m.step > self.stored.get(m.key, -1)]
+        self.pending = [m for m in self.pending if m.step > step]
+        for start in range(0, len(rows), BATCH):
+            retried(self.client.log_batch, self.run_id, metrics=rows[start:start + BATCH])
+
+    def _send(self, *, params: dict, tags: dict) -> None:
+        entities = self.mlflow.entities
+        params = [entities.Param(k, v) for k, v in params.items()]
+        tags = [entities.RunTag(k, str(v)[:8000]) for k, v in tags.items()]
+        for start in range(0, max(len(params), len(tags)), 100):
+            retried(self.client.log_batch, self.run_id, params=params[start:start + 100],
+                    tags=tags[start:start + 100])
+
+    def images(self, tag, batch, step) -> None:
+        pass  # augmented.png, an artifact at the end
+
+    def hparams(self, values: dict, trial: str) -> None:
+        pass  # `begin` logs them as params
+
+    def tags(self, tags: list[str]) -> None:
+        pass  # `begin` sets them
+
+    def close(self) -> None:
+        self.ended("completed")
+
+    def ended(self, status: str) -> None:
+        """The run's files as artifacts, and the MLflow run ended with `status` (completed,
+        interrupted, failed); the metrics after the last checkpoint are dropped (a resume redoes them)."""
+        if self.run_id is None:
+            return
+        summary_path = self.run_dir / "summary.json"
+        summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+        retried(self.client.log_dict, self.run_id, self.config, "config.yaml")
+        retried(self.client.log_dict, self.run_id, {**summary, "status": status}, "summary.json")
+        for name in ARTIFACTS:
+            if (self.run_dir / name).is_file():
+                retried(self.client.log_artifact, self.run_id, str(self.run_dir / name))
+        retried(self.client.set_terminated, self.run_id, STATUSES[status])
+        self.run_id = None
+
+
+def _experiment_of(run_dir: Path) -> str:
+    """A sweep's folder (one experiment a sweep, its jobs its runs), else `train`."""
+    parent = Path(run_dir).resolve().parent
+    return _shown(parent) if is_sweep(parent) else "train"
+
+
+def _shown(path: Path) -> str:
+    """`path` relative to the working directory when under it, as the command lines give it."""
+    path, here = Path(path).resolve(), Path.cwd().resolve()
+    return str(path.relative_to(here)) if path.is_relative_to(here) else str(path)
+
+
+def log_evaluation(run_dir: Path, folder: Path) -> None:
+    """An evaluation's files (the confusion matrix among them) into the run's MLflow run, under
+    evaluate/<folder name>; nothing when the run has none."""
+    saved = Path(run_dir) / RUN_FILE
+    if not saved.is_file():
+        return
+    record = json.loads(saved.read_text())
+    try:
+        with _tables_locked(record["tracking_uri"]):
+            client = import_mlflow().MlflowClient(record["tracking_uri"])
+    except ConfigError as error:  # the evaluation is written: say what is missing, fail nothing
+        log.warning("%s not logged to MLflow: %s", folder, error)
+        return
+    retried(client.log_artifacts, record["run_id"], str(folder), f"evaluate/{Path(folder).name}")
+    log.info("mlflow: %s logged to run %s", folder, record["run_id"])
