@@ -3,8 +3,10 @@ the originals in one run. Owns the config a copy is benched with (the original's
 switched to `data=prepared data.path=<copy>`: the same image size, batch, decode and bad-sample
 keys, the same augmentation), the check that a copy is of this data, each row's name
 (`<mode>@<copy>`) and the ratios a table reports (copy against originals; a later copy against
-the first, e.g. object storage against local disk). Imports app.data and app.schema only; never
-TensorFlow (the bench parent imports it before any mode's process starts).
+the first, e.g. object storage against local disk). Where `bench.cache_dir` is set, a copy at a
+URL runs twice: by byte ranges, and through that shard cache (`<mode>@<url> cached`). Imports
+app.data and app.schema only; never TensorFlow (the bench parent imports it before any mode's
+process starts).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from app.data import load_source
+from app.data.storage import is_url
 from app.errors import ConfigError
 from app.schema.data import PreparedDataConfig
 
@@ -22,15 +25,30 @@ def row_name(mode: str, copy: str | None) -> str:
     return mode if copy is None else f"{mode}@{copy}"
 
 
-def copy_config(config, copy: str):
-    """The loaded config `config` with its data switched to the prepared copy at `copy`."""
-    data = PreparedDataConfig(path=copy, **{key: getattr(config.data, key) for key in SHARED_KEYS})
+CACHED = " cached"  # the label of a copy at a URL read through bench.cache_dir
+
+
+def labels(config) -> list[str]:
+    """What each row of a copy is named after: each of bench.prepared, and each URL among them
+    again, `<url> cached`, where bench.cache_dir is set."""
+    cache = config.bench.cache_dir
+    return [label for copy in config.bench.prepared
+            for label in ([copy, copy + CACHED] if cache and is_url(copy) else [copy])]
+
+
+def copy_config(config, label: str):
+    """The loaded config `config` with its data switched to the prepared copy `label` names
+    (`<url> cached`: through bench.cache_dir)."""
+    copy = label.removesuffix(CACHED)
+    cache = config.bench.cache_dir if label.endswith(CACHED) else None
+    data = PreparedDataConfig(path=copy, cache_dir=cache, **{key: getattr(config.data, key) for key in SHARED_KEYS})
     return dataclasses.replace(config, data=data)
 
 
 def copy_source_of(config, copy: str, source):
     """The copy's source, refused unless it was prepared from `source` (the benched data)."""
     copied = load_source(copy_config(config, copy).data)
+    copy = copy.removesuffix(CACHED)
     of = copied.split.get("prepared", {}).get("of", {})
     if of.get("fingerprint") != source.fingerprint:
         raise ConfigError(f"config key `bench.prepared` names {copy}, a prepared copy of {of.get('name')} at "

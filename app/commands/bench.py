@@ -79,7 +79,7 @@ def main(cfg: DictConfig) -> None:
     if capped:  # said here: the modes' processes log warnings only
         log.info(capped)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    benched = [(None, config)] + [(copy, _copy_checked(config, copy, source)) for copy in bench.prepared]
+    benched = [(None, config)] + [(copy, _copy_checked(config, copy, source)) for copy in copies.labels(config)]
     results = {}
     for copy, variant in benched:
         for mode in bench.modes:
@@ -87,7 +87,7 @@ def main(cfg: DictConfig) -> None:
             results[name] = _measured(mode, variant, run_dir / "bench.log")
             log.info("%-16s %s", name, _line(results[name]))
     plain = redacted(to_plain(config))
-    derived = {**_derived(results, config, slots), **copies.ratios(results, bench.modes, list(bench.prepared))}
+    derived = {**_derived(results, config, slots), **copies.ratios(results, bench.modes, copies.labels(config))}
     report = {"results": results, "config": {k: plain[k] for k in ("data", "augment", "queue", "bench", "seed")},
               "derived": derived, "versions": versions(), "hardware": hardware(),
               "overrides": redacted(list(HydraConfig.get().overrides.task))}

@@ -78,6 +78,7 @@ class BenchConfig:
     # Prepared copies of the benched data (folders or URLs, `python -m app prepare`): every mode
     # runs on each too, beside the originals (app/bench/copies.py).
     prepared: list[str] = field(default_factory=list)
+    cache_dir: str | None = None  # copies at a URL also run through this shard cache (data.cache_dir)
 
 
 @dataclass

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+import s3fs
 from docs_runner import spawn_one_process_for
 from PIL import Image
+from s3_endpoint import CREDENTIALS, endpoint, environment, new_bucket
 
 from app.bench.loading import reason, visit_order
 from app.commands.bench import _raise_if_all_failed
 from app.errors import AppError
 from app.schema import BENCH_MODES
+
+S3 = {"key": CREDENTIALS["AWS_ACCESS_KEY_ID"], "secret": CREDENTIALS["AWS_SECRET_ACCESS_KEY"]}
 
 
 def bench(tmp_path, *args):
@@ -69,26 +74,35 @@ def test_bench_memory_run_samples_a_second_run(tmp_path):
 @pytest.mark.slow
 def test_bench_runs_each_mode_on_prepared_copies_beside_the_originals(tmp_path):
     """The modes without a model (their processes never load TensorFlow: cheap) on the originals
-    and on a prepared copy of them, in one run; a copy of other data is refused before any timing."""
+    and on a prepared copy of them, in a folder and in a bucket of a local S3 endpoint (by byte
+    ranges, and through a shard cache), in one run; a copy of other data is refused before any timing."""
     data = ["data.num_images=24", "data.source_size=96", "data.num_classes=3", "data.image_size=[32,32]",
             "data.batch_size=4", "queue.workers=1"]
     other = ["data.num_images=24", "data.source_size=64", "data.num_classes=3"]  # other files: another fingerprint
-    prepared, bench_both, refused = spawn_one_process_for(
-        ["prepare", *data, f"prepare.out={tmp_path / 'copy'}", "hydra.run.dir=prepare"],
-        ["bench", *data, "bench.batches=3", "bench.warmup=1", "bench.modes=[loader,serial]", "bench.memory=false",
-         f"bench.prepared=[{tmp_path / 'copy'}]", "hydra.run.dir=bench"],
-        ["bench", *data, *other, "bench.modes=[serial]", f"bench.prepared=[{tmp_path / 'copy'}]",
-         "hydra.run.dir=other"], cwd=tmp_path)
-    assert prepared.returncode == 0 and bench_both.returncode == 0, bench_both.stderr[-3000:]
-    report = json.loads((tmp_path / "bench" / "bench.json").read_text())
+    url = f"s3://{new_bucket(s3fs.S3FileSystem(**S3, endpoint_url=endpoint(), skip_instance_cache=True))}/copy"
     copy = str(tmp_path / "copy")
-    assert list(report["results"]) == ["loader", "serial", f"loader@{copy}", f"serial@{copy}"]
+    env = {**os.environ, **environment()}
+    results = spawn_one_process_for(
+        ["prepare", *data, f"prepare.out={copy}", "hydra.run.dir=prepare"],
+        ["prepare", *data, f"prepare.out={url}", "hydra.run.dir=prepare-s3"],
+        ["bench", *data, "bench.batches=3", "bench.warmup=1", "bench.modes=[loader,serial]", "bench.memory=false",
+         f"bench.prepared=[{copy},{url}]", f"bench.cache_dir={tmp_path / 'cache'}", "hydra.run.dir=bench"],
+        ["bench", *data, *other, "bench.modes=[serial]", f"bench.prepared=[{copy}]", "hydra.run.dir=other"],
+        cwd=tmp_path, env=env)
+    assert [r.returncode for r in results[:3]] == [0, 0, 0], results[2].stderr[-3000:]
+    report = json.loads((tmp_path / "bench" / "bench.json").read_text())
+    copies = [copy, url, f"{url} cached"]
+    assert list(report["results"]) == ["loader", "serial", *(f"{m}@{c}" for c in copies for m in ("loader", "serial"))]
     for name, r in report["results"].items():
         assert "error" not in r and r["timed_batches"] == 3, (name, r.get("traceback"))
-    results, derived = report["results"], report["derived"]
+    results_, derived = report["results"], report["derived"]
     assert derived[f"loader@{copy}_vs_original"] == \
-        results[f"loader@{copy}"]["images_per_s"] / results["loader"]["images_per_s"]
-    assert f"| serial@{copy} |" in bench_both.stdout and f"serial@{copy}_vs_original" in bench_both.stdout
+        results_[f"loader@{copy}"]["images_per_s"] / results_["loader"]["images_per_s"]
+    assert derived[f"serial@{url} cached_vs_first_copy"] == \
+        results_[f"serial@{url} cached"]["images_per_s"] / results_[f"serial@{copy}"]["images_per_s"]
+    assert f"| serial@{copy} |" in results[2].stdout and f"serial@{copy}_vs_original" in results[2].stdout
+    assert len(list((tmp_path / "cache").glob("*/train-*.tar"))) >= 1  # the cached rows read through it
+    refused = results[3]
     assert refused.returncode != 0 and "bench.prepared" in refused.stderr
     assert "not of the data benched" in refused.stderr
     assert not (tmp_path / "other" / "bench.json").exists()  # refused before any mode ran
