@@ -31,18 +31,13 @@ DRIVERS = {"s3": "s3fs (pip install 'app[s3]')", "gs": "gcsfs (pip install 'app[
 # Errors no retry mends: the object or bucket is not there, access is refused, a wrong argument.
 FINAL = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, ValueError, TypeError,
          ImportError)
-_retries = {"count": 0}  # this process's transient errors tried again
-_thread = threading.local()  # and this thread's: a loader worker's telemetry reads its own
+_thread = threading.local()  # this thread's transient errors tried again: a loader worker's telemetry reads its own
 log = logging.getLogger(__name__)
 
 
-def retries() -> int:
-    """How many reads or writes this process tried again after a transient storage error."""
-    return _retries["count"]
-
-
 def thread_retries() -> int:
-    """How many of them this thread made (a loader thread's share, for its telemetry)."""
+    """How many reads or writes this thread tried again after a transient storage error (a
+    loader thread's share, for its telemetry)."""
     return getattr(_thread, "count", 0)
 
 
@@ -186,7 +181,6 @@ class RemoteStore(Store):
             except Exception as error:  # noqa: BLE001 - drivers raise their own kinds for a dropped connection
                 if _is_credentials(error) or attempt == TRIES:
                     raise storage_error(path, error, attempts=attempt) from None
-                _retries["count"] += 1
                 _thread.count = thread_retries() + 1
                 log.warning("%s: %s: %s; trying again in %.1f s (try %d of %d)", path, type(error).__name__, error,
                             wait, attempt + 1, TRIES)

@@ -3,7 +3,7 @@ https:// copy, no folder, `mark`), the source's splits, the plan (or the one an 
 left), the shards, the index and manifest last, the summary line. The copy is written through a
 Store (app/data/storage.py): a local folder, or a URL (s3://, gs://) with prepare.storage_options.
 What `python -m app prepare` runs (app/commands/prepare.py).
-Imports app.data, app.augment (by app.prepare.rule), app.errors and app.prepare only.
+Imports app.data, app.augment (by app.prepare.rule), app.errors, app.schema and app.prepare only.
 """
 
 from __future__ import annotations
@@ -15,15 +15,17 @@ from importlib.metadata import version
 
 from app.data import load_source
 from app.data.images import Decode
+from app.data.prepared import prepared_source
 from app.data.shards import Manifest
 from app.data.storage import Store, is_url
 from app.errors import ConfigError
 from app.prepare import payback
 from app.prepare.encode import Encoding
-from app.prepare.finish import index_of, write_copy_index
+from app.prepare.finish import write_copy_index
 from app.prepare.job import Job, estimate_per_shard, write_shards
 from app.prepare.plan import is_up_to_date, make_plan, read_plan, write_plan
 from app.prepare.rule import stored_short_side
+from app.schema.data import PreparedDataConfig
 
 log = logging.getLogger("app.prepare")
 READ_ONLY = ("http", "https")  # URL schemes fsspec reads but cannot write
@@ -106,8 +108,8 @@ def _summary(config, job: Job, plan: dict, *, records: dict, seconds: float) -> 
     files = sum(len(record["rows"]) for split in records.values() for record in split) + bad
     train = job.splits["train"]
     draft = job.encoding.short_side if config.data.decode.draft else None
-    original = payback.seconds_per_original(train, Decode(draft, config.data.max_image_pixels))
-    prepared = payback.seconds_per_prepared(store, index_of(records["train"]), plan["splits"]["train"]["shards"],
-                                            job.encoding.format)
+    original = payback.seconds_per_sample(train, Decode(draft, config.data.max_image_pixels))
+    copy = prepared_source(PreparedDataConfig(path=str(store), storage_options=dict(config.prepare.storage_options)))
+    prepared = payback.seconds_per_sample(copy.train, Decode(None, config.data.max_image_pixels))
     return payback.summary_line(files=files, bad=bad, sizes=(before, after), seconds=seconds,
                                 per_sample=(original, prepared, len(train)))

@@ -1,7 +1,7 @@
 """The summary line a prepare ends with: files, bytes before and after, time, and after how many
 epochs the time pays back, from a short timed read+decode of a few originals (as the training
-loader decodes them) and of a few prepared samples (their bytes read from the shard through the
-copy's Store, a folder or a URL, and decoded). Imports NumPy and app.data only.
+loader decodes them) and of a few prepared samples (read from the finished copy, a folder or a
+URL, as data=prepared reads them). Imports NumPy and app.data only.
 """
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ import time
 
 import numpy as np
 
-from app.data.images import Decode, rgb_from_bytes
-from app.data.storage import Store
+from app.data.images import Decode
 
 TIMED = 8  # samples of each kind
 
 
-def seconds_per_original(split, decode: Decode) -> float | None:
-    """Mean read+decode time of the first few readable samples of `split` (the loader's decode)."""
+def seconds_per_sample(split, decode: Decode) -> float | None:
+    """Mean read+decode time of the first few readable samples of `split` (the loader's read and
+    decode: an original file, or a prepared copy's member)."""
     times = []
     for index in range(min(len(split), 4 * TIMED)):
         begun = time.perf_counter()
@@ -28,20 +28,6 @@ def seconds_per_original(split, decode: Decode) -> float | None:
         times.append(time.perf_counter() - begun)
         if len(times) == TIMED:
             break
-    return float(np.mean(times)) if times else None
-
-
-def seconds_per_prepared(store: Store, index: np.ndarray, shards: list[str], fmt: str) -> float | None:
-    """Mean read+decode time of the first few samples of a prepared split (each its byte range)."""
-    times = []
-    for row in index[:TIMED]:
-        begun = time.perf_counter()
-        data = store.read_range(shards[int(row["shard"])], int(row["offset"]), int(row["length"]))
-        if fmt == "jpeg":
-            rgb_from_bytes(data)
-        else:
-            np.frombuffer(data, np.uint8).reshape(int(row["height"]), int(row["width"]), 3).copy()
-        times.append(time.perf_counter() - begun)
     return float(np.mean(times)) if times else None
 
 

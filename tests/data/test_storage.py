@@ -80,10 +80,10 @@ def test_missing_credentials_are_named_without_retrying(s3, monkeypatch):
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
-    before = storage.retries()
+    before = storage.thread_retries()
     with pytest.raises(DataError, match=rf"s3://{bucket}/a cannot be read with the credentials.*AWS_ACCESS_KEY_ID"):
         Store.at(f"s3://{bucket}", {"skip_instance_cache": True}).read_bytes("a")
-    assert storage.retries() == before
+    assert storage.thread_retries() == before
 
 
 def test_a_missing_driver_names_the_extra_that_brings_it():
@@ -93,9 +93,9 @@ def test_a_missing_driver_names_the_extra_that_brings_it():
 
 def test_an_endpoint_that_does_not_answer_is_tried_again_then_named(monkeypatch):
     monkeypatch.setattr(storage, "FIRST_WAIT", 0.01)
-    before = storage.retries()
+    before = storage.thread_retries()
     options = {"endpoint_url": "http://127.0.0.1:1", "key": "k", "secret": "s",
                "config_kwargs": {"retries": {"max_attempts": 1}}}  # s3fs's own retries off: ours are counted
     with pytest.raises(DataError, match=rf"could not be reached after {storage.TRIES} tries"):
         Store.at("s3://bucket/copy", options).read_bytes("manifest.json")
-    assert storage.retries() - before == storage.TRIES - 1
+    assert storage.thread_retries() - before == storage.TRIES - 1
