@@ -1,6 +1,7 @@
 """Every Keras internal the app relies on, each behind one adapter: the JAX trainer's state
 (`JaxTrainerState`), the function keras.applications fetch their weights with
-(`weight_downloads_recorded`) and a model's every nested layer (`every_layer`). Keras makes no
+(`weight_downloads_recorded`), a model's every nested layer (`every_layer`) and the shuffle
+flag of the adapter `fit` wraps a PyDataset in (`keras_batch_shuffle_switched_off`). Keras makes no
 promise about these, so pyproject.toml pins Keras to the minor release tests/test_adapters.py
 checked them on; that test fails, naming the attribute, when a Keras release changes one.
 Imports Keras only inside the one adapter that needs its module, so importing this loads no
@@ -11,11 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 # keras.src.utils.file_utils: keras.applications look `get_file` up there at each download
 GET_FILE_MODULE = "keras.src.utils.file_utils"
+# The adapter fit, evaluate and predict wrap a PyDataset in; its `shuffle` shuffles the batch indices
+PY_DATASET_ADAPTER = "keras.src.trainers.data_adapters.py_dataset_adapter"
 
 
 class JaxTrainerState:
@@ -61,3 +65,21 @@ def weight_downloads_recorded() -> Iterator[list[tuple[str | None, str | None]]]
 def every_layer(net: Any) -> list:
     """The model's layers at every depth (inside nested models and layers), the model included."""
     return list(net._flatten_layers())
+
+
+def keras_batch_shuffle_switched_off(dataset: Any, depth: int = 8) -> bool:
+    """Called from a PyDataset's on_epoch_begin: the Keras adapter that called it (PyDatasetAdapter,
+    found among the callers' frames) told to serve this epoch's batches in index order, as it does
+    under fit(shuffle=False). True when it would have shuffled them; False otherwise, or where no
+    such adapter called (a loop of the user's own)."""
+    frame = sys._getframe(1)
+    for _ in range(depth):
+        frame = frame.f_back
+        if frame is None:
+            return False
+        owner = frame.f_locals.get("self")
+        if type(owner).__module__ == PY_DATASET_ADAPTER and getattr(owner, "py_dataset", None) is dataset:
+            shuffled = bool(owner.shuffle)
+            owner.shuffle = False  # `_finite_generator` reads it when the epoch starts
+            return shuffled
+    return False

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
+import pickle
 import random
 import threading
 from collections.abc import Sequence
@@ -38,6 +39,56 @@ def build_compose(transforms: Sequence[dict], image_size: Sequence[int]) -> A.Co
                              strict=True)
     height, width = image_size
     return A.Compose([*built, A.Resize(height, width)], strict=True)
+
+
+# Transforms that turn uint8 into floats on the CPU: the float32 boundary is the model's first layer.
+FLOAT_MAKERS = frozenset({"Normalize", "ToFloat", "ToTensorV2", "ToTensor", "FromFloat"})
+
+
+def shipped(compose: A.BaseCompose) -> bytes:
+    """A user's own Compose (the loader as a library) as the worker processes get it: pickled,
+    each thread unpickling a copy of its own. Refused by the transform's name: one that makes
+    floats (the model's first layer does that, on the device), or one pickle cannot ship."""
+    for transform in every_transform(compose):
+        name = type(transform).__name__
+        if name in FLOAT_MAKERS:
+            raise ValueError(f"transform {name} turns the uint8 image into floats on the CPU; the loader hands "
+                             "uint8 batches on and the model's first layer (app.library.boundary) makes float32 "
+                             f"on the device. Leave {name} out of the Compose.")
+    try:
+        return pickle.dumps(compose)
+    except Exception as error:  # noqa: BLE001 - which transform, below
+        culprit = next((t for t in every_transform(compose) if not _pickles(t)), compose)
+        raise ValueError(f"transform {type(culprit).__name__} cannot be shipped to the worker processes: pickle "
+                         f"fails ({error}). A function it calls must be defined at the top level of a module or "
+                         "script (not a lambda or a nested function).") from None
+
+
+def every_transform(compose: A.BaseCompose) -> list:
+    """Every transform inside `compose`, nested ones (OneOf, Sequential) included."""
+    found = []
+    for transform in compose.transforms:
+        found.append(transform)
+        if isinstance(transform, A.BaseCompose):
+            found += every_transform(transform)
+    return found
+
+
+def _pickles(transform) -> bool:
+    try:
+        pickle.dumps(transform)
+    except Exception:  # noqa: BLE001 - any failure means "cannot ship"
+        return False
+    return True
+
+
+def with_resize(compose: A.BaseCompose, image_size: Sequence[int]) -> A.Compose:
+    """A user's Compose, then a resize to the loader's image size: its transforms in one flat
+    Compose (so the draft rule reads them) where it is a plain one applied always."""
+    height, width = image_size
+    if type(compose) is A.Compose and compose.p >= 1:
+        return A.Compose([*compose.transforms, A.Resize(height, width)])
+    return A.Compose([compose, A.Resize(height, width)])
 
 
 def eval_transforms(augment, image_size: Sequence[int]) -> list[dict]:
@@ -146,11 +197,15 @@ def sample_seed(seed: int, epoch: int, index: int) -> int:
 
 
 class Augmenter:
-    """Picklable: holds plain configs and builds one Compose per thread on first use."""
+    """Picklable: holds plain configs (or a user's Compose, pickled) and builds one Compose per
+    thread on first use."""
 
-    def __init__(self, transforms: Sequence[dict], image_size: Sequence[int], *, draft: bool = True,
+    def __init__(self, transforms: Sequence[dict] | A.BaseCompose, image_size: Sequence[int], *, draft: bool = True,
                  max_pixels: int | None = DEFAULT_MAX_PIXELS):
-        self.transforms = [dict(t) for t in transforms]
+        own = isinstance(transforms, A.BaseCompose)
+        self.transforms = [] if own else [dict(t) for t in transforms]
+        self.pickled = shipped(transforms) if own else None
+        self.needs_main = self.pickled is not None and b"__main__" in self.pickled  # defined in the user's script
         self.image_size = tuple(int(s) for s in image_size)
         self._local = threading.local()
         min_short_side, self.draft_reason = draft_rule(self.compose(), draft)
@@ -168,11 +223,17 @@ class Augmenter:
     def compose(self) -> A.Compose:
         compose = getattr(self._local, "compose", None)
         if compose is None:
-            compose = self._local.compose = build_compose(self.transforms, self.image_size)
+            built = (with_resize(pickle.loads(self.pickled), self.image_size) if self.pickled is not None
+                     else build_compose(self.transforms, self.image_size))
+            compose = self._local.compose = built
         return compose
 
     def __call__(self, image: np.ndarray, seed: int, epoch: int, index: int) -> np.ndarray:
         compose = self.compose()
         seed = sample_seed(seed, epoch, index)
         compose.set_random_state(np.random.default_rng(seed), random.Random(seed))
-        return compose(image=image)["image"]
+        out = compose(image=image)["image"]
+        if out.dtype != np.uint8:  # the ring holds uint8: a float would be cut to integers silently
+            raise TypeError(f"the transforms made a {out.dtype} image, not uint8: leave out those that make floats "
+                            f"({', '.join(sorted(FLOAT_MAKERS))}); the model's first layer makes float32")
+        return out

@@ -30,6 +30,23 @@ def startable(start_method: str):
             mp.set_start_method(method, force=True)
 
 
+@contextmanager
+def main_module_hidden(hidden: bool):
+    """While a child starts: spawn has each child import the parent's main module (so what it
+    defines unpickles there), and a user's script that imports Keras at its top would load
+    TensorFlow into every worker. `hidden`: the child is not told of it (nothing sent refers to it)."""
+    main = sys.modules.get("__main__")
+    saved = {name: main.__dict__[name] for name in ("__file__", "__spec__") if main and name in main.__dict__}
+    if hidden and saved:
+        main.__spec__ = None  # multiprocessing.spawn.get_preparation_data reads these two
+        main.__dict__.pop("__file__", None)
+    try:
+        yield
+    finally:
+        if hidden and saved:
+            main.__dict__.update(saved)
+
+
 def die_with_parent(parent_pid: int | None) -> None:
     """Ask Linux to SIGKILL this process when its parent dies, even by SIGKILL. (Under
     forkserver the parent is the fork server, which exits when the training process does.)"""

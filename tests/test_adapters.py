@@ -14,10 +14,18 @@ from importlib.metadata import version
 from pathlib import Path
 
 import keras
+import numpy as np
 import pytest
+from keras.src.trainers.data_adapters import get_data_adapter  # the adapter fit builds, by its own rule
 from packaging.specifiers import SpecifierSet
 
-from app.adapters import GET_FILE_MODULE, every_layer, weight_downloads_recorded
+from app.adapters import (
+    GET_FILE_MODULE,
+    PY_DATASET_ADAPTER,
+    every_layer,
+    keras_batch_shuffle_switched_off,
+    weight_downloads_recorded,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -100,3 +108,30 @@ def test_every_layer_reaches_layers_inside_models_and_layers():
     assert len(norms) == 2 and net in every_layer(net)
     # negative control: the public `layers` lists the top level only, neither normalisation
     assert not [layer for layer in net.layers if isinstance(layer, keras.layers.BatchNormalization)]
+
+
+class _Batches(keras.utils.PyDataset):
+    def __init__(self, switch: bool):
+        super().__init__()
+        self.switch, self.switched = switch, None
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index):
+        return np.full((1, 2), index), np.zeros(1)
+
+    def on_epoch_begin(self):
+        if self.switch:
+            self.switched = keras_batch_shuffle_switched_off(self)
+
+
+def test_the_pydataset_adapter_fit_uses_is_told_not_to_shuffle_from_on_epoch_begin():
+    adapters_seen = []
+    for switch in (True, False):  # the second: nothing switches it off, the negative control
+        dataset = _Batches(switch)
+        adapter = get_data_adapter(dataset, shuffle=True)
+        adapter.on_epoch_begin()
+        adapters_seen.append((type(adapter).__module__ == PY_DATASET_ADAPTER, dataset.switched, adapter.shuffle))
+    assert adapters_seen == [(True, True, False), (True, None, True)]
+    assert keras_batch_shuffle_switched_off(_Batches(False)) is False  # called from no adapter

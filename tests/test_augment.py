@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 import threading
 
+import albumentations as A
 import numpy as np
 import pytest
 
@@ -179,3 +180,24 @@ def test_evaluation_resizes_or_crops_the_centre():
     # the short side (80) to 32 / 0.875 = 37, then the central 32: the frame's 5 px became 2.3, inside the
     # 2.5 px cut from each side (and 7 px from top and bottom)
     assert max(cropped[16, 0].max(), cropped[16, -1].max(), cropped[0, 16].max()) < 64  # a blur of it at most
+
+
+def as_float(image, **_):
+    return image.astype(np.float32)
+
+
+def halved(image, **_):
+    return image // 2
+
+
+def test_a_users_compose_is_shipped_whole_read_by_the_draft_rule_and_held_to_uint8():
+    image = np.full((40, 60, 3), 200, np.uint8)
+    own = Augmenter(A.Compose([A.HorizontalFlip(p=1.0), A.Lambda(image=halved)]), (20, 30))
+    copy = pickle.loads(pickle.dumps(own))  # as a worker process gets it
+    assert copy(image, 0, 0, 0).shape == (20, 30, 3) and copy(image, 0, 0, 0).max() == 100
+    assert not own.needs_main  # its function lives in an importable module, not the script being run
+    assert Augmenter(A.Compose([A.HorizontalFlip()]), (20, 30)).draft_reason.startswith("draft allowed")
+    assert Augmenter(A.Compose([A.Lambda(image=halved)]), (20, 30)).draft_reason.startswith("draft off")
+    floating = Augmenter(A.Compose([A.Lambda(image=as_float)]), (20, 30))
+    with pytest.raises(TypeError, match="made a float32 image, not uint8"):
+        floating(image, 0, 0, 0)

@@ -86,7 +86,7 @@ FLOORS = [
      "app.processes", "app.console", "app.sheets", "app.overrides",
      "app.adapters", "app.redact", "app.hydra_files"},
     {"app.data", "app.augment", "app.loader", "app.model", "app.backbones"},
-    {"app.capacity", "app.prepare"},
+    {"app.capacity", "app.prepare", "app.library"},
     {"app.training"},
     {"app.commands", "app.bench"},
     {"app.__main__"},

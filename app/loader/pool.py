@@ -19,7 +19,7 @@ from app.errors import WorkerError
 from app.loader import messages
 from app.loader import worker as worker_loop
 from app.loader.ring import Ring
-from app.processes import startable
+from app.processes import main_module_hidden, startable
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,8 @@ class Pool:
         self.ring, self.work, self.processes = ring, work, processes
         self.start_method, self.startup_timeout_s = start_method, startup_timeout_s
         self.workers: list[Worker] = []
+        # a user's transforms defined in their script (app.library) unpickle only where it was imported
+        self._needs_main = any(getattr(a, "needs_main", False) for a in work.augmenters.values())
         # Processes are started from this one long-lived thread: Linux's parent-death signal
         # fires when the *thread* that started a process ends, and a replacement is often asked
         # for from a pass's short-lived copy-ahead thread (app/loader/prefetch.py).
@@ -81,7 +83,7 @@ class Pool:
         parent_pid = os.getpid() if self.start_method == "spawn" else None
         process = context.Process(target=worker_loop.process_main, name=f"app-loader-{i}", daemon=True,
                                   args=(child_end, self.ring.spec, self.work, parent_pid))
-        with _child_environment(self.start_method):
+        with _child_environment(self.start_method), main_module_hidden(not self._needs_main):
             self._starter.submit(process.start).result()
         child_end.close()
         return Worker(conn=parent_end, handle=process, name=f"worker process {process.pid}")

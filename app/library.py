@@ -1,0 +1,275 @@
+"""The loader as a library, for a Keras script of the user's own: `ImageLoader` builds the same
+`Loader` every command holds (app/loader/pipeline.py: worker processes, the shared-memory ring,
+the bad-sample policy) from plain Python (paths and labels, or a folder; an albumentations
+Compose; the queue's settings), and hands each split to `fit`, `evaluate` and `predict` as a
+`keras.utils.PyDataset` of uint8 batches; `boundary` is the float32 layer to put first in the
+model. docs/library.md is its guide. Imports Keras (a user's script has it anyway); worker
+processes never import this module."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import albumentations as A
+import keras
+import numpy as np
+
+from app import adapters
+from app.augment import Augmenter
+from app.data.folder import folder_source
+from app.data.source import FileSplit
+from app.loader.enqueuer import Enqueuer
+from app.loader.order import epoch_order, full_batches
+from app.loader.pipeline import Loader
+from app.loader.settings import Settings
+from app.model import normaliser
+
+__all__ = ["ImageLoader", "LoaderSettings", "SplitDataset", "boundary"]
+log = logging.getLogger(__name__)
+PEEKED = 2  # Keras asks for batches 0 and 1 before an epoch (TensorFlow's output signature) and again in it
+POLICIES = ("raise", "skip", "mark")
+
+
+def boundary(normalisation: str = "unit") -> keras.layers.Layer:
+    """The uint8 → float32 layer to put first in a model fed by the loader: RGB 0..255 in, float32
+    out ("unit": ×1/255; "tf": to [-1, 1]; "torch", "caffe": ImageNet's means; "none"), computed
+    on the device inside the step, so no float32 batch waits in host memory."""
+    return normaliser(normalisation)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoaderSettings:
+    """How an ImageLoader builds its batches. `transforms`: training's Compose; `eval_transforms`:
+    val's and test's (none: the resize alone); each is followed by a resize to `image_size`.
+    `on_bad_sample`: raise, skip (the next readable sample in its place, up to `max_bad_fraction`
+    of a split) or mark (zeros; `ImageLoader.failed()` says which)."""
+
+    image_size: Sequence[int]
+    batch_size: int
+    transforms: A.BaseCompose | None = None
+    eval_transforms: A.BaseCompose | None = None
+    workers: int = 2
+    max_size: int = 2
+    seed: int = 0
+    on_bad_sample: str = "raise"
+    max_bad_fraction: float = 0.0
+    use_multiprocessing: bool = True
+    timeout_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.on_bad_sample not in POLICIES:
+            raise ValueError(f"on_bad_sample={self.on_bad_sample!r}: one of {', '.join(POLICIES)}")
+
+    def enqueuer(self, splits: dict) -> Enqueuer:
+        """The loader's enqueuer over `splits` (name → split): training's transforms for train."""
+        size = tuple(int(s) for s in self.image_size)
+        augmenters = {name: Augmenter((self.transforms if name == "train" else self.eval_transforms) or [], size)
+                      for name in splits}
+        queue = Settings(batch_size=self.batch_size, image_size=size, workers=self.workers, max_size=self.max_size,
+                         use_multiprocessing=self.use_multiprocessing, timeout_s=self.timeout_s,
+                         max_bad_fraction=self.max_bad_fraction)
+        return Enqueuer(splits, augmenters, queue, seed=self.seed, on_bad_sample=self.on_bad_sample)
+
+
+class ImageLoader:
+    """Worker processes that read, decode and augment images into a shared-memory ring, for a
+    script's own `model.fit(loader.train, validation_data=loader.val)`. `with` starts and stops
+    them (every worker ended, the ring freed). `train` is shuffled by `seed` each epoch and takes
+    full batches only; `val` and `test` come in order, every sample, the last batch short."""
+
+    def __init__(self, *, train=None, val=None, test=None, class_names: Sequence[str] | None = None, **settings):
+        """`train`, `val`, `test`: (paths, labels) each, or a split of app.data; `settings`:
+        LoaderSettings's keys (image_size and batch_size at least)."""
+        self.settings = LoaderSettings(**settings)
+        splits = {name: _split(name, given) for name, given in (("train", train), ("val", val), ("test", test))
+                  if given is not None}
+        if not splits:
+            raise ValueError("ImageLoader needs at least one split: train=, val= or test= (paths, labels)")
+        self.loader = Loader(self.settings.enqueuer(splits))
+        self.class_names = list(class_names) if class_names is not None else None
+        self._lock = threading.RLock()  # TensorFlow asks for batches from tf.data's own threads
+        self._stream: _Stream | None = None
+        self._running: contextlib.ExitStack | None = None
+        self.datasets = {name: SplitDataset(self, name, len(split)) for name, split in splits.items()}
+
+    @classmethod
+    def from_folder(cls, path: str | Path, *, val_fraction: float = 0.1, **settings) -> ImageLoader:
+        """A folder as `data=folder` reads it (docs/data.md): one subfolder a class, or train/ and
+        val/ (and test/) each with one; `val_fraction` of each class held out when there is no val/."""
+        source = folder_source(path, val_fraction)
+        return cls(train=source.train, val=source.val, test=source.test, class_names=source.class_names, **settings)
+
+    def __enter__(self) -> ImageLoader:
+        with contextlib.ExitStack() as running:
+            running.enter_context(self.loader)
+            self._running = running.pop_all()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with self._lock:
+            self._close_stream()
+            running, self._running = self._running, None
+            if running is not None:
+                running.close()  # every worker stopped, the ring freed
+
+    @property
+    def train(self) -> SplitDataset:
+        return self._dataset("train")
+
+    @property
+    def val(self) -> SplitDataset:
+        return self._dataset("val")
+
+    @property
+    def test(self) -> SplitDataset:
+        return self._dataset("test")
+
+    def failed(self, split: str) -> dict[int, str]:
+        """Position in the split → error, of each sample `mark` put zeros in place of."""
+        return self.loader.failed(split)
+
+    @property
+    def skipped(self) -> int:
+        return self.loader.skipped
+
+    @property
+    def restarts(self) -> int:
+        """Worker processes replaced (one died: the OOM killer, say)."""
+        return self.loader.restarts
+
+    def _dataset(self, name: str) -> SplitDataset:
+        if name not in self.datasets:
+            raise KeyError(f"this ImageLoader has no {name} split: give {name}=(paths, labels) when building it")
+        return self.datasets[name]
+
+    def batch(self, name: str, epoch: int, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """Batch `index` of split `name`'s pass `epoch`: the next of the running pass, or a new pass
+        from `index` on (the ring is refilled from there; one split's pass runs at a time)."""
+        with self._lock:
+            if self._running is None:
+                raise RuntimeError("the ImageLoader is not started: use it inside `with loader:` "
+                                   "(which also stops its worker processes and frees its shared memory)")
+            stream = self._stream
+            if stream is None or (stream.name, stream.epoch, stream.next) != (name, epoch, index):
+                self._close_stream()
+                stream = self._stream = _Stream(self, name, epoch, index)
+            return stream.take()
+
+    def order(self, name: str, epoch: int) -> np.ndarray:
+        """The samples of split `name`'s pass `epoch`, in order."""
+        size, seed = self.datasets[name].samples, self.settings.seed
+        if name == "train":
+            return full_batches(epoch_order(size, seed=seed, epoch=epoch, shuffle=True), self.settings.batch_size)
+        return epoch_order(size, seed=seed, epoch=epoch, shuffle=False)
+
+    def _close_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+
+class _Stream:
+    """One running pass of the loader over a split, from batch `next` on."""
+
+    def __init__(self, owner: ImageLoader, name: str, epoch: int, start: int):
+        self.name, self.epoch, self.next = name, epoch, start
+        order = owner.order(name, epoch)[start * owner.settings.batch_size:]
+        self._batches = owner.loader.batches(name, order, epoch)
+
+    def take(self) -> tuple[np.ndarray, np.ndarray]:
+        images, labels = next(self._batches)
+        self.next += 1
+        return images, labels
+
+    def close(self) -> None:
+        self._batches.close()  # what is in flight is drained; the workers stay
+
+
+class SplitDataset(keras.utils.PyDataset):
+    """One split as Keras takes it: batch i is the i-th (uint8 images, int64 labels) of the
+    loader's own order for the pass. Keras's own pool is off (the loader's workers do the work),
+    so is `fit(shuffle=True)`'s batch shuffle (the loader shuffles the samples by its seed): the
+    first is refused, the second switched off with a message. The two batches Keras looks at
+    before an epoch are kept and given again, not built twice. The pass (the loader's epoch)
+    turns at the end of a Keras epoch that reached its last batch."""
+
+    def __init__(self, owner: ImageLoader, name: str, samples: int):
+        super().__init__(workers=1, use_multiprocessing=False)
+        self.owner, self.name, self.samples = owner, name, samples
+        self.epoch = 0
+        batch = owner.settings.batch_size
+        self._batches = samples // batch if name == "train" else -(-samples // batch)
+        self._kept: dict[int, tuple] = {}  # batch index → the batch, for Keras's look before the epoch
+        self._in_epoch = self._served_last = self._told = False
+
+    def __len__(self) -> int:
+        return self._batches
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        if not 0 <= index < len(self):
+            raise IndexError(f"batch {index} of the {self.name} split, which has {len(self)}")
+        with self.owner._lock:
+            batch = self._kept.get(index)
+            if batch is None:
+                batch = self.owner.batch(self.name, self.epoch, index)
+                self._kept = {i: b for i, b in self._kept.items() if i < index} if index < PEEKED else {}
+                if index < PEEKED:
+                    self._kept[index] = batch
+            # TensorFlow's look comes before on_epoch_begin: serving the last batch then ends no pass
+            self._served_last = self._served_last or (self._in_epoch and index == len(self) - 1)
+            return batch
+
+    def on_epoch_begin(self) -> None:
+        self._in_epoch = True
+        if adapters.keras_batch_shuffle_switched_off(self) and not self._told:
+            self._told = True
+            log.warning("fit(shuffle=True), Keras's default, would ask for the %s split's batches in a random order; "
+                        "switched off: the loader already shuffles the samples by its seed each epoch, and builds "
+                        "its batches in order. fit(..., shuffle=False) says the same without this message.", self.name)
+
+    def on_epoch_end(self) -> None:
+        """The pass turns once its last batch was served (a Keras epoch of `steps_per_epoch` fewer
+        batches goes on where it stopped, as Keras's own iterator does)."""
+        with self.owner._lock:
+            self._in_epoch = False
+            if self._served_last:
+                self.epoch += 1
+                self._kept, self._served_last = {}, False
+
+    @property
+    def workers(self) -> int:
+        return 1
+
+    @workers.setter
+    def workers(self, value: int) -> None:
+        _refuse_keras_pool("workers", value, 1)
+
+    @property
+    def use_multiprocessing(self) -> bool:
+        return False
+
+    @use_multiprocessing.setter
+    def use_multiprocessing(self, value: bool) -> None:
+        _refuse_keras_pool("use_multiprocessing", value, False)
+
+
+def _refuse_keras_pool(name: str, value, off) -> None:
+    if value != off:
+        raise ValueError(f"{name}={value!r}: Keras's own pool stays off for the loader's splits (its worker "
+                         "processes do the work); set the loader's workers= and max_size= instead")
+
+
+def _split(name: str, given):
+    """A split of app.data as it is, or (paths, labels) as a FileSplit."""
+    if hasattr(given, "read") and hasattr(given, "__len__"):
+        return given
+    try:
+        paths, labels = given
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}= takes (paths, labels): a list of image paths and one integer label each") from None
+    return FileSplit(list(paths), labels)
