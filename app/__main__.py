@@ -39,6 +39,8 @@ COMMANDS = {
              "the budget, with the fixes; the batch × resolution table (config as for train)"),
     "bench": ("app.commands.bench", "main", "time the input pipeline: this loader vs keras.utils.PyDataset vs "
               "tf.data vs serial; writes bench.json"),
+    "export": ("app.commands.export", "main", "a run's model as a TensorFlow SavedModel, ONNX or LiteRT graph taking "
+               "uint8 images, checked against Keras: export resume=<run dir> export.format=onnx"),
     "prepare": ("app.commands.prepare", "main", "a packed, pre-resized shard copy of the data, for faster "
                 "training: prepare data=<source> prepare.out=<folder>"),
 }

@@ -53,7 +53,7 @@ def printed(plain: dict) -> str:
 
 
 def test_train_config_and_its_tree_hold_no_command_key():
-    assert COMMAND_KEYS == ("bench", "checkpoint", "input", "prepare", "preview", "split")
+    assert COMMAND_KEYS == ("bench", "checkpoint", "export", "input", "prepare", "preview", "split")
     plain = to_plain(composed("config"))
     assert not set(COMMAND_KEYS) & set(plain) and OmegaConf.get_type(composed("config")) is Config
     tree = printed(plain)
@@ -103,6 +103,12 @@ def test_another_commands_key_is_refused_naming_that_command():
     with pytest.raises(ConfigError, match=re.escape("`preview` is read by `python -m app preview` only: bench's")):
         refuse_keys_of_other_commands(["preview=default"], "bench")
     refuse_keys_of_other_commands(["prepare.out=copy", "prepare.format=raw"], "prepare")  # negative control
+    refuse_keys_of_other_commands(["checkpoint=best", "export.format=onnx"], "export")  # negative control
+    with pytest.raises(ConfigError, match=re.escape("`checkpoint` is read by `python -m app evaluate` and `python -m "
+                                                    "app export` only: predict's")):
+        refuse_keys_of_other_commands(["checkpoint=best"], "predict")
+    with pytest.raises(ConfigError, match=re.escape("python -m app export resume=<run dir> export.format=onnx")):
+        refuse_keys_of_other_commands(["export.format=onnx"], "evaluate")
     with pytest.raises(ConfigError, match=re.escape("python -m app prepare prepare.out=copy")):
         refuse_keys_of_other_commands(["prepare.out=copy"], "train")
 

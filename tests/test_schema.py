@@ -17,6 +17,7 @@ from app.schema import (
     BenchCommandConfig,
     Config,
     DataConfig,
+    ExportCommandConfig,
     FolderDataConfig,
     KerasAppConfig,
     ModelConfig,
@@ -74,9 +75,9 @@ def test_root_groups_are_typed_by_their_schemas():
     assert {name for name, hint in hints.items() if dataclasses.is_dataclass(hint)} == groups
     assert hints["data"] is DataConfig and all(issubclass(s, DataConfig) for s in DATA_SCHEMAS.values())
     assert hints["model"] is ModelConfig and all(issubclass(s, ModelConfig) for s in MODEL_SCHEMAS.values())
-    # bench's, preview's and prepare's groups are their commands' roots' own
+    # bench's, preview's, prepare's and export's groups are their commands' roots' own
     roots = {**hints, **typing.get_type_hints(BenchCommandConfig), **typing.get_type_hints(PreviewCommandConfig),
-             **typing.get_type_hints(PrepareCommandConfig)}
+             **typing.get_type_hints(PrepareCommandConfig), **typing.get_type_hints(ExportCommandConfig)}
     assert all(roots[group] is schema for group, schema in SCHEMAS.items())
     defaults = {group: schema() for group, schema in SCHEMAS.items() if group in hints}
     config = load(to_plain(load(OmegaConf.structured(Config(data=FolderDataConfig(path="/x"),

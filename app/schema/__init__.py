@@ -7,9 +7,8 @@ dataclasses themselves are the object every stage reads. The YAML files in conf/
 (`defaults: [<group>_schema, _self_]`), and their defaults are these (tests/test_schema.py).
 The root is `Config` (conf/config.yaml: train, plan), or a command's own, which adds the keys
 only that command reads: `EvaluateConfig`, `PredictConfig`, `BenchCommandConfig`,
-`PreviewCommandConfig`, `PrepareCommandConfig` (conf/evaluate.yaml, predict.yaml, bench.yaml,
-preview.yaml, prepare.yaml). A run's
-config never holds those (COMMAND_KEYS).
+`PreviewCommandConfig`, `PrepareCommandConfig`, `ExportCommandConfig` (conf/evaluate.yaml, predict.yaml,
+bench.yaml, preview.yaml, prepare.yaml, export.yaml). A run's config never holds those (COMMAND_KEYS).
 Ranges and cross-key rules are app/rules.py's. Imports nothing of the app but the standard
 library, Hydra and OmegaConf: worker processes import it.
 """
@@ -59,7 +58,7 @@ __all__ = ["AugmentConfig", "Backend", "BenchCommandConfig", "CifarDataConfig", 
            "MlflowLoggerConfig", "ModelConfig", "OnBadSample", "OptimizerConfig", "Precision", "PrepareCommandConfig",
            "PrepareConfig", "PreparedDataConfig", "PreviewCommandConfig", "QueueConfig", "ResnetModelConfig",
            "SchedulerConfig", "StartMethod", "Strategy", "SyntheticDataConfig", "TensorBoardLoggerConfig",
-           "TrainerConfig", "register", "model_schema"]
+           "TrainerConfig", "register", "model_schema", "ExportConfig", "ExportCommandConfig", "EXPORT_TOLERANCE"]
 
 BENCH_MODES = ["baseline", "loader_steps", "loader_fit", "loader", "keras_threads", "keras_processes", "tf_data",
                "serial"]
@@ -101,6 +100,21 @@ class PrepareConfig:
     quality: int = 95  # jpeg only, 4:4:4
     shard_mb: int = 256  # about this many MiB a shard
     storage_options: dict[str, Any] = field(default_factory=dict)  # fsspec's, for a URL prepare.out
+
+
+# export.format → the largest difference of probabilities its parity check allows (export.tolerance=null):
+# float32 graphs agree with Keras to rounding; LiteRT's kernels fuse and reorder more.
+EXPORT_TOLERANCE = {"tf_saved_model": 1e-4, "onnx": 1e-4, "litert": 1e-3}
+
+
+@dataclass(kw_only=True)
+class ExportConfig:
+    """`python -m app export` only (app/commands/export.py)."""
+
+    format: str = "tf_saved_model"  # tf_saved_model, onnx or litert
+    out: str | None = None  # null: <run dir>/export/<format>/
+    samples: int | None = None  # null: the parity check predicts every validation sample; N: the first N
+    tolerance: float | None = None  # null: EXPORT_TOLERANCE's for the format
 
 
 @dataclass(kw_only=True)
@@ -163,12 +177,21 @@ class PrepareCommandConfig(Config):
     prepare: PrepareConfig = MISSING
 
 
+@dataclass(kw_only=True)
+class ExportCommandConfig(Config):
+    """`python -m app export` composes conf/export.yaml: the run's keys, export's group and `checkpoint`."""
+
+    checkpoint: str | None = None  # null: the run's model.keras; else as evaluate's: last, best or a name
+    export: ExportConfig = MISSING
+
+
 # command word → its root schema, where it has keys of its own
 COMMAND_SCHEMAS = {"evaluate": EvaluateConfig, "predict": PredictConfig, "bench": BenchCommandConfig,
-                   "preview": PreviewCommandConfig, "prepare": PrepareCommandConfig}
-# top-level key → the one command that reads it from its own config, never from (or into) a run's
-COMMAND_OF = {key.name: word for word, schema in COMMAND_SCHEMAS.items() for key in fields(schema)
-              if key.name not in {common.name for common in fields(Config)}}
+                   "preview": PreviewCommandConfig, "prepare": PrepareCommandConfig, "export": ExportCommandConfig}
+# top-level key → the commands that read it from their own config, never from (or into) a run's
+COMMAND_OF = {name: tuple(word for word, schema in COMMAND_SCHEMAS.items() if name in {k.name for k in fields(schema)})
+              for name in {key.name for schema in COMMAND_SCHEMAS.values() for key in fields(schema)}
+              - {common.name for common in fields(Config)}}
 COMMAND_KEYS = tuple(sorted(COMMAND_OF))
 
 
@@ -180,6 +203,7 @@ def register() -> None:
     cs.store(name="bench_command_schema", node=BenchCommandConfig)
     cs.store(name="preview_command_schema", node=PreviewCommandConfig)
     cs.store(name="prepare_command_schema", node=PrepareCommandConfig)
+    cs.store(name="export_command_schema", node=ExportCommandConfig)
     cs.store(group="data", name="synthetic_schema", node=SyntheticDataConfig)
     cs.store(group="data", name="cifar_schema", node=CifarDataConfig)
     cs.store(group="data", name="folder_schema", node=FolderDataConfig)
@@ -196,11 +220,12 @@ def register() -> None:
     cs.store(group="preview", name="preview_schema", node=PreviewConfig)
     cs.store(group="bench", name="bench_schema", node=BenchConfig)
     cs.store(group="prepare", name="prepare_schema", node=PrepareConfig)
+    cs.store(group="export", name="export_schema", node=ExportConfig)
 
 
 SCHEMAS = {"augment": AugmentConfig, "queue": QueueConfig, "optimizer": OptimizerConfig, "scheduler": SchedulerConfig,
            "trainer": TrainerConfig, "logger": LoggerConfig, "bench": BenchConfig,
-           "preview": PreviewConfig, "prepare": PrepareConfig}
+           "preview": PreviewConfig, "prepare": PrepareConfig, "export": ExportConfig}
 EVAL_TRANSFORMS = ["resize", "center_crop"]
 # The groups whose options are ours alone: each option sets the node's `_target_` to one of these.
 TARGETS = {"data": DATA_TARGETS, "scheduler": SCHEDULER_TARGETS, "logger": LOGGER_TARGETS}

@@ -20,6 +20,9 @@ from app.errors import ConfigError, config_error
 from app.overrides import key_of, parsed, value_of
 from app.schema import COMMAND_KEYS, COMMAND_OF, TARGETS, option_of
 
+# The commands that work on a finished run (`resume=<run dir>`), writing into <run dir>/<command>/.
+ON_A_RUN = ("evaluate", "predict", "export")
+
 # key that was replaced → what to write instead (the message of a refused override)
 MOVED = {"trainer.lr": "optimizer.learning_rate=<the peak learning rate> (conf/scheduler shapes it over the run)",
          "trainer.optimizer": "optimizer=adam|adamw|sgd|rmsprop|lion (conf/optimizer), or any Keras optimizer "
@@ -61,14 +64,16 @@ def renamed_choosers(argv: list[str]) -> list[str]:
 
 def refuse_keys_of_other_commands(argv: list[str], word: str) -> None:
     """A ConfigError for the first override of a key that another command's own config holds
-    (bench.*, preview.*, split, checkpoint, input), naming the command that takes it."""
+    (bench.*, preview.*, export.*, split, checkpoint, input), naming the command that takes it."""
     for key, value in filter(None, map(parsed, argv)):
         top = key.split(".", 1)[0]
-        owner = COMMAND_OF.get(top)
-        if owner and owner != word:
-            how = "on a run: python -m app {} resume=<run dir> {}" if owner in ("evaluate", "predict") else \
+        owners = COMMAND_OF.get(top, ())
+        if owners and word not in owners:
+            owner = owners[0]
+            how = "on a run: python -m app {} resume=<run dir> {}" if owner in ON_A_RUN else \
                 "with your other overrides: python -m app {} {}"
-            raise ConfigError(f"config key `{key}` is read by `python -m app {owner}` only: {word}'s config has no "
+            readers = " and ".join(f"`python -m app {o}`" for o in owners)
+            raise ConfigError(f"config key `{key}` is read by {readers} only: {word}'s config has no "
                               f"`{top}` (a training run's config never holds it). Give it to that command, "
                               + how.format(owner, f"{key}={value}"))
 

@@ -2,7 +2,7 @@
 
 - `resume=<run dir>` or `resume=latest` is resolved here, before Hydra makes a directory:
   `train` continues in the run directory itself (taking its lock first, app/training/rundir.py), and
-  `evaluate`/`predict` write into `<run dir>/<command>/<date>_<time>/`. The task then takes the
+  `evaluate`/`predict`/`export` write into `<run dir>/<command>/<date>_<time>/`. The task then takes the
   config from the checkpoint: only what is safe to change may be overridden. `train
   resume=<sweep dir>` runs the sweep again in its folder, each job done, resumed or started
   (app/training/sweeps.py).
@@ -23,6 +23,7 @@ imports it before any backend is chosen).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -35,9 +36,9 @@ from app.config import load
 from app.errors import ConfigError, config_error
 from app.frameworks import load_keras, query_devices_quietly, use_backend
 from app.overrides import key_of, quote_override, quoted, value_of
-from app.schema import COMMAND_KEYS, Config
+from app.schema import COMMAND_KEYS, Backend, Config
 from app.training import checkpoint, sweeps
-from app.training.migrate import migrated, refuse_keys_of_other_commands, refuse_moved_keys, renamed_choosers
+from app.training.migrate import ON_A_RUN, migrated, refuse_keys_of_other_commands, refuse_moved_keys, renamed_choosers
 from app.training.rundir import check_unlocked, claim_dir, hold_lock, holds_run, move_run_aside, run_files
 
 # What a run may change when it resumes: how long, how it logs, how it loads, and which files are bad
@@ -61,9 +62,9 @@ def prepare_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str 
     argv = [quote_override(a) for a in renamed_choosers(argv)]
     info = any(key_of(a) in INFO_FLAGS for a in argv)
     multirun = "-m" in argv or "--multirun" in argv
-    value = value_of(argv, "resume") if word in ("train", "evaluate", "predict") else None
+    value = value_of(argv, "resume") if word in ("train", *ON_A_RUN) else None
     stamp = time.strftime("%Y-%m-%d"), time.strftime("%H-%M-%S")
-    on_a_run = word in ("evaluate", "predict")
+    on_a_run = word in ON_A_RUN
     if value == "" and not on_a_run:  # `resume=$RUN` with RUN unset: never a fresh run in its place
         raise ConfigError("config key `resume` is empty: give the run to continue, e.g. python -m app train "
                           "resume=outputs/<date>/<time> (or resume=latest); leave `resume` out to start a new run.")
@@ -128,7 +129,7 @@ def _sweep_resumed(sweep: Path, given: list[str], *, word: str, info: bool) -> l
 
 def _check_safe(key: str, safe: tuple[str, ...] = SAFE_PREFIXES) -> None:
     """What a run that exists may change on resume: `safe`'s keys and a command's own."""
-    if key == "resume" or key in COMMAND_KEYS or key.startswith(safe):
+    if key == "resume" or key.split(".", 1)[0] in COMMAND_KEYS or key.startswith(safe):
         return
     allowed = ", ".join(f"{s}*" if s.endswith(".") else s for s in safe)
     raise ConfigError(f"config key `{key}` cannot change for a run that exists (its config is the one it "
@@ -191,7 +192,7 @@ def resumed_config(saved: dict, cfg: DictConfig, overrides: list[str],
     for override in overrides:
         key = key_of(override)
         _check_safe(key, safe)
-        if key == "resume" or key in COMMAND_KEYS:  # the command's own: never the run's
+        if key == "resume" or key.split(".", 1)[0] in COMMAND_KEYS:  # the command's own (export.*): never the run's
             continue
         OmegaConf.update(result, key, OmegaConf.select(cfg, key), merge=False)
     result.resume = cfg.resume
@@ -205,14 +206,16 @@ def open_run(cfg: DictConfig, safe: tuple[str, ...]) -> tuple[Path, Config]:
     return run_dir, config
 
 
-def read_run(cfg: DictConfig, safe: tuple[str, ...]) -> tuple[Path, Config]:
+def read_run(cfg: DictConfig, safe: tuple[str, ...], backend: Backend | None = None) -> tuple[Path, Config]:
     """(run dir, its config with the `safe` overrides, loaded: re-typed by the schemas and
-    validated), Keras set to load on the run's backend but not loaded: a command's own checks
-    between this and `keras_for_run` refuse in a second, not after TensorFlow's start-up."""
+    validated), Keras set to load on the run's backend (or `backend`: export's TensorFlow) but
+    not loaded: a command's own checks between this and `keras_for_run` refuse in a second,
+    not after TensorFlow's start-up."""
     run_dir = Path(cfg.resume)
     cfg = resumed_config(checkpoint.saved_config(run_dir), cfg, list(HydraConfig.get().overrides.task), safe)
     config = load(cfg)
-    use_backend(config.trainer)  # the run's backend: a run trained on JAX needs no TensorFlow here
+    # the run's backend: a run trained on JAX needs no TensorFlow here
+    use_backend(config.trainer if backend is None else dataclasses.replace(config.trainer, backend=backend))
     return run_dir, config
 
 
