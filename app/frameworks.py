@@ -67,7 +67,8 @@ def use_backend(trainer) -> None:
     if importlib.util.find_spec(name) is None:
         raise config_error("trainer.backend", name, f"{name} is not installed in this environment: "
                            + ("pip install -e '.[jax]' (on GPUs also jax[cuda12], as JAX's install guide says)"
-                              if name == "jax" else "pip install -e . brings it, or use trainer.backend=jax"))
+                              if name == "jax" else "pip install -e '.[tensorflow]' brings it (`make` installs it), "
+                              "or train on JAX: pip install -e '.[jax]' and trainer.backend=jax"))
     os.environ["KERAS_BACKEND"] = name
     if name == "jax":
         flags = [f for f in os.environ.get("XLA_FLAGS", "").split()

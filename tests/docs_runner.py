@@ -62,14 +62,15 @@ def run_one(command: dict) -> dict:
     return {**command, "status": status, "printed": out.getvalue(), "seconds": time.perf_counter() - started}
 
 
-def spawn_one_process_for(*argvs: list[str], cwd: Path, env: dict | None = None) -> list[subprocess.CompletedProcess]:
+def spawn_one_process_for(*argvs: list[str], cwd: Path, env: dict | None = None,
+                          python: str = sys.executable) -> list[subprocess.CompletedProcess]:
     """`python -m app <argv>` for each argv, one after another in one new process (this module,
-    run as a script), so TensorFlow loads once for them all; each one's exit status and what it
-    printed (stdout and stderr as one text, given as both)."""
+    run as a script by `python`), so TensorFlow loads once for them all; each one's exit status and
+    what it printed (stdout and stderr as one text, given as both)."""
     with tempfile.TemporaryDirectory(prefix="commands-") as folder:
         listed, written = Path(folder) / "commands.json", Path(folder) / "results.json"
         listed.write_text(json.dumps([{"argv": list(argv)} for argv in argvs]))
-        runner = subprocess.run([sys.executable, __file__, str(listed), str(written)], cwd=cwd, env=env,
+        runner = subprocess.run([python, __file__, str(listed), str(written)], cwd=cwd, env=env,
                                 capture_output=True, text=True, timeout=600 * len(argvs))
         done = json.loads(written.read_text()) if written.exists() else []
     assert len(done) == len(argvs), f"the runner died ({runner.returncode}): {runner.stderr[-3000:]}"
