@@ -3,7 +3,10 @@
 own metadata, for CPython 3.12 on x86-64 Linux), less those the GPU image has (the file named on
 the command line), as name==version lines with this environment's versions.
 
-Usage: python benchmarks/gpu_wheels.py benchmarks/gpu_image_packages.txt"""
+With `--image-share`, the other side: the names of those the image has (a CPU dry run installs
+them from the package index to stand in for the image).
+
+Usage: python benchmarks/gpu_wheels.py benchmarks/gpu_image_packages.txt [--image-share]"""
 
 from __future__ import annotations
 
@@ -48,13 +51,13 @@ def needed() -> dict[str, str]:
     return found
 
 
-def main(image_list: str) -> None:
+def main(image_list: str, image_share: bool) -> None:
     image = {canonical(line.strip()) for line in Path(image_list).read_text().splitlines()
              if line.strip() and not line.startswith("#")}
     for name, version in sorted(needed().items()):
-        if name not in image:
-            print(f"{name}=={version}")
+        if (name in image) == image_share:
+            print(name if image_share else f"{name}=={version}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], "--image-share" in sys.argv[2:])

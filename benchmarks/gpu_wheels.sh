@@ -5,10 +5,17 @@
 # (benchmarks/gpu_image_packages.txt), and this project itself. Checks they sum to under 60 MiB
 # (what the machine can be sent, the checkout included, is 64 MiB) and prints the line that
 # installs them there beside the image's own JAX, on PYTHONPATH.
-# Usage: benchmarks/gpu_wheels.sh [folder]   (.whl unless given; needs the package index)
+# Usage: benchmarks/gpu_wheels.sh [--dry-run] [folder]   (.whl unless given; needs the package index)
+#   --dry-run: then, here, a CPython 3.12 venv with only the image's share of what the app needs (from
+#              the package index: JAX's CPU build, numpy, Pillow, OpenCV, psutil, matplotlib,
+#              tensorboard, PyYAML, ...), the wheels installed as the printed line says, and
+#              `benchmarks/gpu_check.sh --quick` run on them (outputs/gpu_wheels_dry_run/; PYTHON312
+#              names the interpreter where python3.12 is not on PATH).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-.venv/bin/python}
+dry_run=0
+if [[ ${1:-} == --dry-run ]]; then dry_run=1; shift; fi
 out=${1:-.whl}
 limit_mib=60
 rm -rf "$out" && mkdir -p "$out"
@@ -37,3 +44,17 @@ if ((total >= limit_mib * 1048576)); then
 fi
 echo "install there (the image's JAX and the rest untouched):"
 echo "  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $out/*.whl && export PYTHONPATH=/tmp/site"
+
+((dry_run)) || exit 0
+here=outputs/gpu_wheels_dry_run
+rm -rf "$here" && mkdir -p "$here"
+py312=${PYTHON312:-python3.12}  # the GPU image's Python
+"$py312" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null ||
+  { echo "error: --dry-run needs CPython 3.12: put python3.12 on PATH or set PYTHON312" >&2; exit 1; }
+"$py312" -m venv "$here/venv"
+mapfile -t share < <("$py" benchmarks/gpu_wheels.py benchmarks/gpu_image_packages.txt --image-share)
+echo "the image's share, from the package index: ${share[*]}"
+"$here/venv/bin/python" -m pip install -q "${share[@]}"
+"$here/venv/bin/python" -m pip install -q --no-index --no-deps --no-compile --target "$here/site" "$out"/*.whl
+! PYTHONPATH="$here/site" "$here/venv/bin/python" -c "import tensorflow" 2>/dev/null || { echo "error: TensorFlow is there" >&2; exit 1; }
+PYTHONPATH="$here/site" PYTHON="$here/venv/bin/python" bash benchmarks/gpu_check.sh --quick
