@@ -114,6 +114,10 @@ def checked_format(export) -> tuple[str, float]:
         raise config_error("export.samples", export.samples, "null (every validation sample) or a number from 1")
     if export.out and is_url(export.out):
         raise config_error("export.out", export.out, "a local folder (copy the export up once it is written)")
+    if not installed("tensorflow"):  # a `.[jax]` install
+        raise ConfigError("export needs TensorFlow, not installed in this environment: Keras's exporters trace the "
+                          "model with it, whatever backend the run trained on. pip install -e '.[tensorflow,export]' "
+                          "installs it with the export tools, then run export again.")
     missing = [PACKAGES[name] for name in NEEDS[fmt] if not installed(name)]
     if missing:
         raise ConfigError(f"export.format={fmt} needs {', '.join(missing)}, not installed in this environment: "
