@@ -1,9 +1,12 @@
-"""The bench modes that train through Keras on TensorFlow: `baseline` (the trivial model on one
-in-memory batch), `loader_steps` (this loader through `train`'s step loop), `loader_fit` (this
-loader through `model.fit`), `keras_threads` and `keras_processes` (keras.utils.PyDataset,
-app/bench/keras_baseline.py) and `tf_data` (app/bench/tf_data.py). Imported by app/bench/modes.py
-only when one of them runs, so the other modes' processes never load TensorFlow. Never imported
-by the loader or training."""
+"""The bench modes that train through Keras, on its TensorFlow or JAX backend (KERAS_BACKEND, set
+by the bench command): `baseline` (the trivial model on one in-memory batch), `loader_steps`
+(this loader through `train`'s step loop), `loader_fit` (this loader through `model.fit`),
+`keras_threads` and `keras_processes` (keras.utils.PyDataset, app/bench/keras_baseline.py) and
+`tf_data` (app/bench/tf_data.py). Imported by app/bench/modes.py only when one of them runs, so
+the other modes' processes never load a framework. Imports TensorFlow only inside the functions
+that feed Keras through tf.data (`_tf_data`, and the TensorFlow backend's feeds): on JAX every
+mode but `tf_data` runs where TensorFlow is not installed. Never imported by the loader or
+training."""
 
 from __future__ import annotations
 
@@ -11,14 +14,13 @@ import time
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from app.bench.keras_baseline import KerasBaseline
 from app.bench.loading import Run, loader_batches, reason, training_loader
-from app.bench.tf_data import dataset
 from app.errors import BadSampleError, DataError
+from app.frameworks import load_tensorflow
 from app.model import classifier
-from app.training.steps import EpochFigures, EpochPlan, Feed, train_epoch
+from app.training.steps import EpochFigures, EpochPlan, Feed, build_metrics, train_epoch
 
 
 def _trivial_model(config, num_classes, normalising=True):
@@ -45,6 +47,10 @@ class _Tick(keras.callbacks.Callback):
         self.clock.tick()
 
 
+def _on_tensorflow() -> bool:
+    return keras.backend.backend() == "tensorflow"
+
+
 def _baseline(run: Run):
     config, source, order, clock = run.config, run.source, run.order, run.clock
     data = config.data
@@ -52,13 +58,30 @@ def _baseline(run: Run):
     x = np.zeros((data.batch_size, *data.image_size, 3), np.uint8)
     y = np.zeros((data.batch_size,), np.int64)
     clock.start = time.perf_counter()
-    net.fit(tf.data.Dataset.from_tensors((x, y)).repeat(), steps_per_epoch=len(order) // data.batch_size,
+    net.fit(_one_batch_repeated(x, y), steps_per_epoch=len(order) // data.batch_size,
             epochs=1, verbose=0, callbacks=[_Tick(clock)])
+
+
+def _one_batch_repeated(x: np.ndarray, y: np.ndarray):
+    """(x, y) again and again, as `fit` takes it: on TensorFlow a tf.data dataset (as it always
+    was: the figures stay comparable), on JAX the numpy arrays themselves, from a generator."""
+    if _on_tensorflow():
+        import tensorflow as tf  # the TensorFlow backend only: JAX runs this mode without it
+
+        return tf.data.Dataset.from_tensors((x, y)).repeat()
+    return _repeated((x, y))
+
+
+def _repeated(batch: tuple):
+    while True:
+        yield batch
 
 
 def _loader_steps(run: Run):
     config, source, order, clock = run.config, run.source, run.order, run.clock
     net = _trivial_model(config, len(source.class_names))
+    if not _on_tensorflow():
+        build_metrics(net)  # before the train function exists (JAX fixes its state's shape then), as train does
     steps = len(order) // config.data.batch_size
     clock.start = time.perf_counter()
     with training_loader(config, source) as loader:
@@ -69,13 +92,21 @@ def _loader_steps(run: Run):
 
 
 def _loader_fit(run: Run):
+    """On TensorFlow through tf.data.Dataset.from_generator (no prefetch); on JAX `fit` takes the
+    loader's generator of numpy batches as it is."""
     config, source, order, clock = run.config, run.source, run.order, run.clock
     data = config.data
     net = _trivial_model(config, len(source.class_names))
-    signature = (tf.TensorSpec((None, *data.image_size, 3), tf.uint8), tf.TensorSpec((None,), tf.int64))
     clock.start = time.perf_counter()
     with training_loader(config, source) as loader:
-        batches = tf.data.Dataset.from_generator(lambda: loader_batches(loader, order), output_signature=signature)
+        if _on_tensorflow():
+            import tensorflow as tf  # the TensorFlow backend only: JAX runs this mode without it
+
+            signature = (tf.TensorSpec((None, *data.image_size, 3), tf.uint8), tf.TensorSpec((None,), tf.int64))
+            batches = tf.data.Dataset.from_generator(lambda: loader_batches(loader, order),
+                                                     output_signature=signature)
+        else:
+            batches = loader_batches(loader, order)
         net.fit(batches, steps_per_epoch=len(order) // data.batch_size, epochs=1, verbose=0,
                 callbacks=[_Tick(clock)])
 
@@ -95,6 +126,12 @@ def _keras(run: Run):
 
 
 def _tf_data(run: Run):
+    """tf.data needs TensorFlow whatever Keras's backend: loaded here only (on JAX kept off the
+    GPUs, JAX's), so the other modes run where it is not installed (the bench command leaves this
+    one out, or refuses it, there)."""
+    tf = load_tensorflow()
+    from app.bench.tf_data import dataset  # imports TensorFlow at its top
+
     config, source, order, clock = run.config, run.source, run.order, run.clock
     batch = config.data.batch_size
     net = _trivial_model(config, len(source.class_names), normalising=False)

@@ -13,20 +13,25 @@ lists prepared copies of the same data: every mode runs on each of them too, row
 with each copy's rate against the originals' (app/bench/copies.py). Modes:
   baseline         the trivial model fit on one in-memory uint8 batch: the training process with no loader
   loader_steps     this loader → prefetch (uint8) → the trivial model, through `train`'s own step loop
-  loader_fit       the same batches through `model.fit` (tf.data.from_generator, no prefetch)
+  loader_fit       the same batches through `model.fit` (on TensorFlow tf.data.from_generator, no
+                   prefetch; on JAX the loader's generator as it is)
   loader           this loader and its prefetch, no model
   keras_threads    keras.utils.PyDataset(workers, use_multiprocessing=False, max_queue_size) → fit: Pillow's
                    full decode as such code does it, the same augmentation (app/bench/keras_baseline.py)
   keras_processes  the same with use_multiprocessing=True
   tf_data          tf.data as a TensorFlow user writes it: read_file + decode_jpeg (its `ratio` where the
                    draft rule allows) + the same augmentation (numpy_function), AUTOTUNE map, batch,
-                   prefetch; float32 out (app/bench/tf_data.py)
+                   prefetch; float32 out (app/bench/tf_data.py). Needs TensorFlow on either backend:
+                   where it is not installed, left out of the default modes with a note, refused when named
   serial           decode + augment one sample after another in one single-threaded process (per-core rate)
+The modes with a model run on `trainer.backend` (KERAS_BACKEND, set here for the modes' processes);
+on JAX none but tf_data imports TensorFlow.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import logging
 import multiprocessing as mp
 from contextlib import nullcontext
@@ -43,14 +48,16 @@ from app.commands import failure_carried
 from app.config import conf_dir, load, to_plain
 from app.data import load_source
 from app.errors import AppError, config_error
+from app.frameworks import use_backend
 from app.loader.settings import for_loading_only, ring_slots
 from app.redact import redacted
-from app.schema import register
+from app.schema import BENCH_MODES, register
 from app.training.rundir import hardware, versions, write_json
 
 register()
 log = logging.getLogger("app.bench")
 KERAS_MODES = ("keras_threads", "keras_processes")
+TENSORFLOW_MODES = ("tf_data",)  # tf.data is TensorFlow's own, whatever Keras's backend
 MEMORY_KEYS = ("peak_memory_mb", "memory_samples", "memory_reads", "peak_pss_mb", "pss_samples", "pss_reads")
 
 
@@ -58,12 +65,11 @@ MEMORY_KEYS = ("peak_memory_mb", "memory_samples", "memory_reads", "peak_pss_mb"
 @failure_carried
 def main(cfg: DictConfig) -> None:
     config = load(cfg)
-    if config.trainer.backend != "tensorflow":
-        raise config_error("trainer.backend", config.trainer.backend.value, "bench times the input pipelines "
-                           "through Keras on TensorFlow (its peers are tf.data and PyDataset code); "
-                           "benchmarks/gpu_check.sh measures training on JAX")
     workers, max_size = for_loading_only(config.queue)  # `auto`: no training step here to balance
-    config = dataclasses.replace(config, queue=dataclasses.replace(config.queue, workers=workers, max_size=max_size))
+    config = dataclasses.replace(config, queue=dataclasses.replace(config.queue, workers=workers, max_size=max_size),
+                                 bench=dataclasses.replace(config.bench, modes=_runnable_modes(config.bench.modes)))
+    if set(config.bench.modes) - set(modes.PLAIN_MODES):  # a mode with a model: its process loads Keras
+        use_backend(config.trainer)  # KERAS_BACKEND, which the modes' processes inherit
     bench = config.bench
     build_compose(config.augment.transforms, config.data.image_size)
     source = load_source(config.data)  # generates the synthetic data once, before any timing
@@ -95,6 +101,27 @@ def main(cfg: DictConfig) -> None:
     print(_table(results, report["derived"]))
     print(f"\nwritten: {run_dir / 'bench.json'}")
     _raise_if_all_failed(results, run_dir)
+
+
+def tensorflow_installed() -> bool:
+    return importlib.util.find_spec("tensorflow") is not None
+
+
+def _runnable_modes(asked: list[str]) -> list[str]:
+    """`asked` (bench.modes), less the modes that need TensorFlow where it is not installed: the
+    default list drops them with a note (a user who named no mode wants the rest measured); a
+    list that names one is refused before anything runs."""
+    needing = [mode for mode in asked if mode in TENSORFLOW_MODES]
+    if not needing or tensorflow_installed():
+        return list(asked)
+    if list(asked) != BENCH_MODES:
+        raise config_error("bench.modes", list(asked),
+                           f"{', '.join(needing)} times tf.data, which needs the package `tensorflow`, and it is not "
+                           f"installed here (on trainer.backend=jax too): pip install -e '.[tensorflow]', or leave "
+                           f"{', '.join(needing)} out of bench.modes")
+    log.info("bench leaves %s out of its default modes: it times tf.data, which needs the package `tensorflow`, "
+             "not installed here (pip install -e '.[tensorflow]' brings it)", ", ".join(needing))
+    return [mode for mode in asked if mode not in TENSORFLOW_MODES]
 
 
 def _copy_checked(config, copy: str, source):

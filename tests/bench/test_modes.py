@@ -1,10 +1,16 @@
-"""A bench mode's child process and the pipe to its parent."""
+"""A bench mode's child process and the pipe to its parent; the modes a machine can run."""
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 
+import pytest
+
 from app.bench.modes import child_main
+from app.commands import bench
+from app.errors import ConfigError
+from app.schema import BENCH_MODES
 
 
 def test_a_mode_whose_bench_stopped_ends_quietly():
@@ -16,3 +22,20 @@ def test_a_mode_whose_bench_stopped_ends_quietly():
     parent_end, child_end = multiprocessing.Pipe(duplex=False)
     parent_end.close()
     child_main("serial", None, child_end)  # raises nothing
+
+
+def test_tf_data_needs_tensorflow_left_out_of_the_default_modes_refused_when_named(monkeypatch, caplog):
+    """Where TensorFlow is not installed, the default modes run without tf_data (a note says
+    why); a list that names it is refused before anything runs, naming the package to install."""
+    named = ["tf_data", "loader"]
+    # negative control: TensorFlow is installed here, and every mode asked for runs
+    assert bench.tensorflow_installed()
+    assert bench._runnable_modes(BENCH_MODES) == BENCH_MODES and bench._runnable_modes(named) == named
+    monkeypatch.setattr(bench, "tensorflow_installed", lambda: False)
+    with caplog.at_level(logging.INFO, logger="app.bench"):
+        assert bench._runnable_modes(BENCH_MODES) == [m for m in BENCH_MODES if m != "tf_data"]
+    assert "leaves tf_data out of its default modes" in caplog.text and "'.[tensorflow]'" in caplog.text
+    with pytest.raises(ConfigError, match=r"`bench.modes`.*tf_data times tf.data.*`tensorflow`.*pip install -e "
+                                          r"'\.\[tensorflow\]', or leave tf_data out of bench.modes"):
+        bench._runnable_modes(named)
+    assert bench._runnable_modes(["loader", "serial"]) == ["loader", "serial"]  # nothing of TensorFlow's asked

@@ -19,6 +19,24 @@ from app.commands.bench import _raise_if_all_failed
 from app.errors import AppError
 from app.schema import BENCH_MODES
 
+# Put first on PYTHONPATH, it makes every Python process (the bench's modes' too) find no
+# `tensorflow`, as where it is not installed: nothing in sys.modules, find_spec None, import fails.
+HIDING_TENSORFLOW = """import sys
+
+
+class _Hiding:
+    def __init__(self, finder):
+        self.finder = finder
+
+    def find_spec(self, name, path=None, target=None):
+        return None if name.partition(".")[0] == "tensorflow" else self.finder.find_spec(name, path, target)
+
+    def __getattr__(self, name):
+        return getattr(self.finder, name)
+
+
+sys.meta_path[:] = [_Hiding(finder) for finder in sys.meta_path]
+"""
 MEMORY_TEST_MODES = ("baseline", "loader_steps", "serial")  # the rest run in test_bench_reports_every_mode
 S3 = {"key": CREDENTIALS["AWS_ACCESS_KEY_ID"], "secret": CREDENTIALS["AWS_SECRET_ACCESS_KEY"]}
 
@@ -53,6 +71,31 @@ def test_bench_reports_every_mode(tmp_path):
     # the modes' TensorFlow start-up lines go to bench.log, not the terminal
     assert "oneDNN" not in result.stderr and "absl::InitializeLog" not in result.stderr
     assert "oneDNN" in (tmp_path / "bench" / "bench.log").read_text()  # negative control: they are there
+
+
+@pytest.mark.slow
+def test_bench_on_jax_without_tensorflow_runs_every_other_mode(tmp_path):
+    """trainer.backend=jax where TensorFlow cannot be imported: the default modes run, tf_data
+    left out with a note (every Keras mode in its own process: none imports TensorFlow, or it
+    would fail); tf_data named is refused before any mode runs."""
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "sitecustomize.py").write_text(HIDING_TENSORFLOW)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(hidden), os.environ.get("PYTHONPATH")]))}
+    small = ["trainer.backend=jax", "data.num_images=24", "data.source_size=64", "data.num_classes=3",
+             "data.image_size=[32,32]", "data.batch_size=4", "bench.batches=2", "bench.warmup=1", "bench.memory=false",
+             "queue.workers=1"]
+    refused, ran = spawn_one_process_for(["bench", *small, "bench.modes=[tf_data,loader]", "hydra.run.dir=refused"],
+                                         ["bench", *small, "hydra.run.dir=bench"], cwd=tmp_path, env=env)
+    assert refused.returncode == 2 and "config key `bench.modes`" in refused.stderr, refused.stderr[-3000:]
+    assert "needs the package `tensorflow`" in refused.stderr and "pip install -e '.[tensorflow]'" in refused.stderr
+    assert not (tmp_path / "refused" / "bench.json").exists()  # refused before any mode ran
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    report = json.loads((tmp_path / "bench" / "bench.json").read_text())
+    assert list(report["results"]) == [m for m in BENCH_MODES if m != "tf_data"]
+    for mode, r in report["results"].items():
+        assert "error" not in r and r["timed_batches"] == 2, (mode, r.get("traceback"))
+    assert "leaves tf_data out of its default modes" in ran.stderr and "| tf_data |" not in ran.stdout
 
 
 @pytest.mark.slow
