@@ -34,7 +34,9 @@ from tensorboard.plugins.text import metadata as text_metadata
 from tensorboard.summary.writer.record_writer import RecordWriter
 from tensorboard.util import tensor_util
 
-_NUMBER = itertools.count()  # two files of one process in one second get names of their own
+# Two files of one process in one second get names of their own, in the order they were made:
+# TensorBoard reads a folder's files in the order of their names (a resume's after the first run's).
+_NUMBER = itertools.count()
 
 
 class EventFile:
@@ -43,7 +45,8 @@ class EventFile:
 
     def __init__(self, folder: Path):
         folder.mkdir(parents=True, exist_ok=True)
-        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_NUMBER)}.v2"
+        name = (f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}."
+                f"{next(_NUMBER):06d}.v2")
         self.path = folder / name
         self._file = open(self.path, "wb")  # noqa: SIM115 - open until close(), as the run writes
         self._records = RecordWriter(self._file)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import itertools
 import json
 import subprocess
 import sys
@@ -146,6 +147,20 @@ def test_a_rewrite_stops_at_a_record_cut_short(tmp_path):
     path.write_bytes(whole)
     event_files.rewrite_keeping_events(path, lambda event: True)
     assert path.read_bytes() == whole
+
+
+def test_files_are_named_in_the_order_they_are_made(tmp_path, monkeypatch):
+    """TensorBoard reads a folder's event files in the order of their names: a resumed run's
+    events after the first run's, though both files were made in one second of one process."""
+    monkeypatch.setattr(event_files, "_NUMBER", itertools.count(9))  # 9, then 10: one digit more
+    made = [event_files.EventFile(tmp_path) for _ in range(2)]
+    for step, file in enumerate(made, start=1):
+        file.write_summary(event_files.scalars({"step/loss": float(step)}), step)
+        file.close()
+    assert sorted(tmp_path.iterdir()) == [file.path for file in made]
+    steps = [e.step for e in EventAccumulator(str(tmp_path), purge_orphaned_data=False).Reload().Tensors("step/loss")]
+    assert steps == [1, 2]
+    assert sorted(["9", "10"]) == ["10", "9"]  # negative control: numbers unpadded would sort the other way
 
 
 # The child: TensorFlow hidden from the import system (find_spec answers None, `import tensorflow`
