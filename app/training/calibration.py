@@ -1,9 +1,9 @@
 """What capacity (app/capacity/) measures by running training's own code, handed to it from here:
 
 - `trainer_measures`: the body of the machine probe's training process (app/capacity/probe.py
-  spawns it): what a training process costs before its model, with TensorFlow, Keras, the app,
-  tf.data and TensorBoard's writer loaded and a tiny model's steps run; the compiled steps' cost
-  a layer; the activation factor, from a small ResNet's steps at two batch sizes;
+  spawns it): what a training process costs before its model, with Keras, the app, TensorFlow
+  (on JAX: where installed, as a run loads it) and TensorBoard's writer loaded and a tiny model's
+  steps run; the compiled steps' cost a layer; the activation factor, from a small ResNet's steps at two batch sizes;
 - `time_step`: the model's compiled training step timed for `queue.*=auto`, every variable put
   back as it was (`kept`);
 - `planner` and `probed`: app/capacity/queue_plan.py's, with these handed in (`train` and `plan`).
@@ -29,7 +29,7 @@ from app.capacity.auto import Choice
 from app.capacity.plan import MIB, ModelFacts
 from app.capacity.probe import high_water, reset_high_water, resident
 from app.model import classifier, memory_facts, small_resnet
-from app.training import epochs, steps  # noqa: F401 - epochs: loaded as `train` has it loaded when it trains
+from app.training import devices, epochs, steps  # noqa: F401 - epochs: loaded as `train` has it loaded when it trains
 from app.training.dashboards import TensorBoardWriter
 
 CALIBRATION = {"image_size": (128, 128), "batches": (4, 32)}
@@ -61,6 +61,8 @@ def model_facts(net, precision: str) -> ModelFacts:
 def trainer_measures() -> dict:
     """In the probe's own process: what a training process costs before its model, a layer's
     compiled steps and the activation factor (app/capacity/probe.py)."""
+    if keras.backend.backend() == "jax":  # as a JAX run has it: TensorFlow too, where installed
+        devices.load_tensorflow_beside_jax()
     tiny = classifier(small_resnet((16, 16, 3), 2, widths=[4]), (16, 16))
     _steps(tiny, (16, 16), [2, 2])
     with tempfile.TemporaryDirectory(prefix="app-probe-") as tmp:

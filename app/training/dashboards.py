@@ -10,7 +10,8 @@ decode, augment, copy) and at each epoch's end (epoch/<figure>: each number of m
 row, validation's under validation/), all on the global step; the run's `tags` as
 text; the first training batch as images (and augmented.png, whatever the logger). On resume what was written after the
 checkpoint is cut away, as metrics.csv's rows are: TensorBoard does not discard it by itself.
-Never imports the loader.
+The event files are written without TensorFlow, on either backend (app/training/event_files.py).
+Never imports the loader or TensorFlow.
 """
 
 from __future__ import annotations
@@ -22,13 +23,11 @@ from pathlib import Path
 
 import keras
 import numpy as np
-from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
-from tensorboard.compat.proto import event_pb2
 
 from app import sheets
 from app.capacity.memory import PeakMemory
-from app.frameworks import load_tensorflow
 from app.schema import LOGGER_TARGETS, LoggerConfig
+from app.training import event_files
 from app.training.checkpoint import RunState
 from app.training.mlflow_writer import MlflowWriter, flattened
 from app.training.tables import rewrite_keeping_rows
@@ -103,39 +102,38 @@ class Writers(Writer):
 
 
 class TensorBoardWriter(Writer):
-    def __init__(self, run_dir: Path):
-        tf = load_tensorflow()
+    """logger=tensorboard: event files as Keras's TensorBoard callback lays them out, written
+    without TensorFlow on either backend (app/training/event_files.py)."""
 
-        self.tf, self.root = tf, Path(run_dir) / EVENTS
-        self.writers = {split: tf.summary.create_file_writer(str(self.root / split))
-                        for split in ("train", "validation")}
+    def __init__(self, run_dir: Path):
+        self.root = Path(run_dir) / EVENTS
+        self.files = {split: event_files.EventFile(self.root / split) for split in ("train", "validation")}
 
     def scalars(self, split: str, values: dict, step: int) -> None:
-        with self.writers[split].as_default(step=step):
-            for tag, value in values.items():
-                self.tf.summary.scalar(tag, value)
-        self.writers[split].flush()
+        if not values:  # as tf.summary wrote: no event without a value (an epoch without validation)
+            return
+        self.files[split].write_summary(event_files.scalars(values), step)
+        self.files[split].flush()
 
     def images(self, tag: str, batch: np.ndarray, step: int) -> None:
-        with self.writers["train"].as_default(step=step):
-            self.tf.summary.image(tag, batch, max_outputs=len(batch))
-        self.writers["train"].flush()
+        self.files["train"].write_summary(event_files.images(tag, batch), step)
+        self.files["train"].flush()
 
     def hparams(self, values: dict, trial: str) -> None:
-        from tensorboard.plugins.hparams import api as hp
-
-        with self.tf.summary.create_file_writer(str(self.root)).as_default():
-            hp.hparams(values, trial_id=trial)
+        top = event_files.EventFile(self.root)
+        try:
+            top.write_summary(event_files.hparams(values, trial), 0)
+        finally:
+            top.close()
 
     def tags(self, tags: list[str]) -> None:
         """The run's tags as a text summary (TensorBoard's Text tab); HParams has them as `tags` too."""
-        with self.writers["train"].as_default(step=0):
-            self.tf.summary.text("tags", ", ".join(tags))
-        self.writers["train"].flush()
+        self.files["train"].write_summary(event_files.text("tags", ", ".join(tags)), 0)
+        self.files["train"].flush()
 
     def close(self) -> None:
-        for writer in self.writers.values():
-            writer.close()
+        for file in self.files.values():
+            file.close()
 
 
 class CsvWriter(Writer):
@@ -212,16 +210,7 @@ def trim(run_dir: Path, step: int) -> None:
     rewrite_keeping_rows(Path(run_dir) / SCALARS, lambda row: int(row["step"]) <= step, "step")
     root = Path(run_dir) / EVENTS
     files = sorted(root.rglob("*tfevents*")) if root.is_dir() else []
-    if not files:
-        return
-    tf = load_tensorflow()
-
-    for path in files:  # TensorBoard's own reader, the records kept byte for byte
-        records = RawEventFileLoader(str(path)).Load()
-        kept = [record for record in records if event_pb2.Event.FromString(record).step <= step]
-        tmp = path.with_name(f".{path.name}.tmp")
-        with tf.io.TFRecordWriter(str(tmp)) as out:
-            for record in kept:
-                out.write(record)
-        tmp.replace(path)
-    log.info("dashboards: events after step %d removed from %d event files", step, len(files))
+    for path in files:
+        event_files.rewrite_keeping_events(path, lambda event: event.step <= step)
+    if files:
+        log.info("dashboards: events after step %d removed from %d event files", step, len(files))

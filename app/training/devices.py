@@ -99,8 +99,7 @@ def _place_jax(config: Config) -> Placement:
     import jax
     import keras
 
-    if importlib.util.find_spec("tensorflow"):  # Keras on JAX still imports it (its data adapters, TensorBoard)
-        load_tensorflow()  # quietly, and kept off the GPUs
+    load_tensorflow_beside_jax()
     trainer = config.trainer
     logging.getLogger("jax").setLevel(logging.WARNING)  # its INFO lines: each platform it did not find
     with native_stderr_to_log():  # XLA's "no GPU" lines, when there is none
@@ -121,6 +120,15 @@ def _place_jax(config: Config) -> Placement:
         _check_batch(config.data.batch_size, placement)
     _log(placement, "JAX")
     return placement
+
+
+def load_tensorflow_beside_jax() -> None:
+    """Where TensorFlow is installed, it loaded quietly and kept off the GPUs, whose memory JAX
+    takes: Keras on JAX may still import it (its data adapters). Where it is not, nothing: the app
+    itself needs it on its own backend only. The machine probe's training process loads it as a
+    run does (app/training/calibration.py)."""
+    if importlib.util.find_spec("tensorflow"):
+        load_tensorflow()
 
 
 def expected_process(trainer) -> int:

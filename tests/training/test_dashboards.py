@@ -6,8 +6,8 @@ from __future__ import annotations
 import csv
 
 import numpy as np
-import tensorflow as tf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.util import tensor_util
 
 from app.schema import LOGGER_TARGETS
 from app.training import dashboards
@@ -68,4 +68,4 @@ def test_the_first_batch_is_drawn_with_its_classes(tmp_path):
     events = EventAccumulator(str(tmp_path / "tensorboard" / "train"))
     events.Reload()
     (image,) = events.Tensors("augmented")
-    assert len(tf.make_ndarray(image.tensor_proto)) == 2 + 10  # width, height, then each image
+    assert len(tensor_util.make_ndarray(image.tensor_proto)) == 2 + 10  # width, height, then each image

@@ -1,0 +1,132 @@
+"""TensorBoard's event files written and rewritten with the `tensorboard` package alone, on
+either backend: the same summaries as `tf.summary` (v2) writes (tensor summaries with each
+plugin's metadata: a scalar a float32 tensor, images a string tensor [width, height, png...],
+text a string tensor, HParams the hparams plugin's session start), so TensorBoard shows the same
+tabs; and an event file rewritten with the records kept byte for byte (a resume's cut).
+
+TensorBoard's internals used beyond its summary and plugin-metadata modules, all here:
+`tensorboard.summary.writer.record_writer.RecordWriter` (the record framing) and
+`tensorboard.compat.tensorflow_stub.pywrap_tensorflow.masked_crc32c` (the records' checksum).
+Its EventFileWriter and event-file loaders are not used: they go through `tensorboard.compat.tf`,
+which imports TensorFlow whenever it is installed (outside app/frameworks.py's quiet start that
+keeps it off JAX's GPUs). Never imports TensorFlow, Keras, JAX or the loader.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import os
+import socket
+import struct
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+from tensorboard.plugins.hparams import summary_v2 as hparams_summary
+from tensorboard.plugins.image import metadata as image_metadata
+from tensorboard.plugins.scalar import metadata as scalar_metadata
+from tensorboard.plugins.text import metadata as text_metadata
+from tensorboard.summary.writer.record_writer import RecordWriter
+from tensorboard.util import tensor_util
+
+# Two files of one process in one second get names of their own, in the order they were made:
+# TensorBoard reads a folder's files in the order of their names (a resume's after the first run's).
+_NUMBER = itertools.count()
+
+
+class EventFile:
+    """One new event file in `folder` (made if missing), named as TensorFlow's writer names its
+    own; summaries are written at once, on disk after `flush`."""
+
+    def __init__(self, folder: Path):
+        folder.mkdir(parents=True, exist_ok=True)
+        name = (f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}."
+                f"{next(_NUMBER):06d}.v2")
+        self.path = folder / name
+        self._file = open(self.path, "wb")  # noqa: SIM115 - open until close(), as the run writes
+        self._records = RecordWriter(self._file)
+        self._write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
+        self.flush()
+
+    def write_summary(self, summary: summary_pb2.Summary, step: int) -> None:
+        self._write(event_pb2.Event(wall_time=time.time(), step=step, summary=summary))
+
+    def _write(self, event: event_pb2.Event) -> None:
+        self._records.write(event.SerializeToString())
+
+    def flush(self) -> None:
+        if not self._file.closed:
+            self._file.flush()
+
+    def close(self) -> None:
+        """The file closed; a second call does nothing."""
+        if not self._file.closed:
+            self._file.close()
+
+
+def scalars(values: dict) -> summary_pb2.Summary:
+    """Each value a float32 scalar, as tf.summary.scalar writes it (the Scalars tab)."""
+    meta = scalar_metadata.create_summary_metadata(display_name=None, description=None)
+    return summary_pb2.Summary(value=[
+        summary_pb2.Summary.Value(tag=tag, metadata=meta, tensor=tensor_util.make_tensor_proto(np.float32(value)))
+        for tag, value in values.items()])
+
+
+def images(tag: str, batch: np.ndarray) -> summary_pb2.Summary:
+    """A uint8 batch (N, H, W, C of 1, 3 or 4) as tf.summary.image writes it (the Images tab):
+    a string tensor [width, height, one PNG an image]."""
+    batch = np.asarray(batch, dtype=np.uint8)
+    height, width = batch.shape[1:3]
+    pngs = [_png(image) for image in batch]
+    tensor = tensor_util.make_tensor_proto(np.array([str(width).encode(), str(height).encode(), *pngs], dtype=object))
+    meta = image_metadata.create_summary_metadata(display_name=None, description=None)
+    return summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, metadata=meta, tensor=tensor)])
+
+
+def _png(image: np.ndarray) -> bytes:
+    out = io.BytesIO()
+    Image.fromarray(image[..., 0] if image.shape[-1] == 1 else image).save(out, format="PNG")
+    return out.getvalue()
+
+
+def text(tag: str, value: str) -> summary_pb2.Summary:
+    """`value` as tf.summary.text writes it (the Text tab)."""
+    meta = text_metadata.create_summary_metadata(display_name=None, description=None)
+    tensor = tensor_util.make_tensor_proto(value)
+    return summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, metadata=meta, tensor=tensor)])
+
+
+def hparams(values: dict, trial: str) -> summary_pb2.Summary:
+    """The trial's hyper-parameters (plain values) as the hparams plugin's own `hp.hparams` writes
+    them, at step 0 of the run's top folder (the HParams tab)."""
+    return hparams_summary.hparams_pb(values, trial_id=trial)
+
+
+def records(path: Path) -> Iterator[tuple[bytes, event_pb2.Event]]:
+    """Each whole record of an event file (its framing and checksums included) and its event,
+    up to the end or to the first record cut short or failing its checksum (a write the process
+    did not finish), where TensorBoard's own reader stops too."""
+    with open(path, "rb") as f:
+        while len(header := f.read(12)) == 12:
+            (length,), (header_crc,) = struct.unpack("<Q", header[:8]), struct.unpack("<I", header[8:])
+            if masked_crc32c(header[:8]) != header_crc:
+                return
+            data, footer = f.read(length), f.read(4)
+            if len(data) < length or len(footer) < 4 or masked_crc32c(data) != struct.unpack("<I", footer)[0]:
+                return
+            yield header + data + footer, event_pb2.Event.FromString(data)
+
+
+def rewrite_keeping_events(path: Path, keep: Callable[[event_pb2.Event], bool]) -> None:
+    """The event file at `path` rewritten with the records whose event `keep` accepts, byte for
+    byte (under a temporary name, then renamed over the old one)."""
+    kept = [record for record, event in records(path) if keep(event)]
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as out:
+        out.writelines(kept)
+    tmp.replace(path)
