@@ -1,0 +1,77 @@
+"""`pip install .[jax]`: a virtual environment holding every package of this one but TensorFlow
+(and what imports it) runs the JAX path through the real CLI: train, resume, evaluate, predict,
+preview, plan and a sweep; `export`, which needs TensorFlow, says so. (`bench` without TensorFlow:
+tests/cli/test_bench_cli.py, every mode but tf_data.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+from docs_runner import spawn_one_process_for
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+ROOT = Path(__file__).resolve().parents[2]
+# What a `.[jax]` install lacks: TensorFlow, and the export tools that import it
+HIDDEN = re.compile(r"^(tensorflow|tf2onnx)([-_.].*)?$", re.I)
+TINY = ["trainer.backend=jax", "data.num_images=24", "data.source_size=48", "data.num_classes=2",
+        "data.image_size=[32,32]", "data.batch_size=4", "model.widths=[8]", "trainer.epochs=1", "queue.workers=1"]
+
+
+@pytest.fixture(scope="module")
+def python(tmp_path_factory) -> str:
+    """A venv whose site-packages links to each entry of this one's but TensorFlow's: the same
+    versions of everything else (the project's editable install included), no TensorFlow."""
+    venv = tmp_path_factory.mktemp("no-tensorflow") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    there = next((venv / "lib").glob("python3.*/site-packages"))
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if not HIDDEN.match(entry.name):
+            (there / entry.name).symlink_to(entry)
+    return str(venv / "bin" / "python")
+
+
+def test_the_environment_has_everything_but_tensorflow(python):
+    probe = "import importlib.util, jax, keras, app, hydra, albumentations; print(importlib.util.find_spec('{}'))"
+    jax = {**os.environ, "KERAS_BACKEND": "jax"}
+    without = subprocess.run([python, "-c", probe.format("tensorflow")], capture_output=True, text=True, env=jax)
+    assert without.returncode == 0 and without.stdout.strip() == "None", without.stderr[-2000:]
+    here = subprocess.run([sys.executable, "-c", probe.format("tensorflow")], capture_output=True, text=True, env=jax)
+    assert "ModuleSpec" in here.stdout  # the control: this environment has it
+
+
+@pytest.mark.slow
+def test_train_resume_evaluate_predict_preview_plan_and_a_sweep_run_on_jax(python, tmp_path):
+    env = {**os.environ, "KERAS_BACKEND": "jax"}
+    runs = spawn_one_process_for(
+        ["train", *TINY, "hydra.run.dir=run"],
+        ["train", "resume=run", "trainer.epochs=2"],
+        ["evaluate", "resume=run"],
+        ["predict", "resume=run", "input=datasets"],
+        ["preview", *TINY, "preview.images=2", "preview.augmentations=2", "hydra.run.dir=preview"],
+        ["plan", *TINY],
+        ["export", "resume=run"],
+        ["train", "-m", *TINY, "queue.max_size=2", "hydra.sweep.dir=sweep"],  # a job in a fresh process
+        cwd=tmp_path, env=env, python=python)
+    *worked, export, sweep = runs
+    for run in [*worked, sweep]:
+        assert run.returncode == 0, f"{run.args}: {run.stdout[-3000:]}"
+    assert export.returncode != 0 and "export needs TensorFlow" in export.stdout, export.stdout[-2000:]
+
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["versions"]["tensorflow"] == "not installed" and summary["status"] == "completed"
+    rows = (tmp_path / "run" / "metrics.csv").read_text().splitlines()
+    assert [row.split(",")[0] for row in rows[1:]] == ["1", "2"]  # the resumed run's second epoch
+    events = EventAccumulator(str(tmp_path / "run" / "tensorboard" / "train"))
+    events.Reload()
+    assert events.Tags()["tensors"], "no scalars in the TensorBoard events"
+    assert list((tmp_path / "run" / "predict").glob("*/predictions.csv"))
+    assert (tmp_path / "preview" / "preview.png").exists()
+    jobs = sorted((tmp_path / "sweep").glob("*/summary.json"))
+    assert [json.loads(job.read_text())["status"] for job in jobs] == ["completed"]
