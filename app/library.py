@@ -92,7 +92,7 @@ class ImageLoader:
             raise ValueError("ImageLoader needs at least one split: train=, val= or test= (paths, labels)")
         self.loader = Loader(self.settings.enqueuer(splits))
         self.class_names = list(class_names) if class_names is not None else None
-        self._lock = threading.RLock()  # TensorFlow asks for batches from tf.data's own threads
+        self.lock = threading.RLock()  # TensorFlow asks for batches from tf.data's own threads
         self._stream: _Stream | None = None
         self._running: contextlib.ExitStack | None = None
         self.datasets = {name: SplitDataset(self, name, len(split)) for name, split in splits.items()}
@@ -111,7 +111,7 @@ class ImageLoader:
         return self
 
     def __exit__(self, *exc) -> None:
-        with self._lock:
+        with self.lock:
             self._close_stream()
             running, self._running = self._running, None
             if running is not None:
@@ -150,7 +150,7 @@ class ImageLoader:
     def batch(self, name: str, epoch: int, index: int) -> tuple[np.ndarray, np.ndarray]:
         """Batch `index` of split `name`'s pass `epoch`: the next of the running pass, or a new pass
         from `index` on (the ring is refilled from there; one split's pass runs at a time)."""
-        with self._lock:
+        with self.lock:
             if self._running is None:
                 raise RuntimeError("the ImageLoader is not started: use it inside `with loader:` "
                                    "(which also stops its worker processes and frees its shared memory)")
@@ -213,7 +213,7 @@ class SplitDataset(keras.utils.PyDataset):
     def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         if not 0 <= index < len(self):
             raise IndexError(f"batch {index} of the {self.name} split, which has {len(self)}")
-        with self.owner._lock:
+        with self.owner.lock:
             batch = self._kept.get(index)
             if batch is None:
                 batch = self.owner.batch(self.name, self.epoch, index)
@@ -235,7 +235,7 @@ class SplitDataset(keras.utils.PyDataset):
     def on_epoch_end(self) -> None:
         """The pass turns once its last batch was served (a Keras epoch of `steps_per_epoch` fewer
         batches goes on where it stopped, as Keras's own iterator does)."""
-        with self.owner._lock:
+        with self.owner.lock:
             self._in_epoch = False
             if self._served_last:
                 self.epoch += 1

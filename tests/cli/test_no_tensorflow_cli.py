@@ -1,7 +1,7 @@
 """`pip install .[jax]`: a virtual environment holding every package of this one but TensorFlow
 (and what imports it) runs the JAX path through the real CLI: train, resume, evaluate, predict,
-preview, plan and a sweep; `export`, which needs TensorFlow, says so. (`bench` without TensorFlow:
-tests/cli/test_bench_cli.py, every mode but tf_data.)"""
+preview, plan and a sweep; `export`, which needs TensorFlow, says so, and exports that JAX run
+where TensorFlow is installed. (`bench` without TensorFlow: tests/cli/test_bench_cli.py.)"""
 
 from __future__ import annotations
 
@@ -75,3 +75,10 @@ def test_train_resume_evaluate_predict_preview_plan_and_a_sweep_run_on_jax(pytho
     assert (tmp_path / "preview" / "preview.png").exists()
     jobs = sorted((tmp_path / "sweep").glob("*/summary.json"))
     assert [json.loads(job.read_text())["status"] for job in jobs] == ["completed"]
+
+    # the JAX run exported where TensorFlow is installed: its model.keras loaded under TensorFlow
+    exported, = spawn_one_process_for(["export", "resume=run", "export.samples=4"], cwd=tmp_path,
+                                      env={**os.environ, "KERAS_BACKEND": "tensorflow"})
+    assert exported.returncode == 0, exported.stdout[-3000:]
+    record = json.loads((tmp_path / "run" / "export" / "tf_saved_model" / "export.json").read_text())
+    assert record["parity"]["passed"] and 1 <= record["parity"]["samples"] <= 4, record
