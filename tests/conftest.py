@@ -13,15 +13,29 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # The machine probe (app/capacity/probe.py) stores its figures here, not in the user's cache:
 # measured once a session, by the first run that needs them, for the runs of every test after.
-os.environ["APP_CACHE_DIR"] = tempfile.mkdtemp(prefix="app-test-cache-")
-atexit.register(shutil.rmtree, os.environ["APP_CACHE_DIR"], ignore_errors=True)
+# Made by the process pytest starts (`make test`'s worker processes inherit it), removed by it.
+if "APP_CACHE_DIR" not in os.environ:
+    os.environ["APP_CACHE_DIR"] = tempfile.mkdtemp(prefix="app-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["APP_CACHE_DIR"], ignore_errors=True)
 # The probe's own test measures this machine for real; run first, it leaves its figures in the
 # session's cache, and the runs after it read them instead of measuring again (25 s).
 MEASURES_FIRST = "test_measured_once_stored_and_measured_again_elsewhere"
+# The files that take a minute or more of `make test`, slowest first: handed out first to its two
+# worker processes (a file at a time), they end together instead of one waiting on the other.
+SLOWEST_FIRST = ["training/test_devices.py", "cli/test_docs_commands.py", "cli/test_resume_cli.py",
+                 "cli/test_bench_cli.py", "cli/test_evaluate_predict_cli.py", "cli/test_train_cli.py",
+                 "cli/test_no_tensorflow_cli.py", "cli/test_sweep_cli.py", "training/test_recipe.py"]
+TESTS = Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(items):
-    items.sort(key=lambda item: item.name != MEASURES_FIRST)  # stable: the rest keep their order
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+
+    def key(item) -> tuple[bool, int]:
+        where = Path(item.fspath).resolve().relative_to(TESTS).as_posix()
+        return item.name != MEASURES_FIRST, rank.get(where, len(rank))
+
+    items.sort(key=key)  # stable: the rest keep their order
 
 
 @pytest.fixture

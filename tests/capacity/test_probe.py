@@ -51,7 +51,10 @@ def test_measured_once_stored_and_measured_again_elsewhere(tmp_path, monkeypatch
     stored = json.loads((tmp_path / "machine_probe.tensorflow.json").read_text())
     assert stored["trainer_mib"] == probe.trainer_mib and stored["machine"]["versions"]["tensorflow"]
     if not (session / "machine_probe.tensorflow.json").exists():  # the suite's runs read it, not measure again
-        shutil.copy(tmp_path / "machine_probe.tensorflow.json", session)
+        # whole or not at all: the other worker process of `make test` may read it at any moment
+        part = session / f".machine_probe.{os.getpid()}.tmp"
+        shutil.copy(tmp_path / "machine_probe.tensorflow.json", part)
+        part.replace(session / "machine_probe.tensorflow.json")
 
     def measuring(*_):
         raise AssertionError("measured again")

@@ -239,6 +239,16 @@ def test_a_damaged_model_keras_is_named_and_resume_writes_it_again(run, tmp_path
     assert all(np.array_equal(a, b) for a, b in zip(again.get_weights(), original.get_weights(), strict=True))
 
 
+def _started_worker(child: psutil.Process) -> bool:
+    """A loader worker that is running its own code: not multiprocessing's resource tracker, nor a
+    child still starting (its command line not yet there) or gone already."""
+    try:
+        line = child.cmdline()
+    except psutil.Error:
+        return False
+    return bool(line) and "resource_tracker" not in line[-1]
+
+
 @pytest.mark.slow
 def test_sigterm_stops_predict_as_ctrl_c_does(run, tmp_path):
     """A scheduler's SIGTERM: workers stopped, the ring freed, no half predictions.csv, exit 130."""
@@ -253,7 +263,7 @@ def test_sigterm_stops_predict_as_ctrl_c_does(run, tmp_path):
                                 "queue.workers=1"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 240
     while not ([n for n in os.listdir("/dev/shm") if n.startswith(f"app-ring-{process.pid}-")]
-               and [p for p in psutil.Process(process.pid).children() if "resource_tracker" not in p.cmdline()[-1]]):
+               and [p for p in psutil.Process(process.pid).children() if _started_worker(p)]):
         assert process.poll() is None and time.monotonic() < deadline, process.stderr.read().decode()[-3000:]
         time.sleep(0.01)  # the ring, and then the worker: the loader is up
     process.terminate()

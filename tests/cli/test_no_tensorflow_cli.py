@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from docs_runner import spawn_one_process_for
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams import metadata as hparams_metadata
 
 ROOT = Path(__file__).resolve().parents[2]
 # What a `.[jax]` install lacks: TensorFlow, and the export tools that import it
@@ -50,7 +51,7 @@ def test_the_environment_has_everything_but_tensorflow(python):
 def test_train_resume_evaluate_predict_preview_plan_and_a_sweep_run_on_jax(python, tmp_path):
     env = {**os.environ, "KERAS_BACKEND": "jax"}
     runs = spawn_one_process_for(
-        ["train", *TINY, "hydra.run.dir=run"],
+        ["train", *TINY, "logger=tensorboard", "tags=[tiny]", "hydra.run.dir=run"],
         ["train", "resume=run", "trainer.epochs=2"],
         ["evaluate", "resume=run"],
         ["predict", "resume=run", "input=datasets"],
@@ -68,9 +69,12 @@ def test_train_resume_evaluate_predict_preview_plan_and_a_sweep_run_on_jax(pytho
     assert summary["versions"]["tensorflow"] == "not installed" and summary["status"] == "completed"
     rows = (tmp_path / "run" / "metrics.csv").read_text().splitlines()
     assert [row.split(",")[0] for row in rows[1:]] == ["1", "2"]  # the resumed run's second epoch
-    events = EventAccumulator(str(tmp_path / "run" / "tensorboard" / "train"))
-    events.Reload()
-    assert events.Tags()["tensors"], "no scalars in the TensorBoard events"
+    train, top = (EventAccumulator(str(tmp_path / "run" / "tensorboard" / folder)).Reload() for folder in ("train", ""))
+    # the dashboard, written with no TensorFlow: each plugin's summaries, read by TensorBoard's own reader
+    assert {"step/loss", "epoch/loss"} <= set(train.PluginTagToContent("scalars"))
+    assert set(train.PluginTagToContent("images")) == {"augmented"}
+    assert set(train.PluginTagToContent("text")) == {"tags"}
+    assert hparams_metadata.SESSION_START_INFO_TAG in top.Tags()["tensors"]
     assert list((tmp_path / "run" / "predict").glob("*/predictions.csv"))
     assert (tmp_path / "preview" / "preview.png").exists()
     jobs = sorted((tmp_path / "sweep").glob("*/summary.json"))

@@ -5,18 +5,13 @@ writes its dashboard with TensorFlow hidden from the process."""
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import itertools
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
-from probe import index_images
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.plugins.hparams import metadata as hparams_metadata
@@ -166,50 +161,3 @@ def test_files_are_named_in_the_order_they_are_made(tmp_path, monkeypatch):
 # The child: TensorFlow hidden from the import system (find_spec answers None, `import tensorflow`
 # raises ModuleNotFoundError, as where it is not installed), a stored machine probe (no probe
 # processes, which would not inherit the hiding), then one tiny JAX run through the CLI's main.
-WITHOUT_TENSORFLOW = """
-import importlib.machinery, importlib.util, json, os, sys
-
-class WithoutTensorFlow(importlib.machinery.PathFinder):
-    @classmethod
-    def find_spec(cls, name, path=None, target=None):
-        return None if name.partition(".")[0] == "tensorflow" else super().find_spec(name, path, target)
-
-sys.meta_path[sys.meta_path.index(importlib.machinery.PathFinder)] = WithoutTensorFlow
-os.environ.update(KERAS_BACKEND="jax", APP_CACHE_DIR=sys.argv[1])
-from app.capacity import probe
-from app.frameworks import load_tensorflow
-from app.__main__ import main
-
-probe.cache_file().parent.mkdir(parents=True)
-probe.cache_file().write_text(json.dumps({"trainer_mib": 500.0, "worker_mib": 100.0, "activation_factor": 1.0,
-    "worker_bytes_per_decoded_byte": 2.0, "step_mib_per_layer": 1.0, "machine": probe.machine()}))
-try:
-    load_tensorflow()
-    hidden = False
-except ModuleNotFoundError:
-    hidden = importlib.util.find_spec("tensorflow") is None
-status = main(sys.argv[2:])
-loaded = sorted(name for name in sys.modules if name.startswith("tensorflow"))
-print(json.dumps({"status": status, "hidden": hidden, "loaded": loaded}))
-"""
-
-
-@pytest.mark.slow
-def test_a_jax_run_trains_and_writes_its_dashboard_without_tensorflow(tmp_path):
-    index_images(tmp_path / "images", {"train": range(8), "val": range(100, 104)}, size=16)
-    argv = ["train", "data=folder", f"data.path={tmp_path / 'images'}", "data.image_size=[16,16]",
-            "data.batch_size=4", "model.widths=[8]", "trainer.epochs=1", "queue.workers=0", "print_config=false",
-            "trainer.backend=jax", "logger=tensorboard", "tags=[tiny]", f"hydra.run.dir={tmp_path / 'run'}"]
-    done = subprocess.run([sys.executable, "-c", WITHOUT_TENSORFLOW, str(tmp_path / "cache"), *argv], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    # negative control: TensorFlow is installed here, and the child could not load it
-    assert importlib.util.find_spec("tensorflow") is not None and result["hidden"]
-    assert result == {"status": 0, "hidden": True, "loaded": []}
-    train = loaded(tmp_path / "run" / "tensorboard" / "train")
-    assert {"step/loss", "epoch/loss"} <= set(train.PluginTagToContent("scalars"))
-    assert set(train.PluginTagToContent("images")) == {"augmented"}
-    assert set(train.PluginTagToContent("text")) == {"tags"}
-    assert set(loaded(tmp_path / "run" / "tensorboard" / "validation").PluginTagToContent("scalars")) >= {"epoch/loss"}
-    assert hparams_metadata.SESSION_START_INFO_TAG in loaded(tmp_path / "run" / "tensorboard").Tags()["tensors"]
