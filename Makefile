@@ -15,7 +15,7 @@ train: $(VENV)/.installed
 # Two processes (pytest-xdist), each taking a whole file at a time so a file's fixtures are built
 # once, in tests/conftest.py's order (the slowest files first; xdist would otherwise put the files
 # with the most tests first, and the slow ones with few last, one process waiting on the other):
-# about 12 minutes on two cores. ARGS="-n 4" on a bigger machine, ARGS="-n 0" for one process.
+# 12–17 minutes on two cores. ARGS="-n 4" on a bigger machine, ARGS="-n 0" for one process.
 test: $(VENV)/.installed
 	$(PYTHON) -m pytest -n 2 --dist loadfile --no-loadscope-reorder $(ARGS)
 
