@@ -14,6 +14,7 @@ from pathlib import Path
 import keras
 import numpy as np
 
+from app.adapters import every_layer
 from app.errors import DataError
 
 # export.format → the file (or folder) written inside export.out; LiteRT's must end in .tflite
@@ -29,7 +30,7 @@ def float32_model(net: keras.Model) -> keras.Model:
     (whose layers keep their mixed policy in model.keras) rebuilt from its config under float32
     and given its weights, which mixed precision keeps in float32 already; `net` itself when no
     layer is mixed."""
-    if not any(_policy(layer).startswith("mixed_") for layer in _walk(net)):
+    if not any(_policy(layer).startswith("mixed_") for layer in every_layer(net)):
         return net
     rebuilt = type(net).from_config(_in_float32(net.get_config()))
     rebuilt.set_weights(net.get_weights())
@@ -38,13 +39,6 @@ def float32_model(net: keras.Model) -> keras.Model:
 
 def _policy(layer) -> str:
     return getattr(layer.dtype_policy, "name", str(layer.dtype_policy))
-
-
-def _walk(net: keras.Model):
-    for layer in net.layers:
-        yield layer
-        if isinstance(layer, keras.Model):
-            yield from _walk(layer)
 
 
 def _in_float32(node):
@@ -91,7 +85,7 @@ def write_format(model: keras.Model, folder: Path, fmt: str) -> Path:
 def named_layer(model: keras.Model, text: str):
     """The layer of `model` (nested models' too) whose name `text` mentions, the longest name
     first; None when it names none."""
-    layers = sorted(_walk(model), key=lambda layer: -len(layer.name))
+    layers = sorted((layer for layer in every_layer(model) if layer is not model), key=lambda layer: -len(layer.name))
     return next((layer for layer in layers if layer.name in text), None)
 
 
