@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # A GPU check anyone can run: `train` on the default model and a keras.applications model at
 # 224² under each backend (TensorFlow, JAX: those installed), strategy (one device; all of them
-# when there are several) and precision, then a table of images/s, data-wait fraction, device
-# utilisation (nvidia-smi's, sampled while the run trains, when there is nvidia-smi) and peak
-# host memory (the run's own summary.json), and where the uint8 → float32 cast runs under each
-# backend (benchmarks/cast_placement.py). Runs go to outputs/gpu_check/<date>_<time>/.
+# when there are several) and precision, and the default model with queue.workers=auto, then a
+# table of images/s, data-wait fraction, device utilisation (nvidia-smi's, sampled while the run
+# trains, when there is nvidia-smi) and peak host memory (the run's own summary.json), and where
+# the uint8 → float32 cast runs under each backend (benchmarks/cast_placement.py).
+# Runs go to outputs/gpu_check/<date>_<time>/.
 # Usage: benchmarks/gpu_check.sh [--quick] [more overrides for every run...]
 #   --quick: on the CPU, 64² images and a few steps, 2 logical CPU devices for the strategies,
 #            the distributed ones in float32 only: a couple of minutes on 2 cores.
@@ -30,7 +31,8 @@ if ((quick)); then
   split=(trainer.cpu_devices=2)  # strategies on logical CPU devices
   app_model=(model=keras_app model.name=MobileNetV3Small model.weights=null)
 else
-  common=(data.image_size=[224,224] data.batch_size=64 trainer.steps_per_epoch=50 trainer.validation_steps=4
+  # 4000 images: 3200 train, 50 full batches of 64 an epoch
+  common=(data.num_images=4000 data.image_size=[224,224] data.batch_size=64 trainer.steps_per_epoch=50 trainer.validation_steps=4
           trainer.epochs=2)
   precisions=(float32 mixed_bfloat16)
   ((gpus)) && precisions+=(mixed_float16)
@@ -70,6 +72,8 @@ for backend in "${backends[@]}"; do
     done
     if ((quick)) && [[ $strategy != default ]]; then continue; fi
     train "$backend-$strategy-float32-keras_app" "${placed[@]}" "${app_model[@]}"
+    # the default queue (2 workers) starves a GPU: what `auto` chooses beside it
+    ((quick)) || train "$backend-$strategy-float32-resnet-queue_auto" "${placed[@]}" queue.workers=auto queue.max_size=auto
   done
 done
 
