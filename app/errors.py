@@ -173,7 +173,8 @@ def _unknown_option(error: BaseException) -> str | None:
 
 def exit_status_for(error: BaseException, command: str = "train") -> int:
     """Print `error` as one paragraph on stderr and return the process's exit status. A bug's
-    traceback goes to `command`'s log (train logs its own, app/training/trainer.py)."""
+    traceback goes to `command`'s log where it has one (train's run logs its own,
+    app/training/trainer.py)."""
     import logging
     import sys
     import traceback
@@ -197,12 +198,12 @@ def exit_status_for(error: BaseException, command: str = "train") -> int:
         return 2
     if os.environ.get("APP_TRACEBACK"):
         traceback.print_exception(error)
-    where = "the run's train.log; "
-    if command != "train":
-        logged = bool(logging.getLogger().handlers)  # Hydra's log file, where there is one (not report's)
-        if logged:
-            logging.getLogger(f"app.{command}").error("unexpected error", exc_info=error)
-        where = f"{command}.log, in the command's directory; " if logged else ""
+    # Hydra's log file, once the command has started (not before: a config Hydra could not compose)
+    logged = bool(logging.getLogger().handlers)
+    if logged and not any(getattr(e, "traceback_logged", False) for e in (error, error.__cause__)):
+        logging.getLogger(f"app.{command}").error("unexpected error", exc_info=error)
+    where = ("the run's train.log; " if command == "train" else
+             f"{command}.log, in the command's directory; ") if logged else ""
     print(f"error: unexpected {type(error).__name__}: {_paragraph(error)} (a bug: "
           f"{'the traceback is in ' + where if where else ''}set APP_TRACEBACK=1 to print it here)", file=sys.stderr)
     return 1

@@ -23,6 +23,7 @@ from app import adapters
 from app.augment import Augmenter
 from app.data.folder import folder_source
 from app.data.source import FileSplit
+from app.loader.bad_samples import LIBRARY
 from app.loader.enqueuer import Enqueuer
 from app.loader.order import epoch_order, full_batches
 from app.loader.pipeline import Loader
@@ -72,7 +73,7 @@ class LoaderSettings:
                       for name in splits}
         queue = Settings(batch_size=self.batch_size, image_size=size, workers=self.workers, max_size=self.max_size,
                          use_multiprocessing=self.use_multiprocessing, timeout_s=self.timeout_s,
-                         max_bad_fraction=self.max_bad_fraction)
+                         max_bad_fraction=self.max_bad_fraction, policy_names=LIBRARY)
         return Enqueuer(splits, augmenters, queue, seed=self.seed, on_bad_sample=self.on_bad_sample)
 
 

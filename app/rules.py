@@ -32,9 +32,11 @@ def worker_limit() -> tuple[int, str]:
     cores = os.cpu_count() or 1
     available = psutil.virtual_memory().available
     by_memory = max(1, int(available // (WORKER_MIB * 2**20)))
-    limit = min(WORKERS_PER_CORE * cores, by_memory)
-    return limit, (f"{WORKERS_PER_CORE} a core × {cores} cores = {WORKERS_PER_CORE * cores}; "
-                   f"{available / 2**30:.1f} GiB available / ~{WORKER_MIB} MiB a worker = {by_memory}")
+    # only the bound that binds is named: the memory one is a rough guess, and the memory plan's
+    # measured figure (app/capacity/plan.py) is the one a refusal over memory gives
+    if WORKERS_PER_CORE * cores <= by_memory:
+        return WORKERS_PER_CORE * cores, f"{WORKERS_PER_CORE} a core × {cores} cores"
+    return by_memory, f"{available / 2**30:.1f} GiB available / ~{WORKER_MIB} MiB a worker"
 
 
 SEEDS = 2**32  # Keras's and NumPy's seeding take 0 to 2**32 - 1

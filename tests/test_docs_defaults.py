@@ -33,7 +33,9 @@ STATED = [
     ("docs/performance.md", "the default draft rule", {"data.decode.draft": True}),
     ("docs/performance.md", "the default model and data", {**RESNET, **SYNTHETIC}),
     ("docs/performance.md", "Default data (800", {**SYNTHETIC, "data.num_images": 800}),
-    ("docs/performance.md", "default model and EfficientNetV2B0", RESNET),
+    ("docs/performance.md", "the default two workers starve it", {"queue.workers": 2}),
+    ("docs/performance.md", "default, `queue.workers=2`", {"queue.workers": 2}),
+    ("docs/models.md", "the default two workers fed an H100", {"queue.workers": 2}),
     ("docs/performance.md", "of the default run", {**RESNET, **SYNTHETIC}),
     ("docs/performance.md", "-default-", {"trainer.strategy": "default"}),  # the runs' names
     ("docs/run-directory.md", "`logger=tensorboard`, the default", TENSORBOARD),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 
 import pytest
 
@@ -75,13 +76,22 @@ def test_a_cause_the_message_already_says_is_not_repeated(capsys):
     assert capsys.readouterr().err.strip() == "error: the run cannot start — disk gone"
 
 
-def test_a_bugs_message_names_the_log_of_the_command_that_holds_its_traceback(capsys, caplog):
+def test_a_bugs_message_names_the_log_of_the_command_that_holds_its_traceback(capsys, caplog, monkeypatch):
     assert exit_status_for(ValueError("boom"), "predict") == 1
     assert "the traceback is in predict.log" in capsys.readouterr().err
     assert caplog.records[-1].exc_info[0] is ValueError and caplog.records[-1].name == "app.predict"
     caplog.clear()
-    exit_status_for(ValueError("boom"))  # negative control: train logs its own, once
-    assert "the run's train.log" in capsys.readouterr().err and not caplog.records
+    logged = ValueError("boom")
+    logged.traceback_logged = True  # as train's run marks what it logged
+    exit_status_for(logged)
+    assert "the run's train.log" in capsys.readouterr().err and not caplog.records  # once, not twice
+    exit_status_for(ValueError("boom"))  # a bug of train's before its run logged anything: logged here
+    assert "the run's train.log" in capsys.readouterr().err and caplog.records[-1].name == "app.train"
+    # before Hydra set up any log (a config it could not compose): no log is named
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])
+    exit_status_for(ValueError("boom"))
+    said = capsys.readouterr().err
+    assert "(a bug: set APP_TRACEBACK=1 to print it here)" in said and ".log" not in said
 
 
 def test_a_path_the_file_system_refuses_is_named_with_what_to_do():

@@ -110,6 +110,26 @@ def test_predict_lines_up_with_the_files_and_mark_leaves_zeros_where_one_is_corr
     assert list(failed) == [4] and "cannot identify image file" in failed[4]
 
 
+def test_a_bad_file_is_named_with_the_loaders_own_arguments_and_the_advice_works(tmp_path, caplog):
+    """A script's user is told ImageLoader's keyword arguments, not the command line's keys, and
+    where skipped files are reported; following that advice trains past the file."""
+    paths, labels, _ = colour_files(tmp_path / "images", 8)
+    Path(paths[2]).write_bytes(b"not a png")
+    data = {"train": (paths, labels), "image_size": (SIZE, SIZE), "batch_size": 4, "workers": 1, "seed": 1}
+    from app.errors import DataError
+
+    with ImageLoader(**data) as loader, pytest.raises(DataError) as refused:
+        [loader.train[i] for i in range(len(loader.train))]
+    said = str(refused.value)
+    assert paths[2] in said and 'ImageLoader(on_bad_sample="skip")' in said and "max_bad_fraction" in said
+    assert "loader.skipped" in said and "data.on_bad_sample" not in said and "bad_samples.txt" not in said
+    with caplog.at_level(logging.WARNING, logger="app.loader.bad_samples"), \
+            ImageLoader(**data, on_bad_sample="skip", max_bad_fraction=0.2) as loader:
+        batches = [loader.train[i] for i in range(len(loader.train))]
+        assert loader.skipped == 1 and len(batches) == 2
+    assert any(paths[2] in r.getMessage() for r in caplog.records if r.name == "app.loader.bad_samples")
+
+
 @pytest.mark.filterwarnings("ignore:Using lambda")  # albumentations says the same, less precisely
 def test_what_cannot_reach_the_workers_or_would_fight_keras_is_refused_by_name(tmp_path):
     paths, labels, _ = colour_files(tmp_path / "images", 4)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -20,14 +21,29 @@ log = logging.getLogger(__name__)
 MAX_REPLACEMENTS = 100  # `skip`: how many following samples a worker tries in place of a bad one
 
 
+@dataclass(frozen=True)
+class PolicyNames:
+    """How a message names the policy's settings and where skipped samples go: the command
+    line's config keys, or a script's ImageLoader arguments (`LIBRARY`)."""
+
+    skip: str = "data.on_bad_sample=skip"
+    max_bad_fraction: str = "data.max_bad_fraction"
+    skipped_to: str = "logged to bad_samples.txt"
+
+
+LIBRARY = PolicyNames(skip='ImageLoader(on_bad_sample="skip")', max_bad_fraction="max_bad_fraction",
+                      skipped_to="each a warning of the app.loader.bad_samples logger, counted in loader.skipped")
+
+
 class BadSamples:
     """The bad samples of one loader's splits, by split name."""
 
-    def __init__(self, splits: dict, max_bad_fraction: float, bad_log: Path | None):
+    def __init__(self, splits: dict, max_bad_fraction: float, bad_log: Path | None,
+                 names: PolicyNames = PolicyNames()):
         self.sizes = {name: len(split) for name, split in splits.items()}
         self.labels = {name: split.labels for name, split in splits.items()}
         self.describe = {name: split.describe for name, split in splits.items()}
-        self.max_bad_fraction, self.bad_log = max_bad_fraction, bad_log
+        self.max_bad_fraction, self.bad_log, self.names = max_bad_fraction, bad_log, names
         self.failed: dict[str, dict[int, str]] = {name: {} for name in splits}  # mark: sample index → reason
         # a resumed run's list goes on: a sample skipped before the stop is not listed (or counted) twice
         self.skipped: dict[str, set[int]] = {name: _listed_in(bad_log, name) for name in splits}
@@ -44,14 +60,14 @@ class BadSamples:
             tried = min(MAX_REPLACEMENTS, self.sizes[split_name]) - 1
             raise DataError(
                 f"sample {reply.index} of the {split_name} split ({reply.where}) could not be loaded: {reply.detail}; "
-                f"and none of the {tried} samples after it that could stand in for it (data.on_bad_sample=skip) "
+                f"and none of the {tried} samples after it that could stand in for it ({self.names.skip}) "
                 f"could be read either: the {split_name} split has no readable image there. Fix or replace those "
                 f"files{self._listed(' (', ' lists those found so far)')}.")
         else:
             raise DataError(
                 f"sample {reply.index} of the {split_name} split ({reply.where}) could not be loaded: "
-                f"{reply.detail}. Fix or remove the file, or set data.on_bad_sample=skip to replace such samples "
-                "(logged to bad_samples.txt) up to data.max_bad_fraction.")
+                f"{reply.detail}. Fix or remove the file, or set {self.names.skip} to replace such samples "
+                f"({self.names.skipped_to}) up to {self.names.max_bad_fraction}.")
 
     def _log_skipped(self, split_name: str, reply: messages.Skipped) -> None:
         seen = self.skipped[split_name]
@@ -69,7 +85,7 @@ class BadSamples:
         if len(seen) > self.max_bad_fraction * total:
             raise DataError(
                 f"{len(seen)} of {total} samples of the {split_name} split could not be loaded, above "
-                f"data.max_bad_fraction={self.max_bad_fraction:g} (last: {reply.where}: {reply.detail})"
+                f"{self.names.max_bad_fraction}={self.max_bad_fraction:g} (last: {reply.where}: {reply.detail})"
                 f"{self._listed('; see ', '')}.")
 
     def _warn_if_a_class_is_gone(self, split_name: str, label: int) -> None:

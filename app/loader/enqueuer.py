@@ -59,7 +59,7 @@ class Enqueuer:
         if capped:
             log.info(capped)
         self.timeout_s = settings.timeout_s
-        self.bad = BadSamples(splits, settings.max_bad_fraction, settings.bad_log)
+        self.bad = BadSamples(splits, settings.max_bad_fraction, settings.bad_log, settings.policy_names)
         self.restarts = 0  # workers replaced this run
         self.telemetry = Telemetry()
         self.ring: Ring | None = None

@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.loader.bad_samples import PolicyNames
 from app.rules import AUTO, worker_limit
 
 
@@ -28,6 +29,7 @@ class Settings:
     startup_timeout_s: float = 300.0
     max_bad_fraction: float = 0.0  # skip: above this share of a split, an error
     bad_log: Path | None = None  # skip: where each skipped sample is listed
+    policy_names: PolicyNames = PolicyNames()  # how a bad sample's message names the settings
 
     @classmethod
     def from_config(cls, config, bad_log: Path | None = None, batch_size: int | None = None) -> Settings:

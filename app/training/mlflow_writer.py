@@ -156,7 +156,7 @@ class MlflowWriter:
         params and tags."""
         self.config = config
         saved = self.run_dir / RUN_FILE
-        record = json.loads(saved.read_text()) if saved.is_file() else None
+        record = self._record_moved(json.loads(saved.read_text())) if saved.is_file() else None
         uri, artifacts = (record["tracking_uri"], None) if record else store(self.node.tracking_uri)
         with _tables_locked(uri):
             self.client = self.mlflow.MlflowClient(uri)
@@ -173,6 +173,18 @@ class MlflowWriter:
             log.info("mlflow: %s (params are written once: the resumed run's value is this tag)", key)
         self._send(params={k: v for k, v in params.items() if k not in old},
                    tags={**tag_pairs(config.get("tags") or []), "run_dir": str(self.run_dir.resolve()), **changed})
+
+    def _record_moved(self, record: dict) -> dict:
+        """The run directory's MLflow record, pointed at `logger.mlflow.tracking_uri` where a resume
+        gives another store (the old one moved) and written back: the run is looked up there."""
+        given = self.node.tracking_uri
+        if not given or given == record["tracking_uri"]:
+            return record
+        log.info("mlflow: logger.mlflow.tracking_uri=%s on resume: the run's store was %s", given,
+                 record["tracking_uri"])
+        record = {**record, "tracking_uri": given}
+        write_json(self.run_dir / RUN_FILE, record)
+        return record
 
     def _continued(self, record: dict):
         """The run directory's MLflow run, running again, with the last step of each metric the

@@ -8,6 +8,7 @@ Never imports the loader or the commands."""
 from __future__ import annotations
 
 import logging
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +25,17 @@ log = logging.getLogger(__name__)
 
 def load_keras_model(path: Path):
     """The Keras model saved at `path` (a .keras file), the recipe's loss and metrics registered."""
+    check_whole_archive(path)
     return keras.saving.load_model(path)
+
+
+def check_whole_archive(path: Path) -> None:
+    """A .keras file that is there but is no zip archive is said to be so: Keras says "File not
+    found" of a file cut short."""
+    path = Path(path)
+    if path.is_file() and not zipfile.is_zipfile(path):
+        raise ValueError(f"{path.name} is there ({path.stat().st_size} bytes) but is not a whole .keras archive: "
+                         "cut short or overwritten")
 
 
 def load_model(run_dir: Path, name: str):
@@ -130,7 +141,7 @@ def exported_model(run_dir: Path) -> tuple:
     problem = exported_problem(path)
     if problem is None:
         try:
-            return keras.saving.load_model(path), read_metadata(path)
+            return load_keras_model(path), read_metadata(path)
         except Exception as error:  # noqa: BLE001 - whole as a zip, yet Keras cannot rebuild it
             problem = f"Keras cannot load it ({type(error).__name__}: {str(error).splitlines()[0]})"
     raise DataError(f"{path} cannot be used: {problem}. It is the run's best model, and the run's best checkpoint "

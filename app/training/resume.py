@@ -44,9 +44,11 @@ from app.training.rundir import check_unlocked, claim_dir, hold_lock, holds_run,
 # What a run may change when it resumes: how long, how it logs, how it loads, and which files are bad
 # samples and what becomes of them (the advice a bad sample prints must work on a resumed run too).
 # The storage's credentials too: a run's saved config holds its secrets as <redacted> (app/redact.py).
+# An MLflow store moved elsewhere (the run's MLflow run goes on there) is given again by its URI.
 STORAGE = "data.storage_options"
+MLFLOW_STORE = "logger.mlflow.tracking_uri"
 SAFE_PREFIXES = ("trainer.epochs", "trainer.log_every_steps", "queue.", "data.on_bad_sample", "data.max_bad_fraction",
-                 "data.max_image_pixels", STORAGE)
+                 "data.max_image_pixels", STORAGE, MLFLOW_STORE)
 # Hydra's flags that print or inspect instead of running: no directory is claimed for them.
 INFO_FLAGS = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc")
 # Directories claimed in this process: app/__main__.py removes those left empty (a config error
@@ -102,6 +104,7 @@ def prepare_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str 
     # composed on the default data group (synthetic: no test_path, no storage_options) before the run's is read
     forced = ("data.test_path", STORAGE) if word == "evaluate" else (STORAGE,)
     kept = [f"++{a.lstrip('+')}" if key_of(a).startswith(forced) and a[:1] != "~" else a for a in kept]
+    kept += _loggers_of_run(run_dir, kept)
     if on_a_run:
         where = run_dir / word / f"{stamp[0]}_{stamp[1]}"
         if not info:
@@ -111,6 +114,29 @@ def prepare_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str 
         if not info and _process_of(argv) == 0:  # process 0 of a several-process run holds the lock
             hold_lock(run_dir, "python -m app train resume=...")
     return [*kept, f"resume={quoted(str(run_dir))}", f"hydra.run.dir={quoted(str(where))}", "hydra.output_subdir=null"]
+
+
+def _loggers_of_run(run_dir: Path, given: list[str]) -> list[str]:
+    """`logger=[...]`, the run's own loggers, where a logger's key is given on a resume: composed
+    on the default logger group, another logger's node is null and takes no key. A key of a
+    logger the run does not have is refused."""
+    keys = [key_of(a) for a in given if key_of(a).startswith("logger.")]
+    if not keys:
+        return []
+    loggers = _loggers(checkpoint.saved_config(run_dir))
+    for key in keys:
+        _check_safe(key)
+        name = key.split(".")[1]
+        if name not in loggers:
+            raise ConfigError(f"config key `{key}` names a logger this run does not have (it logs to: "
+                              f"{', '.join(loggers) or 'none'}); a run's loggers are the ones it was trained "
+                              f"with. Leave `{key}` out, or start a new run with logger={name}.")
+    return [f"logger=[{','.join(loggers)}]"]
+
+
+def _loggers(config) -> list[str]:
+    """The loggers a config has: the names of its `logger` node's non-null entries."""
+    return [name for name, node in (config.get("logger") or {}).items() if node is not None]
 
 
 def _sweep_resumed(sweep: Path, given: list[str], *, word: str, info: bool) -> list[str]:
@@ -191,6 +217,8 @@ def resumed_config(saved: dict, cfg: DictConfig, overrides: list[str],
     result = OmegaConf.create(migrated(saved))
     for override in overrides:
         key = key_of(override)
+        if key == "logger" and _loggers(cfg) == _loggers(result):  # the run's own (`_loggers_of_run`)
+            continue
         _check_safe(key, safe)
         if key == "resume" or key.split(".", 1)[0] in COMMAND_KEYS:  # the command's own (export.*): never the run's
             continue

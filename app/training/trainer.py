@@ -93,6 +93,7 @@ def _train_recorded(run: RunContext) -> None:
             log.error("worker traceback:\n%s", error.worker_traceback)
         elif not isinstance(explained, AppError):  # a bug: keep its traceback
             log.exception("traceback")
+            error.traceback_logged = True  # app/errors.py: not twice
         if explained is not error:
             raise explained from error
         raise

@@ -212,7 +212,7 @@ def test_the_mlflow_run_is_continued_with_each_step_once_as_uninterrupted(runs):
     assert sorted(r.info.run_id for r in listed) == sorted(ids) and ids[0] != ids[1]  # B: one run, not two
     for key in ("step/loss", "epoch/accuracy", "epoch/val_loss"):
         a, b = ([(m.step, m.value) for m in client.get_metric_history(i, key)] for i in ids)
-        last = max(step for step, _ in b)  # A's run may be extended later (test_corrupt_newest_checkpoint_falls_back)
+        last = max(step for step, _ in b)
         assert len({step for step, _ in b}) == len(b) and sorted(x for x in a if x[0] <= last) == sorted(b), key
     assert len(client.get_metric_history(ids[1], "step/loss")) == 5 * 3
     b = client.get_run(ids[1])
@@ -239,14 +239,20 @@ def test_metrics_rows_continue_without_gaps_or_duplicates(runs):
 
 
 @pytest.mark.slow
-def test_unsafe_override_is_refused(runs):
-    run_a, _, _, _ = runs
-    before = {p: p.read_bytes() for p in run_a.rglob("*") if p.is_file()}
+def test_unsafe_override_is_refused(all_runs):
+    run_a, run_pa = all_runs["default"][0], all_runs["prepared"][0]  # trained with MLflow, and without
+    before = {p: p.read_bytes() for run in (run_a, run_pa) for p in run.rglob("*") if p.is_file()}
     assert (run_a / ".lock") in before
-    result = app("train", f"resume={run_a}", "data.batch_size=4", cwd=run_a.parent)
-    assert result.returncode == 2 and "`data.batch_size` cannot change for a run that exists" in result.stderr
-    # refused: nothing in the run changed, its lock file (a PID while one is held) included
-    assert {p: p.read_bytes() for p in run_a.rglob("*") if p.is_file()} == before
+    refusals = {(run_a, "data.batch_size=4"): "`data.batch_size` cannot change for a run that exists",
+                # a logger's keys: composed on the run's own loggers, then held to the same rule
+                (run_a, "logger.mlflow.experiment=x"): "`logger.mlflow.experiment` cannot change for a run that exists",
+                (run_pa, "logger.mlflow.tracking_uri=sqlite:///x.db"):
+                    "`logger.mlflow.tracking_uri` names a logger this run does not have (it logs to: tensorboard)"}
+    for (run, override), said in refusals.items():
+        result = app("train", f"resume={run}", override, cwd=run.parent)
+        assert result.returncode == 2 and said in result.stderr and "a bug" not in result.stderr, result.stderr
+    # refused: nothing in the runs changed, the lock file (a PID while one is held) included
+    assert {p: p.read_bytes() for run in (run_a, run_pa) for p in run.rglob("*") if p.is_file()} == before
 
 
 @pytest.mark.slow
@@ -255,20 +261,30 @@ def test_corrupt_newest_checkpoint_falls_back(runs):
     copy = run_a.parent / "C"
     shutil.copytree(run_a, copy)
     newest, previous = sorted((copy / "checkpoints").glob("step-*"))[-1:-3:-1]
-    (newest / "model.keras").write_bytes(b"not a zip file")
-    result = app("train", f"resume={copy}", "trainer.epochs=6", cwd=run_a.parent)
+    whole = (newest / "model.keras").read_bytes()
+    (newest / "model.keras").write_bytes(whole[:len(whole) // 2])  # cut short, as by a full disk
+    # the MLflow store moved too: the resume is given its new URI
+    store, moved = run_a.parent / "outputs" / "mlflow.db", run_a.parent / "moved.db"
+    shutil.copy(store, moved)
+    result = app("train", f"resume={copy}", "trainer.epochs=6", f"logger.mlflow.tracking_uri=sqlite:///{moved}",
+                 cwd=run_a.parent)
     assert result.returncode == 0, result.stderr[-3000:]
     log = (copy / "train.log").read_text()
-    assert f"checkpoint {newest} cannot be loaded" in log and f"resuming from {previous.name}" in log
+    assert f"checkpoint {newest} cannot be loaded (ValueError: model.keras is there ({len(whole) // 2} bytes) but " \
+           "is not a whole .keras archive" in log and f"resuming from {previous.name}" in log
+    assert "File not found" not in log  # Keras's word for a file cut short
     assert [r[0] for r in metric_rows(copy)] == ["1", "2", "3", "4", "5", "6"]
-    # the copy goes on in A's MLflow run (mlflow.json came with it): the steps after `previous`, which
-    # the store holds already, are not sent again
+    # the copy goes on in A's MLflow run (mlflow.json came with it), in the moved store: the steps
+    # after `previous`, which the store holds already, are not sent again
     from mlflow import MlflowClient
 
-    client = MlflowClient(f"sqlite:///{run_a.parent / 'outputs' / 'mlflow.db'}")
-    run_id = json.loads((copy / "mlflow.json").read_text())["run_id"]
-    steps = [m.step for m in client.get_metric_history(run_id, "step/loss")]
-    assert len(steps) == len(set(steps)) == 6 * 3 and client.get_run(run_id).info.status == "FINISHED"
+    record = json.loads((copy / "mlflow.json").read_text())
+    assert record["tracking_uri"] == f"sqlite:///{moved}"
+    client = MlflowClient(record["tracking_uri"])
+    steps = [m.step for m in client.get_metric_history(record["run_id"], "step/loss")]
+    assert len(steps) == len(set(steps)) == 6 * 3 and client.get_run(record["run_id"]).info.status == "FINISHED"
+    old = MlflowClient(f"sqlite:///{store}")  # negative control: the old store got nothing more
+    assert len(old.get_metric_history(record["run_id"], "step/loss")) == 5 * 3
 
 
 @pytest.mark.slow
