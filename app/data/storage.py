@@ -15,6 +15,7 @@ only: worker processes import it; never TensorFlow, Keras or JAX.
 
 from __future__ import annotations
 
+import copy
 import errno
 import logging
 import os
@@ -214,10 +215,10 @@ def with_driver_defaults(url: str, options: dict) -> dict:
     """`options` with S3_CONFIG's botocore settings added where the user set none (s3:// only)."""
     if url.split("://", 1)[0].lower() not in ("s3", "s3a"):
         return options
-    defaults = dict(S3_CONFIG)
+    defaults = copy.deepcopy(S3_CONFIG)  # botocore may amend the dicts it is given
     if "AWS_MAX_ATTEMPTS" in os.environ or "AWS_RETRY_MODE" in os.environ:
         del defaults["retries"]
-    return {**options, "config_kwargs": {**defaults, **options.get("config_kwargs", {})}}
+    return {**options, "config_kwargs": {**defaults, **(options.get("config_kwargs") or {})}}
 
 
 def _is_credentials(error: Exception) -> bool:

@@ -129,8 +129,9 @@ def test_the_least_recently_used_shards_go_first_never_the_one_kept(tmp_path):
 def test_a_full_cache_disk_is_named_at_once_and_leaves_no_part_file(copies, tmp_path):
     root, bucket = copies
     cache = tmp_path / "cache"
-    train = load_source(_data(f"s3://{bucket}/raw", cache_dir=cache)).train  # its index cached: the disk had room
+    train = load_source(_data(f"s3://{bucket}/raw", cache_dir=cache)).train
     folder = train.root.cache.folder
+    folder.mkdir(parents=True, exist_ok=True)  # not made yet where this process fetched the index before
     # The kernel's /dev/full answers every write with ENOSPC, as a full disk does: the download of
     # shard 0 in this thread writes through it (a real small disk would need a mount of our own).
     part = folder / f".train-00000.tar.{os.getpid()}.{threading.get_ident()}.part"
