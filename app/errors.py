@@ -61,18 +61,12 @@ def explain(error: BaseException, resume_hint: str | None = None, where: str | N
     """A full disk or exhausted memory as a MachineError that says what to do; anything else
     (an AppError already) unchanged. `resume_hint`: the command that continues the run once the
     cause is gone; `where`: the directory being written, when the error does not name a file."""
-    import shutil
-
     if isinstance(error, AppError):
         return error
     full = _disk_full(error)
     if full is not None:
         path = full.filename or where
-        free = ""
-        try:
-            free = f" ({shutil.disk_usage(os.path.dirname(path) if full.filename else path).free / 2**20:.1f} MiB free)"
-        except (OSError, TypeError):
-            pass
+        free = free_space(os.path.dirname(path) if full.filename else path)
         where = path or "the files being written"
         then = f", then continue with `{resume_hint}`: the checkpoints written before are whole" if resume_hint \
             else ", then run the command again"
@@ -99,6 +93,16 @@ def explain(error: BaseException, resume_hint: str | None = None, where: str | N
         return MachineError(f"{path} cannot be written or read: {blocked.strerror}. Give it back its place (a file "
                             f"where a file belongs, writable by you, on a writable disk), then {then}.")
     return error
+
+
+def free_space(path) -> str:
+    """' (N MiB free)' on the disk holding `path`; '' where that cannot be told."""
+    import shutil
+
+    try:
+        return f" ({shutil.disk_usage(path).free / 2**20:.1f} MiB free)"
+    except (OSError, TypeError):
+        return ""
 
 
 def _errno_in(error: BaseException, name: str) -> OSError | None:

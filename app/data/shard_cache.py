@@ -14,20 +14,24 @@ puts an identical whole file in place, so a reader never sees half a shard. Once
 modification time is touched when it is read, at most once a second), never the one just fetched.
 A shard deleted while another process reads it stays readable through that process's open
 descriptor; that process notices at its next touch and downloads it again when next needed.
+A shard that cannot be written here (a full disk, a read-only one) is a DataError naming
+data.cache_dir, at once: no retry of the store mends the local disk.
 
-Imports the standard library, and app.data.storage only: worker processes import it; never
+Imports the standard library, app.errors and app.data.storage only: worker processes import it; never
 TensorFlow, Keras or JAX.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import threading
 import time
 from pathlib import Path
 
-from app.data.storage import RemoteStore
+from app.data.storage import AGAIN, RemoteStore
+from app.errors import DataError, free_space
 
 TOUCH_EVERY_S = 1.0  # a shard's mtime (its place in the LRU order) is refreshed at most this often
 STALE_PART_S = 600.0  # a download's temporary file untouched this long was left by a killed process
@@ -99,11 +103,13 @@ class ShardCache:
         least recently used shards while the cache holds more than its cap (and forget this
         process's descriptors of them, so their disk space is freed)."""
         path = self.local_path(name)
-        self.folder.mkdir(parents=True, exist_ok=True)
         part = path.with_name(f".{name}.{os.getpid()}.{threading.get_ident()}.part")
         try:
+            self.folder.mkdir(parents=True, exist_ok=True)
             self.store.download_to(name, part)
             os.replace(part, path)  # a racing process's identical file, replaced whole
+        except OSError as error:  # this disk's: the store's errors arrive as DataError
+            raise cache_write_error(self.folder.parent, self.store.path_of(name), self.max_bytes, error) from error
         finally:
             part.unlink(missing_ok=True)
         for deleted in delete_least_recently_used(self.folder.parent, self.max_bytes, keep=path):
@@ -125,6 +131,18 @@ class ShardCache:
     def _forget(self, name: str) -> None:
         with self._lock:
             self._open.pop(name, None)  # closed once no reader holds it
+
+
+def cache_write_error(cache_dir: Path, url: str, max_bytes: int, error: OSError) -> DataError:
+    """The paragraph for `url` that could not be written into `cache_dir` (data.cache_dir)."""
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return DataError(f"no space left on the device holding data.cache_dir {cache_dir}{free_space(cache_dir)} while "
+                         f"caching {url} ({error.strerror}): free some space there (anything under data.cache_dir "
+                         "may be deleted: it is a cache) or set data.cache_dir to a folder on a disk with more room, "
+                         f"and data.cache_max_gb (now {max_bytes / 1e9:g}) under the room it has; {AGAIN}.")
+    return DataError(f"data.cache_dir {cache_dir} cannot be written while caching {url} ({error.strerror}: "
+                     f"{error.filename}): make it a folder you may write on a writable disk, or set data.cache_dir "
+                     f"to another one, or to null (each sample then one ranged GET, nothing cached); {AGAIN}.")
 
 
 def delete_least_recently_used(cache_dir: Path, max_bytes: int, keep: Path) -> list[Path]:

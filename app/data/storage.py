@@ -5,6 +5,8 @@ byte ranges (or streaming one to a local file), writing files whole or not at al
 transient errors with backoff (each retry logged as a warning and counted, for the process and
 for the thread: a loader worker's telemetry reports its own), and turning what cannot be
 retried (no bucket, no object, no credentials, no driver) into one paragraph that names the URL.
+A local file a download writes that the OS refuses (a full disk) is not the store's fault: raised
+as LocalWriteError, never tried again.
 
 `Store.at(location, options)` is the one way in; a Store pickles without its open filesystem,
 so worker processes open their own. Imports the standard library, fsspec and app.errors/app.io
@@ -13,6 +15,8 @@ only: worker processes import it; never TensorFlow, Keras or JAX.
 
 from __future__ import annotations
 
+import copy
+import errno
 import logging
 import os
 import threading
@@ -31,6 +35,13 @@ DRIVERS = {"s3": "s3fs (pip install 'app[s3]')", "gs": "gcsfs (pip install 'app[
 # Errors no retry mends: the object or bucket is not there, access is refused, a wrong argument.
 FINAL = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, ValueError, TypeError,
          ImportError)
+# botocore's own retries beneath ours: off, so a dead endpoint fails after our TRIES and waits
+# (seconds) and not botocore's four retries for each (a minute); its connect timeout bounds a try.
+# Where storage_options.config_kwargs (or AWS_MAX_ATTEMPTS, AWS_RETRY_MODE) set them, theirs win.
+S3_CONFIG = {"retries": {"total_max_attempts": 1, "mode": "standard"}, "connect_timeout": 5}
+# Errors only a local file gives: the disk is full or read-only, the file too large for the process.
+LOCAL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
+AGAIN = "then run the same command again (a resumed run or prepare goes on from where it stopped)"
 _thread = threading.local()  # this thread's transient errors tried again: a loader worker's telemetry reads its own
 log = logging.getLogger(__name__)
 
@@ -39,6 +50,10 @@ def thread_retries() -> int:
     """How many reads or writes this thread tried again after a transient storage error (a
     loader thread's share, for its telemetry)."""
     return getattr(_thread, "count", 0)
+
+
+class LocalWriteError(OSError):
+    """A local file a download writes that the OS refused (errno and strerror kept, the file named)."""
 
 
 class Store:
@@ -115,7 +130,7 @@ class RemoteStore(Store):
     def fs(self):
         if self._fs is None:
             try:
-                self._fs, _ = fsspec.core.url_to_fs(self.url, **self.storage_options)
+                self._fs, _ = fsspec.core.url_to_fs(self.url, **with_driver_defaults(self.url, self.storage_options))
             except ImportError as error:
                 raise storage_error(self.url, error) from None
         return self._fs
@@ -138,8 +153,16 @@ class RemoteStore(Store):
 
     def download_to(self, name: str, local: Path) -> None:
         """The object `name` streamed into the local file `local` (created or replaced; begun
-        again from its start on a retry), never whole in memory."""
-        self._retrying(self.path_of(name), lambda path: self.fs.get_file(path, str(local)))
+        again from its start on a retry), never whole in memory. A LocalWriteError where `local`
+        cannot be written."""
+        def get_file(path: str) -> None:
+            try:
+                self.fs.get_file(path, str(local))
+            except OSError as error:
+                if error.errno in LOCAL_ERRNOS or error.filename == str(local):  # never a store's error
+                    raise LocalWriteError(error.errno, error.strerror, str(local)) from error
+                raise
+        self._retrying(self.path_of(name), get_file)
 
     def write_bytes(self, name: str, data: bytes) -> None:
         self._retrying(self.path_of(name), lambda path: self.fs.pipe_file(path, data))
@@ -174,7 +197,7 @@ class RemoteStore(Store):
         for attempt in range(1, TRIES + 1):
             try:
                 return call(path)
-            except DataError:
+            except (DataError, LocalWriteError):
                 raise
             except FINAL as error:
                 raise storage_error(path, error) from None
@@ -186,6 +209,16 @@ class RemoteStore(Store):
                             wait, attempt + 1, TRIES)
                 time.sleep(wait)  # backoff: the store is given time to recover, not a guess at an event
                 wait *= 2
+
+
+def with_driver_defaults(url: str, options: dict) -> dict:
+    """`options` with S3_CONFIG's botocore settings added where the user set none (s3:// only)."""
+    if url.split("://", 1)[0].lower() not in ("s3", "s3a"):
+        return options
+    defaults = copy.deepcopy(S3_CONFIG)  # botocore may amend the dicts it is given
+    if "AWS_MAX_ATTEMPTS" in os.environ or "AWS_RETRY_MODE" in os.environ:
+        del defaults["retries"]
+    return {**options, "config_kwargs": {**defaults, **(options.get("config_kwargs") or {})}}
 
 
 def _is_credentials(error: Exception) -> bool:
@@ -211,5 +244,4 @@ def storage_error(url: str, error: Exception, attempts: int = 1) -> DataError:
                          "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE; for gs://, "
                          "GOOGLE_APPLICATION_CREDENTIALS) or in storage_options (redacted wherever saved).")
     tried = f" after {attempts} tries" if attempts > 1 else ""
-    return DataError(f"{url} could not be reached{tried} ({detail}): check the endpoint and the network, then run "
-                     "the same command again (a resumed run or prepare goes on from where it stopped).")
+    return DataError(f"{url} could not be reached{tried} ({detail}): check the endpoint and the network, {AGAIN}.")

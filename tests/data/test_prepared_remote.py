@@ -1,7 +1,7 @@
 """data=prepared at a URL (app/data/prepared.py's RemoteCopy, app/data/shard_cache.py): the same
 samples as the local copy through s3:// (moto's server on localhost) and http://, whole shards
-cached on local disk (downloaded once, least recently used evicted, racing processes), storage
-retries counted in the loader's telemetry, and the refusals."""
+cached on local disk (downloaded once, least recently used evicted, racing processes, a full
+disk named at once), storage retries counted in the loader's telemetry, and the refusals."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import multiprocessing
 import os
 import pickle
 import re
+import threading
 from http.server import SimpleHTTPRequestHandler
 from types import SimpleNamespace
 
@@ -123,6 +124,28 @@ def test_the_least_recently_used_shards_go_first_never_the_one_kept(tmp_path):
     assert [p.name for p in deleted] == ["old.tar", "mid.tar"]
     assert sorted(p.name for p in folder.iterdir()) == ["index-train.npy", "kept.tar", "new.tar"]
     assert delete_least_recently_used(tmp_path, 250, keep=folder / "kept.tar") == []  # under the cap now
+
+
+def test_a_full_cache_disk_is_named_at_once_and_leaves_no_part_file(copies, tmp_path):
+    root, bucket = copies
+    cache = tmp_path / "cache"
+    train = load_source(_data(f"s3://{bucket}/raw", cache_dir=cache)).train
+    folder = train.root.cache.folder
+    folder.mkdir(parents=True, exist_ok=True)  # not made yet where this process fetched the index before
+    # The kernel's /dev/full answers every write with ENOSPC, as a full disk does: the download of
+    # shard 0 in this thread writes through it (a real small disk would need a mount of our own).
+    part = folder / f".train-00000.tar.{os.getpid()}.{threading.get_ident()}.part"
+    part.symlink_to("/dev/full")
+    before = storage.thread_retries()
+    with pytest.raises(DataError) as caught:
+        train.read(0)
+    assert str(caught.value).startswith(f"no space left on the device holding data.cache_dir {cache} (")
+    assert f"while caching s3://{bucket}/raw/train-00000.tar" in str(caught.value)
+    assert "free some space there" in str(caught.value)
+    assert storage.thread_retries() == before  # no retry: the store is not at fault
+    assert not [p.name for p in folder.iterdir() if p.name.endswith(".part")]
+    expected = load_source(_data(root / "raw")).train.read(0)  # negative control: with room again, it caches
+    assert np.array_equal(train.read(0), expected) and (folder / "train-00000.tar").is_file()
 
 
 def _fetch_when_all_are_ready(split, ready, index: int) -> None:

@@ -1,11 +1,12 @@
 """app/data/storage.py against a real S3 endpoint on localhost (moto's server through s3fs) and a
 local folder: the same reads and writes, byte ranges, a Store that crosses a pickle, and the
 paragraphs for a missing bucket, missing credentials, a missing driver and an endpoint that
-does not answer (tried again, counted)."""
+does not answer (tried again with our waits alone, counted)."""
 
 from __future__ import annotations
 
 import pickle
+import time
 
 import pytest
 import s3fs
@@ -91,11 +92,17 @@ def test_a_missing_driver_names_the_extra_that_brings_it():
         Store.at("gs://bucket/copy").read_bytes("manifest.json")
 
 
-def test_an_endpoint_that_does_not_answer_is_tried_again_then_named(monkeypatch):
-    monkeypatch.setattr(storage, "FIRST_WAIT", 0.01)
-    before = storage.thread_retries()
-    options = {"endpoint_url": "http://127.0.0.1:1", "key": "k", "secret": "s",
-               "config_kwargs": {"retries": {"max_attempts": 1}}}  # s3fs's own retries off: ours are counted
+def test_a_dead_endpoint_is_tried_again_with_our_waits_alone_then_named(monkeypatch):
+    monkeypatch.delenv("AWS_MAX_ATTEMPTS", raising=False)
+    monkeypatch.delenv("AWS_RETRY_MODE", raising=False)
+    options = {"endpoint_url": "http://127.0.0.1:1", "key": "k", "secret": "s"}  # a closed port
+    store, before, started = Store.at("s3://bucket/copy", options), storage.thread_retries(), time.monotonic()
     with pytest.raises(DataError, match=rf"could not be reached after {storage.TRIES} tries"):
-        Store.at("s3://bucket/copy", options).read_bytes("manifest.json")
+        store.read_bytes("manifest.json")
+    # Our waits are 3 s in all; botocore's own retries beneath each try made it 20 to 50 s.
+    assert time.monotonic() - started < 15
     assert storage.thread_retries() - before == storage.TRIES - 1
+    config = store.fs.s3.meta.config
+    assert config.retries == {"total_max_attempts": 1, "mode": "standard"} and config.connect_timeout == 5
+    mine = {**options, "config_kwargs": {"retries": {"max_attempts": 3}}}  # the user's own settings win
+    assert Store.at("s3://bucket/copy", mine).fs.s3.meta.config.retries["total_max_attempts"] == 4
