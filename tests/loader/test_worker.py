@@ -133,4 +133,7 @@ def test_serve_sets_done_bytes_answers_notes_and_ends_a_share_with_its_stages():
 def test_serve_returns_when_the_parents_end_closes():
     parent, child = Pipe()
     parent.close()
-    serve(child, ring(), np.zeros((SLOTS, BATCH), np.uint8), work(MarkedSplit(4)))  # returns: no hang
+    pixels, done = ring(), np.zeros((SLOTS, BATCH), np.uint8)
+    # returns (a hang would fail under the suite's timeout), having written nothing: no task came
+    assert serve(child, pixels, done, work(MarkedSplit(4))) is None
+    assert not done.any() and (pixels == 99).all()

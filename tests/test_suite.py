@@ -1,0 +1,68 @@
+"""The suite's own rules, as pyproject.toml sets them: what `make test` needs is in the `dev`
+extra, and a test that hangs fails with its stack instead of holding the suite."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parent.parent
+# a test that waits on a child process that never answers, and kills it whatever happens
+HUNG = '''
+import multiprocessing, os
+
+
+def never_answer(end):
+    end.recv()  # the parent never sends
+
+
+def test_waits_on_a_child_that_never_answers():
+    ours, theirs = multiprocessing.Pipe()
+    child = multiprocessing.get_context("spawn").Process(target=never_answer, args=(theirs,))
+    child.start()
+    with open(os.environ["CHILD_PID_FILE"], "w") as f:
+        f.write(str(child.pid))
+    try:
+        ours.recv()
+    finally:
+        child.kill()
+        child.join()
+'''
+
+
+def missing_from_dev(pyproject: dict) -> list[str]:
+    """What the suite builds or runs with that the `dev` extra does not install: the build
+    backend's requirements (the packaging test builds a wheel without build isolation) and
+    pytest's plugins that pyproject's options use."""
+    dev = {Requirement(r).name for r in pyproject["project"]["optional-dependencies"]["dev"]}
+    needed = {Requirement(r).name for r in pyproject["build-system"]["requires"]}
+    needed |= {"pytest", "pytest-xdist"} | ({"pytest-timeout"} if "timeout" in pyproject["tool"]["pytest"][
+        "ini_options"] else set())
+    return sorted(needed - dev)
+
+
+def test_the_dev_extra_installs_what_the_suite_builds_and_runs_with():
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert missing_from_dev(pyproject) == []
+    dev = pyproject["project"]["optional-dependencies"]["dev"]
+    dev[:] = [r for r in dev if Requirement(r).name != "wheel"]  # negative control: wheel left out
+    assert missing_from_dev(pyproject) == ["wheel"]
+
+
+def test_a_hung_test_fails_under_the_timeout_with_its_stack_and_its_cleanup_runs(tmp_path):
+    (tmp_path / "test_hung.py").write_text(HUNG)
+    ran = subprocess.run([sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir",
+                          str(tmp_path), "-p", "no:cacheprovider", "-n", "1", "--timeout=5",
+                          "--basetemp", str(tmp_path / "base"), str(tmp_path / "test_hung.py")],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                         env={**os.environ, "CHILD_PID_FILE": str(tmp_path / "child.pid")})
+    said = ran.stdout + ran.stderr
+    assert ran.returncode == 1 and "1 failed" in said, said[-3000:]
+    assert "Failed: Timeout" in said and "ours.recv()" in said, said[-3000:]  # the stack, at the hang
+    pid = int((tmp_path / "child.pid").read_text())
+    assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
