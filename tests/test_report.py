@@ -1,6 +1,10 @@
 """app/commands/report.py: the table's columns."""
 
 import json
+import subprocess
+import sys
+
+import pytest
 
 from app.commands.report import table
 
@@ -102,8 +106,6 @@ def test_a_sweeps_jobs_come_in_order_with_any_other_run_folder_after_them(tmp_pa
 
 
 def test_a_path_that_does_not_exist_is_named_as_such(tmp_path):
-    import pytest
-
     from app.commands.report import find_runs
     from app.errors import DataError
 
@@ -125,3 +127,29 @@ def test_one_runs_report_goes_to_report_and_a_sweeps_into_its_folder(tmp_path, m
     assert (tmp_path / "report" / "report.csv").exists()
     main([str(tmp_path / "sweep")])
     assert (tmp_path / "sweep" / "report.csv").exists()  # negative control: a sweep's folder gets its report
+
+
+@pytest.mark.slow
+def test_a_file_or_a_report_csv_of_the_users_at_out_is_refused_and_an_earlier_report_replaced(tmp_path):
+    """Through `python -m app report`, as a user types it."""
+    runs = _runs(tmp_path / "sweep", [{"overrides": ["seed=1"]}, {"overrides": ["seed=2"]}])
+
+    def report(out):
+        return subprocess.run([sys.executable, "-m", "app", "report", *map(str, runs), "--out", str(out)],
+                              capture_output=True, text=True, cwd=tmp_path, timeout=300)
+
+    (tmp_path / "a_file").write_text("mine")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "report.csv").write_text("name,amount\nrent,900\n")
+    for out, what in ((tmp_path / "a_file", "is a file, where report writes a folder"),
+                      (tmp_path / "mine", "holds report.csv, which report did not write")):
+        refused = report(out)
+        assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+        assert f"error: --out {out} {what}" in refused.stderr and "give --out another folder" in refused.stderr
+    assert (tmp_path / "a_file").read_text() == "mine"
+    assert (tmp_path / "mine" / "report.csv").read_text() == "name,amount\nrent,900\n"
+    # the advice followed: another folder, written; a second report there replaces the first
+    for _ in range(2):
+        written = report(tmp_path / "reports")
+        assert written.returncode == 0, written.stderr
+    assert (tmp_path / "reports" / "report.csv").read_text().startswith("run,seed,")

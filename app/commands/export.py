@@ -3,11 +3,13 @@ a run's model.keras (or a checkpoint's, as evaluate picks it) as a graph that ta
 of the trained size and returns class probabilities, computing in float32 whatever precision the
 run trained in, on TensorFlow whatever backend it trained on. Written into export.out (null:
 <run dir>/export/<format>/) with labels.txt, preprocessing.json and export.json, so a deployer
-needs nothing of this repository; published only after its parity check: the export, loaded with
-its own runtime, and the Keras model predict the run's validation split (through the app's loader,
-with the eval transforms), and a difference of probabilities above export.tolerance fails the
-command. The log and the check's record go to <run dir>/export/<date>_<time>/. A command:
-imported by app/__main__.py only, never by the loader, the model or training."""
+needs nothing of this repository. export.out may hold an earlier export, which it replaces; anything
+else there is refused before any work (overwrite=true: moved aside, never deleted). Published only
+after its parity check: the export, loaded with its own runtime, and the Keras model predict the
+run's validation split (through the app's loader, with the eval transforms), and a difference of
+probabilities above export.tolerance fails the command. The log and the check's record go to
+<run dir>/export/<date>_<time>/. A command: imported by app/__main__.py only, never by the loader,
+the model or training."""
 
 from __future__ import annotations
 
@@ -32,27 +34,33 @@ from app.errors import ConfigError, DataError, config_error
 from app.frameworks import native_stderr_to_log
 from app.io import is_url
 from app.loader.pipeline import build_loader
-from app.schema import EXPORT_TOLERANCE, Backend, register
+from app.schema import EXPORT_TOLERANCE, EXPORT_WRITTEN, Backend, register
 from app.training.resume import STORAGE, keras_for_run, read_run
 from app.training.rundata import run_source
-from app.training.rundir import write_json
+from app.training.rundir import check_unlocked, holds_run, move_aside, run_files, write_json
 
 register()
 log = logging.getLogger("app.export")
 # export.format → the modules its exporter and its runtime need (the `export` extra), by import name
 NEEDS = {"tf_saved_model": (), "onnx": ("tf2onnx", "onnx", "onnxruntime"), "litert": ("ai_edge_litert",)}
 PACKAGES = {"tf2onnx": "tf2onnx", "onnx": "onnx", "onnxruntime": "onnxruntime", "ai_edge_litert": "ai-edge-litert"}
+# what an export writes into export.out: a folder of these names and export.json is an earlier export
+RECORD = "export.json"
+EXPORT_FILES = {RECORD, "labels.txt", "preprocessing.json", *EXPORT_WRITTEN.values()}
 
 
 @hydra.main(config_path=str(conf_dir()), config_name="export", version_base="1.3")
 @failure_carried
 def main(cfg: DictConfig) -> dict:
     fmt, tolerance = checked_format(cfg.export)  # before the run is read and Keras loads: a refusal comes at once
-    run_dir, config = read_run(cfg, safe=("queue.", "augment.eval_", "data.max_image_pixels", STORAGE),
+    run_dir, config = read_run(cfg, safe=("queue.", "augment.eval_", "data.max_image_pixels", STORAGE, "overwrite"),
                                backend=Backend.tensorflow)  # whatever the run trained on: its model.keras is Keras's
+    keep = {run_dir: "the run being exported", Path(HydraConfig.get().runtime.output_dir): "this command's log folder"}
+    default = run_dir / "export" / fmt
+    out = Path(cfg.export.out or default).expanduser().resolve()
+    check_out(out, default, cfg.overwrite, keep)
     source = run_source(run_dir, config.data)
     check_stored_sizes(config, source)
-    out = Path(cfg.export.out or run_dir / "export" / fmt).expanduser().resolve()
     keras_for_run()
     from app.training import exporting, restore  # the Keras side: they import Keras, loaded just now on TensorFlow
 
@@ -81,8 +89,9 @@ def main(cfg: DictConfig) -> dict:
         write_json(Path(HydraConfig.get().runtime.output_dir) / "export.json", record)
         _print(record)
         refuse_difference(record, out)
-        write_json(staging / "export.json", record)
-        move_replacing(staging, out)
+        write_json(staging / RECORD, record)
+        check_out(out, default, cfg.overwrite, keep)  # again: what is there may have changed since
+        publish_moving_aside(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     print(f"written: {out} ({written.name}, labels.txt, preprocessing.json, export.json)")
@@ -193,13 +202,81 @@ def versions(fmt: str) -> dict[str, str]:
     return found
 
 
-def move_replacing(staging: Path, out: Path) -> None:
-    """The checked export moved to `out`, replacing what an earlier export left there."""
-    old = out.with_name(f".{out.name}.{os.getpid()}.old")
-    if out.exists():
-        os.replace(out, old)
-    os.replace(staging, out)
-    shutil.rmtree(old, ignore_errors=True)
+def check_out(out: Path, default: Path, overwrite: bool, keep: dict[Path, str]) -> None:
+    """Before any work: `out` is new, empty or an earlier export (replaced once the new one passed
+    its check). Anything else is refused, or with overwrite=true moved aside when the export is
+    published; never a folder of `keep` (the run, this command's log: path → what) or one above it."""
+    if nothing_at(out) or earlier_export(out):
+        return
+    kept = next((path for path in keep if path == out or out in path.parents), None)
+    what = what_is_at(out) if kept is None else f"is {keep[kept]}" if kept == out else \
+        f"holds {keep[kept]} ({kept})"
+    if kept or not overwrite:
+        ways = ["give another export.out", *([f"leave it out to write {default}"] if out != default else []),
+                f"add overwrite=true to move it to {out.name}.old (nothing is deleted) and export there"]
+        ways = ways[:-1] if kept else ways  # overwrite=true never moves the run or the log
+        advice = f"{', '.join(ways[:-1])} or {ways[-1]}"
+        raise config_error("export.out", str(out), f"a new or empty folder, or an earlier export ({RECORD} and the "
+                           f"files beside it): {out} {what}, which the export would replace. {advice[0].upper()}"
+                           f"{advice[1:]}")
+    if holds_run(out):
+        check_unlocked(out)  # a run still training is never moved
+
+
+def nothing_at(out: Path) -> bool:
+    return not os.path.lexists(out) or out.is_dir() and not any(out.iterdir())
+
+
+def earlier_export(out: Path) -> bool:
+    """Whether `out` is a folder an earlier export wrote: its export.json, and nothing but the
+    files an export writes (a file of the user's put beside them is not the export's to delete)."""
+    return out.is_dir() and (out / RECORD).is_file() and not foreign_files(out)
+
+
+def foreign_files(out: Path) -> list[str]:
+    return sorted(path.name for path in out.iterdir() if path.name not in EXPORT_FILES)
+
+
+def what_is_at(out: Path) -> str:
+    if not out.is_dir():
+        return "is a file"
+    if holds_run(out):
+        files = run_files(out)
+        return f"holds a training run (its {', '.join(files)})" if files else "holds a sweep's training runs"
+    names = foreign_files(out)
+    listed = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return f"holds an earlier export and other files ({listed})" if (out / RECORD).is_file() else \
+        f"is a folder holding other files ({listed})"
+
+
+def publish_moving_aside(staging: Path, out: Path) -> None:
+    """The checked export renamed to `out`. What was there is first moved aside: an earlier export,
+    deleted once the new one is in place; anything else `check_out` let through (overwrite=true),
+    kept as <name>.old. A failed rename puts it back: nothing is lost midway."""
+    if nothing_at(out):
+        os.replace(staging, out)  # over an empty folder too
+        return
+    earlier = earlier_export(out)
+    aside = move_aside(out)
+    try:
+        os.replace(staging, out)
+    except BaseException:
+        aside.rename(out)
+        raise
+    if earlier:
+        delete_earlier_export(aside)
+    else:
+        log.warning("overwrite=true: what was in %s moved to %s (nothing was deleted)", out, aside)
+
+
+def delete_earlier_export(path: Path) -> None:
+    """An earlier export, replaced already, deleted; anything else is left where it is."""
+    if not earlier_export(path):
+        return
+    try:
+        shutil.rmtree(path)
+    except OSError as error:  # the new export is in place: what is left is only the old one's bytes
+        log.warning("the earlier export moved to %s could not be deleted (%s): delete it yourself", path, error)
 
 
 def _print(record: dict) -> None:

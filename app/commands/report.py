@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from app.errors import DataError
+from app.errors import ConfigError, DataError
 from app.io import atomic_write
 from app.overrides import as_dict
 from app.training.rundir import claim_dir
@@ -177,12 +177,34 @@ def _sortable(value: str):
         return (1, 0.0, str(value))
 
 
+def refuse_replacing_others(out: Path, named: str) -> None:
+    """A ConfigError, before any work, when report would replace what it did not write: `out` is
+    a file, or holds a report.csv or report_*.png beside a report.csv that is no report's (its
+    first column is `run`). An earlier report's files are replaced. `named`: `out` as the message
+    names it."""
+    advice = "give --out another folder (a new one, or one an earlier report wrote)"
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{named} is a file, where report writes a folder (report.csv and its PNGs): {advice}.")
+    ours = [path.name for path in [out / "report.csv", *sorted(out.glob("report_*.png"))] if path.exists()]
+    if ours and not _earlier_report(out / "report.csv"):
+        raise ConfigError(f"{named} holds {', '.join(ours)}, which report did not write (a report's report.csv "
+                          f"starts with the column `run`) and would replace: {advice}, or move those files away.")
+
+
+def _earlier_report(path: Path) -> bool:
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            return next(csv.reader(f), [None])[0] == "run"
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m app report", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paths", nargs="+", type=Path, help="a sweep directory, or run directories")
-    parser.add_argument("--out", type=Path, help="where report.csv and the PNGs go (default: the one sweep "
-                                                 "directory given, else ./report)")
+    parser.add_argument("--out", type=Path, help="where report.csv and the PNGs go: a new folder or an earlier "
+                                                 "report's (default: the one sweep directory given, else ./report)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     runs = find_runs(args.paths)
     one = args.paths[0] if len(args.paths) == 1 else None
@@ -190,6 +212,7 @@ def main(argv: list[str] | None = None) -> None:
     out = args.out or (one if one and one.is_dir() and not (one / "summary.json").exists() else Path("report"))
     if args.out is None and (out / "report.csv").exists() and out == Path("report"):
         out = claim_dir(out)  # ./report holds another report: report-1, report-2, ...
+    refuse_replacing_others(out, f"--out {out}" if args.out else f"report's folder {out}")
     out.mkdir(parents=True, exist_ok=True)
     swept, columns, rows = table(runs)
     with atomic_write(out / "report.csv", newline="") as f:

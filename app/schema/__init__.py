@@ -58,7 +58,8 @@ __all__ = ["AugmentConfig", "Backend", "BenchCommandConfig", "CifarDataConfig", 
            "MlflowLoggerConfig", "ModelConfig", "OnBadSample", "OptimizerConfig", "Precision", "PrepareCommandConfig",
            "PrepareConfig", "PreparedDataConfig", "PreviewCommandConfig", "QueueConfig", "ResnetModelConfig",
            "SchedulerConfig", "StartMethod", "Strategy", "SyntheticDataConfig", "TensorBoardLoggerConfig",
-           "TrainerConfig", "register", "model_schema", "ExportConfig", "ExportCommandConfig", "EXPORT_TOLERANCE"]
+           "TrainerConfig", "register", "model_schema", "ExportConfig", "ExportCommandConfig", "EXPORT_TOLERANCE",
+           "EXPORT_WRITTEN"]
 
 BENCH_MODES = ["baseline", "loader_steps", "loader_fit", "loader", "keras_threads", "keras_processes", "tf_data",
                "serial"]
@@ -105,6 +106,8 @@ class PrepareConfig:
 # export.format → the largest difference of probabilities its parity check allows (export.tolerance=null):
 # float32 graphs agree with Keras to rounding; LiteRT's kernels fuse and reorder more.
 EXPORT_TOLERANCE = {"tf_saved_model": 1e-4, "onnx": 1e-4, "litert": 1e-3}
+# export.format → the file (or folder) written inside export.out; LiteRT's must end in .tflite
+EXPORT_WRITTEN = {"tf_saved_model": "saved_model", "onnx": "model.onnx", "litert": "model.tflite"}
 
 
 @dataclass(kw_only=True)
@@ -124,8 +127,8 @@ class Config:
     print_config: bool = True  # train prints the composed config as a tree at start
     # null, a run directory, or `latest`: continue that run in place (app/training/resume.py)
     resume: str | None = None
-    # train only: a hydra.run.dir (or hydra.sweep.dir) that holds a run is refused; true moves that run
-    # aside to <folder>.old first (app/training/resume.py)
+    # train: a hydra.run.dir (or hydra.sweep.dir) that holds a run is refused; true moves that run aside
+    # to <folder>.old first (app/training/resume.py). export: the same for export.out (app/commands/export.py)
     overwrite: bool = False
     # Each group's own schema types its node; data and model have one a choice, extending these
     # (data: SyntheticDataConfig, CifarDataConfig, FolderDataConfig, PreparedDataConfig; model: ResnetModelConfig,

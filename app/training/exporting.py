@@ -16,9 +16,8 @@ import numpy as np
 
 from app.adapters import every_layer
 from app.errors import DataError
+from app.schema import EXPORT_WRITTEN
 
-# export.format → the file (or folder) written inside export.out; LiteRT's must end in .tflite
-WRITTEN = {"tf_saved_model": "saved_model", "onnx": "model.onnx", "litert": "model.tflite"}
 # what each format's exporter is and what limits it, for a refusal that says where to look
 EXPORTER = {"tf_saved_model": "TensorFlow's SavedModel tracing (tf.function)",
             "onnx": "tf2onnx, which converts the traced TensorFlow graph op by op",
@@ -64,10 +63,10 @@ def uint8_model(net: keras.Model) -> keras.Model:
 
 
 def write_format(model: keras.Model, folder: Path, fmt: str) -> Path:
-    """`model` written into `folder` as `fmt` (WRITTEN names the file); what the exporter cannot
+    """`model` written into `folder` as `fmt` (EXPORT_WRITTEN names the file); what the exporter cannot
     convert is a DataError naming the format, the layer where the message names one, and the
     exporter's own words."""
-    path = Path(folder) / WRITTEN[fmt]
+    path = Path(folder) / EXPORT_WRITTEN[fmt]
     logging.getLogger("tf2onnx").setLevel(logging.ERROR)  # its optimizer's retries print tracebacks it recovers from
     try:
         model.export(str(path), format=fmt, verbose=False)

@@ -39,7 +39,7 @@ from app.overrides import key_of, quote_override, quoted, value_of
 from app.schema import COMMAND_KEYS, Backend, Config
 from app.training import checkpoint, sweeps
 from app.training.migrate import ON_A_RUN, migrated, refuse_keys_of_other_commands, refuse_moved_keys, renamed_choosers
-from app.training.rundir import check_unlocked, claim_dir, hold_lock, holds_run, move_run_aside, run_files
+from app.training.rundir import check_unlocked, claim_dir, hold_lock, holds_run, move_aside, run_files
 
 # What a run may change when it resumes: how long, how it logs, how it loads, and which files are bad
 # samples and what becomes of them (the advice a bad sample prints must work on a resumed run too).
@@ -88,7 +88,7 @@ def prepare_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str 
         base = Path(outputs) / "multirun" if multirun else Path(outputs)
         CLAIMED.append(claim_dir(base / stamp[0] / stamp[1]))
         return [*argv, f"{key}={quoted(str(CLAIMED[-1]))}"]
-    if _overwrite(argv):
+    if _overwrite(argv) and word != "export":  # export's: what is at export.out (app/commands/export.py)
         raise config_error("overwrite", True, "false with `resume`, which continues the run in its own folder "
                            "(overwrite=true moves a finished run aside to start a new one there)")
     run_dir = latest_run(outputs) if value == "latest" else Path(value).expanduser().resolve()
@@ -186,7 +186,7 @@ def _refuse_or_move_aside(folder: Path, overwrite: bool, key: str) -> None:
                            f"run would overwrite and mix with its own. {go_on} another folder, or add overwrite=true "
                            f"to rename it to {folder.name}.old (nothing is deleted) and start anew there")
     check_unlocked(folder)
-    aside = move_run_aside(folder)
+    aside = move_aside(folder)
     print(f"overwrite=true: the run that was in {folder} moved to {aside}", file=sys.stderr)
 
 

@@ -95,9 +95,9 @@ def delete_partial_records(path: Path) -> None:
         log.info("removed %s: a run stopped in %s before its first checkpoint left it", leftover, path)
 
 
-def move_run_aside(path: Path) -> Path:
-    """Renames the run in `path` to a free sibling name, `<name>.old`, `<name>.old-1`, ...; nothing
-    is deleted. Returns where it went."""
+def move_aside(path: Path) -> Path:
+    """Renames `path` (a run's folder, or whatever a command would replace) to a free sibling
+    name, `<name>.old`, `<name>.old-1`, ...; nothing is deleted. Returns where it went."""
     path = Path(path)
     for n in itertools.count():
         aside = path.with_name(f"{path.name}.old" if n == 0 else f"{path.name}.old-{n}")

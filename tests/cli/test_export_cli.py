@@ -157,3 +157,105 @@ def test_a_missing_extra_is_named(exported):
     assert result.returncode == 2 and "export.format=onnx needs tf2onnx, not installed" in result.stderr
     assert "pip install -e '.[export]'" in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert installed("tf2onnx") and not installed("no_such_module_here")  # negative control: present, found
+
+
+def app_export(run: Path, *args: str) -> subprocess.CompletedProcess:
+    """`python -m app export` on `run`, as a user types it: its own process, in the folder that
+    trained it (where its synthetic data is)."""
+    return subprocess.run([sys.executable, "-m", "app", "export", f"resume={run}", "export.format=onnx",
+                           "export.samples=2", "queue.workers=0", *args], capture_output=True, text=True,
+                          cwd=run.parent, timeout=600)
+
+
+def tree(path: Path) -> dict[str, bytes | None]:
+    """Every file and folder at or under `path`, with each file's bytes."""
+    if path.is_file():
+        return {".": path.read_bytes()}
+    return {str(p.relative_to(path)): p.read_bytes() if p.is_file() else None for p in sorted(path.rglob("*"))}
+
+
+def refused_alone(result: subprocess.CompletedProcess, out: Path) -> str:
+    """The refusal's one paragraph, once it is one, exit status 2, naming export.out and `out`."""
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert len(result.stderr.strip().splitlines()) == 1 and "written:" not in result.stdout
+    assert f"config key `export.out` = '{out}' is not allowed" in result.stderr
+    return result.stderr
+
+
+@pytest.mark.slow
+def test_the_run_itself_as_export_out_is_refused_and_kept_even_with_overwrite(exported):
+    run, root = exported["run"], exported["root"]
+    before = tree(run)
+    for overwrite in ([], ["overwrite=true"]):
+        said = refused_alone(app_export(run, f"export.out={run}", *overwrite), run)
+        assert f"{run} is the run being exported, which the export would replace. Give another export.out or " \
+               f"leave it out to write {run / 'export' / 'onnx'}." in said
+        assert tree(run) == before  # its checkpoints, metrics.csv, model.keras, logs: all there, unchanged
+    # the folder above it holds the run: refused too, and its advice leaves overwrite out
+    said = refused_alone(app_export(run, f"export.out={root}", "overwrite=true"), root)
+    assert f"holds the run being exported ({run})" in said and "overwrite=true" not in said
+    # negative control: export.out left out, as the advice says, exports (the fixture's onnx export)
+    assert exported["onnx"].returncode == 0 and (run / "export" / "onnx" / "export.json").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["folder", "file"])
+def test_a_users_folder_or_file_is_refused_and_overwrite_moves_it_aside(exported, tmp_path, kind):
+    out = tmp_path / "mine"
+    if kind == "folder":
+        out.mkdir()
+        (out / "important.txt").write_text("keep me")
+    else:
+        out.write_text("keep me too")
+    before = tree(out)
+    said = refused_alone(app_export(exported["run"], f"export.out={out}"), out)
+    what = "is a folder holding other files (important.txt)" if kind == "folder" else "is a file"
+    assert f"{out} {what}, which the export would replace" in said
+    assert "or add overwrite=true to move it to mine.old (nothing is deleted) and export there." in said
+    assert tree(out) == before and sorted(p.name for p in tmp_path.iterdir()) == ["mine"]  # nothing moved or left
+    # the advice followed
+    moved = app_export(exported["run"], f"export.out={out}", "overwrite=true")
+    assert moved.returncode == 0, moved.stderr[-3000:]
+    assert f"overwrite=true: what was in {out} moved to {tmp_path / 'mine.old'} (nothing was deleted)" in \
+        moved.stdout + moved.stderr
+    assert tree(tmp_path / "mine.old") == before  # what was there, whole, under its new name
+    assert sorted(p.name for p in out.iterdir()) == ["export.json", "labels.txt", "model.onnx", "preprocessing.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "mine.old"]
+
+
+@pytest.mark.slow
+def test_an_earlier_export_is_replaced_but_not_one_holding_a_file_of_the_users(exported, tmp_path):
+    out = tmp_path / "earlier"
+    shutil.copytree(exported["root"] / "last", out)  # the fixture's onnx export
+    replaced = app_export(exported["run"], f"export.out={out}", "export.format=tf_saved_model")
+    assert replaced.returncode == 0, replaced.stderr[-3000:]
+    assert sorted(p.name for p in out.iterdir()) == ["export.json", "labels.txt", "preprocessing.json", "saved_model"]
+    assert json.loads((out / "export.json").read_text())["format"] == "tf_saved_model"
+    assert [p.name for p in tmp_path.iterdir()] == ["earlier"]  # no .old, no hidden leftover
+    # negative control: a file of the user's beside an export makes it no longer the export's alone
+    (out / "notes.txt").write_text("mine")
+    before = tree(out)
+    said = refused_alone(app_export(exported["run"], f"export.out={out}"), out)
+    assert f"{out} holds an earlier export and other files (notes.txt)" in said and tree(out) == before
+
+
+def test_a_failed_publish_puts_the_earlier_export_back(tmp_path, monkeypatch):
+    from app.commands import export
+
+    out, staging = tmp_path / "out", tmp_path / ".out.tmp"
+    for folder, fmt in ((out, "onnx"), (staging, "litert")):
+        folder.mkdir()
+        (folder / "export.json").write_text(json.dumps({"format": fmt}))
+
+    def failing(source, target):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(export.os, "replace", failing)
+    with pytest.raises(OSError):
+        export.publish_moving_aside(staging, out)
+    assert json.loads((out / "export.json").read_text())["format"] == "onnx" and staging.is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.tmp", "out"]
+    monkeypatch.undo()  # negative control: the rename that works replaces it and deletes only the earlier one
+    export.publish_moving_aside(staging, out)
+    assert json.loads((out / "export.json").read_text())["format"] == "litert"
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]

@@ -66,7 +66,7 @@ def test_claiming_a_taken_name_gets_the_next_free_one(tmp_path):
 
 
 def test_a_stopped_runs_leftovers_go_and_a_run_is_never_touched(tmp_path):
-    from app.training.rundir import delete_partial_records, holds_run, move_run_aside, run_files
+    from app.training.rundir import delete_partial_records, holds_run, move_aside, run_files
 
     (tmp_path / "samples.csv").write_text("step\n1\n")
     (tmp_path / "tensorboard").mkdir()
@@ -80,7 +80,7 @@ def test_a_stopped_runs_leftovers_go_and_a_run_is_never_touched(tmp_path):
     delete_partial_records(tmp_path)  # negative control: a folder that holds a run keeps everything
     assert (tmp_path / "samples.csv").exists()
     assert holds_run(tmp_path.parent)  # a sweep's folder: one of its jobs holds a run
-    assert move_run_aside(tmp_path) == tmp_path.with_name(f"{tmp_path.name}.old") and not tmp_path.exists()
+    assert move_aside(tmp_path) == tmp_path.with_name(f"{tmp_path.name}.old") and not tmp_path.exists()
 
 
 def test_a_resumed_runs_summary_is_kept_until_it_trains(tmp_path):
