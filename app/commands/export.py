@@ -205,12 +205,16 @@ def versions(fmt: str) -> dict[str, str]:
 def check_out(out: Path, default: Path, overwrite: bool, keep: dict[Path, str]) -> None:
     """Before any work: `out` is new, empty or an earlier export (replaced once the new one passed
     its check). Anything else is refused, or with overwrite=true moved aside when the export is
-    published; never a folder of `keep` (the run, this command's log: path → what) or one above it."""
+    published; never a folder of `keep` (the run, this command's log: path → what) or one above it,
+    nor one inside the run outside its export/ folder."""
     if nothing_at(out) or earlier_export(out):
         return
     kept = next((path for path in keep if path == out or out in path.parents), None)
+    exports = default.parent  # <run dir>/export: inside the run, only exports and their logs may be replaced
+    if kept is None and exports.parent in out.parents and out != exports and exports not in out.parents:
+        kept = exports.parent
     what = what_is_at(out) if kept is None else f"is {keep[kept]}" if kept == out else \
-        f"holds {keep[kept]} ({kept})"
+        f"is inside {keep[kept]} ({kept})" if kept in out.parents else f"holds {keep[kept]} ({kept})"
     if kept or not overwrite:
         ways = ["give another export.out", *([f"leave it out to write {default}"] if out != default else []),
                 f"add overwrite=true to move it to {out.name}.old (nothing is deleted) and export there"]

@@ -191,9 +191,13 @@ def test_the_run_itself_as_export_out_is_refused_and_kept_even_with_overwrite(ex
         assert f"{run} is the run being exported, which the export would replace. Give another export.out or " \
                f"leave it out to write {run / 'export' / 'onnx'}." in said
         assert tree(run) == before  # its checkpoints, metrics.csv, model.keras, logs: all there, unchanged
-    # the folder above it holds the run: refused too, and its advice leaves overwrite out
+    # the folder above it holds the run, its checkpoints/ are inside it: refused too, and the advice
+    # leaves overwrite out (moving checkpoints/ aside would leave a run that cannot resume)
     said = refused_alone(app_export(run, f"export.out={root}", "overwrite=true"), root)
     assert f"holds the run being exported ({run})" in said and "overwrite=true" not in said
+    said = refused_alone(app_export(run, f"export.out={run / 'checkpoints'}", "overwrite=true"), run / "checkpoints")
+    assert f"is inside the run being exported ({run})" in said and "overwrite=true" not in said
+    assert tree(run) == before
     # negative control: export.out left out, as the advice says, exports (the fixture's onnx export)
     assert exported["onnx"].returncode == 0 and (run / "export" / "onnx" / "export.json").is_file()
 
