@@ -8,6 +8,7 @@ Never imports TensorFlow or the loader: worker processes import it (through app/
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import logging
 from pathlib import Path
 from typing import Any
@@ -109,8 +110,23 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
     """The config, typed (`typed`), after the ranges and cross-key rules the types alone cannot
     express. Raises ConfigError."""
     cfg = typed(cfg)
+    _resolve_backend(cfg)
     rules.check(cfg)
     return cfg
+
+
+def _resolve_backend(cfg: DictConfig) -> None:
+    """`trainer.backend=auto` made the framework installed here, so a run records (and a resume,
+    evaluate, predict and export keep) the backend it used; left `auto` where neither is installed,
+    for a command that loads no framework (prepare, preview)."""
+    trainer = cfg.get("trainer")
+    if trainer is not None and trainer.backend == "auto" and (found := installed_backend()):
+        trainer.backend = found
+
+
+def installed_backend() -> str | None:
+    """TensorFlow where it is installed, else JAX, else None: looks for the packages, imports neither."""
+    return next((name for name in ("tensorflow", "jax") if importlib.util.find_spec(name) is not None), None)
 
 
 def load(cfg: DictConfig | dict) -> Config:

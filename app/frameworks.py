@@ -16,6 +16,7 @@ import sys
 import tempfile
 from contextlib import contextmanager
 from importlib import metadata
+from pathlib import Path
 
 from app.errors import config_error
 
@@ -57,6 +58,10 @@ def use_backend(trainer) -> None:
     when JAX starts: `trainer.cpu_devices` host devices, and `trainer.deterministic` as XLA's
     deterministic GPU ops. A process where Keras runs on another backend already is refused."""
     name = trainer.backend.value
+    if name == "auto":  # app/config.py resolves it where either is installed
+        raise config_error("trainer.backend", name, "TensorFlow or JAX, and neither is installed in this environment: "
+                           f"{install_command('tensorflow')} (the default backend), or {install_command('jax')} to "
+                           "train on JAX without TensorFlow (on GPUs also jax[cuda12], as JAX's install guide says)")
     if "keras" in sys.modules:
         current = sys.modules["keras"].backend.backend()
         if current != name:
@@ -66,9 +71,9 @@ def use_backend(trainer) -> None:
         return
     if importlib.util.find_spec(name) is None:
         raise config_error("trainer.backend", name, f"{name} is not installed in this environment: "
-                           + ("pip install -e '.[jax]' (on GPUs also jax[cuda12], as JAX's install guide says)"
-                              if name == "jax" else "pip install -e '.[tensorflow]' brings it (`make` installs it), "
-                              "or train on JAX: pip install -e '.[jax]' and trainer.backend=jax"))
+                           + (f"{install_command('jax')} (on GPUs also jax[cuda12], as JAX's install guide says)"
+                              if name == "jax" else f"{install_command('tensorflow')} brings it (`make` installs it), "
+                              f"or train on JAX: {install_command('jax')} and trainer.backend=jax (or auto)"))
     os.environ["KERAS_BACKEND"] = name
     if name == "jax":
         flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
@@ -78,6 +83,15 @@ def use_backend(trainer) -> None:
         if trainer.deterministic:
             flags.append("--xla_gpu_deterministic_ops=true")
         os.environ["XLA_FLAGS"] = " ".join(flags)
+
+
+def install_command(extra: str) -> str:
+    """The pip command that adds `extra` to this app in the form it was installed: editable where
+    the app runs from a source checkout (`make`, pip install -e, or the checkout itself), else
+    from a wheel or an index. Told by where `app` was imported from: metadata would be misled by
+    a build's app.egg-info in the checkout."""
+    checkout = (Path(__file__).resolve().parent.parent / "pyproject.toml").is_file()
+    return f"pip install -e '.[{extra}]'" if checkout else f"pip install 'app[{extra}]'"
 
 
 def load_keras():

@@ -351,3 +351,10 @@ def test_the_out_of_memory_advice_for_a_run_works_when_followed():
     assert "data.batch_size" not in message.split("start a new run")[0]  # the rest takes a new run
     fresh = str(explain(MemoryError()))  # negative control: a new run may lower anything
     assert "lower data.batch_size, queue.max_size, queue.workers or data.image_size" in fresh
+
+
+def test_backend_auto_becomes_the_framework_installed_here_once_validated():
+    """TensorFlow is installed here (the no-TensorFlow venv's run shows JAX's side)."""
+    assert composed().trainer.backend == "auto"
+    assert validate(composed()).trainer.backend == "tensorflow"
+    assert validate(composed("trainer.backend=jax")).trainer.backend == "jax"  # a backend given is kept

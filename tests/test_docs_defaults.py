@@ -27,6 +27,8 @@ STATED = [
     ("docs/data.md", "`synthetic` (default)", SYNTHETIC),
     ("docs/data.md", "89.5 M, by default", {"data.max_image_pixels": 89_478_485}),
     ("docs/models.md", "`model=resnet` (the default", RESNET),
+    ("docs/models.md", "`trainer.backend=auto`, the default", {"trainer.backend": "auto"}),
+    ("README.md", "`trainer.backend=auto`, the default", {"trainer.backend": "auto"}),
     ("docs/performance.md", "## The default data", SYNTHETIC),
     ("docs/performance.md", "default synthetic data", SYNTHETIC),
     ("docs/performance.md", "`data.decode.draft=true`, the default", {"data.decode.draft": True}),

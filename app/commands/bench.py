@@ -48,7 +48,7 @@ from app.commands import failure_carried
 from app.config import conf_dir, load, to_plain
 from app.data import load_source
 from app.errors import AppError, config_error
-from app.frameworks import use_backend
+from app.frameworks import install_command, use_backend
 from app.loader.settings import for_loading_only, ring_slots
 from app.redact import redacted
 from app.schema import BENCH_MODES, register
@@ -117,10 +117,10 @@ def _runnable_modes(asked: list[str]) -> list[str]:
     if list(asked) != BENCH_MODES:
         raise config_error("bench.modes", list(asked),
                            f"{', '.join(needing)} times tf.data, which needs the package `tensorflow`, and it is not "
-                           f"installed here (on trainer.backend=jax too): pip install -e '.[tensorflow]', or leave "
+                           f"installed here (on trainer.backend=jax too): {install_command('tensorflow')}, or leave "
                            f"{', '.join(needing)} out of bench.modes")
     log.info("bench leaves %s out of its default modes: it times tf.data, which needs the package `tensorflow`, "
-             "not installed here (pip install -e '.[tensorflow]' brings it)", ", ".join(needing))
+             "not installed here (%s brings it)", ", ".join(needing), install_command("tensorflow"))
     return [mode for mode in asked if mode not in TENSORFLOW_MODES]
 
 

@@ -31,7 +31,7 @@ from app.commands.evaluate import readable
 from app.config import conf_dir
 from app.data.source import subset
 from app.errors import ConfigError, DataError, config_error
-from app.frameworks import native_stderr_to_log
+from app.frameworks import install_command, native_stderr_to_log
 from app.io import is_url
 from app.loader.pipeline import build_loader
 from app.schema import EXPORT_TOLERANCE, EXPORT_WRITTEN, Backend, register
@@ -125,12 +125,12 @@ def checked_format(export) -> tuple[str, float]:
         raise config_error("export.out", export.out, "a local folder (copy the export up once it is written)")
     if not installed("tensorflow"):  # a `.[jax]` install
         raise ConfigError("export needs TensorFlow, not installed in this environment: Keras's exporters trace the "
-                          "model with it, whatever backend the run trained on. pip install -e '.[tensorflow,export]' "
+                          f"model with it, whatever backend the run trained on. {install_command('tensorflow,export')} "
                           "installs it with the export tools, then run export again.")
     missing = [PACKAGES[name] for name in NEEDS[fmt] if not installed(name)]
     if missing:
         raise ConfigError(f"export.format={fmt} needs {', '.join(missing)}, not installed in this environment: "
-                          "pip install -e '.[export]' installs the export extra (tf2onnx>=1.17, onnx, onnxruntime, "
+                          f"{install_command('export')} installs the export extra (tf2onnx>=1.17, onnx, onnxruntime, "
                           "ai-edge-litert), then run export again. export.format=tf_saved_model needs none of them.")
     return fmt, tolerance
 

@@ -11,6 +11,7 @@ from omegaconf import MISSING
 
 
 class Backend(str, Enum):
+    auto = "auto"  # TensorFlow where it is installed, else JAX: resolved once, when the config is validated
     tensorflow = "tensorflow"
     jax = "jax"
 
@@ -167,7 +168,7 @@ class TrainerConfig:
     callbacks: list[Any] = field(default_factory=list)
     deterministic: bool = False  # TensorFlow op determinism: exact repeats and resumes (slower on GPUs)
     record_samples: bool = False  # samples.csv: the sample indices of every step
-    backend: Backend = Backend.tensorflow  # Keras's backend (KERAS_BACKEND), set before Keras loads
+    backend: Backend = Backend.auto  # Keras's backend (KERAS_BACKEND), set before Keras loads
     strategy: Strategy = Strategy.default
     # N > 1: the CPU as N logical devices, so a strategy can be tried without GPUs
     cpu_devices: int = 1

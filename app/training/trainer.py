@@ -61,7 +61,8 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
     try:
         summary = Summary(run_dir, overrides, resumed_from=resumed,
                           name=f"summary.{process}.json" if process else "summary.json")
-        summary.update(isolation=kill_leftovers_and_delete_segments(), pid=os.getpid(), tags=list(config.tags))
+        summary.update(isolation=kill_leftovers_and_delete_segments(), pid=os.getpid(), tags=list(config.tags),
+                       backend=config.trainer.backend.value)  # never `auto`: app/config.py resolved it
         _train_recorded(RunContext(config=config, run_dir=run_dir, summary=summary,
                                    state=RunState(config=redacted(to_plain(config))), user_callbacks=callbacks))
     finally:

@@ -21,20 +21,31 @@ from tensorboard.plugins.hparams import metadata as hparams_metadata
 ROOT = Path(__file__).resolve().parents[2]
 # What a `.[jax]` install lacks: TensorFlow, and the export tools that import it
 HIDDEN = re.compile(r"^(tensorflow|tf2onnx)([-_.].*)?$", re.I)
-TINY = ["trainer.backend=jax", "data.num_images=24", "data.source_size=48", "data.num_classes=2",
+# What neither extra brings: JAX too
+NEITHER = re.compile(r"^(tensorflow|tf2onnx|jax|jaxlib)([-_.].*)?$", re.I)
+# this project's editable install (make's): a wheel's takes its place
+EDITABLE = re.compile(r"^(__editable__.*app.*|app-[\d.]+\.dist-info)$")
+# no trainer.backend: `auto` is JAX where TensorFlow is not installed
+TINY = ["data.num_images=24", "data.source_size=48", "data.num_classes=2",
         "data.image_size=[32,32]", "data.batch_size=4", "model.widths=[8]", "trainer.epochs=1", "queue.workers=1"]
+
+
+def venv_without(folder: Path, hidden: re.Pattern) -> Path:
+    """A venv in `folder` whose site-packages links to each entry of this one's that `hidden`
+    does not match: the same versions of everything else. Its site-packages."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    there = next((folder / "lib").glob("python3.*/site-packages"))
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if not hidden.match(entry.name):
+            (there / entry.name).symlink_to(entry)
+    return there
 
 
 @pytest.fixture(scope="module")
 def python(tmp_path_factory) -> str:
-    """A venv whose site-packages links to each entry of this one's but TensorFlow's: the same
-    versions of everything else (the project's editable install included), no TensorFlow."""
+    """A venv of everything but TensorFlow (the project's editable install included)."""
     venv = tmp_path_factory.mktemp("no-tensorflow") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    there = next((venv / "lib").glob("python3.*/site-packages"))
-    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
-        if not HIDDEN.match(entry.name):
-            (there / entry.name).symlink_to(entry)
+    venv_without(venv, HIDDEN)
     return str(venv / "bin" / "python")
 
 
@@ -45,6 +56,29 @@ def test_the_environment_has_everything_but_tensorflow(python):
     assert without.returncode == 0 and without.stdout.strip() == "None", without.stderr[-2000:]
     here = subprocess.run([sys.executable, "-c", probe.format("tensorflow")], capture_output=True, text=True, env=jax)
     assert "ModuleSpec" in here.stdout  # the control: this environment has it
+
+
+@pytest.mark.slow
+def test_with_neither_framework_train_names_both_extras_in_the_form_the_app_was_installed(tmp_path):
+    """An editable checkout is told `pip install -e '.[...]'`; a wheel's install `pip install 'app[...]'`."""
+    editable = tmp_path / "editable"
+    venv_without(editable, NEITHER)
+    wheel = tmp_path / "wheel"
+    site = venv_without(wheel, re.compile(f"{NEITHER.pattern}|{EDITABLE.pattern}", re.I))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path / "dist"), str(ROOT)], check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "-q", "--target", str(site),
+                    *map(str, (tmp_path / "dist").glob("app-*.whl"))], check=True, capture_output=True)
+    forms = {editable: "pip install -e '.[{}]'", wheel: "pip install 'app[{}]'"}
+    for venv, form in forms.items():
+        refused = subprocess.run([str(venv / "bin" / "python"), "-m", "app", "train", *TINY],
+                                 capture_output=True, text=True, cwd=tmp_path, timeout=120)
+        said = refused.stderr
+        assert refused.returncode == 2 and "config key `trainer.backend` = 'auto' is not allowed: TensorFlow or JAX, " \
+            "and neither is installed" in said, said[-2000:]
+        assert form.format("tensorflow") in said and form.format("jax") in said, said
+        other = forms[wheel if venv == editable else editable]  # negative control: the other form is not given
+        assert other.format("jax") not in said and len(said.strip().splitlines()) == 1
 
 
 @pytest.mark.slow
@@ -67,6 +101,7 @@ def test_train_resume_evaluate_predict_preview_plan_and_a_sweep_run_on_jax(pytho
 
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["versions"]["tensorflow"] == "not installed" and summary["status"] == "completed"
+    assert summary["backend"] == "jax"  # trainer.backend=auto, as the run used it (never `auto`)
     rows = (tmp_path / "run" / "metrics.csv").read_text().splitlines()
     assert [row.split(",")[0] for row in rows[1:]] == ["1", "2"]  # the resumed run's second epoch
     train, top = (EventAccumulator(str(tmp_path / "run" / "tensorboard" / folder)).Reload() for folder in ("train", ""))
