@@ -111,9 +111,10 @@ def index_digest(index: np.ndarray) -> str:
 
 
 def encoded_manifest(manifest: Manifest) -> bytes:
-    """manifest.json's bytes, its checksum set: as a folder and a URL both hold it."""
-    manifest.checksum = manifest_checksum(manifest.to_json())
-    return json.dumps(manifest.to_json(), indent=2).encode("utf-8")
+    """manifest.json's bytes, with the checksum of the rest: as a folder and a URL both hold it."""
+    fields = manifest.to_json()
+    fields["checksum"] = manifest_checksum(fields)
+    return json.dumps(fields, indent=2).encode("utf-8")
 
 
 def write_manifest(root: str | Path, manifest: Manifest) -> Path:
