@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -13,9 +14,11 @@ from PIL import Image
 
 from app.data.shards import (
     INDEX_DTYPE,
+    INDEX_DTYPE_1,
     MEMBER,
     Manifest,
     SplitRecord,
+    index_digest,
     index_path,
     read_index,
     read_manifest,
@@ -71,14 +74,15 @@ def write_split(root: Path, split: str, samples: list[tuple[np.ndarray, int]], *
         _add(tars[shard], f"{key}.cls", str(label).encode())
         _add(tars[shard], f"{key}.json", json.dumps({"path": f"/orig/{key}.png", "size": list(image.shape[:2])})
              .encode())
-        members.append((f"{key}.{MEMBER[image_format]}", header, len(data) - header))
+        members.append((f"{key}.{MEMBER[image_format]}", header, len(data) - header, zlib.crc32(data[header:])))
     for tar in tars:
         tar.close()
     offsets = [_data_offsets(root / name) for name in names]
-    for i, ((image, label), (member, header, length)) in enumerate(zip(samples, members, strict=True)):
-        index[i] = (i % shards, offsets[i % shards][member] + header, length, label, *image.shape[:2])
+    for i, ((image, label), (member, header, length, crc)) in enumerate(zip(samples, members, strict=True)):
+        index[i] = (i % shards, offsets[i % shards][member] + header, length, label, *image.shape[:2], crc)
     np.save(index_path(root, split), index)
-    return SplitRecord(count=len(samples), shards=names)
+    return SplitRecord(count=len(samples), shards=names, shard_bytes=[(root / name).stat().st_size for name in names],
+                       index_sha256=index_digest(index))
 
 
 def write_copy(root: Path, *, image_format: str = "jpeg", counts: dict[str, int] | None = None,
@@ -107,3 +111,35 @@ def corrupt_member(root: Path, split: str, i: int) -> str:
         f.write(b"\0" * int(row["length"]))
     return f"{shard} member {sample_key(split, i)}.{MEMBER[read_manifest(root).format]}"
 
+
+
+def flip_byte(root: Path, split: str, i: int) -> str:
+    """One byte in the middle of sample i's image data of `split` inverted, past any header a
+    decoder checks; its description as data=prepared names it."""
+    row = read_index(root, split)[i]
+    shard = root / read_manifest(root).splits[split].shards[int(row["shard"])]
+    with open(shard, "r+b") as f:
+        f.seek(int(row["offset"]) + int(row["length"]) // 2)
+        byte = f.read(1)[0]
+        f.seek(-1, io.SEEK_CUR)
+        f.write(bytes([byte ^ 0xFF]))
+    return f"{shard} member {sample_key(split, i)}.{MEMBER[read_manifest(root).format]}"
+
+
+def write_as_format_1(root: Path) -> None:
+    """The copy at `root` rewritten as an app before checksums wrote it: index rows without their
+    CRC32, a version 1 manifest without checksums or shard sizes, and (a copy `prepare` wrote)
+    shard records without them either."""
+    manifest = json.loads((root / "manifest.json").read_text())
+    for split, record in manifest["splits"].items():
+        index = read_index(root, split)
+        np.save(index_path(root, split), index[list(INDEX_DTYPE_1.names)].astype(INDEX_DTYPE_1))
+        for shard in record["shards"]:
+            journal = root / ".prepare" / f"{shard}.json"
+            if journal.exists():
+                kept = json.loads(journal.read_text())
+                kept = {**{k: v for k, v in kept.items() if k != "bytes"}, "rows": [r[:6] for r in kept["rows"]]}
+                journal.write_text(json.dumps(kept))
+        manifest["splits"][split] = {"count": record["count"], "shards": record["shards"]}
+    old = {k: v for k, v in manifest.items() if k != "checksum"}
+    (root / "manifest.json").write_text(json.dumps({**old, "version": 1}, indent=2))

@@ -2,8 +2,12 @@
 in a local folder or at a URL (s3://, gs://, https://: app/data/storage.py).
 
 Sample i of a split is one row of the split's index: one read of that row's `length` bytes at
-`offset` in its shard (never a whole shard), then the decode (JPEG as any file; raw: the stored
-uint8 array as it is). A local copy: the index memory-mapped, one positioned read (os.preadv).
+`offset` in its shard (never a whole shard), checked against the row's CRC32 (a damaged member
+is a bad sample, named by shard and member), then the decode (JPEG as any file; raw: the stored
+uint8 array as it is). When a command starts, the manifest's checksum, each index's and (in a
+folder) each shard's size are checked (app/data/copy_checks.py): a damaged copy is refused, with
+the prepare that mends it. A format 1 copy (no checksums) reads unchecked, said in one log line.
+A local copy: the index memory-mapped, one positioned read (os.preadv).
 A copy at a URL (`RemoteCopy`): the index fetched once a process into memory, each sample one
 ranged GET; or, with data.cache_dir, whole shards kept on local disk (app/data/shard_cache.py)
 and read there. Splits carry paths only when pickled to a worker; the index and the shards are
@@ -15,21 +19,28 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import threading
+import zlib
 from pathlib import Path
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from app.data.copy_checks import index_damage, shard_damage
 from app.data.images import Decode, DecodeError, rgb_from_bytes
 from app.data.shard_cache import ShardCache, cache_key
 from app.data.shards import (
+    FORMAT_VERSION,
     MANIFEST,
     MEMBER,
+    Manifest,
     check_index,
     index_name,
     parse_manifest,
+    prepare_again,
+    prepare_command,
     read_index,
     read_manifest,
     sample_key,
@@ -41,6 +52,7 @@ from app.errors import BadSampleError, DataError
 FINGERPRINT_COVERS = "the prepared copy's manifest: its source's fingerprint, the resize rule and the format"
 GB = 10**9  # data.cache_max_gb's unit
 TAR_BLOCK = 512  # a tar member's header: every shard starts with one
+log = logging.getLogger(__name__)
 _indexes: dict[tuple, np.ndarray] = {}  # a URL copy's indexes, fetched once a process: (key, split, cached)
 _indexes_lock = threading.Lock()
 
@@ -57,16 +69,18 @@ class RemoteCopy:
     def __str__(self) -> str:
         return str(self.store)
 
-    def index(self, split: str) -> np.ndarray:
-        """The split's index: fetched once this process (into memory, or into the cache, mapped there)."""
+    def index(self, split: str, again: str = "") -> np.ndarray:
+        """The split's index: fetched once this process (into memory, or into the cache, mapped
+        there); `again`, the advice a refusal gives."""
         with _indexes_lock:
             index = _indexes.get((self.key, split, self.cache is not None))
             if index is None:
                 if self.cache is None:
-                    index = read_index(self.store.url, split, self.store.storage_options)
+                    index = read_index(self.store.url, split, self.store.storage_options, again)
                 else:
                     local = self.cache.fetched(index_name(split))
-                    index = check_index(lambda: np.load(local, mmap_mode="r"), self.store.path_of(index_name(split)))
+                    index = check_index(lambda: np.load(local, mmap_mode="r"), self.store.path_of(index_name(split)),
+                                        again)
                 _indexes[(self.key, split, self.cache is not None)] = index
         return index
 
@@ -77,12 +91,14 @@ class RemoteCopy:
         return bytearray(self.store.read_range(shard, offset, length))
 
 
-def _read_index(root, split: str) -> np.ndarray:
-    return root.index(split) if isinstance(root, RemoteCopy) else read_index(root, split)
+def _read_index(root, split: str, again: str = "") -> np.ndarray:
+    return root.index(split, again) if isinstance(root, RemoteCopy) else read_index(root, split, again=again)
 
 
 class PreparedSplit:
     """The samples of one split of a prepared copy: rows `rows` of its index."""
+
+    again = "run the copy's prepare again"  # what mends a damaged shard, said where a member fails its CRC32
 
     def __init__(self, root: str, split: str, shards: list[str], rows=None, *, image_format: str):
         self.root = root if isinstance(root, RemoteCopy) else str(root)
@@ -111,7 +127,9 @@ class PreparedSplit:
 
     def take(self, picked: np.ndarray) -> PreparedSplit:
         """The samples `picked` (indices into this split) as a split of their own."""
-        return PreparedSplit(self.root, self.split, self.shards, self.rows[picked], image_format=self.format)
+        taken = PreparedSplit(self.root, self.split, self.shards, self.rows[picked], image_format=self.format)
+        taken.again = self.again
+        return taken
 
     def _row(self, i: int):
         if self._index is None:
@@ -146,11 +164,21 @@ class PreparedSplit:
                 got = os.preadv(self._shard_fd(shard), [data], offset)
             if got != length:
                 raise DecodeError(f"the shard ends {length - got} bytes before the member does (a truncated shard)")
+            self._check_crc(row, data)
             return data
         except DataError:
             raise  # storage that cannot be reached: not this sample's fault, never skipped as a bad one
         except Exception as exc:
             raise BadSampleError(i, self.describe(i), bad_sample_reason(exc)) from exc
+
+    def _check_crc(self, row, data: bytearray) -> None:
+        """The member's bytes against its row's CRC32 (a format 1 index has none: unchecked)."""
+        if "crc" not in row.dtype.names:
+            return
+        stored, read = int(row["crc"]), zlib.crc32(data)
+        if read != stored:
+            raise DecodeError(f"its bytes fail their CRC32 check ({read:08x} where {index_name(self.split)} holds "
+                              f"{stored:08x}): the shard is damaged; delete it, then {self.again}")
 
     def decode(self, i: int, raw: bytearray, decode: Decode | None = None) -> np.ndarray:
         decode = decode or Decode()
@@ -184,13 +212,7 @@ def prepared_source(data_cfg) -> Source:
     """data=prepared: the copy at data.path (a local folder, or a URL)."""
     root = _remote_copy(data_cfg) if is_url(data_cfg.path) else _local_copy(data_cfg.path)
     manifest = root.manifest if isinstance(root, RemoteCopy) else read_manifest(root)
-    splits = {}
-    for name, record in manifest.splits.items():
-        split = PreparedSplit(root, name, record.shards, image_format=manifest.format)
-        if len(split) != record.count:
-            raise DataError(f"{str(root).rstrip('/')}/{index_name(name)} has {len(split)} rows where {root}/{MANIFEST} "
-                            f"counts {record.count}: the copy is inconsistent; prepare it again.")
-        splits[name] = split
+    splits = _checked_splits(root, manifest)
     for name in ("train", "val"):
         if not len(splits.get(name, ())):
             raise DataError(f"{root} has no {name} samples: a prepared copy needs a train and a val split; "
@@ -203,6 +225,33 @@ def prepared_source(data_cfg) -> Source:
              "counts": {name: len(s) for name, s in splits.items()}}
     return Source(name="prepared", class_names=list(manifest.class_names), train=splits["train"], val=splits["val"],
                   fingerprint=fingerprint, split=split, test=splits.get("test"))
+
+
+def _checked_splits(root, manifest: Manifest) -> dict[str, PreparedSplit]:
+    """Each split of the copy, once its index and (in a folder: a stat a shard) its shards' sizes
+    match the manifest; a DataError naming what does not, with the prepare that mends it."""
+    again, where = prepare_again(root, manifest), str(root).rstrip("/")
+    if manifest.version < FORMAT_VERSION:
+        log.warning("%s/%s is format version %d: its samples have no checksums, so a damaged one is read "
+                    "unchecked; to add them, %s.", where, MANIFEST, manifest.version, again)
+    problems = [] if isinstance(root, RemoteCopy) else shard_damage(where, manifest, _size_or_none_in(where))
+    splits = {}
+    for name, record in manifest.splits.items():
+        problems += filter(None, [index_damage(where, manifest, name, _read_index(root, name, again))])
+        splits[name] = PreparedSplit(root, name, record.shards, image_format=manifest.format)
+        splits[name].again = again  # shards.prepare_again's advice, with the command
+    if problems:
+        raise DataError(f"{'; '.join(problems)}: the copy is damaged; {again}.")
+    return splits
+
+
+def _size_or_none_in(folder: str):
+    def size_of(name: str) -> int | None:
+        try:
+            return os.stat(os.path.join(folder, name)).st_size
+        except FileNotFoundError:
+            return None
+    return size_of
 
 
 def _local_copy(path) -> str:
@@ -238,13 +287,12 @@ def check_short_side(split, need: int | None, what: str) -> None:
     if not isinstance(split, PreparedSplit) or need is None:
         return
     manifest = split.root.manifest if isinstance(split.root, RemoteCopy) else read_manifest(split.root)
-    stored, source = manifest.short_side, manifest.source
+    stored = manifest.short_side
     if stored is None or stored >= need:
         return
     again = f"{split.root}-{need}"
     raise DataError(f"the prepared copy {split.root} stores images at a short side of {stored} px, but {what} "
                     f"need {need} px: training on it would upsample. Prepare a copy for these transforms in a new "
-                    f"folder: `python -m app prepare data={source.get('name', '<source>')} "
-                    f"data.path={source.get('path', '<path>')} prepare.out={again} prepare.short_side={need}` (with "
+                    f"folder: `{prepare_command(manifest, again, need)}` (with "
                     f"the other data.* keys the copy was prepared with), then train with data.path={again}; or lower "
                     "data.image_size.")

@@ -10,13 +10,15 @@
     <out>/index-<split>.npy
         one row a sample of the split, in the prepared split's order (`INDEX_DTYPE`): the shard,
         where the image member's bytes start and how many there are (for raw, the array's data,
-        after the .npy header), the label and the stored height and width. Memory-mapped: a
-        million samples cost no parse at start, and sample i is found without reading a shard.
+        after the .npy header), the label, the stored height and width, and the CRC32 of those
+        bytes (checked by the worker that reads them). Memory-mapped: a million samples cost no
+        parse at start, and sample i is found without reading a shard.
     <out>/manifest.json
-        written last, whole or not at all (`Manifest`): class names, each split's shards and
-        count, the source's fingerprint, the resize rule, the format, and the source's own split
-        record (`assignment`: which files or rows are train, val and test, as training's
-        split.json records them). A copy without it is unfinished.
+        written last, whole or not at all (`Manifest`): class names, each split's shards (and
+        their sizes), count and index checksum, the source's fingerprint, the resize rule, the
+        format, and the source's own split record (`assignment`: which files or rows are train,
+        val and test, as training's split.json records them); and `checksum`, the sha256 of all
+        the rest, so an edited manifest is refused. A copy without it is unfinished.
     <out>/bad_samples.txt
         the source's files that were left out, as training lists them.
 
@@ -28,6 +30,7 @@ processes import it.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import json
 from dataclasses import dataclass, field
@@ -39,14 +42,15 @@ from app.data.storage import Store, is_url
 from app.errors import DataError
 from app.io import atomic_write
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 1: no checksums (no `crc` column, no manifest or index checksum); still read
 MANIFEST = "manifest.json"
 BAD_SAMPLES = "bad_samples.txt"
 SPLITS = ("train", "val", "test")
 FORMATS = ("jpeg", "raw")
 MEMBER = {"jpeg": "jpg", "raw": "npy"}  # the image member's extension, by format
-INDEX_DTYPE = np.dtype([("shard", "<u4"), ("offset", "<u8"), ("length", "<u8"), ("label", "<i4"),
-                        ("height", "<u4"), ("width", "<u4")])
+INDEX_DTYPE_1 = np.dtype([("shard", "<u4"), ("offset", "<u8"), ("length", "<u8"), ("label", "<i4"),
+                          ("height", "<u4"), ("width", "<u4")])
+INDEX_DTYPE = np.dtype([*INDEX_DTYPE_1.descr, ("crc", "<u4")])  # crc: zlib.crc32 of the bytes the row points at
 
 
 def shard_name(split: str, number: int) -> str:
@@ -70,6 +74,8 @@ def index_path(root: str | Path, split: str) -> Path:
 class SplitRecord:
     count: int
     shards: list[str] = field(default_factory=list)  # file names under the copy's root, in order
+    shard_bytes: list[int] = field(default_factory=list)  # each shard's size; [] in format 1
+    index_sha256: str = ""  # `index_digest` of the split's index; "" in format 1
 
 
 @dataclass(kw_only=True)
@@ -86,16 +92,36 @@ class Manifest:
     # the source's split record (Source.split, what training writes as split.json): which of its
     # files or rows went to train, val and test. Empty in copies prepared before it was recorded.
     assignment: dict = field(default_factory=dict)
+    checksum: str = ""  # `manifest_checksum` of every other field; "" in format 1
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
 
 
+def manifest_checksum(fields: dict) -> str:
+    """The sha256 of a manifest's fields but `checksum` (canonical JSON): everything that gives
+    a sample its meaning (class names, splits, counts, index checksums, format version) and the rest."""
+    rest = {name: value for name, value in fields.items() if name != "checksum"}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def index_digest(index: np.ndarray) -> str:
+    """The sha256 of an index's rows (its array data: the same for a mapped file and one in memory)."""
+    return hashlib.sha256(np.ascontiguousarray(index).view(np.uint8)).hexdigest()
+
+
+def encoded_manifest(manifest: Manifest) -> bytes:
+    """manifest.json's bytes, with the checksum of the rest: as a folder and a URL both hold it."""
+    fields = manifest.to_json()
+    fields["checksum"] = manifest_checksum(fields)
+    return json.dumps(fields, indent=2).encode("utf-8")
+
+
 def write_manifest(root: str | Path, manifest: Manifest) -> Path:
     """manifest.json, whole or not at all: the last file a prepare writes."""
     path = Path(root) / MANIFEST
-    with atomic_write(path, encoding="utf-8") as f:
-        json.dump(manifest.to_json(), f, indent=2)
+    with atomic_write(path, "wb") as f:
+        f.write(encoded_manifest(manifest))
     return path
 
 
@@ -117,38 +143,64 @@ def read_manifest(root: str | Path, storage_options: dict | None = None) -> Mani
 
 
 def parse_manifest(raw: bytes, root: str | Path) -> Manifest:
-    """The manifest of the copy at `root` from its bytes; a DataError naming it when they are not one."""
+    """The manifest of the copy at `root` from its bytes; a DataError naming it when they are not
+    one, or when they do not match their checksum (an edit could relabel every sample)."""
     path = f"{str(root).rstrip('/')}/{MANIFEST}"
     try:
         fields = json.loads(raw.decode("utf-8"))
-        splits = {name: SplitRecord(**record) for name, record in fields.pop("splits").items()}
-        manifest = Manifest(splits=splits, **fields)
+        splits = {name: SplitRecord(**record) for name, record in fields["splits"].items()}
+        manifest = Manifest(**{**fields, "splits": splits})
     except (ValueError, TypeError, KeyError, AttributeError) as error:
-        raise DataError(f"{path} cannot be read ({type(error).__name__}: {error}): prepare the copy again "
-                        f"(python -m app prepare ... prepare.out={root}).") from None
+        raise DataError(f"{path} cannot be read ({type(error).__name__}: {error}): "
+                        f"{prepare_again(root, None)}.") from None
     if manifest.version > FORMAT_VERSION:
         raise DataError(f"{path} is format version {manifest.version}, newer than this app reads "
                         f"({FORMAT_VERSION}): update the app, or prepare the copy again with this one.")
+    if (manifest.checksum or manifest.version > 1) and manifest.checksum != manifest_checksum(fields):
+        raise DataError(f"{path} does not match its checksum: it was changed after prepare wrote it (its class "
+                        f"names, splits, counts or settings), so the samples' labels cannot be trusted; "
+                        f"{prepare_again(root, manifest)}.")
     return manifest
 
 
-def read_index(root: str | Path, split: str, storage_options: dict | None = None) -> np.ndarray:
-    """A split's index (INDEX_DTYPE): memory-mapped from a folder; from a URL, fetched whole into
-    memory (one GET: a million samples are 36 MB)."""
+def prepare_command(manifest: Manifest | None, out: str, short_side: int | None = None) -> str:
+    """The `python -m app prepare` that writes the copy `manifest` describes into `out`, as far
+    as the manifest tells (`short_side`: another one)."""
+    if manifest is None:
+        return f"python -m app prepare data=<the source> data.path=<its folder> prepare.out={out}"
+    side = short_side or ("full" if manifest.short_side is None else manifest.short_side)
+    quality = f" prepare.quality={manifest.quality}" if manifest.format == "jpeg" else ""
+    return (f"python -m app prepare data={manifest.source.get('name', '<the source>')} "
+            f"data.path={manifest.source.get('path', '<its folder>')} prepare.out={out} prepare.short_side={side} "
+            f"prepare.format={manifest.format}{quality}")
+
+
+def prepare_again(root: str | Path, manifest: Manifest | None) -> str:
+    """What mends a copy missing or damaged in part: its prepare, run again."""
+    return (f"run the copy's prepare again, `{prepare_command(manifest, str(root).rstrip('/'))}` (with any other "
+            "keys it was prepared with, seed and data.* among them): it rewrites what is missing or damaged and "
+            "keeps the rest")
+
+
+def read_index(root: str | Path, split: str, storage_options: dict | None = None, again: str = "") -> np.ndarray:
+    """A split's index (INDEX_DTYPE, or INDEX_DTYPE_1 in a format 1 copy): memory-mapped from a
+    folder; from a URL, fetched whole into memory (one GET: a million samples are 40 MB).
+    `again`: the advice its refusal gives (prepare_again's)."""
     if is_url(root):
         path = f"{str(root).rstrip('/')}/{index_name(split)}"
         raw = Store.at(str(root), storage_options).read_bytes(index_name(split))
-        return check_index(lambda: np.load(io.BytesIO(raw)), path)
+        return check_index(lambda: np.load(io.BytesIO(raw)), path, again)
     path = index_path(root, split)
-    return check_index(lambda: np.load(path, mmap_mode="r"), path)
+    return check_index(lambda: np.load(path, mmap_mode="r"), path, again)
 
 
-def check_index(load, path: str | Path) -> np.ndarray:
+def check_index(load, path: str | Path, again: str = "") -> np.ndarray:
     """`load()`'s array, refused (naming `path`) unless it is a prepared copy's index."""
+    again = again or "prepare the copy again"
     try:
         index = load()
     except (OSError, ValueError) as error:
-        raise DataError(f"{path} cannot be read ({error}): prepare the copy again.") from None
-    if index.dtype != INDEX_DTYPE:
-        raise DataError(f"{path} holds {index.dtype}, not a prepared copy's index: prepare the copy again.")
+        raise DataError(f"{path} cannot be read ({error}): {again}.") from None
+    if index.dtype not in (INDEX_DTYPE, INDEX_DTYPE_1):
+        raise DataError(f"{path} holds {index.dtype}, not a prepared copy's index: {again}.")
     return index

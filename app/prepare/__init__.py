@@ -7,6 +7,7 @@ app/data/shards.py describes.
     tar.py      one shard written whole or not at all, with its members' byte offsets
     job.py      the job: the workers, the progress bar, the shards in order, resume
     finish.py   the index of each split, bad_samples.txt and manifest.json, written last
+    whole.py    the up-to-date check: what of a finished copy is missing or damaged, to write again
     copy.py     the whole: refusals, plan or resume, shards, index, summary
     payback.py  the summary line: bytes, time, and after how many epochs the time pays back
 

@@ -1,7 +1,8 @@
 """A prepared copy from a loaded config, start to end: the refusals (a source at a URL, an
 https:// copy, no folder, `mark`), the source's splits, the plan (or the one an earlier run
-left), the shards, the index and manifest last, the summary line. The copy is written through a
-Store (app/data/storage.py): a local folder, or a URL (s3://, gs://) with prepare.storage_options.
+left), whether a finished copy is whole (else what to write again), the shards, the index and
+manifest last, the summary line. The copy is written through a Store (app/data/storage.py): a
+local folder, or a URL (s3://, gs://) with prepare.storage_options.
 What `python -m app prepare` runs (app/commands/prepare.py).
 Imports app.data, app.augment (by app.prepare.rule), app.errors, app.schema and app.prepare only.
 """
@@ -23,8 +24,9 @@ from app.prepare import payback
 from app.prepare.encode import Encoding
 from app.prepare.finish import write_copy_index
 from app.prepare.job import Job, estimate_per_shard, write_shards
-from app.prepare.plan import is_up_to_date, make_plan, read_plan, write_plan
+from app.prepare.plan import make_plan, read_plan, read_records, write_plan
 from app.prepare.rule import stored_short_side
+from app.prepare.whole import copy_damage
 from app.schema.data import PreparedDataConfig
 
 log = logging.getLogger("app.prepare")
@@ -46,14 +48,19 @@ def write_prepared_copy(config, *, workers: int, per_shard: int | None = None) -
               on_bad_sample=config.data.on_bad_sample.value, max_bad_fraction=config.data.max_bad_fraction)
     key = _plan_key(config, source, splits, short_side)
     plan = read_plan(store, key)
-    if is_up_to_date(store, plan):
-        return f"{store} is up to date: a finished copy of this source with these settings; nothing written."
+    found = read_records(store, plan) if plan is not None else {}  # read once: each is a request or two at a URL
+    damage = copy_damage(store, plan, found)
+    if damage == []:
+        return f"{store} is up to date: a finished copy of this source with these settings, whole; nothing written."
+    if damage:
+        log.warning("%s is not whole: %s. Writing that again; the rest is kept.", store, "; ".join(damage))
     begun = time.monotonic()
     if plan is None:
         sizes = {name: per_shard for name in splits} if per_shard else estimate_per_shard(job, p.shard_mb)
         plan = make_plan(key=key, counts={name: len(split) for name, split in splits.items()}, sizes=sizes)
         write_plan(store, plan)
-    records, encoded = write_shards(job, plan)
+        found = read_records(store, plan)
+    records, encoded = write_shards(job, plan, found)
     manifest = Manifest(class_names=list(source.class_names), splits={}, source=_source_of(config, source),
                         short_side=short_side, format=p.format, quality=p.quality if p.format == "jpeg" else None,
                         app_version=version("app"), assignment=source.split)

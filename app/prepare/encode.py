@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import zlib
 from dataclasses import dataclass
 
 import cv2
@@ -36,6 +37,7 @@ class Encoded:
     index: int  # the sample's index in its source split
     image: bytes  # the image member's bytes
     data_start: int  # where the pixels start in `image`: 0 for a JPEG, the .npy header's length for raw
+    crc: int  # zlib.crc32 of image[data_start:], the bytes a reader reads (computed here, in the worker)
     height: int
     width: int
     label: int
@@ -82,8 +84,8 @@ def encode_sample(split, index: int, encoding: Encoding) -> Encoded:
     meta = json.dumps({"path": split.describe(index), "size": list(original), "stored_size": [height, width],
                        "label": label}).encode()
     source_bytes = len(raw) if isinstance(raw, bytes) else int(raw.nbytes)
-    return Encoded(index=index, image=member, data_start=data_start, height=height, width=width, label=label,
-                   meta=meta, source_bytes=source_bytes)
+    return Encoded(index=index, image=member, data_start=data_start, crc=zlib.crc32(memoryview(member)[data_start:]),
+                   height=height, width=width, label=label, meta=meta, source_bytes=source_bytes)
 
 
 def fit_short_side(image: np.ndarray, short_side: int | None) -> np.ndarray:

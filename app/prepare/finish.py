@@ -10,19 +10,28 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 
 import numpy as np
 
-from app.data.shards import BAD_SAMPLES, INDEX_DTYPE, MANIFEST, Manifest, SplitRecord, index_path
+from app.data.shards import (
+    BAD_SAMPLES,
+    INDEX_DTYPE,
+    MANIFEST,
+    Manifest,
+    SplitRecord,
+    encoded_manifest,
+    index_digest,
+    index_path,
+)
 from app.data.storage import Store
 from app.prepare.plan import JOURNAL
 from app.prepare.tar import delete_stale_temporaries_in
 
 
 def index_of(records: list[dict]) -> np.ndarray:
-    """A split's index (INDEX_DTYPE) from its shards' records, in shard order then member order."""
-    rows = [(number, *row[:5]) for number, record in enumerate(records) for row in record["rows"]]
+    """A split's index (INDEX_DTYPE) from its shards' records, in shard order then member order
+    (a record's row: offset, length, label, height, width, source index, crc32)."""
+    rows = [(number, *row[:5], row[6]) for number, record in enumerate(records) for row in record["rows"]]
     return np.array(rows, dtype=INDEX_DTYPE) if rows else np.zeros(0, dtype=INDEX_DTYPE)
 
 
@@ -55,12 +64,13 @@ def write_copy_index(store: Store, *, plan: dict, records: dict[str, list[dict]]
         delete_stale_temporaries_in(store.local / JOURNAL, journal)
     bad = {split: [row for record in split_records for row in record["bad"]]
            for split, split_records in records.items()}
+    manifest.splits = {}
     for split, split_records in records.items():
-        write_index(store, split, index_of(split_records))
+        index = index_of(split_records)
+        write_index(store, split, index)
+        manifest.splits[split] = SplitRecord(count=len(index), shards=list(plan["splits"][split]["shards"]),
+                                             shard_bytes=[r["bytes"] for r in split_records],
+                                             index_sha256=index_digest(index))
     write_bad_samples(store, bad)
-    manifest.splits = {split: SplitRecord(count=sum(len(r["rows"]) for r in split_records),
-                                          shards=list(plan["splits"][split]["shards"]))
-                       for split, split_records in records.items()}
     manifest.bad_samples = sum(len(rows) for rows in bad.values())
-    # as app/data/shards.py's write_manifest writes it to a folder: the same bytes at a URL
-    store.write_bytes(MANIFEST, json.dumps(manifest.to_json(), indent=2).encode("utf-8"))
+    store.write_bytes(MANIFEST, encoded_manifest(manifest))  # the same bytes in a folder and at a URL

@@ -26,7 +26,7 @@ from app.data.storage import Store
 from app.errors import DataError
 from app.prepare.encode import Bad, Encoding, encode_chunk, encode_or_bad, start_worker
 from app.prepare.finish import write_bad_samples
-from app.prepare.plan import per_shard, read_records, shard_orders, write_record
+from app.prepare.plan import per_shard, shard_orders, write_record
 from app.prepare.tar import ShardWriter, delete_stale_temporaries
 
 CHUNK = 8  # samples a task: few enough that the pool stays busy at a shard's end
@@ -54,14 +54,14 @@ def estimate_per_shard(job: Job, shard_mb: int) -> dict[str, int]:
     return {name: per_shard(sizes, shard_mb) for name in job.splits}
 
 
-def write_shards(job: Job, plan: dict) -> tuple[dict[str, list[dict]], int]:
-    """Every shard of `plan` not finished yet, in order; (each split's records in shard order,
-    samples encoded now). A sample's key is its place in the prepared split (bad samples left
-    out), so a finished shard is kept only where it starts where the shards before it end."""
+def write_shards(job: Job, plan: dict, found: dict[str, dict | None]) -> tuple[dict[str, list[dict]], int]:
+    """Every shard of `plan` not finished yet (`found`: each one's record, None where it is not
+    there and whole: plan.read_records), in order; (each split's records in shard order, samples
+    encoded now). A sample's key is its place in the prepared split (bad samples left out), so a
+    finished shard is kept only where it starts where the shards before it end."""
     orders = {split: shard_orders(planned["count"], planned["per_shard"], job.seed, split)
               for split, planned in plan["splits"].items()}
     total = sum(planned["count"] for planned in plan["splits"].values())
-    found = read_records(job.store, plan)  # read once: each is a request or two at a URL
     kept = sum(len(orders[split][n]) for split, planned in plan["splits"].items()
                for n, name in enumerate(planned["shards"]) if found[name] is not None)
     records: dict[str, list[dict]] = {}
@@ -93,9 +93,9 @@ def _write_shard(job: Job, pool, split: str, shard: tuple, *, bar: tqdm) -> dict
                 bad.append([result.index, result.where, result.detail])
                 continue
             offset, length = writer.add(sample_key(split, start + len(rows)), result)
-            rows.append([offset, length, result.label, result.height, result.width, result.index])
+            rows.append([offset, length, result.label, result.height, result.width, result.index, result.crc])
             source_bytes += result.source_bytes
-    record = {"start": start, "rows": rows, "bad": bad, "source_bytes": source_bytes}
+    record = {"start": start, "rows": rows, "bad": bad, "source_bytes": source_bytes, "bytes": writer.size}
     write_record(job.store, name, record)
     return record
 

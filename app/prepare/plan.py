@@ -3,8 +3,9 @@
 Each split's samples are shuffled once by the seed (so no shard is one class) and cut into
 shards of about prepare.shard_mb, from the stored size of a few samples. The plan is kept in
 `<out>/.prepare/plan.json` with the settings and the source it is for; each finished shard has
-a record beside it (`<shard>.json`: its index rows and its bad samples), written after the
-shard, so a killed prepare run again keeps the shards with a record and writes the rest. All of
+a record beside it (`<shard>.json`: its index rows, its bad samples and its size), written after
+the shard, so a killed prepare run again keeps the shards whose record is there and whose size is
+the record's, and writes the rest (a shard deleted or cut short later is written again too). All of
 it is read and written through the copy's Store (app/data/storage.py): a folder or a URL.
 Imports the standard library, NumPy, app.errors, app.data.shards and app.data.storage only.
 """
@@ -17,7 +18,7 @@ import re
 
 import numpy as np
 
-from app.data.shards import MANIFEST, SPLITS, shard_name
+from app.data.shards import SPLITS, shard_name
 from app.data.storage import Store
 from app.errors import DataError
 
@@ -25,6 +26,7 @@ JOURNAL = ".prepare"  # the plan and the finished shards' records, under the cop
 PLAN = f"{JOURNAL}/plan.json"
 TAR_OVERHEAD = 4 * 512  # three members' headers and padding, about
 PLAN_TEMPORARY = re.compile(r"^\.plan\.json\.\d+\.tmp$")  # app/io.py's atomic_write's, of any process
+ROW_FIELDS = 7  # a record's row: offset, length, label, height, width, source index, crc32
 
 
 def record_name(shard: str) -> str:
@@ -96,19 +98,23 @@ def write_plan(store: Store, plan: dict) -> None:
 
 def write_record(store: Store, shard: str, record: dict) -> None:
     """A finished shard's record: {"start": the key number of its first sample, "rows": [[offset,
-    length, label, height, width, source index], ...], "bad": [[source index, where, detail], ...],
-    "source_bytes": n}. Written after the shard itself."""
+    length, label, height, width, source index, crc32], ...], "bad": [[source index, where, detail],
+    ...], "source_bytes": n, "bytes": the shard's size}. Written after the shard itself."""
     store.write_bytes(record_name(shard), json.dumps(record).encode("utf-8"))
 
 
 def read_record(store: Store, shard: str) -> dict | None:
-    """A shard's record where the shard is finished (its file and its record both there), else None."""
+    """A shard's record where the shard is finished and whole (its file there at the size its
+    record gives), else None: to be written again. A record of an app before checksums (rows
+    without a CRC32, no size) is None too, so a copy of that format is written again whole."""
     if not store.exists(shard) or not store.exists(record_name(shard)):
         return None
     try:
-        return json.loads(store.read_bytes(record_name(shard)))
-    except (OSError, ValueError):
+        record = json.loads(store.read_bytes(record_name(shard)))
+        whole = all(len(row) == ROW_FIELDS for row in record["rows"]) and store.size(shard) == record["bytes"]
+    except (OSError, ValueError, KeyError, TypeError):
         return None
+    return record if whole else None
 
 
 def read_records(store: Store, plan: dict) -> dict[str, dict | None]:
@@ -116,8 +122,3 @@ def read_records(store: Store, plan: dict) -> dict[str, dict | None]:
     return {shard: read_record(store, shard) for split in plan["splits"].values() for shard in split["shards"]}
 
 
-def is_up_to_date(store: Store, plan: dict | None) -> bool:
-    """Whether `store` is a finished copy of this plan: its manifest and every shard with its record."""
-    if plan is None or not store.exists(MANIFEST):
-        return False
-    return all(record is not None for record in read_records(store, plan).values())

@@ -37,11 +37,12 @@ def staging_folder(store: Store) -> Path:
 
 class ShardWriter:
     """`with ShardWriter(store, name, fmt) as shard: shard.add(key, encoded)`: the rows it returns
-    are (offset, length) of each image's data in the finished file."""
+    are (offset, length) of each image's data in the finished file; `size`, once finished, its bytes."""
 
     def __init__(self, store: Store, name: str, fmt: str):
         self.store, self.name, self.extension = store, name, MEMBER[fmt]
         self.staged = temporary_name(staging_folder(store) / name)
+        self.size = 0
 
     def __enter__(self) -> ShardWriter:
         self.staged.parent.mkdir(parents=True, exist_ok=True)
@@ -64,6 +65,7 @@ class ShardWriter:
         move) leaves no shard under its name and no staging file."""
         try:
             self._tar.close()  # the end-of-archive blocks
+            self.size = self._file.tell()
             self._file.close()
             if kind is None:
                 self.store.put_file_and_delete_it(self.staged, self.name)

@@ -4,12 +4,14 @@ bad-sample naming, the short-side refusal, the plan's sizes from the index, the 
 from __future__ import annotations
 
 import json
+import logging
 import pickle
+import re
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from prepared_copies import corrupt_member, picture, write_copy
+from prepared_copies import corrupt_member, flip_byte, picture, write_as_format_1, write_copy
 
 from app.augment import check_stored_sizes
 from app.data import load_source
@@ -61,15 +63,56 @@ def test_a_corrupt_member_is_a_bad_sample_named_by_shard_and_key(tmp_path):
     train.read(1)  # negative control: the same shard's other sample reads
 
 
-def test_a_truncated_shard_is_a_bad_sample(tmp_path):
+def test_a_flipped_byte_in_a_members_data_fails_its_crc_named_by_shard_and_member(tmp_path, caplog):
+    root = write_copy(tmp_path / "copy", counts={"train": 6, "val": 3})
+    where = flip_byte(root, "train", 3)
+    train = load_source(_data(root)).train
+    advice = rf"delete it, then run the copy's prepare again, `python -m app prepare data=folder data.path=/orig " \
+             rf"prepare.out={root} "
+    with pytest.raises(BadSampleError, match=rf"{re.escape(where)}\) could not be loaded: its bytes fail their "
+                                             rf"CRC32 check .*{advice}"):
+        train.read(3)
+    train.read(1)  # negative control: the same shard's other sample reads
+    write_as_format_1(root)  # as an app before checksums wrote it: still read, said to be unchecked
+    with caplog.at_level(logging.WARNING, logger="app.data.prepared"):
+        old = load_source(_data(root))
+    unchecked = [r.getMessage() for r in caplog.records if "unchecked" in r.getMessage()]
+    assert len(unchecked) == 1 and f"{root}/manifest.json is format version 1" in unchecked[0]
+    assert old.train.read(3).shape == (40, 56, 3)  # the same flip, decoded unnoticed
+
+
+def test_an_edited_manifest_or_index_is_refused_naming_the_file_and_the_prepare_that_mends_it(tmp_path):
+    root = write_copy(tmp_path / "copy", counts={"train": 6, "val": 3})
+    written = json.loads((root / "manifest.json").read_text())
+    assert load_source(_data(root)).class_names == ["class0", "class1", "class2"]  # negative control: as written
+    counted = {**written["splits"], "train": {**written["splits"]["train"], "count": 5}}
+    for edit in ({"class_names": ["class1", "class0", "class2"]}, {"splits": counted}, {"version": 1}):
+        (root / "manifest.json").write_text(json.dumps({**written, **edit}))
+        with pytest.raises(DataError, match=rf"{root}/manifest\.json does not match its checksum.* labels cannot be "
+                                            rf"trusted; run the copy's prepare again, `python -m app prepare "
+                                            rf"data=folder data.path=/orig prepare.out={root} "):
+            load_source(_data(root))
+    (root / "manifest.json").write_text(json.dumps(written))
+    index = np.load(root / "index-train.npy")
+    index["label"][0] = 1
+    np.save(root / "index-train.npy", index)
+    with pytest.raises(DataError, match=rf"{root}/index-train\.npy does not match the checksum {root}/manifest\.json "
+                                        "records for it .*the copy is damaged; run the copy's prepare again"):
+        load_source(_data(root))
+
+
+def test_a_shard_cut_short_is_refused_at_start_and_a_bad_sample_once_running(tmp_path):
     root = write_copy(tmp_path / "copy", image_format="raw", counts={"train": 6, "val": 3})
     row = read_index(root, "train")[4]
+    train = load_source(_data(root)).train  # opened while whole: the start's checks pass
     with open(root / "train-00000.tar", "r+b") as shard:
         shard.truncate(int(row["offset"]) + 10)
-    train = load_source(_data(root)).train
     with pytest.raises(BadSampleError, match=r"train-00000\.tar member train-000000004\.npy.*truncated"):
         train.read(4)
     train.read(2)  # negative control: before the cut
+    with pytest.raises(DataError, match=rf"{root}/train-00000\.tar is \d+ bytes where {root}/manifest\.json "
+                                        rf"records \d+ .*`python -m app prepare .*prepare\.out={root} "):
+        load_source(_data(root))
 
 
 def _config(image_size, transforms=()):

@@ -154,6 +154,32 @@ def test_a_killed_prepare_keeps_its_finished_shards_and_finishes_the_rest(out, t
     assert json.loads(store.read_bytes("manifest.json"))["format"] == "raw" and writes == []
 
 
+def _edited_count(raw: bytes) -> bytes:
+    manifest = json.loads(raw)
+    manifest["splits"]["train"]["count"] -= 1
+    return json.dumps(manifest).encode()
+
+
+def test_prepare_writes_again_what_is_missing_or_damaged_and_keeps_the_rest(out, tmp_path, writes):
+    config = prepared_config(*TINY, f"data.path={tmp_path / 'data'}", f"prepare.out={out}", "prepare.format=raw")
+    store = Store.at(out)
+    write_prepared_copy(config, workers=0, per_shard=5)
+    whole = copied(out)
+    damages = {"index-train.npy": lambda: store.delete("index-train.npy"),
+               "train-00002.tar": lambda: store.write_bytes("train-00002.tar", whole["train-00002.tar"][:700]),
+               "manifest.json": lambda: store.write_bytes("manifest.json", _edited_count(whole["manifest.json"]))}
+    for name, damage in damages.items():
+        damage()
+        assert copied(out) != whole  # negative control: the comparison sees the damage
+        writes.clear()
+        assert "up to date" not in write_prepared_copy(config, workers=0, per_shard=5), name
+        assert copied(out) == whole, name  # as first written
+        assert [n for n in writes if n.endswith(".tar")] == ([name] if name.endswith(".tar") else []), name
+        assert {"manifest.json", "index-train.npy"} <= set(writes), name
+    writes.clear()
+    assert "up to date" in write_prepared_copy(config, workers=0, per_shard=5) and writes == []
+
+
 def test_a_copy_in_a_bucket_is_byte_for_byte_the_local_one(s3, tmp_path):
     bucket = new_bucket(s3)
     for out in (str(tmp_path / "copy"), f"s3://{bucket}/copy"):
@@ -218,9 +244,10 @@ def test_the_manifest_records_the_sources_split_and_each_sample_names_its_origin
         assert (original.labels[places] == read_index(out, split)["label"]).all()
         assert places != sorted(places)  # negative control: shuffled, so a key's number is not the place
     assert assert_webdataset_reads_what_the_index_says(out) == 30
-    # a manifest written before the assignment was recorded still reads (with none)
+    # a manifest written before the assignment was recorded (format 1, before checksums) still reads (with none)
     written = json.loads((out / "manifest.json").read_text())
-    (out / "manifest.json").write_text(json.dumps({k: v for k, v in written.items() if k != "assignment"}))
+    old = {k: v for k, v in written.items() if k not in ("assignment", "checksum")}
+    (out / "manifest.json").write_text(json.dumps({**old, "version": 1}))
     assert read_manifest(out).assignment == {} and read_manifest(out).splits["train"].count == 18
     (out / "manifest.json").write_text(json.dumps({**written, "surprise": 1}))
     with pytest.raises(DataError, match="cannot be read"):  # negative control: an unknown field is still refused

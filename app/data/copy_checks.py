@@ -1,0 +1,43 @@
+"""A prepared copy's files checked against its manifest (app/data/shards.py's layout), by
+data=prepared when a command starts and by `prepare` before it calls a copy up to date: each
+split's index against the checksum and the count the manifest records for it, each shard's size
+against the manifest's. Each problem is one clause naming the file; the caller adds what mends it.
+
+The members' own bytes are checked where they are read (a CRC32 a row: app/data/prepared.py),
+never here: that would read the whole copy. A format 1 copy records no checksums or sizes, so
+only its counts are checked here.
+Imports NumPy and app.data.shards only: worker processes import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from app.data.shards import MANIFEST, Manifest, index_digest, index_name
+
+
+def index_damage(root: str, manifest: Manifest, split: str, index: np.ndarray) -> str | None:
+    """What is wrong with `split`'s index (`index`, as read) against the manifest; None: nothing."""
+    record, path = manifest.splits[split], f"{root}/{index_name(split)}"
+    if record.index_sha256 and index_digest(index) != record.index_sha256:
+        return (f"{path} does not match the checksum {root}/{MANIFEST} records for it (it changed after prepare "
+                "wrote it)")
+    if len(index) != record.count:
+        return f"{path} has {len(index)} rows where {root}/{MANIFEST} counts {record.count}"
+    return None
+
+
+def shard_damage(root: str, manifest: Manifest, size_of: Callable[[str], int | None]) -> list[str]:
+    """The shards missing (`size_of` gives None) or not the size the manifest records."""
+    problems = []
+    for record in manifest.splits.values():
+        for name, recorded in zip(record.shards, record.shard_bytes, strict=False):  # format 1: no sizes
+            size = size_of(name)
+            if size is None:
+                problems.append(f"{root}/{name} is missing")
+            elif size != recorded:
+                problems.append(f"{root}/{name} is {size} bytes where {root}/{MANIFEST} records {recorded} "
+                                "(cut short or changed)")
+    return problems
