@@ -6,6 +6,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,11 @@ SLOWEST_FIRST = ["training/test_devices.py", "cli/test_docs_commands.py", "cli/t
                  "cli/test_bench_cli.py", "cli/test_evaluate_predict_cli.py", "cli/test_train_cli.py",
                  "cli/test_no_tensorflow_cli.py", "cli/test_sweep_cli.py", "training/test_recipe.py"]
 TESTS = Path(__file__).resolve().parent
+# The suite's budget: `make test` within 10 minutes on two cores, a new capability adding at most
+# 90 s of it. Where the time goes, a file at a time, ends every run (worker seconds: with two
+# workers the wall clock is about half their sum).
+FILE_SECONDS: dict[str, float] = defaultdict(float)
+SHOWN_FILES = 15
 
 
 def pytest_collection_modifyitems(items):
@@ -44,3 +50,18 @@ def children():
     from loaders import workers_alive
 
     return workers_alive()
+
+
+def pytest_runtest_logreport(report):
+    FILE_SECONDS[report.nodeid.split("::")[0]] += report.duration  # setup, call and teardown each
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not FILE_SECONDS:
+        return
+    total = sum(FILE_SECONDS.values())
+    shown = min(SHOWN_FILES, len(FILE_SECONDS))
+    terminalreporter.write_sep("-", f"seconds a test file: the {shown} slowest of {len(FILE_SECONDS)} files, "
+                                    f"{total:.0f} s in all (the budget: tests/conftest.py)")
+    for name, seconds in sorted(FILE_SECONDS.items(), key=lambda item: -item[1])[:SHOWN_FILES]:
+        terminalreporter.write_line(f"{seconds:8.1f} s  {name}")
