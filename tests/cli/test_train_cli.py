@@ -6,6 +6,7 @@ import csv
 import json
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -211,8 +212,11 @@ def test_interrupt_stops_workers_and_frees_shared_memory(how, tmp_path):
                    for pid in workers)
     assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"app-ring-{process.pid}-")]
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "interrupted"
-    steps = len(samples.read_text().splitlines()) - 1  # a row a step taken, and the header
-    assert f"interrupted after step {steps};" in log.read_text()  # not the last epoch end's count
+    rows = len(samples.read_text().splitlines()) - 1  # a row a step taken, and the header
+    # not the last epoch end's count (0 here): the step taken, whose row is written after it by a
+    # callback that a Ctrl-C arriving between the two leaves unwritten
+    said = re.search(r"interrupted after step (\d+);", log.read_text())
+    assert said and int(said[1]) in (rows, rows + 1) and rows >= 4, (rows, log.read_text()[-2000:])
     assert stopped_s < 15, f"took {stopped_s:.1f} s to stop"  # a hang guard, not a timing
 
 
