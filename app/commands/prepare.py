@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from app.commands import failure_carried
@@ -26,7 +27,7 @@ log = logging.getLogger("app.prepare")
 def main(cfg: DictConfig) -> str:
     config = load(cfg)
     workers, _ = for_loading_only(config.queue)  # `auto`: every core, nothing else to balance
-    line = write_prepared_copy(config, workers=workers)
+    line = write_prepared_copy(config, workers=workers, overrides=list(HydraConfig.get().overrides.task))
     log.info("%s", line)
     print(line)
     return line

@@ -33,6 +33,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,6 +93,9 @@ class Manifest:
     # the source's split record (Source.split, what training writes as split.json): which of its
     # files or rows went to train, val and test. Empty in copies prepared before it was recorded.
     assignment: dict = field(default_factory=dict)
+    # the prepare command's own overrides (hydra.*, COMMAND_KEYS and secrets left out): what
+    # `prepare_command` gives again, so the advice to prepare a copy again is a command that works
+    overrides: list[str] = field(default_factory=list)
     checksum: str = ""  # `manifest_checksum` of every other field; "" in format 1
 
     def to_json(self) -> dict:
@@ -163,23 +167,30 @@ def parse_manifest(raw: bytes, root: str | Path) -> Manifest:
     return manifest
 
 
+# the keys `prepare_command` writes itself, from the manifest
+COMMAND_KEYS = ("data", "data.path", "prepare.out", "prepare.short_side", "prepare.format", "prepare.quality")
+
+
 def prepare_command(manifest: Manifest | None, out: str, short_side: int | None = None) -> str:
-    """The `python -m app prepare` that writes the copy `manifest` describes into `out`, as far
-    as the manifest tells (`short_side`: another one)."""
+    """The `python -m app prepare` that writes the copy `manifest` describes into `out`: its
+    source, its settings and the other overrides it was prepared with (`short_side`: another one)."""
     if manifest is None:
         return f"python -m app prepare data=<the source> data.path=<its folder> prepare.out={out}"
     side = short_side or ("full" if manifest.short_side is None else manifest.short_side)
     quality = f" prepare.quality={manifest.quality}" if manifest.format == "jpeg" else ""
+    others = "".join(f" {shlex.quote(o)}" for o in manifest.overrides)  # COMMAND_KEYS left out when recorded
+    path = manifest.source.get("path")
     return (f"python -m app prepare data={manifest.source.get('name', '<the source>')} "
-            f"data.path={manifest.source.get('path', '<its folder>')} prepare.out={out} prepare.short_side={side} "
-            f"prepare.format={manifest.format}{quality}")
+            f"data.path={shlex.quote(path) if path else '<its folder>'}{others} prepare.out={shlex.quote(out)} "
+            f"prepare.short_side={side} prepare.format={manifest.format}{quality}")
 
 
 def prepare_again(root: str | Path, manifest: Manifest | None) -> str:
     """What mends a copy missing or damaged in part: its prepare, run again."""
-    return (f"run the copy's prepare again, `{prepare_command(manifest, str(root).rstrip('/'))}` (with any other "
-            "keys it was prepared with, seed and data.* among them): it rewrites what is missing or damaged and "
-            "keeps the rest")
+    caveat = "" if manifest is not None and manifest.version >= FORMAT_VERSION else \
+        " (with any other keys it was prepared with, seed and data.* among them)"
+    return (f"run the copy's prepare again, `{prepare_command(manifest, str(root).rstrip('/'))}`{caveat}: it "
+            "rewrites what is missing or damaged and keeps the rest")
 
 
 def read_index(root: str | Path, split: str, storage_options: dict | None = None, again: str = "") -> np.ndarray:

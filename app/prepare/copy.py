@@ -12,12 +12,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from collections.abc import Sequence
 from importlib.metadata import version
+from pathlib import Path
 
 from app.data import load_source
 from app.data.images import Decode
 from app.data.prepared import prepared_source
-from app.data.shards import Manifest
+from app.data.shards import COMMAND_KEYS, Manifest
 from app.data.storage import Store, is_url
 from app.errors import ConfigError
 from app.prepare import payback
@@ -33,9 +35,10 @@ log = logging.getLogger("app.prepare")
 READ_ONLY = ("http", "https")  # URL schemes fsspec reads but cannot write
 
 
-def write_prepared_copy(config, *, workers: int, per_shard: int | None = None) -> str:
+def write_prepared_copy(config, *, workers: int, per_shard: int | None = None, overrides: Sequence[str] = ()) -> str:
     """Prepare `config.data` into `config.prepare.out`; the line that says what was done.
-    `per_shard` (tests): samples a shard, instead of sizing shards by prepare.shard_mb."""
+    `per_shard` (tests): samples a shard, instead of sizing shards by prepare.shard_mb;
+    `overrides`: the command line's, kept in the manifest for the advice to prepare it again."""
     store = _refuse_unsupported(config)
     short_side, why = stored_short_side(config)
     log.info("%s", why)
@@ -63,7 +66,7 @@ def write_prepared_copy(config, *, workers: int, per_shard: int | None = None) -
     records, encoded = write_shards(job, plan, found)
     manifest = Manifest(class_names=list(source.class_names), splits={}, source=_source_of(config, source),
                         short_side=short_side, format=p.format, quality=p.quality if p.format == "jpeg" else None,
-                        app_version=version("app"), assignment=source.split)
+                        app_version=version("app"), assignment=source.split, overrides=_replayable(overrides))
     write_copy_index(store, plan=plan, records=records, manifest=manifest)
     return _summary(config, job, plan, records=records, seconds=time.monotonic() - begun)
 
@@ -104,7 +107,18 @@ def _plan_key(config, source, splits: dict, short_side: int | None) -> dict:
 
 
 def _source_of(config, source) -> dict:
-    return {"name": source.name, "path": str(config.data.path), "fingerprint": source.fingerprint}
+    path = str(Path(str(config.data.path)).expanduser().absolute()) if config.data.path else None
+    return {"name": source.name, "path": path, "fingerprint": source.fingerprint}
+
+
+def _replayable(overrides: Sequence[str]) -> list[str]:
+    """The overrides a prepare again needs beside what the manifest records (COMMAND_KEYS): not
+    Hydra's own, nor a secret (storage options). The same for that prepare again's command line,
+    so a copy it mends is the copy it was."""
+    def key(override: str) -> str:
+        return override.split("=", 1)[0].lstrip("+~")
+    return [o for o in overrides if not key(o).startswith("hydra") and "storage_options" not in key(o)
+            and key(o) not in COMMAND_KEYS]
 
 
 def _summary(config, job: Job, plan: dict, *, records: dict, seconds: float) -> str:

@@ -261,3 +261,23 @@ def test_a_folder_with_anything_but_an_unfinished_plan_is_refused(tmp_path):
     (tmp_path / ".prepare" / "notes.txt").write_text("mine")
     with pytest.raises(DataError, match="holds other files"):
         read_plan(Store.at(str(tmp_path)), {"any": "key"})
+
+
+def test_the_manifest_keeps_the_overrides_that_prepare_it_again_and_no_secret(tmp_path):
+    """The advice to prepare a damaged copy again is a whole command: the source's own keys
+    (data.num_images, ...) included, from any folder; Hydra's keys and credentials left out."""
+    from app.data.shards import prepare_command
+
+    out = tmp_path / "copy with space"
+    given = [*TINY, f"data.path={tmp_path / 'data'}", f"prepare.out={out}", "hydra.run.dir=x",
+             "prepare.storage_options.secret=SECRET"]
+    config = prepared_config(*TINY, f"data.path={tmp_path / 'data'}", f"prepare.out={out}")
+    write_prepared_copy(config, workers=0, per_shard=5, overrides=given)
+    manifest = read_manifest(out)
+    assert manifest.overrides == TINY and manifest.source["path"] == str(tmp_path / "data")
+    command = prepare_command(manifest, str(out))
+    assert command == (f"python -m app prepare data=synthetic data.path={tmp_path / 'data'} {' '.join(TINY[:3])} "
+                       f"'data.image_size=[16,16]' prepare.out='{out}' prepare.short_side={manifest.short_side} "
+                       "prepare.format=jpeg prepare.quality=95")
+    assert "SECRET" not in command and "hydra" not in command  # negative controls: given, left out
+    assert b"SECRET" not in (out / "manifest.json").read_bytes()
