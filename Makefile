@@ -15,13 +15,15 @@ train: $(VENV)/.installed
 # Two processes (pytest-xdist), each taking a whole file at a time so a file's fixtures are built
 # once, in tests/conftest.py's order (the slowest files first; xdist would otherwise put the files
 # with the most tests first, and the slow ones with few last, one process waiting on the other):
-# 12–17 minutes on two cores. ARGS="-n 4" on a bigger machine, ARGS="-n 0" for one process.
+# 11–13 minutes on two cores, a fresh clone (twice that when the machine is slowed by its neighbours).
+# ARGS="-n 4" on a bigger machine, ARGS="-n 0" for one process.
 test: $(VENV)/.installed
 	$(PYTHON) -m pytest -n 2 --dist loadfile --no-loadscope-reorder $(ARGS)
 
-# Every module's unit tests, none marked slow (pyproject.toml): the loop to run while editing.
+# Every module's unit tests, none marked slow (pyproject.toml): the loop to run while editing, in
+# two processes too (a minute on two cores).
 test-fast: $(VENV)/.installed
-	$(PYTHON) -m pytest -m "not slow" $(ARGS)
+	$(PYTHON) -m pytest -m "not slow" -n 2 --dist loadfile $(ARGS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check app tests
