@@ -55,10 +55,8 @@ def main(cfg: DictConfig) -> dict:
     fmt, tolerance = checked_format(cfg.export)  # before the run is read and Keras loads: a refusal comes at once
     run_dir, config = read_run(cfg, safe=("queue.", "augment.eval_", "data.max_image_pixels", STORAGE, "overwrite"),
                                backend=Backend.tensorflow)  # whatever the run trained on: its model.keras is Keras's
-    keep = {run_dir: "the run being exported", Path(HydraConfig.get().runtime.output_dir): "this command's log folder"}
-    default = run_dir / "export" / fmt
-    out = Path(cfg.export.out or default).expanduser().resolve()
-    check_out(out, default, cfg.overwrite, keep)
+    out = Path(cfg.export.out or run_dir / "export" / fmt).expanduser().resolve()
+    check_out(out, run_dir, fmt, cfg.overwrite)
     source = run_source(run_dir, config.data)
     check_stored_sizes(config, source)
     keras_for_run()
@@ -90,7 +88,7 @@ def main(cfg: DictConfig) -> dict:
         _print(record)
         refuse_difference(record, out)
         write_json(staging / RECORD, record)
-        check_out(out, default, cfg.overwrite, keep)  # again: what is there may have changed since
+        check_out(out, run_dir, fmt, cfg.overwrite)  # again: what is there may have changed since
         publish_moving_aside(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -202,29 +200,39 @@ def versions(fmt: str) -> dict[str, str]:
     return found
 
 
-def check_out(out: Path, default: Path, overwrite: bool, keep: dict[Path, str]) -> None:
+def check_out(out: Path, run_dir: Path, fmt: str, overwrite: bool) -> None:
     """Before any work: `out` is new, empty or an earlier export (replaced once the new one passed
     its check). Anything else is refused, or with overwrite=true moved aside when the export is
-    published; never a folder of `keep` (the run, this command's log: path → what) or one above it,
-    nor one inside the run outside its export/ folder."""
+    published; never what the run or this command's log would go with (`protected`)."""
     if nothing_at(out) or earlier_export(out):
         return
-    kept = next((path for path in keep if path == out or out in path.parents), None)
-    exports = default.parent  # <run dir>/export: inside the run, only exports and their logs may be replaced
-    if kept is None and exports.parent in out.parents and out != exports and exports not in out.parents:
-        kept = exports.parent
-    what = what_is_at(out) if kept is None else f"is {keep[kept]}" if kept == out else \
-        f"is inside {keep[kept]} ({kept})" if kept in out.parents else f"holds {keep[kept]} ({kept})"
+    default, kept = run_dir / "export" / fmt, protected(out, run_dir)
     if kept or not overwrite:
         ways = ["give another export.out", *([f"leave it out to write {default}"] if out != default else []),
                 f"add overwrite=true to move it to {out.name}.old (nothing is deleted) and export there"]
         ways = ways[:-1] if kept else ways  # overwrite=true never moves the run or the log
         advice = f"{', '.join(ways[:-1])} or {ways[-1]}"
         raise config_error("export.out", str(out), f"a new or empty folder, or an earlier export ({RECORD} and the "
-                           f"files beside it): {out} {what}, which the export would replace. {advice[0].upper()}"
-                           f"{advice[1:]}")
+                           f"files beside it): {out} {kept or what_is_at(out)}, which the export would replace. "
+                           f"{advice[0].upper()}{advice[1:]}")
     if holds_run(out):
         check_unlocked(out)  # a run still training is never moved
+
+
+def protected(out: Path, run_dir: Path) -> str | None:
+    """How `out` is tied to what no export may move, said for a message, or None: the run being
+    exported or this command's log folder (`out` is one, or above one), or a part of the run
+    outside its export/ folder (checkpoints/, model.keras: moved aside, the run could not resume)."""
+    log_dir = Path(HydraConfig.get().runtime.output_dir)
+    for path, what in ((run_dir, "the run being exported"), (log_dir, "this command's log folder")):
+        if out == path:
+            return f"is {what}"
+        if out in path.parents:
+            return f"holds {what} ({path})"
+    exports = run_dir / "export"
+    if run_dir in out.parents and out != exports and exports not in out.parents:
+        return f"is inside the run being exported ({run_dir})"
+    return None
 
 
 def nothing_at(out: Path) -> bool:

@@ -6,11 +6,12 @@ against the manifest's. Each problem is one clause naming the file; the caller a
 The members' own bytes are checked where they are read (a CRC32 a row: app/data/prepared.py),
 never here: that would read the whole copy. A format 1 copy records no checksums or sizes, so
 only its counts are checked here.
-Imports NumPy and app.data.shards only: worker processes import it.
+Imports the standard library, NumPy and app.data.shards only: worker processes import it.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import numpy as np
@@ -41,3 +42,13 @@ def shard_damage(root: str, manifest: Manifest, size_of: Callable[[str], int | N
                 problems.append(f"{root}/{name} is {size} bytes where {root}/{MANIFEST} records {recorded} "
                                 "(cut short or changed)")
     return problems
+
+
+def size_in(folder: str) -> Callable[[str], int | None]:
+    """`shard_damage`'s `size_of` for a copy in a local folder: a stat a shard."""
+    def size_of(name: str) -> int | None:
+        try:
+            return os.stat(os.path.join(folder, name)).st_size
+        except FileNotFoundError:
+            return None
+    return size_of

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from app.data.copy_checks import index_damage, shard_damage
+from app.data.copy_checks import index_damage, shard_damage, size_in
 from app.data.images import Decode, DecodeError, rgb_from_bytes
 from app.data.shard_cache import ShardCache, cache_key
 from app.data.shards import (
@@ -44,6 +44,7 @@ from app.data.shards import (
     read_index,
     read_manifest,
     sample_key,
+    unrecorded,
 )
 from app.data.source import Source, bad_sample_reason
 from app.data.storage import RemoteStore, Store, is_url
@@ -98,8 +99,6 @@ def _read_index(root, split: str, again: str = "") -> np.ndarray:
 class PreparedSplit:
     """The samples of one split of a prepared copy: rows `rows` of its index."""
 
-    again = "run the copy's prepare again"  # what mends a damaged shard, said where a member fails its CRC32
-
     def __init__(self, root: str, split: str, shards: list[str], rows=None, *, image_format: str):
         self.root = root if isinstance(root, RemoteCopy) else str(root)
         self.split, self.shards, self.format = split, list(shards), image_format
@@ -127,9 +126,7 @@ class PreparedSplit:
 
     def take(self, picked: np.ndarray) -> PreparedSplit:
         """The samples `picked` (indices into this split) as a split of their own."""
-        taken = PreparedSplit(self.root, self.split, self.shards, self.rows[picked], image_format=self.format)
-        taken.again = self.again
-        return taken
+        return PreparedSplit(self.root, self.split, self.shards, self.rows[picked], image_format=self.format)
 
     def _row(self, i: int):
         if self._index is None:
@@ -178,7 +175,14 @@ class PreparedSplit:
         stored, read = int(row["crc"]), zlib.crc32(data)
         if read != stored:
             raise DecodeError(f"its bytes fail their CRC32 check ({read:08x} where {index_name(self.split)} holds "
-                              f"{stored:08x}): the shard is damaged; delete it, then {self.again}")
+                              f"{stored:08x}): the shard is damaged; delete it, then {self._mending()}")
+
+    def _mending(self) -> str:
+        """The prepare that mends this copy, from its manifest: read only where a member failed."""
+        try:
+            return prepare_again(self.root, manifest_of(self.root))
+        except DataError:  # the manifest damaged since the start too
+            return prepare_again(self.root, None)
 
     def decode(self, i: int, raw: bytearray, decode: Decode | None = None) -> np.ndarray:
         decode = decode or Decode()
@@ -211,7 +215,7 @@ class PreparedSplit:
 def prepared_source(data_cfg) -> Source:
     """data=prepared: the copy at data.path (a local folder, or a URL)."""
     root = _remote_copy(data_cfg) if is_url(data_cfg.path) else _local_copy(data_cfg.path)
-    manifest = root.manifest if isinstance(root, RemoteCopy) else read_manifest(root)
+    manifest = manifest_of(root)
     splits = _checked_splits(root, manifest)
     for name in ("train", "val"):
         if not len(splits.get(name, ())):
@@ -227,6 +231,11 @@ def prepared_source(data_cfg) -> Source:
                   fingerprint=fingerprint, split=split, test=splits.get("test"))
 
 
+def manifest_of(root) -> Manifest:
+    """The manifest of a copy's root: a RemoteCopy holds it, a folder's is read."""
+    return root.manifest if isinstance(root, RemoteCopy) else read_manifest(root)
+
+
 def _checked_splits(root, manifest: Manifest) -> dict[str, PreparedSplit]:
     """Each split of the copy, once its index and (in a folder: a stat a shard) its shards' sizes
     match the manifest; a DataError naming what does not, with the prepare that mends it."""
@@ -234,24 +243,14 @@ def _checked_splits(root, manifest: Manifest) -> dict[str, PreparedSplit]:
     if manifest.version < FORMAT_VERSION:
         log.warning("%s/%s is format version %d: its samples have no checksums, so a damaged one is read "
                     "unchecked; to add them, %s.", where, MANIFEST, manifest.version, again)
-    problems = [] if isinstance(root, RemoteCopy) else shard_damage(where, manifest, _size_or_none_in(where))
+    problems = [] if isinstance(root, RemoteCopy) else shard_damage(where, manifest, size_in(where))
     splits = {}
     for name, record in manifest.splits.items():
         problems += filter(None, [index_damage(where, manifest, name, _read_index(root, name, again))])
         splits[name] = PreparedSplit(root, name, record.shards, image_format=manifest.format)
-        splits[name].again = again  # shards.prepare_again's advice, with the command
     if problems:
         raise DataError(f"{'; '.join(problems)}: the copy is damaged; {again}.")
     return splits
-
-
-def _size_or_none_in(folder: str):
-    def size_of(name: str) -> int | None:
-        try:
-            return os.stat(os.path.join(folder, name)).st_size
-        except FileNotFoundError:
-            return None
-    return size_of
 
 
 def _local_copy(path) -> str:
@@ -286,13 +285,12 @@ def check_short_side(split, need: int | None, what: str) -> None:
     transforms, need: None where they say nothing), before any work; other splits pass."""
     if not isinstance(split, PreparedSplit) or need is None:
         return
-    manifest = split.root.manifest if isinstance(split.root, RemoteCopy) else read_manifest(split.root)
+    manifest = manifest_of(split.root)
     stored = manifest.short_side
     if stored is None or stored >= need:
         return
     again = f"{split.root}-{need}"
     raise DataError(f"the prepared copy {split.root} stores images at a short side of {stored} px, but {what} "
                     f"need {need} px: training on it would upsample. Prepare a copy for these transforms in a new "
-                    f"folder: `{prepare_command(manifest, again, need)}` (with "
-                    f"the other data.* keys the copy was prepared with), then train with data.path={again}; or lower "
-                    "data.image_size.")
+                    f"folder: `{prepare_command(manifest, again, need)}`{unrecorded(manifest)}, then train with "
+                    f"data.path={again}; or lower data.image_size.")

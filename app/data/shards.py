@@ -93,7 +93,7 @@ class Manifest:
     # the source's split record (Source.split, what training writes as split.json): which of its
     # files or rows went to train, val and test. Empty in copies prepared before it was recorded.
     assignment: dict = field(default_factory=dict)
-    # the prepare command's own overrides (hydra.*, COMMAND_KEYS and secrets left out): what
+    # the prepare command's own overrides (hydra.*, MANIFEST_KEYS and secrets left out): what
     # `prepare_command` gives again, so the advice to prepare a copy again is a command that works
     overrides: list[str] = field(default_factory=list)
     checksum: str = ""  # `manifest_checksum` of every other field; "" in format 1
@@ -168,7 +168,7 @@ def parse_manifest(raw: bytes, root: str | Path) -> Manifest:
 
 
 # the keys `prepare_command` writes itself, from the manifest
-COMMAND_KEYS = ("data", "data.path", "prepare.out", "prepare.short_side", "prepare.format", "prepare.quality")
+MANIFEST_KEYS = ("data", "data.path", "prepare.out", "prepare.short_side", "prepare.format", "prepare.quality")
 
 
 def prepare_command(manifest: Manifest | None, out: str, short_side: int | None = None) -> str:
@@ -178,19 +178,24 @@ def prepare_command(manifest: Manifest | None, out: str, short_side: int | None 
         return f"python -m app prepare data=<the source> data.path=<its folder> prepare.out={out}"
     side = short_side or ("full" if manifest.short_side is None else manifest.short_side)
     quality = f" prepare.quality={manifest.quality}" if manifest.format == "jpeg" else ""
-    others = "".join(f" {shlex.quote(o)}" for o in manifest.overrides)  # COMMAND_KEYS left out when recorded
+    others = "".join(f" {shlex.quote(o)}" for o in manifest.overrides)  # MANIFEST_KEYS left out when recorded
     path = manifest.source.get("path")
     return (f"python -m app prepare data={manifest.source.get('name', '<the source>')} "
             f"data.path={shlex.quote(path) if path else '<its folder>'}{others} prepare.out={shlex.quote(out)} "
             f"prepare.short_side={side} prepare.format={manifest.format}{quality}")
 
 
+def unrecorded(manifest: Manifest | None) -> str:
+    """What a `prepare_command` leaves to the user: the overrides a format 1 manifest did not keep."""
+    if manifest is not None and manifest.version >= FORMAT_VERSION:
+        return ""
+    return " (with any other keys it was prepared with, seed and data.* among them)"
+
+
 def prepare_again(root: str | Path, manifest: Manifest | None) -> str:
     """What mends a copy missing or damaged in part: its prepare, run again."""
-    caveat = "" if manifest is not None and manifest.version >= FORMAT_VERSION else \
-        " (with any other keys it was prepared with, seed and data.* among them)"
-    return (f"run the copy's prepare again, `{prepare_command(manifest, str(root).rstrip('/'))}`{caveat}: it "
-            "rewrites what is missing or damaged and keeps the rest")
+    return (f"run the copy's prepare again, `{prepare_command(manifest, str(root).rstrip('/'))}`"
+            f"{unrecorded(manifest)}: it rewrites what is missing or damaged and keeps the rest")
 
 
 def read_index(root: str | Path, split: str, storage_options: dict | None = None, again: str = "") -> np.ndarray:

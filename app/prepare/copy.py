@@ -19,7 +19,7 @@ from pathlib import Path
 from app.data import load_source
 from app.data.images import Decode
 from app.data.prepared import prepared_source
-from app.data.shards import COMMAND_KEYS, Manifest
+from app.data.shards import MANIFEST_KEYS, Manifest
 from app.data.storage import Store, is_url
 from app.errors import ConfigError
 from app.prepare import payback
@@ -112,13 +112,13 @@ def _source_of(config, source) -> dict:
 
 
 def _replayable(overrides: Sequence[str]) -> list[str]:
-    """The overrides a prepare again needs beside what the manifest records (COMMAND_KEYS): not
+    """The overrides a prepare again needs beside what the manifest records (MANIFEST_KEYS): not
     Hydra's own, nor a secret (storage options). The same for that prepare again's command line,
     so a copy it mends is the copy it was."""
     def key(override: str) -> str:
         return override.split("=", 1)[0].lstrip("+~")
     return [o for o in overrides if not key(o).startswith("hydra") and "storage_options" not in key(o)
-            and key(o) not in COMMAND_KEYS]
+            and key(o) not in MANIFEST_KEYS]
 
 
 def _summary(config, job: Job, plan: dict, *, records: dict, seconds: float) -> str:
