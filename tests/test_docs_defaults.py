@@ -29,6 +29,7 @@ STATED = [
     ("docs/models.md", "`model=resnet` (the default", RESNET),
     ("docs/models.md", "`trainer.backend=auto`, the default", {"trainer.backend": "auto"}),
     ("README.md", "`trainer.backend=auto`, the default", {"trainer.backend": "auto"}),
+    ("README.md", "the default two workers starve it", {"queue.workers": 2}),
     ("docs/performance.md", "## The default data", SYNTHETIC),
     ("docs/performance.md", "default synthetic data", SYNTHETIC),
     ("docs/performance.md", "`data.decode.draft=true`, the default", {"data.decode.draft": True}),
