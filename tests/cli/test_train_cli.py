@@ -185,8 +185,8 @@ def test_interrupt_stops_workers_and_frees_shared_memory(how, tmp_path):
         signal.signal(signal.SIGINT, previous)
     log, samples = tmp_path / "run" / "train.log", tmp_path / "run" / "samples.csv"
     deadline = time.monotonic() + 240
-    # inside the first epoch (40 steps), a few steps in
-    while time.monotonic() < deadline and len(samples.read_text().splitlines() if samples.exists() else []) < 4:
+    # inside the first epoch (40 steps), a few steps in: the header and four rows
+    while time.monotonic() < deadline and len(samples.read_text().splitlines() if samples.exists() else []) < 5:
         assert process.poll() is None, process.stderr.read().decode()[-3000:]
         time.sleep(0.02)
     workers = {p.pid for p in psutil.Process(process.pid).children(recursive=True)
