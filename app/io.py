@@ -1,8 +1,9 @@
-"""Files written whole or not at all, and whether a location is a URL rather than a local path.
-No TensorFlow: data sources use it."""
+"""Files written whole or not at all, one process at a time where several may write the same one,
+and whether a location is a URL rather than a local path. No TensorFlow: data sources use it."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 from collections.abc import Iterator
@@ -35,3 +36,18 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", **open_args) -> Itera
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def held_exclusively(lock_file: Path) -> Iterator[bool]:
+    """An exclusive `flock` on `lock_file` (made if missing) for the block; yields whether another
+    process held it first (it was waited for), so the caller can look again at what that one made."""
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_file, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            waited = False
+        except BlockingIOError:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            waited = True
+        yield waited

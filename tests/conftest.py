@@ -18,8 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 if "APP_CACHE_DIR" not in os.environ:
     os.environ["APP_CACHE_DIR"] = tempfile.mkdtemp(prefix="app-test-cache-")
     atexit.register(shutil.rmtree, os.environ["APP_CACHE_DIR"], ignore_errors=True)
-# The probe's own test measures this machine for real; run first, it leaves its figures in the
-# session's cache, and the runs after it read them instead of measuring again (25 s).
+# The probe's own test measures this machine for real, first, into the session's cache: the runs
+# that start meanwhile wait on the probe's lock and read its figures instead of measuring (20 s).
 MEASURES_FIRST = "test_measured_once_stored_and_measured_again_elsewhere"
 # The files that take a minute or more of `make test`, slowest first: handed out first to its two
 # worker processes (a file at a time), they end together instead of one waiting on the other.

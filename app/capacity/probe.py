@@ -47,7 +47,7 @@ from app.capacity.memory import private_bytes
 from app.capacity.plan import MIB, Probe
 from app.data.source import FileSplit
 from app.frameworks import native_lines_to_log, native_stderr_captured, versions
-from app.io import atomic_write
+from app.io import atomic_write, held_exclusively
 from app.loader.enqueuer import Enqueuer
 from app.loader.pipeline import Loader
 from app.loader.settings import Settings
@@ -76,20 +76,31 @@ def measured_or_spawn_probe(trainer_measures: Callable[[], dict], refresh: bool 
     """The stored probe of this machine, or a new one (about 30 s, in spawned processes) when
     there is none, it was taken on another machine, backend or library versions, or `refresh`.
     The training process is measured on the backend this process set (KERAS_BACKEND), which its
-    child inherits, by `trainer_measures` (a module-level function: the child imports it by name)."""
+    child inherits, by `trainer_measures` (a module-level function: the child imports it by name).
+    One process measures at a time: the others (a sweep's parallel jobs, a run's processes, started
+    together) wait for its figures instead of measuring beside it, on a machine it would load."""
     path, here = cache_file(), machine()
-    if not refresh and path.is_file():
-        try:
-            stored = json.loads(path.read_text())
-            if stored.get("machine") == here:
-                return Probe(**stored)
-        except (OSError, ValueError, TypeError):
-            pass  # unreadable or from an older layout: measured again
+    if not refresh and (stored := _stored(path, here)):
+        return stored
+    with held_exclusively(path.with_name(f"{path.name}.lock")) as waited:
+        if waited and (stored := _stored(path, here)):
+            return stored
+        return _spawn_probe_and_write(path, here, trainer_measures)
+
+
+def _stored(path: Path, here: dict) -> Probe | None:
+    try:
+        stored = json.loads(path.read_text())
+        return Probe(**stored) if stored.get("machine") == here else None
+    except (OSError, ValueError, TypeError):
+        return None  # none, unreadable or from an older layout: measured again
+
+
+def _spawn_probe_and_write(path: Path, here: dict, trainer_measures: Callable[[], dict]) -> Probe:
     log.info("measuring this machine's memory figures once (a training process and a loader worker), "
              "stored in %s", path)
     started = time.perf_counter()
     probe = Probe(**_spawn_trainer_probes(trainer_measures), **_spawn_worker_probe(), machine=here)
-    path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(path) as f:
         json.dump(probe.__dict__, f, indent=2)
     log.info("machine probe: training process %.0f MiB + %.2f MiB a layer, worker %.0f MiB + %.2f × its largest "

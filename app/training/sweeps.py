@@ -10,7 +10,8 @@
   resumes in its folder as `train resume=<job dir>` would; any other starts (app/training/inputs.py
   clears what a start stopped before its first checkpoint left).
 - `SweepLock`, Hydra's callback in conf/config.yaml: a sweep's own process holds `<sweep dir>/.lock`
-  while it runs, so a live sweep is never resumed beside itself.
+  while it runs, so a live sweep is never resumed beside itself; it saves multirun.yaml where the
+  sweeper does not.
 - The resolver `app.unless_resumed` keeps a job's `.hydra/` as its first start wrote it when its
   folder holds a run (as a single resume's `hydra.output_subdir=null` does).
 Orchestration only: never imports Keras, TensorFlow or the loader.
@@ -28,6 +29,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from app.errors import AppError, ConfigError, DataError, config_error
+from app.io import atomic_write
 from app.overrides import as_dict, key_of, quoted
 from app.redact import redacted
 from app.training import checkpoint
@@ -210,9 +212,20 @@ class SweepLock(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         command = "python -m app train resume=<sweep dir>" if self.resuming else "python -m app train -m"
         hold_lock(Path(str(config.hydra.sweep.dir)), command)
+        write_record_for_other_sweepers(config)
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         release_lock(Path(str(config.hydra.sweep.dir)))
+
+
+def write_record_for_other_sweepers(config: DictConfig) -> None:
+    """The sweep's multirun.yaml, redacted, where its sweeper saves none (Optuna's does not; the
+    basic one saves it after this): what marks the folder as a sweep's for MLflow's experiment,
+    `report` and `resume`, which refuses it by its sweeper."""
+    if OmegaConf.select(config, "hydra.sweeper._target_") == BASIC_SWEEPER:
+        return
+    with atomic_write(Path(str(config.hydra.sweep.dir)) / RECORD, encoding="utf-8") as f:
+        f.write(OmegaConf.to_yaml(OmegaConf.create(redacted(OmegaConf.to_container(config)))))
 
 
 def _unless_resumed(subdir: str, _root_: DictConfig) -> str | None:

@@ -6,15 +6,16 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from app.capacity import probe as machine_probe
 from app.frameworks import load_keras
+from app.io import held_exclusively
 from app.training.calibration import trainer_measures
 
 KERAS_ALONE = ("import psutil; from app.frameworks import load_keras; load_keras(); "
@@ -23,15 +24,16 @@ KERAS_ALONE = ("import psutil; from app.frameworks import load_keras; load_keras
 
 @pytest.mark.slow
 def test_measured_once_stored_and_measured_again_elsewhere(tmp_path, monkeypatch, capfd):
-    session = Path(os.environ["APP_CACHE_DIR"])  # tests/conftest.py's, for every run of the suite
-    monkeypatch.setenv("APP_CACHE_DIR", str(tmp_path))
+    """Measured into the suite's own cache (tests/conftest.py's, run first): the runs of the other
+    worker process that start meanwhile wait for these figures instead of measuring beside them."""
+    session = Path(os.environ["APP_CACHE_DIR"])
     monkeypatch.delenv("KERAS_BACKEND", raising=False)  # TensorFlow's: the default
     load_keras()  # as in `train`, which probes with TensorFlow loaded: its pages must not be split with us
     log_file = logging.FileHandler(tmp_path / "command.log")
     logging.getLogger().addHandler(log_file)
     capfd.readouterr()
     try:
-        probe = machine_probe.measured_or_spawn_probe(trainer_measures)
+        probe = machine_probe.measured_or_spawn_probe(trainer_measures, refresh=True)
     finally:
         logging.getLogger().removeHandler(log_file)
         log_file.close()
@@ -48,13 +50,8 @@ def test_measured_once_stored_and_measured_again_elsewhere(tmp_path, monkeypatch
     assert 0.3 < probe.step_mib_per_layer < 20  # the compiled steps: MiB a layer
     assert 0.5 < probe.worker_bytes_per_decoded_byte < 10  # a worker holds its largest decode at least once
     assert 0.3 < probe.activation_factor < 20
-    stored = json.loads((tmp_path / "machine_probe.tensorflow.json").read_text())
+    stored = json.loads((session / "machine_probe.tensorflow.json").read_text())
     assert stored["trainer_mib"] == probe.trainer_mib and stored["machine"]["versions"]["tensorflow"]
-    if not (session / "machine_probe.tensorflow.json").exists():  # the suite's runs read it, not measure again
-        # whole or not at all: the other worker process of `make test` may read it at any moment
-        part = session / f".machine_probe.{os.getpid()}.tmp"
-        shutil.copy(tmp_path / "machine_probe.tensorflow.json", part)
-        part.replace(session / "machine_probe.tensorflow.json")
 
     def measuring(*_):
         raise AssertionError("measured again")
@@ -80,3 +77,30 @@ def test_the_lower_figures_of_the_training_processes_are_kept(monkeypatch):
     monkeypatch.setattr(machine_probe, "_spawn_trainer_probe", lambda _: next(measured))
     figures = machine_probe._spawn_trainer_probes(trainer_measures)
     assert figures == {"trainer_mib": 765.0, "activation_factor": 0.76, "step_mib_per_layer": 1.5}
+
+
+def test_processes_asking_together_wait_for_one_measurement(tmp_path, monkeypatch):
+    """A sweep's jobs starting at once: the one that takes the lock measures, the others read its
+    figures when it lets go, instead of measuring beside it."""
+    monkeypatch.setenv("APP_CACHE_DIR", str(tmp_path))
+    figures = {"trainer_mib": 800.0, "activation_factor": 0.8, "step_mib_per_layer": 1.5, "worker_mib": 60.0,
+               "worker_bytes_per_decoded_byte": 2.0}
+    measured, looked = [], threading.Event()
+    monkeypatch.setattr(machine_probe, "_spawn_trainer_probes", lambda _: measured.append(1) or {
+        k: figures[k] for k in ("trainer_mib", "activation_factor", "step_mib_per_layer")})
+    monkeypatch.setattr(machine_probe, "_spawn_worker_probe", lambda: {
+        k: figures[k] for k in ("worker_mib", "worker_bytes_per_decoded_byte")})
+    stored = machine_probe._stored
+    monkeypatch.setattr(machine_probe, "_stored", lambda *args: (looked.set(), stored(*args))[1])
+    path = machine_probe.cache_file()
+    got = []
+    with held_exclusively(path.with_name(f"{path.name}.lock")):  # another process measuring
+        asker = threading.Thread(target=lambda: got.append(machine_probe.measured_or_spawn_probe(trainer_measures)))
+        asker.start()
+        assert looked.wait(timeout=30)  # it found no figures, and went for the lock
+        path.write_text(json.dumps({**figures, "machine": machine_probe.machine()}))  # the other one's
+    asker.join(timeout=30)
+    assert got and got[0].trainer_mib == 800.0 and measured == []
+    path.unlink()  # negative control: no figures when the lock is let go, so it measures them itself
+    machine_probe.measured_or_spawn_probe(trainer_measures)
+    assert measured == [1] and json.loads(path.read_text())["trainer_mib"] == 800.0

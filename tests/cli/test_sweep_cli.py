@@ -1,5 +1,5 @@
-"""Sweeps beyond the basic launcher: parallel jobs with joblib, an Optuna search, the SLURM config; and
-a sweep stopped midway, finished in its own folder."""
+"""Sweeps beyond the basic launcher: an Optuna search whose trials run as parallel joblib jobs, the
+SLURM config; and a sweep stopped midway, finished in its own folder."""
 
 from __future__ import annotations
 
@@ -26,40 +26,37 @@ def app(*args, cwd):
 
 
 @pytest.mark.slow
-def test_joblib_runs_jobs_in_parallel_on_one_dataset(tmp_path):
-    """Both jobs write one MLflow SQLite store at once (a new one: its tables made by one of them):
-    neither fails on a locked database, and the sweep is one experiment, a run a job."""
+def test_an_optuna_search_runs_its_trials_as_parallel_joblib_jobs_on_one_dataset(tmp_path):
+    """Two trials at once: both jobs write one MLflow SQLite store at once (a new one: its tables
+    made by one of them), neither fails on a locked database, and the sweep is one experiment, a
+    run a job; the search returns the best validation accuracy of its trials."""
     from mlflow import MlflowClient
 
-    result = app("train", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", *TINY, "queue.workers=1,2",
-                 "hydra.sweep.dir=sweep", "logger=[csv,mlflow]", cwd=tmp_path)
+    result = app("train", "-m", "hparams_search=lr_optuna", "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=2",
+                 "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", *TINY, "hydra.sweep.dir=sweep",
+                 "logger=[csv,mlflow]", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    for job in ("0", "1"):
-        summary = json.loads((tmp_path / "sweep" / job / "summary.json").read_text())
+    trials = [json.loads((tmp_path / "sweep" / job / "summary.json").read_text()) for job in ("0", "1")]
+    for job, summary in enumerate(trials):
         assert summary["status"] == "completed" and summary["isolation"] == "clean"
-        assert (tmp_path / "sweep" / job / "scalars.csv").is_file()  # the other logger, beside MLflow
+        assert (tmp_path / "sweep" / str(job) / "scalars.csv").is_file()  # the other logger, beside MLflow
+    # the jobs ran at once: each started before the other ended
+    assert max(t["started_at"] for t in trials) < min(t["updated_at"] for t in trials), trials
+    assert (tmp_path / "sweep" / "multirun.yaml").is_file()  # saved for the sweeper, which saves none
+    found = yaml.safe_load((tmp_path / "sweep" / "optimization_results.yaml").read_text())
+    assert found["best_value"] == max(t["val_accuracy"] for t in trials)
+    assert 1e-4 <= found["best_params"]["optimizer.learning_rate"] <= 1e-2
     client = MlflowClient(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("sweep").experiment_id])
     assert sorted(r.info.run_name for r in runs) == ["sweep/0", "sweep/1"]
     assert all(r.info.status == "FINISHED" and r.data.metrics["epoch/val_accuracy"] >= 0 for r in runs)
-    assert {r.data.params["queue.workers"] for r in runs} == {"1", "2"}
+    assert len({r.data.params["optimizer.learning_rate"] for r in runs}) == 2  # two rates tried
     # both jobs asked for the dataset (and its test split) at once: each was generated once, and no half
     # copy is left
     made = sorted(d.name for d in (tmp_path / "datasets" / "synthetic").iterdir())
     assert made == [dataset_dir_name(48, 96, 3, 0), f"{dataset_dir_name(48, 96, 3, 0)}-test12"]
-
-
-@pytest.mark.slow
-def test_optuna_search_returns_the_best_validation_accuracy(tmp_path):
-    result = app("train", "-m", "hparams_search=lr_optuna", "hydra.sweeper.n_trials=2", *TINY,
-                 "hydra.sweep.dir=search", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    found = yaml.safe_load((tmp_path / "search" / "optimization_results.yaml").read_text())
-    trials = [json.loads((tmp_path / "search" / j / "summary.json").read_text()) for j in ("0", "1")]
-    assert found["best_value"] == max(t["val_accuracy"] for t in trials)
-    lrs = {o for t in trials for o in t["overrides"] if o.startswith("optimizer.learning_rate=")}
-    assert len(lrs) == 2  # two different learning rates were tried
-    assert 1e-4 <= found["best_params"]["optimizer.learning_rate"] <= 1e-2
+    refused = app("train", "resume=sweep", cwd=tmp_path)  # its trials depend on earlier results
+    assert refused.returncode == 2 and "Optuna" in refused.stderr, refused.stderr[-3000:]
 
 
 @pytest.mark.slow

@@ -47,23 +47,31 @@ def last_model(run: Path) -> keras.Model:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> Path:
-    """one: one device; two: 2 replicas; resumed: 2 replicas, killed inside epoch 2, resumed."""
+    """two: 2 replicas; resumed: 2 replicas, killed inside epoch 2, resumed; batch_norm: a ResNet
+    on 2 replicas, evaluated; two evaluated and predicted (on one device); one: one device."""
     root = tmp_path_factory.mktemp("devices")
     probe.index_images(root / "images", {"train": TRAIN, "val": VAL})
     common = [*CONFIG, f"data.path={root / 'images'}", f"trainer.epochs={EPOCHS}"]
     inputs = f"trainer.callbacks=[{{_target_: recording.StepInputs, path: {root / 'dtypes.txt'}}}]"
-    one = app("train", *common, "hydra.run.dir=one", cwd=root)
-    assert one.returncode == 0, one.stderr[-3000:]
     # killed as epoch 2's last step begins, after a checkpoint inside it: Keras's metrics restored
     kill = (f"trainer.callbacks=[{{_target_: recording.KillOnce, path: {root / 'killed.txt'}, epoch: 1, "
             f"batch: {len(TRAIN) // 4 - 1}}}]")
     first = app("train", *common, *MIRRORED, "trainer.checkpoint_every_steps=2", kill, "hydra.run.dir=resumed",
                 cwd=root)
     assert first.returncode == -9 and (root / "killed.txt").exists(), first.stderr[-3000:]
-    # the two mirrored runs on the same devices share a process: TensorFlow loads once
+    # one process, its CPU split in two: TensorFlow loads once; the one-device run last, on the first
     for done in spawn_one_process_for(["train", *common, *MIRRORED, inputs, "hydra.run.dir=two"],
-                                      ["train", f"resume={root / 'resumed'}"], cwd=root, env=ENV):
-        assert done.returncode == 0, done.stderr[-3000:]
+                                      ["train", f"resume={root / 'resumed'}"],
+                                      ["evaluate", f"resume={root / 'two'}"],
+                                      ["predict", f"resume={root / 'two'}", f"input={root / 'images' / 'val'}"],
+                                      ["train", *common, "hydra.run.dir=one"], cwd=root, env=ENV):
+        assert done.returncode == 0, f"{done.args}: {done.stderr[-3000:]}"
+    # a model of other shapes in a process of its own: MirroredStrategy's collectives in one process
+    # keep the shapes of the first model they reduced
+    resnet = [c for c in common if not c.startswith("model")] + ["model=resnet", "model.widths=[8]"]
+    for done in spawn_one_process_for(["train", *resnet, "trainer.epochs=1", *MIRRORED, "hydra.run.dir=batch_norm"],
+                                      ["evaluate", f"resume={root / 'batch_norm'}"], cwd=root, env=ENV):
+        assert done.returncode == 0, f"{done.args}: {done.stderr[-3000:]}"
     return root
 
 
@@ -124,11 +132,6 @@ def test_the_traced_step_receives_uint8_under_the_strategy(runs):
 @pytest.mark.slow
 def test_evaluate_and_predict_count_each_row_once_on_one_device(runs):
     run = runs / "two"
-    # one process for both (tests/docs_runner.py): TensorFlow loads once
-    evaluated, predicted = spawn_one_process_for(["evaluate", f"resume={run}"],
-                                                 ["predict", f"resume={run}", f"input={runs / 'images' / 'val'}"],
-                                                 cwd=runs, env=ENV)
-    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     (out,) = (run / "evaluate").iterdir()
     evaluation = json.loads((out / "evaluation.json").read_text())
     assert evaluation["samples"] == np.array(evaluation["confusion"]).sum() == len(VAL)
@@ -141,7 +144,6 @@ def test_evaluate_and_predict_count_each_row_once_on_one_device(runs):
     assert summary["val_accuracy"] == pytest.approx(evaluation["accuracy"], abs=1e-6)
     # negative control: the first epoch's figures are told apart at this tolerance
     assert evaluated != pytest.approx([float(first[k]) for k in FIGURES[4:]], abs=1e-6)
-    assert predicted.returncode == 0, predicted.stderr[-3000:]
     (out,) = (run / "predict").iterdir()
     rows = list(csv.reader((out / "predictions.csv").open()))[1:]
     assert sorted(Path(row[0]).name for row in rows) == [f"{i:03d}.png" for i in VAL]
@@ -151,12 +153,6 @@ def test_evaluate_and_predict_count_each_row_once_on_one_device(runs):
 def test_batch_norm_statistics_are_one_models_on_every_replica(runs):
     """Each replica updates BatchNormalization's moving statistics from its own share; validation
     (on every replica) and the checkpoint (the first replica's) must see the same ones."""
-    config = [c for c in CONFIG if not c.startswith("model")] + ["model=resnet", "model.widths=[8]"]
-    trained, evaluated = spawn_one_process_for(  # one process, on the same devices: TensorFlow loads once
-        ["train", *config, f"data.path={runs / 'images'}", "trainer.epochs=1", *MIRRORED, "hydra.run.dir=batch_norm"],
-        ["evaluate", f"resume={runs / 'batch_norm'}"], cwd=runs, env=ENV)
-    assert trained.returncode == 0, trained.stderr[-3000:]
-    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     (out,) = (runs / "batch_norm" / "evaluate").iterdir()
     evaluation = json.loads((out / "evaluation.json").read_text())
     (row,) = csv.DictReader((runs / "batch_norm" / "metrics.csv").open())
@@ -253,8 +249,8 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def jax_runs(tmp_path_factory) -> Path:
-    """processes: 2 processes on loopback, a device each; local: 2 devices of one process, 1 epoch,
-    then resumed to 2."""
+    """processes: 2 processes on loopback, a device each, then evaluated and predicted; local: 2
+    devices of one process, 1 epoch, then resumed to 2."""
     root = tmp_path_factory.mktemp("jax")
     probe.index_images(root / "images", {"train": TRAIN, "val": VAL})
     common = [*CONFIG, f"data.path={root / 'images'}", f"trainer.epochs={EPOCHS}", *JAX]
@@ -268,10 +264,13 @@ def jax_runs(tmp_path_factory) -> Path:
         _, err = process.communicate(timeout=600)
         assert process.returncode == 0, err[-3000:]
     local = [*common, *DATA_PARALLEL, "trainer.cpu_devices=2"]
+    run = root / "processes"
     for done in spawn_one_process_for(["train", *local, "trainer.epochs=1", "hydra.run.dir=local"],
-                                      ["train", f"resume={root / 'local'}", f"trainer.epochs={EPOCHS}"], cwd=root,
-                                      env=ENV):  # one process: JAX loads once
-        assert done.returncode == 0, done.stderr[-3000:]
+                                      ["train", f"resume={root / 'local'}", f"trainer.epochs={EPOCHS}"],
+                                      ["evaluate", f"resume={run}"],
+                                      ["predict", f"resume={run}", f"input={root / 'images' / 'val'}"],
+                                      cwd=root, env=ENV):  # one process: JAX loads once
+        assert done.returncode == 0, f"{done.args}: {done.stderr[-3000:]}"
     return root
 
 
@@ -322,16 +321,11 @@ def test_the_traced_jax_step_receives_uint8(jax_runs):
 @pytest.mark.slow
 def test_evaluate_and_predict_a_jax_run(jax_runs):
     run = jax_runs / "processes"
-    evaluated, predicted = spawn_one_process_for(  # one process for both: JAX loads once
-        ["evaluate", f"resume={run}"], ["predict", f"resume={run}", f"input={jax_runs / 'images' / 'val'}"],
-        cwd=jax_runs, env=ENV)
-    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     (out,) = (run / "evaluate").iterdir()
     evaluation = json.loads((out / "evaluation.json").read_text())
     assert evaluation["samples"] == np.array(evaluation["confusion"]).sum() == len(VAL)
     last = list(csv.DictReader((run / "metrics.csv").open()))[-1]
     assert evaluation["accuracy"] == pytest.approx(float(last["val_accuracy"]), abs=1e-6)
     assert "Keras on jax" in next(out.glob("*.log")).read_text()
-    assert predicted.returncode == 0, predicted.stderr[-3000:]
     (out,) = (run / "predict").iterdir()
     assert len(list(csv.reader((out / "predictions.csv").open()))) == 1 + len(VAL)
