@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from docs_runner import spawn_one_process_for
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -180,24 +181,32 @@ CLI_ERRORS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def refused(tmp_path_factory) -> tuple[Path, list]:
+    """Each of CLI_ERRORS's command lines, `python -m app train` in one process (tests/docs_runner.py:
+    the CLI's own main, one after another), each with a folder of its own for its data and run."""
+    root = tmp_path_factory.mktemp("refused")
+    argvs = [["train", *overrides, f"hydra.run.dir={i}/run",
+              *([] if "data=folder" in overrides else [f"data.path={root / str(i) / 'datasets'}"])]
+             for i, (overrides, _) in enumerate(CLI_ERRORS)]
+    return root, spawn_one_process_for(*argvs, cwd=root)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(("overrides", "key"), CLI_ERRORS, ids=[o[0][0][:30] for o in CLI_ERRORS])
-def test_cli_exits_before_any_work(overrides, key, tmp_path):
-    data = tmp_path / "datasets"
-    result = subprocess.run([sys.executable, "-m", "app", "train", *overrides, f"data.path={data}"]
-                            if "data=folder" not in overrides else
-                            [sys.executable, "-m", "app", "train", *overrides],
-                            capture_output=True, text=True, cwd=tmp_path, timeout=120)
+@pytest.mark.parametrize(("case", "key"), enumerate(key for _, key in CLI_ERRORS),
+                         ids=[overrides[0][:30] for overrides, _ in CLI_ERRORS])
+def test_cli_exits_before_any_work(refused, case, key):
+    root, results = refused
+    result, folder = results[case], root / str(case)
     assert result.returncode == 2, result.stderr
     message = result.stderr.strip().splitlines()[-1]
     assert key in message and "Traceback" not in result.stderr
-    assert not data.exists()  # no data generated or read
-    assert not (tmp_path / "outputs").exists() or all(  # no empty run directory left behind either
-        any(d.iterdir()) for d in (tmp_path / "outputs").glob("*/*"))
-    assert not list(tmp_path.rglob("metrics.csv")) and not list(tmp_path.rglob("checkpoints"))
+    assert not (folder / "datasets").exists()  # no data generated or read
+    assert not (folder / "run").exists() or any((folder / "run").iterdir())  # no empty run directory left either
+    assert not list(folder.rglob("metrics.csv")) and not list(folder.rglob("checkpoints"))
     # Hydra stops a wrong type or key before any job; a job that starts and meets a bad value
     # is on record as failed, with the reason
-    for summary in tmp_path.rglob("summary.json"):
+    for summary in folder.rglob("summary.json"):
         recorded = json.loads(summary.read_text())
         assert recorded["status"] == "failed" and key in recorded["message"]
 

@@ -79,23 +79,19 @@ def test_train_from_another_directory(tmp_path):
 
 
 @pytest.mark.slow
-def test_jit_compile_reaches_keras(tmp_path):
-    result = app("train", *TINY, "trainer.epochs=1", "trainer.jit_compile=true", "queue.workers=0",
-                 "hydra.run.dir=run", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "XLA (trainer.jit_compile=True): on" in (tmp_path / "run" / "train.log").read_text()
-    check_run_dir(tmp_path / "run", epochs=1)
-
-
-@pytest.mark.slow
-def test_help_cfg_and_unknown_command(tmp_path):
-    top, cfg, hydra_help, unknown = spawn_one_process_for(["--help"], ["train", "--cfg", "job", "queue.max_size=3"],
-                                                          ["train", "--help"], ["trian"], cwd=tmp_path)
+def test_help_cfg_unknown_command_and_jit_compile_reaching_keras(tmp_path):
+    top, cfg, hydra_help, unknown, jit = spawn_one_process_for(
+        ["--help"], ["train", "--cfg", "job", "queue.max_size=3"], ["train", "--help"], ["trian"],
+        ["train", *TINY, "trainer.epochs=1", "trainer.jit_compile=true", "queue.workers=0", "hydra.run.dir=run"],
+        cwd=tmp_path)
     assert top.returncode == 0 and "train" in top.stdout
     assert cfg.returncode == 0 and "max_size: 3" in cfg.stdout and "data:" in cfg.stdout
     assert hydra_help.returncode == 0 and "queue: default" in hydra_help.stdout
     assert unknown.returncode != 0 and "unknown command 'trian'" in unknown.stderr and "train" in unknown.stderr
     assert not (tmp_path / "outputs").exists()
+    assert jit.returncode == 0, jit.stderr[-3000:]
+    assert "XLA (trainer.jit_compile=True): on" in (tmp_path / "run" / "train.log").read_text()
+    check_run_dir(tmp_path / "run", epochs=1)
 
 
 @pytest.mark.slow
