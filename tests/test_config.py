@@ -193,7 +193,7 @@ def refused(tmp_path_factory) -> tuple[Path, list]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("case", "key"), enumerate(key for _, key in CLI_ERRORS),
+@pytest.mark.parametrize(("case", "key"), list(enumerate(key for _, key in CLI_ERRORS)),
                          ids=[overrides[0][:30] for overrides, _ in CLI_ERRORS])
 def test_cli_exits_before_any_work(refused, case, key):
     root, results = refused

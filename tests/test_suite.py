@@ -1,8 +1,10 @@
 """The suite's own rules, as pyproject.toml sets them: what `make test` needs is in the `dev`
-extra, and a test that hangs fails with its stack instead of holding the suite."""
+extra, a test that hangs fails with its stack instead of holding the suite, and what `make test`
+leaves to `make test-all` says what covers it."""
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -66,3 +68,29 @@ def test_a_hung_test_fails_under_the_timeout_with_its_stack_and_its_cleanup_runs
     assert "Failed: Timeout" in said and "ours.recv()" in said, said[-3000:]  # the stack, at the hang
     pid = int((tmp_path / "child.pid").read_text())
     assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+
+
+def exhaustive_without_their_cover(files) -> list[str]:
+    """The tests marked exhaustive (left out of `make test`) whose docstring does not say which
+    tests of `make test` cover their path."""
+    found = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            marked = isinstance(node, ast.FunctionDef) and any(
+                ast.unparse(d).endswith("mark.exhaustive") for d in node.decorator_list)
+            if marked and "Covered in `make test` by:" not in (ast.get_docstring(node) or ""):
+                found.append(f"{path.name}::{node.name}")
+    return found
+
+
+def test_make_test_leaves_out_only_the_exhaustive_variants_each_naming_its_cover(tmp_path):
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = makefile.split("\ntest:", 1)[1].split("\n\n", 1)[0]
+    assert '-m "not exhaustive"' in recipe and recipe.count(' -m "') == 1
+    assert ' -m "' not in makefile.split("\ntest-all:", 1)[1].split("\n\n", 1)[0]
+    tests = sorted(ROOT.glob("tests/**/test_*.py"))
+    assert len([p for p in tests if "mark.exhaustive" in p.read_text()]) >= 5
+    assert exhaustive_without_their_cover(tests) == []
+    (tmp_path / "test_bare.py").write_text("import pytest\n\n\n@pytest.mark.exhaustive\ndef test_x():\n"
+                                           '    """A variant."""\n')
+    assert exhaustive_without_their_cover([tmp_path / "test_bare.py"]) == ["test_bare.py::test_x"]  # the control

@@ -100,7 +100,10 @@ def test_bench_on_jax_without_tensorflow_runs_the_keras_modes(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.exhaustive
 def test_bench_memory_run_samples_a_second_run(tmp_path):
+    """bench.memory's second, sampled run of each mode. Covered in `make test` by: bench's every mode,
+    timed (test_bench_reports_every_mode), and the sampler itself (tests/capacity/test_memory.py)."""
     result, report = bench(tmp_path, f"bench.modes=[{','.join(MEMORY_TEST_MODES)}]")
     results = report["results"]
     assert list(results) == list(MEMORY_TEST_MODES)

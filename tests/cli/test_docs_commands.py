@@ -40,6 +40,7 @@ SKIPPED = {
     "hydra/launcher=slurm": "needs a SLURM cluster (Hydra's submitit launcher)",
     "trainer.coordinator=": "needs several hosts",
     "make test-fast": "is this test suite's unit tests, which `make test` runs too",
+    "make test-all": "is this test suite with its exhaustive variants, which `make test` leaves out",
     "make test": "is this test suite, which CI runs",
     "bin/tensorboard ": "is a server that runs until stopped; tests/training/test_dashboards.py reads the event "
                         "files it shows with TensorBoard's own reader",

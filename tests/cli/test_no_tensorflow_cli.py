@@ -1,7 +1,7 @@
 """`pip install .[jax]`: a virtual environment holding every package of this one but TensorFlow
 (and what imports it) runs the JAX path through the real CLI: train, resume, evaluate, predict,
-preview, plan and a sweep; `export`, which needs TensorFlow, says so, and exports that JAX run
-where TensorFlow is installed. (`bench` without TensorFlow: tests/cli/test_bench_cli.py.)"""
+preview and plan (a sweep too, in `make test-all`); `export`, which needs TensorFlow, says so, and
+exports that JAX run where TensorFlow is installed. (`bench` without TensorFlow: tests/cli/test_bench_cli.py.)"""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def test_with_neither_framework_train_names_both_extras_in_the_form_the_app_was_
 
 
 @pytest.mark.slow
-def test_train_resume_evaluate_predict_preview_plan_and_a_sweep_run_on_jax(python, tmp_path):
+def test_train_resume_evaluate_predict_preview_and_plan_run_on_jax(python, tmp_path):
     env = {**os.environ, "KERAS_BACKEND": "jax"}
     runs = spawn_one_process_for(
         ["train", *TINY, "logger=tensorboard", "tags=[tiny]", "hydra.run.dir=run"],
@@ -92,10 +92,9 @@ def test_train_resume_evaluate_predict_preview_plan_and_a_sweep_run_on_jax(pytho
         ["preview", *TINY, "preview.images=2", "preview.augmentations=2", "hydra.run.dir=preview"],
         ["plan", *TINY],
         ["export", "resume=run"],
-        ["train", "-m", *TINY, "queue.max_size=2", "hydra.sweep.dir=sweep"],  # a job in a fresh process
         cwd=tmp_path, env=env, python=python)
-    *worked, export, sweep = runs
-    for run in [*worked, sweep]:
+    *worked, export = runs
+    for run in worked:
         assert run.returncode == 0, f"{run.args}: {run.stdout[-3000:]}"
     assert export.returncode != 0 and "export needs TensorFlow" in export.stdout, export.stdout[-2000:]
 
@@ -112,8 +111,6 @@ def test_train_resume_evaluate_predict_preview_plan_and_a_sweep_run_on_jax(pytho
     assert hparams_metadata.SESSION_START_INFO_TAG in top.Tags()["tensors"]
     assert list((tmp_path / "run" / "predict").glob("*/predictions.csv"))
     assert (tmp_path / "preview" / "preview.png").exists()
-    jobs = sorted((tmp_path / "sweep").glob("*/summary.json"))
-    assert [json.loads(job.read_text())["status"] for job in jobs] == ["completed"]
 
     # the JAX run exported where TensorFlow is installed: its model.keras loaded under TensorFlow
     exported, = spawn_one_process_for(["export", "resume=run", "export.samples=4"], cwd=tmp_path,
@@ -121,3 +118,16 @@ def test_train_resume_evaluate_predict_preview_plan_and_a_sweep_run_on_jax(pytho
     assert exported.returncode == 0, exported.stdout[-3000:]
     record = json.loads((tmp_path / "run" / "export" / "tf_saved_model" / "export.json").read_text())
     assert record["parity"]["passed"] and 1 <= record["parity"]["samples"] <= 4, record
+
+
+@pytest.mark.slow
+@pytest.mark.exhaustive
+def test_a_sweep_runs_its_job_in_a_fresh_process_on_jax(python, tmp_path):
+    """Covered in `make test` by: sweeps on TensorFlow (README's, tests/cli/test_docs_commands.py)
+    and the JAX commands above."""
+    (sweep,) = spawn_one_process_for(["train", "-m", *TINY, "queue.max_size=2", "hydra.sweep.dir=sweep"],
+                                     cwd=tmp_path, env={**os.environ, "KERAS_BACKEND": "jax"}, python=python)
+    assert sweep.returncode == 0, sweep.stdout[-3000:]
+    jobs = sorted((tmp_path / "sweep").glob("*/summary.json"))
+    assert [json.loads(job.read_text())["status"] for job in jobs] == ["completed"]
+    assert json.loads(jobs[0].read_text())["isolation"] == "clean"

@@ -113,7 +113,10 @@ def test_a_damaged_copy_is_refused_naming_the_file_and_the_advised_prepare_mends
 
 
 @pytest.mark.slow
+@pytest.mark.exhaustive
 def test_a_flipped_byte_is_a_bad_sample_named_by_shard_and_member_and_an_old_copy_reads_unchecked(tmp_path):
+    """Covered in `make test` by: a damaged copy refused and mended through the CLI (the test above)
+    and a flipped byte failing its CRC (tests/data/test_prepared.py)."""
     copy = prepared(tmp_path)
     written = tree(copy)
     old = shutil.copytree(copy, tmp_path / "old")

@@ -256,7 +256,10 @@ def test_unsafe_override_is_refused(all_runs):
 
 
 @pytest.mark.slow
+@pytest.mark.exhaustive
 def test_corrupt_newest_checkpoint_falls_back(runs):
+    """Through the CLI. Covered in `make test` by: the resume point passing over half-written and
+    corrupt checkpoints (tests/training/test_checkpoint.py)."""
     run_a, _, _, _ = runs
     copy = run_a.parent / "C"
     shutil.copytree(run_a, copy)
@@ -400,9 +403,12 @@ def test_a_folder_that_holds_a_run_is_refused_unless_overwrite_moves_it_aside(tm
 
 
 @pytest.mark.slow
+@pytest.mark.exhaustive
 def test_sigterm_just_after_an_epochs_metrics_row_leaves_a_run_that_resumes(tmp_path):
     """The row, model.keras and the checkpoint of an epoch are written together: a SIGTERM that
-    lands between them waits for the checkpoint, so every row has one and resume goes on."""
+    lands between them waits for the checkpoint, so every row has one and resume goes on.
+    Covered in `make test` by: SIGTERM and Ctrl-C inside an epoch (tests/cli/test_train_cli.py) and
+    a killed run resumed (this file's fixture)."""
     tiny = ["data.num_images=24", "data.source_size=96", "data.num_classes=3", "data.image_size=[32,32]",
             "data.batch_size=4", "model.widths=[8]", "trainer.epochs=1", "queue.workers=1", "hydra.run.dir=run",
             "trainer.record_samples=true"]

@@ -102,7 +102,10 @@ def in_use(folder: Path) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.exhaustive
 def test_an_interrupted_sweep_is_finished_in_its_own_folder(tmp_path):
+    """A sweep killed midway, resumed. Covered in `make test` by: README's resume of a sweep
+    (tests/cli/test_docs_commands.py) and a run resumed from its checkpoint (test_resume_cli.py)."""
     sweep = sweep_killed_after_job_1s_first_checkpoint(tmp_path)
     done = json.loads((sweep / "0" / "summary.json").read_text())
     stopped = json.loads((sweep / "1" / "summary.json").read_text())

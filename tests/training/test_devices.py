@@ -47,21 +47,14 @@ def last_model(run: Path) -> keras.Model:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> Path:
-    """two: 2 replicas; resumed: 2 replicas, killed inside epoch 2, resumed; batch_norm: a ResNet
-    on 2 replicas, evaluated; two evaluated and predicted (on one device); one: one device."""
+    """two: 2 replicas; batch_norm: a ResNet on 2 replicas, evaluated; two evaluated and predicted
+    (on one device); one: one device."""
     root = tmp_path_factory.mktemp("devices")
     probe.index_images(root / "images", {"train": TRAIN, "val": VAL})
     common = [*CONFIG, f"data.path={root / 'images'}", f"trainer.epochs={EPOCHS}"]
     inputs = f"trainer.callbacks=[{{_target_: recording.StepInputs, path: {root / 'dtypes.txt'}}}]"
-    # killed as epoch 2's last step begins, after a checkpoint inside it: Keras's metrics restored
-    kill = (f"trainer.callbacks=[{{_target_: recording.KillOnce, path: {root / 'killed.txt'}, epoch: 1, "
-            f"batch: {len(TRAIN) // 4 - 1}}}]")
-    first = app("train", *common, *MIRRORED, "trainer.checkpoint_every_steps=2", kill, "hydra.run.dir=resumed",
-                cwd=root)
-    assert first.returncode == -9 and (root / "killed.txt").exists(), first.stderr[-3000:]
     # one process, its CPU split in two: TensorFlow loads once; the one-device run last, on the first
     for done in spawn_one_process_for(["train", *common, *MIRRORED, inputs, "hydra.run.dir=two"],
-                                      ["train", f"resume={root / 'resumed'}"],
                                       ["evaluate", f"resume={root / 'two'}"],
                                       ["predict", f"resume={root / 'two'}", f"input={root / 'images' / 'val'}"],
                                       ["train", *common, "hydra.run.dir=one"], cwd=root, env=ENV):
@@ -100,8 +93,27 @@ def test_two_replicas_train_the_weights_of_one_device(runs):
     assert not np.allclose(first.get_layer("counting").get_layer("probabilities").kernel, kernel_two, atol=1e-3)
 
 
+@pytest.fixture(scope="module")
+def resumed(runs) -> Path:
+    """2 replicas, killed as epoch 2's last step begins (after a checkpoint inside it: Keras's
+    metrics restored), resumed."""
+    common = [*CONFIG, f"data.path={runs / 'images'}", f"trainer.epochs={EPOCHS}"]
+    kill = (f"trainer.callbacks=[{{_target_: recording.KillOnce, path: {runs / 'killed.txt'}, epoch: 1, "
+            f"batch: {len(TRAIN) // 4 - 1}}}]")
+    first = app("train", *common, *MIRRORED, "trainer.checkpoint_every_steps=2", kill, "hydra.run.dir=resumed",
+                cwd=runs)
+    assert first.returncode == -9 and (runs / "killed.txt").exists(), first.stderr[-3000:]
+    done = app("train", f"resume={runs / 'resumed'}", cwd=runs)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return runs
+
+
 @pytest.mark.slow
-def test_a_resumed_mirrored_run_equals_an_uninterrupted_one(runs):
+@pytest.mark.exhaustive
+def test_a_resumed_mirrored_run_equals_an_uninterrupted_one(resumed):
+    """Covered in `make test` by: a JAX run over 2 devices resumed (below) and exact resumes on one
+    device (tests/cli/test_resume_cli.py)."""
+    runs = resumed
     resumed, straight = last_model(runs / "resumed"), last_model(runs / "two")
     for a, b in zip(resumed.weights, straight.weights, strict=True):
         assert np.array_equal(np.asarray(a), np.asarray(b)), a.path

@@ -1,7 +1,7 @@
 """Fine-tuning through the real CLI, as experiment=finetune_mobilenet sets it up: a MobileNetV3Small
 with weights from a file, its backbone frozen for epoch 1 (BatchNorm statistics included) and
-trained from epoch 2; a run resumed across that point ends with the weights of an uninterrupted one.
-The three runs share one process (tests/docs_runner.py): TensorFlow loads once."""
+trained from epoch 2; a run resumed across that point ends with the weights of an uninterrupted one
+(`make test-all`: its two runs share one process, tests/docs_runner.py)."""
 
 from __future__ import annotations
 
@@ -30,11 +30,9 @@ def runs(tmp_path_factory):
     config = ["experiment=finetune_mobilenet", "data=synthetic", "data.num_images=48", "data.source_size=64",
               "data.num_classes=3", "data.image_size=[32,32]", "data.batch_size=8", f"model.weights={weights}", SMALL,
               "scheduler=constant", "trainer.unfreeze_at_epoch=2", "trainer.deterministic=true", "queue.workers=1"]
-    for done in spawn_one_process_for(["train", *config, "trainer.epochs=2", "hydra.run.dir=A"],
-                                      ["train", *config, "trainer.epochs=1", "hydra.run.dir=B"],
-                                      ["train", f"resume={root / 'B'}", "trainer.epochs=2"], cwd=root):
-        assert done.returncode == 0, done.stderr[-3000:]
-    return root, [np.array(w) for w in base.get_weights()]
+    (done,) = spawn_one_process_for(["train", *config, "trainer.epochs=2", "hydra.run.dir=A"], cwd=root)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return root, config, [np.array(w) for w in base.get_weights()]
 
 
 def checkpoints(run: Path) -> list[keras.Model]:
@@ -52,7 +50,7 @@ def same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
 
 @pytest.mark.slow
 def test_the_frozen_backbone_keeps_the_files_weights_until_it_is_unfrozen(runs):
-    root, start = runs
+    root, _, start = runs
     after_one, after_two = checkpoints(root / "A")
     assert same(backbone(after_one), start)  # BatchNorm's moving statistics too: inference mode
     assert not same(backbone(after_two), start)  # negative control: trained from epoch 2
@@ -65,8 +63,14 @@ def test_the_frozen_backbone_keeps_the_files_weights_until_it_is_unfrozen(runs):
 
 
 @pytest.mark.slow
+@pytest.mark.exhaustive
 def test_a_resume_across_the_unfreeze_point_is_exact(runs):
-    root, _ = runs
+    """B: one epoch, resumed to A's two. Covered in `make test` by: resumes being exact
+    (tests/cli/test_resume_cli.py) and the unfreezing (the test above)."""
+    root, config, _ = runs
+    for done in spawn_one_process_for(["train", *config, "trainer.epochs=1", "hydra.run.dir=B"],
+                                      ["train", f"resume={root / 'B'}", "trainer.epochs=2"], cwd=root):
+        assert done.returncode == 0, done.stderr[-3000:]
     a, b = checkpoints(root / "A")[-1], checkpoints(root / "B")[-1]
     assert same(a.get_weights(), b.get_weights())
     assert int(a.optimizer.iterations) == int(b.optimizer.iterations) > 0
