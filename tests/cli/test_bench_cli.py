@@ -74,10 +74,13 @@ def test_bench_reports_every_mode(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.exhaustive
 def test_bench_on_jax_without_tensorflow_runs_the_keras_modes(tmp_path):
     """trainer.backend=jax where TensorFlow cannot be imported: the modes through Keras run (each
     in its own process: none imports TensorFlow, or it would fail); tf_data named is refused
-    before any mode runs."""
+    before any mode runs.
+    Covered in `make test` by: bench's every mode on TensorFlow (above) and the JAX commands without
+    TensorFlow (tests/cli/test_no_tensorflow_cli.py), whose step loop the Keras modes time."""
     hidden = tmp_path / "hidden"
     hidden.mkdir()
     (hidden / "sitecustomize.py").write_text(HIDING_TENSORFLOW)

@@ -86,9 +86,9 @@ def test_the_report_best_and_named_checkpoints(run):
 
 @pytest.mark.slow
 def test_evaluate_refuses_other_data_settings_and_needs_a_run(run, tmp_path):
-    changed = app("evaluate", f"resume={run}", "data.batch_size=2", cwd=run.parent)
+    changed, missing = spawn_one_process_for(["evaluate", f"resume={run}", "data.batch_size=2"], ["evaluate"],
+                                             cwd=tmp_path)  # a folder without runs
     assert changed.returncode == 2 and "data.batch_size" in changed.stderr
-    missing = app("evaluate", cwd=tmp_path)
     assert missing.returncode == 2 and "resume" in missing.stderr
 
 

@@ -272,10 +272,13 @@ def _trained(run: Path) -> list[np.ndarray]:
 
 
 @pytest.mark.slow
+@pytest.mark.exhaustive
 def test_auto_queue_trains_exactly_as_the_values_it_chose(tmp_path):
     """The probe behind queue.workers=auto and queue.max_size=auto updates no weight
     and draws no random number: a seeded run with `auto` ends with the very weights of a run
-    given the chosen values (tests/capacity/test_auto.py has the probe's own checks)."""
+    given the chosen values (tests/capacity/test_auto.py has the probe's own checks).
+    Covered in `make test` by: queue.md's `auto` command (tests/cli/test_docs_commands.py), the timed
+    step leaving weights, optimizer and seed as they were (tests/training/test_calibration.py)."""
     common = [*TINY, "trainer.epochs=1", "trainer.deterministic=true", "model.dropout=0.5"]
     result = app("train", *common, "queue.workers=auto", "queue.max_size=auto", "hydra.run.dir=auto", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
