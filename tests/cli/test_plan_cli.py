@@ -29,9 +29,9 @@ def promised(tmp_path_factory):
     """plan refused on missing data; then the data, plan, and one tiny run under the budget the plan
     just fits (with its margin)."""
     cwd = tmp_path_factory.mktemp("promise")
-    refused = app("plan", *ONE_EPOCH, "hydra.run.dir=refused", cwd=cwd)
+    refused, claimed = spawn_one_process_for(  # the second in a folder of its own under outputs/, which goes again
+        ["plan", *ONE_EPOCH, "hydra.run.dir=refused"], ["plan", *ONE_EPOCH], cwd=cwd)
     wrote = (cwd / "datasets").exists()
-    claimed = app("plan", *ONE_EPOCH, cwd=cwd)  # in a folder of its own under outputs/, which goes again
     claimed.left = sorted(p.as_posix() for p in (cwd / "outputs").rglob("*"))
     generated(cwd)
     plan = app("plan", *ONE_EPOCH, "hydra.run.dir=plan", cwd=cwd)
