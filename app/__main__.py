@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     try:
         if word != "report":  # Hydra's commands: their directory and `resume` are settled first
-            rest = resume.prepare_argv(rest, word=word)
+            rest = resume.claim_and_rewrite_argv(rest, word=word)
         if "query=bash" in rest and "COMP_LINE" in os.environ:  # completion: Hydra strips the program only
             program, _, line = os.environ["COMP_LINE"].partition(f" {word}")
             os.environ["COMP_LINE"] = program + line
@@ -126,11 +126,11 @@ def main(argv: list[str] | None = None) -> int:
         status = exit_status_for(error, word)
         return status
     finally:
-        _remove_empty_claims(word, failed=status != 0)
+        _delete_empty_claims(word, failed=status != 0)
     return 0
 
 
-def _remove_empty_claims(word: str, failed: bool) -> None:
+def _delete_empty_claims(word: str, failed: bool) -> None:
     """A directory claimed for this command that nothing was written into goes again, with the
     empty folders made for it (outputs/<date>/, a run's evaluate/ or predict/), never other
     folders above the working directory. When a command other than train failed before writing

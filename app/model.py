@@ -191,7 +191,7 @@ def backbone_of(net: keras.Model) -> keras.Model | None:
     return next((layer for layer in inner.layers if isinstance(layer, keras.Model)), None) if inner else None
 
 
-def export(model: keras.Model, path: Path, *, class_names: Sequence[str], image_size: Sequence[int]) -> None:
+def write_model_keras(model: keras.Model, path: Path, *, class_names: Sequence[str], image_size: Sequence[int]) -> None:
     """Save `model` (a `classifier`) with its class names, input size and normalisation, loadable
     with plain `keras.saving.load_model`. Written under a temporary name and renamed, so a crash
     never leaves half a file."""
@@ -218,7 +218,7 @@ def read_metadata(path: Path) -> dict:
         return json.loads(archive.read(METADATA_FILE))
 
 
-def exported_problem(path: Path) -> str | None:
+def model_keras_problem(path: Path) -> str | None:
     """What is wrong with a model.keras that `export` wrote (missing, truncated, a member that fails
     its CRC, no metadata), or None when it is whole."""
     if Path(path).is_dir():

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import numpy as np
 import webdataset as wds
 
-from app.data import load_source
+from app.data import load_or_generate_source
 from app.data.shards import MEMBER, read_index, read_manifest, sample_key
 from app.schema.data import DATA_TARGETS
 
@@ -24,7 +24,7 @@ BLOCK = 512
 
 
 def prepared_data(root: Path) -> SimpleNamespace:
-    """data=prepared's config keys for the copy at `root`, as load_source reads them."""
+    """data=prepared's config keys for the copy at `root`, as load_or_generate_source reads them."""
     return SimpleNamespace(_target_=DATA_TARGETS["prepared"], path=str(root))
 
 
@@ -68,7 +68,7 @@ def assert_webdataset_reads_what_the_index_says(root: Path) -> int:
     """Every split's shards through `webdataset.WebDataset` (its own tar reader and decoders),
     against the index and data=prepared's reader: the keys in order, the .cls labels, the .json
     metas, the images. Returns how many samples were compared."""
-    manifest, source = read_manifest(root), load_source(prepared_data(root))
+    manifest, source = read_manifest(root), load_or_generate_source(prepared_data(root))
     image = MEMBER[manifest.format]
     compared = 0
     for split, record in manifest.splits.items():

@@ -9,7 +9,16 @@ import sys
 import numpy as np
 import pytest
 
-from app.model import OFFSET, SCALE, classifier, export, exported_problem, normalise, read_metadata, small_resnet
+from app.model import (
+    OFFSET,
+    SCALE,
+    classifier,
+    model_keras_problem,
+    normalise,
+    read_metadata,
+    small_resnet,
+    write_model_keras,
+)
 
 
 def test_shapes():
@@ -25,7 +34,7 @@ def test_model_keras_loads_without_the_app(tmp_path):
     pixels = np.random.default_rng(0).integers(0, 256, (6, 24, 24, 3), dtype=np.uint8)
     expected = net.predict(pixels, verbose=0)  # what training feeds: the loader's uint8 batches
     path = tmp_path / "model.keras"
-    export(net, path, class_names=["ant", "bee", "cat"], image_size=[24, 24])
+    write_model_keras(net, path, class_names=["ant", "bee", "cat"], image_size=[24, 24])
     np.save(tmp_path / "pixels.npy", pixels)
     script = f"""
 import json, sys, zipfile
@@ -49,15 +58,15 @@ print(json.dumps({{"probs": probs.tolist(), "meta": meta, "input_shape": list(mo
     assert not np.allclose(backbone.predict(pixels.astype("float32"), verbose=0), expected, atol=1e-3)
     assert np.allclose(backbone.predict(pixels * np.float32(SCALE) + OFFSET, verbose=0), expected, atol=1e-5)
     assert not list(tmp_path.glob(".*tmp*"))  # written under a temporary name, then renamed
-    assert exported_problem(path) is None  # negative control for what follows
+    assert model_keras_problem(path) is None  # negative control for what follows
     whole = path.read_bytes()
     path.write_bytes(whole[: len(whole) // 2])
-    assert "damaged (BadZipFile" in exported_problem(path)
+    assert "damaged (BadZipFile" in model_keras_problem(path)
     middle = whole.index(b"app_metadata.json") - 200  # a byte of a member's data, the archive's index whole
     path.write_bytes(whole[:middle] + bytes([whole[middle] ^ 0xFF]) + whole[middle + 1:])
-    assert "damaged" in exported_problem(path)
+    assert "damaged" in model_keras_problem(path)
     path.unlink()
-    assert exported_problem(path) == "it is missing"
+    assert model_keras_problem(path) == "it is missing"
 
 
 def test_mixed_precision_trains_with_a_float32_output():

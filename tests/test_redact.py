@@ -20,7 +20,7 @@ from app.config import conf_dir, load, to_plain
 from app.hydra_files import rewrite_redacted
 from app.redact import REDACTED, RedactingFilter, dropped_note, redacted, redacted_text
 from app.schema import register
-from app.training.resume import prepare_argv, resumed_config
+from app.training.resume import claim_and_rewrite_argv, resumed_config
 
 register()
 OPTIONS = {"key": "AKIAEXAMPLE", "Secret": "s3cr3t", "token": None, "endpoint_url": "http://key.example:9000",
@@ -103,7 +103,7 @@ def test_a_resume_takes_a_secret_given_again_and_drops_the_others(tmp_path, capl
     assert saved["data"]["storage_options"] == {"key": REDACTED, "secret": REDACTED, "endpoint_url": "e"}
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
-    argv = prepare_argv([f"resume={run}", "data.storage_options.secret=n3w"], word="evaluate")
+    argv = claim_and_rewrite_argv([f"resume={run}", "data.storage_options.secret=n3w"], word="evaluate")
     # the command composes on the default data group (no storage_options): the key is forced in
     assert "++data.storage_options.secret=n3w" in argv and f"hydra.run.dir={run}" not in argv
     cfg = composed("++data.storage_options.secret=n3w", f"resume={run}")

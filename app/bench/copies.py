@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from app.data import load_source
+from app.data import load_or_generate_source
 from app.data.storage import is_url
 from app.errors import ConfigError
 from app.schema.data import PreparedDataConfig
@@ -47,7 +47,7 @@ def copy_config(config, label: str):
 
 def copy_source_of(config, copy: str, source):
     """The copy's source, refused unless it was prepared from `source` (the benched data)."""
-    copied = load_source(copy_config(config, copy).data)
+    copied = load_or_generate_source(copy_config(config, copy).data)
     copy = copy.removesuffix(CACHED)
     of = copied.split.get("prepared", {}).get("of", {})
     if of.get("fingerprint") != source.fingerprint:

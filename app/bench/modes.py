@@ -12,7 +12,7 @@ import traceback
 
 from app.augment import Augmenter
 from app.bench.loading import Clock, Run, loader_only, reason, serial, visit_order
-from app.data import load_source
+from app.data import load_or_generate_source
 from app.frameworks import native_stderr_to_log
 
 # The modes that run without Keras: their process never loads TensorFlow, so its memory and
@@ -48,7 +48,7 @@ def child_main(mode: str, config, conn, log_path: str | None = None) -> None:
 
 def _run_mode(mode: str, config) -> dict:
     data, bench = config.data, config.bench
-    source = load_source(data)
+    source = load_or_generate_source(data)
     augmenter = Augmenter(config.augment.transforms, data.image_size, draft=data.decode.draft,
                           max_pixels=data.max_image_pixels)
     batch, total = data.batch_size, bench.warmup + bench.batches

@@ -46,7 +46,7 @@ from app.bench import copies, modes
 from app.capacity.memory import PeakMemory
 from app.commands import failure_carried
 from app.config import conf_dir, load, to_plain
-from app.data import load_source
+from app.data import load_or_generate_source
 from app.errors import AppError, config_error
 from app.frameworks import install_command, use_backend
 from app.loader.settings import for_loading_only, ring_slots
@@ -72,7 +72,7 @@ def main(cfg: DictConfig) -> None:
         use_backend(config.trainer)  # KERAS_BACKEND, which the modes' processes inherit
     bench = config.bench
     build_compose(config.augment.transforms, config.data.image_size)
-    source = load_source(config.data)  # generates the synthetic data once, before any timing
+    source = load_or_generate_source(config.data)  # generates the synthetic data once, before any timing
     check_stored_sizes(config, source)
     if len(source.train) < config.data.batch_size:  # no full batch: no mode could ever time one
         raise config_error("data.batch_size", config.data.batch_size,

@@ -23,7 +23,7 @@ from app.loader.pipeline import build_loader, make_sample
 from app.schema import register
 from app.sheets import grid
 from app.training.mlflow_writer import log_evaluation
-from app.training.resume import STORAGE, keras_for_run, read_run
+from app.training.resume import STORAGE, keras_for_run, read_run_setting_backend
 from app.training.rundata import run_source
 from app.training.rundir import write_json
 
@@ -35,8 +35,8 @@ log = logging.getLogger("app.evaluate")
 @failure_carried
 def main(cfg: DictConfig) -> float:
     # first: it picks the backend Keras loads on
-    run_dir, config = read_run(cfg, safe=("queue.", "augment.eval_", "data.max_image_pixels", "data.test_path",
-                                                STORAGE))
+    run_dir, config = read_run_setting_backend(cfg, safe=("queue.", "augment.eval_", "data.max_image_pixels",
+                                                          "data.test_path", STORAGE))
     source = run_source(run_dir, config.data)  # before Keras loads: a refusal comes at once
     check_stored_sizes(config, source)
     split = {"val": source.val, "test": source.test}.get(cfg.split)

@@ -35,7 +35,7 @@ from app.frameworks import install_command, native_stderr_to_log
 from app.io import is_url
 from app.loader.pipeline import build_loader
 from app.schema import EXPORT_TOLERANCE, EXPORT_WRITTEN, Backend, register
-from app.training.resume import STORAGE, keras_for_run, read_run
+from app.training.resume import STORAGE, keras_for_run, read_run_setting_backend
 from app.training.rundata import run_source
 from app.training.rundir import check_unlocked, holds_run, move_aside, run_files, write_json
 
@@ -53,8 +53,9 @@ EXPORT_FILES = {RECORD, "labels.txt", "preprocessing.json", *EXPORT_WRITTEN.valu
 @failure_carried
 def main(cfg: DictConfig) -> dict:
     fmt, tolerance = checked_format(cfg.export)  # before the run is read and Keras loads: a refusal comes at once
-    run_dir, config = read_run(cfg, safe=("queue.", "augment.eval_", "data.max_image_pixels", STORAGE, "overwrite"),
-                               backend=Backend.tensorflow)  # whatever the run trained on: its model.keras is Keras's
+    # whatever the run trained on: its model.keras is Keras's
+    run_dir, config = read_run_setting_backend(cfg, safe=("queue.", "augment.eval_", "data.max_image_pixels",
+                                                          STORAGE, "overwrite"), backend=Backend.tensorflow)
     out = Path(cfg.export.out or run_dir / "export" / fmt).expanduser().resolve()
     check_out(out, run_dir, fmt, cfg.overwrite)
     source = run_source(run_dir, config.data)
@@ -143,7 +144,7 @@ def installed(module: str) -> bool:
 def chosen_model(restore, run_dir: Path, checkpoint: str | None) -> tuple[Path, object]:
     """(its path, the model) of `checkpoint=`: null, the run's model.keras; else as evaluate's."""
     if checkpoint is None:
-        net, _ = restore.exported_model(run_dir)
+        net, _ = restore.load_model_keras(run_dir)
         return run_dir / "model.keras", net
     path, net = restore.chosen_checkpoint(run_dir, checkpoint)
     return path / "model.keras", net

@@ -27,7 +27,7 @@ from app.capacity import auto, queue_plan
 from app.capacity.probe import measured_or_spawn_probe
 from app.commands import failure_carried
 from app.config import conf_dir, load
-from app.data import load_source, synthetic
+from app.data import load_or_generate_source, synthetic
 from app.errors import DataError
 from app.frameworks import load_keras, native_stderr_to_log, use_backend
 from app.schema import DATA_TARGETS, register
@@ -95,7 +95,7 @@ def _source(data, run_dir: Path | None):
     if downloads:
         data = dataclasses.replace(data, download=False)  # found, or the error below: plan downloads nothing
     try:
-        return run_source(run_dir, data) if run_dir else load_source(data)
+        return run_source(run_dir, data) if run_dir else load_or_generate_source(data)
     except DataError as error:
         if not downloads:
             raise

@@ -84,7 +84,7 @@ def main(cfg: DictConfig) -> None:
 
     restore.builder_imported(config.model)
     model_path = run_dir / "model.keras"
-    net, meta = restore.exported_model(run_dir)
+    net, meta = restore.load_model_keras(run_dir)
     names, size = meta["class_names"], meta["image_size"]
     splits = prepared or {"predict": FileSplit([str(f) for f in files], np.zeros(len(files), np.int64))}
     total = sum(len(split) for split in splits.values())

@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 from app.augment import augmenters, check_stored_sizes
 from app.commands import failure_carried
 from app.config import conf_dir, load
-from app.data import load_source
+from app.data import load_or_generate_source
 from app.errors import BadSampleError, DataError
 from app.loader.order import epoch_order
 from app.loader.worker import make_sample
@@ -33,7 +33,7 @@ register()
 @failure_carried
 def main(cfg: DictConfig) -> str:
     config = load(cfg)
-    source = load_source(config.data)
+    source = load_or_generate_source(config.data)
     check_stored_sizes(config, source)
     built = augmenters(config.data, {"source": [], "train": config.augment.transforms})
     n, k = config.preview.images, config.preview.augmentations

@@ -13,7 +13,7 @@ from app.data.synthetic import synthetic_source
 from app.errors import ConfigError, config_error
 from app.schema import DATA_TARGETS, option_of
 
-__all__ = ["ArraySplit", "FileSplit", "PreparedSplit", "Source", "load_source"]
+__all__ = ["ArraySplit", "FileSplit", "PreparedSplit", "Source", "load_or_generate_source"]
 
 # data._target_ names one of these; the table, not an import by name, so a config can never make a
 # worker import anything else
@@ -21,8 +21,9 @@ _SOURCES = {f"{fn.__module__}.{fn.__name__}": fn for fn in (synthetic_source, ci
                                                                    prepared_source)}
 
 
-def load_source(data_cfg) -> Source:
-    """The source `data_cfg._target_` names; relative paths are relative to the working directory."""
+def load_or_generate_source(data_cfg) -> Source:
+    """The source `data_cfg._target_` names; relative paths are relative to the working directory.
+    Where it is missing, the synthetic dataset is generated, and CIFAR-10 downloaded with data.download=true."""
     if data_cfg._target_ not in _SOURCES:
         raise config_error("data._target_", data_cfg._target_,
                            f"one of {', '.join(_SOURCES)}: choose it with data=<{'|'.join(DATA_TARGETS)}>")

@@ -23,7 +23,7 @@ from app.loader import messages
 from app.loader import worker as worker_loop
 from app.loader.bad_samples import BadSamples, failure
 from app.loader.pool import Pool, Work, Worker, exit_description
-from app.loader.ring import Ring
+from app.loader.ring import Ring, delete_orphan_segments
 from app.loader.settings import Settings, ring_slots
 from app.loader.telemetry import Telemetry
 
@@ -96,6 +96,8 @@ class Enqueuer:
 
     def start(self) -> Enqueuer:
         shared = self.num_workers > 0 and self.use_multiprocessing
+        if shared:  # what processes killed with their group left, before this one reserves its own
+            delete_orphan_segments()
         try:  # from the ring on: a signal at any point here leaves no segment in /dev/shm
             self.ring = Ring(self.max_size, self.batch_size, self.image_size, shared=shared)
             self._slots = [_Slot() for _ in range(self.max_size)]

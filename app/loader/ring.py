@@ -65,7 +65,6 @@ class Ring:
         if not shared:
             self.array, self.done = self.spec.views(bytearray(self.spec.segment_bytes))
             return
-        remove_orphans()
         free = _free_bytes(SHM_DIR)
         if self.spec.segment_bytes > free:  # refused before a byte is reserved: tmpfs pages are the machine's RAM
             raise _too_big(self.spec, free, "not enough space")
@@ -102,8 +101,8 @@ def segment_fd(segment: shared_memory.SharedMemory) -> int:
     return segment._fd
 
 
-def remove_orphans(shm_dir: str = SHM_DIR) -> list[str]:
-    """Remove the ring segments whose creating process no longer runs; returns their paths.
+def delete_orphan_segments(shm_dir: str = SHM_DIR) -> list[str]:
+    """Delete the ring segments whose creating process no longer runs; returns their paths.
     A PID in use again by another process keeps its segment (it cannot be told apart)."""
     removed = []
     try:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from importlib.metadata import version
 from pathlib import Path
 
-from app.data import load_source
+from app.data import load_or_generate_source
 from app.data.images import Decode
 from app.data.prepared import prepared_source
 from app.data.shards import MANIFEST_KEYS, Manifest
@@ -42,7 +42,7 @@ def write_prepared_copy(config, *, workers: int, per_shard: int | None = None, o
     store = _refuse_unsupported(config)
     short_side, why = stored_short_side(config)
     log.info("%s", why)
-    source = load_source(config.data)
+    source = load_or_generate_source(config.data)
     splits = {name: split for name in ("train", "val", "test") if (split := getattr(source, name)) is not None}
     p = config.prepare
     encoding = Encoding(short_side=short_side, format=p.format, quality=p.quality,

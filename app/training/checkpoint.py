@@ -107,10 +107,9 @@ def seed_states(model) -> list:
     return [v for v in model.variables if v.name == "seed_generator_state"]
 
 
-def save(model, run_dir: Path, step: int, state: dict, arrays: dict | None = None) -> Path:
+def write_checkpoint(model, run_dir: Path, step: int, state: dict, arrays: dict | None = None) -> Path:
     """Model (with optimizer state), `state` and the callbacks' `arrays` (name → array) at
-    `step`; replaces a checkpoint of the same step. The newest `KEEP` stay, and the best."""
-    protect = (state.get("best") or [None, None])[1]
+    `step`, written whole or not at all; replaces a checkpoint of the same step."""
     root = Path(run_dir) / "checkpoints"
     root.mkdir(exist_ok=True)
     final = root / f"{PREFIX}{step:08d}"
@@ -133,25 +132,35 @@ def save(model, run_dir: Path, step: int, state: dict, arrays: dict | None = Non
         shutil.rmtree(old, ignore_errors=True)
     else:
         tmp.rename(final)
-    for stale in sorted(root.glob(f"{PREFIX}*"))[:-KEEP]:
-        if stale.name != protect:  # renamed first: a kill mid-delete leaves no half checkpoint
-            gone = root / f".{stale.name}.gone"
-            stale.rename(gone)
-            shutil.rmtree(gone, ignore_errors=True)
     return final
 
 
-def newest(run_dir: Path) -> list[Path]:
+def delete_stale_checkpoints(run_dir: Path, best: str | None) -> None:
+    """All but the newest `KEEP` checkpoints, and the `best` one (its folder's name)."""
+    root = Path(run_dir) / "checkpoints"
+    for stale in sorted(root.glob(f"{PREFIX}*"))[:-KEEP]:
+        if stale.name != best:  # renamed first: a kill mid-delete leaves no half checkpoint
+            gone = root / f".{stale.name}.gone"
+            stale.rename(gone)
+            shutil.rmtree(gone, ignore_errors=True)
+
+
+def newest_first(run_dir: Path) -> list[Path]:
+    """The run's checkpoint folders, the newest first."""
     return sorted((Path(run_dir) / "checkpoints").glob(f"{PREFIX}*"), reverse=True)
+
+
+def has_checkpoint(run_dir: Path) -> bool:
+    return bool(newest_first(run_dir))
 
 
 def saved_config(run_dir: Path) -> dict:
     """The config a run was started with, from its newest readable state.json (no TensorFlow)."""
-    for path in newest(run_dir):
+    for path in newest_first(run_dir):
         state = read_state(path)
         if isinstance(state, dict) and "config" in state:
             return state["config"]
-    if not newest(run_dir):
+    if not has_checkpoint(run_dir):
         raise nothing_to_resume(run_dir)
     raise config_error("resume", str(run_dir), f"no checkpoint of {run_dir} has a readable state.json: restore "
                        "checkpoints/ from a copy of the run, or start a new run")
@@ -183,7 +192,7 @@ def walk(run_dir: Path, open_one: Callable[[Path, dict], Any], failures: list[st
     """(path, state, what `open_one(path, state)` gave) of each checkpoint of the run, newest
     first; one whose state.json or `open_one` fails is warned about, its reason appended to
     `failures`, and passed over. `open_one` returns None to pass over a checkpoint silently."""
-    for path in newest(run_dir):
+    for path in newest_first(run_dir):
         try:
             state = json.loads((path / "state.json").read_text())
             opened = open_one(path, state)

@@ -63,11 +63,10 @@ class Writer:
     def checkpointed(self, step: int) -> None:
         """Called just before the checkpoint of `step` is saved: what was written up to it is final."""
 
-    def close(self) -> None:
-        """The run's end, as planned (trainer.epochs done, or a callback stopped it)."""
-
-    def ended(self, status: str) -> None:
-        """The run's end by an error (`failed`) or a signal (`interrupted`)."""
+    def finish_and_upload(self, status: str) -> None:
+        """The run's end: `completed` as planned (trainer.epochs done, or a callback stopped it),
+        `failed` by an error, `interrupted` by a signal. Files closed; where a logger keeps the
+        run elsewhere (MLflow), the run's files uploaded and its run ended."""
 
 
 class Writers(Writer):
@@ -92,13 +91,9 @@ class Writers(Writer):
         for out in self.chosen:
             out.checkpointed(step)
 
-    def close(self) -> None:
+    def finish_and_upload(self, status: str) -> None:
         for out in self.chosen:
-            out.close()
-
-    def ended(self, status: str) -> None:
-        for out in self.chosen:
-            out.ended(status)
+            out.finish_and_upload(status)
 
 
 class TensorBoardWriter(Writer):
@@ -131,7 +126,7 @@ class TensorBoardWriter(Writer):
         self.files["train"].write_summary(event_files.text("tags", ", ".join(tags)), 0)
         self.files["train"].flush()
 
-    def close(self) -> None:
+    def finish_and_upload(self, status: str) -> None:
         for file in self.files.values():
             file.close()
 
@@ -193,7 +188,7 @@ class Dashboard(keras.callbacks.Callback):
         self.out.scalars("validation", {f"epoch/{k[4:]}": v for k, v in logs.items() if k.startswith("val_")}, step)
 
     def on_train_end(self, logs=None):
-        self.out.close()
+        self.out.finish_and_upload("completed")
 
 
 def write_first_batch(out: Writer, run_dir: Path, batch: tuple, class_names: list[str]) -> None:
@@ -204,7 +199,7 @@ def write_first_batch(out: Writer, run_dir: Path, batch: tuple, class_names: lis
     sheets.grid(images, [class_names[int(y)] for y in labels]).save(Path(run_dir) / "augmented.png")
 
 
-def trim(run_dir: Path, step: int) -> None:
+def rewrite_without_events_after(run_dir: Path, step: int) -> None:
     """What the dashboards hold after `step` goes: the event files rewritten without those events
     (each under a temporary name, then renamed over the old one), scalars.csv without those rows."""
     rewrite_keeping_rows(Path(run_dir) / SCALARS, lambda row: int(row["step"]) <= step, "step")

@@ -93,7 +93,7 @@ class Epochs:
             self._epochs()
         except BaseException as error:  # an MLflow run ends as failed or killed, its files kept
             try:
-                self.out.ended("interrupted" if isinstance(error, KeyboardInterrupt) else "failed")
+                self.out.finish_and_upload("interrupted" if isinstance(error, KeyboardInterrupt) else "failed")
             except Exception as failure:  # the run's own error is the one to report
                 log.warning("dashboards: the run's end could not be recorded: %s", failure)
             raise
@@ -147,7 +147,7 @@ class Epochs:
         resumed = state.figures is not None
         state.figures = state.figures or EpochFigures()
         first = state.figures.steps
-        recipe.follow(self.net, self.config, epoch, self.source.class_names)  # (un)freezing recompiles
+        recipe.freeze_or_unfreeze_recompiling(self.net, self.config, epoch, self.source.class_names)
         self._build_metrics()  # again: (un)freezing recompiles
         self.net.reset_metrics()
         if resumed and state.figures.metric_state:  # Keras's means go on from the checkpoint's
@@ -228,9 +228,15 @@ class Epochs:
         state.figures.metric_state = metric_state(self.net)
         state.callbacks, arrays = self.kept.changed()
         self.out.checkpointed(state.steps_before_epoch + done)  # before: a kill between the two redoes no step
+        self._write_checkpoint_and_delete_stale(state.steps_before_epoch + done, state.checkpoint(done, complete=False),
+                                                arrays)
+
+    def _write_checkpoint_and_delete_stale(self, step: int, state: dict, arrays: dict) -> None:
+        """The checkpoint of `step`, every layer's weights in it (a frozen backbone's too); then
+        all but the newest few and the best."""
         with recipe.all_trainable(self.net):
-            checkpoint.save(self.net, self.saves, state.steps_before_epoch + done,
-                            state.checkpoint(done, complete=False), arrays=arrays)
+            checkpoint.write_checkpoint(self.net, self.saves, step, state, arrays=arrays)
+        checkpoint.delete_stale_checkpoints(self.saves, best=(state.get("best") or [None, None])[1])
 
     def _record(self, row: dict, steps_done: int) -> None:
         """metrics.csv (by the process that writes the run directory), model.keras when best, the
@@ -242,14 +248,12 @@ class Epochs:
         monitored = row[self.config.trainer.monitor]
         if recipe.better(self.config, monitored, state.best and state.best[0]):
             state.best = [monitored, f"{checkpoint.PREFIX}{step:08d}"]
-            models.export(self.net, self.saves / "model.keras", class_names=self.source.class_names,
+            models.write_model_keras(self.net, self.saves / "model.keras", class_names=self.source.class_names,
                           image_size=list(self.config.data.image_size))
         state.figures.metric_state = {}
         state.callbacks, arrays = self.kept.changed()
         self.out.checkpointed(step)
-        with recipe.all_trainable(self.net):
-            checkpoint.save(self.net, self.saves, step, state.checkpoint(steps_done, complete=True, metrics=row),
-                            arrays=arrays)
+        self._write_checkpoint_and_delete_stale(step, state.checkpoint(steps_done, complete=True, metrics=row), arrays)
         peak = max(self.memory.peak / 2**20, self.summary.content.get("peak_memory_mb") or 0)
         self.summary.update(epochs_completed=row["epoch"], steps=step, loss=row["loss"],
                             val_accuracy=row["val_accuracy"],

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from app import rules
 from app.augment import check_stored_sizes, eval_transforms
-from app.data import load_source
+from app.data import load_or_generate_source
 from app.data.source import overfitting
 from app.errors import config_error
 from app.loader.pipeline import Loader, build_loader
@@ -23,11 +23,10 @@ from app.training.rundir import write_json
 log = logging.getLogger("app.train")
 
 
-def read_data_and_write_split(config: Config, run_dir: Path, writes: bool = True):
-    """(the data source, training steps an epoch): split.json written (by the process that
-    writes the run directory, after deleting a failed start's partial records), or checked on resume."""
+def read_data(config: Config, run_dir: Path):
+    """(the data source, training steps an epoch); on resume, checked against the run's split.json."""
     batch, overfit = config.data.batch_size, config.trainer.overfit_batches
-    source = run_source(run_dir, config.data) if config.resume else load_source(config.data)
+    source = run_source(run_dir, config.data) if config.resume else load_or_generate_source(config.data)
     check_stored_sizes(config, source)
     if overfit:
         if len(source.train) < overfit * batch:
@@ -35,9 +34,6 @@ def read_data_and_write_split(config: Config, run_dir: Path, writes: bool = True
                                f"samples, fewer than {overfit} batches of data.batch_size={batch}")
         source = overfitting(source, overfit * batch, config.seed)
         log.info("overfitting: training and validating on the same %d samples every epoch", len(source.train))
-    if not config.resume and writes:
-        rundir.delete_partial_records(run_dir)
-        write_json(run_dir / "split.json", source.split)
     available = len(source.train) // batch
     if available == 0:
         raise config_error("data.batch_size", batch, f"the training split has only {len(source.train)} samples, "
@@ -50,6 +46,12 @@ def read_data_and_write_split(config: Config, run_dir: Path, writes: bool = True
     log.info("data: %s, %d classes, %d training and %d validation samples, fingerprint %s",
              source.name, len(source.class_names), len(source.train), len(source.val), source.fingerprint[:12])
     return source, steps
+
+
+def delete_partial_records_and_write_split(run_dir: Path, source) -> None:
+    """A new run's split.json, once what a start stopped before its first checkpoint left is gone."""
+    rundir.delete_partial_records(run_dir)
+    write_json(run_dir / "split.json", source.split)
 
 
 def check_validation_rows(n: int, placement: Placement) -> None:

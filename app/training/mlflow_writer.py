@@ -243,10 +243,7 @@ class MlflowWriter:
     def tags(self, tags: list[str]) -> None:
         pass  # `begin` sets them
 
-    def close(self) -> None:
-        self.ended("completed")
-
-    def ended(self, status: str) -> None:
+    def finish_and_upload(self, status: str) -> None:
         """The run's files as artifacts, and the MLflow run ended with `status` (completed,
         interrupted, failed); the metrics after the last checkpoint are dropped (a resume redoes them)."""
         if self.run_id is None:

@@ -134,7 +134,7 @@ def frozen_in(config: Config, epoch: int) -> bool:
     return start is None or epoch + 1 < start
 
 
-def follow(net: keras.Model, config: Config, epoch: int, class_names: list[str]) -> None:
+def freeze_or_unfreeze_recompiling(net: keras.Model, config: Config, epoch: int, class_names: list[str]) -> None:
     """At an epoch's start: the backbone frozen or trained as the config says for this epoch,
     recompiled (the same optimizer, its state kept) when that changes."""
     backbone, trained = models.backbone_of(net), not frozen_in(config, epoch)

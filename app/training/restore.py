@@ -1,8 +1,8 @@
 """A run's checkpoints and exported model opened again, on the Keras side: where a resumed run
 starts (`resume_point`, train) and which checkpoint `evaluate` scores (`chosen_checkpoint`),
 two policies over app/training/checkpoint.py's one `walk`; model.keras for `predict`
-(`exported_model`). Imports Keras and the model at its top: a command imports it once Keras is
-loaded on the run's backend (app/training/resume.py: read_run, keras_for_run).
+(`load_model_keras`). Imports Keras and the model at its top: a command imports it once Keras is
+loaded on the run's backend (app/training/resume.py: read_run_setting_backend, keras_for_run).
 Never imports the loader or the commands."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 
 import app.training.objectives  # noqa: F401 - registers the recipe's loss and metrics, which checkpoints use
 from app.errors import DataError, config_error
-from app.model import exported_problem, import_builder, read_metadata
+from app.model import import_builder, model_keras_problem, read_metadata
 from app.training import checkpoint
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ def load_model(run_dir: Path, name: str):
     try:
         return load_keras_model(path)
     except Exception as error:  # noqa: BLE001 - any unreadable file is the same for the user
-        others = [p.name for p in checkpoint.newest(run_dir) if p.name != name]
+        others = [p.name for p in checkpoint.newest_first(run_dir) if p.name != name]
         why = str(error).splitlines()[0] if str(error) else ""
         instead = f", or use another: {', '.join(others)}" if others else "; the run has no other checkpoint"
         raise DataError(f"{path} cannot be loaded ({type(error).__name__}: {why}): the checkpoint is damaged; "
@@ -67,7 +67,7 @@ def resume_point(run_dir: Path, epochs: int | None = None) -> ResumePoint:
     3. none loads, or there is none: an error. Never a silent fresh start;
     4. `epochs` (trainer.epochs) below the epochs done there: an error, not a run called completed.
     """
-    candidates, failures = checkpoint.newest(run_dir), []
+    candidates, failures = checkpoint.newest_first(run_dir), []
     for path, state, model in checkpoint.walk(run_dir, _model_with_seeds, failures):
         arrays_file = path / checkpoint.CALLBACK_ARRAYS  # absent in checkpoints of older versions
         arrays = dict(np.load(arrays_file)) if arrays_file.exists() else {}
@@ -106,7 +106,7 @@ def chosen_checkpoint(run_dir: Path, which: str = "last"):
     """(path, loaded model) of a run's checkpoint: `last`, the newest written at an epoch's end
     (its weights made metrics.csv's last row); `best`, the one trainer.monitor picked (kept
     however old); or a checkpoint's name (step-00000120)."""
-    candidates = checkpoint.newest(run_dir)
+    candidates = checkpoint.newest_first(run_dir)
     names = ", ".join(p.name for p in candidates) or "none"
     if which == "best":
         best = next((s["best"] for s in map(checkpoint.read_state, candidates) if s and s.get("best")), None)
@@ -134,11 +134,11 @@ def builder_imported(model_config) -> None:
     import_builder(model_config)
 
 
-def exported_model(run_dir: Path) -> tuple:
+def load_model_keras(run_dir: Path) -> tuple:
     """(the model, its metadata) of the run's model.keras; a missing or damaged one is a DataError
     that says how to write it again."""
     path = run_dir / "model.keras"
-    problem = exported_problem(path)
+    problem = model_keras_problem(path)
     if problem is None:
         try:
             return load_keras_model(path), read_metadata(path)

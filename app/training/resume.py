@@ -14,7 +14,7 @@
 - Values with spaces or non-ASCII characters (paths, mostly) are quoted for Hydra's override
   grammar (app/overrides.py reads and quotes them); a replaced key is refused naming its
   successor, and a run saved with old keys is read back in today's (app/training/migrate.py).
-- `open_run` (`read_run`, then `keras_for_run`): a finished run opened again for `evaluate` and
+- `open_run` (`read_run_setting_backend`, then `keras_for_run`): a finished run opened again for `evaluate` and
   `predict`, its config re-typed (their Keras side, the checkpoint or model.keras loaded, is
   app/training/restore.py's).
 Orchestration only: never imports Keras, TensorFlow or the loader at its top (app/__main__.py
@@ -57,7 +57,7 @@ CLAIMED: list[Path] = []
 
 
 
-def prepare_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str = "train") -> list[str]:
+def claim_and_rewrite_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str = "train") -> list[str]:
     """The overrides of `python -m app <word> ...`, rewritten as the module docstring says."""
     refuse_moved_keys(argv)
     refuse_keys_of_other_commands(argv, word)
@@ -228,13 +228,14 @@ def resumed_config(saved: dict, cfg: DictConfig, overrides: list[str],
 
 
 def open_run(cfg: DictConfig, safe: tuple[str, ...]) -> tuple[Path, Config]:
-    """`read_run`, then Keras loaded for it (`keras_for_run`)."""
-    run_dir, config = read_run(cfg, safe)
+    """`read_run_setting_backend`, then Keras loaded for it (`keras_for_run`)."""
+    run_dir, config = read_run_setting_backend(cfg, safe)
     keras_for_run()
     return run_dir, config
 
 
-def read_run(cfg: DictConfig, safe: tuple[str, ...], backend: Backend | None = None) -> tuple[Path, Config]:
+def read_run_setting_backend(cfg: DictConfig, safe: tuple[str, ...],
+                             backend: Backend | None = None) -> tuple[Path, Config]:
     """(run dir, its config with the `safe` overrides, loaded: re-typed by the schemas and
     validated), Keras set to load on the run's backend (or `backend`: export's TensorFlow) but
     not loaded: a command's own checks between this and `keras_for_run` refuse in a second,
@@ -248,7 +249,7 @@ def read_run(cfg: DictConfig, safe: tuple[str, ...], backend: Backend | None = N
 
 
 def keras_for_run() -> None:
-    """Keras loaded quietly on the backend `read_run` set (its native start-up lines go to the
+    """Keras loaded quietly on the backend `read_run_setting_backend` set (its native start-up lines go to the
     command's log): a command imports its Keras side (app/training/restore.py) after this, as
     a module that imports Keras at its top would load it loudly."""
     load_keras()

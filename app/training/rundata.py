@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.data import cifar, load_source, synthetic
+from app.data import cifar, load_or_generate_source, synthetic
 from app.errors import DataError
 from app.training.rundir import read_json
 
@@ -21,7 +21,7 @@ def run_source(run_dir: Path, data_config):
         synthetic.check_generator(str(recorded.get("root", "")), run_dir)
     if recorded.get("source") == "cifar":
         cifar.check_split(recorded, run_dir)
-    source = load_source(data_config)
+    source = load_or_generate_source(data_config)
     check_same_data(run_dir, source)
     return source
 

@@ -33,7 +33,9 @@ def train(run: RunContext) -> None:
     placement = start_keras(config)  # first: the processes of a data_parallel run join here
     if placement.processes > 1:
         devices.check_one_run_dir(run.run_dir)
-    source, steps = inputs.read_data_and_write_split(config, run.run_dir, placement.writes)
+    source, steps = inputs.read_data(config, run.run_dir)
+    if not config.resume and placement.writes:  # the process that writes the run directory
+        inputs.delete_partial_records_and_write_split(run.run_dir, source)
     recipe.check_monitor(config, source.class_names)
     inputs.check_validation_rows(len(source.val), placement)
     weights = recipe.class_weights(config, source.train.labels, source.class_names)
@@ -110,7 +112,7 @@ def _drop_records_after(run_dir: Path, epoch: int, step: int, samples: bool) -> 
     for name, rows in kept.items():
         if rows is not None:
             write_rows(run_dir / name, *rows)
-    dashboards.trim(run_dir, step)
+    dashboards.rewrite_without_events_after(run_dir, step)
 
 
 def _write_export_again(run: RunContext, source, point: ResumePoint) -> None:
@@ -118,9 +120,9 @@ def _write_export_again(run: RunContext, source, point: ResumePoint) -> None:
     it was exported with at that epoch's end)."""
     state: RunState = run.state
     path = run.run_dir / "model.keras"
-    problem = models.exported_problem(path) if state.best else None
+    problem = models.model_keras_problem(path) if state.best else None
     if problem is None:
         return
     best = point.model if point.path.name == state.best[1] else restore.load_model(run.run_dir, state.best[1])
-    models.export(best, path, class_names=source.class_names, image_size=list(run.config.data.image_size))
+    models.write_model_keras(best, path, class_names=source.class_names, image_size=list(run.config.data.image_size))
     log.warning("%s: %s; written again from the best checkpoint, %s", path, problem, state.best[1])

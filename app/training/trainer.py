@@ -61,7 +61,8 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
     try:
         summary = Summary(run_dir, overrides, resumed_from=resumed,
                           name=f"summary.{process}.json" if process else "summary.json")
-        summary.update(isolation=kill_leftovers_and_delete_segments(), pid=os.getpid(), tags=list(config.tags),
+        isolation = kill_leftovers_and_delete_segments()
+        summary.update(isolation=isolation, pid=os.getpid(), tags=list(config.tags),
                        backend=config.trainer.backend.value)  # never `auto`: app/config.py resolved it
         _train_recorded(RunContext(config=config, run_dir=run_dir, summary=summary,
                                    state=RunState(config=redacted(to_plain(config))), user_callbacks=callbacks))
@@ -83,7 +84,7 @@ def _train_recorded(run: RunContext) -> None:
         log.warning("interrupted after step %d; %s", state.steps_done, _continue_hint(run_dir))
         raise
     except BaseException as error:
-        hint = f"python -m app train resume={run_dir}" if checkpoint.newest(run_dir) else None
+        hint = f"python -m app train resume={run_dir}" if checkpoint.has_checkpoint(run_dir) else None
         explained = explain(error, resume_hint=hint, where=str(run_dir))
         if summary.started:
             _record(summary, status="failed", message=str(explained))
@@ -126,7 +127,7 @@ def _record(summary: Summary, **values) -> None:
 
 
 def _continue_hint(run_dir: Path) -> str:
-    saved = checkpoint.newest(run_dir)
+    saved = checkpoint.newest_first(run_dir)
     if not saved:
         return (f"no checkpoint was written yet, so there is nothing to resume: run the same command again "
                 f"({run_dir} holds nothing a new run there would lose)")

@@ -182,7 +182,10 @@ def tree(run: Path, but: tuple[str, ...] = ()) -> dict[str, bytes]:
 
 
 @pytest.mark.slow
+@pytest.mark.exhaustive
 def test_a_second_train_into_a_runs_folder_is_refused_and_changes_nothing(run):
+    """Covered in `make test` by: the same refusal of the CLI's argv step, before Hydra writes anything
+    (tests/cli/test_resume_cli.py::test_a_folder_that_holds_a_run_is_refused_unless_overwrite_moves_it_aside)."""
     before = tree(run)
     again = app("train", *TINY, cwd=run.parent)  # the same hydra.run.dir
     assert again.returncode == 2 and "run holds a run already" in again.stderr, again.stderr[-3000:]

@@ -64,7 +64,7 @@ def test_bash_completion_of_commands_and_overrides(tmp_path):
 def test_a_refused_predict_leaves_no_folder_in_a_run_elsewhere(tmp_path, monkeypatch):
     """A run outside the working directory: the claimed <run>/predict/<stamp> and the predict/
     made for it both go; the run's own folder and what it holds stay."""
-    from app.__main__ import _remove_empty_claims
+    from app.__main__ import _delete_empty_claims
     from app.training import resume
 
     run, here = tmp_path / "run", tmp_path / "elsewhere"
@@ -75,13 +75,13 @@ def test_a_refused_predict_leaves_no_folder_in_a_run_elsewhere(tmp_path, monkeyp
     claimed.mkdir(parents=True)
     (claimed / "predict.log").write_text("refused\n")
     monkeypatch.setattr(resume, "CLAIMED", [claimed])
-    _remove_empty_claims("predict", failed=True)
+    _delete_empty_claims("predict", failed=True)
     assert sorted(p.name for p in run.iterdir()) == ["checkpoints"]
     kept = run / "predict" / "2026-01-02_00-00-00"  # negative control: an earlier result stays, and so its folder
     kept.mkdir(parents=True)
     (kept / "predictions.csv").write_text("path\n")
     claimed.mkdir()
-    _remove_empty_claims("predict", failed=True)
+    _delete_empty_claims("predict", failed=True)
     assert sorted(p.name for p in (run / "predict").iterdir()) == ["2026-01-02_00-00-00"]
 
 

@@ -30,7 +30,7 @@ from shard_checks import (
     tar_members,
 )
 
-from app.data import load_source
+from app.data import load_or_generate_source
 from app.data.shards import MANIFEST, read_index, read_manifest, sample_key
 from app.errors import DataError
 from app.prepare.plan import JOURNAL
@@ -58,7 +58,7 @@ def make_noise_folder(root: Path) -> Path:
     return root
 
 
-def prepare_argv(images: Path, out: Path, *extra: str) -> list[str]:
+def prepare_command(images: Path, out: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "app", "prepare", *ARGS, f"data.path={images}", f"prepare.out={out}",
             f"hydra.run.dir={out.parent / ('logs-' + out.name)}", *extra]
 
@@ -102,7 +102,7 @@ def assert_a_reader_sees_no_half_file(out: Path) -> set[str]:
                 assert_shard_holds(out / name, [sample_key(split, i) for i in rows], ranges, fmt)
     else:
         with pytest.raises(DataError, match=r"manifest.json is missing: .* did not finish \(run it again"):
-            load_source(prepared_data(out))
+            load_or_generate_source(prepared_data(out))
     return {name for name in os.listdir(out) if TEMPORARY.match(name)}
 
 
@@ -129,7 +129,7 @@ def test_prepare_killed_anywhere_leaves_no_half_shard_and_finishes_the_same_copy
     images = make_noise_folder(tmp_path / "images")
     out = tmp_path / "copy"
     # the uninterrupted copy, and another seed's (the negative control), side by side
-    reference = [subprocess.Popen(prepare_argv(images, tmp_path / name, *extra), cwd=tmp_path, text=True,
+    reference = [subprocess.Popen(prepare_command(images, tmp_path / name, *extra), cwd=tmp_path, text=True,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
                  for name, extra in (("reference", ()), ("reseeded", ("seed=1",)))]
     for process in reference:
@@ -150,12 +150,12 @@ def test_prepare_killed_anywhere_leaves_no_half_shard_and_finishes_the_same_copy
     for number, pattern in enumerate(kills):
         if number == 2:
             partial |= plant_what_a_kill_in_the_last_writes_leaves(out, tmp_path / "reference")
-        status, seen = start_and_kill_prepare_when(prepare_argv(images, out), out, pattern, rng.uniform(0, 0.001))
+        status, seen = start_and_kill_prepare_when(prepare_command(images, out), out, pattern, rng.uniform(0, 0.001))
         assert status == -9 or (number == len(kills) - 1 and status == 0), (seen, status)
         partial |= assert_a_reader_sees_no_half_file(out)
     assert any(SHARD.match(name[1:].rsplit(".", 2)[0]) for name in partial), partial  # a shard killed half-written
 
-    done = subprocess.run(prepare_argv(images, out), cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(prepare_command(images, out), cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     finished, uninterrupted = tree(out), tree(tmp_path / "reference")
     assert not [name for name in finished if TEMPORARY.match(Path(name).name)]  # the stale temporaries gone

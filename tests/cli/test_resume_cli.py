@@ -17,7 +17,7 @@ import pytest
 from docs_runner import spawn_one_process_for
 
 from app.errors import ConfigError
-from app.training.resume import latest_run, prepare_argv
+from app.training.resume import claim_and_rewrite_argv, latest_run
 from app.training.rundir import release_lock
 
 CONFIG = ["data.num_images=96", "data.source_size=128", "data.num_classes=3", "data.image_size=[96,96]",
@@ -307,18 +307,18 @@ def test_latest_is_the_run_with_the_newest_checkpoint(tmp_path):
             state.write_text("{}")
             os.utime(state, (time.time() - age, time.time() - age))
     assert latest_run(tmp_path / "outputs") == (tmp_path / "outputs" / "new").resolve()
-    argv = prepare_argv(["resume=latest", "queue.workers=1"], tmp_path / "outputs")
+    argv = claim_and_rewrite_argv(["resume=latest", "queue.workers=1"], tmp_path / "outputs")
     run = (tmp_path / "outputs" / "new").resolve()
     assert argv == ["queue.workers=1", f"resume='{run}'", f"hydra.run.dir='{run}'", "hydra.output_subdir=null"]
     release_lock(run)
     # `resume=` left empty (an unset shell variable) is refused, never a fresh run in its place
     with pytest.raises(ConfigError, match="config key `resume` is empty"):
-        prepare_argv(["resume=", "queue.workers=1"], tmp_path / "outputs")
+        claim_and_rewrite_argv(["resume=", "queue.workers=1"], tmp_path / "outputs")
     # nothing to resume: a new directory of its own is claimed
-    (fresh,) = prepare_argv(["queue.workers=1"], tmp_path / "outputs")[1:]
+    (fresh,) = claim_and_rewrite_argv(["queue.workers=1"], tmp_path / "outputs")[1:]
     assert fresh.startswith("hydra.run.dir=") and Path(fresh.split("=", 1)[1].strip("'")).is_dir()
     # two sweeps started in the same second: two sweep directories
-    sweeps = [prepare_argv(["-m", "queue.workers=1,2"], tmp_path / "outputs")[-1] for _ in range(2)]
+    sweeps = [claim_and_rewrite_argv(["-m", "queue.workers=1,2"], tmp_path / "outputs")[-1] for _ in range(2)]
     assert sweeps[0].startswith("hydra.sweep.dir=") and sweeps[0] != sweeps[1]
 
 
@@ -330,18 +330,18 @@ def test_the_tasks_of_one_srun_share_a_run_and_only_process_0_locks_it(tmp_path,
     dirs = []
     for task in ("0", "1"):
         monkeypatch.setenv("SLURM_PROCID", task)
-        dirs.append(prepare_argv(["trainer.strategy=data_parallel"], tmp_path / "outputs")[-1])
+        dirs.append(claim_and_rewrite_argv(["trainer.strategy=data_parallel"], tmp_path / "outputs")[-1])
     assert dirs[0] == dirs[1] and dirs[0].endswith("/slurm-77'")
     run = tmp_path / "outputs" / "run"
     (run / "checkpoints").mkdir(parents=True)
-    prepare_argv([f"resume={run}"], tmp_path / "outputs")  # process 1 (SLURM_PROCID): no lock
+    claim_and_rewrite_argv([f"resume={run}"], tmp_path / "outputs")  # process 1 (SLURM_PROCID): no lock
     assert run.resolve() not in _held
     monkeypatch.setenv("SLURM_PROCID", "0")
-    prepare_argv([f"resume={run}"], tmp_path / "outputs")  # negative control: process 0 takes it
+    claim_and_rewrite_argv([f"resume={run}"], tmp_path / "outputs")  # negative control: process 0 takes it
     assert run.resolve() in _held
     release_lock(run)
     monkeypatch.setenv("SLURM_NTASKS", "1")  # one task: a claimed directory of its own, as before
-    alone = prepare_argv(["queue.workers=1"], tmp_path / "outputs")[-1]
+    alone = claim_and_rewrite_argv(["queue.workers=1"], tmp_path / "outputs")[-1]
     assert "slurm" not in alone
 
 
@@ -352,35 +352,36 @@ def test_a_folder_that_holds_a_run_is_refused_unless_overwrite_moves_it_aside(tm
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "empty").mkdir()
-    assert prepare_argv(["hydra.run.dir=empty"]) == ["hydra.run.dir=empty"]  # negative control: nothing to lose
+    # negative control: nothing to lose
+    assert claim_and_rewrite_argv(["hydra.run.dir=empty"]) == ["hydra.run.dir=empty"]
     (tmp_path / "notes").write_text("a file")
     with pytest.raises(ConfigError, match="`hydra.run.dir` = '.*notes' is not allowed: a folder: .*notes is a file"):
-        prepare_argv(["hydra.run.dir=notes"])
+        claim_and_rewrite_argv(["hydra.run.dir=notes"])
     assert (tmp_path / "notes").read_text() == "a file"
     (tmp_path / "refused").mkdir()  # a run refused at start (a config error): nothing to resume, nothing to lose
     (tmp_path / "refused" / "summary.json").write_text('{"status": "failed"}')
-    assert prepare_argv(["hydra.run.dir=refused"]) == ["hydra.run.dir=refused"]
+    assert claim_and_rewrite_argv(["hydra.run.dir=refused"]) == ["hydra.run.dir=refused"]
     (tmp_path / "stopped").mkdir()  # a run with its history but no checkpoint: kept, and no resume offered
     (tmp_path / "stopped" / "metrics.csv").write_text("epoch\n1\n")
     with pytest.raises(ConfigError, match=r"stopped holds a run already \(its metrics.csv\).*Choose another") as told:
-        prepare_argv(["hydra.run.dir=stopped"])
+        claim_and_rewrite_argv(["hydra.run.dir=stopped"])
     assert "resume=" not in str(told.value)
     run = tmp_path / "R"
     (run / "checkpoints" / "step-00000004").mkdir(parents=True)
     (run / "summary.json").write_text('{"status": "completed"}')
     with pytest.raises(ConfigError, match="R holds a run already") as refused:
-        prepare_argv(["hydra.run.dir=R"])
+        claim_and_rewrite_argv(["hydra.run.dir=R"])
     assert "resume=R" in str(refused.value) and "overwrite=true" in str(refused.value)
     assert "(its checkpoints)" in str(refused.value)  # only what is there
     assert (run / "summary.json").exists()
     (tmp_path / "S" / "0").mkdir(parents=True)  # a sweep's folder whose job holds a run
     (tmp_path / "S" / "0" / "metrics.csv").write_text("epoch\n1\n")
     with pytest.raises(ConfigError, match="S holds a run already"):
-        prepare_argv(["-m", "seed=1,2", "hydra.sweep.dir=S"])
+        claim_and_rewrite_argv(["-m", "seed=1,2", "hydra.sweep.dir=S"])
     with pytest.raises(ConfigError, match="`overwrite` = 'yes' is not allowed: true or false"):
-        prepare_argv(["hydra.run.dir=R", "overwrite=yes"])
+        claim_and_rewrite_argv(["hydra.run.dir=R", "overwrite=yes"])
     with pytest.raises(ConfigError, match="false with `resume`"):
-        prepare_argv([f"resume={run}", "overwrite=true"])
+        claim_and_rewrite_argv([f"resume={run}", "overwrite=true"])
     holder = subprocess.Popen(  # a live run is never moved
         [sys.executable, "-c", "import sys; from app.training.rundir import hold_lock; "
          "hold_lock(sys.argv[1], 'a test'); print('held', flush=True); sys.stdin.read()", str(run)],
@@ -388,16 +389,16 @@ def test_a_folder_that_holds_a_run_is_refused_unless_overwrite_moves_it_aside(tm
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(RunInUseError):
-            prepare_argv(["hydra.run.dir=R", "overwrite=true"])
+            claim_and_rewrite_argv(["hydra.run.dir=R", "overwrite=true"])
         assert (run / "summary.json").exists()
     finally:
         holder.kill()
         holder.wait()
-    assert prepare_argv(["hydra.run.dir=R", "overwrite=true"]) == ["hydra.run.dir=R", "overwrite=true"]
+    assert claim_and_rewrite_argv(["hydra.run.dir=R", "overwrite=true"]) == ["hydra.run.dir=R", "overwrite=true"]
     assert not run.exists() and (tmp_path / "R.old" / "checkpoints" / "step-00000004").is_dir()
     run.mkdir()
     (run / "model.keras").write_bytes(b"the next run's")
-    prepare_argv(["hydra.run.dir=R", "overwrite=true"])  # a second time: beside the first, never over it
+    claim_and_rewrite_argv(["hydra.run.dir=R", "overwrite=true"])  # a second time: beside the first, never over it
     assert (tmp_path / "R.old-1" / "model.keras").read_bytes() == b"the next run's"
     assert (tmp_path / "R.old" / "summary.json").exists()
 

@@ -133,7 +133,10 @@ def test_cifar_missing_names_the_archive_and_the_download_key(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.exhaustive
 def test_folder_of_mixed_formats(tmp_path):
+    """Covered in `make test` by: the folder source through the CLI (README's data=folder run,
+    tests/cli/test_docs_commands.py) and each format and mode decoded (tests/data/test_images.py)."""
     rng = np.random.default_rng(1)
     images = tmp_path / "images"
     for c, cls in enumerate(["cats", "dogs"]):

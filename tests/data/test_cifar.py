@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from app.data import cifar, load_source
+from app.data import cifar, load_or_generate_source
 from app.errors import BadSampleError, DataError
 from app.schema.data import DATA_TARGETS
 
@@ -93,7 +93,7 @@ def _check(src, batches):
 
 def test_reads_extracted_folder(tmp_path):
     batches = _write_batches(tmp_path)
-    src = load_source(_cfg(tmp_path))
+    src = load_or_generate_source(_cfg(tmp_path))
     _check(src, batches)
     row = src.split["train"][3]
     assert src.train.describe(3) == f"CIFAR-10 training batches row {row} ({tmp_path / 'cache' / 'train_x.npy'})"
@@ -105,15 +105,15 @@ def test_reads_tar_gz_without_extracting(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
     archive.rename(data / archive.name)
-    src = load_source(_cfg(data))
+    src = load_or_generate_source(_cfg(data))
     _check(src, batches)
     assert sorted(p.name for p in data.iterdir()) == ["cache", "cifar-10-python.tar.gz"]
 
 
 def test_same_data_same_fingerprint_wherever_it_comes_from(tmp_path):
-    from_folder = load_source(_cfg(_folder_with_batches(tmp_path / "a")))
+    from_folder = load_or_generate_source(_cfg(_folder_with_batches(tmp_path / "a")))
     archive, _ = _write_archive(tmp_path / "b")
-    from_archive = load_source(_cfg(archive.parent))
+    from_archive = load_or_generate_source(_cfg(archive.parent))
     assert from_folder.fingerprint == from_archive.fingerprint
     assert len(from_folder.fingerprint) == 64
 
@@ -125,18 +125,18 @@ def _folder_with_batches(folder, seed=0):
 
 def test_cache_is_reused_and_rebuilt_when_the_source_changes(tmp_path, monkeypatch):
     archive, _ = _write_archive(tmp_path)
-    first = load_source(_cfg(tmp_path))
+    first = load_or_generate_source(_cfg(tmp_path))
 
     def fail(*args):
         raise AssertionError("cache rebuilt")
     with monkeypatch.context() as m:
         m.setattr(cifar, "_write_cache", fail)
-        again = load_source(_cfg(tmp_path))
+        again = load_or_generate_source(_cfg(tmp_path))
     assert again.fingerprint == first.fingerprint
 
     archive.unlink()
     _, batches = _write_archive(tmp_path, seed=1)
-    changed = load_source(_cfg(tmp_path))
+    changed = load_or_generate_source(_cfg(tmp_path))
     assert changed.fingerprint != first.fingerprint
     _check(changed, batches)
     assert not list((tmp_path / "cache").glob("*.tmp"))
@@ -145,7 +145,7 @@ def test_cache_is_reused_and_rebuilt_when_the_source_changes(tmp_path, monkeypat
 def test_keras_cache_locations_are_found(tmp_path):
     keras = tmp_path / "home" / ".keras" / "datasets" / "cifar-10-batches-py-target"
     batches = _write_batches(keras)
-    src = load_source(_cfg(tmp_path / "data"))
+    src = load_or_generate_source(_cfg(tmp_path / "data"))
     _check(src, batches)
     assert src.split["root"] == str(keras / "cifar-10-batches-py")
     assert (tmp_path / "data" / "cache" / "train_x.npy").is_file()
@@ -153,7 +153,7 @@ def test_keras_cache_locations_are_found(tmp_path):
 
 def test_array_split_pickles_without_the_array(tmp_path):
     _write_batches(tmp_path)
-    src = load_source(_cfg(tmp_path))
+    src = load_or_generate_source(_cfg(tmp_path))
     expected = src.train.read(4)  # opens the memmap in this process
     blob = pickle.dumps(src.train)
     assert len(blob) < 2000
@@ -164,7 +164,7 @@ def test_array_split_pickles_without_the_array(tmp_path):
 
 def test_unreadable_cache_row_is_a_bad_sample(tmp_path):
     _write_batches(tmp_path)
-    src = load_source(_cfg(tmp_path))
+    src = load_or_generate_source(_cfg(tmp_path))
     (tmp_path / "cache" / "test_x.npy").write_bytes(b"garbage")
     with pytest.raises(BadSampleError) as bad:
         src.test.read(1)
@@ -174,7 +174,7 @@ def test_unreadable_cache_row_is_a_bad_sample(tmp_path):
 def test_missing_cifar_message(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(DataError) as err:
-        load_source(_cfg("datasets/cifar10"))
+        load_or_generate_source(_cfg("datasets/cifar10"))
     message = str(err.value)
     where = tmp_path / "datasets" / "cifar10"
     assert f"Put the official archive at {where / 'cifar-10-python.tar.gz'}" in message
@@ -188,7 +188,7 @@ def test_incomplete_folder_names_what_is_missing(tmp_path):
     _write_batches(tmp_path)
     (tmp_path / "cifar-10-batches-py" / "data_batch_3").unlink()
     with pytest.raises(DataError, match="not a complete CIFAR-10.*missing data_batch_3"):
-        load_source(_cfg(tmp_path))
+        load_or_generate_source(_cfg(tmp_path))
 
 
 def test_refuses_pickles_that_build_other_objects(tmp_path):
@@ -196,7 +196,7 @@ def test_refuses_pickles_that_build_other_objects(tmp_path):
     (tmp_path / "cifar-10-batches-py" / "test_batch").write_bytes(
         pickle.dumps({b"data": SimpleNamespace(), b"labels": []}))
     with pytest.raises(DataError, match="unexpected object types.SimpleNamespace"):
-        load_source(_cfg(tmp_path))
+        load_or_generate_source(_cfg(tmp_path))
     assert not (tmp_path / "cache").exists()
 
 
@@ -206,13 +206,13 @@ def test_a_label_outside_the_ten_classes_or_an_empty_batch_file_is_named(tmp_pat
     labels[3] = 99
     (tmp_path / "cifar-10-batches-py" / "data_batch_2").write_bytes(_dump({b"labels": labels, b"data": data}))
     with pytest.raises(DataError, match="data_batch_2 is not a CIFAR-10 batch: row 3 has label 99, where CIFAR-10's"):
-        load_source(_cfg(tmp_path))
+        load_or_generate_source(_cfg(tmp_path))
     labels[3] = 9  # negative control: the highest label there is
     (tmp_path / "cifar-10-batches-py" / "data_batch_2").write_bytes(_dump({b"labels": labels, b"data": data}))
-    assert len(load_source(_cfg(tmp_path)).train) > 0
+    assert len(load_or_generate_source(_cfg(tmp_path)).train) > 0
     (tmp_path / "cifar-10-batches-py" / "data_batch_4").write_bytes(b"")
     with pytest.raises(DataError, match=r"cannot read CIFAR-10 from \S+/cifar-10-batches-py/data_batch_4: Ran out"):
-        load_source(_cfg(tmp_path))
+        load_or_generate_source(_cfg(tmp_path))
 
 
 
@@ -225,21 +225,21 @@ def test_label_names_that_are_not_ten_distinct_names_are_named(tmp_path):
     for names in (LABEL_NAMES[:3], [b"cat"] * 10):
         meta.write_bytes(_dump({b"label_names": names}))
         with pytest.raises(DataError, match=r"batches.meta's label_names are not 10 distinct names"):
-            load_source(_cfg(tmp_path))
+            load_or_generate_source(_cfg(tmp_path))
     meta.write_bytes(_dump({b"label_names": LABEL_NAMES}))
-    load_source(_cfg(tmp_path))
+    load_or_generate_source(_cfg(tmp_path))
     cached = tmp_path / "cache" / "meta.json"  # as a version that did not check would have cached three names
     cached.write_text(json.dumps({**json.loads(cached.read_text()), "version": 2, "class_names": ["a", "b", "c"]}))
-    assert load_source(_cfg(tmp_path)).class_names == [n.decode() for n in LABEL_NAMES]  # rebuilt, checked
+    assert load_or_generate_source(_cfg(tmp_path)).class_names == [n.decode() for n in LABEL_NAMES]  # rebuilt, checked
     data, labels = batches["data_batch_5"]
     wide = data.astype(np.int64)
     wide[2, 7] = 300
     (tmp_path / "cifar-10-batches-py" / "data_batch_5").write_bytes(_dump({b"labels": labels, b"data": wide}))
     with pytest.raises(DataError, match=r"data_batch_5 is not a CIFAR-10 batch: row 2 holds the value 300"):
-        load_source(_cfg(tmp_path))
+        load_or_generate_source(_cfg(tmp_path))
     wide[2, 7] = 255  # negative control: int64 within 0..255 reads as the official uint8 would
     (tmp_path / "cifar-10-batches-py" / "data_batch_5").write_bytes(_dump({b"labels": labels, b"data": wide}))
-    assert len(load_source(_cfg(tmp_path)).train) > 0
+    assert len(load_or_generate_source(_cfg(tmp_path)).train) > 0
 
 def test_download_from_url_with_good_md5(tmp_path, monkeypatch):
     archive, batches = _write_archive(tmp_path / "server")
@@ -247,8 +247,8 @@ def test_download_from_url_with_good_md5(tmp_path, monkeypatch):
     monkeypatch.setattr(cifar, "MD5", hashlib.md5(archive.read_bytes()).hexdigest())
     data = tmp_path / "data"
     with pytest.raises(DataError):
-        load_source(_cfg(data))  # download is off by default
-    src = load_source(_cfg(data, download=True))
+        load_or_generate_source(_cfg(data))  # download is off by default
+    src = load_or_generate_source(_cfg(data, download=True))
     _check(src, batches)
     assert (data / "cifar-10-python.tar.gz").read_bytes() == archive.read_bytes()
     assert not (data / "cifar-10-python.tar.gz.part").exists()
@@ -260,7 +260,7 @@ def test_download_with_bad_md5_deletes_the_file(tmp_path, monkeypatch):
     monkeypatch.setattr(cifar, "MD5", "0" * 32)
     data = tmp_path / "data"
     with pytest.raises(DataError) as err:
-        load_source(_cfg(data, download=True))
+        load_or_generate_source(_cfg(data, download=True))
     assert f"has md5 {hashlib.md5(archive.read_bytes()).hexdigest()}, expected {'0' * 32}" in str(err.value)
     assert list(data.iterdir()) == []
 
@@ -268,7 +268,7 @@ def test_download_with_bad_md5_deletes_the_file(tmp_path, monkeypatch):
 def test_download_failure_is_a_data_error(tmp_path, monkeypatch):
     monkeypatch.setattr(cifar, "URL", (tmp_path / "absent.tar.gz").as_uri())
     with pytest.raises(DataError, match="could not download CIFAR-10 from file://"):
-        load_source(_cfg(tmp_path / "data", download=True))
+        load_or_generate_source(_cfg(tmp_path / "data", download=True))
     assert list((tmp_path / "data").iterdir()) == []
 
 
@@ -278,19 +278,19 @@ def test_official_constants():
 
 
 def test_the_test_batch_stays_outside_the_fingerprint(tmp_path):
-    first = load_source(_cfg(_folder_with_batches(tmp_path / "a")))
+    first = load_or_generate_source(_cfg(_folder_with_batches(tmp_path / "a")))
     (tmp_path / "b").mkdir()
     shutil.copytree(tmp_path / "a" / "cifar-10-batches-py", tmp_path / "b" / "cifar-10-batches-py")
     test_batch = tmp_path / "b" / "cifar-10-batches-py" / "test_batch"
     test_batch.write_bytes(_dump({b"labels": [1], b"data": np.zeros((1, 3072), np.uint8)}))
-    changed_test = load_source(_cfg(tmp_path / "b"))
+    changed_test = load_or_generate_source(_cfg(tmp_path / "b"))
     assert changed_test.fingerprint == first.fingerprint and len(changed_test.test) == 1
     # negative control: a training batch changed is another fingerprint
     train_batch = tmp_path / "b" / "cifar-10-batches-py" / "data_batch_2"
     train_batch.write_bytes(_dump({b"labels": [1] * 4, b"data": np.zeros((4, 3072), np.uint8)}))
-    assert load_source(_cfg(tmp_path / "b")).fingerprint != first.fingerprint
+    assert load_or_generate_source(_cfg(tmp_path / "b")).fingerprint != first.fingerprint
     # the validation fraction moves rows between train and val, never out of the data
-    tenth = load_source(_cfg(tmp_path / "a", val_fraction=0.5))
+    tenth = load_or_generate_source(_cfg(tmp_path / "a", val_fraction=0.5))
     assert tenth.fingerprint == first.fingerprint and len(tenth.val) > len(first.val)
 
 
@@ -298,7 +298,7 @@ def test_runs_on_the_first_split_are_refused(tmp_path):
     from app.training.rundata import run_source
 
     _write_batches(tmp_path / "data")
-    src = load_source(_cfg(tmp_path / "data"))
+    src = load_or_generate_source(_cfg(tmp_path / "data"))
     run = tmp_path / "run"
     run.mkdir()
     (run / "split.json").write_text(json.dumps(src.split))
@@ -316,4 +316,4 @@ def test_a_truncated_archive_is_named_with_the_file_to_put_in_its_place(tmp_path
     archive.write_bytes(archive.read_bytes()[:len(archive.read_bytes()) // 2])
     with pytest.raises(DataError, match=r"cifar-10-python.tar.gz: .*Replace the archive with the official "
                                         r"cifar-10-python.tar.gz from https://"):
-        load_source(_cfg(tmp_path))
+        load_or_generate_source(_cfg(tmp_path))

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from app.data import load_source
+from app.data import load_or_generate_source
 from app.data.folder import FINGERPRINT_COVERS, Held, folder_source, split_by_fraction
 from app.errors import ConfigError, DataError
 from app.schema.data import DATA_TARGETS
@@ -141,22 +141,22 @@ def test_file_split_pickles_small(tmp_path):
     assert clone.labels.tolist() == src.train.labels.tolist()
 
 
-def test_load_source_resolves_relative_paths(tmp_path, monkeypatch):
+def test_load_or_generate_source_resolves_relative_paths(tmp_path, monkeypatch):
     _tree(tmp_path / "rel", {"a": 2, "b": 2})
     monkeypatch.chdir(tmp_path)
     cfg = SimpleNamespace(_target_=DATA_TARGETS["folder"], path="rel", val_fraction=0.5)
-    src = load_source(cfg)
+    src = load_or_generate_source(cfg)
     assert src.split["root"] == str(tmp_path / "rel")
     monkeypatch.chdir("/")
     assert src.train.read(0).shape == (4, 6, 3)  # absolute paths: independent of the cwd
 
 
-def test_load_source_rejects_unknown_names_and_missing_path():
+def test_load_or_generate_source_rejects_unknown_names_and_missing_path():
     with pytest.raises(ConfigError, match="data._target_.*'imagenet'"):
-        load_source(SimpleNamespace(_target_="imagenet", path="x", val_fraction=0.2))
+        load_or_generate_source(SimpleNamespace(_target_="imagenet", path="x", val_fraction=0.2))
     for name in ("folder", "synthetic", "cifar"):
         with pytest.raises(ConfigError, match=f"`data.path` is not set: data={name} needs a folder"):
-            load_source(SimpleNamespace(_target_=DATA_TARGETS[name], path=None, val_fraction=0.2))
+            load_or_generate_source(SimpleNamespace(_target_=DATA_TARGETS[name], path=None, val_fraction=0.2))
 
 
 # --- every DataError, with its message ------------------------------------------------------

@@ -14,7 +14,7 @@ import pytest
 from prepared_copies import corrupt_member, flip_byte, picture, write_as_format_1, write_copy
 
 from app.augment import check_stored_sizes
-from app.data import load_source
+from app.data import load_or_generate_source
 from app.data.headers import largest_decode_bytes
 from app.data.images import Decode, rgb_from_bytes
 from app.data.shards import read_index
@@ -34,7 +34,7 @@ def copies(tmp_path_factory):
 
 
 def test_raw_sample_is_the_stored_pixels_read_by_its_range_alone(copies):
-    source = load_source(_data(copies["raw"]))
+    source = load_or_generate_source(_data(copies["raw"]))
     train = pickle.loads(pickle.dumps(source.train))  # as a spawn'ed worker gets it
     assert train._index is None and not train._fds
     for i in (0, 5, 23):
@@ -46,7 +46,7 @@ def test_raw_sample_is_the_stored_pixels_read_by_its_range_alone(copies):
 
 
 def test_jpeg_sample_decodes_to_the_original(copies):
-    source = load_source(_data(copies["jpeg"]))
+    source = load_or_generate_source(_data(copies["jpeg"]))
     image = source.val.read(4)
     assert image.shape == (40, 56, 3) and image.flags.writeable
     assert np.abs(image.astype(int) - picture(4 % 3, 104)).mean() < 6  # noise at quality 95
@@ -57,7 +57,7 @@ def test_jpeg_sample_decodes_to_the_original(copies):
 def test_a_corrupt_member_is_a_bad_sample_named_by_shard_and_key(tmp_path):
     root = write_copy(tmp_path / "copy", counts={"train": 6, "val": 3})
     assert corrupt_member(root, "train", 3) == f"{root}/train-00001.tar member train-000000003.jpg"
-    train = load_source(_data(root)).train
+    train = load_or_generate_source(_data(root)).train
     with pytest.raises(BadSampleError, match=r"train-00001\.tar member train-000000003\.jpg"):
         train.read(3)
     train.read(1)  # negative control: the same shard's other sample reads
@@ -66,7 +66,7 @@ def test_a_corrupt_member_is_a_bad_sample_named_by_shard_and_key(tmp_path):
 def test_a_flipped_byte_in_a_members_data_fails_its_crc_named_by_shard_and_member(tmp_path, caplog):
     root = write_copy(tmp_path / "copy", counts={"train": 6, "val": 3})
     where = flip_byte(root, "train", 3)
-    train = load_source(_data(root)).train
+    train = load_or_generate_source(_data(root)).train
     advice = rf"delete it, then run the copy's prepare again, `python -m app prepare data=folder data.path=/orig " \
              rf"prepare.out={root} "
     with pytest.raises(BadSampleError, match=rf"{re.escape(where)}\) could not be loaded: its bytes fail their "
@@ -75,7 +75,7 @@ def test_a_flipped_byte_in_a_members_data_fails_its_crc_named_by_shard_and_membe
     train.read(1)  # negative control: the same shard's other sample reads
     write_as_format_1(root)  # as an app before checksums wrote it: still read, said to be unchecked
     with caplog.at_level(logging.WARNING, logger="app.data.prepared"):
-        old = load_source(_data(root))
+        old = load_or_generate_source(_data(root))
     unchecked = [r.getMessage() for r in caplog.records if "unchecked" in r.getMessage()]
     assert len(unchecked) == 1 and f"{root}/manifest.json is format version 1" in unchecked[0]
     assert old.train.read(3).shape == (40, 56, 3)  # the same flip, decoded unnoticed
@@ -84,27 +84,28 @@ def test_a_flipped_byte_in_a_members_data_fails_its_crc_named_by_shard_and_membe
 def test_an_edited_manifest_or_index_is_refused_naming_the_file_and_the_prepare_that_mends_it(tmp_path):
     root = write_copy(tmp_path / "copy", counts={"train": 6, "val": 3})
     written = json.loads((root / "manifest.json").read_text())
-    assert load_source(_data(root)).class_names == ["class0", "class1", "class2"]  # negative control: as written
+    # negative control: as written
+    assert load_or_generate_source(_data(root)).class_names == ["class0", "class1", "class2"]
     counted = {**written["splits"], "train": {**written["splits"]["train"], "count": 5}}
     for edit in ({"class_names": ["class1", "class0", "class2"]}, {"splits": counted}, {"version": 1}):
         (root / "manifest.json").write_text(json.dumps({**written, **edit}))
         with pytest.raises(DataError, match=rf"{root}/manifest\.json does not match its checksum.* labels cannot be "
                                             rf"trusted; run the copy's prepare again, `python -m app prepare "
                                             rf"data=folder data.path=/orig prepare.out={root} "):
-            load_source(_data(root))
+            load_or_generate_source(_data(root))
     (root / "manifest.json").write_text(json.dumps(written))
     index = np.load(root / "index-train.npy")
     index["label"][0] = 1
     np.save(root / "index-train.npy", index)
     with pytest.raises(DataError, match=rf"{root}/index-train\.npy does not match the checksum {root}/manifest\.json "
                                         "records for it .*the copy is damaged; run the copy's prepare again"):
-        load_source(_data(root))
+        load_or_generate_source(_data(root))
 
 
 def test_a_shard_cut_short_is_refused_at_start_and_a_bad_sample_once_running(tmp_path):
     root = write_copy(tmp_path / "copy", image_format="raw", counts={"train": 6, "val": 3})
     row = read_index(root, "train")[4]
-    train = load_source(_data(root)).train  # opened while whole: the start's checks pass
+    train = load_or_generate_source(_data(root)).train  # opened while whole: the start's checks pass
     with open(root / "train-00000.tar", "r+b") as shard:
         shard.truncate(int(row["offset"]) + 10)
     with pytest.raises(BadSampleError, match=r"train-00000\.tar member train-000000004\.npy.*truncated"):
@@ -112,7 +113,7 @@ def test_a_shard_cut_short_is_refused_at_start_and_a_bad_sample_once_running(tmp
     train.read(2)  # negative control: before the cut
     with pytest.raises(DataError, match=rf"{root}/train-00000\.tar is \d+ bytes where {root}/manifest\.json "
                                         rf"records \d+ .*`python -m app prepare .*prepare\.out={root} "):
-        load_source(_data(root))
+        load_or_generate_source(_data(root))
 
 
 def _config(image_size, transforms=()):
@@ -121,7 +122,7 @@ def _config(image_size, transforms=()):
 
 
 def test_a_copy_stored_smaller_than_the_transforms_need_is_refused(copies, tmp_path):
-    source = load_source(_data(copies["jpeg"]))  # short side 40
+    source = load_or_generate_source(_data(copies["jpeg"]))  # short side 40
     crop = [{"_target_": "albumentations.RandomResizedCrop", "size": [32, 32], "scale": [0.5, 1.0]}]
     with pytest.raises(DataError, match=r"short side of 40 px, but the train transforms .* need 53 px.*"
                                         r"python -m app prepare data=folder data.path=/orig .*short_side=53"):
@@ -130,51 +131,51 @@ def test_a_copy_stored_smaller_than_the_transforms_need_is_refused(copies, tmp_p
     with pytest.raises(DataError, match="the evaluation transforms .* need 48 px"):
         check_stored_sizes(_config([48, 48], in_source_pixels), source)
     check_stored_sizes(_config([40, 40]), source)  # negative control: big enough
-    full = load_source(_data(write_copy(tmp_path / "full", counts={"train": 3, "val": 3}, short_side=None)))
+    full = load_or_generate_source(_data(write_copy(tmp_path / "full", counts={"train": 3, "val": 3}, short_side=None)))
     check_stored_sizes(_config([48, 48], crop), full)  # stored at full size: never refused
 
 
 def test_the_plan_takes_the_sizes_from_the_index_without_opening_a_shard(copies, tmp_path):
     root = write_copy(tmp_path / "copy", counts={"train": 6, "val": 3})
-    train = load_source(_data(root)).train
+    train = load_or_generate_source(_data(root)).train
     for shard in root.glob("*.tar"):
         shard.unlink()  # the plan must not need them
     assert largest_decode_bytes(train, Decode()) == (40 * 56 * 3, 0)
     # a draft decode to a short side of 10 reduces 40×56 by 4
     assert largest_decode_bytes(train, Decode(min_short_side=10)) == (10 * 14 * 3, 0)
-    jpeg = load_source(_data(copies["jpeg"])).train
+    jpeg = load_or_generate_source(_data(copies["jpeg"])).train
     assert rgb_from_bytes(bytes(jpeg.fetch(0)), 10).shape == (10, 14, 3)  # what the decode makes, indeed
-    raw = load_source(_data(copies["raw"])).train
+    raw = load_or_generate_source(_data(copies["raw"])).train
     assert largest_decode_bytes(raw, Decode(min_short_side=10)) == (40 * 56 * 3, 0)  # raw is never reduced
 
 
 def test_the_fingerprint_is_the_manifests(copies, tmp_path):
-    jpeg, raw = (load_source(_data(copies[f])) for f in ("jpeg", "raw"))
+    jpeg, raw = (load_or_generate_source(_data(copies[f])) for f in ("jpeg", "raw"))
     assert jpeg.fingerprint != raw.fingerprint and jpeg.split["source"] == "prepared"
-    again = load_source(_data(write_copy(tmp_path / "again", counts={"train": 3, "val": 3})))
+    again = load_or_generate_source(_data(write_copy(tmp_path / "again", counts={"train": 3, "val": 3})))
     assert again.fingerprint == jpeg.fingerprint  # the same source, rule and format
     assert jpeg.split["prepared"]["short_side"] == 40 and jpeg.split["counts"]["test"] == 6
 
 
 def test_a_folder_that_is_not_there_is_refused():
     with pytest.raises(DataError, match="/no/such/copy does not exist or is not a folder"):
-        load_source(_data("/no/such/copy"))
+        load_or_generate_source(_data("/no/such/copy"))
 
 
 def test_a_folder_without_a_manifest_is_refused(copies, tmp_path):
     with pytest.raises(DataError, match="manifest.json is missing"):
-        load_source(_data(tmp_path))
-    load_source(_data(copies["raw"]))  # negative control
+        load_or_generate_source(_data(tmp_path))
+    load_or_generate_source(_data(copies["raw"]))  # negative control
 
 
 def test_data_path_is_required():
     with pytest.raises(ConfigError, match="data=prepared needs a folder.*prepare.out"):
-        load_source(_data(None))
+        load_or_generate_source(_data(None))
 
 
 def test_resumes_data_check_takes_the_manifests_fingerprint(copies, tmp_path):
-    jpeg = load_source(_data(copies["jpeg"]))
+    jpeg = load_or_generate_source(_data(copies["jpeg"]))
     (tmp_path / "split.json").write_text(json.dumps(jpeg.split))
-    check_same_data(tmp_path, load_source(_data(copies["jpeg"])))  # the same copy: resumes
+    check_same_data(tmp_path, load_or_generate_source(_data(copies["jpeg"])))  # the same copy: resumes
     with pytest.raises(DataError, match="the data changed since"):  # negative control: another format
-        check_same_data(tmp_path, load_source(_data(copies["raw"])))
+        check_same_data(tmp_path, load_or_generate_source(_data(copies["raw"])))

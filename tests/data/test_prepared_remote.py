@@ -22,7 +22,7 @@ from prepared_copies import write_copy
 from s3_endpoint import environment, new_bucket
 
 from app.augment import Augmenter
-from app.data import load_source, storage
+from app.data import load_or_generate_source, storage
 from app.data.shard_cache import delete_least_recently_used
 from app.data.storage import Store
 from app.errors import BadSampleError, DataError
@@ -66,10 +66,10 @@ def _samples(source) -> list[np.ndarray]:
 @pytest.mark.parametrize("fmt", ["jpeg", "raw"])
 def test_a_copy_at_a_url_reads_the_same_samples_as_the_local_one(copies, fmt):
     root, bucket = copies
-    local = load_source(_data(root / fmt))
+    local = load_or_generate_source(_data(root / fmt))
     expected = _samples(local)
     for url in (f"s3://{bucket}/{fmt}", f"{environment()['AWS_ENDPOINT_URL']}/{bucket}/{fmt}"):
-        remote = load_source(_data(url))
+        remote = load_or_generate_source(_data(url))
         assert remote.fingerprint == local.fingerprint and remote.split["root"] == url
         worker = pickle.loads(pickle.dumps(remote.train))  # as a spawn'ed worker gets it: no filesystem
         assert worker.root.store._fs is None
@@ -85,8 +85,8 @@ def test_cached_shards_are_downloaded_once_then_read_from_disk(copies, s3, tmp_p
     root, bucket = copies
     s3.copy(f"{bucket}/raw", f"{bucket}/once", recursive=True)
     cache = tmp_path / "cache"
-    source = load_source(_data(f"s3://{bucket}/once", cache_dir=cache))
-    expected = _samples(load_source(_data(root / "raw")))[:24]
+    source = load_or_generate_source(_data(f"s3://{bucket}/once", cache_dir=cache))
+    expected = _samples(load_or_generate_source(_data(root / "raw")))[:24]
     first = pickle.loads(pickle.dumps(source.train))
     assert all(np.array_equal(first.read(i), expected[i]) for i in range(24))
     (folder,) = cache.iterdir()
@@ -105,8 +105,8 @@ def test_cached_shards_are_downloaded_once_then_read_from_disk(copies, s3, tmp_p
 def test_over_its_cap_the_cache_keeps_the_shard_in_use_only(copies, tmp_path):
     root, bucket = copies
     cache = tmp_path / "cache"
-    train = load_source(_data(f"s3://{bucket}/raw", cache_dir=cache, cache_max_gb=1e-6)).train
-    expected = _samples(load_source(_data(root / "raw")))
+    train = load_or_generate_source(_data(f"s3://{bucket}/raw", cache_dir=cache, cache_max_gb=1e-6)).train
+    expected = _samples(load_or_generate_source(_data(root / "raw")))
     for i in (0, 1, 2):  # shards 0, 1, 0: each evicts the other
         assert np.array_equal(train.read(i), expected[i])
         (folder,) = cache.iterdir()
@@ -129,7 +129,7 @@ def test_the_least_recently_used_shards_go_first_never_the_one_kept(tmp_path):
 def test_a_full_cache_disk_is_named_at_once_and_leaves_no_part_file(copies, tmp_path):
     root, bucket = copies
     cache = tmp_path / "cache"
-    train = load_source(_data(f"s3://{bucket}/raw", cache_dir=cache)).train
+    train = load_or_generate_source(_data(f"s3://{bucket}/raw", cache_dir=cache)).train
     folder = train.root.cache.folder
     folder.mkdir(parents=True, exist_ok=True)  # not made yet where this process fetched the index before
     # The kernel's /dev/full answers every write with ENOSPC, as a full disk does: the download of
@@ -144,7 +144,8 @@ def test_a_full_cache_disk_is_named_at_once_and_leaves_no_part_file(copies, tmp_
     assert "free some space there" in str(caught.value)
     assert storage.thread_retries() == before  # no retry: the store is not at fault
     assert not [p.name for p in folder.iterdir() if p.name.endswith(".part")]
-    expected = load_source(_data(root / "raw")).train.read(0)  # negative control: with room again, it caches
+    # negative control: with room again, it caches
+    expected = load_or_generate_source(_data(root / "raw")).train.read(0)
     assert np.array_equal(train.read(0), expected) and (folder / "train-00000.tar").is_file()
 
 
@@ -157,7 +158,7 @@ def _fetch_when_all_are_ready(split, ready, index: int) -> None:
 def test_processes_racing_on_a_shard_leave_one_whole_file(copies, tmp_path):
     root, bucket = copies
     cache = tmp_path / "cache"
-    train = load_source(_data(f"s3://{bucket}/jpeg", cache_dir=cache)).train
+    train = load_or_generate_source(_data(f"s3://{bucket}/jpeg", cache_dir=cache)).train
     context = multiprocessing.get_context("spawn")
     ready = context.Barrier(2)
     racers = [context.Process(target=_fetch_when_all_are_ready, args=(train, ready, i)) for i in (0, 2)]
@@ -175,7 +176,7 @@ def test_storage_retries_made_by_workers_are_counted_in_the_telemetry(tmp_path, 
     write_copy(tmp_path / "copy", image_format="raw")
     served = Served(tmp_path)
     try:
-        source = load_source(_data(f"{served.url}/copy"))
+        source = load_or_generate_source(_data(f"{served.url}/copy"))
         size = (24, 24)
         augmenters = {"train": Augmenter([], list(size)), "val": Augmenter([], list(size))}
         settings = Settings(batch_size=4, image_size=size, workers=2, timeout_s=60)
@@ -194,15 +195,16 @@ def test_storage_retries_made_by_workers_are_counted_in_the_telemetry(tmp_path, 
 def test_a_missing_copy_or_refused_credentials_stop_at_the_source(copies, s3, tmp_path):
     root, bucket = copies
     with pytest.raises(DataError, match=r"s3://no-such-bucket-here/copy/manifest.json does not exist"):
-        load_source(_data("s3://no-such-bucket-here/copy"))
+        load_or_generate_source(_data("s3://no-such-bucket-here/copy"))
     with pytest.raises(DataError, match=rf"s3://{bucket}/nothing/manifest.json does not exist"):
-        load_source(_data(f"s3://{bucket}/nothing"))
+        load_or_generate_source(_data(f"s3://{bucket}/nothing"))
     private = new_bucket(s3)
     s3.put(str(root / "raw"), f"{private}/raw", recursive=True)  # no public-read: anonymous HTTP is refused
     url = f"{environment()['AWS_ENDPOINT_URL']}/{private}/raw"
     with pytest.raises(DataError, match=rf"{url}/manifest.json cannot be read with the credentials"):
-        load_source(_data(url))
-    assert load_source(_data(f"s3://{private}/raw")).class_names  # negative control: with credentials it reads
+        load_or_generate_source(_data(url))
+    # negative control: with credentials it reads
+    assert load_or_generate_source(_data(f"s3://{private}/raw")).class_names
 
 
 def test_a_server_that_ignores_byte_ranges_is_refused_at_the_source(tmp_path, monkeypatch):
@@ -212,7 +214,7 @@ def test_a_server_that_ignores_byte_ranges_is_refused_at_the_source(tmp_path, mo
         assert len(Store.at(f"{served.url}/copy").read_range("train-00000.tar", 0, 512)) == 512  # ranges answered
         monkeypatch.setattr(http_files._Ranged, "do_GET", SimpleHTTPRequestHandler.do_GET)  # now: 200, whole
         with pytest.raises(DataError, match="does not answer byte ranges"):
-            load_source(_data(f"{served.url}/copy"))
+            load_or_generate_source(_data(f"{served.url}/copy"))
     finally:
         served.stop()
 
@@ -220,7 +222,7 @@ def test_a_server_that_ignores_byte_ranges_is_refused_at_the_source(tmp_path, mo
 def test_storage_lost_while_training_stops_with_its_paragraph_not_as_a_bad_sample(tmp_path, monkeypatch):
     write_copy(tmp_path / "copy", image_format="raw", counts={"train": 6, "val": 3})
     served = Served(tmp_path)
-    source = load_source(_data(f"{served.url}/copy"))
+    source = load_or_generate_source(_data(f"{served.url}/copy"))
     work = SimpleNamespace(splits={"train": source.train}, augmenters={"train": Augmenter([], [24, 24])}, seed=0,
                            on_bad_sample="skip")
     task, ring = messages.Task("train", 0, 0, [(0, 1)]), np.zeros((1, 1, 24, 24, 3), np.uint8)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from app.data import drawing, load_source, synthetic
+from app.data import drawing, load_or_generate_source, synthetic
 from app.data.images import load_rgb
 from app.data.synthetic import Spec, class_names, dataset_dir_name, ensure_dataset
 from app.errors import DataError, MachineError
@@ -132,7 +132,7 @@ def test_stale_temporary_folders_of_dead_jobs_are_removed(tmp_path):
 
 
 def test_images_are_rgb_jpegs_of_a_few_sizes_and_aspect_ratios(tmp_path):
-    src = load_source(SimpleNamespace(_target_=SYNTH, path=str(tmp_path), val_fraction=0.25,
+    src = load_or_generate_source(SimpleNamespace(_target_=SYNTH, path=str(tmp_path), val_fraction=0.25,
                                       seed=0, **TINY))
     images = [src.train.read(i) for i in range(len(src.train))]
     assert all(img.dtype == np.uint8 and img.ndim == 3 and img.shape[2] == 3 for img in images)
@@ -169,7 +169,7 @@ def test_files_stored_turned_load_as_drawn(tmp_path, draft):
 
 def test_a_run_on_another_generators_files_is_refused_before_generating(tmp_path, monkeypatch):
     data = SimpleNamespace(_target_=SYNTH, path=str(tmp_path / "data"), val_fraction=0.25, seed=0, **TINY)
-    source = load_source(data)
+    source = load_or_generate_source(data)
     run = tmp_path / "run"
     run.mkdir()
     write_json(run / "split.json", source.split)
@@ -190,13 +190,13 @@ def test_a_run_on_another_generators_files_is_refused_before_generating(tmp_path
 def test_source_is_the_folder_split(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = SimpleNamespace(_target_=SYNTH, path="datasets/synthetic", val_fraction=0.25, seed=0, **TINY)
-    src = load_source(cfg)
+    src = load_or_generate_source(cfg)
     assert src.name == "synthetic" and src.split["source"] == "synthetic"
     assert src.class_names == ["00_red_circle", "01_green_square", "02_blue_triangle"]
     assert (len(src.train), len(src.val)) == (18, 6)
     assert np.bincount(src.val.labels).tolist() == [2, 2, 2]
     assert src.split["root"] == str(tmp_path / "datasets" / "synthetic" / "v2-n24-s64-c3-seed0")
-    assert load_source(cfg).fingerprint == src.fingerprint
+    assert load_or_generate_source(cfg).fingerprint == src.fingerprint
 
 
 def test_class_names_are_distinct_up_to_the_maximum():
@@ -217,7 +217,7 @@ def test_class_count_out_of_range(tmp_path, n):
 
 def test_the_test_split_is_generated_apart_and_outside_the_fingerprint(tmp_path):
     def source(tests):
-        return load_source(SimpleNamespace(_target_=SYNTH, path=str(tmp_path), val_fraction=0.25, seed=0,
+        return load_or_generate_source(SimpleNamespace(_target_=SYNTH, path=str(tmp_path), val_fraction=0.25, seed=0,
                                            num_test_images=tests, **TINY))
 
     none, some = source(0), source(None)  # null: a quarter of num_images

@@ -6,7 +6,7 @@ from multiprocessing import shared_memory
 import numpy as np
 import pytest
 
-from app.loader.ring import Ring, attach, segment_fd
+from app.loader.ring import Ring, attach, delete_orphan_segments, segment_fd
 
 
 def test_worker_view_shares_the_parent_memory():
@@ -63,9 +63,10 @@ except WorkerError as error:
     assert "/dev/shm has 1.0 MiB free" in result.stdout
 
 
-def test_a_ring_left_by_a_killed_process_group_is_removed_at_the_next_start(caplog):
+def test_a_ring_left_by_a_killed_process_group_is_deleted_as_the_next_loader_starts(caplog):
     """SIGKILL to the whole group (the resource tracker included) left the segment in
-    /dev/shm for ever; start-up only removed segments carrying its own PID."""
+    /dev/shm for ever; start-up only removed segments carrying its own PID. The enqueuer's start
+    calls delete_orphan_segments before it makes its own ring."""
     import signal
     import subprocess
     import sys
@@ -83,9 +84,7 @@ def test_a_ring_left_by_a_killed_process_group_is_removed_at_the_next_start(capl
     mine = Ring(1, 1, (4, 4), shared=True)  # negative control: a live process's ring is kept
     try:
         with caplog.at_level("WARNING"):
-            ring = Ring(1, 2, (4, 4), shared=True)
-        ring.close()
-        assert not os.path.exists(path)
+            assert delete_orphan_segments() == [path]
         assert os.path.exists(f"/dev/shm/{mine.spec.name}")
         assert path in caplog.text and f"left by process {child.pid}, which no longer runs" in caplog.text
     finally:

@@ -21,7 +21,7 @@ from s3_endpoint import environment, new_bucket
 from shard_checks import assert_webdataset_reads_what_the_index_says
 
 from app.config import conf_dir, load
-from app.data import load_source
+from app.data import load_or_generate_source
 from app.data.shards import read_index, read_manifest
 from app.data.storage import LocalStore, RemoteStore, Store
 from app.errors import ConfigError, DataError
@@ -232,7 +232,7 @@ def test_the_manifest_records_the_sources_split_and_each_sample_names_its_origin
     config = prepared_config(*TINY, f"data.path={tmp_path / 'data'}", f"prepare.out={out}", "prepare.format=raw")
     write_prepared_copy(config, workers=0, per_shard=5)
     assert not list(out.rglob("*.tmp"))
-    source, manifest = load_source(config.data), read_manifest(out)
+    source, manifest = load_or_generate_source(config.data), read_manifest(out)
     assert manifest.assignment == json.loads(json.dumps(source.split))  # as training's split.json holds it
     assert manifest.assignment["train"] and manifest.assignment["val"] and manifest.assignment["test"]
     for split in manifest.splits:

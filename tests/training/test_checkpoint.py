@@ -19,10 +19,16 @@ def tiny():
     return net
 
 
+def written(net, run_dir, step: int, state: dict) -> None:
+    """A checkpoint as training writes one: then all but the newest few and the best deleted."""
+    checkpoint.write_checkpoint(net, run_dir, step, state)
+    checkpoint.delete_stale_checkpoints(run_dir, best=(state.get("best") or [None, None])[1])
+
+
 def test_keeps_the_newest_two_and_the_protected_best(tmp_path):
     net = tiny()
     for step in range(1, 6):
-        checkpoint.save(net, tmp_path, step, {"step": step, "best": [0.9, "step-00000002"]})
+        written(net, tmp_path, step, {"step": step, "best": [0.9, "step-00000002"]})
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert names == ["step-00000002", "step-00000004", "step-00000005"]  # no temporary leftovers either
 
@@ -31,9 +37,9 @@ def test_resume_point_passes_over_half_written_and_corrupt_checkpoints(tmp_path,
     net = tiny()
     x, y = np.ones((8, 4), np.float32), np.zeros((8, 2), np.float32)
     net.train_on_batch(x, y)
-    checkpoint.save(net, tmp_path, 1, {"step": 1})
+    written(net, tmp_path, 1, {"step": 1})
     net.train_on_batch(x, y)
-    checkpoint.save(net, tmp_path, 2, {"step": 2})
+    written(net, tmp_path, 2, {"step": 2})
     # a kill during a write leaves only a temporary directory, which is not a checkpoint
     half = tmp_path / "checkpoints" / ".step-00000003.tmp"
     half.mkdir()
@@ -79,12 +85,12 @@ def test_a_folder_without_checkpoints_is_told_what_to_do_instead(tmp_path):
 def test_trainer_epochs_below_the_checkpoints_epoch_is_refused(tmp_path):
     """A resume with fewer epochs than done would end at once and call an unfinished run completed."""
     net = tiny()
-    checkpoint.save(net, tmp_path, 4, {"step": 4, "epoch": 1, "epoch_complete": True})  # 2 epochs done
+    written(net, tmp_path, 4, {"step": 4, "epoch": 1, "epoch_complete": True})  # 2 epochs done
     assert restore.resume_point(tmp_path, epochs=2).path.name == "step-00000004"  # negative control
     with pytest.raises(ConfigError, match=r"`trainer.epochs` = 1 is not allowed: 2 or more: .* has 2 epochs done "
                        r"\(checkpoint step-00000004\).*trainer.epochs=3` trains it further"):
         restore.resume_point(tmp_path, epochs=1)
-    checkpoint.save(net, tmp_path, 6, {"step": 6, "epoch": 2, "epoch_complete": False})  # inside epoch 3
+    written(net, tmp_path, 6, {"step": 6, "epoch": 2, "epoch_complete": False})  # inside epoch 3
     with pytest.raises(ConfigError, match="2 is not allowed: 3 or more: .* has epoch 3 under way"):
         restore.resume_point(tmp_path, epochs=2)
 
@@ -94,7 +100,7 @@ def test_a_damaged_checkpoint_asked_for_by_name_is_named_with_the_others(tmp_pat
 
     net = tiny()
     for step in (1, 2):
-        checkpoint.save(net, tmp_path, step, {"step": step, "best": None})
+        written(net, tmp_path, step, {"step": step, "best": None})
     assert restore.load_model(tmp_path, "step-00000001") is not None  # negative control: a whole one loads
     (tmp_path / "checkpoints" / "step-00000001" / "model.keras").write_bytes(b"not a zip file")
     with pytest.raises(DataError, match="step-00000001/model.keras cannot be loaded") as raised:
@@ -133,9 +139,9 @@ def test_evaluates_choice_last_best_or_named(tmp_path, caplog):
     """`last`: the newest written at an epoch's end that loads; `best`: the one marked, however
     old; a name: that one. A checkpoint inside an epoch is never `last`."""
     net = tiny()
-    checkpoint.save(net, tmp_path, 2, {"step": 2, "epoch_complete": True, "best": [0.5, "step-00000002"]})
-    checkpoint.save(net, tmp_path, 4, {"step": 4, "epoch_complete": True, "best": [0.5, "step-00000002"]})
-    checkpoint.save(net, tmp_path, 5, {"step": 5, "epoch_complete": False, "best": [0.5, "step-00000002"]})
+    written(net, tmp_path, 2, {"step": 2, "epoch_complete": True, "best": [0.5, "step-00000002"]})
+    written(net, tmp_path, 4, {"step": 4, "epoch_complete": True, "best": [0.5, "step-00000002"]})
+    written(net, tmp_path, 5, {"step": 5, "epoch_complete": False, "best": [0.5, "step-00000002"]})
     assert restore.chosen_checkpoint(tmp_path)[0].name == "step-00000004"  # not step 5, inside an epoch
     assert restore.chosen_checkpoint(tmp_path, "best")[0].name == "step-00000002"
     assert restore.chosen_checkpoint(tmp_path, "step-00000005")[0].name == "step-00000005"

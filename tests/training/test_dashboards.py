@@ -24,12 +24,12 @@ def write(run_dir, step_range) -> None:
     out = dashboards.writer(LOGGER_TARGETS["tensorboard"], run_dir)
     for step in step_range:
         out.scalars("train", {"step/loss": 1.0 / step}, step)
-    out.close()
+    out.finish_and_upload("completed")
 
 
 def test_a_resume_cuts_the_events_after_its_checkpoint(tmp_path):
     write(tmp_path, range(1, 11))
-    dashboards.trim(tmp_path, 5)
+    dashboards.rewrite_without_events_after(tmp_path, 5)
     assert steps(tmp_path / "tensorboard" / "train", "step/loss") == [1, 2, 3, 4, 5]
     write(tmp_path, range(6, 11))  # the resumed run writes steps 6.. again
     assert steps(tmp_path / "tensorboard" / "train", "step/loss") == list(range(1, 11))
@@ -48,7 +48,7 @@ def test_csv_logger_and_none(tmp_path):
     assert [(r["split"], r["tag"], r["step"]) for r in rows] == [("train", "step/loss", "3"),
                                                                    ("train", "step/accuracy", "3"),
                                                                    ("validation", "epoch/loss", "6")]
-    dashboards.trim(tmp_path, 4)
+    dashboards.rewrite_without_events_after(tmp_path, 4)
     assert [r["step"] for r in csv.DictReader((tmp_path / "scalars.csv").open())] == ["3", "3"]
     quiet = tmp_path / "quiet"
     quiet.mkdir()
@@ -60,7 +60,7 @@ def test_the_first_batch_is_drawn_with_its_classes(tmp_path):
     batch = np.random.default_rng(0).integers(0, 256, (10, 16, 16, 3), dtype=np.uint8)
     out = dashboards.writer(LOGGER_TARGETS["tensorboard"], tmp_path)
     dashboards.write_first_batch(out, tmp_path, (batch, np.arange(10) % 2), ["cat", "dog"])
-    out.close()
+    out.finish_and_upload("completed")
     from PIL import Image
 
     sheet = Image.open(tmp_path / "augmented.png")

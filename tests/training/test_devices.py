@@ -21,7 +21,7 @@ import recording
 from docs_runner import spawn_one_process_for
 
 from app.errors import ConfigError
-from app.training.checkpoint import newest
+from app.training.checkpoint import newest_first
 from app.training.devices import Placement, _check_batch
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -42,7 +42,7 @@ def app(*args, cwd):
 
 
 def last_model(run: Path) -> keras.Model:
-    return keras.saving.load_model(newest(run)[0] / "model.keras", compile=False)
+    return keras.saving.load_model(newest_first(run)[0] / "model.keras", compile=False)
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +89,7 @@ def test_two_replicas_train_the_weights_of_one_device(runs):
     kernel_one, kernel_two = (net.get_layer("counting").get_layer("probabilities").kernel for net in (one, two))
     assert np.allclose(kernel_one, kernel_two, atol=1e-5)
     # negative control: the tolerance tells epochs apart (the weights after the first)
-    first = keras.saving.load_model(newest(runs / "two")[-1] / "model.keras", compile=False)
+    first = keras.saving.load_model(newest_first(runs / "two")[-1] / "model.keras", compile=False)
     assert not np.allclose(first.get_layer("counting").get_layer("probabilities").kernel, kernel_two, atol=1e-3)
 
 
@@ -321,7 +321,7 @@ def test_jax_local_devices_train_each_sample_once_across_a_resume(jax_runs):
     trained, _ = probe.counts(last_model(run))
     assert set(trained[list(TRAIN)]) == {EPOCHS} and trained.sum() == EPOCHS * len(TRAIN)
     # negative control: the first epoch's weights are told apart at this tolerance
-    assert not np.allclose(kernel(keras.saving.load_model(newest(run)[-1] / "model.keras", compile=False)),
+    assert not np.allclose(kernel(keras.saving.load_model(newest_first(run)[-1] / "model.keras", compile=False)),
                            kernel(last_model(run)), atol=1e-3)
 
 

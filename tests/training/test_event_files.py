@@ -38,7 +38,7 @@ def write_every_summary(run_dir: Path) -> None:
     out.begin({"seed": 3, "trainer": {"epochs": 2, "jit": True}, "tags": ["a", "b"]}, trial="t0", step=0)
     out.scalars("train", {"step/loss": 0.5}, 4)
     out.images("augmented", BATCH, 0)
-    out.close()
+    out.finish_and_upload("completed")
 
 
 def test_each_summary_is_read_back_by_tensorboards_own_plugins(tmp_path):
@@ -108,7 +108,7 @@ def test_the_summaries_are_those_tf_summary_writes(tmp_path):
     out.tags(["a", "b"])
     out.scalars("train", {"step/loss": 0.5}, 4)
     out.images("augmented", BATCH, 4)
-    out.close()
+    out.finish_and_upload("completed")
     theirs = summaries(tmp_path / "tf" / "tensorboard" / "train")
     ours = summaries(tmp_path / "ours" / "tensorboard" / "train")
     assert set(theirs) == {"step/loss", "augmented", "tags"}
@@ -123,7 +123,7 @@ def test_the_summaries_are_those_tf_summary_writes(tmp_path):
     # negative control: another value is told apart
     out = dashboards.writer(LOGGER_TARGETS["tensorboard"], tmp_path / "other")
     out.scalars("train", {"step/loss": 0.25}, 4)
-    out.close()
+    out.finish_and_upload("completed")
     assert summaries(tmp_path / "other" / "tensorboard" / "train")["step/loss"] != theirs["step/loss"]
 
 
@@ -131,7 +131,7 @@ def test_a_rewrite_stops_at_a_record_cut_short(tmp_path):
     out = dashboards.writer(LOGGER_TARGETS["tensorboard"], tmp_path)
     for step in range(1, 5):
         out.scalars("train", {"step/loss": float(step)}, step)
-    out.close()
+    out.finish_and_upload("completed")
     (path,) = (tmp_path / "tensorboard" / "train").glob("*tfevents*")
     whole = path.read_bytes()
     path.write_bytes(whole[:-3])  # the last record's write never finished

@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import pytest
 
-from app.model import build, classifier, export, small_resnet
+from app.model import build, classifier, small_resnet, write_model_keras
 from app.schema import KerasAppConfig
 from app.training.exporting import float32_model, named_layer, runtime, uint8_model, write_format
 
@@ -29,7 +29,7 @@ def test_a_mixed_bfloat16_model_is_rebuilt_in_float32(tmp_path):
         trained = classifier(small_resnet((16, 16, 3), 3, widths=[8]), (16, 16))
     finally:
         keras.mixed_precision.set_global_policy("float32")
-    export(trained, tmp_path / "model.keras", class_names=["a", "b", "c"], image_size=[16, 16])
+    write_model_keras(trained, tmp_path / "model.keras", class_names=["a", "b", "c"], image_size=[16, 16])
     saved = keras.saving.load_model(tmp_path / "model.keras")
     assert "mixed_bfloat16" in policies(saved)  # negative control: model.keras keeps the mixed policy
     rebuilt = float32_model(saved)

@@ -30,20 +30,19 @@ def test_a_new_run_writes_split_json_and_a_resume_checks_it(tmp_path):
     config = composed(*TINY, f"data.path={tmp_path / 'data'}")
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    source, steps = inputs.read_data_and_write_split(config, run_dir, writes=False)
-    assert not (run_dir / "split.json").exists()  # negative control: a process that does not write the run
-    source, steps = inputs.read_data_and_write_split(config, run_dir)
+    source, steps = inputs.read_data(config, run_dir)
+    assert not (run_dir / "split.json").exists()  # negative control: reading writes nothing
+    inputs.delete_partial_records_and_write_split(run_dir, source)
     assert steps == len(source.train) // 4 and json.loads((run_dir / "split.json").read_text())
     resumed = composed(*TINY, f"data.path={tmp_path / 'data'}", f"+resume={run_dir}")
-    assert inputs.read_data_and_write_split(resumed, run_dir)[1] == steps  # checked against split.json
+    assert inputs.read_data(resumed, run_dir)[1] == steps  # checked against split.json
     with pytest.raises(ConfigError, match="trainer.steps_per_epoch"):
-        inputs.read_data_and_write_split(composed(*TINY, f"data.path={tmp_path / 'data'}",
-                                                  "trainer.steps_per_epoch=99"), run_dir)
+        inputs.read_data(composed(*TINY, f"data.path={tmp_path / 'data'}", "trainer.steps_per_epoch=99"), run_dir)
 
 
 def test_each_process_loads_its_share_of_a_batch(tmp_path):
     config = composed(*TINY, f"data.path={tmp_path / 'data'}", "data.batch_size=8")
-    source, _ = inputs.read_data_and_write_split(config, tmp_path)
+    source, _ = inputs.read_data(config, tmp_path)
     one, two = Placement(strategy_name="default", devices=["/device:CPU:0"]), Placement(
         strategy_name="data_parallel", devices=["/device:CPU:0"], processes=2)
     assert inputs.share(config, one).data.batch_size == 8 and inputs.share(config, two).data.batch_size == 4

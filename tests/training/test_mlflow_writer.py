@@ -52,7 +52,7 @@ def test_a_run_holds_params_tags_metrics_and_artifacts(tmp_path):
     out.checkpointed(2)
     assert _steps(client, run_id, "step/loss") == [(1, 1.0), (2, 0.5)]
     out.checkpointed(4)
-    out.close()
+    out.finish_and_upload("completed")
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED" and run.info.run_name == "runs/one"
     assert client.get_experiment(run.info.experiment_id).name == "tiny"
@@ -80,7 +80,7 @@ def test_a_resume_continues_the_run_and_logs_no_step_twice(tmp_path):
     again.begin({**CONFIG, "trainer": {"epochs": 3, "callbacks": []}}, trial="run", step=2)
     _loss(again, range(3, 7), scale=10.0)
     again.checkpointed(6)
-    again.close()
+    again.finish_and_upload("completed")
     client = MlflowClient(_uri(tmp_path))
     (run,) = client.search_runs([client.get_experiment_by_name("train").experiment_id])  # one MLflow run
     assert _steps(client, run.info.run_id, "step/loss") == [(1, 1.0), (2, 0.5), (3, 1 / 3), (4, 0.25),
@@ -95,7 +95,7 @@ def test_a_resume_continues_the_run_and_logs_no_step_twice(tmp_path):
 def test_a_failed_run_ends_failed_with_its_files(tmp_path):
     out = _writer(tmp_path)
     out.begin(CONFIG, trial="run", step=0)
-    out.ended("failed")
+    out.finish_and_upload("failed")
     client = MlflowClient(_uri(tmp_path))
     run_id = json.loads((tmp_path / "run" / RUN_FILE).read_text())["run_id"]
     assert client.get_run(run_id).info.status == "FAILED"
@@ -116,7 +116,7 @@ def _log_from_a_process(args) -> str:
     for step in range(1, 41):
         out.scalars("train", {"step/loss": 1.0, "step/accuracy": 0.5}, step)
         out.checkpointed(step)
-    out.close()
+    out.finish_and_upload("completed")
     return job
 
 

@@ -128,12 +128,12 @@ def test_replaced_keys_are_refused_and_old_runs_are_read_translated():
     from app.config import load
     from app.errors import ConfigError
     from app.training.migrate import migrated
-    from app.training.resume import prepare_argv
+    from app.training.resume import claim_and_rewrite_argv
 
     with pytest.raises(ConfigError, match=r"`trainer.lr` was replaced: use optimizer.learning_rate"):
-        prepare_argv(["trainer.lr=0.1"])
+        claim_and_rewrite_argv(["trainer.lr=0.1"])
     with pytest.raises(ConfigError, match=r"`trainer.optimizer` was replaced: use optimizer=adam\|adamw"):
-        prepare_argv(["trainer.optimizer=sgd"])
+        claim_and_rewrite_argv(["trainer.optimizer=sgd"])
     from app.config import to_plain
 
     old = to_plain(composed())
@@ -146,7 +146,7 @@ def test_replaced_keys_are_refused_and_old_runs_are_read_translated():
     assert config.optimizer.kwargs == {"momentum": 0.9, "nesterov": True}
     assert config.scheduler._target_ == "app.training.schedules.constant"
     with pytest.raises(ConfigError, match=r"`trainer.mixed_precision` was replaced: use trainer.precision="):
-        prepare_argv(["trainer.mixed_precision=true"])
+        claim_and_rewrite_argv(["trainer.mixed_precision=true"])
     mixed = to_plain(composed())
     mixed["trainer"].pop("precision")
     mixed["trainer"]["mixed_precision"] = True
@@ -169,13 +169,13 @@ def test_accumulation_counts_updates_and_the_schedule_follows_them():
 def test_more_accumulated_steps_than_the_run_takes_are_refused(tmp_path):
     """trainer.grad_accum_steps above the run's steps would train without a single update."""
     from app.errors import ConfigError
-    from app.training.inputs import read_data_and_write_split
+    from app.training.inputs import read_data
 
     tiny = ["data.num_images=24", "data.source_size=32", "data.num_classes=3", "data.batch_size=4",
             f"data.path={tmp_path / 'data'}", "trainer.epochs=2"]  # 18 training samples: 4 steps an epoch
     with pytest.raises(ConfigError, match=r"`trainer.grad_accum_steps` = 9 .* at most the steps the run takes, 8 "):
-        read_data_and_write_split(composed(*tiny, "trainer.grad_accum_steps=9"), tmp_path, writes=False)
-    fixed = read_data_and_write_split(composed(*tiny, "trainer.grad_accum_steps=8"), tmp_path, writes=False)
+        read_data(composed(*tiny, "trainer.grad_accum_steps=9"), tmp_path)
+    fixed = read_data(composed(*tiny, "trainer.grad_accum_steps=8"), tmp_path)
     assert fixed[1] == 4  # the fix passes
 
 

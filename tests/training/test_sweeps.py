@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from app.errors import ConfigError, DataError
 from app.training import sweeps
-from app.training.resume import SAFE_PREFIXES, prepare_argv
+from app.training.resume import SAFE_PREFIXES, claim_and_rewrite_argv
 from app.training.rundir import RunInUseError, _held, release_lock
 
 TASK = ["data.num_images=24", "queue.max_size=1,2", "trainer.epochs=2", "data.image_size=[32,32]"]
@@ -33,7 +33,7 @@ def recorded_sweep(folder: Path, task=TASK, own=OWN, sweeper=sweeps.BASIC_SWEEPE
 
 def test_a_sweeps_folder_becomes_the_sweeps_own_command_line_into_that_folder(tmp_path):
     sweep = recorded_sweep(tmp_path / "S")
-    argv = prepare_argv([f"resume={sweep}", "trainer.epochs=3", "queue.workers=1", "hydra.launcher.n_jobs=1"],
+    argv = claim_and_rewrite_argv([f"resume={sweep}", "trainer.epochs=3", "queue.workers=1", "hydra.launcher.n_jobs=1"],
                         tmp_path / "outputs")
     assert argv == ["-m", "data.num_images=24", "queue.max_size=1,2", "trainer.epochs=3", "data.image_size=[32,32]",
                     "queue.workers=1", "hydra/launcher=joblib", "hydra.sweep.subdir=job${hydra.job.num}",
@@ -42,20 +42,22 @@ def test_a_sweeps_folder_becomes_the_sweeps_own_command_line_into_that_folder(tm
                     "hydra.callbacks.sweep.resuming=true"]
     assert all(o.input_line for o in OverridesParser.create().parse_overrides(argv[1:]))  # Hydra's grammar
     assert not (tmp_path / "outputs").exists()  # no directory of its own claimed
-    plain = prepare_argv([f"resume={sweep}"], tmp_path / "outputs")  # nothing added: the sweep's line as it was
+    # nothing added: the sweep's line as it was
+    plain = claim_and_rewrite_argv([f"resume={sweep}"], tmp_path / "outputs")
     assert plain[1:5] == TASK
     # negative control: a run's folder is resumed alone, as before
     (tmp_path / "run" / "checkpoints").mkdir(parents=True)
-    single = prepare_argv([f"resume={tmp_path / 'run'}"], tmp_path / "outputs")
+    single = claim_and_rewrite_argv([f"resume={tmp_path / 'run'}"], tmp_path / "outputs")
     assert "-m" not in single and single[-1] == "hydra.output_subdir=null"
     release_lock(tmp_path / "run")
 
 
 def test_a_resumed_sweep_resumed_again_keeps_its_first_lines(tmp_path):
-    resumed = prepare_argv([f"resume={recorded_sweep(tmp_path / 'S')}", "queue.workers=1"], tmp_path / "outputs")
+    resumed = claim_and_rewrite_argv([f"resume={recorded_sweep(tmp_path / 'S')}", "queue.workers=1"],
+                                     tmp_path / "outputs")
     hydra_part = [a for a in resumed[1:] if a.startswith("hydra")] + ["hydra.mode=MULTIRUN"]
     again = recorded_sweep(tmp_path / "T", task=[a for a in resumed[1:] if not a.startswith("hydra")], own=hydra_part)
-    argv = prepare_argv([f"resume={again}"], tmp_path / "outputs")
+    argv = claim_and_rewrite_argv([f"resume={again}"], tmp_path / "outputs")
     assert argv.count("hydra.output_subdir=${app.unless_resumed:.hydra}") == 1 and "queue.workers=1" in argv
     assert f"hydra.sweep.dir='{again.resolve()}'" in argv and f"hydra.sweep.dir='{tmp_path / 'S'}'" not in argv
 
@@ -71,15 +73,16 @@ def test_a_resumed_sweep_resumed_again_keeps_its_first_lines(tmp_path):
 def test_what_a_sweeps_resume_may_not_change_is_refused(tmp_path, given, says):
     sweep = recorded_sweep(tmp_path / "S")
     with pytest.raises(ConfigError, match=f".*{says}.*".replace("(", r"\(").replace(")", r"\)")):
-        prepare_argv([f"resume={sweep}", *given], tmp_path / "outputs")
-    prepare_argv([f"resume={sweep}", "queue.prefetch=1"], tmp_path / "outputs")  # negative control: a safe key
+        claim_and_rewrite_argv([f"resume={sweep}", *given], tmp_path / "outputs")
+    # negative control: a safe key
+    claim_and_rewrite_argv([f"resume={sweep}", "queue.prefetch=1"], tmp_path / "outputs")
 
 
 def test_a_search_whose_trials_depend_on_earlier_ones_is_refused(tmp_path):
     search = recorded_sweep(tmp_path / "S", sweeper="hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper")
     with pytest.raises(ConfigError, match="run by OptunaSweeper, which picks each job's settings from the results") \
             as refused:
-        prepare_argv([f"resume={search}"], tmp_path / "outputs")
+        claim_and_rewrite_argv([f"resume={search}"], tmp_path / "outputs")
     assert f"resume={search.resolve()}/<job>" in str(refused.value)
 
 
@@ -89,14 +92,15 @@ def test_a_damaged_record_and_a_sweep_given_to_evaluate_or_with_m_are_refused(tm
     for word in ("evaluate", "predict"):
         with pytest.raises(ConfigError, match=f"works on one run. Give a job's folder, e.g. python -m app {word} "
                                               f"resume={sweep.resolve()}/3"):
-            prepare_argv([f"resume={sweep}"], tmp_path / "outputs", word=word)
-    assert prepare_argv([f"resume={sweep}", "-m"], tmp_path / "outputs")[0] == "-m"  # -m is the sweep's anyway
+            claim_and_rewrite_argv([f"resume={sweep}"], tmp_path / "outputs", word=word)
+    # -m is the sweep's anyway
+    assert claim_and_rewrite_argv([f"resume={sweep}", "-m"], tmp_path / "outputs")[0] == "-m"
     (tmp_path / "run" / "checkpoints").mkdir(parents=True)
     with pytest.raises(ConfigError, match="give the sweep's folder to finish every job of a sweep"):
-        prepare_argv([f"resume={tmp_path / 'run'}", "-m"], tmp_path / "outputs")
+        claim_and_rewrite_argv([f"resume={tmp_path / 'run'}", "-m"], tmp_path / "outputs")
     (sweep / "multirun.yaml").write_text("hydra: [unclosed")
     with pytest.raises(DataError, match="multirun.yaml cannot be read .*resume each job alone"):
-        prepare_argv([f"resume={sweep}"], tmp_path / "outputs")
+        claim_and_rewrite_argv([f"resume={sweep}"], tmp_path / "outputs")
 
 
 def holding(folder: Path) -> subprocess.Popen:
@@ -115,12 +119,12 @@ def test_a_live_sweep_or_a_job_trained_alone_is_never_resumed_beside_it(tmp_path
     holder = holding(sweep / locked)
     try:
         with pytest.raises(RunInUseError, match=r"is in use: process \d+ \(python -m app train -m\)"):
-            prepare_argv([f"resume={sweep}"], tmp_path / "outputs")
+            claim_and_rewrite_argv([f"resume={sweep}"], tmp_path / "outputs")
     finally:
         holder.stdin.close()
         holder.wait()
     before = (sweep / locked / ".lock").stat().st_mtime_ns
-    prepare_argv([f"resume={sweep}"], tmp_path / "outputs")  # negative control: once it ended, it resumes
+    claim_and_rewrite_argv([f"resume={sweep}"], tmp_path / "outputs")  # negative control: once it ended, it resumes
     assert (sweep / locked / ".lock").stat().st_mtime_ns == before  # the check only read the lock
 
 
@@ -187,8 +191,9 @@ def test_a_job_that_holds_a_run_keeps_the_record_of_its_first_start(tmp_path):
 def test_a_new_sweep_into_a_sweeps_folder_is_told_to_resume_it(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     sweep = recorded_sweep(tmp_path / "S")
-    assert prepare_argv(["-m", "seed=1,2", "hydra.sweep.dir=S"])[-1] == "hydra.sweep.dir=S"  # no run there yet
+    # no run there yet
+    assert claim_and_rewrite_argv(["-m", "seed=1,2", "hydra.sweep.dir=S"])[-1] == "hydra.sweep.dir=S"
     (sweep / "0" / "metrics.csv").write_text("epoch\n1\n")
     with pytest.raises(ConfigError, match=r"S holds a run already .* Continue it with `python -m app train "
                                           r"resume=S` \(every job of the sweep, each in its own folder\)"):
-        prepare_argv(["-m", "seed=1,2", "hydra.sweep.dir=S"])
+        claim_and_rewrite_argv(["-m", "seed=1,2", "hydra.sweep.dir=S"])
