@@ -68,7 +68,7 @@ def trainer_measures() -> dict:
     with tempfile.TemporaryDirectory(prefix="app-probe-") as tmp:
         writer = TensorBoardWriter(Path(tmp))
         writer.scalars("train", {"loss": 1.0}, 1)
-        writer.close()
+        writer.finish_and_upload("completed")
         tiny.save(Path(tmp) / "model.keras")
     with_tiny, before = high_water(), resident()
     size, (small, large) = CALIBRATION["image_size"], CALIBRATION["batches"]
