@@ -26,6 +26,7 @@ from app.loader.pool import Pool, Work, Worker, exit_description
 from app.loader.ring import Ring, delete_orphan_segments
 from app.loader.settings import Settings, ring_slots
 from app.loader.telemetry import Telemetry
+from app.processes import signals_held
 
 log = logging.getLogger(__name__)
 
@@ -110,13 +111,17 @@ class Enqueuer:
         return self
 
     def close(self) -> None:
-        """Stop every worker (no orphans) and free the ring (nothing left in /dev/shm)."""
-        if self.pool is not None:
-            self.pool.close()
-            self.pool = None
-        if self.ring is not None:
-            self.ring.close()
-            self.ring = None
+        """Stop every worker (no orphans) and free the ring (nothing left in /dev/shm); a Ctrl-C or
+        SIGTERM meanwhile waits for the end, and the ring goes even when stopping the workers failed."""
+        with signals_held():
+            try:
+                if self.pool is not None:
+                    self.pool.close()
+                    self.pool = None
+            finally:
+                if self.ring is not None:
+                    self.ring.close()
+                    self.ring = None
 
     def __enter__(self) -> Enqueuer:
         return self.start()

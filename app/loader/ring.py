@@ -88,12 +88,12 @@ class Ring:
 
     def _unlink(self) -> None:
         if self._shm is not None:
+            self._shm.unlink()  # first: from here on nothing is left in /dev/shm, whatever comes
             shm, self._shm = self._shm, None
             try:
                 shm.close()
             except BufferError:  # a consumer still holds a view: the mapping goes with it
                 pass
-            shm.unlink()
 
 
 def segment_fd(segment: shared_memory.SharedMemory) -> int:
