@@ -141,10 +141,13 @@ def test_predict_names_a_missing_input(run, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.exhaustive
 def test_evaluate_on_a_folders_test_split(tmp_path):
     """data=folder: `evaluate split=test` is refused while there is no test split, and scores the
     test images alone once <path>/test/<class>/ is there beside train/ and val/; adding them does
-    not change the data the run was trained on (they are outside its fingerprint)."""
+    not change the data the run was trained on (they are outside its fingerprint).
+    Covered in `make test` by: README's `evaluate split=test` (tests/cli/test_docs_commands.py) and
+    the folder's test split, beside train/ and val/ or by data.test_path (tests/data/test_folder.py)."""
     rng = np.random.default_rng(0)
 
     def images(split: str, count: int) -> None:
