@@ -24,7 +24,6 @@ imports TensorFlow, Keras or the loader.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -33,6 +32,7 @@ import time
 from pathlib import Path
 
 from app.errors import ConfigError
+from app.io import held_exclusively
 from app.schema.training import MlflowLoggerConfig
 from app.training.rundir import write_json
 from app.training.sweeps import is_sweep
@@ -101,9 +101,7 @@ def _tables_locked(uri: str):
     if database is None:
         yield
         return
-    database.parent.mkdir(parents=True, exist_ok=True)
-    with open(database.with_name(f"{database.name}.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with held_exclusively(database.with_name(f"{database.name}.lock")):
         yield
 
 
