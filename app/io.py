@@ -39,15 +39,10 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", **open_args) -> Itera
 
 
 @contextmanager
-def held_exclusively(lock_file: Path) -> Iterator[bool]:
-    """An exclusive `flock` on `lock_file` (made if missing) for the block; yields whether another
-    process held it first (it was waited for), so the caller can look again at what that one made."""
+def held_exclusively(lock_file: Path) -> Iterator[None]:
+    """An exclusive `flock` on `lock_file` (made if missing) for the block, waited for while
+    another process holds it."""
     lock_file.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_file, "a") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            waited = False
-        except BlockingIOError:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            waited = True
-        yield waited
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield

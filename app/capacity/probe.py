@@ -82,8 +82,8 @@ def measured_or_spawn_probe(trainer_measures: Callable[[], dict], refresh: bool 
     path, here = cache_file(), machine()
     if not refresh and (stored := _stored(path, here)):
         return stored
-    with held_exclusively(path.with_name(f"{path.name}.lock")) as waited:
-        if waited and (stored := _stored(path, here)):
+    with held_exclusively(path.with_name(f"{path.name}.lock")):
+        if not refresh and (stored := _stored(path, here)):  # written while this one waited
             return stored
         return _spawn_probe_and_write(path, here, trainer_measures)
 
