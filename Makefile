@@ -36,7 +36,9 @@ $(VENV)/.installed: pyproject.toml
 	@test -n "$(SYSTEM_PYTHON)" || { echo "error: needs Python 3.11, 3.12 or 3.13 on PATH (TensorFlow 2.21 supports those)." >&2; exit 1; }
 	test -x $(PYTHON) || $(SYSTEM_PYTHON) -m venv $(VENV)
 	$(PYTHON) -m pip install --quiet --upgrade pip
-	$(PYTHON) -m pip install --quiet -e '.[dev]'
+	$(PYTHON) -m pip install --quiet --no-compile -e '.[dev]'
+	# pip compiles on one core, this on all; a file that does not compile is passed over, as pip does
+	$(PYTHON) -m compileall -q -j 0 $(VENV)/lib > /dev/null || true
 	touch $@
 
 clean:

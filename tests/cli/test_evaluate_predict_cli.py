@@ -198,14 +198,20 @@ def test_a_second_train_into_a_runs_folder_is_refused_and_changes_nothing(run):
 
 @pytest.mark.slow
 def test_a_refused_resume_changes_nothing_in_the_run(run, tmp_path):
-    """A memory budget the run cannot fit, and garbage appended to metrics.csv: each refused with
-    the file or key at fault, and summary.json stays `completed`. The log records the refusal."""
+    """A memory budget the run cannot fit, a logger's key the run has no logger for, and garbage
+    appended to metrics.csv: each refused with the file or key at fault, and summary.json stays
+    `completed`. The log records the refusal."""
     copy = tmp_path / "run"
     shutil.copytree(run, copy)
     before = tree(copy, but=("train.log", ".lock"))
     budget = app("train", f"resume={copy}", "queue.memory_budget_mb=50", cwd=tmp_path)
     assert budget.returncode == 2 and "`queue.memory_budget_mb` = 50" in budget.stderr, budget.stderr[-3000:]
     assert tree(copy, but=("train.log", ".lock")) == before
+    logger = app("train", f"resume={copy}", "logger.mlflow.tracking_uri=sqlite:///x.db", cwd=tmp_path)
+    assert logger.returncode == 2 and "a bug" not in logger.stderr, logger.stderr[-3000:]
+    assert "`logger.mlflow.tracking_uri` names a logger this run does not have (it logs to: tensorboard)" in \
+        logger.stderr
+    assert tree(copy, but=("train.log", ".lock")) == before and not (tmp_path / "x.db").exists()
     assert json.loads((copy / "summary.json").read_text())["status"] == "completed"
     with open(copy / "metrics.csv", "ab") as f:
         f.write(b"\xff\xfe\x00 garbage\n")

@@ -5,19 +5,22 @@ s3:// URL (moto's server on localhost, as the CLI reaches any S3: the standard A
 with and without a shard cache, the bad member listed by shard and key; `raise` stops naming it;
 evaluate split=test leaves its bad member out and names it (the `mark` policy); predict on the
 copy's samples; a run on the S3 copy SIGKILLed inside an epoch and resumed, the same as
-uninterrupted; a copy stored smaller than the transforms need, a missing bucket and a URL for a
-folder source refused before any work; storage_options' secrets (used to reach the S3 copy) in no
-file of the run and nowhere in what it printed."""
+uninterrupted (its samples, metrics and weights); a copy stored smaller than the transforms need,
+a missing bucket and a URL for a folder source refused before any work; storage_options' secrets
+(used to reach the S3 copy) in no file of the run and nowhere in what it printed."""
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
+import h5py
 import pytest
 import s3fs
 from docs_runner import spawn_one_process_for
@@ -35,6 +38,18 @@ SKIP = ["data.on_bad_sample=skip", "data.max_bad_fraction=0.1"]
 
 def _rows(run: Path, name: str, *keys: str) -> list[tuple]:
     return [tuple(row[k] for k in keys) for row in csv.DictReader((run / name).open())]
+
+
+def _weights(checkpoint: Path) -> dict[str, bytes]:
+    """Every variable a checkpoint's model.keras holds (the model's and the optimizer's, its step
+    count included), as bytes, read with h5py: no Keras in this process."""
+    with zipfile.ZipFile(checkpoint / "model.keras") as archive, \
+            h5py.File(io.BytesIO(archive.read("model.weights.h5")), "r") as weights:
+        found = {}
+        weights.visititems(lambda name, item: found.update({name: item[()].tobytes()})
+                           if isinstance(item, h5py.Dataset) else None)
+    assert found
+    return found
 
 
 def _uploaded(copy: Path) -> str:
@@ -95,6 +110,9 @@ def test_train_on_a_prepared_copy_is_worker_count_and_storage_independent_follow
         assert [row[:3] for row in listed] == [["train", "5", where]], (name, listed)
     assert (runs["killed"] / "samples.csv").read_bytes() == (runs["s2"] / "samples.csv").read_bytes()
     assert "continuing at step 9" in (runs["killed"] / "train.log").read_text()  # resumed inside epoch 2
+    killed, straight = (sorted((runs[name] / "checkpoints").glob("step-*")) for name in ("killed", "s2"))
+    assert killed[-1].name == straight[-1].name and _weights(killed[-1]) == _weights(straight[-1])
+    assert _weights(straight[0]) != _weights(straight[-1])  # negative control: an earlier checkpoint differs
     assert [row[0] for row in _rows(runs["s2"], "metrics.csv", "storage_retries")] == ["0", "0"]
     (key,) = (tmp_path / "cache").iterdir()  # s1's shards, whole, as the copy holds them
     assert {p.name for p in key.glob("*.tar")} == {"train-00000.tar", "train-00001.tar", "val-00000.tar",

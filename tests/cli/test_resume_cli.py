@@ -1,5 +1,5 @@
-"""Resume, for real: a run SIGKILLed mid-epoch and resumed equals the uninterrupted run, on the
-default data and on a prepared copy (data=prepared)."""
+"""Resume, for real: a run SIGKILLed mid-epoch and resumed equals the uninterrupted run (a run on a
+prepared copy, killed and resumed: tests/cli/test_prepared_cli.py)."""
 
 from __future__ import annotations
 
@@ -28,10 +28,6 @@ CONFIG = ["data.num_images=96", "data.source_size=128", "data.num_classes=3", "d
           "logger=[tensorboard,mlflow]"]  # MLflow's store: <cwd>/outputs/mlflow.db
 CHANGED = "data.max_image_pixels=89478486"  # safe to change on resume, and changes nothing here
 TESTS = Path(__file__).resolve().parents[1]
-# the same on a prepared copy, smaller: 4 steps an epoch (18 training samples), a checkpoint every 2
-PREPARED = ["data=prepared", "data.image_size=[32,32]", "data.batch_size=4", "model.widths=[8]", "trainer.epochs=2",
-            "trainer.checkpoint_every_steps=2", "trainer.record_samples=true", "trainer.deterministic=true",
-            "queue.workers=1"]
 
 
 def app(*args, cwd, **kw):
@@ -85,42 +81,20 @@ def kill_each_after_a_mid_epoch_checkpoint(root: Path, started: dict[str, subpro
     assert not started, f"not interrupted in time: {sorted(started)}"
 
 
-def write_prepared_copy_of_tiny_data(root: Path) -> Path:
-    """A prepared copy (python -m app prepare, for real) of a small default dataset."""
-    copy = root / "copy"
-    done = app("prepare", "data.num_images=24", "data.source_size=64", "data.num_classes=3",
-               f"data.path={root / 'data'}", "data.image_size=[32,32]", f"prepare.out={copy}", "queue.workers=0",
-               "hydra.run.dir=prepare", cwd=root)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return copy
-
-
 @pytest.fixture(scope="module")
-def all_runs(tmp_path_factory):
-    """B: SIGKILLed after a checkpoint inside epoch 2+. A: the same config, uninterrupted. The
-    same for PB and PA, smaller, on a prepared copy (data=prepared); B and PB run side by side."""
+def runs(tmp_path_factory):
+    """B: SIGKILLed after a checkpoint inside epoch 2+, then resumed. A: the same config, uninterrupted."""
     root = tmp_path_factory.mktemp("resume")
-    b = start_train(root, CONFIG, "B")  # first: the copy is prepared while B starts
-    prepared = [*PREPARED, f"data.path={write_prepared_copy_of_tiny_data(root)}"]
-    kill_each_after_a_mid_epoch_checkpoint(root, {"B": b, "PB": start_train(root, prepared, "PB")})
-    resumed = {}
-    for name in ("B", "PB"):
-        point = newest_checkpoint(root / name)
-        assert (point / "state.json").exists(), sorted(p.name for p in (root / name / "checkpoints").rglob("*"))
-        resumed[name] = json.loads((point / "state.json").read_text()), weights(point)
-    # A, then B resumed, and the same on the copy, in one process (tests/docs_runner.py): TensorFlow loads once
+    kill_each_after_a_mid_epoch_checkpoint(root, {"B": start_train(root, CONFIG, "B")})
+    point = newest_checkpoint(root / "B")
+    assert (point / "state.json").exists(), sorted(p.name for p in (root / "B" / "checkpoints").rglob("*"))
+    resumed = json.loads((point / "state.json").read_text()), weights(point)
+    # A, then B resumed, in one process (tests/docs_runner.py): TensorFlow loads once
     env = {**os.environ, "PYTHONPATH": str(TESTS)}
     for done in spawn_one_process_for(["train", *CONFIG, "hydra.run.dir=A"], ["train", f"resume={root / 'B'}", CHANGED],
-                                      ["evaluate", f"resume={root / 'B'}"],
-                                      ["train", *prepared, "hydra.run.dir=PA"], ["train", f"resume={root / 'PB'}"],
-                                      cwd=root, env=env):
+                                      ["evaluate", f"resume={root / 'B'}"], cwd=root, env=env):
         assert done.returncode == 0, done.stderr[-3000:]
-    return {"default": (root / "A", root / "B", *resumed["B"]), "prepared": (root / "PA", root / "PB", *resumed["PB"])}
-
-
-@pytest.fixture(scope="module")
-def runs(all_runs):
-    return all_runs["default"]
+    return (root / "A", root / "B", *resumed)
 
 
 @pytest.mark.slow
@@ -145,22 +119,6 @@ def test_resumed_run_ends_with_the_same_weights(runs):
     final_a, steps_a = weights(newest_checkpoint(run_a))
     final_b, steps_b = weights(newest_checkpoint(run_b))
     assert newest_checkpoint(run_a).name == newest_checkpoint(run_b).name and steps_a == steps_b
-    assert all(np.array_equal(x, y) for x, y in zip(final_a, final_b, strict=True))
-    # negative control: the checkpoint B resumed from (an older state) differs from the end
-    assert not all(np.array_equal(x, y) for x, y in zip(before[0], final_a, strict=True))
-
-
-@pytest.mark.slow
-def test_a_run_on_a_prepared_copy_resumes_to_the_uninterrupted_runs_samples_metrics_and_weights(all_runs):
-    run_a, run_b, point, before = all_runs["prepared"]
-    assert not point["epoch_complete"] and point["epoch"] >= 1
-    assert f"continuing at step {point['step'] + 1}" in (run_b / "train.log").read_text()
-    assert json.loads((run_b / "split.json").read_text())["source"] == "prepared"
-    assert (run_b / "samples.csv").read_bytes() == (run_a / "samples.csv").read_bytes()
-    assert metric_rows(run_b) == metric_rows(run_a) and [r[0] for r in metric_rows(run_a)] == ["1", "2"]
-    final_a, steps_a = weights(newest_checkpoint(run_a))
-    final_b, steps_b = weights(newest_checkpoint(run_b))
-    assert steps_a == steps_b == 2 * 4
     assert all(np.array_equal(x, y) for x, y in zip(final_a, final_b, strict=True))
     # negative control: the checkpoint B resumed from (an older state) differs from the end
     assert not all(np.array_equal(x, y) for x, y in zip(before[0], final_a, strict=True))
@@ -239,20 +197,18 @@ def test_metrics_rows_continue_without_gaps_or_duplicates(runs):
 
 
 @pytest.mark.slow
-def test_unsafe_override_is_refused(all_runs):
-    run_a, run_pa = all_runs["default"][0], all_runs["prepared"][0]  # trained with MLflow, and without
-    before = {p: p.read_bytes() for run in (run_a, run_pa) for p in run.rglob("*") if p.is_file()}
+def test_unsafe_override_is_refused(runs):
+    run_a = runs[0]  # trained with MLflow (a logger the run lacks: tests/cli/test_evaluate_predict_cli.py)
+    before = {p: p.read_bytes() for p in run_a.rglob("*") if p.is_file()}
     assert (run_a / ".lock") in before
     refusals = {(run_a, "data.batch_size=4"): "`data.batch_size` cannot change for a run that exists",
                 # a logger's keys: composed on the run's own loggers, then held to the same rule
-                (run_a, "logger.mlflow.experiment=x"): "`logger.mlflow.experiment` cannot change for a run that exists",
-                (run_pa, "logger.mlflow.tracking_uri=sqlite:///x.db"):
-                    "`logger.mlflow.tracking_uri` names a logger this run does not have (it logs to: tensorboard)"}
+                (run_a, "logger.mlflow.experiment=x"): "`logger.mlflow.experiment` cannot change for a run that exists"}
     for (run, override), said in refusals.items():
         result = app("train", f"resume={run}", override, cwd=run.parent)
         assert result.returncode == 2 and said in result.stderr and "a bug" not in result.stderr, result.stderr
     # refused: nothing in the runs changed, the lock file (a PID while one is held) included
-    assert {p: p.read_bytes() for run in (run_a, run_pa) for p in run.rglob("*") if p.is_file()} == before
+    assert {p: p.read_bytes() for p in run_a.rglob("*") if p.is_file()} == before
 
 
 @pytest.mark.slow
