@@ -1,0 +1,38 @@
+"""A run saved by an older version of the app (tests/saved/run_before_the_split: its config names
+the loggers' and scheduler's `_target_`s where they were then, app.training.*) resumes, evaluates
+and exports through today's CLI."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from docs_runner import spawn_one_process_for
+
+SAVED = Path(__file__).resolve().parents[1] / "saved" / "run_before_the_split"
+
+
+def steps(table: Path) -> list[int]:
+    return [int(row["step"]) for row in csv.DictReader(table.open())]
+
+
+@pytest.mark.slow
+def test_a_run_saved_before_the_modules_moved_resumes_evaluates_and_exports(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(SAVED, run)
+    state = json.loads(next((run / "checkpoints").glob("step-*/state.json")).read_text())
+    assert state["config"]["logger"]["csv"]["_target_"] == "app.training.dashboards.CsvWriter"  # as it was saved
+    resumed, evaluated, exported = spawn_one_process_for(
+        ["train", "resume=run", "trainer.epochs=2"], ["evaluate", "resume=run"],
+        ["export", "resume=run", "export.format=onnx", "export.samples=2"], cwd=tmp_path)
+    for done in (resumed, evaluated, exported):
+        assert done.returncode == 0, f"{done.args}: {done.stdout[-3000:]}"
+    assert [row.split(",")[0] for row in (run / "metrics.csv").read_text().splitlines()[1:]] == ["1", "2"]
+    # the csv logger, built from its saved `_target_`, went on writing in the resumed run
+    assert max(steps(run / "scalars.csv")) > max(steps(SAVED / "scalars.csv"))
+    assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+    assert list((run / "evaluate").glob("*/evaluation.json"))
+    assert json.loads((run / "export" / "onnx" / "export.json").read_text())["parity"]["passed"]
