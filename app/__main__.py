@@ -1,14 +1,5 @@
-"""`python -m app <command> [hydra overrides ...]` (or the `app` script): the command word picks a
-Hydra entry point. Command dispatch only.
-
-Hydra has no subcommands, so the word is taken off `sys.argv` and the rest is handed to that
-command's own `@hydra.main`, which keeps Hydra's whole CLI (`-m`, `--cfg`, `hydra.*`, `-sc`).
-Shell completion: `app completion bash` prints a bash completion for `app` that asks the
-command's Hydra for the rest of the line, the command word taken out of COMP_LINE (Hydra's own
-completion strips only the program's name). Errors reach here as exceptions (HYDRA_FULL_ERROR
-makes Hydra re-raise them) and leave as one paragraph and a non-zero exit status.
-Never imports TensorFlow itself: a command loads it when it needs it.
-"""
+"""`python -m app <command> [hydra overrides ...]` (or `app`): the command word picks a Hydra entry point, which gets
+the rest with Hydra's whole CLI; errors leave as one paragraph and a non-zero exit status."""
 
 from __future__ import annotations
 
@@ -19,10 +10,10 @@ import signal
 import sys
 from pathlib import Path
 
+from app.cli import argv as argv_step
 from app.commands import raise_carried
 from app.errors import exit_status_for
 from app.processes import enable_crash_report, raise_on_stop_signals, stop_if_interrupted
-from app.training import resume
 
 # command word -> (module, function, one line of help); Hydra names the job after the module: train.log...
 COMMANDS = {
@@ -109,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     try:
         if word != "report":  # Hydra's commands: their directory and `resume` are settled first
-            rest = resume.claim_and_rewrite_argv(rest, word=word)
+            rest = argv_step.claim_and_rewrite_argv(rest, word=word)
         if "query=bash" in rest and "COMP_LINE" in os.environ:  # completion: Hydra strips the program only
             program, _, line = os.environ["COMP_LINE"].partition(f" {word}")
             os.environ["COMP_LINE"] = program + line
@@ -131,14 +122,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _delete_empty_claims(word: str, failed: bool) -> None:
-    """A directory claimed for this command that nothing was written into goes again, with the
-    empty folders made for it (outputs/<date>/, a run's evaluate/ or predict/), never other
-    folders above the working directory. When a command other than train failed before writing
-    anything (a refusal, Ctrl-C; not a bug, whose traceback its log keeps), its log and Hydra's
-    copy of its config go too: they say only what was printed, and the folder would look like a
-    result."""
+    """Deletes claimed directories left empty, and their empty parents in the working directory (or a run's <command>/).
+    A failed command other than train that wrote only its log (no bug's traceback) loses it and .hydra/ first."""
     here = os.path.abspath(os.curdir)
-    for path in resume.CLAIMED:
+    for path in argv_step.CLAIMED:
         log = path / f"{word}.log"
         if failed and word != "train" and _only(path, log) and not _bug_logged(log):
             shutil.rmtree(path / ".hydra", ignore_errors=True)

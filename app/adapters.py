@@ -1,12 +1,5 @@
-"""Every Keras internal the app relies on, each behind one adapter: the JAX trainer's state
-(`JaxTrainerState`), the function keras.applications fetch their weights with
-(`weight_downloads_recorded`), a model's every nested layer (`every_layer`) and the shuffle
-flag of the adapter `fit` wraps a PyDataset in (`keras_batch_shuffle_switched_off`). Keras makes no
-promise about these, so pyproject.toml pins Keras to the minor release tests/test_adapters.py
-checked them on; that test fails, naming the attribute, when a Keras release changes one.
-Imports Keras only inside the one adapter that needs its module, so importing this loads no
-framework; never imports the loader, and worker processes never import it.
-"""
+"""Every Keras internal the app relies on, each behind one adapter: Keras promises nothing about them, so
+pyproject.toml pins Keras to the minor release tests/test_adapters.py checks them on."""
 
 from __future__ import annotations
 
@@ -23,10 +16,8 @@ PY_DATASET_ADAPTER = "keras.src.trainers.data_adapters.py_dataset_adapter"
 
 
 class JaxTrainerState:
-    """The model's state while Keras's compiled JAX functions step, kept as Keras's own `fit` keeps
-    it: the variables taken out of the model (`_get_jax_state`, purged from the model) when the
-    model holds the newest ones (`_jax_state_synced`), and each call's result left in
-    `_jax_state`, which the model's public `jax_state_sync()` writes back when something reads it."""
+    """The model's state while Keras's compiled JAX functions step, kept as Keras's own `fit` keeps it: the variables
+    taken out of the model when it holds the newest, each call's result left in `_jax_state` for `jax_state_sync()`."""
 
     def __init__(self, net: Any, names: Sequence[str]):
         self.net, self.names, self.state = net, tuple(names), None
@@ -45,8 +36,7 @@ class JaxTrainerState:
 
 @contextlib.contextmanager
 def weight_downloads_recorded() -> Iterator[list[tuple[str | None, str | None]]]:
-    """Inside, every file keras.applications ask Keras to fetch is recorded as (fname, origin)
-    before the fetch, in the list this yields; Keras's own function is put back on the way out."""
+    """Inside, each file keras.applications ask Keras to fetch is recorded as (fname, origin) in the yielded list."""
     # imported here, not at the top: it loads Keras, which must wait for the backend to be chosen
     file_utils = importlib.import_module(GET_FILE_MODULE)
     real, wanted = file_utils.get_file, []
@@ -68,10 +58,8 @@ def every_layer(net: Any) -> list:
 
 
 def keras_batch_shuffle_switched_off(dataset: Any, depth: int = 8) -> bool:
-    """Called from a PyDataset's on_epoch_begin: the Keras adapter that called it (PyDatasetAdapter,
-    found among the callers' frames) told to serve this epoch's batches in index order, as it does
-    under fit(shuffle=False). True when it would have shuffled them; False otherwise, or where no
-    such adapter called (a loop of the user's own)."""
+    """From a PyDataset's on_epoch_begin: tell the Keras adapter that called it to serve this epoch in index order, as
+    under fit(shuffle=False). True when it would have shuffled; False otherwise, or where no such adapter called."""
     frame = sys._getframe(1)
     for _ in range(depth):
         frame = frame.f_back

@@ -1,16 +1,6 @@
-"""CPU augmentation with albumentations, built from conf/augment. Imported by workers: no TF.
-
-A sample's randomness depends on (seed, epoch, sample index) only, never on which worker or
-thread draws it, so batches are the same for any worker count and resume can be exact.
-albumentations 2.x keeps its own RNG inside each Compose: reseed it per sample, and give each
-thread its own Compose. One pair of generators a sample, shared by every transform in turn:
-`Compose.set_random_seed` would give each transform its own generator with the same seed, so
-every transform would draw the same first number and those with equal `p` would always be
-applied together (a flip would always come with a colour change).
-
-It also owns the draft rule (`draft_rule`): how far a JPEG may be reduced while it is decoded
-without changing what the transforms do, read off the built Compose.
-"""
+"""CPU augmentation with albumentations, built from conf/augment, and the draft rule (how far a JPEG may be reduced
+while decoded without changing what the transforms do). A sample's randomness depends on (seed, epoch, index)
+only, so batches are the same for any worker count and resume is exact."""
 
 from __future__ import annotations
 
@@ -33,8 +23,7 @@ log = logging.getLogger(__name__)
 
 
 def build_compose(transforms: Sequence[dict], image_size: Sequence[int]) -> A.Compose:
-    """The configured transforms, strictly validated (a misspelt argument fails), then a resize
-    to `image_size`."""
+    """The configured transforms, strictly validated (a misspelt argument fails), then a resize to `image_size`."""
     built = instantiate_each(transforms, "augment.transforms", A.BasicTransform, "albumentations.<Transform>",
                              strict=True)
     height, width = image_size
@@ -46,9 +35,8 @@ FLOAT_MAKERS = frozenset({"Normalize", "ToFloat", "ToTensorV2", "ToTensor", "Fro
 
 
 def shipped(compose: A.BaseCompose) -> bytes:
-    """A user's own Compose (the loader as a library) as the worker processes get it: pickled,
-    each thread unpickling a copy of its own. Refused by the transform's name: one that makes
-    floats (the model's first layer does that, on the device), or one pickle cannot ship."""
+    """A user's own Compose as the worker processes get it: pickled. ValueError for a transform that makes floats (the
+    model's first layer does that) or one pickle cannot ship."""
     for transform in every_transform(compose):
         name = type(transform).__name__
         if name in FLOAT_MAKERS:
@@ -83,8 +71,7 @@ def _pickles(transform) -> bool:
 
 
 def with_resize(compose: A.BaseCompose, image_size: Sequence[int]) -> A.Compose:
-    """A user's Compose, then a resize to the loader's image size: its transforms in one flat
-    Compose (so the draft rule reads them) where it is a plain one applied always."""
+    """A user's Compose, then the resize; a plain one applied always is flattened, for the draft rule to read."""
     height, width = image_size
     if type(compose) is A.Compose and compose.p >= 1:
         return A.Compose([*compose.transforms, A.Resize(height, width)])
@@ -92,9 +79,7 @@ def with_resize(compose: A.BaseCompose, image_size: Sequence[int]) -> A.Compose:
 
 
 def eval_transforms(augment, image_size: Sequence[int]) -> list[dict]:
-    """Validation's, evaluate's and predict's transforms (augment.eval_transform): none but the
-    resize, or the short side scaled to the input size over augment.eval_crop_fraction and the
-    centre cropped (the ImageNet habit: 0.875 of 256 is 224)."""
+    """Evaluation's transforms: the resize alone, or a short-side resize (augment.eval_crop_fraction), centre crop."""
     if augment.eval_transform == "resize":
         return []
     height, width = (int(s) for s in image_size)
@@ -115,8 +100,7 @@ SOURCE_PIXELS = frozenset({
 
 
 def needed_short_side(transform: A.BasicTransform) -> int | None:
-    """For a transform that resizes to a fixed output: the short side its input needs so the
-    output is never upsampled; None for any other transform."""
+    """The short side a fixed-output resizing transform's input needs so its output is never upsampled; else None."""
     name = type(transform).__name__
     if name == "RandomResizedCrop":
         (height, width), (low, _), (r_min, r_max) = transform.size, transform.scale, transform.ratio
@@ -144,14 +128,8 @@ def draft_rule(compose: A.Compose, enabled: bool = True) -> tuple[int | None, st
 
 
 def short_side_rule(compose: A.Compose, rule: str) -> tuple[int | None, str]:
-    """(the smallest short side an image needs so that no transform of `compose` upsamples it,
-    and why: "<n> px (<transforms> need(s) that)"), or (None, why no such size can be told). The
-    draft rule's and `prepare.short_side=auto`'s, named `rule` in the reason.
-
-    Only the transforms up to the first that always resizes to a fixed output matter: each
-    before it must be resolution-free (a flip, a colour change), or the rule does not know what
-    a smaller image would do to it and allows none. A resize that may be skipped (p < 1) adds
-    its need and the look goes on."""
+    """(the smallest short side that no transform of `compose` upsamples, and why) or (None, why none can be told),
+    read off the transforms up to the first that always resizes; `rule` names the rule in the reason."""
     need, by = 0, []
     for transform in compose.transforms:
         name = type(transform).__name__
@@ -169,9 +147,7 @@ def short_side_rule(compose: A.Compose, rule: str) -> tuple[int | None, str]:
 
 
 def check_stored_sizes(config, source) -> None:
-    """Refuse, before any work, a prepared copy (data=prepared) stored smaller than a loaded
-    config's transforms need (the rule `prepare.short_side=auto` reads): training's for the train
-    split, evaluation's for val and test."""
+    """DataError, before any work, for a prepared copy stored smaller than a loaded config's transforms need."""
     if not isinstance(source.train, PreparedSplit):
         return
     size = config.data.image_size
@@ -183,8 +159,7 @@ def check_stored_sizes(config, source) -> None:
 
 
 def augmenters(data, splits: dict[str, list]) -> dict[str, Augmenter]:
-    """One Augmenter a split, for a loaded config's `data`: `splits` maps a split's name to its
-    transforms (training's, or [] for the resize alone). Logs each split's draft rule."""
+    """One Augmenter a split of `splits` (name → transforms) for a config's `data`; logs each split's draft rule."""
     built = {}
     for name, transforms in splits.items():
         built[name] = Augmenter(transforms, data.image_size, draft=data.decode.draft, max_pixels=data.max_image_pixels)
@@ -197,8 +172,7 @@ def sample_seed(seed: int, epoch: int, index: int) -> int:
 
 
 class Augmenter:
-    """Picklable: holds plain configs (or a user's Compose, pickled) and builds one Compose per
-    thread on first use."""
+    """Picklable: holds plain configs (or a user's Compose, pickled) and builds one Compose a thread on first use."""
 
     def __init__(self, transforms: Sequence[dict] | A.BaseCompose, image_size: Sequence[int], *, draft: bool = True,
                  max_pixels: int | None = DEFAULT_MAX_PIXELS):
@@ -231,6 +205,8 @@ class Augmenter:
     def __call__(self, image: np.ndarray, seed: int, epoch: int, index: int) -> np.ndarray:
         compose = self.compose()
         seed = sample_seed(seed, epoch, index)
+        # One pair of generators a sample, shared by every transform in turn: `Compose.set_random_seed` would give
+        # each transform its own generator with the same seed, so transforms of equal `p` would fire together.
         compose.set_random_state(np.random.default_rng(seed), random.Random(seed))
         out = compose(image=image)["image"]
         if out.dtype != np.uint8:  # the ring holds uint8: a float would be cut to integers silently

@@ -1,8 +1,5 @@
-"""Backbones from `keras.applications` (`model=keras_app model.name=...`, the families in
-app/families.py): the model built on one, no top, global pooling, a new head (dropout, a float32
-softmax), with ImageNet weights, a weights file, or none; a failed download said plainly.
-Keras is imported inside the functions, so `cache_dir` needs none. Never imports the loader.
-"""
+"""Backbones from `keras.applications` (`model=keras_app model.name=...`, families in app/families.py): no top, global
+pooling, a new head, with ImageNet weights, a weights file or none; a failed download said plainly."""
 
 from __future__ import annotations
 
@@ -15,11 +12,9 @@ from app.errors import config_error
 
 
 def keras_app(input_shape, num_classes: int, name: str, weights: str | None = None, **settings):
-    """The `keras.applications` model `name` without its top, pooled (`pooling`: avg or max),
-    then `dropout` and a Dense softmax over `num_classes` in float32. Its input is what the
-    family's preprocess_input returns (the classifier's first layer does that). `weights`:
-    None, "imagenet" (Keras downloads once into $KERAS_HOME/models) or a weights file.
-    Other `settings` go to the application (`alpha` for MobileNet, say)."""
+    """The `keras.applications` model `name` without its top, pooled (`pooling`: avg or max), then `dropout` and a
+    float32 Dense softmax over `num_classes`; its input is what the family's preprocess_input returns. `weights`: None,
+    "imagenet" (downloaded once into $KERAS_HOME/models) or a file; other `settings` go to the application."""
     import keras
 
     pooling, dropout = settings.pop("pooling", "avg"), settings.pop("dropout", 0.2)
@@ -43,8 +38,7 @@ def cache_dir() -> Path:
 
 @contextlib.contextmanager
 def _downloads_named(name: str, weights: str | None):
-    """A failed download of ImageNet weights (no network, say) as a config error that names the
-    file Keras wanted and where to put it."""
+    """A failed ImageNet weights download as a config error naming the file Keras wanted and where to put it."""
     if weights != "imagenet":
         yield
         return

@@ -1,9 +1,5 @@
-"""The config, checked once: `typed` applies the schemas (app/schema) again to any config (a
-`+key=` addition, one read back from a run); `validate` adds the ranges and cross-key rules
-(app/rules.py); `load` does both once and gives the typed object (the schema's dataclasses)
-that travels through the app. All before any data is read or model built.
-Never imports TensorFlow or the loader: worker processes import it (through app/augment.py).
-"""
+"""The config, checked once before any data is read or model built: `typed` (the schemas, for any config), `validate`
+(plus ranges and cross-key rules) and `load` (both, giving the typed object the app passes around)."""
 
 from __future__ import annotations
 
@@ -55,10 +51,8 @@ def instantiate_each(specs: list, key: str, base: type, example: str, **kwargs: 
 
 
 def typed(cfg: DictConfig | dict) -> DictConfig:
-    """`cfg` merged onto its groups' schemas: an unknown key is refused however it came (a `+key=`
-    override adds one past Hydra's own check), and a key the config lacks (a run saved before
-    it existed) takes its default. The root is the one `cfg` was composed under (bench's and
-    preview's add their groups to Config), else Config: a plain dict is a run's config."""
+    """`cfg` merged onto its groups' schemas (the root `cfg` was composed under, else Config): an unknown key is refused
+    however it came, and a missing one (a run saved before it existed) takes its default."""
     base = _root_of(cfg)
     plain = to_plain(cfg) if isinstance(cfg, DictConfig) else cfg
     known = [f.name for f in dataclasses.fields(base)]
@@ -107,8 +101,7 @@ def _schema_of(key: str, value: Any) -> type | None:
 
 
 def validate(cfg: DictConfig | dict) -> DictConfig:
-    """The config, typed (`typed`), after the ranges and cross-key rules the types alone cannot
-    express. Raises ConfigError."""
+    """The config, typed, after the ranges and cross-key rules the types alone cannot express; raises ConfigError."""
     cfg = typed(cfg)
     _resolve_backend(cfg)
     rules.check(cfg)
@@ -116,9 +109,7 @@ def validate(cfg: DictConfig | dict) -> DictConfig:
 
 
 def _resolve_backend(cfg: DictConfig) -> None:
-    """`trainer.backend=auto` made the framework installed here, so a run records (and a resume,
-    evaluate, predict and export keep) the backend it used; left `auto` where neither is installed,
-    for a command that loads no framework (prepare, preview)."""
+    """`trainer.backend=auto` made the installed framework, so a run records its backend; else left `auto`."""
     trainer = cfg.get("trainer")
     if trainer is not None and trainer.backend == "auto" and (found := installed_backend()):
         trainer.backend = found
@@ -130,18 +121,15 @@ def installed_backend() -> str | None:
 
 
 def load(cfg: DictConfig | dict) -> Config:
-    """The config, validated once, as the one typed object every stage reads: the schemas'
-    dataclasses (`config.data.batch_size`), enums as members. A secret of storage_options that a
-    run's saved config holds as REDACTED (app/redact.py) and the command line did not give again
-    is left out, with a line in the log saying so."""
+    """The config, validated once, as the typed object every stage reads (the schemas' dataclasses, enums as members).
+    A storage_options secret saved as REDACTED and not given again is left out, and the log says so."""
     cfg = validate(cfg)
     _drop_redacted(cfg)
     return OmegaConf.to_object(cfg)  # type: ignore[return-value]
 
 
 def _drop_redacted(cfg: DictConfig) -> None:
-    """Each group's storage_options without their REDACTED values (a run's config read back, or a
-    sweep's overrides run again): REDACTED is no credential, the environment's are."""
+    """Each group's storage_options without their REDACTED values: REDACTED is no credential, the environment's are."""
     dropped = []
     for group in list(cfg.keys()):
         node = cfg[group]
@@ -156,8 +144,7 @@ def _drop_redacted(cfg: DictConfig) -> None:
 
 
 def to_plain(cfg: DictConfig | Config) -> dict:
-    """The config as plain containers, interpolations resolved and enums as their names: for the
-    JSON files of a run and for a sweep job's process."""
+    """The config as plain containers, interpolations resolved, enums as names (a run's JSON files, a sweep job)."""
     if dataclasses.is_dataclass(cfg):
         cfg = OmegaConf.structured(cfg)
     return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]

@@ -1,5 +1,4 @@
-"""What a command prints for people besides its log: the composed config as a tree (rich).
-Never imports TensorFlow, Keras or the loader."""
+"""What a command prints for people besides its log: the composed config as a tree (rich)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Errors a user can act on: each carries a one-paragraph message the CLI prints as is. Imports
-nothing of the app: every module may import it."""
+"""Errors a user can act on: each carries a one-paragraph message the CLI prints as is."""
 
 import os
 
@@ -46,8 +45,7 @@ def _chain(error: BaseException | None):
 
 
 def _disk_full(error: BaseException) -> OSError | None:
-    """The OSError of a full disk or quota in `error`'s chain (h5py and zipfile wrap it, some
-    keep only the text)."""
+    """The OSError of a full disk or quota in `error`'s chain (h5py and zipfile wrap it; some keep only the text)."""
     import errno
 
     for e in _chain(error):
@@ -58,9 +56,8 @@ def _disk_full(error: BaseException) -> OSError | None:
 
 
 def explain(error: BaseException, resume_hint: str | None = None, where: str | None = None) -> BaseException:
-    """A full disk or exhausted memory as a MachineError that says what to do; anything else
-    (an AppError already) unchanged. `resume_hint`: the command that continues the run once the
-    cause is gone; `where`: the directory being written, when the error does not name a file."""
+    """A full disk, a file past its size limit, exhausted memory or a refused path as a MachineError saying what to do;
+    anything else unchanged. `resume_hint`: how to continue the run; `where`: the directory written, if none named."""
     if isinstance(error, AppError):
         return error
     full = _disk_full(error)
@@ -113,8 +110,7 @@ def _errno_in(error: BaseException, name: str) -> OSError | None:
 
 
 def _path_refused(error: BaseException) -> OSError | None:
-    """The OSError in `error`'s chain of a path the file system refuses: its permissions or
-    attributes, a folder where a file belongs or the reverse, a read-only disk."""
+    """The OSError in `error`'s chain of a path the file system refuses: permissions, file/folder mix-up, read-only."""
     import errno
 
     refusals = (errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR, errno.EROFS, errno.ENOTEMPTY)
@@ -138,8 +134,7 @@ def _paragraph(error: BaseException) -> str:
 
 
 def _unknown_key(error: BaseException) -> tuple[str, list[str]] | None:
-    """For a key its schema does not have: (the key, the keys the schema allows); None for a
-    free mapping (model.kwargs, trainer.class_weight), where Hydra's `+` adds the key."""
+    """(key, the keys its schema allows) for a key the schema lacks; None for a free mapping, where `+` adds keys."""
     import dataclasses
 
     while error is not None:
@@ -151,8 +146,7 @@ def _unknown_key(error: BaseException) -> tuple[str, list[str]] | None:
 
 
 def _unknown_key_message(key: str, names: list[str]) -> str:
-    """Hydra's advice for an unknown key is `+key=...`, which a schema refuses too: say what is
-    there instead, and the likeliest key meant."""
+    """Say which keys are there, and the likeliest meant: Hydra's advice, `+key=...`, a schema refuses too."""
     import difflib
 
     head, _, last = key.rpartition(".")
@@ -162,8 +156,7 @@ def _unknown_key_message(key: str, names: list[str]) -> str:
 
 
 def _unknown_option(error: BaseException) -> str | None:
-    """For a group option that is not there (`optimizer=adamm`): the options a user may pick,
-    without the schemas Hydra lists beside them and its search path."""
+    """For a missing group option (`optimizer=adamm`): the options a user may pick, without Hydra's schemas and path."""
     import difflib
 
     group, _, name = str(getattr(error, "missing_cfg_file", None) or "").rpartition("/")
@@ -176,9 +169,7 @@ def _unknown_option(error: BaseException) -> str | None:
 
 
 def exit_status_for(error: BaseException, command: str = "train") -> int:
-    """Print `error` as one paragraph on stderr and return the process's exit status. A bug's
-    traceback goes to `command`'s log where it has one (train's run logs its own,
-    app/training/trainer.py)."""
+    """Print `error` as one paragraph on stderr; the exit status. A bug's traceback goes to `command`'s log, if any."""
     import logging
     import sys
     import traceback

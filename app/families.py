@@ -1,8 +1,5 @@
-"""The keras.applications classifier families, as plain data: the module whose
-preprocess_input each expects, as what the classifier's first layer must do, and the smallest
-input each accepts. Config validation reads it before anything is built.
-Imports nothing but the standard library: worker processes import the config, and so this.
-"""
+"""The keras.applications classifier families as plain data: the module whose preprocess_input each expects (what the
+classifier's first layer must do) and the smallest input each accepts, read by config validation."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Starting Keras on the backend a run asks for (KERAS_BACKEND, and XLA's flags for JAX, set
-before Keras loads), and starting TensorFlow and Keras quietly: the native lines they print while starting (absl's
-"All log messages before absl::InitializeLog()", oneDNN's notice, cudart's and cuInit's "no GPU")
-go to the command's log file, not the terminal. TF_CPP_MIN_LOG_LEVEL alone does not hide them
-in TensorFlow 2.21: they are written to file descriptor 2 before that setting is read. Also the
-versions of the libraries a run depends on (summary.json, the machine probe's key). Never
-imported by loader workers."""
+"""Starting Keras on the backend a run asks for (KERAS_BACKEND, XLA's flags for JAX) and quietly: native start-up
+lines go to the command's log, not the terminal; and the versions of the libraries a run depends on."""
 
 from __future__ import annotations
 
@@ -23,9 +18,7 @@ from app.errors import config_error
 
 @contextmanager
 def native_stderr_captured():
-    """File descriptor 2 goes to a temporary file while the block runs; the list it yields gets
-    what was written there, as one string, when the block ends (a process with no log of its
-    own hands it to one that has: app/capacity/probe.py)."""
+    """Descriptor 2 to a temporary file during the block; the yielded list then gets what was written, as one string."""
     text: list[str] = []
     sys.stderr.flush()
     saved = os.dup(2)
@@ -43,8 +36,7 @@ def native_stderr_captured():
 
 @contextmanager
 def native_stderr_to_log():
-    """File descriptor 2 goes to a temporary file while the block runs; what was written there is
-    appended to the log files of the root logger (Hydra's `<job>.log`) afterwards."""
+    """Descriptor 2 goes to a temporary file while the block runs; what was written there goes to the log afterwards."""
     text: list[str] = []
     try:
         with native_stderr_captured() as text:
@@ -54,9 +46,8 @@ def native_stderr_to_log():
 
 
 def use_backend(trainer) -> None:
-    """`trainer.backend` as KERAS_BACKEND, before Keras loads. For JAX, also XLA's flags, read
-    when JAX starts: `trainer.cpu_devices` host devices, and `trainer.deterministic` as XLA's
-    deterministic GPU ops. A process where Keras runs on another backend already is refused."""
+    """`trainer.backend` as KERAS_BACKEND before Keras loads, and for JAX XLA's flags (cpu_devices, deterministic); a
+    config error where it is not installed or Keras already runs on another backend."""
     name = trainer.backend.value
     if name == "auto":  # app/config.py resolves it where either is installed
         raise config_error("trainer.backend", name, "TensorFlow or JAX, and neither is installed in this environment: "
@@ -86,10 +77,8 @@ def use_backend(trainer) -> None:
 
 
 def install_command(extra: str) -> str:
-    """The pip command that adds `extra` to this app in the form it was installed: editable where
-    the app runs from a source checkout (`make`, pip install -e, or the checkout itself), else
-    from a wheel or an index. Told by where `app` was imported from: metadata would be misled by
-    a build's app.egg-info in the checkout."""
+    """The pip command that adds `extra` to this app as it was installed: editable from a source checkout, else from an
+    index. Told by where `app` was imported from: a build's app.egg-info would mislead metadata."""
     checkout = (Path(__file__).resolve().parent.parent / "pyproject.toml").is_file()
     return f"pip install -e '.[{extra}]'" if checkout else f"pip install 'app[{extra}]'"
 
@@ -103,8 +92,7 @@ def load_keras():
 
 
 def query_devices_quietly() -> None:
-    """The backend's first device query, which prints CUDA's "no GPU" lines natively, with them
-    sent to the log (a command on one device: a strategy's devices are set up before this)."""
+    """The backend's first device query, its native "no GPU" lines sent to the log; for a command on one device."""
     with native_stderr_to_log():
         if os.environ.get("KERAS_BACKEND") == "jax":
             import jax
@@ -117,8 +105,7 @@ def query_devices_quietly() -> None:
 
 
 def load_tensorflow():
-    """TensorFlow, its start-up lines sent to the log. Beside Keras on JAX (TensorBoard's writer,
-    the profiler) it is kept off the GPUs, whose memory JAX takes."""
+    """TensorFlow, its start-up lines sent to the log; beside Keras on JAX, kept off the GPUs JAX uses."""
     if "tensorflow" not in sys.modules:
         with native_stderr_to_log():
             import tensorflow as tf
@@ -145,10 +132,13 @@ def native_lines_to_log(text: str) -> None:
             handler.release()
 
 
-def versions() -> dict[str, str]:
-    """Python's and the installed versions of the libraries a run depends on."""
+RUN_PACKAGES = ("tensorflow", "keras", "jax", "albumentations", "numpy", "hydra-core")
+
+
+def versions(packages: tuple[str, ...] = RUN_PACKAGES) -> dict[str, str]:
+    """Python's and the installed versions of `packages` (by default, the libraries a run depends on)."""
     found = {"python": platform.python_version()}
-    for package in ("tensorflow", "keras", "jax", "albumentations", "numpy", "hydra-core"):
+    for package in packages:
         try:
             found[package] = metadata.version(package)
         except metadata.PackageNotFoundError:

@@ -1,15 +1,15 @@
-"""Files written whole or not at all, one process at a time where several may write the same one,
-and whether a location is a URL rather than a local path. No TensorFlow: data sources use it."""
+"""Atomic file writes, one writer at a time where several may write a file, and whether a location is a URL."""
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")  # s3://, gs://, https://, ...
 
@@ -25,9 +25,7 @@ def temporary_name(path: Path) -> Path:
 
 @contextmanager
 def atomic_write(path: str | os.PathLike, mode: str = "w", **open_args) -> Iterator[IO]:
-    """An open file that becomes `path` when the block ends without an error: written beside it
-    and renamed, so a reader, a crash or a full disk never leaves half a file; on an error the
-    partial file is removed and `path` keeps what it had."""
+    """An open file that atomically replaces `path` if the block ends without error; else `path` is left as it was."""
     path = Path(path)
     tmp = temporary_name(path)
     try:
@@ -40,9 +38,15 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", **open_args) -> Itera
 
 @contextmanager
 def held_exclusively(lock_file: Path) -> Iterator[None]:
-    """An exclusive `flock` on `lock_file` (made if missing) for the block, waited for while
-    another process holds it."""
+    """An exclusive `flock` on `lock_file` (made if missing) for the block, waiting while another process holds it."""
     lock_file.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_file, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
+
+
+def write_json(path: str | os.PathLike, content: Any) -> None:
+    """Atomically: readers never see half a file."""
+    text = json.dumps(content, indent=2, default=str) + "\n"
+    with atomic_write(path, encoding="utf-8") as f:
+        f.write(text)

@@ -1,10 +1,6 @@
-"""The loader as a library, for a Keras script of the user's own: `ImageLoader` builds the same
-`Loader` every command holds (app/loader/pipeline.py: worker processes, the shared-memory ring,
-the bad-sample policy) from plain Python (paths and labels, or a folder; an albumentations
-Compose; the queue's settings), and hands each split to `fit`, `evaluate` and `predict` as a
-`keras.utils.PyDataset` of uint8 batches; `boundary` is the float32 layer to put first in the
-model. docs/library.md is its guide. Imports Keras (a user's script has it anyway); worker
-processes never import this module."""
+"""The loader as a library for a Keras script of the user's own: `ImageLoader` builds the same `Loader` every command
+holds from plain Python and hands each split to Keras as a `keras.utils.PyDataset` of uint8 batches; `boundary` is
+the float32 layer to put first in the model. docs/library.md is its guide."""
 
 from __future__ import annotations
 
@@ -37,18 +33,16 @@ POLICIES = ("raise", "skip", "mark")
 
 
 def boundary(normalisation: str = "unit") -> keras.layers.Layer:
-    """The uint8 → float32 layer to put first in a model fed by the loader: RGB 0..255 in, float32
-    out ("unit": ×1/255; "tf": to [-1, 1]; "torch", "caffe": ImageNet's means; "none"), computed
-    on the device inside the step, so no float32 batch waits in host memory."""
+    """The uint8 → float32 layer to put first in a model fed by the loader, computed on the device inside the step:
+    "unit" (×1/255), "tf" (to [-1, 1]), "torch" or "caffe" (ImageNet's means), or "none"."""
     return normaliser(normalisation)
 
 
 @dataclass(frozen=True, kw_only=True)
 class LoaderSettings:
-    """How an ImageLoader builds its batches. `transforms`: training's Compose; `eval_transforms`:
-    val's and test's (none: the resize alone); each is followed by a resize to `image_size`.
-    `on_bad_sample`: raise, skip (the next readable sample in its place, up to `max_bad_fraction`
-    of a split) or mark (zeros; `ImageLoader.failed()` says which)."""
+    """How an ImageLoader builds its batches. `transforms`: training's Compose; `eval_transforms`: val's and test's
+    (none: the resize alone); each is followed by a resize to `image_size`. `on_bad_sample`: raise, skip (the next
+    readable sample in its place, up to `max_bad_fraction` of a split) or mark (zeros; `failed()` says which)."""
 
     image_size: Sequence[int]
     batch_size: int
@@ -78,14 +72,13 @@ class LoaderSettings:
 
 
 class ImageLoader:
-    """Worker processes that read, decode and augment images into a shared-memory ring, for a
-    script's own `model.fit(loader.train, validation_data=loader.val)`. `with` starts and stops
-    them (every worker ended, the ring freed). `train` is shuffled by `seed` each epoch and takes
-    full batches only; `val` and `test` come in order, every sample, the last batch short."""
+    """Worker processes that read, decode and augment images into a shared-memory ring, for a script's own
+    `model.fit(loader.train, validation_data=loader.val)`; `with` starts and stops them (the ring freed too).
+    `train` is shuffled by `seed` each epoch, full batches only; `val` and `test` come in order, last batch short."""
 
     def __init__(self, *, train=None, val=None, test=None, class_names: Sequence[str] | None = None, **settings):
-        """`train`, `val`, `test`: (paths, labels) each, or a split of app.data; `settings`:
-        LoaderSettings's keys (image_size and batch_size at least)."""
+        """`train`, `val`, `test`: (paths, labels) or an app.data split, one at least; `settings`: LoaderSettings's keys
+        (image_size and batch_size at least)."""
         self.settings = LoaderSettings(**settings)
         splits = {name: _split(name, given) for name, given in (("train", train), ("val", val), ("test", test))
                   if given is not None}
@@ -100,8 +93,8 @@ class ImageLoader:
 
     @classmethod
     def from_folder(cls, path: str | Path, *, val_fraction: float = 0.1, **settings) -> ImageLoader:
-        """A folder as `data=folder` reads it (docs/data.md): one subfolder a class, or train/ and
-        val/ (and test/) each with one; `val_fraction` of each class held out when there is no val/."""
+        """A folder as `data=folder` reads it (docs/data.md): one subfolder a class, or train/ and val/ (and test/)
+        each with one; `val_fraction` of each class held out when there is no val/."""
         source = folder_source(path, val_fraction)
         return cls(train=source.train, val=source.val, test=source.test, class_names=source.class_names, **settings)
 
@@ -149,8 +142,8 @@ class ImageLoader:
         return self.datasets[name]
 
     def batch(self, name: str, epoch: int, index: int) -> tuple[np.ndarray, np.ndarray]:
-        """Batch `index` of split `name`'s pass `epoch`: the next of the running pass, or a new pass
-        from `index` on (the ring is refilled from there; one split's pass runs at a time)."""
+        """Batch `index` of split `name`'s pass `epoch`: the next of the running pass, or a new pass from `index` on
+        (one split's pass runs at a time). RuntimeError outside `with`."""
         with self.lock:
             if self._running is None:
                 raise RuntimeError("the ImageLoader is not started: use it inside `with loader:` "
@@ -192,12 +185,9 @@ class _Stream:
 
 
 class SplitDataset(keras.utils.PyDataset):
-    """One split as Keras takes it: batch i is the i-th (uint8 images, int64 labels) of the
-    loader's own order for the pass. Keras's own pool is off (the loader's workers do the work),
-    so is `fit(shuffle=True)`'s batch shuffle (the loader shuffles the samples by its seed): the
-    first is refused, the second switched off with a message. The two batches Keras looks at
-    before an epoch are kept and given again, not built twice. The pass (the loader's epoch)
-    turns at the end of a Keras epoch that reached its last batch."""
+    """One split as Keras takes it: batch i is the i-th (uint8 images, int64 labels) of the loader's order for the pass.
+    Keras's own pool is refused and fit's batch shuffle switched off (the loader does both); the two batches Keras peeks
+    at before an epoch are kept, and the pass turns after a Keras epoch that reached its last batch."""
 
     def __init__(self, owner: ImageLoader, name: str, samples: int):
         super().__init__(workers=1, use_multiprocessing=False)
@@ -234,8 +224,8 @@ class SplitDataset(keras.utils.PyDataset):
                         "its batches in order. fit(..., shuffle=False) says the same without this message.", self.name)
 
     def on_epoch_end(self) -> None:
-        """The pass turns once its last batch was served (a Keras epoch of `steps_per_epoch` fewer
-        batches goes on where it stopped, as Keras's own iterator does)."""
+        """The pass turns once its last batch was served (a Keras epoch of fewer `steps_per_epoch` goes on where it
+        stopped, as Keras's own iterator does)."""
         with self.owner.lock:
             self._in_epoch = False
             if self._served_last:

@@ -1,8 +1,5 @@
-"""The models (conf/model: the small ResNet here, keras.applications backbones in
-app/backbones.py, or any builder by `_target_`), the float32 boundary that is their first layer
-(uint8 pixels in, float32 out as the backbone expects it, on the device), and the
-self-contained model.keras exported from them.
-Never imports the loader: batches reach it as plain uint8 arrays."""
+"""The models (the small ResNet, keras.applications backbones, or any builder by `_target_`), the float32 boundary
+that is their first layer (uint8 in, on the device), and the self-contained model.keras exported from them."""
 
 from __future__ import annotations
 
@@ -46,9 +43,7 @@ ONEDNN_BLOCK = 16
 
 def small_resnet(input_shape: Sequence[int], num_classes: int, widths: Sequence[int] = (32, 64, 128),
                  blocks_per_stage: int = 1, dropout: float = 0.2) -> keras.Model:
-    """A small ResNet: a stride-2 stem, then stages of residual blocks, each stage after the
-    first halving H and W. Input: normalised float images (`classifier` puts it behind the
-    normalising layer)."""
+    """A small ResNet on normalised float images: a stride-2 stem, then stages, each after the first halving H and W."""
     inputs = keras.Input(tuple(input_shape), name="pixels")
     x = _conv_bn(inputs, widths[0], stride=2)
     for stage, width in enumerate(widths):
@@ -78,9 +73,8 @@ def _residual(x, width: int, stride: int):
 
 
 def _projection(x, width: int, stride: int):
-    """The shortcut's 1×1 convolution. Over fewer channels than ONEDNN_BLOCK, a strided one is
-    every `stride`-th pixel taken first (a pooling of size 1), then convolved with stride 1: the
-    same arithmetic, without oneDNN's strided 1×1 kernel gradient (see ONEDNN_BLOCK)."""
+    """The shortcut's 1×1 convolution; over fewer channels than ONEDNN_BLOCK, a strided one takes every `stride`-th
+    pixel first, then convolves with stride 1: the same arithmetic, without oneDNN's faulty kernel gradient."""
     if stride != 1 and x.shape[-1] < ONEDNN_BLOCK:
         x = layers.MaxPooling2D(pool_size=1, strides=stride)(x)
         stride = 1
@@ -89,8 +83,7 @@ def _projection(x, width: int, stride: int):
 
 
 def normalise(batch: np.ndarray) -> np.ndarray:
-    """The "unit" first layer's arithmetic in numpy, for code that feeds a model without that
-    layer (bench's hand-rolled PyDataset, which returns float32 as such code does)."""
+    """The "unit" first layer's arithmetic in numpy, for code that feeds a model without it (bench's PyDataset)."""
     out = np.multiply(batch, np.float32(SCALE), dtype=np.float32)
     if OFFSET:
         out += np.float32(OFFSET)
@@ -98,9 +91,8 @@ def normalise(batch: np.ndarray) -> np.ndarray:
 
 
 def normaliser(mode: str) -> layers.Layer:
-    """The first layer: RGB 0..255 in, float32 out as `mode` says; stock Keras layers only, so
-    model.keras loads without this app. Float32 whatever the precision policy: caffe's mean
-    subtraction near 255 would lose its decimals in float16."""
+    """The first layer: RGB 0..255 in, float32 out as `mode` says (ValueError for an unknown one); stock Keras layers
+    only, so model.keras loads without this app. Float32 under any precision policy: caffe's mean keeps its decimals."""
     if mode == "unit":
         return layers.Rescaling(SCALE, OFFSET, name="normalise", dtype="float32")
     if mode == "tf":
@@ -119,16 +111,15 @@ def normaliser(mode: str) -> layers.Layer:
 
 
 def classifier(backbone: keras.Model, image_size: Sequence[int], normalisation: str = "unit") -> keras.Model:
-    """What `train` fits and model.keras holds: RGB pixel values 0..255 in (the loader's uint8
-    batches, or floats), normalised by the first layer, the backbone's probabilities out.
-    The cast to float happens inside the step, so no float32 batch waits in host memory."""
+    """What `train` fits and model.keras holds: RGB values 0..255 in (uint8 or float), normalised by the first layer,
+    the backbone's probabilities out. The cast is inside the step: no float32 batch waits in host memory."""
     pixels = keras.Input((*image_size, 3), name="image")
     return keras.Model(pixels, backbone(normaliser(normalisation)(pixels)), name="classifier")
 
 
 def build(model_config, image_size: Sequence[int], num_classes: int) -> keras.Model:
-    """The classifier a model config describes: its `_target_` called with the input shape, the
-    class count, its other keys and `kwargs`; behind the normalisation the backbone expects."""
+    """The classifier a model config describes: its `_target_` called with the input shape, the class count, its other
+    keys and `kwargs`, behind the normalisation the backbone expects. ConfigError when it cannot be built."""
     spec = dataclasses.asdict(model_config)
     extra = spec.pop("kwargs", None) or {}
     try:
@@ -148,8 +139,7 @@ def build(model_config, image_size: Sequence[int], num_classes: int) -> keras.Mo
 
 
 def import_builder(model_config) -> None:
-    """The module of `model._target_` imported, so the custom layers it registers with Keras load
-    from a checkpoint or model.keras (a resumed run, evaluate, predict)."""
+    """Import `model._target_`'s module so the custom layers it registers load (from a checkpoint or model.keras)."""
     module = model_config._target_.rpartition(".")[0]
     try:
         importlib.import_module(module)
@@ -159,10 +149,8 @@ def import_builder(model_config) -> None:
 
 
 def memory_facts(net: keras.Model, precision: str) -> dict[str, int]:
-    """What `net` holds on its device (the fields of app/capacity/plan.py's ModelFacts): its variables, its
-    optimizer's state (built over the trainable variables if it is not yet), and every layer's
-    output for one sample, nested models' layers included, in the compute dtype of `precision`
-    (but the first layer's: the float32 batch, which the plan counts apart)."""
+    """What `net` holds on its device (plan.ModelFacts' fields): variables, optimizer state (built if not yet) and every
+    layer's output for one sample in `precision`'s compute dtype, nested models' included, the first layer's not."""
     def nbytes(variables) -> int:
         return sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in variables)
 
@@ -192,9 +180,7 @@ def backbone_of(net: keras.Model) -> keras.Model | None:
 
 
 def write_model_keras(model: keras.Model, path: Path, *, class_names: Sequence[str], image_size: Sequence[int]) -> None:
-    """Save `model` (a `classifier`) with its class names, input size and normalisation, loadable
-    with plain `keras.saving.load_model`. Written under a temporary name and renamed, so a crash
-    never leaves half a file."""
+    """Save a `classifier` atomically with its class names, input size and normalisation, loadable by plain Keras."""
     path = Path(path)
     tmp = path.with_name(f".{path.stem}.tmp.keras")
     mode = _first_layer_mode(model)
@@ -219,8 +205,7 @@ def read_metadata(path: Path) -> dict:
 
 
 def model_keras_problem(path: Path) -> str | None:
-    """What is wrong with a model.keras that `export` wrote (missing, truncated, a member that fails
-    its CRC, no metadata), or None when it is whole."""
+    """What is wrong with a model.keras `export` wrote (missing, damaged, no metadata), or None when it is whole."""
     if Path(path).is_dir():
         return "it is a folder, not the model's file: move the folder away"
     if not Path(path).is_file():
@@ -235,8 +220,7 @@ def model_keras_problem(path: Path) -> str | None:
 
 
 def _first_layer_mode(model: keras.Model) -> str:
-    """The normalisation of a classifier's first layer, read back from the layer itself (a new
-    model and one loaded from a checkpoint alike)."""
+    """The normalisation of a classifier's first layer, read back from the layer (new or loaded from a checkpoint)."""
     layer = model.get_layer("normalise")
     if isinstance(layer, layers.Rescaling):
         return "unit" if np.isclose(layer.scale, SCALE) else "tf"

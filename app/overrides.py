@@ -1,11 +1,5 @@
-"""Hydra's `key=value` command-line overrides, read and quoted: the one parser of them for the
-resume path (app/training/resume.py) and for a run's recorded overrides (app/commands/report.py).
-
-A key may carry Hydra's prefixes (`+key=` adds, `++key=` forces, `~key=` deletes); they are
-taken off to name it. Values with spaces or non-ASCII characters (paths, mostly) are quoted for
-Hydra's grammar, which otherwise rejects them however the shell quoted them.
-Plain strings only: never imports Hydra, TensorFlow or anything of the app.
-"""
+"""Hydra's `key=value` overrides, read and quoted: the one parser of them for the resume path and a run's recorded
+overrides. Prefixes (`+`, `++`, `~`) are taken off to name a key."""
 
 from __future__ import annotations
 
@@ -16,8 +10,7 @@ _FUNCTION = re.compile(r"^[A-Za-z_]+\(.*\)$")
 
 
 def parsed(arg: str) -> tuple[str, str] | None:
-    """(key, value) of an override, its key's prefixes taken off; None for a flag or a word
-    without `=`."""
+    """(key, value) of an override, its key's prefixes taken off; None for a flag or a word without `=`."""
     if arg.startswith("-") or "=" not in arg:
         return None
     key, value = arg.split("=", 1)
@@ -51,8 +44,7 @@ def quoted(value: str) -> str:
 
 
 def quote_override(arg: str) -> str:
-    """`key=value` with `value` quoted when Hydra would reject it unquoted (a space, a non-ASCII
-    character) and it is a plain string: not quoted already, not a list, dict, sweep or function."""
+    """`key=value`, `value` quoted if Hydra would reject it unquoted (space, non-ASCII) and it is a plain string."""
     if arg.startswith("-") or "=" not in arg:
         return arg
     key, value = arg.split("=", 1)

@@ -1,7 +1,5 @@
-"""Processes: starting children from wherever the app runs (a launcher's worker included),
-making them end with their parent, keeping the memory they free, and how the training process
-takes Ctrl-C and SIGTERM, and what a crash inside a C library leaves on the terminal. No
-TensorFlow: worker processes import this."""
+"""Processes: starting children wherever the app runs, making them die with their parent, keeping the memory they
+free, how the training process takes Ctrl-C and SIGTERM, and a crash report from inside a C library."""
 
 from __future__ import annotations
 
@@ -16,9 +14,7 @@ from contextlib import contextmanager
 
 @contextmanager
 def startable(start_method: str):
-    """Inside a launcher's own worker (joblib's loky) the process-wide start method is one a
-    spawned child cannot set up, and it travels in the child's start-up data: `start_method`
-    stands in for it while a child starts."""
+    """While a child starts, `start_method` replaces a foreign process-wide start method (joblib's loky's)."""
     method = mp.get_start_method(allow_none=True)
     foreign = method not in (None, *mp.get_all_start_methods())
     if foreign:
@@ -32,9 +28,8 @@ def startable(start_method: str):
 
 @contextmanager
 def main_module_hidden(hidden: bool):
-    """While a child starts: spawn has each child import the parent's main module (so what it
-    defines unpickles there), and a user's script that imports Keras at its top would load
-    TensorFlow into every worker. `hidden`: the child is not told of it (nothing sent refers to it)."""
+    """While a child starts: with `hidden`, spawn is not told of the parent's main module, so a user's script that
+    imports Keras at its top does not load TensorFlow into every worker (nothing sent may refer to it)."""
     main = sys.modules.get("__main__")
     saved = {name: main.__dict__[name] for name in ("__file__", "__spec__") if main and name in main.__dict__}
     if hidden and saved:
@@ -48,8 +43,7 @@ def main_module_hidden(hidden: bool):
 
 
 def die_with_parent(parent_pid: int | None) -> None:
-    """Ask Linux to SIGKILL this process when its parent dies, even by SIGKILL. (Under
-    forkserver the parent is the fork server, which exits when the training process does.)"""
+    """SIGKILL this process when its parent dies (under forkserver: the fork server); exit now if it is already gone."""
     if sys.platform.startswith("linux"):
         PR_SET_PDEATHSIG = 1
         libc = ctypes.CDLL(None, use_errno=True)
@@ -63,14 +57,8 @@ M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
 
 
 def keep_freed_memory() -> bool:
-    """Have glibc keep freed memory for the next allocation instead of handing it back to the kernel.
-
-    A worker allocates the same few large buffers for every sample (Pillow's decoded image, its
-    array, the augmented copies). By default glibc serves each from fresh mmap'ed or trimmed
-    pages, so every sample page-faults its megabytes in again, which in a VM can cost more than
-    the JPEG decode itself (docs/performance.md has the figures).
-    Kept, the heap stays at the size of the largest sample. False where this is not glibc.
-    """
+    """Have glibc keep freed memory for the next allocation instead of returning it to the kernel, so a worker's large
+    buffers are not page-faulted in again for every sample; False where this is not glibc."""
     if not sys.platform.startswith("linux"):
         return False
     mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
@@ -85,9 +73,7 @@ _held = {"depth": 0, "pending": False, "requested": False}
 
 
 def enable_crash_report() -> None:
-    """A segfault (or abort) inside TensorFlow, JAX or another C library prints every Python
-    thread's stack to stderr before the process dies (Python's faulthandler): what the process was
-    doing, for the report, where the process would otherwise end with no word."""
+    """On a segfault or abort inside a C library, print every Python thread's stack to stderr (faulthandler)."""
     for stream in (sys.stderr, sys.__stderr__):  # a stand-in stderr (a notebook's, a test's) has no file
         if faulthandler.is_enabled():
             return
@@ -98,18 +84,15 @@ def enable_crash_report() -> None:
 
 
 def stop_if_interrupted() -> None:
-    """Raise the KeyboardInterrupt of a Ctrl-C or SIGTERM that came, should its first raise have
-    been lost: Python ignores an exception raised inside a garbage-collector callback or a
-    `__del__` ("Exception ignored in …"), and the run would train on. The step loops, evaluate's
-    and predict's batch loops and the end of every command call this."""
+    """Raise the KeyboardInterrupt of a Ctrl-C or SIGTERM that came, should its first raise have been lost (Python
+    ignores one raised in a garbage-collector callback or `__del__`); loops and commands call it at safe points."""
     if _held["requested"] and not _held["depth"]:
         raise KeyboardInterrupt
 
 
 def raise_on_stop_signals() -> None:
-    """From a command's first moment, Ctrl-C and a scheduler's SIGTERM raise KeyboardInterrupt
-    and are remembered, so that one whose raise was lost still stops the command at its next
-    `stop_if_interrupted` (a training run's own handling takes over once it starts: `interrupts`)."""
+    """From a command's first moment, Ctrl-C and SIGTERM raise KeyboardInterrupt and are remembered for
+    `stop_if_interrupted`; a training run's `interrupts` takes over once it starts."""
     def interrupt(signum, frame):
         _held["requested"] = True
         if _held["depth"]:  # raised when the held block ends
@@ -124,10 +107,8 @@ def raise_on_stop_signals() -> None:
 
 @contextmanager
 def signals_held():
-    """Ctrl-C and SIGTERM wait for the block's end, then stop the command as usual. For what must
-    be written together (an epoch's metrics row, model.keras and checkpoint: a signal between them
-    would leave a row that no checkpoint backs), and for TensorFlow's tracing, whose C++ callbacks
-    cannot take an exception raised inside them."""
+    """Ctrl-C and SIGTERM wait for the block's end, then stop the command as usual: for what must be written together (a
+    metrics row, model.keras, checkpoint) and for TensorFlow's tracing, whose C++ callbacks cannot take an exception."""
     _held["depth"] += 1
     try:
         yield
@@ -140,10 +121,8 @@ def signals_held():
 
 @contextmanager
 def interrupts():
-    """Ctrl-C (SIGINT) and a scheduler's SIGTERM end the run the same way: the first raises
-    KeyboardInterrupt (workers stopped, status `interrupted`); any more while it stops are
-    ignored for the rest of the process, so a second Ctrl-C cannot cut the clean-up short (a
-    traceback, a ring left for the resource tracker)."""
+    """Ctrl-C and SIGTERM end the run the same way: the first raises KeyboardInterrupt; any more while it stops are
+    ignored for the rest of the process, so a second Ctrl-C cannot cut the clean-up short."""
     def stopping(signum, frame):
         print("stopping: the workers are being ended and the run recorded; one moment.", file=sys.stderr)
 

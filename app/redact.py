@@ -1,17 +1,5 @@
-"""Secrets kept out of everything a command saves, prints or logs: fsspec's `storage_options`
-(data.storage_options, prepare.storage_options) may hold credentials (s3fs: key, secret, token,
-client_kwargs.aws_session_token) that must reach the code opening storage and nothing else.
-
-The rule: below a key named `storage_options`, at any depth (lists included), a key whose name
-holds one of SECRET_WORDS, in any case, has its value written as REDACTED; every other key
-(endpoint_url, region_name, anon, profile, ...) stays as it is. `redacted` applies it to a config
-or any part of one (plain containers: dicts, lists, strings); a string that mentions
-`storage_options` (a command-line override, a log line, Hydra's override_dirname) has the value
-after each secret key's `=` or `:` replaced (`redacted_text`). A config read back from a run
-holds REDACTED where a secret was: `without_redacted` takes those keys out again, so the
-environment's credentials apply unless the command line gives them anew.
-Only the standard library: worker processes import it; never imports Hydra, TensorFlow or the app.
-"""
+"""Secrets kept out of everything a command saves, prints or logs: below a `storage_options` key, at any depth, a key
+whose name holds one of SECRET_WORDS (any case) has its value written as REDACTED; configs exactly, text generously."""
 
 from __future__ import annotations
 
@@ -45,9 +33,7 @@ def _secret_path(path: list[str]) -> bool:
 
 
 def redacted(node: Any, path: tuple[str, ...] = ()) -> Any:
-    """`node` (a config, or a part of one at key path `path`) with every secret of its storage
-    options written as REDACTED; a new container, `node` itself unchanged. A key may be dotted
-    (`data.storage_options.secret`, as Hydra's sweeper params hold them)."""
+    """`node` (a config, or a part at key path `path`; keys may be dotted) as a new container, secrets REDACTED."""
     if isinstance(node, dict):
         out = {}
         for key, value in node.items():
@@ -63,10 +49,8 @@ def redacted(node: Any, path: tuple[str, ...] = ()) -> Any:
 
 
 def redacted_text(text: str, within: bool = False) -> str:
-    """`text` with the value of each secret key after `storage_options` (or anywhere, `within`
-    storage options already) replaced by REDACTED, quoted so that an override stays one that
-    Hydra reads (`data.storage_options.secret='<redacted>'`). A key of other options after them on
-    the same line may be caught too: text is redacted generously, configs exactly (`redacted`)."""
+    """`text` with the value of each secret key after `storage_options` (anywhere, `within`) replaced by a quoted
+    REDACTED, so an override stays valid for Hydra; a later key of other options on the line may be caught too."""
     start = 0 if within else text.find(OPTIONS)
     if start < 0:
         return text
@@ -84,8 +68,7 @@ def redacted_text(text: str, within: bool = False) -> str:
 
 
 def without_redacted(options: dict, path: str) -> tuple[dict, list[str]]:
-    """(storage options `options` at config key `path` without the keys whose value is REDACTED,
-    the dotted keys taken out): a run's saved config never holds the secret itself."""
+    """(`options` at config key `path` less the keys whose value is REDACTED, the dotted keys taken out)."""
     kept, dropped = {}, []
     for key, value in options.items():
         where = f"{path}.{key}"
@@ -108,8 +91,7 @@ def dropped_note(keys: list[str]) -> str:
 
 
 class RedactingFilter(logging.Filter):
-    """A logging filter that writes a record's message with `redacted_text`: on a handler (Hydra's
-    logging config names it, conf/common.yaml), the records of every logger that reach it."""
+    """A logging filter writing a record's message with `redacted_text`; Hydra's logging config puts it on a handler."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()

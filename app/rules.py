@@ -1,8 +1,5 @@
-"""The config's ranges and cross-key rules, one function a group: what the schemas' types
-(app/schema) cannot say. `check` runs them all on a typed config (app/config.py's `validate`),
-before any data is read or model built; the first broken rule fails naming its key.
-Never imports TensorFlow or the loader: worker processes import it (through app/config.py).
-"""
+"""The config's ranges and cross-key rules, one function a group: what the schemas' types cannot say. `check` runs
+them all on a typed config before any data is read or model built; the first broken rule fails naming its key."""
 
 from __future__ import annotations
 
@@ -247,8 +244,7 @@ def _check_model(cfg) -> None:
 
 
 def _check_bench_and_preview(cfg) -> None:
-    """The groups only bench's, preview's and prepare's own configs hold (conf/bench.yaml, preview.yaml,
-    prepare.yaml)."""
+    """The groups only the configs of bench, preview and prepare hold (conf/bench.yaml, preview.yaml, prepare.yaml)."""
     if "bench" in cfg:
         b = cfg.bench
         _check(len(b.modes) > 0 and all(m in BENCH_MODES for m in b.modes), "bench.modes", list(b.modes),

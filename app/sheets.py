@@ -1,5 +1,4 @@
-"""Contact sheets: images in a grid, each over its caption (Pillow), for augmented.png and
-preview.png. No TensorFlow: the preview command runs without it."""
+"""Contact sheets: images in a grid, each over its caption (Pillow), for augmented.png and preview.png."""
 
 from __future__ import annotations
 
@@ -8,8 +7,7 @@ from PIL import Image, ImageDraw
 
 
 def grid(images: list[np.ndarray] | np.ndarray, captions: list[str], columns: int = 8) -> Image.Image:
-    """The images (uint8 H×W×3, one size) in rows of `columns`, each over its caption (lines
-    split at "\n"); small images are drawn larger so the captions fit."""
+    """The images (uint8 H×W×3, one size) in rows of `columns` over their captions, small ones drawn larger."""
     count, (height, width) = len(images), np.asarray(images[0]).shape[:2]
     scale = -(-96 // max(height, width))  # at least 96 px a cell
     cell_w, cell_h = width * scale, height * scale

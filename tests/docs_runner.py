@@ -26,7 +26,7 @@ from pathlib import Path
 from hydra.core.global_hydra import GlobalHydra
 
 from app.__main__ import main
-from app.training import resume
+from app.cli import argv as argv_step
 
 
 def newest(pattern: str) -> str:
@@ -56,7 +56,7 @@ def run_one(command: dict) -> dict:
             status = 1
     # what one command leaves in the process that the next, in a process of its own, would not see
     GlobalHydra.instance().clear()
-    resume.CLAIMED.clear()
+    argv_step.CLAIMED.clear()
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     return {**command, "status": status, "printed": out.getvalue(), "seconds": time.perf_counter() - started}

@@ -17,9 +17,12 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 from rich.console import Console
 
+from app.cli.keys import refuse_keys_of_other_commands
 from app.config import conf_dir, load, to_plain
 from app.console import config_tree
 from app.errors import ConfigError
+from app.runs.checkpoint import saved_config
+from app.runs.saved import resumed_config
 from app.schema import (
     COMMAND_KEYS,
     BenchCommandConfig,
@@ -29,9 +32,6 @@ from app.schema import (
     PreviewCommandConfig,
     register,
 )
-from app.training.checkpoint import saved_config
-from app.training.migrate import refuse_keys_of_other_commands
-from app.training.resume import resumed_config
 
 register()
 SAVED = Path(__file__).resolve().parent / "saved"

@@ -334,7 +334,7 @@ def test_auto_is_the_one_word_the_queue_takes():
 def test_a_resumed_run_takes_the_bad_sample_advice_and_nothing_unsafe():
     """A bad sample's message advises data.on_bad_sample=skip (and data.max_bad_fraction): a
     resumed run must accept what it advises; the data's own settings stay refused."""
-    from app.training.resume import resumed_config
+    from app.runs.saved import resumed_config
 
     saved = to_plain(composed())
     cfg = composed("data.on_bad_sample=skip", "data.max_bad_fraction=0.2", "+resume=/runs/x")
@@ -349,7 +349,7 @@ def test_the_out_of_memory_advice_for_a_run_works_when_followed():
     import re as regex
 
     from app.errors import explain
-    from app.training.resume import resumed_config
+    from app.runs.saved import resumed_config
 
     message = str(explain(MemoryError(), resume_hint="python -m app train resume=/runs/x"))
     command = regex.search(r"`(python -m app train resume=/runs/x[^`]*)`", message).group(1)

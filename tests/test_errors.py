@@ -9,8 +9,8 @@ import logging
 import pytest
 
 from app.errors import AppError, MachineError, exit_status_for, explain
-from app.io import temporary_name
-from app.training.rundir import Summary, write_json
+from app.io import temporary_name, write_json
+from app.runs.rundir import Summary
 
 
 def test_memory_and_disk_errors_become_messages_saying_what_to_do(capsys):

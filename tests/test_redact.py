@@ -1,6 +1,6 @@
 """app/redact.py's rule (storage_options' secrets as <redacted>: in configs, overrides, log lines),
 what a config read back with <redacted> values becomes (app/config.py `load`, the resume path of
-app/training/resume.py), and app/hydra_files.py: Hydra's own files and log redacted, in a real
+app/cli/argv.py), and app/hydra_files.py: Hydra's own files and log redacted, in a real
 Hydra run and sweep of the app's conf whose task function is given the real values."""
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 
+from app.cli.argv import claim_and_rewrite_argv
 from app.config import conf_dir, load, to_plain
 from app.hydra_files import rewrite_redacted
 from app.redact import REDACTED, RedactingFilter, dropped_note, redacted, redacted_text
+from app.runs.saved import resumed_config
 from app.schema import register
-from app.training.resume import claim_and_rewrite_argv, resumed_config
 
 register()
 OPTIONS = {"key": "AKIAEXAMPLE", "Secret": "s3cr3t", "token": None, "endpoint_url": "http://key.example:9000",

@@ -56,6 +56,20 @@ def test_the_dev_extra_installs_what_the_suite_builds_and_runs_with():
     assert missing_from_dev(pyproject) == ["wheel"]
 
 
+def packages_left_out(pyproject: dict) -> list[str]:
+    """app/'s packages (folders with an __init__.py) that a wheel would not ship."""
+    listed = set(pyproject["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "app").rglob("__init__.py")}
+    return sorted(found - listed)
+
+
+def test_a_wheel_ships_every_package_of_app():
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert not packages_left_out(pyproject)
+    pyproject["tool"]["setuptools"]["packages"].remove("app.runs")  # negative control
+    assert packages_left_out(pyproject) == ["app.runs"]
+
+
 def test_a_hung_test_fails_under_the_timeout_with_its_stack_and_its_cleanup_runs(tmp_path):
     (tmp_path / "test_hung.py").write_text(HUNG)
     ran = subprocess.run([sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir",

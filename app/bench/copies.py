@@ -1,13 +1,5 @@
-"""`bench.prepared=[<copy>, ...]`: the same modes on prepared copies of the benched data, beside
-the originals in one run. Owns the config a copy is benched with (the original's, its data
-switched to `data=prepared data.path=<copy>`: the same image size, batch, decode and bad-sample
-keys, the same augmentation), the check that a copy is of this data, each row's name
-(`<mode>@<copy>`) and the ratios a table reports (copy against originals; a later copy against
-the first, e.g. object storage against local disk). Where `bench.cache_dir` is set, a copy at a
-URL runs twice: by byte ranges, and through that shard cache (`<mode>@<url> cached`). Imports
-app.data and app.schema only; never TensorFlow (the bench parent imports it before any mode's
-process starts).
-"""
+"""`bench.prepared=[<copy>, ...]`: the same modes on prepared copies of the benched data beside the originals, in one
+run; with `bench.cache_dir`, a copy at a URL runs twice: by byte ranges and through that shard cache."""
 
 from __future__ import annotations
 
@@ -29,16 +21,14 @@ CACHED = " cached"  # the label of a copy at a URL read through bench.cache_dir
 
 
 def labels(config) -> list[str]:
-    """What each row of a copy is named after: each of bench.prepared, and each URL among them
-    again, `<url> cached`, where bench.cache_dir is set."""
+    """Each copy's row label: each of bench.prepared, and each URL again as `<url> cached` with bench.cache_dir set."""
     cache = config.bench.cache_dir
     return [label for copy in config.bench.prepared
             for label in ([copy, copy + CACHED] if cache and is_url(copy) else [copy])]
 
 
 def copy_config(config, label: str):
-    """The loaded config `config` with its data switched to the prepared copy `label` names
-    (`<url> cached`: through bench.cache_dir)."""
+    """`config` with its data switched to the prepared copy `label` names (`<url> cached`: through bench.cache_dir)."""
     copy = label.removesuffix(CACHED)
     cache = config.bench.cache_dir if label.endswith(CACHED) else None
     data = PreparedDataConfig(path=copy, cache_dir=cache, **{key: getattr(config.data, key) for key in SHARED_KEYS})
@@ -59,8 +49,7 @@ def copy_source_of(config, copy: str, source):
 
 
 def ratios(results: dict, modes: list[str], copies: list[str]) -> dict:
-    """Each copy's rate over the originals' (`<mode>@<copy>_vs_original`), and each later copy's
-    over the first's (`<mode>@<copy>_vs_first_copy`), for the modes measured on both."""
+    """Each copy's rate over the originals' (`_vs_original`), each later one's over the first's (`_vs_first_copy`)."""
     ok = {name: r["images_per_s"] for name, r in results.items() if "error" not in r}
     derived = {}
     for mode in modes:

@@ -1,12 +1,5 @@
-"""The hand-rolled `keras.utils.PyDataset` that `bench` measures this loader against: decode
-and augment in `__getitem__`, float32 out, Keras's own workers and queue. A module of its own
-so Keras's worker processes can import it (it imports Keras, as any PyDataset does).
-
-It does what such code does, no more and no less: opens each file with Pillow as the Keras and
-albumentations tutorials show (full decode), augments with the same albumentations pipeline,
-reseeded per sample as this loader's workers do (the same work a sample), and scales to float32.
-Imports Keras (it is the Keras way); never imported by the loader or its workers.
-"""
+"""The hand-rolled `keras.utils.PyDataset` `bench` measures this loader against (Pillow's full decode, the same
+augmentation, float32 out), in a module of its own so Keras's worker processes can import it."""
 
 from __future__ import annotations
 
@@ -19,8 +12,7 @@ from app.model import normalise
 
 
 def read_textbook(split, index: int) -> np.ndarray:
-    """`np.asarray(Image.open(path).convert("RGB"))`, as a PyDataset is usually written; rows of
-    an array source (CIFAR-10) are read as this loader reads them."""
+    """A file read as PyDatasets usually do (Pillow, full decode); an array source's rows as this loader reads them."""
     if isinstance(split, FileSplit):
         with Image.open(split.paths[index]) as img:
             return np.asarray(img.convert("RGB"))

@@ -1,12 +1,5 @@
-"""The bench modes that train through Keras, on its TensorFlow or JAX backend (KERAS_BACKEND, set
-by the bench command): `baseline` (the trivial model on one in-memory batch), `loader_steps`
-(this loader through `train`'s step loop), `loader_fit` (this loader through `model.fit`),
-`keras_threads` and `keras_processes` (keras.utils.PyDataset, app/bench/keras_baseline.py) and
-`tf_data` (app/bench/tf_data.py). Imported by app/bench/modes.py only when one of them runs, so
-the other modes' processes never load a framework. Imports TensorFlow only inside the functions
-that feed Keras through tf.data (`_tf_data`, and the TensorFlow backend's feeds): on JAX every
-mode but `tf_data` runs where TensorFlow is not installed. Never imported by the loader or
-training."""
+"""The bench modes that train through Keras, on TensorFlow or JAX. TensorFlow is imported only to feed Keras through
+tf.data, so on JAX every mode but `tf_data` runs without it."""
 
 from __future__ import annotations
 
@@ -24,8 +17,7 @@ from app.training.steps import EpochFigures, EpochPlan, Feed, build_metrics, tra
 
 
 def _trivial_model(config, num_classes, normalising=True):
-    """The same trivial backbone for every mode; this loader's modes put `train`'s
-    normalising first layer in front (its batches are uint8), Keras's get float32."""
+    """The same trivial backbone for every mode, behind `train`'s normalising layer for this loader's uint8 modes."""
     size = config.data.image_size
     net = keras.Sequential([keras.Input((*size, 3)), keras.layers.GlobalAveragePooling2D(),
                             keras.layers.Dense(num_classes, activation="softmax")])
@@ -63,8 +55,7 @@ def _baseline(run: Run):
 
 
 def _one_batch_repeated(x: np.ndarray, y: np.ndarray):
-    """(x, y) again and again, as `fit` takes it: on TensorFlow a tf.data dataset (as it always
-    was: the figures stay comparable), on JAX the numpy arrays themselves, from a generator."""
+    """(x, y) again and again, as `fit` takes it: a tf.data dataset on TensorFlow, a generator on JAX."""
     if _on_tensorflow():
         import tensorflow as tf  # the TensorFlow backend only: JAX runs this mode without it
 
@@ -92,8 +83,7 @@ def _loader_steps(run: Run):
 
 
 def _loader_fit(run: Run):
-    """On TensorFlow through tf.data.Dataset.from_generator (no prefetch); on JAX `fit` takes the
-    loader's generator of numpy batches as it is."""
+    """On TensorFlow through tf.data.Dataset.from_generator (no prefetch); on JAX the loader's generator as it is."""
     config, source, order, clock = run.config, run.source, run.order, run.clock
     data = config.data
     net = _trivial_model(config, len(source.class_names))
@@ -126,9 +116,7 @@ def _keras(run: Run):
 
 
 def _tf_data(run: Run):
-    """tf.data needs TensorFlow whatever Keras's backend: loaded here only (on JAX kept off the
-    GPUs, JAX's), so the other modes run where it is not installed (the bench command leaves this
-    one out, or refuses it, there)."""
+    """TensorFlow, loaded here only (kept off the GPUs on JAX), so the other modes run where it is not installed."""
     tf = load_tensorflow()
     from app.bench.tf_data import dataset  # imports TensorFlow at its top
 

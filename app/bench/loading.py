@@ -1,8 +1,5 @@
-"""What every bench mode is given (its Run: the config, the data, the (epoch, index) pairs to
-visit, the clock), and the modes with no model: `loader` (this loader and its prefetch) and
-`serial` (decode + augment one sample after another, the per-core rate). Never imports
-TensorFlow, Keras or JAX: these modes' memory is the loader's own. Runs in bench's child
-processes; never imported by the loader or training."""
+"""What every bench mode is given (its Run), and the modes with no model: `loader` (this loader and its prefetch) and
+`serial` (decode + augment one sample after another: the per-core rate)."""
 
 from __future__ import annotations
 
@@ -38,8 +35,7 @@ class Clock:
 
 @dataclass(kw_only=True)
 class Run:
-    """What a mode is given: its name, the config, the data, the training augmentation, the
-    (epoch, sample index) pairs to go through, and the clock to tick a batch."""
+    """What a mode is given: name, config, data, training augmentation, (epoch, sample index) pairs, and its clock."""
 
     mode: str
     config: object  # the loaded config (app/config.py)
@@ -50,8 +46,7 @@ class Run:
 
 
 def visit_order(n: int, batch: int, *, needed: int, seed: int, shuffle: bool) -> np.ndarray:
-    """(epoch, sample index) pairs, epoch after epoch until `needed`, full batches only (as
-    training takes them), so every timed batch holds `batch` images."""
+    """`needed` (epoch, sample index) pairs, epoch after epoch, full batches only; ValueError when n < batch."""
     if n < batch:  # no full batch in an epoch: the loop below would never end
         raise ValueError(f"{n} samples hold no full batch of {batch}")
     pairs, epoch = [], 0
@@ -101,8 +96,7 @@ PYTHON_ERROR = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit): ")
 
 
 def reason(error: BaseException) -> str:
-    """`error` in one line: its type and the first line of its message that says what went wrong
-    (the Python error inside a TensorFlow error, when that is what it carries)."""
+    """`error` in one line: its type and the message line that says what went wrong, inside a TensorFlow error too."""
     lines = [line for line in str(error).splitlines() if line.strip()]
     said = next((line.strip() for line in lines if not line[0].isspace() and not line.startswith(WHERE)),
                 lines[0].strip() if lines else "")

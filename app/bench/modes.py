@@ -1,8 +1,5 @@
-"""One bench mode, in the child process the bench command starts for it: the mode's own
-pipeline fed through its consumer for `bench.warmup` + `bench.batches` batches, timed by a
-clock that starts after the warm-up. The modes are listed in app/commands/bench.py; those with
-no model are in app/bench/loading.py, those through Keras in app/bench/keras_modes.py. Runs in
-bench's child processes; never imported by the loader or training."""
+"""One bench mode in the child process the bench command starts for it: the mode's pipeline fed through its consumer
+for `bench.warmup` + `bench.batches` batches, timed by a clock that starts after the warm-up."""
 
 from __future__ import annotations
 
@@ -21,8 +18,7 @@ PLAIN_MODES = {"loader": loader_only, "serial": serial}
 
 
 def child_main(mode: str, config, conn, log_path: str | None = None) -> None:
-    """A mode's process: its result (or error) through `conn`. What it and its workers write to
-    stderr (TensorFlow's start-up lines) goes to `log_path`, the bench's log, not the terminal."""
+    """A mode's process: its result (or error) through `conn`; stderr (TensorFlow's lines) goes to `log_path`."""
     if log_path:
         logging.getLogger().addHandler(logging.FileHandler(log_path, encoding="utf-8"))
     try:

@@ -1,15 +1,5 @@
-"""The tf.data pipeline that `bench` measures this loader against: what a TensorFlow user writes
-for this job. `from_tensor_slices(paths)` → `map(read_file + decode_jpeg, the same
-albumentations augmentation through tf.numpy_function, float32)` with AUTOTUNE parallel calls
-→ `batch` → `prefetch(AUTOTUNE)`.
-
-It does what such code does, no more: TensorFlow's decoder with its `ratio` argument where the
-draft rule allows it (the same reduction this loader's decoder makes, read off each file's
-header once before the clock starts: `ratio` is fixed when the graph is built, so a file picks
-its branch), the augmentation reseeded per sample as this loader's workers do (the same work a
-sample), and float32 out, as such code returns it. It does not turn images by their EXIF
-orientation (`decode_jpeg` does not). Imports TensorFlow; runs in bench's child process only.
-"""
+"""The tf.data pipeline `bench` measures this loader against, as a TensorFlow user writes it (read_file, decode_jpeg
+with the draft's `ratio`, the same augmentation, float32, AUTOTUNE); like such code, it ignores EXIF orientation."""
 
 from __future__ import annotations
 
@@ -24,8 +14,7 @@ RATIOS = (1, 2, 4, 8)  # what decode_jpeg's `ratio` takes
 
 
 def ratios(split: FileSplit, min_short_side: int | None) -> np.ndarray:
-    """Each file's decode_jpeg ratio under the draft rule (`min_short_side`, None: draft off):
-    the reduction this loader's decoder makes of it; 1 for a file that is not a JPEG."""
+    """Each file's decode_jpeg ratio by the draft rule (`min_short_side`, None: off); 1 for a non-JPEG."""
     return np.array([(header_draft(path, min_short_side) or (0, 0, 1))[2] for path in split.paths], np.int64)
 
 

@@ -1,24 +1,6 @@
-"""`queue.workers=auto` and `queue.max_size=auto`: a short probe before training, then the choice.
-
-The probe builds up to one batch of training samples in this process, single-threaded as a
-worker builds them (read, decode, augment), and times each; then it times the model's compiled
-training step on that batch with the timer training hands in (app/training/calibration.py:
-time_step, which puts every variable back). It consumes no randomness: a sample's augmentation
-is drawn from (seed, epoch, index) alone. So a seeded `auto` run trains exactly as a run given
-the chosen values does.
-
-The choice (`choose`, arithmetic only) predicts the time between two batches trained for each
-worker count (`Cycle`): the longest of the step, a batch's samples split between the workers,
-and all the CPU work of a batch (the step's and the samples') spread over the cores, which the
-workers and the step share. It takes the fewest workers within WAIT_TARGET of the best, capped
-by the cores this process may use and queue.worker_limit (or the machine's limit); then the
-fewest ring slots that hold a slow batch (its 95th percentile) while the step takes the ones
-before it, and with two or more workers at least two (one slot lets a worker done with its
-share of a batch idle until the others finish theirs). Both within queue.memory_budget_mb
-(or the memory available), by the memory plan (app/capacity/plan.py). A value the user gave is
-kept. Never imports the loader's internals (app/loader/pipeline.py and order.py only), training
-or a framework.
-"""
+"""`queue.workers=auto` and `queue.max_size=auto`: a short probe before training (no randomness consumed) times
+samples built as a worker builds them and the compiled step; then the fewest workers within WAIT_TARGET of the best
+pace and the fewest slots that hold a slow batch, within the memory limit. A value the user gave is kept."""
 
 from __future__ import annotations
 
@@ -51,8 +33,7 @@ StepTimer = Callable[[tuple], tuple[list[float], list[float]]]
 
 @dataclass(frozen=True)
 class Timings:
-    """What the probe measured: seconds each sample took to build; each training step's seconds,
-    and the CPU seconds the training process spent in it (its threads together)."""
+    """What the probe measured: each sample's build seconds, each step's seconds and CPU seconds (all threads)."""
 
     sample_s: list[float]
     step_s: list[float]
@@ -61,9 +42,8 @@ class Timings:
 
 @dataclass(frozen=True)
 class Cycle:
-    """The time between two batches trained, predicted for w workers: the longest of the step,
-    a batch's samples split between the workers, and all the CPU work of a batch (the step's and
-    the samples') spread over the cores, which workers and the step share."""
+    """The time between two batches trained with w workers: the longest of the step, a batch's samples split between the
+    workers, and a batch's CPU work (step and samples) spread over the cores they share."""
 
     t: Timings
     batch_size: int
@@ -119,8 +99,7 @@ def wanted(queue) -> bool:
 
 
 def choose(t: Timings, batch_size: int, queue, fits: Callable[[int, int], bool]) -> Choice:
-    """The workers and slots for `queue` (its non-`auto` values kept) from the probe's timings;
-    `fits(workers, max_size)`: whether the memory plan of that pair is within the limit."""
+    """Workers and slots for `queue` (its non-`auto` values kept); `fits(workers, max_size)`: within the limit."""
     cap, cap_why = most_workers(queue)
     cycle = Cycle(t, batch_size, usable_cores())
     reasons = []
@@ -152,9 +131,7 @@ def choose(t: Timings, batch_size: int, queue, fits: Callable[[int, int], bool])
 
 
 def _slots(cycle: Cycle, workers: int) -> tuple[int, str]:
-    """The fewest ring slots that keep a slow batch from stalling the step, and why. Two or more
-    workers split each batch, and their shares end at different times: with one slot, a worker
-    done with its share waits for the others before it can start on the next batch."""
+    """The fewest ring slots that keep a slow batch from stalling the step (at least 2 with 2+ workers), and why."""
     pace = max(float(np.min(cycle.t.step_s)), cycle.shared_s)  # how fast the step can empty the ring
     if workers == 0:
         return 1, "max_size=1: loading in the training process builds one batch at a time"
@@ -171,9 +148,8 @@ def _slots(cycle: Cycle, workers: int) -> tuple[int, str]:
 
 
 def time_samples(split, augmenter, indices, seed: int) -> tuple[list[float], list[np.ndarray], list[int]]:
-    """Seconds to read, decode and augment each of `indices` (epoch 0), single-threaded as in a
-    worker, until one batch is built or PROBE_SECONDS have passed; the samples and their indices.
-    An unreadable sample is passed over: the run's own policy deals with it."""
+    """Seconds to read, decode and augment each of `indices` (epoch 0) single-threaded as a worker, until a batch is
+    built or PROBE_SECONDS pass; the samples and their indices. An unreadable sample is passed over."""
     threads = cv2.getNumThreads()
     cv2.setNumThreads(0)  # as in a worker (app/loader/worker.py)
     times, images, built = [], [], []

@@ -1,10 +1,4 @@
-"""The one-line diagnosis at an epoch's end, from its telemetry (a metrics.csv row): what
-bounds training, and what to change. Input-bound: the step waited on the loader over
-INPUT_BOUND of the time. Model-bound: the ring was nearly always full and the step hardly
-waited, so fewer workers or slots would save memory for nothing. Memory-bound: the peak came
-near the budget. More workers are advised only when one more, at what a worker took this epoch,
-keeps the peak within the budget. Arithmetic and text only: no TensorFlow.
-"""
+"""The one-line diagnosis at an epoch's end from its metrics.csv row: what bounds training, and what to change."""
 
 from __future__ import annotations
 
@@ -15,8 +9,7 @@ NEAR_BUDGET = 0.9
 
 
 def diagnose(row: dict, queue, budget_mib: float) -> str:
-    """`row`: an epoch's figures; `queue`: the config's queue node; `budget_mib`: the memory the
-    run may take (queue.memory_budget_mb, else the machine's)."""
+    """`row`: an epoch's figures; `queue`: the config's queue node; `budget_mib`: the memory the run may take."""
     wait, fill, peak = row["data_wait_fraction"], row.get("ring_fill"), row["peak_memory_mb"]
     found = []
     if wait > INPUT_BOUND:

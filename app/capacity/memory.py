@@ -1,22 +1,7 @@
-"""Memory of the whole process tree: the training process and its loader workers.
-
-The tree's figure counts every page the tree holds once, and none by who else maps it: the
-training process's resident set (RSS) but its shared-memory pages, each child's private pages
-(USS) but the ring's, and the ring whole (its space in /dev/shm is reserved up front, so it is
-memory before any slot is written). The libraries the workers share with the training process
-are counted in the training process. Proportional set size (PSS) would divide a library's
-pages between every process that maps it, machine-wide: a second TensorFlow process anywhere (a
-test runner, another run) would take a couple of hundred MiB off the figure, and the plan
-(app/capacity/plan.py) could not be held to it. Sampled every 100 ms in a thread.
-
-A child's private size is dear to read (the kernel's smaps walks its page tables); resident and
-shared sizes are cheap (statm, a counter each), and so is the training process's figure
-(/proc/<pid>/status), read every 100 ms. The children's private sizes and the rings are read
-again only when one of their counters moved by RECHECK_BYTES since the last read, a process
-came or went, or FULL_EVERY_S passed: so the tree's figure is right to within RECHECK_BYTES a
-child. Never imports TensorFlow (it reads /proc), nor the rest of the app; the trainer and bench
-use it.
-"""
+"""Memory of the process tree (the training process and its workers), each page counted once: the root's RSS less
+shared memory, each child's USS less the ring's, the rings whole (not PSS, which splits pages machine-wide). The
+children's USS and the rings are re-read only after a process came or went, a cheap counter moved RECHECK_BYTES,
+or FULL_EVERY_S passed."""
 
 from __future__ import annotations
 
@@ -27,12 +12,14 @@ import time
 
 import psutil
 
+from app.loader.ring import PREFIX as RING_PREFIX
+from app.loader.ring import SHM_DIR
+
 log = logging.getLogger(__name__)
 
 MIB = 2**20
 RECHECK_BYTES = MIB
 FULL_EVERY_S = 2.0
-SHM_DIR, RING_PREFIX = "/dev/shm", "app-ring-"  # app/loader/ring.py's segments: app-ring-<creator's pid>-<token>
 
 
 def _tree(root: psutil.Process) -> list[psutil.Process]:
@@ -43,8 +30,7 @@ def _tree(root: psutil.Process) -> list[psutil.Process]:
 
 
 def tree_bytes(root: psutil.Process | None = None) -> int:
-    """The tree's figure now: the root's resident set but its shared-memory pages, its children's
-    private pages but the ring's, and the root's rings whole."""
+    """The tree's figure now: the root's RSS less shared memory, its children's USS less the ring's, its rings whole."""
     root, *children = _tree(root or psutil.Process()) or [None]
     if root is None:
         return 0
@@ -66,8 +52,7 @@ def _root_bytes(process: psutil.Process) -> int:
 
 
 def private_bytes(pid: int) -> int:
-    """The pages only this process maps (USS), but a ring's: a slot a worker wrote and the
-    training process has not read yet is the ring's (`rings_bytes`), not the worker's."""
+    """The pages only this process maps (USS), less a ring's: an unread slot a worker wrote is the ring's, not its."""
     total, counted = 0, True
     try:
         with open(f"/proc/{pid}/smaps") as smaps:
@@ -153,8 +138,7 @@ class PeakMemory:
         return total
 
     def window_peaks_mb(self) -> dict:
-        """Peaks since the previous call (one epoch), in MiB, of the tree, of the root process
-        (the trainer, RSS) and of its children together (the workers, USS); starts the next window."""
+        """Peaks in MiB since the last call (one epoch) of the tree, the root and its children; starts a new window."""
         with self._lock:
             now = self._sample()
             peaks = {"peak_memory_mb": max(self._window, now) / MIB, "peak_trainer_mb": self._window_roles[0] / MIB,
@@ -181,9 +165,9 @@ def is_multiprocessing_helper(process: psutil.Process) -> bool:
     return "resource_tracker" in cmdline or ("forkserver" in cmdline and process.ppid() == os.getpid())
 
 
-def kill_leftovers_and_delete_segments(shm_dir: str = "/dev/shm") -> str:
-    """Checked before a job starts (in a sweep, after the previous one): no worker process and no
-    ring segment of this process may be left. Any found is killed (SIGKILL) or deleted, and named."""
+def kill_leftovers_and_delete_segments(shm_dir: str = SHM_DIR) -> str:
+    """Before a job starts (in a sweep, after the previous one): kill (SIGKILL) any worker process and delete any ring
+    segment of this process left behind; "clean", or what was cleared."""
     found = []
     for child in psutil.Process().children(recursive=True):
         if not is_multiprocessing_helper(child):

@@ -1,11 +1,5 @@
-"""The memory plan of a config: what the training process, the ring and each worker will hold
-on the host, and what the model will hold on the device, predicted from this machine's probe
-(app/capacity/probe.py), the model's own figures and the data's largest decode; the fixes when
-it does not fit; and the table of one batch's size in GiB by batch × resolution.
-
-Arithmetic and text only: never imports TensorFlow, Keras, the loader or training (`plan` and
-`train` hand it the figures).
-"""
+"""The memory plan of a config: host and device memory predicted from this machine's probe, the model's figures and
+the data's largest decode; the fixes when it does not fit; the batch-size table."""
 
 from __future__ import annotations
 
@@ -98,9 +92,7 @@ def workload(config, largest: tuple[int, int], device_is_host: bool) -> Workload
 
 
 def plan_for(config, splits: tuple, model: ModelFacts, probe: Probe, *, device_is_host: bool) -> Plan:
-    """The plan of a loaded config training on `splits[0]` and validating on `splits[1]`, if
-    given: the largest decode is read off the files' headers, each split's under its own
-    transforms' draft rule (the same workers decode both); files the loader will refuse are left out."""
+    """The plan of a config training on `splits` (train, val if given), the largest decode read off file headers."""
     data = config.data
 
     def decode(transforms) -> Decode:
@@ -116,9 +108,7 @@ BUDGET = "queue.memory_budget_mb"
 
 
 def limit(config) -> tuple[str, float]:
-    """What the predicted host peak must stay under: `queue.memory_budget_mb` when set, else the
-    memory available now; also the latter when a budget is above it, since a budget cannot give
-    a run memory the machine does not have."""
+    """(name, MiB) the host peak must stay under: the memory available now, or queue.memory_budget_mb if lower."""
     available = psutil.virtual_memory().available / MIB
     budget = config.queue.memory_budget_mb
     if budget is None:
@@ -138,8 +128,7 @@ def uint8_batch_bytes(batch: int, size: tuple[int, int]) -> int:
 
 
 def decode_mib(work: Workload, probe: Probe) -> float:
-    """What a worker grows by for the largest image: the probe's growth a byte of array (the
-    array, the file, the augmentation's copies), and Pillow's own copies once."""
+    """A worker's growth for the largest image: the probe's growth a byte of array, and Pillow's copies once."""
     return (probe.worker_bytes_per_decoded_byte * work.largest_decode_bytes + work.largest_pillow_bytes) / MIB
 
 
@@ -169,8 +158,7 @@ def predict(work: Workload, probe: Probe, model: ModelFacts) -> Plan:
 
 
 def fixes(plan: Plan, probe: Probe, model: ModelFacts, limit_mib: float) -> list[str]:
-    """Changes that bring the predicted host peak (with the MARGIN) under `limit_mib`, each with
-    its figure: the largest `max_size`, then the largest batch, then the most workers that fit."""
+    """Each of max_size, batch and workers at its largest value that fits `limit_mib` (with MARGIN), with its figure."""
     w, found = plan.workload, []
     options = [("queue.max_size", w.max_size, lambda v: dataclasses.replace(w, max_size=v), 1),
                ("data.batch_size", w.batch_size, lambda v: dataclasses.replace(w, batch_size=v), 1),
@@ -185,8 +173,7 @@ def fixes(plan: Plan, probe: Probe, model: ModelFacts, limit_mib: float) -> list
 
 
 def render(plan: Plan, limit: tuple[str, float] | None = None, fixed: list[str] | None = None) -> str:
-    """The plan as text: host parts, the predicted peak against `limit` (its name, MiB), the
-    fixes, the device parts."""
+    """The plan as text: host parts, the peak against `limit` (name, MiB), the fixes, the device parts."""
     lines = ["host memory (predicted peak):"]
     lines += [f"  {mib:9.1f} MiB  {name}" for name, mib in plan.host]
     lines.append(f"  {plan.host_mib:9.1f} MiB  total")
@@ -205,9 +192,7 @@ def render(plan: Plan, limit: tuple[str, float] | None = None, fixed: list[str] 
 
 
 def batch_size_table(batch: int, size: tuple[int, int]) -> str:
-    """H × W × 3 × batch bytes, in GiB, float32 / uint8, for batch 32 … 65536 and square sides
-    32 … 1024; the config's own batch and resolution added where the grid lacks them and marked
-    with `>` (row) and `*` (column)."""
+    """One batch in GiB (float32 / uint8) by batch × square side, the config's own added and marked (`>`, `*`)."""
     batches = sorted(set(TABLE_BATCHES) | {batch})
     sides = [(s, s) for s in TABLE_SIDES]
     if tuple(size) not in sides:

@@ -1,29 +1,6 @@
-"""This machine's memory figures for the plan (app/capacity/plan.py), measured once by a short
-probe and stored (`$APP_CACHE_DIR`, else `~/.cache/app`, as machine_probe.<backend>.json), measured
-again when the machine, Keras's backend or the library versions change:
-
-- a training process before its model: the high-water mark of its resident set (RSS) with
-  TensorFlow, Keras and the app loaded, a tiny model's train and test steps fed through tf.data
-  as `train` feeds them, TensorBoard's writer and a checkpoint saved; the tiny model's own
-  compiled steps taken off;
-- the compiled steps' cost a layer, and the activation factor: the same process's high-water
-  mark training the small ResNet (train and test steps) a few steps at batch 4, then as many at
-  batch 32: what batch 4 holds beyond its activations, parameters and optimizer state, a layer;
-  what batch 32 adds, per float32 byte of the layers' outputs;
-- a loader worker process: a real worker's private memory (USS) after small images, and how it
-  grows with the largest image it decodes (after large ones).
-
-Resident and private sizes, as app/capacity/memory.py measures a run: PSS would divide TensorFlow's
-library pages with the process that started the probe when it has TensorFlow loaded (`train`
-has), and the figure would be a third low. The training process runs in a child of its own
-(spawned), so its figures are TensorFlow's alone; the workers are the loader's own. Its
-TensorFlow start-up lines come back with its figures and go to the command's log.
-
-That child runs a tiny training job, which is training's code (app/training/calibration.py:
-trainer_measures): the caller hands it in, and the child imports it by its module's name inside
-the capture of its start-up lines. Never imports app.training, the commands or a framework;
-never imported by workers.
-"""
+"""This machine's memory figures for the plan, measured once by a short probe and stored as `$APP_CACHE_DIR` (else
+`~/.cache/app`)/machine_probe.<backend>.json until the machine, backend or library versions change: a training
+process's base, its compiled steps a layer, its activation factor, and a loader worker's USS and growth."""
 
 from __future__ import annotations
 
@@ -73,12 +50,8 @@ def _backend() -> str:
 
 
 def measured_or_spawn_probe(trainer_measures: Callable[[], dict], refresh: bool = False) -> Probe:
-    """The stored probe of this machine, or a new one (about 30 s, in spawned processes) when
-    there is none, it was taken on another machine, backend or library versions, or `refresh`.
-    The training process is measured on the backend this process set (KERAS_BACKEND), which its
-    child inherits, by `trainer_measures` (a module-level function: the child imports it by name).
-    One process measures at a time: the others (a sweep's parallel jobs, a run's processes, started
-    together) wait for its figures instead of measuring beside it, on a machine it would load."""
+    """The stored probe of this machine, or a new one if none matches (machine, backend, versions) or `refresh`; one
+    process measures at a time. `trainer_measures` must be module-level: the spawned child imports it by name."""
     path, here = cache_file(), machine()
     if not refresh and (stored := _stored(path, here)):
         return stored
@@ -110,11 +83,7 @@ def _spawn_probe_and_write(path: Path, here: dict, trainer_measures: Callable[[]
 
 
 def _spawn_trainer_probes(trainer_measures: Callable[[], dict]) -> dict:
-    """The training process's figures, from PROCESSES children: the one with the lowest activation
-    factor, and the lowest base of all. A process now and then settles on ~20 % more memory a step
-    for the same model (the factor 0.93 instead of 0.76 here, in about 4 processes of 10), and on a
-    loaded machine one measured a base 23 % above the usual (more allocator arenas touched while
-    it waited); training runs measured the lower, so the lower of two is kept, figure by figure."""
+    """The lowest activation factor and lowest base of PROCESSES children: one now and then settles on more memory."""
     processes = [_spawn_trainer_probe(trainer_measures) for _ in range(PROCESSES)]
     figures = min(processes, key=lambda each: each["activation_factor"])
     return {**figures, "trainer_mib": min(each["trainer_mib"] for each in processes)}
@@ -139,10 +108,7 @@ def _spawn_trainer_probe(trainer_measures: Callable[[], dict]) -> dict:
 
 
 def _trainer_child(conn, module: str, name: str) -> None:
-    """In its own process: `module`'s `name`, what a training process costs before its model, a
-    layer's compiled steps and the activation factor. Imported here, inside the capture: importing
-    it loads Keras. Its stderr (TensorFlow's native start-up lines) goes back with the figures:
-    this process has no log file to keep them in, and the terminal must not show them."""
+    """In its own process: `module`'s `name` imported and run in the stderr capture; figures and stderr sent back."""
     with native_stderr_captured() as text:
         try:
             result = getattr(importlib.import_module(module), name)()

@@ -1,10 +1,5 @@
-"""The run's queue before any worker starts: `auto` values chosen by the probe
-(app/capacity/auto.py) within the memory limit, then the memory plan (app/capacity/plan.py)
-of the final settings logged, kept in summary.json and held to `queue.memory_budget_mb`; and
-the plan as `python -m app plan` prints and records it. Used by `train` and `plan` (through
-app/training/calibration.py, which hands in what only training can measure). Never imports the
-loader's internals, training or the commands.
-"""
+"""The run's queue before any worker starts: `auto` values chosen within the memory limit, then the final plan
+logged, recorded and held to the limit; and the plan as `python -m app plan` shows it."""
 
 from __future__ import annotations
 
@@ -25,8 +20,7 @@ log = logging.getLogger("app.train")
 
 @dataclasses.dataclass(kw_only=True)
 class Planner:
-    """The memory plan of the run's config for any (workers, max_size): the largest decode read
-    off the files' headers once. `plan` is None when this machine's probe cannot be taken."""
+    """The memory plan of the run's config for any (workers, max_size); `plan` is None without this machine's probe."""
 
     config: object
     plan: memory_plan.Plan | None = None  # of the config, `auto` values taken as 1
@@ -35,8 +29,7 @@ class Planner:
     splits: dict[str, int] = dataclasses.field(default_factory=dict)  # name → samples the loader will serve
 
     def slots(self, max_size: int) -> tuple[int, str | None]:
-        """The ring's slots for `max_size`, as the run's loader will cap them, and why when it does
-        (app/loader/settings.py: ring_slots)."""
+        """The ring's slots for `max_size` as the run's loader will cap them, and why when it does."""
         return ring_slots(max_size, self.splits, self.config.data.batch_size)
 
     def for_queue(self, workers: int, max_size: int) -> memory_plan.Plan:
@@ -44,8 +37,7 @@ class Planner:
         return memory_plan.predict(work, self.probe, self.facts)
 
     def fits(self) -> Callable[[int, int], bool]:
-        """Whether a (workers, max_size) pair's predicted host peak is within the limit: always,
-        without a plan."""
+        """Whether a (workers, max_size) pair's predicted host peak is within the limit; always, without a plan."""
         if self.plan is None:
             return lambda workers, max_size: True
         limit = memory_plan.limit(self.config)[1]
@@ -54,11 +46,8 @@ class Planner:
 
 def planner(config, splits: tuple, facts: ModelFacts, trainer_measures: Callable[[], dict], *,
             device_is_host: bool) -> Planner:
-    """The Planner of a loaded config training a model of `facts` on `splits[0]` and validating on
-    `splits[1]`, if given; this machine's
-    probe taken first when it is not stored (`trainer_measures`: the probe's tiny training job,
-    app/capacity/probe.py). Without a budget, a machine whose probe fails gets no plan, with a
-    warning; with one, the failure stops the run."""
+    """The Planner of a loaded config training a model of `facts` on `splits` (train, then val if given), probing this
+    machine first if not stored; a failed probe gives no plan and a warning, or raises when a budget is set."""
     try:
         probe = measured_or_spawn_probe(trainer_measures)
     except (RuntimeError, AppError, OSError) as error:  # the plan informs; it must not stop a run without a budget
@@ -77,17 +66,15 @@ def planner(config, splits: tuple, facts: ModelFacts, trainer_measures: Callable
 
 
 def probed(config, split, plans: Planner, time_step: auto.StepTimer) -> auto.Choice | None:
-    """The choice of the probe (app/capacity/auto.py) for `config`'s `auto` queue values, or
-    None when it has none. `config.data.batch_size`: the rows this process loads of each batch."""
+    """The probe's choice for `config`'s `auto` queue values, or None; its batch_size is this process's share."""
     if not auto.wanted(config.queue):
         return None
     return auto.probe_and_choose(config, split, time_step, plans.fits())
 
 
 def check_and_write_plan(config, plans: Planner, summary) -> float | None:
-    """The predicted host peak (MiB) of `config`'s final queue, logged and written to summary.json;
-    above `queue.memory_budget_mb`, or the memory available without one or below one (with the plan's
-    margin), the run is refused before any worker starts. None without a plan."""
+    """The predicted host peak (MiB) of `config`'s final queue, logged and written to `summary`; None without a plan.
+    Over the limit (with the plan's margin), the run is refused before any worker starts."""
     if plans.plan is None:
         return None
     plan = plans.for_queue(config.queue.workers, config.queue.max_size)
@@ -116,8 +103,7 @@ def check_and_write_plan(config, plans: Planner, summary) -> float | None:
 
 
 def report(config, plans: Planner) -> tuple[str, dict]:
-    """What `python -m app plan` prints of `config`'s final queue (the plan part by part against
-    the limit, the fixes when it does not fit, the batch-size table) and what plan.json records."""
+    """What `python -m app plan` prints of `config`'s final queue, and what plan.json records."""
     plan = plans.for_queue(config.queue.workers, config.queue.max_size)
     name, limit = memory_plan.limit(config)
     fixed = memory_plan.fixes(plan, plans.probe, plans.facts, limit) if plan.host_mib > limit else []

@@ -1,6 +1,4 @@
-"""One module a command word of `python -m app`, each with its own @hydra.main entry point, and
-how a command's failure leaves Hydra (`failure_carried`). Nothing here is imported by the loader,
-the model or training."""
+"""One module a command of `python -m app`, each its own @hydra.main entry point, and how a failure leaves Hydra."""
 
 from __future__ import annotations
 
@@ -14,10 +12,8 @@ _carried: list[Exception] = []
 
 
 def failure_carried(task: Callable) -> Callable:
-    """A command's task function, under @hydra.main, whose failure in a single run is carried out
-    of Hydra and raised again by `raise_carried` (app/__main__.py prints it as one paragraph):
-    raised inside, Hydra would print "Error executing job with overrides: […]" above it. A sweep's
-    job fails as Hydra's launchers expect."""
+    """Wraps a command's task so that a single run's failure is carried out of Hydra and raised by `raise_carried`, one
+    paragraph instead of under Hydra's "Error executing job" line; a sweep's job fails as Hydra's launchers expect."""
     @functools.wraps(task)
     def carrying(cfg):
         try:

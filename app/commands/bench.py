@@ -1,32 +1,5 @@
-"""`python -m app bench [overrides]`: time the input pipeline alone, this loader against
-`keras.utils.PyDataset` and serial decode+augment, on the configured data and augmentation.
-
-This module is the parent: it runs each mode (app/bench/modes.py) in a fresh process, so its
-time to first batch is its own, prints the table and writes bench.json. Each mode runs (unless
-`bench.memory=false`) once more in another, whose peak memory (the training process's resident
-memory, its workers' private memory and the rings, as app/capacity/memory.py counts a run; sampled every
-100 ms from here) is the mode's. The timed run is never sampled: reading a TensorFlow
-process's smaps_rollup is dear and holds its memory-map lock, so sampling while timing slows the
-modes unevenly (docs/performance.md has the figures). A mode that fails is a row with its reason
-(its traceback in bench.json); when every mode fails, bench exits non-zero. `bench.prepared`
-lists prepared copies of the same data: every mode runs on each of them too, rows `<mode>@<copy>`,
-with each copy's rate against the originals' (app/bench/copies.py). Modes:
-  baseline         the trivial model fit on one in-memory uint8 batch: the training process with no loader
-  loader_steps     this loader → prefetch (uint8) → the trivial model, through `train`'s own step loop
-  loader_fit       the same batches through `model.fit` (on TensorFlow tf.data.from_generator, no
-                   prefetch; on JAX the loader's generator as it is)
-  loader           this loader and its prefetch, no model
-  keras_threads    keras.utils.PyDataset(workers, use_multiprocessing=False, max_queue_size) → fit: Pillow's
-                   full decode as such code does it, the same augmentation (app/bench/keras_baseline.py)
-  keras_processes  the same with use_multiprocessing=True
-  tf_data          tf.data as a TensorFlow user writes it: read_file + decode_jpeg (its `ratio` where the
-                   draft rule allows) + the same augmentation (numpy_function), AUTOTUNE map, batch,
-                   prefetch; float32 out (app/bench/tf_data.py). Needs TensorFlow on either backend:
-                   where it is not installed, left out of the default modes with a note, refused when named
-  serial           decode + augment one sample after another in one single-threaded process (per-core rate)
-The modes with a model run on `trainer.backend` (KERAS_BACKEND, set here for the modes' processes);
-on JAX none but tf_data imports TensorFlow.
-"""
+"""`python -m app bench [overrides]`: times the input pipeline alone, this loader against its peers (the modes:
+docs/performance.md), each in a fresh process, then (bench.memory) again to sample its memory; writes bench.json."""
 
 from __future__ import annotations
 
@@ -48,11 +21,12 @@ from app.commands import failure_carried
 from app.config import conf_dir, load, to_plain
 from app.data import load_or_generate_source
 from app.errors import AppError, config_error
-from app.frameworks import install_command, use_backend
+from app.frameworks import install_command, use_backend, versions
+from app.io import write_json
 from app.loader.settings import for_loading_only, ring_slots
 from app.redact import redacted
+from app.runs.rundir import hardware
 from app.schema import BENCH_MODES, register
-from app.training.rundir import hardware, versions, write_json
 
 register()
 log = logging.getLogger("app.bench")
@@ -108,9 +82,7 @@ def tensorflow_installed() -> bool:
 
 
 def _runnable_modes(asked: list[str]) -> list[str]:
-    """`asked` (bench.modes), less the modes that need TensorFlow where it is not installed: the
-    default list drops them with a note (a user who named no mode wants the rest measured); a
-    list that names one is refused before anything runs."""
+    """`asked` less the modes needing TensorFlow where it is absent (with a note); a ConfigError if not the default."""
     needing = [mode for mode in asked if mode in TENSORFLOW_MODES]
     if not needing or tensorflow_installed():
         return list(asked)
@@ -125,8 +97,7 @@ def _runnable_modes(asked: list[str]) -> list[str]:
 
 
 def _copy_checked(config, copy: str, source):
-    """The config that benches the prepared copy `copy` of `source`, refused before any timing
-    where the copy is of other data or stored smaller than the transforms need."""
+    """The config that benches prepared copy `copy`, refused before any timing when it is of other data or too small."""
     variant = copies.copy_config(config, copy)
     check_stored_sizes(variant, copies.copy_source_of(config, copy, source))
     return variant
@@ -175,9 +146,7 @@ def _in_own_process(mode: str, config, log_path: Path, *, sampled: bool) -> dict
 
 
 def _memory_figures(memory) -> dict:
-    """The sampled run's memory as bench.json keeps it. The `pss` keys are the same figures under
-    the names they had when the measure was a proportional share (PSS): kept for scripts that
-    read them; the measure is now the one app/capacity/memory.py describes (resident + private + rings)."""
+    """The sampled run's memory as bench.json keeps it, also under the old `pss` names for scripts that read them."""
     figures = {"peak_memory_mb": memory.peak / 2**20, "memory_samples": memory.samples,
                "memory_reads": memory.private_reads}
     return {**figures, "peak_pss_mb": figures["peak_memory_mb"], "pss_samples": memory.samples,

@@ -1,9 +1,6 @@
-"""`python -m app evaluate resume=<run dir> [split=val|test] [checkpoint=last|best|<name>]`: a
-checkpoint of the run on its validation split (split.json's) or the data's test split: loss,
-accuracy, top-k, each class's precision, recall and F1 with their macro and weighted averages
-(evaluation.json, report.txt), the confusion matrix printed and as PNG, and the most confident
-mistakes (misclassified.png). Writes into <run dir>/evaluate/<date>_<time>/. A command:
-imported by app/__main__.py only, never by the loader, the model or training."""
+"""`python -m app evaluate resume=<run dir> [split=val|test] [checkpoint=last|best|<name>]`: a checkpoint of the run on
+its validation or the data's test split: loss, accuracy, top-k, per-class precision, recall and F1 (evaluation.json,
+report.txt), the confusion matrix and the most confident mistakes (PNGs), into <run dir>/evaluate/<date>_<time>/."""
 
 from __future__ import annotations
 
@@ -19,13 +16,14 @@ from app.augment import Augmenter, check_stored_sizes, eval_transforms
 from app.commands import failure_carried
 from app.config import conf_dir
 from app.errors import DataError, config_error
+from app.inference.opened import keras_for_run
+from app.io import write_json
 from app.loader.pipeline import build_loader, make_sample
+from app.runs.rundata import run_source
+from app.runs.saved import STORAGE, read_run_setting_backend
 from app.schema import register
 from app.sheets import grid
-from app.training.mlflow_writer import log_evaluation
-from app.training.resume import STORAGE, keras_for_run, read_run_setting_backend
-from app.training.rundata import run_source
-from app.training.rundir import write_json
+from app.tracking.mlflow_writer import log_evaluation
 
 register()
 log = logging.getLogger("app.evaluate")
@@ -45,7 +43,7 @@ def main(cfg: DictConfig) -> float:
                            "<path>/test/<class>/ beside train/ and val/, or data.test_path); this run's has none"
                            if cfg.split == "test" else "val or test")
     keras_for_run()
-    from app.training import restore, scores  # the Keras side: they import Keras, loaded just now on the run's backend
+    from app.inference import restore, scores  # the Keras side: they import Keras, loaded just now on the run's backend
 
     out = Path(HydraConfig.get().runtime.output_dir)
     restore.builder_imported(config.model)
@@ -84,8 +82,7 @@ def main(cfg: DictConfig) -> float:
 
 
 def readable(loader, split_name: str):
-    """(images, labels, positions in the split) of every batch, the files that could not be read
-    left out (the `mark` policy gives them zeros and names them in `loader.failed`)."""
+    """(images, labels, positions in the split) of each batch, without the files that could not be read."""
     failed, start = loader.failed(split_name), 0
     for x, y in loader.every_sample(split_name):
         positions = np.arange(start, start + len(y))
@@ -108,8 +105,7 @@ def _unreadable(split, failed: dict[int, str], split_name: str) -> list[dict]:
 
 
 def per_class(confusion: np.ndarray, names: list[str]) -> dict:
-    """Each class's precision, recall and F1 from the confusion matrix (rows true, columns
-    predicted), with their macro (every class alike) and weighted (by support) averages."""
+    """Each class's precision, recall and F1 from `confusion` (rows true), with macro and support-weighted averages."""
     hits, support, predicted = np.diag(confusion), confusion.sum(axis=1), confusion.sum(axis=0)
     precision = np.divide(hits, predicted, out=np.zeros(len(names)), where=predicted > 0)
     recall = np.divide(hits, support, out=np.zeros(len(names)), where=support > 0)
@@ -140,8 +136,7 @@ def report(result: dict) -> str:
 
 
 def _mistakes(config, split, mistakes: list, names: list[str], path: Path) -> None:
-    """misclassified.png: the most confident mistakes, as the model saw them (resized), each
-    with its true and predicted class and the probability it gave the wrong one."""
+    """misclassified.png: the most confident mistakes as the model saw them, captioned true, predicted, probability."""
     if not mistakes:
         return
     resize = Augmenter(eval_transforms(config.augment, config.data.image_size), config.data.image_size,

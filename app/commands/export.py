@@ -1,15 +1,7 @@
-"""`python -m app export resume=<run dir> export.format=tf_saved_model|onnx|litert [checkpoint=...]`:
-a run's model.keras (or a checkpoint's, as evaluate picks it) as a graph that takes uint8 RGB images
-of the trained size and returns class probabilities, computing in float32 whatever precision the
-run trained in, on TensorFlow whatever backend it trained on. Written into export.out (null:
-<run dir>/export/<format>/) with labels.txt, preprocessing.json and export.json, so a deployer
-needs nothing of this repository. export.out may hold an earlier export, which it replaces; anything
-else there is refused before any work (overwrite=true: moved aside, never deleted). Published only
-after its parity check: the export, loaded with its own runtime, and the Keras model predict the
-run's validation split (through the app's loader, with the eval transforms), and a difference of
-probabilities above export.tolerance fails the command. The log and the check's record go to
-<run dir>/export/<date>_<time>/. A command: imported by app/__main__.py only, never by the loader,
-the model or training."""
+"""`python -m app export resume=<run dir> export.format=tf_saved_model|onnx|litert [checkpoint=...]`: the run's model
+as a graph from uint8 images to class probabilities, with labels.txt, preprocessing.json and export.json, in export.out,
+published only if it matches Keras on the validation split within export.tolerance. It replaces an earlier export;
+anything else there is refused (overwrite=true: moved aside, never deleted)."""
 
 from __future__ import annotations
 
@@ -17,7 +9,6 @@ import importlib.util
 import logging
 import os
 import shutil
-from importlib import metadata
 from pathlib import Path
 
 import hydra
@@ -31,13 +22,14 @@ from app.commands.evaluate import readable
 from app.config import conf_dir
 from app.data.source import subset
 from app.errors import ConfigError, DataError, config_error
-from app.frameworks import install_command, native_stderr_to_log
-from app.io import is_url
+from app.frameworks import install_command, native_stderr_to_log, versions
+from app.inference.opened import keras_for_run
+from app.io import is_url, write_json
 from app.loader.pipeline import build_loader
+from app.runs.rundata import run_source
+from app.runs.rundir import check_unlocked, holds_run, move_aside, run_files
+from app.runs.saved import STORAGE, read_run_setting_backend
 from app.schema import EXPORT_TOLERANCE, EXPORT_WRITTEN, Backend, register
-from app.training.resume import STORAGE, keras_for_run, read_run_setting_backend
-from app.training.rundata import run_source
-from app.training.rundir import check_unlocked, holds_run, move_aside, run_files, write_json
 
 register()
 log = logging.getLogger("app.export")
@@ -61,7 +53,7 @@ def main(cfg: DictConfig) -> dict:
     source = run_source(run_dir, config.data)
     check_stored_sizes(config, source)
     keras_for_run()
-    from app.training import exporting, restore  # the Keras side: they import Keras, loaded just now on TensorFlow
+    from app.inference import exporting, restore  # the Keras side: they import Keras, loaded just now on TensorFlow
 
     restore.builder_imported(config.model)
     model_path, net = chosen_model(restore, run_dir, cfg.checkpoint)
@@ -84,7 +76,7 @@ def main(cfg: DictConfig) -> dict:
                   "class_names": source.class_names, "parity": {**parity, "tolerance": tolerance,
                                                                 "passed": parity["max_abs_difference"] <= tolerance},
                   "sizes": {"export_bytes": size_of(written), "model_keras_bytes": size_of(model_path),
-                            "parameters": int(net.count_params())}, "versions": versions(fmt)}
+                            "parameters": int(net.count_params())}, "versions": versions(format_packages(fmt))}
         write_json(Path(HydraConfig.get().runtime.output_dir) / "export.json", record)
         _print(record)
         refuse_difference(record, out)
@@ -151,8 +143,7 @@ def chosen_model(restore, run_dir: Path, checkpoint: str | None) -> tuple[Path, 
 
 
 def compared(predict, net, batches) -> dict:
-    """The export's probabilities (`predict`, a uint8 batch in) against the Keras model's on the
-    same batches: the largest absolute difference, and how often their top-1 classes agree."""
+    """Largest absolute difference and top-1 agreement of `predict` (uint8 in) against `net`; DataError if none read."""
     worst, agreeing, samples = 0.0, 0, 0
     for images, _, _ in batches:
         images = np.ascontiguousarray(images, np.uint8)
@@ -168,8 +159,7 @@ def compared(predict, net, batches) -> dict:
 
 
 def preprocessing(augment, size: list[int]) -> dict:
-    """preprocessing.json: what a deployer does to an image before the graph, as this run's
-    evaluation did (augment.eval_transform); the normalisation is inside the graph."""
+    """preprocessing.json: what a deployer does to an image before the graph (this run's eval resize)."""
     height, width = size
     if augment.eval_transform == "resize":
         resize = {"method": "resize", "to": [height, width], "keeps_aspect_ratio": False}
@@ -191,20 +181,14 @@ def size_of(path: Path) -> int:
     return path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def versions(fmt: str) -> dict[str, str]:
-    found = {}
-    for package in ("tensorflow", "keras", *(PACKAGES[name] for name in NEEDS[fmt])):
-        try:
-            found[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            found[package] = "not installed"
-    return found
+def format_packages(fmt: str) -> tuple[str, ...]:
+    """The packages an export in `fmt` is written and checked with."""
+    return ("tensorflow", "keras", *(PACKAGES[name] for name in NEEDS[fmt]))
 
 
 def check_out(out: Path, run_dir: Path, fmt: str, overwrite: bool) -> None:
-    """Before any work: `out` is new, empty or an earlier export (replaced once the new one passed
-    its check). Anything else is refused, or with overwrite=true moved aside when the export is
-    published; never what the run or this command's log would go with (`protected`)."""
+    """A ConfigError, before any work, unless `out` is new, empty or an earlier export, or (overwrite=true) anything
+    `protected` allows; RunInUseError for a run there that is training."""
     if nothing_at(out) or earlier_export(out):
         return
     default, kept = run_dir / "export" / fmt, protected(out, run_dir)
@@ -221,9 +205,8 @@ def check_out(out: Path, run_dir: Path, fmt: str, overwrite: bool) -> None:
 
 
 def protected(out: Path, run_dir: Path) -> str | None:
-    """How `out` is tied to what no export may move, said for a message, or None: the run being
-    exported or this command's log folder (`out` is one, or above one), or a part of the run
-    outside its export/ folder (checkpoints/, model.keras: moved aside, the run could not resume)."""
+    """Why `out` may not be moved, for a message, or None: it is or holds the run being exported or this command's log
+    folder, or lies in the run outside its export/ folder."""
     log_dir = Path(HydraConfig.get().runtime.output_dir)
     for path, what in ((run_dir, "the run being exported"), (log_dir, "this command's log folder")):
         if out == path:
@@ -241,8 +224,7 @@ def nothing_at(out: Path) -> bool:
 
 
 def earlier_export(out: Path) -> bool:
-    """Whether `out` is a folder an earlier export wrote: its export.json, and nothing but the
-    files an export writes (a file of the user's put beside them is not the export's to delete)."""
+    """Whether `out` holds export.json and only the files an export writes (a user's file is not ours to delete)."""
     return out.is_dir() and (out / RECORD).is_file() and not foreign_files(out)
 
 
@@ -263,9 +245,8 @@ def what_is_at(out: Path) -> str:
 
 
 def publish_moving_aside(staging: Path, out: Path) -> None:
-    """The checked export renamed to `out`. What was there is first moved aside: an earlier export,
-    deleted once the new one is in place; anything else `check_out` let through (overwrite=true),
-    kept as <name>.old. A failed rename puts it back: nothing is lost midway."""
+    """Renames the checked export to `out`, moving what was there aside first: an earlier export is then deleted,
+    anything else kept as <name>.old; a failed rename puts it back."""
     if nothing_at(out):
         os.replace(staging, out)  # over an empty folder too
         return

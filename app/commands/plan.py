@@ -1,16 +1,6 @@
-"""`python -m app plan [overrides]`: the memory a training run of this config will take, before
-it starts: host memory part by part (this machine's probe for TensorFlow's and a worker's own
-cost, app/capacity/probe.py; the batches, the ring, the workers' decodes), the device's apart
-(the float32 batch, parameters, optimizer state, activations); the predicted host peak against
-`queue.memory_budget_mb` or the memory available, with the fixes when it does not fit; then the
-table of one batch's size in GiB by batch × resolution with the config's own marked. Writes plan.json.
-The config is train's, or with `resume=<run dir>` (or `latest`) that run's saved config with
-the overrides a resumed `train` takes; builds the model (Keras) but reads no image beyond the
-files' headers, unless queue.workers or queue.max_size is `auto`: then it runs train's probe
-(app/capacity/auto.py) and plans for what it chooses. It never writes a dataset: data not
-there yet (a synthetic dataset not generated, CIFAR-10 not downloaded) is an error that says
-which command brings it.
-"""
+"""`python -m app plan [overrides]`: the memory a training run of this config (or, with `resume=`, a saved run's) will
+take, host part by part and device apart, its host peak against `queue.memory_budget_mb` or the memory available, and
+one batch's size by batch × resolution, into plan.json. Reads only image headers unless queue.* is `auto`."""
 
 from __future__ import annotations
 
@@ -30,11 +20,11 @@ from app.config import conf_dir, load
 from app.data import load_or_generate_source, synthetic
 from app.errors import DataError
 from app.frameworks import load_keras, native_stderr_to_log, use_backend
+from app.io import write_json
+from app.runs import checkpoint
+from app.runs.rundata import run_source
+from app.runs.saved import latest_run, resumed_config
 from app.schema import DATA_TARGETS, register
-from app.training import checkpoint
-from app.training.resume import latest_run, resumed_config
-from app.training.rundata import run_source
-from app.training.rundir import write_json
 
 log = logging.getLogger("app.plan")
 register()
@@ -69,8 +59,7 @@ def main(cfg: DictConfig) -> float:
 
 
 def _config(cfg: DictConfig):
-    """(the loaded config to plan, the run directory it comes from or None): with `resume`, the
-    run's saved config and the overrides `train resume=` takes (app/training/resume.py)."""
+    """(the config to plan, the run directory it comes from or None); with `resume`, as `train resume=` reads it."""
     if not cfg.resume:
         return load(cfg), None
     run_dir = latest_run(Path("outputs")) if cfg.resume == "latest" else Path(cfg.resume).expanduser().resolve()
@@ -82,8 +71,7 @@ def _config(cfg: DictConfig):
 
 
 def _source(data, run_dir: Path | None):
-    """The data source, read but never written: a dataset `train` would generate or download
-    first is refused, naming the command that brings it; a run's, checked to be what it trained on."""
+    """The data source, never written (one to generate or download is a DataError); a run's, checked to be its own."""
     if data._target_ == DATA_TARGETS["synthetic"]:
         folders = [Path(data.path).expanduser() / spec.folder_name() for spec in synthetic.specs(data)]
         missing = [str(folder) for folder in folders if not folder.is_dir()]
@@ -104,8 +92,7 @@ def _source(data, run_dir: Path | None):
 
 
 def _model(config, source):
-    """(the model, the GPUs the backend sees): the model built and compiled as `train` builds
-    it, on one device."""
+    """(the model built and compiled as `train` builds it, on one device; the GPUs the backend sees)."""
     keras = load_keras()  # first: app.model imports Keras, whose start-up lines go to the log only from here
     from app import model as models  # imports Keras: after load_keras
     from app.training import recipe  # imports Keras: after load_keras

@@ -1,9 +1,5 @@
-"""`python -m app predict resume=<run dir> input=<folder or file>`: class probabilities from the
-run's model.keras (its best), as CSV, through the same loader as training (workers, queue),
-since predicting over many large images is the same problem. An input that is a prepared copy
-(`python -m app prepare`'s folder or URL) is predicted sample by sample, every split in turn. Writes
-<run dir>/predict/<date>_<time>/predictions.csv. A command: imported by app/__main__.py only,
-never by the loader, the model or training."""
+"""`python -m app predict resume=<run dir> input=<folder, file or prepared copy>`: class probabilities from the run's
+model.keras (its best) through training's loader, into <run dir>/predict/<date>_<time>/predictions.csv."""
 
 from __future__ import annotations
 
@@ -27,12 +23,13 @@ from app.data.shards import MANIFEST, SPLITS
 from app.data.source import FileSplit
 from app.data.storage import is_url
 from app.errors import ConfigError, DataError
+from app.inference.opened import open_run
 from app.io import atomic_write
 from app.loader.pipeline import build_loader
 from app.processes import stop_if_interrupted
+from app.runs.saved import STORAGE
 from app.schema import register
 from app.schema.data import PreparedDataConfig
-from app.training.resume import STORAGE, open_run
 
 register()
 log = logging.getLogger("app.predict")
@@ -48,8 +45,7 @@ def image_files(path: Path) -> list[Path]:
 
 
 def _prepared_input(given: str) -> dict | None:
-    """`input` that is a prepared copy (a folder or URL holding manifest.json): its splits, in
-    order; None for anything else. A URL is always taken for a copy (files cannot be listed there)."""
+    """`input`'s splits, in order, when it is a prepared copy (a URL, or a folder with manifest.json); else None."""
     if not is_url(given) and not (Path(given).expanduser() / MANIFEST).is_file():
         return None
     copy = prepared_source(PreparedDataConfig(path=given))
@@ -80,7 +76,7 @@ def main(cfg: DictConfig) -> None:
     run_dir, config = open_run(cfg, safe=("queue.", "data.max_image_pixels", STORAGE))
     prepared = _prepared_input(cfg.input) if cfg.input else None  # before Keras loads: a wrong input is said at once
     source, files = (cfg.input, []) if prepared else _input_files(cfg.input)
-    from app.training import restore  # the Keras side: it imports Keras, which open_run loaded on the run's backend
+    from app.inference import restore  # the Keras side: it imports Keras, which open_run loaded on the run's backend
 
     restore.builder_imported(config.model)
     model_path = run_dir / "model.keras"
@@ -129,8 +125,7 @@ class _Rows:
     counts: np.ndarray
 
     def write_split(self, loader, name: str, what) -> list[tuple[str, str]]:
-        """A row for every sample of the loader's split `name` (`what(i)`: sample i's path
-        column); what could not be read, as (what, why)."""
+        """Writes a row per sample of split `name` (`what(i)`: its path); returns (what, why) of each unreadable one."""
         done, failed = 0, []
         for x, _ in loader.every_sample(name):
             stop_if_interrupted()

@@ -1,8 +1,4 @@
-"""`python -m app prepare data=<source> prepare.out=DIR`: a packed, pre-resized shard copy of the
-data (app/prepare/ does the work; app/data/shards.py is its layout). The config is the common
-keys (data, augment: `prepare.short_side=auto` reads the transforms) and prepare's own group
-(conf/prepare.yaml). Workers: queue.workers processes (auto: every core); never TensorFlow.
-"""
+"""`python -m app prepare data=<source> prepare.out=DIR`: a packed, pre-resized shard copy of the data."""
 
 from __future__ import annotations
 

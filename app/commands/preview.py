@@ -1,10 +1,5 @@
-"""`python -m app preview`: preview.png, a row for each of `preview.images` training samples: the
-source image (the resize alone), then `preview.augmentations` augmentations of it, each exactly
-what the training loader would make of that sample in epochs 1, 2, ... (the same seed gives the
-same picture; data.decode.draft is honoured, so a reduced decode shows as it trains). An
-unreadable sample follows data.on_bad_sample: with skip, the next readable one is shown.
-The config is train's with preview's own group (conf/preview.yaml). No TensorFlow, no worker processes.
-"""
+"""`python -m app preview`: preview.png, a row for each of `preview.images` training samples: the source image, then
+`preview.augmentations` augmentations as the training loader makes them in epochs 1, 2, ... (conf/preview.yaml)."""
 
 from __future__ import annotations
 
@@ -63,8 +58,7 @@ def main(cfg: DictConfig) -> str:
 
 
 def _bad_sample(bad: BadSampleError, policy: str) -> None:
-    """An unreadable training sample, by data.on_bad_sample: skip (and mark) show the next
-    readable one instead, as training leaves it out; raise stops, naming the file."""
+    """An unreadable sample by data.on_bad_sample: `raise` is a DataError naming it; else a warning and the next."""
     if policy == "raise":
         raise DataError(f"{bad}. Fix or remove the file, or set data.on_bad_sample=skip to leave such files out "
                         "(training then lists them in bad_samples.txt).") from None

@@ -1,9 +1,7 @@
-"""`python -m app report <sweep dir | run dirs ...> [--out DIR]`: a table of each run's overrides
-against images/s, data-wait fraction, peak memory (and `plan`'s prediction), final validation
-accuracy and status (printed, and report.csv), and PNG plots of peak memory beside the
-prediction, images/s and validation accuracy against each swept key: the measured version of
-table of one batch's size by batch × resolution. A command: imported by app/__main__.py only; never imports TensorFlow
-(it reads JSON files)."""
+"""`python -m app report <sweep dir | run dirs ...> [--out DIR]`: a table of each run's overrides against images/s,
+data-wait fraction, peak memory (and `plan`'s prediction), final validation accuracy and status (printed, and
+report.csv), and PNG plots of peak memory beside the prediction, images/s and validation accuracy against each swept
+key: the measured version of `plan`'s table by batch × resolution."""
 
 from __future__ import annotations
 
@@ -16,7 +14,8 @@ from pathlib import Path
 from app.errors import ConfigError, DataError
 from app.io import atomic_write
 from app.overrides import as_dict
-from app.training.rundir import claim_dir
+from app.runs.rundir import claim_dir
+from app.runs.sweeps import job_order
 
 FIGURES = ["images_per_s", "data_wait_fraction", "peak_memory_mb", "predicted_peak_mb", "val_accuracy", "status"]
 
@@ -30,15 +29,10 @@ def find_runs(paths: list[Path]) -> list[Path]:
         if (path / "summary.json").is_file():
             runs.append(path)
         else:
-            runs += sorted((p.parent for p in path.rglob("summary.json")), key=_natural)
+            runs += sorted((p.parent for p in path.rglob("summary.json")), key=job_order)
     if not runs:
         raise DataError(f"no run directory (one with summary.json) in or under {', '.join(map(str, paths))}.")
     return runs
-
-
-def _natural(path: Path) -> tuple:
-    """Job 2 before job 10; a folder named otherwise beside them (a copy, notes) after them."""
-    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in path.parts)
 
 
 def overrides_of(summary: dict) -> dict[str, str]:
@@ -70,8 +64,7 @@ def table(runs: list[Path]) -> tuple[list[str], list[str], list[dict]]:
 
 
 def _summary(run: Path) -> dict:
-    """A run's summary.json; one that is corrupt (a crash mid-write on a full disk, an edit) is
-    listed as unreadable, with why, instead of stopping the whole report."""
+    """A run's summary.json; a corrupt one is warned about and listed as unreadable instead of stopping the report."""
     try:
         return json.loads((run / "summary.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
@@ -110,11 +103,8 @@ def plot(swept: list[str], rows: list[dict], out: Path) -> list[Path]:
 
 
 def figure(key: str, swept: list[str], rows: list[dict]):
-    """Peak memory (measured, and `plan`'s prediction dashed), images/s and validation accuracy
-    against `key`'s values, a line a combination of the other swept keys. Every run is a point
-    (repeats show their spread) and the line joins their means; numeric values sit on a numeric
-    axis (logarithmic when they span over 20×, as a learning rate does); every axis starts at 0;
-    the best accuracy (an Optuna search's best trial) is starred."""
+    """Peak memory (with `plan`'s, dashed), images/s and validation accuracy against `key`: a line through each value's
+    mean for each combination of the other swept keys, each run a point; log x past a 20× span; best starred."""
     import matplotlib.pyplot as plt
 
     others = [k for k in swept if k != key]
@@ -138,7 +128,8 @@ def figure(key: str, swept: list[str], rows: list[dict]):
         axes[2].plot([_x(best[key], numeric)], [best["val_accuracy"]], marker="*", markersize=16, color="gold",
                      markeredgecolor="black", linestyle="none", label=f"best: {key}={best[key]}")
     values = [float(r[key]) for r in rows] if numeric else []
-    titles = ("peak host memory (MiB, PSS of the process tree)", "images/s (training)", "validation accuracy")
+    titles = ("peak host memory (MiB: the training process, the workers, the ring)", "images/s (training)",
+              "validation accuracy")
     for ax, title in zip(axes, titles, strict=True):
         ax.set_xlabel(key)
         ax.set_title(title)
@@ -157,8 +148,7 @@ def _x(value, numeric: bool):
 
 
 def _points(ax, members: list[dict], figure_name: str, x, **style):
-    """Each run's `figure_name` as a point at `x(run)`, and a line through the mean at each value;
-    `style`: the line's label, color and linestyle."""
+    """Each run's `figure_name` as a point at `x(run)`, and a line through each value's mean (`style`: the line's)."""
     have = [r for r in members if r.get(figure_name) is not None]
     by_value: dict = {}
     for r in have:
@@ -178,10 +168,8 @@ def _sortable(value: str):
 
 
 def refuse_replacing_others(out: Path, named: str) -> None:
-    """A ConfigError, before any work, when report would replace what it did not write: `out` is
-    a file, or holds a report.csv or report_*.png beside a report.csv that is no report's (its
-    first column is `run`). An earlier report's files are replaced. `named`: `out` as the message
-    names it."""
+    """A ConfigError, before any work, when `out` is a file, or holds report.csv or report_*.png without a report's
+    report.csv (first column `run`); an earlier report's files are replaced. `named`: `out` as the message names it."""
     advice = "give --out another folder (a new one, or one an earlier report wrote)"
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{named} is a file, where report writes a folder (report.csv and its PNGs): {advice}.")

@@ -1,13 +1,5 @@
-"""`python -m app train [overrides] [-m]`.
-
-In a sweep each job trains in a fresh process of its own: TensorFlow keeps part of every
-finished job (graphs, functions) that `clear_session` does not give back, so jobs run one
-after another in one process would each start heavier than the last, and a report would
-compare memory that depends on the job's place in the sweep. In a sweep's resume (`train
-resume=<sweep dir>`) a job done already is not trained again, and one with a checkpoint goes on
-in its folder (app/training/sweeps.py).
-A command: imported by app/__main__.py only, never by the loader, the model or training.
-"""
+"""`python -m app train [overrides] [-m]`. A sweep's jobs each train in a fresh process, as TensorFlow keeps part of
+every finished job that `clear_session` does not free (a sweep's resume: app/runs/sweeps.py)."""
 
 from __future__ import annotations
 
@@ -25,9 +17,9 @@ from app.commands import failure_carried
 from app.config import conf_dir
 from app.errors import AppError, ConfigError, DataError, WorkerError
 from app.processes import die_with_parent, enable_crash_report, startable
+from app.runs import sweeps
+from app.runs.saved import SAFE_PREFIXES
 from app.schema import register
-from app.training import sweeps
-from app.training.resume import SAFE_PREFIXES
 from app.training.trainer import run
 
 register()

@@ -1,7 +1,4 @@
-"""Data sources: which file or array row is sample i, its label, and how to read it.
-
-Nothing under app/data ever imports TensorFlow, Keras or the loader: loader worker processes import it.
-"""
+"""Data sources: which file or array row is sample i, its label, and how to read it."""
 
 from __future__ import annotations
 
@@ -22,8 +19,8 @@ _SOURCES = {f"{fn.__module__}.{fn.__name__}": fn for fn in (synthetic_source, ci
 
 
 def load_or_generate_source(data_cfg) -> Source:
-    """The source `data_cfg._target_` names; relative paths are relative to the working directory.
-    Where it is missing, the synthetic dataset is generated, and CIFAR-10 downloaded with data.download=true."""
+    """The source `data_cfg._target_` names (relative paths: from the working directory); where missing, synthetic data
+    is generated, and CIFAR-10 downloaded with data.download=true."""
     if data_cfg._target_ not in _SOURCES:
         raise config_error("data._target_", data_cfg._target_,
                            f"one of {', '.join(_SOURCES)}: choose it with data=<{'|'.join(DATA_TARGETS)}>")

@@ -1,16 +1,5 @@
-"""CIFAR-10 from its official python archive, converted once into memory-mappable .npy files.
-
-The archive's batches are pickles; they are read with an unpickler that only builds plain
-containers and numpy arrays, since the archive may come from anywhere. The cache under
-`<data.path>/cache/` holds the training batches and the test batch as uint8 N×32×32×3 and is
-rebuilt when the source files change.
-
-Splits (SPLIT_VERSION 2): the official test batch is the test split; validation is
-`data.val_fraction` of each class of the training batches, drawn by the folder source's rule
-(rows ranked by sha1 of their index), so it is the same on every machine. The fingerprint
-covers the training batches only.
-Never imports TensorFlow, Keras or the loader: worker processes import it.
-"""
+"""CIFAR-10 from its official archive, converted once into memory-mappable .npy files under `<data.path>/cache/`, its
+pickles read by an unpickler that builds only containers and numpy arrays. The test batch is the test split."""
 
 from __future__ import annotations
 
@@ -62,8 +51,7 @@ def cifar_source(data_cfg) -> Source:
 
 
 def check_split(recorded: dict, run_dir: Path) -> None:
-    """A run trained on another split of CIFAR-10 is refused: its validation images were the
-    test batch, which is now the test split, and part of its training images are now validation."""
+    """Refuses (DataError) a run trained on another split version of CIFAR-10 (1: validation was the test batch)."""
     version = recorded.get("split_version", 1)
     if version == SPLIT_VERSION:
         return

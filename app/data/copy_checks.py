@@ -1,13 +1,5 @@
-"""A prepared copy's files checked against its manifest (app/data/shards.py's layout), by
-data=prepared when a command starts and by `prepare` before it calls a copy up to date: each
-split's index against the checksum and the count the manifest records for it, each shard's size
-against the manifest's. Each problem is one clause naming the file; the caller adds what mends it.
-
-The members' own bytes are checked where they are read (a CRC32 a row: app/data/prepared.py),
-never here: that would read the whole copy. A format 1 copy records no checksums or sizes, so
-only its counts are checked here.
-Imports the standard library, NumPy and app.data.shards only: worker processes import it.
-"""
+"""A prepared copy's files against its manifest (app/data/shards.py): each split's index against its checksum and count,
+each shard's size; one clause a problem, naming the file. Members' bytes are checked where read, never here."""
 
 from __future__ import annotations
 

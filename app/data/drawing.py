@@ -1,10 +1,5 @@
-"""One synthetic image: a class shape in a class colour (jittered), semi-transparent with a soft
-edge, at a random position, size and rotation, among blobs and lines of any colour (a fifth in
-the classes' own), over uneven light, with texture at several scales and sensor noise, mostly
-in brightness, as a photograph has. A few sizes and aspect ratios. The evidence is subtle
-enough that a small CNN climbs over several epochs (docs/performance.md).
-Never imports TensorFlow, Keras or the loader: worker processes import it.
-"""
+"""One synthetic image: a class shape in a jittered class colour, soft-edged and semi-transparent, placed at random
+among clutter, over uneven light, with texture and sensor noise as a photograph has; a few sizes and aspect ratios."""
 
 from __future__ import annotations
 
@@ -22,17 +17,14 @@ COLOURS = {"red": (220, 40, 40), "green": (40, 190, 60), "blue": (40, 80, 230),
 
 
 def class_style(label: int) -> tuple[str, str]:
-    """(shape, colour name) of class `label`: each round of 8 shapes shifts the colours by one,
-    so neighbouring classes differ in both and no (shape, colour) pair repeats below 48."""
+    """(shape, colour) of class `label`: colours shift by one each round of SHAPES, so no pair repeats below 48."""
     shape, round_ = label % len(SHAPES), label // len(SHAPES)
     colours = list(COLOURS)
     return SHAPES[shape], colours[(shape + round_) % len(colours)]
 
 
 def image_size(rng: np.random.Generator, source_size: int) -> tuple[int, int]:
-    """(width, height): as many pixels as a `source_size` square, times one of SCALES (so a
-    dataset holds about `source_size`² pixels an image on average), in one of ASPECTS,
-    landscape or portrait."""
+    """(width, height): the area of a square of side `source_size` × one of SCALES, in one of ASPECTS, either way up."""
     side = source_size * SCALES[int(rng.integers(len(SCALES)))]
     a, b = ASPECTS[int(rng.integers(len(ASPECTS)))]
     long_side, short_side = round(side * np.sqrt(a / b)), max(8, round(side * np.sqrt(b / a)))
@@ -64,10 +56,7 @@ def _background(rng: np.random.Generator, width: int, height: int) -> Image.Imag
 
 
 def _texture(rng: np.random.Generator, width: int, height: int) -> np.ndarray:
-    """Grain at several scales (coarse strong, fine weak) and sensor noise, in brightness, with a
-    faint colour mottle, as a camera's processing leaves them: what makes a file's bytes a
-    pixel, and its decode time, a photograph's rather than a drawing's. (height, width, 3), in
-    levels, to add to the image."""
+    """Photo-like grain at several scales, sensor noise and a faint colour mottle: (height, width, 3) levels to add."""
     grey = rng.standard_normal((height, width), dtype=np.float32)
     grey *= SENSOR_NOISE
     for cells_per_side, amplitude in TEXTURE_OCTAVES:
@@ -83,8 +72,7 @@ def _texture(rng: np.random.Generator, width: int, height: int) -> np.ndarray:
 
 
 def _noise_layer(rng: np.random.Generator, size: tuple[int, int], cells_per_side: int, mode: str) -> np.ndarray:
-    """Uniform noise on a grid of `cells_per_side` cells along the long side, smoothly upscaled
-    to `size` (width, height)."""
+    """Uniform noise on `cells_per_side` cells along the long side, bicubically upscaled to `size` (width, height)."""
     width, height = size
     long_side = max(width, height)
     side = max(2, min(cells_per_side, long_side // 2))
@@ -111,8 +99,7 @@ def _clutter(draw: ImageDraw.ImageDraw, rng: np.random.Generator, width: int, he
 
 
 def _shape(draw: ImageDraw.ImageDraw, rng: np.random.Generator, size: int, shape: str) -> None:
-    """Draw `shape` in white on a mask: radius 16–28% of the short side `size`, fully inside the
-    image (`draw`'s own size)."""
+    """Draw `shape` in white on a mask, radius 16–28% of the short side `size`, wholly inside the image."""
     r = size * rng.uniform(0.16, 0.28)
     width, height = draw.im.size
     cx, cy = rng.uniform(r, width - r), rng.uniform(r, height - r)

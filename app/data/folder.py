@@ -1,14 +1,9 @@
-"""A folder of images, one sub-folder a class, split by `val_fraction` or given as train/ and val/.
+"""A folder of images, one sub-folder a class (images may nest; hidden files are ignored; labels index the sorted class
+names), split by `val_fraction` or given:
 
-    <path>/<class>/<image>                              split by val_fraction (and test_fraction)
+    <path>/<class>/<image>                                     split by val_fraction (and test_fraction)
     <path>/train/<class>/<image>, <path>/val/<class>/<image>   split given
-    <path>/test/<class>/<image> beside train/ and val/, data.test_path/<class>/<image>, or
-    data.test_fraction of each class in the flat layout: the test split (evaluate only)
-
-Images may sit in nested folders under their class folder; hidden files and folders are
-ignored. Class names are sorted and the label is the index in that order.
-Never imports TensorFlow, Keras or the loader: worker processes import it.
-"""
+    <path>/test/<class>/ (split given), data.test_path/<class>/ or data.test_fraction: the test split (evaluate only)"""
 
 from __future__ import annotations
 
@@ -33,9 +28,7 @@ FINGERPRINT_COVERS = "relative paths, sizes and modification times (to the secon
 
 @dataclass(frozen=True)
 class Held:
-    """Where a folder's test split comes from: a folder of <class>/ (data.test_path), or a
-    fraction of each class of the flat layout (data.test_fraction); <path>/test/ beside train/
-    and val/ is found without either."""
+    """Where a folder's test split comes from: data.test_path or data.test_fraction (<path>/test/ needs neither)."""
 
     path: str | None = None
     fraction: float = 0.0
@@ -49,8 +42,7 @@ def folder_source_of(data_cfg) -> Source:
 
 def folder_source(path: str | os.PathLike, val_fraction: float, name: str = "folder", *, times: bool = True,
                   test: Held = Held()) -> Source:
-    """`times=False`: the fingerprint leaves modification times out (generated data, whose files
-    are the same bytes wherever and whenever they are made)."""
+    """`times=False`: modification times stay out of the fingerprint (generated data: the same bytes whenever made)."""
     try:
         return _source(path, val_fraction, name, times=times, test=test)
     except PermissionError as error:  # a folder the scan cannot list (an image is the loader's to report)
@@ -62,8 +54,7 @@ def folder_source(path: str | os.PathLike, val_fraction: float, name: str = "fol
 
 
 def _first_locked(path: Path) -> Path:
-    """The outermost folder on `path` that cannot be listed and entered: a stat of x/train fails
-    when x itself is locked, and read access to x/train alone would not mend it."""
+    """The outermost folder on `path` that cannot be listed and entered (access to one below it mends nothing)."""
     return next((p for p in (*reversed(path.parents), path) if not os.access(p, os.R_OK | os.X_OK)), path)
 
 
@@ -107,8 +98,7 @@ def _source(path, val_fraction: float, name: str, *, times: bool, test: Held) ->
 
 
 def _layout(root: Path, val_fraction: float, test_fraction: float):
-    """(train, val, test held out or None, val_fraction or None where the split is given), each
-    a mapping class → files."""
+    """(train, val, test or None, val_fraction or None where the split is given), each class → its files."""
     train_dir, val_dir = root / "train", root / "val"
     if train_dir.is_dir() and val_dir.is_dir():
         train = _scan(train_dir, root)
@@ -133,8 +123,7 @@ def _layout(root: Path, val_fraction: float, test_fraction: float):
 
 
 def _split_flat(by_class: dict[str, Files], val_fraction: float, test_fraction: float):
-    """(train, val, test) of each class: test_fraction first, then val_fraction of the whole from
-    what is left, slices of one ranking; with no test_fraction, the split runs before it had."""
+    """(train, val, test) of each class: test_fraction first, then val_fraction of the whole from the rest."""
     train, val, test = {}, {}, {}
     for cls, files in by_class.items():
         rest, test[cls] = split_by_fraction(files, test_fraction) if test_fraction else (files, [])
@@ -159,11 +148,7 @@ def _test_split(test_path: str | os.PathLike | None, class_names: list[str]) -> 
 
 
 def split_by_fraction(files: Files, val_fraction: float) -> tuple[Files, Files]:
-    """One class's files → (train, val), each sorted by path.
-
-    Ordering by sha1 of the relative path (not by name or listing order) keeps the split
-    the same on every machine, and adding or removing a file moves few others.
-    """
+    """One class's files → (train, val) by sha1 of their paths: the same on every machine, stable as files change."""
     n = len(files)
     n_val = min(max(1, round(n * val_fraction)), n - 1) if n >= 2 else 0
     ranked = sorted(files, key=lambda f: hashlib.sha1(f[0].encode()).hexdigest())
@@ -209,9 +194,7 @@ def _scan(split_dir: Path, root: Path) -> dict[str, Files]:
 
 
 def _walk(folder: Path, root: Path, above: frozenset = frozenset()):
-    """The images under `folder`, following symbolic links; `above` holds the (device, inode)
-    of the folders that lead here, so a link back to one of them is named instead of followed
-    for ever."""
+    """The images under `folder`, following links; `above` (folders leading here, as device and inode) stops a loop."""
     here = folder.stat()
     key = (here.st_dev, here.st_ino)
     if key in above:  # named by its link: x/up -> .. shows up as x/up/x, which is no link itself
@@ -237,9 +220,7 @@ def _is_dir(entry: os.DirEntry) -> bool:
 
 
 def _size_and_time(entry: os.DirEntry) -> tuple[int, int]:
-    """An image's size and modification time; (-1, 0) for a link that leads nowhere or in a loop:
-    it stays in the split, so the loader reports it by data.on_bad_sample like any unreadable
-    file, and the fingerprint changes once it is mended."""
+    """An image's size and mtime; (-1, 0) for a broken link, left in the split for the loader to report as bad."""
     try:
         stat = entry.stat()
     except OSError:
@@ -265,8 +246,7 @@ def _file_split(root: Path, by_class: dict[str, Files], class_names: list[str]):
 
 
 def _fingerprint(files: Files, *, times: bool) -> str:
-    """sha256 over every file's relative path and size, and with `times` its modification time;
-    without (runs trained before times were covered) to tell what changed."""
+    """sha256 over every file's relative path, size and (with `times`) modification time."""
     h = hashlib.sha256()
     for rel, size, mtime in sorted(files):
         h.update((f"{rel}\0{size}\0{mtime}\n" if times else f"{rel}\0{size}\n").encode())

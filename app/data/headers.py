@@ -1,8 +1,4 @@
-"""What the files of a split will hold once decoded, read off their headers alone: the memory
-plan's and bench's view of a dataset. The decode itself is app/data/images.py.
-
-No TensorFlow here.
-"""
+"""What a split's files hold once decoded, read off their headers: the memory plan's and bench's view of a dataset."""
 
 from __future__ import annotations
 
@@ -30,11 +26,8 @@ _PILLOW_BYTES = {"1": 1, "L": 1, "P": 1, "I;16": 2, "I;16L": 2, "I;16B": 2, "I;1
 
 
 def largest_decode_bytes(split, decode: Decode, most: int = 256) -> tuple[int, int]:
-    """The most memory one decode holds among up to `most` files of `split`, spread over it,
-    from headers only: (the largest RGB array, the most Pillow's own copies hold: `decode_bytes`).
-    A file the loader will refuse (unreadable, or above `decode.max_pixels`) is the loader's to
-    report, by the bad-sample policy, and counts for nothing here. An array split's rows are
-    all one size."""
+    """The most memory one decode holds among up to `most` files spread over `split`, from headers only: (the largest
+    RGB array, the most Pillow's own copies hold). A file the loader will refuse counts 0."""
     if hasattr(split, "stored_sizes"):
         return _stored_decode_bytes(split, decode), 0
     if not hasattr(split, "paths"):
@@ -45,9 +38,7 @@ def largest_decode_bytes(split, decode: Decode, most: int = 256) -> tuple[int, i
 
 
 def _stored_decode_bytes(split, decode: Decode) -> int:
-    """A prepared copy's largest RGB array, from the sizes its index stores (every sample's, no
-    file opened): JPEGs reduced by the draft rule as the decode reduces them; OpenCV decodes
-    them (RGB baseline), so no Pillow copies. Samples above `decode.max_pixels` the loader refuses."""
+    """A prepared copy's largest RGB array from its index's sizes: JPEGs draft-reduced, any above max_pixels out."""
     heights, widths = split.stored_sizes()
     kept = np.ones(len(heights), bool) if decode.max_pixels is None else heights * widths <= decode.max_pixels
     heights, widths = heights[kept], widths[kept]
@@ -61,10 +52,8 @@ def _stored_decode_bytes(split, decode: Decode) -> int:
 
 
 def decode_bytes(path: str | os.PathLike, decode: Decode) -> tuple[int, int]:
-    """What decoding `path` holds, from its header alone: (its RGB array, H × W × 3 after any
-    draft reduction; Pillow's own copies beside it: the image in the file's mode, and its RGB
-    conversion where the mode is another). A JPEG that OpenCV decodes has no Pillow copies; a
-    greyscale PNG has 5 bytes a pixel of them. (0, 0) for a file the loader will refuse."""
+    """What decoding `path` holds, from its header: (its RGB array after any draft reduction, Pillow's copies: the
+    file's mode, and RGB where that differs; none for a JPEG OpenCV decodes); (0, 0) for a file the loader refuses."""
     found = header_draft(path, decode.min_short_side, decode.max_pixels)
     if found is None:
         return 0, 0
@@ -94,9 +83,8 @@ def _pillow_mode(path: str | os.PathLike) -> str | None:
 
 def header_draft(path: str | os.PathLike, min_short_side: int | None,
                  max_pixels: int | None = DEFAULT_MAX_PIXELS) -> tuple[int, int, int] | None:
-    """(width, height, the reduction 1, 2, 4 or 8 this module's decoder makes of the file under
-    the draft rule `min_short_side`), from its header alone; None for a file that cannot be
-    opened, does not declare a size, or declares more than `max_pixels`."""
+    """(width, height, the reduction 1, 2, 4 or 8 the decoder makes under the draft rule `min_short_side`), from the
+    header alone; None for a file that cannot be opened, declares no size, or declares more than `max_pixels`."""
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
             return None
@@ -112,8 +100,7 @@ def header_draft(path: str | os.PathLike, min_short_side: int | None,
 
 
 def _pillow_size(path: str | os.PathLike, max_pixels: int | None) -> tuple[int, int] | None:
-    """(width, height) as Pillow reads them off the file, seeking as far as it needs (a JPEG whose
-    frame header lies past HEAD_BYTES); None where it cannot."""
+    """(width, height) as Pillow reads them, seeking past HEAD_BYTES where it must; None where it cannot."""
     try:
         with Image.open(path) as img:
             return img.width, img.height

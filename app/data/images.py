@@ -1,7 +1,4 @@
-"""One image file → RGB uint8 array (H, W, 3), decoding large JPEGs at a reduced scale.
-
-No TensorFlow here: loader workers import this module.
-"""
+"""One image file → RGB uint8 array (H, W, 3), decoding large JPEGs at a reduced scale."""
 
 from __future__ import annotations
 
@@ -63,14 +60,12 @@ def _check_pixels(width: int, height: int, max_pixels: int | None) -> None:
 
 
 def _count(pixels: int) -> str:
-    """Millions where rounding to them hides little; the exact count below, where a limit the user
-    set may be near (a 32×32 image is not "0 M")."""
+    """Millions from 100 M up; the exact count below, where a user's limit may be near (a 32×32 image is not "0 M")."""
     return f"{pixels / 1e6:.0f} M" if pixels >= 100_000_000 else f"{pixels:,}"
 
 
 def pillow_refusal(error: Exception) -> DecodeError:
-    """Pillow's DecompressionBombError (above twice its own limit, before ours could look) as ours.
-    No data.max_image_pixels lifts that limit, so the message names it whatever the setting."""
+    """Pillow's DecompressionBombError as ours; it names Pillow's limit, which no data.max_image_pixels lifts."""
     declared = re.search(r"\((\d+) pixels\)", str(error))
     count = _count(int(declared.group(1))) if declared else "too many"
     return DecodeError(f"it declares {count} pixels, above Pillow's own limit ({2 * Image.MAX_IMAGE_PIXELS}), "
@@ -79,11 +74,7 @@ def pillow_refusal(error: Exception) -> DecodeError:
 
 
 def draft_scale(width: int, height: int, min_short_side: int) -> int:
-    """The largest reduction 1, 2, 4 or 8 whose decoded short side is still >= min_short_side.
-
-    libjpeg rounds reduced sizes up, hence the ceiling division; keeping the short side at
-    or above the target means the caller's resize never upsamples.
-    """
+    """The largest reduction 1, 2, 4 or 8 whose decoded short side (libjpeg rounds up) is still >= min_short_side."""
     short = min(width, height)
     for scale in (8, 4, 2):
         if scale <= short and -(-short // scale) >= min_short_side:
@@ -93,19 +84,14 @@ def draft_scale(width: int, height: int, min_short_side: int) -> int:
 
 def load_rgb(path: str | os.PathLike, min_short_side: int | None = None,
              max_pixels: int | None = DEFAULT_MAX_PIXELS) -> np.ndarray:
-    """Decode `path` fully into a writable, C-contiguous uint8 array (H, W, 3), RGB order.
-
-    Raises DecodeError (short reason) for anything that is not a readable image or declares
-    more than `max_pixels`, and OSError subclasses such as FileNotFoundError unchanged.
-    """
+    """Decode `path` into a writable, C-contiguous uint8 RGB array (H, W, 3). A DecodeError (short reason) for anything
+    not a readable image or declaring more than `max_pixels`; OSErrors such as FileNotFoundError pass unchanged."""
     return rgb_from_bytes(read_bytes(path, max_pixels), min_short_side, max_pixels)
 
 
 def read_bytes(path: str | os.PathLike, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> bytes:
-    """The file's bytes (a worker times this apart from the decode). An empty file, or one whose
-    header declares more than `max_pixels`, is a DecodeError, found from the header alone: a
-    huge file is refused without being read. A device, pipe or socket is refused before it is
-    opened: reading /dev/urandom never ends, and opening a pipe waits for a writer."""
+    """The file's bytes; a DecodeError for an empty file, one whose header declares more than `max_pixels` (never read
+    whole), or a device, pipe or socket (refused unopened: /dev/urandom never ends, a pipe waits for a writer)."""
     if not stat.S_ISREG(os.stat(path).st_mode):
         raise DecodeError("not a regular file (a device, pipe or socket)")
     with open(path, "rb") as file:
@@ -119,9 +105,7 @@ def read_bytes(path: str | os.PathLike, max_pixels: int | None = DEFAULT_MAX_PIX
 
 
 def declared_size(head: bytes, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> tuple[int, int] | None:
-    """(width, height) an image file's first bytes declare; None where they do not say (not an
-    image, or a header longer than `head`: the decode then tells). A DecodeError where Pillow
-    refuses the size outright (the decode would too)."""
+    """(width, height) a file's first bytes declare, or None; a DecodeError where Pillow refuses the size outright."""
     if head[:3] == JPEG_START:  # not Pillow's Python parser: a noticeable share of a sample's time
         frame = jpeg_frame(head)
         return None if frame is None else (frame[0], frame[1])
@@ -180,10 +164,7 @@ def _pillow_rgb(source, min_short_side: int | None, max_pixels: int | None) -> n
 
 
 def jpeg_frame(raw: bytes) -> tuple[int, int, int] | None:
-    """(width, height, components) from a JPEG's frame header, the first SOFn marker; None when
-    the markers before it do not parse (Pillow then says what is wrong). Read here because
-    Pillow's header parser is Python, and a noticeable share of a sample's time
-    (docs/performance.md)."""
+    """(width, height, components) of a JPEG's first SOFn frame; None where the markers before it do not parse."""
     i, end = 2, len(raw)
     while i + 4 <= end:
         if raw[i] != 0xFF:
@@ -206,10 +187,7 @@ def jpeg_frame(raw: bytes) -> tuple[int, int, int] | None:
 
 
 def _decode_jpeg(raw: bytes, scale: int) -> np.ndarray | None:
-    """An RGB or greyscale JPEG straight into an RGB array, EXIF orientation applied; None when
-    OpenCV cannot decode it (a truncated file, say). Same libjpeg-turbo, same settings, so the
-    same pixels as Pillow's decode, draft and exif_transpose (tested), in less time: no 4-byte
-    intermediate image to pack and copy out (docs/performance.md has the figures)."""
+    """A greyscale or RGB JPEG to RGB, EXIF orientation applied, Pillow's pixels (tested); None where OpenCV fails."""
     try:
         return cv2.imdecode(np.frombuffer(raw, np.uint8), cv2.IMREAD_COLOR_RGB | _CV2_REDUCED[scale])
     except cv2.error:

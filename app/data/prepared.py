@@ -1,19 +1,7 @@
-"""data=prepared: a copy written by `python -m app prepare` (the layout is app/data/shards.py),
-in a local folder or at a URL (s3://, gs://, https://: app/data/storage.py).
-
-Sample i of a split is one row of the split's index: one read of that row's `length` bytes at
-`offset` in its shard (never a whole shard), checked against the row's CRC32 (a damaged member
-is a bad sample, named by shard and member), then the decode (JPEG as any file; raw: the stored
-uint8 array as it is). When a command starts, the manifest's checksum, each index's and (in a
-folder) each shard's size are checked (app/data/copy_checks.py): a damaged copy is refused, with
-the prepare that mends it. A format 1 copy (no checksums) reads unchecked, said in one log line.
-A local copy: the index memory-mapped, one positioned read (os.preadv).
-A copy at a URL (`RemoteCopy`): the index fetched once a process into memory, each sample one
-ranged GET; or, with data.cache_dir, whole shards kept on local disk (app/data/shard_cache.py)
-and read there. Splits carry paths only when pickled to a worker; the index and the shards are
-opened there, on first use, as ArraySplit does. Never imports TensorFlow, Keras or the loader:
-workers import it.
-"""
+"""data=prepared: a copy written by `python -m app prepare` (layout: app/data/shards.py), in a folder or at a URL.
+Sample i is one read of its index row's byte range, CRC32-checked (a mismatch: a bad sample), then decoded; a damaged
+copy is refused at start. At a URL (`RemoteCopy`) a sample is one ranged GET, or read from a shard cached under
+data.cache_dir."""
 
 from __future__ import annotations
 
@@ -59,8 +47,7 @@ _indexes_lock = threading.Lock()
 
 
 class RemoteCopy:
-    """A prepared copy at a URL: its store, its manifest (and `key`, a hash of the URL and the
-    manifest's bytes), and the local cache of its shards (None: each sample one ranged GET)."""
+    """A prepared copy at a URL: its store, manifest, `key` (cache_key's) and shard cache (None: ranged GETs only)."""
 
     def __init__(self, store: RemoteStore, manifest: bytes, cache_dir: Path | None, cache_max_gb: float):
         self.store, self.manifest = store, parse_manifest(manifest, store.url)
@@ -71,8 +58,7 @@ class RemoteCopy:
         return str(self.store)
 
     def index(self, split: str, again: str = "") -> np.ndarray:
-        """The split's index: fetched once this process (into memory, or into the cache, mapped
-        there); `again`, the advice a refusal gives."""
+        """The split's index, fetched once a process (in memory, or mapped from the cache); `again`: refusal advice."""
         with _indexes_lock:
             index = _indexes.get((self.key, split, self.cache is not None))
             if index is None:
@@ -237,8 +223,7 @@ def manifest_of(root) -> Manifest:
 
 
 def _checked_splits(root, manifest: Manifest) -> dict[str, PreparedSplit]:
-    """Each split of the copy, once its index and (in a folder: a stat a shard) its shards' sizes
-    match the manifest; a DataError naming what does not, with the prepare that mends it."""
+    """Each split of the copy, once its index and (in a folder) shard sizes match the manifest; else a DataError."""
     again, where = prepare_again(root, manifest), str(root).rstrip("/")
     if manifest.version < FORMAT_VERSION:
         log.warning("%s/%s is format version %d: its samples have no checksums, so a damaged one is read "
@@ -262,9 +247,7 @@ def _local_copy(path) -> str:
 
 
 def _remote_copy(data_cfg) -> RemoteCopy:
-    """The copy at the URL data.path: its manifest read, and one byte range of its first shard,
-    so a missing object, refused credentials or a server that ignores ranges stop the command
-    here, before any work."""
+    """The copy at URL data.path, its manifest and a byte range read: a bad URL, credentials or server fail here."""
     options = data_cfg.storage_options
     options = OmegaConf.to_container(options, resolve=True) if isinstance(options, DictConfig) else options
     store = Store.at(str(data_cfg.path), options)

@@ -1,25 +1,6 @@
-"""data.cache_dir: a local disk cache of whole shards of a prepared copy at a URL.
-
-    <cache_dir>/<key>/<shard name>      the shard, whole (downloaded once, then read by pread)
-    <cache_dir>/<key>/index-<split>.npy a split's index, memory-mapped from here
-    <cache_dir>/<key>/.<name>.<pid>.<thread>.part  a download under way
-
-`<key>` is a hash of the copy's URL and its manifest's bytes: a copy prepared again at the same
-URL is another copy, and never mixed with the old one's shards.
-
-A worker that needs a sample of a shard not here downloads the whole shard, streamed to a
-temporary file beside it and renamed: several workers and processes may race, and each rename
-puts an identical whole file in place, so a reader never sees half a shard. Once the shards under
-`cache_dir` (every copy's) hold more than `max_bytes`, the least recently used go first (a shard's
-modification time is touched when it is read, at most once a second), never the one just fetched.
-A shard deleted while another process reads it stays readable through that process's open
-descriptor; that process notices at its next touch and downloads it again when next needed.
-A shard that cannot be written here (a full disk, a read-only one) is a DataError naming
-data.cache_dir, at once: no retry of the store mends the local disk.
-
-Imports the standard library, app.errors and app.data.storage only: worker processes import it; never
-TensorFlow, Keras or JAX.
-"""
+"""data.cache_dir: a local disk cache of whole shards (and indexes) of a prepared copy at a URL, in a folder keyed by
+the URL and manifest; downloads are renamed into place whole, and past `max_bytes` (every copy's) the least recently
+used go first. A local write failure is a DataError at once: no retry of the store mends the disk."""
 
 from __future__ import annotations
 
@@ -43,8 +24,7 @@ def cache_key(url: str, manifest: bytes) -> str:
 
 
 class _Open:
-    """A shard's open descriptor, closed when the last reader lets go of it: a thread still
-    reading a shard another forgot never finds its descriptor closed, or reused for another file."""
+    """A shard's descriptor, closed when its last reader lets go (never closed or reused under a reading thread)."""
 
     def __init__(self, path: Path):
         self.fd = os.open(path, os.O_RDONLY)
@@ -54,8 +34,7 @@ class _Open:
 
 
 class ShardCache:
-    """The shards of the copy at `store`, kept whole under `folder` (cache_dir/<key>), the
-    shards under cache_dir capped at `max_bytes`."""
+    """The shards of the copy at `store`, whole under `folder`; every copy's under cache_dir capped at `max_bytes`."""
 
     def __init__(self, store: RemoteStore, folder: Path, max_bytes: int):
         self.store, self.folder, self.max_bytes = store, Path(folder), int(max_bytes)
@@ -75,8 +54,7 @@ class ShardCache:
         return self.folder / name
 
     def read(self, name: str, offset: int, length: int) -> bytearray:
-        """`length` bytes at `offset` of shard `name`, from its local copy (downloaded first when
-        not here); fewer where the shard ends before."""
+        """`length` bytes at `offset` of shard `name` (fewer where it ends before), downloaded first when not here."""
         opened = self._open.get(name) or self._open_downloading(name)
         data = bytearray(length)
         got = os.preadv(opened.fd, [data], offset)
@@ -99,9 +77,8 @@ class ShardCache:
         return opened
 
     def _download_and_evict(self, name: str) -> None:
-        """Stream `name` to a temporary file beside its place and rename it there; then delete the
-        least recently used shards while the cache holds more than its cap (and forget this
-        process's descriptors of them, so their disk space is freed)."""
+        """Stream `name` to a temporary file beside its place and rename it there; then delete the least recently used
+        shards past the cap, forgetting this process's descriptors of them. A DataError where this disk refuses it."""
         path = self.local_path(name)
         part = path.with_name(f".{name}.{os.getpid()}.{threading.get_ident()}.part")
         try:
@@ -117,8 +94,7 @@ class ShardCache:
                 self._forget(deleted.name)
 
     def _touch_or_forget(self, name: str) -> None:
-        """Refresh the shard's place in the LRU order; if another process deleted it meanwhile,
-        forget its descriptor, so the next read downloads it again."""
+        """Touch the shard's mtime (its LRU place); where another process deleted it, forget its descriptor."""
         now = time.monotonic()
         if now - self._touched.get(name, 0.0) < TOUCH_EVERY_S:
             return

@@ -1,31 +1,13 @@
-"""A prepared copy's layout: what `python -m app prepare` writes and `data=prepared` reads.
+"""A prepared copy's layout, written by `python -m app prepare`, read by `data=prepared` (URLs: app/data/storage.py).
 
-    <out>/train-00000.tar, train-00001.tar, val-00000.tar, test-00000.tar, ...
-        shards of about `prepare.shard_mb` each, in WebDataset's layout: every sample is the
-        members `<key>.jpg` (prepare.format=jpeg) or `<key>.npy` (raw: a NumPy file of uint8
-        H×W×3), `<key>.cls` (the label, an ASCII integer) and `<key>.json` (the original's path
-        and size), its key `<split>-<index:09d>` (no dots: WebDataset splits a member's name at
-        the first one). Samples are spread over a split's shards by one seeded shuffle, so no
-        shard is one class.
-    <out>/index-<split>.npy
-        one row a sample of the split, in the prepared split's order (`INDEX_DTYPE`): the shard,
-        where the image member's bytes start and how many there are (for raw, the array's data,
-        after the .npy header), the label, the stored height and width, and the CRC32 of those
-        bytes (checked by the worker that reads them). Memory-mapped: a million samples cost no
-        parse at start, and sample i is found without reading a shard.
-    <out>/manifest.json
-        written last, whole or not at all (`Manifest`): class names, each split's shards (and
-        their sizes), count and index checksum, the source's fingerprint, the resize rule, the
-        format, and the source's own split record (`assignment`: which files or rows are train,
-        val and test, as training's split.json records them); and `checksum`, the sha256 of all
-        the rest, so an edited manifest is refused. A copy without it is unfinished.
-    <out>/bad_samples.txt
-        the source's files that were left out, as training lists them.
-
-A copy at a URL is read through app/data/storage.py (`read_manifest`, `read_index`).
-Imports only the standard library, NumPy, app.errors/app.io and app.data.storage: worker
-processes import it.
-"""
+    <split>-<n:05d>.tar  shards of about prepare.shard_mb in WebDataset's layout, samples spread by one seeded shuffle:
+        members `<key>.jpg` (jpeg) or `<key>.npy` (raw: uint8 H×W×3), `<key>.cls` (the label) and `<key>.json` (the
+        original's path and size), keyed `<split>-<index:09d>` (no dots: WebDataset splits a name at the first)
+    index-<split>.npy    a row a sample in the split's order (`INDEX_DTYPE`), memory-mapped: the shard, offset and
+        length of the image member's data, the label, the stored size, and the CRC32 of those bytes (checked when read)
+    manifest.json        written last, whole or not at all (`Manifest`; none: unfinished), its `checksum` the sha256
+        of the rest (an edited one is refused)
+    bad_samples.txt      the source's files left out, as training lists them"""
 
 from __future__ import annotations
 
@@ -103,8 +85,7 @@ class Manifest:
 
 
 def manifest_checksum(fields: dict) -> str:
-    """The sha256 of a manifest's fields but `checksum` (canonical JSON): everything that gives
-    a sample its meaning (class names, splits, counts, index checksums, format version) and the rest."""
+    """The sha256 of a manifest's fields but `checksum` (canonical JSON)."""
     rest = {name: value for name, value in fields.items() if name != "checksum"}
     return hashlib.sha256(json.dumps(rest, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
@@ -130,8 +111,7 @@ def write_manifest(root: str | Path, manifest: Manifest) -> Path:
 
 
 def manifest_bytes(root: str | Path, storage_options: dict | None = None) -> bytes:
-    """manifest.json's bytes, from a folder or a URL (through app/data/storage.py); a DataError
-    naming the file when it is missing (an unfinished or wrong folder) or cannot be read."""
+    """manifest.json's bytes, from a folder or a URL; a DataError naming it where missing, or unreadable at a URL."""
     if is_url(root):
         return Store.at(str(root), storage_options).read_bytes(MANIFEST)
     path = Path(root) / MANIFEST
@@ -147,8 +127,8 @@ def read_manifest(root: str | Path, storage_options: dict | None = None) -> Mani
 
 
 def parse_manifest(raw: bytes, root: str | Path) -> Manifest:
-    """The manifest of the copy at `root` from its bytes; a DataError naming it when they are not
-    one, or when they do not match their checksum (an edit could relabel every sample)."""
+    """The manifest of the copy at `root` from its bytes; a DataError naming it when they are not one, are of a newer
+    format version, or do not match their checksum (an edit could relabel every sample)."""
     path = f"{str(root).rstrip('/')}/{MANIFEST}"
     try:
         fields = json.loads(raw.decode("utf-8"))
@@ -172,8 +152,7 @@ MANIFEST_KEYS = ("data", "data.path", "prepare.out", "prepare.short_side", "prep
 
 
 def prepare_command(manifest: Manifest | None, out: str, short_side: int | None = None) -> str:
-    """The `python -m app prepare` that writes the copy `manifest` describes into `out`: its
-    source, its settings and the other overrides it was prepared with (`short_side`: another one)."""
+    """The `python -m app prepare` writing `manifest`'s copy into `out` again (`short_side`: at another short side)."""
     if manifest is None:
         return f"python -m app prepare data=<the source> data.path=<its folder> prepare.out={out}"
     side = short_side or ("full" if manifest.short_side is None else manifest.short_side)
@@ -199,9 +178,7 @@ def prepare_again(root: str | Path, manifest: Manifest | None) -> str:
 
 
 def read_index(root: str | Path, split: str, storage_options: dict | None = None, again: str = "") -> np.ndarray:
-    """A split's index (INDEX_DTYPE, or INDEX_DTYPE_1 in a format 1 copy): memory-mapped from a
-    folder; from a URL, fetched whole into memory (one GET: a million samples are 40 MB).
-    `again`: the advice its refusal gives (prepare_again's)."""
+    """A split's index, checked (`again`: a refusal's advice): mapped from a folder; from a URL, one GET into memory."""
     if is_url(root):
         path = f"{str(root).rstrip('/')}/{index_name(split)}"
         raw = Store.at(str(root), storage_options).read_bytes(index_name(split))

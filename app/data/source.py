@@ -1,9 +1,4 @@
-"""What a data source hands the loader: splits that say how to read sample i, and its label.
-
-Splits are pickled to spawn'ed worker processes, so they carry paths and labels only;
-arrays are opened lazily (memory-mapped) in the process that reads them.
-Never imports TensorFlow, Keras or the loader: worker processes import it.
-"""
+"""What a data source hands the loader: splits of file paths (or array rows) and labels, cheap to pickle to workers."""
 
 from __future__ import annotations
 
@@ -45,8 +40,7 @@ class FileSplit:
         return self.decode(i, self.fetch(i, decode), decode)
 
     def fetch(self, i: int, decode: Decode | None = None) -> bytes:
-        """Sample i's file, read (a worker times reading apart from decoding); refused from its
-        header when it declares more pixels than `decode` allows."""
+        """Sample i's bytes (a worker times reading apart from decoding); BadSampleError if unreadable or too large."""
         path = self.paths[i]  # an IndexError stays an IndexError
         try:
             return read_bytes(path, (decode or Decode()).max_pixels)
@@ -125,8 +119,7 @@ def subset(split: FileSplit | ArraySplit, picked: np.ndarray) -> FileSplit | Arr
 
 
 def overfitting(source: Source, samples: int, seed: int) -> Source:
-    """`samples` training samples picked by `seed`, as both the training and the validation
-    split (trainer.overfit_batches); split.json records which under "overfit"."""
+    """`samples` training samples picked by `seed` as both splits (overfit_batches); split["overfit"] lists them."""
     picked = np.sort(np.random.default_rng(seed).permutation(len(source.train))[:samples])
     part = subset(source.train, picked)
     return dataclasses.replace(source, train=part, val=part, split={**source.split, "overfit": picked.tolist()})

@@ -1,17 +1,5 @@
-"""Where a prepared copy lives: a local folder, or a URL (`s3://`, `gs://`, `https://`, ...)
-through fsspec. Owns opening a URL's filesystem (with `storage_options`, else the standard
-environment: AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, profiles, ...), reading whole small files and
-byte ranges (or streaming one to a local file), writing files whole or not at all, retrying
-transient errors with backoff (each retry logged as a warning and counted, for the process and
-for the thread: a loader worker's telemetry reports its own), and turning what cannot be
-retried (no bucket, no object, no credentials, no driver) into one paragraph that names the URL.
-A local file a download writes that the OS refuses (a full disk) is not the store's fault: raised
-as LocalWriteError, never tried again.
-
-`Store.at(location, options)` is the one way in; a Store pickles without its open filesystem,
-so worker processes open their own. Imports the standard library, fsspec and app.errors/app.io
-only: worker processes import it; never TensorFlow, Keras or JAX.
-"""
+"""Where a prepared copy lives, a local folder or a URL (through fsspec): reads, whole-or-nothing writes, retries with
+backoff, and one paragraph naming the URL for what no retry mends. `Store.at` is the one way in."""
 
 from __future__ import annotations
 
@@ -47,8 +35,7 @@ log = logging.getLogger(__name__)
 
 
 def thread_retries() -> int:
-    """How many reads or writes this thread tried again after a transient storage error (a
-    loader thread's share, for its telemetry)."""
+    """How many storage calls this thread tried again after a transient error (a loader thread's telemetry)."""
     return getattr(_thread, "count", 0)
 
 
@@ -113,8 +100,7 @@ class LocalStore(Store):
 
 
 class RemoteStore(Store):
-    """The objects under `url`. One PUT makes an object whole or not at all, so a write is atomic
-    without a rename; reads are byte ranges, never a whole shard unless asked."""
+    """The objects under `url`: a PUT makes an object whole or absent, so a write is atomic without a rename."""
 
     def __init__(self, url: str, storage_options: dict):
         self.url, self.storage_options = url.rstrip("/"), storage_options
@@ -152,9 +138,8 @@ class RemoteStore(Store):
         return int(self._retrying(self.path_of(name), lambda path: self.fs.size(path)))
 
     def download_to(self, name: str, local: Path) -> None:
-        """The object `name` streamed into the local file `local` (created or replaced; begun
-        again from its start on a retry), never whole in memory. A LocalWriteError where `local`
-        cannot be written."""
+        """The object `name` streamed into the local file `local` (created or replaced; begun again on a retry), never
+        whole in memory; a LocalWriteError where `local` cannot be written."""
         def get_file(path: str) -> None:
             try:
                 self.fs.get_file(path, str(local))
@@ -222,8 +207,7 @@ def with_driver_defaults(url: str, options: dict) -> dict:
 
 
 def _is_credentials(error: Exception) -> bool:
-    """botocore's NoCredentialsError and kin, recognised by name (no import of botocore here), and
-    an HTTP server's 401 or 403."""
+    """botocore's NoCredentialsError and kin, by name (botocore is not imported here), and an HTTP 401 or 403."""
     return ("Credential" in type(error).__name__ or "credential" in str(error).lower()
             or getattr(error, "status", None) in (401, 403))
 

@@ -1,16 +1,5 @@
-"""The offline default dataset: photo-like JPEGs, one class shape in each, among clutter.
-
-What an image looks like is app/data/drawing.py's; here, the dataset: its folder, its
-generation (in a pool, into a temporary folder renamed when whole), and how each file is
-saved: as cameras save at high quality (4:4:4 colour), some progressive, half stored turned
-with an EXIF orientation, so that bytes a pixel and decode cost are a photograph's
-(docs/performance.md has the figures).
-
-Files depend only on the generation parameters: image i is drawn from
-`np.random.default_rng([seed, i])` and saved with fixed JPEG settings; the folder's name
-carries GENERATOR_VERSION and the parameters.
-Never imports TensorFlow, Keras or the loader: worker processes import it.
-"""
+"""The offline default dataset: photo-like JPEGs (app/data/drawing.py) saved as cameras save them, generated in a pool
+into a folder renamed when whole, named by GENERATOR_VERSION and the parameters, on which alone its files depend."""
 
 from __future__ import annotations
 
@@ -82,12 +71,8 @@ class Spec:
 
 
 def ensure_dataset(root: str | os.PathLike, spec: Spec, progress: bool = True) -> Path:
-    """The dataset's folder under `root`, generating it first if it is not there yet.
-
-    Generation writes into a hidden sibling folder renamed into place when complete, so a
-    concurrent job sees either nothing or the whole dataset; a job that loses the rename
-    race drops its copy and uses the winner's.
-    """
+    """The dataset's folder under `root`, generated first if missing (a MachineError without disk room) into a hidden
+    sibling renamed into place when whole: a concurrent job sees nothing or all of it."""
     num_images, source_size, num_classes, seed = spec.num_images, spec.source_size, spec.num_classes, spec.seed
     names = class_names(num_classes)
     root = Path(root).expanduser().absolute()
@@ -118,8 +103,7 @@ def ensure_dataset(root: str | os.PathLike, spec: Spec, progress: bool = True) -
 
 
 def check_generator(recorded_root: str, run_dir: Path) -> None:
-    """A run trained on another generator's files is refused before any generating: the new
-    files under the same config would not be its samples."""
+    """Refuses (DataError), before any generating, a run trained on another generator's files: not its samples."""
     match = re.match(r"v(\d+)-", Path(recorded_root).name)
     if match and int(match.group(1)) == GENERATOR_VERSION:
         return
@@ -141,9 +125,8 @@ def specs(data_cfg) -> list[Spec]:
 
 
 def synthetic_source(data_cfg) -> Source:
-    """The dataset, and its test split: `data.num_test_images` more images of the same classes
-    (null: a quarter as many as num_images), drawn after the training images' indices into a
-    folder of their own, so the training split and its fingerprint stay what they were."""
+    """The dataset and its test split: `data.num_test_images` more (null: a quarter, at least one a class), drawn after
+    the training images' indices into a folder of their own, so the training split and its fingerprint are unchanged."""
     spec, *tests = specs(data_cfg)
     root = Path(data_cfg.path).expanduser().absolute()
     for each in (spec, *tests):  # both before either is generated: a refusal leaves nothing written

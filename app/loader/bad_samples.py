@@ -1,9 +1,4 @@
-"""What happens to a sample that cannot be loaded, by `data.on_bad_sample`: raise (stop, naming
-it), skip (training: the next readable one in its place, listed in bad_samples.txt, up to
-`data.max_bad_fraction` of a split), mark (evaluate and predict: zeros in its place and the
-reason kept, since a stand-in would be a made-up answer); and the error a worker's failure stands for.
-Never imports TensorFlow, the model, training or the commands.
-"""
+"""What becomes of an unreadable sample (`data.on_bad_sample`), and the error a worker's failure stands for."""
 
 from __future__ import annotations
 
@@ -23,8 +18,7 @@ MAX_REPLACEMENTS = 100  # `skip`: how many following samples a worker tries in p
 
 @dataclass(frozen=True)
 class PolicyNames:
-    """How a message names the policy's settings and where skipped samples go: the command
-    line's config keys, or a script's ImageLoader arguments (`LIBRARY`)."""
+    """How messages name the policy's settings and where skipped samples go: config keys or ImageLoader's (LIBRARY)."""
 
     skip: str = "data.on_bad_sample=skip"
     max_bad_fraction: str = "data.max_bad_fraction"
@@ -49,7 +43,7 @@ class BadSamples:
         self.skipped: dict[str, set[int]] = {name: _listed_in(bad_log, name) for name in splits}
 
     def take(self, reply, split_name: str) -> None:
-        """A worker's Skipped, Marked or Bad reply for a sample of `split_name`."""
+        """A worker's Skipped, Marked, Bad or Stranded reply; DataError for Bad, Stranded or skips past the limit."""
         if isinstance(reply, messages.Skipped):
             self._log_skipped(split_name, reply)
         elif isinstance(reply, messages.Marked):
@@ -89,7 +83,6 @@ class BadSamples:
                 f"{self._listed('; see ', '')}.")
 
     def _warn_if_a_class_is_gone(self, split_name: str, label: int) -> None:
-        """Every sample of class `label` skipped: the model never sees that class in this split."""
         labels = np.asarray(self.labels[split_name])
         members = np.flatnonzero(labels == label)
         if np.isin(members, list(self.skipped[split_name])).all():  # named by a file: its folder is the class's

@@ -1,13 +1,5 @@
-"""The enqueuer: which samples go in which batch, in which slot, built by which worker.
-
-Work is split by sample, not by batch: every worker fills part of the same slot, so even one
-slot ahead keeps every core busy. Batches come out in batch-index order, and no batch is
-scheduled more than `max_size` ahead of the one being consumed (that one included), so the
-queue holds at most `max_size` uint8 batches. Workers start once a run and serve every epoch
-and both splits; the pool (pool.py) starts and replaces them, the bad-sample policy is
-bad_samples.py's.
-Never imports TensorFlow, the model, training or the commands.
-"""
+"""The enqueuer: which samples go in which batch, slot and worker. Work is split by sample, so even one slot ahead
+keeps every worker busy; batches come out in order, at most `max_size` scheduled ahead (the consumed one included)."""
 
 from __future__ import annotations
 
@@ -48,9 +40,7 @@ class _Slot:
 class Enqueuer:
     def __init__(self, splits: dict, augmenters: dict, settings: Settings, seed: int = 0,
                  on_bad_sample: str = "raise"):
-        """`on_bad_sample`: raise (stop at a bad sample), skip (the next readable one in its place:
-        training), mark (zeros in its place, and `bad.failed` says which: predict, where a stand-in
-        would be a made-up answer)."""
+        """`on_bad_sample`: raise, skip (the next readable sample in its place) or mark (zeros; see `bad.failed`)."""
         self.splits, self.augmenters, self.settings = splits, augmenters, settings
         self.seed, self.on_bad_sample = seed, on_bad_sample
         self.batch_size, self.image_size = settings.batch_size, tuple(settings.image_size)
@@ -71,9 +61,7 @@ class Enqueuer:
     @classmethod
     def from_config(cls, config, splits: dict, augmenters: dict, settings: Settings,
                     on_bad_sample: str | None = None) -> Enqueuer:
-        """The enqueuer `seed` and `data.on_bad_sample` of a loaded config describe, working
-        by `settings` (Settings.from_config); `on_bad_sample` replaces data.on_bad_sample
-        (predict's own policy)."""
+        """The enqueuer of a loaded config's `seed` and `data.on_bad_sample`; `on_bad_sample` overrides the latter."""
         return cls(splits, augmenters, settings, seed=config.seed,
                    on_bad_sample=on_bad_sample or str(config.data.on_bad_sample.value))
 
@@ -111,8 +99,7 @@ class Enqueuer:
         return self
 
     def close(self) -> None:
-        """Stop every worker (no orphans) and free the ring (nothing left in /dev/shm); a Ctrl-C or
-        SIGTERM meanwhile waits for the end, and the ring goes even when stopping the workers failed."""
+        """Stop every worker, then free the ring even if that failed; Ctrl-C and SIGTERM wait until it is done."""
         with signals_held():
             try:
                 if self.pool is not None:
@@ -132,8 +119,7 @@ class Enqueuer:
     # -- one pass over a split ----------------------------------------------------------
 
     def batches(self, split_name: str, order: np.ndarray, epoch: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """(uint8 batch, labels) in order. The uint8 array is a view of a ring slot, valid
-        until the next batch is asked for: copy it out (app/loader/prefetch.py) before that."""
+        """(uint8 batch, labels) in order; the batch is a view of a ring slot, valid until the next one is asked for."""
         if self.ring is None:
             raise RuntimeError("Enqueuer.batches() before start()")
         count = -(-len(order) // self.batch_size)

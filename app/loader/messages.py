@@ -1,6 +1,4 @@
-"""What the training process and its loader workers say to each other: typed messages, pickled
-through one pipe a worker. Pixels never travel here (they are written into the ring). Imported
-by workers: no TensorFlow."""
+"""Typed messages between the training process and its loader workers, one pipe a worker; pixels go in the ring."""
 
 from __future__ import annotations
 
@@ -26,9 +24,7 @@ class Ready:
 
 @dataclass(frozen=True)
 class ShareDone:
-    """Worker → parent: every sample of its share in `slot` is written or answered; `stages`: the
-    seconds it spent reading, decoding, augmenting and copying, the samples it built and the
-    storage retries their reads made."""
+    """Worker → parent: its share of `slot` is written or answered; `stages`: as worker.take_stages returns them."""
 
     slot: int
     stages: tuple = (0.0, 0.0, 0.0, 0.0, 0, 0)
@@ -36,8 +32,7 @@ class ShareDone:
 
 @dataclass(frozen=True)
 class Written:
-    """A sample's pixels are in the ring. Never sent by a worker process, which sets the sample's
-    `done` byte instead; the in-process builder hands it straight to the enqueuer."""
+    """A sample's pixels are in the ring: from the in-process builder only (a process sets the `done` byte instead)."""
 
     slot: int
     position: int
@@ -56,8 +51,7 @@ class SampleNote:
 
 @dataclass(frozen=True, kw_only=True)
 class Skipped(SampleNote):
-    """Unreadable; the next readable sample, `stand_in`, was written in its place
-    (data.on_bad_sample=skip): the batch's label at `position` is the stand-in's."""
+    """Unreadable; `stand_in`, the next readable sample, was written in its place (its label too)."""
 
     stand_in: int
 

@@ -1,10 +1,4 @@
-"""What C code prints in a worker process, named by the sample it came with: libjpeg's
-"Corrupt JPEG data: 2 extraneous bytes before marker 0xd9" (a file that still decodes) and
-OpenCV's warnings write straight to file descriptor 2 and would name no file.
-
-Process workers only: a thread cannot take the process's descriptor 2 for itself. Never
-imports TensorFlow, the model, training or the commands.
-"""
+"""C libraries' stderr in a worker process (libjpeg, OpenCV warnings), each line named by its sample; processes only."""
 
 from __future__ import annotations
 
@@ -14,9 +8,7 @@ import sys
 
 
 class NativeStderr:
-    """Descriptor 2 of this process, caught in a pipe: what is written there during a sample goes
-    out again on the real stderr, each line after the sample's name. Python's own messages go
-    straight to the real stderr."""
+    """Descriptor 2 caught in a pipe, its lines re-sent named by the sample; sys.stderr bypasses it."""
 
     def __init__(self) -> None:
         self.real = os.dup(2)

@@ -1,5 +1,4 @@
-"""Which samples an epoch visits, in which order: a function of (seed, epoch) only, so every
-worker count and every resume sees the same batches. No TensorFlow."""
+"""Epoch order: a function of (seed, epoch) only, so every worker count and every resume sees the same batches."""
 
 from __future__ import annotations
 
@@ -12,6 +11,5 @@ def epoch_order(n: int, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
 
 
 def full_batches(order: np.ndarray, batch_size: int) -> np.ndarray:
-    """`order` without its last `len(order) mod batch_size` samples: training takes full batches
-    only (different samples left out each shuffled epoch)."""
+    """`order` less its last `len(order) % batch_size` samples: training takes full batches only."""
     return order[: len(order) - len(order) % batch_size]

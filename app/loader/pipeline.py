@@ -1,9 +1,5 @@
-"""The one builder of the input pipeline, for every command (train, evaluate, predict, bench),
-and `Loader`, the one type a command holds of it: a source's splits, each with its transforms →
-augmenters (the draft rule logged) → the enqueuer (workers, ring) → batches copied out one
-ahead (prefetch); and for the queue's `auto` probe and the memory plan, one sample built here
-as a worker builds it, the cap on workers and the ring's slots a loader's splits can fill.
-Never imports TensorFlow, the model or training."""
+"""The one builder of the input pipeline for every command, and `Loader`, all a command holds of it: splits →
+augmenters → enqueuer (workers, ring) → batches copied out one ahead; and what the `auto` probe and memory plan use."""
 
 from __future__ import annotations
 
@@ -34,9 +30,7 @@ class QueueFigures:
 
 
 class Loader:
-    """What a command holds of the input pipeline: started and stopped with `with`, batches of a
-    split, the samples it could not read, a telemetry snapshot and the queue's figures. The
-    enqueuer, its workers, ring and bad-sample policy stay the loader's own."""
+    """What a command holds of the input pipeline: `with` starts and stops it; batches, bad samples, figures."""
 
     def __init__(self, enqueuer: Enqueuer):
         self._enqueuer = enqueuer
@@ -58,8 +52,7 @@ class Loader:
         return self.batches(split_name, order, 0)
 
     def failed(self, split_name: str) -> dict[int, str]:
-        """Position in the split → error, of each sample the `mark` policy could not read so far
-        (kept up to date as batches come)."""
+        """Sample index → error, of each sample of the split the `mark` policy could not read so far."""
         return self._enqueuer.bad.failed[split_name]
 
     @property
@@ -73,8 +66,7 @@ class Loader:
         return self._enqueuer.restarts
 
     def telemetry(self, window: str) -> dict:
-        """The loader's figures since `window` ("epoch" or "live") was last read: stage times a
-        sample and the ring's fill (app/loader/telemetry.py)."""
+        """The loader's figures since `window` ("epoch" or "live") was last taken: see telemetry.Telemetry.take."""
         return self._enqueuer.telemetry.take(window)
 
     @property
@@ -90,9 +82,7 @@ class Loader:
 
 def build_loader(config, splits: dict[str, tuple], *, bad_log: Path | None = None,
                  on_bad_sample: str | None = None, batch_size: int | None = None) -> Loader:
-    """The loader a loaded config (app/config.py) describes. `splits`: name → (split, its
-    transforms: training's, or [] for the resize alone). `on_bad_sample` replaces
-    data.on_bad_sample; `batch_size` data.batch_size (one process's share of a global batch)."""
+    """The loader a config describes; `splits`: name → (split, transforms); `on_bad_sample`, `batch_size` override."""
     built = augmenters(config.data, {name: transforms for name, (_, transforms) in splits.items()})
     return Loader(Enqueuer.from_config(config, {name: split for name, (split, _) in splits.items()}, built,
                                        Settings.from_config(config, bad_log, batch_size), on_bad_sample=on_bad_sample))

@@ -1,6 +1,4 @@
-"""The loader's workers: start them (processes, or threads), watch them (replies and deaths),
-replace one that died, stop them all. What they are given to do is the enqueuer's business.
-No TensorFlow: a worker process starts from here."""
+"""The loader's workers: start them (processes or threads), watch them, replace one that died, stop them all."""
 
 from __future__ import annotations
 
@@ -101,7 +99,7 @@ class Pool:
         return [by_conn.get(obj) or by_sentinel[obj] for obj in wait([*by_conn, *by_sentinel], timeout=timeout_s)]
 
     def starting(self) -> bool:
-        """Whether a worker is still starting; one that takes past startup_timeout_s is an error."""
+        """Whether a worker is still starting; WorkerError for one past startup_timeout_s."""
         starting = [w for w in self.workers if not w.ready]
         for w in starting:
             if time.monotonic() - w.started_at > self.startup_timeout_s:
@@ -112,13 +110,13 @@ class Pool:
         return bool(starting)
 
     def check_threads(self) -> None:
-        """Threads have no sentinel to wake a wait: a dead one is found by looking."""
+        """WorkerError for a dead worker thread: threads have no sentinel to wake a wait."""
         for w in self.workers:
             if w.sentinel is None and not w.handle.is_alive():
                 raise WorkerError(f"{w.name} stopped unexpectedly while building batches.")
 
     def close(self) -> None:
-        """Stop every worker: no orphan process, whatever state it is in."""
+        """Stop every worker, killing a process still alive after 5 s: no orphan, whatever its state."""
         workers, self.workers = self.workers, []
         for w in workers:
             try:
@@ -167,8 +165,7 @@ def _discard_replies(conn: Connection) -> None:
 
 @contextmanager
 def _child_environment(start_method: str):
-    """Workers inherit single-threaded math libraries and ignore Ctrl-C from the terminal
-    (the training process decides), both from their first instruction."""
+    """Workers start with single-threaded math libraries and Ctrl-C ignored (the training process decides)."""
     saved = {k: os.environ.get(k) for k in worker_loop.THREAD_ENV}
     os.environ.update(worker_loop.THREAD_ENV)
     in_main = threading.current_thread() is threading.main_thread()

@@ -1,11 +1,4 @@
-"""The consumer's side of the ring: each batch copied out of its slot, one ahead, in a thread.
-
-A batch leaves its ring slot as a uint8 copy (the slot is free at once); it becomes float32
-only inside the training step, in the model's first layer (app/model.py owns that boundary and
-its constants; nothing here converts). The next batch is copied out while the current one
-trains: at most two batches (the one training and the next) exist outside the ring. Never
-imports TensorFlow, Keras or the model.
-"""
+"""The consumer's side of the ring: each batch copied out of its slot (freeing it), the next one ahead in a thread."""
 
 from __future__ import annotations
 
@@ -25,9 +18,8 @@ def detach(images: np.ndarray) -> np.ndarray:
 
 
 def batches(enqueuer, split_name: str, order: np.ndarray, epoch: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """(uint8 batch, labels) in order, each batch its own array. The next is copied out of the
-    ring while the consumer works on this one; the consumer must drop its batch before asking
-    for the next (as app/training/steps.py does) for the two-batch bound to hold."""
+    """(uint8 batch, labels) in order, each its own array, the next copied out while the consumer works on this one. The
+    consumer must drop its batch before asking for the next, or more than two batches live outside the ring."""
     source = enqueuer.batches(split_name, order, epoch)
     handoff: queue.Queue = queue.Queue(maxsize=1)
     stop = threading.Event()

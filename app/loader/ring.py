@@ -1,17 +1,5 @@
-"""`max_size` slots of one uint8 batch each: the queue's whole memory, allocated once a run.
-
-Processes share it through one POSIX shared-memory segment; only indices cross the process
-boundary. Beside the pixels, one byte a sample says it is written (`done`): workers set it
-instead of sending a message a sample, so the training process is woken once a worker's share
-of a batch and still knows which sample a hung or killed worker was on. The segment's space is
-reserved up front (posix_fallocate), so a /dev/shm too small fails at start-up with the size
-needed instead of a SIGBUS on the first write; a ring larger than /dev/shm's free space is
-refused before any of it is reserved. A segment's name carries its creator's PID: one
-whose creator no longer runs (the whole process group SIGKILLed, resource tracker included) is
-removed when the next ring is made. `segment_fd` is the one use of SharedMemory's private
-`_fd` (tests/loader/test_ring.py checks it on each Python the project allows).
-Never imports TensorFlow: worker processes map the ring.
-"""
+"""`max_size` slots of one uint8 batch each, with a `done` byte a sample, in one POSIX shared-memory segment reserved
+up front (posix_fallocate): a /dev/shm too small fails at start-up, not with a SIGBUS."""
 
 from __future__ import annotations
 
@@ -102,8 +90,7 @@ def segment_fd(segment: shared_memory.SharedMemory) -> int:
 
 
 def delete_orphan_segments(shm_dir: str = SHM_DIR) -> list[str]:
-    """Delete the ring segments whose creating process no longer runs; returns their paths.
-    A PID in use again by another process keeps its segment (it cannot be told apart)."""
+    """Delete the ring segments whose creator no longer runs (a reused PID keeps its own); returns their paths."""
     removed = []
     try:
         names = os.listdir(shm_dir)
@@ -136,8 +123,7 @@ def _alive(pid: int) -> bool:
 
 
 def attach(spec: RingSpec) -> tuple[np.ndarray, np.ndarray, mmap.mmap]:
-    """Worker side: (pixels, done, the mapping), mapped by path. Not through SharedMemory,
-    whose resource tracker (before Python 3.13) would claim the parent's segment as the worker's own."""
+    """Worker side: (pixels, done, mapping), mapped by path: SharedMemory's tracker (Python < 3.13) would claim it."""
     fd = os.open(os.path.join(SHM_DIR, spec.name), os.O_RDWR)
     try:
         buffer = mmap.mmap(fd, spec.segment_bytes)

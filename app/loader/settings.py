@@ -1,9 +1,4 @@
-"""How the enqueuer works (app/loader/enqueuer.py): the batch it fills and the queue config's
-keys, read once from a loaded config; how many ring slots a loader's splits can fill
-(`ring_slots`: the memory plan counts the same); how many workers `auto` may take (the usable
-cores), and what `auto` means for a command with no training step to balance (every core, two
-slots; `train` resolves it first, by its probe: app/capacity/auto.py). No TensorFlow: worker
-processes import the loader."""
+"""The enqueuer's settings from a loaded config, the ring slots its splits can fill, and `auto` for loading only."""
 
 from __future__ import annotations
 
@@ -33,8 +28,7 @@ class Settings:
 
     @classmethod
     def from_config(cls, config, bad_log: Path | None = None, batch_size: int | None = None) -> Settings:
-        """The settings `data` and `queue` of a loaded config (app/config.py) describe; an `auto`
-        value still there is a loading-only command's (for_loading_only)."""
+        """The settings of a loaded config's `data` and `queue`; an `auto` still there resolves by for_loading_only."""
         data, queue = config.data, config.queue
         workers, max_size = for_loading_only(queue)
         return cls(batch_size=batch_size or data.batch_size, image_size=tuple(data.image_size), workers=workers,
@@ -45,10 +39,7 @@ class Settings:
 
 
 def ring_slots(max_size: int, splits: dict[str, int], batch_size: int) -> tuple[int, str | None]:
-    """(the ring's slots, why they are fewer than `max_size` or None) for a loader over `splits`
-    (name → samples) in batches of `batch_size`: a pass over a split schedules nothing past its
-    last batch (app/loader/enqueuer.py), so a slot beyond the largest pass's batches would be
-    shared memory that never fills. At least 1."""
+    """(ring slots, why fewer than `max_size` or None) for `splits` (name → samples): none past the largest pass."""
     if not splits:
         return max_size, None
     name = max(splits, key=splits.__getitem__)
@@ -69,15 +60,13 @@ def usable_cores() -> int:
 
 
 def most_workers(queue) -> tuple[int, str]:
-    """The cap on `auto` workers, and why: the usable cores, and queue.worker_limit (or the
-    machine's memory and core limit, app/rules.py)."""
+    """The cap on `auto` workers and why: the usable cores, or queue.worker_limit (else rules.worker_limit) if lower."""
     cores = usable_cores()
     limit, why = (queue.worker_limit, "queue.worker_limit") if queue.worker_limit else worker_limit()
     return (cores, f"{cores} usable cores") if cores <= limit else (limit, why)
 
 
 def for_loading_only(queue) -> tuple[int, int]:
-    """(workers, max_size) of `auto` for a command that only loads (evaluate, predict, bench):
-    no training step to balance, so every core, and two slots."""
+    """(workers, max_size) for `auto` in a command that only loads: most_workers' cap of workers, and two slots."""
     workers = most_workers(queue)[0] if queue.workers == AUTO else queue.workers
     return workers, 2 if queue.max_size == AUTO else queue.max_size

@@ -1,10 +1,5 @@
-"""What the loader measures while it works, for the training's telemetry: the time a sample
-spends in each stage of a worker (read, decode, augment, copy into its ring slot) and the storage
-retries its reads made (a copy at a URL: app/data/storage.py), summed from the workers' share
-messages, and how full the ring is each time the training asks for a batch.
-Each reader has its window (`take("epoch")` for metrics.csv, `take("live")` for the logger
-every trainer.log_every_steps): the figures since that reader's last take. No TensorFlow.
-"""
+"""What the loader measures for the training's telemetry: seconds a sample spends in each worker stage, storage
+retries and the ring's fill; each reader ("epoch", "live") gets the figures since its own last take."""
 
 from __future__ import annotations
 
@@ -31,17 +26,14 @@ class Telemetry:
             sums.retries += stages[len(STAGES) + 1]
 
     def observe_fill(self, slots: list, ring_slots: int) -> None:
-        """When a batch is asked for: the share of the ring's slots holding a whole batch not yet
-        consumed (`slots`: the enqueuer's, each with its `batch_no` and the positions `todo`)."""
+        """At a batch request: the share of ring slots holding a whole unconsumed batch (`slots`: the enqueuer's)."""
         ready = sum(1 for slot in slots if slot.batch_no >= 0 and not slot.todo)
         for sums in self._windows.values():
             sums.fill += ready / ring_slots
             sums.asked += 1
 
     def take(self, window: str) -> dict:
-        """{read_ms, decode_ms, augment_ms, copy_ms: mean milliseconds a sample; ring_fill: mean
-        share of full slots (None when no batch came through the ring); storage_retries: reads
-        tried again} since `window`'s last take."""
+        """Since `window`'s last take: {stage}_ms (mean a sample), ring_fill (None if unobserved), storage_retries."""
         sums, self._windows[window] = self._windows[window], _Sums()
         n = sums.samples
         figures = {f"{name}_ms": 1000 * s / n if n else None for name, s in zip(STAGES, sums.seconds, strict=True)}

@@ -1,10 +1,4 @@
-"""The worker loop: read → decode to uint8 → augment → write into a ring slot. No TensorFlow.
-
-One loop serves threads and processes (app/loader/messages.py has the messages). A process
-says Ready once it has started. Tasks arrive a batch's share at a time. A sample written sets
-its `done` byte in the ring; a sample that is bad, skipped, marked or failed is answered with
-a note of its own; and a share ends with ShareDone: one wake-up of the parent a share.
-"""
+"""The worker loop, for threads and processes alike: read → decode to uint8 → augment → write into a ring slot."""
 
 from __future__ import annotations
 
@@ -44,9 +38,7 @@ NO_STAGES = (0.0, 0.0, 0.0, 0.0, 0, 0)
 
 
 def take_stages() -> tuple[float, ...]:
-    """Seconds spent reading, decoding, augmenting and copying into the ring, the samples built,
-    and the storage retries their reads made (app/data/storage.py), by this thread since the
-    last call (app/loader/telemetry.py adds them up)."""
+    """(read, decode, augment, copy) seconds, samples built and storage retries of this thread since the last call."""
     stages = getattr(_local, "stages", None) or NO_STAGES
     _local.stages = NO_STAGES
     return stages
@@ -71,8 +63,7 @@ def _build_timed(ring, task: messages.Task, work, *, position: int, index: int) 
 
 
 def serve(conn, ring: np.ndarray, done: np.ndarray, work) -> None:
-    """Answer tasks until STOP arrives or the parent's end of the pipe closes. `work`: the
-    splits, augmenters, seed and bad-sample policy (app/loader/pool.Work)."""
+    """Answer tasks until STOP arrives or the parent's end of the pipe closes; `work` is a pool.Work."""
     while True:
         try:
             task = conn.recv()
@@ -92,9 +83,7 @@ def serve(conn, ring: np.ndarray, done: np.ndarray, work) -> None:
 
 
 def fill(ring, task: messages.Task, work, *, position: int, index: int) -> messages.Written | messages.SampleNote:
-    """Build sample `index` into its place in `task.slot`; what became of it. The policy
-    (work.on_bad_sample) for an unreadable one: raise (a Bad note), skip (a stand-in, whose label
-    the note names), or mark (zeros, and a Marked note)."""
+    """Build sample `index` into its slot; the reply says what became of it (per work.on_bad_sample if unreadable)."""
     split, augmenter = work.splits[task.split], work.augmenters[task.split]
     try:
         try:

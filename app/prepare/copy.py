@@ -1,11 +1,4 @@
-"""A prepared copy from a loaded config, start to end: the refusals (a source at a URL, an
-https:// copy, no folder, `mark`), the source's splits, the plan (or the one an earlier run
-left), whether a finished copy is whole (else what to write again), the shards, the index and
-manifest last, the summary line. The copy is written through a Store (app/data/storage.py): a
-local folder, or a URL (s3://, gs://) with prepare.storage_options.
-What `python -m app prepare` runs (app/commands/prepare.py).
-Imports app.data, app.augment (by app.prepare.rule), app.errors, app.schema and app.prepare only.
-"""
+"""A prepared copy from a loaded config, start to end, as `python -m app prepare` runs it, into a folder or a URL."""
 
 from __future__ import annotations
 
@@ -112,9 +105,7 @@ def _source_of(config, source) -> dict:
 
 
 def _replayable(overrides: Sequence[str]) -> list[str]:
-    """The overrides a prepare again needs beside what the manifest records (MANIFEST_KEYS): not
-    Hydra's own, nor a secret (storage options). The same for that prepare again's command line,
-    so a copy it mends is the copy it was."""
+    """The overrides a prepare again needs beside MANIFEST_KEYS: not Hydra's own, nor secrets (storage options)."""
     def key(override: str) -> str:
         return override.split("=", 1)[0].lstrip("+~")
     return [o for o in overrides if not key(o).startswith("hydra") and "storage_options" not in key(o)

@@ -1,11 +1,5 @@
-"""A worker's share of prepare: one source sample → its stored image (upright 8-bit RGB, its short
-side brought down to the stored one, never up, the aspect kept), encoded as a JPEG or a .npy
-member, with its label and the original's path and size. The decode is the loader's own
-(app/data: EXIF orientation applied, data.max_image_pixels refused from the header).
-
-Imports app.data and app.errors only, never TensorFlow or the loader: spawned worker
-processes import it (app/prepare/job.py starts them).
-"""
+"""A worker's share of prepare: one source sample → its stored member (upright RGB, the short side brought down to the
+stored one, as JPEG or .npy), its label and the original's path and size, decoded as the loader decodes."""
 
 from __future__ import annotations
 
@@ -71,8 +65,7 @@ def encode_or_bad(split, index: int, encoding: Encoding) -> Encoded | Bad:
 
 
 def encode_sample(split, index: int, encoding: Encoding) -> Encoded:
-    """Sample `index` of `split` (a FileSplit or ArraySplit), as stored. JPEGs are decoded at a
-    reduced (draft) scale where the short side stays at least the stored one."""
+    """Sample `index` of `split` as stored, JPEGs draft-decoded where the short side stays at least the stored one."""
     decode = Decode(encoding.short_side, encoding.max_pixels)
     raw = split.fetch(index, decode)
     image = split.decode(index, raw, decode)

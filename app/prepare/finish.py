@@ -1,10 +1,4 @@
-"""What a prepare writes last, from the finished shards' records: each split's index
-(index-<split>.npy), bad_samples.txt (the format training writes: split, index, file, reason,
-tab-separated) and manifest.json, each whole or not at all through the copy's Store (a folder
-or a URL), the manifest last of all; and, in a folder, the temporaries a prepare killed while
-writing one of these, a shard's record or the plan left.
-Imports NumPy, app.data.shards, app.data.storage, app.prepare.plan and app.prepare.tar only.
-"""
+"""What a prepare writes last, each whole or not at all: the splits' indexes, bad_samples.txt, then manifest.json."""
 
 from __future__ import annotations
 
@@ -54,8 +48,8 @@ def write_bad_samples(store: Store, bad: dict[str, list]) -> str:
 
 
 def write_copy_index(store: Store, *, plan: dict, records: dict[str, list[dict]], manifest: Manifest) -> None:
-    """Each split's index, bad_samples.txt, then manifest.json (`manifest` without its splits and
-    bad-sample count, filled in here)."""
+    """Each split's index, bad_samples.txt, then manifest.json (`manifest`'s splits and bad-sample count filled in
+    here); in a folder, first deletes the temporaries a killed prepare left of these, of the records or of the plan."""
     if store.local is not None:  # a kill in the microseconds these and the records take leaves their temporaries
         finals = [index_path("", split).name for split in records] + [BAD_SAMPLES, MANIFEST]
         shards = [shard for planned in plan["splits"].values() for shard in planned["shards"]]

@@ -1,15 +1,5 @@
-"""The prepare job: each shard not yet finished, in order, its samples encoded by a pool of
-worker processes and written as they come back (in order), under a progress bar with images/s
-and ETA; a shard and then its record (app/prepare/plan.py) each written whole or not at all.
-Bad samples follow data.on_bad_sample: raise stops naming the file, skip leaves it out (listed
-in bad_samples.txt) up to data.max_bad_fraction of a split.
-
-The workers are a spawn pool (concurrent.futures) whose processes import app.prepare.encode,
-so app.data, and never TensorFlow: the loader's own pool (app/loader/pool.py) hands back
-fixed-size batches through its shared-memory ring, while a prepared sample is a JPEG or array
-of its own size. queue.workers=0 encodes in this process.
-Imports app.data, app.errors and app.prepare only.
-"""
+"""The prepare job: each unfinished shard in order, its samples encoded by a spawn pool (not the loader's: samples are
+of their own size) and written in order under a progress bar; bad samples by data.on_bad_sample."""
 
 from __future__ import annotations
 
@@ -55,10 +45,8 @@ def estimate_per_shard(job: Job, shard_mb: int) -> dict[str, int]:
 
 
 def write_shards(job: Job, plan: dict, found: dict[str, dict | None]) -> tuple[dict[str, list[dict]], int]:
-    """Every shard of `plan` not finished yet (`found`: each one's record, None where it is not
-    there and whole: plan.read_records), in order; (each split's records in shard order, samples
-    encoded now). A sample's key is its place in the prepared split (bad samples left out), so a
-    finished shard is kept only where it starts where the shards before it end."""
+    """Every unfinished shard of `plan` (`found`: the records, None where not whole), in order; (records by split,
+    samples encoded now). Keys are places in the split: a finished shard is kept only where those before it end."""
     orders = {split: shard_orders(planned["count"], planned["per_shard"], job.seed, split)
               for split, planned in plan["splits"].items()}
     total = sum(planned["count"] for planned in plan["splits"].values())
@@ -81,8 +69,7 @@ def write_shards(job: Job, plan: dict, found: dict[str, dict | None]) -> tuple[d
 
 
 def _write_shard(job: Job, pool, split: str, shard: tuple, *, bar: tqdm) -> dict:
-    """One shard (its name, its samples' source indices, the key number of its first good
-    sample), then its record."""
+    """One shard (its name, its samples' source indices, its first good sample's key number), then its record."""
     name, order, start = shard
     rows, bad, source_bytes = [], [], 0
     with ShardWriter(job.store, name, job.encoding.format) as writer:
@@ -126,9 +113,7 @@ def _refuse_if_raise(job: Job, split: str, bad: Bad) -> None:
 
 
 def _check_bad_fraction(job: Job, plan: dict, split: str, found: dict[str, dict | None], *, written: str) -> None:
-    """Above data.max_bad_fraction of the split left out so far (`found`: the finished shards'
-    records by name, `written` the one just written, checked where it left some out): stop,
-    the files listed."""
+    """Past data.max_bad_fraction of the split left out so far: bad_samples.txt written, then a DataError."""
     if not found[written]["bad"]:
         return
     bad = [row for name in plan["splits"][split]["shards"] if found[name] for row in found[name]["bad"]]

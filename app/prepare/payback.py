@@ -1,8 +1,4 @@
-"""The summary line a prepare ends with: files, bytes before and after, time, and after how many
-epochs the time pays back, from a short timed read+decode of a few originals (as the training
-loader decodes them) and of a few prepared samples (read from the finished copy, a folder or a
-URL, as data=prepared reads them). Imports NumPy and app.data only.
-"""
+"""The summary line a prepare ends with, and after how many epochs its time pays back (a few samples timed each way)."""
 
 from __future__ import annotations
 
@@ -16,8 +12,7 @@ TIMED = 8  # samples of each kind
 
 
 def seconds_per_sample(split, decode: Decode) -> float | None:
-    """Mean read+decode time of the first few readable samples of `split` (the loader's read and
-    decode: an original file, or a prepared copy's member)."""
+    """Mean read+decode time, the loader's, of the first few readable samples of `split`; None: none readable."""
     times = []
     for index in range(min(len(split), 4 * TIMED)):
         begun = time.perf_counter()

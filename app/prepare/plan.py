@@ -1,14 +1,5 @@
-"""Which sample goes where, and what an earlier prepare into the same folder left.
-
-Each split's samples are shuffled once by the seed (so no shard is one class) and cut into
-shards of about prepare.shard_mb, from the stored size of a few samples. The plan is kept in
-`<out>/.prepare/plan.json` with the settings and the source it is for; each finished shard has
-a record beside it (`<shard>.json`: its index rows, its bad samples and its size), written after
-the shard, so a killed prepare run again keeps the shards whose record is there and whose size is
-the record's, and writes the rest (a shard deleted or cut short later is written again too). All of
-it is read and written through the copy's Store (app/data/storage.py): a folder or a URL.
-Imports the standard library, NumPy, app.errors, app.data.shards and app.data.storage only.
-"""
+"""Which sample goes where, kept in `<out>/.prepare/plan.json`, and each finished shard's record (`<shard>.json`),
+written after it, so a prepare run again keeps each shard at its recorded size and writes the rest."""
 
 from __future__ import annotations
 
@@ -34,8 +25,7 @@ def record_name(shard: str) -> str:
 
 
 def shard_orders(count: int, per_shard: int, seed: int, split: str) -> list[np.ndarray]:
-    """The source indices of each shard of a split of `count` samples: one shuffle seeded by
-    (seed, split), cut into shards of at most `per_shard`, sizes as even as they can be."""
+    """A split's shards' source indices: one shuffle seeded by (seed, split), cut evenly, at most `per_shard` each."""
     order = np.random.default_rng([seed, SPLITS.index(split)]).permutation(count)
     shards = max(1, math.ceil(count / per_shard))
     return [part for part in np.array_split(order, shards) if len(part)] or [order]
@@ -56,10 +46,8 @@ def make_plan(*, key: dict, counts: dict[str, int], sizes: dict[str, int]) -> di
 
 
 def read_plan(store: Store, key: dict) -> dict | None:
-    """The plan an earlier prepare into `store` left for the same settings and source; None when
-    the folder is new or empty. A folder holding anything else, or a copy of other settings or
-    another source, is refused: nothing in it is overwritten. A missing bucket is refused here,
-    before any encoding work."""
+    """The plan an earlier prepare into `store` left for the same settings and source; None for a new or empty folder. A
+    DataError (nothing overwritten) for a file, a folder of other files, other settings or source, or no bucket."""
     names = store.names()
     if names is None:
         raise DataError(f"prepare.out={store} is a file, not a folder: give a new or empty folder, e.g. "
@@ -84,9 +72,7 @@ def read_plan(store: Store, key: dict) -> dict | None:
 
 
 def _holds_no_plan_yet(store: Store, names: list[str]) -> bool:
-    """The folder holds only the journal of a prepare killed while it wrote the plan (the plan's
-    temporary at most): a folder to prepare into as if new. A remote store has no temporaries (a
-    PUT is whole or absent)."""
+    """The folder holds only the journal of a prepare killed while writing the plan: prepare into it as if new."""
     journal = store.local / JOURNAL if store.local is not None else None
     return (names == [JOURNAL] and journal is not None and journal.is_dir()
             and all(PLAN_TEMPORARY.match(path.name) for path in journal.iterdir()))
@@ -104,9 +90,8 @@ def write_record(store: Store, shard: str, record: dict) -> None:
 
 
 def read_record(store: Store, shard: str) -> dict | None:
-    """A shard's record where the shard is finished and whole (its file there at the size its
-    record gives), else None: to be written again. A record of an app before checksums (rows
-    without a CRC32, no size) is None too, so a copy of that format is written again whole."""
+    """A shard's record where the shard is finished and whole (there, at the size its record gives), else None: to be
+    written again; so is a record from before checksums (rows without a CRC32, no size)."""
     if not store.exists(shard) or not store.exists(record_name(shard)):
         return None
     try:

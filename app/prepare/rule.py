@@ -1,8 +1,5 @@
-"""prepare.short_side: the short side a prepared copy stores its images at. `auto` is the
-smallest every crop of the train and the eval transforms needs (the larger of the two), read
-off the transforms by the rule draft decoding uses (app/augment.py's `short_side_rule`); an
-integer sets it by hand; `full` keeps every image's own size. Never imports TensorFlow.
-"""
+"""prepare.short_side: `auto` (the larger of what the train and eval transforms need, by app/augment.py's
+`short_side_rule`), an integer, or `full` (each image's own size)."""
 
 from __future__ import annotations
 
@@ -11,7 +8,7 @@ from app.errors import ConfigError
 
 
 def stored_short_side(config) -> tuple[int | None, str]:
-    """(the short side to store, None for full size; why, for the log)."""
+    """(the short side to store, None for full size; why, for the log); a ConfigError where `auto` cannot tell."""
     side = config.prepare.short_side
     if side == "full":
         return None, "prepare.short_side=full: every image at its own size"

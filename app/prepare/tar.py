@@ -1,12 +1,4 @@
-"""One shard, written whole or not at all: a plain (uncompressed) tar in WebDataset's layout,
-each sample its `<key>.<jpg|npy>`, `<key>.cls` and `<key>.json` members, and where each image
-member's pixels or JPEG bytes start in the file. Written to a staging file and handed to the
-copy's Store when complete (app/data/storage.py's put_file_and_delete_it), so a killed prepare
-never leaves half a shard under a shard's name: for a local folder the staging file is hidden
-beside the shard (app/io.py's temporary_name) and renamed; for a URL it is in the system's
-temporary folder, under a folder of its own for that URL, and sent in one PUT.
-Imports app.io, app.data and app.prepare.encode only.
-"""
+"""One shard, written whole or not at all (staged, then handed to the Store): an uncompressed WebDataset tar."""
 
 from __future__ import annotations
 
@@ -28,8 +20,7 @@ STAGING = "app-prepare-staging"  # under the system's temporary folder: shards o
 
 
 def staging_folder(store: Store) -> Path:
-    """Where shards for `store` are written before they are whole: beside them for a local
-    folder (a rename then moves one in), else a folder of the temporary folder kept for this URL."""
+    """Where shards for `store` are staged: beside them for a folder, else a temporary folder kept for this URL."""
     if store.local is not None:
         return store.local
     return Path(tempfile.gettempdir()) / STAGING / hashlib.sha256(str(store).encode()).hexdigest()[:16]
@@ -84,8 +75,7 @@ class ShardWriter:
 
 
 def delete_stale_temporaries(store: Store, names: list[str]) -> int:
-    """Partial shards a killed prepare left in `store`'s staging folder for `names` (staging
-    files of any process): deleted, as nothing will finish them. Returns how many."""
+    """Delete the partial shards of `names` a killed prepare left in `store`'s staging folder; how many."""
     return delete_stale_temporaries_in(staging_folder(store), names)
 
 

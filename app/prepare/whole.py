@@ -1,13 +1,5 @@
-"""prepare's up-to-date check: whether the finished copy in a store is whole, and if not, what of
-it is missing or damaged, each problem naming the file, so prepare redoes just that: the manifest
-(it reads, matches its checksum and is of this format version), each split's index (there, and
-matching the checksum and count the manifest records), bad_samples.txt, and each planned shard
-(there, at the size its record gives: app/prepare/plan.py's read_record, which also decides
-which shards are written again). A member damaged inside a shard of the right size is found
-only where it is read (its CRC32, app/data/prepared.py): deleting that shard makes prepare write
-it again.
-Imports app.data and app.errors only.
-"""
+"""prepare's up-to-date check: what of a finished copy is missing or damaged (manifest, indexes, bad_samples.txt, shard
+sizes), each naming its file, so prepare redoes just that; a member damaged in a whole shard is found when read."""
 
 from __future__ import annotations
 
@@ -20,9 +12,8 @@ from app.errors import DataError
 
 
 def copy_damage(store: Store, plan: dict | None, records: dict[str, dict | None]) -> list[str] | None:
-    """None where there is no finished copy to check (no plan or no manifest: a new or unfinished
-    prepare); else what is missing or damaged, [] where the copy is whole. `records`: every
-    planned shard's record (None: missing, or not the size it gives)."""
+    """None where there is no finished copy to check (no plan or no manifest); else what is missing or damaged, [] where
+    the copy is whole. `records`: every planned shard's record (None: missing, or not the size it gives)."""
     if plan is None or not store.exists(MANIFEST):
         return None
     problems = [f"{store.path_of(name)} is missing or not the size its record gives"

@@ -1,17 +1,5 @@
-"""The config's schema: one dataclass a config group (app/schema/data.py, training.py; bench
-and preview here), registered in Hydra's ConfigStore.
-
-OmegaConf enforces these types, enum values and unknown keys while Hydra composes, and again
-(app/config.py's `typed`) on any config read back from a run; after `config.load` the
-dataclasses themselves are the object every stage reads. The YAML files in conf/ extend them
-(`defaults: [<group>_schema, _self_]`), and their defaults are these (tests/test_schema.py).
-The root is `Config` (conf/config.yaml: train, plan), or a command's own, which adds the keys
-only that command reads: `EvaluateConfig`, `PredictConfig`, `BenchCommandConfig`,
-`PreviewCommandConfig`, `PrepareCommandConfig`, `ExportCommandConfig` (conf/evaluate.yaml, predict.yaml,
-bench.yaml, preview.yaml, prepare.yaml, export.yaml). A run's config never holds those (COMMAND_KEYS).
-Ranges and cross-key rules are app/rules.py's. Imports nothing of the app but the standard
-library, Hydra and OmegaConf: worker processes import it.
-"""
+"""The config's schema, enforced by OmegaConf as Hydra composes: a dataclass a config group (data.py, training.py; the
+commands' own here). The root is `Config` or a command's own (COMMAND_SCHEMAS), whose extra keys runs never hold."""
 
 from __future__ import annotations
 
@@ -125,10 +113,10 @@ class Config:
     seed: int = 0
     tags: list[str] = field(default_factory=list)  # into summary.json and TensorBoard, to find runs by
     print_config: bool = True  # train prints the composed config as a tree at start
-    # null, a run directory, or `latest`: continue that run in place (app/training/resume.py)
+    # null, a run directory, or `latest`: continue that run in place (app/cli/argv.py)
     resume: str | None = None
     # train: a hydra.run.dir (or hydra.sweep.dir) that holds a run is refused; true moves that run aside
-    # to <folder>.old first (app/training/resume.py). export: the same for export.out (app/commands/export.py)
+    # to <folder>.old first (app/cli/argv.py). export: the same for export.out (app/commands/export.py)
     overwrite: bool = False
     # Each group's own schema types its node; data and model have one a choice, extending these
     # (data: SyntheticDataConfig, CifarDataConfig, FolderDataConfig, PreparedDataConfig; model: ResnetModelConfig,

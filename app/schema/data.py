@@ -1,5 +1,4 @@
-"""The schemas of the data side's groups: data (one a source), augment, queue. Imports only
-the standard library and OmegaConf: worker processes import it."""
+"""The schemas of the data side's groups: data (one a source), augment, queue."""
 
 from __future__ import annotations
 

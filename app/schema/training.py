@@ -1,5 +1,4 @@
-"""The schemas of the training side's groups: model (one a builder), optimizer, scheduler,
-logger, trainer. Imports only the standard library and OmegaConf."""
+"""The schemas of the training side's groups: model (one a builder), optimizer, scheduler, logger, trainer."""
 
 from __future__ import annotations
 
@@ -61,16 +60,14 @@ class KerasAppConfig(ModelConfig):
 
 @dataclass
 class CustomModelConfig(ModelConfig):
-    """model=custom: any builder `(input_shape, num_classes, **kwargs) -> keras.Model` whose input
-    is RGB scaled to [0, 1]."""
+    """model=custom: any builder `(input_shape, num_classes, **kwargs) -> keras.Model`, its input RGB in [0, 1]."""
 
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(kw_only=True)
 class OptimizerConfig:
-    """conf/optimizer: any Keras optimizer by `_target_`; `learning_rate` is the peak, which
-    conf/scheduler shapes over the run."""
+    """conf/optimizer: any Keras optimizer by `_target_`; `learning_rate` is the peak conf/scheduler shapes."""
 
     _target_: str = "keras.optimizers.Adam"
     learning_rate: float = 0.001
@@ -86,9 +83,9 @@ class OptimizerConfig:
 # `logger=<option>`), as model's and optimizer's name theirs: every group chooses the same way.
 SCHEDULER_TARGETS = {name: f"app.training.schedules.{name}" for name in
                      ("constant", "cosine", "step", "multistep", "one_cycle")}
-LOGGER_TARGETS = {"tensorboard": "app.training.dashboards.TensorBoardWriter",
-                  "csv": "app.training.dashboards.CsvWriter", "mlflow": "app.training.mlflow_writer.MlflowWriter",
-                  "none": "app.training.dashboards.Writer"}
+LOGGER_TARGETS = {"tensorboard": "app.tracking.dashboards.TensorBoardWriter",
+                  "csv": "app.tracking.dashboards.CsvWriter", "mlflow": "app.tracking.mlflow_writer.MlflowWriter",
+                  "none": "app.tracking.dashboards.Writer"}
 
 
 @dataclass(kw_only=True)
@@ -109,7 +106,7 @@ class SchedulerConfig:
 class TensorBoardLoggerConfig:
     """conf/logger/tensorboard.yaml: event files in <run dir>/tensorboard."""
 
-    _target_: str = LOGGER_TARGETS["tensorboard"]  # the writer in app/training/dashboards.py
+    _target_: str = LOGGER_TARGETS["tensorboard"]  # the writer in app/tracking/dashboards.py
 
 
 @dataclass
@@ -121,7 +118,7 @@ class CsvLoggerConfig:
 
 @dataclass(kw_only=True)
 class MlflowLoggerConfig:
-    """conf/logger/mlflow.yaml: an MLflow run (app/training/mlflow_writer.py)."""
+    """conf/logger/mlflow.yaml: an MLflow run (app/tracking/mlflow_writer.py)."""
 
     _target_: str = LOGGER_TARGETS["mlflow"]
     # null: MLFLOW_TRACKING_URI when set, else sqlite:///<absolute outputs/>/mlflow.db, shared by every run
@@ -132,9 +129,7 @@ class MlflowLoggerConfig:
 
 @dataclass
 class LoggerConfig:
-    """conf/logger: the run's dashboards, one node an option chosen (`logger=[tensorboard,mlflow]`,
-    Hydra's list of a group's options: each file puts its node under its own name); none chosen
-    (`logger=none`): no dashboard."""
+    """conf/logger: the run's dashboards, one node an option (`logger=[tensorboard,mlflow]`; none: `logger=none`)."""
 
     tensorboard: TensorBoardLoggerConfig | None = None
     csv: CsvLoggerConfig | None = None

@@ -1,4 +1,1 @@
-"""A run's life: the trainer (validate, lock, data, model, the epoch loop, the record), the step
-loop and its callbacks, checkpoints and where a resume starts, the run directory's files, and
-resume itself. Uses the loader only through app/loader/pipeline.py and app/loader/order.py,
-never its internals."""
+"""A run's training: the trainer, the epoch and step loops and their callbacks, the recipe and the devices."""

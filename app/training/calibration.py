@@ -1,16 +1,5 @@
-"""What capacity (app/capacity/) measures by running training's own code, handed to it from here:
-
-- `trainer_measures`: the body of the machine probe's training process (app/capacity/probe.py
-  spawns it): what a training process costs before its model, with Keras, the app, TensorFlow
-  (on JAX: where installed, as a run loads it) and TensorBoard's writer loaded and a tiny model's
-  steps run; the compiled steps' cost a layer; the activation factor, from a small ResNet's steps at two batch sizes;
-- `time_step`: the model's compiled training step timed for `queue.*=auto`, every variable put
-  back as it was (`kept`);
-- `planner` and `probed`: app/capacity/queue_plan.py's, with these handed in (`train` and `plan`).
-
-Imports Keras at its top: the trainer and `plan` import it once Keras is loaded, and the probe's
-child imports it inside the capture of its start-up lines.
-"""
+"""What capacity (app/capacity/) measures by running training's own code: the machine probe's training process
+(`trainer_measures`), the step timed for `queue.*=auto` (`time_step`), and queue_plan's `planner` and `probed`."""
 
 from __future__ import annotations
 
@@ -29,8 +18,8 @@ from app.capacity.auto import Choice
 from app.capacity.plan import MIB, ModelFacts
 from app.capacity.probe import high_water, reset_high_water, resident
 from app.model import classifier, memory_facts, small_resnet
+from app.tracking.dashboards import TensorBoardWriter
 from app.training import devices, epochs, steps  # noqa: F401 - epochs: loaded as `train` has it loaded when it trains
-from app.training.dashboards import TensorBoardWriter
 
 CALIBRATION = {"image_size": (128, 128), "batches": (4, 32)}
 # Steps at each calibration batch size, each one's own peak (VmHWM reset before it), the median
@@ -41,16 +30,14 @@ STEP_CALLS = 3  # timed calls into the compiled step for `auto`, after one that 
 
 
 def planner(config, source, net, device_is_host: bool) -> queue_plan.Planner:
-    """The Planner of a loaded config training `net` on `source`'s train split and validating on
-    its val split (app/capacity/queue_plan.py); this machine's probe spawned first when it is not stored."""
+    """The queue Planner of `net` on `source`'s splits; this machine's probe spawned first when not stored."""
     facts = model_facts(net, config.trainer.precision.value)
     return queue_plan.planner(config, (source.train, source.val), facts, trainer_measures,
                               device_is_host=device_is_host)
 
 
 def probed(config, split, net, plans: queue_plan.Planner, class_weights=None) -> Choice | None:
-    """The probe's choice for `config`'s `auto` queue values (app/capacity/auto.py), `net`'s step
-    timed by `time_step`; None when it has none."""
+    """The probe's choice for `config`'s `auto` queue values, `net`'s step timed by `time_step`; None if none."""
     return queue_plan.probed(config, split, plans, partial(time_step, net, class_weights=class_weights))
 
 
@@ -59,8 +46,8 @@ def model_facts(net, precision: str) -> ModelFacts:
 
 
 def trainer_measures() -> dict:
-    """In the probe's own process: what a training process costs before its model, a layer's
-    compiled steps and the activation factor (app/capacity/probe.py)."""
+    """In the probe's own process: what a training process costs before its model, a layer's compiled steps and
+    the activation factor; Keras's session cleared at the end."""
     if keras.backend.backend() == "jax":  # as a JAX run has it: TensorFlow too, where installed
         devices.load_tensorflow_beside_jax()
     tiny = classifier(small_resnet((16, 16, 3), 2, widths=[4]), (16, 16))
@@ -87,9 +74,7 @@ def trainer_measures() -> dict:
 
 
 def _steps(net, size: tuple[int, int], batches: list[int]) -> list[int]:
-    """`net` compiled, then a test step of the first batch size in `batches` and a train step of
-    each, fed through tf.data as `train` feeds them (app/training/steps.py: one trace of each
-    function, both in every mark); the high-water mark (bytes) after each train step."""
+    """`net` compiled, a test step, then a train step for each size in `batches`; the high-water mark after each."""
     net.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     net.optimizer.build(net.trainable_variables)  # as `train` has it before its first step (JAX needs it)
     steps.build_metrics(net)
@@ -113,9 +98,7 @@ def _zeros(batch: int, size: tuple[int, int]) -> tuple:
 
 
 def time_step(net, batch: tuple, class_weights=None) -> tuple[list[float], list[float]]:
-    """Seconds of each of STEP_CALLS training steps on `batch` (images, labels), after one that
-    traces the step, and the CPU seconds of this process in each; the model, its optimizer and
-    its metrics left as they were."""
+    """Wall and CPU seconds a step in each of STEP_CALLS calls on `batch`, after one that traces it; `net` put back."""
     steps.build_metrics(net)  # before the train function exists (JAX fixes its state's shape then)
     if not net.optimizer.built:
         net.optimizer.build(net.trainable_variables)
@@ -138,8 +121,7 @@ def time_step(net, batch: tuple, class_weights=None) -> tuple[list[float], list[
 
 
 def _variables(net) -> list:
-    """Every variable a training step may change: the layers' weights and seed states, the
-    optimizer's (its iteration count and accumulators included), the metrics'."""
+    """Every variable a training step may change: the layers', the optimizer's, the metrics'."""
     return [*net.trainable_variables, *net.non_trainable_variables, *net.optimizer.variables,
             *net.metrics_variables]
 

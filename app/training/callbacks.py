@@ -1,6 +1,4 @@
-"""The trainer's own Keras callbacks (the progress bar, checkpoints inside an epoch,
-samples.csv and the profiler's window), and what a checkpoint keeps of the user's (`trainer.callbacks`: EarlyStopping,
-TensorBoard, ... by `_target_`). Never imports the loader."""
+"""The trainer's own Keras callbacks, and what a checkpoint keeps of the user's (`trainer.callbacks`)."""
 
 from __future__ import annotations
 
@@ -14,7 +12,7 @@ import numpy as np
 from tqdm import tqdm
 
 from app.frameworks import load_tensorflow
-from app.training.checkpoint import RunState
+from app.runs.checkpoint import RunState
 
 log = logging.getLogger("app.train")
 
@@ -46,9 +44,8 @@ class Progress(keras.callbacks.Callback):
 
 
 class Profile(keras.callbacks.Callback):
-    """`trainer.profile_steps` [first, last]: the backend's profiler (TensorFlow's, or JAX's) over
-    those global steps, each marked as a step for the Profile tab's step-time view; the trace goes
-    to `logdir`/plugins/profile/, where TensorBoard reads it."""
+    """`trainer.profile_steps` [first, last]: the backend's profiler over those global steps, traced into
+    `logdir`/plugins/profile/ for TensorBoard's Profile tab."""
 
     def __init__(self, steps: list[int], logdir: Path, state: RunState):
         super().__init__()
@@ -93,9 +90,8 @@ class Profile(keras.callbacks.Callback):
 
 
 class StepCheckpoint(keras.callbacks.Callback):
-    """`trainer.checkpoint_every_steps`: `save(steps done in the epoch)` every N steps of an
-    epoch (N a multiple of trainer.steps_per_execution, so each falls at the end of a call).
-    Last in the list, so the state it saves is the other callbacks' after this step."""
+    """`trainer.checkpoint_every_steps`: `save(steps done in the epoch)` every N steps, except at the epoch's end.
+    Last in the list, so it saves the other callbacks' state after this step."""
 
     def __init__(self, every: int, steps_per_epoch: int, save):
         super().__init__()
@@ -133,12 +129,8 @@ _PLAIN = (bool, int, float, str, type(None), np.generic)
 
 
 class CallbackStates:
-    """What training changes in the user's callbacks (EarlyStopping's wait, best and best
-    weights, ReduceLROnPlateau's counters, TensorBoard's step counters), so a resume sets it back:
-    each callback's plain attributes that differ from their values right after on_train_begin,
-    and its lists of arrays. Attributes named by the callback's constructor (patience, monitor,
-    and min_delta, which Keras flips in place once it knows the direction) are left out: a resumed
-    run takes them from its config and derives them again as the first run did."""
+    """What training changes in the user's callbacks, so a resume sets it back: their plain attributes that differ
+    from right after on_train_begin, and their lists of arrays; not those the constructor names (the config's)."""
 
     def __init__(self, callbacks: list):
         self.callbacks = callbacks

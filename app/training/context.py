@@ -1,16 +1,13 @@
-"""What the parts of one training run share, as one object: the run's config, its directory,
-summary.json, where it is (RunState) and the user's callbacks. Built once by keyword
-(app/training/trainer.py) and handed to the Keras side (session.py, epochs.py).
-Plain data: never imports Keras, TensorFlow or the loader."""
+"""RunContext: what the parts of one training run share (config, run directory, summary, state, callbacks)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.runs.checkpoint import RunState
+from app.runs.rundir import Summary
 from app.schema import Config
-from app.training.checkpoint import RunState
-from app.training.rundir import Summary
 
 
 @dataclass(kw_only=True)

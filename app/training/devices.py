@@ -1,27 +1,6 @@
-"""Where the steps run and in which precision: `trainer.strategy`, `trainer.cpu_devices`, the
-processes of a several-host run, and `trainer.precision`.
-
-- default: one device, the first GPU when there is one (TensorFlow and JAX place there by
-  themselves), else the CPU.
-- mirrored (TensorFlow): `tf.distribute.MirroredStrategy` over every local GPU, or, with none,
-  over `trainer.cpu_devices` logical CPU devices (anyone can try it). The global batch
-  (`data.batch_size`) is split across the replicas by tf.data (app/training/steps.py), so it
-  must divide evenly; validation's short last batch is split unevenly, and joins the batch
-  before when some replica would get no row (app/training/shares.py). Metrics are read pooled
-  over the replicas (app/training/steps.py); BatchNormalization's moving statistics, which each
-  replica updates apart, are averaged before validation (app/training/replicas.py).
-  Model, optimizer and metrics are built inside the strategy's scope (the trainer runs in it).
-- data_parallel (JAX): `keras.distribution.DataParallel` over every device of every process
-  (`keras.distribution.initialize` joins the processes first: the coordinator, count and id from
-  config, or SLURM's variables). Each process loads its share of each global batch
-  (app/training/shares.py); JAX assembles the global batch from the shares.
-- precision: Keras's global dtype policy; the first layer and the softmax head stay float32
-  (app/model.py), and Keras wraps the optimizer in a LossScaleOptimizer under mixed_float16.
-
-The logical CPU devices must be set before TensorFlow initialises its runtime, once a process:
-a sweep over `trainer.cpu_devices` needs a launcher that starts a process a job (joblib).
-Never imports the loader.
-"""
+"""Where the steps run and in which precision. default: the first GPU, else the CPU; mirrored (TensorFlow):
+`tf.distribute.MirroredStrategy` over every local GPU, else `trainer.cpu_devices` logical CPUs; data_parallel (JAX):
+`keras.distribution.DataParallel` over every device of every process. The global batch splits evenly over them."""
 
 from __future__ import annotations
 
@@ -72,8 +51,7 @@ class Placement:
 
 
 def place(config: Config) -> Placement:
-    """The devices `config.trainer` asks for, the batch checked against them. Call before anything
-    runs a TensorFlow op (the logical CPU devices are fixed once TensorFlow starts)."""
+    """The devices `config.trainer` asks for, the batch checked against them; call before any TensorFlow op."""
     if config.trainer.backend == "jax":
         return _place_jax(config)
     import tensorflow as tf
@@ -123,24 +101,20 @@ def _place_jax(config: Config) -> Placement:
 
 
 def load_tensorflow_beside_jax() -> None:
-    """Where TensorFlow is installed, it loaded quietly and kept off the GPUs, whose memory JAX
-    takes: Keras on JAX may still import it (its data adapters). Where it is not, nothing: the app
-    itself needs it on its own backend only. The machine probe's training process loads it as a
-    run does (app/training/calibration.py)."""
+    """TensorFlow, where installed, loaded quietly and off the GPUs (Keras on JAX may import it)."""
     if importlib.util.find_spec("tensorflow"):
         load_tensorflow()
 
 
 def expected_process(trainer) -> int:
-    """This process's id in a data_parallel run over several processes, as the config and SLURM
-    say before JAX starts (JAX reads the same); 0 otherwise."""
+    """This process's id in a several-process data_parallel run, from config or SLURM before JAX starts; else 0."""
     if trainer.strategy != "data_parallel" or not several_processes(trainer):
         return 0
     return trainer.process_id if trainer.process_id is not None else int(os.environ.get("SLURM_PROCID", "0"))
 
 
 def check_one_run_dir(run_dir) -> None:
-    """Every process of a several-process run writes into process 0's run directory."""
+    """A ConfigError unless every process of a several-process run writes into process 0's run directory."""
     from jax.experimental import multihost_utils
 
     mine = str(run_dir.resolve()).encode()[:4096]
@@ -189,11 +163,6 @@ def _check_batch(batch: int, placement: Placement) -> None:
                            f"trainer.strategy={placement.strategy_name} ({', '.join(placement.devices)}) and "
                            f"must divide evenly: use data.batch_size={upper}"
                            + (f" or {lower}" if lower else ""))
-
-
-def local_batch(config: Config, placement: Placement) -> int:
-    """The rows of each global batch this process loads."""
-    return config.data.batch_size // placement.processes
 
 
 def set_precision(config: Config) -> None:

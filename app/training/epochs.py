@@ -1,9 +1,4 @@
-"""The epoch loop of one run: each epoch's order, its steps (app/training/steps.py), validation,
-the callbacks' hooks as `fit` fires them, and what is recorded at the epoch's end (metrics.csv,
-model.keras when best, the checkpoint, summary.json, the log line).
-Given the run's RunContext (app/training/context.py) by app/training/session.py.
-Never imports the loader's internals: only app/loader/pipeline.py and order.py.
-"""
+"""The epoch loop of a run: order, steps, validation, the callbacks' hooks as `fit` fires them, each epoch's record."""
 
 from __future__ import annotations
 
@@ -24,17 +19,18 @@ from app.capacity.memory import PeakMemory
 from app.loader.order import epoch_order, full_batches
 from app.loader.pipeline import Loader
 from app.processes import signals_held
+from app.runs.checkpoint import PREFIX, EpochFigures, RunState, delete_stale_checkpoints, write_checkpoint
+from app.runs.rundir import Summary
+from app.runs.tables import append_metrics
 from app.schema import Config
-from app.training import checkpoint, dashboards, recipe
+from app.tracking import dashboards
+from app.training import recipe
 from app.training.callbacks import CallbackStates, Profile, Progress, SampleRecorder, StepCheckpoint
-from app.training.checkpoint import EpochFigures, RunState
 from app.training.context import RunContext
 from app.training.devices import Placement
 from app.training.replicas import average_moving_statistics, metric_state, restore_metrics
-from app.training.rundir import Summary
 from app.training.shares import mirrored_sizes, regrouped, train_share, validation_share
 from app.training.steps import EpochPlan, Feed, build_metrics, sync, train_epoch, validate
-from app.training.tables import append_metrics
 
 log = logging.getLogger("app.train")
 
@@ -76,9 +72,8 @@ class Epochs:
         return self.context.user_callbacks
 
     def run(self) -> None:
-        """Process 0 of several writes the run directory; the others train their shares. Saving a
-        model is collective on JAX over several processes, so they save too, into a scratch
-        directory of their own, removed at the end."""
+        """Process 0 of several writes the run directory; the others train their shares and save (collective on JAX)
+        into a scratch directory of their own, removed at the end."""
         self.saves = self.run_dir if self.writes else Path(tempfile.mkdtemp(prefix="app-process-"))
         try:
             self._run()
@@ -182,8 +177,7 @@ class Epochs:
         return float(budget) if budget is not None else psutil.virtual_memory().total / 2**20
 
     def _loader_figures(self) -> dict:
-        """The loader's epoch: its stage times and ring fill (app/loader/telemetry.py), workers
-        restarted and samples skipped so far this run."""
+        """The loader's epoch telemetry, workers restarted and samples skipped so far this run."""
         return {**self.loader.telemetry("epoch"), "restarted_workers": self.loader.restarts,
                 "skipped_samples": self.loader.skipped}
 
@@ -193,9 +187,8 @@ class Epochs:
             build_metrics(self.net)
 
     def _validation_feed(self) -> Feed:
-        """Each validation sample once, in order, the last batch short (data_parallel: this
-        process's share, app/training/shares.py); with `trainer.validation_steps`, that many
-        batches of a sample of every class (`validation_sample`)."""
+        """Each validation sample once, in order, batched as app/training/shares.py says; with
+        `trainer.validation_steps`, that many batches of `validation_sample`."""
         batch, limit, place = self.config.data.batch_size, self.config.trainer.validation_steps, self.placement
         labels = self.source.val.labels
         samples = validation_sample(labels, limit * batch if limit else len(labels), self.config.seed)
@@ -232,22 +225,20 @@ class Epochs:
                                                 arrays)
 
     def _write_checkpoint_and_delete_stale(self, step: int, state: dict, arrays: dict) -> None:
-        """The checkpoint of `step`, every layer's weights in it (a frozen backbone's too); then
-        all but the newest few and the best."""
+        """The checkpoint of `step` (frozen backbone included); then all but the newest few and the best deleted."""
         with recipe.all_trainable(self.net):
-            checkpoint.write_checkpoint(self.net, self.saves, step, state, arrays=arrays)
-        checkpoint.delete_stale_checkpoints(self.saves, best=(state.get("best") or [None, None])[1])
+            write_checkpoint(self.net, self.saves, step, state, arrays=arrays)
+        delete_stale_checkpoints(self.saves, best=(state.get("best") or [None, None])[1])
 
     def _record(self, row: dict, steps_done: int) -> None:
-        """metrics.csv (by the process that writes the run directory), model.keras when best, the
-        epoch's checkpoint, summary.json (each process its own), the log line."""
+        """The epoch's metrics.csv row (process 0), model.keras when best, checkpoint, summary.json, log line."""
         state = self.state
         step = state.steps_before_epoch + steps_done
         if self.writes:
             append_metrics(self.run_dir / "metrics.csv", row)
         monitored = row[self.config.trainer.monitor]
         if recipe.better(self.config, monitored, state.best and state.best[0]):
-            state.best = [monitored, f"{checkpoint.PREFIX}{step:08d}"]
+            state.best = [monitored, f"{PREFIX}{step:08d}"]
             models.write_model_keras(self.net, self.saves / "model.keras", class_names=self.source.class_names,
                           image_size=list(self.config.data.image_size))
         state.figures.metric_state = {}
@@ -271,10 +262,8 @@ class Epochs:
 
 
 def validation_sample(labels: np.ndarray, n: int, seed: int) -> np.ndarray:
-    """`n` validation samples (all of them when n is not below their count), in file order, each
-    class's share of them as in the whole split, picked by `seed`: the same every epoch and every
-    run of the seed. A folder's split lists its classes one after the other, so its first batches
-    would hold one class and score nothing."""
+    """`n` validation samples in file order (all if n ≥ their count), picked by `seed` with each class's share as
+    in the split: a folder's split lists its classes one after the other."""
     if n >= len(labels):
         return np.arange(len(labels))
     drawn = np.random.default_rng(seed).permutation(len(labels))
@@ -289,7 +278,6 @@ def validation_sample(labels: np.ndarray, n: int, seed: int) -> np.ndarray:
 
 
 def _loader_line(row: dict) -> str:
-    """The epoch's loader telemetry, as the log's line gives it."""
     stages = " + ".join(f"{name} {row[f'{name}_ms']:.2f}" for name in ("read", "decode", "augment", "copy")
                         if row.get(f"{name}_ms") is not None)
     ring = f"ring {100 * row['ring_fill']:.0f} % full when asked" if row.get("ring_fill") is not None else "no ring"

@@ -1,6 +1,4 @@
-"""A training run's inputs, before the model: its data source and steps an epoch (split.json
-written for a new run, checked on resume), this process's share of each batch, and its loader
-(app/loader/pipeline.py). Never imports Keras, TensorFlow or the loader's internals."""
+"""A training run's inputs, before the model: its data, split.json, this process's share of a batch, its loader."""
 
 from __future__ import annotations
 
@@ -13,12 +11,12 @@ from app.augment import check_stored_sizes, eval_transforms
 from app.data import load_or_generate_source
 from app.data.source import overfitting
 from app.errors import config_error
+from app.io import write_json
 from app.loader.pipeline import Loader, build_loader
+from app.runs import rundir
+from app.runs.rundata import run_source
 from app.schema import Config
-from app.training import rundir
 from app.training.devices import Placement
-from app.training.rundata import run_source
-from app.training.rundir import write_json
 
 log = logging.getLogger("app.train")
 
@@ -55,7 +53,7 @@ def delete_partial_records_and_write_split(run_dir: Path, source) -> None:
 
 
 def check_validation_rows(n: int, placement: Placement) -> None:
-    """Under mirrored every replica validates at least one sample (app/training/shares.py)."""
+    """A ConfigError when, under mirrored, the validation split has fewer samples than replicas."""
     if placement.strategy_name == "mirrored" and 0 < n < placement.replicas:
         raise config_error("trainer.strategy", "mirrored", f"the validation split has {n} sample(s), fewer than "
                            f"its {placement.replicas} replicas ({', '.join(placement.devices)}), one each at least: "
@@ -63,15 +61,13 @@ def check_validation_rows(n: int, placement: Placement) -> None:
 
 
 def share(config: Config, placement: Placement) -> Config:
-    """`config` with data.batch_size this process's rows of each global batch: its share under
-    data_parallel over several processes, else the whole batch."""
+    """`config` with data.batch_size this process's share of each global batch (the whole with one process)."""
     local = config.data.batch_size // placement.processes
     return dataclasses.replace(config, data=dataclasses.replace(config.data, batch_size=local))
 
 
 def run_loader(config: Config, source, run_dir: Path, placement: Placement) -> Loader:
-    """The loader of this process's rows (not started): its share of each global batch
-    (data_parallel over several processes), else the whole batch."""
+    """This process's loader (not started), batching its share of each global batch."""
     local = config.data.batch_size // placement.processes
     bad = "bad_samples.txt" if placement.writes else f"bad_samples.{placement.process}.txt"
     loader = build_loader(config, {"train": (source.train, config.augment.transforms),

@@ -1,14 +1,5 @@
-"""The recipe a model is compiled with (conf/optimizer by `_target_`, the learning rate over
-the run from conf/scheduler (app/training/schedules.py), loss, metrics, XLA, steps a call), and
-the backbone's freezing: frozen for the first epochs with `model.freeze_backbone`, trained from
-`trainer.unfreeze_at_epoch` on, recompiled with the same optimizer when that changes.
-
-Keras facts this follows: flipping `trainable` without recompiling leaves the traced step as it
-was; recompiling with an optimizer built over fewer variables fails on the new ones ("Unknown
-variable"), so the optimizer is built over every variable before anything is frozen. A frozen
-BatchNormalization runs in inference mode (Keras 3), its statistics untouched.
-Never imports the loader.
-"""
+"""The recipe a model is compiled with (optimizer, schedule, loss, metrics, XLA, steps a call), and the backbone
+frozen until `trainer.unfreeze_at_epoch`: recompiled when that changes, with one optimizer built over every variable."""
 
 from __future__ import annotations
 
@@ -21,17 +12,16 @@ import numpy as np
 from app import model as models
 from app.config import instantiate_each
 from app.errors import config_error
+from app.objectives import PerClassRecall, SmoothedSparseCrossentropy
 from app.rules import JIT_COMPILE
 from app.schema import Config
-from app.training.objectives import PerClassRecall, SmoothedSparseCrossentropy
 from app.training.schedules import SCHEDULES
 
 log = logging.getLogger("app.train")
 
 
 def compile_new(net: keras.Model, config: Config, steps_per_epoch: int, class_names: list[str]) -> None:
-    """A new model's optimizer, built over every variable, then the backbone frozen as epoch 1
-    wants it, then compiled."""
+    """A new model's optimizer built over every variable, then the backbone frozen as epoch 1 wants it, compiled."""
     trainer = config.trainer
     optimizer = build_optimizer(config, steps_per_epoch)
     optimizer.build(net.trainable_variables)  # all of them: an unfreeze later finds its slots
@@ -60,8 +50,7 @@ def build_optimizer(config: Config, steps_per_epoch: int) -> keras.optimizers.Op
 
 
 def learning_rate(config: Config, steps_per_epoch: int):
-    """The schedule `scheduler._target_` names (app/training/schedules.py) over the run's optimizer
-    updates: epochs × steps an epoch ÷ trainer.grad_accum_steps."""
+    """The schedule `scheduler._target_` names over the run's optimizer updates (steps ÷ trainer.grad_accum_steps)."""
     def updates(epochs: float) -> int:  # the optimizer's counter after that many epochs
         return int(epochs * steps_per_epoch // config.trainer.grad_accum_steps)
 
@@ -135,8 +124,7 @@ def frozen_in(config: Config, epoch: int) -> bool:
 
 
 def freeze_or_unfreeze_recompiling(net: keras.Model, config: Config, epoch: int, class_names: list[str]) -> None:
-    """At an epoch's start: the backbone frozen or trained as the config says for this epoch,
-    recompiled (the same optimizer, its state kept) when that changes."""
+    """At an epoch's start, the backbone frozen or trained as configured; recompiled (same optimizer) on a change."""
     backbone, trained = models.backbone_of(net), not frozen_in(config, epoch)
     if backbone is None:
         return
@@ -150,8 +138,7 @@ def freeze_or_unfreeze_recompiling(net: keras.Model, config: Config, epoch: int,
 
 @contextlib.contextmanager
 def all_trainable(net: keras.Model):
-    """The backbone trainable while a checkpoint is written: a loaded model builds its optimizer
-    over its trainable variables, and must find the slots of every one it was built over."""
+    """The backbone trainable while a checkpoint is written, so a loaded model's optimizer finds every slot."""
     backbone = models.backbone_of(net)
     if backbone is None or backbone.trainable:
         yield

@@ -1,11 +1,4 @@
-"""The learning rate over a run, one builder a `scheduler=<option>` (its `_target_`).
-
-Each returns the peak (a constant) or a stock Keras schedule over the run's optimizer updates, so
-checkpoints load as they are. A schedule is a function of the optimizer's update counter, which a
-checkpoint keeps: a resumed run's rates are the uninterrupted run's. Each builder takes the
-scheduler's node, the peak, `updates(epochs)` (the optimizer's counter after that many epochs) and
-the run's epochs.
-"""
+"""Learning-rate schedules, one a `scheduler=<option>`, over the optimizer's update counter that checkpoints keep."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""A training run's Keras side: Keras started on the run's devices, the data, the model (new, or
-the checkpoint's on resume), the queue planned and its `auto` resolved, the loader started, then
-the epoch loop (app/training/epochs.py). Imports Keras and the model at its top, so it is
-imported only once trainer.backend is set and Keras loaded quietly (app/training/trainer.py).
-Never imports the loader's internals: only app/loader/pipeline.py (through inputs.py)."""
+"""A run's Keras side: devices, data, the model (new or the checkpoint's), the queue plan, the loader, the epochs."""
 
 from __future__ import annotations
 
@@ -16,13 +12,15 @@ from app import model as models
 from app.capacity import auto
 from app.capacity.memory import PeakMemory
 from app.capacity.queue_plan import check_and_write_plan
+from app.inference import restore
+from app.inference.restore import ResumePoint
+from app.runs.checkpoint import RunState
+from app.runs.tables import check_history, rows_kept, write_rows
 from app.schema import Config
-from app.training import calibration, dashboards, devices, inputs, recipe, restore
-from app.training.checkpoint import RunState
+from app.tracking import dashboards
+from app.training import calibration, devices, inputs, recipe
 from app.training.context import RunContext
 from app.training.epochs import Epochs
-from app.training.restore import ResumePoint
-from app.training.tables import check_history, rows_kept, write_rows
 
 log = logging.getLogger("app.train")
 
@@ -73,8 +71,7 @@ def _log_memory(predicted: float | None, measured: float) -> None:
 
 
 def start_keras(config: Config) -> devices.Placement:
-    """The devices the run trains on, Keras seeded, with the run's determinism and precision.
-    The backend starts here, after every check that needs neither it nor the data."""
+    """The devices the run trains on, Keras's session cleared and seeded, determinism and precision set."""
     keras.backend.clear_session()  # before the devices: it forgets keras.distribution's too
     placement = devices.place(config)  # before any TensorFlow op: logical CPU devices are fixed then
     keras.utils.set_random_seed(config.seed)
@@ -87,8 +84,7 @@ def start_keras(config: Config) -> devices.Placement:
 
 
 def _model(run: RunContext, source, steps: int) -> tuple[keras.Model, ResumePoint | None]:
-    """(a new compiled classifier, None), or on resume (the checkpoint's, the checkpoint) with
-    the run's state restored from it."""
+    """(a new compiled model, None), or on resume (the checkpoint's model, the checkpoint) with run.state restored."""
     config = run.config
     if not config.resume:
         net = models.build(config.model, config.data.image_size, len(source.class_names))
@@ -116,8 +112,7 @@ def _drop_records_after(run_dir: Path, epoch: int, step: int, samples: bool) -> 
 
 
 def _write_export_again(run: RunContext, source, point: ResumePoint) -> None:
-    """model.keras, when missing or damaged, written again from the best checkpoint (the weights
-    it was exported with at that epoch's end)."""
+    """model.keras, when missing or damaged, written again from the best checkpoint."""
     state: RunState = run.state
     path = run.run_dir / "model.keras"
     problem = models.model_keras_problem(path) if state.best else None

@@ -1,15 +1,5 @@
-"""Which rows of each global batch this process loads (trainer.strategy=data_parallel).
-
-Training takes full global batches of `data.batch_size`: process p of P loads rows
-[p·b, (p+1)·b) of each, b = batch / P, and JAX assembles the global batch from the shares in
-process order, so every sample of the epoch's order is trained once, on one device.
-Validation takes every sample once: its full batches are shared the same way; its short last
-batch cannot split evenly over the devices, so every process loads all of it and it is
-replicated on every device (each computes the whole batch: exact metrics, no padding rows to
-keep out of them). Under trainer.strategy=mirrored, tf.data splits each validation batch over
-the replicas: a short last batch of fewer rows than replicas joins the batch before it
-(`mirrored_sizes`). Plain numpy: no Keras, no loader.
-"""
+"""Which rows of each global batch this process loads under data_parallel: process p of P loads [p·b, (p+1)·b),
+b = batch / P; validation's short last batch is loaded whole by every process, replicated on every device."""
 
 from __future__ import annotations
 
@@ -40,8 +30,7 @@ class ValidationShare:
 
 
 def validation_share(n: int, batch: int, processes: int, process: int) -> ValidationShare:
-    """Global batches of `batch` over 0..n-1: this process's share of each full one, and all of
-    the short last one."""
+    """This process's share of each full global batch of `batch` over 0..n-1, and all of the short last one."""
     local, full = batch // processes, n // batch
     own = train_share(np.arange(full * batch), batch, processes, process)
     last = np.arange(full * batch, n)
@@ -50,10 +39,8 @@ def validation_share(n: int, batch: int, processes: int, process: int) -> Valida
 
 
 def mirrored_sizes(n: int, batch: int, replicas: int) -> list[int]:
-    """Validation's global batches over n samples under mirrored: `batch` rows each, the last
-    short, unless it has fewer rows than there are replicas; then it joins the batch before
-    (a replica given no row fails: TensorFlow's CPU convolution returns an empty batch's input
-    unchanged, in the wrong shape, and the next layer refuses it)."""
+    """Validation's global batches of `batch` rows under mirrored; a short last one of fewer rows than replicas joins
+    the one before (a replica given no row fails)."""
     full, rest = divmod(n, batch)
     sizes = [batch] * full + ([rest] if rest else [])
     if 0 < rest < replicas and full:
@@ -62,8 +49,7 @@ def mirrored_sizes(n: int, batch: int, replicas: int) -> list[int]:
 
 
 def regrouped(batches: Iterable[tuple], sizes: list[int]) -> Iterator[tuple]:
-    """(images, labels) for each global batch, `sizes[i]` rows, from the loader's batches of this
-    process's rows (batched by its share of a batch: the whole last batch may span several)."""
+    """(images, labels) for each global batch of `sizes[i]` rows, from the loader's batches of this process's rows."""
     source = iter(batches)
     for size in sizes:
         xs, ys, got = [], [], 0

@@ -1,13 +1,7 @@
-"""The step loop: the loader's uint8 batches → on TensorFlow a tf.data pipeline that buffers
-nothing, on JAX arrays put on the devices → Keras's compiled train and test functions,
-`trainer.steps_per_execution` steps a call, the callbacks around each call as `fit` fires them.
-
-Metrics stay on the device between reads: every `trainer.log_every_steps`, at a checkpoint and
-at the epoch's end. Between reads the batch hooks fire with empty logs, so nothing waits for
-the device. The loop is ours rather than `fit`'s because a resumed run starts inside an epoch,
-with Keras's running metrics and the callbacks' counters restored, which `fit` cannot do.
-Never imports the loader: batches come as arrays.
-"""
+"""The step loop: the loader's uint8 batches → Keras's compiled train and test functions, steps_per_execution steps
+a call, the callbacks around each as `fit` fires them, with empty logs between metric reads (every log_every_steps, at
+a checkpoint, at the epoch's end). Ours, not `fit`'s: a resumed run starts inside an epoch, with Keras's running
+metrics and the callbacks' counters restored."""
 
 from __future__ import annotations
 
@@ -21,17 +15,15 @@ import numpy as np
 
 from app.adapters import JaxTrainerState
 from app.processes import signals_held, stop_if_interrupted
-from app.training.checkpoint import EpochFigures, RunState
+from app.runs.checkpoint import EpochFigures, RunState
 
 __all__ = ["EpochFigures", "EpochPlan", "Feed", "RunState", "train_epoch", "validate"]
 
 
 class Feed:
-    """`count` batches from an iterator, handed to the compiled step with no buffer of our own
-    (`calls`): the seconds spent blocked waiting for them, and an error the iterator raised, kept
-    to be raised unchanged in the loop (tf.data would turn it into a TensorFlow error). Batches
-    are (images, labels); `whole_last`: the last is one every process loads whole, to be
-    replicated on every device (app/training/shares.py)."""
+    """`count` batches (images, labels) handed to the compiled step with no buffer of our own, `waited_s` the seconds
+    blocked on them; an error the iterator raises is raised unchanged (not as a TensorFlow error). `whole_last`: every
+    process loads the last batch whole, replicated on every device."""
 
     def __init__(self, batches: Iterable[tuple], count: int, class_weights: np.ndarray | None = None, *,
                  whole_last: bool = False):
@@ -58,13 +50,11 @@ class Feed:
             yield batch.pop()  # held by nothing here once handed over
 
     def calls(self, net: keras.Model, kind: str):
-        """Calls into `net`'s compiled train or test step (`kind`) over these batches, as the
-        backend takes them."""
+        """Calls into `net`'s compiled train or test step (`kind`) over these batches, as the backend takes them."""
         return (_JaxCalls if keras.backend.backend() == "jax" else _TensorFlowCalls)(net, self, kind)
 
     def close(self) -> None:
-        """The loader's side of the feed ends (the copy-ahead thread, the enqueuer's pass): tf.data
-        never asks for more than `count` batches, so the source is not exhausted by itself."""
+        """The loader's side closed: tf.data stops at `count` batches, so it never exhausts the source."""
         close = getattr(self.batches, "close", None)
         if close:
             close()
@@ -115,10 +105,8 @@ class _TensorFlowCalls:
         return logs
 
     def read(self, logs: dict) -> dict:
-        """The metrics so far. Under a strategy a step's logs are the mean of each replica's own
-        results (Keras's reduce_per_replica): wrong for a ratio over unequal shares, such as a
-        short last batch or a class's recall. Read outside the step, the metric variables pool
-        every replica's counts, as Keras's own `evaluate` reads them at its end."""
+        """The metrics so far; under a strategy read off the metric variables, which pool every replica's counts (a
+        step's logs average the replicas' ratios, wrong for unequal shares)."""
         return read(self.net.get_metrics_result() if self.distributed else logs)
 
     def sync(self) -> None:
@@ -126,9 +114,7 @@ class _TensorFlowCalls:
 
 
 class _JaxCalls:
-    """JAX's compiled steps are pure functions of the model's state: the variables go in and come
-    out updated, and are written back into the model when something reads it (a callback through
-    `self.model`, the checkpoint, the epoch's end), as Keras's `fit` on JAX does."""
+    """JAX's compiled steps: pure functions of the model's state, which goes back into the model when it is read."""
 
     STATE = {"train": ("trainable_variables", "non_trainable_variables", "optimizer_variables", "metrics_variables"),
              "test": ("trainable_variables", "non_trainable_variables", "metrics_variables")}
@@ -152,9 +138,8 @@ class _JaxCalls:
 
 
 def _on_devices(batch: tuple, whole: bool = False) -> tuple:
-    """A batch as JAX arrays: this process's rows of the global batch, spread over the devices of
-    keras.distribution's layout (every process's devices); with `whole`, the whole batch, which
-    every process holds, replicated on every device; with no distribution, on the one device."""
+    """A batch as JAX arrays: this process's rows spread over keras.distribution's devices, or with `whole`
+    replicated on every one; on the one device without a distribution."""
     import jax
 
     distribution = keras.distribution.distribution()
@@ -195,8 +180,7 @@ def _image_size(net: keras.Model) -> tuple[int, int]:
 
 def train_epoch(net: keras.Model, feed: Feed, callbacks: keras.callbacks.CallbackList, figures: EpochFigures,
                 plan: EpochPlan) -> EpochFigures:
-    """Train steps plan.first..plan.steps-1; `figures` go on from what a resumed epoch had.
-    Stops early when a callback sets `net.stop_training`."""
+    """Train steps plan.first..plan.steps-1, `figures` going on from a resumed epoch's; stops on `net.stop_training`."""
     net.make_train_function()
     try:
         return _train_steps(net, feed, callbacks, figures=figures, plan=plan)
@@ -228,8 +212,7 @@ def _train_steps(net, feed: Feed, callbacks, *, figures: EpochFigures, plan: Epo
 
 
 class _Clock:
-    """Reads an epoch's figures: Keras's running means (the one wait for the device), the
-    seconds since the epoch began and those spent blocked on the ring."""
+    """Reads an epoch's figures: Keras's running means (the one wait for the device), seconds and data wait."""
 
     def __init__(self, figures: EpochFigures, feed: Feed, step_calls):
         self.figures, self.feed, self.step_calls = figures, feed, step_calls
@@ -244,8 +227,7 @@ class _Clock:
 
 
 def validate(net: keras.Model, feed: Feed, callbacks: keras.callbacks.CallbackList) -> dict:
-    """Keras's test step over every batch (the last may be short), the on_test_* hooks around
-    it as `fit` fires them; the metrics read once, at the end."""
+    """Keras's test step over every batch, the on_test_* hooks as `fit` fires them; metrics read once, at the end."""
     net.make_test_function()
     net.reset_metrics()
     try:
@@ -273,8 +255,7 @@ def _test_steps(net, feed: Feed, callbacks) -> dict:
 
 
 def read(logs: dict) -> dict:
-    """Keras's logs as floats (the one wait for the device), a metric's dict of values (each
-    class's recall) flattened into them."""
+    """Keras's logs as floats (the one wait for the device), a metric's dict (each class's recall) flattened in."""
     out = {}
     for name, value in logs.items():
         if isinstance(value, dict):
@@ -285,11 +266,8 @@ def read(logs: dict) -> dict:
 
 
 def build_metrics(net: keras.Model) -> None:
-    """Keras builds a compiled model's metrics on its first step; an inference step on blank
-    images builds them now (it changes no weight and draws no random number). Under a strategy
-    the first training step runs in each replica, where no variable may be created; on JAX the
-    step takes the metrics' variables as state, so they must exist before it. A blank image for
-    each of this process's devices: a distributed batch must split evenly."""
+    """Builds a compiled model's metrics now, by an inference step on blank images that changes no weight and draws
+    no random number: a strategy's replicas cannot create them, and JAX's step takes them as state."""
     height, width = _image_size(net)
     rows = 1
     if keras.backend.backend() == "jax" and keras.distribution.distribution() is not None:

@@ -1,11 +1,4 @@
-"""Training: config → data → loader → model → epochs (app/training/epochs.py) → run directory.
-
-Here, before Keras loads: the checks that need no data (the config, the augmentation and the
-callbacks: when there are any, building them loads TensorFlow), the run directory locked
-(app/training/rundir.py) and summary.json begun, and how the run ended recorded. The rest,
-from the devices on, is the Keras side (app/training/session.py), given one RunContext.
-Never imports Keras at its top (trainer.backend must be set first), nor the loader.
-"""
+"""A run before Keras loads: the checks that need no data, its lock, summary.json begun, how the run ended recorded."""
 
 from __future__ import annotations
 
@@ -23,22 +16,24 @@ from app.errors import AppError, config_error, explain
 from app.frameworks import load_keras, use_backend
 from app.processes import interrupts
 from app.redact import redacted
-from app.training import checkpoint, devices, mlflow_writer
-from app.training.checkpoint import RunState
+from app.runs import checkpoint
+from app.runs.checkpoint import RunState
+from app.runs.rundir import Summary, hold_lock, log_apart, release_lock
+from app.runs.saved import resumed_config
+from app.tracking import mlflow_writer
+from app.training import devices
 from app.training.context import RunContext
-from app.training.resume import resumed_config
-from app.training.rundir import Summary, hold_lock, log_apart, release_lock
 
 log = logging.getLogger("app.train")
 
 
 def run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
-    """Train as `cfg` says, writing into `run_dir`; with `resume`, continue the run there.
+    """Train as `cfg` says into `run_dir` (with `resume`, continue there), process 0 holding its lock.
     Returns summary.json's content."""
     run_dir = Path(run_dir)
     resumed = cfg.resume
     try:
-        if resumed:  # the config is the checkpoint's, with the safe overrides (app/training/resume.py)
+        if resumed:  # the config is the checkpoint's, with the safe overrides (app/runs/saved.py)
             cfg = resumed_config(checkpoint.saved_config(run_dir), cfg, overrides)
         # Everything that can be checked without data, first; the callbacks need Keras.
         config = load(cfg)  # validated once; the one object every step below reads
@@ -102,8 +97,8 @@ def _train_recorded(run: RunContext) -> None:
 
 
 def user_callbacks(specs: list) -> list:
-    """`trainer.callbacks`, instantiated before any data is read, so a wrong `_target_` or
-    argument fails at once, naming the entry."""
+    """`trainer.callbacks`, built (loading Keras) before any data is read: a wrong entry fails at once;
+    BackupAndRestore is refused."""
     if not specs:
         return []
     keras = load_keras()  # Keras (and TensorFlow) start here: the callbacks are Keras objects

@@ -42,7 +42,7 @@ SKIPPED = {
     "make test-fast": "is this test suite's unit tests, which `make test` runs too",
     "make test-all": "is this test suite with its exhaustive variants, which `make test` leaves out",
     "make test": "is this test suite, which CI runs",
-    "bin/tensorboard ": "is a server that runs until stopped; tests/training/test_dashboards.py reads the event "
+    "bin/tensorboard ": "is a server that runs until stopped; tests/tracking/test_dashboards.py reads the event "
                         "files it shows with TensorBoard's own reader",
     "bin/mlflow ui ": "is a server that runs until stopped (the full `mlflow` package's); tests/cli/test_resume_cli.py "
                       "reads the store it shows with MLflow's own client",

@@ -54,7 +54,7 @@ def test_claimed_names_are_unique_under_a_race(tmp_path):
     """The mechanism: many claims of one name at once, each gets its own directory."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from app.training.rundir import claim_dir
+    from app.runs.rundir import claim_dir
 
     with ThreadPoolExecutor(8) as pool:
         claimed = list(pool.map(lambda _: claim_dir(tmp_path / "12-00-00"), range(16)))
@@ -111,7 +111,7 @@ def test_a_locked_run_is_refused_and_a_killed_holder_leaves_no_lock(run):
     """Two `train resume=` of one run both ran. The second is refused, naming the
     PID; a holder killed by SIGKILL leaves nothing stale; and resume takes the path with a space."""
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from app.training.rundir import hold_lock; "
+        [sys.executable, "-c", "import sys; from app.runs.rundir import hold_lock; "
          "hold_lock(sys.argv[1], 'a test'); print('held', flush=True); sys.stdin.read()", str(run)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:

@@ -65,7 +65,7 @@ def test_a_refused_predict_leaves_no_folder_in_a_run_elsewhere(tmp_path, monkeyp
     """A run outside the working directory: the claimed <run>/predict/<stamp> and the predict/
     made for it both go; the run's own folder and what it holds stay."""
     from app.__main__ import _delete_empty_claims
-    from app.training import resume
+    from app.cli import argv as argv_step
 
     run, here = tmp_path / "run", tmp_path / "elsewhere"
     (run / "checkpoints").mkdir(parents=True)
@@ -74,7 +74,7 @@ def test_a_refused_predict_leaves_no_folder_in_a_run_elsewhere(tmp_path, monkeyp
     claimed = run / "predict" / "2026-01-01_00-00-00"
     claimed.mkdir(parents=True)
     (claimed / "predict.log").write_text("refused\n")
-    monkeypatch.setattr(resume, "CLAIMED", [claimed])
+    monkeypatch.setattr(argv_step, "CLAIMED", [claimed])
     _delete_empty_claims("predict", failed=True)
     assert sorted(p.name for p in run.iterdir()) == ["checkpoints"]
     kept = run / "predict" / "2026-01-02_00-00-00"  # negative control: an earlier result stays, and so its folder

@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 from docs_runner import spawn_one_process_for
 
+from app.cli.argv import claim_and_rewrite_argv
 from app.errors import ConfigError
-from app.training.resume import claim_and_rewrite_argv, latest_run
-from app.training.rundir import release_lock
+from app.runs.rundir import release_lock
+from app.runs.saved import latest_run
 
 CONFIG = ["data.num_images=96", "data.source_size=128", "data.num_classes=3", "data.image_size=[96,96]",
           "data.batch_size=8", "model.widths=[32,64]", "model.dropout=0.3", "trainer.epochs=5",
@@ -39,7 +40,7 @@ def app(*args, cwd, **kw):
 def weights(checkpoint: Path) -> tuple[list[np.ndarray], int]:
     import keras
 
-    import app.training.objectives  # noqa: F401 - registers the loss the checkpoints were compiled with
+    import app.objectives  # noqa: F401 - registers the loss the checkpoints were compiled with
 
     model = keras.saving.load_model(checkpoint / "model.keras")
     return [np.array(v) for v in model.weights], int(model.optimizer.iterations.numpy())
@@ -215,7 +216,7 @@ def test_unsafe_override_is_refused(runs):
 @pytest.mark.exhaustive
 def test_corrupt_newest_checkpoint_falls_back(runs):
     """Through the CLI. Covered in `make test` by: the resume point passing over half-written and
-    corrupt checkpoints (tests/training/test_checkpoint.py)."""
+    corrupt checkpoints (tests/runs/test_checkpoint.py)."""
     run_a, _, _, _ = runs
     copy = run_a.parent / "C"
     shutil.copytree(run_a, copy)
@@ -279,7 +280,7 @@ def test_latest_is_the_run_with_the_newest_checkpoint(tmp_path):
 
 
 def test_the_tasks_of_one_srun_share_a_run_and_only_process_0_locks_it(tmp_path, monkeypatch):
-    from app.training.rundir import _held
+    from app.runs.rundir import _held
 
     monkeypatch.setenv("SLURM_NTASKS", "2")
     monkeypatch.setenv("SLURM_JOB_ID", "77")
@@ -304,7 +305,7 @@ def test_the_tasks_of_one_srun_share_a_run_and_only_process_0_locks_it(tmp_path,
 @pytest.mark.slow
 def test_a_folder_that_holds_a_run_is_refused_unless_overwrite_moves_it_aside(tmp_path, monkeypatch):
     from app.errors import ConfigError
-    from app.training.rundir import RunInUseError
+    from app.runs.rundir import RunInUseError
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "empty").mkdir()
@@ -339,7 +340,7 @@ def test_a_folder_that_holds_a_run_is_refused_unless_overwrite_moves_it_aside(tm
     with pytest.raises(ConfigError, match="false with `resume`"):
         claim_and_rewrite_argv([f"resume={run}", "overwrite=true"])
     holder = subprocess.Popen(  # a live run is never moved
-        [sys.executable, "-c", "import sys; from app.training.rundir import hold_lock; "
+        [sys.executable, "-c", "import sys; from app.runs.rundir import hold_lock; "
          "hold_lock(sys.argv[1], 'a test'); print('held', flush=True); sys.stdin.read()", str(run)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
@@ -392,7 +393,7 @@ def test_sigterm_just_after_an_epochs_metrics_row_leaves_a_run_that_resumes(tmp_
 
 
 def test_a_new_run_deletes_only_what_a_run_stopped_before_its_first_checkpoint_recorded(tmp_path):
-    from app.training.rundir import delete_partial_records
+    from app.runs.rundir import delete_partial_records
 
     for name in ("stopped", "kept"):
         (tmp_path / name / "tensorboard" / "train").mkdir(parents=True)

@@ -1,5 +1,5 @@
 """A run saved by an older version of the app (tests/saved/run_before_the_split: its config names
-the loggers' and scheduler's `_target_`s where they were then, app.training.*) resumes, evaluates
+the loggers' `_target_`s where they were then, under app.training) resumes, evaluates
 and exports through today's CLI."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import yaml
 from loaders import wait_until
 
 from app.data.synthetic import dataset_dir_name
-from app.training.rundir import RunInUseError, check_unlocked
+from app.runs.rundir import RunInUseError, check_unlocked
 
 TINY = ["data.num_images=48", "data.source_size=96", "data.num_classes=3", "data.image_size=[32,32]",
         "data.batch_size=4", "model.widths=[8]", "trainer.epochs=1"]

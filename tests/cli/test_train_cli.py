@@ -267,7 +267,7 @@ def profiled_steps(logdir: Path) -> list[int]:
 def _trained(run: Path) -> list[np.ndarray]:
     import keras
 
-    import app.training.objectives  # noqa: F401 - the checkpoint's metric classes
+    import app.objectives  # noqa: F401 - the checkpoint's metric classes
 
     last = sorted((run / "checkpoints").glob("step-*"))[-1]  # with its optimizer, unlike model.keras
     model = keras.saving.load_model(last / "model.keras")

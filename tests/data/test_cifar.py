@@ -295,7 +295,7 @@ def test_the_test_batch_stays_outside_the_fingerprint(tmp_path):
 
 
 def test_runs_on_the_first_split_are_refused(tmp_path):
-    from app.training.rundata import run_source
+    from app.runs.rundata import run_source
 
     _write_batches(tmp_path / "data")
     src = load_or_generate_source(_cfg(tmp_path / "data"))

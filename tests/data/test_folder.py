@@ -253,7 +253,7 @@ def test_fingerprint_covers_modification_times(tmp_path):
 
 
 def test_check_same_data_says_what_changed(tmp_path):
-    from app.training.rundata import check_same_data
+    from app.runs.rundata import check_same_data
 
     root = _tree(tmp_path / "d", {"a": 3, "b": 3})
     run = tmp_path / "run"

@@ -19,8 +19,8 @@ from app.data.headers import largest_decode_bytes
 from app.data.images import Decode, rgb_from_bytes
 from app.data.shards import read_index
 from app.errors import BadSampleError, ConfigError, DataError
+from app.runs.rundata import check_same_data
 from app.schema.data import DATA_TARGETS
-from app.training.rundata import check_same_data
 
 
 def _data(path, **keys):

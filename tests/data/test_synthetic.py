@@ -16,9 +16,9 @@ from app.data import drawing, load_or_generate_source, synthetic
 from app.data.images import load_rgb
 from app.data.synthetic import Spec, class_names, dataset_dir_name, ensure_dataset
 from app.errors import DataError, MachineError
+from app.io import write_json
+from app.runs.rundata import run_source
 from app.schema.data import DATA_TARGETS
-from app.training.rundata import run_source
-from app.training.rundir import write_json
 
 SYNTH = DATA_TARGETS["synthetic"]
 TINY = {"num_images": 24, "source_size": 64, "num_classes": 3}

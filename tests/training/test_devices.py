@@ -21,7 +21,7 @@ import recording
 from docs_runner import spawn_one_process_for
 
 from app.errors import ConfigError
-from app.training.checkpoint import newest_first
+from app.runs.checkpoint import newest_first
 from app.training.devices import Placement, _check_batch
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -213,8 +213,8 @@ def test_each_precision_trains_under_a_strategy_with_float32_ends(precision, tmp
     import tensorflow as tf
 
     from app import model as models
+    from app.runs.checkpoint import EpochFigures
     from app.training import devices, recipe
-    from app.training.checkpoint import EpochFigures
     from app.training.steps import EpochPlan, Feed, build_metrics, train_epoch
 
     config = composed("model.widths=[8]", "data.image_size=[16,16]", f"trainer.precision={precision}",

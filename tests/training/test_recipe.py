@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from docs_runner import spawn_one_process_for
 
-import app.training.objectives  # noqa: F401 - registers the loss the checkpoints were compiled with
+import app.objectives  # noqa: F401 - registers the loss the checkpoints were compiled with
 
 SMALL = "+model.kwargs={minimalistic: true}"  # new keys of a mapping take `+` in Hydra
 
@@ -125,10 +125,10 @@ def test_schedules_over_epochs_times_steps():
 
 
 def test_replaced_keys_are_refused_and_old_runs_are_read_translated():
+    from app.cli.argv import claim_and_rewrite_argv
     from app.config import load
     from app.errors import ConfigError
-    from app.training.migrate import migrated
-    from app.training.resume import claim_and_rewrite_argv
+    from app.runs.migrate import migrated
 
     with pytest.raises(ConfigError, match=r"`trainer.lr` was replaced: use optimizer.learning_rate"):
         claim_and_rewrite_argv(["trainer.lr=0.1"])

@@ -13,11 +13,11 @@ import pytest
 from loaders import wait_until
 from marked import IdentityAugmenter, MarkedSplit
 
+from app.inference.scores import evaluate
 from app.loader import prefetch
 from app.loader.enqueuer import Enqueuer
 from app.loader.settings import Settings
 from app.model import classifier
-from app.training.scores import evaluate
 from app.training.steps import EpochFigures, EpochPlan, Feed, train_epoch, validate
 
 BATCH = 4

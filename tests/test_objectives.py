@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 
-from app.training.objectives import PerClassRecall, SmoothedSparseCrossentropy
+from app.objectives import PerClassRecall, SmoothedSparseCrossentropy
 
 
 def probabilities(n: int = 12, classes: int = 4, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -1,18 +1,5 @@
-"""The run's dashboards (conf/logger, one or several at once): TensorBoard event files under
-<run dir>/tensorboard (train/ and validation/, as Keras's own callback lays them out, and the
-hyper-parameters at the top for TensorBoard's HParams view), scalars.csv, an MLflow run
-(app/training/mlflow_writer.py), or nothing.
-
-Scalars every `trainer.log_every_steps` (step/loss, step/accuracy, step/learning_rate,
-step/images_per_s, step/data_wait_fraction, step/peak_memory_mb, step/peak_trainer_mb,
-step/peak_workers_mb, and the loader's step/ring_fill and step/<stage>_ms a sample: read,
-decode, augment, copy) and at each epoch's end (epoch/<figure>: each number of metrics.csv's
-row, validation's under validation/), all on the global step; the run's `tags` as
-text; the first training batch as images (and augmented.png, whatever the logger). On resume what was written after the
-checkpoint is cut away, as metrics.csv's rows are: TensorBoard does not discard it by itself.
-The event files are written without TensorFlow, on either backend (app/training/event_files.py).
-Never imports the loader or TensorFlow.
-"""
+"""The run's dashboards (conf/logger, one or several at once): TensorBoard event files, scalars.csv, an MLflow run, or
+nothing; on resume what came after the checkpoint is cut away, as TensorBoard does not discard it."""
 
 from __future__ import annotations
 
@@ -26,11 +13,11 @@ import numpy as np
 
 from app import sheets
 from app.capacity.memory import PeakMemory
+from app.runs.checkpoint import RunState
+from app.runs.tables import rewrite_keeping_rows
 from app.schema import LOGGER_TARGETS, LoggerConfig
-from app.training import event_files
-from app.training.checkpoint import RunState
-from app.training.mlflow_writer import MlflowWriter, flattened
-from app.training.tables import rewrite_keeping_rows
+from app.tracking import event_files
+from app.tracking.mlflow_writer import MlflowWriter, flattened
 
 log = logging.getLogger("app.train")
 EVENTS = "tensorboard"
@@ -41,8 +28,7 @@ class Writer:
     """logger=none: writes nothing. What every writer takes, in the order a run calls it."""
 
     def begin(self, config: dict, *, trial: str, step: int) -> None:
-        """The run's (plain) config, once a run starts or resumes at `step`: HParams and the tags
-        from a new run (a resumed run's are in the events kept from before)."""
+        """As a run starts or resumes at `step`: HParams and tags for a new run (a resumed one's events hold them)."""
         if step == 0:
             self.hparams(flattened(config), trial=trial)
             if config.get("tags"):
@@ -64,9 +50,8 @@ class Writer:
         """Called just before the checkpoint of `step` is saved: what was written up to it is final."""
 
     def finish_and_upload(self, status: str) -> None:
-        """The run's end: `completed` as planned (trainer.epochs done, or a callback stopped it),
-        `failed` by an error, `interrupted` by a signal. Files closed; where a logger keeps the
-        run elsewhere (MLflow), the run's files uploaded and its run ended."""
+        """The run's end, `status` completed (epochs done, or a callback stopped it), failed or interrupted: files
+        closed; where a logger keeps the run elsewhere (MLflow), its files uploaded and its run ended."""
 
 
 class Writers(Writer):
@@ -97,8 +82,7 @@ class Writers(Writer):
 
 
 class TensorBoardWriter(Writer):
-    """logger=tensorboard: event files as Keras's TensorBoard callback lays them out, written
-    without TensorFlow on either backend (app/training/event_files.py)."""
+    """logger=tensorboard: event files as Keras's TensorBoard callback lays them out, without TensorFlow."""
 
     def __init__(self, run_dir: Path):
         self.root = Path(run_dir) / EVENTS
@@ -147,8 +131,7 @@ class CsvWriter(Writer):
 
 
 def writer(target: str | None, run_dir: Path, node=None) -> Writer:
-    """The writer a logger's `_target_` names (`node`: that logger's config); None (a process that
-    logs nothing) or Writer's own: one that writes nothing."""
+    """The writer a logger's `_target_` names (`node`: its config); for None or another, one that writes nothing."""
     if target == LOGGER_TARGETS["mlflow"]:
         return MlflowWriter(run_dir, node)
     chosen = {f"{__name__}.{cls.__name__}": cls for cls in (TensorBoardWriter, CsvWriter)}.get(target)
@@ -163,7 +146,8 @@ def writers(logger: LoggerConfig, run_dir: Path) -> Writer:
 
 
 class Dashboard(keras.callbacks.Callback):
-    """Writes what the module docstring lists, through `out`."""
+    """Keras callback: each logged step's scalars (step/<name>) and each epoch's (epoch/<name>, validation's apart) to
+    `out`, on the global step; ends `out` with `completed` at training's end."""
 
     def __init__(self, out: Writer, state: RunState, memory: PeakMemory, telemetry):
         """`telemetry`: the loader's snapshot of a window (Loader.telemetry), read at each logging step."""
@@ -192,16 +176,14 @@ class Dashboard(keras.callbacks.Callback):
 
 
 def write_first_batch(out: Writer, run_dir: Path, batch: tuple, class_names: list[str]) -> None:
-    """The first training batch as the model gets it (augmented, uint8): in the dashboard, and as
-    augmented.png with each sample's class."""
+    """The first training batch as the model gets it (augmented, uint8): to `out`, and as augmented.png with classes."""
     images, labels = batch[0], batch[1]
     out.images("augmented", images, 0)
     sheets.grid(images, [class_names[int(y)] for y in labels]).save(Path(run_dir) / "augmented.png")
 
 
 def rewrite_without_events_after(run_dir: Path, step: int) -> None:
-    """What the dashboards hold after `step` goes: the event files rewritten without those events
-    (each under a temporary name, then renamed over the old one), scalars.csv without those rows."""
+    """Cuts the dashboards back to `step`: event files and scalars.csv rewritten atomically without anything later."""
     rewrite_keeping_rows(Path(run_dir) / SCALARS, lambda row: int(row["step"]) <= step, "step")
     root = Path(run_dir) / EVENTS
     files = sorted(root.rglob("*tfevents*")) if root.is_dir() else []

@@ -1,6 +1,4 @@
-"""The run directory: claiming a new one (and refusing or moving aside one that holds a run),
-its lock, and its small files (summary.json, split.json; the CSV files are
-app/training/tables.py's). No TensorFlow."""
+"""The run directory: claiming a new one, refusing or moving aside one that holds a run, its lock, its JSON files."""
 
 from __future__ import annotations
 
@@ -21,7 +19,7 @@ import psutil
 
 from app.errors import AppError, DataError
 from app.frameworks import versions
-from app.io import atomic_write
+from app.io import write_json
 from app.redact import redacted
 
 LOCK_FILE = ".lock"
@@ -34,8 +32,7 @@ class RunInUseError(AppError):
 
 
 def claim_dir(path: Path) -> Path:
-    """A new directory at `path`, or at `path-1`, `path-2`, ... when that exists: mkdir is atomic,
-    so two processes claiming the same name at once get two directories."""
+    """A new directory at `path`, else `path-1`, `path-2`, ...: mkdir is atomic, so two claims never share one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     for n in itertools.count():
@@ -56,8 +53,7 @@ RUN_FILES = ("metrics.csv", "model.keras")
 
 
 def holds_run(path: Path) -> bool:
-    """Whether `path` holds a run (finished, failed or stopped), or is a sweep's folder whose
-    jobs do."""
+    """Whether `path` holds a run (finished, failed or stopped), or is a sweep's folder whose jobs do."""
     path = Path(path)
     return path.is_dir() and (_own_run(path) or any(_own_run(job) for job in path.iterdir() if job.is_dir()))
 
@@ -78,9 +74,7 @@ PARTIAL_RECORDS = ("samples.csv", "scalars.csv", "bad_samples.txt", "tensorboard
 
 
 def delete_partial_records(path: Path) -> None:
-    """A new run's folder freed of what a run stopped there before its first checkpoint recorded
-    (nothing a resume could go on from, as `holds_run` says), so the new run's steps start at 1
-    instead of after the old ones. Never touches a folder that holds a run."""
+    """Deletes PARTIAL_RECORDS from `path` so a new run's steps start at 1; a folder that holds a run is left alone."""
     path = Path(path)
     if holds_run(path):
         return
@@ -96,8 +90,7 @@ def delete_partial_records(path: Path) -> None:
 
 
 def move_aside(path: Path) -> Path:
-    """Renames `path` (a run's folder, or whatever a command would replace) to a free sibling
-    name, `<name>.old`, `<name>.old-1`, ...; nothing is deleted. Returns where it went."""
+    """Renames `path` to a free `<name>.old`, `<name>.old-1`, ... beside it and returns that; nothing is deleted."""
     path = Path(path)
     for n in itertools.count():
         aside = path.with_name(f"{path.name}.old" if n == 0 else f"{path.name}.old-{n}")
@@ -108,9 +101,8 @@ def move_aside(path: Path) -> Path:
 
 
 def hold_lock(run_dir: Path, command: str) -> None:
-    """This process's exclusive lock on `run_dir` (`flock` on its .lock file, holding our PID),
-    until the process ends or `release_lock`. The kernel drops it when the process dies, by
-    SIGKILL too, so no stale lock is ever left. Held already by this process: nothing to do."""
+    """Takes this process's exclusive flock on `run_dir`/.lock, writing our PID and `command`, until exit or
+    `release_lock` (a no-op if held already); RunInUseError when another holds it. The kernel drops it when we die."""
     run_dir = Path(run_dir).resolve()
     if run_dir in _held:
         return
@@ -129,8 +121,7 @@ def hold_lock(run_dir: Path, command: str) -> None:
 
 
 def release_lock(run_dir: Path) -> None:
-    """The lock dropped and its holder's PID wiped: a command that ends, or is refused, leaves the
-    .lock file as it found it after the last run that ended."""
+    """Drops the lock and wipes our PID, leaving .lock as it was after the last run that ended; a no-op if not held."""
     fd = _held.pop(Path(run_dir).resolve(), None)
     if fd is not None:
         os.ftruncate(fd, 0)
@@ -149,8 +140,7 @@ def _in_use(run_dir: Path, fd: int) -> RunInUseError:
 
 
 def check_unlocked(run_dir: Path) -> None:
-    """RunInUseError when a live process holds `run_dir`'s lock. The .lock file is only read: its
-    bytes and times stay as they are (a finished run is left untouched)."""
+    """RunInUseError when a live process holds `run_dir`'s lock; .lock is only read (its bytes and times kept)."""
     run_dir = Path(run_dir).resolve()
     if run_dir in _held or not (run_dir / LOCK_FILE).is_file():
         return
@@ -164,8 +154,7 @@ def check_unlocked(run_dir: Path) -> None:
 
 
 def log_apart(run_dir: Path, process: int) -> None:
-    """Process `process` of a several-process run logs to `train.<process>.log` in the run
-    directory that process 0 writes, not into process 0's log."""
+    """Moves this process's file logging to `train.<process>.log` in `run_dir`, apart from process 0's log."""
     root = logging.getLogger()
     for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
         root.removeHandler(handler)
@@ -176,16 +165,8 @@ def log_apart(run_dir: Path, process: int) -> None:
         root.addHandler(apart)
 
 
-def write_json(path: Path, content: Any) -> None:
-    """Atomically: readers never see half a file."""
-    text = json.dumps(content, indent=2, default=str) + "\n"
-    with atomic_write(path, encoding="utf-8") as f:
-        f.write(text)
-
-
 class Summary:
-    """summary.json, rewritten at start, every epoch and at the end. A resumed run's is kept as it
-    was until `start`: a resume refused before it trains (a budget, a missing file) changes nothing."""
+    """summary.json, rewritten at start, each epoch and the end; a resumed run's only once `start` is called."""
 
     def __init__(self, run_dir: Path, overrides: list[str], *, resumed_from: str | None = None,
                  name: str = "summary.json"):

@@ -15,8 +15,8 @@ from mlflow.entities import Metric
 
 from app.errors import ConfigError
 from app.schema import LoggerConfig, MlflowLoggerConfig, TensorBoardLoggerConfig
-from app.training import dashboards, mlflow_writer
-from app.training.mlflow_writer import RUN_FILE, MlflowWriter, retried, store
+from app.tracking import dashboards, mlflow_writer
+from app.tracking.mlflow_writer import RUN_FILE, MlflowWriter, retried, store
 
 CONFIG = {"seed": 0, "tags": ["baseline", "team:vision", "stage=two"], "trainer": {"epochs": 2, "callbacks": []}}
 

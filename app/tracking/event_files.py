@@ -1,16 +1,5 @@
-"""TensorBoard's event files written and rewritten with the `tensorboard` package alone, on
-either backend: the same summaries as `tf.summary` (v2) writes (tensor summaries with each
-plugin's metadata: a scalar a float32 tensor, images a string tensor [width, height, png...],
-text a string tensor, HParams the hparams plugin's session start), so TensorBoard shows the same
-tabs; and an event file rewritten with the records kept byte for byte (a resume's cut).
-
-TensorBoard's internals used beyond its summary and plugin-metadata modules, all here:
-`tensorboard.summary.writer.record_writer.RecordWriter` (the record framing) and
-`tensorboard.compat.tensorflow_stub.pywrap_tensorflow.masked_crc32c` (the records' checksum).
-Its EventFileWriter and event-file loaders are not used: they go through `tensorboard.compat.tf`,
-which imports TensorFlow whenever it is installed (outside app/frameworks.py's quiet start that
-keeps it off JAX's GPUs). Never imports TensorFlow, Keras, JAX or the loader.
-"""
+"""TensorBoard event files written as `tf.summary` writes them, and cut back keeping records byte for byte, by the
+`tensorboard` package alone: its EventFileWriter imports TensorFlow, where installed, via `tensorboard.compat.tf`."""
 
 from __future__ import annotations
 
@@ -40,8 +29,7 @@ _NUMBER = itertools.count()
 
 
 class EventFile:
-    """One new event file in `folder` (made if missing), named as TensorFlow's writer names its
-    own; summaries are written at once, on disk after `flush`."""
+    """A new event file in `folder` (made if missing), named as TensorFlow names its own; on disk after `flush`."""
 
     def __init__(self, folder: Path):
         folder.mkdir(parents=True, exist_ok=True)
@@ -78,8 +66,7 @@ def scalars(values: dict) -> summary_pb2.Summary:
 
 
 def images(tag: str, batch: np.ndarray) -> summary_pb2.Summary:
-    """A uint8 batch (N, H, W, C of 1, 3 or 4) as tf.summary.image writes it (the Images tab):
-    a string tensor [width, height, one PNG an image]."""
+    """A uint8 batch (N, H, W, C of 1, 3 or 4) as tf.summary.image writes it (the Images tab)."""
     batch = np.asarray(batch, dtype=np.uint8)
     height, width = batch.shape[1:3]
     pngs = [_png(image) for image in batch]
@@ -102,15 +89,12 @@ def text(tag: str, value: str) -> summary_pb2.Summary:
 
 
 def hparams(values: dict, trial: str) -> summary_pb2.Summary:
-    """The trial's hyper-parameters (plain values) as the hparams plugin's own `hp.hparams` writes
-    them, at step 0 of the run's top folder (the HParams tab)."""
+    """The trial's hyper-parameters as the hparams plugin's `hp.hparams` writes them (the HParams tab)."""
     return hparams_summary.hparams_pb(values, trial_id=trial)
 
 
 def records(path: Path) -> Iterator[tuple[bytes, event_pb2.Event]]:
-    """Each whole record of an event file (its framing and checksums included) and its event,
-    up to the end or to the first record cut short or failing its checksum (a write the process
-    did not finish), where TensorBoard's own reader stops too."""
+    """Each whole record of an event file and its event, up to the first one cut short or failing its checksum."""
     with open(path, "rb") as f:
         while len(header := f.read(12)) == 12:
             (length,), (header_crc,) = struct.unpack("<Q", header[:8]), struct.unpack("<I", header[8:])
@@ -123,8 +107,7 @@ def records(path: Path) -> Iterator[tuple[bytes, event_pb2.Event]]:
 
 
 def rewrite_keeping_events(path: Path, keep: Callable[[event_pb2.Event], bool]) -> None:
-    """The event file at `path` rewritten with the records whose event `keep` accepts, byte for
-    byte (under a temporary name, then renamed over the old one)."""
+    """Rewrites `path` with the records whose event `keep` accepts, byte for byte, via a temporary file."""
     kept = [record for record, event in records(path) if keep(event)]
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "wb") as out:

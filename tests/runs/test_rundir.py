@@ -1,4 +1,4 @@
-"""app/training/rundir.py: a resumed run's data is the data it was trained on, and a refusal
+"""app/runs/rundir.py: a resumed run's data is the data it was trained on, and a refusal
 says which files differ."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from PIL import Image
 
 from app.data.folder import folder_source
 from app.errors import DataError
-from app.training.rundata import check_same_data
+from app.runs.rundata import check_same_data
 
 
 def _tree(root, names):
@@ -57,7 +57,7 @@ def test_a_rewritten_file_is_named_as_modified(tmp_path):
 
 
 def test_claiming_a_taken_name_gets_the_next_free_one(tmp_path):
-    from app.training.rundir import claim_dir
+    from app.runs.rundir import claim_dir
 
     first = claim_dir(tmp_path / "day" / "12-00-00")
     assert first == tmp_path / "day" / "12-00-00" and first.is_dir()
@@ -66,7 +66,7 @@ def test_claiming_a_taken_name_gets_the_next_free_one(tmp_path):
 
 
 def test_a_stopped_runs_leftovers_go_and_a_run_is_never_touched(tmp_path):
-    from app.training.rundir import delete_partial_records, holds_run, move_aside, run_files
+    from app.runs.rundir import delete_partial_records, holds_run, move_aside, run_files
 
     (tmp_path / "samples.csv").write_text("step\n1\n")
     (tmp_path / "tensorboard").mkdir()
@@ -84,7 +84,7 @@ def test_a_stopped_runs_leftovers_go_and_a_run_is_never_touched(tmp_path):
 
 
 def test_a_resumed_runs_summary_is_kept_until_it_trains(tmp_path):
-    from app.training.rundir import Summary
+    from app.runs.rundir import Summary
 
     Summary(tmp_path, ["trainer.epochs=2"]).update(status="completed", epochs_completed=2)
     resumed = Summary(tmp_path, ["trainer.epochs=3"], resumed_from=str(tmp_path))

@@ -1,5 +1,4 @@
-"""A run's data: the source it was trained on, found again and checked to be the same before a
-resume, `evaluate` or `plan` uses it; a refusal names what changed. Never imported by workers."""
+"""A run's data source found again and checked to be the one it trained on; a refusal names what changed."""
 
 from __future__ import annotations
 
@@ -7,15 +6,14 @@ from pathlib import Path
 
 from app.data import cifar, load_or_generate_source, synthetic
 from app.errors import DataError
-from app.training.rundir import read_json
+from app.runs.rundir import read_json
 
 SPLIT_MISSING = ("it records which samples the run trains and validates on; restore it from a copy of the run, "
                  "or start a new run")
 
 
 def run_source(run_dir: Path, data_config):
-    """The data source of an existing run, checked to be the one it was trained on; a synthetic
-    dataset of another generator version, or CIFAR-10 split another way, is refused before any work."""
+    """An existing run's data source, checked to be the one it trained on; refused before any work when it is not."""
     recorded = read_json(Path(run_dir) / "split.json", SPLIT_MISSING)
     if recorded.get("source") == "synthetic":
         synthetic.check_generator(str(recorded.get("root", "")), run_dir)
@@ -27,8 +25,7 @@ def run_source(run_dir: Path, data_config):
 
 
 def check_same_data(run_dir: Path, source) -> None:
-    """A run's data must be what it was trained on: split.json's fingerprint against the source's.
-    Runs recorded before modification times were covered compare names and sizes."""
+    """A DataError naming what changed unless split.json's fingerprint is the source's (old runs: names, sizes)."""
     recorded = read_json(Path(run_dir) / "split.json", SPLIT_MISSING)
     fingerprint = recorded.get("fingerprint")
     now = source.fingerprint if "fingerprint_covers" in recorded else source.names_sizes_fingerprint
@@ -47,8 +44,7 @@ def check_same_data(run_dir: Path, source) -> None:
 
 
 def _changed_files(recorded: dict, source, split_file: Path) -> str:
-    """Which files differ from split.json's lists, for a folder source: new and gone by name,
-    and, where the names are the same, those modified after split.json was written."""
+    """For a folder source: the files new, gone, or modified since split.json was written, as a sentence or ""."""
     if not isinstance(recorded.get("train"), list) or "train" not in source.split:
         return ""
     before = set(recorded["train"]) | set(recorded.get("val") or [])

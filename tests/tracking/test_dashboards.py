@@ -10,7 +10,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.util import tensor_util
 
 from app.schema import LOGGER_TARGETS
-from app.training import dashboards
+from app.tracking import dashboards
 
 
 def steps(path, tag: str) -> list[int]:

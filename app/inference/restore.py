@@ -1,9 +1,4 @@
-"""A run's checkpoints and exported model opened again, on the Keras side: where a resumed run
-starts (`resume_point`, train) and which checkpoint `evaluate` scores (`chosen_checkpoint`),
-two policies over app/training/checkpoint.py's one `walk`; model.keras for `predict`
-(`load_model_keras`). Imports Keras and the model at its top: a command imports it once Keras is
-loaded on the run's backend (app/training/resume.py: read_run_setting_backend, keras_for_run).
-Never imports the loader or the commands."""
+"""A run's checkpoints and model.keras loaded again: where a resume starts, what `evaluate` and `predict` use."""
 
 from __future__ import annotations
 
@@ -15,10 +10,10 @@ from pathlib import Path
 import keras
 import numpy as np
 
-import app.training.objectives  # noqa: F401 - registers the recipe's loss and metrics, which checkpoints use
+import app.objectives  # noqa: F401 - registers the recipe's loss and metrics, which checkpoints use
 from app.errors import DataError, config_error
 from app.model import import_builder, model_keras_problem, read_metadata
-from app.training import checkpoint
+from app.runs import checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +25,7 @@ def load_keras_model(path: Path):
 
 
 def check_whole_archive(path: Path) -> None:
-    """A .keras file that is there but is no zip archive is said to be so: Keras says "File not
-    found" of a file cut short."""
+    """A ValueError for a .keras file that is there but no zip archive (Keras would say "File not found")."""
     path = Path(path)
     if path.is_file() and not zipfile.is_zipfile(path):
         raise ValueError(f"{path.name} is there ({path.stat().st_size} bytes) but is not a whole .keras archive: "
@@ -60,13 +54,8 @@ class ResumePoint:
 
 
 def resume_point(run_dir: Path, epochs: int | None = None) -> ResumePoint:
-    """Where a resumed run starts, decided here and only here:
-
-    1. the run directory's newest checkpoint whose state.json and model.keras both load;
-    2. if it does not load (a corrupt or half-copied file), a warning, and the next newest;
-    3. none loads, or there is none: an error. Never a silent fresh start;
-    4. `epochs` (trainer.epochs) below the epochs done there: an error, not a run called completed.
-    """
+    """Where a resumed run starts: the newest checkpoint whose state.json and model.keras load, each failing one
+    passed over with a warning. A ConfigError when none loads (never a fresh start) or `epochs` is below those done."""
     candidates, failures = checkpoint.newest_first(run_dir), []
     for path, state, model in checkpoint.walk(run_dir, _model_with_seeds, failures):
         arrays_file = path / checkpoint.CALLBACK_ARRAYS  # absent in checkpoints of older versions
@@ -103,9 +92,7 @@ def _check_epochs_left(run_dir: Path, path: Path, state: dict, epochs: int | Non
 
 
 def chosen_checkpoint(run_dir: Path, which: str = "last"):
-    """(path, loaded model) of a run's checkpoint: `last`, the newest written at an epoch's end
-    (its weights made metrics.csv's last row); `best`, the one trainer.monitor picked (kept
-    however old); or a checkpoint's name (step-00000120)."""
+    """(path, model) of `last` (newest written at an epoch's end), `best` (trainer.monitor's) or a named checkpoint."""
     candidates = checkpoint.newest_first(run_dir)
     names = ", ".join(p.name for p in candidates) or "none"
     if which == "best":
@@ -129,14 +116,12 @@ def _model_at_epoch_end(path: Path, state: dict):
 
 
 def builder_imported(model_config) -> None:
-    """The run's model builder's module imported: a custom model's layers are registered by it,
-    and a checkpoint or model.keras holding them loads only then."""
+    """The run's model builder's module imported: it registers a custom model's layers, which loading needs."""
     import_builder(model_config)
 
 
 def load_model_keras(run_dir: Path) -> tuple:
-    """(the model, its metadata) of the run's model.keras; a missing or damaged one is a DataError
-    that says how to write it again."""
+    """(model, metadata) of the run's model.keras; a DataError saying how to rewrite a missing or damaged one."""
     path = run_dir / "model.keras"
     problem = model_keras_problem(path)
     if problem is None:

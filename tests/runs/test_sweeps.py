@@ -1,4 +1,4 @@
-"""app/training/sweeps.py: `train resume=<sweep dir>` rewritten as the sweep's own command line,
+"""app/runs/sweeps.py: `train resume=<sweep dir>` rewritten as the sweep's own command line,
 what each of its jobs does, and the locks that keep a live sweep from being resumed."""
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
+from app.cli.argv import claim_and_rewrite_argv
 from app.errors import ConfigError, DataError
-from app.training import sweeps
-from app.training.resume import SAFE_PREFIXES, claim_and_rewrite_argv
-from app.training.rundir import RunInUseError, _held, release_lock
+from app.runs import sweeps
+from app.runs.rundir import RunInUseError, _held, release_lock
+from app.runs.saved import SAFE_PREFIXES
 
 TASK = ["data.num_images=24", "queue.max_size=1,2", "trainer.epochs=2", "data.image_size=[32,32]"]
 OWN = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "hydra.sweep.dir=S",
@@ -106,7 +107,7 @@ def test_a_damaged_record_and_a_sweep_given_to_evaluate_or_with_m_are_refused(tm
 def holding(folder: Path) -> subprocess.Popen:
     """Another process that holds `folder`'s lock until its stdin closes."""
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from app.training.rundir import hold_lock; "
+        [sys.executable, "-c", "import sys; from app.runs.rundir import hold_lock; "
          "hold_lock(sys.argv[1], 'python -m app train -m'); print('held', flush=True); sys.stdin.read()",
          str(folder)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"

@@ -1,9 +1,4 @@
-"""The Keras side of `python -m app export`: a run's model rebuilt to compute in float32
-(`float32_model`), put behind an input of uint8 pixels (`uint8_model`), written in one format by
-Keras's own `Model.export` (`write_format`), and a written format loaded again with that format's
-own runtime, not with Keras or this app (`runtime`): TensorFlow's SavedModel loader, onnxruntime,
-LiteRT's interpreter. Imports Keras at its top: app/commands/export.py imports it once Keras is
-loaded on TensorFlow. Never imports the loader or the commands."""
+"""The Keras side of export: the model in float32 behind a uint8 input, written, then run by its format's runtime."""
 
 from __future__ import annotations
 
@@ -25,10 +20,7 @@ EXPORTER = {"tf_saved_model": "TensorFlow's SavedModel tracing (tf.function)",
 
 
 def float32_model(net: keras.Model) -> keras.Model:
-    """`net` with every layer computing in float32: a mixed_float16/mixed_bfloat16 run's model
-    (whose layers keep their mixed policy in model.keras) rebuilt from its config under float32
-    and given its weights, which mixed precision keeps in float32 already; `net` itself when no
-    layer is mixed."""
+    """`net` rebuilt from its config with every layer in float32, given its weights; `net` itself when none is mixed."""
     if not any(_policy(layer).startswith("mixed_") for layer in every_layer(net)):
         return net
     rebuilt = type(net).from_config(_in_float32(net.get_config()))
@@ -41,7 +33,6 @@ def _policy(layer) -> str:
 
 
 def _in_float32(node):
-    """A model config with each mixed dtype policy in it made float32."""
     if isinstance(node, dict):
         if node.get("class_name") == "DTypePolicy" and str(node["config"].get("name")).startswith("mixed_"):
             return {**node, "config": {**node["config"], "name": "float32"}}
@@ -52,9 +43,7 @@ def _in_float32(node):
 
 
 def uint8_model(net: keras.Model) -> keras.Model:
-    """`net` behind an input of uint8 pixels, cast to float32 inside the graph (the classifier's
-    own input is float32; its first layer normalises), called once: Keras's ONNX exporter
-    refuses a model never called."""
+    """`net` behind a uint8 input cast to float32 in the graph, called once (Keras's ONNX exporter needs it)."""
     shape = tuple(net.input_shape[1:])
     pixels = keras.Input(shape, dtype="uint8", name="image")
     wrapped = keras.Model(pixels, net(keras.ops.cast(pixels, "float32")), name=net.name)
@@ -63,9 +52,7 @@ def uint8_model(net: keras.Model) -> keras.Model:
 
 
 def write_format(model: keras.Model, folder: Path, fmt: str) -> Path:
-    """`model` written into `folder` as `fmt` (EXPORT_WRITTEN names the file); what the exporter cannot
-    convert is a DataError naming the format, the layer where the message names one, and the
-    exporter's own words."""
+    """`model` written into `folder` as `fmt`; an exporter's refusal is a DataError naming the format (and layer)."""
     path = Path(folder) / EXPORT_WRITTEN[fmt]
     logging.getLogger("tf2onnx").setLevel(logging.ERROR)  # its optimizer's retries print tracebacks it recovers from
     try:
@@ -82,15 +69,13 @@ def write_format(model: keras.Model, folder: Path, fmt: str) -> Path:
 
 
 def named_layer(model: keras.Model, text: str):
-    """The layer of `model` (nested models' too) whose name `text` mentions, the longest name
-    first; None when it names none."""
+    """The layer of `model` (nested ones' too) whose name `text` mentions, longest first; None if none."""
     layers = sorted((layer for layer in every_layer(model) if layer is not model), key=lambda layer: -len(layer.name))
     return next((layer for layer in layers if layer.name in text), None)
 
 
 def runtime(path: Path, fmt: str) -> Callable[[np.ndarray], np.ndarray]:
-    """A function from a uint8 batch (N, H, W, 3) to probabilities, of the written `path` loaded
-    with its format's own runtime."""
+    """A function from a uint8 batch (N, H, W, 3) to probabilities: `path` run by its format's own runtime."""
     if fmt == "tf_saved_model":
         import tensorflow as tf  # loaded already, under Keras
 
@@ -106,8 +91,7 @@ def runtime(path: Path, fmt: str) -> Callable[[np.ndarray], np.ndarray]:
 
 
 def _litert(path: Path) -> Callable[[np.ndarray], np.ndarray]:
-    """LiteRT's interpreter over a .tflite file. Its graph comes with a batch of 1: the input
-    is resized to each batch's size (the converter keeps the batch dimension resizable)."""
+    """LiteRT's interpreter over a .tflite file, its batch-of-1 input resized to each batch."""
     from ai_edge_litert.interpreter import Interpreter  # the export extra's, loaded only for this format
 
     interpreter = Interpreter(model_path=str(path))

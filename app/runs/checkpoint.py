@@ -1,20 +1,6 @@
-"""Checkpoints, what they hold, and where a resumed run starts from.
-
-RunState says where a run is (epoch, steps, the running epoch's figures in EpochFigures, the
-best so far, the callbacks' state): what a checkpoint stores and a resume restores; plain data,
-so the trainer can read it when interrupted.
-
-Each checkpoint is a directory `checkpoints/step-<global step>/` holding `model.keras` (the
-weights, the optimizer's state and iteration counter), `seed_generators.npy` (the Dropout
-layers' random state), `callback_arrays.npz` (arrays the user's callbacks hold) and
-`state.json` (epoch, batches done in it, the epoch's figures and Keras's metric variables, the
-callbacks' counters, the best so far, the whole config). It is written under a temporary name and renamed when
-complete, so a kill during a write leaves the previous one intact. The newest `keep` are kept,
-and the best by validation accuracy. `walk` is the one pass over a run's checkpoints, newest
-first, passing over those that do not open; the policies over it, and loading a checkpoint's
-model, are app/training/restore.py's (the Keras side).
-Never imports Keras, TensorFlow or the loader: app/training/resume.py imports it before any backend is set.
-"""
+"""Checkpoints: what they hold (RunState), writing them whole or not at all, and where a resumed run starts from. Each
+is `checkpoints/step-<global step>/`: model.keras (with the optimizer's state), seed_generators.npy (Dropout's random
+state), callback_arrays.npz (the user's callbacks' arrays) and state.json (where the run is, and its config)."""
 
 from __future__ import annotations
 
@@ -29,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from app.errors import config_error
-from app.training.rundir import write_json
+from app.io import write_json
 
 PREFIX = "step-"
 KEEP = 2  # the newest checkpoints kept, besides the best
@@ -86,8 +72,7 @@ class RunState:
         return self.steps_before_epoch + (self.figures.steps if self.figures else 0)
 
     def restore(self, saved: dict, arrays: dict) -> None:
-        """Where a checkpoint's state.json says the run was: after a complete epoch, the next one
-        from its start; inside an epoch, that epoch at its next batch with its running figures."""
+        """Set to where `saved` (state.json) says: after a whole epoch, the next; else that epoch's next batch."""
         self.best, self.callbacks, self.callback_arrays = saved["best"], saved.get("callbacks"), arrays
         if saved["epoch_complete"]:
             self.epoch, self.steps_before_epoch = saved["epoch"] + 1, saved["step"]
@@ -108,8 +93,7 @@ def seed_states(model) -> list:
 
 
 def write_checkpoint(model, run_dir: Path, step: int, state: dict, arrays: dict | None = None) -> Path:
-    """Model (with optimizer state), `state` and the callbacks' `arrays` (name → array) at
-    `step`, written whole or not at all; replaces a checkpoint of the same step."""
+    """The checkpoint of `step` (model, `state`, `arrays`), written whole or not at all; replaces one of that step."""
     root = Path(run_dir) / "checkpoints"
     root.mkdir(exist_ok=True)
     final = root / f"{PREFIX}{step:08d}"
@@ -136,7 +120,7 @@ def write_checkpoint(model, run_dir: Path, step: int, state: dict, arrays: dict 
 
 
 def delete_stale_checkpoints(run_dir: Path, best: str | None) -> None:
-    """All but the newest `KEEP` checkpoints, and the `best` one (its folder's name)."""
+    """Deletes every checkpoint but the newest `KEEP` and `best` (a folder's name), each renamed first."""
     root = Path(run_dir) / "checkpoints"
     for stale in sorted(root.glob(f"{PREFIX}*"))[:-KEEP]:
         if stale.name != best:  # renamed first: a kill mid-delete leaves no half checkpoint
@@ -189,9 +173,8 @@ def read_state(path: Path) -> dict | None:
 
 
 def walk(run_dir: Path, open_one: Callable[[Path, dict], Any], failures: list[str] | None = None) -> Iterator[tuple]:
-    """(path, state, what `open_one(path, state)` gave) of each checkpoint of the run, newest
-    first; one whose state.json or `open_one` fails is warned about, its reason appended to
-    `failures`, and passed over. `open_one` returns None to pass over a checkpoint silently."""
+    """(path, state, `open_one(path, state)`) of each checkpoint, newest first; one that fails is warned about, its
+    reason appended to `failures`, and passed over, as is (silently) one for which `open_one` returns None."""
     for path in newest_first(run_dir):
         try:
             state = json.loads((path / "state.json").read_text())

@@ -1,25 +1,6 @@
-"""logger=mlflow: the run as one MLflow run. Its params are the resolved config, flattened
-(`flattened`); its metrics the step and epoch scalars the
-other loggers get (validation's as `epoch/val_<name>`); its tags the config's `tags`
-(`key:value` or `key=value` as that pair, a bare word with an empty value) and `run_dir`; its
-artifacts the resolved config.yaml, summary.json, metrics.csv, augmented.png and model.keras when
-the run ends, and an evaluation's folder (the confusion matrix) when `evaluate` runs on it.
-
-MLflow's rules, kept here: params are write-once, so a resume whose config changed logs each
-changed value as the tag `changed_at_step_<step>.<key>`; metrics are append-only, so they wait in
-memory until the run's next checkpoint (`checkpointed`, just before it is saved) and a resumed
-run, which redoes the steps after its checkpoint, sends only the steps the store does not hold
-yet; SQLite takes one writer at a time, so a write that finds the database locked is retried
-(a sweep's parallel jobs share one store), and the store's tables are made under a file lock.
-The MLflow run's id is kept in <run dir>/mlflow.json, so a resumed run goes on in the same MLflow
-run. Only the process that writes the run directory makes a writer (app/training/epochs.py).
-
-The store: `logger.mlflow.tracking_uri`, else MLFLOW_TRACKING_URI, else
-sqlite:///<absolute outputs/>/mlflow.db, its artifacts in outputs/mlflow-artifacts/ (a SQLite
-store's artifacts go beside its database file): `mlflow ui --backend-store-uri <that uri>`
-shows every run, offline. MLflow is an optional extra, imported when a writer is made; never
-imports TensorFlow, Keras or the loader.
-"""
+"""logger=mlflow: the run as one MLflow run (params the flattened config, metrics the scalars, tags, artifacts at its
+end). Params are write-once, so a resume's changed value becomes a `changed_at_step_<step>.<key>` tag; metrics wait for
+the next checkpoint; a locked SQLite store is retried; <run dir>/mlflow.json keeps the run's id for a resume."""
 
 from __future__ import annotations
 
@@ -32,10 +13,9 @@ import time
 from pathlib import Path
 
 from app.errors import ConfigError
-from app.io import held_exclusively
+from app.io import held_exclusively, write_json
+from app.runs.sweeps import is_sweep
 from app.schema.training import MlflowLoggerConfig
-from app.training.rundir import write_json
-from app.training.sweeps import is_sweep
 
 log = logging.getLogger("app.train")
 RUN_FILE = "mlflow.json"
@@ -49,8 +29,7 @@ INSTALL = ('logger=mlflow needs MLflow, an optional extra: pip install -e ".[mlf
 
 
 def flattened(config: dict, prefix: str = "") -> dict:
-    """The config flattened to dotted keys and plain values (lists as text), as HParams and
-    MLflow's params take them."""
+    """The config flattened to dotted keys and plain values (lists as text, None left out) for HParams and MLflow."""
     flat = {}
     for key, value in config.items():
         name = f"{prefix}{key}"
@@ -79,7 +58,8 @@ def check_installed(logger) -> None:
 
 
 def store(tracking_uri: str | None, outputs: Path = Path("outputs")) -> tuple[str, str | None]:
-    """(the tracking URI, the artifact location of a new experiment: None where the store decides)."""
+    """(the tracking URI, a new experiment's artifact location; None: the store's choice): `tracking_uri`, else
+    MLFLOW_TRACKING_URI, else sqlite:///<outputs>/mlflow.db (`outputs` made); a SQLite store's artifacts beside it."""
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if not uri:
         root = outputs.resolve()
@@ -95,8 +75,7 @@ def _sqlite_file(uri: str) -> Path | None:
 
 @contextlib.contextmanager
 def _tables_locked(uri: str):
-    """A SQLite store's tables made (and an experiment found or made) by one process at a time:
-    two jobs of a sweep starting together would both create them."""
+    """A SQLite store's tables (and experiment) made under a file lock: two sweep jobs starting together would race."""
     database = _sqlite_file(uri)
     if database is None:
         yield
@@ -106,8 +85,7 @@ def _tables_locked(uri: str):
 
 
 def retried(call, *args, deadline_s: float = RETRY_S, **kwargs):
-    """`call(*args, **kwargs)`, again after a pause (doubling, at most 2 s) while SQLite says the
-    database is locked, until `deadline_s`; any other error at once."""
+    """`call(*args, **kwargs)`, retried with doubling pauses (up to 2 s) while the store is locked, for `deadline_s`."""
     end, pause = time.monotonic() + deadline_s, 0.05
     while True:
         try:
@@ -129,8 +107,7 @@ def metric_key(split: str, tag: str) -> str:
 
 
 def tag_pairs(tags: list[str]) -> dict[str, str]:
-    """The config's `tags` as MLflow's key/value tags: `team:vision` (or `team=vision`) that pair,
-    a bare word with an empty value."""
+    """The config's `tags` as MLflow's: `team:vision` (or `team=vision`) that pair, a bare word with an empty value."""
     pairs = {}
     for tag in map(str, tags):
         pair = re.fullmatch(r"([^=:]*)[=:](.*)", tag)
@@ -150,8 +127,7 @@ class MlflowWriter:
         self.stored: dict[str, int] = {}  # key → the last step the store holds (a resumed run's)
 
     def begin(self, config: dict, *, trial: str, step: int) -> None:
-        """The MLflow run made, or the run directory's continued (`step` > 0: a resume), with its
-        params and tags."""
+        """Makes the MLflow run, or continues the run directory's (a resume), and sends its params and tags."""
         self.config = config
         saved = self.run_dir / RUN_FILE
         record = self._record_moved(json.loads(saved.read_text())) if saved.is_file() else None
@@ -173,8 +149,7 @@ class MlflowWriter:
                    tags={**tag_pairs(config.get("tags") or []), "run_dir": str(self.run_dir.resolve()), **changed})
 
     def _record_moved(self, record: dict) -> dict:
-        """The run directory's MLflow record, pointed at `logger.mlflow.tracking_uri` where a resume
-        gives another store (the old one moved) and written back: the run is looked up there."""
+        """The MLflow record, repointed at `logger.mlflow.tracking_uri` (and written back) where a resume gives one."""
         given = self.node.tracking_uri
         if not given or given == record["tracking_uri"]:
             return record
@@ -185,8 +160,7 @@ class MlflowWriter:
         return record
 
     def _continued(self, record: dict):
-        """The run directory's MLflow run, running again, with the last step of each metric the
-        store holds; None when the store has lost it."""
+        """The stored MLflow run, running again, each metric's last stored step noted; None when the store lost it."""
         try:
             run = retried(self.client.get_run, record["run_id"])
         except self.mlflow.exceptions.MlflowException as error:
@@ -217,8 +191,7 @@ class MlflowWriter:
                          for tag, value in values.items()]
 
     def checkpointed(self, step: int) -> None:
-        """Everything up to `step` is final (its checkpoint is saved next): sent, but a step the
-        store holds already (a resumed run redoing it)."""
+        """Sends the metrics up to `step` (its checkpoint is saved next) but the steps the store holds already."""
         rows = [m for m in self.pending if m.step <= step and m.step > self.stored.get(m.key, -1)]
         self.pending = [m for m in self.pending if m.step > step]
         for start in range(0, len(rows), BATCH):
@@ -242,8 +215,8 @@ class MlflowWriter:
         pass  # `begin` sets them
 
     def finish_and_upload(self, status: str) -> None:
-        """The run's files as artifacts, and the MLflow run ended with `status` (completed,
-        interrupted, failed); the metrics after the last checkpoint are dropped (a resume redoes them)."""
+        """Uploads config.yaml, summary.json and ARTIFACTS and ends the MLflow run with `status`; metrics not sent yet
+        (after the last checkpoint) are dropped."""
         if self.run_id is None:
             return
         summary_path = self.run_dir / "summary.json"
@@ -270,8 +243,7 @@ def _shown(path: Path) -> str:
 
 
 def log_evaluation(run_dir: Path, folder: Path) -> None:
-    """An evaluation's files (the confusion matrix among them) into the run's MLflow run, under
-    evaluate/<folder name>; nothing when the run has none."""
+    """Uploads an evaluation's folder to the run's MLflow run, as evaluate/<folder name>; nothing when it has none."""
     saved = Path(run_dir) / RUN_FILE
     if not saved.is_file():
         return

@@ -1,21 +1,5 @@
-"""A sweep finished in its own folder: `python -m app train resume=<sweep dir>`.
-
-- `resume_argv`, before Hydra (from app/training/resume.py): the sweep's command line again, read
-  off the `multirun.yaml` Hydra saved in its folder (its task overrides, its launcher's settings),
-  into the same folder, with the overrides a single resume allows added to every job. Only the
-  basic sweeper's jobs are the same again (job n, the same settings, folder n); a sweeper that
-  picks a job's settings from earlier results (Optuna) is refused.
-- `job_step`, in the sweep before each job: a job whose run completed (to the epochs it is now
-  given) is done already, its recorded val_accuracy going to the sweeper; one with a checkpoint
-  resumes in its folder as `train resume=<job dir>` would; any other starts (app/training/inputs.py
-  clears what a start stopped before its first checkpoint left).
-- `SweepLock`, Hydra's callback in conf/config.yaml: a sweep's own process holds `<sweep dir>/.lock`
-  while it runs, so a live sweep is never resumed beside itself; it saves multirun.yaml where the
-  sweeper does not.
-- The resolver `app.unless_resumed` keeps a job's `.hydra/` as its first start wrote it when its
-  folder holds a run (as a single resume's `hydra.output_subdir=null` does).
-Orchestration only: never imports Keras, TensorFlow or the loader.
-"""
+"""A sweep finished in its own folder (`python -m app train resume=<sweep dir>`): its command line run again, each job
+done, resumed or started, the sweep's lock, and a resumed job's `.hydra/` kept as its first start wrote it."""
 
 from __future__ import annotations
 
@@ -32,8 +16,8 @@ from app.errors import AppError, ConfigError, DataError, config_error
 from app.io import atomic_write
 from app.overrides import as_dict, key_of, quoted
 from app.redact import redacted
-from app.training import checkpoint
-from app.training.rundir import LOCK_FILE, check_unlocked, hold_lock, release_lock, run_files
+from app.runs import checkpoint
+from app.runs.rundir import LOCK_FILE, check_unlocked, hold_lock, release_lock, run_files
 
 RECORD = "multirun.yaml"  # what Hydra saves in a sweep's folder before its first job
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
@@ -53,15 +37,16 @@ def is_sweep(path: Path) -> bool:
 
 def not_a_run(sweep: Path, word: str) -> ConfigError:
     """`evaluate`/`predict` given a sweep's folder: the error names a job's folder to give instead."""
-    jobs = sorted((p for p in Path(sweep).iterdir() if (p / "checkpoints").is_dir()), key=_number)
+    jobs = sorted((p for p in Path(sweep).iterdir() if (p / "checkpoints").is_dir()), key=job_order)
     example = jobs[0] if jobs else Path(sweep) / "0"
     names = ", ".join(p.name for p in jobs) or "none with a checkpoint yet"
     return config_error("resume", str(sweep), f"a run's folder: {sweep} is a sweep's (its jobs: {names}), and "
                         f"`{word}` works on one run. Give a job's folder, e.g. python -m app {word} resume={example}")
 
 
-def _number(path: Path) -> tuple:
-    return (0, int(path.name), "") if path.name.isdigit() else (1, 0, path.name)
+def job_order(path: Path) -> tuple:
+    """A sort key: job 2 before job 10; a folder named otherwise beside them (a copy, notes) after them."""
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in Path(path).parts)
 
 
 def recorded(sweep: Path) -> tuple[list[str], list[str], str]:
@@ -84,8 +69,8 @@ def recorded(sweep: Path) -> tuple[list[str], list[str], str]:
 
 
 def resume_argv(sweep: Path, given: list[str]) -> list[str]:
-    """The command line that finishes the sweep in `sweep`: its own overrides again, those in
-    `given` (checked safe by the caller) replacing or joining them, into the same folder."""
+    """The command line that finishes the sweep in `sweep`: its own overrides again, `given` (checked safe by the
+    caller) replacing or joining them, into the same folder; a ConfigError for a sweep not run by the basic sweeper."""
     task, own, sweeper = recorded(sweep)
     if sweeper != BASIC_SWEEPER:
         name = sweeper.rsplit(".", 1)[-1]
@@ -135,8 +120,7 @@ def _check_added(added: list[str], hydra_given: list[str], task: list[str]) -> N
 
 
 def check_unlocked_sweep(sweep: Path) -> None:
-    """RunInUseError when a live process holds the sweep's lock (the sweep itself, or another
-    resume of it) or any of its jobs' (a job trained alone with resume=<job dir>)."""
+    """RunInUseError when a live process holds the sweep's lock or any of its jobs' (a job resumed alone)."""
     check_unlocked(sweep)
     for job in sorted(p for p in Path(sweep).iterdir() if (p / LOCK_FILE).is_file()):
         check_unlocked(job)
@@ -144,9 +128,8 @@ def check_unlocked_sweep(sweep: Path) -> None:
 
 @dataclass(frozen=True)
 class Step:
-    """What a job of a resumed sweep does: `done` (not trained again; `accuracy` is its recorded
-    val_accuracy), `resume` (in its folder, given `overrides`: the job's own a resume may change) or
-    `start` (given all the job's overrides)."""
+    """What a job of a resumed sweep does: `done` (`accuracy`: its recorded val_accuracy), `resume` in its folder given
+    `overrides` (those a resume may change), or `start` given all of the job's."""
 
     action: str
     overrides: list[str] = field(default_factory=list)
@@ -159,8 +142,8 @@ def resuming(hydra_cfg: DictConfig) -> bool:
 
 
 def job_step(run_dir: Path, overrides: list[str], *, epochs: int, safe: tuple[str, ...]) -> Step:
-    """What job `run_dir` of a resumed sweep does, given its overrides now, the epochs they give it
-    (trainer.epochs) and the keys a run may change when it resumes (`safe`)."""
+    """The `Step` of job `run_dir` of a resumed sweep, given its overrides, trainer.epochs and the keys a resume may
+    change (`safe`); a ConfigError when its folder holds a run of other overrides."""
     run_dir = Path(run_dir)
     if not run_files(run_dir):  # never started, or stopped before its first checkpoint and epoch
         return Step("start", list(overrides))
@@ -185,8 +168,7 @@ def _fixed(overrides: list[str], safe: tuple[str, ...]) -> dict[str, str]:
 
 
 def _epochs_set(run_dir: Path) -> int | None:
-    """trainer.epochs as the run's newest checkpoint holds it (a completed run trained to it, or
-    stopped early); None when no checkpoint says."""
+    """trainer.epochs as the run's newest checkpoint holds it; None when no checkpoint says."""
     try:
         return int(checkpoint.saved_config(run_dir)["trainer"]["epochs"])
     except (AppError, KeyError, TypeError, ValueError):
@@ -203,8 +185,7 @@ def _summary(run_dir: Path) -> dict:
 
 
 class SweepLock(Callback):
-    """Hydra's callback: the sweep's own process holds `<sweep dir>/.lock` from its start to its end
-    (the kernel drops it if the process dies), so no resume runs beside a live sweep."""
+    """Hydra's callback: the sweep holds its `.lock` while it runs; writes multirun.yaml where its sweeper does not."""
 
     def __init__(self, resuming: bool = False) -> None:
         self.resuming = resuming
@@ -219,9 +200,7 @@ class SweepLock(Callback):
 
 
 def write_record_for_other_sweepers(config: DictConfig) -> None:
-    """The sweep's multirun.yaml, redacted, where its sweeper saves none (Optuna's does not; the
-    basic one saves it after this): what marks the folder as a sweep's for MLflow's experiment,
-    `report` and `resume`, which refuses it by its sweeper."""
+    """Writes the sweep's multirun.yaml, redacted, where its sweeper saves none: `resume=` and MLflow look for it."""
     if OmegaConf.select(config, "hydra.sweeper._target_") == BASIC_SWEEPER:
         return
     with atomic_write(Path(str(config.hydra.sweep.dir)) / RECORD, encoding="utf-8") as f:
@@ -229,8 +208,7 @@ def write_record_for_other_sweepers(config: DictConfig) -> None:
 
 
 def _unless_resumed(subdir: str, _root_: DictConfig) -> str | None:
-    """`hydra.output_subdir` of a resumed sweep's job: None (Hydra writes no .hydra/) when its
-    folder holds a run, whose .hydra/ is its first start's; `subdir` for a job that starts."""
+    """The resolver for a resumed sweep job's `hydra.output_subdir`: None when its folder holds a run, else `subdir`."""
     folder = OmegaConf.select(_root_, "hydra.runtime.output_dir", default=None)
     return subdir if folder is None or not run_files(Path(folder)) else None
 

@@ -1,4 +1,4 @@
-"""The Keras side of export (app/training/exporting.py) in this process: a mixed-precision model
+"""The Keras side of export (app/inference/exporting.py) in this process: a mixed-precision model
 rebuilt in float32, and a keras.applications backbone (no weights downloaded) written as ONNX and
 read back with onnxruntime."""
 
@@ -8,9 +8,9 @@ import keras
 import numpy as np
 import pytest
 
+from app.inference.exporting import float32_model, named_layer, runtime, uint8_model, write_format
 from app.model import build, classifier, small_resnet, write_model_keras
 from app.schema import KerasAppConfig
-from app.training.exporting import float32_model, named_layer, runtime, uint8_model, write_format
 
 
 def policies(net) -> set[str]:

@@ -1,7 +1,5 @@
-"""The recipe's own Keras objects, registered so checkpoints load: sparse crossentropy with
-label smoothing (Keras's sparse loss has none) and the recall of each class.
-model.keras is exported uncompiled (app/model.py), so it loads in plain Keras without them.
-Never imports the loader."""
+"""The recipe's own Keras objects, registered so checkpoints load: sparse crossentropy with label smoothing (Keras's
+sparse loss has none) and the recall of each class; model.keras is exported uncompiled, so plain Keras loads it."""
 
 from __future__ import annotations
 
@@ -13,9 +11,8 @@ EPSILON = 1e-7  # keras.backend.epsilon(): Keras's crossentropy clips probabilit
 
 @keras.saving.register_keras_serializable(package="app")
 class SmoothedSparseCrossentropy(keras.losses.Loss):
-    """Crossentropy of probabilities against integer labels smoothed by `smoothing`, as Keras's
-    CategoricalCrossentropy(label_smoothing=ε) scores one-hot labels: (1 − ε) × −log p(y) plus
-    ε × the mean over classes of −log p."""
+    """Crossentropy of probabilities against integer labels smoothed by `smoothing` ε, as Keras scores one-hot labels:
+    (1 − ε) × −log p(y) + ε × the mean over classes of −log p."""
 
     def __init__(self, smoothing: float = 0.0, name: str = "smoothed_sparse_crossentropy", **kwargs):
         super().__init__(name=name, **kwargs)
@@ -33,8 +30,7 @@ class SmoothedSparseCrossentropy(keras.losses.Loss):
 
 @keras.saving.register_keras_serializable(package="app")
 class PerClassRecall(keras.metrics.Metric):
-    """Of the samples of each class, the share predicted as that class (argmax): one value a
-    class, `recall_<class name>`."""
+    """Of each class's samples, the share predicted as that class (argmax): one value a class, `recall_<class name>`."""
 
     def __init__(self, class_names, name: str = "per_class_recall", **kwargs):
         super().__init__(name=name, **kwargs)

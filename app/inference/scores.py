@@ -1,7 +1,4 @@
-"""The `evaluate` command's scores: one forward pass a batch on one device, scored in numpy as
-Keras scores them (sparse categorical crossentropy, accuracy), with top-k accuracy, the
-confusion matrix and the most confident mistakes. Never imports the loader: batches come as
-arrays."""
+"""The `evaluate` command's scores, from one forward pass a batch, computed in numpy as Keras scores them."""
 
 from __future__ import annotations
 
@@ -11,8 +8,8 @@ from dataclasses import dataclass, field
 import keras
 import numpy as np
 
+from app.objectives import EPSILON
 from app.processes import stop_if_interrupted
-from app.training.objectives import EPSILON
 
 
 @dataclass(kw_only=True)
@@ -41,11 +38,8 @@ class Scores:
 
 def evaluate(net: keras.Model, batches: Iterable[tuple[np.ndarray, ...]],
              confusion: np.ndarray | None = None, top_k: int | None = None) -> Scores:
-    """The `evaluate` command's scores: loss and accuracy over every batch, from one forward
-    pass a batch, scored as Keras's sparse categorical crossentropy and accuracy score them;
-    top-k accuracy, and the most confident mistakes. A batch is (images, labels), or (images,
-    labels, each row's position in the split) where rows were left out. With `confusion`
-    (classes × classes), each sample is counted into it too."""
+    """Loss, accuracy (as Keras's sparse categorical crossentropy and accuracy), top-k accuracy and the most
+    confident mistakes over batches of (images, labels[, positions in the split]); each counted into `confusion`."""
     scores = Scores()
     for x, y, *given in batches:
         stop_if_interrupted()

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from app.errors import ConfigError
-from app.training import checkpoint, restore
+from app.inference import restore
+from app.runs import checkpoint
 
 
 def tiny():

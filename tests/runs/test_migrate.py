@@ -9,12 +9,14 @@ import hydra.utils
 import pytest
 from hydra import compose, initialize_config_dir
 
+from app.cli.keys import refuse_moved_keys, renamed_choosers
 from app.config import conf_dir, load, to_plain, validate
 from app.data import _SOURCES
 from app.errors import ConfigError
+from app.runs import checkpoint
+from app.runs.migrate import STEPS, migrated
 from app.schema import TARGETS, register
-from app.training import checkpoint, dashboards
-from app.training.migrate import STEPS, migrated, refuse_moved_keys, renamed_choosers
+from app.tracking import dashboards
 from app.training.schedules import SCHEDULES
 
 
@@ -52,12 +54,27 @@ def test_an_old_run_dir_is_read_back_in_todays_keys(tmp_path):
     assert config.optimizer._target_ == "keras.optimizers.SGD" and config.optimizer.learning_rate == 0.05
     assert config.scheduler._target_ == "app.training.schedules.constant"
     assert (config.data._target_, config.logger.tensorboard._target_) == (
-        "app.data.synthetic.synthetic_source", "app.training.dashboards.TensorBoardWriter")
+        "app.data.synthetic.synthetic_source", "app.tracking.dashboards.TensorBoardWriter")
     assert (config.logger.csv, config.logger.mlflow) == (None, None)
     today = to_plain(config)
     assert migrated(today) == today  # a config in today's keys is left as it is
     assert not {"split", "checkpoint", "input"} & set(migrated(saved))
-    assert len(STEPS) == 5  # each step is exercised above
+    assert len(STEPS) == 6  # each step is exercised above or below
+
+
+def test_a_run_saved_before_app_training_was_split_names_its_loggers_where_they_are_now():
+    saved = to_plain(_composed("logger=[tensorboard,csv]"))
+    saved["logger"] = {name: {**node, "_target_": node["_target_"].replace("app.tracking.", "app.training.")}
+                       for name, node in saved["logger"].items() if node}
+    with pytest.raises(ConfigError, match="app.training.dashboards"):  # negative control: as saved, refused
+        load(saved)
+    config = load(migrated(saved))
+    assert (config.logger.tensorboard._target_, config.logger.csv._target_) == (
+        "app.tracking.dashboards.TensorBoardWriter", "app.tracking.dashboards.CsvWriter")
+    # one logger a run, and before the split: both steps in turn
+    single = {**saved, "logger": {"_target_": "app.training.mlflow_writer.MlflowWriter", "experiment": "x"}}
+    assert migrated(single)["logger"] == {"mlflow": {"_target_": "app.tracking.mlflow_writer.MlflowWriter",
+                                                     "experiment": "x"}}
 
 
 def test_an_override_of_a_replaced_key_names_its_successor():
@@ -91,7 +108,7 @@ def test_each_target_of_ours_is_the_callable_it_names(tmp_path):
             assert callable(hydra.utils.get_object(target)), (group, target)
     for option, target in TARGETS["logger"].items():
         assert type(dashboards.writer(target, tmp_path / option)) is hydra.utils.get_object(target), option
-    with pytest.raises(ConfigError, match=r"`logger.csv._target_`.*app.training.dashboards.CsvWriter"):
-        validate(to_plain(_composed("logger=csv", "logger.csv._target_=app.training.dashboards.Writer")))
+    with pytest.raises(ConfigError, match=r"`logger.csv._target_`.*app.tracking.dashboards.CsvWriter"):
+        validate(to_plain(_composed("logger=csv", "logger.csv._target_=app.tracking.dashboards.Writer")))
     with pytest.raises(ConfigError, match=r"`scheduler._target_`.*choose it with scheduler=<constant\|cosine"):
         validate(to_plain(_composed("scheduler._target_=app.training.schedules.nope")))  # negative control

@@ -1,5 +1,4 @@
-"""The run's CSV files (metrics.csv, samples.csv, the dashboards' scalars.csv): appended a row at
-a time, cut back to a checkpoint when a run resumes, and a damaged one named. No TensorFlow."""
+"""The run's CSV files: appended a row at a time, cut back to a checkpoint on resume, a damaged one named."""
 
 from __future__ import annotations
 
@@ -12,8 +11,7 @@ from app.io import atomic_write
 
 
 def append_metrics(path: Path, row: dict) -> None:
-    """A row of metrics.csv; the first row's keys are the columns (the figures, and the metrics
-    the recipe asked for: top-k, each class's recall)."""
+    """Appends `row` to metrics.csv; the first row's keys are its columns."""
     new = not path.exists()
     columns = list(row) if new else path.read_text(encoding="utf-8").splitlines()[0].split(",")
     with open(path, "a", newline="", encoding="utf-8") as f:
@@ -24,18 +22,15 @@ def append_metrics(path: Path, row: dict) -> None:
 
 
 def rewrite_keeping_rows(path: Path, keep, column: str) -> None:
-    """Rewrite a CSV file with only the rows `keep(row)` accepts (a resumed run drops what
-    it is about to redo, so no row is duplicated), with the file's own line ends."""
+    """Rewrites a CSV file atomically with only the rows `keep(row)` accepts, with its own line ends."""
     kept = rows_kept(path, keep, column)
     if kept is not None:
         write_rows(path, *kept)
 
 
 def rows_kept(path: Path, keep, column: str) -> tuple[list[str], list[dict], str] | None:
-    """(columns, the rows `keep(row)` accepts, the line end) of a CSV file of the run; None when
-    there is none. A damaged file (bytes that are not text, no header or one without `column`,
-    the one `keep` reads, a row that does not parse) is a DataError naming it and the line, and
-    nothing is written."""
+    """(columns, the rows `keep(row)` accepts, the line end) of a CSV file, None when it is missing; a damaged one
+    (not UTF-8, no `column` in its header, a row that does not parse or is cut short) is a DataError naming the line."""
     path = Path(path)
     if not path.exists():
         return None
@@ -71,9 +66,8 @@ def rows_kept(path: Path, keep, column: str) -> tuple[list[str], list[dict], str
 
 
 def check_history(run_dir: Path, kept: dict, epochs_done: int, steps_recorded: int) -> None:
-    """metrics.csv must hold a row for each epoch the checkpoint has done, and samples.csv
-    (trainer.record_samples) must be there once a step was: a resume would otherwise write
-    files that have lost them. `kept`: rows_kept of each, by name."""
+    """A DataError when metrics.csv lacks an epoch the checkpoint has done, or samples.csv a step it recorded:
+    a resume would write a history without them. `kept`: rows_kept of each, by name."""
     metrics = kept["metrics.csv"]
     found = [int(row["epoch"]) for row in metrics[1]] if metrics else []
     missing = sorted(set(range(1, epochs_done + 1)) - set(found))

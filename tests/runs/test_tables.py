@@ -1,4 +1,4 @@
-"""app/training/tables.py: the run's CSV files cut back on resume, their line ends kept, a
+"""app/runs/tables.py: the run's CSV files cut back on resume, their line ends kept, a
 damaged one named with its line."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import re
 import pytest
 
 from app.errors import DataError
-from app.training.tables import append_metrics, rewrite_keeping_rows
+from app.runs.tables import append_metrics, rewrite_keeping_rows
 
 
 @pytest.mark.parametrize("ending", ["\n", "\r\n"])
@@ -35,7 +35,7 @@ def test_a_damaged_file_is_named_with_its_line_and_left_as_it_is(tmp_path):
 
 
 def test_an_empty_or_headless_file_or_a_lost_epoch_is_refused_before_anything_is_written(tmp_path):
-    from app.training.tables import check_history, rows_kept
+    from app.runs.tables import check_history, rows_kept
 
     path = tmp_path / "metrics.csv"
     for content, what in ((b"", "no header line with the `epoch` column (the file is empty)"),
@@ -82,7 +82,7 @@ def test_a_resume_reads_every_csv_file_before_it_cuts_any_back(tmp_path):
 
 def test_a_row_cut_short_or_a_lost_step_is_named_and_nothing_is_written(tmp_path):
     """A write that stopped midway (a kill, a full disk) leaves a last row without its line end."""
-    from app.training.tables import check_history, rows_kept
+    from app.runs.tables import check_history, rows_kept
 
     path = tmp_path / "samples.csv"
     whole = "step,epoch,batch,indices\n1,1,0,4 7 1 0\n2,1,1,3 5 2 6\n"

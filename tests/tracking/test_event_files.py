@@ -1,4 +1,4 @@
-"""TensorBoard's event files as app/training/event_files.py writes them without TensorFlow: each
+"""TensorBoard's event files as app/tracking/event_files.py writes them without TensorFlow: each
 summary read back by TensorBoard's own reader and its plugins' own parsing, the same as
 tf.summary writes, a rewrite that stops at a record cut short, and a JAX run that trains and
 writes its dashboard with TensorFlow hidden from the process."""
@@ -18,7 +18,7 @@ from tensorboard.plugins.hparams import metadata as hparams_metadata
 from tensorboard.util import tensor_util
 
 from app.schema import LOGGER_TARGETS
-from app.training import dashboards, event_files
+from app.tracking import dashboards, event_files
 
 BATCH = np.random.default_rng(0).integers(0, 256, (3, 5, 7, 3), dtype=np.uint8)  # 3 images, 5 high, 7 wide
 
