@@ -8,10 +8,10 @@ import errno
 import logging
 import os
 import threading
-import time
 from pathlib import Path
 
 import fsspec
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from app.errors import DataError
 from app.io import atomic_write, is_url
@@ -178,22 +178,32 @@ class RemoteStore(Store):
         return sorted(entry["name"].rstrip("/").rsplit("/", 1)[-1] for entry in entries)
 
     def _retrying(self, path: str, call):
-        wait = FIRST_WAIT
-        for attempt in range(1, TRIES + 1):
-            try:
-                return call(path)
-            except (DataError, LocalWriteError):
-                raise
-            except FINAL as error:
-                raise storage_error(path, error) from None
-            except Exception as error:  # noqa: BLE001 - drivers raise their own kinds for a dropped connection
-                if _is_credentials(error) or attempt == TRIES:
-                    raise storage_error(path, error, attempts=attempt) from None
-                _thread.count = thread_retries() + 1
-                log.warning("%s: %s: %s; trying again in %.1f s (try %d of %d)", path, type(error).__name__, error,
-                            wait, attempt + 1, TRIES)
-                time.sleep(wait)  # backoff: the store is given time to recover, not a guess at an event
-                wait *= 2
+        retrying = Retrying(retry=retry_if_exception(_transient), stop=stop_after_attempt(TRIES),
+                            wait=wait_exponential(multiplier=FIRST_WAIT), before_sleep=_count_and_log(path),
+                            reraise=True)
+        try:
+            return retrying(call, path)
+        except (DataError, LocalWriteError):
+            raise
+        except FINAL as error:
+            raise storage_error(path, error) from None
+        except Exception as error:  # noqa: BLE001 - drivers raise their own kinds for a dropped connection
+            raise storage_error(path, error, attempts=retrying.statistics["attempt_number"]) from None
+
+
+def _transient(error: BaseException) -> bool:
+    """What another try may mend: not our own errors, not FINAL's, not refused credentials."""
+    return not isinstance(error, (DataError, LocalWriteError, *FINAL)) and not _is_credentials(error)
+
+
+def _count_and_log(path: str):
+    """tenacity's hook before each wait: the thread's count of retries (its telemetry) and a warning."""
+    def before_sleep(state: RetryCallState) -> None:
+        _thread.count = thread_retries() + 1
+        error = state.outcome.exception()
+        log.warning("%s: %s: %s; trying again in %.1f s (try %d of %d)", path, type(error).__name__, error,
+                    state.next_action.sleep, state.attempt_number + 1, TRIES)
+    return before_sleep
 
 
 def with_driver_defaults(url: str, options: dict) -> dict:

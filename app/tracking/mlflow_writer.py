@@ -12,6 +12,8 @@ import re
 import time
 from pathlib import Path
 
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
+
 from app.errors import ConfigError
 from app.io import held_exclusively, write_json
 from app.runs.sweeps import is_sweep
@@ -86,16 +88,12 @@ def _tables_locked(uri: str):
 
 def retried(call, *args, deadline_s: float = RETRY_S, **kwargs):
     """`call(*args, **kwargs)`, retried with doubling pauses (up to 2 s) while the store is locked, for `deadline_s`."""
-    end, pause = time.monotonic() + deadline_s, 0.05
-    while True:
-        try:
-            return call(*args, **kwargs)
-        except Exception as error:
-            if "locked" not in str(error) or time.monotonic() > end:
-                raise
-            log.info("mlflow: the store is locked by another writer; trying again in %.2f s", pause)
-            time.sleep(pause)
-            pause = min(pause * 2, 2.0)
+    retrying = Retrying(retry=retry_if_exception(lambda error: "locked" in str(error)),
+                        stop=stop_after_delay(deadline_s), wait=wait_exponential(multiplier=0.05, max=2.0),
+                        before_sleep=lambda state: log.info("mlflow: the store is locked by another writer; trying "
+                                                            "again in %.2f s", state.next_action.sleep),
+                        reraise=True)
+    return retrying(call, *args, **kwargs)
 
 
 def metric_key(split: str, tag: str) -> str:
