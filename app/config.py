@@ -15,7 +15,7 @@ from omegaconf.errors import OmegaConfBaseException
 from app import rules
 from app.errors import ConfigError, config_error
 from app.redact import OPTIONS, dropped_note, without_redacted
-from app.schema import SCHEMAS, Config, data_schema, model_schema
+from app.schema import SCHEMAS, TARGETS, Config, data_schema, model_schema
 
 log = logging.getLogger("app.config")
 
@@ -27,6 +27,17 @@ def conf_dir() -> Path:
         if (candidate / "config.yaml").is_file():
             return candidate
     raise ConfigError(f"no conf/config.yaml found next to {here}: the installation is incomplete")
+
+
+def closed_target(group: str, target: str) -> Any:
+    """The function or class a closed group's `_target_` names (app/schema's docstring says why it is closed);
+    a ConfigError naming `<group>._target_` and the options when TARGETS does not list it."""
+    from hydra.utils import get_object  # Hydra's utilities: imported here, beside instantiate_each's
+
+    if target not in TARGETS[group].values():
+        raise config_error(f"{group}._target_", target, f"one of {', '.join(TARGETS[group].values())}: choose it "
+                           f"with {group}=<{'|'.join(TARGETS[group])}>")
+    return get_object(target)
 
 
 def instantiate_each(specs: list, key: str, base: type, example: str, **kwargs: Any) -> list:

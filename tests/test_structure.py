@@ -382,3 +382,40 @@ def test_docstrings_stay_short():
     repeated in prose. 1,200 lines for the whole of app/ (2,199 before they were trimmed)."""
     assert docstring_lines(MODULES.values()) <= 1200
     assert docstring_lines([Path(__file__)]) > 20  # negative control: it counts what is there
+
+
+# Functions that take a whole config though they read one group, and why.
+WHOLE_CONFIG = {
+    "app.config._resolve_backend": "validate's step on the composed root, before any group is typed",
+    "app.hydra_files.on_job_start": "Hydra's Callback API hands the root config",
+    "app.runs.sweeps.on_multirun_end": "Hydra's Callback API hands the root config",
+    "app.runs.saved.loggers_of": "a saved config, a plain dict, whose `logger` entry may be missing",
+    "app.tracking.mlflow_writer.flattened": "flattens every key of the config it is given (`items`)",
+}
+
+
+def one_group_readers(module: str, tree: ast.AST) -> list[str]:
+    """Functions of `module` with a parameter named config/cfg (or typed a Config) that they only
+    read one attribute of."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for arg in node.args.args + node.args.kwonlyargs:
+            typed = arg.annotation is not None and ast.unparse(arg.annotation) in ("Config", "DictConfig")
+            if arg.arg not in ("config", "cfg") and not typed:
+                continue
+            names = [n for n in ast.walk(node) if isinstance(n, ast.Name) and n.id == arg.arg]
+            reads = [n for n in ast.walk(node) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                     and n.value.id == arg.arg]
+            if names and len(names) == len(reads) and len({n.attr for n in reads}) == 1:
+                found.append(f"{module}.{node.name}")
+    return found
+
+
+def test_a_function_that_reads_one_group_takes_that_group():
+    found = [f for module, path in MODULES.items() for f in one_group_readers(module, ast.parse(path.read_text()))]
+    assert sorted(set(found) - set(WHOLE_CONFIG)) == [], "take the group, or list it in WHOLE_CONFIG with why"
+    assert set(WHOLE_CONFIG) <= set(found)  # each exception is still one
+    wrong = ast.parse("def set_precision(config: Config):\n    return config.trainer.precision\n")
+    assert one_group_readers("m", wrong) == ["m.set_precision"]  # negative control

@@ -20,10 +20,10 @@ def row_name(mode: str, copy: str | None) -> str:
 CACHED = " cached"  # the label of a copy at a URL read through bench.cache_dir
 
 
-def labels(config) -> list[str]:
+def labels(bench) -> list[str]:
     """Each copy's row label: each of bench.prepared, and each URL again as `<url> cached` with bench.cache_dir set."""
-    cache = config.bench.cache_dir
-    return [label for copy in config.bench.prepared
+    cache = bench.cache_dir
+    return [label for copy in bench.prepared
             for label in ([copy, copy + CACHED] if cache and is_url(copy) else [copy])]
 
 

@@ -107,10 +107,10 @@ def plan_for(config, splits: tuple, model: ModelFacts, probe: Probe, *, device_i
 BUDGET = "queue.memory_budget_mb"
 
 
-def limit(config) -> tuple[str, float]:
+def limit(queue) -> tuple[str, float]:
     """(name, MiB) the host peak must stay under: the memory available now, or queue.memory_budget_mb if lower."""
     available = psutil.virtual_memory().available / MIB
-    budget = config.queue.memory_budget_mb
+    budget = queue.memory_budget_mb
     if budget is None:
         return "the memory available now", available
     if budget <= available:

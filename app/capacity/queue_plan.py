@@ -40,7 +40,7 @@ class Planner:
         """Whether a (workers, max_size) pair's predicted host peak is within the limit; always, without a plan."""
         if self.plan is None:
             return lambda workers, max_size: True
-        limit = memory_plan.limit(self.config)[1]
+        limit = memory_plan.limit(self.config.queue)[1]
         return lambda workers, max_size: memory_plan.fits(self.for_queue(workers, max_size), limit)
 
 
@@ -85,7 +85,7 @@ def check_and_write_plan(config, plans: Planner, summary) -> float | None:
         log.warning("the plan is the frozen model's: from epoch %d (trainer.unfreeze_at_epoch) a second, larger "
                     "train step is compiled and the peak grows past it (10-16 %% on small runs here): leave room",
                     config.trainer.unfreeze_at_epoch)
-    name, limit = memory_plan.limit(config)
+    name, limit = memory_plan.limit(config.queue)
     if memory_plan.fits(plan, limit):
         return plan.host_mib
     fixed = memory_plan.fixes(plan, plans.probe, plans.facts, limit)
@@ -105,7 +105,7 @@ def check_and_write_plan(config, plans: Planner, summary) -> float | None:
 def report(config, plans: Planner) -> tuple[str, dict]:
     """What `python -m app plan` prints of `config`'s final queue, and what plan.json records."""
     plan = plans.for_queue(config.queue.workers, config.queue.max_size)
-    name, limit = memory_plan.limit(config)
+    name, limit = memory_plan.limit(config.queue)
     fixed = memory_plan.fixes(plan, plans.probe, plans.facts, limit) if plan.host_mib > limit else []
     capped = plans.slots(config.queue.max_size)[1]
     text = (f"{capped}\n\n" if capped else "") + (memory_plan.render(plan, (name, limit), fixed) + "\n\n"

@@ -19,12 +19,12 @@ from app.bench import copies, modes
 from app.capacity.memory import PeakMemory
 from app.commands import failure_carried
 from app.config import conf_dir, load, to_plain
-from app.data import load_or_generate_source
 from app.errors import AppError, config_error
 from app.frameworks import install_command, use_backend, versions
 from app.io import write_json
 from app.loader.settings import for_loading_only, ring_slots
 from app.redact import redacted
+from app.runs.rundata import checked_source
 from app.runs.rundir import hardware
 from app.schema import BENCH_MODES, register
 
@@ -46,8 +46,7 @@ def main(cfg: DictConfig) -> None:
         use_backend(config.trainer)  # KERAS_BACKEND, which the modes' processes inherit
     bench = config.bench
     build_compose(config.augment.transforms, config.data.image_size)
-    source = load_or_generate_source(config.data)  # generates the synthetic data once, before any timing
-    check_stored_sizes(config, source)
+    source = checked_source(config)  # generates the synthetic data once, before any timing
     if len(source.train) < config.data.batch_size:  # no full batch: no mode could ever time one
         raise config_error("data.batch_size", config.data.batch_size,
                            f"at most the {len(source.train)} samples of the training split: bench times full "
@@ -59,7 +58,7 @@ def main(cfg: DictConfig) -> None:
     if capped:  # said here: the modes' processes log warnings only
         log.info(capped)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    benched = [(None, config)] + [(copy, _copy_checked(config, copy, source)) for copy in copies.labels(config)]
+    benched = [(None, config)] + [(copy, _copy_checked(config, copy, source)) for copy in copies.labels(config.bench)]
     results = {}
     for copy, variant in benched:
         for mode in bench.modes:
@@ -67,7 +66,7 @@ def main(cfg: DictConfig) -> None:
             results[name] = _measured(mode, variant, run_dir / "bench.log")
             log.info("%-16s %s", name, _line(results[name]))
     plain = redacted(to_plain(config))
-    derived = {**_derived(results, config, slots), **copies.ratios(results, bench.modes, copies.labels(config))}
+    derived = {**_derived(results, config, slots), **copies.ratios(results, bench.modes, copies.labels(config.bench))}
     report = {"results": results, "config": {k: plain[k] for k in ("data", "augment", "queue", "bench", "seed")},
               "derived": derived, "versions": versions(), "hardware": hardware(),
               "overrides": redacted(list(HydraConfig.get().overrides.task))}

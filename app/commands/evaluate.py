@@ -12,14 +12,14 @@ import numpy as np
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from app.augment import Augmenter, check_stored_sizes, eval_transforms
+from app.augment import Augmenter, eval_transforms
 from app.commands import failure_carried
 from app.config import conf_dir
 from app.errors import DataError, config_error
 from app.inference.opened import keras_for_run
 from app.io import write_json
 from app.loader.pipeline import build_loader, make_sample
-from app.runs.rundata import run_source
+from app.runs.rundata import checked_source
 from app.runs.saved import STORAGE, read_run_setting_backend
 from app.schema import register
 from app.sheets import grid
@@ -35,8 +35,7 @@ def main(cfg: DictConfig) -> float:
     # first: it picks the backend Keras loads on
     run_dir, config = read_run_setting_backend(cfg, safe=("queue.", "augment.eval_", "data.max_image_pixels",
                                                           "data.test_path", STORAGE))
-    source = run_source(run_dir, config.data)  # before Keras loads: a refusal comes at once
-    check_stored_sizes(config, source)
+    source = checked_source(config, run_dir)  # before Keras loads: a refusal comes at once
     split = {"val": source.val, "test": source.test}.get(cfg.split)
     if split is None:
         raise config_error("split", cfg.split, "val, or test where the data has a test split (data=folder: "

@@ -16,7 +16,7 @@ import numpy as np
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from app.augment import check_stored_sizes, eval_transforms
+from app.augment import eval_transforms
 from app.commands import failure_carried
 from app.commands.evaluate import readable
 from app.config import conf_dir
@@ -26,7 +26,7 @@ from app.frameworks import install_command, native_stderr_to_log, versions
 from app.inference.opened import keras_for_run
 from app.io import is_url, write_json
 from app.loader.pipeline import build_loader
-from app.runs.rundata import run_source
+from app.runs.rundata import checked_source
 from app.runs.rundir import check_unlocked, holds_run, move_aside, run_files
 from app.runs.saved import STORAGE, read_run_setting_backend
 from app.schema import EXPORT_TOLERANCE, EXPORT_WRITTEN, Backend, register
@@ -50,8 +50,7 @@ def main(cfg: DictConfig) -> dict:
                                                           STORAGE, "overwrite"), backend=Backend.tensorflow)
     out = Path(cfg.export.out or run_dir / "export" / fmt).expanduser().resolve()
     check_out(out, run_dir, fmt, cfg.overwrite)
-    source = run_source(run_dir, config.data)
-    check_stored_sizes(config, source)
+    source = checked_source(config, run_dir)
     keras_for_run()
     from app.inference import exporting, restore  # the Keras side: they import Keras, loaded just now on TensorFlow
 

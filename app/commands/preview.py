@@ -10,13 +10,13 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from app.augment import augmenters, check_stored_sizes
+from app.augment import augmenters
 from app.commands import failure_carried
 from app.config import conf_dir, load
-from app.data import load_or_generate_source
 from app.errors import BadSampleError, DataError
 from app.loader.order import epoch_order
 from app.loader.worker import make_sample
+from app.runs.rundata import checked_source
 from app.schema import register
 from app.sheets import grid
 
@@ -28,8 +28,7 @@ register()
 @failure_carried
 def main(cfg: DictConfig) -> str:
     config = load(cfg)
-    source = load_or_generate_source(config.data)
-    check_stored_sizes(config, source)
+    source = checked_source(config)
     built = augmenters(config.data, {"source": [], "train": config.augment.transforms})
     n, k = config.preview.images, config.preview.augmentations
     order = epoch_order(len(source.train), seed=config.seed, epoch=0, shuffle=config.queue.shuffle)

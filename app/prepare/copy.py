@@ -57,7 +57,7 @@ def write_prepared_copy(config, *, workers: int, per_shard: int | None = None, o
         write_plan(store, plan)
         found = read_records(store, plan)
     records, encoded = write_shards(job, plan, found)
-    manifest = Manifest(class_names=list(source.class_names), splits={}, source=_source_of(config, source),
+    manifest = Manifest(class_names=list(source.class_names), splits={}, source=_source_of(config.data, source),
                         short_side=short_side, format=p.format, quality=p.quality if p.format == "jpeg" else None,
                         app_version=version("app"), assignment=source.split, overrides=_replayable(overrides))
     write_copy_index(store, plan=plan, records=records, manifest=manifest)
@@ -99,8 +99,8 @@ def _plan_key(config, source, splits: dict, short_side: int | None) -> dict:
             "test": hashlib.sha256(described.encode()).hexdigest()}
 
 
-def _source_of(config, source) -> dict:
-    path = str(Path(str(config.data.path)).expanduser().absolute()) if config.data.path else None
+def _source_of(data, source) -> dict:
+    path = str(Path(str(data.path)).expanduser().absolute()) if data.path else None
     return {"name": source.name, "path": path, "fingerprint": source.fingerprint}
 
 

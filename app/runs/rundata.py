@@ -4,12 +4,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from app.augment import check_stored_sizes
 from app.data import cifar, load_or_generate_source, synthetic
 from app.errors import DataError
 from app.runs.rundir import read_json
 
 SPLIT_MISSING = ("it records which samples the run trains and validates on; restore it from a copy of the run, "
                  "or start a new run")
+
+
+def checked_source(config, run_dir: Path | None = None):
+    """The data source of a loaded config: the run's own at `run_dir` (`run_source`), else the one `config.data`
+    names (generated or downloaded where missing); refused before any work when a prepared copy is stored smaller
+    than the config's transforms need."""
+    source = load_or_generate_source(config.data) if run_dir is None else run_source(run_dir, config.data)
+    check_stored_sizes(config, source)
+    return source
 
 
 def run_source(run_dir: Path, data_config):

@@ -13,11 +13,12 @@ import numpy as np
 
 from app import sheets
 from app.capacity.memory import PeakMemory
+from app.config import closed_target
 from app.runs.checkpoint import RunState
 from app.runs.tables import rewrite_keeping_rows
-from app.schema import LOGGER_TARGETS, LoggerConfig
+from app.schema import LoggerConfig
 from app.tracking import event_files
-from app.tracking.mlflow_writer import MlflowWriter, flattened
+from app.tracking.mlflow_writer import flattened
 
 log = logging.getLogger("app.train")
 EVENTS = "tensorboard"
@@ -25,7 +26,11 @@ SCALARS = "scalars.csv"
 
 
 class Writer:
-    """logger=none: writes nothing. What every writer takes, in the order a run calls it."""
+    """logger=none: writes nothing. What every writer takes, in the order a run calls it; each is built from the run
+    directory and its logger's node."""
+
+    def __init__(self, run_dir: Path | None = None, node=None):
+        pass
 
     def begin(self, config: dict, *, trial: str, step: int) -> None:
         """As a run starts or resumes at `step`: HParams and tags for a new run (a resumed one's events hold them)."""
@@ -84,7 +89,7 @@ class Writers(Writer):
 class TensorBoardWriter(Writer):
     """logger=tensorboard: event files as Keras's TensorBoard callback lays them out, without TensorFlow."""
 
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, node=None):
         self.root = Path(run_dir) / EVENTS
         self.files = {split: event_files.EventFile(self.root / split) for split in ("train", "validation")}
 
@@ -118,7 +123,7 @@ class TensorBoardWriter(Writer):
 class CsvWriter(Writer):
     """logger=csv: scalars.csv, a row a value (split, tag, step, value)."""
 
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, node=None):
         self.path = Path(run_dir) / SCALARS
 
     def scalars(self, split: str, values: dict, step: int) -> None:
@@ -131,11 +136,8 @@ class CsvWriter(Writer):
 
 
 def writer(target: str | None, run_dir: Path, node=None) -> Writer:
-    """The writer a logger's `_target_` names (`node`: its config); for None or another, one that writes nothing."""
-    if target == LOGGER_TARGETS["mlflow"]:
-        return MlflowWriter(run_dir, node)
-    chosen = {f"{__name__}.{cls.__name__}": cls for cls in (TensorBoardWriter, CsvWriter)}.get(target)
-    return chosen(run_dir) if chosen else Writer()
+    """The writer a logger's `_target_` names (`node`: its config); for None, one that writes nothing."""
+    return Writer() if target is None else closed_target("logger", target)(run_dir, node)
 
 
 def writers(logger: LoggerConfig, run_dir: Path) -> Writer:

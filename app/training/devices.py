@@ -14,7 +14,7 @@ import numpy as np
 
 from app.errors import config_error
 from app.frameworks import load_tensorflow, native_stderr_to_log
-from app.schema import Config
+from app.schema import Config, TrainerConfig
 
 log = logging.getLogger("app.train")
 
@@ -165,8 +165,8 @@ def _check_batch(batch: int, placement: Placement) -> None:
                            + (f" or {lower}" if lower else ""))
 
 
-def set_precision(config: Config) -> None:
+def set_precision(trainer: TrainerConfig) -> None:
     """Keras's global dtype policy for the layers built from here on."""
     import keras
 
-    keras.mixed_precision.set_global_policy(str(config.trainer.precision.value))
+    keras.mixed_precision.set_global_policy(str(trainer.precision.value))

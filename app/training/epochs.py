@@ -19,10 +19,8 @@ from app.capacity.memory import PeakMemory
 from app.loader.order import epoch_order, full_batches
 from app.loader.pipeline import Loader
 from app.processes import signals_held
-from app.runs.checkpoint import PREFIX, EpochFigures, RunState, delete_stale_checkpoints, write_checkpoint
-from app.runs.rundir import Summary
+from app.runs.checkpoint import PREFIX, EpochFigures, delete_stale_checkpoints, write_checkpoint
 from app.runs.tables import append_metrics
-from app.schema import Config
 from app.tracking import dashboards
 from app.training import recipe
 from app.training.callbacks import CallbackStates, Profile, Progress, SampleRecorder, StepCheckpoint
@@ -51,30 +49,10 @@ class Epochs:
     out: dashboards.Writer = field(init=False)
     saves: Path = field(init=False)  # where checkpoints and model.keras go: run_dir, or a scratch directory
 
-    @property
-    def config(self) -> Config:
-        return self.context.config
-
-    @property
-    def run_dir(self) -> Path:
-        return self.context.run_dir
-
-    @property
-    def summary(self) -> Summary:
-        return self.context.summary
-
-    @property
-    def state(self) -> RunState:
-        return self.context.state
-
-    @property
-    def user_callbacks(self) -> list:
-        return self.context.user_callbacks
-
     def run(self) -> None:
         """Process 0 of several writes the run directory; the others train their shares and save (collective on JAX)
         into a scratch directory of their own, removed at the end."""
-        self.saves = self.run_dir if self.writes else Path(tempfile.mkdtemp(prefix="app-process-"))
+        self.saves = self.context.run_dir if self.writes else Path(tempfile.mkdtemp(prefix="app-process-"))
         try:
             self._run()
         finally:
@@ -82,8 +60,9 @@ class Epochs:
                 shutil.rmtree(self.saves, ignore_errors=True)
 
     def _run(self) -> None:
-        self.out = dashboards.writers(self.config.logger, self.run_dir) if self.writes else dashboards.Writer()
-        self.out.begin(self.state.config, trial=str(self.run_dir), step=self.state.steps_done)
+        run = self.context
+        self.out = dashboards.writers(run.config.logger, run.run_dir) if self.writes else dashboards.Writer()
+        self.out.begin(run.state.config, trial=str(run.run_dir), step=run.state.steps_done)
         try:
             self._epochs()
         except BaseException as error:  # an MLflow run ends as failed or killed, its files kept
@@ -94,17 +73,17 @@ class Epochs:
             raise
 
     def _epochs(self) -> None:
-        epochs, state = self.config.trainer.epochs, self.state
+        epochs, state = self.context.config.trainer.epochs, self.context.state
         callbacks = self._callbacks()
         self.net.stop_training = False
         self._build_metrics()  # before a callback makes the train function (JAX fixes its state's shape then)
         callbacks.on_train_begin()
-        self.kept = CallbackStates(self.user_callbacks)
+        self.kept = CallbackStates(self.context.user_callbacks)
         self.kept.started(state.callbacks, state.callback_arrays)
         if state.epoch >= epochs:
             log.info("%d epochs of %s are done already (trainer.epochs=%d): `python -m app train resume=%s "
-                     "trainer.epochs=%d` trains it further (any number above %d)", state.epoch, self.run_dir, epochs,
-                     self.run_dir, state.epoch + 1, state.epoch)
+                     "trainer.epochs=%d` trains it further (any number above %d)", state.epoch,
+                     self.context.run_dir, epochs, self.context.run_dir, state.epoch + 1, state.epoch)
         logs = None
         while state.epoch < epochs:
             logs = self._epoch(callbacks)
@@ -118,31 +97,33 @@ class Epochs:
         return self.placement.writes
 
     def _callbacks(self) -> keras.callbacks.CallbackList:
-        trainer, epochs = self.config.trainer, self.config.trainer.epochs
-        dashboard = dashboards.Dashboard(self.out, self.state, self.memory, self.loader.telemetry)
+        trainer, epochs = self.context.config.trainer, self.context.config.trainer.epochs
+        dashboard = dashboards.Dashboard(self.out, self.context.state, self.memory, self.loader.telemetry)
         own = [Progress(epochs, self.steps), dashboard] if self.writes else []
         # A step's row is written before its checkpoint: a run killed between the two would
         # otherwise resume after a step that samples.csv never recorded.
         if trainer.record_samples and self.writes:
-            own.append(SampleRecorder(self.run_dir / "samples.csv", self.config.data.batch_size, self.state))
+            own.append(SampleRecorder(self.context.run_dir / "samples.csv", self.context.config.data.batch_size,
+                                      self.context.state))
         if trainer.profile_steps and self.writes:
-            own.append(Profile(list(trainer.profile_steps), self.run_dir / dashboards.EVENTS, self.state))
+            own.append(Profile(list(trainer.profile_steps), self.context.run_dir / dashboards.EVENTS,
+                               self.context.state))
         # Last: the state a checkpoint keeps is every other callback's after this step.
         last = ([StepCheckpoint(trainer.checkpoint_every_steps, self.steps, self._save_inside_epoch)]
                 if trainer.checkpoint_every_steps else [])
-        return keras.callbacks.CallbackList(own + self.user_callbacks + last, model=self.net, epochs=epochs,
+        return keras.callbacks.CallbackList(own + self.context.user_callbacks + last, model=self.net, epochs=epochs,
                                             steps=self.steps)
 
     def _epoch(self, callbacks: keras.callbacks.CallbackList) -> dict:
         """Train one epoch (or the rest of a resumed one), validate, record; the epoch's logs."""
-        state, batch, epoch, trainer = self.state, self.config.data.batch_size, self.state.epoch, self.config.trainer
-        permutation = epoch_order(len(self.source.train), seed=self.config.seed, epoch=epoch,
-                                  shuffle=self.config.queue.shuffle)
+        state, config = self.context.state, self.context.config
+        batch, epoch, trainer = config.data.batch_size, state.epoch, config.trainer
+        permutation = epoch_order(len(self.source.train), seed=config.seed, epoch=epoch, shuffle=config.queue.shuffle)
         state.order = full_batches(permutation, batch)[: self.steps * batch]
         resumed = state.figures is not None
         state.figures = state.figures or EpochFigures()
         first = state.figures.steps
-        recipe.freeze_or_unfreeze_recompiling(self.net, self.config, epoch, self.source.class_names)
+        recipe.freeze_or_unfreeze_recompiling(self.net, self.context.config, epoch, self.source.class_names)
         self._build_metrics()  # again: (un)freezing recompiles
         self.net.reset_metrics()
         if resumed and state.figures.metric_state:  # Keras's means go on from the checkpoint's
@@ -165,7 +146,7 @@ class Epochs:
         # numbers only: Keras's own TensorBoard callback writes every value it is given as a scalar
         logs = {k: v for k, v in row.items() if k != "epoch" and isinstance(v, (int, float))}
         callbacks.on_epoch_end(epoch, logs)
-        row["diagnosis"] = diagnose(row, self.config.queue, self.budget_mib)
+        row["diagnosis"] = diagnose(row, self.context.config.queue, self.budget_mib)
         with signals_held():  # the row, model.keras and the checkpoint: all of them or none
             self._record(row, fit.steps)
         return logs
@@ -173,7 +154,7 @@ class Epochs:
     @property
     def budget_mib(self) -> float:
         """The memory the run may take: queue.memory_budget_mb, else the machine's."""
-        budget = self.config.queue.memory_budget_mb
+        budget = self.context.config.queue.memory_budget_mb
         return float(budget) if budget is not None else psutil.virtual_memory().total / 2**20
 
     def _loader_figures(self) -> dict:
@@ -182,16 +163,17 @@ class Epochs:
                 "skipped_samples": self.loader.skipped}
 
     def _build_metrics(self) -> None:
-        trainer = self.config.trainer
+        trainer = self.context.config.trainer
         if trainer.strategy != "default" or trainer.backend == "jax":  # see build_metrics
             build_metrics(self.net)
 
     def _validation_feed(self) -> Feed:
         """Each validation sample once, in order, batched as app/training/shares.py says; with
         `trainer.validation_steps`, that many batches of `validation_sample`."""
-        batch, limit, place = self.config.data.batch_size, self.config.trainer.validation_steps, self.placement
+        config, place = self.context.config, self.placement
+        batch, limit = config.data.batch_size, config.trainer.validation_steps
         labels = self.source.val.labels
-        samples = validation_sample(labels, limit * batch if limit else len(labels), self.config.seed)
+        samples = validation_sample(labels, limit * batch if limit else len(labels), self.context.config.seed)
         n = len(samples)
         if place.strategy_name == "mirrored":  # no replica without a row
             sizes = mirrored_sizes(n, batch, place.replicas)
@@ -208,7 +190,7 @@ class Epochs:
         first = next(iterator, None)
         if first is None:
             return
-        dashboards.write_first_batch(self.out, self.run_dir, first, self.source.class_names)
+        dashboards.write_first_batch(self.out, self.context.run_dir, first, self.source.class_names)
         yield first
         del first
         yield from iterator
@@ -217,7 +199,7 @@ class Epochs:
         """A checkpoint after `done` steps of the running epoch, with Keras's metric variables."""
         sync(self.net)
         average_moving_statistics(self.net)  # as the epoch's end does: a resumed run goes on from the same
-        state = self.state
+        state = self.context.state
         state.figures.metric_state = metric_state(self.net)
         state.callbacks, arrays = self.kept.changed()
         self.out.checkpointed(state.steps_before_epoch + done)  # before: a kill between the two redoes no step
@@ -232,32 +214,33 @@ class Epochs:
 
     def _record(self, row: dict, steps_done: int) -> None:
         """The epoch's metrics.csv row (process 0), model.keras when best, checkpoint, summary.json, log line."""
-        state = self.state
+        state = self.context.state
         step = state.steps_before_epoch + steps_done
         if self.writes:
-            append_metrics(self.run_dir / "metrics.csv", row)
-        monitored = row[self.config.trainer.monitor]
-        if recipe.better(self.config, monitored, state.best and state.best[0]):
+            append_metrics(self.context.run_dir / "metrics.csv", row)
+        monitored = row[self.context.config.trainer.monitor]
+        if recipe.better(self.context.config.trainer, monitored, state.best and state.best[0]):
             state.best = [monitored, f"{PREFIX}{step:08d}"]
             models.write_model_keras(self.net, self.saves / "model.keras", class_names=self.source.class_names,
-                          image_size=list(self.config.data.image_size))
+                          image_size=list(self.context.config.data.image_size))
         state.figures.metric_state = {}
         state.callbacks, arrays = self.kept.changed()
         self.out.checkpointed(step)
         self._write_checkpoint_and_delete_stale(step, state.checkpoint(steps_done, complete=True, metrics=row), arrays)
-        peak = max(self.memory.peak / 2**20, self.summary.content.get("peak_memory_mb") or 0)
-        self.summary.update(epochs_completed=row["epoch"], steps=step, loss=row["loss"],
+        peak = max(self.memory.peak / 2**20, self.context.summary.content.get("peak_memory_mb") or 0)
+        self.context.summary.update(epochs_completed=row["epoch"], steps=step, loss=row["loss"],
                             val_accuracy=row["val_accuracy"],
-                            best={"monitor": self.config.trainer.monitor, "value": state.best[0],
+                            best={"monitor": self.context.config.trainer.monitor, "value": state.best[0],
                                   "checkpoint": state.best[1]},
                             images_per_s=row["images_per_s"], data_wait_fraction=row["data_wait_fraction"],
                             peak_memory_mb=peak, restarted_workers=self.loader.restarts,
                             diagnosis=row["diagnosis"])
         log.info("epoch %d/%d: loss %.4f, accuracy %.3f, val_loss %.4f, val_accuracy %.3f, %.1f img/s, "
-                 "data wait %.0f%%, peak %.0f MiB", row["epoch"], self.config.trainer.epochs, row["loss"],
+                 "data wait %.0f%%, peak %.0f MiB", row["epoch"], self.context.config.trainer.epochs, row["loss"],
                  row["accuracy"], row["val_loss"], row["val_accuracy"], row["images_per_s"],
                  100 * row["data_wait_fraction"], row["peak_memory_mb"])
-        log.info("epoch %d/%d: %s; %s", row["epoch"], self.config.trainer.epochs, _loader_line(row), row["diagnosis"])
+        log.info("epoch %d/%d: %s; %s", row["epoch"], self.context.config.trainer.epochs, _loader_line(row),
+                 row["diagnosis"])
         state.epoch, state.steps_before_epoch, state.figures = row["epoch"], step, None
 
 

@@ -7,14 +7,13 @@ import logging
 from pathlib import Path
 
 from app import rules
-from app.augment import check_stored_sizes, eval_transforms
-from app.data import load_or_generate_source
+from app.augment import eval_transforms
 from app.data.source import overfitting
 from app.errors import config_error
 from app.io import write_json
 from app.loader.pipeline import Loader, build_loader
 from app.runs import rundir
-from app.runs.rundata import run_source
+from app.runs.rundata import checked_source
 from app.schema import Config
 from app.training.devices import Placement
 
@@ -24,8 +23,7 @@ log = logging.getLogger("app.train")
 def read_data(config: Config, run_dir: Path):
     """(the data source, training steps an epoch); on resume, checked against the run's split.json."""
     batch, overfit = config.data.batch_size, config.trainer.overfit_batches
-    source = run_source(run_dir, config.data) if config.resume else load_or_generate_source(config.data)
-    check_stored_sizes(config, source)
+    source = checked_source(config, run_dir if config.resume else None)
     if overfit:
         if len(source.train) < overfit * batch:
             raise config_error("trainer.overfit_batches", overfit, f"the training split has {len(source.train)} "

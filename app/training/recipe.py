@@ -10,12 +10,11 @@ import keras
 import numpy as np
 
 from app import model as models
-from app.config import instantiate_each
+from app.config import closed_target, instantiate_each
 from app.errors import config_error
 from app.objectives import PerClassRecall, SmoothedSparseCrossentropy
 from app.rules import JIT_COMPILE
-from app.schema import Config
-from app.training.schedules import SCHEDULES
+from app.schema import Config, TrainerConfig
 
 log = logging.getLogger("app.train")
 
@@ -28,7 +27,7 @@ def compile_new(net: keras.Model, config: Config, steps_per_epoch: int, class_na
     backbone = models.backbone_of(net)
     if backbone is not None:
         backbone.trainable = not frozen_in(config, epoch=0)
-    _compile(net, config, optimizer, class_names)
+    _compile(net, config.trainer, optimizer, class_names)
     trainable = sum(int(np.prod(v.shape)) for v in net.trainable_variables)  # no copy off the device
     log.info("model: %s parameters, %s trainable; XLA (trainer.jit_compile=%s): %s", f"{net.count_params():,}",
              f"{trainable:,}", trainer.jit_compile, "on" if net.jit_compile else "off")
@@ -54,37 +53,38 @@ def learning_rate(config: Config, steps_per_epoch: int):
     def updates(epochs: float) -> int:  # the optimizer's counter after that many epochs
         return int(epochs * steps_per_epoch // config.trainer.grad_accum_steps)
 
-    return SCHEDULES[config.scheduler._target_](config.scheduler, peak=config.optimizer.learning_rate,
-                                                updates=updates, epochs=config.trainer.epochs)
+    schedule = closed_target("scheduler", config.scheduler._target_)
+    return schedule(config.scheduler, peak=config.optimizer.learning_rate, updates=updates,
+                    epochs=config.trainer.epochs)
 
 
-def metric_names(config: Config, class_names: list[str]) -> list[str]:
+def metric_names(trainer: TrainerConfig, class_names: list[str]) -> list[str]:
     """The names Keras logs for the compiled metrics, besides the loss."""
-    k = config.trainer.top_k
+    k = trainer.top_k
     return (["accuracy"] + ([f"top{k}_accuracy"] if k and k < len(class_names) else [])
-            + ([f"recall_{name}" for name in class_names] if config.trainer.per_class_recall else []))
+            + ([f"recall_{name}" for name in class_names] if trainer.per_class_recall else []))
 
 
-def check_monitor(config: Config, class_names: list[str]) -> None:
+def check_monitor(trainer: TrainerConfig, class_names: list[str]) -> None:
     """trainer.monitor names a figure that will exist, before any training."""
-    names = ["loss", *metric_names(config, class_names)]
+    names = ["loss", *metric_names(trainer, class_names)]
     allowed = [*names, *(f"val_{n}" for n in names)]
-    if config.trainer.monitor not in allowed:
-        raise config_error("trainer.monitor", config.trainer.monitor, f"one of {', '.join(allowed)}")
+    if trainer.monitor not in allowed:
+        raise config_error("trainer.monitor", trainer.monitor, f"one of {', '.join(allowed)}")
 
 
-def better(config: Config, value: float, best: float | None) -> bool:
+def better(trainer: TrainerConfig, value: float, best: float | None) -> bool:
     """Whether `value` of trainer.monitor beats `best` (None: nothing yet)."""
-    mode = config.trainer.monitor_mode
+    mode = trainer.monitor_mode
     if mode == "auto":
-        mode = "min" if config.trainer.monitor.endswith("loss") else "max"
+        mode = "min" if trainer.monitor.endswith("loss") else "max"
     return best is None or (value < best if mode == "min" else value > best)
 
 
-def class_weights(config: Config, labels: np.ndarray, class_names: list[str]) -> np.ndarray | None:
+def class_weights(trainer: TrainerConfig, labels: np.ndarray, class_names: list[str]) -> np.ndarray | None:
     """trainer.class_weight as one weight a class index: balanced is n / (classes × count), from
     the training split's labels; a mapping names classes (the rest weigh 1)."""
-    wanted = config.trainer.class_weight
+    wanted = trainer.class_weight
     if wanted is None:
         return None
     if wanted == "balanced":
@@ -101,8 +101,8 @@ def class_weights(config: Config, labels: np.ndarray, class_names: list[str]) ->
     return weights.astype(np.float32)
 
 
-def _compile(net: keras.Model, config: Config, optimizer, class_names: list[str]) -> None:
-    trainer, classes = config.trainer, len(class_names)
+def _compile(net: keras.Model, trainer: TrainerConfig, optimizer, class_names: list[str]) -> None:
+    classes = len(class_names)
     loss = (SmoothedSparseCrossentropy(trainer.label_smoothing) if trainer.label_smoothing else
             "sparse_categorical_crossentropy")
     metrics = ["accuracy"]
@@ -133,7 +133,7 @@ def freeze_or_unfreeze_recompiling(net: keras.Model, config: Config, epoch: int,
                  config.trainer.unfreeze_at_epoch)
     if backbone.trainable != trained:  # a checkpoint is saved, and so loaded, with the backbone trainable
         backbone.trainable = trained
-        _compile(net, config, net.optimizer, class_names)
+        _compile(net, config.trainer, net.optimizer, class_names)
 
 
 @contextlib.contextmanager

@@ -50,7 +50,3 @@ def _piecewise(epochs, gamma: float, peak: float, updates: Updates):
         return peak
     return keras.optimizers.schedules.PiecewiseConstantDecay(boundaries,
                                                              [peak * gamma**i for i in range(len(boundaries) + 1)])
-
-
-# scheduler._target_ names one of these (app/schema: SCHEDULER_TARGETS, which rules check against)
-SCHEDULES = {f"{__name__}.{fn.__name__}": fn for fn in (constant, cosine, step, multistep, one_cycle)}

@@ -34,9 +34,9 @@ def train(run: RunContext) -> None:
     source, steps = inputs.read_data(config, run.run_dir)
     if not config.resume and placement.writes:  # the process that writes the run directory
         inputs.delete_partial_records_and_write_split(run.run_dir, source)
-    recipe.check_monitor(config, source.class_names)
+    recipe.check_monitor(config.trainer, source.class_names)
     inputs.check_validation_rows(len(source.val), placement)
-    weights = recipe.class_weights(config, source.train.labels, source.class_names)
+    weights = recipe.class_weights(config.trainer, source.train.labels, source.class_names)
     summary = run.summary
     try:
         summary.update(hardware={**summary.content["hardware"], "gpus": placement.gpus}, **placement.record())
@@ -79,7 +79,7 @@ def start_keras(config: Config) -> devices.Placement:
         import tensorflow as tf  # TensorFlow only on its own backend: a JAX run never loads it
 
         tf.config.experimental.enable_op_determinism()
-    devices.set_precision(config)
+    devices.set_precision(config.trainer)
     return placement
 
 

@@ -10,14 +10,12 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from app.cli.keys import refuse_moved_keys, renamed_choosers
-from app.config import conf_dir, load, to_plain, validate
-from app.data import _SOURCES
+from app.config import closed_target, conf_dir, load, to_plain, validate
 from app.errors import ConfigError
 from app.runs import checkpoint
 from app.runs.migrate import STEPS, migrated
 from app.schema import TARGETS, register
 from app.tracking import dashboards
-from app.training.schedules import SCHEDULES
 
 
 def _saved_run(tmp_path, config: dict):
@@ -100,12 +98,16 @@ def test_the_old_way_to_choose_a_group_is_its_option_with_a_deprecation(capsys):
 
 
 def test_each_target_of_ours_is_the_callable_it_names(tmp_path):
-    """What `_target_` names is what runs: the tables that dispatch on it hold exactly the
-    schema's targets, each the object at that dotted path."""
-    assert set(_SOURCES) == set(TARGETS["data"].values()) and set(SCHEDULES) == set(TARGETS["scheduler"].values())
+    """What `_target_` names is what runs: a closed group's target is imported by name only when
+    the schema lists it, and is the object at that dotted path."""
     for group, targets in TARGETS.items():
         for target in targets.values():
-            assert callable(hydra.utils.get_object(target)), (group, target)
+            assert callable(closed_target(group, target)) and closed_target(group, target) is \
+                hydra.utils.get_object(target), (group, target)
+    with pytest.raises(ConfigError, match=r"`data._target_` = 'os.system' is not allowed: one of app.data"):
+        closed_target("data", "os.system")  # importable, but not ours: never imported
+    with pytest.raises(ConfigError, match=r"choose it with scheduler=<constant\|cosine"):
+        closed_target("scheduler", "app.training.schedules.nope")
     for option, target in TARGETS["logger"].items():
         assert type(dashboards.writer(target, tmp_path / option)) is hydra.utils.get_object(target), option
     with pytest.raises(ConfigError, match=r"`logger.csv._target_`.*app.tracking.dashboards.CsvWriter"):

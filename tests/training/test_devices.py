@@ -219,7 +219,7 @@ def test_each_precision_trains_under_a_strategy_with_float32_ends(precision, tmp
 
     config = composed("model.widths=[8]", "data.image_size=[16,16]", f"trainer.precision={precision}",
                       "trainer.jit_compile=false", "trainer.top_k=null", "trainer.per_class_recall=false")
-    devices.set_precision(config)
+    devices.set_precision(config.trainer)
     rng = np.random.default_rng(0)
     batches = [(rng.integers(0, 256, (4, 16, 16, 3), np.uint8), np.array([0, 1, 2, 0])) for _ in range(2)]
     try:

@@ -171,8 +171,9 @@ def validation_rows(labels: np.ndarray, limit: int | None, seed: int = 0, placem
     def one_a_batch(split, order, epoch):
         return iter([(np.array([i]), labels[[i]]) for i in order])
 
-    host = SimpleNamespace(config=SimpleNamespace(data=SimpleNamespace(batch_size=8), seed=seed,
-                                                  trainer=SimpleNamespace(validation_steps=limit)),
+    config = SimpleNamespace(data=SimpleNamespace(batch_size=8), seed=seed,
+                             trainer=SimpleNamespace(validation_steps=limit))
+    host = SimpleNamespace(context=SimpleNamespace(config=config),
                            source=SimpleNamespace(val=val), loader=SimpleNamespace(batches=one_a_batch),
                            placement=placement or Placement(strategy_name="default", devices=["/device:CPU:0"]))
     feed = epochs.Epochs._validation_feed(host)

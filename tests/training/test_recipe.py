@@ -185,20 +185,20 @@ def test_class_weights_monitor_and_metric_names():
 
     names = ["cat", "dog", "owl"]
     labels = np.array([0] * 6 + [1] * 3 + [2] * 3)
-    assert class_weights(composed(), labels, names) is None
-    balanced = class_weights(composed("trainer.class_weight=balanced"), labels, names)
+    assert class_weights(composed().trainer, labels, names) is None
+    balanced = class_weights(composed("trainer.class_weight=balanced").trainer, labels, names)
     assert balanced.tolist() == pytest.approx([12 / 18, 12 / 9, 12 / 9])
-    mapped = class_weights(composed("trainer.class_weight={dog: 3.0}"), labels, names)
+    mapped = class_weights(composed("trainer.class_weight={dog: 3.0}").trainer, labels, names)
     assert mapped.tolist() == [1.0, 3.0, 1.0]
     with pytest.raises(ConfigError, match=r"`trainer.class_weight`.*not emu"):
-        class_weights(composed("trainer.class_weight={emu: 3.0}"), labels, names)
-    assert metric_names(composed("trainer.top_k=2"), names) == ["accuracy", "top2_accuracy", "recall_cat",
+        class_weights(composed("trainer.class_weight={emu: 3.0}").trainer, labels, names)
+    assert metric_names(composed("trainer.top_k=2").trainer, names) == ["accuracy", "top2_accuracy", "recall_cat",
                                                                 "recall_dog", "recall_owl"]
-    assert metric_names(composed(), names)[:2] == ["accuracy", "recall_cat"]  # top-5 of 3 classes says nothing
-    check_monitor(composed("trainer.monitor=val_recall_owl"), names)
+    assert metric_names(composed().trainer, names)[:2] == ["accuracy", "recall_cat"]  # top-5 of 3 classes says nothing
+    check_monitor(composed("trainer.monitor=val_recall_owl").trainer, names)
     with pytest.raises(ConfigError, match=r"`trainer.monitor`.*val_top2_accuracy"):
-        check_monitor(composed("trainer.monitor=val_top5_accuracy", "trainer.top_k=2"), names)
-    loss, accuracy = composed("trainer.monitor=val_loss"), composed()
+        check_monitor(composed("trainer.monitor=val_top5_accuracy", "trainer.top_k=2").trainer, names)
+    loss, accuracy = composed("trainer.monitor=val_loss").trainer, composed().trainer
     assert better(loss, 0.5, 0.6) and not better(loss, 0.7, 0.6)
     assert better(accuracy, 0.7, 0.6) and not better(accuracy, 0.5, 0.6) and better(accuracy, 0.0, None)
 
