@@ -104,9 +104,9 @@ def _copy_checked(config, copy: str, source):
 
 def _measured(mode: str, config, log_path: Path) -> dict:
     """`mode` timed in its own process, then (bench.memory) run again for its peak memory."""
-    result = _in_own_process(mode, config, log_path, sampled=False)
+    result = _spawn_mode_killing_it_if_hung(mode, config, log_path, sampled=False)
     if config.bench.memory and "error" not in result:
-        sampled = _in_own_process(mode, config, log_path, sampled=True)
+        sampled = _spawn_mode_killing_it_if_hung(mode, config, log_path, sampled=True)
         if "error" in sampled:
             result["memory_error"] = sampled["error"]
         else:
@@ -124,7 +124,7 @@ def _raise_if_all_failed(results: dict, run_dir: Path) -> None:
                    f"(results.<mode>.traceback) and {run_dir / 'bench.log'}: fix what they say and run bench again.")
 
 
-def _in_own_process(mode: str, config, log_path: Path, *, sampled: bool) -> dict:
+def _spawn_mode_killing_it_if_hung(mode: str, config, log_path: Path, *, sampled: bool) -> dict:
     """One run of `mode` in a fresh process; with `sampled`, its tree's memory every 100 ms."""
     context = mp.get_context("spawn")
     parent_end, child_end = context.Pipe(duplex=False)

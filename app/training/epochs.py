@@ -49,7 +49,7 @@ class Epochs:
     out: dashboards.Writer = field(init=False)
     saves: Path = field(init=False)  # where checkpoints and model.keras go: run_dir, or a scratch directory
 
-    def run(self) -> None:
+    def train_and_write_checkpoints(self) -> None:
         """Process 0 of several writes the run directory; the others train their shares and save (collective on JAX)
         into a scratch directory of their own, removed at the end."""
         self.saves = self.context.run_dir if self.writes else Path(tempfile.mkdtemp(prefix="app-process-"))

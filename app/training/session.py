@@ -58,7 +58,7 @@ def train(run: RunContext) -> None:
                     _write_export_again(run, source, point)
                 summary.start()
                 Epochs(context=run, placement=placement, source=source, steps=steps, net=net, loader=loader,
-                       memory=memory, class_weights=weights).run()
+                       memory=memory, class_weights=weights).train_and_write_checkpoints()
             _log_memory(predicted, summary.content.get("peak_memory_mb") or 0)
     finally:
         keras.mixed_precision.set_global_policy("float32")
