@@ -140,6 +140,23 @@ def test_a_signal_while_the_ring_is_made_leaves_no_segment(children, monkeypatch
     assert_clean(children)
 
 
+def test_the_ring_is_freed_even_when_stopping_the_workers_fails(children, monkeypatch):
+    from app.loader.pool import Pool
+
+    stop_workers = Pool.close
+
+    def stop_then_fail(pool):
+        stop_workers(pool)
+        raise RuntimeError("a worker would not stop")
+
+    monkeypatch.setattr(Pool, "close", stop_then_fail)
+    enq = make(MarkedSplit(16), workers=1).start()
+    assert my_segments()  # negative control: the ring is there until close
+    with pytest.raises(RuntimeError, match="would not stop"):
+        enq.close()
+    assert_clean(children)
+
+
 def test_consumer_stopping_early_lets_the_next_pass_start_clean(children):
     split = MarkedSplit(64)
     with make(split, workers=2, max_size=3) as enq:
