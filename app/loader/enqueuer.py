@@ -88,8 +88,7 @@ class Enqueuer:
         if shared:  # what processes killed with their group left, before this one reserves its own
             delete_orphan_segments()
         try:  # from the ring on: a signal at any point here leaves no segment in /dev/shm
-            with signals_held():  # a Ctrl-C or SIGTERM waits until the segment is ours to free, below
-                self.ring = Ring(self.max_size, self.batch_size, self.image_size, shared=shared)
+            self.ring = Ring(self.max_size, self.batch_size, self.image_size, shared=shared)
             self._slots = [_Slot() for _ in range(self.max_size)]
             self.pool = Pool(self.ring, self.work, processes=shared, start_method=self.settings.start_method,
                              startup_timeout_s=self.settings.startup_timeout_s)

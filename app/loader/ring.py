@@ -15,6 +15,7 @@ from multiprocessing import shared_memory
 import numpy as np
 
 from app.errors import WorkerError
+from app.processes import signals_held
 
 SHM_DIR = "/dev/shm"
 PREFIX = "app-ring-"
@@ -57,12 +58,16 @@ class Ring:
         if self.spec.segment_bytes > free:  # refused before a byte is reserved: tmpfs pages are the machine's RAM
             raise _too_big(self.spec, free, "not enough space")
         name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
-        self._shm = shared_memory.SharedMemory(name=name, create=True, size=self.spec.segment_bytes)
-        try:
-            os.posix_fallocate(segment_fd(self._shm), 0, self.spec.segment_bytes)
-        except OSError as error:
+        try:  # Python registers the segment with its resource tracker, which it may first have to start: a
+            with signals_held():  # Ctrl-C or SIGTERM then waits for the segment to be whole, and frees it below
+                self._shm = shared_memory.SharedMemory(name=name, create=True, size=self.spec.segment_bytes)
+                os.posix_fallocate(segment_fd(self._shm), 0, self.spec.segment_bytes)
+        except BaseException as error:
+            made = self._shm is not None
             self._unlink()
-            raise _too_big(self.spec, _free_bytes(SHM_DIR), error.strerror) from None
+            if made and isinstance(error, OSError):  # posix_fallocate: the space is not there
+                raise _too_big(self.spec, _free_bytes(SHM_DIR), error.strerror) from None
+            raise
         self.spec = RingSpec(name, self.spec.shape)
         self.array, self.done = self.spec.views(self._shm.buf)
 

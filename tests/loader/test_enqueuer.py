@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import time
 
 import numpy as np
@@ -116,27 +115,6 @@ def test_consumer_interrupt_stops_workers_and_frees_memory(children):
         for k, _ in enumerate(enq.batches("train", np.arange(400), epoch=0)):
             if k == 3:
                 raise KeyboardInterrupt
-    assert_clean(children)
-
-
-def test_a_signal_while_the_ring_is_made_leaves_no_segment(children, monkeypatch):
-    """SIGTERM as the segment exists but before the enqueuer holds it (Python registers it with its
-    resource tracker, which it may have to start first: a slow moment under load)."""
-    from multiprocessing import resource_tracker
-
-    from app.processes import interrupts
-
-    registered = resource_tracker.register
-
-    def register_then_signal(name, rtype):
-        registered(name, rtype)
-        if name.lstrip("/").startswith(f"app-ring-{os.getpid()}-"):
-            assert my_segments()  # the segment is there, not yet the enqueuer's
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    monkeypatch.setattr(resource_tracker, "register", register_then_signal)
-    with pytest.raises(KeyboardInterrupt), interrupts(), make(MarkedSplit(16), workers=1):
-        pass
     assert_clean(children)
 
 

@@ -1,6 +1,7 @@
 """The ring: shared memory that workers map by name, and that leaves nothing behind."""
 
 import os
+import signal
 from multiprocessing import shared_memory
 
 import numpy as np
@@ -127,3 +128,24 @@ def test_segment_fd_is_the_segments_own_open_file():
     finally:
         segment.close()
         segment.unlink()
+
+
+def test_a_signal_while_the_segment_is_made_leaves_none(monkeypatch):
+    """SIGTERM as the segment exists but before the ring holds it whole (Python registers it with its
+    resource tracker, which it may have to start first: a slow moment under load)."""
+    from multiprocessing import resource_tracker
+
+    from app.processes import interrupts
+
+    registered, mine = resource_tracker.register, f"app-ring-{os.getpid()}-"
+
+    def register_then_signal(name, rtype):
+        registered(name, rtype)
+        if name.lstrip("/").startswith(mine):
+            assert [n for n in os.listdir("/dev/shm") if n.startswith(mine)]  # the segment is there
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(resource_tracker, "register", register_then_signal)
+    with pytest.raises(KeyboardInterrupt), interrupts():
+        Ring(2, 4, (8, 8), shared=True)
+    assert not [n for n in os.listdir("/dev/shm") if n.startswith(mine)]
