@@ -158,11 +158,12 @@ def check_stored_sizes(config, source) -> None:
         check_short_side(split, need, f"the {name} transforms (to {size[0]}×{size[1]})")
 
 
-def augmenters(data, splits: dict[str, list]) -> dict[str, Augmenter]:
-    """One Augmenter a split of `splits` (name → transforms) for a config's `data`; logs each split's draft rule."""
-    built = {}
+def augmenters(data, splits: dict[str, list], image_size: tuple[int, int] | None = None) -> dict[str, Augmenter]:
+    """One Augmenter a split of `splits` (name → transforms) for a config's `data` (at `image_size`, else its own);
+    logs each split's draft rule."""
+    built, size = {}, image_size or data.image_size
     for name, transforms in splits.items():
-        built[name] = Augmenter(transforms, data.image_size, draft=data.decode.draft, max_pixels=data.max_image_pixels)
+        built[name] = Augmenter(transforms, size, draft=data.decode.draft, max_pixels=data.max_image_pixels)
         log.info("%s split: %s", name, built[name].draft_reason)
     return built
 

@@ -61,10 +61,10 @@ def instantiate_each(specs: list, key: str, base: type, example: str, **kwargs: 
     return built
 
 
-def typed(cfg: DictConfig | dict) -> DictConfig:
-    """`cfg` merged onto its groups' schemas (the root `cfg` was composed under, else Config): an unknown key is refused
-    however it came, and a missing one (a run saved before it existed) takes its default."""
-    base = _root_of(cfg)
+def typed(cfg: DictConfig | dict, root: type | None = None) -> DictConfig:
+    """`cfg` merged onto its groups' schemas (`root`, else the one `cfg` was composed under, else Config): an unknown key
+    is refused however it came, and a missing one (a run saved before it existed) takes its default."""
+    base = root or _root_of(cfg)
     plain = to_plain(cfg) if isinstance(cfg, DictConfig) else cfg
     known = [f.name for f in dataclasses.fields(base)]
     for key in plain:
@@ -111,9 +111,9 @@ def _schema_of(key: str, value: Any) -> type | None:
     return SCHEMAS.get(key)
 
 
-def validate(cfg: DictConfig | dict) -> DictConfig:
+def validate(cfg: DictConfig | dict, root: type | None = None) -> DictConfig:
     """The config, typed, after the ranges and cross-key rules the types alone cannot express; raises ConfigError."""
-    cfg = typed(cfg)
+    cfg = typed(cfg, root)
     _resolve_backend(cfg)
     rules.check(cfg)
     return cfg
@@ -131,10 +131,11 @@ def installed_backend() -> str | None:
     return next((name for name in ("tensorflow", "jax") if importlib.util.find_spec(name) is not None), None)
 
 
-def load(cfg: DictConfig | dict) -> Config:
-    """The config, validated once, as the typed object every stage reads (the schemas' dataclasses, enums as members).
-    A storage_options secret saved as REDACTED and not given again is left out, and the log says so."""
-    cfg = validate(cfg)
+def load(cfg: DictConfig | dict, root: type | None = None) -> Config:
+    """The config (of `root`, a command's own schema, where a plain dict is given), validated once, as the typed object
+    every stage reads (the schemas' dataclasses, enums as members). A storage_options secret saved as REDACTED and
+    not given again is left out, and the log says so."""
+    cfg = validate(cfg, root)
     _drop_redacted(cfg)
     return OmegaConf.to_object(cfg)  # type: ignore[return-value]
 

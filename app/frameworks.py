@@ -45,10 +45,11 @@ def native_stderr_to_log():
         native_lines_to_log("".join(text))
 
 
-def use_backend(trainer) -> None:
-    """`trainer.backend` as KERAS_BACKEND before Keras loads, and for JAX XLA's flags (cpu_devices, deterministic); a
-    config error where it is not installed or Keras already runs on another backend."""
-    name = trainer.backend.value
+def use_backend(trainer, backend=None) -> None:
+    """`trainer.backend` (or `backend`, the one a command asks for) as KERAS_BACKEND before Keras loads, and for JAX
+    XLA's flags (cpu_devices, deterministic); a config error where it is not installed or Keras already runs on
+    another backend."""
+    name = (backend or trainer.backend).value
     if name == "auto":  # app/config.py resolves it where either is installed
         raise config_error("trainer.backend", name, "TensorFlow or JAX, and neither is installed in this environment: "
                            f"{install_command('tensorflow')} (the default backend), or {install_command('jax')} to "

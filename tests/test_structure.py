@@ -4,7 +4,10 @@ long a module or a function may grow, and that what is built names its arguments
 from __future__ import annotations
 
 import ast
+import dataclasses
 from pathlib import Path
+
+from app.schema import Config
 
 APP = Path(__file__).resolve().parent.parent / "app"
 FRAMEWORKS = ("tensorflow", "keras", "jax")
@@ -419,3 +422,29 @@ def test_a_function_that_reads_one_group_takes_that_group():
     assert set(WHOLE_CONFIG) <= set(found)  # each exception is still one
     wrong = ast.parse("def set_precision(config: Config):\n    return config.trainer.precision\n")
     assert one_group_readers("m", wrong) == ["m.set_precision"]  # negative control
+
+
+def config_rewrites(module: str, tree: ast.AST, groups: set[str]) -> list[str]:
+    """Each `dataclasses.replace` of a config or one of its groups (`config`, `cfg`, `config.<group>`, `<group>`):
+    a value derived at run time belongs in the run plan (app/capacity/run_plan.py) or a loader's Settings."""
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and node.args and ast.unparse(node.func) in ("dataclasses.replace",
+                                                                                      "replace")):
+            continue
+        target = node.args[0]
+        name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+        if name in {"config", "cfg"} | groups:
+            found.append(f"{module}:{node.lineno} {ast.unparse(target)}")
+    return found
+
+
+def test_no_config_is_rewritten_at_run_time():
+    groups = {field.name for field in dataclasses.fields(Config)}
+    found = [f for module, path in MODULES.items()
+             for f in config_rewrites(module, ast.parse(path.read_text()), groups)]
+    assert found == [], "derive it into the run plan or the loader's Settings; the config stays as written"
+    wrong = ast.parse("c = dataclasses.replace(config, data=dataclasses.replace(config.data, batch_size=1))\n"
+                      "q = dataclasses.replace(queue, workers=2)\n")
+    assert len(config_rewrites("m", wrong, groups)) == 3  # negative control
+    assert {"data", "queue", "trainer"} <= groups

@@ -3,12 +3,11 @@ run; with `bench.cache_dir`, a copy at a URL runs twice: by byte ranges and thro
 
 from __future__ import annotations
 
-import dataclasses
-
+from app.config import load, to_plain
 from app.data import load_or_generate_source
 from app.data.storage import is_url
 from app.errors import ConfigError
-from app.schema.data import PreparedDataConfig
+from app.schema import DATA_TARGETS
 
 SHARED_KEYS = ("image_size", "batch_size", "on_bad_sample", "max_bad_fraction", "decode", "max_image_pixels")
 
@@ -28,11 +27,14 @@ def labels(bench) -> list[str]:
 
 
 def copy_config(config, label: str):
-    """`config` with its data switched to the prepared copy `label` names (`<url> cached`: through bench.cache_dir)."""
+    """The config a user would write to bench the prepared copy `label` names alone (`data=prepared
+    data.path=<copy>`, the benched data's SHARED_KEYS kept; `<url> cached`: through bench.cache_dir), loaded."""
     copy = label.removesuffix(CACHED)
-    cache = config.bench.cache_dir if label.endswith(CACHED) else None
-    data = PreparedDataConfig(path=copy, cache_dir=cache, **{key: getattr(config.data, key) for key in SHARED_KEYS})
-    return dataclasses.replace(config, data=data)
+    plain = to_plain(config)
+    plain["data"] = {"_target_": DATA_TARGETS["prepared"], "path": copy,
+                     "cache_dir": config.bench.cache_dir if label.endswith(CACHED) else None,
+                     **{key: plain["data"][key] for key in SHARED_KEYS}}
+    return load(plain, root=type(config))
 
 
 def copy_source_of(config, copy: str, source):

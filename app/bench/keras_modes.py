@@ -12,6 +12,7 @@ from app.bench.keras_baseline import KerasBaseline
 from app.bench.loading import Run, loader_batches, reason, training_loader
 from app.errors import BadSampleError, DataError
 from app.frameworks import load_tensorflow
+from app.loader.settings import for_loading_only
 from app.model import classifier
 from app.training.steps import EpochFigures, EpochPlan, Feed, build_metrics, train_epoch
 
@@ -109,9 +110,10 @@ def _keras(run: Run):
     clock.start = time.perf_counter()
     steps = len(order) // data.batch_size
     batches = order[:steps * data.batch_size].reshape(steps, data.batch_size, 2)
+    workers, max_size = for_loading_only(queue)  # as the loader's modes resolve `auto`
     pydataset = KerasBaseline(source.train, augmenter, batches, config.seed,
-                              workers=max(queue.workers, 1), use_multiprocessing=mode == "keras_processes",
-                              max_queue_size=queue.max_size)
+                              workers=max(workers, 1), use_multiprocessing=mode == "keras_processes",
+                              max_queue_size=max_size)
     net.fit(pydataset, epochs=1, verbose=0, callbacks=[_Tick(clock)])
 
 

@@ -4,7 +4,6 @@ pace and the fewest slots that hold a slow batch, within the memory limit. A val
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import time
@@ -170,9 +169,10 @@ def time_samples(split, augmenter, indices, seed: int) -> tuple[list[float], lis
     return times, images, built
 
 
-def probe_and_choose(config, split, time_step: StepTimer, fits: Callable[[int, int], bool]) -> Choice:
-    """Time up to a batch of `split`'s samples and the compiled step on them (`time_step`), then choose."""
-    batch_size = config.data.batch_size
+def probe_and_choose(config, batch_size: int, split, *, time_step: StepTimer,
+                     fits: Callable[[int, int], bool]) -> Choice:
+    """Time up to a batch (`batch_size`: this process's share) of `split`'s samples and the compiled step on them
+    (`time_step`), then choose."""
     augmenter = augmenters(config.data, {"probe": config.augment.transforms})["probe"]
     order = epoch_order(len(split), seed=config.seed, epoch=0, shuffle=config.queue.shuffle)[:batch_size + 1]
     sample_s, images, built = time_samples(split, augmenter, order, config.seed)
@@ -187,8 +187,3 @@ def probe_and_choose(config, split, time_step: StepTimer, fits: Callable[[int, i
     log.info("queue auto: workers %d, max_size %d (%s)", choice.workers, choice.max_size, choice.reason)
     return choice
 
-
-def applied(config, choice: Choice):
-    """`config` with the chosen queue.workers and queue.max_size."""
-    queue = dataclasses.replace(config.queue, workers=choice.workers, max_size=choice.max_size)
-    return dataclasses.replace(config, queue=queue)

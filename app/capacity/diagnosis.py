@@ -9,7 +9,7 @@ NEAR_BUDGET = 0.9
 
 
 def diagnose(row: dict, queue, budget_mib: float) -> str:
-    """`row`: an epoch's figures; `queue`: the config's queue node; `budget_mib`: the memory the run may take."""
+    """`row`: an epoch's figures; `queue`: the loader's workers and ring slots; `budget_mib`: what the run may take."""
     wait, fill, peak = row["data_wait_fraction"], row.get("ring_fill"), row["peak_memory_mb"]
     found = []
     if wait > INPUT_BOUND:

@@ -83,16 +83,16 @@ class Plan:
                 "host": {k: round(v, 1) for k, v in self.host}, "device": {k: round(v, 1) for k, v in self.device}}
 
 
-def workload(config, largest: tuple[int, int], device_is_host: bool) -> Workload:
-    """The figures of a loaded config (app/config.py) the plan needs."""
-    d, q = config.data, config.queue
-    return Workload(batch_size=d.batch_size, image_size=tuple(d.image_size), max_size=q.max_size, workers=q.workers,
-                    processes=q.use_multiprocessing, largest_decode_bytes=largest[0], largest_pillow_bytes=largest[1],
-                    device_is_host=device_is_host)
+def workload(config, largest: tuple[int, int], run) -> Workload:
+    """The figures the plan needs of a loaded config (app/config.py) and its run plan (app/capacity/run_plan.py)."""
+    return Workload(batch_size=run.batch_size, image_size=tuple(config.data.image_size), max_size=run.max_size,
+                    workers=run.workers, processes=config.queue.use_multiprocessing, largest_decode_bytes=largest[0],
+                    largest_pillow_bytes=largest[1], device_is_host=run.device_is_host)
 
 
-def plan_for(config, splits: tuple, model: ModelFacts, probe: Probe, *, device_is_host: bool) -> Plan:
-    """The plan of a config training on `splits` (train, val if given), the largest decode read off file headers."""
+def plan_for(config, splits: tuple, model: ModelFacts, probe: Probe, *, run) -> Plan:
+    """The plan of a config training on `splits` (train, val if given) with numbers in its run plan `run`'s queue,
+    the largest decode read off file headers."""
     data = config.data
 
     def decode(transforms) -> Decode:
@@ -101,7 +101,7 @@ def plan_for(config, splits: tuple, model: ModelFacts, probe: Probe, *, device_i
     rules = [decode(config.augment.transforms), decode(eval_transforms(config.augment, data.image_size))]
     sizes = [largest_decode_bytes(split, rule) for split, rule in zip(splits, rules, strict=False)]
     largest = (max(a for a, _ in sizes), max(p for _, p in sizes))
-    return predict(workload(config, largest, device_is_host), probe, model)
+    return predict(workload(config, largest, run), probe, model)
 
 
 BUDGET = "queue.memory_budget_mb"

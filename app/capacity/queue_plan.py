@@ -11,6 +11,7 @@ from app.capacity import auto
 from app.capacity import plan as memory_plan
 from app.capacity.plan import ModelFacts, Probe
 from app.capacity.probe import measured_or_spawn_probe
+from app.capacity.run_plan import RunPlan
 from app.errors import AppError, MachineError, config_error
 from app.loader.pipeline import ring_slots
 from app.rules import AUTO
@@ -20,17 +21,19 @@ log = logging.getLogger("app.train")
 
 @dataclasses.dataclass(kw_only=True)
 class Planner:
-    """The memory plan of the run's config for any (workers, max_size); `plan` is None without this machine's probe."""
+    """The memory plan of the run's config and run plan for any (workers, max_size); `plan` is None without this
+    machine's probe."""
 
     config: object
-    plan: memory_plan.Plan | None = None  # of the config, `auto` values taken as 1
+    run: RunPlan  # before the probe's choice
+    plan: memory_plan.Plan | None = None  # of the run plan, `auto` values taken as 1
     probe: Probe | None = None
     facts: ModelFacts | None = None
     splits: dict[str, int] = dataclasses.field(default_factory=dict)  # name → samples the loader will serve
 
     def slots(self, max_size: int) -> tuple[int, str | None]:
         """The ring's slots for `max_size` as the run's loader will cap them, and why when it does."""
-        return ring_slots(max_size, self.splits, self.config.data.batch_size)
+        return ring_slots(max_size, self.splits, self.run.batch_size)
 
     def for_queue(self, workers: int, max_size: int) -> memory_plan.Plan:
         work = dataclasses.replace(self.plan.workload, workers=workers, max_size=self.slots(max_size)[0])
@@ -44,40 +47,42 @@ class Planner:
         return lambda workers, max_size: memory_plan.fits(self.for_queue(workers, max_size), limit)
 
 
-def planner(config, splits: tuple, facts: ModelFacts, trainer_measures: Callable[[], dict], *,
-            device_is_host: bool) -> Planner:
-    """The Planner of a loaded config training a model of `facts` on `splits` (train, then val if given), probing this
-    machine first if not stored; a failed probe gives no plan and a warning, or raises when a budget is set."""
+def planner(config, run: RunPlan, splits: tuple, *, facts: ModelFacts,
+            trainer_measures: Callable[[], dict]) -> Planner:
+    """The Planner of a loaded config and its run plan training a model of `facts` on `splits` (train, then val if
+    given), probing this machine first if not stored; a failed probe gives no plan and a warning, or raises when a
+    budget is set."""
     try:
         probe = measured_or_spawn_probe(trainer_measures)
     except (RuntimeError, AppError, OSError) as error:  # the plan informs; it must not stop a run without a budget
         if config.queue.memory_budget_mb is not None:
             raise
         log.warning("no memory plan: this machine's probe failed (%s)", error)
-        return Planner(config=config)
-    q = config.queue
+        return Planner(config=config, run=run)
     sizes = {name: len(split) for name, split in zip(("train", "val"), splits, strict=False)}  # val: when given
-    served = Planner(config=config, splits=sizes)
-    ones = dataclasses.replace(q, workers=1 if q.workers == AUTO else q.workers,
-                               max_size=1 if q.max_size == AUTO else served.slots(q.max_size)[0])
-    plan = memory_plan.plan_for(dataclasses.replace(config, queue=ones), splits, facts, probe,
-                                device_is_host=device_is_host)
+    served = Planner(config=config, run=run, splits=sizes)
+    ones = dataclasses.replace(run, workers=1 if run.workers == AUTO else run.workers,
+                               max_size=1 if run.max_size == AUTO else served.slots(run.max_size)[0])
+    plan = memory_plan.plan_for(config, splits, facts, probe, run=ones)
     return dataclasses.replace(served, plan=plan, probe=probe, facts=facts)
 
 
-def probed(config, split, plans: Planner, time_step: auto.StepTimer) -> auto.Choice | None:
-    """The probe's choice for `config`'s `auto` queue values, or None; its batch_size is this process's share."""
-    if not auto.wanted(config.queue):
-        return None
-    return auto.probe_and_choose(config, split, time_step, plans.fits())
+def probed(plans: Planner, split, time_step: auto.StepTimer) -> RunPlan:
+    """The run plan with the probe's choice for the config's `auto` queue values, at this process's batch share;
+    the plan as it was when none is `auto`."""
+    if not auto.wanted(plans.config.queue):
+        return plans.run
+    return plans.run.chosen(auto.probe_and_choose(plans.config, plans.run.batch_size, split, time_step=time_step,
+                                                  fits=plans.fits()))
 
 
-def check_and_write_plan(config, plans: Planner, summary) -> float | None:
-    """The predicted host peak (MiB) of `config`'s final queue, logged and written to `summary`; None without a plan.
-    Over the limit (with the plan's margin), the run is refused before any worker starts."""
+def check_and_write_plan(run: RunPlan, plans: Planner, summary) -> float | None:
+    """The predicted host peak (MiB) of the run plan's final queue, logged and written to `summary`; None without a
+    plan. Over the limit (with the plan's margin), the run is refused before any worker starts."""
     if plans.plan is None:
         return None
-    plan = plans.for_queue(config.queue.workers, config.queue.max_size)
+    config = plans.config
+    plan = plans.for_queue(run.workers, run.max_size)
     summary.update(memory_plan=plan.record())
     log.info("memory plan: host peak %.0f MiB predicted, device %.0f MiB (python -m app plan: part by part)",
              plan.host_mib, plan.device_mib)
@@ -102,12 +107,13 @@ def check_and_write_plan(config, plans: Planner, summary) -> float | None:
     raise MachineError(f"refused before any worker started: {text}")
 
 
-def report(config, plans: Planner) -> tuple[str, dict]:
-    """What `python -m app plan` prints of `config`'s final queue, and what plan.json records."""
-    plan = plans.for_queue(config.queue.workers, config.queue.max_size)
+def report(run: RunPlan, plans: Planner) -> tuple[str, dict]:
+    """What `python -m app plan` prints of the run plan's final queue, and what plan.json records."""
+    config = plans.config
+    plan = plans.for_queue(run.workers, run.max_size)
     name, limit = memory_plan.limit(config.queue)
     fixed = memory_plan.fixes(plan, plans.probe, plans.facts, limit) if plan.host_mib > limit else []
-    capped = plans.slots(config.queue.max_size)[1]
+    capped = plans.slots(run.max_size)[1]
     text = (f"{capped}\n\n" if capped else "") + (memory_plan.render(plan, (name, limit), fixed) + "\n\n"
             + memory_plan.batch_size_table(config.data.batch_size, tuple(config.data.image_size)))
     return text, {**plan.record(), "limit": {"name": name, "mib": round(limit, 1)}, "fixes": fixed}

@@ -3,7 +3,6 @@ docs/performance.md), each in a fresh process, then (bench.memory) again to samp
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import logging
 import multiprocessing as mp
@@ -40,9 +39,8 @@ MEMORY_KEYS = ("peak_memory_mb", "memory_samples", "memory_reads", "peak_pss_mb"
 def main(cfg: DictConfig) -> None:
     config = load(cfg)
     workers, max_size = for_loading_only(config.queue)  # `auto`: no training step here to balance
-    config = dataclasses.replace(config, queue=dataclasses.replace(config.queue, workers=workers, max_size=max_size),
-                                 bench=dataclasses.replace(config.bench, modes=_runnable_modes(config.bench.modes)))
-    if set(config.bench.modes) - set(modes.PLAIN_MODES):  # a mode with a model: its process loads Keras
+    runnable = _runnable_modes(config.bench.modes)
+    if set(runnable) - set(modes.PLAIN_MODES):  # a mode with a model: its process loads Keras
         use_backend(config.trainer)  # KERAS_BACKEND, which the modes' processes inherit
     bench = config.bench
     build_compose(config.augment.transforms, config.data.image_size)
@@ -54,19 +52,22 @@ def main(cfg: DictConfig) -> None:
     needed = (bench.warmup + bench.batches) * config.data.batch_size
     log.info("bench on %s: %d training samples, %d needed a mode (epochs repeat when fewer)", source.name,
              len(source.train), needed)
-    slots, capped = ring_slots(config.queue.max_size, {"train": len(source.train)}, config.data.batch_size)
+    slots, capped = ring_slots(max_size, {"train": len(source.train)}, config.data.batch_size)
     if capped:  # said here: the modes' processes log warnings only
         log.info(capped)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     benched = [(None, config)] + [(copy, _copy_checked(config, copy, source)) for copy in copies.labels(config.bench)]
     results = {}
     for copy, variant in benched:
-        for mode in bench.modes:
+        for mode in runnable:
             name = copies.row_name(mode, copy)
             results[name] = _measured(mode, variant, run_dir / "bench.log")
             log.info("%-16s %s", name, _line(results[name]))
     plain = redacted(to_plain(config))
-    derived = {**_derived(results, config, slots), **copies.ratios(results, bench.modes, copies.labels(config.bench))}
+    plain["queue"].update(workers=workers, max_size=max_size)  # as the modes ran: `auto` resolved
+    plain["bench"]["modes"] = runnable
+    derived = {**_derived(results, config.data, slots, workers),
+               **copies.ratios(results, runnable, copies.labels(config.bench))}
     report = {"results": results, "config": {k: plain[k] for k in ("data", "augment", "queue", "bench", "seed")},
               "derived": derived, "versions": versions(), "hardware": hardware(),
               "overrides": redacted(list(HydraConfig.get().overrides.task))}
@@ -166,10 +167,10 @@ def _mib(result: dict) -> str:
     return f"failed: {result['memory_error']}" if "memory_error" in result else "-"
 
 
-def _derived(results: dict, config, slots: int) -> dict:
-    """The figures the targets speak of; `slots`: the loader modes' ring's (queue.max_size as it caps it)."""
+def _derived(results: dict, data, slots: int, workers: int) -> dict:
+    """The figures the targets speak of; `slots`: the loader modes' ring's (queue.max_size as it caps it), `workers`
+    theirs (`auto` resolved)."""
     ok = {m: r for m, r in results.items() if "error" not in r}
-    data, queue = config.data, config.queue
     batch_uint8 = data.batch_size * data.image_size[0] * data.image_size[1] * 3
     derived: dict = {"queue_bytes": slots * batch_uint8, "float32_batch_bytes": 4 * batch_uint8}
     keras_best = max((ok[m]["images_per_s"] for m in KERAS_MODES if m in ok), default=None)
@@ -182,12 +183,12 @@ def _derived(results: dict, config, slots: int) -> dict:
         for mode in ("loader_steps", "loader_fit"):
             if mode in ok:
                 derived[f"{mode}_vs_tf_data"] = ok[mode]["images_per_s"] / ok["tf_data"]["images_per_s"]
-    if "serial" in ok and "loader" in ok and queue.workers:
-        ideal = ok["serial"]["images_per_s"] * queue.workers
+    if "serial" in ok and "loader" in ok and workers:
+        ideal = ok["serial"]["images_per_s"] * workers
         derived["loader_vs_serial_times_workers"] = ok["loader"]["images_per_s"] / ideal
     peaks = {m: r["peak_memory_mb"] for m, r in ok.items() if "peak_memory_mb" in r}
     if "baseline" in peaks:
-        bound = (peaks["baseline"] + 120 * queue.workers
+        bound = (peaks["baseline"] + 120 * workers
                  + (derived["queue_bytes"] + 2 * derived["float32_batch_bytes"]) / 2**20)
         derived["memory_bound_mb"] = bound
         for mode in ("loader_steps", "loader_fit"):

@@ -4,7 +4,6 @@ one batch's size by batch × resolution, into plan.json. Reads only image header
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from pathlib import Path
 
@@ -13,11 +12,12 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from app.augment import check_stored_sizes
-from app.capacity import auto, queue_plan
+from app.capacity import queue_plan
 from app.capacity.probe import measured_or_spawn_probe
+from app.capacity.run_plan import RunPlan
 from app.commands import failure_carried
 from app.config import conf_dir, load
-from app.data import load_or_generate_source, synthetic
+from app.data import cifar, load_or_generate_source, synthetic
 from app.errors import DataError
 from app.frameworks import load_keras, native_stderr_to_log, use_backend
 from app.io import write_json
@@ -43,13 +43,13 @@ def main(cfg: DictConfig) -> float:
     # here, unlike train, a plan is the point: a failed probe is the command's error
     probe = measured_or_spawn_probe(calibration.trainer_measures)
     net, gpus = _model(config, source)
-    plans = calibration.planner(config, source, net, device_is_host=not gpus)
-    choice = calibration.probed(config, source.train, net, plans)
+    plans = calibration.planner(config, RunPlan.of(config, device_is_host=not gpus), source, net)
+    plan = calibration.probed(plans, source.train, net)
+    choice = plan.choice
     if choice:
-        config = auto.applied(config, choice)
-        print(f"queue.workers={config.queue.workers} queue.max_size={config.queue.max_size} "
+        print(f"queue.workers={plan.workers} queue.max_size={plan.max_size} "
               f"(auto, from a probe of the data and the step: {choice.reason})\n")
-    text, record = queue_plan.report(config, plans)
+    text, record = queue_plan.report(plan, plans)
     print(text)
     out = Path(HydraConfig.get().runtime.output_dir) / "plan.json"
     write_json(out, {**record, "gpus": gpus, "probe": probe.__dict__,
@@ -79,16 +79,10 @@ def _source(data, run_dir: Path | None):
             raise DataError(f"the synthetic dataset is not generated yet ({' and '.join(missing)} missing), and "
                             "plan never writes a dataset: `python -m app train` with the same data.* overrides "
                             "generates it (then plan again)")
-    downloads = data._target_ == DATA_TARGETS["cifar"] and data.download
-    if downloads:
-        data = dataclasses.replace(data, download=False)  # found, or the error below: plan downloads nothing
-    try:
-        return run_source(run_dir, data) if run_dir else load_or_generate_source(data)
-    except DataError as error:
-        if not downloads:
-            raise
-        raise DataError(f"{error} (plan never downloads: `python -m app train data=cifar data.download=true` "
-                        "fetches it)") from None
+    if data._target_ == DATA_TARGETS["cifar"] and not cifar.is_found(data):
+        raise DataError(f"{cifar.not_found(data)} (plan never downloads: `python -m app train data=cifar "
+                        "data.download=true` fetches it)")
+    return run_source(run_dir, data) if run_dir else load_or_generate_source(data)
 
 
 def _model(config, source):

@@ -26,6 +26,7 @@ from app.errors import ConfigError, DataError
 from app.inference.opened import open_run
 from app.io import atomic_write
 from app.loader.pipeline import build_loader
+from app.loader.settings import Settings
 from app.processes import stop_if_interrupted
 from app.runs.saved import STORAGE
 from app.schema import register
@@ -89,11 +90,11 @@ def main(cfg: DictConfig) -> None:
     counts = np.zeros(len(names), np.int64)
     # Predict's own bad-file policy: a file that cannot be read is listed with its error and no
     # numbers (training's `skip` would put the next file's pixels, and so its answer, in its place).
-    config = dataclasses.replace(config, data=dataclasses.replace(config.data, image_size=size))  # the model's own
+    settings = dataclasses.replace(Settings.from_config(config), image_size=tuple(size))  # the model's own
     transforms = eval_transforms(config.augment, size)
     failed: list[tuple[str, str]] = []  # (what, why) of each sample that could not be read
     with build_loader(config, {name: (split, transforms) for name, split in splits.items()},
-                      on_bad_sample="mark") as loader, \
+                      on_bad_sample="mark", settings=settings) as loader, \
             atomic_write(out, newline="", encoding="utf-8") as f:  # stopped midway: no half CSV
         rows = _Rows(writer=csv.writer(f), net=net, names=names, counts=counts)
         rows.writer.writerow(["path", "class", *names, "error"])

@@ -41,13 +41,22 @@ def cifar_source(data_cfg) -> Source:
     found = _find(root)
     if found is None:
         if not data_cfg.download:
-            raise DataError(
-                f"CIFAR-10 not found: looked for {root / FOLDER}/, {root / ARCHIVE} and "
-                f"{Path.home() / '.keras/datasets'}. Put the official archive at {root / ARCHIVE} "
-                f"(or its extracted {FOLDER}/ folder at {root / FOLDER}/); it is at {URL}. "
-                f"Or add data.download=true to fetch it.")
+            raise not_found(data_cfg)
         found = download(root / ARCHIVE)
     return _load(root / "cache", found, data_cfg.val_fraction)
+
+
+def is_found(data_cfg) -> bool:
+    """Whether CIFAR-10 is where `data_cfg` looks (data.path, Keras's cache): read, never downloaded."""
+    return _find(Path(data_cfg.path).expanduser().absolute()) is not None
+
+
+def not_found(data_cfg) -> DataError:
+    root = Path(data_cfg.path).expanduser().absolute()
+    return DataError(f"CIFAR-10 not found: looked for {root / FOLDER}/, {root / ARCHIVE} and "
+                     f"{Path.home() / '.keras/datasets'}. Put the official archive at {root / ARCHIVE} "
+                     f"(or its extracted {FOLDER}/ folder at {root / FOLDER}/); it is at {URL}. "
+                     f"Or add data.download=true to fetch it.")
 
 
 def check_split(recorded: dict, run_dir: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -80,9 +79,12 @@ class Loader:
         return self._enqueuer.worker_pids
 
 
-def build_loader(config, splits: dict[str, tuple], *, bad_log: Path | None = None,
-                 on_bad_sample: str | None = None, batch_size: int | None = None) -> Loader:
-    """The loader a config describes; `splits`: name → (split, transforms); `on_bad_sample`, `batch_size` override."""
-    built = augmenters(config.data, {name: transforms for name, (_, transforms) in splits.items()})
+def build_loader(config, splits: dict[str, tuple], *, on_bad_sample: str | None = None,
+                 settings: Settings | None = None) -> Loader:
+    """The loader a config describes; `splits`: name → (split, transforms); `on_bad_sample` overrides the config's,
+    `settings` the enqueuer's (a run's batch share and chosen queue, the model's image size)."""
+    settings = settings or Settings.from_config(config)
+    built = augmenters(config.data, {name: transforms for name, (_, transforms) in splits.items()},
+                       image_size=settings.image_size)
     return Loader(Enqueuer.from_config(config, {name: split for name, (split, _) in splits.items()}, built,
-                                       Settings.from_config(config, bad_log, batch_size), on_bad_sample=on_bad_sample))
+                                       settings, on_bad_sample=on_bad_sample))

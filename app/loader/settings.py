@@ -27,11 +27,11 @@ class Settings:
     policy_names: PolicyNames = PolicyNames()  # how a bad sample's message names the settings
 
     @classmethod
-    def from_config(cls, config, bad_log: Path | None = None, batch_size: int | None = None) -> Settings:
+    def from_config(cls, config, bad_log: Path | None = None) -> Settings:
         """The settings of a loaded config's `data` and `queue`; an `auto` still there resolves by for_loading_only."""
         data, queue = config.data, config.queue
         workers, max_size = for_loading_only(queue)
-        return cls(batch_size=batch_size or data.batch_size, image_size=tuple(data.image_size), workers=workers,
+        return cls(batch_size=data.batch_size, image_size=tuple(data.image_size), workers=workers,
                    use_multiprocessing=queue.use_multiprocessing, max_size=max_size,
                    start_method=str(queue.start_method.value), timeout_s=queue.timeout_s,
                    startup_timeout_s=queue.startup_timeout_s, max_bad_fraction=data.max_bad_fraction,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
@@ -73,5 +72,5 @@ def read_run_setting_backend(cfg: DictConfig, safe: tuple[str, ...],
     cfg = resumed_config(checkpoint.saved_config(run_dir), cfg, list(HydraConfig.get().overrides.task), safe)
     config = load(cfg)
     # the run's backend: a run trained on JAX needs no TensorFlow here
-    use_backend(config.trainer if backend is None else dataclasses.replace(config.trainer, backend=backend))
+    use_backend(config.trainer, backend)
     return run_dir, config

@@ -14,9 +14,9 @@ import keras
 import numpy as np
 
 from app.capacity import queue_plan
-from app.capacity.auto import Choice
 from app.capacity.plan import MIB, ModelFacts
 from app.capacity.probe import high_water, reset_high_water, resident
+from app.capacity.run_plan import RunPlan
 from app.model import classifier, memory_facts, small_resnet
 from app.tracking.dashboards import TensorBoardWriter
 from app.training import devices, epochs, steps  # noqa: F401 - epochs: loaded as `train` has it loaded when it trains
@@ -29,16 +29,16 @@ STEPS = 5
 STEP_CALLS = 3  # timed calls into the compiled step for `auto`, after one that traces it
 
 
-def planner(config, source, net, device_is_host: bool) -> queue_plan.Planner:
+def planner(config, run: RunPlan, source, net) -> queue_plan.Planner:
     """The queue Planner of `net` on `source`'s splits; this machine's probe spawned first when not stored."""
     facts = model_facts(net, config.trainer.precision.value)
-    return queue_plan.planner(config, (source.train, source.val), facts, trainer_measures,
-                              device_is_host=device_is_host)
+    return queue_plan.planner(config, run, (source.train, source.val), facts=facts, trainer_measures=trainer_measures)
 
 
-def probed(config, split, net, plans: queue_plan.Planner, class_weights=None) -> Choice | None:
-    """The probe's choice for `config`'s `auto` queue values, `net`'s step timed by `time_step`; None if none."""
-    return queue_plan.probed(config, split, plans, partial(time_step, net, class_weights=class_weights))
+def probed(plans: queue_plan.Planner, split, net, class_weights=None) -> RunPlan:
+    """The run plan with the probe's choice for the config's `auto` queue values, `net`'s step timed by
+    `time_step`; the plan as it was when none is `auto`."""
+    return queue_plan.probed(plans, split, partial(time_step, net, class_weights=class_weights))
 
 
 def model_facts(net, precision: str) -> ModelFacts:

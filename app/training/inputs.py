@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from pathlib import Path
 
 from app import rules
 from app.augment import eval_transforms
+from app.capacity.run_plan import RunPlan
 from app.data.source import overfitting
 from app.errors import config_error
 from app.io import write_json
@@ -58,21 +58,14 @@ def check_validation_rows(n: int, placement: Placement) -> None:
                            "add validation images, fewer devices (trainer.cpu_devices) or trainer.strategy=default")
 
 
-def share(config: Config, placement: Placement) -> Config:
-    """`config` with data.batch_size this process's share of each global batch (the whole with one process)."""
-    local = config.data.batch_size // placement.processes
-    return dataclasses.replace(config, data=dataclasses.replace(config.data, batch_size=local))
-
-
-def run_loader(config: Config, source, run_dir: Path, placement: Placement) -> Loader:
-    """This process's loader (not started), batching its share of each global batch."""
-    local = config.data.batch_size // placement.processes
+def run_loader(config: Config, plan: RunPlan, source, *, run_dir: Path, placement: Placement) -> Loader:
+    """This process's loader (not started) as the run plan has it: its share of each global batch, its queue."""
     bad = "bad_samples.txt" if placement.writes else f"bad_samples.{placement.process}.txt"
     loader = build_loader(config, {"train": (source.train, config.augment.transforms),
                                   "val": (source.val, eval_transforms(config.augment, config.data.image_size))},
-                         bad_log=run_dir / bad, batch_size=local)
+                         settings=plan.loader_settings(config, bad_log=run_dir / bad))
     queue = loader.queue
     log.info("queue: %d %s, max_size %d: %.1f MiB of uint8 batches%s", queue.workers,
              "processes" if queue.processes else "threads", queue.max_size, queue.bytes / 2**20,
-             f" of {local} rows (this process's share of each batch)" if placement.processes > 1 else "")
+             f" of {plan.batch_size} rows (this process's share of each batch)" if placement.processes > 1 else "")
     return loader

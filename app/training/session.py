@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from pathlib import Path
 
 import keras
 
 from app import model as models
-from app.capacity import auto
 from app.capacity.memory import PeakMemory
 from app.capacity.queue_plan import check_and_write_plan
+from app.capacity.run_plan import RunPlan
 from app.inference import restore
 from app.inference.restore import ResumePoint
 from app.runs.checkpoint import RunState
@@ -42,19 +41,18 @@ def train(run: RunContext) -> None:
         summary.update(hardware={**summary.content["hardware"], "gpus": placement.gpus}, **placement.record())
         with placement.scope():  # model, optimizer, metrics and steps on the strategy's replicas
             net, point = _model(run, source, steps)
-            plans = calibration.planner(config, source, net, device_is_host=not placement.gpus)
-            choice = calibration.probed(inputs.share(config, placement), source.train, net, plans,
-                                        class_weights=weights)
-            if choice:
-                run = dataclasses.replace(run, config=auto.applied(config, choice))
-                summary.update(queue_auto=choice.record())
-            predicted = check_and_write_plan(run.config, plans, summary)
-            loader = inputs.run_loader(run.config, source, run.run_dir, placement)
+            plan = RunPlan.of(config, processes=placement.processes, device_is_host=not placement.gpus)
+            plans = calibration.planner(config, plan, source, net)
+            plan = calibration.probed(plans, source.train, net, class_weights=weights)
+            if plan.choice:
+                summary.update(queue_auto=plan.choice.record())
+            predicted = check_and_write_plan(plan, plans, summary)
+            loader = inputs.run_loader(config, plan, source, run_dir=run.run_dir, placement=placement)
             summary.update(queue_bytes=loader.queue.bytes)
             with loader, PeakMemory() as memory:
                 if point and placement.writes:  # what may refuse the resume, before the run counts as running
                     _drop_records_after(run.run_dir, run.state.epoch, point.state["step"],
-                                        run.config.trainer.record_samples)
+                                        config.trainer.record_samples)
                     _write_export_again(run, source, point)
                 summary.start()
                 Epochs(context=run, placement=placement, source=source, steps=steps, net=net, loader=loader,

@@ -18,6 +18,7 @@ from PIL import Image
 from app.capacity import probe as machine_probe
 from app.capacity import queue_plan
 from app.capacity.plan import MIB, ModelFacts, Probe, Workload, predict
+from app.capacity.run_plan import RunPlan
 from app.config import conf_dir, load
 from app.data.source import FileSplit
 from app.errors import ConfigError, MachineError
@@ -60,21 +61,29 @@ def no_trainer() -> dict:
     raise AssertionError("the training process was measured")
 
 
+def run_plan(config, processes: int = 1) -> RunPlan:
+    return RunPlan.of(config, processes=processes, device_is_host=True)
+
+
+def planned(config, splits: tuple, processes: int = 1) -> queue_plan.Planner:
+    return queue_plan.planner(config, run_plan(config, processes), splits, facts=MODEL, trainer_measures=no_trainer)
+
+
 def test_the_plan_counts_the_validation_files_the_same_workers_decode(jpegs, stored_probe, tmp_path):
     grey = tmp_path / "grey.png"  # through Pillow: its image and the RGB conversion beside the array
     Image.new("L", (200, 100)).save(grey)
     config = composed("data.decode.draft=false")
     val = FileSplit([str(grey)], [0])
-    planned = queue_plan.planner(config, (jpegs, val), MODEL, no_trainer, device_is_host=True)
-    assert planned.plan.workload.largest_decode_bytes == 200 * 100 * 3
-    assert planned.plan.workload.largest_pillow_bytes == 200 * 100 * 5  # Pillow's greyscale image and its RGB copy
-    alone = queue_plan.planner(config, (jpegs,), MODEL, no_trainer, device_is_host=True)  # negative control
+    with_val = planned(config, (jpegs, val))
+    assert with_val.plan.workload.largest_decode_bytes == 200 * 100 * 3
+    assert with_val.plan.workload.largest_pillow_bytes == 200 * 100 * 5  # Pillow's greyscale image and its RGB copy
+    alone = planned(config, (jpegs,))  # negative control
     assert (alone.plan.workload.largest_decode_bytes, alone.plan.workload.largest_pillow_bytes) == (120 * 160 * 3, 0)
 
 
 def test_the_plan_of_any_queue_from_the_files_headers_and_the_stored_probe(jpegs, stored_probe):
     config = composed("queue.workers=auto", "queue.max_size=2", "data.decode.draft=false")
-    plans = queue_plan.planner(config, (jpegs,), MODEL, no_trainer, device_is_host=True)
+    plans = planned(config, (jpegs,))
     assert plans.probe == dataclasses.replace(PROBE, machine=machine_probe.machine())  # read, not measured
     assert (plans.plan.workload.workers, plans.plan.workload.max_size) == (1, 2)  # `auto` planned as 1
     assert plans.plan.workload.largest_decode_bytes == 120 * 160 * 3  # the largest file, off its header
@@ -91,16 +100,15 @@ def test_the_plan_counts_the_ring_as_the_loader_caps_it(jpegs, stored_probe):
     """queue.max_size past the batches of the largest split is planned as the slots the loader
     will make (app/loader/settings.py: ring_slots): 5 files in batches of 4 fill 2."""
     config = composed("queue.max_size=100000")
-    plans = queue_plan.planner(config, (jpegs, FileSplit(jpegs.paths[:1], [0])), MODEL, no_trainer,
-                               device_is_host=True)
+    plans = planned(config, (jpegs, FileSplit(jpegs.paths[:1], [0])))
     assert plans.plan.workload.max_size == 2 and plans.for_queue(2, 100000) == plans.for_queue(2, 2)
-    text, record = queue_plan.report(config, plans)
+    text, record = queue_plan.report(plans.run, plans)
     assert text.startswith("queue.max_size=100000 capped at 2 ring slot(s): a pass over the train split (5 samples")
     assert "the ring (2 slot(s) of one uint8 batch)" in text
     assert record["host"]["the ring (2 slot(s) of one uint8 batch)"] == round(2 * 4 * 32 * 32 * 3 / MIB, 1)
     # negative control: under the cap, as given, and nothing said
     assert plans.for_queue(2, 1).workload.max_size == 1
-    assert "capped" not in queue_plan.report(composed("queue.max_size=2"), plans)[0]
+    assert "capped" not in queue_plan.report(run_plan(composed("queue.max_size=2")), plans)[0]
 
 
 def test_a_failed_probe_gives_no_plan_without_a_budget_and_stops_a_run_with_one(jpegs, monkeypatch):
@@ -108,29 +116,33 @@ def test_a_failed_probe_gives_no_plan_without_a_budget_and_stops_a_run_with_one(
         raise RuntimeError("memory probe of a training process failed: no")
 
     monkeypatch.setattr(queue_plan, "measured_or_spawn_probe", failing)
-    plans = queue_plan.planner(composed(), (jpegs,), MODEL, no_trainer, device_is_host=True)
+    plans = planned(composed(), (jpegs,))
     assert plans.plan is None and plans.fits()(10**6, 10**6)  # every queue fits what nothing measures
-    assert queue_plan.check_and_write_plan(composed(), plans, summary=None) is None
+    assert queue_plan.check_and_write_plan(plans.run, plans, summary=None) is None
     with pytest.raises(RuntimeError, match="probe"):  # negative control: a budget needs the plan
-        queue_plan.planner(composed("queue.memory_budget_mb=4000"), (jpegs,), MODEL, no_trainer, device_is_host=True)
+        planned(composed("queue.memory_budget_mb=4000"), (jpegs,))
 
 
 def test_the_step_is_timed_only_for_an_auto_queue(jpegs):
     def never(batch):
         raise AssertionError("the step was timed")
 
-    plans = queue_plan.Planner(config=composed())
-    assert queue_plan.probed(composed("queue.workers=2", "queue.max_size=2"), jpegs, plans, never) is None
+    given = composed("queue.workers=2", "queue.max_size=2")
+    plans = queue_plan.Planner(config=given, run=run_plan(given))
+    assert queue_plan.probed(plans, jpegs, never) == plans.run  # as it was
     timed = []
 
     def step(batch):  # a 100 ms step, no CPU to speak of
         timed.append(batch)
         return [0.1] * 3, [0.001] * 3
 
-    choice = queue_plan.probed(composed("queue.workers=auto", "queue.max_size=2"), jpegs, plans, step)
+    auto = composed("queue.workers=auto", "queue.max_size=2", "data.batch_size=8")
+    run = queue_plan.probed(queue_plan.Planner(config=auto, run=run_plan(auto, processes=2)), jpegs, step)
     images, labels = timed[0]
-    assert images.shape == (4, 32, 32, 3) and images.dtype == np.uint8 and len(labels) == 4  # one real batch
-    assert choice.max_size == 2 and choice.workers >= 1 and choice.figures["step_ms"] == 100.0
+    # one real batch, this process's share of the global 8
+    assert images.shape == (4, 32, 32, 3) and images.dtype == np.uint8 and len(labels) == 4
+    assert run.max_size == 2 and run.workers == run.choice.workers >= 1 and run.choice.figures["step_ms"] == 100.0
+    assert auto.queue.workers == "auto" and auto.data.batch_size == 8  # the config as written
 
 
 @pytest.mark.parametrize("budget", [None, 10**9], ids=["no budget", "a budget above the machine"])
@@ -145,11 +157,12 @@ def test_a_queue_over_the_memory_available_is_refused_with_the_workers_that_fit(
                              data=SimpleNamespace(batch_size=4))
     small = Workload(batch_size=4, image_size=(32, 32), max_size=4, workers=2, processes=True,
                      largest_decode_bytes=0, device_is_host=True)
-    plans = queue_plan.Planner(config=config, plan=predict(small, PROBE, MODEL), probe=PROBE, facts=MODEL)
+    run = RunPlan(batch_size=4, workers=many, max_size=2, device_is_host=True)
+    plans = queue_plan.Planner(config=config, run=run, plan=predict(small, PROBE, MODEL), probe=PROBE, facts=MODEL)
     recorded = {}
     summary = SimpleNamespace(update=lambda **values: recorded.update(values))
     with pytest.raises(MachineError) as refused:
-        queue_plan.check_and_write_plan(config, plans, summary)
+        queue_plan.check_and_write_plan(run, plans, summary)
     text = str(refused.value)
     assert "refused before any worker started" in text and "the memory available now" in text
     assert budget is None or f"over queue.memory_budget_mb={budget} capped at the memory available now (" in text
@@ -158,8 +171,8 @@ def test_a_queue_over_the_memory_available_is_refused_with_the_workers_that_fit(
     workers = int(fix.split("=")[1].split(":")[0])
     assert 0 < workers < many
     # negative control: the named fix is admitted
-    config.queue.workers = workers
-    assert queue_plan.check_and_write_plan(config, plans, summary) == pytest.approx(
+    fixed = dataclasses.replace(run, workers=workers)
+    assert queue_plan.check_and_write_plan(fixed, plans, summary) == pytest.approx(
         plans.for_queue(workers, 2).host_mib)
 
 
@@ -169,9 +182,19 @@ def test_a_budget_under_the_plan_is_a_config_error_naming_the_key():
                              data=SimpleNamespace(batch_size=4))
     small = Workload(batch_size=4, image_size=(32, 32), max_size=2, workers=2, processes=True,
                      largest_decode_bytes=0, device_is_host=True)
-    plans = queue_plan.Planner(config=config, plan=predict(small, PROBE, MODEL), probe=PROBE, facts=MODEL)
+    run = RunPlan(batch_size=4, workers=2, max_size=2, device_is_host=True)
+    plans = queue_plan.Planner(config=config, run=run, plan=predict(small, PROBE, MODEL), probe=PROBE, facts=MODEL)
     with pytest.raises(ConfigError, match="queue.memory_budget_mb"):
-        queue_plan.check_and_write_plan(config, plans, SimpleNamespace(update=lambda **_: None))
+        queue_plan.check_and_write_plan(run, plans, SimpleNamespace(update=lambda **_: None))
     host = plans.for_queue(2, 2).host_mib
     config.queue.memory_budget_mb = math.ceil(host * 1.2)  # negative control: a budget that holds it passes
-    assert queue_plan.check_and_write_plan(config, plans, SimpleNamespace(update=lambda **_: None)) == host
+    assert queue_plan.check_and_write_plan(run, plans, SimpleNamespace(update=lambda **_: None)) == host
+
+
+def test_a_process_of_several_plans_its_own_share_of_the_batch(jpegs, stored_probe):
+    """Each of a data_parallel run's processes fills batches of its share: its ring and its plan hold that."""
+    config = composed("data.batch_size=4", "queue.max_size=2")
+    whole, half = planned(config, (jpegs,)), planned(config, (jpegs,), processes=2)
+    assert (whole.plan.workload.batch_size, half.plan.workload.batch_size) == (4, 2)
+    assert half.for_queue(1, 2).host_mib < whole.for_queue(1, 2).host_mib
+    assert config.data.batch_size == 4  # the config as written

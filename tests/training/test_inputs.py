@@ -9,6 +9,7 @@ import json
 import pytest
 from hydra import compose, initialize_config_dir
 
+from app.capacity.run_plan import RunPlan
 from app.config import conf_dir, load
 from app.errors import ConfigError
 from app.schema import register
@@ -45,9 +46,12 @@ def test_each_process_loads_its_share_of_a_batch(tmp_path):
     source, _ = inputs.read_data(config, tmp_path)
     one, two = Placement(strategy_name="default", devices=["/device:CPU:0"]), Placement(
         strategy_name="data_parallel", devices=["/device:CPU:0"], processes=2)
-    assert inputs.share(config, one).data.batch_size == 8 and inputs.share(config, two).data.batch_size == 4
-    whole, half = (inputs.run_loader(config, source, tmp_path, p).queue for p in (one, two))
+    plans = [RunPlan.of(config, processes=p.processes, device_is_host=True) for p in (one, two)]
+    assert [plan.batch_size for plan in plans] == [8, 4]
+    whole, half = (inputs.run_loader(config, plan, source, run_dir=tmp_path, placement=p).queue
+                   for plan, p in zip(plans, (one, two), strict=True))
     assert whole.bytes == 2 * half.bytes == 2 * 8 * 8 * 8 * 3 and half.workers == 1 and not half.processes
+    assert config.data.batch_size == 8  # the config as written
 
 
 def test_a_refused_config_is_recorded_in_summary_json(tmp_path):

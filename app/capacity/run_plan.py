@@ -1,0 +1,37 @@
+"""A run's plan: what it derives from its config once its devices are known (this process's share of each global
+batch, the queue's workers and slots with `auto` chosen, the probe's figures). The config stays as the user wrote
+it and as the run saved it; what the run makes of it is read here."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from app.capacity.auto import Choice
+from app.loader.settings import Settings
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunPlan:
+    batch_size: int  # this process's share of each global batch: the whole batch with one process
+    workers: int | str  # queue.workers, `auto` until the probe chooses
+    max_size: int | str  # queue.max_size, likewise
+    device_is_host: bool  # no GPU: the device's memory is the host's
+    choice: Choice | None = None  # the probe's, when it chose
+
+    @classmethod
+    def of(cls, config, *, processes: int = 1, device_is_host: bool) -> RunPlan:
+        """The plan of a loaded config trained by `processes` processes, before any probe."""
+        return cls(batch_size=config.data.batch_size // processes, workers=config.queue.workers,
+                   max_size=config.queue.max_size, device_is_host=device_is_host)
+
+    def chosen(self, choice: Choice | None) -> RunPlan:
+        """This plan with the probe's workers and slots, or itself when the probe chose nothing."""
+        if choice is None:
+            return self
+        return dataclasses.replace(self, workers=choice.workers, max_size=choice.max_size, choice=choice)
+
+    def loader_settings(self, config, bad_log: Path | None = None) -> Settings:
+        """The loader's settings for this plan: its batch, and the probe's queue where it chose one."""
+        chosen = {} if self.choice is None else {"workers": self.choice.workers, "max_size": self.choice.max_size}
+        return dataclasses.replace(Settings.from_config(config, bad_log), batch_size=self.batch_size, **chosen)
