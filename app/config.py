@@ -62,8 +62,8 @@ def instantiate_each(specs: list, key: str, base: type, example: str, **kwargs: 
 
 
 def typed(cfg: DictConfig | dict, root: type | None = None) -> DictConfig:
-    """`cfg` merged onto its groups' schemas (`root`, else the one `cfg` was composed under, else Config): an unknown key
-    is refused however it came, and a missing one (a run saved before it existed) takes its default."""
+    """`cfg` merged onto its groups' schemas (`root`, else the one `cfg` was composed under, else Config): an unknown
+    key is refused however it came, and a missing one (a run saved before it existed) takes its default."""
     base = root or _root_of(cfg)
     plain = to_plain(cfg) if isinstance(cfg, DictConfig) else cfg
     known = [f.name for f in dataclasses.fields(base)]

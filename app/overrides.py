@@ -1,40 +1,65 @@
-"""Hydra's `key=value` overrides, read and quoted: the one parser of them for the resume path and a run's recorded
-overrides. Prefixes (`+`, `++`, `~`) are taken off to name a key."""
+"""Hydra's `key=value` overrides read by Hydra's own parser, for the command line before Hydra sees it and a run's
+recorded overrides; and quoted where Hydra would refuse or misread them as typed. Flags (`-m`, `--cfg=job`) are not
+overrides: their key is the text before `=`."""
 
 from __future__ import annotations
 
-import re
+from functools import lru_cache
 
-# A value Hydra parses as a sweep or a function (choice(a, b), range(1,3), int(4)...) is not quoted.
-_FUNCTION = re.compile(r"^[A-Za-z_]+\(.*\)$")
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from hydra.errors import HydraException
+
+_PARSER = OverridesParser.create()
+
+
+@lru_cache(maxsize=1024)
+def override(arg: str) -> Override | None:
+    """Hydra's reading of `arg`; None for a flag, or for what Hydra refuses (its own message says why when it reads
+    the command line)."""
+    if arg.startswith("-"):
+        return None
+    try:
+        return _PARSER.parse_override(arg)
+    except HydraException:
+        return None
+
+
+def _written(arg: str) -> str:
+    """The value of a parsed override as typed (Hydra's keys hold no `=`)."""
+    return arg.split("=", 1)[1] if "=" in arg else ""
 
 
 def parsed(arg: str) -> tuple[str, str] | None:
-    """(key, value) of an override, its key's prefixes taken off; None for a flag or a word without `=`."""
-    if arg.startswith("-") or "=" not in arg:
+    """(key, value as typed) of an override that sets a value, its key's prefixes off; None for a flag, a deletion
+    (`~key`) or what Hydra refuses."""
+    found = override(arg)
+    if found is None or found.is_delete():
         return None
-    key, value = arg.split("=", 1)
-    return key.lstrip("+~"), value
+    return found.key_or_group, _written(arg)
 
 
 def key_of(arg: str) -> str:
-    """The key an argument names: an override's, prefixes off; a flag's (`--cfg=job`) up to `=`."""
-    return arg.lstrip("+~").split("=", 1)[0]
+    """The key an argument names: an override's, its prefixes (`+`, `++`, `~`) and package off; else (a flag, or
+    what Hydra will refuse) the text before `=`."""
+    found = override(arg)
+    return found.key_or_group if found is not None else arg.split("=", 1)[0]
 
 
 def value_of(argv: list[str], key: str) -> str | None:
-    """The last value given to `key`, its Hydra quotes taken off; None when not given."""
+    """The last value given to `key`: a string as Hydra reads it (its quotes off), else (a number, a list, a sweep)
+    as typed; None when not given."""
     found = None
     for arg in argv:
-        if "=" in arg and key_of(arg) == key:
-            found = arg.split("=", 1)[1]
-    if found and len(found) >= 2 and found[0] == found[-1] and found[0] in "'\"":
-        found = found[1:-1].replace(f"\\{found[0]}", found[0]).replace("\\${", "${")
+        read = override(arg)
+        if read is not None and read.key_or_group == key and not read.is_delete():
+            value = read.value()
+            found = value if isinstance(value, str) else _written(arg)
     return found
 
 
 def as_dict(overrides: list[str]) -> dict[str, str]:
-    """Each override's key → its value as written, the last one winning; flags left out."""
+    """Each override's key → its value as typed, the last one winning; flags and deletions left out."""
     return dict(pair for pair in map(parsed, overrides) if pair is not None)
 
 
@@ -44,11 +69,14 @@ def quoted(value: str) -> str:
 
 
 def quote_override(arg: str) -> str:
-    """`key=value`, `value` quoted if Hydra would reject it unquoted (space, non-ASCII) and it is a plain string."""
+    """`key=value` as typed where Hydra reads it so (a string, a number, a list, a sweep); a plain value Hydra would
+    refuse (non-ASCII, `~`, `#`, brackets) or change (spaces at its ends) quoted as the one string typed."""
     if arg.startswith("-") or "=" not in arg:
         return arg
     key, value = arg.split("=", 1)
-    plain = value and value[0] not in "'\"[{" and not _FUNCTION.match(value)
-    if plain and (any(c.isspace() for c in value) or not value.isascii()):
-        return f"{key}={quoted(value)}"
-    return arg
+    if value[:1] in ("'", '"', "[", "{"):  # quoted or structured: as typed, Hydra's own error if it is wrong
+        return arg
+    read = override(arg)
+    if read is not None and (not isinstance(read.value(), str) or read.value() == value):
+        return arg
+    return f"{key}={quoted(value)}"

@@ -26,9 +26,10 @@ CLAIMED: list[Path] = []
 
 def claim_and_rewrite_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str = "train") -> list[str]:
     """The overrides of `python -m app <word> ...`, rewritten as the module docstring says."""
+    argv = [quote_override(a) for a in argv]  # first: each is then read as Hydra will read it
     refuse_moved_keys(argv)
     refuse_keys_of_other_commands(argv, word)
-    argv = [quote_override(a) for a in renamed_choosers(argv)]
+    argv = renamed_choosers(argv)
     info = any(key_of(a) in INFO_FLAGS for a in argv)
     multirun = "-m" in argv or "--multirun" in argv
     value = value_of(argv, "resume") if word in ("train", *ON_A_RUN) else None
