@@ -19,15 +19,18 @@ from app import adapters
 from app.augment import Augmenter
 from app.data.folder import folder_source
 from app.data.source import FileSplit
+from app.data.table import table_source
 from app.loader.bad_samples import LIBRARY
 from app.loader.enqueuer import Enqueuer
 from app.loader.order import epoch_order, full_batches
 from app.loader.pipeline import Loader
 from app.loader.settings import Settings
 from app.model import normaliser
+from app.schema import TableColumns, TableDataConfig
 
 __all__ = ["ImageLoader", "LoaderSettings", "SplitDataset", "boundary"]
 log = logging.getLogger(__name__)
+TABLE_OPTIONS = ("root", "path_format", "classes", "test_fraction")  # ImageLoader.from_table's, as data.* has them
 PEEKED = 2  # Keras asks for batches 0 and 1 before an epoch (TensorFlow's output signature) and again in it
 POLICIES = ("raise", "skip", "mark")
 
@@ -97,6 +100,18 @@ class ImageLoader:
         each with one; `val_fraction` of each class held out when there is no val/."""
         source = folder_source(path, val_fraction)
         return cls(train=source.train, val=source.val, test=source.test, class_names=source.class_names, **settings)
+
+    @classmethod
+    def from_table(cls, table: str | Path, *, columns: dict | None = None, val_fraction: float = 0.1,
+                   **options) -> ImageLoader:
+        """A table as `data=table` reads it (docs/data.md): `columns` maps path, label, split and group to the
+        table's own names; `root`, `path_format`, `classes` and `test_fraction` as data.* has them; the rest of
+        `options` are ImageLoader's."""
+        own = {key: options.pop(key) for key in TABLE_OPTIONS if key in options}
+        data = TableDataConfig(table=str(table), columns=TableColumns(**(columns or {})), val_fraction=val_fraction,
+                               **own)
+        source = table_source(data)
+        return cls(train=source.train, val=source.val, test=source.test, class_names=source.class_names, **options)
 
     def __enter__(self) -> ImageLoader:
         with contextlib.ExitStack() as running:

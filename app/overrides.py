@@ -69,12 +69,13 @@ def quoted(value: str) -> str:
 
 
 def quote_override(arg: str) -> str:
-    """`key=value` as typed where Hydra reads it so (a string, a number, a list, a sweep); a plain value Hydra would
-    refuse (non-ASCII, `~`, `#`, brackets) or change (spaces at its ends) quoted as the one string typed."""
+    """`key=value` as typed where Hydra reads it so (a string, a number, a list, a sweep); a value Hydra would refuse
+    (non-ASCII, `~`, `#`, `{}.jpg`) or change (spaces at its ends) quoted as the one string typed."""
     if arg.startswith("-") or "=" not in arg:
         return arg
     key, value = arg.split("=", 1)
-    if value[:1] in ("'", '"', "[", "{"):  # quoted or structured: as typed, Hydra's own error if it is wrong
+    bracketed = value[:1] + value[-1:] in ("[]", "{}")
+    if value[:1] in ("'", '"') or bracketed:  # quoted, a list or a dict: as typed, Hydra's own error if it is wrong
         return arg
     read = override(arg)
     if read is not None and (not isinstance(read.value(), str) or read.value() == value):

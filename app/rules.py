@@ -85,6 +85,13 @@ def _check_data(d) -> None:
            "a fraction from 0 to 1")
     _check(d.max_image_pixels is None or d.max_image_pixels >= 1, "data.max_image_pixels", d.max_image_pixels,
            "null (no limit) or a positive number of pixels")
+    if d._target_ == DATA_TARGETS["table"]:
+        _check(d.path is None, "data.path", d.path, "null with data=table: it reads data.table (and data.root, the "
+               "folder its relative paths are under)")
+        _check(0.0 <= d.test_fraction < 1.0 and d.val_fraction + d.test_fraction < 1.0, "data.test_fraction",
+               d.test_fraction, f"a fraction from 0 to below 1 − data.val_fraction ({1 - d.val_fraction:g})")
+        _check(d.path_format is None or d.path_format.count("{}") == 1, "data.path_format", d.path_format,
+               'a pattern with one {} for the id, e.g. "{}.jpg" or "images/{}.tif"')
     if d._target_ == DATA_TARGETS["folder"]:
         _check(d.path is not None and str(d.path).strip() != "", "data.path", d.path,
                "data=folder needs the folder of images: add data.path=/path/to/images "

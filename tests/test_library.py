@@ -263,3 +263,24 @@ def test_the_pass_waits_for_its_first_batches_to_be_asked_again(tmp_path):
         loader.val[0]
     assert all(a[0] is b[0] for a, b in zip(peeked, again[:2], strict=False))
     assert built == [(0, 0), (0, 1), (0, 2), (1, 0)]
+
+
+def test_from_table_reads_a_table_as_data_table_does(tmp_path):
+    paths, labels, colours = colour_files(tmp_path / "images", 12)
+    table = tmp_path / "labels.csv"
+    table.write_text("image_id,kind\n" + "".join(f"{i:03d},{['cat', 'dog'][label]}\n"
+                                                  for i, label in enumerate(labels)))
+    for i, path in enumerate(paths):
+        Path(path).rename(tmp_path / "images" / f"{i:03d}.png")  # ids with their leading zeros
+    loader = ImageLoader.from_table(table, columns={"path": "image_id", "label": "kind"},
+                                    path_format="images/{}.png", val_fraction=0.25, image_size=(SIZE, SIZE),
+                                    batch_size=3, workers=1, max_size=2, seed=0)
+    assert loader.class_names == ["cat", "dog"]
+    with loader:
+        x, y = loader.val[0]
+    assert x.shape == (3, SIZE, SIZE, 3) and x.dtype == np.uint8 and set(y.tolist()) <= {0, 1}
+    seen = {tuple(c) for c in x[:, 0, 0]}
+    assert seen <= {tuple(c) for c in colours}  # real pixels of the table's files
+    with pytest.raises(TypeError):  # negative control: a key neither data.* nor ImageLoader has
+        ImageLoader.from_table(table, columns={"path": "image_id", "label": "kind"}, path_format="images/{}.png",
+                               image_size=(SIZE, SIZE), batch_size=3, colour=True)

@@ -25,12 +25,13 @@ def test_keys_values_and_flags():
 
 def test_quoting_gives_what_hydra_parses_back():
     parser = OverridesParser.create()
-    for value in ("/données/chat.jpg", "it's mine", "~/photos", "/p/(1).jpg", "a#b", " lead", "/x=y"):
+    for value in ("/données/chat.jpg", "it's mine", "~/photos", "/p/(1).jpg", "a#b", " lead", "/x=y", "{}.jpg"):
         arg = quote_override(f"input={value}")
         assert arg != f"input={value}"
         assert parser.parse_override(arg).value() == value
     for untouched in ("queue.workers=choice(1,2)", "data.image_size=[32, 32]", "x='a b'", "-m", "plain=ascii",
-                      "input=/runs/my run", "n=7", "b=true", "s=a,b", "p=${oc.env:HOME}", "~trainer.callbacks"):
+                      "input=/runs/my run", "n=7", "b=true", "s=a,b", "p=${oc.env:HOME}", "~trainer.callbacks",
+                      "d={a: 1}"):
         assert quote_override(untouched) == untouched
     # negative control: unquoted, Hydra's grammar refuses a non-ASCII value
     try:

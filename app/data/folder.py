@@ -119,10 +119,10 @@ def _layout(root: Path, val_fraction: float, test_fraction: float):
                             f"{val_dir if lone == train_dir else train_dir} is missing: a given "
                             f"split needs both {train_dir}/<class>/ and {val_dir}/<class>/; "
                             f"otherwise put class folders directly in {root}.")
-    return *_split_flat(_scan(root, root), val_fraction, test_fraction), val_fraction
+    return *split_flat(_scan(root, root), val_fraction, test_fraction), val_fraction
 
 
-def _split_flat(by_class: dict[str, Files], val_fraction: float, test_fraction: float):
+def split_flat(by_class: dict[str, Files], val_fraction: float, test_fraction: float):
     """(train, val, test) of each class: test_fraction first, then val_fraction of the whole from the rest."""
     train, val, test = {}, {}, {}
     for cls, files in by_class.items():

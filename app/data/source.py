@@ -107,6 +107,8 @@ class Source:
     names_sizes_fingerprint: str | None = None
     # evaluate split=test only; outside the fingerprint, so adding test images never blocks a resume
     test: FileSplit | ArraySplit | None = None
+    # a table's rows its check left out (data.on_bad_sample=skip): (line or row, where, why)
+    left_out: list[tuple[int, str, str]] = dataclasses.field(default_factory=list)
 
 
 def subset(split: FileSplit | ArraySplit, picked: np.ndarray) -> FileSplit | ArraySplit:

@@ -26,6 +26,8 @@ from app.schema.data import (
     QueueConfig,
     StartMethod,
     SyntheticDataConfig,
+    TableColumns,
+    TableDataConfig,
 )
 from app.schema.training import (
     LOGGER_TARGETS,
@@ -50,7 +52,8 @@ __all__ = ["AugmentConfig", "Backend", "BenchCommandConfig", "CifarDataConfig", 
            "CustomModelConfig", "DataConfig", "DecodeConfig", "FolderDataConfig", "KerasAppConfig", "LoggerConfig",
            "MlflowLoggerConfig", "ModelConfig", "OnBadSample", "OptimizerConfig", "Precision", "PrepareCommandConfig",
            "PrepareConfig", "PreparedDataConfig", "PreviewCommandConfig", "QueueConfig", "ResnetModelConfig",
-           "SchedulerConfig", "StartMethod", "Strategy", "SyntheticDataConfig", "TensorBoardLoggerConfig",
+           "SchedulerConfig", "StartMethod", "Strategy", "SyntheticDataConfig", "TableColumns", "TableDataConfig",
+           "TensorBoardLoggerConfig",
            "TrainerConfig", "register", "model_schema", "ExportConfig", "ExportCommandConfig", "EXPORT_TOLERANCE",
            "EXPORT_WRITTEN"]
 
@@ -124,8 +127,8 @@ class Config:
     # to <folder>.old first (app/cli/argv.py). export: the same for export.out (app/commands/export.py)
     overwrite: bool = False
     # Each group's own schema types its node; data and model have one a choice, extending these
-    # (data: SyntheticDataConfig, CifarDataConfig, FolderDataConfig, PreparedDataConfig; model: ResnetModelConfig,
-    # KerasAppConfig, CustomModelConfig), picked by the node's `_target_` as every group chooses.
+    # (data: SyntheticDataConfig, CifarDataConfig, FolderDataConfig, PreparedDataConfig, TableDataConfig; model:
+    # ResnetModelConfig, KerasAppConfig, CustomModelConfig), picked by the node's `_target_` as every group chooses.
     data: DataConfig = MISSING
     augment: AugmentConfig = MISSING
     queue: QueueConfig = MISSING
@@ -204,6 +207,7 @@ def register() -> None:
     cs.store(group="data", name="cifar_schema", node=CifarDataConfig)
     cs.store(group="data", name="folder_schema", node=FolderDataConfig)
     cs.store(group="data", name="prepared_schema", node=PreparedDataConfig)
+    cs.store(group="data", name="table_schema", node=TableDataConfig)
     cs.store(group="augment", name="augment_schema", node=AugmentConfig)
     cs.store(group="queue", name="queue_schema", node=QueueConfig)
     cs.store(group="model", name="resnet_schema", node=ResnetModelConfig)
@@ -235,7 +239,7 @@ def model_schema(target: str | None) -> type:
 
 
 DATA_SCHEMAS = {"synthetic": SyntheticDataConfig, "cifar": CifarDataConfig, "folder": FolderDataConfig,
-                "prepared": PreparedDataConfig}
+                "prepared": PreparedDataConfig, "table": TableDataConfig}
 
 
 def option_of(group: str, target: str) -> str | None:

@@ -24,7 +24,8 @@ class DecodeConfig:
 
 # What builds each data option's source, its node's `_target_` (set by `data=<option>`).
 DATA_TARGETS = {"synthetic": "app.data.synthetic.synthetic_source", "cifar": "app.data.cifar.cifar_source",
-                "folder": "app.data.folder.folder_source_of", "prepared": "app.data.prepared.prepared_source"}
+                "folder": "app.data.folder.folder_source_of", "prepared": "app.data.prepared.prepared_source",
+                "table": "app.data.table.table_source"}
 
 
 @dataclass(kw_only=True)
@@ -70,6 +71,30 @@ class FolderDataConfig(DataConfig):
     # the test split: <path>/test/<class>/ when it is there, else this folder of <class>/ (null: none)
     test_path: str | None = None
     test_fraction: float = 0.0  # or, in the flat layout <path>/<class>/, this fraction of each class
+
+
+@dataclass
+class TableColumns:
+    # the image: a path (relative ones under data.root) or an id that data.path_format makes one; a table
+    # with no `path` column but Hugging Face's `file_name` (ImageFolder's metadata) reads that
+    path: str = "path"
+    label: str = "label"
+    split: str | None = None  # train, val (or validation), test a row; null: data.val_fraction splits the table
+    group: str | None = None  # a patient, slide or scene: all of a group's rows go to one split
+
+
+@dataclass(kw_only=True)
+class TableDataConfig(DataConfig):
+    """A table of samples (app/data/table.py): a row an image, its label, optionally its split and group."""
+
+    _target_: str = DATA_TARGETS["table"]
+    table: str | None = None  # a .csv, .tsv, .jsonl or .parquet file
+    root: str | None = None  # the folder relative paths are under; null: the table's own folder
+    columns: TableColumns = field(default_factory=TableColumns)
+    path_format: str | None = None  # e.g. "{}.jpg" or "images/{}.tif": ids without an extension made paths
+    classes: list[str] | None = None  # the class names in label order; null: the table's labels, sorted
+    image_size: list[int] = field(default_factory=lambda: [128, 128])
+    test_fraction: float = 0.0  # without a split column: this fraction of each class is the test split
 
 
 @dataclass(kw_only=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import logging
 from pathlib import Path
 
@@ -45,9 +46,14 @@ def read_data(config: Config, run_dir: Path):
 
 
 def delete_partial_records_and_write_split(run_dir: Path, source) -> None:
-    """A new run's split.json, once what a start stopped before its first checkpoint left is gone."""
+    """A new run's split.json, once what a start stopped before its first checkpoint left is gone; the rows a table's
+    check left out (data.on_bad_sample=skip) start bad_samples.txt, as the loader lists a sample it skips."""
     rundir.delete_partial_records(run_dir)
     write_json(run_dir / "split.json", source.split)
+    if source.left_out:
+        with open(run_dir / "bad_samples.txt", "w", encoding="utf-8", newline="") as f:
+            csv.writer(f, delimiter="\t", lineterminator="\n").writerows(
+                ("table", line, where, why) for line, where, why in source.left_out)
 
 
 def check_validation_rows(n: int, placement: Placement) -> None:

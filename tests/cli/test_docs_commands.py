@@ -55,12 +55,13 @@ TINY_DEFAULTS = {"trainer.epochs": "1", "queue.workers": "1", "model.widths": "[
                  "data.num_images": "24", "data.source_size": "48", "data.num_classes": "2"}
 MOST_EPOCHS = 3  # a page's trainer.epochs=10 or 20, cut to this (a fine-tune unfreezing at epoch 3 still does)
 DATA_KEYS = {"synthetic": ("data.num_images", "data.source_size", "data.num_classes"), "folder": (), "cifar": (),
-             "prepared": ()}
+             "prepared": (), "table": ()}
 LOG_PREFIX = re.compile(r"^\[[^\]]*\]\[[^\]]*\]\[[^\]]*\] - ")
 
 
 def placeholders(tmp: Path) -> dict[str, str]:
-    return {"/some/images": str(tmp / "images"), "/data/flowers": str(tmp / "images"), "$HOME": str(tmp / "home")}
+    return {"/some/images": str(tmp / "images"), "/data/flowers": str(tmp / "images"), "$HOME": str(tmp / "home"),
+            "/data/scans": str(tmp / "scans")}
 
 
 def documented() -> list[dict]:
@@ -175,6 +176,17 @@ def write_images(folder: Path) -> None:
             Image.fromarray(rng.integers(0, 256, (40, 48, 3), np.uint8)).save(folder / name / f"{i}.jpg")
 
 
+def write_scans(folder: Path) -> None:
+    """A table of scans as docs/data.md shows one: ids without an extension, a patient a few rows."""
+    rng = np.random.default_rng(0)
+    folder.mkdir(parents=True)
+    rows = ["image_id,label,patient"]
+    for i in range(24):
+        Image.fromarray(rng.integers(0, 256, (40, 48, 3), np.uint8)).save(folder / f"{i:06d}.jpg")
+        rows.append(f"{i:06d},{['benign', 'malignant'][i % 2]},p{i // 3}")
+    (folder / "train.csv").write_text("\n".join(rows) + "\n")
+
+
 def write_cifar(folder: Path) -> None:
     """CIFAR-10's python batches, 20 rows each, every class in every batch."""
     folder.mkdir(parents=True)
@@ -221,6 +233,7 @@ def ran(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("docs")
     work, home = tmp / "work", tmp / "home"
     write_images(tmp / "images")
+    write_scans(tmp / "scans")
     write_cifar(work / "datasets" / "cifar10" / "cifar-10-batches-py")
     env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(ROOT / "tests"),
            "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}

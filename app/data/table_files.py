@@ -1,0 +1,101 @@
+"""A table of samples read as users keep it: CSV or TSV (the standard library's csv: values stay strings, `000123`
+too, and each row keeps its line), JSON Lines, Parquet (pyarrow, the `parquet` extra, without pandas). Every row
+comes with where it is in its file, so a fault names it."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from app.errors import DataError
+from app.frameworks import install_command
+
+FORMATS = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl",
+           ".parquet": "parquet", ".pq": "parquet"}
+
+
+@dataclass(frozen=True)
+class Row:
+    at: str  # where the row is in its file: "line 7" (text tables) or "row 7" (Parquet, counted from 1)
+    number: int  # that line or row
+    values: dict = field(default_factory=dict)
+    fault: str | None = None  # a row the header does not fit, or a JSON line that is no object
+
+
+def read_rows(path: Path) -> tuple[list[str], list[Row]]:
+    """(the table's column names, its rows); a DataError for a table that cannot be read at all."""
+    kind = FORMATS.get(path.suffix.lower())
+    if kind is None:
+        raise DataError(f"data.table {path} is not a table this app reads: give a .csv, .tsv, .jsonl (JSON Lines) "
+                        "or .parquet file")
+    try:
+        if kind == "parquet":
+            return _parquet(path)
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            return _jsonl(f) if kind == "jsonl" else _delimited(f, "\t" if kind == "tsv" else ",", path)
+    except UnicodeDecodeError as error:
+        raise DataError(f"data.table {path} is not UTF-8 text (byte {error.start}): save it as UTF-8") from None
+    except OSError as error:
+        raise DataError(f"data.table {path} cannot be read: {error.strerror or error}") from None
+
+
+def _delimited(f, delimiter: str, path: Path) -> tuple[list[str], list[Row]]:
+    reader = csv.reader(f, delimiter=delimiter)
+    try:
+        header = [name.strip() for name in next(reader)]
+    except StopIteration:
+        raise DataError(f"data.table {path} is empty: its first line names the columns (e.g. path,label)") from None
+    except csv.Error as error:
+        raise DataError(f"data.table {path}, line 1: {error}") from None
+    return header, list(_delimited_rows(reader, header, path))
+
+
+def _delimited_rows(reader, header: list[str], path: Path) -> Iterator[Row]:
+    while True:
+        try:
+            fields = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as error:  # an unclosed quote: nothing after it can be read as rows
+            raise DataError(f"data.table {path}, line {reader.line_num}: {error}") from None
+        line = reader.line_num
+        if not fields or fields == [""]:
+            continue  # a blank line
+        if len(fields) != len(header):
+            yield Row(f"line {line}", line, fault=f"it has {len(fields)} fields, the header {len(header)}")
+        else:
+            yield Row(f"line {line}", line, dict(zip(header, fields, strict=True)))
+
+
+def _jsonl(f) -> tuple[list[str], list[Row]]:
+    rows, columns = [], {}
+    for number, text in enumerate(f, start=1):
+        if not text.strip():
+            continue
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as error:
+            rows.append(Row(f"line {number}", number, fault=f"it is not JSON ({error.msg})"))
+            continue
+        if not isinstance(value, dict):
+            rows.append(Row(f"line {number}", number, fault="it is not a JSON object of column names and values"))
+            continue
+        columns.update(dict.fromkeys(value))
+        rows.append(Row(f"line {number}", number, value))
+    return list(columns), rows
+
+
+def _parquet(path: Path) -> tuple[list[str], list[Row]]:
+    try:
+        import pyarrow.parquet as pq  # the `parquet` extra: only a Parquet table needs it
+    except ImportError:
+        raise DataError(f"data.table {path} is Parquet, which needs the package pyarrow: "
+                        f"{install_command('parquet')}") from None
+    try:
+        table = pq.read_table(path)
+    except Exception as error:  # noqa: BLE001 - pyarrow's ArrowInvalid and kin: the file is no Parquet it reads
+        raise DataError(f"data.table {path} cannot be read as Parquet: {error}") from None
+    return table.column_names, [Row(f"row {n}", n, values) for n, values in enumerate(table.to_pylist(), start=1)]

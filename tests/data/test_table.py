@@ -1,0 +1,181 @@
+"""data=table (app/data/table.py, app/data/table_files.py) on real tables: CSV and TSV written by
+the standard library's csv, JSON Lines by json, Parquet by pyarrow; real image files beside them."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+
+from app.data.table import table_source
+from app.errors import DataError
+from app.schema import OnBadSample, TableColumns, TableDataConfig
+
+ROWS = 30
+
+
+def write_images(folder, names) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        Image.new("RGB", (8, 8), (len(name) * 7 % 255, 0, 0)).save(folder / name)
+
+
+def write_table(path, columns: list[str], rows: list[list]) -> None:
+    """`rows` under `columns` in the format `path`'s suffix names, each written by its own library."""
+    if path.suffix in (".csv", ".tsv"):
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f, delimiter="\t" if path.suffix == ".tsv" else ",")
+            writer.writerows([columns, *rows])
+    elif path.suffix == ".jsonl":
+        path.write_text("".join(json.dumps(dict(zip(columns, row, strict=True))) + "\n" for row in rows))
+    else:
+        pq.write_table(pa.table({c: [row[i] for row in rows] for i, c in enumerate(columns)}), path)
+
+
+def config(table, **values) -> TableDataConfig:
+    return TableDataConfig(table=str(table), **values)
+
+
+@pytest.fixture
+def images(tmp_path):
+    names = [f"img{i:02d}.png" for i in range(ROWS)]
+    write_images(tmp_path / "images", names)
+    return names
+
+
+def sample_rows(names) -> list[list]:
+    return [[f"images/{name}", ["cat", "dog", "owl"][i % 3]] for i, name in enumerate(names)]
+
+
+def summary(source) -> tuple:
+    return json.dumps([source.class_names, source.split["train"], source.split["val"], source.train.labels.tolist(),
+                       source.val.labels.tolist()])
+
+
+def test_the_same_table_as_csv_tsv_jsonl_and_parquet_gives_the_same_splits_and_labels(tmp_path, images):
+    rows = sample_rows(images)
+    found = {}
+    for suffix in (".csv", ".tsv", ".jsonl", ".parquet"):
+        table = tmp_path / f"labels{suffix}"
+        # JSON Lines as Hugging Face's ImageFolder metadata has it: `file_name`
+        write_table(table, ["file_name" if suffix == ".jsonl" else "path", "label"], rows)
+        found[suffix] = summary(table_source(config(table)))
+    assert len(set(found.values())) == 1, found
+    names, train, val, _, _ = json.loads(found[".csv"])
+    assert names == ["cat", "dog", "owl"] and len(train) + len(val) == ROWS and 0 < len(val) < ROWS / 2
+    changed = sample_rows(images)
+    changed[0][1] = "owl"  # negative control: one label changed is seen
+    write_table(tmp_path / "other.csv", ["path", "label"], changed)
+    assert summary(table_source(config(tmp_path / "other.csv"))) != found[".csv"]
+
+
+def test_ids_take_the_path_format_and_a_leading_zero_stays(tmp_path):
+    write_images(tmp_path / "scans", ["000123.png", "000124.png", "000125.png", "000126.png"])
+    table = tmp_path / "train.csv"
+    write_table(table, ["image_id", "label"], [["000123", 0], ["000124", 1], ["000125", 0], ["000126", 1]])
+    source = table_source(config(table, columns=TableColumns(path="image_id"), path_format="scans/{}.png"))
+    assert sorted(source.split["train"] + source.split["val"]) == [f"scans/00012{i}.png" for i in range(3, 7)]
+    assert source.class_names == ["0", "1"]
+    # negative control: the id read as a number loses its zeros, and no such file is there
+    write_table(table, ["image_id", "label"], [[123, 0], [124, 1], [125, 0], [126, 1]])
+    with pytest.raises(DataError, match=r"line 2, column `image_id`: .*scans/123\.png cannot be read"):
+        table_source(config(table, columns=TableColumns(path="image_id"), path_format="scans/{}.png"))
+
+
+FAULTS = {  # row 5 (line 6 of the CSV) broken: what its message must say
+    "a missing file": (lambda row: ["images/gone.png", row[1]], "column `path`: .*gone.png cannot be read"),
+    "an empty label": (lambda row: [row[0], ""], "column `label`: the label is empty"),
+    "an unknown label": (lambda row: [row[0], "bat"], "column `label`: label 'bat' is none of data.classes"),
+    "a duplicated path": (lambda row: ["images/img00.png", row[1]], "column `path`: images/img00.png is listed "
+                                                                    "already, at line 2"),
+    "a wrong number of fields": (lambda row: [*row, "extra"], ": it has 3 fields, the header 2"),
+}
+
+
+@pytest.mark.parametrize("fault", FAULTS, ids=list(FAULTS))
+def test_each_row_fault_names_the_table_the_line_and_the_column(tmp_path, images, fault):
+    broken, message = FAULTS[fault]
+    rows = sample_rows(images)
+    rows[4] = broken(rows[4])
+    table = tmp_path / "labels.csv"
+    write_table(table, ["path", "label"], rows)
+    with pytest.raises(DataError, match=f"labels.csv, line 6.*{message}") as refused:
+        table_source(config(table, classes=["cat", "dog", "owl"]))
+    assert "data.on_bad_sample=skip" in str(refused.value)
+    skipped = table_source(config(table, classes=["cat", "dog", "owl"], on_bad_sample=OnBadSample["skip"],
+                                  max_bad_fraction=0.05))
+    assert [line for line, _, _ in skipped.left_out] == [6] and skipped.split["left_out"] == [6]
+    assert len(skipped.train) + len(skipped.val) == ROWS - 1
+    with pytest.raises(DataError, match="1 of the 30 rows .* more than data.max_bad_fraction=0.01"):
+        table_source(config(table, classes=["cat", "dog", "owl"], on_bad_sample=OnBadSample["skip"]))
+
+
+def test_split_and_group_columns_are_checked_row_by_row(tmp_path, images):
+    header, columns = ["path", "label", "split", "group"], TableColumns(split="split", group="group")
+    rows = [[*row, ["train", "val", "test"][i % 3], f"p{i}"] for i, row in enumerate(sample_rows(images))]
+    table = tmp_path / "labels.csv"
+    rows[4][3] = "p0"  # p0's first row (line 2) is in train, this one (line 6) in val
+    write_table(table, header, rows)
+    with pytest.raises(DataError, match=r"line 6, column `split`: group 'p0' \(group\) is in the train split at "
+                                        r"line 2, and here in val"):
+        table_source(config(table, columns=columns))
+    rows[4][3], rows[7][2] = "p4", "holdout"
+    write_table(table, header, rows)
+    with pytest.raises(DataError, match=r"line 9, column `split`: split 'holdout' is none of train, val"):
+        table_source(config(table, columns=columns))
+    rows[7][2] = "validation"  # negative control: Hugging Face's name for val is read as val
+    write_table(table, header, rows)
+    source = table_source(config(table, columns=columns))
+    assert (len(source.train), len(source.val), len(source.test)) == (10, 10, 10)
+
+
+def test_a_grouped_split_never_puts_a_group_in_two_splits(tmp_path, images):
+    straddled = 0
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        groups = [f"scene{g}" for g in rng.integers(0, 8, ROWS)]
+        rows = [[*row, group] for row, group in zip(sample_rows(images), groups, strict=True)]
+        table = tmp_path / f"groups{seed}.csv"
+        write_table(table, ["path", "label", "group"], rows)
+        group_of = {f"images/{name}": group for name, group in zip(images, groups, strict=True)}
+        source = table_source(config(table, columns=TableColumns(group="group"), val_fraction=0.3,
+                                     test_fraction=0.2))
+        parts = [{group_of[rel] for rel in source.split[name] or []} for name in ("train", "val", "test")]
+        assert not (parts[0] & parts[1] or parts[0] & parts[2] or parts[1] & parts[2]), seed
+        assert parts[0] and parts[1]
+        plain = table_source(config(table, val_fraction=0.3, test_fraction=0.2))  # negative control: no group
+        by_row = [{group_of[rel] for rel in plain.split[name] or []} for name in ("train", "val")]
+        straddled += bool(by_row[0] & by_row[1])
+    assert straddled > 10
+
+
+def test_the_fingerprint_follows_the_tables_bytes_not_its_time(tmp_path, images):
+    table = tmp_path / "labels.csv"
+    write_table(table, ["path", "label"], sample_rows(images))
+    first = table_source(config(table)).fingerprint
+    copied = tmp_path / "copy" / "labels.csv"
+    copied.parent.mkdir()
+    shutil.copy(table, copied)  # a new mtime, the same bytes; the images under the copy's own folder
+    shutil.copytree(tmp_path / "images", copied.parent / "images")
+    assert table_source(config(copied)).fingerprint == first
+    rows = sample_rows(images)
+    rows[3][1] = "cat" if rows[3][1] != "cat" else "dog"
+    write_table(table, ["path", "label"], rows)  # negative control: one label changed
+    assert table_source(config(table)).fingerprint != first
+
+
+def test_a_table_that_cannot_be_read_is_named_with_what_to_do(tmp_path):
+    for name, text, message in [("a.xlsx", "x", "not a table this app reads"), ("e.csv", "", "is empty"),
+                                ("n.csv", "path,label\n", "has one class")]:
+        (tmp_path / name).write_text(text)
+        with pytest.raises(DataError, match=message):
+            table_source(config(tmp_path / name))
+    (tmp_path / "c.csv").write_text("file,label\n")
+    with pytest.raises(DataError, match=r"no column `path` \(data.columns.path\): its columns are file, label"):
+        table_source(config(tmp_path / "c.csv"))
