@@ -168,8 +168,9 @@ def augmenters(data, splits: dict[str, list], image_size: tuple[int, int] | None
     return built
 
 
-def sample_seed(seed: int, epoch: int, index: int) -> int:
-    return int(np.random.SeedSequence([seed, epoch, index]).generate_state(1)[0])
+def sample_seed(seed: int, epoch: int, index: int, draw: int = 0) -> int:
+    """A sample's augmentation seed: its (seed, epoch, index), and a later draw of it in one epoch its own."""
+    return int(np.random.SeedSequence([seed, epoch, index, *([draw] if draw else [])]).generate_state(1)[0])
 
 
 class Augmenter:
@@ -203,9 +204,9 @@ class Augmenter:
             compose = self._local.compose = built
         return compose
 
-    def __call__(self, image: np.ndarray, seed: int, epoch: int, index: int) -> np.ndarray:
+    def __call__(self, image: np.ndarray, seed: int, epoch: int, index: int, draw: int = 0) -> np.ndarray:
         compose = self.compose()
-        seed = sample_seed(seed, epoch, index)
+        seed = sample_seed(seed, epoch, index, draw)
         # One pair of generators a sample, shared by every transform in turn: `Compose.set_random_seed` would give
         # each transform its own generator with the same seed, so transforms of equal `p` would fire together.
         compose.set_random_state(np.random.default_rng(seed), random.Random(seed))

@@ -1,5 +1,6 @@
-"""Processes: starting children wherever the app runs, making them die with their parent, keeping the memory they
-free, how the training process takes Ctrl-C and SIGTERM, and a crash report from inside a C library."""
+"""Processes: how many loader workers this machine holds, starting children wherever the app runs, making them die
+with their parent, keeping the memory they free, how the training process takes Ctrl-C and SIGTERM, and a crash
+report from inside a C library."""
 
 from __future__ import annotations
 
@@ -10,6 +11,22 @@ import os
 import signal
 import sys
 from contextlib import contextmanager
+
+import psutil
+
+WORKER_MIB = 100  # what a worker process costs, about (numpy, Pillow, OpenCV, albumentations, its buffers)
+WORKERS_PER_CORE = 4
+
+
+def worker_limit() -> tuple[int, str]:
+    """The most loader worker processes this machine holds, and how that was found."""
+    cores = os.cpu_count() or 1
+    available = psutil.virtual_memory().available
+    by_memory = max(1, int(available // (WORKER_MIB * 2**20)))
+    # only the bound that binds is named: a refusal over memory gives the memory plan's measured figure
+    if WORKERS_PER_CORE * cores <= by_memory:
+        return WORKERS_PER_CORE * cores, f"{WORKERS_PER_CORE} a core × {cores} cores"
+    return by_memory, f"{available / 2**30:.1f} GiB available / ~{WORKER_MIB} MiB a worker"
 
 
 @contextmanager

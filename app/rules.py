@@ -3,7 +3,6 @@ them all on a typed config before any data is read or model built; the first bro
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -12,28 +11,12 @@ from omegaconf import DictConfig
 from app.errors import config_error
 from app.families import FAMILIES
 from app.io import is_url
+from app.processes import worker_limit
 from app.schema import BENCH_MODES, DATA_TARGETS, EVAL_TRANSFORMS, LOGGER_TARGETS, SCHEDULER_TARGETS, option_of
 
-WORKER_MIB = 100  # what a worker process costs, about (numpy, Pillow, OpenCV, albumentations, its buffers)
-WORKERS_PER_CORE = 4
 AUTO = "auto"  # queue.workers, queue.max_size: chosen when training starts (app/capacity/auto.py)
 
-
 JIT_COMPILE = {"auto": "auto", "true": True, "false": False}  # trainer.jit_compile → Keras's compile argument
-
-
-def worker_limit() -> tuple[int, str]:
-    """The most loader worker processes this machine holds, and how that was found."""
-    import psutil
-
-    cores = os.cpu_count() or 1
-    available = psutil.virtual_memory().available
-    by_memory = max(1, int(available // (WORKER_MIB * 2**20)))
-    # only the bound that binds is named: the memory one is a rough guess, and the memory plan's
-    # measured figure (app/capacity/plan.py) is the one a refusal over memory gives
-    if WORKERS_PER_CORE * cores <= by_memory:
-        return WORKERS_PER_CORE * cores, f"{WORKERS_PER_CORE} a core × {cores} cores"
-    return by_memory, f"{available / 2**30:.1f} GiB available / ~{WORKER_MIB} MiB a worker"
 
 
 SEEDS = 2**32  # Keras's and NumPy's seeding take 0 to 2**32 - 1
@@ -85,17 +68,12 @@ def _check_data(d) -> None:
            "a fraction from 0 to 1")
     _check(d.max_image_pixels is None or d.max_image_pixels >= 1, "data.max_image_pixels", d.max_image_pixels,
            "null (no limit) or a positive number of pixels")
-    if d._target_ == DATA_TARGETS["table"]:
-        _check(d.path is None, "data.path", d.path, "null with data=table: it reads data.table (and data.root, the "
-               "folder its relative paths are under)")
-        _check(0.0 <= d.test_fraction < 1.0 and d.val_fraction + d.test_fraction < 1.0, "data.test_fraction",
-               d.test_fraction, f"a fraction from 0 to below 1 − data.val_fraction ({1 - d.val_fraction:g})")
-        _check(d.path_format is None or d.path_format.count("{}") == 1, "data.path_format", d.path_format,
-               'a pattern with one {} for the id, e.g. "{}.jpg" or "images/{}.tif"')
+    _check_table(d)
     if d._target_ == DATA_TARGETS["folder"]:
         _check(d.path is not None and str(d.path).strip() != "", "data.path", d.path,
                "data=folder needs the folder of images: add data.path=/path/to/images "
                "(class folders <path>/<class>/*, or <path>/train/<class>/* and <path>/val/<class>/*)")
+    if d._target_ in (DATA_TARGETS["folder"], DATA_TARGETS["table"]):
         _check(0.0 <= d.test_fraction < 1.0 and d.val_fraction + d.test_fraction < 1.0, "data.test_fraction",
                d.test_fraction, f"a fraction from 0 (no test split drawn) to below 1 − data.val_fraction "
                f"({1 - d.val_fraction:g}), so training keeps images")
@@ -107,6 +85,21 @@ def _check_data(d) -> None:
         _check(d.source_size >= 16, "data.source_size", d.source_size, "at least 16 pixels")
         _check(d.num_test_images is None or d.num_test_images >= 0, "data.num_test_images", d.num_test_images,
                "null (a quarter of num_images), 0 (no test split) or more")
+
+
+def _check_table(d) -> None:
+    """data=table's keys, and data.sampling=weights's need of a table's weight column."""
+    table = d._target_ == DATA_TARGETS["table"]
+    _check(str(getattr(d.sampling, "value", d.sampling)) != "weights" or (table and bool(d.columns.weight)),
+           "data.sampling", "weights", "uniform or balanced here: the weights are a table's column (data=table "
+           "data.columns.weight=<name>)")
+    if table:
+        _check(bool(d.table and str(d.table).strip()), "data.table", d.table, "the table of images and labels, "
+               "e.g. data.table=/data/train.csv (CSV, TSV, JSON Lines or Parquet)")
+        _check(d.path is None, "data.path", d.path, "null with data=table: it reads data.table (and data.root, the "
+               "folder its relative paths are under)")
+        _check(d.path_format is None or d.path_format.count("{}") == 1, "data.path_format", d.path_format,
+               'a pattern with one {} for the id, e.g. "{}.jpg" or "images/{}.tif"')
 
 
 def _check_augment(a) -> None:

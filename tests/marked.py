@@ -74,5 +74,5 @@ class IdentityAugmenter:
 
     decode = None
 
-    def __call__(self, image, seed, epoch, index):
+    def __call__(self, image, seed, epoch, index, draw=0):
         return image

@@ -166,6 +166,8 @@ CLI_ERRORS = [
     (["queue.maxsize=2"], "queue.maxsize"),
     (["queue.start_method=fork"], "queue.start_method"),
     (["data=folder"], "data.path"),
+    (["data.sampling=weights"], "data.sampling"),  # the weights are a table's column
+    (["data=table"], "data.table"),
     (["augment.transforms=[{_target_: albumentations.RandomResizedCrop, size: [8, 8], scle: [0.5, 1]}]"],
      "augment.transforms[0]"),
     (["+trainer.foo=1"], "trainer.foo"),  # `+` added a key past Hydra's check
@@ -187,7 +189,7 @@ def refused(tmp_path_factory) -> tuple[Path, list]:
     the CLI's own main, one after another), each with a folder of its own for its data and run."""
     root = tmp_path_factory.mktemp("refused")
     argvs = [["train", *overrides, f"hydra.run.dir={i}/run",
-              *([] if "data=folder" in overrides else [f"data.path={root / str(i) / 'datasets'}"])]
+              *([] if {"data=folder", "data=table"} & set(overrides) else [f"data.path={root / str(i) / 'datasets'}"])]
              for i, (overrides, _) in enumerate(CLI_ERRORS)]
     return root, spawn_one_process_for(*argvs, cwd=root)
 
@@ -258,7 +260,7 @@ def test_where_memory_binds_the_worker_limit_names_it(monkeypatch):
 
     import psutil
 
-    from app.rules import worker_limit
+    from app.processes import worker_limit
 
     cores = os.cpu_count() or 1
     monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=250 * 2**20))

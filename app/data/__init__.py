@@ -16,11 +16,7 @@ def load_or_generate_source(data_cfg) -> Source:
     is generated, and CIFAR-10 downloaded with data.download=true."""
     source_of = closed_target("data", data_cfg._target_)
     option = option_of("data", data_cfg._target_)
-    if option == "table":
-        if not data_cfg.table or not str(data_cfg.table).strip():
-            raise ConfigError("config key `data.table` is not set: data=table needs the table of images and labels, "
-                              "e.g. data.table=/data/train.csv (CSV, TSV, JSON Lines or Parquet).")
-    elif not data_cfg.path or not str(data_cfg.path).strip():
+    if option != "table" and (not data_cfg.path or not str(data_cfg.path).strip()):  # a table's: app/rules.py
         example = "/path/to/the/prepared/copy (the prepare.out of `python -m app prepare`)" \
             if option == "prepared" else "/path/to/images"
         raise ConfigError(f"config key `data.path` is not set: data={option} needs a folder, "

@@ -109,6 +109,7 @@ class Source:
     test: FileSplit | ArraySplit | None = None
     # a table's rows its check left out (data.on_bad_sample=skip): (line or row, where, why)
     left_out: list[tuple[int, str, str]] = dataclasses.field(default_factory=list)
+    train_weights: np.ndarray | None = None  # a table's weight column, a training sample each (data.sampling=weights)
 
 
 def subset(split: FileSplit | ArraySplit, picked: np.ndarray) -> FileSplit | ArraySplit:
@@ -124,4 +125,6 @@ def overfitting(source: Source, samples: int, seed: int) -> Source:
     """`samples` training samples picked by `seed` as both splits (overfit_batches); split["overfit"] lists them."""
     picked = np.sort(np.random.default_rng(seed).permutation(len(source.train))[:samples])
     part = subset(source.train, picked)
-    return dataclasses.replace(source, train=part, val=part, split={**source.split, "overfit": picked.tolist()})
+    weights = None if source.train_weights is None else source.train_weights[picked]
+    return dataclasses.replace(source, train=part, val=part, split={**source.split, "overfit": picked.tolist()},
+                               train_weights=weights)

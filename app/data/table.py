@@ -12,6 +12,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from app.data.folder import split_flat
 from app.data.source import FileSplit, Source
 from app.data.table_files import Row, read_rows
@@ -30,6 +32,7 @@ class Sample:
     split: str | None
     group: str | None
     size: int
+    weight: float = 1.0  # data.columns.weight's, for data.sampling=weights
 
 
 class RowFault(Exception):
@@ -63,7 +66,8 @@ def table_source(data_cfg) -> Source:
 
 def _columns(given, header: list[str], table: Path) -> dict[str, str | None]:
     """The columns the config names, checked to be in the table (Hugging Face's `file_name` for the path's)."""
-    columns = {"path": given.path, "label": given.label, "split": given.split, "group": given.group}
+    columns = {"path": given.path, "label": given.label, "split": given.split, "group": given.group,
+               "weight": given.weight}
     if columns["path"] == "path" and "path" not in header and HF_PATH in header:
         columns["path"] = HF_PATH
     for key, name in columns.items():
@@ -121,7 +125,21 @@ class _RowReader:
             size = (self.root / rel).stat().st_size
         except OSError as error:
             raise RowFault(cols["path"], f"{self.root / rel} cannot be read ({error.strerror})") from None
-        return Sample(at=row.at, rel=rel, label=label, split=split, group=group or None, size=size)
+        return Sample(at=row.at, rel=rel, label=label, split=split, group=group or None, size=size,
+                      weight=self.weight_of(row))
+
+    def weight_of(self, row: Row) -> float:
+        column = self.columns["weight"]
+        if column is None:
+            return 1.0
+        text = _text(row.values.get(column), column)
+        try:
+            weight = float(text)
+        except ValueError:
+            weight = -1.0
+        if not 0 <= weight < float("inf"):
+            raise RowFault(column, f"weight {text!r} is not a number of 0 or more")
+        return weight
 
     def split_of(self, row: Row) -> str | None:
         column = self.columns["split"]
@@ -217,7 +235,7 @@ def _source(table: Path, root: Path, class_names: list[str], *, parts: dict, lef
     return Source(name=f"table {table.name}", class_names=class_names, train=file_split(parts["train"]),
                   val=file_split(parts["val"]), fingerprint=fingerprint, split=split,
                   names_sizes_fingerprint=fingerprint, test=file_split(parts["test"]) if parts["test"] else None,
-                  left_out=left_out)
+                  left_out=left_out, train_weights=np.array([s.weight for s in parts["train"]]))
 
 
 def _sha256(path: Path) -> str:

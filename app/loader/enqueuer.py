@@ -33,6 +33,7 @@ class _Slot:
     split_name: str = ""
     epoch: int = 0
     todo: dict[int, int] = field(default_factory=dict)  # position -> sample index not yet written
+    draws: dict[int, int] = field(default_factory=dict)  # position -> its draw of the index, where not the first
     size: int = 0
     labels: np.ndarray | None = None  # the batch's labels: a stand-in's own where one was written (skip)
 
@@ -118,8 +119,10 @@ class Enqueuer:
 
     # -- one pass over a split ----------------------------------------------------------
 
-    def batches(self, split_name: str, order: np.ndarray, epoch: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """(uint8 batch, labels) in order; the batch is a view of a ring slot, valid until the next one is asked for."""
+    def batches(self, split_name: str, order: np.ndarray, epoch: int,
+                draws: np.ndarray | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(uint8 batch, labels) in order; the batch is a view of a ring slot, valid until the next one is asked for.
+        `draws`: beside `order`, which draw of its index each is in the epoch (data.sampling), else all first."""
         if self.ring is None:
             raise RuntimeError("Enqueuer.batches() before start()")
         count = -(-len(order) // self.batch_size)
@@ -128,7 +131,9 @@ class Enqueuer:
         try:
             for b in range(count):
                 while scheduled < count and scheduled < b + self.max_size:
-                    self._schedule(split_name, epoch, scheduled, order[slice(*bounds[scheduled])])
+                    part = slice(*bounds[scheduled])
+                    drawn = None if draws is None else draws[part]
+                    self._schedule(split_name, epoch, scheduled, order[part], draws=drawn)
                     scheduled += 1
                 slot = self._slots[b % self.max_size]
                 if self.num_workers == 0:
@@ -147,11 +152,13 @@ class Enqueuer:
             self.close()
             raise
 
-    def _schedule(self, split_name: str, epoch: int, batch_no: int, indices: np.ndarray) -> None:
+    def _schedule(self, split_name: str, epoch: int, batch_no: int, indices: np.ndarray, *,
+                  draws: np.ndarray | None) -> None:
         slot_index = batch_no % self.max_size
         slot = self._slots[slot_index]
         slot.batch_no, slot.split_name, slot.epoch, slot.size = batch_no, split_name, epoch, len(indices)
         slot.todo = {position: int(index) for position, index in enumerate(indices)}
+        slot.draws = {} if draws is None else {position: int(d) for position, d in enumerate(draws) if d}
         slot.labels = self.splits[split_name].labels[indices]  # a copy: fancy indexing
         self.ring.done[slot_index] = 0
         if self.num_workers == 0:
@@ -164,10 +171,10 @@ class Enqueuer:
 
     def _send(self, w: Worker, slot_index: int, positions) -> None:
         slot = self._slots[slot_index]
-        items = [(p, slot.todo[p]) for p in positions]
+        items = [messages.Item(p, slot.todo[p], slot.draws.get(p, 0)) for p in positions]
         if not items:
             return
-        w.pending.update((slot_index, p) for p, _ in items)
+        w.pending.update((slot_index, item.position) for item in items)
         try:
             w.conn.send(messages.Task(slot.split_name, slot.epoch, slot_index, items))
         except (BrokenPipeError, ConnectionResetError):
@@ -177,7 +184,8 @@ class Enqueuer:
         slot = self._slots[slot_index]
         task, work = messages.Task(slot.split_name, slot.epoch, slot_index, []), self.work
         for position, index in list(slot.todo.items()):
-            reply = worker_loop.fill(self.ring.array, task, work, position=position, index=index)
+            item = messages.Item(position, index, slot.draws.get(position, 0))
+            reply = worker_loop.fill(self.ring.array, task, work, item)
             self._handle(reply, None, "the training process")
         self.telemetry.add_stages(worker_loop.take_stages())
 

@@ -3,18 +3,28 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 STOP = None  # parent → worker: end the loop
 
 
+class Item(NamedTuple):
+    """A sample to build: its place in the batch, its index, and which draw of that index this is in the epoch
+    (data.sampling draws with replacement: each draw its own augmentation; 0 for the first, as with no sampling)."""
+
+    position: int
+    index: int
+    draw: int = 0
+
+
 @dataclass(frozen=True)
 class Task:
-    """Parent → worker: build these samples into `slot`: (position in the batch, sample index)."""
+    """Parent → worker: build these samples into `slot`."""
 
     split: str
     epoch: int
     slot: int
-    items: list[tuple[int, int]]
+    items: list[Item]
 
 
 @dataclass(frozen=True)

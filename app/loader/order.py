@@ -1,13 +1,34 @@
-"""Epoch order: a function of (seed, epoch) only, so every worker count and every resume sees the same batches."""
+"""Epoch order: a function of (seed, epoch) only, so every worker count and every resume sees the same batches;
+drawn with replacement by per-sample weights where data.sampling asks, each draw of an index numbered."""
 
 from __future__ import annotations
 
 import numpy as np
 
 
-def epoch_order(n: int, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
-    """Sample indices 0..n-1 in this epoch's order: a permutation drawn from (seed, epoch), or as they are."""
+def epoch_order(n: int, *, seed: int, epoch: int, shuffle: bool, weights: np.ndarray | None = None) -> np.ndarray:
+    """Sample indices in this epoch's order: a permutation of 0..n-1 drawn from (seed, epoch), or as they are; with
+    `weights` (one a sample), n indices drawn with replacement, each in proportion to its weight."""
+    if weights is not None:
+        return np.random.default_rng([seed, epoch]).choice(n, size=n, replace=True, p=weights / weights.sum())
     return np.random.default_rng([seed, epoch]).permutation(n) if shuffle else np.arange(n)
+
+
+def class_balanced(labels: np.ndarray) -> np.ndarray:
+    """A weight a sample, inverse to its class's size: each class drawn as often as any other."""
+    labels = np.asarray(labels)
+    return 1.0 / np.bincount(labels)[labels]
+
+
+def draws_of(order: np.ndarray) -> np.ndarray:
+    """Beside a whole epoch's `order`: which draw of its index each entry is (0 the first), so each draw of a sample
+    drawn twice gets its own augmentation."""
+    draws = np.zeros(len(order), np.int64)
+    seen: dict[int, int] = {}
+    for position, index in enumerate(order.tolist()):
+        draws[position] = seen.get(index, 0)
+        seen[index] = draws[position] + 1
+    return draws
 
 
 def full_batches(order: np.ndarray, batch_size: int) -> np.ndarray:

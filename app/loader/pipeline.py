@@ -41,9 +41,11 @@ class Loader:
     def __exit__(self, *exc) -> None:
         self._enqueuer.close()  # every worker stopped, the ring freed
 
-    def batches(self, split_name: str, order: np.ndarray, epoch: int) -> Iterator[tuple]:
-        """(uint8 batch, labels) over `order`, each batch an array of its own, the next copied out ahead."""
-        return prefetch.batches(self._enqueuer, split_name, order, epoch)
+    def batches(self, split_name: str, order: np.ndarray, epoch: int,
+                draws: np.ndarray | None = None) -> Iterator[tuple]:
+        """(uint8 batch, labels) over `order`, each batch an array of its own, the next copied out ahead; `draws`
+        beside `order` (order.draws_of) where the epoch was drawn with replacement."""
+        return prefetch.batches(self._enqueuer, split_name, order, epoch, draws=draws)
 
     def every_sample(self, split_name: str) -> Iterator[tuple]:
         """Each sample of a split once, in order, the last batch short (validation, evaluate, predict)."""

@@ -17,10 +17,11 @@ def detach(images: np.ndarray) -> np.ndarray:
     return images.copy()
 
 
-def batches(enqueuer, split_name: str, order: np.ndarray, epoch: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def batches(enqueuer, split_name: str, order: np.ndarray, epoch: int, *,
+            draws: np.ndarray | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(uint8 batch, labels) in order, each its own array, the next copied out while the consumer works on this one. The
     consumer must drop its batch before asking for the next, or more than two batches live outside the ring."""
-    source = enqueuer.batches(split_name, order, epoch)
+    source = enqueuer.batches(split_name, order, epoch, draws)
     handoff: queue.Queue = queue.Queue(maxsize=1)
     stop = threading.Event()
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.loader.bad_samples import PolicyNames
-from app.rules import AUTO, worker_limit
+from app.processes import worker_limit
+from app.rules import AUTO
 
 
 @dataclass(frozen=True, kw_only=True)

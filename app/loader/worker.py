@@ -44,18 +44,18 @@ def take_stages() -> tuple[float, ...]:
     return stages
 
 
-def _build_timed(ring, task: messages.Task, work, *, position: int, index: int) -> None:
-    """Sample `index` read, decoded, augmented and copied into its place, each stage timed."""
-    split, augmenter = work.splits[task.split], work.augmenters[task.split]
+def _build_timed(ring, task: messages.Task, work, item: messages.Item) -> None:
+    """The item's sample read, decoded, augmented and copied into its place, each stage timed."""
+    split, augmenter, index = work.splits[task.split], work.augmenters[task.split], item.index
     retries, t0 = storage.thread_retries(), time.perf_counter()
     raw = split.fetch(index, augmenter.decode)
     t1 = time.perf_counter()
     retries = storage.thread_retries() - retries
     image = split.decode(index, raw, augmenter.decode)
     t2 = time.perf_counter()
-    sample = augmenter(image, work.seed, task.epoch, index)
+    sample = augmenter(image, work.seed, task.epoch, index, item.draw)
     t3 = time.perf_counter()
-    ring[task.slot, position] = sample
+    ring[task.slot, item.position] = sample
     t4 = time.perf_counter()
     read, decoded, augmented, copied, n, retried = getattr(_local, "stages", None) or NO_STAGES
     _local.stages = (read + t1 - t0, decoded + t2 - t1, augmented + t3 - t2, copied + t4 - t3, n + 1,
@@ -71,23 +71,25 @@ def serve(conn, ring: np.ndarray, done: np.ndarray, work) -> None:
             return
         if task is messages.STOP:
             return
-        for position, index in task.items:
-            reply = fill(ring, task, work, position=position, index=index)
+        for item in task.items:
+            reply = fill(ring, task, work, item)
             for caught in _native:
-                caught.write_named(_describe(work.splits[task.split], index))
+                caught.write_named(_describe(work.splits[task.split], item.index))
             if isinstance(reply, messages.Written):
-                done[task.slot, position] = 1  # after its pixels
+                done[task.slot, item.position] = 1  # after its pixels
             else:
                 conn.send(reply)
         conn.send(messages.ShareDone(task.slot, take_stages()))
 
 
-def fill(ring, task: messages.Task, work, *, position: int, index: int) -> messages.Written | messages.SampleNote:
-    """Build sample `index` into its slot; the reply says what became of it (per work.on_bad_sample if unreadable)."""
+def fill(ring, task: messages.Task, work, item: messages.Item) -> messages.Written | messages.SampleNote:
+    """Build the item's sample into its slot; the reply says what became of it (per work.on_bad_sample if
+    unreadable)."""
     split, augmenter = work.splits[task.split], work.augmenters[task.split]
+    position, index = item.position, item.index
     try:
         try:
-            _build_timed(ring, task, work, position=position, index=index)
+            _build_timed(ring, task, work, item)
             return messages.Written(task.slot, position)
         except BadSampleError as bad:
             note = {"slot": task.slot, "position": position, "index": index, "where": bad.where, "detail": bad.reason}
@@ -104,7 +106,7 @@ def fill(ring, task: messages.Task, work, *, position: int, index: int) -> messa
                     image = split.read(stand_in, augmenter.decode)
                 except BadSampleError:
                     continue
-                ring[task.slot, position] = augmenter(image, work.seed, task.epoch, index)
+                ring[task.slot, position] = augmenter(image, work.seed, task.epoch, index, item.draw)
                 return messages.Skipped(**note, stand_in=stand_in)
             return messages.Stranded(**note)
     except Exception as error:  # noqa: BLE001 - carried to the parent with its traceback

@@ -24,6 +24,7 @@ from app.schema.data import (
     OnBadSample,
     PreparedDataConfig,
     QueueConfig,
+    Sampling,
     StartMethod,
     SyntheticDataConfig,
     TableColumns,
@@ -52,8 +53,8 @@ __all__ = ["AugmentConfig", "Backend", "BenchCommandConfig", "CifarDataConfig", 
            "CustomModelConfig", "DataConfig", "DecodeConfig", "FolderDataConfig", "KerasAppConfig", "LoggerConfig",
            "MlflowLoggerConfig", "ModelConfig", "OnBadSample", "OptimizerConfig", "Precision", "PrepareCommandConfig",
            "PrepareConfig", "PreparedDataConfig", "PreviewCommandConfig", "QueueConfig", "ResnetModelConfig",
-           "SchedulerConfig", "StartMethod", "Strategy", "SyntheticDataConfig", "TableColumns", "TableDataConfig",
-           "TensorBoardLoggerConfig",
+           "Sampling", "SchedulerConfig", "StartMethod", "Strategy", "SyntheticDataConfig", "TableColumns",
+           "TableDataConfig", "TensorBoardLoggerConfig",
            "TrainerConfig", "register", "model_schema", "ExportConfig", "ExportCommandConfig", "EXPORT_TOLERANCE",
            "EXPORT_WRITTEN"]
 

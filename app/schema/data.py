@@ -12,6 +12,12 @@ from omegaconf import MISSING
 OnBadSample = Enum("OnBadSample", {"raise": "raise", "skip": "skip"}, type=str)  # type: ignore[misc]
 
 
+class Sampling(str, Enum):
+    uniform = "uniform"  # each training sample once an epoch, shuffled (queue.shuffle)
+    balanced = "balanced"  # drawn with replacement, each class as often
+    weights = "weights"  # drawn with replacement in proportion to data.columns.weight (data=table)
+
+
 class StartMethod(str, Enum):
     spawn = "spawn"
     forkserver = "forkserver"
@@ -37,6 +43,7 @@ class DataConfig:
     val_fraction: float | None = 0.2  # null only where the data gives the split (data=prepared)
     on_bad_sample: OnBadSample = OnBadSample["raise"]  # type: ignore[valid-type]
     max_bad_fraction: float = 0.01
+    sampling: Sampling = Sampling.uniform  # the training split's draw each epoch; validation and test: never
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     # An image declaring more pixels is a bad sample, refused before any decode (a decompression
     # bomb: a few hundred bytes can declare 30000×30000). Pillow's own limit; null: none.
@@ -73,7 +80,7 @@ class FolderDataConfig(DataConfig):
     test_fraction: float = 0.0  # or, in the flat layout <path>/<class>/, this fraction of each class
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TableColumns:
     # the image: a path (relative ones under data.root) or an id that data.path_format makes one; a table
     # with no `path` column but Hugging Face's `file_name` (ImageFolder's metadata) reads that
@@ -81,6 +88,7 @@ class TableColumns:
     label: str = "label"
     split: str | None = None  # train, val (or validation), test a row; null: data.val_fraction splits the table
     group: str | None = None  # a patient, slide or scene: all of a group's rows go to one split
+    weight: str | None = None  # a row's sampling weight (data.sampling=weights): a number, 0 or more
 
 
 @dataclass(kw_only=True)

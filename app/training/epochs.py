@@ -16,7 +16,7 @@ import psutil
 from app import model as models
 from app.capacity.diagnosis import diagnose
 from app.capacity.memory import PeakMemory
-from app.loader.order import epoch_order, full_batches
+from app.loader.order import draws_of, epoch_order, full_batches
 from app.loader.pipeline import Loader
 from app.processes import signals_held
 from app.runs.checkpoint import PREFIX, EpochFigures, delete_stale_checkpoints, write_checkpoint
@@ -45,6 +45,7 @@ class Epochs:
     loader: Loader
     memory: PeakMemory
     class_weights: np.ndarray | None = None  # trainer.class_weight, a weight a class index
+    sample_weights: np.ndarray | None = None  # data.sampling's, a training sample each (None: uniform)
     kept: CallbackStates = field(init=False)
     out: dashboards.Writer = field(init=False)
     saves: Path = field(init=False)  # where checkpoints and model.keras go: run_dir, or a scratch directory
@@ -118,8 +119,10 @@ class Epochs:
         """Train one epoch (or the rest of a resumed one), validate, record; the epoch's logs."""
         state, config = self.context.state, self.context.config
         batch, epoch, trainer = config.data.batch_size, state.epoch, config.trainer
-        permutation = epoch_order(len(self.source.train), seed=config.seed, epoch=epoch, shuffle=config.queue.shuffle)
+        permutation = epoch_order(len(self.source.train), seed=config.seed, epoch=epoch, shuffle=config.queue.shuffle,
+                                  weights=self.sample_weights)
         state.order = full_batches(permutation, batch)[: self.steps * batch]
+        draws = None if self.sample_weights is None else draws_of(state.order)
         resumed = state.figures is not None
         state.figures = state.figures or EpochFigures()
         first = state.figures.steps
@@ -131,7 +134,8 @@ class Epochs:
         callbacks.on_epoch_begin(epoch, {"first_batch": first})
         place = self.placement
         mine = train_share(state.order[first * batch:], batch, place.processes, place.process)
-        source = self.loader.batches("train", mine, epoch)
+        my_draws = None if draws is None else train_share(draws[first * batch:], batch, place.processes, place.process)
+        source = self.loader.batches("train", mine, epoch, my_draws)
         if state.steps_done == 0 and self.writes:
             source = self._showing_first(source)
         feed = Feed(source, self.steps - first, self.class_weights)

@@ -6,12 +6,15 @@ import csv
 import logging
 from pathlib import Path
 
+import numpy as np
+
 from app import rules
 from app.augment import eval_transforms
 from app.capacity.run_plan import RunPlan
 from app.data.source import overfitting
-from app.errors import config_error
+from app.errors import DataError, config_error
 from app.io import write_json
+from app.loader.order import class_balanced
 from app.loader.pipeline import Loader, build_loader
 from app.runs import rundir
 from app.runs.rundata import checked_source
@@ -54,6 +57,23 @@ def delete_partial_records_and_write_split(run_dir: Path, source) -> None:
         with open(run_dir / "bad_samples.txt", "w", encoding="utf-8", newline="") as f:
             csv.writer(f, delimiter="\t", lineterminator="\n").writerows(
                 ("table", line, where, why) for line, where, why in source.left_out)
+
+
+def sampling_weights(data, source) -> np.ndarray | None:
+    """The training samples' weights data.sampling draws each epoch by (None: uniform, each sample once), logged."""
+    sampling = str(data.sampling.value)
+    if sampling == "uniform":
+        return None
+    labels = np.asarray(source.train.labels)
+    weights = class_balanced(labels) if sampling == "balanced" else np.asarray(source.train_weights, float)
+    if not weights.sum() > 0:
+        raise DataError(f"data.sampling={sampling}: every training sample's weight is 0 "
+                        f"(data.columns.weight): give some a weight above 0")
+    share = np.bincount(labels, weights=weights, minlength=len(source.class_names)) / weights.sum()
+    log.info("sampling: %s: each epoch draws its %d training samples with replacement, classes %s; validation "
+             "and test as they are", sampling, len(labels),
+             ", ".join(f"{name} {100 * s:.0f} %" for name, s in zip(source.class_names, share, strict=True)))
+    return weights
 
 
 def check_validation_rows(n: int, placement: Placement) -> None:

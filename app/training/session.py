@@ -36,6 +36,7 @@ def train(run: RunContext) -> None:
     recipe.check_monitor(config.trainer, source.class_names)
     inputs.check_validation_rows(len(source.val), placement)
     weights = recipe.class_weights(config.trainer, source.train.labels, source.class_names)
+    drawn = inputs.sampling_weights(config.data, source)
     summary = run.summary
     try:
         summary.update(hardware={**summary.content["hardware"], "gpus": placement.gpus}, **placement.record())
@@ -56,7 +57,7 @@ def train(run: RunContext) -> None:
                     _write_export_again(run, source, point)
                 summary.start()
                 Epochs(context=run, placement=placement, source=source, steps=steps, net=net, loader=loader,
-                       memory=memory, class_weights=weights).train_and_write_checkpoints()
+                       memory=memory, class_weights=weights, sample_weights=drawn).train_and_write_checkpoints()
             _log_memory(predicted, summary.content.get("peak_memory_mb") or 0)
     finally:
         keras.mixed_precision.set_global_policy("float32")

@@ -1,7 +1,8 @@
 """data=table through every command, the real CLI: a CSV of ids without an extension, a patient a
-few rows (a grouped split), trained, SIGKILLed inside epoch 2 and resumed to the uninterrupted
-run's metrics and samples; then evaluate split=test, predict, prepare a copy and train on it,
-export to ONNX (export's own parity check against Keras)."""
+few rows (a grouped split), one class 3 times the other drawn balanced (data.sampling), trained
+with one worker, SIGKILLed inside epoch 2 and resumed to the metrics and samples of the run
+uninterrupted with two; then evaluate split=test, predict, prepare a copy and train on it (balanced
+too), export to ONNX (export's own parity check against Keras)."""
 
 from __future__ import annotations
 
@@ -22,15 +23,15 @@ ROWS = 64
 
 
 def write_scans(folder: Path) -> Path:
-    """ROWS 40×48 JPEGs named by zero-padded ids, two classes, four rows a patient; their table."""
+    """ROWS 40×48 JPEGs named by zero-padded ids, a malignant one in four, four rows a patient; their table."""
     rng = np.random.default_rng(0)
     folder.mkdir(parents=True)
     rows = ["image_id,diagnosis,patient"]
     for i in range(ROWS):
         pixels = rng.integers(0, 256, (40, 48, 3), np.uint8)
-        pixels[..., i % 2] = 255  # a class the model can learn
+        pixels[..., int(i % 4 == 0)] = 255  # a class the model can learn
         Image.fromarray(pixels).save(folder / f"{i:06d}.jpg")
-        rows.append(f"{i:06d},{['benign', 'malignant'][i % 2]},p{i // 4}")
+        rows.append(f"{i:06d},{'malignant' if i % 4 == 0 else 'benign'},p{i // 4}")
     table = folder / "train.csv"
     table.write_text("\n".join(rows) + "\n")
     return table
@@ -47,7 +48,7 @@ def test_a_table_trains_resumes_after_a_kill_evaluates_predicts_prepares_and_exp
               "data.path_format={}.jpg", "data.columns.group=patient", "data.test_fraction=0.2",
               "data.image_size=[24,24]", "data.batch_size=4", "model.widths=[8]", "trainer.epochs=2",
               "trainer.deterministic=true", "trainer.record_samples=true", "trainer.checkpoint_every_steps=2",
-              "queue.workers=1"]
+              "data.sampling=balanced", "queue.workers=1"]
     env = {**os.environ, "PYTHONPATH": str(TESTS)}
     kill = f"trainer.callbacks=[{{_target_: recording.KillOnce, path: {tmp_path / 'killed.txt'}, epoch: 1, batch: 3}}]"
     killed = subprocess.run([sys.executable, "-m", "app", "train", *config, kill, "hydra.run.dir=killed"],
@@ -55,7 +56,7 @@ def test_a_table_trains_resumes_after_a_kill_evaluates_predicts_prepares_and_exp
     assert killed.returncode == -9 and (tmp_path / "killed.txt").exists(), killed.stderr[-3000:]
     run = tmp_path / "killed"
     done = spawn_one_process_for(
-        ["train", *config, "hydra.run.dir=whole"], ["train", f"resume={run}"],
+        ["train", *config, "queue.workers=2", "hydra.run.dir=whole"], ["train", f"resume={run}"],
         ["evaluate", f"resume={run}", "split=test"], ["predict", f"resume={run}", f"input={table.parent}"],
         ["prepare", *config[:8], "prepare.out=copy"],
         ["train", "data=prepared", "data.path=copy", *config[7:], "hydra.run.dir=on_copy"],
@@ -72,6 +73,9 @@ def test_a_table_trains_resumes_after_a_kill_evaluates_predicts_prepares_and_exp
     samples = ("step", "indices")
     assert rows_of(run / "samples.csv", *samples) == rows_of(tmp_path / "whole" / "samples.csv", *samples)
     assert len(rows_of(run / "metrics.csv", *keys)) == 2
+    drawn = [int(i) for _, indices in rows_of(run / "samples.csv", *samples) for i in indices.split()]
+    assert len(drawn) > len(set(drawn))  # drawn with replacement
+    assert "sampling: balanced: each epoch draws its" in (run / "train.log").read_text()
     scored = json.loads(next((run / "evaluate").glob("*/evaluation.json")).read_text())
     assert scored["split"] == "test" and scored["samples"] == len(split["test"]) > 0
     predictions = rows_of(next((run / "predict").glob("*/predictions.csv")), "path", "class")

@@ -226,10 +226,10 @@ def test_storage_lost_while_training_stops_with_its_paragraph_not_as_a_bad_sampl
     work = SimpleNamespace(splits={"train": source.train}, augmenters={"train": Augmenter([], [24, 24])}, seed=0,
                            on_bad_sample="skip")
     task, ring = messages.Task("train", 0, 0, [(0, 1)]), np.zeros((1, 1, 24, 24, 3), np.uint8)
-    assert isinstance(fill(ring, task, work, position=0, index=1), messages.Written)  # negative control
+    assert isinstance(fill(ring, task, work, messages.Item(0, 1)), messages.Written)  # negative control
     served.stop()  # the store goes away
     monkeypatch.setattr(storage, "FIRST_WAIT", 0.001)
-    note = fill(ring, task, work, position=0, index=2)
+    note = fill(ring, task, work, messages.Item(0, 2))
     assert isinstance(note, messages.Failed)  # not a bad sample to skip
     error = failure(note, "train", 0, "worker 1")
     assert isinstance(error, DataError) and not isinstance(error, BadSampleError)

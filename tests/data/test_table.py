@@ -179,3 +179,17 @@ def test_a_table_that_cannot_be_read_is_named_with_what_to_do(tmp_path):
     (tmp_path / "c.csv").write_text("file,label\n")
     with pytest.raises(DataError, match=r"no column `path` \(data.columns.path\): its columns are file, label"):
         table_source(config(tmp_path / "c.csv"))
+
+
+def test_a_weight_column_gives_each_training_row_its_weight(tmp_path, images):
+    rows = [[*row, str(i % 4)] for i, row in enumerate(sample_rows(images))]
+    table = tmp_path / "labels.csv"
+    write_table(table, ["path", "label", "w"], rows)
+    source = table_source(config(table, columns=TableColumns(weight="w")))
+    weight_of = {f"images/{name}": float(i % 4) for i, name in enumerate(images)}
+    assert source.train_weights.tolist() == [weight_of[rel] for rel in source.split["train"]]
+    assert table_source(config(table)).train_weights.tolist() == [1.0] * len(source.train)  # none given: all 1
+    rows[2][2] = "-1"
+    write_table(table, ["path", "label", "w"], rows)
+    with pytest.raises(DataError, match=r"line 4, column `w`: weight '-1' is not a number of 0 or more"):
+        table_source(config(table, columns=TableColumns(weight="w")))

@@ -3,6 +3,7 @@ scheduling, order, draining."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -225,3 +226,23 @@ def test_draft_decode_follows_the_crop(tmp_path):
     assert split.read(0, Augmenter(widest, [64, 64]).decode).shape == (512, 512, 3)
     assert split.read(0, Augmenter(crop, [64, 64], draft=False).decode).shape == (1024, 1024, 3)
     assert make_sample(split, Augmenter(crop, [64, 64]), 0, seed=0, epoch=0).shape == (64, 64, 3)
+
+
+def test_a_second_draw_of_a_sample_gets_its_own_augmentation_with_any_workers(jpeg_split):
+    """data.sampling draws with replacement: each draw of an index its own randomness, the same
+    pixels whichever worker builds it; the first draw as with no sampling."""
+    from app.augment import Augmenter
+
+    order, draws = np.array([3, 3, 5, 3]), np.array([0, 1, 0, 2])
+    settings = Settings(batch_size=4, image_size=(24, 24), workers=2, max_size=2)
+    built = {}
+    for workers in (0, 2):
+        with Enqueuer({"train": jpeg_split}, {"train": Augmenter(CROP_FLIP_JITTER, [24, 24])},
+                      dataclasses.replace(settings, workers=workers), seed=0) as enq:
+            built[workers] = [np.array(images) for images, _ in enq.batches("train", order, 1, draws)][0]
+    assert np.array_equal(built[0], built[2])
+    first, second, _, third = built[2]
+    assert not np.array_equal(first, second) and not np.array_equal(second, third)
+    with Enqueuer({"train": jpeg_split}, {"train": Augmenter(CROP_FLIP_JITTER, [24, 24])}, settings, seed=0) as enq:
+        plain = [np.array(images) for images, _ in enq.batches("train", order, 1)][0]
+    assert np.array_equal(plain[0], first) and np.array_equal(plain[1], first)  # negative control: no draws

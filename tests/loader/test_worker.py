@@ -24,7 +24,7 @@ class Stamped:
 
     decode = None
 
-    def __call__(self, image, seed, epoch, index):
+    def __call__(self, image, seed, epoch, index, draw=0):
         out = image.copy()
         out[..., 2] = (seed + 10 * epoch + index) % 256
         return out
@@ -40,13 +40,13 @@ def work(split, policy: str = "raise", augmenter=None, seed: int = 0) -> Work:
 
 
 def task(*items: tuple[int, int], slot: int = 1, epoch: int = 0) -> messages.Task:
-    return messages.Task(split="train", epoch=epoch, slot=slot, items=list(items))
+    return messages.Task(split="train", epoch=epoch, slot=slot, items=[messages.Item(*item) for item in items])
 
 
 def test_a_good_sample_is_written_into_its_place_and_timed():
     pixels, job = ring(), work(MarkedSplit(10))
     take_stages()  # what earlier tests on this thread left
-    assert fill(pixels, task((2, 7)), job, position=2, index=7) == messages.Written(slot=1, position=2)
+    assert fill(pixels, task((2, 7)), job, messages.Item(2, 7)) == messages.Written(slot=1, position=2)
     assert index_of(pixels[1, 2]) == 7 and np.array_equal(pixels[1, 2], marked_image(7, SIZE))
     assert (pixels[0] == 99).all() and (pixels[1, [0, 1, 3]] == 99).all()  # nowhere else
     *seconds, built, retried = take_stages()
@@ -56,14 +56,14 @@ def test_a_good_sample_is_written_into_its_place_and_timed():
 
 def test_a_bad_sample_under_raise_is_a_bad_note_naming_the_file_and_nothing_is_written():
     pixels = ring()
-    reply = fill(pixels, task((0, 5)), work(MarkedSplit(10, bad=(5,)), "raise"), position=0, index=5)
+    reply = fill(pixels, task((0, 5)), work(MarkedSplit(10, bad=(5,)), "raise"), messages.Item(0, 5))
     assert reply == messages.Bad(slot=1, position=0, index=5, where="/data/marked/00005.png", detail="truncated file")
     assert (pixels == 99).all()
 
 
 def test_a_bad_sample_under_mark_is_zeros_and_a_marked_note():
     pixels = ring()
-    reply = fill(pixels, task((3, 5)), work(MarkedSplit(10, bad=(5,)), "mark"), position=3, index=5)
+    reply = fill(pixels, task((3, 5)), work(MarkedSplit(10, bad=(5,)), "mark"), messages.Item(3, 5))
     assert reply == messages.Marked(slot=1, position=3, index=5, where="/data/marked/00005.png",
                                     detail="truncated file")
     assert (pixels[1, 3] == 0).all() and (pixels[1, :3] == 99).all()
@@ -73,23 +73,23 @@ def test_a_bad_sample_under_skip_stands_in_the_next_readable_one_with_its_own_ra
     """Samples 5 and 6 are bad: 7 stands in for 5, augmented as 5 would have been (its seed,
     epoch and index), so the batch is the same for any worker count."""
     pixels, split = ring(), MarkedSplit(10, bad=(5, 6))
-    reply = fill(pixels, task((1, 5), epoch=2), work(split, "skip", Stamped(), seed=3), position=1, index=5)
+    reply = fill(pixels, task((1, 5), epoch=2), work(split, "skip", Stamped(), seed=3), messages.Item(1, 5))
     assert reply == messages.Skipped(slot=1, position=1, index=5, where="/data/marked/00005.png",
                                      detail="truncated file", stand_in=7)
     assert index_of(pixels[1, 1]) == 7
     assert (pixels[1, 1, ..., 2] == 3 + 20 + 5).all()  # the bad sample's randomness, not the stand-in's (30)
-    last = fill(ring(), task((0, 9)), work(MarkedSplit(10, bad=(9,)), "skip"), position=0, index=9)
+    last = fill(ring(), task((0, 9)), work(MarkedSplit(10, bad=(9,)), "skip"), messages.Item(0, 9))
     assert last.stand_in == 0  # past the end: from the start
 
 
 def test_a_skip_with_nothing_readable_to_stand_in_is_stranded():
-    reply = fill(ring(), task((0, 1)), work(MarkedSplit(3, bad=(0, 1, 2)), "skip"), position=0, index=1)
+    reply = fill(ring(), task((0, 1)), work(MarkedSplit(3, bad=(0, 1, 2)), "skip"), messages.Item(0, 1))
     assert isinstance(reply, messages.Stranded) and (reply.index, reply.detail) == (1, "truncated file")
 
 
 @pytest.mark.parametrize("policy", ["raise", "skip", "mark"])
 def test_a_crash_is_failed_under_every_policy_with_its_traceback(policy):
-    reply = fill(ring(), task((0, 4)), work(MarkedSplit(10, crash_at=4), policy), position=0, index=4)
+    reply = fill(ring(), task((0, 4)), work(MarkedSplit(10, crash_at=4), policy), messages.Item(0, 4))
     assert isinstance(reply, messages.Failed) and reply.where == "/data/marked/00004.png"
     assert "RuntimeError: decoder exploded on purpose at 4" in reply.detail and "Traceback" in reply.detail
 
@@ -102,12 +102,12 @@ def test_the_augmenters_transform_is_what_reaches_the_ring():
 
     augmenter = Augmenter([{"_target_": "albumentations.HorizontalFlip", "p": 1.0}], [SIZE, SIZE])
     pixels = ring()
-    reply = fill(pixels, task((0, 0)), work(Gradient(4), augmenter=augmenter), position=0, index=0)
+    reply = fill(pixels, task((0, 0)), work(Gradient(4), augmenter=augmenter), messages.Item(0, 0))
     assert isinstance(reply, messages.Written)
     row = pixels[1, 0, 0, :, 0].astype(int)
     assert pixels[1, 0].shape == (SIZE, SIZE, 3) and (np.diff(row) < 0).all()  # flipped: bright on the left
     plain = ring()
-    fill(plain, task((0, 0)), work(Gradient(4), augmenter=Augmenter([], [SIZE, SIZE])), position=0, index=0)
+    fill(plain, task((0, 0)), work(Gradient(4), augmenter=Augmenter([], [SIZE, SIZE])), messages.Item(0, 0))
     assert (np.diff(plain[1, 0, 0, :, 0].astype(int)) > 0).all()  # negative control: unflipped
 
 

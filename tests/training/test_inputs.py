@@ -5,14 +5,16 @@ recorded in summary.json."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
 from app.capacity.run_plan import RunPlan
 from app.config import conf_dir, load
-from app.errors import ConfigError
-from app.schema import register
+from app.errors import ConfigError, DataError
+from app.schema import Sampling, register
 from app.training import inputs
 from app.training.devices import Placement
 
@@ -64,3 +66,19 @@ def test_a_refused_config_is_recorded_in_summary_json(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "failed" and "trainer.epochs" in summary["message"]
     assert summary["overrides"] == ["trainer.epochs=0"] and not (tmp_path / "split.json").exists()
+
+
+def test_sampling_weights_balance_the_classes_or_follow_the_table(caplog):
+    source = SimpleNamespace(train=SimpleNamespace(labels=np.array([0] * 9 + [1])), class_names=["cat", "dog"],
+                             train_weights=np.arange(10, dtype=float))
+    data = SimpleNamespace(sampling=Sampling.uniform)
+    assert inputs.sampling_weights(data, source) is None  # negative control: each sample once
+    data.sampling = Sampling.balanced
+    with caplog.at_level("INFO", logger="app.train"):
+        weights = inputs.sampling_weights(data, source)
+    assert weights[:9].sum() == pytest.approx(weights[9]) and "classes cat 50 %, dog 50 %" in caplog.text
+    data.sampling = Sampling.weights
+    assert inputs.sampling_weights(data, source).tolist() == list(range(10))
+    source.train_weights = np.zeros(10)
+    with pytest.raises(DataError, match="every training sample's weight is 0"):
+        inputs.sampling_weights(data, source)
