@@ -161,5 +161,5 @@ def test_a_misspelt_group_option_is_named_with_the_options_a_user_may_pick(capsy
     assert exit_status_for(caught.value) == 2
     printed = capsys.readouterr().err
     assert printed.startswith("error: config group `data` has no option `foldr` (did you mean data=folder?): "
-                              "data= one of cifar, folder, prepared, synthetic.")
+                              "data= one of cifar, folder, prepared, synthetic, table.")
     assert "_schema" not in printed and "search path" not in printed

@@ -68,6 +68,8 @@ def _columns(given, header: list[str], table: Path) -> dict[str, str | None]:
     """The columns the config names, checked to be in the table (Hugging Face's `file_name` for the path's)."""
     columns = {"path": given.path, "label": given.label, "split": given.split, "group": given.group,
                "weight": given.weight}
+    if not header:
+        raise DataError(f"data.table {table} holds no rows: a row an image, with its path and label")
     if columns["path"] == "path" and "path" not in header and HF_PATH in header:
         columns["path"] = HF_PATH
     for key, name in columns.items():

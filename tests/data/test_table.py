@@ -172,7 +172,8 @@ def test_the_fingerprint_follows_the_tables_bytes_not_its_time(tmp_path, images)
 
 def test_a_table_that_cannot_be_read_is_named_with_what_to_do(tmp_path):
     for name, text, message in [("a.xlsx", "x", "not a table this app reads"), ("e.csv", "", "is empty"),
-                                ("n.csv", "path,label\n", "has one class")]:
+                                ("n.csv", "path,label\n", "has one class"), ("e.jsonl", "\n", "holds no rows"),
+                                ("b.jsonl", "[1, 2]\n", "holds no rows")]:
         (tmp_path / name).write_text(text)
         with pytest.raises(DataError, match=message):
             table_source(config(tmp_path / name))
