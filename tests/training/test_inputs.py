@@ -82,3 +82,29 @@ def test_sampling_weights_balance_the_classes_or_follow_the_table(caplog):
     source.train_weights = np.zeros(10)
     with pytest.raises(DataError, match="every training sample's weight is 0"):
         inputs.sampling_weights(data, source)
+
+
+def test_the_rows_a_table_leaves_out_start_bad_samples_txt_with_their_lines(tmp_path):
+    from PIL import Image
+
+    (tmp_path / "images").mkdir()
+    rows = ["path,label"]
+    for i in range(12):
+        Image.new("RGB", (8, 8)).save(tmp_path / "images" / f"{i}.png")
+        rows.append(f"images/{i}.png,{'ab'[i % 2]}")
+    rows.append("images/gone.png,a")  # line 14
+    (tmp_path / "t.csv").write_text("\n".join(rows) + "\n")
+    config = composed("data=table", f"data.table={tmp_path / 't.csv'}", "data.on_bad_sample=skip",
+                      "data.max_bad_fraction=0.1", "data.batch_size=2")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    source, _ = inputs.read_data(config, run_dir)
+    inputs.delete_partial_records_and_write_split(run_dir, source)
+    listed = (run_dir / "bad_samples.txt").read_text().splitlines()
+    assert len(listed) == 1 and listed[0].startswith("table\t14\t") and "gone.png cannot be read" in listed[0]
+    (run_dir / "bad_samples.txt").unlink()
+    clean = composed("data=table", f"data.table={tmp_path / 't.csv'}", "data.on_bad_sample=skip",
+                     "data.max_bad_fraction=0.1", "data.batch_size=2", "data.root=" + str(tmp_path))
+    (tmp_path / "t.csv").write_text("\n".join(rows[:-1]) + "\n")  # negative control: none left out, none listed
+    inputs.delete_partial_records_and_write_split(run_dir, inputs.read_data(clean, run_dir)[0])
+    assert not (run_dir / "bad_samples.txt").exists()
