@@ -64,6 +64,22 @@ def test_plots_start_at_zero_show_each_repeat_the_prediction_and_the_best_trial(
     assert other.axes[0].get_xscale() == "linear" and not [x for x in other.axes[0].lines if x.get_linestyle() == "--"]
 
 
+def test_a_sweep_judged_by_its_monitor_has_its_column_and_its_best_by_the_monitors_mode(tmp_path):
+    """trainer.monitor=val_loss (min): a val_loss column, and the best trial the lowest loss, not the best accuracy."""
+    summaries = [{"overrides": [f"seed={i}"], "images_per_s": 1.0, "peak_memory_mb": 900.0, "val_accuracy": acc,
+                  "val_loss": loss, "best": {"monitor": "val_loss", "mode": "min", "value": loss, "checkpoint": "x"},
+                  "status": "completed"} for i, (acc, loss) in enumerate([(0.9, 0.5), (0.6, 0.2), (0.7, 0.4)])]
+    swept, columns, _ = table(_runs(tmp_path / "t", summaries))
+    assert columns[-2:] == ["val_loss", "status"] and "val_accuracy" in columns
+    _, _, fig = _figure_of(tmp_path / "f", summaries)
+    star = [line for line in fig.axes[2].lines if line.get_marker() == "*"][0]
+    assert list(star.get_ydata()) == [0.2] and fig.axes[2].get_title() == "val_loss"
+    plain = [{k: v for k, v in summary.items() if k != "best"} for summary in summaries]  # negative control
+    assert "val_loss" not in table(_runs(tmp_path / "p", plain))[1]
+    star = [line for line in _figure_of(tmp_path / "q", plain)[2].axes[2].lines if line.get_marker() == "*"][0]
+    assert list(star.get_ydata()) == [0.9]
+
+
 def test_an_auto_value_shows_what_it_chose(tmp_path):
     runs = _runs(tmp_path, [{"overrides": ["queue.workers=auto", "queue.max_size=auto"],
                              "queue_auto": {"workers": 2, "max_size": 1}},

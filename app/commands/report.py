@@ -1,7 +1,7 @@
 """`python -m app report <sweep dir | run dirs ...> [--out DIR]`: a table of each run's overrides against images/s,
-data-wait fraction, peak memory (and `plan`'s prediction), final validation accuracy and status (printed, and
-report.csv), and PNG plots of peak memory beside the prediction, images/s and validation accuracy against each swept
-key: the measured version of `plan`'s table by batch × resolution."""
+data-wait fraction, peak memory (and `plan`'s prediction), final validation accuracy (and trainer.monitor's value
+where that is another) and status (printed, and report.csv), and PNG plots of peak memory beside the prediction,
+images/s and the monitor against each swept key: the measured version of `plan`'s table by batch × resolution."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 from app.errors import ConfigError, DataError
 from app.io import atomic_write
 from app.overrides import as_dict
-from app.runs.rundir import claim_dir
+from app.runs.rundir import better_is_higher, claim_dir, monitored
 from app.runs.sweeps import job_order
 
 FIGURES = ["images_per_s", "data_wait_fraction", "peak_memory_mb", "predicted_peak_mb", "val_accuracy", "status"]
@@ -47,6 +47,8 @@ def table(runs: list[Path]) -> tuple[list[str], list[str], list[dict]]:
     keys = sorted({k for g in given for k in g})
     swept = [k for k in keys if len({g.get(k) for g in given}) > 1] or keys
     tags = ["tags"] if any(s.get("tags") for s in summaries) else []  # a column when any run has them
+    judged = sorted({monitored(s)[0] for s in summaries} - set(FIGURES))  # a trainer.monitor of its own: a column
+    figures = [*FIGURES[:-1], *judged, FIGURES[-1]]
     rows = []
     for run, summary, values in zip(runs, summaries, given, strict=True):
         row = {"run": str(run), **({"tags": ",".join(summary.get("tags") or [])} if tags else {})}
@@ -55,12 +57,13 @@ def table(runs: list[Path]) -> tuple[list[str], list[str], list[dict]]:
         for name in ("workers", "max_size"):  # what `auto` chose, beside the word
             if row.get(f"queue.{name}") == "auto" and name in chosen:
                 row[f"queue.{name}"] = f"auto ({chosen[name]})"
-        row.update({f: summary.get(f) for f in FIGURES})
+        row.update({f: summary.get(f) for f in figures})
+        row["monitor"], row["higher_is_better"] = monitored(summary)[0], better_is_higher(summary)  # not columns
         row["predicted_peak_mb"] = (summary.get("memory_plan") or {}).get("host_peak_mib")
         row["message"] = summary.get("message") or ""  # why a failed run failed
         rows.append(row)
     messages = ["message"] if any(r["message"] for r in rows) else []
-    return swept, ["run", *tags, *swept, *FIGURES, *messages], rows
+    return swept, ["run", *tags, *swept, *figures, *messages], rows
 
 
 def _summary(run: Path) -> dict:
@@ -103,11 +106,13 @@ def plot(swept: list[str], rows: list[dict], out: Path) -> list[Path]:
 
 
 def figure(key: str, swept: list[str], rows: list[dict]):
-    """Peak memory (with `plan`'s, dashed), images/s and validation accuracy against `key`: a line through each value's
-    mean for each combination of the other swept keys, each run a point; log x past a 20× span; best starred."""
+    """Peak memory (with `plan`'s, dashed), images/s and the runs' trainer.monitor (val_accuracy unless set) against
+    `key`: a line through each value's mean for each combination of the other swept keys, each run a point; log x past
+    a 20× span; best starred (by the monitor's mode)."""
     import matplotlib.pyplot as plt
 
     others = [k for k in swept if k != key]
+    judged = rows[0]["monitor"] if rows and len({r["monitor"] for r in rows}) == 1 else "val_accuracy"
     numeric = all(_sortable(r[key])[0] == 0 for r in rows)
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     groups: dict[tuple, list[dict]] = {}
@@ -118,25 +123,27 @@ def figure(key: str, swept: list[str], rows: list[dict]):
 
     for label, members in sorted(groups.items()):
         name = ", ".join(f"{k}={v}" for k, v in zip(others, label, strict=True)) or None
-        for ax, figure_name in zip(axes, ("peak_memory_mb", "images_per_s", "val_accuracy"), strict=True):
+        for ax, figure_name in zip(axes, ("peak_memory_mb", "images_per_s", judged), strict=True):
             line = _points(ax, members, figure_name, x, label=name)
             if figure_name == "peak_memory_mb" and any(r.get("predicted_peak_mb") for r in members):
                 _points(ax, members, "predicted_peak_mb", x, label="predicted (plan)", color=line.get_color(),
                         linestyle="--")
-    best = max((r for r in rows if r["val_accuracy"] is not None), key=lambda r: r["val_accuracy"], default=None)
+    scored = [r for r in rows if r.get(judged) is not None]
+    pick = max if all(r["higher_is_better"] for r in scored) else min
+    best = pick(scored, key=lambda r: r[judged], default=None)
     if best is not None:
-        axes[2].plot([_x(best[key], numeric)], [best["val_accuracy"]], marker="*", markersize=16, color="gold",
+        axes[2].plot([_x(best[key], numeric)], [best[judged]], marker="*", markersize=16, color="gold",
                      markeredgecolor="black", linestyle="none", label=f"best: {key}={best[key]}")
     values = [float(r[key]) for r in rows] if numeric else []
     titles = ("peak host memory (MiB: the training process, the workers, the ring)", "images/s (training)",
-              "validation accuracy")
+              "validation accuracy" if judged == "val_accuracy" else judged)
     for ax, title in zip(axes, titles, strict=True):
         ax.set_xlabel(key)
         ax.set_title(title)
         ax.grid(alpha=0.3)
         if values and min(values) > 0 and max(values) / min(values) > 20:
             ax.set_xscale("log")
-        ax.set_ylim(bottom=0, top=1.0 if ax is axes[2] else None)
+        ax.set_ylim(bottom=0, top=1.0 if ax is axes[2] and judged == "val_accuracy" else None)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
     fig.tight_layout()

@@ -18,6 +18,7 @@ from app.config import conf_dir
 from app.errors import AppError, ConfigError, DataError, WorkerError
 from app.processes import die_with_parent, enable_crash_report, startable
 from app.runs import sweeps
+from app.runs.rundir import monitored
 from app.runs.saved import SAFE_PREFIXES
 from app.schema import register
 from app.training.trainer import run
@@ -29,37 +30,39 @@ ERRORS = {cls.__name__: cls for cls in (AppError, ConfigError, DataError, Worker
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
 @failure_carried
 def main(cfg: DictConfig) -> float | None:
-    """Returns the final validation accuracy, the value a Hydra sweeper optimises."""
+    """Returns trainer.monitor's value at the last epoch (val_accuracy unless set), the value a Hydra sweeper
+    optimises."""
     hydra_cfg = HydraConfig.get()
     run_dir, overrides = Path(hydra_cfg.runtime.output_dir), list(hydra_cfg.overrides.task)
     if hydra_cfg.mode != RunMode.MULTIRUN:
         summary = run(cfg, run_dir, overrides)
-        accuracy = summary["val_accuracy"]
+        name, value = monitored(summary)
         epochs = summary["epochs_completed"]
-        print(f"run dir: {run_dir}\n{epochs} epoch{'' if epochs == 1 else 's'} done, "
-              f"val_accuracy {_rounded(accuracy)}")
-        return accuracy
+        print(f"run dir: {run_dir}\n{epochs} epoch{'' if epochs == 1 else 's'} done, {name} {_rounded(value)}")
+        return value
     how = ""
     if sweeps.resuming(hydra_cfg):  # a sweep's resume: this job may be done already, or go on in its folder
         step = sweeps.job_step(run_dir, overrides, epochs=cfg.trainer.epochs, safe=SAFE_PREFIXES)
         if step.action == "done":
-            print(f"job {hydra_cfg.job.num}: {run_dir}, val_accuracy {_rounded(step.accuracy)}: completed "
-                  "already, not trained again")
-            return step.accuracy
+            name, value = step.monitored
+            print(f"job {hydra_cfg.job.num}: {run_dir}, {name} {_rounded(value)}: completed already, not trained "
+                  "again")
+            return value
         if step.action == "resume":
             cfg.resume, overrides, how = str(run_dir), step.overrides, ": resumed in its folder"
     logging_cfg = OmegaConf.to_container(hydra_cfg.job_logging, resolve=True)
-    accuracy = _in_fresh_process(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), run_dir, overrides,
-                                 logging_cfg)
-    print(f"job {hydra_cfg.job.num}: {run_dir}, val_accuracy {_rounded(accuracy)}{how}")
-    return accuracy
+    name, value = _in_fresh_process(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), run_dir, overrides,
+                                    logging_cfg)
+    print(f"job {hydra_cfg.job.num}: {run_dir}, {name} {_rounded(value)}{how}")
+    return value
 
 
-def _rounded(accuracy: float | None) -> float | None:
-    return accuracy if accuracy is None else round(accuracy, 4)
+def _rounded(value: float | None) -> float | None:
+    return value if value is None else round(value, 4)
 
 
-def _in_fresh_process(plain: dict, run_dir: Path, overrides: list[str], logging_cfg: dict) -> float | None:
+def _in_fresh_process(plain: dict, run_dir: Path, overrides: list[str],
+                      logging_cfg: dict) -> tuple[str, float | None]:
     context = mp.get_context("spawn")
     parent_end, child_end = context.Pipe(duplex=False)
     job = context.Process(target=_job, args=(plain, run_dir, overrides, logging_cfg, child_end), name="app-job")
@@ -92,7 +95,7 @@ def _job(plain: dict, run_dir: Path, overrides: list[str], logging_cfg: dict, co
     enable_crash_report()  # a spawned process: the sweep's own setting does not reach it
     logging.config.dictConfig(logging_cfg)
     try:
-        conn.send(("ok", run(OmegaConf.create(plain), run_dir, overrides)["val_accuracy"]))
+        conn.send(("ok", monitored(run(OmegaConf.create(plain), run_dir, overrides))))
     except KeyboardInterrupt:
         conn.send(("interrupted", None))
     except BaseException as error:  # noqa: BLE001 - carried to the sweep, which records and goes on

@@ -203,6 +203,19 @@ class Summary:
         write_json(self.path, self.content)
 
 
+def monitored(summary: dict) -> tuple[str, float | None]:
+    """(trainer.monitor, its value at the run's last epoch) of a summary.json: what judges a run (the value a sweep
+    optimises, report's best); val_accuracy for a run that names none yet."""
+    name = (summary.get("best") or {}).get("monitor") or "val_accuracy"
+    return name, summary.get(name)
+
+
+def better_is_higher(summary: dict) -> bool:
+    """Whether a higher value of the run's monitor is better (its mode; a loss is lower, as `auto` has it)."""
+    best = summary.get("best") or {}
+    return best.get("mode", "min" if monitored(summary)[0].endswith("loss") else "max") == "max"
+
+
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 

@@ -17,7 +17,7 @@ from app.io import atomic_write
 from app.overrides import as_dict, key_of, quoted
 from app.redact import redacted
 from app.runs import checkpoint
-from app.runs.rundir import LOCK_FILE, check_unlocked, hold_lock, release_lock, run_files
+from app.runs.rundir import LOCK_FILE, check_unlocked, hold_lock, monitored, release_lock, run_files
 
 RECORD = "multirun.yaml"  # what Hydra saves in a sweep's folder before its first job
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
@@ -128,12 +128,12 @@ def check_unlocked_sweep(sweep: Path) -> None:
 
 @dataclass(frozen=True)
 class Step:
-    """What a job of a resumed sweep does: `done` (`accuracy`: its recorded val_accuracy), `resume` in its folder given
-    `overrides` (those a resume may change), or `start` given all of the job's."""
+    """What a job of a resumed sweep does: `done` (`monitored`: its trainer.monitor and that's last value), `resume` in
+    its folder given `overrides` (those a resume may change), or `start` given all of the job's."""
 
     action: str
     overrides: list[str] = field(default_factory=list)
-    accuracy: float | None = None
+    monitored: tuple[str, float | None] = ("val_accuracy", None)
 
 
 def resuming(hydra_cfg: DictConfig) -> bool:
@@ -156,7 +156,7 @@ def job_step(run_dir: Path, overrides: list[str], *, epochs: int, safe: tuple[st
                            f"alone with python -m app train resume={run_dir}, or start the sweep in a new folder")
     set_before = _epochs_set(run_dir)
     if summary.get("status") == "completed" and (set_before is None or epochs <= set_before):
-        return Step("done", accuracy=summary.get("val_accuracy"))
+        return Step("done", monitored=monitored(summary))
     if not (run_dir / "checkpoints").is_dir():
         raise checkpoint.nothing_to_resume(run_dir)
     return Step("resume", [a for a in overrides if key_of(a).startswith(safe)])

@@ -232,10 +232,11 @@ class Epochs:
         self.out.checkpointed(step)
         self._write_checkpoint_and_delete_stale(step, state.checkpoint(steps_done, complete=True, metrics=row), arrays)
         peak = max(self.memory.peak / 2**20, self.context.summary.content.get("peak_memory_mb") or 0)
-        self.context.summary.update(epochs_completed=row["epoch"], steps=step, loss=row["loss"],
-                            val_accuracy=row["val_accuracy"],
-                            best={"monitor": self.context.config.trainer.monitor, "value": state.best[0],
-                                  "checkpoint": state.best[1]},
+        trainer = self.context.config.trainer
+        judged = {"val_accuracy": row["val_accuracy"], trainer.monitor: monitored}  # the monitor's under its name
+        self.context.summary.update(epochs_completed=row["epoch"], steps=step, loss=row["loss"], **judged,
+                            best={"monitor": trainer.monitor, "mode": recipe.monitor_mode(trainer),
+                                  "value": state.best[0], "checkpoint": state.best[1]},
                             images_per_s=row["images_per_s"], data_wait_fraction=row["data_wait_fraction"],
                             peak_memory_mb=peak, restarted_workers=self.loader.restarts,
                             diagnosis=row["diagnosis"])

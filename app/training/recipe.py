@@ -73,12 +73,16 @@ def check_monitor(trainer: TrainerConfig, class_names: list[str]) -> None:
         raise config_error("trainer.monitor", trainer.monitor, f"one of {', '.join(allowed)}")
 
 
+def monitor_mode(trainer: TrainerConfig) -> str:
+    """min or max: trainer.monitor_mode, `auto` being min for a loss and max otherwise."""
+    if trainer.monitor_mode == "auto":
+        return "min" if trainer.monitor.endswith("loss") else "max"
+    return trainer.monitor_mode
+
+
 def better(trainer: TrainerConfig, value: float, best: float | None) -> bool:
     """Whether `value` of trainer.monitor beats `best` (None: nothing yet)."""
-    mode = trainer.monitor_mode
-    if mode == "auto":
-        mode = "min" if trainer.monitor.endswith("loss") else "max"
-    return best is None or (value < best if mode == "min" else value > best)
+    return best is None or (value < best if monitor_mode(trainer) == "min" else value > best)
 
 
 def class_weights(trainer: TrainerConfig, labels: np.ndarray, class_names: list[str]) -> np.ndarray | None:

@@ -29,12 +29,12 @@ def app(*args, cwd):
 def test_an_optuna_search_runs_its_trials_as_parallel_joblib_jobs_on_one_dataset(tmp_path):
     """Two trials at once: both jobs write one MLflow SQLite store at once (a new one: its tables
     made by one of them), neither fails on a locked database, and the sweep is one experiment, a
-    run a job; the search returns the best validation accuracy of its trials."""
+    run a job; each job returns its trainer.monitor (here val_loss, minimised), and the search the best of them."""
     from mlflow import MlflowClient
 
     result = app("train", "-m", "hparams_search=lr_optuna", "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=2",
                  "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", *TINY, "hydra.sweep.dir=sweep",
-                 "logger=[csv,mlflow]", cwd=tmp_path)
+                 "logger=[csv,mlflow]", "trainer.monitor=val_loss", "hydra.sweeper.direction=minimize", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     trials = [json.loads((tmp_path / "sweep" / job / "summary.json").read_text()) for job in ("0", "1")]
     for job, summary in enumerate(trials):
@@ -44,7 +44,8 @@ def test_an_optuna_search_runs_its_trials_as_parallel_joblib_jobs_on_one_dataset
     assert max(t["started_at"] for t in trials) < min(t["updated_at"] for t in trials), trials
     assert (tmp_path / "sweep" / "multirun.yaml").is_file()  # saved for the sweeper, which saves none
     found = yaml.safe_load((tmp_path / "sweep" / "optimization_results.yaml").read_text())
-    assert found["best_value"] == max(t["val_accuracy"] for t in trials)
+    assert found["best_value"] == min(t["val_loss"] for t in trials)  # the monitor's, not val_accuracy's
+    assert [t["best"]["monitor"] for t in trials] == ["val_loss", "val_loss"]
     assert 1e-4 <= found["best_params"]["optimizer.learning_rate"] <= 1e-2
     client = MlflowClient(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("sweep").experiment_id])

@@ -153,7 +153,7 @@ def job(folder: Path, status: str, overrides: list[str], *, checkpoint=True, epo
 def test_each_job_of_a_resumed_sweep_is_done_resumed_or_started(tmp_path):
     mine, safe = ["queue.max_size=1", "trainer.epochs=2", "seed=3"], SAFE_PREFIXES
     done = job(tmp_path / "0", "completed", mine)
-    assert sweeps.job_step(done, mine, epochs=2, safe=safe) == sweeps.Step("done", accuracy=0.5)
+    assert sweeps.job_step(done, mine, epochs=2, safe=safe) == sweeps.Step("done", monitored=("val_accuracy", 0.5))
     added = [*mine, "queue.workers=1"]  # what a resume may add leaves a completed run done
     assert sweeps.job_step(done, added, epochs=2, safe=safe).action == "done"
     longer = ["queue.max_size=1", "trainer.epochs=4", "seed=3"]  # negative control: more epochs go on from it
