@@ -26,7 +26,7 @@ from app.loader.order import epoch_order, full_batches
 from app.loader.pipeline import Loader
 from app.loader.settings import Settings
 from app.model import normaliser
-from app.schema import TableColumns, TableDataConfig
+from app.schema import OnBadSample, TableColumns, TableDataConfig
 
 __all__ = ["ImageLoader", "LoaderSettings", "SplitDataset", "boundary"]
 log = logging.getLogger(__name__)
@@ -108,8 +108,14 @@ class ImageLoader:
         table's own names; `root`, `path_format`, `classes` and `test_fraction` as data.* has them; the rest of
         `options` are ImageLoader's."""
         own = {key: options.pop(key) for key in TABLE_OPTIONS if key in options}
+        test = own.get("test_fraction", 0.0)
+        if not (0 < val_fraction < 1 and 0 <= test < 1 - val_fraction):
+            raise ValueError(f"val_fraction={val_fraction} and test_fraction={test}: each from 0 (val above it), "
+                             "together below 1, so training keeps rows")
+        skip = options.get("on_bad_sample") == "skip"  # a table's row faults follow the loader's policy
         data = TableDataConfig(table=str(table), columns=TableColumns(**(columns or {})), val_fraction=val_fraction,
-                               **own)
+                               on_bad_sample=OnBadSample["skip" if skip else "raise"],
+                               max_bad_fraction=options.get("max_bad_fraction", 0.0), **own)
         source = table_source(data)
         return cls(train=source.train, val=source.val, test=source.test, class_names=source.class_names, **options)
 

@@ -100,6 +100,10 @@ def _check_table(d) -> None:
                "folder its relative paths are under)")
         _check(d.path_format is None or d.path_format.count("{}") == 1, "data.path_format", d.path_format,
                'a pattern with one {} for the id, e.g. "{}.jpg" or "images/{}.tif"')
+        _check(not d.classes or len(set(d.classes)) == len(d.classes), "data.classes", list(d.classes or []),
+               "each class named once")
+        _check(not (d.columns.split and d.test_fraction), "data.test_fraction", d.test_fraction,
+               "0 with data.columns.split: the split column gives the test split (its `test` rows)")
 
 
 def _check_augment(a) -> None:

@@ -168,6 +168,8 @@ CLI_ERRORS = [
     (["data=folder"], "data.path"),
     (["data.sampling=weights"], "data.sampling"),  # the weights are a table's column
     (["data=table"], "data.table"),
+    (["data=table", "data.table=t.csv", "data.classes=[a,a]"], "data.classes"),
+    (["data=table", "data.table=t.csv", "data.columns.split=split", "data.test_fraction=0.2"], "data.test_fraction"),
     (["augment.transforms=[{_target_: albumentations.RandomResizedCrop, size: [8, 8], scle: [0.5, 1]}]"],
      "augment.transforms[0]"),
     (["+trainer.foo=1"], "trainer.foo"),  # `+` added a key past Hydra's check

@@ -281,6 +281,9 @@ def test_from_table_reads_a_table_as_data_table_does(tmp_path):
     assert x.shape == (3, SIZE, SIZE, 3) and x.dtype == np.uint8 and set(y.tolist()) <= {0, 1}
     seen = {tuple(c) for c in x[:, 0, 0]}
     assert seen <= {tuple(c) for c in colours}  # real pixels of the table's files
+    with pytest.raises(ValueError, match="val_fraction=0.5 and test_fraction=0.6"):
+        ImageLoader.from_table(table, columns={"path": "image_id", "label": "kind"}, val_fraction=0.5,
+                               test_fraction=0.6, image_size=(SIZE, SIZE), batch_size=3)
     with pytest.raises(TypeError):  # negative control: a key neither data.* nor ImageLoader has
         ImageLoader.from_table(table, columns={"path": "image_id", "label": "kind"}, path_format="images/{}.png",
                                image_size=(SIZE, SIZE), batch_size=3, colour=True)

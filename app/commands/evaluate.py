@@ -39,7 +39,8 @@ def main(cfg: DictConfig) -> float:
     split = {"val": source.val, "test": source.test}.get(cfg.split)
     if split is None:
         raise config_error("split", cfg.split, "val, or test where the data has a test split (data=folder: "
-                           "<path>/test/<class>/ beside train/ and val/, or data.test_path); this run's has none"
+                           "<path>/test/<class>/ beside train/ and val/, or data.test_path; data=table: `test` rows "
+                           "in its split column, or data.test_fraction); this run's has none"
                            if cfg.split == "test" else "val or test")
     keras_for_run()
     from app.inference import restore, scores  # the Keras side: they import Keras, loaded just now on the run's backend

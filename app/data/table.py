@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import posixpath
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +51,8 @@ def table_source(data_cfg) -> Source:
         raise DataError(f"data.table {table} does not exist or is not a file: give a CSV, TSV, JSON Lines or "
                         "Parquet table of the images and their labels")
     header, rows = read_rows(table)
+    if not rows:
+        raise DataError(f"data.table {table} holds no rows: a row an image, with its path and label")
     columns = _columns(data_cfg.columns, header, table)
     root = Path(data_cfg.root).expanduser().absolute() if data_cfg.root else table.parent
     reader = _RowReader(table=table, root=root, columns=columns, path_format=data_cfg.path_format,
@@ -61,6 +64,7 @@ def table_source(data_cfg) -> Source:
         raise DataError(f"data.table {table} has one class ({', '.join(class_names) or 'none'}) in column "
                         f"`{columns['label']}`: a classifier needs at least 2")
     parts = _split(samples, columns, data_cfg)
+    _check_every_class_trains(parts, class_names, table)
     return _source(table, root, class_names, parts=parts, left_out=left_out)
 
 
@@ -70,6 +74,10 @@ def _columns(given, header: list[str], table: Path) -> dict[str, str | None]:
                "weight": given.weight}
     if not header:
         raise DataError(f"data.table {table} holds no rows: a row an image, with its path and label")
+    twice = sorted({name for name in header if header.count(name) > 1})
+    if twice:
+        raise DataError(f"data.table {table} names column(s) {', '.join(f'`{n}`' for n in twice)} more than once: "
+                        "give each column a name of its own")
     if columns["path"] == "path" and "path" not in header and HF_PATH in header:
         columns["path"] = HF_PATH
     for key, name in columns.items():
@@ -113,8 +121,8 @@ class _RowReader:
         given = _text(row.values.get(cols["path"]), cols["path"])
         if not given:
             raise RowFault(cols["path"], "the path is empty")
-        rel = self.path_format.format(given) if self.path_format else given
-        if rel in seen:
+        rel = posixpath.normpath(self.path_format.replace("{}", given, 1) if self.path_format else given)
+        if rel in seen:  # normalised: ./a.jpg and a.jpg are one file
             raise RowFault(cols["path"], f"{rel} is listed already, at {seen[rel]}")
         label = _text(row.values.get(cols["label"]), cols["label"])
         if not label:
@@ -202,6 +210,16 @@ def _split(samples: list[Sample], columns: dict, data_cfg) -> dict[str, list[Sam
                             + ("give rows of it in the split column" if columns["split"] else
                                "more rows (or groups) are needed for data.val_fraction to hold some out"))
     return parts
+
+
+def _check_every_class_trains(parts: dict, class_names: list[str], table) -> None:
+    """A class no training row has: refused, as a folder's validation class missing from train/ is."""
+    trained = {s.label for s in parts["train"]}
+    missing = [name for name in class_names if name not in trained]
+    if missing:
+        raise DataError(f"data.table {table}: class(es) {', '.join(missing)} have no row in the training split, so "
+                        "the model could never learn them: give them training rows (or leave them out of "
+                        "data.classes)")
 
 
 def _split_groups(samples: list[Sample], val_fraction: float, test_fraction: float) -> dict[str, list[Sample]]:

@@ -43,7 +43,7 @@ def read_rows(path: Path) -> tuple[list[str], list[Row]]:
 
 
 def _delimited(f, delimiter: str, path: Path) -> tuple[list[str], list[Row]]:
-    reader = csv.reader(f, delimiter=delimiter)
+    reader = csv.reader(f, delimiter=delimiter, strict=True)  # strict: a stray quote is an error, not a merged row
     try:
         header = [name.strip() for name in next(reader)]
     except StopIteration:
@@ -55,13 +55,14 @@ def _delimited(f, delimiter: str, path: Path) -> tuple[list[str], list[Row]]:
 
 def _delimited_rows(reader, header: list[str], path: Path) -> Iterator[Row]:
     while True:
+        line = reader.line_num + 1  # where the record starts (a quoted field may span lines)
         try:
             fields = next(reader)
         except StopIteration:
             return
-        except csv.Error as error:  # an unclosed quote: nothing after it can be read as rows
-            raise DataError(f"data.table {path}, line {reader.line_num}: {error}") from None
-        line = reader.line_num
+        except csv.Error as error:  # a stray or unclosed quote: the rows after it cannot be told apart
+            raise DataError(f"data.table {path}, line {line}: {error} (a field holding a comma, a quote or a line "
+                            'break must be quoted whole, its quotes doubled: "a ""b"", c")') from None
         if not fields or fields == [""]:
             continue  # a blank line
         if len(fields) != len(header):

@@ -66,6 +66,7 @@ def sampling_weights(data, source) -> np.ndarray | None:
         return None
     labels = np.asarray(source.train.labels)
     weights = class_balanced(labels) if sampling == "balanced" else np.asarray(source.train_weights, float)
+    weights = weights / max(weights.max(), np.finfo(float).tiny)  # huge weights: a sum that stays finite
     if not weights.sum() > 0:
         raise DataError(f"data.sampling={sampling}: every training sample's weight is 0 "
                         f"(data.columns.weight): give some a weight above 0")

@@ -118,7 +118,7 @@ def test_each_row_fault_names_the_table_the_line_and_the_column(tmp_path, images
 
 def test_split_and_group_columns_are_checked_row_by_row(tmp_path, images):
     header, columns = ["path", "label", "split", "group"], TableColumns(split="split", group="group")
-    rows = [[*row, ["train", "val", "test"][i % 3], f"p{i}"] for i, row in enumerate(sample_rows(images))]
+    rows = [[*row, ["train", "val", "test"][i // 3 % 3], f"p{i}"] for i, row in enumerate(sample_rows(images))]
     table = tmp_path / "labels.csv"
     rows[4][3] = "p0"  # p0's first row (line 2) is in train, this one (line 6) in val
     write_table(table, header, rows)
@@ -132,7 +132,7 @@ def test_split_and_group_columns_are_checked_row_by_row(tmp_path, images):
     rows[7][2] = "validation"  # negative control: Hugging Face's name for val is read as val
     write_table(table, header, rows)
     source = table_source(config(table, columns=columns))
-    assert (len(source.train), len(source.val), len(source.test)) == (10, 10, 10)
+    assert (len(source.train), len(source.val), len(source.test)) == (12, 10, 8)
 
 
 def test_a_grouped_split_never_puts_a_group_in_two_splits(tmp_path, images):
@@ -172,12 +172,12 @@ def test_the_fingerprint_follows_the_tables_bytes_not_its_time(tmp_path, images)
 
 def test_a_table_that_cannot_be_read_is_named_with_what_to_do(tmp_path):
     for name, text, message in [("a.xlsx", "x", "not a table this app reads"), ("e.csv", "", "is empty"),
-                                ("n.csv", "path,label\n", "has one class"), ("e.jsonl", "\n", "holds no rows"),
+                                ("n.csv", "path,label\n", "holds no rows"), ("e.jsonl", "\n", "holds no rows"),
                                 ("b.jsonl", "[1, 2]\n", "holds no rows")]:
         (tmp_path / name).write_text(text)
         with pytest.raises(DataError, match=message):
             table_source(config(tmp_path / name))
-    (tmp_path / "c.csv").write_text("file,label\n")
+    (tmp_path / "c.csv").write_text("file,label\nx.png,a\n")
     with pytest.raises(DataError, match=r"no column `path` \(data.columns.path\): its columns are file, label"):
         table_source(config(tmp_path / "c.csv"))
 
@@ -194,3 +194,27 @@ def test_a_weight_column_gives_each_training_row_its_weight(tmp_path, images):
     write_table(table, ["path", "label", "w"], rows)
     with pytest.raises(DataError, match=r"line 4, column `w`: weight '-1' is not a number of 0 or more"):
         table_source(config(table, columns=TableColumns(weight="w")))
+
+
+def test_what_a_careless_table_holds_is_refused_by_name_not_misread(tmp_path, images):
+    table = tmp_path / "t.csv"
+    rows = "\n".join(f"images/{name},{'ab'[i % 2]}" for i, name in enumerate(images))
+    table.write_text("path,label\n" + rows.replace("images/img04.png,a", 'images/img04.png,"a', 1) + "\n")
+    with pytest.raises(DataError, match=r"t.csv, line 6: .*quoted whole"):  # not the rest of the file as one label
+        table_source(config(table))
+    table.write_text("path,label\nimages/img00.png,a\n./images/img00.png,b\n" + rows + "\n")
+    with pytest.raises(DataError, match=r"line 3, column `path`: images/img00.png is listed already, at line 2"):
+        table_source(config(table))
+    table.write_text("path,label,label\n" + "\n".join(f"{r},x" for r in rows.splitlines()) + "\n")
+    with pytest.raises(DataError, match=r"names column\(s\) `label` more than once"):
+        table_source(config(table))
+    table.write_text("id,label\n" + "\n".join(f"img{i:02d},{'ab'[i % 2]}" for i in range(ROWS)) + "\n")
+    with pytest.raises(DataError, match=r"line 2, column `id`: .*img00\{x\}.png cannot be read"):  # no KeyError
+        table_source(config(table, columns=TableColumns(path="id"), path_format="images/{}{x}.png"))
+    split = tmp_path / "s.csv"
+    write_table(split, ["path", "label", "split"], [[*row, "val" if row[1] == "owl" else "train"]
+                                                    for row in sample_rows(images)])
+    with pytest.raises(DataError, match="class\\(es\\) owl have no row in the training split"):
+        table_source(config(split, columns=TableColumns(split="split")))
+    assert table_source(config(table, columns=TableColumns(path="id"), path_format="images/{}.png")).class_names \
+        == ["a", "b"]  # negative control: the same table read right

@@ -14,6 +14,7 @@ from hydra import compose, initialize_config_dir
 from app.capacity.run_plan import RunPlan
 from app.config import conf_dir, load
 from app.errors import ConfigError, DataError
+from app.loader.order import epoch_order
 from app.schema import Sampling, register
 from app.training import inputs
 from app.training.devices import Placement
@@ -78,7 +79,10 @@ def test_sampling_weights_balance_the_classes_or_follow_the_table(caplog):
         weights = inputs.sampling_weights(data, source)
     assert weights[:9].sum() == pytest.approx(weights[9]) and "classes cat 50 %, dog 50 %" in caplog.text
     data.sampling = Sampling.weights
-    assert inputs.sampling_weights(data, source).tolist() == list(range(10))
+    assert inputs.sampling_weights(data, source).tolist() == pytest.approx([i / 9 for i in range(10)])
+    source.train_weights = np.array([1e308] * 2 + [1.0] * 8)  # a sum past float's range: still drawn
+    drawn = epoch_order(10, seed=0, epoch=0, shuffle=True, weights=inputs.sampling_weights(data, source))
+    assert set(drawn.tolist()) <= {0, 1}
     source.train_weights = np.zeros(10)
     with pytest.raises(DataError, match="every training sample's weight is 0"):
         inputs.sampling_weights(data, source)
