@@ -37,6 +37,9 @@ def train(run: RunContext) -> None:
     inputs.check_validation_rows(len(source.val), placement)
     weights = recipe.class_weights(config.trainer, source.train.labels, source.class_names)
     drawn = inputs.sampling_weights(config.data, source)
+    if weights is not None and drawn is not None:
+        log.warning("trainer.class_weight and data.sampling=%s both weigh the classes: each epoch's draws are "
+                    "reweighted again by the split's counts; keep one", config.data.sampling.value)
     summary = run.summary
     try:
         summary.update(hardware={**summary.content["hardware"], "gpus": placement.gpus}, **placement.record())
