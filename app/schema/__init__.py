@@ -29,6 +29,7 @@ from app.schema.data import (
     SyntheticDataConfig,
     TableColumns,
     TableDataConfig,
+    Task,
 )
 from app.schema.training import (
     LOGGER_TARGETS,
@@ -54,7 +55,7 @@ __all__ = ["AugmentConfig", "Backend", "BenchCommandConfig", "CifarDataConfig", 
            "MlflowLoggerConfig", "ModelConfig", "OnBadSample", "OptimizerConfig", "Precision", "PrepareCommandConfig",
            "PrepareConfig", "PreparedDataConfig", "PreviewCommandConfig", "QueueConfig", "ResnetModelConfig",
            "Sampling", "SchedulerConfig", "StartMethod", "Strategy", "SyntheticDataConfig", "TableColumns",
-           "TableDataConfig", "TensorBoardLoggerConfig",
+           "TableDataConfig", "Task", "TensorBoardLoggerConfig",
            "TrainerConfig", "register", "model_schema", "ExportConfig", "ExportCommandConfig", "EXPORT_TOLERANCE",
            "EXPORT_WRITTEN"]
 
