@@ -1,9 +1,12 @@
 """The recipe's own Keras objects, registered so checkpoints load: sparse crossentropy with label smoothing (Keras's
-sparse loss has none) and the recall of each class; model.keras is exported uncompiled, so plain Keras loads it."""
+sparse loss has none), binary crossentropy with a weight for each class's positives (multilabel's; Keras has none)
+and the recall of each class; and mean average precision over a pass's outputs. model.keras is exported uncompiled,
+so plain Keras loads it."""
 
 from __future__ import annotations
 
 import keras
+import numpy as np
 from keras import ops
 
 EPSILON = 1e-7  # keras.backend.epsilon(): Keras's crossentropy clips probabilities to [ε, 1 − ε]
@@ -26,6 +29,45 @@ class SmoothedSparseCrossentropy(keras.losses.Loss):
 
     def get_config(self):
         return {**super().get_config(), "smoothing": self.smoothing}
+
+
+@keras.saving.register_keras_serializable(package="app")
+class WeightedBinaryCrossentropy(keras.losses.Loss):
+    """Binary crossentropy of sigmoid outputs against 0/1 label vectors, each class's positives weighed by its
+    `pos_weight`, labels smoothed towards 0.5 by `smoothing` as Keras's BinaryCrossentropy smooths them; the mean
+    over classes: −mean_c(w_c·y_c·log p_c + (1 − y_c)·log(1 − p_c))."""
+
+    def __init__(self, pos_weight=None, smoothing: float = 0.0, name: str = "weighted_binary_crossentropy",
+                 **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.pos_weight = None if pos_weight is None else [float(w) for w in pos_weight]
+        self.smoothing = smoothing
+
+    def call(self, y_true, y_pred):
+        p = ops.clip(y_pred, EPSILON, 1.0 - EPSILON)
+        y = ops.cast(y_true, p.dtype) * (1.0 - self.smoothing) + 0.5 * self.smoothing
+        weight = 1.0 if self.pos_weight is None else ops.convert_to_tensor(self.pos_weight, p.dtype)
+        return -ops.mean(weight * y * ops.log(p) + (1.0 - y) * ops.log(1.0 - p), axis=-1)
+
+    def get_config(self):
+        return {**super().get_config(), "pos_weight": self.pos_weight, "smoothing": self.smoothing}
+
+
+def mean_average_precision(truth: np.ndarray, scores: np.ndarray) -> float:
+    """The mean over classes with a positive of each one's average precision: Σ (R_k − R_{k−1})·P_k over the scores
+    in descending order (tied scores taken together), as scikit-learn's average_precision_score; NaN with none."""
+    found = []
+    for c in range(truth.shape[1]):
+        positives = truth[:, c].astype(bool)
+        if not positives.any():
+            continue  # undefined: no positive to recall
+        order = np.argsort(-scores[:, c], kind="stable")
+        ranked, hits = scores[order, c], positives[order]
+        last = np.r_[np.nonzero(np.diff(ranked))[0], len(ranked) - 1]  # the last of each run of tied scores
+        tp = np.cumsum(hits)[last]
+        precision, recall = tp / (last + 1), tp / positives.sum()
+        found.append(float(np.sum(np.diff(np.r_[0.0, recall]) * precision)))
+    return float(np.mean(found)) if found else float("nan")
 
 
 @keras.saving.register_keras_serializable(package="app")
