@@ -71,6 +71,43 @@ def mean_average_precision(truth: np.ndarray, scores: np.ndarray) -> float:
 
 
 @keras.saving.register_keras_serializable(package="app")
+class PerClassF1(keras.metrics.Metric):
+    """Several labels an image: each class's F1 at `threshold` (`f1_<class name>`), and precision and recall
+    averaged over the classes (`macro_precision`, `macro_recall`; Keras's Precision and Recall are the micro ones)."""
+
+    def __init__(self, class_names, threshold: float = 0.5, name: str = "per_class_f1", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.class_names, self.threshold = [str(c) for c in class_names], float(threshold)
+        shape = (len(self.class_names),)
+        self.tp, self.fp, self.fn = (self.add_variable(shape=shape, initializer="zeros", name=n)
+                                     for n in ("tp", "fp", "fn"))
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        truth = ops.cast(y_true, "float32")
+        guess = ops.cast(y_pred >= self.threshold, "float32")
+        if sample_weight is not None:  # weight 0: a padding row counts nowhere
+            weight = ops.expand_dims(ops.cast(ops.reshape(sample_weight, (-1,)), "float32"), -1)
+            truth, guess = truth * weight, guess * weight
+        self.tp.assign_add(ops.sum(truth * guess, axis=0))
+        self.fp.assign_add(ops.sum((1.0 - truth) * guess, axis=0))
+        self.fn.assign_add(ops.sum(truth * (1.0 - guess), axis=0))
+
+    def result(self):
+        precision = ops.divide_no_nan(self.tp, self.tp + self.fp)
+        recall = ops.divide_no_nan(self.tp, self.tp + self.fn)
+        f1 = ops.divide_no_nan(2.0 * self.tp, 2.0 * self.tp + self.fp + self.fn)
+        return {**{f"f1_{name}": f1[i] for i, name in enumerate(self.class_names)},
+                "macro_precision": ops.mean(precision), "macro_recall": ops.mean(recall)}
+
+    def reset_state(self):
+        for variable in (self.tp, self.fp, self.fn):
+            variable.assign(ops.zeros(variable.shape, variable.dtype))
+
+    def get_config(self):
+        return {**super().get_config(), "class_names": self.class_names, "threshold": self.threshold}
+
+
+@keras.saving.register_keras_serializable(package="app")
 class PerClassRecall(keras.metrics.Metric):
     """Of each class's samples, the share predicted as that class (argmax): one value a class, `recall_<class name>`."""
 

@@ -74,7 +74,8 @@ class BadSamples:
                 with open(self.bad_log, "a", encoding="utf-8", newline="") as f:
                     csv.writer(f, delimiter="\t", lineterminator="\n").writerow(
                         (split_name, reply.index, reply.where, reply.detail))
-            self._warn_if_a_class_is_gone(split_name, int(self.labels[split_name][reply.index]))
+            if np.ndim(self.labels[split_name]) == 1:  # one class a sample (several: no class to lose whole)
+                self._warn_if_a_class_is_gone(split_name, int(self.labels[split_name][reply.index]))
         total = self.sizes[split_name]  # checked for one listed before a resume too: the limit may be lower now
         if len(seen) > self.max_bad_fraction * total:
             raise DataError(

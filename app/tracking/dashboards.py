@@ -181,7 +181,9 @@ def write_first_batch(out: Writer, run_dir: Path, batch: tuple, class_names: lis
     """The first training batch as the model gets it (augmented, uint8): to `out`, and as augmented.png with classes."""
     images, labels = batch[0], batch[1]
     out.images("augmented", images, 0)
-    sheets.grid(images, [class_names[int(y)] for y in labels]).save(Path(run_dir) / "augmented.png")
+    captions = [class_names[int(y)] if np.ndim(y) == 0 else "+".join(n for n, on in zip(class_names, y, strict=True)
+                                                                        if on) or "(none)" for y in labels]
+    sheets.grid(images, captions).save(Path(run_dir) / "augmented.png")
 
 
 def rewrite_without_events_after(run_dir: Path, step: int) -> None:
