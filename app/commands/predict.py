@@ -28,6 +28,7 @@ from app.io import atomic_write
 from app.loader.pipeline import build_loader
 from app.loader.settings import Settings
 from app.processes import stop_if_interrupted
+from app.runs.rundir import read_json
 from app.runs.saved import STORAGE
 from app.schema import register
 from app.schema.data import PreparedDataConfig
@@ -96,8 +97,10 @@ def main(cfg: DictConfig) -> None:
     with build_loader(config, {name: (split, transforms) for name, split in splits.items()},
                       on_bad_sample="mark", settings=settings) as loader, \
             atomic_write(out, newline="", encoding="utf-8") as f:  # stopped midway: no half CSV
-        rows = _Rows(writer=csv.writer(f), net=net, names=names, counts=counts)
-        rows.writer.writerow(["path", "class", *names, "error"])
+        several = str(config.data.task.value) == "multilabel"
+        cut = _thresholds(cfg.thresholds, run_dir, names, config.trainer) if several else None
+        rows = _Rows(writer=csv.writer(f), net=net, names=names, counts=counts, thresholds=cut)
+        rows.writer.writerow(["path", "class" if cut is None else "labels", *names, "error"])
         for name, split in splits.items():
             failed += rows.write_split(loader, name, split.describe if prepared else lambda i: str(files[i]))
     read = total - len(failed)
@@ -116,6 +119,24 @@ def main(cfg: DictConfig) -> None:
         raise DataError(f"none of the {total} {where} could be read (the first, {first}: {why}); see {out}.")
 
 
+def _thresholds(given: str | None, run_dir: Path, names: list[str], trainer) -> np.ndarray:
+    """Each class's threshold: `thresholds=<file>`, else the run's thresholds.json (evaluate's, from val), else
+    trainer.threshold for every class."""
+    path = Path(given).expanduser() if given else run_dir / "thresholds.json"
+    if not path.is_file():
+        if given:
+            raise DataError(f"thresholds={given}: no such file; give a thresholds.json (`python -m app evaluate "
+                            f"resume={run_dir}` writes the run's own), or leave it out for trainer.threshold")
+        log.info("thresholds: trainer.threshold=%g for every class (evaluate writes per-class ones)", trainer.threshold)
+        return np.full(len(names), trainer.threshold)
+    found = read_json(path, "write it again with `python -m app evaluate`").get("thresholds", {})
+    missing = [name for name in names if name not in found]
+    if missing:
+        raise DataError(f"{path} has no threshold for {', '.join(missing)}: it is another run's; evaluate this one")
+    log.info("thresholds: %s", path)
+    return np.array([float(found[name]) for name in names])
+
+
 @dataclass(kw_only=True)
 class _Rows:
     """predictions.csv as it is written: the model, its class names, each class's count so far."""
@@ -124,6 +145,7 @@ class _Rows:
     net: object
     names: list[str]
     counts: np.ndarray
+    thresholds: np.ndarray | None = None  # several labels an image: a class is named from its threshold on
 
     def write_split(self, loader, name: str, what) -> list[tuple[str, str]]:
         """Writes a row per sample of split `name` (`what(i)`: its path); returns (what, why) of each unreadable one."""
@@ -137,7 +159,9 @@ class _Rows:
                     self.writer.writerow([what(index), "", *([""] * len(self.names)), error])
                     failed.append((what(index), error))
                     continue
-                self.writer.writerow([what(index), self.names[int(p.argmax())], *(f"{v:.6f}" for v in p), ""])
-                self.counts[int(p.argmax())] += 1
+                on = p >= self.thresholds if self.thresholds is not None else np.arange(len(p)) == p.argmax()
+                named = "|".join(name for name, shown in zip(self.names, on, strict=True) if shown)
+                self.writer.writerow([what(index), named, *(f"{v:.6f}" for v in p), ""])
+                self.counts += on
             done += len(x)
         return failed

@@ -155,6 +155,8 @@ class PredictConfig(Config):
     """`python -m app predict` composes conf/predict.yaml: the run's keys and these."""
 
     input: str | None = None  # an image file or a folder of them (searched recursively)
+    # a multilabel run's thresholds.json (evaluate writes the run's own); null: the run's, else trainer.threshold
+    thresholds: str | None = None
 
 
 @dataclass(kw_only=True)
