@@ -6,6 +6,7 @@ anything else there is refused (overwrite=true: moved aside, never deleted)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 import shutil
@@ -64,7 +65,8 @@ def main(cfg: DictConfig) -> dict:
     try:
         written = exporting.write_format(exporting.uint8_model(net), staging, fmt)
         (staging / "labels.txt").write_text("".join(f"{name}\n" for name in source.class_names), encoding="utf-8")
-        write_json(staging / "preprocessing.json", preprocessing(config.augment, size))
+        output = _output(config, run_dir, source.class_names)
+        write_json(staging / "preprocessing.json", {**preprocessing(config.augment, size), **output})
         split = source.val if cfg.export.samples is None else subset(source.val, np.arange(
             min(int(cfg.export.samples), len(source.val))))
         log.info("checking %s against %s on %d validation samples", written, model_path, len(split))
@@ -172,6 +174,20 @@ def preprocessing(augment, size: list[int]) -> dict:
             "resize": {**resize, "interpolation": "bilinear (OpenCV INTER_LINEAR)"},
             "normalisation": "inside the graph: feed the uint8 pixels as they are",
             "output": "class probabilities (softmax, float32), in labels.txt's order"}
+
+
+def _output(config, run_dir: Path, names: list[str]) -> dict:
+    """preprocessing.json's word on the output: a class's probability (softmax), or (several labels an image) each
+    class's own (sigmoid) and the thresholds to name it from: the run's thresholds.json (evaluate's), else
+    trainer.threshold."""
+    if str(config.data.task.value) != "multilabel":
+        return {}
+    path = run_dir / "thresholds.json"
+    found = json.loads(path.read_text(encoding="utf-8")).get("thresholds", {}) if path.is_file() else {}
+    return {"task": "multilabel", "output": "each class's probability (sigmoid, float32), in labels.txt's order: "
+                                            "the image shows a class where it is at or above that class's threshold",
+            "thresholds": {name: float(found.get(name, config.trainer.threshold)) for name in names},
+            "thresholds_from": str(path) if found else f"trainer.threshold={config.trainer.threshold:g}"}
 
 
 def size_of(path: Path) -> int:
