@@ -153,7 +153,7 @@ class TrainerConfig:
     class_weight: Any = None  # null, balanced (from the training split's labels), or {class name: weight}
     top_k: int | None = 5  # also top-k accuracy (when k is below the class count); null: none
     per_class_recall: bool = True  # also the recall of each class: recall_<class>
-    monitor: str = "val_accuracy"  # what picks the best checkpoint and model.keras
+    monitor: str = "auto"  # picks the best checkpoint and model.keras; auto: val_accuracy (several labels: val_auc)
     monitor_mode: str = "auto"  # max, min, or auto: min for a loss, max otherwise
     # one cadence for the progress bar, the logger and reading metrics off the device
     log_every_steps: int = 10

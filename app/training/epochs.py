@@ -223,8 +223,11 @@ class Epochs:
         step = state.steps_before_epoch + steps_done
         if self.writes:
             append_metrics(self.context.run_dir / "metrics.csv", row)
-        monitored = row[self.context.config.trainer.monitor]
-        if recipe.better(self.context.config.trainer, monitored, state.best and state.best[0]):
+        trainer = self.context.config.trainer
+        name = self.head.monitor(trainer)
+        mode = recipe.monitor_mode(trainer, name)
+        monitored = row[name]
+        if recipe.better(mode, monitored, state.best and state.best[0]):
             state.best = [monitored, f"{PREFIX}{step:08d}"]
             models.write_model_keras(self.net, self.saves / "model.keras", class_names=self.source.class_names,
                           image_size=list(self.context.config.data.image_size))
@@ -233,11 +236,10 @@ class Epochs:
         self.out.checkpointed(step)
         self._write_checkpoint_and_delete_stale(step, state.checkpoint(steps_done, complete=True, metrics=row), arrays)
         peak = max(self.memory.peak / 2**20, self.context.summary.content.get("peak_memory_mb") or 0)
-        trainer = self.context.config.trainer
         judged = {**({"val_accuracy": row["val_accuracy"]} if "val_accuracy" in row else {}),
-                  trainer.monitor: monitored}  # the monitor's under its name
+                  name: monitored}  # the monitor's under its name
         self.context.summary.update(epochs_completed=row["epoch"], steps=step, loss=row["loss"], **judged,
-                            best={"monitor": trainer.monitor, "mode": recipe.monitor_mode(trainer),
+                            best={"monitor": name, "mode": mode,
                                   "value": state.best[0], "checkpoint": state.best[1]},
                             images_per_s=row["images_per_s"], data_wait_fraction=row["data_wait_fraction"],
                             peak_memory_mb=peak, restarted_workers=self.loader.restarts,

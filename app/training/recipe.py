@@ -29,6 +29,12 @@ class Head:
     multilabel: bool = False
     pos_weight: np.ndarray | None = None  # multilabel's trainer.class_weight
 
+    def monitor(self, trainer: TrainerConfig) -> str:
+        """trainer.monitor, `auto` being val_accuracy for one class an image and val_auc for several."""
+        if trainer.monitor != "auto":
+            return trainer.monitor
+        return "val_auc" if self.multilabel else "val_accuracy"
+
 
 def compile_new(net: keras.Model, config: Config, steps_per_epoch: int, head: Head) -> None:
     """A new model's optimizer built over every variable, then the backbone frozen as epoch 1 wants it, compiled."""
@@ -83,20 +89,20 @@ def check_monitor(trainer: TrainerConfig, head: Head) -> None:
     """trainer.monitor names a figure that will exist, before any training."""
     names = ["loss", *metric_names(trainer, head)]
     allowed = [*names, *(f"val_{n}" for n in names)]
-    if trainer.monitor not in allowed:
-        raise config_error("trainer.monitor", trainer.monitor, f"one of {', '.join(allowed)}")
+    if head.monitor(trainer) not in allowed:
+        raise config_error("trainer.monitor", trainer.monitor, f"auto or one of {', '.join(allowed)}")
 
 
-def monitor_mode(trainer: TrainerConfig) -> str:
-    """min or max: trainer.monitor_mode, `auto` being min for a loss and max otherwise."""
+def monitor_mode(trainer: TrainerConfig, monitor: str) -> str:
+    """min or max for `monitor`: trainer.monitor_mode, `auto` being min for a loss and max otherwise."""
     if trainer.monitor_mode == "auto":
-        return "min" if trainer.monitor.endswith("loss") else "max"
+        return "min" if monitor.endswith("loss") else "max"
     return trainer.monitor_mode
 
 
-def better(trainer: TrainerConfig, value: float, best: float | None) -> bool:
-    """Whether `value` of trainer.monitor beats `best` (None: nothing yet)."""
-    return best is None or (value < best if monitor_mode(trainer) == "min" else value > best)
+def better(mode: str, value: float, best: float | None) -> bool:
+    """Whether `value` beats `best` (None: nothing yet) when `mode` (min or max) says which way is better."""
+    return best is None or (value < best if mode == "min" else value > best)
 
 
 def class_weights(trainer: TrainerConfig, labels: np.ndarray, class_names: list[str]) -> np.ndarray | None:

@@ -181,7 +181,7 @@ def test_more_accumulated_steps_than_the_run_takes_are_refused(tmp_path):
 
 def test_class_weights_monitor_and_metric_names():
     from app.errors import ConfigError
-    from app.training.recipe import Head, better, check_monitor, class_weights, metric_names
+    from app.training.recipe import Head, better, check_monitor, class_weights, metric_names, monitor_mode
 
     names = ["cat", "dog", "owl"]
     head = Head(names)
@@ -205,7 +205,9 @@ def test_class_weights_monitor_and_metric_names():
     vectors = np.array([[1, 0, 0], [1, 1, 0], [0, 0, 1], [1, 0, 0]], np.uint8)  # positives 3, 1, 1 of 4
     assert class_weights(composed("trainer.class_weight=balanced").trainer, vectors, names).tolist() == \
         pytest.approx([1 / 3, 3.0, 3.0])
-    loss, accuracy = composed("trainer.monitor=val_loss").trainer, composed().trainer
+    loss = monitor_mode(composed().trainer, head.monitor(composed("trainer.monitor=val_loss").trainer))
+    accuracy = monitor_mode(composed().trainer, head.monitor(composed().trainer))
+    assert (loss, accuracy, several.monitor(composed().trainer)) == ("min", "max", "val_auc")  # auto by task
     assert better(loss, 0.5, 0.6) and not better(loss, 0.7, 0.6)
     assert better(accuracy, 0.7, 0.6) and not better(accuracy, 0.5, 0.6) and better(accuracy, 0.0, None)
 
