@@ -44,6 +44,13 @@ def from_columns(values: dict, columns: list[str], uncertain: str | None) -> tup
     return tuple(found)
 
 
+def text(label, class_names: list[str]) -> str:
+    """A label as a caption shows it: its class, or (a 0/1 vector) its classes joined by `+`, `(none)` for none."""
+    if np.ndim(label) == 0:
+        return class_names[int(label)]
+    return "+".join(name for name, on in zip(class_names, label, strict=True) if on) or "(none)"
+
+
 def vectors(sets: list[tuple[str, ...]], class_names: list[str]) -> np.ndarray:
     """One 0/1 uint8 row a label set, a column a class in `class_names`' order."""
     index = {name: i for i, name in enumerate(class_names)}

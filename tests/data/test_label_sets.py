@@ -42,6 +42,9 @@ def test_vectors_and_the_rarest_class_as_stratum():
     assert label_sets.vectors(sets, ["a", "b", "c"]).tolist() == [[1, 1, 0], [0, 1, 0], [0, 0, 0], [0, 1, 1]]
     assert label_sets.vectors(sets, ["a", "b", "c"]).dtype == np.uint8
     assert label_sets.strata(sets) == ["a", "b", label_sets.NONE, "c"]
+    names = ["a", "b", "c"]
+    assert [label_sets.text(v, names) for v in label_sets.vectors(sets, names)] == ["a+b", "b", "(none)", "b+c"]
+    assert label_sets.text(np.int64(2), names) == "c"  # one class an image: its name
 
 
 @pytest.fixture
