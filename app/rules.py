@@ -104,6 +104,14 @@ def _check_table(d) -> None:
                "each class named once")
         _check(not (d.columns.split and d.test_fraction), "data.test_fraction", d.test_fraction,
                "0 with data.columns.split: the split column gives the test split (its `test` rows)")
+    several = str(getattr(d.task, "value", d.task)) == "multilabel"
+    _check(not several or (table and bool(d.label_separator or d.columns.labels)), "data.task", "multilabel",
+           'multiclass here: several labels an image come from a table, data=table with data.label_separator (" ", '
+           '"|") or data.columns.labels (one 0/1 column a class)')
+    _check(not several or str(getattr(d.sampling, "value", d.sampling)) != "balanced", "data.sampling", "balanced",
+           "uniform or weights with several labels an image: a class's share has no one count to balance")
+    _check(getattr(d, "uncertain", None) in (None, "zero", "one"), "data.uncertain", getattr(d, "uncertain", None),
+           "null (an uncertain -1 refused), zero or one")
 
 
 def _check_augment(a) -> None:
@@ -282,14 +290,3 @@ def _check_keras_app(m, size: list[int]) -> None:
     _check(weights in (None, "imagenet") or Path(str(weights)).expanduser().is_file(), "model.weights", weights,
            "null (random), imagenet (downloaded once into $KERAS_HOME/models), or the path of a weights file; "
            "no file is there")
-
-
-def check_run_length(t, steps: int) -> None:
-    """The trainer's keys that count steps, against the steps the run takes (known once its data is)."""
-    total = steps * t.epochs
-    if t.profile_steps and t.profile_steps[1] > total:
-        raise config_error("trainer.profile_steps", list(t.profile_steps), f"steps the run reaches: it has "
-                           f"{total} ({t.epochs} epochs of {steps} steps)")
-    if t.grad_accum_steps > total:  # the optimizer would never update the weights
-        raise config_error("trainer.grad_accum_steps", t.grad_accum_steps, f"at most the steps the run takes, "
-                           f"{total} ({t.epochs} epochs of {steps} steps): with more, no update is ever made")

@@ -85,3 +85,26 @@ def test_a_label_outside_data_classes_is_a_row_fault(planet):
     with pytest.raises(DataError, match=r"line 2, column `tags`: label\(s\) haze are none of data.classes|"
                                         r"column `tags`: label\(s\) haze"):
         table_source(data)
+
+
+def test_the_rules_ask_a_multilabel_run_for_a_table_and_how_to_read_its_labels():
+    from hydra import compose, initialize_config_dir
+
+    from app.config import conf_dir, load
+    from app.errors import ConfigError
+    from app.schema import register
+
+    register()
+
+    def loaded(*overrides):
+        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+            return load(compose("config", overrides=list(overrides)))
+
+    table = ["data=table", "data.table=t.csv", "data.task=multilabel"]
+    for overrides, key in [(["data.task=multilabel"], "data.task"), (table, "data.task"),
+                           ([*table, "data.label_separator=' '", "data.sampling=balanced"], "data.sampling"),
+                           ([*table, "data.label_separator=' '", "data.uncertain=maybe"], "data.uncertain")]:
+        with pytest.raises(ConfigError, match=key):
+            loaded(*overrides)
+    assert loaded(*table, "data.label_separator='|'").data.label_separator == "|"  # negative control
+    assert loaded(*table, "data.columns.labels=[a,b]").data.columns.labels == ["a", "b"]
