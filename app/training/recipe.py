@@ -14,6 +14,7 @@ from app.config import closed_target, instantiate_each
 from app.errors import config_error
 from app.objectives import PerClassRecall, SmoothedSparseCrossentropy
 from app.rules import JIT_COMPILE
+from app.runs import rundir
 from app.schema import Config, TrainerConfig
 
 log = logging.getLogger("app.train")
@@ -74,10 +75,8 @@ def check_monitor(trainer: TrainerConfig, class_names: list[str]) -> None:
 
 
 def monitor_mode(trainer: TrainerConfig) -> str:
-    """min or max: trainer.monitor_mode, `auto` being min for a loss and max otherwise."""
-    if trainer.monitor_mode == "auto":
-        return "min" if trainer.monitor.endswith("loss") else "max"
-    return trainer.monitor_mode
+    """min or max for trainer.monitor (rundir.monitor_mode: `auto` is min for a loss, max otherwise)."""
+    return rundir.monitor_mode(trainer.monitor, trainer.monitor_mode)
 
 
 def better(trainer: TrainerConfig, value: float, best: float | None) -> bool:
