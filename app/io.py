@@ -1,7 +1,9 @@
-"""Atomic file writes, one writer at a time where several may write a file, and whether a location is a URL."""
+"""Atomic file writes, one writer at a time where several may write a file, rows appended to a tab-separated list,
+and whether a location is a URL."""
 
 from __future__ import annotations
 
+import csv
 import fcntl
 import json
 import os
@@ -16,6 +18,13 @@ URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")  # s3://, gs://, https://, ...
 
 def is_url(location) -> bool:
     return bool(location) and bool(URL.match(str(location)))
+
+
+def append_tsv(path: str | os.PathLike, rows) -> None:
+    """`rows` appended to a tab-separated file (bad_samples.txt): csv quotes a field only when it holds a tab, a line
+    break or a quote (a file may be named so), so a row stays one line a file."""
+    with open(path, "a", encoding="utf-8", newline="") as f:
+        csv.writer(f, delimiter="\t", lineterminator="\n").writerows(rows)
 
 
 def temporary_name(path: Path) -> Path:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from app.capacity.auto import Choice
 from app.loader.settings import Settings
+from app.rules import AUTO
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -32,6 +33,6 @@ class RunPlan:
         return dataclasses.replace(self, workers=choice.workers, max_size=choice.max_size, choice=choice)
 
     def loader_settings(self, config, bad_log: Path | None = None) -> Settings:
-        """The loader's settings for this plan: its batch, and the probe's queue where it chose one."""
-        chosen = {} if self.choice is None else {"workers": self.choice.workers, "max_size": self.choice.max_size}
-        return dataclasses.replace(Settings.from_config(config, bad_log), batch_size=self.batch_size, **chosen)
+        """The loader's settings for this plan: its batch and its queue (one still `auto`: Settings resolves it)."""
+        queue = {key: value for key, value in (("workers", self.workers), ("max_size", self.max_size)) if value != AUTO}
+        return dataclasses.replace(Settings.from_config(config, bad_log), batch_size=self.batch_size, **queue)

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from app.errors import AppError, DataError, MachineError, WorkerError
+from app.io import append_tsv
 from app.loader import messages
 
 log = logging.getLogger(__name__)
@@ -70,10 +71,7 @@ class BadSamples:
             log.warning("skipped sample %d of the %s split (%s): %s", reply.index, split_name, reply.where,
                         reply.detail)
             if self.bad_log is not None:
-                # csv quotes a field only when it holds a tab, newline or quote (a file may be named so): a row a file
-                with open(self.bad_log, "a", encoding="utf-8", newline="") as f:
-                    csv.writer(f, delimiter="\t", lineterminator="\n").writerow(
-                        (split_name, reply.index, reply.where, reply.detail))
+                append_tsv(self.bad_log, [(split_name, reply.index, reply.where, reply.detail)])
             if np.ndim(self.labels[split_name]) == 1:  # one class a sample (several: no class to lose whole)
                 self._warn_if_a_class_is_gone(split_name, int(self.labels[split_name][reply.index]))
         total = self.sizes[split_name]  # checked for one listed before a resume too: the limit may be lower now

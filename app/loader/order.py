@@ -23,11 +23,12 @@ def class_balanced(labels: np.ndarray) -> np.ndarray:
 def draws_of(order: np.ndarray) -> np.ndarray:
     """Beside a whole epoch's `order`: which draw of its index each entry is (0 the first), so each draw of a sample
     drawn twice gets its own augmentation."""
-    draws = np.zeros(len(order), np.int64)
-    seen: dict[int, int] = {}
-    for position, index in enumerate(order.tolist()):
-        draws[position] = seen.get(index, 0)
-        seen[index] = draws[position] + 1
+    by_index = np.argsort(order, kind="stable")  # each index's entries together, in epoch order
+    ranked = order[by_index]
+    starts = np.r_[0, np.flatnonzero(np.diff(ranked)) + 1]  # where each index's run begins
+    run_start = np.repeat(starts, np.diff(np.r_[starts, len(order)]))
+    draws = np.empty(len(order), np.int64)
+    draws[by_index] = np.arange(len(order)) - run_start
     return draws
 
 

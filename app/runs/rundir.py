@@ -210,10 +210,16 @@ def monitored(summary: dict) -> tuple[str, float | None]:
     return name, summary.get(name)
 
 
+def monitor_mode(monitor: str, setting: str = "auto") -> str:
+    """min or max: trainer.monitor_mode's `setting`, `auto` being min for a loss and max otherwise."""
+    if setting == "auto":
+        return "min" if monitor.endswith("loss") else "max"
+    return setting
+
+
 def better_is_higher(summary: dict) -> bool:
-    """Whether a higher value of the run's monitor is better (its mode; a loss is lower, as `auto` has it)."""
-    best = summary.get("best") or {}
-    return best.get("mode", "min" if monitored(summary)[0].endswith("loss") else "max") == "max"
+    """Whether a higher value of the run's monitor is better: its recorded mode, else (an older summary) `auto`'s."""
+    return ((summary.get("best") or {}).get("mode") or monitor_mode(monitored(summary)[0])) == "max"
 
 
 def _now() -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import logging
 from pathlib import Path
 
@@ -12,7 +11,7 @@ from app.augment import eval_transforms
 from app.capacity.run_plan import RunPlan
 from app.data.source import overfitting
 from app.errors import DataError, config_error
-from app.io import write_json
+from app.io import append_tsv, write_json
 from app.loader.order import class_balanced
 from app.loader.pipeline import Loader, build_loader
 from app.runs import rundir
@@ -52,10 +51,8 @@ def delete_partial_records_and_write_split(run_dir: Path, source) -> None:
     check left out (data.on_bad_sample=skip) start bad_samples.txt, as the loader lists a sample it skips."""
     rundir.delete_partial_records(run_dir)
     write_json(run_dir / "split.json", source.split)
-    if source.left_out:
-        with open(run_dir / "bad_samples.txt", "w", encoding="utf-8", newline="") as f:
-            csv.writer(f, delimiter="\t", lineterminator="\n").writerows(
-                ("table", line, where, why) for line, where, why in source.left_out)
+    if source.left_out:  # bad_samples.txt is gone (delete_partial_records): these start it
+        append_tsv(run_dir / "bad_samples.txt", [("table", line, where, why) for line, where, why in source.left_out])
 
 
 def sampling_weights(data, source) -> np.ndarray | None:

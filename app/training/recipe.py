@@ -15,6 +15,7 @@ from app.config import closed_target, instantiate_each
 from app.errors import config_error
 from app.objectives import PerClassF1, PerClassRecall, SmoothedSparseCrossentropy, WeightedBinaryCrossentropy
 from app.rules import JIT_COMPILE
+from app.runs import rundir
 from app.schema import Config, TrainerConfig
 
 log = logging.getLogger("app.train")
@@ -94,10 +95,9 @@ def check_monitor(trainer: TrainerConfig, head: Head) -> None:
 
 
 def monitor_mode(trainer: TrainerConfig, monitor: str) -> str:
-    """min or max for `monitor`: trainer.monitor_mode, `auto` being min for a loss and max otherwise."""
-    if trainer.monitor_mode == "auto":
-        return "min" if monitor.endswith("loss") else "max"
-    return trainer.monitor_mode
+    """min or max for `monitor` (rundir.monitor_mode: trainer.monitor_mode's `auto` is min for a loss, max
+    otherwise)."""
+    return rundir.monitor_mode(monitor, trainer.monitor_mode)
 
 
 def better(mode: str, value: float, best: float | None) -> bool:
