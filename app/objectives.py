@@ -1,7 +1,7 @@
 """The recipe's own Keras objects, registered so checkpoints load: sparse crossentropy with label smoothing (Keras's
 sparse loss has none), binary crossentropy with a weight for each class's positives (multilabel's; Keras has none)
-and the recall of each class; and mean average precision over a pass's outputs. model.keras is exported uncompiled,
-so plain Keras loads it."""
+and the recall of each class; and mean average precision over a pass's outputs (exact on the host, binned on
+the device each epoch). model.keras is exported uncompiled, so plain Keras loads it."""
 
 from __future__ import annotations
 
@@ -68,6 +68,48 @@ def mean_average_precision(truth: np.ndarray, scores: np.ndarray) -> float:
         precision, recall = tp / (last + 1), tp / positives.sum()
         found.append(float(np.sum(np.diff(np.r_[0.0, recall]) * precision)))
     return float(np.mean(found)) if found else float("nan")
+
+
+@keras.saving.register_keras_serializable(package="app")
+class MeanAveragePrecision(keras.metrics.Metric):
+    """`mean_average_precision` of a pass's outputs, kept on the device as each class's counts of positives and
+    negatives in `bins` equal score bins: exact for scores tied within a bin (1/bins wide), as Keras's AUC bins
+    its thresholds; evaluate computes it from the outputs themselves."""
+
+    def __init__(self, num_labels: int, bins: int = 1000, name: str = "map", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.num_labels, self.bins = int(num_labels), int(bins)
+        shape = (self.num_labels * self.bins,)
+        self.positives, self.negatives = (self.add_variable(shape=shape, initializer="zeros", name=n)
+                                          for n in ("positives", "negatives"))
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        truth = ops.cast(y_true, "float32")
+        weight = ops.ones_like(truth) if sample_weight is None else ops.broadcast_to(  # 0: a padding row
+            ops.expand_dims(ops.cast(ops.reshape(sample_weight, (-1,)), "float32"), -1), ops.shape(truth))
+        bin_of = ops.clip(ops.cast(ops.floor(ops.cast(y_pred, "float32") * self.bins), "int32"), 0, self.bins - 1)
+        cell = ops.reshape(bin_of + ops.arange(self.num_labels, dtype="int32") * self.bins, (-1,))
+        size = self.num_labels * self.bins
+        self.positives.assign_add(ops.segment_sum(ops.reshape(truth * weight, (-1,)), cell, size))
+        self.negatives.assign_add(ops.segment_sum(ops.reshape((1.0 - truth) * weight, (-1,)), cell, size))
+
+    def result(self):
+        shape = (self.num_labels, self.bins)
+        positives = ops.flip(ops.reshape(self.positives, shape), axis=1)  # the highest scores first
+        tp = ops.cumsum(positives, axis=1)
+        fp = ops.cumsum(ops.flip(ops.reshape(self.negatives, shape), axis=1), axis=1)
+        total = tp[:, -1:]
+        recall_gained = ops.divide_no_nan(positives, total)
+        average_precision = ops.sum(recall_gained * ops.divide_no_nan(tp, tp + fp), axis=1)
+        found = ops.cast(total[:, 0] > 0, "float32")  # a class without a positive has no average precision
+        return ops.divide_no_nan(ops.sum(average_precision * found), ops.sum(found))
+
+    def reset_state(self):
+        for variable in (self.positives, self.negatives):
+            variable.assign(ops.zeros(variable.shape, variable.dtype))
+
+    def get_config(self):
+        return {**super().get_config(), "num_labels": self.num_labels, "bins": self.bins}
 
 
 @keras.saving.register_keras_serializable(package="app")

@@ -19,6 +19,16 @@ AUTO = "auto"  # queue.workers, queue.max_size: chosen when training starts (app
 JIT_COMPILE = {"auto": "auto", "true": True, "false": False}  # trainer.jit_compile → Keras's compile argument
 
 
+TOP_K = 5  # trainer.top_k=auto's k, with one class an image
+
+
+def top_k(trainer, classes: int) -> int | None:
+    """The k of the top-k accuracy one class an image is scored by (trainer.top_k, auto being 5); None where the
+    data has no more than k classes or none is asked for."""
+    k = TOP_K if trainer.top_k == AUTO else trainer.top_k
+    return k if k and k < classes else None
+
+
 SEEDS = 2**32  # Keras's and NumPy's seeding take 0 to 2**32 - 1
 
 
@@ -31,6 +41,7 @@ def check(cfg) -> None:
     _check_trainer(cfg.trainer)
     _check_devices(cfg.trainer)
     _check_recipe(cfg)
+    _check_task(cfg)
     _check_model(cfg)
     _check_bench_and_preview(cfg)
 
@@ -112,6 +123,15 @@ def _check_table(d) -> None:
            "uniform or weights with several labels an image: a class's share has no one count to balance")
     _check(getattr(d, "uncertain", None) in (None, "zero", "one"), "data.uncertain", getattr(d, "uncertain", None),
            "null (an uncertain -1 refused), zero or one")
+
+
+def _check_task(cfg) -> None:
+    """What one class an image has and several do not: top-k accuracy, the recall a class of the argmax."""
+    if str(getattr(cfg.data.task, "value", cfg.data.task)) != "multilabel":
+        return
+    _check(cfg.trainer.top_k in (None, AUTO), "trainer.top_k", cfg.trainer.top_k,
+           "auto or null with data.task=multilabel: top-k accuracy scores one class an image, and a multilabel "
+           "image has any number (each class's F1, AUC and average precision score it instead)")
 
 
 def _check_augment(a) -> None:
@@ -226,7 +246,8 @@ def _check_recipe(cfg) -> None:
     _check(weights in (None, "balanced") or (isinstance(weights, (dict, DictConfig)) and all(
         isinstance(v, (int, float)) and v >= 0 for v in weights.values())), "trainer.class_weight", weights,
         "null, balanced, or a mapping {class name: weight ≥ 0}")
-    _check(t.top_k is None or t.top_k >= 2, "trainer.top_k", t.top_k, "null or an integer of at least 2")
+    _check(t.top_k in (None, AUTO) or (isinstance(t.top_k, int) and not isinstance(t.top_k, bool) and t.top_k >= 2),
+           "trainer.top_k", t.top_k, "auto (5), null or an integer of at least 2")
     _check(t.monitor_mode in ("auto", "max", "min"), "trainer.monitor_mode", t.monitor_mode, "auto, max or min")
     for i, spec in enumerate(cfg.trainer.callbacks):
         plateau = str((spec or {}).get("_target_", "")).endswith("ReduceLROnPlateau")

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from app.objectives import (
+    MeanAveragePrecision,
     PerClassRecall,
     SmoothedSparseCrossentropy,
     WeightedBinaryCrossentropy,
@@ -75,3 +76,26 @@ def test_mean_average_precision_by_hand():
     assert mean_average_precision(truth, scores) == pytest.approx((5 / 6 + 1 / 2) / 2)
     perfect = mean_average_precision(truth, truth.astype(float))  # negative control: a perfect ranking is 1
     assert perfect == pytest.approx(1.0) and np.isnan(mean_average_precision(truth[:, 2:], scores[:, 2:]))
+
+
+def test_the_epochs_binned_mean_average_precision_is_the_exact_one_where_scores_tie_within_a_bin():
+    rng = np.random.default_rng(3)
+    truth = (rng.random((300, 5)) < 0.3).astype(np.uint8)
+    truth[:, 4] = 0  # a class without a positive: left out of the mean, as the exact one leaves it
+    scores = np.clip(truth * 0.3 + rng.random((300, 5)) * 0.7, 0, 1).astype(np.float32)
+    binned = (np.floor(scores * 100) + 0.5) / 100  # every score at its bin's middle: ties only within a bin
+    metric = MeanAveragePrecision(5, bins=100)
+    for rows in np.array_split(np.arange(300), 7):  # batch by batch, as an epoch feeds it
+        metric.update_state(truth[rows], binned[rows])
+    assert float(metric.result()) == pytest.approx(mean_average_precision(truth, binned), abs=1e-5)
+    fine = MeanAveragePrecision(5)  # 1,000 bins by default: close to the exact figure on raw scores
+    fine.update_state(truth, scores)
+    assert float(fine.result()) == pytest.approx(mean_average_precision(truth, scores), abs=2e-3)
+    # negative controls: a padding row (weight 0) counts nowhere; shuffled labels score lower
+    padded = MeanAveragePrecision(5, bins=100)
+    padded.update_state(np.r_[truth, np.ones((9, 5), np.uint8)], np.r_[binned, np.zeros((9, 5), np.float32)],
+                        sample_weight=np.r_[np.ones(300), np.zeros(9)])
+    assert float(padded.result()) == pytest.approx(mean_average_precision(truth, binned), abs=1e-5)
+    shuffled = MeanAveragePrecision(5)
+    shuffled.update_state(rng.permutation(truth), scores)
+    assert float(shuffled.result()) < mean_average_precision(truth, scores) - 0.2

@@ -19,6 +19,7 @@ from app.errors import DataError, config_error
 from app.inference.opened import keras_for_run
 from app.io import write_json
 from app.loader.pipeline import build_loader, make_sample
+from app.rules import top_k
 from app.runs.rundata import checked_source
 from app.runs.saved import STORAGE, read_run_setting_backend
 from app.schema import register
@@ -54,7 +55,7 @@ def main(cfg: DictConfig) -> float:
     if np.ndim(source.train.labels) == 2:  # several labels an image
         return _several(config, (net, label_scores), source, cfg.split, paths=(run_dir, path, out))
     confusion = np.zeros((len(names), len(names)), np.int64)
-    k = config.trainer.top_k if config.trainer.top_k and config.trainer.top_k < len(names) else None
+    k = top_k(config.trainer, len(names))
     transforms = eval_transforms(config.augment, config.data.image_size)
     # Evaluate's own bad-file policy, whatever data.on_bad_sample the run trained with: a file that
     # cannot be read is left out and named (training's `skip` would score another file in its place).

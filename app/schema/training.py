@@ -151,7 +151,8 @@ class TrainerConfig:
     label_smoothing: float = 0.0
     threshold: float = 0.5  # data.task=multilabel: the probability from which a class is predicted
     class_weight: Any = None  # null, balanced (from the training split's labels), or {class name: weight}
-    top_k: int | None = 5  # also top-k accuracy (when k is below the class count); null: none
+    # also top-k accuracy (when k is below the class count); auto: 5 with one class an image, none with several
+    top_k: Any = "auto"
     per_class_recall: bool = True  # also the recall of each class: recall_<class>
     monitor: str = "auto"  # picks the best checkpoint and model.keras; auto: val_accuracy (several labels: val_auc)
     monitor_mode: str = "auto"  # max, min, or auto: min for a loss, max otherwise

@@ -13,8 +13,8 @@ import numpy as np
 from app import model as models
 from app.config import closed_target, instantiate_each
 from app.errors import config_error
-from app.objectives import PerClassF1, PerClassRecall, SmoothedSparseCrossentropy, WeightedBinaryCrossentropy
-from app.rules import JIT_COMPILE
+from app.objectives import MeanAveragePrecision, PerClassF1, PerClassRecall, SmoothedSparseCrossentropy, WeightedBinaryCrossentropy
+from app.rules import JIT_COMPILE, top_k
 from app.runs import rundir
 from app.schema import Config, TrainerConfig
 
@@ -78,11 +78,11 @@ def learning_rate(config: Config, steps_per_epoch: int):
 
 def metric_names(trainer: TrainerConfig, head: Head) -> list[str]:
     """The names Keras logs for the compiled metrics, besides the loss."""
-    class_names, k = head.class_names, trainer.top_k
+    class_names, k = head.class_names, top_k(trainer, len(head.class_names))
     if head.multilabel:
-        return ["auc", "precision", "recall", *(f"f1_{name}" for name in class_names), "macro_precision",
+        return ["auc", "map", "precision", "recall", *(f"f1_{name}" for name in class_names), "macro_precision",
                 "macro_recall"]
-    return (["accuracy"] + ([f"top{k}_accuracy"] if k and k < len(class_names) else [])
+    return (["accuracy"] + ([f"top{k}_accuracy"] if k else [])
             + ([f"recall_{name}" for name in class_names] if trainer.per_class_recall else []))
 
 
@@ -137,12 +137,12 @@ def _compile(net: keras.Model, trainer: TrainerConfig, optimizer, head: Head) ->
 
 def _objectives(trainer: TrainerConfig, head: Head) -> tuple:
     """One class an image: sparse crossentropy (smoothed where asked), accuracy, top-k, each class's recall."""
-    classes = len(head.class_names)
+    k = top_k(trainer, len(head.class_names))
     loss = (SmoothedSparseCrossentropy(trainer.label_smoothing) if trainer.label_smoothing else
             "sparse_categorical_crossentropy")
     metrics = ["accuracy"]
-    if trainer.top_k and trainer.top_k < classes:
-        metrics.append(keras.metrics.SparseTopKCategoricalAccuracy(trainer.top_k, name=f"top{trainer.top_k}_accuracy"))
+    if k:
+        metrics.append(keras.metrics.SparseTopKCategoricalAccuracy(k, name=f"top{k}_accuracy"))
     if trainer.per_class_recall:
         metrics.append(PerClassRecall(head.class_names))
     return loss, metrics
@@ -150,10 +150,10 @@ def _objectives(trainer: TrainerConfig, head: Head) -> tuple:
 
 def _multilabel_objectives(trainer: TrainerConfig, head: Head) -> tuple:
     """Several classes an image: weighted binary crossentropy; macro AUC, micro precision and recall at the
-    threshold, each class's F1 and the macro precision and recall."""
+    threshold, each class's F1 and the macro precision and recall, mean average precision."""
     t, n = trainer.threshold, len(head.class_names)
     loss = WeightedBinaryCrossentropy(head.pos_weight, trainer.label_smoothing)
-    return loss, [keras.metrics.AUC(multi_label=True, num_labels=n, name="auc"),
+    return loss, [keras.metrics.AUC(multi_label=True, num_labels=n, name="auc"), MeanAveragePrecision(n),
                   keras.metrics.Precision(thresholds=t, name="precision"),
                   keras.metrics.Recall(thresholds=t, name="recall"), PerClassF1(head.class_names, t)]
 

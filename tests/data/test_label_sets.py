@@ -103,8 +103,12 @@ def test_the_rules_ask_a_multilabel_run_for_a_table_and_how_to_read_its_labels()
     table = ["data=table", "data.table=t.csv", "data.task=multilabel"]
     for overrides, key in [(["data.task=multilabel"], "data.task"), (table, "data.task"),
                            ([*table, "data.label_separator=' '", "data.sampling=balanced"], "data.sampling"),
-                           ([*table, "data.label_separator=' '", "data.uncertain=maybe"], "data.uncertain")]:
+                           ([*table, "data.label_separator=' '", "data.uncertain=maybe"], "data.uncertain"),
+                           ([*table, "data.label_separator=' '", "trainer.top_k=3"], "trainer.top_k.*multilabel"),
+                           (["trainer.top_k=1"], "trainer.top_k")]:
         with pytest.raises(ConfigError, match=key):
             loaded(*overrides)
     assert loaded(*table, "data.label_separator='|'").data.label_separator == "|"  # negative control
     assert loaded(*table, "data.columns.labels=[a,b]").data.columns.labels == ["a", "b"]
+    assert loaded(*table, "data.columns.labels=[a,b]", "trainer.top_k=null").trainer.top_k is None
+    assert loaded("trainer.top_k=3").trainer.top_k == 3

@@ -200,8 +200,8 @@ def test_class_weights_monitor_and_metric_names():
     with pytest.raises(ConfigError, match=r"`trainer.monitor`.*val_top2_accuracy"):
         check_monitor(composed("trainer.monitor=val_top5_accuracy", "trainer.top_k=2").trainer, head)
     several = Head(names, multilabel=True)
-    assert metric_names(composed().trainer, several)[:4] == ["auc", "precision", "recall", "f1_cat"]
-    check_monitor(composed("trainer.monitor=val_auc").trainer, several)
+    assert metric_names(composed().trainer, several)[:5] == ["auc", "map", "precision", "recall", "f1_cat"]
+    check_monitor(composed("trainer.monitor=val_map").trainer, several)
     vectors = np.array([[1, 0, 0], [1, 1, 0], [0, 0, 1], [1, 0, 0]], np.uint8)  # positives 3, 1, 1 of 4
     assert class_weights(composed("trainer.class_weight=balanced").trainer, vectors, names).tolist() == \
         pytest.approx([1 / 3, 3.0, 3.0])
