@@ -116,9 +116,11 @@ def _check_table(d) -> None:
         _check(not (d.columns.split and d.test_fraction), "data.test_fraction", d.test_fraction,
                "0 with data.columns.split: the split column gives the test split (its `test` rows)")
     several = str(getattr(d.task, "value", d.task)) == "multilabel"
-    _check(not several or (table and bool(d.label_separator or d.columns.labels)), "data.task", "multilabel",
-           'multiclass here: several labels an image come from a table, data=table with data.label_separator (" ", '
-           '"|") or data.columns.labels (one 0/1 column a class)')
+    prepared = d._target_ == DATA_TARGETS["prepared"]
+    _check(not several or prepared or (table and bool(d.label_separator or d.columns.labels)), "data.task",
+           "multilabel", 'multiclass here: several labels an image come from a table, data=table with '
+           'data.label_separator (" ", "|") or data.columns.labels (one 0/1 column a class), or from a copy '
+           'prepared from one (data=prepared)')
     _check(not several or str(getattr(d.sampling, "value", d.sampling)) != "balanced", "data.sampling", "balanced",
            "uniform or weights with several labels an image: a class's share has no one count to balance")
     _check(getattr(d, "uncertain", None) in (None, "zero", "one"), "data.uncertain", getattr(d, "uncertain", None),

@@ -46,11 +46,12 @@ def image_files(path: Path) -> list[Path]:
                   and not any(part.startswith(".") for part in p.relative_to(path).parts))
 
 
-def _prepared_input(given: str) -> dict | None:
-    """`input`'s splits, in order, when it is a prepared copy (a URL, or a folder with manifest.json); else None."""
+def _prepared_input(given: str, task) -> dict | None:
+    """`input`'s splits, in order, when it is a prepared copy (a URL, or a folder with manifest.json) of the run's
+    data.task `task`; else None."""
     if not is_url(given) and not (Path(given).expanduser() / MANIFEST).is_file():
         return None
-    copy = prepared_source(PreparedDataConfig(path=given))
+    copy = prepared_source(PreparedDataConfig(path=given, task=task))
     return {name: split for name in SPLITS if (split := getattr(copy, name)) is not None}
 
 
@@ -76,7 +77,7 @@ def _input_files(given: str | None) -> tuple[Path, list[Path]]:
 def main(cfg: DictConfig) -> None:
     # first: it picks the backend Keras loads on
     run_dir, config = open_run(cfg, safe=("queue.", "data.max_image_pixels", STORAGE))
-    prepared = _prepared_input(cfg.input) if cfg.input else None  # before Keras loads: a wrong input is said at once
+    prepared = _prepared_input(cfg.input, config.data.task) if cfg.input else None  # before Keras loads: a wrong input is said at once
     source, files = (cfg.input, []) if prepared else _input_files(cfg.input)
     from app.inference import restore  # the Keras side: it imports Keras, which open_run loaded on the run's backend
 
