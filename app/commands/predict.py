@@ -77,7 +77,8 @@ def _input_files(given: str | None) -> tuple[Path, list[Path]]:
 def main(cfg: DictConfig) -> None:
     # first: it picks the backend Keras loads on
     run_dir, config = open_run(cfg, safe=("queue.", "data.max_image_pixels", STORAGE))
-    prepared = _prepared_input(cfg.input, config.data.task) if cfg.input else None  # before Keras loads: a wrong input is said at once
+    # before Keras loads: a wrong input is said at once
+    prepared = _prepared_input(cfg.input, config.data.task) if cfg.input else None
     source, files = (cfg.input, []) if prepared else _input_files(cfg.input)
     from app.inference import restore  # the Keras side: it imports Keras, which open_run loaded on the run's backend
 

@@ -92,7 +92,8 @@ def _plan_key(config, source, splits: dict, short_side: int | None) -> dict:
     """What a copy is of: the settings that change its bytes, and the source's identity."""
     p = config.prepare
     test = splits.get("test")
-    described = "\n".join(f"{test.describe(i)}\t{stored_label(test.labels[i])}" for i in range(len(test))) if test else ""
+    described = "\n".join(f"{test.describe(i)}\t{stored_label(test.labels[i])}"
+                          for i in range(len(test))) if test else ""
     return {"short_side": short_side, "format": p.format, "quality": p.quality if p.format == "jpeg" else None,
             "shard_mb": p.shard_mb, "seed": config.seed, "max_image_pixels": config.data.max_image_pixels,
             "source": source.name, "fingerprint": source.fingerprint,

@@ -13,7 +13,13 @@ import numpy as np
 from app import model as models
 from app.config import closed_target, instantiate_each
 from app.errors import config_error
-from app.objectives import MeanAveragePrecision, PerClassF1, PerClassRecall, SmoothedSparseCrossentropy, WeightedBinaryCrossentropy
+from app.objectives import (
+    MeanAveragePrecision,
+    PerClassF1,
+    PerClassRecall,
+    SmoothedSparseCrossentropy,
+    WeightedBinaryCrossentropy,
+)
 from app.rules import JIT_COMPILE, top_k
 from app.runs import rundir
 from app.schema import Config, TrainerConfig

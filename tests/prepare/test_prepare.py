@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import s3fs
-from PIL import Image
 from hydra import compose, initialize_config_dir
+from PIL import Image
 from s3_endpoint import environment, new_bucket
 from shard_checks import assert_webdataset_reads_what_the_index_says
 
