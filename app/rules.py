@@ -12,6 +12,7 @@ from app.errors import config_error
 from app.families import FAMILIES
 from app.io import is_url
 from app.processes import worker_limit
+from app.rules_labels import check_labels
 from app.schema import BENCH_MODES, DATA_TARGETS, EVAL_TRANSFORMS, LOGGER_TARGETS, SCHEDULER_TARGETS, option_of
 
 AUTO = "auto"  # queue.workers, queue.max_size: chosen when training starts (app/capacity/auto.py)
@@ -36,12 +37,12 @@ def check(cfg) -> None:
     """Every rule, on `cfg` typed by its schemas. Raises ConfigError."""
     _check_seed("seed", cfg.seed)
     _check_data(cfg.data)
+    check_labels(cfg)
     _check_augment(cfg.augment)
     _check_queue(cfg.queue)
     _check_trainer(cfg.trainer)
     _check_devices(cfg.trainer)
     _check_recipe(cfg)
-    _check_task(cfg)
     _check_model(cfg)
     _check_bench_and_preview(cfg)
 
@@ -79,7 +80,6 @@ def _check_data(d) -> None:
            "a fraction from 0 to 1")
     _check(d.max_image_pixels is None or d.max_image_pixels >= 1, "data.max_image_pixels", d.max_image_pixels,
            "null (no limit) or a positive number of pixels")
-    _check_table(d)
     if d._target_ == DATA_TARGETS["folder"]:
         _check(d.path is not None and str(d.path).strip() != "", "data.path", d.path,
                "data=folder needs the folder of images: add data.path=/path/to/images "
@@ -96,44 +96,6 @@ def _check_data(d) -> None:
         _check(d.source_size >= 16, "data.source_size", d.source_size, "at least 16 pixels")
         _check(d.num_test_images is None or d.num_test_images >= 0, "data.num_test_images", d.num_test_images,
                "null (a quarter of num_images), 0 (no test split) or more")
-
-
-def _check_table(d) -> None:
-    """data=table's keys, and data.sampling=weights's need of a table's weight column."""
-    table = d._target_ == DATA_TARGETS["table"]
-    _check(str(getattr(d.sampling, "value", d.sampling)) != "weights" or (table and bool(d.columns.weight)),
-           "data.sampling", "weights", "uniform or balanced here: the weights are a table's column (data=table "
-           "data.columns.weight=<name>)")
-    if table:
-        _check(bool(d.table and str(d.table).strip()), "data.table", d.table, "the table of images and labels, "
-               "e.g. data.table=/data/train.csv (CSV, TSV, JSON Lines or Parquet)")
-        _check(d.path is None, "data.path", d.path, "null with data=table: it reads data.table (and data.root, the "
-               "folder its relative paths are under)")
-        _check(d.path_format is None or d.path_format.count("{}") == 1, "data.path_format", d.path_format,
-               'a pattern with one {} for the id, e.g. "{}.jpg" or "images/{}.tif"')
-        _check(not d.classes or len(set(d.classes)) == len(d.classes), "data.classes", list(d.classes or []),
-               "each class named once")
-        _check(not (d.columns.split and d.test_fraction), "data.test_fraction", d.test_fraction,
-               "0 with data.columns.split: the split column gives the test split (its `test` rows)")
-    several = str(getattr(d.task, "value", d.task)) == "multilabel"
-    prepared = d._target_ == DATA_TARGETS["prepared"]
-    _check(not several or prepared or (table and bool(d.label_separator or d.columns.labels)), "data.task",
-           "multilabel", 'multiclass here: several labels an image come from a table, data=table with '
-           'data.label_separator (" ", "|") or data.columns.labels (one 0/1 column a class), or from a copy '
-           'prepared from one (data=prepared)')
-    _check(not several or str(getattr(d.sampling, "value", d.sampling)) != "balanced", "data.sampling", "balanced",
-           "uniform or weights with several labels an image: a class's share has no one count to balance")
-    _check(getattr(d, "uncertain", None) in (None, "zero", "one"), "data.uncertain", getattr(d, "uncertain", None),
-           "null (an uncertain -1 refused), zero or one")
-
-
-def _check_task(cfg) -> None:
-    """What one class an image has and several do not: top-k accuracy, the recall a class of the argmax."""
-    if str(getattr(cfg.data.task, "value", cfg.data.task)) != "multilabel":
-        return
-    _check(cfg.trainer.top_k in (None, AUTO), "trainer.top_k", cfg.trainer.top_k,
-           "auto or null with data.task=multilabel: top-k accuracy scores one class an image, and a multilabel "
-           "image has any number (each class's F1, AUC and average precision score it instead)")
 
 
 def _check_augment(a) -> None:

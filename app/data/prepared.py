@@ -5,6 +5,7 @@ data.cache_dir."""
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
@@ -93,13 +94,12 @@ class PreparedSplit:
     """The samples of one split of a prepared copy: rows `rows` of its index (`vectors`: a multilabel copy's
     labels-<split>.npy, a 0/1 row a sample of the whole split)."""
 
-    def __init__(self, root: str, split: str, shards: list[str], rows=None, *, image_format: str,
-                 vectors: np.ndarray | None = None):
+    def __init__(self, root: str, split: str, shards: list[str], *, image_format: str, vectors=None):
         self.root = root if isinstance(root, RemoteCopy) else str(root)
-        self.split, self.shards, self.format, self.vectors = split, list(shards), image_format, vectors
+        self.split, self.shards, self.format = split, list(shards), image_format
         index = _read_index(self.root, split)
-        self.rows = np.arange(len(index), dtype=np.int64) if rows is None else np.asarray(rows, np.int64)
-        self.labels = np.asarray(index["label"], np.int64)[self.rows] if vectors is None else vectors[self.rows]
+        self.rows = np.arange(len(index), dtype=np.int64)
+        self.labels = np.asarray(index["label"], np.int64) if vectors is None else vectors
         self._index: np.ndarray | None = index
         self._fds: dict[int, int] = {}
         self._lock = threading.Lock()
@@ -121,8 +121,9 @@ class PreparedSplit:
 
     def take(self, picked: np.ndarray) -> PreparedSplit:
         """The samples `picked` (indices into this split) as a split of their own."""
-        return PreparedSplit(self.root, self.split, self.shards, self.rows[picked], image_format=self.format,
-                             vectors=self.vectors)
+        part = copy.copy(self)  # by __getstate__: its own descriptors and lock, the index mapped again when read
+        part.rows, part.labels = self.rows[picked], self.labels[picked]
+        return part
 
     def _row(self, i: int):
         if self._index is None:
