@@ -46,7 +46,9 @@ def _ranks(values: np.ndarray) -> np.ndarray:
 
 
 def best_thresholds(truth: np.ndarray, scores: np.ndarray, default: float) -> list[float]:
-    """Each class's threshold with the highest F1 among its scores (`default` for a class with no positive)."""
+    """Each class's threshold with the highest F1 on these scores (`default` for a class with no positive): halfway
+    between the lowest score it names and the next below (0 below the lowest), so a score that moves by a rounding
+    (an exported graph's) is not decided anew."""
     found = []
     for c in range(truth.shape[1]):
         positives = truth[:, c] == 1
@@ -56,7 +58,8 @@ def best_thresholds(truth: np.ndarray, scores: np.ndarray, default: float) -> li
         candidates = np.unique(scores[:, c])
         f1 = [2 * np.sum(positives & (scores[:, c] >= t)) / (positives.sum() + np.sum(scores[:, c] >= t))
               for t in candidates]
-        found.append(float(candidates[int(np.argmax(f1))]))
+        best = int(np.argmax(f1))
+        found.append(float((candidates[best] + (candidates[best - 1] if best else 0.0)) / 2))
     return found
 
 

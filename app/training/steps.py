@@ -283,5 +283,12 @@ def build_metrics(net: keras.Model) -> None:
         import jax
 
         rows = jax.local_device_count()
-    net.test_on_batch(np.zeros((rows, height, width, 3), np.uint8), np.zeros((rows,), np.int64))
+    net.test_on_batch(np.zeros((rows, height, width, 3), np.uint8), blank_labels(net, rows))
     net.reset_metrics()
+
+
+def blank_labels(net: keras.Model, rows: int) -> np.ndarray:
+    """`rows` labels of 0s as `net`'s loss takes them: a class index each, or (several labels an image) a 0/1 row."""
+    if isinstance(net.loss, WeightedBinaryCrossentropy):
+        return np.zeros((rows, net.output_shape[-1]), np.uint8)
+    return np.zeros((rows,), np.int64)

@@ -21,11 +21,12 @@ def test_the_best_threshold_maximises_each_classs_f1_and_the_table_counts_at_it(
     scores = np.array([[0.9, 0.2], [0.6, 0.1], [0.7, 0.3], [0.2, 0.4]])
     # class 0: at 0.6 all three above it, F1 = 2·2/(2+3) = 0.8; at 0.9 one, F1 = 2/3; at 0.7 two, F1 = 0.5
     thresholds = best_thresholds(truth, scores, default=0.5)
-    assert thresholds == [0.6, 0.5]  # class 1 has no positive: the default
+    # halfway from 0.6 to the next score below (0.2): 0.4; class 1 has no positive: the default
+    assert thresholds == pytest.approx([0.4, 0.5])
     result = table(truth, scores, ["a", "b"], thresholds)
     a = result["per_class"]["a"]
     assert (a["tp"], a["fp"], a["fn"], a["tn"]) == (2, 1, 0, 1) and a["f1"] == pytest.approx(0.8)
     assert result["per_class"]["b"]["auc"] is None and result["per_class"]["b"]["average_precision"] is None
-    at_half = table(truth, scores, ["a", "b"], [0.5, 0.5])["per_class"]["a"]  # negative control: another threshold
-    assert (at_half["tp"], at_half["fp"]) == (2, 1) and table(truth, scores, ["a", "b"], [0.8, 0.5])[
+    at_six = table(truth, scores, ["a", "b"], [0.6, 0.5])["per_class"]["a"]  # the same decisions as at 0.4
+    assert (at_six["tp"], at_six["fp"]) == (2, 1) and table(truth, scores, ["a", "b"], [0.8, 0.5])[
         "per_class"]["a"]["tp"] == 1
