@@ -187,6 +187,12 @@ def _label_vector_size(net: keras.Model) -> int:
     return int(net.output_shape[-1]) if isinstance(getattr(net, "loss", None), WeightedBinaryCrossentropy) else 0
 
 
+def blank_labels(net: keras.Model, rows: int) -> np.ndarray:
+    """`rows` labels of 0s as `net`'s loss takes them: a class index each, or (several labels an image) a 0/1 row."""
+    classes = _label_vector_size(net)
+    return np.zeros((rows, classes), np.uint8) if classes else np.zeros((rows,), np.int64)
+
+
 def train_epoch(net: keras.Model, feed: Feed, callbacks: keras.callbacks.CallbackList, figures: EpochFigures,
                 plan: EpochPlan) -> EpochFigures:
     """Train steps plan.first..plan.steps-1, `figures` going on from a resumed epoch's; stops on `net.stop_training`."""
@@ -285,10 +291,3 @@ def build_metrics(net: keras.Model) -> None:
         rows = jax.local_device_count()
     net.test_on_batch(np.zeros((rows, height, width, 3), np.uint8), blank_labels(net, rows))
     net.reset_metrics()
-
-
-def blank_labels(net: keras.Model, rows: int) -> np.ndarray:
-    """`rows` labels of 0s as `net`'s loss takes them: a class index each, or (several labels an image) a 0/1 row."""
-    if isinstance(net.loss, WeightedBinaryCrossentropy):
-        return np.zeros((rows, net.output_shape[-1]), np.uint8)
-    return np.zeros((rows,), np.int64)

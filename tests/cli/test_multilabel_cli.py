@@ -2,9 +2,10 @@
 space-separated, some rows with none): 32² images holding 0 to 3 of 4 drawn shapes. Trained two epochs with
 one worker, SIGKILLed inside epoch 2 and resumed to the metrics rows of the run uninterrupted; evaluate (the
 per-class table, thresholds.json from val), predict (a probability column a class, `labels`), export to ONNX
-(export's own parity check through the sigmoid); then a sweep of the table against the same table with its
-label sets shuffled across images (the negative control), which learns to a macro val AUC of 0.9 in 8 epochs
-on the real labels, stays near chance on the shuffled ones, and is judged by val_auc."""
+(export's own parity check through the sigmoid); a sweep of the table against the same table with its label
+sets shuffled across images (the negative control), which learns to a macro val AUC of 0.9 in 8 epochs on the
+real labels, stays near chance on the shuffled ones, and is judged by val_auc; prepared into a copy that bench
+and preview read."""
 
 from __future__ import annotations
 
@@ -83,12 +84,17 @@ def test_several_labels_an_image_train_resume_evaluate_predict_export_and_a_swee
     assert killed.returncode == -9 and (tmp_path / "killed.txt").exists(), killed.stderr[-3000:]
     run = tmp_path / "killed"
     sweep = tmp_path / "sweep"
+    copy = ["data=prepared", "data.path=copy", "data.task=multilabel", "data.image_size=[32,32]", "data.batch_size=16"]
     done = spawn_one_process_for(
         ["train", *config, "trainer.epochs=2", "hydra.run.dir=whole"], ["train", f"resume={run}"],
         ["evaluate", f"resume={run}"], ["predict", f"resume={run}", f"input={table.parent / 'train-jpg'}"],
         ["export", f"resume={run}", "export.format=onnx"],
         ["train", "-m", *config, f"data.table={table},{shuffled}", "trainer.epochs=8", f"hydra.sweep.dir={sweep}"],
-        ["report", str(sweep), "--out", str(tmp_path / "report")], cwd=tmp_path, env=env)
+        ["report", str(sweep), "--out", str(tmp_path / "report")],
+        ["prepare", *config[:8], "prepare.out=copy", "prepare.format=raw"],
+        ["bench", *copy, "bench.modes=[loader_steps]", "bench.batches=2",
+         "bench.warmup=1", "bench.memory=false", "hydra.run.dir=bench"],
+        ["preview", *copy, "hydra.run.dir=preview"], cwd=tmp_path, env=env)
     for result in done:
         assert result.returncode == 0, (result.args, result.stdout[-3000:])
     # the resumed run is the uninterrupted one, row for row, with the multilabel figures in each row
@@ -126,3 +132,7 @@ def test_several_labels_an_image_train_resume_evaluate_predict_export_and_a_swee
     reported = list(csv.DictReader((tmp_path / "report" / "report.csv").open()))
     best = max(reported, key=lambda row: float(row["val_auc"]))
     assert str(table) in best["data.table"], reported
+    # the prepared copy keeps each image's label vector: bench trains on it through the step loop
+    bench = json.loads((tmp_path / "bench" / "bench.json").read_text())["results"]
+    assert isinstance(bench["loader_steps"].get("images_per_s"), float), bench
+    assert (tmp_path / "preview" / "preview.png").is_file()
