@@ -72,9 +72,8 @@ def mean_average_precision(truth: np.ndarray, scores: np.ndarray) -> float:
 
 @keras.saving.register_keras_serializable(package="app")
 class MeanAveragePrecision(keras.metrics.Metric):
-    """`mean_average_precision` of a pass's outputs, kept on the device as each class's counts of positives and
-    negatives in `bins` equal score bins: exact for scores tied within a bin (1/bins wide), as Keras's AUC bins
-    its thresholds; evaluate computes it from the outputs themselves."""
+    """`mean_average_precision` of a pass, from each class's positives and negatives counted on the device in `bins`
+    score bins (as Keras's AUC bins its thresholds): exact but for scores within a bin of each other."""
 
     def __init__(self, num_labels: int, bins: int = 1000, name: str = "map", **kwargs):
         super().__init__(name=name, **kwargs)

@@ -19,8 +19,8 @@ from app.training.steps import EpochFigures, EpochPlan, Feed, build_metrics, tra
 
 
 def _trivial_model(config, source, normalising=True):
-    """The same trivial backbone for every mode, behind `train`'s normalising layer for this loader's uint8 modes; its
-    head and loss as the source's labels need (several labels an image: a sigmoid a class, binary crossentropy)."""
+    """The same trivial backbone for every mode (behind `train`'s normalising layer for this loader's uint8 modes),
+    its head and loss as the labels need (several an image: a sigmoid a class, binary crossentropy)."""
     size, several = config.data.image_size, np.ndim(source.train.labels) == 2
     head = keras.layers.Dense(len(source.class_names), activation="sigmoid" if several else "softmax")
     net = keras.Sequential([keras.Input((*size, 3)), keras.layers.GlobalAveragePooling2D(), head])

@@ -142,9 +142,8 @@ def chosen_model(restore, run_dir: Path, checkpoint: str | None) -> tuple[Path, 
 
 
 def compared(predict, net, batches, thresholds: dict | None = None) -> dict:
-    """Largest absolute difference of `predict`'s probabilities (uint8 in) against `net`'s, and their agreement: on
-    the top-1 class, or (`thresholds`: several labels an image) on each class at its threshold; DataError if none
-    read."""
+    """Largest absolute difference of `predict`'s probabilities (uint8 in) against `net`'s, and their agreement on the
+    top-1 class or (`thresholds`: several labels) each class at its threshold; DataError if none read."""
     cut = None if thresholds is None else np.array(list(thresholds.values()), np.float32)
     worst, agreeing, samples = 0.0, 0.0, 0
     for images, _, _ in batches:

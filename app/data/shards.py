@@ -195,8 +195,7 @@ def read_index(root: str | Path, split: str, storage_options: dict | None = None
 
 
 def read_labels(root: str | Path, split: str, storage_options: dict | None = None, again: str = "") -> np.ndarray:
-    """A multilabel copy's labels-<split>.npy, in memory (a byte a class a sample); a DataError naming it where it is
-    missing or not 2-D uint8."""
+    """A multilabel copy's labels-<split>.npy in memory; a DataError naming it where missing or not 2-D uint8."""
     path, load = _loader(root, labels_name(split), storage_options)
     labels = check_index(load, path, again, dtypes=(np.dtype(np.uint8),))
     if labels.ndim != 2:

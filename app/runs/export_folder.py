@@ -1,6 +1,5 @@
-"""Where `export` writes: export.out is a new or empty folder or an earlier export (export.json and the files beside
-it), never a run, the command's log folder or a user's files unless overwrite=true moves them aside; the checked
-export is published there whole, an earlier one deleted only once replaced."""
+"""Where `export` writes: a new or empty folder or an earlier export, never a run or the log folder; a user's files
+only moved aside (overwrite=true); the checked export published whole, an earlier one deleted once replaced."""
 
 from __future__ import annotations
 
