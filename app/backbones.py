@@ -13,11 +13,13 @@ from app.errors import config_error
 
 def keras_app(input_shape, num_classes: int, name: str, weights: str | None = None, **settings):
     """The `keras.applications` model `name` without its top, pooled (`pooling`: avg or max), then `dropout` and a
-    float32 Dense softmax over `num_classes`; its input is what the family's preprocess_input returns. `weights`: None,
-    "imagenet" (downloaded once into $KERAS_HOME/models) or a file; other `settings` go to the application."""
+    float32 Dense softmax (`activation`: sigmoid for data.task=multilabel) over `num_classes`; its input is what the
+    family's preprocess_input returns. `weights`: None, "imagenet" (downloaded once into $KERAS_HOME/models) or a
+    file; other `settings` go to the application."""
     import keras
 
     pooling, dropout = settings.pop("pooling", "avg"), settings.pop("dropout", 0.2)
+    activation = settings.pop("activation", "softmax")
     settings.pop("freeze_backbone", None)  # the trainer freezes, after building the optimizer over everything
     with _downloads_named(name, weights):
         base = getattr(keras.applications, name)(include_top=False, weights=weights, input_shape=tuple(input_shape),
@@ -27,7 +29,7 @@ def keras_app(input_shape, num_classes: int, name: str, weights: str | None = No
     if dropout:
         x = keras.layers.Dropout(dropout)(x)
     # float32 output even under mixed precision: softmax in float16 loses small probabilities.
-    outputs = keras.layers.Dense(num_classes, activation="softmax", dtype="float32", name="probabilities")(x)
+    outputs = keras.layers.Dense(num_classes, activation=activation, dtype="float32", name="probabilities")(x)
     return keras.Model(inputs, outputs, name=f"keras_app_{name.lower()}")
 
 

@@ -26,11 +26,13 @@ from app.loader.order import epoch_order, full_batches
 from app.loader.pipeline import Loader
 from app.loader.settings import Settings
 from app.model import normaliser
-from app.schema import OnBadSample, TableColumns, TableDataConfig
+from app.schema import OnBadSample, TableColumns, TableDataConfig, Task
 
 __all__ = ["ImageLoader", "LoaderSettings", "SplitDataset", "boundary"]
 log = logging.getLogger(__name__)
-TABLE_OPTIONS = ("root", "path_format", "classes", "test_fraction")  # ImageLoader.from_table's, as data.* has them
+# ImageLoader.from_table's, as data.* has them (task="multilabel": a 0/1 uint8 label vector a sample)
+TABLE_OPTIONS = ("root", "path_format", "classes", "test_fraction", "task", "label_separator", "none_label",
+                 "uncertain")
 PEEKED = 2  # Keras asks for batches 0 and 1 before an epoch (TensorFlow's output signature) and again in it
 POLICIES = ("raise", "skip", "mark")
 
@@ -108,6 +110,8 @@ class ImageLoader:
         table's own names; `root`, `path_format`, `classes` and `test_fraction` as data.* has them; the rest of
         `options` are ImageLoader's."""
         own = {key: options.pop(key) for key in TABLE_OPTIONS if key in options}
+        if "task" in own:
+            own["task"] = Task(own["task"])
         test = own.get("test_fraction", 0.0)
         if not (0 < val_fraction < 1 and 0 <= test < 1 - val_fraction):
             raise ValueError(f"val_fraction={val_fraction} and test_fraction={test}: each from 0 (val above it), "

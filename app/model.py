@@ -42,8 +42,12 @@ ONEDNN_BLOCK = 16
 
 
 def small_resnet(input_shape: Sequence[int], num_classes: int, widths: Sequence[int] = (32, 64, 128),
-                 blocks_per_stage: int = 1, dropout: float = 0.2) -> keras.Model:
-    """A small ResNet on normalised float images: a stride-2 stem, then stages, each after the first halving H and W."""
+                 blocks_per_stage: int = 1, **head) -> keras.Model:
+    """A small ResNet on normalised float images: a stride-2 stem, then stages, each after the first halving H and W;
+    its `head`: `dropout` (0.2), then a Dense `activation` over the classes (softmax; sigmoid for several labels)."""
+    dropout, activation = head.pop("dropout", 0.2), head.pop("activation", "softmax")
+    if head:
+        raise TypeError(f"small_resnet() got unexpected keyword arguments: {', '.join(head)}")
     inputs = keras.Input(tuple(input_shape), name="pixels")
     x = _conv_bn(inputs, widths[0], stride=2)
     for stage, width in enumerate(widths):
@@ -53,7 +57,7 @@ def small_resnet(input_shape: Sequence[int], num_classes: int, widths: Sequence[
     if dropout:
         x = layers.Dropout(dropout)(x)
     # float32 output even under mixed precision: softmax in float16 loses small probabilities.
-    outputs = layers.Dense(num_classes, activation="softmax", dtype="float32", name="probabilities")(x)
+    outputs = layers.Dense(num_classes, activation=activation, dtype="float32", name="probabilities")(x)
     return keras.Model(inputs, outputs, name="small_resnet")
 
 
@@ -117,11 +121,12 @@ def classifier(backbone: keras.Model, image_size: Sequence[int], normalisation: 
     return keras.Model(pixels, backbone(normaliser(normalisation)(pixels)), name="classifier")
 
 
-def build(model_config, image_size: Sequence[int], num_classes: int) -> keras.Model:
+def build(model_config, image_size: Sequence[int], num_classes: int, multilabel: bool = False) -> keras.Model:
     """The classifier a model config describes: its `_target_` called with the input shape, the class count, its other
-    keys and `kwargs`, behind the normalisation the backbone expects. ConfigError when it cannot be built."""
+    keys and `kwargs` (and activation="sigmoid" for several labels an image: a builder of the user's takes it then),
+    behind the normalisation the backbone expects. ConfigError when it cannot be built."""
     spec = dataclasses.asdict(model_config)
-    extra = spec.pop("kwargs", None) or {}
+    extra = {**(spec.pop("kwargs", None) or {}), **({"activation": "sigmoid"} if multilabel else {})}
     try:
         backbone = instantiate(spec, input_shape=(*image_size, 3), num_classes=num_classes, _convert_="all", **extra)
     except Exception as error:  # instantiate wraps the target's own error (a Keras ValueError, say)

@@ -1,9 +1,12 @@
 """The recipe's own Keras objects, registered so checkpoints load: sparse crossentropy with label smoothing (Keras's
-sparse loss has none) and the recall of each class; model.keras is exported uncompiled, so plain Keras loads it."""
+sparse loss has none), binary crossentropy with a weight for each class's positives (multilabel's; Keras has none)
+and the recall of each class; and mean average precision over a pass's outputs (exact on the host, binned on
+the device each epoch). model.keras is exported uncompiled, so plain Keras loads it."""
 
 from __future__ import annotations
 
 import keras
+import numpy as np
 from keras import ops
 
 EPSILON = 1e-7  # keras.backend.epsilon(): Keras's crossentropy clips probabilities to [ε, 1 − ε]
@@ -26,6 +29,123 @@ class SmoothedSparseCrossentropy(keras.losses.Loss):
 
     def get_config(self):
         return {**super().get_config(), "smoothing": self.smoothing}
+
+
+@keras.saving.register_keras_serializable(package="app")
+class WeightedBinaryCrossentropy(keras.losses.Loss):
+    """Binary crossentropy of sigmoid outputs against 0/1 label vectors, each class's positives weighed by its
+    `pos_weight`, labels smoothed towards 0.5 by `smoothing` as Keras's BinaryCrossentropy smooths them; the mean
+    over classes: −mean_c(w_c·y_c·log p_c + (1 − y_c)·log(1 − p_c))."""
+
+    def __init__(self, pos_weight=None, smoothing: float = 0.0, name: str = "weighted_binary_crossentropy",
+                 **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.pos_weight = None if pos_weight is None else [float(w) for w in pos_weight]
+        self.smoothing = smoothing
+
+    def call(self, y_true, y_pred):
+        p = ops.clip(y_pred, EPSILON, 1.0 - EPSILON)
+        y = ops.cast(y_true, p.dtype) * (1.0 - self.smoothing) + 0.5 * self.smoothing
+        weight = 1.0 if self.pos_weight is None else ops.convert_to_tensor(self.pos_weight, p.dtype)
+        return -ops.mean(weight * y * ops.log(p) + (1.0 - y) * ops.log(1.0 - p), axis=-1)
+
+    def get_config(self):
+        return {**super().get_config(), "pos_weight": self.pos_weight, "smoothing": self.smoothing}
+
+
+def mean_average_precision(truth: np.ndarray, scores: np.ndarray) -> float:
+    """The mean over classes with a positive of each one's average precision: Σ (R_k − R_{k−1})·P_k over the scores
+    in descending order (tied scores taken together), as scikit-learn's average_precision_score; NaN with none."""
+    found = []
+    for c in range(truth.shape[1]):
+        positives = truth[:, c].astype(bool)
+        if not positives.any():
+            continue  # undefined: no positive to recall
+        order = np.argsort(-scores[:, c], kind="stable")
+        ranked, hits = scores[order, c], positives[order]
+        last = np.r_[np.nonzero(np.diff(ranked))[0], len(ranked) - 1]  # the last of each run of tied scores
+        tp = np.cumsum(hits)[last]
+        precision, recall = tp / (last + 1), tp / positives.sum()
+        found.append(float(np.sum(np.diff(np.r_[0.0, recall]) * precision)))
+    return float(np.mean(found)) if found else float("nan")
+
+
+@keras.saving.register_keras_serializable(package="app")
+class MeanAveragePrecision(keras.metrics.Metric):
+    """`mean_average_precision` of a pass, from each class's positives and negatives counted on the device in `bins`
+    score bins (as Keras's AUC bins its thresholds): exact but for scores within a bin of each other."""
+
+    def __init__(self, num_labels: int, bins: int = 1000, name: str = "map", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.num_labels, self.bins = int(num_labels), int(bins)
+        shape = (self.num_labels * self.bins,)
+        self.positives, self.negatives = (self.add_variable(shape=shape, initializer="zeros", name=n)
+                                          for n in ("positives", "negatives"))
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        truth = ops.cast(y_true, "float32")
+        weight = ops.ones_like(truth) if sample_weight is None else ops.broadcast_to(  # 0: a padding row
+            ops.expand_dims(ops.cast(ops.reshape(sample_weight, (-1,)), "float32"), -1), ops.shape(truth))
+        bin_of = ops.clip(ops.cast(ops.floor(ops.cast(y_pred, "float32") * self.bins), "int32"), 0, self.bins - 1)
+        cell = ops.reshape(bin_of + ops.arange(self.num_labels, dtype="int32") * self.bins, (-1,))
+        size = self.num_labels * self.bins
+        self.positives.assign_add(ops.segment_sum(ops.reshape(truth * weight, (-1,)), cell, size))
+        self.negatives.assign_add(ops.segment_sum(ops.reshape((1.0 - truth) * weight, (-1,)), cell, size))
+
+    def result(self):
+        shape = (self.num_labels, self.bins)
+        positives = ops.flip(ops.reshape(self.positives, shape), axis=1)  # the highest scores first
+        tp = ops.cumsum(positives, axis=1)
+        fp = ops.cumsum(ops.flip(ops.reshape(self.negatives, shape), axis=1), axis=1)
+        total = tp[:, -1:]
+        recall_gained = ops.divide_no_nan(positives, total)
+        average_precision = ops.sum(recall_gained * ops.divide_no_nan(tp, tp + fp), axis=1)
+        found = ops.cast(total[:, 0] > 0, "float32")  # a class without a positive has no average precision
+        return ops.divide_no_nan(ops.sum(average_precision * found), ops.sum(found))
+
+    def reset_state(self):
+        for variable in (self.positives, self.negatives):
+            variable.assign(ops.zeros(variable.shape, variable.dtype))
+
+    def get_config(self):
+        return {**super().get_config(), "num_labels": self.num_labels, "bins": self.bins}
+
+
+@keras.saving.register_keras_serializable(package="app")
+class PerClassF1(keras.metrics.Metric):
+    """Several labels an image: each class's F1 at `threshold` (`f1_<class name>`), and precision and recall
+    averaged over the classes (`macro_precision`, `macro_recall`; Keras's Precision and Recall are the micro ones)."""
+
+    def __init__(self, class_names, threshold: float = 0.5, name: str = "per_class_f1", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.class_names, self.threshold = [str(c) for c in class_names], float(threshold)
+        shape = (len(self.class_names),)
+        self.tp, self.fp, self.fn = (self.add_variable(shape=shape, initializer="zeros", name=n)
+                                     for n in ("tp", "fp", "fn"))
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        truth = ops.cast(y_true, "float32")
+        guess = ops.cast(y_pred >= self.threshold, "float32")
+        if sample_weight is not None:  # weight 0: a padding row counts nowhere
+            weight = ops.expand_dims(ops.cast(ops.reshape(sample_weight, (-1,)), "float32"), -1)
+            truth, guess = truth * weight, guess * weight
+        self.tp.assign_add(ops.sum(truth * guess, axis=0))
+        self.fp.assign_add(ops.sum((1.0 - truth) * guess, axis=0))
+        self.fn.assign_add(ops.sum(truth * (1.0 - guess), axis=0))
+
+    def result(self):
+        precision = ops.divide_no_nan(self.tp, self.tp + self.fp)
+        recall = ops.divide_no_nan(self.tp, self.tp + self.fn)
+        f1 = ops.divide_no_nan(2.0 * self.tp, 2.0 * self.tp + self.fp + self.fn)
+        return {**{f"f1_{name}": f1[i] for i, name in enumerate(self.class_names)},
+                "macro_precision": ops.mean(precision), "macro_recall": ops.mean(recall)}
+
+    def reset_state(self):
+        for variable in (self.tp, self.fp, self.fn):
+            variable.assign(ops.zeros(variable.shape, variable.dtype))
+
+    def get_config(self):
+        return {**super().get_config(), "class_names": self.class_names, "threshold": self.threshold}
 
 
 @keras.saving.register_keras_serializable(package="app")

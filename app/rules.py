@@ -12,11 +12,22 @@ from app.errors import config_error
 from app.families import FAMILIES
 from app.io import is_url
 from app.processes import worker_limit
+from app.rules_labels import check_labels
 from app.schema import BENCH_MODES, DATA_TARGETS, EVAL_TRANSFORMS, LOGGER_TARGETS, SCHEDULER_TARGETS, option_of
 
 AUTO = "auto"  # queue.workers, queue.max_size: chosen when training starts (app/capacity/auto.py)
 
 JIT_COMPILE = {"auto": "auto", "true": True, "false": False}  # trainer.jit_compile → Keras's compile argument
+
+
+TOP_K = 5  # trainer.top_k=auto's k, with one class an image
+
+
+def top_k(trainer, classes: int) -> int | None:
+    """The k of the top-k accuracy one class an image is scored by (trainer.top_k, auto being 5); None where the
+    data has no more than k classes or none is asked for."""
+    k = TOP_K if trainer.top_k == AUTO else trainer.top_k
+    return k if k and k < classes else None
 
 
 SEEDS = 2**32  # Keras's and NumPy's seeding take 0 to 2**32 - 1
@@ -26,6 +37,7 @@ def check(cfg) -> None:
     """Every rule, on `cfg` typed by its schemas. Raises ConfigError."""
     _check_seed("seed", cfg.seed)
     _check_data(cfg.data)
+    check_labels(cfg)
     _check_augment(cfg.augment)
     _check_queue(cfg.queue)
     _check_trainer(cfg.trainer)
@@ -68,7 +80,6 @@ def _check_data(d) -> None:
            "a fraction from 0 to 1")
     _check(d.max_image_pixels is None or d.max_image_pixels >= 1, "data.max_image_pixels", d.max_image_pixels,
            "null (no limit) or a positive number of pixels")
-    _check_table(d)
     if d._target_ == DATA_TARGETS["folder"]:
         _check(d.path is not None and str(d.path).strip() != "", "data.path", d.path,
                "data=folder needs the folder of images: add data.path=/path/to/images "
@@ -85,25 +96,6 @@ def _check_data(d) -> None:
         _check(d.source_size >= 16, "data.source_size", d.source_size, "at least 16 pixels")
         _check(d.num_test_images is None or d.num_test_images >= 0, "data.num_test_images", d.num_test_images,
                "null (a quarter of num_images), 0 (no test split) or more")
-
-
-def _check_table(d) -> None:
-    """data=table's keys, and data.sampling=weights's need of a table's weight column."""
-    table = d._target_ == DATA_TARGETS["table"]
-    _check(str(getattr(d.sampling, "value", d.sampling)) != "weights" or (table and bool(d.columns.weight)),
-           "data.sampling", "weights", "uniform or balanced here: the weights are a table's column (data=table "
-           "data.columns.weight=<name>)")
-    if table:
-        _check(bool(d.table and str(d.table).strip()), "data.table", d.table, "the table of images and labels, "
-               "e.g. data.table=/data/train.csv (CSV, TSV, JSON Lines or Parquet)")
-        _check(d.path is None, "data.path", d.path, "null with data=table: it reads data.table (and data.root, the "
-               "folder its relative paths are under)")
-        _check(d.path_format is None or d.path_format.count("{}") == 1, "data.path_format", d.path_format,
-               'a pattern with one {} for the id, e.g. "{}.jpg" or "images/{}.tif"')
-        _check(not d.classes or len(set(d.classes)) == len(d.classes), "data.classes", list(d.classes or []),
-               "each class named once")
-        _check(not (d.columns.split and d.test_fraction), "data.test_fraction", d.test_fraction,
-               "0 with data.columns.split: the split column gives the test split (its `test` rows)")
 
 
 def _check_augment(a) -> None:
@@ -218,7 +210,8 @@ def _check_recipe(cfg) -> None:
     _check(weights in (None, "balanced") or (isinstance(weights, (dict, DictConfig)) and all(
         isinstance(v, (int, float)) and v >= 0 for v in weights.values())), "trainer.class_weight", weights,
         "null, balanced, or a mapping {class name: weight ≥ 0}")
-    _check(t.top_k is None or t.top_k >= 2, "trainer.top_k", t.top_k, "null or an integer of at least 2")
+    _check(t.top_k in (None, AUTO) or (isinstance(t.top_k, int) and not isinstance(t.top_k, bool) and t.top_k >= 2),
+           "trainer.top_k", t.top_k, "auto (5), null or an integer of at least 2")
     _check(t.monitor_mode in ("auto", "max", "min"), "trainer.monitor_mode", t.monitor_mode, "auto, max or min")
     for i, spec in enumerate(cfg.trainer.callbacks):
         plateau = str((spec or {}).get("_target_", "")).endswith("ReduceLROnPlateau")
@@ -282,14 +275,3 @@ def _check_keras_app(m, size: list[int]) -> None:
     _check(weights in (None, "imagenet") or Path(str(weights)).expanduser().is_file(), "model.weights", weights,
            "null (random), imagenet (downloaded once into $KERAS_HOME/models), or the path of a weights file; "
            "no file is there")
-
-
-def check_run_length(t, steps: int) -> None:
-    """The trainer's keys that count steps, against the steps the run takes (known once its data is)."""
-    total = steps * t.epochs
-    if t.profile_steps and t.profile_steps[1] > total:
-        raise config_error("trainer.profile_steps", list(t.profile_steps), f"steps the run reaches: it has "
-                           f"{total} ({t.epochs} epochs of {steps} steps)")
-    if t.grad_accum_steps > total:  # the optimizer would never update the weights
-        raise config_error("trainer.grad_accum_steps", t.grad_accum_steps, f"at most the steps the run takes, "
-                           f"{total} ({t.epochs} epochs of {steps} steps): with more, no update is ever made")

@@ -10,22 +10,21 @@ import json
 import re
 import tarfile
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import webdataset as wds
 
 from app.data import load_or_generate_source
 from app.data.shards import MEMBER, read_index, read_manifest, sample_key
-from app.schema.data import DATA_TARGETS
+from app.schema.data import PreparedDataConfig
 
 SHARD = re.compile(r"^(train|val|test)-\d{5}\.tar$")
 BLOCK = 512
 
 
-def prepared_data(root: Path) -> SimpleNamespace:
+def prepared_data(root: Path) -> PreparedDataConfig:
     """data=prepared's config keys for the copy at `root`, as load_or_generate_source reads them."""
-    return SimpleNamespace(_target_=DATA_TARGETS["prepared"], path=str(root))
+    return PreparedDataConfig(path=str(root))
 
 
 def tar_members(path: Path) -> dict[str, tuple[int, int]]:

@@ -25,6 +25,8 @@ TENSORBOARD = {"logger.tensorboard._target_": "app.tracking.dashboards.TensorBoa
 STATED = [
     ("README.md", "the offline default dataset (800", {**SYNTHETIC, "data.num_images": 800}),
     ("docs/data.md", "`synthetic` (default)", SYNTHETIC),
+    ("docs/labels.md", "`data.task=multiclass` (the default)", {"data.task": "multiclass"}),
+    ("docs/labels.md", "`auto`, the default, is none here", {"trainer.top_k": "auto"}),
     ("docs/data.md", "89.5 M, by default", {"data.max_image_pixels": 89_478_485}),
     ("docs/models.md", "`model=resnet` (the default", RESNET),
     ("docs/models.md", "`trainer.backend=auto`, the default", {"trainer.backend": "auto"}),

@@ -287,3 +287,19 @@ def test_from_table_reads_a_table_as_data_table_does(tmp_path):
     with pytest.raises(TypeError):  # negative control: a key neither data.* nor ImageLoader has
         ImageLoader.from_table(table, columns={"path": "image_id", "label": "kind"}, path_format="images/{}.png",
                                image_size=(SIZE, SIZE), batch_size=3, colour=True)
+
+
+def test_from_table_reads_several_labels_an_image_as_vectors(tmp_path):
+    colour_files(tmp_path / "images", 12)
+    table = tmp_path / "tags.csv"
+    tags = ["cat", "cat dog", "", "dog"]
+    table.write_text("path,tags\n" + "".join(f"images/{i}.png,{tags[i % 4]}\n" for i in range(12)))
+    loader = ImageLoader.from_table(table, columns={"label": "tags"}, task="multilabel", label_separator=" ",
+                                    val_fraction=0.25, image_size=(SIZE, SIZE), batch_size=3, workers=0, seed=0)
+    assert loader.class_names == ["cat", "dog"]
+    with loader:
+        _, y = loader.train[0]
+    assert y.shape == (3, 2) and y.dtype == np.uint8 and set(np.unique(y)) <= {0, 1}
+    with pytest.raises(ValueError):  # negative control: no such task
+        ImageLoader.from_table(table, columns={"label": "tags"}, task="several", image_size=(SIZE, SIZE),
+                               batch_size=3)

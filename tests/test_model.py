@@ -27,6 +27,16 @@ def test_shapes():
     assert sum(1 for layer in net.layers if layer.__class__.__name__ == "Add") == 4
 
 
+def test_several_labels_an_image_end_in_a_sigmoid_and_an_unknown_key_is_named():
+    x = np.random.default_rng(0).normal(size=(4, 16, 16, 3)).astype(np.float32)
+    several = np.asarray(small_resnet((16, 16, 3), 3, widths=[4], activation="sigmoid")(x))
+    one = np.asarray(small_resnet((16, 16, 3), 3, widths=[4])(x))  # negative control: softmax sums to 1
+    assert ((several > 0) & (several < 1)).all() and not np.allclose(several.sum(axis=1), 1.0)
+    assert np.allclose(one.sum(axis=1), 1.0, atol=1e-5)
+    with pytest.raises(TypeError, match="unexpected keyword arguments: actvation"):
+        small_resnet((16, 16, 3), 3, widths=[4], actvation="sigmoid")
+
+
 @pytest.mark.slow
 def test_model_keras_loads_without_the_app(tmp_path):
     backbone = small_resnet((24, 24, 3), num_classes=3, widths=[8, 16])

@@ -6,7 +6,13 @@ import keras
 import numpy as np
 import pytest
 
-from app.objectives import PerClassRecall, SmoothedSparseCrossentropy
+from app.objectives import (
+    MeanAveragePrecision,
+    PerClassRecall,
+    SmoothedSparseCrossentropy,
+    WeightedBinaryCrossentropy,
+    mean_average_precision,
+)
 
 
 def probabilities(n: int = 12, classes: int = 4, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -43,3 +49,53 @@ def test_per_class_recall_counts_each_class_over_batches():
     # a checkpoint's compile config brings it back
     again = keras.metrics.deserialize(keras.metrics.serialize(PerClassRecall(names)))
     assert again.class_names == names
+
+
+def test_weighted_binary_crossentropy_is_the_numpy_formula_and_kerass_without_weights():
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 2, (10, 3)).astype(np.uint8)
+    p = rng.uniform(0.02, 0.98, (10, 3)).astype(np.float32)
+    w = np.array([1.0, 3.0, 0.5], np.float32)
+    for smoothing in (0.0, 0.2):
+        t = y * (1 - smoothing) + 0.5 * smoothing
+        numpy = np.mean(-np.mean(w * t * np.log(p) + (1 - t) * np.log(1 - p), axis=-1))
+        ours = float(WeightedBinaryCrossentropy(w, smoothing)(y, p))
+        assert ours == pytest.approx(numpy, rel=1e-5), smoothing
+        keras_own = float(keras.losses.BinaryCrossentropy(label_smoothing=smoothing)(y.astype(np.float32), p))
+        assert float(WeightedBinaryCrossentropy(None, smoothing)(y, p)) == pytest.approx(keras_own, rel=1e-4)
+    # negative control: the weights change the score
+    assert float(WeightedBinaryCrossentropy(w)(y, p)) != pytest.approx(float(WeightedBinaryCrossentropy()(y, p)))
+
+
+def test_mean_average_precision_by_hand():
+    # class 0: scores rank the positives 1st and 3rd: AP = (1/2)·1 + (1/2)·(2/3) = 5/6
+    # class 1: a tie between the one positive and a negative at the top: AP = 1·(1/2) = 1/2
+    # class 2: no positive: left out of the mean
+    truth = np.array([[1, 1, 0], [0, 0, 0], [1, 0, 0], [0, 0, 0]])
+    scores = np.array([[0.9, 0.8, 0.1], [0.8, 0.8, 0.2], [0.7, 0.1, 0.3], [0.1, 0.2, 0.4]])
+    assert mean_average_precision(truth, scores) == pytest.approx((5 / 6 + 1 / 2) / 2)
+    perfect = mean_average_precision(truth, truth.astype(float))  # negative control: a perfect ranking is 1
+    assert perfect == pytest.approx(1.0) and np.isnan(mean_average_precision(truth[:, 2:], scores[:, 2:]))
+
+
+def test_the_epochs_binned_mean_average_precision_is_the_exact_one_where_scores_tie_within_a_bin():
+    rng = np.random.default_rng(3)
+    truth = (rng.random((300, 5)) < 0.3).astype(np.uint8)
+    truth[:, 4] = 0  # a class without a positive: left out of the mean, as the exact one leaves it
+    scores = np.clip(truth * 0.3 + rng.random((300, 5)) * 0.7, 0, 1).astype(np.float32)
+    binned = (np.floor(scores * 100) + 0.5) / 100  # every score at its bin's middle: ties only within a bin
+    metric = MeanAveragePrecision(5, bins=100)
+    for rows in np.array_split(np.arange(300), 7):  # batch by batch, as an epoch feeds it
+        metric.update_state(truth[rows], binned[rows])
+    assert float(metric.result()) == pytest.approx(mean_average_precision(truth, binned), abs=1e-5)
+    fine = MeanAveragePrecision(5)  # 1,000 bins by default: close to the exact figure on raw scores
+    fine.update_state(truth, scores)
+    assert float(fine.result()) == pytest.approx(mean_average_precision(truth, scores), abs=2e-3)
+    # negative controls: a padding row (weight 0) counts nowhere; shuffled labels score lower
+    padded = MeanAveragePrecision(5, bins=100)
+    padded.update_state(np.r_[truth, np.ones((9, 5), np.uint8)], np.r_[binned, np.zeros((9, 5), np.float32)],
+                        sample_weight=np.r_[np.ones(300), np.zeros(9)])
+    assert float(padded.result()) == pytest.approx(mean_average_precision(truth, binned), abs=1e-5)
+    shuffled = MeanAveragePrecision(5)
+    shuffled.update_state(rng.permutation(truth), scores)
+    assert float(shuffled.result()) < mean_average_precision(truth, scores) - 0.2

@@ -14,19 +14,27 @@ from app.errors import BadSampleError, DataError
 from app.frameworks import load_tensorflow
 from app.loader.settings import for_loading_only
 from app.model import classifier
+from app.objectives import WeightedBinaryCrossentropy
 from app.training.steps import EpochFigures, EpochPlan, Feed, build_metrics, train_epoch
 
 
-def _trivial_model(config, num_classes, normalising=True):
-    """The same trivial backbone for every mode, behind `train`'s normalising layer for this loader's uint8 modes."""
-    size = config.data.image_size
-    net = keras.Sequential([keras.Input((*size, 3)), keras.layers.GlobalAveragePooling2D(),
-                            keras.layers.Dense(num_classes, activation="softmax")])
+def _trivial_model(config, source, normalising=True):
+    """The same trivial backbone for every mode (behind `train`'s normalising layer for this loader's uint8 modes),
+    its head and loss as the labels need (several an image: a sigmoid a class, binary crossentropy)."""
+    size, several = config.data.image_size, np.ndim(source.train.labels) == 2
+    head = keras.layers.Dense(len(source.class_names), activation="sigmoid" if several else "softmax")
+    net = keras.Sequential([keras.Input((*size, 3)), keras.layers.GlobalAveragePooling2D(), head])
     if normalising:
         net = classifier(net, size)
-    net.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", metrics=["accuracy"],
-                steps_per_execution=config.trainer.steps_per_execution)
+    net.compile(optimizer="sgd", loss=WeightedBinaryCrossentropy() if several else "sparse_categorical_crossentropy",
+                metrics=["accuracy"], steps_per_execution=config.trainer.steps_per_execution)
     return net
+
+
+def _blank_labels(source, rows: int) -> np.ndarray:
+    """`rows` labels of 0s shaped and typed as the source's: a class index, or a 0/1 row a sample."""
+    labels = np.asarray(source.train.labels)
+    return np.zeros((rows, *labels.shape[1:]), labels.dtype)
 
 
 class _Tick(keras.callbacks.Callback):
@@ -47,9 +55,9 @@ def _on_tensorflow() -> bool:
 def _baseline(run: Run):
     config, source, order, clock = run.config, run.source, run.order, run.clock
     data = config.data
-    net = _trivial_model(config, len(source.class_names))
+    net = _trivial_model(config, source)
     x = np.zeros((data.batch_size, *data.image_size, 3), np.uint8)
-    y = np.zeros((data.batch_size,), np.int64)
+    y = _blank_labels(source, data.batch_size)
     clock.start = time.perf_counter()
     net.fit(_one_batch_repeated(x, y), steps_per_epoch=len(order) // data.batch_size,
             epochs=1, verbose=0, callbacks=[_Tick(clock)])
@@ -71,7 +79,7 @@ def _repeated(batch: tuple):
 
 def _loader_steps(run: Run):
     config, source, order, clock = run.config, run.source, run.order, run.clock
-    net = _trivial_model(config, len(source.class_names))
+    net = _trivial_model(config, source)
     if not _on_tensorflow():
         build_metrics(net)  # before the train function exists (JAX fixes its state's shape then), as train does
     steps = len(order) // config.data.batch_size
@@ -87,13 +95,15 @@ def _loader_fit(run: Run):
     """On TensorFlow through tf.data.Dataset.from_generator (no prefetch); on JAX the loader's generator as it is."""
     config, source, order, clock = run.config, run.source, run.order, run.clock
     data = config.data
-    net = _trivial_model(config, len(source.class_names))
+    net = _trivial_model(config, source)
     clock.start = time.perf_counter()
     with training_loader(config, source) as loader:
         if _on_tensorflow():
             import tensorflow as tf  # the TensorFlow backend only: JAX runs this mode without it
 
-            signature = (tf.TensorSpec((None, *data.image_size, 3), tf.uint8), tf.TensorSpec((None,), tf.int64))
+            labels = _blank_labels(source, 0)
+            signature = (tf.TensorSpec((None, *data.image_size, 3), tf.uint8),
+                         tf.TensorSpec((None, *labels.shape[1:]), tf.as_dtype(labels.dtype)))
             batches = tf.data.Dataset.from_generator(lambda: loader_batches(loader, order),
                                                      output_signature=signature)
         else:
@@ -106,7 +116,7 @@ def _keras(run: Run):
     mode, config, source, augmenter = run.mode, run.config, run.source, run.augmenter
     order, clock = run.order, run.clock
     data, queue = config.data, config.queue
-    net = _trivial_model(config, len(source.class_names), normalising=False)
+    net = _trivial_model(config, source, normalising=False)
     clock.start = time.perf_counter()
     steps = len(order) // data.batch_size
     batches = order[:steps * data.batch_size].reshape(steps, data.batch_size, 2)
@@ -124,7 +134,7 @@ def _tf_data(run: Run):
 
     config, source, order, clock = run.config, run.source, run.order, run.clock
     batch = config.data.batch_size
-    net = _trivial_model(config, len(source.class_names), normalising=False)
+    net = _trivial_model(config, source, normalising=False)
     steps = len(order) // batch
     pipeline = dataset(source.train, run.augmenter, order, seed=config.seed, batch_size=batch)  # reads the headers
     clock.start = time.perf_counter()

@@ -19,6 +19,7 @@ from app.errors import DataError, config_error
 from app.inference.opened import keras_for_run
 from app.io import write_json
 from app.loader.pipeline import build_loader, make_sample
+from app.rules import top_k
 from app.runs.rundata import checked_source
 from app.runs.saved import STORAGE, read_run_setting_backend
 from app.schema import register
@@ -43,7 +44,7 @@ def main(cfg: DictConfig) -> float:
                            "in its split column, or data.test_fraction); this run's has none"
                            if cfg.split == "test" else "val or test")
     keras_for_run()
-    from app.inference import restore, scores  # the Keras side: they import Keras, loaded just now on the run's backend
+    from app.inference import label_scores, restore, scores  # the Keras side: Keras loaded just now (its backend)
 
     out = Path(HydraConfig.get().runtime.output_dir)
     restore.builder_imported(config.model)
@@ -51,8 +52,10 @@ def main(cfg: DictConfig) -> float:
     names = source.class_names
     log.info("evaluating %s on %d %s samples of %s (Keras on %s, one device)", path, len(split), cfg.split,
              source.name, config.trainer.backend.value)
+    if np.ndim(source.train.labels) == 2:  # several labels an image
+        return _several(config, (net, label_scores), source, cfg.split, paths=(run_dir, path, out))
     confusion = np.zeros((len(names), len(names)), np.int64)
-    k = config.trainer.top_k if config.trainer.top_k and config.trainer.top_k < len(names) else None
+    k = top_k(config.trainer, len(names))
     transforms = eval_transforms(config.augment, config.data.image_size)
     # Evaluate's own bad-file policy, whatever data.on_bad_sample the run trained with: a file that
     # cannot be read is left out and named (training's `skip` would score another file in its place).
@@ -79,6 +82,34 @@ def main(cfg: DictConfig) -> float:
     print(f"written: {out / 'evaluation.json'}, {out / 'report.txt'}, {out / 'confusion.png'}, "
           f"{out / 'misclassified.png'}")
     return result["accuracy"]
+
+
+def _several(config, scoring: tuple, source, split_name: str, paths: tuple[Path, Path, Path]) -> float:
+    """A multilabel run's evaluation: each class's figures at the thresholds that maximise its F1 on validation (into
+    the run's thresholds.json), on `split_name`; its macro AUC returned."""
+    (net, label_scores), (run_dir, checkpoint, out), names = scoring, paths, source.class_names
+    transforms = eval_transforms(config.augment, config.data.image_size)
+
+    def pass_over(name: str, split) -> tuple:
+        with build_loader(config, {name: (split, transforms)}, on_bad_sample="mark") as loader:
+            truth, scores = label_scores.outputs(net, readable(loader, name))
+        return truth, scores, _unreadable(split, loader.failed(name), name)
+
+    val = pass_over("val", source.val)
+    thresholds = label_scores.best_thresholds(val[0], val[1], config.trainer.threshold)
+    write_json(run_dir / "thresholds.json", {"split": "val", "checkpoint": str(checkpoint),
+                                             "thresholds": dict(zip(names, thresholds, strict=True))})
+    truth, scores, unreadable = val if split_name == "val" else pass_over(split_name, source.test)
+    result = {"checkpoint": str(checkpoint), "split": split_name, "task": "multilabel", "samples": len(truth),
+              "class_names": names, **label_scores.table(truth, scores, names, thresholds), "unreadable": unreadable}
+    write_json(out / "evaluation.json", result)
+    text = label_scores.report(result)
+    (out / "report.txt").write_text(text + "\n", encoding="utf-8")
+    print(f"checkpoint {checkpoint.name}: loss {result['loss']:.4f}, macro AUC {result['auc']:.4f}, mean average "
+          f"precision {result['mean_average_precision']:.4f} on {len(truth)} {split_name} samples (thresholds from "
+          f"val: {run_dir / 'thresholds.json'})\n\n{text}")
+    print(f"written: {out / 'evaluation.json'}, {out / 'report.txt'}, {run_dir / 'thresholds.json'}")
+    return result["auc"]
 
 
 def readable(loader, split_name: str):

@@ -6,6 +6,7 @@ anything else there is refused (overwrite=true: moved aside, never deleted)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 import shutil
@@ -26,19 +27,16 @@ from app.frameworks import install_command, native_stderr_to_log, versions
 from app.inference.opened import keras_for_run
 from app.io import is_url, write_json
 from app.loader.pipeline import build_loader
+from app.runs.export_folder import RECORD, check_out, publish_moving_aside
 from app.runs.rundata import checked_source
-from app.runs.rundir import check_unlocked, holds_run, move_aside, run_files
 from app.runs.saved import STORAGE, read_run_setting_backend
-from app.schema import EXPORT_TOLERANCE, EXPORT_WRITTEN, Backend, register
+from app.schema import EXPORT_TOLERANCE, Backend, register
 
 register()
 log = logging.getLogger("app.export")
 # export.format → the modules its exporter and its runtime need (the `export` extra), by import name
 NEEDS = {"tf_saved_model": (), "onnx": ("tf2onnx", "onnx", "onnxruntime"), "litert": ("ai_edge_litert",)}
 PACKAGES = {"tf2onnx": "tf2onnx", "onnx": "onnx", "onnxruntime": "onnxruntime", "ai_edge_litert": "ai-edge-litert"}
-# what an export writes into export.out: a folder of these names and export.json is an earlier export
-RECORD = "export.json"
-EXPORT_FILES = {RECORD, "labels.txt", "preprocessing.json", *EXPORT_WRITTEN.values()}
 
 
 @hydra.main(config_path=str(conf_dir()), config_name="export", version_base="1.3")
@@ -64,13 +62,15 @@ def main(cfg: DictConfig) -> dict:
     try:
         written = exporting.write_format(exporting.uint8_model(net), staging, fmt)
         (staging / "labels.txt").write_text("".join(f"{name}\n" for name in source.class_names), encoding="utf-8")
-        write_json(staging / "preprocessing.json", preprocessing(config.augment, size))
+        output = _output(config, run_dir, source.class_names)
+        write_json(staging / "preprocessing.json", {**preprocessing(config.augment, size), **output})
         split = source.val if cfg.export.samples is None else subset(source.val, np.arange(
             min(int(cfg.export.samples), len(source.val))))
         log.info("checking %s against %s on %d validation samples", written, model_path, len(split))
         with build_loader(config, {"val": (split, eval_transforms(config.augment, size))},
                           on_bad_sample="mark") as loader, native_stderr_to_log():  # LiteRT's delegate line
-            parity = compared(exporting.runtime(written, fmt), net, readable(loader, "val"))
+            parity = compared(exporting.runtime(written, fmt), net, readable(loader, "val"),
+                              thresholds=output.get("thresholds"))
         record = {"format": fmt, "path": str(out / written.name), "model": str(model_path), "image_size": size,
                   "class_names": source.class_names, "parity": {**parity, "tolerance": tolerance,
                                                                 "passed": parity["max_abs_difference"] <= tolerance},
@@ -95,8 +95,8 @@ def refuse_difference(record: dict, out: Path) -> None:
         return
     raise DataError(f"the {fmt} export of {record['model']} predicts differently from Keras: the largest difference "
                     f"of probabilities is {parity['max_abs_difference']:.3g} over {parity['samples']} validation "
-                    f"samples, above export.tolerance={parity['tolerance']:g} (top-1 agreement "
-                    f"{parity['top1_agreement']:.4f}). It was not written to {out}; the figures are in "
+                    f"samples, above export.tolerance={parity['tolerance']:g} ({agreement(parity)}). It was not "
+                    f"written to {out}; the figures are in "
                     f"{HydraConfig.get().runtime.output_dir}/export.json. Raise export.tolerance if that difference "
                     "is acceptable where it will run, or try another export.format.")
 
@@ -141,20 +141,32 @@ def chosen_model(restore, run_dir: Path, checkpoint: str | None) -> tuple[Path, 
     return path / "model.keras", net
 
 
-def compared(predict, net, batches) -> dict:
-    """Largest absolute difference and top-1 agreement of `predict` (uint8 in) against `net`; DataError if none read."""
-    worst, agreeing, samples = 0.0, 0, 0
+def compared(predict, net, batches, thresholds: dict | None = None) -> dict:
+    """Largest absolute difference of `predict`'s probabilities (uint8 in) against `net`'s, and their agreement on the
+    top-1 class or (`thresholds`: several labels) each class at its threshold; DataError if none read."""
+    cut = None if thresholds is None else np.array(list(thresholds.values()), np.float32)
+    worst, agreeing, samples = 0.0, 0.0, 0
     for images, _, _ in batches:
         images = np.ascontiguousarray(images, np.uint8)
         theirs = np.asarray(predict(images), np.float32)
         ours = np.asarray(net.predict_on_batch(images.astype(np.float32)), np.float32)
         worst = max(worst, float(np.abs(theirs - ours).max()))
-        agreeing += int((theirs.argmax(axis=1) == ours.argmax(axis=1)).sum())
+        if cut is None:
+            agreeing += int((theirs.argmax(axis=1) == ours.argmax(axis=1)).sum())
+        else:  # a sample's share of classes decided alike
+            agreeing += float(((theirs >= cut) == (ours >= cut)).mean(axis=1).sum())
         samples += len(images)
     if not samples:
         raise DataError("no validation sample could be read for the parity check: run evaluate on this run to see "
                         "which files fail, fix them, then run export again.")
-    return {"samples": samples, "max_abs_difference": worst, "top1_agreement": agreeing / samples}
+    key = "top1_agreement" if cut is None else "label_agreement"
+    return {"samples": samples, "max_abs_difference": worst, key: agreeing / samples}
+
+
+def agreement(parity: dict) -> str:
+    if "label_agreement" in parity:
+        return f"labels agreeing at their thresholds {parity['label_agreement']:.4f}"
+    return f"top-1 agreement {parity['top1_agreement']:.4f}"
 
 
 def preprocessing(augment, size: list[int]) -> dict:
@@ -174,6 +186,20 @@ def preprocessing(augment, size: list[int]) -> dict:
             "output": "class probabilities (softmax, float32), in labels.txt's order"}
 
 
+def _output(config, run_dir: Path, names: list[str]) -> dict:
+    """preprocessing.json's word on the output: a class's probability (softmax), or (several labels an image) each
+    class's own (sigmoid) and the thresholds to name it from: the run's thresholds.json (evaluate's), else
+    trainer.threshold."""
+    if str(config.data.task.value) != "multilabel":
+        return {}
+    path = run_dir / "thresholds.json"
+    found = json.loads(path.read_text(encoding="utf-8")).get("thresholds", {}) if path.is_file() else {}
+    return {"task": "multilabel", "output": "each class's probability (sigmoid, float32), in labels.txt's order: "
+                                            "the image shows a class where it is at or above that class's threshold",
+            "thresholds": {name: float(found.get(name, config.trainer.threshold)) for name in names},
+            "thresholds_from": str(path) if found else f"trainer.threshold={config.trainer.threshold:g}"}
+
+
 def size_of(path: Path) -> int:
     """Bytes of a file, or of every file under a folder."""
     path = Path(path)
@@ -185,95 +211,8 @@ def format_packages(fmt: str) -> tuple[str, ...]:
     return ("tensorflow", "keras", *(PACKAGES[name] for name in NEEDS[fmt]))
 
 
-def check_out(out: Path, run_dir: Path, fmt: str, overwrite: bool) -> None:
-    """A ConfigError, before any work, unless `out` is new, empty or an earlier export, or (overwrite=true) anything
-    `protected` allows; RunInUseError for a run there that is training."""
-    if nothing_at(out) or earlier_export(out):
-        return
-    default, kept = run_dir / "export" / fmt, protected(out, run_dir)
-    if kept or not overwrite:
-        ways = ["give another export.out", *([f"leave it out to write {default}"] if out != default else []),
-                f"add overwrite=true to move it to {out.name}.old (nothing is deleted) and export there"]
-        ways = ways[:-1] if kept else ways  # overwrite=true never moves the run or the log
-        advice = f"{', '.join(ways[:-1])} or {ways[-1]}"
-        raise config_error("export.out", str(out), f"a new or empty folder, or an earlier export ({RECORD} and the "
-                           f"files beside it): {out} {kept or what_is_at(out)}, which the export would replace. "
-                           f"{advice[0].upper()}{advice[1:]}")
-    if holds_run(out):
-        check_unlocked(out)  # a run still training is never moved
-
-
-def protected(out: Path, run_dir: Path) -> str | None:
-    """Why `out` may not be moved, for a message, or None: it is or holds the run being exported or this command's log
-    folder, or lies in the run outside its export/ folder."""
-    log_dir = Path(HydraConfig.get().runtime.output_dir)
-    for path, what in ((run_dir, "the run being exported"), (log_dir, "this command's log folder")):
-        if out == path:
-            return f"is {what}"
-        if out in path.parents:
-            return f"holds {what} ({path})"
-    exports = run_dir / "export"
-    if run_dir in out.parents and out != exports and exports not in out.parents:
-        return f"is inside the run being exported ({run_dir})"
-    return None
-
-
-def nothing_at(out: Path) -> bool:
-    return not os.path.lexists(out) or out.is_dir() and not any(out.iterdir())
-
-
-def earlier_export(out: Path) -> bool:
-    """Whether `out` holds export.json and only the files an export writes (a user's file is not ours to delete)."""
-    return out.is_dir() and (out / RECORD).is_file() and not foreign_files(out)
-
-
-def foreign_files(out: Path) -> list[str]:
-    return sorted(path.name for path in out.iterdir() if path.name not in EXPORT_FILES)
-
-
-def what_is_at(out: Path) -> str:
-    if not out.is_dir():
-        return "is a file"
-    if holds_run(out):
-        files = run_files(out)
-        return f"holds a training run (its {', '.join(files)})" if files else "holds a sweep's training runs"
-    names = foreign_files(out)
-    listed = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-    return f"holds an earlier export and other files ({listed})" if (out / RECORD).is_file() else \
-        f"is a folder holding other files ({listed})"
-
-
-def publish_moving_aside(staging: Path, out: Path) -> None:
-    """Renames the checked export to `out`, moving what was there aside first: an earlier export is then deleted,
-    anything else kept as <name>.old; a failed rename puts it back."""
-    if nothing_at(out):
-        os.replace(staging, out)  # over an empty folder too
-        return
-    earlier = earlier_export(out)
-    aside = move_aside(out)
-    try:
-        os.replace(staging, out)
-    except BaseException:
-        aside.rename(out)
-        raise
-    if earlier:
-        delete_earlier_export(aside)
-    else:
-        log.warning("overwrite=true: what was in %s moved to %s (nothing was deleted)", out, aside)
-
-
-def delete_earlier_export(path: Path) -> None:
-    """An earlier export, replaced already, deleted; anything else is left where it is."""
-    if not earlier_export(path):
-        return
-    try:
-        shutil.rmtree(path)
-    except OSError as error:  # the new export is in place: what is left is only the old one's bytes
-        log.warning("the earlier export moved to %s could not be deleted (%s): delete it yourself", path, error)
-
-
 def _print(record: dict) -> None:
     parity = record["parity"]
     print(f"{record['format']}: {parity['samples']} validation samples, largest difference of probabilities "
-          f"{parity['max_abs_difference']:.3g} (tolerance {parity['tolerance']:g}), top-1 agreement "
-          f"{parity['top1_agreement']:.4f} against {record['model']}")
+          f"{parity['max_abs_difference']:.3g} (tolerance {parity['tolerance']:g}), {agreement(parity)} against "
+          f"{record['model']}")

@@ -101,7 +101,8 @@ def _model(config, source):
 
             gpus = [d.name for d in tf.config.list_physical_devices("GPU")]
     keras.mixed_precision.set_global_policy(config.trainer.precision.value)
-    net = models.build(config.model, config.data.image_size, len(source.class_names))
+    multilabel = str(config.data.task.value) == "multilabel"
+    net = models.build(config.model, config.data.image_size, len(source.class_names), multilabel=multilabel)
     steps = config.trainer.steps_per_epoch or max(1, len(source.train) // config.data.batch_size)
-    recipe.compile_new(net, config, steps, source.class_names)
+    recipe.compile_new(net, config, steps, recipe.Head(source.class_names, multilabel=multilabel))
     return net, gpus

@@ -28,6 +28,7 @@ from app.io import atomic_write
 from app.loader.pipeline import build_loader
 from app.loader.settings import Settings
 from app.processes import stop_if_interrupted
+from app.runs.rundir import read_json
 from app.runs.saved import STORAGE
 from app.schema import register
 from app.schema.data import PreparedDataConfig
@@ -45,11 +46,12 @@ def image_files(path: Path) -> list[Path]:
                   and not any(part.startswith(".") for part in p.relative_to(path).parts))
 
 
-def _prepared_input(given: str) -> dict | None:
-    """`input`'s splits, in order, when it is a prepared copy (a URL, or a folder with manifest.json); else None."""
+def _prepared_input(given: str, task) -> dict | None:
+    """`input`'s splits, in order, when it is a prepared copy (a URL, or a folder with manifest.json) of the run's
+    data.task `task`; else None."""
     if not is_url(given) and not (Path(given).expanduser() / MANIFEST).is_file():
         return None
-    copy = prepared_source(PreparedDataConfig(path=given))
+    copy = prepared_source(PreparedDataConfig(path=given, task=task))
     return {name: split for name in SPLITS if (split := getattr(copy, name)) is not None}
 
 
@@ -75,7 +77,8 @@ def _input_files(given: str | None) -> tuple[Path, list[Path]]:
 def main(cfg: DictConfig) -> None:
     # first: it picks the backend Keras loads on
     run_dir, config = open_run(cfg, safe=("queue.", "data.max_image_pixels", STORAGE))
-    prepared = _prepared_input(cfg.input) if cfg.input else None  # before Keras loads: a wrong input is said at once
+    # before Keras loads: a wrong input is said at once
+    prepared = _prepared_input(cfg.input, config.data.task) if cfg.input else None
     source, files = (cfg.input, []) if prepared else _input_files(cfg.input)
     from app.inference import restore  # the Keras side: it imports Keras, which open_run loaded on the run's backend
 
@@ -96,8 +99,10 @@ def main(cfg: DictConfig) -> None:
     with build_loader(config, {name: (split, transforms) for name, split in splits.items()},
                       on_bad_sample="mark", settings=settings) as loader, \
             atomic_write(out, newline="", encoding="utf-8") as f:  # stopped midway: no half CSV
-        rows = _Rows(writer=csv.writer(f), net=net, names=names, counts=counts)
-        rows.writer.writerow(["path", "class", *names, "error"])
+        several = str(config.data.task.value) == "multilabel"
+        cut = _thresholds(cfg.thresholds, run_dir, names, config.trainer) if several else None
+        rows = _Rows(writer=csv.writer(f), net=net, names=names, counts=counts, thresholds=cut)
+        rows.writer.writerow(["path", "class" if cut is None else "labels", *names, "error"])
         for name, split in splits.items():
             failed += rows.write_split(loader, name, split.describe if prepared else lambda i: str(files[i]))
     read = total - len(failed)
@@ -116,6 +121,24 @@ def main(cfg: DictConfig) -> None:
         raise DataError(f"none of the {total} {where} could be read (the first, {first}: {why}); see {out}.")
 
 
+def _thresholds(given: str | None, run_dir: Path, names: list[str], trainer) -> np.ndarray:
+    """Each class's threshold: `thresholds=<file>`, else the run's thresholds.json (evaluate's, from val), else
+    trainer.threshold for every class."""
+    path = Path(given).expanduser() if given else run_dir / "thresholds.json"
+    if not path.is_file():
+        if given:
+            raise DataError(f"thresholds={given}: no such file; give a thresholds.json (`python -m app evaluate "
+                            f"resume={run_dir}` writes the run's own), or leave it out for trainer.threshold")
+        log.info("thresholds: trainer.threshold=%g for every class (evaluate writes per-class ones)", trainer.threshold)
+        return np.full(len(names), trainer.threshold)
+    found = read_json(path, "write it again with `python -m app evaluate`").get("thresholds", {})
+    missing = [name for name in names if name not in found]
+    if missing:
+        raise DataError(f"{path} has no threshold for {', '.join(missing)}: it is another run's; evaluate this one")
+    log.info("thresholds: %s", path)
+    return np.array([float(found[name]) for name in names])
+
+
 @dataclass(kw_only=True)
 class _Rows:
     """predictions.csv as it is written: the model, its class names, each class's count so far."""
@@ -124,6 +147,7 @@ class _Rows:
     net: object
     names: list[str]
     counts: np.ndarray
+    thresholds: np.ndarray | None = None  # several labels an image: a class is named from its threshold on
 
     def write_split(self, loader, name: str, what) -> list[tuple[str, str]]:
         """Writes a row per sample of split `name` (`what(i)`: its path); returns (what, why) of each unreadable one."""
@@ -137,7 +161,9 @@ class _Rows:
                     self.writer.writerow([what(index), "", *([""] * len(self.names)), error])
                     failed.append((what(index), error))
                     continue
-                self.writer.writerow([what(index), self.names[int(p.argmax())], *(f"{v:.6f}" for v in p), ""])
-                self.counts[int(p.argmax())] += 1
+                on = p >= self.thresholds if self.thresholds is not None else np.arange(len(p)) == p.argmax()
+                named = "|".join(name for name, shown in zip(self.names, on, strict=True) if shown)
+                self.writer.writerow([what(index), named, *(f"{v:.6f}" for v in p), ""])
+                self.counts += on
             done += len(x)
         return failed

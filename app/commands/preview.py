@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 from app.augment import augmenters
 from app.commands import failure_carried
 from app.config import conf_dir, load
+from app.data import label_sets
 from app.errors import BadSampleError, DataError
 from app.loader.order import epoch_order
 from app.loader.worker import make_sample
@@ -43,7 +44,7 @@ def main(cfg: DictConfig) -> str:
             continue
         row += [make_sample(source.train, built["train"], index, seed=config.seed, epoch=epoch) for epoch in range(k)]
         images += row
-        captions += [f"#{index} {source.class_names[int(source.train.labels[index])]}",
+        captions += [f"#{index} {label_sets.text(source.train.labels[index], source.class_names)}",
                      *(f"epoch {epoch + 1}" for epoch in range(k))]
         shown += 1
     if not shown:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from app.data.shards import MANIFEST, Manifest, index_digest, index_name
+from app.data.shards import MANIFEST, Manifest, index_digest, index_name, labels_name
 
 
 def index_damage(root: str, manifest: Manifest, split: str, index: np.ndarray) -> str | None:
@@ -19,6 +19,19 @@ def index_damage(root: str, manifest: Manifest, split: str, index: np.ndarray) -
                 "wrote it)")
     if len(index) != record.count:
         return f"{path} has {len(index)} rows where {root}/{MANIFEST} counts {record.count}"
+    return None
+
+
+def labels_damage(root: str, manifest: Manifest, split: str, labels: np.ndarray) -> str | None:
+    """What is wrong with a multilabel copy's labels-<split>.npy (`labels`, as read) against the manifest; None:
+    nothing."""
+    record, path = manifest.splits[split], f"{root}/{labels_name(split)}"
+    if index_digest(labels) != record.labels_sha256:
+        return (f"{path} does not match the checksum {root}/{MANIFEST} records for it (it changed after prepare "
+                "wrote it)")
+    if labels.shape != (record.count, len(manifest.class_names)):
+        return (f"{path} is {labels.shape[0]}×{labels.shape[1]} where {root}/{MANIFEST} counts {record.count} "
+                f"samples of {len(manifest.class_names)} classes")
     return None
 
 

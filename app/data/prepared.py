@@ -5,6 +5,7 @@ data.cache_dir."""
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
@@ -16,11 +17,11 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from app.data.copy_checks import index_damage, shard_damage, size_in
+from app.data.copy_checks import index_damage, labels_damage, shard_damage, size_in
 from app.data.images import Decode, DecodeError, rgb_from_bytes
 from app.data.shard_cache import ShardCache, cache_key
 from app.data.shards import (
-    FORMAT_VERSION,
+    CHECKSUMS_SINCE,
     MANIFEST,
     MEMBER,
     Manifest,
@@ -30,6 +31,7 @@ from app.data.shards import (
     prepare_again,
     prepare_command,
     read_index,
+    read_labels,
     read_manifest,
     sample_key,
     unrecorded,
@@ -82,15 +84,22 @@ def _read_index(root, split: str, again: str = "") -> np.ndarray:
     return root.index(split, again) if isinstance(root, RemoteCopy) else read_index(root, split, again=again)
 
 
-class PreparedSplit:
-    """The samples of one split of a prepared copy: rows `rows` of its index."""
+def _read_labels(root, split: str, again: str) -> np.ndarray:
+    if isinstance(root, RemoteCopy):
+        return read_labels(root.store.url, split, root.store.storage_options, again)
+    return read_labels(root, split, again=again)
 
-    def __init__(self, root: str, split: str, shards: list[str], rows=None, *, image_format: str):
+
+class PreparedSplit:
+    """The samples of one split of a prepared copy: rows `rows` of its index (`vectors`: a multilabel copy's
+    labels-<split>.npy, a 0/1 row a sample of the whole split)."""
+
+    def __init__(self, root: str, split: str, shards: list[str], *, image_format: str, vectors=None):
         self.root = root if isinstance(root, RemoteCopy) else str(root)
         self.split, self.shards, self.format = split, list(shards), image_format
         index = _read_index(self.root, split)
-        self.rows = np.arange(len(index), dtype=np.int64) if rows is None else np.asarray(rows, np.int64)
-        self.labels = np.asarray(index["label"], np.int64)[self.rows]
+        self.rows = np.arange(len(index), dtype=np.int64)
+        self.labels = np.asarray(index["label"], np.int64) if vectors is None else vectors
         self._index: np.ndarray | None = index
         self._fds: dict[int, int] = {}
         self._lock = threading.Lock()
@@ -112,7 +121,9 @@ class PreparedSplit:
 
     def take(self, picked: np.ndarray) -> PreparedSplit:
         """The samples `picked` (indices into this split) as a split of their own."""
-        return PreparedSplit(self.root, self.split, self.shards, self.rows[picked], image_format=self.format)
+        part = copy.copy(self)  # by __getstate__: its own descriptors and lock, the index mapped again when read
+        part.rows, part.labels = self.rows[picked], self.labels[picked]
+        return part
 
     def _row(self, i: int):
         if self._index is None:
@@ -202,6 +213,12 @@ def prepared_source(data_cfg) -> Source:
     """data=prepared: the copy at data.path (a local folder, or a URL)."""
     root = _remote_copy(data_cfg) if is_url(data_cfg.path) else _local_copy(data_cfg.path)
     manifest = manifest_of(root)
+    task = str(getattr(data_cfg.task, "value", data_cfg.task))
+    if task != manifest.task:
+        several = manifest.task == "multilabel"
+        raise DataError(f"{root} holds {'several labels' if several else 'one label'} an image (prepared with "
+                        f"data.task={manifest.task}), and this run has data.task={task}: add "
+                        f"data.task={manifest.task}, or prepare a copy from the source with data.task={task}.")
     splits = _checked_splits(root, manifest)
     for name in ("train", "val"):
         if not len(splits.get(name, ())):
@@ -225,14 +242,18 @@ def manifest_of(root) -> Manifest:
 def _checked_splits(root, manifest: Manifest) -> dict[str, PreparedSplit]:
     """Each split of the copy, once its index and (in a folder) shard sizes match the manifest; else a DataError."""
     again, where = prepare_again(root, manifest), str(root).rstrip("/")
-    if manifest.version < FORMAT_VERSION:
+    if manifest.version < CHECKSUMS_SINCE:
         log.warning("%s/%s is format version %d: its samples have no checksums, so a damaged one is read "
                     "unchecked; to add them, %s.", where, MANIFEST, manifest.version, again)
     problems = [] if isinstance(root, RemoteCopy) else shard_damage(where, manifest, size_in(where))
     splits = {}
     for name, record in manifest.splits.items():
         problems += filter(None, [index_damage(where, manifest, name, _read_index(root, name, again))])
-        splits[name] = PreparedSplit(root, name, record.shards, image_format=manifest.format)
+        vectors = None
+        if manifest.task == "multilabel":
+            vectors = _read_labels(root, name, again)
+            problems += filter(None, [labels_damage(where, manifest, name, vectors)])
+        splits[name] = PreparedSplit(root, name, record.shards, image_format=manifest.format, vectors=vectors)
     if problems:
         raise DataError(f"{'; '.join(problems)}: the copy is damaged; {again}.")
     return splits

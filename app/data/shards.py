@@ -1,10 +1,14 @@
 """A prepared copy's layout, written by `python -m app prepare`, read by `data=prepared` (URLs: app/data/storage.py).
 
     <split>-<n:05d>.tar  shards of about prepare.shard_mb in WebDataset's layout, samples spread by one seeded shuffle:
-        members `<key>.jpg` (jpeg) or `<key>.npy` (raw: uint8 H×W×3), `<key>.cls` (the label) and `<key>.json` (the
-        original's path and size), keyed `<split>-<index:09d>` (no dots: WebDataset splits a name at the first)
+        members `<key>.jpg` (jpeg) or `<key>.npy` (raw: uint8 H×W×3), `<key>.cls` (the label; several labels an
+        image: their class indices, space-separated) and `<key>.json` (the original's path and size), keyed
+        `<split>-<index:09d>` (no dots: WebDataset splits a name at the first)
     index-<split>.npy    a row a sample in the split's order (`INDEX_DTYPE`), memory-mapped: the shard, offset and
-        length of the image member's data, the label, the stored size, and the CRC32 of those bytes (checked when read)
+        length of the image member's data, the label (-1 with several), the stored size, and the CRC32 of those bytes
+        (checked when read)
+    labels-<split>.npy   several labels an image (`Manifest.task` multilabel): a 0/1 uint8 row of classes a sample,
+        in the index's order
     manifest.json        written last, whole or not at all (`Manifest`; none: unfinished), its `checksum` the sha256
         of the rest (an edited one is refused)
     bad_samples.txt      the source's files left out, as training lists them"""
@@ -25,7 +29,8 @@ from app.data.storage import Store, is_url
 from app.errors import DataError
 from app.io import atomic_write
 
-FORMAT_VERSION = 2  # 1: no checksums (no `crc` column, no manifest or index checksum); still read
+FORMAT_VERSION = 3  # 1: no checksums (no `crc` column, no manifest or index checksum); 2: one label a sample. Both read
+CHECKSUMS_SINCE = 2  # the format version from which members, indexes and the manifest have checksums
 MANIFEST = "manifest.json"
 BAD_SAMPLES = "bad_samples.txt"
 SPLITS = ("train", "val", "test")
@@ -53,12 +58,17 @@ def index_path(root: str | Path, split: str) -> Path:
     return Path(root) / index_name(split)
 
 
+def labels_name(split: str) -> str:
+    return f"labels-{split}.npy"
+
+
 @dataclass(kw_only=True)
 class SplitRecord:
     count: int
     shards: list[str] = field(default_factory=list)  # file names under the copy's root, in order
     shard_bytes: list[int] = field(default_factory=list)  # each shard's size; [] in format 1
     index_sha256: str = ""  # `index_digest` of the split's index; "" in format 1
+    labels_sha256: str = ""  # `index_digest` of its labels-<split>.npy; "" for one label a sample
 
 
 @dataclass(kw_only=True)
@@ -79,6 +89,7 @@ class Manifest:
     # `prepare_command` gives again, so the advice to prepare a copy again is a command that works
     overrides: list[str] = field(default_factory=list)
     checksum: str = ""  # `manifest_checksum` of every other field; "" in format 1
+    task: str = "multiclass"  # multilabel: several labels an image, in labels-<split>.npy (format 3 on)
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -166,7 +177,7 @@ def prepare_command(manifest: Manifest | None, out: str, short_side: int | None 
 
 def unrecorded(manifest: Manifest | None) -> str:
     """What a `prepare_command` leaves to the user: the overrides a format 1 manifest did not keep."""
-    if manifest is not None and manifest.version >= FORMAT_VERSION:
+    if manifest is not None and manifest.version >= CHECKSUMS_SINCE:  # the overrides are recorded from then on
         return ""
     return " (with any other keys it was prepared with, seed and data.* among them)"
 
@@ -179,21 +190,36 @@ def prepare_again(root: str | Path, manifest: Manifest | None) -> str:
 
 def read_index(root: str | Path, split: str, storage_options: dict | None = None, again: str = "") -> np.ndarray:
     """A split's index, checked (`again`: a refusal's advice): mapped from a folder; from a URL, one GET into memory."""
+    path, load = _loader(root, index_name(split), storage_options)
+    return check_index(load, path, again)
+
+
+def read_labels(root: str | Path, split: str, storage_options: dict | None = None, again: str = "") -> np.ndarray:
+    """A multilabel copy's labels-<split>.npy in memory; a DataError naming it where missing or not 2-D uint8."""
+    path, load = _loader(root, labels_name(split), storage_options)
+    labels = check_index(load, path, again, dtypes=(np.dtype(np.uint8),))
+    if labels.ndim != 2:
+        raise DataError(f"{path} holds a {labels.ndim}-D array, not a row of 0/1 a sample: "
+                        f"{again or 'prepare the copy again'}.")
+    return np.array(labels)
+
+
+def _loader(root: str | Path, name: str, storage_options: dict | None) -> tuple[str, object]:
+    """(where, a loader) of the .npy `name` of a copy: mapped from a folder; from a URL, one GET into memory."""
     if is_url(root):
-        path = f"{str(root).rstrip('/')}/{index_name(split)}"
-        raw = Store.at(str(root), storage_options).read_bytes(index_name(split))
-        return check_index(lambda: np.load(io.BytesIO(raw)), path, again)
-    path = index_path(root, split)
-    return check_index(lambda: np.load(path, mmap_mode="r"), path, again)
+        raw = Store.at(str(root), storage_options).read_bytes(name)
+        return f"{str(root).rstrip('/')}/{name}", lambda: np.load(io.BytesIO(raw))
+    path = Path(root) / name
+    return str(path), lambda: np.load(path, mmap_mode="r")
 
 
-def check_index(load, path: str | Path, again: str = "") -> np.ndarray:
-    """`load()`'s array, refused (naming `path`) unless it is a prepared copy's index."""
+def check_index(load, path: str | Path, again: str = "", dtypes=(INDEX_DTYPE, INDEX_DTYPE_1)) -> np.ndarray:
+    """`load()`'s array, refused (naming `path`) unless it is a prepared copy's index (or of `dtypes`)."""
     again = again or "prepare the copy again"
     try:
         index = load()
     except (OSError, ValueError) as error:
         raise DataError(f"{path} cannot be read ({error}): {again}.") from None
-    if index.dtype not in (INDEX_DTYPE, INDEX_DTYPE_1):
+    if index.dtype not in dtypes:
         raise DataError(f"{path} holds {index.dtype}, not a prepared copy's index: {again}.")
     return index

@@ -20,14 +20,16 @@ def bad_sample_reason(exc: BaseException) -> str:
 
 
 def _labels(labels, n: int) -> np.ndarray:
-    out = np.asarray(labels, dtype=np.int64).reshape(-1)
+    """One integer a sample, or (data.task=multilabel, a 2-D array given) one 0/1 uint8 row a sample."""
+    given = np.asarray(labels)
+    out = given.astype(np.uint8) if given.ndim == 2 else given.astype(np.int64).reshape(-1)
     if len(out) != n:
         raise ValueError(f"{len(out)} labels for {n} samples")
     return out
 
 
 class FileSplit:
-    """Samples that are image files, one label each."""
+    """Samples that are image files, one label (or label vector) each."""
 
     def __init__(self, paths: list[str], labels):
         self.paths = [str(p) for p in paths]

@@ -5,43 +5,24 @@ each fault named by its line; `data.on_bad_sample=skip` leaves such rows out, li
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
-import posixpath
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from app.data import label_sets
 from app.data.folder import split_flat
 from app.data.source import FileSplit, Source
-from app.data.table_files import Row, read_rows
+from app.data.table_files import read_rows
+from app.data.table_rows import RowReader, Sample, multilabel_reading
 from app.errors import DataError
 
 log = logging.getLogger(__name__)
-SPLITS = {"train": "train", "val": "val", "validation": "val", "test": "test"}
 HF_PATH = "file_name"  # Hugging Face ImageFolder's metadata column
-
-
-@dataclass(frozen=True, kw_only=True)
-class Sample:
-    at: str  # where its row is: "line 7", "row 7"
-    rel: str  # the path as the table gives it, after data.path_format
-    label: str
-    split: str | None
-    group: str | None
-    size: int
-    weight: float = 1.0  # data.columns.weight's, for data.sampling=weights
-
-
-class RowFault(Exception):
-    """A row the table check refuses: the column it is in, and why."""
-
-    def __init__(self, column: str | None, why: str):
-        super().__init__(why)
-        self.column, self.why = column, why
 
 
 def table_source(data_cfg) -> Source:
@@ -55,11 +36,11 @@ def table_source(data_cfg) -> Source:
         raise DataError(f"data.table {table} holds no rows: a row an image, with its path and label")
     columns = _columns(data_cfg.columns, header, table)
     root = Path(data_cfg.root).expanduser().absolute() if data_cfg.root else table.parent
-    reader = _RowReader(table=table, root=root, columns=columns, path_format=data_cfg.path_format,
-                        classes=data_cfg.classes)
+    reader = RowReader(table=table, root=root, columns=columns, path_format=data_cfg.path_format,
+                       classes=data_cfg.classes, multilabel=multilabel_reading(data_cfg, header, table))
     samples, left_out = reader.checked(rows, skip=str(data_cfg.on_bad_sample.value) == "skip")
     _check_left_out(left_out, len(rows), data_cfg.max_bad_fraction, table)
-    class_names = list(data_cfg.classes) if data_cfg.classes else sorted({s.label for s in samples})
+    samples, class_names = _classes(samples, data_cfg, multilabel=reader.multilabel is not None)
     if len(class_names) < 2:
         raise DataError(f"data.table {table} has one class ({', '.join(class_names) or 'none'}) in column "
                         f"`{columns['label']}`: a classifier needs at least 2")
@@ -87,97 +68,14 @@ def _columns(given, header: list[str], table: Path) -> dict[str, str | None]:
     return columns
 
 
-@dataclass(frozen=True, kw_only=True)
-class _RowReader:
-    table: Path
-    root: Path
-    columns: dict
-    path_format: str | None
-    classes: list[str] | None
-
-    def checked(self, rows: list[Row], *, skip: bool) -> tuple[list[Sample], list[tuple[int, str, str]]]:
-        """The rows that pass every check, and (line, where, why) of those left out (with `skip`; else an error)."""
-        samples, left_out, seen, groups = [], [], {}, {}
-        for row in rows:
-            try:
-                sample = self.sample(row, seen)
-                self.check_group(sample, groups)
-            except RowFault as fault:
-                where = f"{self.table}, {row.at}" + (f", column `{fault.column}`" if fault.column else "")
-                if not skip:
-                    raise DataError(f"{where}: {fault.why}. Fix the row or remove it; or set "
-                                    "data.on_bad_sample=skip to leave such rows out (listed in bad_samples.txt) up "
-                                    "to data.max_bad_fraction") from None
-                left_out.append((row.number, where, fault.why))
-                continue
-            seen[sample.rel] = row.at
-            samples.append(sample)
-        return samples, left_out
-
-    def sample(self, row: Row, seen: dict) -> Sample:
-        if row.fault:
-            raise RowFault(None, row.fault)
-        cols = self.columns
-        given = _text(row.values.get(cols["path"]), cols["path"])
-        if not given:
-            raise RowFault(cols["path"], "the path is empty")
-        rel = posixpath.normpath(self.path_format.replace("{}", given, 1) if self.path_format else given)
-        if rel in seen:  # normalised: ./a.jpg and a.jpg are one file
-            raise RowFault(cols["path"], f"{rel} is listed already, at {seen[rel]}")
-        label = _text(row.values.get(cols["label"]), cols["label"])
-        if not label:
-            raise RowFault(cols["label"], "the label is empty")
-        if self.classes and label not in self.classes:
-            raise RowFault(cols["label"], f"label {label!r} is none of data.classes ({', '.join(self.classes)})")
-        split = self.split_of(row)
-        group = _text(row.values.get(cols["group"]), cols["group"]) if cols["group"] else None
-        try:
-            size = (self.root / rel).stat().st_size
-        except OSError as error:
-            raise RowFault(cols["path"], f"{self.root / rel} cannot be read ({error.strerror})") from None
-        return Sample(at=row.at, rel=rel, label=label, split=split, group=group or None, size=size,
-                      weight=self.weight_of(row))
-
-    def weight_of(self, row: Row) -> float:
-        column = self.columns["weight"]
-        if column is None:
-            return 1.0
-        text = _text(row.values.get(column), column)
-        try:
-            weight = float(text)
-        except ValueError:
-            weight = -1.0
-        if not 0 <= weight < float("inf"):
-            raise RowFault(column, f"weight {text!r} is not a number of 0 or more")
-        return weight
-
-    def split_of(self, row: Row) -> str | None:
-        column = self.columns["split"]
-        if column is None:
-            return None
-        value = _text(row.values.get(column), column).lower()
-        if value not in SPLITS:
-            raise RowFault(column, f"split {value!r} is none of train, val (or validation), test")
-        return SPLITS[value]
-
-    def check_group(self, sample: Sample, groups: dict) -> None:
-        """A group met in one split before, and in another now: refused (a patient's scans in train and val)."""
-        if sample.group is None or sample.split is None:
-            return
-        first = groups.setdefault(sample.group, (sample.split, sample.at))
-        if first[0] != sample.split:
-            raise RowFault(self.columns["split"], f"group {sample.group!r} ({self.columns['group']}) is in the "
-                                                  f"{first[0]} split at {first[1]}, and here in {sample.split}: a "
-                                                  "group's rows all go to one split")
-
-
-def _text(value, column: str) -> str:
-    """A cell as text: a number is its digits; a list or a mapping is no single value."""
-    if value is None:
-        return ""
-    if isinstance(value, (list, dict)):
-        raise RowFault(column, f"{value!r} is not one value")
-    return str(value).strip()
+def _classes(samples: list[Sample], data_cfg, *, multilabel: bool) -> tuple[list[Sample], list[str]]:
+    """The samples with their strata, and the class names: data.classes, the 0/1 columns, or the labels sorted."""
+    if not multilabel:
+        names = list(data_cfg.classes) if data_cfg.classes else sorted({s.label for s in samples})
+        return [dataclasses.replace(s, stratum=s.label) for s in samples], names
+    names = list(data_cfg.classes or data_cfg.columns.labels or sorted({n for s in samples for n in s.label}))
+    strata = label_sets.strata([s.label for s in samples])
+    return [dataclasses.replace(s, stratum=stratum) for s, stratum in zip(samples, strata, strict=True)], names
 
 
 def _check_left_out(left_out: list, total: int, max_fraction: float, table: Path) -> None:
@@ -199,7 +97,7 @@ def _split(samples: list[Sample], columns: dict, data_cfg) -> dict[str, list[Sam
     else:
         by_class: dict[str, list] = {}
         for s in samples:
-            by_class.setdefault(s.label, []).append((s.rel, s.size, 0))
+            by_class.setdefault(s.stratum, []).append((s.rel, s.size, 0))
         train, val, test = split_flat(by_class, data_cfg.val_fraction, data_cfg.test_fraction)
         where = {rel: name for name, part in (("train", train), ("val", val), ("test", test or {}))
                  for files in part.values() for rel, _, _ in files}
@@ -214,7 +112,7 @@ def _split(samples: list[Sample], columns: dict, data_cfg) -> dict[str, list[Sam
 
 def _check_every_class_trains(parts: dict, class_names: list[str], table) -> None:
     """A class no training row has: refused, as a folder's validation class missing from train/ is."""
-    trained = {s.label for s in parts["train"]}
+    trained = {name for s in parts["train"] for name in ((s.label,) if isinstance(s.label, str) else s.label)}
     missing = [name for name in class_names if name not in trained]
     if missing:
         raise DataError(f"data.table {table}: class(es) {', '.join(missing)} have no row in the training split, so "
@@ -229,7 +127,7 @@ def _split_groups(samples: list[Sample], val_fraction: float, test_fraction: flo
         rows.setdefault(s.group or f"\0{s.rel}", []).append(s)  # a row without a group is a group of its own
     by_class: dict[str, list] = {}
     for group, members in rows.items():
-        label = min(Counter(m.label for m in members).most_common(), key=lambda pair: (-pair[1], pair[0]))[0]
+        label = min(Counter(m.stratum for m in members).most_common(), key=lambda pair: (-pair[1], pair[0]))[0]
         by_class.setdefault(label, []).append((group, len(members), 0))
     train, val, test = split_flat(by_class, val_fraction, test_fraction)
     return {name: [s for entries in (part or {}).values() for group, _, _ in entries for s in rows[group]]
@@ -240,7 +138,10 @@ def _source(table: Path, root: Path, class_names: list[str], *, parts: dict, lef
     index = {name: i for i, name in enumerate(class_names)}
 
     def file_split(samples: list[Sample]) -> FileSplit:
-        return FileSplit([os.path.join(root, s.rel) for s in samples], [index[s.label] for s in samples])
+        paths = [os.path.join(root, s.rel) for s in samples]
+        if samples and not isinstance(samples[0].label, str):  # multilabel: a 0/1 vector a sample
+            return FileSplit(paths, label_sets.vectors([s.label for s in samples], class_names))
+        return FileSplit(paths, [index[s.label] for s in samples])
 
     listed = sorted((s.rel, s.size) for part in parts.values() for s in part)
     h = hashlib.sha256(f"{table.stat().st_size}\0{_sha256(table)}\n".encode())

@@ -72,7 +72,8 @@ class BadSamples:
                         reply.detail)
             if self.bad_log is not None:
                 append_tsv(self.bad_log, [(split_name, reply.index, reply.where, reply.detail)])
-            self._warn_if_a_class_is_gone(split_name, int(self.labels[split_name][reply.index]))
+            if np.ndim(self.labels[split_name]) == 1:  # one class a sample (several: no class to lose whole)
+                self._warn_if_a_class_is_gone(split_name, int(self.labels[split_name][reply.index]))
         total = self.sizes[split_name]  # checked for one listed before a resume too: the limit may be lower now
         if len(seen) > self.max_bad_fraction * total:
             raise DataError(

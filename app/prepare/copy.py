@@ -16,7 +16,7 @@ from app.data.shards import MANIFEST_KEYS, Manifest
 from app.data.storage import Store, is_url
 from app.errors import ConfigError
 from app.prepare import payback
-from app.prepare.encode import Encoding
+from app.prepare.encode import Encoding, stored_label
 from app.prepare.finish import write_copy_index
 from app.prepare.job import Job, estimate_per_shard, write_shards
 from app.prepare.plan import make_plan, read_plan, read_records, write_plan
@@ -59,7 +59,8 @@ def write_prepared_copy(config, *, workers: int, per_shard: int | None = None, o
     records, encoded = write_shards(job, plan, found)
     manifest = Manifest(class_names=list(source.class_names), splits={}, source=_source_of(config.data, source),
                         short_side=short_side, format=p.format, quality=p.quality if p.format == "jpeg" else None,
-                        app_version=version("app"), assignment=source.split, overrides=_replayable(overrides))
+                        app_version=version("app"), assignment=source.split, overrides=_replayable(overrides),
+                        task=str(config.data.task.value))
     write_copy_index(store, plan=plan, records=records, manifest=manifest)
     return _summary(config, job, plan, records=records, seconds=time.monotonic() - begun)
 
@@ -91,7 +92,8 @@ def _plan_key(config, source, splits: dict, short_side: int | None) -> dict:
     """What a copy is of: the settings that change its bytes, and the source's identity."""
     p = config.prepare
     test = splits.get("test")
-    described = "\n".join(f"{test.describe(i)}\t{int(test.labels[i])}" for i in range(len(test))) if test else ""
+    described = "\n".join(f"{test.describe(i)}\t{stored_label(test.labels[i])}"
+                          for i in range(len(test))) if test else ""
     return {"short_side": short_side, "format": p.format, "quality": p.quality if p.format == "jpeg" else None,
             "shard_mb": p.shard_mb, "seed": config.seed, "max_image_pixels": config.data.max_image_pixels,
             "source": source.name, "fingerprint": source.fingerprint,
@@ -121,7 +123,8 @@ def _summary(config, job: Job, plan: dict, *, records: dict, seconds: float) -> 
     train = job.splits["train"]
     draft = job.encoding.short_side if config.data.decode.draft else None
     original = payback.seconds_per_sample(train, Decode(draft, config.data.max_image_pixels))
-    copy = prepared_source(PreparedDataConfig(path=str(store), storage_options=dict(config.prepare.storage_options)))
+    copy = prepared_source(PreparedDataConfig(path=str(store), storage_options=dict(config.prepare.storage_options),
+                                              task=config.data.task))
     prepared = payback.seconds_per_sample(copy.train, Decode(None, config.data.max_image_pixels))
     return payback.summary_line(files=files, bad=bad, sizes=(before, after), seconds=seconds,
                                 per_sample=(original, prepared, len(train)))

@@ -34,7 +34,7 @@ class Encoded:
     crc: int  # zlib.crc32 of image[data_start:], the bytes a reader reads (computed here, in the worker)
     height: int
     width: int
-    label: int
+    label: int | list[int]  # several labels an image: their class indices
     meta: bytes  # the .json member
     source_bytes: int
 
@@ -73,12 +73,17 @@ def encode_sample(split, index: int, encoding: Encoding) -> Encoded:
     image = fit_short_side(image, encoding.short_side)
     member, data_start = _encoded(image, encoding)
     height, width = image.shape[:2]
-    label = int(split.labels[index])
+    label = stored_label(split.labels[index])
     meta = json.dumps({"path": split.describe(index), "size": list(original), "stored_size": [height, width],
                        "label": label}).encode()
     source_bytes = len(raw) if isinstance(raw, bytes) else int(raw.nbytes)
     return Encoded(index=index, image=member, data_start=data_start, crc=zlib.crc32(memoryview(member)[data_start:]),
                    height=height, width=width, label=label, meta=meta, source_bytes=source_bytes)
+
+
+def stored_label(label: np.ndarray) -> int | list[int]:
+    """A sample's label as a copy stores it: its class index, or (a 0/1 row) the indices of its classes."""
+    return [int(c) for c in np.flatnonzero(label)] if np.ndim(label) == 1 else int(label)
 
 
 def fit_short_side(image: np.ndarray, short_side: int | None) -> np.ndarray:

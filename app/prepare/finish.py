@@ -16,6 +16,7 @@ from app.data.shards import (
     encoded_manifest,
     index_digest,
     index_path,
+    labels_name,
 )
 from app.data.storage import Store
 from app.prepare.plan import JOURNAL
@@ -25,14 +26,26 @@ from app.prepare.tar import delete_stale_temporaries_in
 def index_of(records: list[dict]) -> np.ndarray:
     """A split's index (INDEX_DTYPE) from its shards' records, in shard order then member order
     (a record's row: offset, length, label, height, width, source index, crc32)."""
-    rows = [(number, *row[:5], row[6]) for number, record in enumerate(records) for row in record["rows"]]
+    rows = [(number, row[0], row[1], -1 if isinstance(row[2], list) else row[2], *row[3:5], row[6])
+            for number, record in enumerate(records) for row in record["rows"]]
     return np.array(rows, dtype=INDEX_DTYPE) if rows else np.zeros(0, dtype=INDEX_DTYPE)
 
 
-def write_index(store: Store, split: str, index: np.ndarray) -> None:
+def labels_of(records: list[dict], classes: int) -> np.ndarray:
+    """A multilabel split's labels-<split>.npy in the index's order: a 0/1 uint8 row a sample from each record's
+    class indices."""
+    rows = [row[2] for record in records for row in record["rows"]]
+    labels = np.zeros((len(rows), classes), np.uint8)
+    for i, indices in enumerate(rows):
+        labels[i, indices] = 1
+    return labels
+
+
+def write_index(store: Store, name: str, index: np.ndarray) -> None:
+    """A split's index (or labels) as the .npy `name`, whole or not at all."""
     buffer = io.BytesIO()
     np.save(buffer, index, allow_pickle=False)
-    store.write_bytes(index_path("", split).name, buffer.getvalue())
+    store.write_bytes(name, buffer.getvalue())
 
 
 def write_bad_samples(store: Store, bad: dict[str, list]) -> str:
@@ -51,7 +64,8 @@ def write_copy_index(store: Store, *, plan: dict, records: dict[str, list[dict]]
     """Each split's index, bad_samples.txt, then manifest.json (`manifest`'s splits and bad-sample count filled in
     here); in a folder, first deletes the temporaries a killed prepare left of these, of the records or of the plan."""
     if store.local is not None:  # a kill in the microseconds these and the records take leaves their temporaries
-        finals = [index_path("", split).name for split in records] + [BAD_SAMPLES, MANIFEST]
+        finals = [name for split in records for name in (index_path("", split).name, labels_name(split))]
+        finals += [BAD_SAMPLES, MANIFEST]
         shards = [shard for planned in plan["splits"].values() for shard in planned["shards"]]
         journal = ["plan.json", *(f"{shard}.json" for shard in shards)]
         delete_stale_temporaries_in(store.local, finals)
@@ -61,10 +75,15 @@ def write_copy_index(store: Store, *, plan: dict, records: dict[str, list[dict]]
     manifest.splits = {}
     for split, split_records in records.items():
         index = index_of(split_records)
-        write_index(store, split, index)
+        write_index(store, index_path("", split).name, index)
+        labels_sha256 = ""
+        if manifest.task == "multilabel":
+            labels = labels_of(split_records, len(manifest.class_names))
+            write_index(store, labels_name(split), labels)
+            labels_sha256 = index_digest(labels)
         manifest.splits[split] = SplitRecord(count=len(index), shards=list(plan["splits"][split]["shards"]),
                                              shard_bytes=[r["bytes"] for r in split_records],
-                                             index_sha256=index_digest(index))
+                                             index_sha256=index_digest(index), labels_sha256=labels_sha256)
     write_bad_samples(store, bad)
     manifest.bad_samples = sum(len(rows) for rows in bad.values())
     store.write_bytes(MANIFEST, encoded_manifest(manifest))  # the same bytes in a folder and at a URL

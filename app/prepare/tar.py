@@ -47,7 +47,8 @@ class ShardWriter:
         info = self._member(f"{key}.{self.extension}", sample.image)
         header = len(info.tobuf(self._tar.format, self._tar.encoding, self._tar.errors))
         self._tar.addfile(info, io.BytesIO(sample.image))
-        self._tar.addfile(*self._with(f"{key}.cls", str(sample.label).encode()))
+        label = " ".join(map(str, sample.label)) if isinstance(sample.label, list) else str(sample.label)
+        self._tar.addfile(*self._with(f"{key}.cls", label.encode()))
         self._tar.addfile(*self._with(f"{key}.json", sample.meta))
         return header_at + header + sample.data_start, len(sample.image) - sample.data_start
 

@@ -5,8 +5,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.data.copy_checks import index_damage
-from app.data.shards import BAD_SAMPLES, FORMAT_VERSION, MANIFEST, index_name, parse_manifest, read_index
+from app.data.copy_checks import index_damage, labels_damage
+from app.data.shards import (
+    BAD_SAMPLES,
+    CHECKSUMS_SINCE,
+    MANIFEST,
+    index_name,
+    labels_name,
+    parse_manifest,
+    read_index,
+    read_labels,
+)
 from app.data.storage import Store
 from app.errors import DataError
 
@@ -24,7 +33,7 @@ def copy_damage(store: Store, plan: dict | None, records: dict[str, dict | None]
         manifest = parse_manifest(store.read_bytes(MANIFEST), str(store))
     except DataError:
         return [*problems, f"{store.path_of(MANIFEST)} cannot be read or does not match its checksum"]
-    if manifest.version < FORMAT_VERSION:
+    if manifest.version < CHECKSUMS_SINCE:
         return [*problems, f"{store.path_of(MANIFEST)} is format version {manifest.version}, without checksums"]
     for split in manifest.splits:
         try:
@@ -32,10 +41,21 @@ def copy_damage(store: Store, plan: dict | None, records: dict[str, dict | None]
         except DataError:
             damage = f"{store.path_of(index_name(split))} is missing or cannot be read"
         problems += [damage] if damage else []
+        if manifest.task == "multilabel":
+            try:
+                damage = labels_damage(str(store), manifest, split, _in(store, read_labels, split))
+            except DataError:
+                damage = f"{store.path_of(labels_name(split))} is missing or cannot be read"
+            problems += [damage] if damage else []
     return problems
 
 
 def _index_in(store: Store, split: str) -> np.ndarray:
+    return _in(store, read_index, split)
+
+
+def _in(store: Store, read, split: str) -> np.ndarray:
+    """`read` (read_index, read_labels) of `split` in the folder or at the URL of `store`."""
     if store.local is not None:
-        return read_index(store.local, split)
-    return read_index(store.url, split, store.storage_options)
+        return read(store.local, split)
+    return read(store.url, split, store.storage_options)

@@ -29,6 +29,7 @@ from app.schema.data import (
     SyntheticDataConfig,
     TableColumns,
     TableDataConfig,
+    Task,
 )
 from app.schema.training import (
     LOGGER_TARGETS,
@@ -54,7 +55,7 @@ __all__ = ["AugmentConfig", "Backend", "BenchCommandConfig", "CifarDataConfig", 
            "MlflowLoggerConfig", "ModelConfig", "OnBadSample", "OptimizerConfig", "Precision", "PrepareCommandConfig",
            "PrepareConfig", "PreparedDataConfig", "PreviewCommandConfig", "QueueConfig", "ResnetModelConfig",
            "Sampling", "SchedulerConfig", "StartMethod", "Strategy", "SyntheticDataConfig", "TableColumns",
-           "TableDataConfig", "TensorBoardLoggerConfig",
+           "TableDataConfig", "Task", "TensorBoardLoggerConfig",
            "TrainerConfig", "register", "model_schema", "ExportConfig", "ExportCommandConfig", "EXPORT_TOLERANCE",
            "EXPORT_WRITTEN"]
 
@@ -154,6 +155,8 @@ class PredictConfig(Config):
     """`python -m app predict` composes conf/predict.yaml: the run's keys and these."""
 
     input: str | None = None  # an image file or a folder of them (searched recursively)
+    # a multilabel run's thresholds.json (evaluate writes the run's own); null: the run's, else trainer.threshold
+    thresholds: str | None = None
 
 
 @dataclass(kw_only=True)

@@ -12,6 +12,11 @@ from omegaconf import MISSING
 OnBadSample = Enum("OnBadSample", {"raise": "raise", "skip": "skip"}, type=str)  # type: ignore[misc]
 
 
+class Task(str, Enum):
+    multiclass = "multiclass"  # one class an image: an integer label
+    multilabel = "multilabel"  # any number of classes an image, none too: a 0/1 vector of them
+
+
 class Sampling(str, Enum):
     uniform = "uniform"  # each training sample once an epoch, shuffled (queue.shuffle)
     balanced = "balanced"  # drawn with replacement, each class as often
@@ -44,6 +49,7 @@ class DataConfig:
     on_bad_sample: OnBadSample = OnBadSample["raise"]  # type: ignore[valid-type]
     max_bad_fraction: float = 0.01
     sampling: Sampling = Sampling.uniform  # the training split's draw each epoch; validation and test: never
+    task: Task = Task.multiclass
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     # An image declaring more pixels is a bad sample, refused before any decode (a decompression
     # bomb: a few hundred bytes can declare 30000×30000). Pillow's own limit; null: none.
@@ -89,6 +95,7 @@ class TableColumns:
     split: str | None = None  # train, val (or validation), test a row; null: data.val_fraction splits the table
     group: str | None = None  # a patient, slide or scene: all of a group's rows go to one split
     weight: str | None = None  # a row's sampling weight (data.sampling=weights): a number, 0 or more
+    labels: list[str] | None = None  # data.task=multilabel: one 0/1 column a class, each named as its class
 
 
 @dataclass(kw_only=True)
@@ -103,6 +110,11 @@ class TableDataConfig(DataConfig):
     classes: list[str] | None = None  # the class names in label order; null: the table's labels, sorted
     image_size: list[int] = field(default_factory=lambda: [128, 128])
     test_fraction: float = 0.0  # without a split column: this fraction of each class is the test split
+    # data.task=multilabel: the label column's classes split by this (" ", "|"); none_label is the empty set
+    # ("No Finding"); uncertain (-1 in a 0/1 column, as CheXpert marks it): refused, or read as zero or one
+    label_separator: str | None = None
+    none_label: str | None = None
+    uncertain: str | None = None
 
 
 @dataclass(kw_only=True)

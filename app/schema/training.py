@@ -149,10 +149,12 @@ class TrainerConfig:
     unfreeze_at_epoch: int | None = None  # with model.freeze_backbone: the first epoch that trains the backbone
     grad_accum_steps: int = 1  # steps whose gradients are averaged into one update (small batches of large images)
     label_smoothing: float = 0.0
+    threshold: float = 0.5  # data.task=multilabel: the probability from which a class is predicted
     class_weight: Any = None  # null, balanced (from the training split's labels), or {class name: weight}
-    top_k: int | None = 5  # also top-k accuracy (when k is below the class count); null: none
+    # also top-k accuracy (when k is below the class count); auto: 5 with one class an image, none with several
+    top_k: Any = "auto"
     per_class_recall: bool = True  # also the recall of each class: recall_<class>
-    monitor: str = "val_accuracy"  # what picks the best checkpoint and model.keras
+    monitor: str = "auto"  # picks the best checkpoint and model.keras; auto: val_accuracy (several labels: val_auc)
     monitor_mode: str = "auto"  # max, min, or auto: min for a loss, max otherwise
     # one cadence for the progress bar, the logger and reading metrics off the device
     log_every_steps: int = 10

@@ -14,6 +14,7 @@ import numpy as np
 from app import sheets
 from app.capacity.memory import PeakMemory
 from app.config import closed_target
+from app.data import label_sets
 from app.runs.checkpoint import RunState
 from app.runs.tables import rewrite_keeping_rows
 from app.schema import LoggerConfig
@@ -181,7 +182,7 @@ def write_first_batch(out: Writer, run_dir: Path, batch: tuple, class_names: lis
     """The first training batch as the model gets it (augmented, uint8): to `out`, and as augmented.png with classes."""
     images, labels = batch[0], batch[1]
     out.images("augmented", images, 0)
-    sheets.grid(images, [class_names[int(y)] for y in labels]).save(Path(run_dir) / "augmented.png")
+    sheets.grid(images, [label_sets.text(y, class_names) for y in labels]).save(Path(run_dir) / "augmented.png")
 
 
 def rewrite_without_events_after(run_dir: Path, step: int) -> None:

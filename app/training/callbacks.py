@@ -33,8 +33,9 @@ class Progress(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         self.bar.update(batch + 1 - self.bar.n)
         if logs:
-            self.bar.set_postfix(loss=f"{logs['loss']:.4f}", acc=f"{logs['accuracy']:.3f}",
-                                 img_s=f"{logs['images_per_s']:.0f}", refresh=False)
+            score = {"acc": f"{logs['accuracy']:.3f}"} if "accuracy" in logs else {"auc": f"{logs['auc']:.3f}"}
+            self.bar.set_postfix(loss=f"{logs['loss']:.4f}", **score, img_s=f"{logs['images_per_s']:.0f}",
+                                 refresh=False)
         if batch + 1 >= self.steps:  # closed before validation, so the epoch's log line follows it
             self.bar.close()
 

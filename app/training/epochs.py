@@ -40,6 +40,7 @@ class Epochs:
     context: RunContext  # the run's config, directory, summary, state and the user's callbacks
     placement: Placement
     source: object
+    head: recipe.Head  # the classes, and whether an image shows several
     steps: int  # training steps an epoch
     net: keras.Model
     loader: Loader
@@ -126,7 +127,7 @@ class Epochs:
         resumed = state.figures is not None
         state.figures = state.figures or EpochFigures()
         first = state.figures.steps
-        recipe.freeze_or_unfreeze_recompiling(self.net, self.context.config, epoch, self.source.class_names)
+        recipe.freeze_or_unfreeze_recompiling(self.net, self.context.config, epoch, self.head)
         self._build_metrics()  # again: (un)freezing recompiles
         self.net.reset_metrics()
         if resumed and state.figures.metric_state:  # Keras's means go on from the checkpoint's
@@ -222,8 +223,11 @@ class Epochs:
         step = state.steps_before_epoch + steps_done
         if self.writes:
             append_metrics(self.context.run_dir / "metrics.csv", row)
-        monitored = row[self.context.config.trainer.monitor]
-        if recipe.better(self.context.config.trainer, monitored, state.best and state.best[0]):
+        trainer = self.context.config.trainer
+        name = self.head.monitor(trainer)
+        mode = recipe.monitor_mode(trainer, name)
+        monitored = row[name]
+        if recipe.better(mode, monitored, state.best and state.best[0]):
             state.best = [monitored, f"{PREFIX}{step:08d}"]
             models.write_model_keras(self.net, self.saves / "model.keras", class_names=self.source.class_names,
                           image_size=list(self.context.config.data.image_size))
@@ -232,18 +236,18 @@ class Epochs:
         self.out.checkpointed(step)
         self._write_checkpoint_and_delete_stale(step, state.checkpoint(steps_done, complete=True, metrics=row), arrays)
         peak = max(self.memory.peak / 2**20, self.context.summary.content.get("peak_memory_mb") or 0)
-        trainer = self.context.config.trainer
-        judged = {"val_accuracy": row["val_accuracy"], trainer.monitor: monitored}  # the monitor's under its name
+        judged = {**({"val_accuracy": row["val_accuracy"]} if "val_accuracy" in row else {}),
+                  name: monitored}  # the monitor's under its name
         self.context.summary.update(epochs_completed=row["epoch"], steps=step, loss=row["loss"], **judged,
-                            best={"monitor": trainer.monitor, "mode": recipe.monitor_mode(trainer),
+                            best={"monitor": name, "mode": mode,
                                   "value": state.best[0], "checkpoint": state.best[1]},
                             images_per_s=row["images_per_s"], data_wait_fraction=row["data_wait_fraction"],
                             peak_memory_mb=peak, restarted_workers=self.loader.restarts,
                             diagnosis=row["diagnosis"])
-        log.info("epoch %d/%d: loss %.4f, accuracy %.3f, val_loss %.4f, val_accuracy %.3f, %.1f img/s, "
-                 "data wait %.0f%%, peak %.0f MiB", row["epoch"], self.context.config.trainer.epochs, row["loss"],
-                 row["accuracy"], row["val_loss"], row["val_accuracy"], row["images_per_s"],
-                 100 * row["data_wait_fraction"], row["peak_memory_mb"])
+        kind = ("accuracy", "val_accuracy") if "accuracy" in row else ("auc", "val_auc")  # one class, or several
+        log.info("epoch %d/%d: loss %.4f, %s %.3f, val_loss %.4f, %s %.3f, %.1f img/s, data wait %.0f%%, peak %.0f MiB",
+                 row["epoch"], self.context.config.trainer.epochs, row["loss"], kind[0], row[kind[0]], row["val_loss"],
+                 kind[1], row[kind[1]], row["images_per_s"], 100 * row["data_wait_fraction"], row["peak_memory_mb"])
         log.info("epoch %d/%d: %s; %s", row["epoch"], self.context.config.trainer.epochs, _loader_line(row),
                  row["diagnosis"])
         state.epoch, state.steps_before_epoch, state.figures = row["epoch"], step, None
@@ -255,7 +259,7 @@ def validation_sample(labels: np.ndarray, n: int, seed: int) -> np.ndarray:
     if n >= len(labels):
         return np.arange(len(labels))
     drawn = np.random.default_rng(seed).permutation(len(labels))
-    classes = labels[drawn]
+    classes = (labels.argmax(axis=1) if labels.ndim == 2 else labels)[drawn]  # several labels: the first
     rank = np.zeros(len(drawn))  # each drawn sample's place among its class's
     for label in np.unique(classes):
         mine = classes == label

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 
-from app import rules
 from app.augment import eval_transforms
 from app.capacity.run_plan import RunPlan
 from app.data.source import overfitting
@@ -41,7 +40,7 @@ def read_data(config: Config, run_dir: Path):
     if steps > available:
         raise config_error("trainer.steps_per_epoch", steps, f"the training split has {available} full batches "
                            f"of data.batch_size={batch} (null uses them all)")
-    rules.check_run_length(config.trainer, steps)
+    check_run_length(config.trainer, steps)
     log.info("data: %s, %d classes, %d training and %d validation samples, fingerprint %s",
              source.name, len(source.class_names), len(source.train), len(source.val), source.fingerprint[:12])
     return source, steps
@@ -93,3 +92,14 @@ def run_loader(config: Config, plan: RunPlan, source, *, run_dir: Path, placemen
              "processes" if queue.processes else "threads", queue.max_size, queue.bytes / 2**20,
              f" of {plan.batch_size} rows (this process's share of each batch)" if placement.processes > 1 else "")
     return loader
+
+
+def check_run_length(t, steps: int) -> None:
+    """The trainer's keys that count steps, against the steps the run takes (known once its data is)."""
+    total = steps * t.epochs
+    if t.profile_steps and t.profile_steps[1] > total:
+        raise config_error("trainer.profile_steps", list(t.profile_steps), f"steps the run reaches: it has "
+                           f"{total} ({t.epochs} epochs of {steps} steps)")
+    if t.grad_accum_steps > total:  # the optimizer would never update the weights
+        raise config_error("trainer.grad_accum_steps", t.grad_accum_steps, f"at most the steps the run takes, "
+                           f"{total} ({t.epochs} epochs of {steps} steps): with more, no update is ever made")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from dataclasses import dataclass
 
 import keras
 import numpy as np
@@ -12,15 +13,37 @@ import numpy as np
 from app import model as models
 from app.config import closed_target, instantiate_each
 from app.errors import config_error
-from app.objectives import PerClassRecall, SmoothedSparseCrossentropy
-from app.rules import JIT_COMPILE
+from app.objectives import (
+    MeanAveragePrecision,
+    PerClassF1,
+    PerClassRecall,
+    SmoothedSparseCrossentropy,
+    WeightedBinaryCrossentropy,
+)
+from app.rules import JIT_COMPILE, top_k
 from app.runs import rundir
 from app.schema import Config, TrainerConfig
 
 log = logging.getLogger("app.train")
 
 
-def compile_new(net: keras.Model, config: Config, steps_per_epoch: int, class_names: list[str]) -> None:
+@dataclass(frozen=True)
+class Head:
+    """What the model predicts and its loss compares: the class names, and whether an image shows several (a sigmoid
+    a class, binary crossentropy weighing each class's positives by `pos_weight`) or one (softmax)."""
+
+    class_names: list[str]
+    multilabel: bool = False
+    pos_weight: np.ndarray | None = None  # multilabel's trainer.class_weight
+
+    def monitor(self, trainer: TrainerConfig) -> str:
+        """trainer.monitor, `auto` being val_accuracy for one class an image and val_auc for several."""
+        if trainer.monitor != "auto":
+            return trainer.monitor
+        return "val_auc" if self.multilabel else "val_accuracy"
+
+
+def compile_new(net: keras.Model, config: Config, steps_per_epoch: int, head: Head) -> None:
     """A new model's optimizer built over every variable, then the backbone frozen as epoch 1 wants it, compiled."""
     trainer = config.trainer
     optimizer = build_optimizer(config, steps_per_epoch)
@@ -28,7 +51,7 @@ def compile_new(net: keras.Model, config: Config, steps_per_epoch: int, class_na
     backbone = models.backbone_of(net)
     if backbone is not None:
         backbone.trainable = not frozen_in(config, epoch=0)
-    _compile(net, config.trainer, optimizer, class_names)
+    _compile(net, config.trainer, optimizer, head)
     trainable = sum(int(np.prod(v.shape)) for v in net.trainable_variables)  # no copy off the device
     log.info("model: %s parameters, %s trainable; XLA (trainer.jit_compile=%s): %s", f"{net.count_params():,}",
              f"{trainable:,}", trainer.jit_compile, "on" if net.jit_compile else "off")
@@ -59,29 +82,33 @@ def learning_rate(config: Config, steps_per_epoch: int):
                     epochs=config.trainer.epochs)
 
 
-def metric_names(trainer: TrainerConfig, class_names: list[str]) -> list[str]:
+def metric_names(trainer: TrainerConfig, head: Head) -> list[str]:
     """The names Keras logs for the compiled metrics, besides the loss."""
-    k = trainer.top_k
-    return (["accuracy"] + ([f"top{k}_accuracy"] if k and k < len(class_names) else [])
+    class_names, k = head.class_names, top_k(trainer, len(head.class_names))
+    if head.multilabel:
+        return ["auc", "map", "precision", "recall", *(f"f1_{name}" for name in class_names), "macro_precision",
+                "macro_recall"]
+    return (["accuracy"] + ([f"top{k}_accuracy"] if k else [])
             + ([f"recall_{name}" for name in class_names] if trainer.per_class_recall else []))
 
 
-def check_monitor(trainer: TrainerConfig, class_names: list[str]) -> None:
+def check_monitor(trainer: TrainerConfig, head: Head) -> None:
     """trainer.monitor names a figure that will exist, before any training."""
-    names = ["loss", *metric_names(trainer, class_names)]
+    names = ["loss", *metric_names(trainer, head)]
     allowed = [*names, *(f"val_{n}" for n in names)]
-    if trainer.monitor not in allowed:
-        raise config_error("trainer.monitor", trainer.monitor, f"one of {', '.join(allowed)}")
+    if head.monitor(trainer) not in allowed:
+        raise config_error("trainer.monitor", trainer.monitor, f"auto or one of {', '.join(allowed)}")
 
 
-def monitor_mode(trainer: TrainerConfig) -> str:
-    """min or max for trainer.monitor (rundir.monitor_mode: `auto` is min for a loss, max otherwise)."""
-    return rundir.monitor_mode(trainer.monitor, trainer.monitor_mode)
+def monitor_mode(trainer: TrainerConfig, monitor: str) -> str:
+    """min or max for `monitor` (rundir.monitor_mode: trainer.monitor_mode's `auto` is min for a loss, max
+    otherwise)."""
+    return rundir.monitor_mode(monitor, trainer.monitor_mode)
 
 
-def better(trainer: TrainerConfig, value: float, best: float | None) -> bool:
-    """Whether `value` of trainer.monitor beats `best` (None: nothing yet)."""
-    return best is None or (value < best if monitor_mode(trainer) == "min" else value > best)
+def better(mode: str, value: float, best: float | None) -> bool:
+    """Whether `value` beats `best` (None: nothing yet) when `mode` (min or max) says which way is better."""
+    return best is None or (value < best if mode == "min" else value > best)
 
 
 def class_weights(trainer: TrainerConfig, labels: np.ndarray, class_names: list[str]) -> np.ndarray | None:
@@ -90,7 +117,10 @@ def class_weights(trainer: TrainerConfig, labels: np.ndarray, class_names: list[
     wanted = trainer.class_weight
     if wanted is None:
         return None
-    if wanted == "balanced":
+    if wanted == "balanced" and labels.ndim == 2:  # several labels: a class's positives against its negatives
+        positives = labels.sum(axis=0).astype(np.float64)
+        weights = (len(labels) - positives) / np.maximum(positives, 1)
+    elif wanted == "balanced":
         counts = np.bincount(labels, minlength=len(class_names)).astype(np.float64)
         weights = len(labels) / (len(class_names) * np.maximum(counts, 1))
     else:
@@ -104,18 +134,34 @@ def class_weights(trainer: TrainerConfig, labels: np.ndarray, class_names: list[
     return weights.astype(np.float32)
 
 
-def _compile(net: keras.Model, trainer: TrainerConfig, optimizer, class_names: list[str]) -> None:
-    classes = len(class_names)
-    loss = (SmoothedSparseCrossentropy(trainer.label_smoothing) if trainer.label_smoothing else
-            "sparse_categorical_crossentropy")
-    metrics = ["accuracy"]
-    if trainer.top_k and trainer.top_k < classes:
-        metrics.append(keras.metrics.SparseTopKCategoricalAccuracy(trainer.top_k, name=f"top{trainer.top_k}_accuracy"))
-    if trainer.per_class_recall:
-        metrics.append(PerClassRecall(class_names))
+def _compile(net: keras.Model, trainer: TrainerConfig, optimizer, head: Head) -> None:
+    loss, metrics = _multilabel_objectives(trainer, head) if head.multilabel else _objectives(trainer, head)
     net.compile(optimizer=optimizer, loss=loss, metrics=metrics,
                 jit_compile=JIT_COMPILE[str(trainer.jit_compile).lower()],
                 steps_per_execution=trainer.steps_per_execution)
+
+
+def _objectives(trainer: TrainerConfig, head: Head) -> tuple:
+    """One class an image: sparse crossentropy (smoothed where asked), accuracy, top-k, each class's recall."""
+    k = top_k(trainer, len(head.class_names))
+    loss = (SmoothedSparseCrossentropy(trainer.label_smoothing) if trainer.label_smoothing else
+            "sparse_categorical_crossentropy")
+    metrics = ["accuracy"]
+    if k:
+        metrics.append(keras.metrics.SparseTopKCategoricalAccuracy(k, name=f"top{k}_accuracy"))
+    if trainer.per_class_recall:
+        metrics.append(PerClassRecall(head.class_names))
+    return loss, metrics
+
+
+def _multilabel_objectives(trainer: TrainerConfig, head: Head) -> tuple:
+    """Several classes an image: weighted binary crossentropy; macro AUC, micro precision and recall at the
+    threshold, each class's F1 and the macro precision and recall, mean average precision."""
+    t, n = trainer.threshold, len(head.class_names)
+    loss = WeightedBinaryCrossentropy(head.pos_weight, trainer.label_smoothing)
+    return loss, [keras.metrics.AUC(multi_label=True, num_labels=n, name="auc"), MeanAveragePrecision(n),
+                  keras.metrics.Precision(thresholds=t, name="precision"),
+                  keras.metrics.Recall(thresholds=t, name="recall"), PerClassF1(head.class_names, t)]
 
 
 def frozen_in(config: Config, epoch: int) -> bool:
@@ -126,7 +172,7 @@ def frozen_in(config: Config, epoch: int) -> bool:
     return start is None or epoch + 1 < start
 
 
-def freeze_or_unfreeze_recompiling(net: keras.Model, config: Config, epoch: int, class_names: list[str]) -> None:
+def freeze_or_unfreeze_recompiling(net: keras.Model, config: Config, epoch: int, head: Head) -> None:
     """At an epoch's start, the backbone frozen or trained as configured; recompiled (same optimizer) on a change."""
     backbone, trained = models.backbone_of(net), not frozen_in(config, epoch)
     if backbone is None:
@@ -136,7 +182,7 @@ def freeze_or_unfreeze_recompiling(net: keras.Model, config: Config, epoch: int,
                  config.trainer.unfreeze_at_epoch)
     if backbone.trainable != trained:  # a checkpoint is saved, and so loaded, with the backbone trainable
         backbone.trainable = trained
-        _compile(net, config.trainer, net.optimizer, class_names)
+        _compile(net, config.trainer, net.optimizer, head)
 
 
 @contextlib.contextmanager

@@ -33,9 +33,12 @@ def train(run: RunContext) -> None:
     source, steps = inputs.read_data(config, run.run_dir)
     if not config.resume and placement.writes:  # the process that writes the run directory
         inputs.delete_partial_records_and_write_split(run.run_dir, source)
-    recipe.check_monitor(config.trainer, source.class_names)
     inputs.check_validation_rows(len(source.val), placement)
     weights = recipe.class_weights(config.trainer, source.train.labels, source.class_names)
+    head = recipe.Head(source.class_names, multilabel=str(config.data.task.value) == "multilabel")
+    if head.multilabel:  # several labels: the weights are each class's positives', in the loss
+        head, weights = recipe.Head(source.class_names, multilabel=True, pos_weight=weights), None
+    recipe.check_monitor(config.trainer, head)
     drawn = inputs.sampling_weights(config.data, source)
     if weights is not None and drawn is not None:
         log.warning("trainer.class_weight and data.sampling=%s both weigh the classes: each epoch's draws are "
@@ -44,7 +47,7 @@ def train(run: RunContext) -> None:
     try:
         summary.update(hardware={**summary.content["hardware"], "gpus": placement.gpus}, **placement.record())
         with placement.scope():  # model, optimizer, metrics and steps on the strategy's replicas
-            net, point = _model(run, source, steps)
+            net, point = _model(run, head, steps)
             plan = RunPlan.of(config, processes=placement.processes, device_is_host=not placement.gpus)
             plans = calibration.planner(config, plan, source, net)
             plan = calibration.probed(plans, source.train, net, class_weights=weights)
@@ -59,7 +62,7 @@ def train(run: RunContext) -> None:
                                         config.trainer.record_samples)
                     _write_export_again(run, source, point)
                 summary.start()
-                Epochs(context=run, placement=placement, source=source, steps=steps, net=net, loader=loader,
+                Epochs(context=run, placement=placement, source=source, head=head, steps=steps, net=net, loader=loader,
                        memory=memory, class_weights=weights, sample_weights=drawn).train_and_write_checkpoints()
             _log_memory(predicted, summary.content.get("peak_memory_mb") or 0)
     finally:
@@ -85,12 +88,12 @@ def start_keras(config: Config) -> devices.Placement:
     return placement
 
 
-def _model(run: RunContext, source, steps: int) -> tuple[keras.Model, ResumePoint | None]:
+def _model(run: RunContext, head: recipe.Head, steps: int) -> tuple[keras.Model, ResumePoint | None]:
     """(a new compiled model, None), or on resume (the checkpoint's model, the checkpoint) with run.state restored."""
     config = run.config
     if not config.resume:
-        net = models.build(config.model, config.data.image_size, len(source.class_names))
-        recipe.compile_new(net, config, steps, source.class_names)
+        net = models.build(config.model, config.data.image_size, len(head.class_names), multilabel=head.multilabel)
+        recipe.compile_new(net, config, steps, head)
         return net, None
     models.import_builder(config.model)
     point = restore.resume_point(run.run_dir, epochs=config.trainer.epochs)

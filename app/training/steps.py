@@ -14,6 +14,7 @@ import keras
 import numpy as np
 
 from app.adapters import JaxTrainerState
+from app.objectives import WeightedBinaryCrossentropy
 from app.processes import signals_held, stop_if_interrupted
 from app.runs.checkpoint import EpochFigures, RunState
 
@@ -44,7 +45,7 @@ class Feed:
                 return
             finally:
                 self.waited_s += time.perf_counter() - asked
-            y = np.asarray(y, np.int64)
+            y = np.asarray(y, np.int64 if np.ndim(y) == 1 else np.uint8)  # a class a row, or (several) a 0/1 vector
             batch = [(x, y) if self.class_weights is None else (x, y, self.class_weights[y])]  # a weight a sample
             del x, y
             yield batch.pop()  # held by nothing here once handed over
@@ -59,10 +60,12 @@ class Feed:
         if close:
             close()
 
-    def iterator(self, image_size) -> Iterator:
+    def iterator(self, image_size, classes: int = 0) -> Iterator:
+        """tf.data over the batches; `classes`: several labels an image, a 0/1 vector of that many a row."""
         import tensorflow as tf
 
-        signature = (tf.TensorSpec((None, *image_size, 3), tf.uint8), tf.TensorSpec((None,), tf.int64))
+        labels = tf.TensorSpec((None, classes), tf.uint8) if classes else tf.TensorSpec((None,), tf.int64)
+        signature = (tf.TensorSpec((None, *image_size, 3), tf.uint8), labels)
         if self.class_weights is not None:
             signature += (tf.TensorSpec((None,), tf.float32),)
         dataset = tf.data.Dataset.from_generator(self._generate, output_signature=signature)
@@ -96,7 +99,8 @@ class _TensorFlowCalls:
         # a stop raised inside TensorFlow's tracing (the dataset here, the step at its first call) breaks
         # its C++ callbacks ("MISMATCH of original and normalized active exception types"): it waits
         with signals_held():
-            self.iterator, self.distributed = feed.iterator(_image_size(net)), tf.distribute.has_strategy()
+            self.iterator = feed.iterator(_image_size(net), _label_vector_size(net))
+            self.distributed = tf.distribute.has_strategy()
 
     def __call__(self) -> dict:
         with nullcontext() if self.traced else signals_held():
@@ -176,6 +180,17 @@ class EpochPlan:
 
 def _image_size(net: keras.Model) -> tuple[int, int]:
     return tuple(net.input_shape[1:3])
+
+
+def _label_vector_size(net: keras.Model) -> int:
+    """The classes of a label vector where `net` learns several an image (its loss a binary crossentropy), else 0."""
+    return int(net.output_shape[-1]) if isinstance(getattr(net, "loss", None), WeightedBinaryCrossentropy) else 0
+
+
+def blank_labels(net: keras.Model, rows: int) -> np.ndarray:
+    """`rows` labels of 0s as `net`'s loss takes them: a class index each, or (several labels an image) a 0/1 row."""
+    classes = _label_vector_size(net)
+    return np.zeros((rows, classes), np.uint8) if classes else np.zeros((rows,), np.int64)
 
 
 def train_epoch(net: keras.Model, feed: Feed, callbacks: keras.callbacks.CallbackList, figures: EpochFigures,
@@ -274,5 +289,5 @@ def build_metrics(net: keras.Model) -> None:
         import jax
 
         rows = jax.local_device_count()
-    net.test_on_batch(np.zeros((rows, height, width, 3), np.uint8), np.zeros((rows,), np.int64))
+    net.test_on_batch(np.zeros((rows, height, width, 3), np.uint8), blank_labels(net, rows))
     net.reset_metrics()

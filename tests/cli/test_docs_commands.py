@@ -61,7 +61,7 @@ LOG_PREFIX = re.compile(r"^\[[^\]]*\]\[[^\]]*\]\[[^\]]*\] - ")
 
 def placeholders(tmp: Path) -> dict[str, str]:
     return {"/some/images": str(tmp / "images"), "/data/flowers": str(tmp / "images"), "$HOME": str(tmp / "home"),
-            "/data/scans": str(tmp / "scans")}
+            "/data/scans": str(tmp / "scans"), "/data/planet": str(tmp / "planet")}
 
 
 def documented() -> list[dict]:
@@ -187,6 +187,18 @@ def write_scans(folder: Path) -> None:
     (folder / "train.csv").write_text("\n".join(rows) + "\n")
 
 
+def write_planet(folder: Path) -> None:
+    """A Planet-style table as docs/labels.md shows one: `image_name,tags`, the tags space-separated, some empty."""
+    rng = np.random.default_rng(0)
+    (folder / "train-jpg").mkdir(parents=True)
+    tags = ["clear primary", "cloudy", "", "clear primary road", "haze primary", "clear road"]
+    rows = ["image_name,tags"]
+    for i in range(24):
+        Image.fromarray(rng.integers(0, 256, (40, 48, 3), np.uint8)).save(folder / "train-jpg" / f"train_{i}.jpg")
+        rows.append(f"train_{i},{tags[i % len(tags)]}")
+    (folder / "train_v2.csv").write_text("\n".join(rows) + "\n")
+
+
 def write_cifar(folder: Path) -> None:
     """CIFAR-10's python batches, 20 rows each, every class in every batch."""
     folder.mkdir(parents=True)
@@ -234,6 +246,7 @@ def ran(tmp_path_factory):
     work, home = tmp / "work", tmp / "home"
     write_images(tmp / "images")
     write_scans(tmp / "scans")
+    write_planet(tmp / "planet")
     write_cifar(work / "datasets" / "cifar10" / "cifar-10-batches-py")
     env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(ROOT / "tests"),
            "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}

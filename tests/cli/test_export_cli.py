@@ -244,7 +244,7 @@ def test_an_earlier_export_is_replaced_but_not_one_holding_a_file_of_the_users(e
 
 
 def test_a_failed_publish_puts_the_earlier_export_back(tmp_path, monkeypatch):
-    from app.commands import export
+    from app.runs import export_folder as export
 
     out, staging = tmp_path / "out", tmp_path / ".out.tmp"
     for folder, fmt in ((out, "onnx"), (staging, "litert")):

@@ -24,7 +24,8 @@ from app.schema.data import DATA_TARGETS
 
 
 def _data(path, **keys):
-    return SimpleNamespace(_target_=DATA_TARGETS["prepared"], path=None if path is None else str(path), **keys)
+    return SimpleNamespace(_target_=DATA_TARGETS["prepared"], task="multiclass",
+                           path=None if path is None else str(path), **keys)
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,7 @@ from app.schema.data import DATA_TARGETS
 
 def _data(path, **keys):
     keys = {"storage_options": {}, "cache_dir": None, "cache_max_gb": 20.0, **keys}
-    return SimpleNamespace(_target_=DATA_TARGETS["prepared"], path=str(path), **keys)
+    return SimpleNamespace(_target_=DATA_TARGETS["prepared"], task="multiclass", path=str(path), **keys)
 
 
 @pytest.fixture(scope="module")

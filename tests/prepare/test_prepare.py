@@ -17,12 +17,14 @@ import numpy as np
 import pytest
 import s3fs
 from hydra import compose, initialize_config_dir
+from PIL import Image
 from s3_endpoint import environment, new_bucket
 from shard_checks import assert_webdataset_reads_what_the_index_says
 
 from app.config import conf_dir, load
 from app.data import load_or_generate_source
-from app.data.shards import read_index, read_manifest
+from app.data.prepared import prepared_source
+from app.data.shards import manifest_checksum, read_index, read_manifest
 from app.data.storage import LocalStore, RemoteStore, Store
 from app.errors import ConfigError, DataError
 from app.prepare import job
@@ -32,6 +34,7 @@ from app.prepare.plan import JOURNAL, read_plan, shard_orders
 from app.prepare.rule import stored_short_side
 from app.prepare.tar import staging_folder
 from app.schema import register
+from app.schema.data import PreparedDataConfig
 
 register()
 TINY = ["data.num_images=24", "data.source_size=64", "data.num_classes=3", "data.image_size=[16,16]"]
@@ -244,8 +247,17 @@ def test_the_manifest_records_the_sources_split_and_each_sample_names_its_origin
         assert (original.labels[places] == read_index(out, split)["label"]).all()
         assert places != sorted(places)  # negative control: shuffled, so a key's number is not the place
     assert assert_webdataset_reads_what_the_index_says(out) == 30
-    # a manifest written before the assignment was recorded (format 1, before checksums) still reads (with none)
     written = json.loads((out / "manifest.json").read_text())
+    # format 2 (one label a sample, before the task was recorded) reads as it did, checksums checked
+    two = {**{k: v for k, v in written.items() if k != "task"}, "version": 2,
+           "splits": {name: {k: v for k, v in record.items() if k != "labels_sha256"}
+                      for name, record in written["splits"].items()}}
+    (out / "manifest.json").write_text(json.dumps({**two, "checksum": manifest_checksum(two)}))
+    assert len(prepared_source(PreparedDataConfig(path=str(out))).train) == 18
+    (out / "manifest.json").write_text(json.dumps({**two, "checksum": written["checksum"]}))
+    with pytest.raises(DataError, match="does not match its checksum"):  # negative control: still checked
+        read_manifest(out)
+    # a manifest written before the assignment was recorded (format 1, before checksums) still reads (with none)
     old = {k: v for k, v in written.items() if k not in ("assignment", "checksum")}
     (out / "manifest.json").write_text(json.dumps({**old, "version": 1}))
     assert read_manifest(out).assignment == {} and read_manifest(out).splits["train"].count == 18
@@ -281,3 +293,38 @@ def test_the_manifest_keeps_the_overrides_that_prepare_it_again_and_no_secret(tm
                        "prepare.format=jpeg prepare.quality=95")
     assert "SECRET" not in command and "hydra" not in command  # negative controls: given, left out
     assert b"SECRET" not in (out / "manifest.json").read_bytes()
+
+
+def test_a_multilabel_copy_stores_each_samples_label_vector_and_refuses_a_run_of_the_other_task(tmp_path):
+    (tmp_path / "img").mkdir()
+    tags = ["road water", "", "water", "road", "field road water"]
+    rows = ["name,tags"]
+    for i in range(30):
+        Image.fromarray(np.full((12, 12, 3), i * 8, np.uint8)).save(tmp_path / "img" / f"{i}.png")
+        rows.append(f"img/{i}.png,{tags[i % 5]}")
+    (tmp_path / "tiles.csv").write_text("\n".join(rows) + "\n")
+    out = tmp_path / "copy"
+    table = ["data=table", f"data.table={tmp_path / 'tiles.csv'}", "data.columns.path=name", "data.columns.label=tags",
+             "data.task=multilabel", "data.label_separator=' '", "data.image_size=[8,8]"]
+    config = prepared_config(*table, f"prepare.out={out}", "prepare.format=raw")
+    write_prepared_copy(config, workers=0, per_shard=7)
+    source, manifest = load_or_generate_source(config.data), read_manifest(out)
+    assert (manifest.version, manifest.task, manifest.class_names) == (3, "multilabel", ["field", "road", "water"])
+    copy = prepared_source(PreparedDataConfig(path=str(out), task="multilabel"))
+    for split in ("train", "val"):
+        original, prepared = getattr(source, split), getattr(copy, split)
+        places = [manifest.assignment[split].index(os.path.relpath(meta["path"], manifest.assignment["root"]))
+                  for meta in _metas(out, split)]
+        assert prepared.labels.dtype == np.uint8 and (prepared.labels == original.labels[places]).all()
+        assert (read_index(out, split)["label"] == -1).all()
+        assert (prepared.take(np.array([1, 0])).labels == prepared.labels[[1, 0]]).all()
+    with tarfile.open(out / manifest.splits["train"].shards[0]) as tar:
+        classes = {m.name: tar.extractfile(m).read().decode() for m in tar.getmembers() if m.name.endswith(".cls")}
+    assert set(classes.values()) <= {"1 2", "", "2", "1", "0 1 2"} and len(set(classes.values())) > 1
+    with pytest.raises(DataError, match="holds several labels an image.*add data.task=multilabel"):
+        prepared_source(PreparedDataConfig(path=str(out)))  # negative control: a one-label run of it
+    labels = np.load(out / "labels-val.npy")
+    labels[0] = 1 - labels[0]
+    np.save(out / "labels-val.npy", labels)
+    with pytest.raises(DataError, match="labels-val.npy does not match the checksum"):
+        prepared_source(PreparedDataConfig(path=str(out), task="multilabel"))

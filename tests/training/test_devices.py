@@ -225,7 +225,7 @@ def test_each_precision_trains_under_a_strategy_with_float32_ends(precision, tmp
     try:
         with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
             net = models.build(config.model, [16, 16], 3)
-            recipe.compile_new(net, config, 2, ["a", "b", "c"])
+            recipe.compile_new(net, config, 2, recipe.Head(["a", "b", "c"]))
             inputs = recording.StepInputs(str(tmp_path / "dtypes.txt"))
             inputs.set_model(net)
             inputs.on_train_begin()

@@ -18,7 +18,8 @@ from app.loader import prefetch
 from app.loader.enqueuer import Enqueuer
 from app.loader.settings import Settings
 from app.model import classifier
-from app.training.steps import EpochFigures, EpochPlan, Feed, train_epoch, validate
+from app.objectives import MeanAveragePrecision, WeightedBinaryCrossentropy
+from app.training.steps import EpochFigures, EpochPlan, Feed, blank_labels, build_metrics, train_epoch, validate
 
 BATCH = 4
 
@@ -227,3 +228,16 @@ def test_the_loaders_own_error_reaches_the_loop_unchanged():
 
     with pytest.raises(LoaderFailed, match="sample 7"):
         train(tiny_net(), failing(), 5)
+
+
+def test_a_multilabel_models_metrics_are_built_on_label_rows_and_validate_reads_them():
+    backbone = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.GlobalAveragePooling2D(),
+                                 keras.layers.Dense(3, activation="sigmoid")])
+    net = classifier(backbone, (8, 8))
+    net.compile(optimizer="sgd", loss=WeightedBinaryCrossentropy(), metrics=[MeanAveragePrecision(3)])
+    assert blank_labels(net, 2).shape == (2, 3) and blank_labels(tiny_net(), 2).shape == (2,)  # negative control
+    build_metrics(net)  # as a resume restoring its metrics, or JAX and a strategy, build them first
+    rows = np.array([[1, 0, 1], [0, 0, 0], [0, 1, 1], [1, 1, 0]], np.uint8)
+    feed = Feed([(np.zeros((4, 8, 8, 3), np.uint8), rows)], 1)
+    logs = validate(net, feed, keras.callbacks.CallbackList([], model=net))
+    assert {"loss", "map"} <= set(logs) and 0 < float(logs["map"]) <= 1

@@ -1,0 +1,160 @@
+"""A table's rows read and checked one by one (data=table, app/data/table.py): the path (data.root, data.path_format,
+listed once), the label or (data.task=multilabel) the labels, the split, the group, the weight; each fault a RowFault
+naming its column."""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.data import label_sets
+from app.data.table_files import Row
+from app.errors import DataError
+
+SPLITS = {"train": "train", "val": "val", "validation": "val", "test": "test"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sample:
+    at: str  # where its row is: "line 7", "row 7"
+    rel: str  # the path as the table gives it, after data.path_format
+    label: str | tuple[str, ...]  # data.task=multilabel: the classes it shows, sorted, maybe none
+    split: str | None
+    group: str | None
+    size: int
+    weight: float = 1.0  # data.columns.weight's, for data.sampling=weights
+    stratum: str = ""  # what a drawn split balances: its label, or (multilabel) its rarest class
+
+
+class RowFault(Exception):
+    """A row the table check refuses: the column it is in, and why."""
+
+    def __init__(self, column: str | None, why: str):
+        super().__init__(why)
+        self.column, self.why = column, why
+
+
+def multilabel_reading(data_cfg, header: list[str], table: Path) -> dict | None:
+    """data.task=multilabel's reading of the labels (label_sets.py's keywords and the 0/1 columns); None: one."""
+    if str(data_cfg.task.value) != "multilabel":
+        return None
+    given = list(data_cfg.columns.labels or [])
+    missing = [name for name in given if name not in header]
+    if missing:
+        raise DataError(f"data.table {table} has no column(s) {', '.join(missing)} (data.columns.labels): its "
+                        f"columns are {', '.join(header)}")
+    return {"separator": data_cfg.label_separator, "none_label": data_cfg.none_label, "columns": given,
+            "uncertain": data_cfg.uncertain}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowReader:
+    table: Path
+    root: Path
+    columns: dict
+    path_format: str | None
+    classes: list[str] | None
+    multilabel: dict | None = None  # data.task=multilabel: how its labels are read (_multilabel)
+
+    def checked(self, rows: list[Row], *, skip: bool) -> tuple[list[Sample], list[tuple[int, str, str]]]:
+        """The rows that pass every check, and (line, where, why) of those left out (with `skip`; else an error)."""
+        samples, left_out, seen, groups = [], [], {}, {}
+        for row in rows:
+            try:
+                sample = self.sample(row, seen)
+                self.check_group(sample, groups)
+            except RowFault as fault:
+                where = f"{self.table}, {row.at}" + (f", column `{fault.column}`" if fault.column else "")
+                if not skip:
+                    raise DataError(f"{where}: {fault.why}. Fix the row or remove it; or set "
+                                    "data.on_bad_sample=skip to leave such rows out (listed in bad_samples.txt) up "
+                                    "to data.max_bad_fraction") from None
+                left_out.append((row.number, where, fault.why))
+                continue
+            seen[sample.rel] = row.at
+            samples.append(sample)
+        return samples, left_out
+
+    def sample(self, row: Row, seen: dict) -> Sample:
+        if row.fault:
+            raise RowFault(None, row.fault)
+        cols = self.columns
+        given = _text(row.values.get(cols["path"]), cols["path"])
+        if not given:
+            raise RowFault(cols["path"], "the path is empty")
+        rel = posixpath.normpath(self.path_format.replace("{}", given, 1) if self.path_format else given)
+        if rel in seen:  # normalised: ./a.jpg and a.jpg are one file
+            raise RowFault(cols["path"], f"{rel} is listed already, at {seen[rel]}")
+        label = self.label_of(row)
+        split = self.split_of(row)
+        group = _text(row.values.get(cols["group"]), cols["group"]) if cols["group"] else None
+        try:
+            size = (self.root / rel).stat().st_size
+        except OSError as error:
+            raise RowFault(cols["path"], f"{self.root / rel} cannot be read ({error.strerror})") from None
+        return Sample(at=row.at, rel=rel, label=label, split=split, group=group or None, size=size,
+                      weight=self.weight_of(row))
+
+    def weight_of(self, row: Row) -> float:
+        column = self.columns["weight"]
+        if column is None:
+            return 1.0
+        text = _text(row.values.get(column), column)
+        try:
+            weight = float(text)
+        except ValueError:
+            weight = -1.0
+        if not 0 <= weight < float("inf"):
+            raise RowFault(column, f"weight {text!r} is not a number of 0 or more")
+        return weight
+
+    def label_of(self, row: Row) -> str | tuple[str, ...]:
+        """A row's class, or (multilabel) the classes it shows; a RowFault where it cannot be read or is unknown."""
+        column, known = self.columns["label"], self.classes
+        if self.multilabel is None:
+            label = _text(row.values.get(column), column)
+            if not label:
+                raise RowFault(column, "the label is empty")
+            if known and label not in known:
+                raise RowFault(column, f"label {label!r} is none of data.classes ({', '.join(known)})")
+            return label
+        ml = self.multilabel
+        try:
+            names = label_sets.from_columns(row.values, ml["columns"], ml["uncertain"]) if ml["columns"] else \
+                label_sets.from_cell(_text(row.values.get(column), column), separator=ml["separator"] or " ",
+                                     none_label=ml["none_label"])
+        except label_sets.LabelFault as fault:
+            raise RowFault(fault.column, fault.why) from None
+        unknown = [name for name in names if known and name not in known]
+        if unknown:
+            raise RowFault(column, f"label(s) {', '.join(unknown)} are none of data.classes ({', '.join(known)})")
+        return names
+
+    def split_of(self, row: Row) -> str | None:
+        column = self.columns["split"]
+        if column is None:
+            return None
+        value = _text(row.values.get(column), column).lower()
+        if value not in SPLITS:
+            raise RowFault(column, f"split {value!r} is none of train, val (or validation), test")
+        return SPLITS[value]
+
+    def check_group(self, sample: Sample, groups: dict) -> None:
+        """A group met in one split before, and in another now: refused (a patient's scans in train and val)."""
+        if sample.group is None or sample.split is None:
+            return
+        first = groups.setdefault(sample.group, (sample.split, sample.at))
+        if first[0] != sample.split:
+            raise RowFault(self.columns["split"], f"group {sample.group!r} ({self.columns['group']}) is in the "
+                                                  f"{first[0]} split at {first[1]}, and here in {sample.split}: a "
+                                                  "group's rows all go to one split")
+
+
+def _text(value, column: str) -> str:
+    """A cell as text: a number is its digits; a list or a mapping is no single value."""
+    if value is None:
+        return ""
+    if isinstance(value, (list, dict)):
+        raise RowFault(column, f"{value!r} is not one value")
+    return str(value).strip()
