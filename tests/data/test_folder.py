@@ -90,7 +90,9 @@ def test_split_is_deterministic_and_stable(tmp_path):
     for cls, n in (("b", 15), ("a", 20)):
         for i in reversed(range(n)):
             _image(other / cls / f"{cls}{i:03d}.png", value=i)
-    second = folder_source(other, 0.2)
+    for path in [*(tmp_path / "one").rglob("*.png"), *other.rglob("*.png")]:  # one time, whenever each was written:
+        os.utime(path, (1_700_000_000, 1_700_000_000))  # the fingerprint counts whole seconds
+    first, second = folder_source(tmp_path / "one", 0.2), folder_source(other, 0.2)
     assert (second.split["train"], second.split["val"]) == (first.split["train"], first.split["val"])
     assert second.fingerprint == first.fingerprint
     assert len(first.split["val"]) == 4 + 3
