@@ -16,7 +16,7 @@ import albumentations as A
 import numpy as np
 
 from app.config import instantiate_each
-from app.data.images import DEFAULT_MAX_PIXELS, Decode
+from app.data.images import DEFAULT_MAX_PIXELS, Decode, Pixels
 from app.data.prepared import PreparedSplit, check_short_side
 
 log = logging.getLogger(__name__)
@@ -158,12 +158,14 @@ def check_stored_sizes(config, source) -> None:
         check_short_side(split, need, f"the {name} transforms (to {size[0]}×{size[1]})")
 
 
-def augmenters(data, splits: dict[str, list], image_size: tuple[int, int] | None = None) -> dict[str, Augmenter]:
-    """One Augmenter a split of `splits` (name → transforms) for a config's `data` (at `image_size`, else its own);
-    logs each split's draft rule."""
+def augmenters(data, splits: dict[str, list], image_size: tuple[int, int] | None = None,
+               pixels: Pixels = Pixels()) -> dict[str, Augmenter]:
+    """One Augmenter a split of `splits` (name → transforms) for a config's `data` (at `image_size`, else its own) and
+    the run's `pixels`; logs each split's draft rule."""
     built, size = {}, image_size or data.image_size
     for name, transforms in splits.items():
-        built[name] = Augmenter(transforms, size, draft=data.decode.draft, max_pixels=data.max_image_pixels)
+        built[name] = Augmenter(transforms, size, draft=data.decode.draft, max_pixels=data.max_image_pixels,
+                                pixels=pixels)
         log.info("%s split: %s", name, built[name].draft_reason)
     return built
 
@@ -177,7 +179,7 @@ class Augmenter:
     """Picklable: holds plain configs (or a user's Compose, pickled) and builds one Compose a thread on first use."""
 
     def __init__(self, transforms: Sequence[dict] | A.BaseCompose, image_size: Sequence[int], *, draft: bool = True,
-                 max_pixels: int | None = DEFAULT_MAX_PIXELS):
+                 max_pixels: int | None = DEFAULT_MAX_PIXELS, pixels: Pixels = Pixels()):
         own = isinstance(transforms, A.BaseCompose)
         self.transforms = [] if own else [dict(t) for t in transforms]
         self.pickled = shipped(transforms) if own else None
@@ -185,7 +187,7 @@ class Augmenter:
         self.image_size = tuple(int(s) for s in image_size)
         self._local = threading.local()
         min_short_side, self.draft_reason = draft_rule(self.compose(), draft)
-        self.decode = Decode(min_short_side, max_pixels)  # how the files of this pipeline are decoded
+        self.decode = Decode(min_short_side, max_pixels, pixels)  # how the files of this pipeline are decoded
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -211,7 +213,8 @@ class Augmenter:
         # each transform its own generator with the same seed, so transforms of equal `p` would fire together.
         compose.set_random_state(np.random.default_rng(seed), random.Random(seed))
         out = compose(image=image)["image"]
-        if out.dtype != np.uint8:  # the ring holds uint8: a float would be cut to integers silently
-            raise TypeError(f"the transforms made a {out.dtype} image, not uint8: leave out those that make floats "
-                            f"({', '.join(sorted(FLOAT_MAKERS))}); the model's first layer makes float32")
+        if out.dtype != self.decode.pixels.dtype:  # the ring holds the images' integers: a float would be cut silently
+            raise TypeError(f"the transforms made a {out.dtype} image, not {self.decode.pixels.dtype}: leave out those "
+                            f"that make floats ({', '.join(sorted(FLOAT_MAKERS))}); the model's first layer makes "
+                            "float32")
         return out

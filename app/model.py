@@ -94,11 +94,12 @@ def normalise(batch: np.ndarray) -> np.ndarray:
     return out
 
 
-def normaliser(mode: str) -> layers.Layer:
-    """The first layer: RGB 0..255 in, float32 out as `mode` says (ValueError for an unknown one); stock Keras layers
-    only, so model.keras loads without this app. Float32 under any precision policy: caffe's mean keeps its decimals."""
+def normaliser(mode: str, dtype: str = "uint8") -> layers.Layer:
+    """The first layer: RGB 0..255 (unit: any bands, 0..the largest `dtype` value) in, float32 out as `mode` says
+    (ValueError for an unknown one); stock Keras layers only, so model.keras loads without this app. Float32 under any
+    precision policy: caffe's mean keeps its decimals."""
     if mode == "unit":
-        return layers.Rescaling(SCALE, OFFSET, name="normalise", dtype="float32")
+        return layers.Rescaling(1.0 / np.iinfo(dtype).max, OFFSET, name="normalise", dtype="float32")
     if mode == "tf":
         return layers.Rescaling(1.0 / 127.5, -1.0, name="normalise", dtype="float32")
     if mode == "torch":
@@ -114,21 +115,30 @@ def normaliser(mode: str) -> layers.Layer:
     raise ValueError(f"unknown normalisation {mode!r}")
 
 
-def classifier(backbone: keras.Model, image_size: Sequence[int], normalisation: str = "unit") -> keras.Model:
-    """What `train` fits and model.keras holds: RGB values 0..255 in (uint8 or float), normalised by the first layer,
-    the backbone's probabilities out. The cast is inside the step: no float32 batch waits in host memory."""
-    pixels = keras.Input((*image_size, 3), name="image")
-    return keras.Model(pixels, backbone(normaliser(normalisation)(pixels)), name="classifier")
+def classifier(backbone: keras.Model, image_size: Sequence[int], normalisation: str = "unit", *, bands: int = 3,
+               dtype: str = "uint8") -> keras.Model:
+    """What `train` fits and model.keras holds: the loader's integers in (RGB 0..255, or `bands` of `dtype`), normalised
+    by the first layer, the backbone's probabilities out. The cast is inside the step: no float32 batch waits in host
+    memory."""
+    # uint16 declared, so a feed's signature and an export know it; 8-bit stays Keras's float input, as before
+    pixels = keras.Input((*image_size, bands), name="image", dtype="uint16" if dtype == "uint16" else None)
+    return keras.Model(pixels, backbone(normaliser(normalisation, dtype)(pixels)), name="classifier")
 
 
-def build(model_config, image_size: Sequence[int], num_classes: int, multilabel: bool = False) -> keras.Model:
-    """The classifier a model config describes: its `_target_` called with the input shape, the class count, its other
-    keys and `kwargs` (and activation="sigmoid" for several labels an image: a builder of the user's takes it then),
-    behind the normalisation the backbone expects. ConfigError when it cannot be built."""
+def build(model_config, image_size: Sequence[int], num_classes: int, multilabel: bool = False,
+          pixels=None) -> keras.Model:
+    """The classifier a model config describes: its `_target_` called with the input shape (`pixels`' bands, else 3),
+    the class count, its other keys and `kwargs` (and activation="sigmoid" for several labels an image: a builder of
+    the user's takes it then), behind the normalisation the backbone expects. ConfigError when it cannot be built."""
     spec = dataclasses.asdict(model_config)
     extra = {**(spec.pop("kwargs", None) or {}), **({"activation": "sigmoid"} if multilabel else {})}
+    bands, dtype = (3, "uint8") if pixels is None else (pixels.bands, pixels.dtype)
+    if spec["_target_"] == KERAS_APP and (bands, dtype) != (3, "uint8"):
+        raise config_error("model", spec["name"], f"model=resnet or a builder of your own for {bands}-band {dtype} "
+                           "images: a keras.applications backbone takes 3-band uint8 (RGB) images")
     try:
-        backbone = instantiate(spec, input_shape=(*image_size, 3), num_classes=num_classes, _convert_="all", **extra)
+        backbone = instantiate(spec, input_shape=(*image_size, bands), num_classes=num_classes, _convert_="all",
+                               **extra)
     except Exception as error:  # instantiate wraps the target's own error (a Keras ValueError, say)
         cause = error.__cause__ or error
         if isinstance(cause, ConfigError):
@@ -140,7 +150,7 @@ def build(model_config, image_size: Sequence[int], num_classes: int, multilabel:
                            "builder is called as f(input_shape=(H, W, 3), num_classes=N, **model.kwargs) and returns "
                            "a keras.Model")
     normalisation = FAMILIES[spec["name"]].normalisation if spec["_target_"] == KERAS_APP else "unit"
-    return classifier(backbone, image_size, normalisation)
+    return classifier(backbone, image_size, normalisation, bands=bands, dtype=dtype)
 
 
 def import_builder(model_config) -> None:

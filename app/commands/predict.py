@@ -18,6 +18,7 @@ from app.augment import eval_transforms
 from app.commands import failure_carried
 from app.config import conf_dir
 from app.data.images import EXTENSIONS
+from app.data.pixels import run_pixels
 from app.data.prepared import prepared_source
 from app.data.shards import MANIFEST, SPLITS
 from app.data.source import FileSplit
@@ -93,7 +94,8 @@ def main(cfg: DictConfig) -> None:
     counts = np.zeros(len(names), np.int64)
     # Predict's own bad-file policy: a file that cannot be read is listed with its error and no
     # numbers (training's `skip` would put the next file's pixels, and so its answer, in its place).
-    settings = dataclasses.replace(Settings.from_config(config), image_size=tuple(size))  # the model's own
+    pixels = run_pixels(config.data, next(iter(splits.values())))
+    settings = dataclasses.replace(Settings.from_config(config, pixels=pixels), image_size=tuple(size))  # the model's
     transforms = eval_transforms(config.augment, size)
     failed: list[tuple[str, str]] = []  # (what, why) of each sample that could not be read
     with build_loader(config, {name: (split, transforms) for name, split in splits.items()},
