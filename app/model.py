@@ -94,10 +94,13 @@ def normalise(batch: np.ndarray) -> np.ndarray:
     return out
 
 
-def normaliser(mode: str, dtype: str = "uint8") -> layers.Layer:
-    """The first layer: RGB 0..255 (unit: any bands, 0..the largest `dtype` value) in, float32 out as `mode` says
-    (ValueError for an unknown one); stock Keras layers only, so model.keras loads without this app. Float32 under any
-    precision policy: caffe's mean keeps its decimals."""
+def normaliser(mode: str | dict, dtype: str = "uint8") -> layers.Layer:
+    """The first layer: RGB 0..255 (unit, or {"mean", "std"} a band: any bands, in `dtype`'s units) in, float32 out as
+    `mode` says (ValueError for an unknown one); stock Keras layers only, so model.keras loads without this app.
+    Float32 under any precision policy: caffe's mean keeps its decimals."""
+    if isinstance(mode, dict):
+        return layers.Normalization(mean=list(mode["mean"]), variance=[s * s for s in mode["std"]], name="normalise",
+                                    dtype="float32")
     if mode == "unit":
         return layers.Rescaling(1.0 / np.iinfo(dtype).max, OFFSET, name="normalise", dtype="float32")
     if mode == "tf":
@@ -115,7 +118,7 @@ def normaliser(mode: str, dtype: str = "uint8") -> layers.Layer:
     raise ValueError(f"unknown normalisation {mode!r}")
 
 
-def classifier(backbone: keras.Model, image_size: Sequence[int], normalisation: str = "unit", *, bands: int = 3,
+def classifier(backbone: keras.Model, image_size: Sequence[int], normalisation: str | dict = "unit", *, bands: int = 3,
                dtype: str = "uint8") -> keras.Model:
     """What `train` fits and model.keras holds: the loader's integers in (RGB 0..255, or `bands` of `dtype`), normalised
     by the first layer, the backbone's probabilities out. The cast is inside the step: no float32 batch waits in host
@@ -133,9 +136,11 @@ def build(model_config, image_size: Sequence[int], num_classes: int, multilabel:
     spec = dataclasses.asdict(model_config)
     extra = {**(spec.pop("kwargs", None) or {}), **({"activation": "sigmoid"} if multilabel else {})}
     bands, dtype = (3, "uint8") if pixels is None else (pixels.bands, pixels.dtype)
-    if spec["_target_"] == KERAS_APP and (bands, dtype) != (3, "uint8"):
+    standard = None if pixels is None or pixels.mean is None else {"mean": pixels.mean, "std": pixels.std}
+    if spec["_target_"] == KERAS_APP and ((bands, dtype) != (3, "uint8") or standard):
         raise config_error("model", spec["name"], f"model=resnet or a builder of your own for {bands}-band {dtype} "
-                           "images: a keras.applications backbone takes 3-band uint8 (RGB) images")
+                           "images or data.normalize: a keras.applications backbone takes 3-band uint8 (RGB) images "
+                           "and normalises them as its family does")
     try:
         backbone = instantiate(spec, input_shape=(*image_size, bands), num_classes=num_classes, _convert_="all",
                                **extra)
@@ -149,7 +154,7 @@ def build(model_config, image_size: Sequence[int], num_classes: int, multilabel:
         raise config_error("model._target_", spec["_target_"], f"it returned a {type(backbone).__name__}; a model "
                            "builder is called as f(input_shape=(H, W, 3), num_classes=N, **model.kwargs) and returns "
                            "a keras.Model")
-    normalisation = FAMILIES[spec["name"]].normalisation if spec["_target_"] == KERAS_APP else "unit"
+    normalisation = FAMILIES[spec["name"]].normalisation if spec["_target_"] == KERAS_APP else (standard or "unit")
     return classifier(backbone, image_size, normalisation, bands=bands, dtype=dtype)
 
 

@@ -13,14 +13,16 @@ class DecodeError(ValueError):
     """A file that is not a readable image; the message is a short reason (no path)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Pixels:
     """What a run's images are made (app/data/bands.py): data.channels (`rgb`, `all` or band indices), the count of
-    bands that gives, and data.dtype."""
+    bands that gives, data.dtype, and data.normalize's mean and std."""
 
     channels: str | tuple[int, ...] = "rgb"
     bands: int = 3
     dtype: str = "uint8"
+    mean: tuple[float, ...] | None = None  # data.normalize's, a band each; None: scaled by the type's largest value
+    std: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -3,19 +3,50 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from app.data import tiff
 from app.data.bands import run_bands
 from app.data.decode import DecodeError, Pixels, TiffAt
 from app.data.images import read_bytes, rgb_from_bytes
-from app.errors import DataError
+from app.errors import DataError, config_error
 
 
 def run_pixels(data, split) -> Pixels:
-    """A run's Pixels from data.channels and data.dtype; `all` counts the bands of `split`'s first image."""
+    """A run's Pixels from data.channels, data.dtype and data.normalize; `all` counts the bands of `split`'s first
+    image."""
     channels = data.channels if isinstance(data.channels, str) else tuple(int(c) for c in data.channels)
-    found = first_bands(split) if channels == "all" else 0
-    dtype = str(getattr(data.dtype, "value", data.dtype))
-    return Pixels(channels=channels, bands=run_bands(channels, found), dtype=dtype)
+    bands = run_bands(channels, first_bands(split) if channels == "all" else 0)
+    mean, std = normalization(data.normalize, bands)
+    return Pixels(channels=channels, bands=bands, dtype=str(getattr(data.dtype, "value", data.dtype)), mean=mean,
+                  std=std)
+
+
+def normalization(normalize, bands: int) -> tuple[tuple | None, tuple | None]:
+    """(mean, std) a band from data.normalize: its own lists, or a stats.json's; (None, None) where none is given."""
+    mean, std, key = normalize.mean, normalize.std, "data.normalize.mean"
+    if normalize.stats:
+        mean, std, key = *stats_of(normalize.stats), "data.normalize.stats"
+    if mean is None and std is None:
+        return None, None
+    if mean is None or std is None:
+        raise config_error("data.normalize.std" if std is None else key, None, "a list beside data.normalize's "
+                           "other one (mean and std, a value a band), or both null")
+    if len(mean) != bands or len(std) != bands or min(std) <= 0:
+        raise config_error(key, list(mean), f"{bands} means and {bands} std above 0, one a band this run reads "
+                           f"(std: {list(std)})")
+    return tuple(float(m) for m in mean), tuple(float(s) for s in std)
+
+
+def stats_of(path: str) -> tuple[list[float], list[float]]:
+    """(mean, std) a band of a stats.json `python -m app stats` wrote."""
+    try:
+        bands = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))["bands"]
+        return [float(b["mean"]) for b in bands], [float(b["std"]) for b in bands]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise config_error("data.normalize.stats", path,
+                           f"a stats.json that `python -m app stats` wrote ({error})") from None
 
 
 def first_bands(split) -> int:

@@ -14,6 +14,7 @@ from app.data.decode import DecodeError, check_pixels
 BAND_AXES = "SC"  # samples of a pixel, or channels (OME); a stack of same-size pages (I, Q) is read as bands too
 PAGE_AXES = "IQ"
 READ_TYPES = (np.uint8, np.uint16)
+GDAL_NODATA = 42113  # GDAL's TIFF tag: the no-data value, as ASCII
 
 
 def read_tiff(path: str | os.PathLike, *, min_short_side: int | None, max_pixels: int | None) -> np.ndarray:
@@ -43,6 +44,16 @@ def band_count(path: str | os.PathLike) -> int:
                                 if axis in BAND_AXES + PAGE_AXES]))
     except (tifffile.TiffFileError, ValueError, IndexError) as error:
         raise DecodeError(f"cannot decode TIFF: {error}") from error
+
+
+def nodata_of(path: str | os.PathLike) -> float | None:
+    """A GeoTIFF's no-data value (its GDAL_NODATA tag), or None: not a TIFF, none given, unreadable."""
+    try:
+        with tifffile.TiffFile(path) as tif:
+            tag = tif.pages.first.tags.get(GDAL_NODATA)
+            return None if tag is None else float(str(tag.value).strip("\0 "))
+    except (tifffile.TiffFileError, ValueError, OSError):
+        return None
 
 
 def _level(series, min_short_side: int | None):

@@ -38,6 +38,16 @@ class DecodeConfig:
     draft: bool = True  # JPEG: decode at 1/2, 1/4 or 1/8 scale when the network input allows
 
 
+@dataclass
+class NormalizeConfig:
+    """The model's first layer: (x − mean) / std a band, in the images' own units (0..255, 0..65535); all null: the
+    values scaled to 0..1 by the type's largest (uint8: / 255, as before)."""
+
+    mean: list[float] | None = None
+    std: list[float] | None = None
+    stats: str | None = None  # a stats.json `python -m app stats` wrote: its mean and std
+
+
 # What builds each data option's source, its node's `_target_` (set by `data=<option>`).
 DATA_TARGETS = {"synthetic": "app.data.synthetic.synthetic_source", "cifar": "app.data.cifar.cifar_source",
                 "folder": "app.data.folder.folder_source_of", "prepared": "app.data.prepared.prepared_source",
@@ -59,6 +69,7 @@ class DataConfig:
     channels: Any = "rgb"
     dtype: PixelType = PixelType.uint8  # the images' samples, kept as integers to the model's first layer
     decode: DecodeConfig = field(default_factory=DecodeConfig)
+    normalize: NormalizeConfig = field(default_factory=NormalizeConfig)
     # An image declaring more pixels is a bad sample, refused before any decode (a decompression
     # bomb: a few hundred bytes can declare 30000×30000). Pillow's own limit; null: none.
     max_image_pixels: int | None = 89_478_485
