@@ -18,6 +18,7 @@ import numpy as np
 from app.config import instantiate_each
 from app.data.images import DEFAULT_MAX_PIXELS, Decode, Pixels
 from app.data.prepared import PreparedSplit, check_short_side
+from app.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,37 @@ def every_transform(compose: A.BaseCompose) -> list:
         if isinstance(transform, A.BaseCompose):
             found += every_transform(transform)
     return found
+
+
+def check_on_zeros(compose: A.BaseCompose, pixels: Pixels, image_size: Sequence[int]) -> None:
+    """Each transform in `compose`, forced to fire, once on zeros of the run's bands and type (twice its size): one
+    that raises where it takes RGB uint8 of that size, or hands back another type (a float), is refused by name
+    (ConfigError) before any worker starts."""
+    size = tuple(2 * side for side in image_size)
+    zeros, rgb = np.zeros((*size, pixels.bands), pixels.dtype), np.zeros((*size, 3), np.uint8)
+    for transform in every_transform(compose):
+        if isinstance(transform, A.BaseCompose):
+            continue
+        name, kind = type(transform).__name__, f"{pixels.bands}-band {pixels.dtype}"
+        try:
+            out = transform(image=zeros, force_apply=True)["image"]
+        except Exception as error:  # noqa: BLE001 - a failure of these bands or this type, not of the size
+            if not _fires(transform, rgb):
+                continue
+            raise ConfigError(f"config key `augment.transforms`: {name} fails on {kind} images "
+                              f"({type(error).__name__}: {' '.join(str(error).split())[:200]}): leave it out for this "
+                              "data (docs/data.md lists the transforms that keep any bands and type).") from None
+        if out.dtype != zeros.dtype:
+            raise ConfigError(f"config key `augment.transforms`: {name} turns {kind} images into {out.dtype}, which "
+                              f"the loader would cut back to {pixels.dtype} silently: leave it out for this data.")
+
+
+def _fires(transform, image: np.ndarray) -> bool:
+    try:
+        transform(image=image, force_apply=True)
+    except Exception:  # noqa: BLE001 - any failure: the size, or the transform's own arguments
+        return False
+    return True
 
 
 def _pickles(transform) -> bool:
@@ -187,6 +219,8 @@ class Augmenter:
         self.image_size = tuple(int(s) for s in image_size)
         self._local = threading.local()
         min_short_side, self.draft_reason = draft_rule(self.compose(), draft)
+        if pixels != Pixels():  # 8-bit RGB: every albumentations transform takes it
+            check_on_zeros(self.compose(), pixels, self.image_size)
         self.decode = Decode(min_short_side, max_pixels, pixels)  # how the files of this pipeline are decoded
 
     def __getstate__(self) -> dict[str, Any]:
