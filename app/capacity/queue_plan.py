@@ -115,5 +115,6 @@ def report(run: RunPlan, plans: Planner) -> tuple[str, dict]:
     fixed = memory_plan.fixes(plan, plans.probe, plans.facts, limit) if plan.host_mib > limit else []
     capped = plans.slots(run.max_size)[1]
     text = (f"{capped}\n\n" if capped else "") + (memory_plan.render(plan, (name, limit), fixed) + "\n\n"
-            + memory_plan.batch_size_table(config.data.batch_size, tuple(config.data.image_size)))
+            + memory_plan.batch_size_table(config.data.batch_size, tuple(config.data.image_size), run.pixels.bands,
+                                           run.pixels.dtype))
     return text, {**plan.record(), "limit": {"name": name, "mib": round(limit, 1)}, "fixes": fixed}
