@@ -98,9 +98,10 @@ def normaliser(mode: str | dict, dtype: str = "uint8") -> layers.Layer:
     """The first layer: RGB 0..255 (unit, or {"mean", "std"} a band: any bands, in `dtype`'s units) in, float32 out as
     `mode` says (ValueError for an unknown one); stock Keras layers only, so model.keras loads without this app.
     Float32 under any precision policy: caffe's mean keeps its decimals."""
-    if isinstance(mode, dict):
-        return layers.Normalization(mean=list(mode["mean"]), variance=[s * s for s in mode["std"]], name="normalise",
-                                    dtype="float32")
+    if isinstance(mode, dict):  # (x − mean) / std a band: constants, not weights, so an export holds them
+        scale = [1.0 / s for s in mode["std"]]
+        return layers.Rescaling(scale, [-m * k for m, k in zip(mode["mean"], scale, strict=True)], name="normalise",
+                                dtype="float32")
     if mode == "unit":
         return layers.Rescaling(1.0 / np.iinfo(dtype).max, OFFSET, name="normalise", dtype="float32")
     if mode == "tf":
@@ -203,10 +204,11 @@ def write_model_keras(model: keras.Model, path: Path, *, class_names: Sequence[s
     """Save a `classifier` atomically with its class names, input size and normalisation, loadable by plain Keras."""
     path = Path(path)
     tmp = path.with_name(f".{path.stem}.tmp.keras")
-    mode = _first_layer_mode(model)
+    bands, dtype = model.input_shape[-1], pixel_dtype(model)
     metadata = {"class_names": list(class_names), "image_size": list(image_size),
-                "input": "RGB pixel values 0..255, shape (batch, H, W, 3)",
-                "normalisation": {"mode": mode, **({"scale": SCALE, "offset": OFFSET} if mode == "unit" else {})}}
+                "input": ("RGB pixel values 0..255, shape (batch, H, W, 3)" if (bands, dtype) == (3, "uint8") else
+                          f"{dtype} values of {bands} bands, shape (batch, H, W, {bands})"),
+                "normalisation": first_layer(model)}
     try:
         # uncompiled: the recipe's own loss and metrics stay out, so plain Keras loads it
         keras.Model(model.inputs, model.outputs, name=model.name).save(tmp)
@@ -239,9 +241,19 @@ def model_keras_problem(path: Path) -> str | None:
     return f"it is damaged ({broken} inside fails its CRC check)" if broken else None
 
 
-def _first_layer_mode(model: keras.Model) -> str:
-    """The normalisation of a classifier's first layer, read back from the layer (new or loaded from a checkpoint)."""
+def pixel_dtype(net: keras.Model) -> str:
+    """The integer type of the images `net` takes: uint16 where its input says so (`classifier`), else uint8."""
+    return "uint16" if str(getattr(net.inputs[0], "dtype", "")) == "uint16" else "uint8"
+
+
+def first_layer(model: keras.Model) -> dict:
+    """The normalisation of a classifier's first layer, read back from the layer (new or loaded from a checkpoint):
+    its mode, and a Rescaling's scale and offset (a list, a band each, for data.normalize's `standard`)."""
     layer = model.get_layer("normalise")
-    if isinstance(layer, layers.Rescaling):
-        return "unit" if np.isclose(layer.scale, SCALE) else "tf"
-    return {layers.Normalization: "torch", layers.Conv2D: "caffe", layers.Identity: "none"}[type(layer)]
+    if not isinstance(layer, layers.Rescaling):
+        return {"mode": {layers.Normalization: "torch", layers.Conv2D: "caffe", layers.Identity: "none"}[type(layer)]}
+    if np.ndim(layer.scale):
+        return {"mode": "standard", "scale": list(layer.scale), "offset": list(layer.offset)}
+    if np.isclose(layer.scale, 1 / 127.5) and np.isclose(layer.offset, -1.0):
+        return {"mode": "tf"}
+    return {"mode": "unit", "scale": float(layer.scale), "offset": float(layer.offset)}

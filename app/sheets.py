@@ -1,5 +1,5 @@
 """Contact sheets: images in a grid, each over its caption (Pillow), for augmented.png and preview.png; and the RGB a
-person sees of any bands and type (`shown`)."""
+person sees of any bands and type (`rgb_view`)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def grid(images: list[np.ndarray] | np.ndarray, captions: list[str], columns: in
     return sheet
 
 
-def shown(batch: np.ndarray, bands=None) -> np.ndarray:
+def rgb_view(batch: np.ndarray, bands=None) -> np.ndarray:
     """A batch (N, H, W, bands) of uint8 or uint16 as uint8 RGB to look at: 8-bit RGB as it is; otherwise `bands`
     (three indices; else the first three, or the one band as grey), each stretched from its 2nd to its 98th
     percentile over the batch."""

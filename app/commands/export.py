@@ -50,20 +50,22 @@ def main(cfg: DictConfig) -> dict:
     check_out(out, run_dir, fmt, cfg.overwrite)
     source = checked_source(config, run_dir)
     keras_for_run()
-    from app.inference import exporting, restore  # the Keras side: they import Keras, loaded just now on TensorFlow
+    from app import model as models  # the Keras side: they import Keras, loaded just now on TensorFlow
+    from app.inference import exporting, restore
 
     restore.builder_imported(config.model)
     model_path, net = chosen_model(restore, run_dir, cfg.checkpoint)
     net = exporting.float32_model(net)
-    size = [int(s) for s in net.input_shape[1:3]]
+    size, bands, dtype = [int(s) for s in net.input_shape[1:3]], int(net.input_shape[-1]), models.pixel_dtype(net)
     staging = out.with_name(f".{out.name}.{os.getpid()}.tmp")  # published whole, after its check, or not at all
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     try:
-        written = exporting.write_format(exporting.uint8_model(net), staging, fmt)
+        written = exporting.write_format(exporting.integer_model(net, dtype), staging, fmt)
         (staging / "labels.txt").write_text("".join(f"{name}\n" for name in source.class_names), encoding="utf-8")
         output = _output(config, run_dir, source.class_names)
-        write_json(staging / "preprocessing.json", {**preprocessing(config.augment, size), **output})
+        write_json(staging / "preprocessing.json", {**preprocessing(config.augment, size),
+                                                    **_input(bands, dtype, models.first_layer(net)), **output})
         split = source.val if cfg.export.samples is None else subset(source.val, np.arange(
             min(int(cfg.export.samples), len(source.val))))
         log.info("checking %s against %s on %d validation samples", written, model_path, len(split))
@@ -142,12 +144,12 @@ def chosen_model(restore, run_dir: Path, checkpoint: str | None) -> tuple[Path, 
 
 
 def compared(predict, net, batches, thresholds: dict | None = None) -> dict:
-    """Largest absolute difference of `predict`'s probabilities (uint8 in) against `net`'s, and their agreement on the
-    top-1 class or (`thresholds`: several labels) each class at its threshold; DataError if none read."""
+    """Largest absolute difference of `predict`'s probabilities (integers in) against `net`'s, and their agreement on
+    the top-1 class or (`thresholds`: several labels) each class at its threshold; DataError if none read."""
     cut = None if thresholds is None else np.array(list(thresholds.values()), np.float32)
     worst, agreeing, samples = 0.0, 0.0, 0
     for images, _, _ in batches:
-        images = np.ascontiguousarray(images, np.uint8)
+        images = np.ascontiguousarray(images)  # the loader's integers, uint8 or uint16
         theirs = np.asarray(predict(images), np.float32)
         ours = np.asarray(net.predict_on_batch(images.astype(np.float32)), np.float32)
         worst = max(worst, float(np.abs(theirs - ours).max()))
@@ -184,6 +186,17 @@ def preprocessing(augment, size: list[int]) -> dict:
             "resize": {**resize, "interpolation": "bilinear (OpenCV INTER_LINEAR)"},
             "normalisation": "inside the graph: feed the uint8 pixels as they are",
             "output": "class probabilities (softmax, float32), in labels.txt's order"}
+
+
+def _input(bands: int, dtype: str, layer: dict) -> dict:
+    """preprocessing.json's word on the input and its normalisation (the first `layer`'s), where the images are not
+    8-bit RGB."""
+    if (bands, dtype) == (3, "uint8"):
+        return {}
+    return {"input": {"dtype": dtype, "bands": bands, "range": [0, int(np.iinfo(dtype).max)],
+                      "layout": f"NHWC (batch, height, width, {bands}), the bands as the run read them (data.channels)",
+                      "batch": "any size"},
+            "normalisation": {"where": f"inside the graph: feed the {dtype} values as they are", **layer}}
 
 
 def _output(config, run_dir: Path, names: list[str]) -> dict:

@@ -86,6 +86,7 @@ class PreviewConfig:
 
     images: int = 4  # training samples, a row each
     augmentations: int = 6  # augmentations of each, beside its source image
+    bands: list[int] | None = None  # three bands shown as red, green, blue (null: 8-bit RGB as it is, else 0, 1, 2)
 
 
 @dataclass(kw_only=True)

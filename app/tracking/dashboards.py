@@ -181,7 +181,7 @@ class Dashboard(keras.callbacks.Callback):
 def write_first_batch(out: Writer, run_dir: Path, batch: tuple, class_names: list[str]) -> None:
     """The first training batch as the model gets it (augmented, uint8): to `out`, and as augmented.png with classes."""
     images, labels = batch[0], batch[1]
-    seen = sheets.shown(images)  # several bands or 16 bits: three of them, stretched
+    seen = sheets.rgb_view(images)  # several bands or 16 bits: three of them, stretched
     out.images("augmented", seen, 0)
     sheets.grid(seen, [label_sets.text(y, class_names) for y in labels]).save(Path(run_dir) / "augmented.png")
 

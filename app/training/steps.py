@@ -14,6 +14,7 @@ import keras
 import numpy as np
 
 from app.adapters import JaxTrainerState
+from app.model import pixel_dtype
 from app.objectives import WeightedBinaryCrossentropy
 from app.processes import signals_held, stop_if_interrupted
 from app.runs.checkpoint import EpochFigures, RunState
@@ -177,11 +178,6 @@ class EpochPlan:
         """Whether the call that took steps begin..end-1 (0-based) ends at a read."""
         due = [self.log_every] + ([self.checkpoint_every] if self.checkpoint_every else [])
         return end == self.steps or any(end // n > begin // n for n in due)
-
-
-def pixel_dtype(net: keras.Model) -> str:
-    """The integer type of the images `net` takes: uint16 where its input says so (app/model.py), else uint8."""
-    return "uint16" if str(getattr(net.inputs[0], "dtype", "")) == "uint16" else "uint8"
 
 
 def _label_vector_size(net: keras.Model) -> int:
