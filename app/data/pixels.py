@@ -50,10 +50,11 @@ def stats_of(path: str) -> tuple[list[float], list[float]]:
 
 
 def first_bands(split) -> int:
-    """The bands of `split`'s first image: a TIFF's from its header, another file's decoded; 3 for arrays and copies."""
+    """The bands of `split`'s first image: a TIFF's from its header, another file's decoded, a copy's from its
+    manifest; 3 for arrays."""
     paths = getattr(split, "paths", None)
     if not paths:
-        return 3
+        return getattr(split, "bands", 3)  # a prepared copy's, from its manifest
     try:
         raw = read_bytes(paths[0], None)
         if isinstance(raw, TiffAt):
