@@ -26,13 +26,13 @@ def grid(images: list[np.ndarray] | np.ndarray, captions: list[str], columns: in
 
 def rgb_view(batch: np.ndarray, bands=None) -> np.ndarray:
     """A batch (N, H, W, bands) of uint8 or uint16 as uint8 RGB to look at: 8-bit RGB as it is; otherwise `bands`
-    (three indices; else the first three, or the one band as grey), each stretched from its 2nd to its 98th
-    percentile over the batch."""
+    (three indices; else the first three, or the one band as grey), each image's each stretched from its 2nd to its
+    98th percentile."""
     batch = np.asarray(batch)
     if batch.dtype == np.uint8 and batch.shape[-1] == 3 and bands is None:
         return batch
     picked = list(bands) if bands is not None else ([0, 1, 2] if batch.shape[-1] >= 3 else [0, 0, 0])
     chosen = batch[..., picked].astype(np.float32)
-    low = np.percentile(chosen, 2, axis=(0, 1, 2))
-    high = np.maximum(np.percentile(chosen, 98, axis=(0, 1, 2)), low + 1e-6)
+    low = np.percentile(chosen, 2, axis=(1, 2), keepdims=True)
+    high = np.maximum(np.percentile(chosen, 98, axis=(1, 2), keepdims=True), low + 1e-6)
     return np.clip((chosen - low) / (high - low) * 255, 0, 255).astype(np.uint8)

@@ -56,8 +56,8 @@ def main(cfg: DictConfig) -> str:
     out = Path(HydraConfig.get().runtime.output_dir) / "preview.png"
     bands = None if config.preview.bands is None else list(config.preview.bands)
     if bands is not None or pixels.bands != 3 or pixels.dtype != "uint8":
-        log.info("preview: bands %s as red, green and blue, each stretched from its 2nd to its 98th percentile "
-                 "(preview.bands)", bands or ([0, 1, 2] if pixels.bands >= 3 else [0, 0, 0]))
+        log.info("preview: bands %s as red, green and blue, each image's stretched from its 2nd to its 98th "
+                 "percentile (preview.bands)", bands or ([0, 1, 2] if pixels.bands >= 3 else [0, 0, 0]))
     grid(list(rgb_view(np.stack(images), bands)), captions, columns=k + 1).save(out)
     log.info("preview: %d samples × (source + %d augmentations), seed %d", shown, k, config.seed)
     print(f"written: {out}")
