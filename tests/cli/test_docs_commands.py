@@ -207,7 +207,8 @@ def write_tiles(folder: Path) -> None:
         (folder / name).mkdir(parents=True)
         for i in range(8):
             bands = rng.integers(1000, 1400, (40, 48, 6), dtype=np.uint16) + np.uint16(300 * c)
-            tifffile.imwrite(folder / name / f"{i}.tif", bands, photometric="minisblack", tile=(16, 16),
+            tifffile.imwrite(folder / name / f"{i}.tif", bands, photometric="minisblack", planarconfig="contig",
+                             tile=(16, 16),
                              compression="lzw")
 
 
