@@ -50,8 +50,8 @@ def main(cfg: DictConfig) -> dict:
     check_out(out, run_dir, fmt, cfg.overwrite)
     source = checked_source(config, run_dir)
     keras_for_run()
-    from app import model as models  # the Keras side: they import Keras, loaded just now on TensorFlow
-    from app.inference import exporting, restore
+    from app import model as models  # the Keras side: imports Keras, loaded just now on TensorFlow
+    from app.inference import exporting, restore  # the Keras side too
 
     restore.builder_imported(config.model)
     model_path, net = chosen_model(restore, run_dir, cfg.checkpoint)
