@@ -17,8 +17,8 @@ from omegaconf import DictConfig
 from app.augment import eval_transforms
 from app.commands import failure_carried
 from app.config import conf_dir
+from app.data.decode import Pixels
 from app.data.images import EXTENSIONS
-from app.data.pixels import run_pixels
 from app.data.prepared import prepared_source
 from app.data.shards import MANIFEST, SPLITS
 from app.data.source import FileSplit
@@ -82,6 +82,7 @@ def main(cfg: DictConfig) -> None:
     prepared = _prepared_input(cfg.input, config.data.task) if cfg.input else None
     source, files = (cfg.input, []) if prepared else _input_files(cfg.input)
     from app.inference import restore  # the Keras side: it imports Keras, which open_run loaded on the run's backend
+    from app.model import pixel_dtype  # the Keras side too
 
     restore.builder_imported(config.model)
     model_path = run_dir / "model.keras"
@@ -94,7 +95,8 @@ def main(cfg: DictConfig) -> None:
     counts = np.zeros(len(names), np.int64)
     # Predict's own bad-file policy: a file that cannot be read is listed with its error and no
     # numbers (training's `skip` would put the next file's pixels, and so its answer, in its place).
-    pixels = run_pixels(config.data, next(iter(splits.values())))
+    channels = config.data.channels if isinstance(config.data.channels, str) else tuple(config.data.channels)
+    pixels = Pixels(channels=channels, bands=int(net.input_shape[-1]), dtype=pixel_dtype(net))  # as the model takes
     settings = dataclasses.replace(Settings.from_config(config, pixels=pixels), image_size=tuple(size))  # the model's
     transforms = eval_transforms(config.augment, size)
     failed: list[tuple[str, str]] = []  # (what, why) of each sample that could not be read
