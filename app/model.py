@@ -138,10 +138,10 @@ def build(model_config, image_size: Sequence[int], num_classes: int, multilabel:
     extra = {**(spec.pop("kwargs", None) or {}), **({"activation": "sigmoid"} if multilabel else {})}
     bands, dtype = (3, "uint8") if pixels is None else (pixels.bands, pixels.dtype)
     standard = None if pixels is None or pixels.mean is None else {"mean": pixels.mean, "std": pixels.std}
-    if spec["_target_"] == KERAS_APP and ((bands, dtype) != (3, "uint8") or standard):
-        raise config_error("model", spec["name"], f"model=resnet or a builder of your own for {bands}-band {dtype} "
-                           "images or data.normalize: a keras.applications backbone takes 3-band uint8 (RGB) images "
-                           "and normalises them as its family does")
+    own_preprocessing = spec["_target_"] == KERAS_APP and (bands, dtype) == (3, "uint8")
+    if own_preprocessing and standard:
+        raise config_error("data.normalize", standard, "null with a keras.applications backbone on 8-bit RGB: it "
+                           "normalises them as its family does (other bands or types take data.normalize)")
     try:
         backbone = instantiate(spec, input_shape=(*image_size, bands), num_classes=num_classes, _convert_="all",
                                **extra)
@@ -155,7 +155,7 @@ def build(model_config, image_size: Sequence[int], num_classes: int, multilabel:
         raise config_error("model._target_", spec["_target_"], f"it returned a {type(backbone).__name__}; a model "
                            "builder is called as f(input_shape=(H, W, 3), num_classes=N, **model.kwargs) and returns "
                            "a keras.Model")
-    normalisation = FAMILIES[spec["name"]].normalisation if spec["_target_"] == KERAS_APP else (standard or "unit")
+    normalisation = FAMILIES[spec["name"]].normalisation if own_preprocessing else (standard or "unit")
     return classifier(backbone, image_size, normalisation, bands=bands, dtype=dtype)
 
 
