@@ -205,7 +205,7 @@ def write_model_keras(model: keras.Model, path: Path, *, class_names: Sequence[s
     path = Path(path)
     tmp = path.with_name(f".{path.stem}.tmp.keras")
     bands, dtype = model.input_shape[-1], pixel_dtype(model)
-    metadata = {"class_names": list(class_names), "image_size": list(image_size),
+    metadata = {"class_names": list(class_names), "image_size": list(image_size), "bands": bands, "dtype": dtype,
                 "input": ("RGB pixel values 0..255, shape (batch, H, W, 3)" if (bands, dtype) == (3, "uint8") else
                           f"{dtype} values of {bands} bands, shape (batch, H, W, {bands})"),
                 "normalisation": first_layer(model)}

@@ -50,22 +50,21 @@ def main(cfg: DictConfig) -> dict:
     check_out(out, run_dir, fmt, cfg.overwrite)
     source = checked_source(config, run_dir)
     keras_for_run()
-    from app import model as models  # the Keras side: imports Keras, loaded just now on TensorFlow
-    from app.inference import exporting, restore  # the Keras side too
+    from app.inference import exporting, restore  # the Keras side: they import Keras, loaded just now on TensorFlow
 
     restore.builder_imported(config.model)
     model_path, net = chosen_model(restore, run_dir, cfg.checkpoint)
     net = exporting.float32_model(net)
-    size, bands, dtype = [int(s) for s in net.input_shape[1:3]], int(net.input_shape[-1]), models.pixel_dtype(net)
+    size = [int(s) for s in net.input_shape[1:3]]
     staging = out.with_name(f".{out.name}.{os.getpid()}.tmp")  # published whole, after its check, or not at all
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     try:
-        written = exporting.write_format(exporting.integer_model(net, dtype), staging, fmt)
+        written = exporting.write_format(exporting.integer_model(net), staging, fmt)
         (staging / "labels.txt").write_text("".join(f"{name}\n" for name in source.class_names), encoding="utf-8")
         output = _output(config, run_dir, source.class_names)
         write_json(staging / "preprocessing.json", {**preprocessing(config.augment, size),
-                                                    **_input(bands, dtype, models.first_layer(net)), **output})
+                                                    **exporting.integer_input(net), **output})
         split = source.val if cfg.export.samples is None else subset(source.val, np.arange(
             min(int(cfg.export.samples), len(source.val))))
         log.info("checking %s against %s on %d validation samples", written, model_path, len(split))
@@ -186,17 +185,6 @@ def preprocessing(augment, size: list[int]) -> dict:
             "resize": {**resize, "interpolation": "bilinear (OpenCV INTER_LINEAR)"},
             "normalisation": "inside the graph: feed the uint8 pixels as they are",
             "output": "class probabilities (softmax, float32), in labels.txt's order"}
-
-
-def _input(bands: int, dtype: str, layer: dict) -> dict:
-    """preprocessing.json's word on the input and its normalisation (the first `layer`'s), where the images are not
-    8-bit RGB."""
-    if (bands, dtype) == (3, "uint8"):
-        return {}
-    return {"input": {"dtype": dtype, "bands": bands, "range": [0, int(np.iinfo(dtype).max)],
-                      "layout": f"NHWC (batch, height, width, {bands}), the bands as the run read them (data.channels)",
-                      "batch": "any size"},
-            "normalisation": {"where": f"inside the graph: feed the {dtype} values as they are", **layer}}
 
 
 def _output(config, run_dir: Path, names: list[str]) -> dict:

@@ -82,7 +82,6 @@ def main(cfg: DictConfig) -> None:
     prepared = _prepared_input(cfg.input, config.data.task) if cfg.input else None
     source, files = (cfg.input, []) if prepared else _input_files(cfg.input)
     from app.inference import restore  # the Keras side: it imports Keras, which open_run loaded on the run's backend
-    from app.model import pixel_dtype  # the Keras side too
 
     restore.builder_imported(config.model)
     model_path = run_dir / "model.keras"
@@ -96,7 +95,7 @@ def main(cfg: DictConfig) -> None:
     # Predict's own bad-file policy: a file that cannot be read is listed with its error and no
     # numbers (training's `skip` would put the next file's pixels, and so its answer, in its place).
     channels = config.data.channels if isinstance(config.data.channels, str) else tuple(config.data.channels)
-    pixels = Pixels(channels=channels, bands=int(net.input_shape[-1]), dtype=pixel_dtype(net))  # as the model takes
+    pixels = Pixels(channels=channels, bands=int(net.input_shape[-1]), dtype=meta.get("dtype", "uint8"))  # the model's
     settings = dataclasses.replace(Settings.from_config(config, pixels=pixels), image_size=tuple(size))  # the model's
     transforms = eval_transforms(config.augment, size)
     failed: list[tuple[str, str]] = []  # (what, why) of each sample that could not be read
