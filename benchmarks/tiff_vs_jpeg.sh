@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 py=${PYTHON:-.venv/bin/python}
 out=outputs/tiff-bench/$(date +%Y-%m-%d_%H-%M-%S)
 mkdir -p "$out"
-"$py" - "$out" <<'PY'
+cat >"$out/make_folders.py" <<'PY'
 import sys
 from pathlib import Path
 
@@ -20,23 +20,25 @@ from PIL import Image
 from app.data.synthetic import synthetic_source
 from app.schema import SyntheticDataConfig
 
-out = Path(sys.argv[1])
-source = synthetic_source(SyntheticDataConfig(source_size=1024, num_images=192, num_test_images=0))
-for kind in ("jpeg", "tiff"):
-    for split in (source.train, source.val):
-        for path, label in zip(split.paths, split.labels, strict=True):
-            folder = out / kind / source.class_names[int(label)]
-            folder.mkdir(parents=True, exist_ok=True)
-            if kind == "jpeg":
-                (folder / Path(path).name).symlink_to(Path(path).absolute())
-                continue
-            with Image.open(path) as image:
-                pixels = np.asarray(image.convert("RGB")).astype(np.uint16) * 257
-            tifffile.imwrite(folder / f"{Path(path).stem}.tif", pixels, photometric="rgb", tile=(256, 256),
-                             compression="zstd")
-print(f"{len(source.train) + len(source.val)} images in {out}/jpeg and {out}/tiff")
+if __name__ == "__main__":  # the generator's worker processes import this file again (spawn)
+    out = Path(sys.argv[1])
+    source = synthetic_source(SyntheticDataConfig(source_size=1024, num_images=192, num_test_images=0))
+    for kind in ("jpeg", "tiff"):
+        for split in (source.train, source.val):
+            for path, label in zip(split.paths, split.labels, strict=True):
+                folder = out / kind / source.class_names[int(label)]
+                folder.mkdir(parents=True, exist_ok=True)
+                if kind == "jpeg":
+                    (folder / Path(path).name).symlink_to(Path(path).absolute())
+                    continue
+                with Image.open(path) as image:
+                    pixels = np.asarray(image.convert("RGB")).astype(np.uint16) * 257
+                tifffile.imwrite(folder / f"{Path(path).stem}.tif", pixels, photometric="rgb", tile=(256, 256),
+                                 compression="zstd")
+    print(f"{len(source.train) + len(source.val)} images in {out}/jpeg and {out}/tiff")
 PY
-du -sh "$out/tiff" "$(readlink -f "$(find "$out/jpeg" -type l | head -1)" | xargs dirname)" 2>/dev/null || true
+"$py" "$out/make_folders.py" "$out"
+du -shL "$out/jpeg" "$out/tiff"
 common=("bench.modes=[loader,loader_steps]" "data.image_size=[224,224]" data.batch_size=32 queue.workers=2 "$@")
 for round in 1 2; do
   for kind in jpeg tiff; do
