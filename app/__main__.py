@@ -26,6 +26,8 @@ COMMANDS = {
                "report <sweep dir | run dirs...>"),
     "preview": ("app.commands.preview", "main", "preview.png: training samples beside their augmentations, as "
                 "the loader makes them (config as for train)"),
+    "stats": ("app.commands.stats", "main", "each band's mean, std, min, max and percentiles over the training "
+              "split, into stats.json for data.normalize.stats (config as for train)"),
     "plan": ("app.commands.plan", "main", "the memory training will take, host and device, part by part, against "
              "the budget, with the fixes; the batch × resolution table (config as for train)"),
     "bench": ("app.commands.bench", "main", "time the input pipeline: this loader vs keras.utils.PyDataset vs "

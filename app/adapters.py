@@ -1,5 +1,4 @@
-"""Every Keras internal the app relies on, each behind one adapter: Keras promises nothing about them, so
-pyproject.toml pins Keras to the minor release tests/test_adapters.py checks them on."""
+"""Keras internals, an adapter each; Keras promises nothing, so pyproject.toml pins the minor test_adapters checks."""
 
 from __future__ import annotations
 
@@ -16,8 +15,7 @@ PY_DATASET_ADAPTER = "keras.src.trainers.data_adapters.py_dataset_adapter"
 
 
 class JaxTrainerState:
-    """The model's state while Keras's compiled JAX functions step, kept as Keras's own `fit` keeps it: the variables
-    taken out of the model when it holds the newest, each call's result left in `_jax_state` for `jax_state_sync()`."""
+    """The state compiled JAX steps run on, kept as in Keras's `fit`; results in `_jax_state` for jax_state_sync."""
 
     def __init__(self, net: Any, names: Sequence[str]):
         self.net, self.names, self.state = net, tuple(names), None
@@ -58,8 +56,7 @@ def every_layer(net: Any) -> list:
 
 
 def keras_batch_shuffle_switched_off(dataset: Any, depth: int = 8) -> bool:
-    """From a PyDataset's on_epoch_begin: tell the Keras adapter that called it to serve this epoch in index order, as
-    under fit(shuffle=False). True when it would have shuffled; False otherwise, or where no such adapter called."""
+    """From on_epoch_begin: the calling Keras adapter serves this epoch unshuffled; True if it would have shuffled."""
     frame = sys._getframe(1)
     for _ in range(depth):
         frame = frame.f_back

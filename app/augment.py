@@ -16,8 +16,9 @@ import albumentations as A
 import numpy as np
 
 from app.config import instantiate_each
-from app.data.images import DEFAULT_MAX_PIXELS, Decode
+from app.data.images import DEFAULT_MAX_PIXELS, Decode, Pixels
 from app.data.prepared import PreparedSplit, check_short_side
+from app.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,37 @@ def every_transform(compose: A.BaseCompose) -> list:
         if isinstance(transform, A.BaseCompose):
             found += every_transform(transform)
     return found
+
+
+def check_on_zeros(compose: A.BaseCompose, pixels: Pixels, image_size: Sequence[int]) -> None:
+    """Each transform in `compose`, forced to fire, once on zeros of the run's bands and type (twice its size): one
+    that raises where it takes RGB uint8 of that size, or hands back another type (a float), is refused by name
+    (ConfigError) before any worker starts."""
+    size = tuple(2 * side for side in image_size)
+    zeros, rgb = np.zeros((*size, pixels.bands), pixels.dtype), np.zeros((*size, 3), np.uint8)
+    for transform in every_transform(compose):
+        if isinstance(transform, A.BaseCompose):
+            continue
+        name, kind = type(transform).__name__, f"{pixels.bands}-band {pixels.dtype}"
+        try:
+            out = transform(image=zeros, force_apply=True)["image"]
+        except Exception as error:  # noqa: BLE001 - a failure of these bands or this type, not of the size
+            if not _fires(transform, rgb):
+                continue
+            raise ConfigError(f"config key `augment.transforms`: {name} fails on {kind} images "
+                              f"({type(error).__name__}: {' '.join(str(error).split())[:200]}): leave it out for this "
+                              "data (docs/data.md lists the transforms that keep any bands and type).") from None
+        if out.dtype != zeros.dtype:
+            raise ConfigError(f"config key `augment.transforms`: {name} turns {kind} images into {out.dtype}, which "
+                              f"the loader would cut back to {pixels.dtype} silently: leave it out for this data.")
+
+
+def _fires(transform, image: np.ndarray) -> bool:
+    try:
+        transform(image=image, force_apply=True)
+    except Exception:  # noqa: BLE001 - any failure: the size, or the transform's own arguments
+        return False
+    return True
 
 
 def _pickles(transform) -> bool:
@@ -158,12 +190,14 @@ def check_stored_sizes(config, source) -> None:
         check_short_side(split, need, f"the {name} transforms (to {size[0]}×{size[1]})")
 
 
-def augmenters(data, splits: dict[str, list], image_size: tuple[int, int] | None = None) -> dict[str, Augmenter]:
-    """One Augmenter a split of `splits` (name → transforms) for a config's `data` (at `image_size`, else its own);
-    logs each split's draft rule."""
+def augmenters(data, splits: dict[str, list], image_size: tuple[int, int] | None = None,
+               pixels: Pixels = Pixels()) -> dict[str, Augmenter]:
+    """One Augmenter a split of `splits` (name → transforms) for a config's `data` (at `image_size`, else its own) and
+    the run's `pixels`; logs each split's draft rule."""
     built, size = {}, image_size or data.image_size
     for name, transforms in splits.items():
-        built[name] = Augmenter(transforms, size, draft=data.decode.draft, max_pixels=data.max_image_pixels)
+        built[name] = Augmenter(transforms, size, draft=data.decode.draft, max_pixels=data.max_image_pixels,
+                                pixels=pixels)
         log.info("%s split: %s", name, built[name].draft_reason)
     return built
 
@@ -177,7 +211,7 @@ class Augmenter:
     """Picklable: holds plain configs (or a user's Compose, pickled) and builds one Compose a thread on first use."""
 
     def __init__(self, transforms: Sequence[dict] | A.BaseCompose, image_size: Sequence[int], *, draft: bool = True,
-                 max_pixels: int | None = DEFAULT_MAX_PIXELS):
+                 max_pixels: int | None = DEFAULT_MAX_PIXELS, pixels: Pixels = Pixels()):
         own = isinstance(transforms, A.BaseCompose)
         self.transforms = [] if own else [dict(t) for t in transforms]
         self.pickled = shipped(transforms) if own else None
@@ -185,7 +219,9 @@ class Augmenter:
         self.image_size = tuple(int(s) for s in image_size)
         self._local = threading.local()
         min_short_side, self.draft_reason = draft_rule(self.compose(), draft)
-        self.decode = Decode(min_short_side, max_pixels)  # how the files of this pipeline are decoded
+        if pixels != Pixels():  # 8-bit RGB: every albumentations transform takes it
+            check_on_zeros(self.compose(), pixels, self.image_size)
+        self.decode = Decode(min_short_side, max_pixels, pixels)  # how the files of this pipeline are decoded
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -211,7 +247,8 @@ class Augmenter:
         # each transform its own generator with the same seed, so transforms of equal `p` would fire together.
         compose.set_random_state(np.random.default_rng(seed), random.Random(seed))
         out = compose(image=image)["image"]
-        if out.dtype != np.uint8:  # the ring holds uint8: a float would be cut to integers silently
-            raise TypeError(f"the transforms made a {out.dtype} image, not uint8: leave out those that make floats "
-                            f"({', '.join(sorted(FLOAT_MAKERS))}); the model's first layer makes float32")
+        if out.dtype != self.decode.pixels.dtype:  # the ring holds the images' integers: a float would be cut silently
+            raise TypeError(f"the transforms made a {out.dtype} image, not {self.decode.pixels.dtype}: leave out those "
+                            f"that make floats ({', '.join(sorted(FLOAT_MAKERS))}); the model's first layer makes "
+                            "float32")
         return out

@@ -4,11 +4,14 @@ pooling, a new head, with ImageNet weights, a weights file or none; a failed dow
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from pathlib import Path
 
 from app.adapters import weight_downloads_recorded
 from app.errors import config_error
+
+log = logging.getLogger(__name__)
 
 
 def keras_app(input_shape, num_classes: int, name: str, weights: str | None = None, **settings):
@@ -21,9 +24,12 @@ def keras_app(input_shape, num_classes: int, name: str, weights: str | None = No
     pooling, dropout = settings.pop("pooling", "avg"), settings.pop("dropout", 0.2)
     activation = settings.pop("activation", "softmax")
     settings.pop("freeze_backbone", None)  # the trainer freezes, after building the optimizer over everything
+    bands, build = input_shape[-1], getattr(keras.applications, name)
     with _downloads_named(name, weights):
-        base = getattr(keras.applications, name)(include_top=False, weights=weights, input_shape=tuple(input_shape),
-                                                 pooling=pooling, **settings)
+        base = build(include_top=False, weights=weights, input_shape=(*input_shape[:2], 3), pooling=pooling, **settings)
+    if bands != 3:
+        wide = build(include_top=False, weights=None, input_shape=tuple(input_shape), pooling=pooling, **settings)
+        base = _given_weights(wide, base, name, weights)
     inputs = keras.Input(tuple(input_shape), name="pixels")
     x = base(inputs)
     if dropout:
@@ -31,6 +37,29 @@ def keras_app(input_shape, num_classes: int, name: str, weights: str | None = No
     # float32 output even under mixed precision: softmax in float16 loses small probabilities.
     outputs = keras.layers.Dense(num_classes, activation=activation, dtype="float32", name="probabilities")(x)
     return keras.Model(inputs, outputs, name=f"keras_app_{name.lower()}")
+
+
+def _given_weights(wide, base, name: str, weights: str | None):
+    """`wide` (the application built for N bands) with `base`'s weights (its 3-band twin, layer for layer): the first
+    convolution's RGB kernel averaged over R, G and B and repeated for each band; a weight of another shape (a family's
+    own 3-band normalisation) left as `wide` built it."""
+    import numpy as np
+
+    bands = wide.input_shape[-1]
+    for mine, given in zip(wide.layers, base.layers, strict=True):
+        values = []
+        for own, theirs in zip(mine.get_weights(), given.get_weights(), strict=True):
+            if own.shape == theirs.shape:
+                values.append(theirs)
+            elif own.ndim == 4 and theirs.shape[2] == 3 and own.shape[2] == bands:
+                values.append(np.repeat(theirs.mean(axis=2, keepdims=True), bands, axis=2))
+            else:
+                values.append(own)
+        mine.set_weights(values)
+    if weights is not None:
+        log.info("model.name=%s for %d bands: its first convolution rebuilt for %d inputs, the %s RGB kernel's mean "
+                 "over R, G and B repeated for each band", name, bands, bands, weights)
+    return wide
 
 
 def cache_dir() -> Path:

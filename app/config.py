@@ -1,5 +1,4 @@
-"""The config, checked once before any data is read or model built: `typed` (the schemas, for any config), `validate`
-(plus ranges and cross-key rules) and `load` (both, giving the typed object the app passes around)."""
+"""Config checked before any data or model: `typed` (schemas), `validate` (+ ranges, cross-key rules), `load` (both)."""
 
 from __future__ import annotations
 
@@ -30,8 +29,7 @@ def conf_dir() -> Path:
 
 
 def closed_target(group: str, target: str) -> Any:
-    """The function or class a closed group's `_target_` names (app/schema's docstring says why it is closed);
-    a ConfigError naming `<group>._target_` and the options when TARGETS does not list it."""
+    """What a closed group's `_target_` names (app/schema says why); a ConfigError with options if TARGETS lacks it."""
     from hydra.utils import get_object  # Hydra's utilities: imported here, beside instantiate_each's
 
     if target not in TARGETS[group].values():
@@ -41,8 +39,7 @@ def closed_target(group: str, target: str) -> Any:
 
 
 def instantiate_each(specs: list, key: str, base: type, example: str, **kwargs: Any) -> list:
-    """Each `_target_` mapping of the list at config key `key`, built (with `kwargs`) and checked
-    to be a `base`; a wrong entry fails naming it, `key[i]`. `example`: what a target looks like."""
+    """Each `_target_` mapping in list `key` built with `kwargs`, must be a `base`; errors name `key[i]`, `example`."""
     from hydra.utils import instantiate
 
     built = []
@@ -62,8 +59,7 @@ def instantiate_each(specs: list, key: str, base: type, example: str, **kwargs: 
 
 
 def typed(cfg: DictConfig | dict, root: type | None = None) -> DictConfig:
-    """`cfg` merged onto its groups' schemas (`root`, else the one `cfg` was composed under, else Config): an unknown
-    key is refused however it came, and a missing one (a run saved before it existed) takes its default."""
+    """`cfg` on its groups' schemas (`root`, else its own, else Config): unknown keys refused, missing ones default."""
     base = root or _root_of(cfg)
     plain = to_plain(cfg) if isinstance(cfg, DictConfig) else cfg
     known = [f.name for f in dataclasses.fields(base)]
@@ -132,9 +128,8 @@ def installed_backend() -> str | None:
 
 
 def load(cfg: DictConfig | dict, root: type | None = None) -> Config:
-    """The config (of `root`, a command's own schema, where a plain dict is given), validated once, as the typed object
-    every stage reads (the schemas' dataclasses, enums as members). A storage_options secret saved as REDACTED and
-    not given again is left out, and the log says so."""
+    """The config validated once into the typed object every stage reads (`root`: a command's schema, for a plain dict);
+    a secret saved as REDACTED and not given again is left out, and logged."""
     cfg = validate(cfg, root)
     _drop_redacted(cfg)
     return OmegaConf.to_object(cfg)  # type: ignore[return-value]

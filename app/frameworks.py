@@ -1,5 +1,4 @@
-"""Starting Keras on the backend a run asks for (KERAS_BACKEND, XLA's flags for JAX) and quietly: native start-up
-lines go to the command's log, not the terminal; and the versions of the libraries a run depends on."""
+"""Keras started on the run's backend (KERAS_BACKEND, JAX's XLA flags), start-up lines to the log; library versions."""
 
 from __future__ import annotations
 
@@ -46,9 +45,8 @@ def native_stderr_to_log():
 
 
 def use_backend(trainer, backend=None) -> None:
-    """`trainer.backend` (or `backend`, the one a command asks for) as KERAS_BACKEND before Keras loads, and for JAX
-    XLA's flags (cpu_devices, deterministic); a config error where it is not installed or Keras already runs on
-    another backend."""
+    """`trainer.backend` (or a command's `backend`) as KERAS_BACKEND before Keras loads, plus JAX's XLA flags; a config
+    error where it is not installed or Keras already runs on another."""
     name = (backend or trainer.backend).value
     if name == "auto":  # app/config.py resolves it where either is installed
         raise config_error("trainer.backend", name, "TensorFlow or JAX, and neither is installed in this environment: "

@@ -1,5 +1,4 @@
-"""What Hydra writes of a command's config and command line (job's config.yaml, hydra.yaml, overrides.yaml; sweep's
-multirun.yaml), redacted by `RedactSecrets` at `on_job_start`, the first moment a callback may touch them."""
+"""Hydra's saved config files (.hydra/*.yaml, multirun.yaml) redacted by `RedactSecrets` at on_job_start, first hook."""
 
 from __future__ import annotations
 

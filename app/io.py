@@ -1,5 +1,4 @@
-"""Atomic file writes, one writer at a time where several may write a file, rows appended to a tab-separated list,
-and whether a location is a URL."""
+"""Atomic writes, one writer at a time where several may, TSV rows appended, and whether a location is a URL."""
 
 from __future__ import annotations
 
@@ -21,8 +20,7 @@ def is_url(location) -> bool:
 
 
 def append_tsv(path: str | os.PathLike, rows) -> None:
-    """`rows` appended to a tab-separated file (bad_samples.txt): csv quotes a field only when it holds a tab, a line
-    break or a quote (a file may be named so), so a row stays one line a file."""
+    """`rows` appended to a TSV (bad_samples.txt), csv quoting tabs, breaks and quotes so a row stays one line."""
     with open(path, "a", encoding="utf-8", newline="") as f:
         csv.writer(f, delimiter="\t", lineterminator="\n").writerows(rows)
 

@@ -17,7 +17,10 @@ import numpy as np
 
 from app import adapters
 from app.augment import Augmenter
+from app.data.bands import run_bands
+from app.data.decode import Pixels
 from app.data.folder import folder_source
+from app.data.pixels import first_bands
 from app.data.source import FileSplit
 from app.data.table import table_source
 from app.loader.bad_samples import LIBRARY
@@ -37,10 +40,11 @@ PEEKED = 2  # Keras asks for batches 0 and 1 before an epoch (TensorFlow's outpu
 POLICIES = ("raise", "skip", "mark")
 
 
-def boundary(normalisation: str = "unit") -> keras.layers.Layer:
-    """The uint8 → float32 layer to put first in a model fed by the loader, computed on the device inside the step:
-    "unit" (×1/255), "tf" (to [-1, 1]), "torch" or "caffe" (ImageNet's means), or "none"."""
-    return normaliser(normalisation)
+def boundary(normalisation: str | dict = "unit", dtype: str = "uint8") -> keras.layers.Layer:
+    """The integer → float32 layer to put first in a model fed by the loader, computed on the device inside the step:
+    "unit" (÷ the largest value of `dtype`: 255, 65535), "tf" (to [-1, 1]), "torch" or "caffe" (ImageNet's means),
+    "none", or {"mean": [...], "std": [...]} a band, in the images' units."""
+    return normaliser(normalisation, dtype)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,6 +64,8 @@ class LoaderSettings:
     max_bad_fraction: float = 0.0
     use_multiprocessing: bool = True
     timeout_s: float = 120.0
+    channels: str | Sequence[int] = "rgb"  # as data.channels: rgb, all, or band indices
+    dtype: str = "uint8"  # as data.dtype: uint8 or uint16
 
     def __post_init__(self) -> None:
         if self.on_bad_sample not in POLICIES:
@@ -68,11 +74,14 @@ class LoaderSettings:
     def enqueuer(self, splits: dict) -> Enqueuer:
         """The loader's enqueuer over `splits` (name → split): training's transforms for train."""
         size = tuple(int(s) for s in self.image_size)
-        augmenters = {name: Augmenter((self.transforms if name == "train" else self.eval_transforms) or [], size)
-                      for name in splits}
+        channels = self.channels if isinstance(self.channels, str) else tuple(int(c) for c in self.channels)
+        found = first_bands(next(iter(splits.values()))) if channels == "all" else 0
+        pixels = Pixels(channels=channels, bands=run_bands(channels, found), dtype=self.dtype)
+        augmenters = {name: Augmenter((self.transforms if name == "train" else self.eval_transforms) or [], size,
+                                      pixels=pixels) for name in splits}
         queue = Settings(batch_size=self.batch_size, image_size=size, workers=self.workers, max_size=self.max_size,
                          use_multiprocessing=self.use_multiprocessing, timeout_s=self.timeout_s,
-                         max_bad_fraction=self.max_bad_fraction, policy_names=LIBRARY)
+                         max_bad_fraction=self.max_bad_fraction, policy_names=LIBRARY, pixels=pixels)
         return Enqueuer(splits, augmenters, queue, seed=self.seed, on_bad_sample=self.on_bad_sample)
 
 

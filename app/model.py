@@ -94,11 +94,16 @@ def normalise(batch: np.ndarray) -> np.ndarray:
     return out
 
 
-def normaliser(mode: str) -> layers.Layer:
-    """The first layer: RGB 0..255 in, float32 out as `mode` says (ValueError for an unknown one); stock Keras layers
-    only, so model.keras loads without this app. Float32 under any precision policy: caffe's mean keeps its decimals."""
+def normaliser(mode: str | dict, dtype: str = "uint8") -> layers.Layer:
+    """The first layer: RGB 0..255 (unit, or {"mean", "std"} a band: any bands, in `dtype`'s units) in, float32 out as
+    `mode` says (ValueError for an unknown one); stock Keras layers only, so model.keras loads without this app.
+    Float32 under any precision policy: caffe's mean keeps its decimals."""
+    if isinstance(mode, dict):  # (x − mean) / std a band: constants, not weights, so an export holds them
+        scale = [1.0 / s for s in mode["std"]]
+        return layers.Rescaling(scale, [-m * k for m, k in zip(mode["mean"], scale, strict=True)], name="normalise",
+                                dtype="float32")
     if mode == "unit":
-        return layers.Rescaling(SCALE, OFFSET, name="normalise", dtype="float32")
+        return layers.Rescaling(1.0 / np.iinfo(dtype).max, OFFSET, name="normalise", dtype="float32")
     if mode == "tf":
         return layers.Rescaling(1.0 / 127.5, -1.0, name="normalise", dtype="float32")
     if mode == "torch":
@@ -114,21 +119,32 @@ def normaliser(mode: str) -> layers.Layer:
     raise ValueError(f"unknown normalisation {mode!r}")
 
 
-def classifier(backbone: keras.Model, image_size: Sequence[int], normalisation: str = "unit") -> keras.Model:
-    """What `train` fits and model.keras holds: RGB values 0..255 in (uint8 or float), normalised by the first layer,
-    the backbone's probabilities out. The cast is inside the step: no float32 batch waits in host memory."""
-    pixels = keras.Input((*image_size, 3), name="image")
-    return keras.Model(pixels, backbone(normaliser(normalisation)(pixels)), name="classifier")
+def classifier(backbone: keras.Model, image_size: Sequence[int], normalisation: str | dict = "unit", *, bands: int = 3,
+               dtype: str = "uint8") -> keras.Model:
+    """What `train` fits and model.keras holds: the loader's integers in (RGB 0..255, or `bands` of `dtype`), normalised
+    by the first layer, the backbone's probabilities out. The cast is inside the step: no float32 batch waits in host
+    memory."""
+    # uint16 declared, so a feed's signature and an export know it; 8-bit stays Keras's float input, as before
+    pixels = keras.Input((*image_size, bands), name="image", dtype="uint16" if dtype == "uint16" else None)
+    return keras.Model(pixels, backbone(normaliser(normalisation, dtype)(pixels)), name="classifier")
 
 
-def build(model_config, image_size: Sequence[int], num_classes: int, multilabel: bool = False) -> keras.Model:
-    """The classifier a model config describes: its `_target_` called with the input shape, the class count, its other
-    keys and `kwargs` (and activation="sigmoid" for several labels an image: a builder of the user's takes it then),
-    behind the normalisation the backbone expects. ConfigError when it cannot be built."""
+def build(model_config, image_size: Sequence[int], num_classes: int, multilabel: bool = False,
+          pixels=None) -> keras.Model:
+    """The classifier a model config describes: its `_target_` called with the input shape (`pixels`' bands, else 3),
+    the class count, its other keys and `kwargs` (and activation="sigmoid" for several labels an image: a builder of
+    the user's takes it then), behind the normalisation the backbone expects. ConfigError when it cannot be built."""
     spec = dataclasses.asdict(model_config)
     extra = {**(spec.pop("kwargs", None) or {}), **({"activation": "sigmoid"} if multilabel else {})}
+    bands, dtype = (3, "uint8") if pixels is None else (pixels.bands, pixels.dtype)
+    standard = None if pixels is None or pixels.mean is None else {"mean": pixels.mean, "std": pixels.std}
+    own_preprocessing = spec["_target_"] == KERAS_APP and (bands, dtype) == (3, "uint8")
+    if own_preprocessing and standard:
+        raise config_error("data.normalize", standard, "null with a keras.applications backbone on 8-bit RGB: it "
+                           "normalises them as its family does (other bands or types take data.normalize)")
     try:
-        backbone = instantiate(spec, input_shape=(*image_size, 3), num_classes=num_classes, _convert_="all", **extra)
+        backbone = instantiate(spec, input_shape=(*image_size, bands), num_classes=num_classes, _convert_="all",
+                               **extra)
     except Exception as error:  # instantiate wraps the target's own error (a Keras ValueError, say)
         cause = error.__cause__ or error
         if isinstance(cause, ConfigError):
@@ -139,8 +155,8 @@ def build(model_config, image_size: Sequence[int], num_classes: int, multilabel:
         raise config_error("model._target_", spec["_target_"], f"it returned a {type(backbone).__name__}; a model "
                            "builder is called as f(input_shape=(H, W, 3), num_classes=N, **model.kwargs) and returns "
                            "a keras.Model")
-    normalisation = FAMILIES[spec["name"]].normalisation if spec["_target_"] == KERAS_APP else "unit"
-    return classifier(backbone, image_size, normalisation)
+    normalisation = FAMILIES[spec["name"]].normalisation if own_preprocessing else (standard or "unit")
+    return classifier(backbone, image_size, normalisation, bands=bands, dtype=dtype)
 
 
 def import_builder(model_config) -> None:
@@ -188,10 +204,11 @@ def write_model_keras(model: keras.Model, path: Path, *, class_names: Sequence[s
     """Save a `classifier` atomically with its class names, input size and normalisation, loadable by plain Keras."""
     path = Path(path)
     tmp = path.with_name(f".{path.stem}.tmp.keras")
-    mode = _first_layer_mode(model)
-    metadata = {"class_names": list(class_names), "image_size": list(image_size),
-                "input": "RGB pixel values 0..255, shape (batch, H, W, 3)",
-                "normalisation": {"mode": mode, **({"scale": SCALE, "offset": OFFSET} if mode == "unit" else {})}}
+    bands, dtype = model.input_shape[-1], pixel_dtype(model)
+    metadata = {"class_names": list(class_names), "image_size": list(image_size), "bands": bands, "dtype": dtype,
+                "input": ("RGB pixel values 0..255, shape (batch, H, W, 3)" if (bands, dtype) == (3, "uint8") else
+                          f"{dtype} values of {bands} bands, shape (batch, H, W, {bands})"),
+                "normalisation": first_layer(model)}
     try:
         # uncompiled: the recipe's own loss and metrics stay out, so plain Keras loads it
         keras.Model(model.inputs, model.outputs, name=model.name).save(tmp)
@@ -224,9 +241,19 @@ def model_keras_problem(path: Path) -> str | None:
     return f"it is damaged ({broken} inside fails its CRC check)" if broken else None
 
 
-def _first_layer_mode(model: keras.Model) -> str:
-    """The normalisation of a classifier's first layer, read back from the layer (new or loaded from a checkpoint)."""
+def pixel_dtype(net: keras.Model) -> str:
+    """The integer type of the images `net` takes: uint16 where its input says so (`classifier`), else uint8."""
+    return "uint16" if str(getattr(net.inputs[0], "dtype", "")) == "uint16" else "uint8"
+
+
+def first_layer(model: keras.Model) -> dict:
+    """The normalisation of a classifier's first layer, read back from the layer (new or loaded from a checkpoint):
+    its mode, and a Rescaling's scale and offset (a list, a band each, for data.normalize's `standard`)."""
     layer = model.get_layer("normalise")
-    if isinstance(layer, layers.Rescaling):
-        return "unit" if np.isclose(layer.scale, SCALE) else "tf"
-    return {layers.Normalization: "torch", layers.Conv2D: "caffe", layers.Identity: "none"}[type(layer)]
+    if not isinstance(layer, layers.Rescaling):
+        return {"mode": {layers.Normalization: "torch", layers.Conv2D: "caffe", layers.Identity: "none"}[type(layer)]}
+    if np.ndim(layer.scale):
+        return {"mode": "standard", "scale": list(layer.scale), "offset": list(layer.offset)}
+    if np.isclose(layer.scale, 1 / 127.5) and np.isclose(layer.offset, -1.0):
+        return {"mode": "tf"}
+    return {"mode": "unit", "scale": float(layer.scale), "offset": float(layer.offset)}

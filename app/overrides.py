@@ -1,6 +1,5 @@
-"""Hydra's `key=value` overrides read by Hydra's own parser, for the command line before Hydra sees it and a run's
-recorded overrides; and quoted where Hydra would refuse or misread them as typed. Flags (`-m`, `--cfg=job`) are not
-overrides: their key is the text before `=`."""
+"""`key=value` overrides read by Hydra's own parser (the command line before Hydra, a run's recorded ones) and quoted
+where Hydra would refuse or misread them. Flags (`-m`, `--cfg=job`) are not overrides: their key is before `=`."""
 
 from __future__ import annotations
 
@@ -15,8 +14,7 @@ _PARSER = OverridesParser.create()
 
 @lru_cache(maxsize=1024)
 def override(arg: str) -> Override | None:
-    """Hydra's reading of `arg`; None for a flag, or for what Hydra refuses (its own message says why when it reads
-    the command line)."""
+    """Hydra's reading of `arg`; None for a flag or what Hydra refuses (its message says why on the command line)."""
     if arg.startswith("-"):
         return None
     try:
@@ -31,8 +29,7 @@ def _written(arg: str) -> str:
 
 
 def parsed(arg: str) -> tuple[str, str] | None:
-    """(key, value as typed) of an override that sets a value, its key's prefixes off; None for a flag, a deletion
-    (`~key`) or what Hydra refuses."""
+    """(key sans prefixes, typed value) of a value-setting override; None for a flag, `~key` or what Hydra refuses."""
     found = override(arg)
     if found is None or found.is_delete():
         return None
@@ -40,15 +37,13 @@ def parsed(arg: str) -> tuple[str, str] | None:
 
 
 def key_of(arg: str) -> str:
-    """The key an argument names: an override's, its prefixes (`+`, `++`, `~`) and package off; else (a flag, or
-    what Hydra will refuse) the text before `=`."""
+    """An argument's key: an override's without `+`/`++`/`~` and package; else (flag, refused) the text before `=`."""
     found = override(arg)
     return found.key_or_group if found is not None else arg.split("=", 1)[0]
 
 
 def value_of(argv: list[str], key: str) -> str | None:
-    """The last value given to `key`: a string as Hydra reads it (its quotes off), else (a number, a list, a sweep)
-    as typed; None when not given."""
+    """`key`'s last value: a string as Hydra reads it (unquoted), else (number, list, sweep) as typed; None if unset."""
     found = None
     for arg in argv:
         read = override(arg)
@@ -69,8 +64,7 @@ def quoted(value: str) -> str:
 
 
 def quote_override(arg: str) -> str:
-    """`key=value` as typed where Hydra reads it so (a string, a number, a list, a sweep); a value Hydra would refuse
-    (non-ASCII, `~`, `#`, `{}.jpg`) or change (spaces at its ends) quoted as the one string typed."""
+    """`key=value` as typed where Hydra reads it so; else (non-ASCII, `~`, `#`, `{}.jpg`, end spaces) quoted as is."""
     if arg.startswith("-") or "=" not in arg:
         return arg
     key, value = arg.split("=", 1)

@@ -1,6 +1,5 @@
-"""Processes: how many loader workers this machine holds, starting children wherever the app runs, making them die
-with their parent, keeping the memory they free, how the training process takes Ctrl-C and SIGTERM, and a crash
-report from inside a C library."""
+"""Processes: how many workers this machine holds, starting children wherever the app runs, dying with their parent,
+keeping freed memory, Ctrl-C and SIGTERM in training, and crash reports from C libraries."""
 
 from __future__ import annotations
 
@@ -74,8 +73,7 @@ M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
 
 
 def keep_freed_memory() -> bool:
-    """Have glibc keep freed memory for the next allocation instead of returning it to the kernel, so a worker's large
-    buffers are not page-faulted in again for every sample; False where this is not glibc."""
+    """Keep freed memory in glibc so a worker's big buffers are not page-faulted each sample; False where not glibc."""
     if not sys.platform.startswith("linux"):
         return False
     mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
@@ -101,15 +99,13 @@ def enable_crash_report() -> None:
 
 
 def stop_if_interrupted() -> None:
-    """Raise the KeyboardInterrupt of a Ctrl-C or SIGTERM that came, should its first raise have been lost (Python
-    ignores one raised in a garbage-collector callback or `__del__`); loops and commands call it at safe points."""
+    """Raise a stop whose KeyboardInterrupt was lost (raised in a GC callback or `__del__`); called at safe points."""
     if _held["requested"] and not _held["depth"]:
         raise KeyboardInterrupt
 
 
 def raise_on_stop_signals() -> None:
-    """From a command's first moment, Ctrl-C and SIGTERM raise KeyboardInterrupt and are remembered for
-    `stop_if_interrupted`; a training run's `interrupts` takes over once it starts."""
+    """Ctrl-C and SIGTERM raise KeyboardInterrupt, noted for `stop_if_interrupted`, until training's `interrupts`."""
     def interrupt(signum, frame):
         _held["requested"] = True
         if _held["depth"]:  # raised when the held block ends
@@ -124,8 +120,7 @@ def raise_on_stop_signals() -> None:
 
 @contextmanager
 def signals_held():
-    """Ctrl-C and SIGTERM wait for the block's end, then stop the command as usual: for what must be written together (a
-    metrics row, model.keras, checkpoint) and for TensorFlow's tracing, whose C++ callbacks cannot take an exception."""
+    """Ctrl-C/SIGTERM wait for the block's end: for writes that belong together and TF tracing (its C++ can't raise)."""
     _held["depth"] += 1
     try:
         yield
@@ -138,8 +133,7 @@ def signals_held():
 
 @contextmanager
 def interrupts():
-    """Ctrl-C and SIGTERM end the run the same way: the first raises KeyboardInterrupt; any more while it stops are
-    ignored for the rest of the process, so a second Ctrl-C cannot cut the clean-up short."""
+    """The first Ctrl-C/SIGTERM raises KeyboardInterrupt; later ones are ignored for good, not to cut clean-up short."""
     def stopping(signum, frame):
         print("stopping: the workers are being ended and the run recorded; one moment.", file=sys.stderr)
 

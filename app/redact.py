@@ -49,8 +49,7 @@ def redacted(node: Any, path: tuple[str, ...] = ()) -> Any:
 
 
 def redacted_text(text: str, within: bool = False) -> str:
-    """`text` with the value of each secret key after `storage_options` (anywhere, `within`) replaced by a quoted
-    REDACTED, so an override stays valid for Hydra; a later key of other options on the line may be caught too."""
+    """`text`, secrets after `storage_options` (anywhere: `within`) as a quoted REDACTED Hydra reads; may over-catch."""
     start = 0 if within else text.find(OPTIONS)
     if start < 0:
         return text
@@ -83,8 +82,7 @@ def without_redacted(options: dict, path: str) -> tuple[dict, list[str]]:
 
 
 def dropped_note(keys: list[str]) -> str:
-    """The line that says which secrets a config read back lacked, and how to give them again
-    (worded so that `redacted_text` leaves it whole: no key is followed by `=` or `:`)."""
+    """The line naming secrets a read-back config lacked, how to give them (no `key=`/`key:`: redaction spares it)."""
     return (f"secrets not saved with the run, so not used ({', '.join(keys)}): the environment's credentials "
             f"apply (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ...); to use others, give them again on "
             f"the command line as {keys[0].split(OPTIONS)[0]}{OPTIONS}.<key>=...")

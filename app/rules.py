@@ -78,6 +78,9 @@ def _check_data(d) -> None:
                "a fraction strictly between 0 and 1")
     _check(0.0 <= d.max_bad_fraction <= 1.0, "data.max_bad_fraction", d.max_bad_fraction,
            "a fraction from 0 to 1")
+    _check(_bands_listed(d.channels), "data.channels", d.channels if isinstance(d.channels, str) else list(d.channels),
+           "rgb (1, 3 or 4 bands made RGB), all (every band an image has), or band indices from 0, each once, "
+           "e.g. data.channels=[3,2,1]")
     _check(d.max_image_pixels is None or d.max_image_pixels >= 1, "data.max_image_pixels", d.max_image_pixels,
            "null (no limit) or a positive number of pixels")
     if d._target_ == DATA_TARGETS["folder"]:
@@ -96,6 +99,14 @@ def _check_data(d) -> None:
         _check(d.source_size >= 16, "data.source_size", d.source_size, "at least 16 pixels")
         _check(d.num_test_images is None or d.num_test_images >= 0, "data.num_test_images", d.num_test_images,
                "null (a quarter of num_images), 0 (no test split) or more")
+
+
+def _bands_listed(channels) -> bool:
+    if isinstance(channels, str):
+        return channels in ("rgb", "all")
+    listed = list(channels)
+    return bool(listed) and len(set(listed)) == len(listed) and all(
+        isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in listed)
 
 
 def _check_augment(a) -> None:

@@ -1,4 +1,5 @@
-"""Contact sheets: images in a grid, each over its caption (Pillow), for augmented.png and preview.png."""
+"""Contact sheets: images in a grid, each over its caption (Pillow), for augmented.png and preview.png; and the RGB a
+person sees of any bands and type (`rgb_view`)."""
 
 from __future__ import annotations
 
@@ -21,3 +22,17 @@ def grid(images: list[np.ndarray] | np.ndarray, captions: list[str], columns: in
         lines = [line[: max(4, cell_w // 6)] for line in caption.split("\n")]
         draw.text((x + 1, y + cell_h + 1), "\n".join(lines), fill="black", spacing=2)
     return sheet
+
+
+def rgb_view(batch: np.ndarray, bands=None) -> np.ndarray:
+    """A batch (N, H, W, bands) of uint8 or uint16 as uint8 RGB to look at: 8-bit RGB as it is; otherwise `bands`
+    (three indices; else the first three, or the one band as grey), each image's each stretched from its 2nd to its
+    98th percentile."""
+    batch = np.asarray(batch)
+    if batch.dtype == np.uint8 and batch.shape[-1] == 3 and bands is None:
+        return batch
+    picked = list(bands) if bands is not None else ([0, 1, 2] if batch.shape[-1] >= 3 else [0, 0, 0])
+    chosen = batch[..., picked].astype(np.float32)
+    low = np.percentile(chosen, 2, axis=(1, 2), keepdims=True)
+    high = np.maximum(np.percentile(chosen, 98, axis=(1, 2), keepdims=True), low + 1e-6)
+    return np.clip((chosen - low) / (high - low) * 255, 0, 255).astype(np.uint8)

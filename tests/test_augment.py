@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from app.augment import Augmenter
-from app.data.images import Decode
+from app.data.images import Decode, Pixels
+from app.errors import ConfigError
 
 CROP = {"_target_": "albumentations.RandomResizedCrop", "size": [32, 32], "scale": [0.25, 1.0]}
 FLIP = {"_target_": "albumentations.HorizontalFlip", "p": 0.5}
@@ -201,3 +202,16 @@ def test_a_users_compose_is_shipped_whole_read_by_the_draft_rule_and_held_to_uin
     floating = Augmenter(A.Compose([A.Lambda(image=as_float)]), (20, 30))
     with pytest.raises(TypeError, match="made a float32 image, not uint8"):
         floating(image, 0, 0, 0)
+
+
+def test_a_transform_that_fails_on_the_runs_bands_or_changes_their_type_is_refused_by_name():
+    six = Pixels(channels="all", bands=6, dtype="uint16")
+    for transform, why in ((A.RandomGamma(), "RandomGamma turns 6-band uint16 images into float64"),
+                           (A.GaussNoise(), "GaussNoise fails on 6-band uint16"),
+                           (A.ColorJitter(), "ColorJitter fails on 6-band uint16")):
+        with pytest.raises(ConfigError, match=why):
+            Augmenter(A.Compose([A.HorizontalFlip(), transform]), (16, 16), pixels=six)
+    # negative controls: what keeps any bands and type passes; a crop of the source's pixels is the size's, not theirs
+    Augmenter(A.Compose([A.HorizontalFlip(), A.Rotate(), A.RandomBrightnessContrast(), A.Crop(0, 0, 100, 100)]),
+              (16, 16), pixels=six)
+    Augmenter(A.Compose([A.RandomGamma()]), (16, 16))  # 8-bit RGB: as before, unchecked

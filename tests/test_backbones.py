@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from app.backbones import keras_app
+from app.data.decode import Pixels
 from app.errors import ConfigError
 from app.families import FAMILIES
 from app.model import build, classifier, normaliser
@@ -89,3 +90,25 @@ def test_any_builder_by_target_with_its_kwargs():
         build(CustomModelConfig(_target_="builtins.dict"), (16, 16), 2)
     with pytest.raises(ConfigError, match=r"`model` \(app.model.small_resnet\) cannot be built.*nope"):
         build(CustomModelConfig(_target_="app.model.small_resnet", kwargs={"nope": 1}), (16, 16), 2)
+
+
+def test_a_backbone_for_six_bands_takes_the_rgb_weights_with_its_first_kernel_averaged_over_the_bands(tmp_path):
+    saved = keras.applications.MobileNetV3Small(include_top=False, weights=None, input_shape=(32, 32, 3),
+                                                pooling="avg", **SMALL)
+    path = tmp_path / "random.weights.h5"
+    saved.save_weights(path)
+    wide = inner(keras_app((32, 32, 6), 3, "MobileNetV3Small", weights=str(path), **SMALL))
+    assert wide.input_shape[-1] == 6
+    first = next(i for i, w in enumerate(saved.get_weights()) if w.ndim == 4)
+    rgb, six = saved.get_weights()[first], wide.get_weights()[first]
+    assert six.shape == (*rgb.shape[:2], 6, rgb.shape[3])
+    assert np.allclose(six, np.repeat(rgb.mean(axis=2, keepdims=True), 6, axis=2))
+    rest = [(a, b) for i, (a, b) in enumerate(zip(saved.get_weights(), wide.get_weights(), strict=True)) if i != first]
+    assert all(np.array_equal(a, b) for a, b in rest)  # every other weight as the file holds it
+    # through the app's build: 6-band uint16 takes the unit scaling, never the family's RGB preprocessing
+    net = build(KerasAppConfig(name="MobileNetV3Small", weights=None, kwargs=SMALL), (32, 32), 3,
+                pixels=Pixels(channels="all", bands=6, dtype="uint16"))
+    assert net.input_shape == (None, 32, 32, 6) and net.get_layer("normalise").get_config()["scale"] == 1 / 65535
+    with pytest.raises(ConfigError, match="data.normalize"):  # negative control: 8-bit RGB keeps the family's own
+        build(KerasAppConfig(name="MobileNetV3Small", weights=None, kwargs=SMALL), (32, 32), 3,
+              pixels=Pixels(mean=(1.0, 1.0, 1.0), std=(2.0, 2.0, 2.0)))

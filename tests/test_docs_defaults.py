@@ -26,6 +26,8 @@ STATED = [
     ("README.md", "the offline default dataset (800", {**SYNTHETIC, "data.num_images": 800}),
     ("docs/data.md", "`synthetic` (default)", SYNTHETIC),
     ("docs/labels.md", "`data.task=multiclass` (the default)", {"data.task": "multiclass"}),
+    ("docs/data.md", "`rgb` (the default: 1, 3 or 4 bands", {"data.channels": "rgb"}),
+    ("docs/data.md", "`uint8` (the default) or `uint16`", {"data.dtype": "uint8"}),
     ("docs/labels.md", "`auto`, the default, is none here", {"trainer.top_k": "auto"}),
     ("docs/data.md", "89.5 M, by default", {"data.max_image_pixels": 89_478_485}),
     ("docs/models.md", "`model=resnet` (the default", RESNET),
@@ -67,6 +69,7 @@ NOT_A_SETTING = [
     ("docs/performance.md", "by default each sample's"),  # glibc's behaviour
     ("docs/performance.md", "the earlier defaults"),  # the recipe a measurement ran with
     ("docs/queue.md", "`conf/queue/default.yaml`"),  # a file's name
+    ("docs/performance.md", "with `augment=default` and 2 workers"),  # the augment option the bench ran with
 ]
 
 

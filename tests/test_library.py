@@ -16,9 +16,11 @@ import albumentations as A
 import keras
 import numpy as np
 import pytest
+import tifffile
 from loaders import assert_clean, workers_alive
 from PIL import Image
 
+from app.errors import DataError
 from app.library import ImageLoader, boundary
 from app.loader.order import epoch_order, full_batches
 
@@ -303,3 +305,27 @@ def test_from_table_reads_several_labels_an_image_as_vectors(tmp_path):
     with pytest.raises(ValueError):  # negative control: no such task
         ImageLoader.from_table(table, columns={"label": "tags"}, task="several", image_size=(SIZE, SIZE),
                                batch_size=3)
+
+
+def test_six_band_uint16_tiffs_come_as_they_are_and_the_boundary_scales_them(tmp_path):
+    rng = np.random.default_rng(0)
+    written = {}
+    for name in ("field", "water"):
+        (tmp_path / "tiles" / name).mkdir(parents=True)
+        for i in range(3):
+            bands = rng.integers(0, 65536, (SIZE, SIZE, 6), dtype=np.uint16)
+            tifffile.imwrite(tmp_path / "tiles" / name / f"{i}.tif", bands, photometric="minisblack",
+                             planarconfig="contig")
+            written[bands[0, 0].tobytes()] = bands
+    loader = ImageLoader.from_folder(tmp_path / "tiles", val_fraction=0.34, image_size=(SIZE, SIZE), batch_size=2,
+                                     workers=1, channels="all", dtype="uint16")
+    with loader:
+        x, _ = loader.val[0]
+    assert x.shape == (2, SIZE, SIZE, 6) and x.dtype == np.uint16
+    assert all(np.array_equal(image, written[image[0, 0].tobytes()]) for image in x)  # the files' own values
+    scaled = np.asarray(boundary("unit", "uint16")(x))
+    assert scaled.dtype == np.float32 and np.allclose(scaled, x / 65535.0)
+    with pytest.raises(DataError, match="16-bit image"), ImageLoader.from_folder(  # negative control: 8 bits
+            tmp_path / "tiles", val_fraction=0.34, image_size=(SIZE, SIZE), batch_size=2, workers=1,
+            channels="all") as eight:
+        eight.val[0]

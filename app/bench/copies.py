@@ -1,5 +1,4 @@
-"""`bench.prepared=[<copy>, ...]`: the same modes on prepared copies of the benched data beside the originals, in one
-run; with `bench.cache_dir`, a copy at a URL runs twice: by byte ranges and through that shard cache."""
+"""`bench.prepared=[<copy>, ...]`: the modes on prepared copies too; one at a URL also via `bench.cache_dir` if set."""
 
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ def labels(bench) -> list[str]:
 
 
 def copy_config(config, label: str):
-    """The config a user would write to bench the prepared copy `label` names alone (`data=prepared
-    data.path=<copy>`, the benched data's SHARED_KEYS kept; `<url> cached`: through bench.cache_dir), loaded."""
+    """The loaded config benching copy `label` alone: data=prepared, SHARED_KEYS kept, `<url> cached` via cache_dir."""
     copy = label.removesuffix(CACHED)
     plain = to_plain(config)
     plain["data"] = {"_target_": DATA_TARGETS["prepared"], "path": copy,

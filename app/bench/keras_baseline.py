@@ -1,5 +1,4 @@
-"""The hand-rolled `keras.utils.PyDataset` `bench` measures this loader against (Pillow's full decode, the same
-augmentation, float32 out), in a module of its own so Keras's worker processes can import it."""
+"""`bench`'s hand-rolled PyDataset baseline (Pillow, same augmentation, float32), alone so Keras's workers import it."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The bench modes that train through Keras, on TensorFlow or JAX. TensorFlow is imported only to feed Keras through
-tf.data, so on JAX every mode but `tf_data` runs without it."""
+"""Bench modes that train through Keras; only `tf_data` imports TensorFlow, so on JAX the others run without it."""
 
 from __future__ import annotations
 
@@ -19,8 +18,7 @@ from app.training.steps import EpochFigures, EpochPlan, Feed, build_metrics, tra
 
 
 def _trivial_model(config, source, normalising=True):
-    """The same trivial backbone for every mode (behind `train`'s normalising layer for this loader's uint8 modes),
-    its head and loss as the labels need (several an image: a sigmoid a class, binary crossentropy)."""
+    """Every mode's trivial backbone (after `train`'s normaliser for uint8), its head and loss as the labels need."""
     size, several = config.data.image_size, np.ndim(source.train.labels) == 2
     head = keras.layers.Dense(len(source.class_names), activation="sigmoid" if several else "softmax")
     net = keras.Sequential([keras.Input((*size, 3)), keras.layers.GlobalAveragePooling2D(), head])

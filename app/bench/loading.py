@@ -1,5 +1,4 @@
-"""What every bench mode is given (its Run), and the modes with no model: `loader` (this loader and its prefetch) and
-`serial` (decode + augment one sample after another: the per-core rate)."""
+"""A bench mode's Run, and the modes without a model: `loader` (with prefetch) and `serial` (the per-core rate)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""One bench mode in the child process the bench command starts for it: the mode's pipeline fed through its consumer
-for `bench.warmup` + `bench.batches` batches, timed by a clock that starts after the warm-up."""
+"""A bench mode in its child process: `bench.warmup` batches through its consumer, then `bench.batches` timed."""
 
 from __future__ import annotations
 

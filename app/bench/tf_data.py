@@ -1,5 +1,4 @@
-"""The tf.data pipeline `bench` measures this loader against, as a TensorFlow user writes it (read_file, decode_jpeg
-with the draft's `ratio`, the same augmentation, float32, AUTOTUNE); like such code, it ignores EXIF orientation."""
+"""`bench`'s tf.data baseline as users write it (decode_jpeg at draft `ratio`, AUTOTUNE); like theirs, ignores EXIF."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""`queue.workers=auto` and `queue.max_size=auto`: a short probe before training (no randomness consumed) times
-samples built as a worker builds them and the compiled step; then the fewest workers within WAIT_TARGET of the best
-pace and the fewest slots that hold a slow batch, within the memory limit. A value the user gave is kept."""
+"""`queue.*=auto`: a probe (no randomness consumed) times worker-built samples and the step, then the fewest workers
+within WAIT_TARGET of the best pace and the fewest slots for a slow batch, within memory; given values kept."""
 
 from __future__ import annotations
 
@@ -41,8 +40,7 @@ class Timings:
 
 @dataclass(frozen=True)
 class Cycle:
-    """The time between two batches trained with w workers: the longest of the step, a batch's samples split between the
-    workers, and a batch's CPU work (step and samples) spread over the cores they share."""
+    """A batch's period with w workers: max(step, samples / w, CPU work of step and samples / shared cores)."""
 
     t: Timings
     batch_size: int
@@ -147,8 +145,7 @@ def _slots(cycle: Cycle, workers: int) -> tuple[int, str]:
 
 
 def time_samples(split, augmenter, indices, seed: int) -> tuple[list[float], list[np.ndarray], list[int]]:
-    """Seconds to read, decode and augment each of `indices` (epoch 0) single-threaded as a worker, until a batch is
-    built or PROBE_SECONDS pass; the samples and their indices. An unreadable sample is passed over."""
+    """Seconds to build each of `indices` (epoch 0) as a worker, to a batch or PROBE_SECONDS; samples, indices built."""
     threads = cv2.getNumThreads()
     cv2.setNumThreads(0)  # as in a worker (app/loader/worker.py)
     times, images, built = [], [], []
@@ -171,8 +168,7 @@ def time_samples(split, augmenter, indices, seed: int) -> tuple[list[float], lis
 
 def probe_and_choose(config, batch_size: int, split, *, time_step: StepTimer,
                      fits: Callable[[int, int], bool]) -> Choice:
-    """Time up to a batch (`batch_size`: this process's share) of `split`'s samples and the compiled step on them
-    (`time_step`), then choose."""
+    """Time up to a batch (`batch_size`: this process's share) of `split`'s samples and `time_step` on them; choose."""
     augmenter = augmenters(config.data, {"probe": config.augment.transforms})["probe"]
     order = epoch_order(len(split), seed=config.seed, epoch=0, shuffle=config.queue.shuffle)[:batch_size + 1]
     sample_s, images, built = time_samples(split, augmenter, order, config.seed)

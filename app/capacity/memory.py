@@ -1,7 +1,5 @@
-"""Memory of the process tree (the training process and its workers), each page counted once: the root's RSS less
-shared memory, each child's USS less the ring's, the rings whole (not PSS, which splits pages machine-wide). The
-children's USS and the rings are re-read only after a process came or went, a cheap counter moved RECHECK_BYTES,
-or FULL_EVERY_S passed."""
+"""The process tree's memory, each page once: the root's RSS less shared, each child's USS less its ring's, rings whole
+(PSS splits pages machine-wide). USS and rings re-read on a process change, a RECHECK_BYTES move or FULL_EVERY_S."""
 
 from __future__ import annotations
 
@@ -166,8 +164,7 @@ def is_multiprocessing_helper(process: psutil.Process) -> bool:
 
 
 def kill_leftovers_and_delete_segments(shm_dir: str = SHM_DIR) -> str:
-    """Before a job starts (in a sweep, after the previous one): kill (SIGKILL) any worker process and delete any ring
-    segment of this process left behind; "clean", or what was cleared."""
+    """Before a job: SIGKILL this process's leftover workers, delete its ring segments; "clean" or what was cleared."""
     found = []
     for child in psutil.Process().children(recursive=True):
         if not is_multiprocessing_helper(child):

@@ -61,6 +61,13 @@ class Workload:
     largest_decode_bytes: int  # the largest image's RGB array (after any draft reduction)
     largest_pillow_bytes: int = 0  # what Pillow's own copies of an image hold beside it (not JPEGs OpenCV decodes)
     device_is_host: bool  # no GPU: the device's share is host memory too
+    bands: int = 3  # the images' bands and the bytes of a sample (data.channels, data.dtype)
+    itemsize: int = 1
+
+    @property
+    def pixels(self) -> int:
+        """The values of one batch: batch × H × W × bands."""
+        return self.batch_size * self.image_size[0] * self.image_size[1] * self.bands
 
 
 @dataclass
@@ -87,7 +94,8 @@ def workload(config, largest: tuple[int, int], run) -> Workload:
     """The figures the plan needs of a loaded config (app/config.py) and its run plan (app/capacity/run_plan.py)."""
     return Workload(batch_size=run.batch_size, image_size=tuple(config.data.image_size), max_size=run.max_size,
                     workers=run.workers, processes=config.queue.use_multiprocessing, largest_decode_bytes=largest[0],
-                    largest_pillow_bytes=largest[1], device_is_host=run.device_is_host)
+                    largest_pillow_bytes=largest[1], device_is_host=run.device_is_host, bands=run.pixels.bands,
+                    itemsize=np.dtype(run.pixels.dtype).itemsize)
 
 
 def plan_for(config, splits: tuple, model: ModelFacts, probe: Probe, *, run) -> Plan:
@@ -96,7 +104,8 @@ def plan_for(config, splits: tuple, model: ModelFacts, probe: Probe, *, run) -> 
     data = config.data
 
     def decode(transforms) -> Decode:
-        return Augmenter(transforms, data.image_size, draft=data.decode.draft, max_pixels=data.max_image_pixels).decode
+        return Augmenter(transforms, data.image_size, draft=data.decode.draft, max_pixels=data.max_image_pixels,
+                         pixels=run.pixels).decode
 
     rules = [decode(config.augment.transforms), decode(eval_transforms(config.augment, data.image_size))]
     sizes = [largest_decode_bytes(split, rule) for split, rule in zip(splits, rules, strict=False)]
@@ -123,8 +132,9 @@ def fits(plan: Plan, limit_mib: float) -> bool:
     return plan.host_mib * (1 + MARGIN) <= limit_mib
 
 
-def uint8_batch_bytes(batch: int, size: tuple[int, int]) -> int:
-    return batch * size[0] * size[1] * 3
+def batch_bytes(batch: int, size: tuple[int, int], bands: int = 3, itemsize: int = 1) -> int:
+    """One batch as the loader hands it: batch × H × W × bands, `itemsize` bytes each (uint8 1, uint16 2)."""
+    return batch * size[0] * size[1] * bands * itemsize
 
 
 def decode_mib(work: Workload, probe: Probe) -> float:
@@ -133,8 +143,8 @@ def decode_mib(work: Workload, probe: Probe) -> float:
 
 
 def predict(work: Workload, probe: Probe, model: ModelFacts) -> Plan:
-    batch = uint8_batch_bytes(work.batch_size, work.image_size)
-    device = [("float32 batch (the first layer's output)", 4 * batch / MIB),
+    batch, kind = work.pixels * work.itemsize, "uint8" if work.itemsize == 1 else "uint16"
+    device = [("float32 batch (the first layer's output)", 4 * work.pixels / MIB),
               ("parameters and their gradients", 2 * model.parameter_bytes / MIB),
               ("optimizer state", model.optimizer_bytes / MIB),
               ("activations (estimate)", probe.activation_factor * model.activation_bytes_per_sample
@@ -143,8 +153,8 @@ def predict(work: Workload, probe: Probe, model: ModelFacts) -> Plan:
     host = [("TensorFlow and the app (this machine's probe)", probe.trainer_mib),
             (f"compiled train and test steps ({model.layers} layers × {probe.step_mib_per_layer:.2f} MiB)",
              model.layers * probe.step_mib_per_layer),
-            (f"uint8 batches in the training process ({TRAINER_UINT8_BATCHES})", TRAINER_UINT8_BATCHES * batch / MIB),
-            (f"the ring ({slots} slot(s) of one uint8 batch)", slots * batch / MIB)]
+            (f"{kind} batches in the training process ({TRAINER_UINT8_BATCHES})", TRAINER_UINT8_BATCHES * batch / MIB),
+            (f"the ring ({slots} slot(s) of one {kind} batch)", slots * batch / MIB)]
     if work.workers and work.processes:
         each = probe.worker_mib + decode_mib(work, probe)
         host.append((f"{work.workers} worker processes ({each:.0f} MiB each)", work.workers * each))
@@ -191,8 +201,10 @@ def render(plan: Plan, limit: tuple[str, float] | None = None, fixed: list[str] 
     return "\n".join(lines)
 
 
-def batch_size_table(batch: int, size: tuple[int, int]) -> str:
-    """One batch in GiB (float32 / uint8) by batch × square side, the config's own added and marked (`>`, `*`)."""
+def batch_size_table(batch: int, size: tuple[int, int], bands: int = 3, dtype: str = "uint8") -> str:
+    """One batch in GiB (float32 / the images' `dtype`, `bands` a pixel) by batch × square side, the config's own added
+    and marked (`>`, `*`)."""
+    itemsize = np.dtype(dtype).itemsize
     batches = sorted(set(TABLE_BATCHES) | {batch})
     sides = [(s, s) for s in TABLE_SIDES]
     if tuple(size) not in sides:
@@ -201,9 +213,10 @@ def batch_size_table(batch: int, size: tuple[int, int]) -> str:
     rows = [" | ".join(head), " | ".join(["---:"] * len(head))]
     for b in batches:
         cells = [f"{'>' if b == batch else ''}{b}"]
-        cells += [f"{_gib(4 * uint8_batch_bytes(b, hw))} / {_gib(uint8_batch_bytes(b, hw))}" for hw in sides]
+        cells += [f"{_gib(batch_bytes(b, hw, bands, 4))} / {_gib(batch_bytes(b, hw, bands, itemsize))}"
+                  for hw in sides]
         rows.append(" | ".join(cells))
-    return ("one batch in GiB, float32 / uint8 (H × W × 3 × batch × 4 bytes, or × 1); "
+    return (f"one batch in GiB, float32 / {dtype} (H × W × {bands} × batch × 4 bytes, or × {itemsize}); "
             "> your batch, * your resolution:\n" + "\n".join(f"| {r} |" for r in rows))
 
 

@@ -1,6 +1,5 @@
-"""This machine's memory figures for the plan, measured once by a short probe and stored as `$APP_CACHE_DIR` (else
-`~/.cache/app`)/machine_probe.<backend>.json until the machine, backend or library versions change: a training
-process's base, its compiled steps a layer, its activation factor, and a loader worker's USS and growth."""
+"""Memory figures of this machine (trainer base, compiled steps a layer, activation factor; worker USS and growth),
+probed once per machine, backend and versions into `$APP_CACHE_DIR` (else ~/.cache/app)/machine_probe.<backend>.json."""
 
 from __future__ import annotations
 
@@ -50,8 +49,7 @@ def _backend() -> str:
 
 
 def measured_or_spawn_probe(trainer_measures: Callable[[], dict], refresh: bool = False) -> Probe:
-    """The stored probe of this machine, or a new one if none matches (machine, backend, versions) or `refresh`; one
-    process measures at a time. `trainer_measures` must be module-level: the spawned child imports it by name."""
+    """The matching stored probe, else (or `refresh`) a new one; `trainer_measures` must be module-level (spawned)."""
     path, here = cache_file(), machine()
     if not refresh and (stored := _stored(path, here)):
         return stored

@@ -1,5 +1,4 @@
-"""The run's queue before any worker starts: `auto` values chosen within the memory limit, then the final plan
-logged, recorded and held to the limit; and the plan as `python -m app plan` shows it."""
+"""The queue before workers start: `auto` chosen, the plan logged, recorded, held to the limit; shown by `app plan`."""
 
 from __future__ import annotations
 
@@ -21,8 +20,7 @@ log = logging.getLogger("app.train")
 
 @dataclasses.dataclass(kw_only=True)
 class Planner:
-    """The memory plan of the run's config and run plan for any (workers, max_size); `plan` is None without this
-    machine's probe."""
+    """The config and run plan's memory plan for any (workers, max_size); `plan` is None without the machine's probe."""
 
     config: object
     run: RunPlan  # before the probe's choice
@@ -49,9 +47,8 @@ class Planner:
 
 def planner(config, run: RunPlan, splits: tuple, *, facts: ModelFacts,
             trainer_measures: Callable[[], dict]) -> Planner:
-    """The Planner of a loaded config and its run plan training a model of `facts` on `splits` (train, then val if
-    given), probing this machine first if not stored; a failed probe gives no plan and a warning, or raises when a
-    budget is set."""
+    """The Planner of a loaded config and run plan training a `facts` model on `splits` (train[, val]), probing the
+    machine if unstored; a failed probe warns and gives no plan, or raises with a budget set."""
     try:
         probe = measured_or_spawn_probe(trainer_measures)
     except (RuntimeError, AppError, OSError) as error:  # the plan informs; it must not stop a run without a budget
@@ -68,8 +65,7 @@ def planner(config, run: RunPlan, splits: tuple, *, facts: ModelFacts,
 
 
 def probed(plans: Planner, split, time_step: auto.StepTimer) -> RunPlan:
-    """The run plan with the probe's choice for the config's `auto` queue values, at this process's batch share;
-    the plan as it was when none is `auto`."""
+    """The run plan, its `auto` queue values chosen by the probe at this process's batch share (unchanged when none)."""
     if not auto.wanted(plans.config.queue):
         return plans.run
     return plans.run.chosen(auto.probe_and_choose(plans.config, plans.run.batch_size, split, time_step=time_step,
@@ -77,8 +73,7 @@ def probed(plans: Planner, split, time_step: auto.StepTimer) -> RunPlan:
 
 
 def check_and_write_plan(run: RunPlan, plans: Planner, summary) -> float | None:
-    """The predicted host peak (MiB) of the run plan's final queue, logged and written to `summary`; None without a
-    plan. Over the limit (with the plan's margin), the run is refused before any worker starts."""
+    """Predicted host peak (MiB) into `summary`; None without a plan; over limit + margin, raises before any worker."""
     if plans.plan is None:
         return None
     config = plans.config
@@ -115,5 +110,6 @@ def report(run: RunPlan, plans: Planner) -> tuple[str, dict]:
     fixed = memory_plan.fixes(plan, plans.probe, plans.facts, limit) if plan.host_mib > limit else []
     capped = plans.slots(run.max_size)[1]
     text = (f"{capped}\n\n" if capped else "") + (memory_plan.render(plan, (name, limit), fixed) + "\n\n"
-            + memory_plan.batch_size_table(config.data.batch_size, tuple(config.data.image_size)))
+            + memory_plan.batch_size_table(config.data.batch_size, tuple(config.data.image_size), run.pixels.bands,
+                                           run.pixels.dtype))
     return text, {**plan.record(), "limit": {"name": name, "mib": round(limit, 1)}, "fixes": fixed}

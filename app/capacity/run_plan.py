@@ -8,6 +8,7 @@ import dataclasses
 from pathlib import Path
 
 from app.capacity.auto import Choice
+from app.data.decode import Pixels
 from app.loader.settings import Settings
 from app.rules import AUTO
 
@@ -19,12 +20,13 @@ class RunPlan:
     max_size: int | str  # queue.max_size, likewise
     device_is_host: bool  # no GPU: the device's memory is the host's
     choice: Choice | None = None  # the probe's, when it chose
+    pixels: Pixels = Pixels()  # the images' bands and type, as the data gave them (app/data/pixels.py)
 
     @classmethod
-    def of(cls, config, *, processes: int = 1, device_is_host: bool) -> RunPlan:
+    def of(cls, config, *, processes: int = 1, device_is_host: bool, pixels: Pixels = Pixels()) -> RunPlan:
         """The plan of a loaded config trained by `processes` processes, before any probe."""
         return cls(batch_size=config.data.batch_size // processes, workers=config.queue.workers,
-                   max_size=config.queue.max_size, device_is_host=device_is_host)
+                   max_size=config.queue.max_size, device_is_host=device_is_host, pixels=pixels)
 
     def chosen(self, choice: Choice | None) -> RunPlan:
         """This plan with the probe's workers and slots, or itself when the probe chose nothing."""
@@ -35,4 +37,5 @@ class RunPlan:
     def loader_settings(self, config, bad_log: Path | None = None) -> Settings:
         """The loader's settings for this plan: its batch and its queue (one still `auto`: Settings resolves it)."""
         queue = {key: value for key, value in (("workers", self.workers), ("max_size", self.max_size)) if value != AUTO}
-        return dataclasses.replace(Settings.from_config(config, bad_log), batch_size=self.batch_size, **queue)
+        return dataclasses.replace(Settings.from_config(config, bad_log, self.pixels), batch_size=self.batch_size,
+                                   **queue)

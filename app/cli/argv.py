@@ -1,7 +1,6 @@
-"""The command line before Hydra sees it: which directory a command writes, and `resume`. `resume=<run dir>` (or
-`latest`) is resolved first: `train` continues in the run directory (process 0 taking its lock), evaluate, predict and
-export write into `<run dir>/<command>/<date>_<time>/`. A new run's directory is claimed atomically (a second run in
-the same second gets `<time>-1`) unless `hydra.run.dir`/`hydra.sweep.dir` is given; an srun's tasks share one."""
+"""The command line before Hydra: each command's directory, and `resume=<run dir>|latest`, resolved first: `train`
+continues in the run (process 0 locking it); evaluate, predict, export write `<run dir>/<command>/<date>_<time>/`. A new
+dir is claimed atomically (`<time>-1` on a clash) unless hydra.(run|sweep).dir is set; srun tasks share one."""
 
 from __future__ import annotations
 
@@ -121,8 +120,7 @@ def _overwrite(argv: list[str]) -> bool:
 
 
 def _refuse_or_move_aside(folder: Path, overwrite: bool, key: str) -> None:
-    """A folder given for a new run (or sweep) refused when it is a file, or holds a run and `overwrite` is false;
-    with `overwrite` the run is renamed aside first (never a live one)."""
+    """A new run or sweep's folder: refused if a file or holding a run; with `overwrite` a non-live run moved aside."""
     if folder.exists() and not folder.is_dir():
         raise config_error(key, str(folder), f"a folder: {folder} is a file (nothing was written); name a new "
                            "folder, or one that holds no run")

@@ -60,10 +60,11 @@ def main(cfg: DictConfig) -> dict:
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     try:
-        written = exporting.write_format(exporting.uint8_model(net), staging, fmt)
+        written = exporting.write_format(exporting.integer_model(net), staging, fmt)
         (staging / "labels.txt").write_text("".join(f"{name}\n" for name in source.class_names), encoding="utf-8")
         output = _output(config, run_dir, source.class_names)
-        write_json(staging / "preprocessing.json", {**preprocessing(config.augment, size), **output})
+        write_json(staging / "preprocessing.json", {**preprocessing(config.augment, size),
+                                                    **exporting.integer_input(net), **output})
         split = source.val if cfg.export.samples is None else subset(source.val, np.arange(
             min(int(cfg.export.samples), len(source.val))))
         log.info("checking %s against %s on %d validation samples", written, model_path, len(split))
@@ -142,12 +143,12 @@ def chosen_model(restore, run_dir: Path, checkpoint: str | None) -> tuple[Path, 
 
 
 def compared(predict, net, batches, thresholds: dict | None = None) -> dict:
-    """Largest absolute difference of `predict`'s probabilities (uint8 in) against `net`'s, and their agreement on the
-    top-1 class or (`thresholds`: several labels) each class at its threshold; DataError if none read."""
+    """Largest absolute difference of `predict`'s probabilities (integers in) against `net`'s, and their agreement on
+    the top-1 class or (`thresholds`: several labels) each class at its threshold; DataError if none read."""
     cut = None if thresholds is None else np.array(list(thresholds.values()), np.float32)
     worst, agreeing, samples = 0.0, 0.0, 0
     for images, _, _ in batches:
-        images = np.ascontiguousarray(images, np.uint8)
+        images = np.ascontiguousarray(images)  # the loader's integers, uint8 or uint16
         theirs = np.asarray(predict(images), np.float32)
         ours = np.asarray(net.predict_on_batch(images.astype(np.float32)), np.float32)
         worst = max(worst, float(np.abs(theirs - ours).max()))

@@ -18,6 +18,7 @@ from app.capacity.run_plan import RunPlan
 from app.commands import failure_carried
 from app.config import conf_dir, load
 from app.data import cifar, load_or_generate_source, synthetic
+from app.data.pixels import run_pixels
 from app.errors import DataError
 from app.frameworks import load_keras, native_stderr_to_log, use_backend
 from app.io import write_json
@@ -42,8 +43,9 @@ def main(cfg: DictConfig) -> float:
 
     # here, unlike train, a plan is the point: a failed probe is the command's error
     probe = measured_or_spawn_probe(calibration.trainer_measures)
-    net, gpus = _model(config, source)
-    plans = calibration.planner(config, RunPlan.of(config, device_is_host=not gpus), source, net)
+    pixels = run_pixels(config.data, source.train)
+    net, gpus = _model(config, source, pixels)
+    plans = calibration.planner(config, RunPlan.of(config, device_is_host=not gpus, pixels=pixels), source, net)
     plan = calibration.probed(plans, source.train, net)
     choice = plan.choice
     if choice:
@@ -85,7 +87,7 @@ def _source(data, run_dir: Path | None):
     return run_source(run_dir, data) if run_dir else load_or_generate_source(data)
 
 
-def _model(config, source):
+def _model(config, source, pixels):
     """(the model built and compiled as `train` builds it, on one device; the GPUs the backend sees)."""
     keras = load_keras()  # first: app.model imports Keras, whose start-up lines go to the log only from here
     from app import model as models  # imports Keras: after load_keras
@@ -102,7 +104,8 @@ def _model(config, source):
             gpus = [d.name for d in tf.config.list_physical_devices("GPU")]
     keras.mixed_precision.set_global_policy(config.trainer.precision.value)
     multilabel = str(config.data.task.value) == "multilabel"
-    net = models.build(config.model, config.data.image_size, len(source.class_names), multilabel=multilabel)
+    net = models.build(config.model, config.data.image_size, len(source.class_names), multilabel=multilabel,
+                       pixels=pixels)
     steps = config.trainer.steps_per_epoch or max(1, len(source.train) // config.data.batch_size)
     recipe.compile_new(net, config, steps, recipe.Head(source.class_names, multilabel=multilabel))
     return net, gpus

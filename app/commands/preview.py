@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 import hydra
+import numpy as np
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
@@ -14,12 +15,13 @@ from app.augment import augmenters
 from app.commands import failure_carried
 from app.config import conf_dir, load
 from app.data import label_sets
+from app.data.pixels import run_pixels
 from app.errors import BadSampleError, DataError
 from app.loader.order import epoch_order
 from app.loader.worker import make_sample
 from app.runs.rundata import checked_source
 from app.schema import register
-from app.sheets import grid
+from app.sheets import grid, rgb_view
 
 log = logging.getLogger("app.preview")
 register()
@@ -30,7 +32,8 @@ register()
 def main(cfg: DictConfig) -> str:
     config = load(cfg)
     source = checked_source(config)
-    built = augmenters(config.data, {"source": [], "train": config.augment.transforms})
+    pixels = run_pixels(config.data, source.train)
+    built = augmenters(config.data, {"source": [], "train": config.augment.transforms}, pixels=pixels)
     n, k = config.preview.images, config.preview.augmentations
     order = epoch_order(len(source.train), seed=config.seed, epoch=0, shuffle=config.queue.shuffle)
     images, captions, shown = [], [], 0
@@ -51,7 +54,11 @@ def main(cfg: DictConfig) -> str:
         raise DataError(f"none of the {len(order)} samples of the train split could be read (the warnings above name "
                         "each): fix or replace the files in data.path.")
     out = Path(HydraConfig.get().runtime.output_dir) / "preview.png"
-    grid(images, captions, columns=k + 1).save(out)
+    bands = None if config.preview.bands is None else list(config.preview.bands)
+    if bands is not None or pixels.bands != 3 or pixels.dtype != "uint8":
+        log.info("preview: bands %s as red, green and blue, each image's stretched from its 2nd to its 98th "
+                 "percentile (preview.bands)", bands or ([0, 1, 2] if pixels.bands >= 3 else [0, 0, 0]))
+    grid(list(rgb_view(np.stack(images), bands)), captions, columns=k + 1).save(out)
     log.info("preview: %d samples × (source + %d augmentations), seed %d", shown, k, config.seed)
     print(f"written: {out}")
     return str(out)

@@ -1,4 +1,5 @@
-"""One image file → RGB uint8 array (H, W, 3), decoding large JPEGs at a reduced scale."""
+"""One image file → its pixels: RGB uint8 (H, W, 3) for 8-bit files (large JPEGs decoded at a reduced scale), a 16-bit
+PNG's own uint16 samples; a TIFF is handed to app/data/tiff.py unread (`TiffAt`)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,16 @@ import os
 import re
 import stat
 import warnings
-from dataclasses import dataclass
 
 import cv2
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
+
+from app.data import tiff
+from app.data.bands import fit_bands
+from app.data.decode import DEFAULT_MAX_PIXELS, Decode, DecodeError, Pixels, TiffAt, check_pixels, pixel_count
+
+__all__ = ["DEFAULT_MAX_PIXELS", "Decode", "DecodeError", "Pixels", "TiffAt", "check_pixels", "decoded", "load_rgb"]
 
 EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff")
 
@@ -29,8 +35,6 @@ _DIRECT_MODES = {"RGB", "RGBA", "RGBX", "L", "LA", "1", "P", "PA", "CMYK", "YCbC
 SIXTEEN_BIT_MODES = {"I;16", "I;16L", "I;16B", "I;16N", "I"}
 
 
-# Pillow's own limit: images declaring more pixels are refused before they are decoded.
-DEFAULT_MAX_PIXELS = 89_478_485
 # What is read of a file before its declared size is checked: JPEG, PNG, WebP, BMP and most TIFF
 # headers fit (a JPEG's EXIF block may not: the decode then checks).
 HEAD_BYTES = 64 * 1024
@@ -39,35 +43,14 @@ HEAD_BYTES = 64 * 1024
 warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
 
 
-class DecodeError(ValueError):
-    """A file that is not a readable image; the message is a short reason (no path)."""
-
-
-@dataclass(frozen=True)
-class Decode:
-    """How a pipeline has its files decoded: `min_short_side` allows JPEG draft decoding (None:
-    full size); images declaring more than `max_pixels` are refused (None: no limit)."""
-
-    min_short_side: int | None = None
-    max_pixels: int | None = DEFAULT_MAX_PIXELS
-
-
-def _check_pixels(width: int, height: int, max_pixels: int | None) -> None:
-    if max_pixels is not None and width * height > max_pixels:
-        raise DecodeError(f"it declares {width}×{height} = {_count(width * height)} pixels, above "
-                          f"data.max_image_pixels={max_pixels} (a decompression bomb, or a scan too large: raise "
-                          "data.max_image_pixels if the file is genuine)")
-
-
-def _count(pixels: int) -> str:
-    """Millions from 100 M up; the exact count below, where a user's limit may be near (a 32×32 image is not "0 M")."""
-    return f"{pixels / 1e6:.0f} M" if pixels >= 100_000_000 else f"{pixels:,}"
+TIFF_MAGIC = (b"II*\0", b"MM\0*", b"II+\0", b"MM\0+")  # classic TIFF and BigTIFF, either byte order
+PNG_START = b"\x89PNG\r\n\x1a\n"
 
 
 def pillow_refusal(error: Exception) -> DecodeError:
     """Pillow's DecompressionBombError as ours; it names Pillow's limit, which no data.max_image_pixels lifts."""
     declared = re.search(r"\((\d+) pixels\)", str(error))
-    count = _count(int(declared.group(1))) if declared else "too many"
+    count = pixel_count(int(declared.group(1))) if declared else "too many"
     return DecodeError(f"it declares {count} pixels, above Pillow's own limit ({2 * Image.MAX_IMAGE_PIXELS}), "
                        "which no data.max_image_pixels lifts (a decompression bomb, or an image too large to decode "
                        "whole: resize or tile it)")
@@ -86,21 +69,34 @@ def load_rgb(path: str | os.PathLike, min_short_side: int | None = None,
              max_pixels: int | None = DEFAULT_MAX_PIXELS) -> np.ndarray:
     """Decode `path` into a writable, C-contiguous uint8 RGB array (H, W, 3). A DecodeError (short reason) for anything
     not a readable image or declaring more than `max_pixels`; OSErrors such as FileNotFoundError pass unchanged."""
-    return rgb_from_bytes(read_bytes(path, max_pixels), min_short_side, max_pixels)
+    return decoded(read_bytes(path, max_pixels), Decode(min_short_side, max_pixels))
 
 
-def read_bytes(path: str | os.PathLike, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> bytes:
-    """The file's bytes; a DecodeError for an empty file, one whose header declares more than `max_pixels` (never read
-    whole), or a device, pipe or socket (refused unopened: /dev/urandom never ends, a pipe waits for a writer)."""
+def decoded(raw: bytes | TiffAt, decode: Decode) -> np.ndarray:
+    """A fetched file (its bytes, or a TIFF by tifffile) as the run's pixels (`decode.pixels`)."""
+    if isinstance(raw, TiffAt):
+        image = tiff.read_tiff(raw.path, min_short_side=decode.min_short_side, max_pixels=decode.max_pixels)
+    else:
+        image = rgb_from_bytes(raw, decode.min_short_side, decode.max_pixels)
+    pixels = decode.pixels
+    return fit_bands(image, channels=pixels.channels, bands=pixels.bands, dtype=pixels.dtype)
+
+
+def read_bytes(path: str | os.PathLike, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> bytes | TiffAt:
+    """The file's bytes (a TIFF: `TiffAt`, left to its decode); a DecodeError for an empty file, one whose header
+    declares more than `max_pixels` (never read whole), or a device, pipe or socket (refused unopened: /dev/urandom
+    never ends, a pipe waits for a writer)."""
     if not stat.S_ISREG(os.stat(path).st_mode):
         raise DecodeError("not a regular file (a device, pipe or socket)")
     with open(path, "rb") as file:
         head = file.read(HEAD_BYTES)
         if not head:
             raise DecodeError("empty file")
+        if head[:4] in TIFF_MAGIC:
+            return TiffAt(os.fspath(path))
         size = declared_size(head, max_pixels)
         if size is not None:
-            _check_pixels(*size, max_pixels)
+            check_pixels(*size, max_pixels)
         return head + file.read()
 
 
@@ -121,10 +117,12 @@ def declared_size(head: bytes, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> t
 def rgb_from_bytes(raw: bytes, min_short_side: int | None = None,
                    max_pixels: int | None = DEFAULT_MAX_PIXELS) -> np.ndarray:
     """`load_rgb` on a file's bytes."""
+    if raw[:8] == PNG_START and len(raw) > 24 and raw[24] == 16:  # IHDR's bit depth: Pillow would cut RGB to 8 bits
+        return _sixteen_bit_png(raw, max_pixels)
     if raw[:3] == JPEG_START:
         frame = jpeg_frame(raw)
         if frame is not None:
-            _check_pixels(frame[0], frame[1], max_pixels)
+            check_pixels(frame[0], frame[1], max_pixels)
         if frame is not None and frame[2] in (1, 3):  # greyscale or RGB; CMYK is Pillow's to convert
             width, height, _ = frame
             fast = _decode_jpeg(raw, draft_scale(width, height, min_short_side) if min_short_side else 1)
@@ -139,7 +137,7 @@ def _pillow_rgb(source, min_short_side: int | None, max_pixels: int | None) -> n
     try:
         with Image.open(source) as img:
             fmt = img.format or fmt
-            _check_pixels(img.width, img.height, max_pixels)
+            check_pixels(img.width, img.height, max_pixels)
             if min_short_side is not None and fmt == "JPEG":
                 scale = draft_scale(img.width, img.height, min_short_side)
                 if scale > 1:
@@ -161,6 +159,17 @@ def _pillow_rgb(source, min_short_side: int | None, max_pixels: int | None) -> n
         if "truncated" in str(exc).lower():
             raise DecodeError(f"truncated {fmt}") from exc
         raise DecodeError(f"cannot decode {fmt}: {exc}") from exc
+
+
+def _sixteen_bit_png(raw: bytes, max_pixels: int | None) -> np.ndarray:
+    """A 16-bit PNG's samples as they are, uint16 (H, W) or (H, W, 3 or 4) in RGB order, by OpenCV."""
+    check_pixels(int.from_bytes(raw[16:20], "big"), int.from_bytes(raw[20:24], "big"), max_pixels)
+    image = cv2.imdecode(np.frombuffer(raw, np.uint8), cv2.IMREAD_UNCHANGED)
+    if image is None:
+        raise DecodeError("cannot decode PNG: truncated or damaged")
+    if image.ndim == 3:  # OpenCV's BGR(A)
+        image = image[:, :, [2, 1, 0, 3][:image.shape[2]]]
+    return np.ascontiguousarray(image)
 
 
 def jpeg_frame(raw: bytes) -> tuple[int, int, int] | None:
@@ -195,17 +204,14 @@ def _decode_jpeg(raw: bytes, scale: int) -> np.ndarray | None:
 
 
 def _to_rgb(img: Image.Image) -> np.ndarray:
-    if img.mode in SIXTEEN_BIT_MODES:
-        # Scale, not clip: 16-bit 40000 is a mid grey (155), not white.
-        values = np.clip(np.asarray(img).astype(np.int64), 0, 65535)
-        grey = (values * 255 // 65535).astype(np.uint8)
-        return np.repeat(grey[:, :, None], 3, axis=2)
+    if img.mode in SIXTEEN_BIT_MODES:  # the grey's own 16 bits: the run's data.dtype takes them or refuses them
+        values = np.asarray(img)
+        if values.size and (values.min() < 0 or values.max() > 65535):
+            raise DecodeError(f"its samples are 32-bit integers ({img.mode}): data.dtype reads uint8 or uint16 images")
+        return values.astype(np.uint16)
     if img.mode == "F":
-        values = np.nan_to_num(np.asarray(img))
-        if values.max(initial=0) <= 1:  # the 0–1 convention of float images, not a black 0–255 one
-            values = values * 255
-        grey = np.clip(values, 0, 255).astype(np.uint8)
-        return np.repeat(grey[:, :, None], 3, axis=2)
+        raise DecodeError("its samples are 32-bit floats (an elevation model or a float raster?): data.dtype reads "
+                          "uint8 or uint16 images for now; convert it, or leave it out")
     if img.mode == "P" and "transparency" in img.info:
         # Via RGBA: Pillow warns when a palette with transparency goes straight to RGB.
         img = img.convert("RGBA")

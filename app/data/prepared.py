@@ -15,89 +15,38 @@ import zlib
 from pathlib import Path
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
 
+from app.data.bands import fit_bands
 from app.data.copy_checks import index_damage, labels_damage, shard_damage, size_in
 from app.data.images import Decode, DecodeError, rgb_from_bytes
-from app.data.shard_cache import ShardCache, cache_key
+from app.data.remote_copy import RemoteCopy, read_copy_index, read_copy_labels, remote_copy
 from app.data.shards import (
     CHECKSUMS_SINCE,
     MANIFEST,
     MEMBER,
     Manifest,
-    check_index,
     index_name,
-    parse_manifest,
     prepare_again,
     prepare_command,
-    read_index,
-    read_labels,
     read_manifest,
     sample_key,
     unrecorded,
 )
 from app.data.source import Source, bad_sample_reason
-from app.data.storage import RemoteStore, Store, is_url
+from app.data.storage import is_url
 from app.errors import BadSampleError, DataError
 
 FINGERPRINT_COVERS = "the prepared copy's manifest: its source's fingerprint, the resize rule and the format"
-GB = 10**9  # data.cache_max_gb's unit
-TAR_BLOCK = 512  # a tar member's header: every shard starts with one
 log = logging.getLogger(__name__)
-_indexes: dict[tuple, np.ndarray] = {}  # a URL copy's indexes, fetched once a process: (key, split, cached)
-_indexes_lock = threading.Lock()
-
-
-class RemoteCopy:
-    """A prepared copy at a URL: its store, manifest, `key` (cache_key's) and shard cache (None: ranged GETs only)."""
-
-    def __init__(self, store: RemoteStore, manifest: bytes, cache_dir: Path | None, cache_max_gb: float):
-        self.store, self.manifest = store, parse_manifest(manifest, store.url)
-        self.key = cache_key(store.url, manifest)
-        self.cache = None if cache_dir is None else ShardCache(store, cache_dir / self.key, int(cache_max_gb * GB))
-
-    def __str__(self) -> str:
-        return str(self.store)
-
-    def index(self, split: str, again: str = "") -> np.ndarray:
-        """The split's index, fetched once a process (in memory, or mapped from the cache); `again`: refusal advice."""
-        with _indexes_lock:
-            index = _indexes.get((self.key, split, self.cache is not None))
-            if index is None:
-                if self.cache is None:
-                    index = read_index(self.store.url, split, self.store.storage_options, again)
-                else:
-                    local = self.cache.fetched(index_name(split))
-                    index = check_index(lambda: np.load(local, mmap_mode="r"), self.store.path_of(index_name(split)),
-                                        again)
-                _indexes[(self.key, split, self.cache is not None)] = index
-        return index
-
-    def read(self, shard: str, offset: int, length: int) -> bytearray:
-        """`length` bytes at `offset` of `shard` (fewer where it ends before)."""
-        if self.cache is not None:
-            return self.cache.read(shard, offset, length)
-        return bytearray(self.store.read_range(shard, offset, length))
-
-
-def _read_index(root, split: str, again: str = "") -> np.ndarray:
-    return root.index(split, again) if isinstance(root, RemoteCopy) else read_index(root, split, again=again)
-
-
-def _read_labels(root, split: str, again: str) -> np.ndarray:
-    if isinstance(root, RemoteCopy):
-        return read_labels(root.store.url, split, root.store.storage_options, again)
-    return read_labels(root, split, again=again)
-
-
 class PreparedSplit:
     """The samples of one split of a prepared copy: rows `rows` of its index (`vectors`: a multilabel copy's
     labels-<split>.npy, a 0/1 row a sample of the whole split)."""
 
-    def __init__(self, root: str, split: str, shards: list[str], *, image_format: str, vectors=None):
+    def __init__(self, root: str, split: str, shards: list[str], *, stored: Manifest, vectors=None):
         self.root = root if isinstance(root, RemoteCopy) else str(root)
-        self.split, self.shards, self.format = split, list(shards), image_format
-        index = _read_index(self.root, split)
+        self.split, self.shards, self.format = split, list(shards), stored.format
+        self.dtype, self.bands = stored.dtype, stored.bands  # the stored images' (raw: the .npy's)
+        index = read_copy_index(self.root, split)
         self.rows = np.arange(len(index), dtype=np.int64)
         self.labels = np.asarray(index["label"], np.int64) if vectors is None else vectors
         self._index: np.ndarray | None = index
@@ -127,7 +76,7 @@ class PreparedSplit:
 
     def _row(self, i: int):
         if self._index is None:
-            self._index = _read_index(self.root, self.split)
+            self._index = read_copy_index(self.root, self.split)
         return self._index[self.rows[i]]
 
     def _shard_fd(self, shard: int) -> int:
@@ -186,11 +135,14 @@ class PreparedSplit:
         try:
             if self.format == "raw":
                 row = self._row(i)
-                height, width = int(row["height"]), int(row["width"])
-                if len(raw) != height * width * 3:
-                    raise DecodeError(f"{len(raw)} bytes where the index says {height}×{width}×3")
-                return np.frombuffer(raw, np.uint8).reshape(height, width, 3)  # writable: raw is a bytearray
-            return rgb_from_bytes(bytes(raw), decode.min_short_side, decode.max_pixels)
+                shape = (int(row["height"]), int(row["width"]), self.bands)
+                if len(raw) != np.prod(shape) * np.dtype(self.dtype).itemsize:
+                    raise DecodeError(f"{len(raw)} bytes where the index says {'×'.join(map(str, shape))} {self.dtype}")
+                image = np.frombuffer(raw, self.dtype).reshape(shape)  # writable: raw is a bytearray
+            else:
+                image = rgb_from_bytes(bytes(raw), decode.min_short_side, decode.max_pixels)
+            pixels = decode.pixels
+            return fit_bands(image, channels=pixels.channels, bands=pixels.bands, dtype=pixels.dtype)
         except Exception as exc:
             raise BadSampleError(i, self.describe(i), bad_sample_reason(exc)) from exc
 
@@ -204,14 +156,14 @@ class PreparedSplit:
     def stored_sizes(self) -> tuple[np.ndarray, np.ndarray]:
         """(heights, widths) of the stored images, from the index alone."""
         if self._index is None:
-            self._index = _read_index(self.root, self.split)
+            self._index = read_copy_index(self.root, self.split)
         rows = self._index[self.rows]
         return np.asarray(rows["height"], np.int64), np.asarray(rows["width"], np.int64)
 
 
 def prepared_source(data_cfg) -> Source:
     """data=prepared: the copy at data.path (a local folder, or a URL)."""
-    root = _remote_copy(data_cfg) if is_url(data_cfg.path) else _local_copy(data_cfg.path)
+    root = remote_copy(data_cfg) if is_url(data_cfg.path) else _local_copy(data_cfg.path)
     manifest = manifest_of(root)
     task = str(getattr(data_cfg.task, "value", data_cfg.task))
     if task != manifest.task:
@@ -248,12 +200,12 @@ def _checked_splits(root, manifest: Manifest) -> dict[str, PreparedSplit]:
     problems = [] if isinstance(root, RemoteCopy) else shard_damage(where, manifest, size_in(where))
     splits = {}
     for name, record in manifest.splits.items():
-        problems += filter(None, [index_damage(where, manifest, name, _read_index(root, name, again))])
+        problems += filter(None, [index_damage(where, manifest, name, read_copy_index(root, name, again))])
         vectors = None
         if manifest.task == "multilabel":
-            vectors = _read_labels(root, name, again)
+            vectors = read_copy_labels(root, name, again)
             problems += filter(None, [labels_damage(where, manifest, name, vectors)])
-        splits[name] = PreparedSplit(root, name, record.shards, image_format=manifest.format, vectors=vectors)
+        splits[name] = PreparedSplit(root, name, record.shards, stored=manifest, vectors=vectors)
     if problems:
         raise DataError(f"{'; '.join(problems)}: the copy is damaged; {again}.")
     return splits
@@ -265,23 +217,6 @@ def _local_copy(path) -> str:
         raise DataError(f"data.path {root} does not exist or is not a folder: data=prepared reads the folder "
                         "that `python -m app prepare ... prepare.out=<folder>` wrote.")
     return str(root)
-
-
-def _remote_copy(data_cfg) -> RemoteCopy:
-    """The copy at URL data.path, its manifest and a byte range read: a bad URL, credentials or server fail here."""
-    options = data_cfg.storage_options
-    options = OmegaConf.to_container(options, resolve=True) if isinstance(options, DictConfig) else options
-    store = Store.at(str(data_cfg.path), options)
-    cache_dir = None if data_cfg.cache_dir is None else Path(str(data_cfg.cache_dir)).expanduser().absolute()
-    copy = RemoteCopy(store, store.read_bytes(MANIFEST), cache_dir, data_cfg.cache_max_gb)
-    first = next((record.shards[0] for record in copy.manifest.splits.values() if record.shards), None)
-    if first is not None:
-        head = store.read_range(first, 0, TAR_BLOCK)
-        if len(head) != TAR_BLOCK:
-            raise DataError(f"{store.path_of(first)}: asked for its first {TAR_BLOCK} bytes, got {len(head)}: the "
-                            "server does not answer byte ranges (HTTP Range requests), or the shard is cut short. "
-                            "Serve the copy from a server that does, or from object storage (s3://, gs://).")
-    return copy
 
 
 def check_short_side(split, need: int | None, what: str) -> None:

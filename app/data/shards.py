@@ -1,9 +1,9 @@
 """A prepared copy's layout, written by `python -m app prepare`, read by `data=prepared` (URLs: app/data/storage.py).
 
     <split>-<n:05d>.tar  shards of about prepare.shard_mb in WebDataset's layout, samples spread by one seeded shuffle:
-        members `<key>.jpg` (jpeg) or `<key>.npy` (raw: uint8 H×W×3), `<key>.cls` (the label; several labels an
-        image: their class indices, space-separated) and `<key>.json` (the original's path and size), keyed
-        `<split>-<index:09d>` (no dots: WebDataset splits a name at the first)
+        members `<key>.jpg` (jpeg: 8-bit RGB) or `<key>.npy` (raw: H×W×bands of the manifest's dtype), `<key>.cls`
+        (the label; several: the class indices, space-separated) and `<key>.json` (the original's path and size),
+        keyed `<split>-<index:09d>` (no dots: WebDataset splits a name at the first)
     index-<split>.npy    a row a sample in the split's order (`INDEX_DTYPE`), memory-mapped: the shard, offset and
         length of the image member's data, the label (-1 with several), the stored size, and the CRC32 of those bytes
         (checked when read)
@@ -29,7 +29,8 @@ from app.data.storage import Store, is_url
 from app.errors import DataError
 from app.io import atomic_write
 
-FORMAT_VERSION = 3  # 1: no checksums (no `crc` column, no manifest or index checksum); 2: one label a sample. Both read
+# 1: no checksums (no `crc` column, no manifest or index checksum); 2: one label a sample; 3: 8-bit RGB. All read
+FORMAT_VERSION = 4
 CHECKSUMS_SINCE = 2  # the format version from which members, indexes and the manifest have checksums
 MANIFEST = "manifest.json"
 BAD_SAMPLES = "bad_samples.txt"
@@ -89,7 +90,9 @@ class Manifest:
     # `prepare_command` gives again, so the advice to prepare a copy again is a command that works
     overrides: list[str] = field(default_factory=list)
     checksum: str = ""  # `manifest_checksum` of every other field; "" in format 1
-    task: str = "multiclass"  # multilabel: several labels an image, in labels-<split>.npy (format 3 on)
+    task: str = "multiclass"  # multilabel: several labels an image, in labels-<split>.npy
+    dtype: str = "uint8"  # the stored images' samples and bands (a raw copy: .npy of H×W×bands; format 4 on)
+    bands: int = 3
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)

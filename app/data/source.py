@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.data.images import Decode, DecodeError, read_bytes, rgb_from_bytes
+from app.data.images import Decode, DecodeError, TiffAt, decoded, read_bytes
 from app.errors import BadSampleError
 
 
@@ -41,18 +41,18 @@ class FileSplit:
     def read(self, i: int, decode: Decode | None = None) -> np.ndarray:
         return self.decode(i, self.fetch(i, decode), decode)
 
-    def fetch(self, i: int, decode: Decode | None = None) -> bytes:
-        """Sample i's bytes (a worker times reading apart from decoding); BadSampleError if unreadable or too large."""
+    def fetch(self, i: int, decode: Decode | None = None) -> bytes | TiffAt:
+        """Sample i's bytes (a worker times reading apart from decoding; a TIFF's strips or tiles are read by its
+        decode); BadSampleError if unreadable or too large."""
         path = self.paths[i]  # an IndexError stays an IndexError
         try:
             return read_bytes(path, (decode or Decode()).max_pixels)
         except Exception as exc:
             raise BadSampleError(i, self.describe(i), bad_sample_reason(exc)) from exc
 
-    def decode(self, i: int, raw: bytes, decode: Decode | None = None) -> np.ndarray:
-        decode = decode or Decode()
+    def decode(self, i: int, raw: bytes | TiffAt, decode: Decode | None = None) -> np.ndarray:
         try:
-            return rgb_from_bytes(raw, decode.min_short_side, decode.max_pixels)
+            return decoded(raw, decode or Decode())
         except Exception as exc:
             raise BadSampleError(i, self.describe(i), bad_sample_reason(exc)) from exc
 

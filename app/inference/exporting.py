@@ -1,4 +1,5 @@
-"""The Keras side of export: the model in float32 behind a uint8 input, written, then run by its format's runtime."""
+"""The Keras side of export: the model in float32 behind an integer input (uint8, or the run's uint16), written, then
+run by its format's runtime."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 
 from app.adapters import every_layer
 from app.errors import DataError
+from app.model import first_layer, pixel_dtype
 from app.schema import EXPORT_WRITTEN
 
 # what each format's exporter is and what limits it, for a refusal that says where to look
@@ -42,13 +44,27 @@ def _in_float32(node):
     return node
 
 
-def uint8_model(net: keras.Model) -> keras.Model:
-    """`net` behind a uint8 input cast to float32 in the graph, called once (Keras's ONNX exporter needs it)."""
-    shape = tuple(net.input_shape[1:])
-    pixels = keras.Input(shape, dtype="uint8", name="image")
-    wrapped = keras.Model(pixels, net(keras.ops.cast(pixels, "float32")), name=net.name)
-    wrapped(np.zeros((1, *shape), np.uint8))
+def integer_model(net: keras.Model) -> keras.Model:
+    """`net` behind an input of its images' integer type (uint8, uint16), cast in the graph to what `net` takes, called
+    once (Keras's ONNX exporter needs it)."""
+    shape, dtype = tuple(net.input_shape[1:]), pixel_dtype(net)
+    pixels = keras.Input(shape, dtype=dtype, name="image")
+    taken = "uint16" if pixel_dtype(net) == "uint16" else "float32"  # app/model.py declares uint16 only
+    wrapped = keras.Model(pixels, net(keras.ops.cast(pixels, taken)), name=net.name)
+    wrapped(np.zeros((1, *shape), dtype))
     return wrapped
+
+
+def integer_input(net: keras.Model) -> dict:
+    """preprocessing.json's word on the input and its normalisation (the first layer's), where `net` does not take
+    8-bit RGB."""
+    bands, dtype = int(net.input_shape[-1]), pixel_dtype(net)
+    if (bands, dtype) == (3, "uint8"):
+        return {}
+    return {"input": {"dtype": dtype, "bands": bands, "range": [0, int(np.iinfo(dtype).max)],
+                      "layout": f"NHWC (batch, height, width, {bands}), the bands as the run read them (data.channels)",
+                      "batch": "any size"},
+            "normalisation": {"where": f"inside the graph: feed the {dtype} values as they are", **first_layer(net)}}
 
 
 def write_format(model: keras.Model, folder: Path, fmt: str) -> Path:
@@ -75,7 +91,7 @@ def named_layer(model: keras.Model, text: str):
 
 
 def runtime(path: Path, fmt: str) -> Callable[[np.ndarray], np.ndarray]:
-    """A function from a uint8 batch (N, H, W, 3) to probabilities: `path` run by its format's own runtime."""
+    """A function from an integer batch (N, H, W, bands) to probabilities: `path` run by its format's own runtime."""
     if fmt == "tf_saved_model":
         import tensorflow as tf  # loaded already, under Keras
 

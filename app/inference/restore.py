@@ -54,8 +54,7 @@ class ResumePoint:
 
 
 def resume_point(run_dir: Path, epochs: int | None = None) -> ResumePoint:
-    """Where a resumed run starts: the newest checkpoint whose state.json and model.keras load, each failing one
-    passed over with a warning. A ConfigError when none loads (never a fresh start) or `epochs` is below those done."""
+    """The newest checkpoint whose state.json and model.keras load; a ConfigError if none does or `epochs` < done."""
     candidates, failures = checkpoint.newest_first(run_dir), []
     for path, state, model in checkpoint.walk(run_dir, _model_with_seeds, failures):
         arrays_file = path / checkpoint.CALLBACK_ARRAYS  # absent in checkpoints of older versions

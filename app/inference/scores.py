@@ -38,8 +38,7 @@ class Scores:
 
 def evaluate(net: keras.Model, batches: Iterable[tuple[np.ndarray, ...]],
              confusion: np.ndarray | None = None, top_k: int | None = None) -> Scores:
-    """Loss, accuracy (as Keras's sparse categorical crossentropy and accuracy), top-k accuracy and the most
-    confident mistakes over batches of (images, labels[, positions in the split]); each counted into `confusion`."""
+    """Loss, accuracy (as Keras's), top-k, worst mistakes of (images, labels[, positions]) batches, into `confusion`."""
     scores = Scores()
     for x, y, *given in batches:
         stop_if_interrupted()

@@ -70,7 +70,7 @@ class Enqueuer:
 
     @property
     def queue_bytes(self) -> int:
-        return self.max_size * self.batch_size * self.image_size[0] * self.image_size[1] * 3
+        return self.max_size * self.settings.batch_bytes
 
     @property
     def worker_pids(self) -> list[int]:
@@ -89,7 +89,8 @@ class Enqueuer:
         if shared:  # what processes killed with their group left, before this one reserves its own
             delete_orphan_segments()
         try:  # from the ring on: a signal at any point here leaves no segment in /dev/shm
-            self.ring = Ring(self.max_size, self.batch_size, self.image_size, shared=shared)
+            self.ring = Ring(self.max_size, self.batch_size, self.image_size, shared=shared,
+                             pixels=self.settings.pixels)
             self._slots = [_Slot() for _ in range(self.max_size)]
             self.pool = Pool(self.ring, self.work, processes=shared, start_method=self.settings.start_method,
                              startup_timeout_s=self.settings.startup_timeout_s)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.augment import augmenters
+from app.data.pixels import run_pixels
 from app.loader import prefetch
 from app.loader.enqueuer import Enqueuer
 from app.loader.order import epoch_order
@@ -85,8 +86,9 @@ def build_loader(config, splits: dict[str, tuple], *, on_bad_sample: str | None 
                  settings: Settings | None = None) -> Loader:
     """The loader a config describes; `splits`: name → (split, transforms); `on_bad_sample` overrides the config's,
     `settings` the enqueuer's (a run's batch share and chosen queue, the model's image size)."""
-    settings = settings or Settings.from_config(config)
+    first = next(iter(splits.values()))[0]
+    settings = settings or Settings.from_config(config, pixels=run_pixels(config.data, first))
     built = augmenters(config.data, {name: transforms for name, (_, transforms) in splits.items()},
-                       image_size=settings.image_size)
+                       image_size=settings.image_size, pixels=settings.pixels)
     return Loader(Enqueuer.from_config(config, {name: split for name, (split, _) in splits.items()}, built,
                                        settings, on_bad_sample=on_bad_sample))

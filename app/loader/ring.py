@@ -1,5 +1,6 @@
-"""`max_size` slots of one uint8 batch each, with a `done` byte a sample, in one POSIX shared-memory segment reserved
-up front (posix_fallocate): a /dev/shm too small fails at start-up, not with a SIGBUS."""
+"""`max_size` slots of one batch each (the run's bands and integer type: uint8 RGB, or uint16 and any bands), with a
+`done` byte a sample, in one POSIX shared-memory segment reserved up front (posix_fallocate): a /dev/shm too small
+fails at start-up, not with a SIGBUS."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
+from app.data.decode import Pixels
 from app.errors import WorkerError
 from app.processes import signals_held
 
@@ -28,12 +30,13 @@ class RingSpec:
     """What a worker needs to map the ring: picklable, a few bytes."""
 
     name: str | None  # shared-memory segment, or None for an in-process ring
-    shape: tuple[int, ...]  # (slots, batch, H, W, 3)
+    shape: tuple[int, ...]  # (slots, batch, H, W, bands)
+    dtype: str = "uint8"
 
     @property
     def nbytes(self) -> int:
         """The pixels: the queue's memory."""
-        return int(np.prod(self.shape))
+        return int(np.prod(self.shape)) * np.dtype(self.dtype).itemsize
 
     @property
     def segment_bytes(self) -> int:
@@ -42,14 +45,15 @@ class RingSpec:
 
     def views(self, buffer) -> tuple[np.ndarray, np.ndarray]:
         """(pixels, done) over a buffer of `segment_bytes`."""
-        pixels = np.ndarray(self.shape, np.uint8, buffer=buffer)
+        pixels = np.ndarray(self.shape, self.dtype, buffer=buffer)
         done = np.ndarray(self.shape[:2], np.uint8, buffer=buffer, offset=self.nbytes)
         return pixels, done
 
 
 class Ring:
-    def __init__(self, slots: int, batch_size: int, image_size: tuple[int, int], *, shared: bool):
-        self.spec = RingSpec(None, (slots, batch_size, *image_size, 3))
+    def __init__(self, slots: int, batch_size: int, image_size: tuple[int, int], *, shared: bool,
+                 pixels: Pixels = Pixels()):
+        self.spec = RingSpec(None, (slots, batch_size, *image_size, pixels.bands), pixels.dtype)
         self._shm = None
         if not shared:
             self.array, self.done = self.spec.views(bytearray(self.spec.segment_bytes))
@@ -68,7 +72,7 @@ class Ring:
             if made and isinstance(error, OSError):  # posix_fallocate: the space is not there
                 raise _too_big(self.spec, _free_bytes(SHM_DIR), error.strerror) from None
             raise
-        self.spec = RingSpec(name, self.spec.shape)
+        self.spec = RingSpec(name, self.spec.shape, self.spec.dtype)
         self.array, self.done = self.spec.views(self._shm.buf)
 
     @property
@@ -145,10 +149,10 @@ def _free_bytes(path: str) -> int:
 
 
 def _too_big(spec: RingSpec, free: int, why: str) -> WorkerError:
-    slots, batch_size, height, width, _ = spec.shape
+    slots, batch_size, height, width, bands = spec.shape
     return WorkerError(
         f"the queue's shared memory needs {spec.segment_bytes / 2**20:.1f} MiB "
-        f"(queue.max_size={slots} × batch {batch_size} × {height}×{width}×3 uint8) "
+        f"(queue.max_size={slots} × batch {batch_size} × {height}×{width}×{bands} {spec.dtype}) "
         f"but {SHM_DIR} has {free / 2**20:.1f} MiB free ({why}). Lower queue.max_size "
         f"(at most {max(free // max(spec.segment_bytes // slots, 1), 0)} slots fit) or data.batch_size, "
         f"or enlarge {SHM_DIR} (docker: --shm-size).")

@@ -6,6 +6,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
+from app.data.decode import Pixels
 from app.loader.bad_samples import PolicyNames
 from app.processes import worker_limit
 from app.rules import AUTO
@@ -26,9 +29,16 @@ class Settings:
     max_bad_fraction: float = 0.0  # skip: above this share of a split, an error
     bad_log: Path | None = None  # skip: where each skipped sample is listed
     policy_names: PolicyNames = PolicyNames()  # how a bad sample's message names the settings
+    pixels: Pixels = Pixels()  # the images' bands and type (data.channels, data.dtype): a ring slot's
+
+    @property
+    def batch_bytes(self) -> int:
+        """One batch as the ring holds it."""
+        height, width = self.image_size
+        return self.batch_size * height * width * self.pixels.bands * np.dtype(self.pixels.dtype).itemsize
 
     @classmethod
-    def from_config(cls, config, bad_log: Path | None = None) -> Settings:
+    def from_config(cls, config, bad_log: Path | None = None, pixels: Pixels = Pixels()) -> Settings:
         """The settings of a loaded config's `data` and `queue`; an `auto` still there resolves by for_loading_only."""
         data, queue = config.data, config.queue
         workers, max_size = for_loading_only(queue)
@@ -36,7 +46,7 @@ class Settings:
                    use_multiprocessing=queue.use_multiprocessing, max_size=max_size,
                    start_method=str(queue.start_method.value), timeout_s=queue.timeout_s,
                    startup_timeout_s=queue.startup_timeout_s, max_bad_fraction=data.max_bad_fraction,
-                   bad_log=bad_log)
+                   bad_log=bad_log, pixels=pixels)
 
 
 def ring_slots(max_size: int, splits: dict[str, int], batch_size: int) -> tuple[int, str | None]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from app.data import load_or_generate_source
 from app.data.images import Decode
+from app.data.pixels import run_pixels
 from app.data.prepared import prepared_source
 from app.data.shards import MANIFEST_KEYS, Manifest
 from app.data.storage import Store, is_url
@@ -37,12 +38,13 @@ def write_prepared_copy(config, *, workers: int, per_shard: int | None = None, o
     log.info("%s", why)
     source = load_or_generate_source(config.data)
     splits = {name: split for name in ("train", "val", "test") if (split := getattr(source, name)) is not None}
-    p = config.prepare
+    p, pixels = config.prepare, run_pixels(config.data, splits["train"])
     encoding = Encoding(short_side=short_side, format=p.format, quality=p.quality,
-                        max_pixels=config.data.max_image_pixels)
+                        max_pixels=config.data.max_image_pixels, pixels=pixels)
     job = Job(store=store, splits=splits, encoding=encoding, workers=workers, seed=config.seed,
               on_bad_sample=config.data.on_bad_sample.value, max_bad_fraction=config.data.max_bad_fraction)
-    key = _plan_key(config, source, splits, short_side)
+    key = {**_plan_key(config, source, splits, short_side), "bands": pixels.bands, "dtype": pixels.dtype,
+           "channels": pixels.channels if isinstance(pixels.channels, str) else list(pixels.channels)}
     plan = read_plan(store, key)
     found = read_records(store, plan) if plan is not None else {}  # read once: each is a request or two at a URL
     damage = copy_damage(store, plan, found)
@@ -60,7 +62,7 @@ def write_prepared_copy(config, *, workers: int, per_shard: int | None = None, o
     manifest = Manifest(class_names=list(source.class_names), splits={}, source=_source_of(config.data, source),
                         short_side=short_side, format=p.format, quality=p.quality if p.format == "jpeg" else None,
                         app_version=version("app"), assignment=source.split, overrides=_replayable(overrides),
-                        task=str(config.data.task.value))
+                        task=str(config.data.task.value), dtype=pixels.dtype, bands=pixels.bands)
     write_copy_index(store, plan=plan, records=records, manifest=manifest)
     return _summary(config, job, plan, records=records, seconds=time.monotonic() - begun)
 
@@ -81,6 +83,10 @@ def _refuse_unsupported(config) -> Store:
         raise ConfigError(f"config key `prepare.out` = {p.out!r} is an {scheme}:// URL, which can only be read: "
                           "prepare writes a copy to a local folder or to object storage, e.g. "
                           "prepare.out=s3://bucket/copy or prepare.out=gs://bucket/copy.")
+    if p.format == "jpeg" and (data.dtype.value != "uint8" or data.channels != "rgb"):
+        raise ConfigError(f"config key `prepare.format` = 'jpeg' is not allowed for data.dtype={data.dtype.value} "
+                          f"data.channels={data.channels}: JPEG holds 8-bit RGB only. Use prepare.format=raw: the "
+                          "copy stores the images' own bands and integers as .npy.")
     if data.on_bad_sample.value == "mark":
         raise ConfigError("config key `data.on_bad_sample` = 'mark' is not allowed for prepare: mark keeps a "
                           "stand-in for a sample being scored, and a copy has none to keep. Use "
@@ -122,9 +128,10 @@ def _summary(config, job: Job, plan: dict, *, records: dict, seconds: float) -> 
     files = sum(len(record["rows"]) for split in records.values() for record in split) + bad
     train = job.splits["train"]
     draft = job.encoding.short_side if config.data.decode.draft else None
-    original = payback.seconds_per_sample(train, Decode(draft, config.data.max_image_pixels))
+    pixels = job.encoding.pixels
+    original = payback.seconds_per_sample(train, Decode(draft, config.data.max_image_pixels, pixels))
     copy = prepared_source(PreparedDataConfig(path=str(store), storage_options=dict(config.prepare.storage_options),
                                               task=config.data.task))
-    prepared = payback.seconds_per_sample(copy.train, Decode(None, config.data.max_image_pixels))
+    prepared = payback.seconds_per_sample(copy.train, Decode(None, config.data.max_image_pixels, pixels))
     return payback.summary_line(files=files, bad=bad, sizes=(before, after), seconds=seconds,
                                 per_sample=(original, prepared, len(train)))

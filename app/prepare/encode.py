@@ -1,10 +1,12 @@
-"""A worker's share of prepare: one source sample → its stored member (upright RGB, the short side brought down to the
-stored one, as JPEG or .npy), its label and the original's path and size, decoded as the loader decodes."""
+"""A worker's share of prepare: one source sample → its stored member (the run's pixels, upright, the short side
+brought down to the stored one, as JPEG (8-bit RGB) or .npy), its label and the original's path and size, decoded as
+the loader decodes."""
 
 from __future__ import annotations
 
 import io
 import json
+import os
 import zlib
 from dataclasses import dataclass
 
@@ -12,7 +14,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from app.data.images import Decode, jpeg_frame
+from app.data.images import Decode, Pixels, TiffAt, jpeg_frame
 from app.errors import BadSampleError
 
 _STATE: dict = {}  # a worker's splits and Encoding, set once by `start_worker`
@@ -24,6 +26,7 @@ class Encoding:
     format: str  # jpeg | raw
     quality: int
     max_pixels: int | None
+    pixels: Pixels = Pixels()  # the run's bands and type: a raw copy stores them as they are
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,7 +69,7 @@ def encode_or_bad(split, index: int, encoding: Encoding) -> Encoded | Bad:
 
 def encode_sample(split, index: int, encoding: Encoding) -> Encoded:
     """Sample `index` of `split` as stored, JPEGs draft-decoded where the short side stays at least the stored one."""
-    decode = Decode(encoding.short_side, encoding.max_pixels)
+    decode = Decode(encoding.short_side, encoding.max_pixels, encoding.pixels)
     raw = split.fetch(index, decode)
     image = split.decode(index, raw, decode)
     original = _original_size(raw, image)
@@ -76,7 +79,8 @@ def encode_sample(split, index: int, encoding: Encoding) -> Encoded:
     label = stored_label(split.labels[index])
     meta = json.dumps({"path": split.describe(index), "size": list(original), "stored_size": [height, width],
                        "label": label}).encode()
-    source_bytes = len(raw) if isinstance(raw, bytes) else int(raw.nbytes)
+    source_bytes = len(raw) if isinstance(raw, bytes) else os.path.getsize(raw.path) if isinstance(raw, TiffAt) \
+        else int(raw.nbytes)
     return Encoded(index=index, image=member, data_start=data_start, crc=zlib.crc32(memoryview(member)[data_start:]),
                    height=height, width=width, label=label, meta=meta, source_bytes=source_bytes)
 
@@ -90,7 +94,7 @@ def fit_short_side(image: np.ndarray, short_side: int | None) -> np.ndarray:
     """`image` with its short side brought down to `short_side` (the aspect kept); never up."""
     height, width = image.shape[:2]
     if short_side is None or min(height, width) <= short_side:
-        return np.ascontiguousarray(image, dtype=np.uint8)
+        return np.ascontiguousarray(image)
     scale = short_side / min(height, width)
     size = (max(short_side, round(width * scale)), max(short_side, round(height * scale)))  # cv2: (w, h)
     if height <= width:

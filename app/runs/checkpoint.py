@@ -1,6 +1,5 @@
-"""Checkpoints: what they hold (RunState), writing them whole or not at all, and where a resumed run starts from. Each
-is `checkpoints/step-<global step>/`: model.keras (with the optimizer's state), seed_generators.npy (Dropout's random
-state), callback_arrays.npz (the user's callbacks' arrays) and state.json (where the run is, and its config)."""
+"""Checkpoints, written whole or not at all, and where a resume starts. `checkpoints/step-<global step>/`: model.keras
+(+ optimizer), seed_generators.npy (Dropout), callback_arrays.npz (user callbacks), state.json (RunState, config)."""
 
 from __future__ import annotations
 
@@ -173,8 +172,7 @@ def read_state(path: Path) -> dict | None:
 
 
 def walk(run_dir: Path, open_one: Callable[[Path, dict], Any], failures: list[str] | None = None) -> Iterator[tuple]:
-    """(path, state, `open_one(path, state)`) of each checkpoint, newest first; one that fails is warned about, its
-    reason appended to `failures`, and passed over, as is (silently) one for which `open_one` returns None."""
+    """(path, state, open_one's result) per checkpoint, newest first; failures warned into `failures`, None skipped."""
     for path in newest_first(run_dir):
         try:
             state = json.loads((path / "state.json").read_text())

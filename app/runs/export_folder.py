@@ -39,8 +39,7 @@ def check_out(out: Path, run_dir: Path, fmt: str, overwrite: bool) -> None:
 
 
 def protected(out: Path, run_dir: Path) -> str | None:
-    """Why `out` may not be moved, for a message, or None: it is or holds the run being exported or this command's log
-    folder, or lies in the run outside its export/ folder."""
+    """Why `out` may not be moved, or None: it is or holds the run or log folder, or is in the run but not export/."""
     log_dir = Path(HydraConfig.get().runtime.output_dir)
     for path, what in ((run_dir, "the run being exported"), (log_dir, "this command's log folder")):
         if out == path:
@@ -79,8 +78,7 @@ def what_is_at(out: Path) -> str:
 
 
 def publish_moving_aside(staging: Path, out: Path) -> None:
-    """Renames the checked export to `out`, moving what was there aside first: an earlier export is then deleted,
-    anything else kept as <name>.old; a failed rename puts it back."""
+    """Renames the export to `out`; the old goes to <name>.old (back on failure), deleted if an earlier export."""
     if nothing_at(out):
         os.replace(staging, out)  # over an empty folder too
         return

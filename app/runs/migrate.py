@@ -1,5 +1,4 @@
-"""A config saved with old keys or module paths read back in today's (`migrated`), so every old run still resumes,
-evaluates, predicts and exports: each change of keys is a step of `STEPS`, a no-op where it does not apply."""
+"""Saved configs' old keys and module paths read as today's (`migrated`), one `STEPS` step each: old runs still work."""
 
 from __future__ import annotations
 

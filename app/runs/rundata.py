@@ -14,9 +14,8 @@ SPLIT_MISSING = ("it records which samples the run trains and validates on; rest
 
 
 def checked_source(config, run_dir: Path | None = None):
-    """The data source of a loaded config: the run's own at `run_dir` (`run_source`), else the one `config.data`
-    names (generated or downloaded where missing); refused before any work when a prepared copy is stored smaller
-    than the config's transforms need."""
+    """A loaded config's data source: the run's own at `run_dir`, else `config.data`'s (made if missing); refused up
+    front when a prepared copy is stored smaller than the transforms need."""
     source = load_or_generate_source(config.data) if run_dir is None else run_source(run_dir, config.data)
     check_stored_sizes(config, source)
     return source

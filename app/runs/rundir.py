@@ -101,8 +101,7 @@ def move_aside(path: Path) -> Path:
 
 
 def hold_lock(run_dir: Path, command: str) -> None:
-    """Takes this process's exclusive flock on `run_dir`/.lock, writing our PID and `command`, until exit or
-    `release_lock` (a no-op if held already); RunInUseError when another holds it. The kernel drops it when we die."""
+    """Flock `run_dir`/.lock (PID, `command`) till exit or `release_lock`; no-op if ours; RunInUseError if another's."""
     run_dir = Path(run_dir).resolve()
     if run_dir in _held:
         return
@@ -204,8 +203,7 @@ class Summary:
 
 
 def monitored(summary: dict) -> tuple[str, float | None]:
-    """(trainer.monitor, its value at the run's last epoch) of a summary.json: what judges a run (the value a sweep
-    optimises, report's best); val_accuracy for a run that names none yet."""
+    """(trainer.monitor, its last value) of a summary.json: what judges a run; val_accuracy where it names none."""
     name = (summary.get("best") or {}).get("monitor") or "val_accuracy"
     return name, summary.get(name)
 

@@ -128,8 +128,7 @@ def check_unlocked_sweep(sweep: Path) -> None:
 
 @dataclass(frozen=True)
 class Step:
-    """What a job of a resumed sweep does: `done` (`monitored`: its trainer.monitor and that's last value), `resume` in
-    its folder given `overrides` (those a resume may change), or `start` given all of the job's."""
+    """A resumed sweep job's step: `done` (+ `monitored`), `resume` with changeable `overrides`, or `start` with all."""
 
     action: str
     overrides: list[str] = field(default_factory=list)
@@ -142,8 +141,7 @@ def resuming(hydra_cfg: DictConfig) -> bool:
 
 
 def job_step(run_dir: Path, overrides: list[str], *, epochs: int, safe: tuple[str, ...]) -> Step:
-    """The `Step` of job `run_dir` of a resumed sweep, given its overrides, trainer.epochs and the keys a resume may
-    change (`safe`); a ConfigError when its folder holds a run of other overrides."""
+    """The `Step` of sweep job `run_dir` (`safe`: keys a resume may change); a ConfigError when it holds another run."""
     run_dir = Path(run_dir)
     if not run_files(run_dir):  # never started, or stopped before its first checkpoint and epoch
         return Step("start", list(overrides))

@@ -22,6 +22,7 @@ from app.schema.data import (
     DecodeConfig,
     FolderDataConfig,
     OnBadSample,
+    PixelType,
     PreparedDataConfig,
     QueueConfig,
     Sampling,
@@ -54,7 +55,7 @@ __all__ = ["AugmentConfig", "Backend", "BenchCommandConfig", "CifarDataConfig", 
            "CustomModelConfig", "DataConfig", "DecodeConfig", "FolderDataConfig", "KerasAppConfig", "LoggerConfig",
            "MlflowLoggerConfig", "ModelConfig", "OnBadSample", "OptimizerConfig", "Precision", "PrepareCommandConfig",
            "PrepareConfig", "PreparedDataConfig", "PreviewCommandConfig", "QueueConfig", "ResnetModelConfig",
-           "Sampling", "SchedulerConfig", "StartMethod", "Strategy", "SyntheticDataConfig", "TableColumns",
+           "PixelType", "Sampling", "SchedulerConfig", "StartMethod", "Strategy", "SyntheticDataConfig", "TableColumns",
            "TableDataConfig", "Task", "TensorBoardLoggerConfig",
            "TrainerConfig", "register", "model_schema", "ExportConfig", "ExportCommandConfig", "EXPORT_TOLERANCE",
            "EXPORT_WRITTEN"]
@@ -85,6 +86,7 @@ class PreviewConfig:
 
     images: int = 4  # training samples, a row each
     augmentations: int = 6  # augmentations of each, beside its source image
+    bands: list[int] | None = None  # three bands shown as red, green, blue (null: 8-bit RGB as it is, else 0, 1, 2)
 
 
 @dataclass(kw_only=True)

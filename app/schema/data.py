@@ -23,6 +23,11 @@ class Sampling(str, Enum):
     weights = "weights"  # drawn with replacement in proportion to data.columns.weight (data=table)
 
 
+class PixelType(str, Enum):
+    uint8 = "uint8"  # 8-bit images: photos, most scans; a 16-bit image is refused
+    uint16 = "uint16"  # 16-bit scans and multi-band rasters (Landsat, Sentinel-2); 8-bit images widened
+
+
 class StartMethod(str, Enum):
     spawn = "spawn"
     forkserver = "forkserver"
@@ -31,6 +36,16 @@ class StartMethod(str, Enum):
 @dataclass
 class DecodeConfig:
     draft: bool = True  # JPEG: decode at 1/2, 1/4 or 1/8 scale when the network input allows
+
+
+@dataclass
+class NormalizeConfig:
+    """The model's first layer: (x − mean) / std a band, in the images' own units (0..255, 0..65535); all null: the
+    values scaled to 0..1 by the type's largest (uint8: / 255, as before)."""
+
+    mean: list[float] | None = None
+    std: list[float] | None = None
+    stats: str | None = None  # a stats.json `python -m app stats` wrote: its mean and std
 
 
 # What builds each data option's source, its node's `_target_` (set by `data=<option>`).
@@ -50,7 +65,11 @@ class DataConfig:
     max_bad_fraction: float = 0.01
     sampling: Sampling = Sampling.uniform  # the training split's draw each epoch; validation and test: never
     task: Task = Task.multiclass
+    # rgb: 1, 3 or 4 bands made RGB; all: every band (as many as the first training image has); or band indices
+    channels: Any = "rgb"
+    dtype: PixelType = PixelType.uint8  # the images' samples, kept as integers to the model's first layer
     decode: DecodeConfig = field(default_factory=DecodeConfig)
+    normalize: NormalizeConfig = field(default_factory=NormalizeConfig)
     # An image declaring more pixels is a bad sample, refused before any decode (a decompression
     # bomb: a few hundred bytes can declare 30000×30000). Pillow's own limit; null: none.
     max_image_pixels: int | None = 89_478_485

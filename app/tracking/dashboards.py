@@ -1,5 +1,4 @@
-"""The run's dashboards (conf/logger, one or several at once): TensorBoard event files, scalars.csv, an MLflow run, or
-nothing; on resume what came after the checkpoint is cut away, as TensorBoard does not discard it."""
+"""Dashboards (conf/logger, any number): TensorBoard, scalars.csv, MLflow; a resume cuts what's past the checkpoint."""
 
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ SCALARS = "scalars.csv"
 
 
 class Writer:
-    """logger=none: writes nothing. What every writer takes, in the order a run calls it; each is built from the run
-    directory and its logger's node."""
+    """logger=none, writing nothing; every writer's calls, in run order; built from the run dir and its logger node."""
 
     def __init__(self, run_dir: Path | None = None, node=None):
         pass
@@ -149,8 +147,7 @@ def writers(logger: LoggerConfig, run_dir: Path) -> Writer:
 
 
 class Dashboard(keras.callbacks.Callback):
-    """Keras callback: each logged step's scalars (step/<name>) and each epoch's (epoch/<name>, validation's apart) to
-    `out`, on the global step; ends `out` with `completed` at training's end."""
+    """Keras callback: step/ and epoch/ scalars (validation apart) to `out` by global step; `completed` at the end."""
 
     def __init__(self, out: Writer, state: RunState, memory: PeakMemory, telemetry):
         """`telemetry`: the loader's snapshot of a window (Loader.telemetry), read at each logging step."""
@@ -181,8 +178,9 @@ class Dashboard(keras.callbacks.Callback):
 def write_first_batch(out: Writer, run_dir: Path, batch: tuple, class_names: list[str]) -> None:
     """The first training batch as the model gets it (augmented, uint8): to `out`, and as augmented.png with classes."""
     images, labels = batch[0], batch[1]
-    out.images("augmented", images, 0)
-    sheets.grid(images, [label_sets.text(y, class_names) for y in labels]).save(Path(run_dir) / "augmented.png")
+    seen = sheets.rgb_view(images)  # several bands or 16 bits: three of them, stretched
+    out.images("augmented", seen, 0)
+    sheets.grid(seen, [label_sets.text(y, class_names) for y in labels]).save(Path(run_dir) / "augmented.png")
 
 
 def rewrite_without_events_after(run_dir: Path, step: int) -> None:

@@ -1,6 +1,5 @@
-"""logger=mlflow: the run as one MLflow run (params the flattened config, metrics the scalars, tags, artifacts at its
-end). Params are write-once, so a resume's changed value becomes a `changed_at_step_<step>.<key>` tag; metrics wait for
-the next checkpoint; a locked SQLite store is retried; <run dir>/mlflow.json keeps the run's id for a resume."""
+"""logger=mlflow: the run as one MLflow run. Params (the flattened config) are write-once: a resume's change is a
+`changed_at_step_<step>.<key>` tag. Metrics wait for a checkpoint; SQLite locks retried; mlflow.json keeps the id."""
 
 from __future__ import annotations
 
@@ -213,8 +212,7 @@ class MlflowWriter:
         pass  # `begin` sets them
 
     def finish_and_upload(self, status: str) -> None:
-        """Uploads config.yaml, summary.json and ARTIFACTS and ends the MLflow run with `status`; metrics not sent yet
-        (after the last checkpoint) are dropped."""
+        """Uploads config.yaml, summary.json and ARTIFACTS, ends the run as `status`; drops post-checkpoint metrics."""
         if self.run_id is None:
             return
         summary_path = self.run_dir / "summary.json"

@@ -1,5 +1,4 @@
-"""What capacity (app/capacity/) measures by running training's own code: the machine probe's training process
-(`trainer_measures`), the step timed for `queue.*=auto` (`time_step`), and queue_plan's `planner` and `probed`."""
+"""Training's own code for capacity: the probe's `trainer_measures`, `time_step` for `auto`, `planner` and `probed`."""
 
 from __future__ import annotations
 
@@ -36,8 +35,7 @@ def planner(config, run: RunPlan, source, net) -> queue_plan.Planner:
 
 
 def probed(plans: queue_plan.Planner, split, net, class_weights=None) -> RunPlan:
-    """The run plan with the probe's choice for the config's `auto` queue values, `net`'s step timed by
-    `time_step`; the plan as it was when none is `auto`."""
+    """The run plan, its `auto` queue values chosen by the probe, `net`'s step timed (unchanged when none)."""
     return queue_plan.probed(plans, split, partial(time_step, net, class_weights=class_weights))
 
 
@@ -46,8 +44,7 @@ def model_facts(net, precision: str) -> ModelFacts:
 
 
 def trainer_measures() -> dict:
-    """In the probe's own process: what a training process costs before its model, a layer's compiled steps and
-    the activation factor; Keras's session cleared at the end."""
+    """In the probe: a trainer's base, a layer's compiled steps and the activation factor; Keras cleared after."""
     if keras.backend.backend() == "jax":  # as a JAX run has it: TensorFlow too, where installed
         devices.load_tensorflow_beside_jax()
     tiny = classifier(small_resnet((16, 16, 3), 2, widths=[4]), (16, 16))

@@ -45,8 +45,7 @@ class Progress(keras.callbacks.Callback):
 
 
 class Profile(keras.callbacks.Callback):
-    """`trainer.profile_steps` [first, last]: the backend's profiler over those global steps, traced into
-    `logdir`/plugins/profile/ for TensorBoard's Profile tab."""
+    """`trainer.profile_steps`: the backend's profiler on global steps [first, last] into `logdir`/plugins/profile/."""
 
     def __init__(self, steps: list[int], logdir: Path, state: RunState):
         super().__init__()
@@ -91,8 +90,7 @@ class Profile(keras.callbacks.Callback):
 
 
 class StepCheckpoint(keras.callbacks.Callback):
-    """`trainer.checkpoint_every_steps`: `save(steps done in the epoch)` every N steps, except at the epoch's end.
-    Last in the list, so it saves the other callbacks' state after this step."""
+    """`save(steps into epoch)` each `trainer.checkpoint_every_steps` but at epoch ends; last, to save others' state."""
 
     def __init__(self, every: int, steps_per_epoch: int, save):
         super().__init__()

@@ -1,6 +1,5 @@
-"""Where the steps run and in which precision. default: the first GPU, else the CPU; mirrored (TensorFlow):
-`tf.distribute.MirroredStrategy` over every local GPU, else `trainer.cpu_devices` logical CPUs; data_parallel (JAX):
-`keras.distribution.DataParallel` over every device of every process. The global batch splits evenly over them."""
+"""Where steps run and in which precision: default, the first GPU else CPU; mirrored (TF), MirroredStrategy over local
+GPUs else `trainer.cpu_devices` CPUs; data_parallel (JAX), every process's devices. The batch splits evenly."""
 
 from __future__ import annotations
 

@@ -52,8 +52,7 @@ class Epochs:
     saves: Path = field(init=False)  # where checkpoints and model.keras go: run_dir, or a scratch directory
 
     def train_and_write_checkpoints(self) -> None:
-        """Process 0 of several writes the run directory; the others train their shares and save (collective on JAX)
-        into a scratch directory of their own, removed at the end."""
+        """Process 0 writes the run dir; others save (collective on JAX) into a scratch dir removed at the end."""
         self.saves = self.context.run_dir if self.writes else Path(tempfile.mkdtemp(prefix="app-process-"))
         try:
             self._run()
@@ -173,8 +172,7 @@ class Epochs:
             build_metrics(self.net)
 
     def _validation_feed(self) -> Feed:
-        """Each validation sample once, in order, batched as app/training/shares.py says; with
-        `trainer.validation_steps`, that many batches of `validation_sample`."""
+        """All validation samples in order, batched per shares.py; or trainer.validation_steps of validation_sample."""
         config, place = self.context.config, self.placement
         batch, limit = config.data.batch_size, config.trainer.validation_steps
         labels = self.source.val.labels
@@ -254,8 +252,7 @@ class Epochs:
 
 
 def validation_sample(labels: np.ndarray, n: int, seed: int) -> np.ndarray:
-    """`n` validation samples in file order (all if n ≥ their count), picked by `seed` with each class's share as
-    in the split: a folder's split lists its classes one after the other."""
+    """`n` validation samples (all if n ≥ their count) in file order, drawn by `seed` keeping each class's share."""
     if n >= len(labels):
         return np.arange(len(labels))
     drawn = np.random.default_rng(seed).permutation(len(labels))

@@ -58,8 +58,7 @@ def compile_new(net: keras.Model, config: Config, steps_per_epoch: int, head: He
 
 
 def build_optimizer(config: Config, steps_per_epoch: int) -> keras.optimizers.Optimizer:
-    """conf/optimizer's `_target_` with its settings (those left null are Keras's defaults) and
-    `kwargs`, its learning rate the schedule."""
+    """conf/optimizer's `_target_` with its settings (null: Keras default), `kwargs`, the schedule as learning rate."""
     o = config.optimizer
     spec = {"_target_": o._target_, **{key: getattr(o, key) for key in ("weight_decay", "clipnorm", "global_clipnorm")
                                        if getattr(o, key) is not None}}
@@ -101,8 +100,7 @@ def check_monitor(trainer: TrainerConfig, head: Head) -> None:
 
 
 def monitor_mode(trainer: TrainerConfig, monitor: str) -> str:
-    """min or max for `monitor` (rundir.monitor_mode: trainer.monitor_mode's `auto` is min for a loss, max
-    otherwise)."""
+    """min or max for `monitor` (trainer.monitor_mode's `auto`: min for a loss, max otherwise)."""
     return rundir.monitor_mode(monitor, trainer.monitor_mode)
 
 
@@ -112,8 +110,7 @@ def better(mode: str, value: float, best: float | None) -> bool:
 
 
 def class_weights(trainer: TrainerConfig, labels: np.ndarray, class_names: list[str]) -> np.ndarray | None:
-    """trainer.class_weight as one weight a class index: balanced is n / (classes × count), from
-    the training split's labels; a mapping names classes (the rest weigh 1)."""
+    """trainer.class_weight per class index: balanced, n / (classes × count) in train; a mapping: by name, rest 1."""
     wanted = trainer.class_weight
     if wanted is None:
         return None
@@ -155,8 +152,7 @@ def _objectives(trainer: TrainerConfig, head: Head) -> tuple:
 
 
 def _multilabel_objectives(trainer: TrainerConfig, head: Head) -> tuple:
-    """Several classes an image: weighted binary crossentropy; macro AUC, micro precision and recall at the
-    threshold, each class's F1 and the macro precision and recall, mean average precision."""
+    """Multi-label: weighted binary crossentropy; macro AUC, mAP, micro precision/recall at threshold, per-class F1."""
     t, n = trainer.threshold, len(head.class_names)
     loss = WeightedBinaryCrossentropy(head.pos_weight, trainer.label_smoothing)
     return loss, [keras.metrics.AUC(multi_label=True, num_labels=n, name="auc"), MeanAveragePrecision(n),

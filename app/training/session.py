@@ -11,6 +11,7 @@ from app import model as models
 from app.capacity.memory import PeakMemory
 from app.capacity.queue_plan import check_and_write_plan
 from app.capacity.run_plan import RunPlan
+from app.data.pixels import run_pixels
 from app.inference import restore
 from app.inference.restore import ResumePoint
 from app.runs.checkpoint import RunState
@@ -47,8 +48,9 @@ def train(run: RunContext) -> None:
     try:
         summary.update(hardware={**summary.content["hardware"], "gpus": placement.gpus}, **placement.record())
         with placement.scope():  # model, optimizer, metrics and steps on the strategy's replicas
-            net, point = _model(run, head, steps)
-            plan = RunPlan.of(config, processes=placement.processes, device_is_host=not placement.gpus)
+            pixels = run_pixels(config.data, source.train)
+            net, point = _model(run, head, steps, pixels)
+            plan = RunPlan.of(config, processes=placement.processes, device_is_host=not placement.gpus, pixels=pixels)
             plans = calibration.planner(config, plan, source, net)
             plan = calibration.probed(plans, source.train, net, class_weights=weights)
             if plan.choice:
@@ -88,11 +90,12 @@ def start_keras(config: Config) -> devices.Placement:
     return placement
 
 
-def _model(run: RunContext, head: recipe.Head, steps: int) -> tuple[keras.Model, ResumePoint | None]:
+def _model(run: RunContext, head: recipe.Head, steps: int, pixels) -> tuple[keras.Model, ResumePoint | None]:
     """(a new compiled model, None), or on resume (the checkpoint's model, the checkpoint) with run.state restored."""
     config = run.config
     if not config.resume:
-        net = models.build(config.model, config.data.image_size, len(head.class_names), multilabel=head.multilabel)
+        net = models.build(config.model, config.data.image_size, len(head.class_names), multilabel=head.multilabel,
+                           pixels=pixels)
         recipe.compile_new(net, config, steps, head)
         return net, None
     models.import_builder(config.model)

@@ -39,8 +39,7 @@ def validation_share(n: int, batch: int, processes: int, process: int) -> Valida
 
 
 def mirrored_sizes(n: int, batch: int, replicas: int) -> list[int]:
-    """Validation's global batches of `batch` rows under mirrored; a short last one of fewer rows than replicas joins
-    the one before (a replica given no row fails)."""
+    """Mirrored validation batch sizes: a last batch too short to give each replica a row joins the one before."""
     full, rest = divmod(n, batch)
     sizes = [batch] * full + ([rest] if rest else [])
     if 0 < rest < replicas and full:

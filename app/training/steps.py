@@ -14,6 +14,7 @@ import keras
 import numpy as np
 
 from app.adapters import JaxTrainerState
+from app.model import pixel_dtype
 from app.objectives import WeightedBinaryCrossentropy
 from app.processes import signals_held, stop_if_interrupted
 from app.runs.checkpoint import EpochFigures, RunState
@@ -60,12 +61,13 @@ class Feed:
         if close:
             close()
 
-    def iterator(self, image_size, classes: int = 0) -> Iterator:
-        """tf.data over the batches; `classes`: several labels an image, a 0/1 vector of that many a row."""
+    def iterator(self, image_shape, classes: int = 0, dtype: str = "uint8") -> Iterator:
+        """tf.data over the batches of `image_shape` (H, W, bands) and `dtype`; `classes`: several labels an image, a
+        0/1 vector of that many a row."""
         import tensorflow as tf
 
         labels = tf.TensorSpec((None, classes), tf.uint8) if classes else tf.TensorSpec((None,), tf.int64)
-        signature = (tf.TensorSpec((None, *image_size, 3), tf.uint8), labels)
+        signature = (tf.TensorSpec((None, *image_shape), tf.as_dtype(dtype)), labels)
         if self.class_weights is not None:
             signature += (tf.TensorSpec((None,), tf.float32),)
         dataset = tf.data.Dataset.from_generator(self._generate, output_signature=signature)
@@ -99,7 +101,7 @@ class _TensorFlowCalls:
         # a stop raised inside TensorFlow's tracing (the dataset here, the step at its first call) breaks
         # its C++ callbacks ("MISMATCH of original and normalized active exception types"): it waits
         with signals_held():
-            self.iterator = feed.iterator(_image_size(net), _label_vector_size(net))
+            self.iterator = feed.iterator(tuple(net.input_shape[1:]), _label_vector_size(net), pixel_dtype(net))
             self.distributed = tf.distribute.has_strategy()
 
     def __call__(self) -> dict:
@@ -176,10 +178,6 @@ class EpochPlan:
         """Whether the call that took steps begin..end-1 (0-based) ends at a read."""
         due = [self.log_every] + ([self.checkpoint_every] if self.checkpoint_every else [])
         return end == self.steps or any(end // n > begin // n for n in due)
-
-
-def _image_size(net: keras.Model) -> tuple[int, int]:
-    return tuple(net.input_shape[1:3])
 
 
 def _label_vector_size(net: keras.Model) -> int:
@@ -283,11 +281,10 @@ def read(logs: dict) -> dict:
 def build_metrics(net: keras.Model) -> None:
     """Builds a compiled model's metrics now, by an inference step on blank images that changes no weight and draws
     no random number: a strategy's replicas cannot create them, and JAX's step takes them as state."""
-    height, width = _image_size(net)
     rows = 1
     if keras.backend.backend() == "jax" and keras.distribution.distribution() is not None:
         import jax
 
         rows = jax.local_device_count()
-    net.test_on_batch(np.zeros((rows, height, width, 3), np.uint8), blank_labels(net, rows))
+    net.test_on_batch(np.zeros((rows, *net.input_shape[1:]), pixel_dtype(net)), blank_labels(net, rows))
     net.reset_metrics()

@@ -28,8 +28,7 @@ log = logging.getLogger("app.train")
 
 
 def run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
-    """Train as `cfg` says into `run_dir` (with `resume`, continue there), process 0 holding its lock.
-    Returns summary.json's content."""
+    """Train per `cfg` into `run_dir` (`resume`: continue there), process 0 holding its lock; summary.json's content."""
     run_dir = Path(run_dir)
     resumed = cfg.resume
     try:
@@ -97,8 +96,7 @@ def _train_recorded(run: RunContext) -> None:
 
 
 def user_callbacks(specs: list) -> list:
-    """`trainer.callbacks`, built (loading Keras) before any data is read: a wrong entry fails at once;
-    BackupAndRestore is refused."""
+    """`trainer.callbacks` built (loading Keras) before data is read: bad entries fail early; no BackupAndRestore."""
     if not specs:
         return []
     keras = load_keras()  # Keras (and TensorFlow) start here: the callbacks are Keras objects

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tifffile
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,7 +62,7 @@ LOG_PREFIX = re.compile(r"^\[[^\]]*\]\[[^\]]*\]\[[^\]]*\] - ")
 
 def placeholders(tmp: Path) -> dict[str, str]:
     return {"/some/images": str(tmp / "images"), "/data/flowers": str(tmp / "images"), "$HOME": str(tmp / "home"),
-            "/data/scans": str(tmp / "scans"), "/data/planet": str(tmp / "planet")}
+            "/data/scans": str(tmp / "scans"), "/data/planet": str(tmp / "planet"), "/data/tiles": str(tmp / "tiles")}
 
 
 def documented() -> list[dict]:
@@ -199,6 +200,18 @@ def write_planet(folder: Path) -> None:
     (folder / "train_v2.csv").write_text("\n".join(rows) + "\n")
 
 
+def write_tiles(folder: Path) -> None:
+    """Six-band 16-bit tiled TIFFs in class folders, as docs/data.md's scans and aerial tiles."""
+    rng = np.random.default_rng(0)
+    for c, name in enumerate(("field", "water")):
+        (folder / name).mkdir(parents=True)
+        for i in range(8):
+            bands = rng.integers(1000, 1400, (40, 48, 6), dtype=np.uint16) + np.uint16(300 * c)
+            tifffile.imwrite(folder / name / f"{i}.tif", bands, photometric="minisblack", planarconfig="contig",
+                             tile=(16, 16),
+                             compression="lzw")
+
+
 def write_cifar(folder: Path) -> None:
     """CIFAR-10's python batches, 20 rows each, every class in every batch."""
     folder.mkdir(parents=True)
@@ -247,6 +260,7 @@ def ran(tmp_path_factory):
     write_images(tmp / "images")
     write_scans(tmp / "scans")
     write_planet(tmp / "planet")
+    write_tiles(tmp / "tiles")
     write_cifar(work / "datasets" / "cifar10" / "cifar-10-batches-py")
     env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(ROOT / "tests"),
            "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}

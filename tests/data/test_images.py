@@ -9,7 +9,7 @@ from forged import declaring, png_declaring
 from PIL import Image, ImageOps
 
 from app.data import images
-from app.data.images import DecodeError, draft_scale, load_rgb
+from app.data.images import Decode, DecodeError, Pixels, _to_rgb, decoded, draft_scale, load_rgb, read_bytes
 from app.data.source import FileSplit
 from app.errors import BadSampleError
 
@@ -72,44 +72,30 @@ def test_cmyk_jpeg_becomes_red(tmp_path):
     assert r > 230 and g < 25 and b < 25
 
 
-def test_sixteen_bit_png_is_scaled_not_clipped(tmp_path):
+def test_a_sixteen_bit_png_is_refused_in_a_uint8_run_never_cut_to_8_bits(tmp_path):
     values = np.array([[0, 40000, 65535, 256]], dtype=np.uint16)
     path = tmp_path / "deep.png"
     Image.fromarray(values).save(path)
     assert _mode(path) == "I;16"
-    arr = load_rgb(path)
-    _check_rgb(arr, 1, 4)
-    assert arr[0, :, 0].tolist() == [0, 155, 255, 0]  # v * 255 // 65535
-    assert np.array_equal(arr[..., 0], arr[..., 2])
+    with pytest.raises(DecodeError, match="16-bit image.*data.dtype=uint16"):
+        load_rgb(path)
+    kept = decoded(read_bytes(path), Decode(pixels=Pixels(channels="all", bands=1, dtype="uint16")))
+    assert kept[0, :, 0].tolist() == [0, 40000, 65535, 256]  # negative control: a uint16 run keeps every bit
 
 
 @pytest.mark.parametrize("mode", ["I;16", "I;16B", "I"])
-def test_sixteen_bit_tiff_modes(tmp_path, mode):
+def test_sixteen_bit_pillow_modes_keep_their_values(mode):
     img = Image.fromarray(np.full((3, 5), 40000, dtype=np.uint16))
     img = img.convert("I") if mode == "I" else img
     if mode == "I;16B":
         img = Image.frombytes("I;16B", (5, 3), np.full((3, 5), 40000, ">u2").tobytes())
-    path = tmp_path / "deep.tif"
-    img.save(path)
-    assert _mode(path) == mode
-    arr = load_rgb(path)
-    _check_rgb(arr, 3, 5)
-    assert np.all(arr == 155)
+    grey = _to_rgb(img)  # the Pillow path's own samples, before the run's bands and type
+    assert grey.dtype == np.uint16 and grey.shape == (3, 5) and np.all(grey == 40000)
 
 
-def test_float_tiff_is_clipped(tmp_path):
-    path = tmp_path / "float.tif"
-    Image.fromarray(np.array([[-5.0, 100.7, 300.0]], dtype=np.float32)).save(path)
-    assert _mode(path) == "F"
-    arr = load_rgb(path)
-    _check_rgb(arr, 1, 3)
-    assert arr[0, :, 1].tolist() == [0, 100, 255]
-
-
-def test_float_tiff_in_zero_to_one_is_scaled(tmp_path):
-    path = tmp_path / "unit.tif"
-    Image.fromarray(np.array([[0.0, 0.5, 1.0]], dtype=np.float32)).save(path)
-    assert load_rgb(path)[0, :, 0].tolist() == [0, 127, 255]  # not black: 0–1 is the float convention
+def test_float_images_are_refused_naming_their_type():
+    with pytest.raises(DecodeError, match="32-bit floats"):
+        _to_rgb(Image.fromarray(np.array([[0.0, 0.5, 1.0]], dtype=np.float32)))
 
 
 def _exif_rotated_jpeg(path, width, height):

@@ -1,4 +1,4 @@
-"""data=prepared at a URL (app/data/prepared.py's RemoteCopy, app/data/shard_cache.py): the same
+"""data=prepared at a URL (app/data/remote_copy.py's RemoteCopy, app/data/shard_cache.py): the same
 samples as the local copy through s3:// (moto's server on localhost) and http://, whole shards
 cached on local disk (downloaded once, least recently used evicted, racing processes, a full
 disk named at once), storage retries counted in the loader's telemetry, and the refusals."""

@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import pytest
 
-from app.inference.exporting import float32_model, named_layer, runtime, uint8_model, write_format
+from app.inference.exporting import float32_model, integer_model, named_layer, runtime, write_format
 from app.model import build, classifier, small_resnet, write_model_keras
 from app.schema import KerasAppConfig
 
@@ -43,7 +43,7 @@ def test_a_mixed_bfloat16_model_is_rebuilt_in_float32(tmp_path):
 @pytest.mark.slow
 def test_a_keras_app_backbone_exports_to_onnx(tmp_path):
     net = build(KerasAppConfig(name="MobileNetV3Small", weights=None), (32, 32), 3)
-    wrapped = uint8_model(net)
+    wrapped = integer_model(net)
     assert wrapped.input.dtype == "uint8" and named_layer(wrapped, "no layer here") is None
     assert named_layer(wrapped, f"op in layer {net.layers[1].name}: unsupported") is net.layers[1]
     path = write_format(wrapped, tmp_path, "onnx")

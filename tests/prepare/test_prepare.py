@@ -24,7 +24,7 @@ from shard_checks import assert_webdataset_reads_what_the_index_says
 from app.config import conf_dir, load
 from app.data import load_or_generate_source
 from app.data.prepared import prepared_source
-from app.data.shards import manifest_checksum, read_index, read_manifest
+from app.data.shards import FORMAT_VERSION, manifest_checksum, read_index, read_manifest
 from app.data.storage import LocalStore, RemoteStore, Store
 from app.errors import ConfigError, DataError
 from app.prepare import job
@@ -309,7 +309,8 @@ def test_a_multilabel_copy_stores_each_samples_label_vector_and_refuses_a_run_of
     config = prepared_config(*table, f"prepare.out={out}", "prepare.format=raw")
     write_prepared_copy(config, workers=0, per_shard=7)
     source, manifest = load_or_generate_source(config.data), read_manifest(out)
-    assert (manifest.version, manifest.task, manifest.class_names) == (3, "multilabel", ["field", "road", "water"])
+    assert (manifest.version, manifest.task, manifest.class_names) == (FORMAT_VERSION, "multilabel",
+                                                                       ["field", "road", "water"])
     copy = prepared_source(PreparedDataConfig(path=str(out), task="multilabel"))
     for split in ("train", "val"):
         original, prepared = getattr(source, split), getattr(copy, split)

@@ -1,0 +1,66 @@
+"""`python -m app stats` (config as for train): each band's mean, std, min, max and 1st/99th percentiles over the
+whole training split, read by the loader's workers as validation reads it (the resize alone), GeoTIFF no-data pixels
+left out; printed, and written to stats.json for data.normalize.stats."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from app.augment import eval_transforms
+from app.commands import failure_carried
+from app.config import conf_dir, load
+from app.data import tiff
+from app.data.band_stats import BandTally
+from app.data.pixels import run_pixels
+from app.errors import DataError
+from app.io import write_json
+from app.loader.pipeline import build_loader
+from app.loader.settings import Settings
+from app.runs.rundata import checked_source
+from app.schema import register
+
+log = logging.getLogger("app.stats")
+register()
+
+
+@hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
+@failure_carried
+def main(cfg: DictConfig) -> str:
+    config = load(cfg)
+    source = checked_source(config)
+    pixels = run_pixels(config.data, source.train)
+    nodata = tiff.nodata_of(source.train.paths[0]) if getattr(source.train, "paths", None) else None
+    tally = BandTally(pixels.bands, pixels.dtype, nodata)
+    transforms = eval_transforms(config.augment, config.data.image_size)
+    with build_loader(config, {"train": (source.train, transforms)}, on_bad_sample="mark",
+                      settings=Settings.from_config(config, pixels=pixels)) as loader:
+        start, failed = 0, loader.failed("train")
+        for x, _ in loader.every_sample("train"):
+            readable = [row for row in range(len(x)) if start + row not in failed]  # marked files counted nowhere
+            tally.add(x[readable])
+            start += len(x)
+    for index in sorted(failed):
+        log.warning("left out: %s (%s)", source.train.describe(index), failed[index])
+    if len(failed) == len(source.train):
+        raise DataError(f"none of the {len(failed)} training images could be read: fix them, then run stats again.")
+    bands = tally.figures()
+    out = Path(HydraConfig.get().runtime.output_dir) / "stats.json"
+    write_json(out, {"split": "train", "images": len(source.train) - len(failed), "unreadable": len(failed),
+                     "dtype": pixels.dtype, "channels": pixels.channels if isinstance(pixels.channels, str)
+                     else list(pixels.channels), "image_size": list(config.data.image_size), "nodata": nodata,
+                     "source": source.name, "fingerprint": source.fingerprint, "bands": bands})
+    print(_table(bands))
+    print(f"\nwritten: {out}\ntrain with it: data.normalize.stats={out}")
+    return str(out)
+
+
+def _table(bands: list[dict]) -> str:
+    head = f"{'band':>4} {'mean':>10} {'std':>10} {'min':>7} {'p1':>7} {'p99':>7} {'max':>7}"
+    rows = [f"{i:>4} {b['mean']:>10.2f} {b['std']:>10.2f} {b['min']:>7} {b['p1']:>7} {b['p99']:>7} {b['max']:>7}"
+            if b["pixels"] else f"{i:>4} (no pixels)" for i, b in enumerate(bands)]
+    return "\n".join([head, *rows])

@@ -1,0 +1,48 @@
+"""Per-band figures of a split's pixels, batch by batch, for `python -m app stats`: mean and std (float64 sums), min
+and max, and the 1st and 99th percentiles exact from a histogram of every value the type holds; a no-data value
+(GeoTIFF's GDAL_NODATA) left out of every figure."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class BandTally:
+    """The running figures of `bands` bands of `dtype` (uint8 or uint16), `nodata` left out (None: none)."""
+
+    def __init__(self, bands: int, dtype: str, nodata: float | None = None):
+        self.levels = int(np.iinfo(dtype).max) + 1
+        self.histogram = np.zeros((bands, self.levels), np.int64)
+        self.nodata = None if nodata is None or not 0 <= nodata < self.levels else int(nodata)
+        self.images = 0
+
+    def add(self, batch: np.ndarray) -> None:
+        """A batch (N, H, W, bands) of the split's pixels."""
+        self.images += len(batch)
+        for band in range(self.histogram.shape[0]):
+            self.histogram[band] += np.bincount(batch[..., band].ravel(), minlength=self.levels)
+
+    def figures(self) -> list[dict]:
+        """A dict a band: mean, std, min, max, p1, p99 and the pixels counted."""
+        counts = self.histogram.copy()
+        if self.nodata is not None:
+            counts[:, self.nodata] = 0
+        values = np.arange(self.levels, dtype=np.float64)
+        return [_band(row, values) for row in counts]
+
+
+def _band(counts: np.ndarray, values: np.ndarray) -> dict:
+    total = int(counts.sum())
+    if not total:
+        return {"pixels": 0, "mean": None, "std": None, "min": None, "max": None, "p1": None, "p99": None}
+    mean = float(counts @ values / total)
+    std = float(np.sqrt(max(counts @ (values - mean) ** 2 / total, 0.0)))
+    present = np.flatnonzero(counts)
+    cumulative = np.cumsum(counts)
+    return {"pixels": total, "mean": mean, "std": std, "min": int(present[0]), "max": int(present[-1]),
+            "p1": _percentile(cumulative, 0.01), "p99": _percentile(cumulative, 0.99)}
+
+
+def _percentile(cumulative: np.ndarray, q: float) -> int:
+    """The lowest value at or below which a share `q` of the pixels lie (numpy's `inverted_cdf`)."""
+    return int(np.searchsorted(cumulative, q * cumulative[-1], side="left"))

@@ -1,0 +1,67 @@
+"""A run's pixels (app/data/decode.py's Pixels) from its config and data: data.channels, data.dtype, and for
+`data.channels=all` the bands of the first training image, which every other image must have too."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from app.data import tiff
+from app.data.bands import run_bands
+from app.data.decode import DecodeError, Pixels, TiffAt
+from app.data.images import read_bytes, rgb_from_bytes
+from app.errors import DataError, config_error
+
+
+def run_pixels(data, split) -> Pixels:
+    """A run's Pixels from data.channels, data.dtype and data.normalize; `all` counts the bands of `split`'s first
+    image."""
+    channels = data.channels if isinstance(data.channels, str) else tuple(int(c) for c in data.channels)
+    bands = run_bands(channels, first_bands(split) if channels == "all" else 0)
+    mean, std = normalization(data.normalize, bands)
+    return Pixels(channels=channels, bands=bands, dtype=str(getattr(data.dtype, "value", data.dtype)), mean=mean,
+                  std=std)
+
+
+def normalization(normalize, bands: int) -> tuple[tuple | None, tuple | None]:
+    """(mean, std) a band from data.normalize: its own lists, or a stats.json's; (None, None) where none is given."""
+    mean, std, key = normalize.mean, normalize.std, "data.normalize.mean"
+    if normalize.stats:
+        mean, std, key = *stats_of(normalize.stats), "data.normalize.stats"
+    if mean is None and std is None:
+        return None, None
+    if mean is None or std is None:
+        raise config_error("data.normalize.std" if std is None else key, None, "a list beside data.normalize's "
+                           "other one (mean and std, a value a band), or both null")
+    if len(mean) != bands or len(std) != bands or min(std) <= 0:
+        raise config_error(key, list(mean), f"{bands} means and {bands} std above 0, one a band this run reads "
+                           f"(std: {list(std)})")
+    return tuple(float(m) for m in mean), tuple(float(s) for s in std)
+
+
+def stats_of(path: str) -> tuple[list[float], list[float]]:
+    """(mean, std) a band of a stats.json `python -m app stats` wrote."""
+    try:
+        bands = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))["bands"]
+        return [float(b["mean"]) for b in bands], [float(b["std"]) for b in bands]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise config_error("data.normalize.stats", path,
+                           f"a stats.json that `python -m app stats` wrote ({error})") from None
+
+
+def first_bands(split) -> int:
+    """The bands of `split`'s first image: a TIFF's from its header, another file's decoded, a copy's from its
+    manifest; 3 for arrays."""
+    paths = getattr(split, "paths", None)
+    if not paths:
+        return getattr(split, "bands", 3)  # a prepared copy's, from its manifest
+    try:
+        raw = read_bytes(paths[0], None)
+        if isinstance(raw, TiffAt):
+            return tiff.band_count(raw.path)
+        image = rgb_from_bytes(raw, None, None)
+        return 1 if image.ndim == 2 else image.shape[2]
+    except (OSError, DecodeError) as error:
+        raise DataError(f"{paths[0]} (the first training image) cannot be read to count its bands for "
+                        f"data.channels=all: {error}. Fix or remove it, or list the bands, e.g. "
+                        "data.channels=[0,1,2,3]") from None

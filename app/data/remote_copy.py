@@ -1,0 +1,80 @@
+"""A prepared copy at a URL (data=prepared, data.path=s3://...): its store, manifest and indexes, fetched once a
+process, and its shards read by ranged GETs or from a cache under data.cache_dir (app/data/shard_cache.py)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from app.data.shard_cache import ShardCache, cache_key
+from app.data.shards import MANIFEST, check_index, index_name, parse_manifest, read_index, read_labels
+from app.data.storage import RemoteStore, Store
+from app.errors import DataError
+
+GB = 10**9  # data.cache_max_gb's unit
+TAR_BLOCK = 512  # a tar member's header: every shard starts with one
+_indexes: dict[tuple, np.ndarray] = {}  # a URL copy's indexes, fetched once a process: (key, split, cached)
+_indexes_lock = threading.Lock()
+
+
+class RemoteCopy:
+    """A prepared copy at a URL: its store, manifest, `key` (cache_key's) and shard cache (None: ranged GETs only)."""
+
+    def __init__(self, store: RemoteStore, manifest: bytes, cache_dir: Path | None, cache_max_gb: float):
+        self.store, self.manifest = store, parse_manifest(manifest, store.url)
+        self.key = cache_key(store.url, manifest)
+        self.cache = None if cache_dir is None else ShardCache(store, cache_dir / self.key, int(cache_max_gb * GB))
+
+    def __str__(self) -> str:
+        return str(self.store)
+
+    def index(self, split: str, again: str = "") -> np.ndarray:
+        """The split's index, fetched once a process (in memory, or mapped from the cache); `again`: refusal advice."""
+        with _indexes_lock:
+            index = _indexes.get((self.key, split, self.cache is not None))
+            if index is None:
+                if self.cache is None:
+                    index = read_index(self.store.url, split, self.store.storage_options, again)
+                else:
+                    local = self.cache.fetched(index_name(split))
+                    index = check_index(lambda: np.load(local, mmap_mode="r"), self.store.path_of(index_name(split)),
+                                        again)
+                _indexes[(self.key, split, self.cache is not None)] = index
+        return index
+
+    def read(self, shard: str, offset: int, length: int) -> bytearray:
+        """`length` bytes at `offset` of `shard` (fewer where it ends before)."""
+        if self.cache is not None:
+            return self.cache.read(shard, offset, length)
+        return bytearray(self.store.read_range(shard, offset, length))
+
+
+def read_copy_index(root, split: str, again: str = "") -> np.ndarray:
+    return root.index(split, again) if isinstance(root, RemoteCopy) else read_index(root, split, again=again)
+
+
+def read_copy_labels(root, split: str, again: str) -> np.ndarray:
+    if isinstance(root, RemoteCopy):
+        return read_labels(root.store.url, split, root.store.storage_options, again)
+    return read_labels(root, split, again=again)
+
+
+
+def remote_copy(data_cfg) -> RemoteCopy:
+    """The copy at URL data.path, its manifest and a byte range read: a bad URL, credentials or server fail here."""
+    options = data_cfg.storage_options
+    options = OmegaConf.to_container(options, resolve=True) if isinstance(options, DictConfig) else options
+    store = Store.at(str(data_cfg.path), options)
+    cache_dir = None if data_cfg.cache_dir is None else Path(str(data_cfg.cache_dir)).expanduser().absolute()
+    copy = RemoteCopy(store, store.read_bytes(MANIFEST), cache_dir, data_cfg.cache_max_gb)
+    first = next((record.shards[0] for record in copy.manifest.splits.values() if record.shards), None)
+    if first is not None:
+        head = store.read_range(first, 0, TAR_BLOCK)
+        if len(head) != TAR_BLOCK:
+            raise DataError(f"{store.path_of(first)}: asked for its first {TAR_BLOCK} bytes, got {len(head)}: the "
+                            "server does not answer byte ranges (HTTP Range requests), or the shard is cut short. "
+                            "Serve the copy from a server that does, or from object storage (s3://, gs://).")
+    return copy

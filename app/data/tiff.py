@@ -1,0 +1,91 @@
+"""A TIFF read by tifffile (imagecodecs decodes its JPEG, LZW, Deflate, ZSTD or JPEG 2000 strips and tiles): the first
+series at the smallest pyramid level that still covers what the transforms need, only that level's strips or tiles
+read from the file, its bands last (H, W, bands) in the file's own integer type."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import tifffile
+
+from app.data.decode import DecodeError, check_pixels
+
+BAND_AXES = "SC"  # samples of a pixel, or channels (OME); a stack of same-size pages (I, Q) is read as bands too
+PAGE_AXES = "IQ"
+READ_TYPES = (np.uint8, np.uint16)
+GDAL_NODATA = 42113  # GDAL's TIFF tag: the no-data value, as ASCII
+
+
+def read_tiff(path: str | os.PathLike, *, min_short_side: int | None, max_pixels: int | None) -> np.ndarray:
+    """The image of `path` as (H, W, bands) uint8 or uint16, C-contiguous; a DecodeError (a short reason) for a TIFF
+    that cannot be read, of another sample type, of more than `max_pixels` at the level read, or a stack in Z or T."""
+    try:
+        with tifffile.TiffFile(path) as tif:
+            series = tif.series[0]
+            level = _level(series, min_short_side)
+            shape, axes = level.shape, level.axes
+            height, width = shape[axes.index("Y")], shape[axes.index("X")]
+            check_pixels(width, height, max_pixels)
+            _check_type(level.dtype)
+            return _bands_last(level.asarray(), axes)
+    except DecodeError:
+        raise
+    except (tifffile.TiffFileError, ValueError, IndexError, KeyError, RuntimeError) as error:
+        raise DecodeError(f"cannot decode TIFF: {error}") from error
+
+
+def band_count(path: str | os.PathLike) -> int:
+    """The bands of a TIFF's image, from its header alone."""
+    try:
+        with tifffile.TiffFile(path) as tif:
+            series = tif.series[0]
+            return int(np.prod([size for axis, size in zip(series.axes, series.shape, strict=True)
+                                if axis in BAND_AXES + PAGE_AXES]))
+    except (tifffile.TiffFileError, ValueError, IndexError) as error:
+        raise DecodeError(f"cannot decode TIFF: {error}") from error
+
+
+def nodata_of(path: str | os.PathLike) -> float | None:
+    """A GeoTIFF's no-data value (its GDAL_NODATA tag), or None: not a TIFF, none given, unreadable."""
+    try:
+        with tifffile.TiffFile(path) as tif:
+            tag = tif.pages.first.tags.get(GDAL_NODATA)
+            return None if tag is None else float(str(tag.value).strip("\0 "))
+    except (tifffile.TiffFileError, ValueError, OSError):
+        return None
+
+
+def _level(series, min_short_side: int | None):
+    """The smallest level of a pyramid whose short side is still at least `min_short_side` (else level 0)."""
+    chosen = series.levels[0]
+    if min_short_side is None:
+        return chosen
+    for level in series.levels[1:]:
+        side = min(level.shape[level.axes.index("Y")], level.shape[level.axes.index("X")])
+        if side < min_short_side:
+            break
+        chosen = level
+    return chosen
+
+
+def _check_type(dtype: np.dtype) -> None:
+    if dtype not in READ_TYPES:
+        raise DecodeError(f"its samples are {dtype} (an elevation model or a float raster?): data.dtype reads uint8 "
+                          "or uint16 images for now; convert it, or leave it out")
+
+
+def _bands_last(array: np.ndarray, axes: str) -> np.ndarray:
+    """`array` of tifffile's `axes` as (H, W, bands): the band axis (S, C, or a stack of pages) last, the rest of
+    size 1 dropped; a DecodeError for a stack along another axis (Z, T) or two band axes at once."""
+    bands = [i for i, axis in enumerate(axes) if axis in BAND_AXES + PAGE_AXES and array.shape[i] > 1]
+    other = [f"{axis}={array.shape[i]}" for i, axis in enumerate(axes)
+             if axis not in "YX" + BAND_AXES + PAGE_AXES and array.shape[i] > 1]
+    if other or len(bands) > 1:
+        found = ", ".join(other) or " and ".join(f"{axes[i]}={array.shape[i]}" for i in bands)
+        raise DecodeError(f"it holds a stack ({found}, axes {axes}), not one image: write one image a file, its bands "
+                          "as samples or channels")
+    order = [axes.index("Y"), axes.index("X"), *bands]
+    image = np.transpose(array, order + [i for i in range(array.ndim) if i not in order])
+    image = image.reshape(image.shape[0], image.shape[1], -1)
+    return np.ascontiguousarray(image)

@@ -1,0 +1,100 @@
+"""Six-band 16-bit tiled TIFFs through the real CLI, as scans and aerial tiles come: the class shows only in bands 4
+and 5, and only 150 levels of 65,535 apart (below 1/256 of the range: 8 bits would lose it). `stats` against numpy's
+figures; `plan`'s ring of 2 bytes × 6 bands; trained with one worker, SIGKILLed inside epoch 2 and resumed to the
+metrics of the run uninterrupted, which learns (val accuracy ≥ 0.9) where bands 0–2 alone stay at chance (the
+negative control); evaluate, predict, a raw prepared copy trained on, and an ONNX export taking uint16."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tifffile
+from docs_runner import spawn_one_process_for
+
+TESTS = Path(__file__).resolve().parents[1]
+SHAPE = (40, 48, 6)
+
+
+def write_tiles(folder: Path, per_class: int = 48) -> None:
+    """Noise of 1,000 to 1,199 in every band; `water` 150 higher in bands 4 and 5."""
+    rng = np.random.default_rng(0)
+    for c, name in enumerate(("field", "water")):
+        (folder / name).mkdir(parents=True)
+        for i in range(per_class):
+            bands = rng.integers(1000, 1200, SHAPE, dtype=np.uint16)
+            bands[:, :, 4:] += np.uint16(150 * c)
+            tifffile.imwrite(folder / name / f"{i:03d}.tif", bands, photometric="minisblack", planarconfig="contig",
+                             tile=(16, 16),
+                             compression="lzw")
+
+
+def rows_of(path: Path, *keys: str) -> list[tuple]:
+    return [tuple(row[k] for k in keys) for row in csv.DictReader(path.open())]
+
+
+@pytest.mark.slow
+def test_six_band_uint16_tiles_train_resume_evaluate_predict_prepare_and_export(tmp_path):
+    write_tiles(tmp_path / "tiles")
+    data = ["data=folder", f"data.path={tmp_path / 'tiles'}", "data.channels=all", "data.dtype=uint16",
+            f"data.image_size=[{SHAPE[0]},{SHAPE[1]}]", "data.batch_size=8", "queue.workers=1"]
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    stats = subprocess.run([sys.executable, "-m", "app", "stats", *data, "hydra.run.dir=stats"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert stats.returncode == 0, stats.stderr[-3000:]
+    train = [*data, f"data.normalize.stats={tmp_path / 'stats' / 'stats.json'}", "model.widths=[8,16]", "augment=none",
+             "trainer.epochs=4", "trainer.deterministic=true", "trainer.checkpoint_every_steps=2"]
+    kill = f"trainer.callbacks=[{{_target_: recording.KillOnce, path: {tmp_path / 'killed.txt'}, epoch: 1, batch: 3}}]"
+    killed = subprocess.run([sys.executable, "-m", "app", "train", *train, kill, "hydra.run.dir=killed"],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert killed.returncode == -9 and (tmp_path / "killed.txt").exists(), killed.stderr[-3000:]
+    run = tmp_path / "killed"
+    done = spawn_one_process_for(
+        ["train", *train, "hydra.run.dir=whole"], ["train", f"resume={run}"],
+        ["train", *train, "data.channels=[0,1,2]", "data.normalize.stats=null", "hydra.run.dir=bands012"],
+        ["plan", *train, "queue.max_size=2", "hydra.run.dir=plan"],
+        ["evaluate", f"resume={run}"], ["predict", f"resume={run}", f"input={tmp_path / 'tiles' / 'water'}"],
+        ["prepare", *data, "prepare.format=raw", "prepare.out=copy"],
+        ["train", "data=prepared", "data.path=copy", *train[2:], "trainer.epochs=1", "hydra.run.dir=on_copy"],
+        ["export", f"resume={run}", "export.format=onnx"], cwd=tmp_path, env=env)
+    for result in done:
+        assert result.returncode == 0, (result.args, result.stdout[-3000:])
+    # stats: numpy's figures of the training split's pixels (the resize to their own size changes none)
+    split = json.loads((run / "split.json").read_text())
+    pixels = np.stack([tifffile.imread(tmp_path / "tiles" / rel) for rel in split["train"]]).reshape(-1, SHAPE[2])
+    written = json.loads((tmp_path / "stats" / "stats.json").read_text())
+    assert written["dtype"] == "uint16" and written["images"] == len(split["train"])
+    for band, figures in enumerate(written["bands"]):
+        values = pixels[:, band]
+        assert abs(figures["mean"] - values.mean()) < 1e-3 * 65535 and abs(figures["std"] - values.std()) < 1e-3 * 65535
+        assert (figures["min"], figures["max"]) == (values.min(), values.max())
+        assert figures["p1"] == np.percentile(values, 1, method="inverted_cdf")
+        assert figures["p99"] == np.percentile(values, 99, method="inverted_cdf")
+    # the ring: 2 slots of 8 × 40 × 48 × 6 bands × 2 bytes, in the plan and in the run
+    ring = 2 * 8 * SHAPE[0] * SHAPE[1] * SHAPE[2] * 2
+    planned = json.loads(next((tmp_path / "plan").glob("plan.json")).read_text())
+    assert planned["host"]["the ring (2 slot(s) of one uint16 batch)"] == round(ring / 2**20, 1)
+    assert json.loads((run / "summary.json").read_text())["queue_bytes"] == ring
+    # the resumed run is the uninterrupted one, and it learns from bands 4 and 5; bands 0 to 2 alone do not
+    keys = ("epoch", "loss", "accuracy", "val_loss", "val_accuracy")
+    assert rows_of(run / "metrics.csv", *keys) == rows_of(tmp_path / "whole" / "metrics.csv", *keys)
+    assert float(rows_of(run / "metrics.csv", "val_accuracy")[-1][0]) >= 0.9
+    assert float(rows_of(tmp_path / "bands012" / "metrics.csv", "val_accuracy")[-1][0]) <= 0.6
+    scored = json.loads(next((run / "evaluate").glob("*/evaluation.json")).read_text())
+    assert scored["accuracy"] >= 0.9
+    predicted = list(csv.DictReader(next((run / "predict").glob("*/predictions.csv")).open()))
+    assert len(predicted) == 48 and sum(row["class"] == "water" for row in predicted) >= 43
+    copy = json.loads((tmp_path / "copy" / "manifest.json").read_text())
+    assert (copy["dtype"], copy["bands"], copy["format"]) == ("uint16", 6, "raw")
+    assert json.loads((tmp_path / "on_copy" / "summary.json").read_text())["status"] == "completed"
+    exported = json.loads((run / "export" / "onnx" / "export.json").read_text())
+    described = json.loads((run / "export" / "onnx" / "preprocessing.json").read_text())
+    assert exported["parity"]["passed"] and exported["parity"]["top1_agreement"] == 1.0
+    assert described["input"]["dtype"] == "uint16" and described["input"]["bands"] == 6
+    assert described["normalisation"]["mode"] == "standard"

@@ -1,0 +1,124 @@
+"""TIFFs as scanners and GIS tools write them, written here by tifffile itself: striped and tiled, BigTIFF, JPEG-, LZW-,
+Deflate- and ZSTD-compressed, planar and interleaved, 1, 3 and 6 bands, uint8 and uint16, a pyramid; each read back
+through a split's fetch and decode bit-exactly against the array written (Pillow, the path before, refuses or cuts
+them: the negative control). Then the run's bands and type (data.channels, data.dtype) and their refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tifffile
+from PIL import Image
+
+from app.data.decode import Decode, DecodeError, Pixels
+from app.data.images import load_rgb
+from app.data.source import FileSplit
+from app.data.tiff import read_tiff
+from app.errors import BadSampleError
+
+
+def pixels(shape, dtype, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, np.iinfo(dtype).max, shape, dtype=dtype, endpoint=True)
+
+
+def read(path, **run) -> np.ndarray:
+    """The file through a split, as a worker fetches and decodes it, for a run of `run`'s Pixels."""
+    split, decode = FileSplit([str(path)], [0]), Decode(pixels=Pixels(**run))
+    return split.decode(0, split.fetch(0, decode), decode)
+
+
+# (name, array shape, dtype, tifffile.imwrite's keywords): the bands last in the array written. Pillow read the 8-bit
+# RGB ones right too (PILLOW_READS); every other one it refuses, or reads as other pixels (the negative control).
+VARIANTS = [
+    ("striped-grey16", (40, 56), np.uint16, {}),
+    ("striped-rgb8", (40, 56, 3), np.uint8, {"photometric": "rgb"}),
+    ("tiled-lzw-6band16", (64, 48, 6), np.uint16, {"tile": (16, 16), "compression": "lzw",
+                                                    "photometric": "minisblack", "planarconfig": "contig"}),
+    ("planar-deflate-6band16", (6, 40, 56), np.uint16, {"compression": "deflate", "photometric": "minisblack",
+                                                        "planarconfig": "separate"}),
+    ("bigtiff-zstd-rgb16", (40, 56, 3), np.uint16, {"bigtiff": True, "compression": "zstd", "photometric": "rgb"}),
+    ("tiled-jpeg-rgb8", (64, 64, 3), np.uint8, {"tile": (16, 16), "compression": "jpeg", "photometric": "rgb"}),
+]
+PILLOW_READS = {"striped-rgb8", "tiled-jpeg-rgb8"}
+
+
+@pytest.mark.parametrize(("name", "shape", "dtype", "options"), VARIANTS, ids=[v[0] for v in VARIANTS])
+def test_each_variant_reads_back_as_written_with_its_bands_last(tmp_path, name, shape, dtype, options):
+    written = pixels(shape, dtype)
+    if options.get("compression") == "jpeg":  # lossy: what the file holds is tifffile's own decode of it
+        written = np.full(shape, 90, dtype)
+        written[:32] = 200
+    path = tmp_path / f"{name}.tif"
+    tifffile.imwrite(path, written, **options)
+    expected = np.moveaxis(written, 0, -1) if options.get("planarconfig") == "separate" else written
+    expected = expected if expected.ndim == 3 else expected[:, :, None]
+    if options.get("compression") == "jpeg":
+        expected = tifffile.imread(path)
+    got = read(path, channels="all", bands=expected.shape[2], dtype=np.dtype(dtype).name)
+    assert got.dtype == dtype and got.flags.c_contiguous and np.array_equal(got, expected)
+    # negative control: Pillow, the reader before, refuses the file or hands back other pixels
+    try:
+        with Image.open(path) as image:
+            pillow = np.asarray(image.convert("RGB"))
+    except Exception:  # noqa: BLE001 - a refusal is the point
+        return
+    assert (name in PILLOW_READS) == (pillow.dtype == got.dtype and np.array_equal(pillow, got))
+
+
+def test_a_pyramid_is_read_at_the_smallest_level_that_covers_the_transforms(tmp_path):
+    base = pixels((256, 192, 3), np.uint8)
+    path = tmp_path / "pyramid.tif"
+    with tifffile.TiffWriter(path) as tif:
+        tif.write(base, subifds=2, tile=(64, 64), photometric="rgb")
+        for factor in (2, 4):
+            tif.write(base[::factor, ::factor], subfiletype=1, tile=(64, 64), photometric="rgb")
+    assert read_tiff(path, min_short_side=None, max_pixels=None).shape == (256, 192, 3)
+    half = read_tiff(path, min_short_side=60, max_pixels=None)  # the quarter level's short side, 48, is too small
+    assert np.array_equal(half, base[::2, ::2])
+    assert np.array_equal(read_tiff(path, min_short_side=48, max_pixels=None), base[::4, ::4])
+    with pytest.raises(DecodeError, match="declares 96×128"):  # the limit applies to the level read
+        read_tiff(path, min_short_side=60, max_pixels=96 * 128 - 1)
+
+
+def test_the_run_takes_its_bands_and_type_and_refuses_what_would_cut_bits(tmp_path):
+    six = pixels((24, 32, 6), np.uint16)
+    tifffile.imwrite(tmp_path / "six.tif", six, photometric="minisblack", planarconfig="contig")
+    assert np.array_equal(read(tmp_path / "six.tif", channels=(3, 2, 1), bands=3, dtype="uint16"), six[:, :, [3, 2, 1]])
+    cases = [({"channels": "all", "bands": 6, "dtype": "uint8"}, "16-bit image.*data.dtype=uint16"),
+             ({"channels": "all", "bands": 7, "dtype": "uint16"}, "has 6 bands where this run reads 7"),
+             ({"channels": (6,), "bands": 1, "dtype": "uint16"}, r"has 6 bands; data.channels=\[6\] reads band 6"),
+             ({"channels": "rgb", "bands": 3, "dtype": "uint16"}, "6 bands; data.channels=rgb reads 1, 3 or 4")]
+    for run, why in cases:
+        with pytest.raises(BadSampleError, match=why):
+            read(tmp_path / "six.tif", **run)
+    grey = pixels((8, 8), np.uint16)
+    Image.fromarray(grey).save(tmp_path / "grey16.png")
+    with pytest.raises(BadSampleError, match="16-bit image"):  # no longer scaled to 8 bits: refused in a uint8 run
+        read(tmp_path / "grey16.png")
+    assert np.array_equal(read(tmp_path / "grey16.png", channels="all", bands=1, dtype="uint16")[:, :, 0], grey)
+    rgb8 = pixels((8, 8, 3), np.uint8)
+    Image.fromarray(rgb8).save(tmp_path / "rgb8.png")
+    widened = read(tmp_path / "rgb8.png", dtype="uint16")  # 8 bits widened for a uint16 run, the values kept
+    assert widened.dtype == np.uint16 and np.array_equal(widened, rgb8)
+    assert np.array_equal(load_rgb(tmp_path / "rgb8.png"), rgb8)  # negative control: today's 8-bit path unchanged
+
+
+def test_a_16_bit_rgb_png_keeps_its_16_bits(tmp_path):
+    import cv2
+
+    rgb = pixels((12, 10, 3), np.uint16)
+    cv2.imwrite(str(tmp_path / "rgb16.png"), rgb[:, :, ::-1])  # OpenCV writes BGR
+    assert np.array_equal(read(tmp_path / "rgb16.png", dtype="uint16"), rgb)
+    with Image.open(tmp_path / "rgb16.png") as image:  # negative control: Pillow hands back 8 bits
+        assert np.asarray(image.convert("RGB")).dtype == np.uint8
+
+
+def test_float_and_signed_rasters_and_stacks_are_refused_naming_what_they_are(tmp_path):
+    tifffile.imwrite(tmp_path / "dem.tif", np.zeros((8, 8), np.float32))
+    tifffile.imwrite(tmp_path / "signed.tif", np.zeros((8, 8), np.int16))
+    tifffile.imwrite(tmp_path / "zstack.tif", np.zeros((3, 8, 8), np.uint8), photometric="minisblack",
+                     metadata={"axes": "ZYX"})
+    for name, why in (("dem.tif", "float32.*elevation"), ("signed.tif", "int16"), ("zstack.tif", "a stack.*Z=3")):
+        with pytest.raises(BadSampleError, match=why):
+            read(tmp_path / name, channels="all", bands=1, dtype="uint16")
