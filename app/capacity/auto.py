@@ -166,10 +166,11 @@ def time_samples(split, augmenter, indices, seed: int) -> tuple[list[float], lis
     return times, images, built
 
 
-def probe_and_choose(config, batch_size: int, split, *, time_step: StepTimer,
-                     fits: Callable[[int, int], bool]) -> Choice:
-    """Time up to a batch (`batch_size`: this process's share) of `split`'s samples and `time_step` on them; choose."""
-    augmenter = augmenters(config.data, {"probe": config.augment.transforms})["probe"]
+def probe_and_choose(config, run, split, *, time_step: StepTimer, fits: Callable[[int, int], bool]) -> Choice:
+    """Time up to a batch (the run plan `run`'s share) of `split`'s samples, made its pixels, and `time_step` on them;
+    choose."""
+    batch_size = run.batch_size
+    augmenter = augmenters(config.data, {"probe": config.augment.transforms}, pixels=run.pixels)["probe"]
     order = epoch_order(len(split), seed=config.seed, epoch=0, shuffle=config.queue.shuffle)[:batch_size + 1]
     sample_s, images, built = time_samples(split, augmenter, order, config.seed)
     if not sample_s:
@@ -177,7 +178,7 @@ def probe_and_choose(config, batch_size: int, split, *, time_step: StepTimer,
                         f"first {len(order)} training samples; set both to numbers, or see data.on_bad_sample")
     rows = np.resize(np.arange(len(built)), batch_size)  # fewer than a batch built: repeated
     images = np.stack([images[i] for i in rows])
-    labels = np.asarray(split.labels, np.int64)[np.asarray(built)[rows]]
+    labels = np.asarray(split.labels)[np.asarray(built)[rows]]  # a class index, or several labels' 0/1 row
     step_s, step_cpu_s = time_step((images, labels))
     choice = choose(Timings(sample_s, step_s, step_cpu_s), batch_size, config.queue, fits)
     log.info("queue auto: workers %d, max_size %d (%s)", choice.workers, choice.max_size, choice.reason)

@@ -68,7 +68,7 @@ def probed(plans: Planner, split, time_step: auto.StepTimer) -> RunPlan:
     """The run plan, its `auto` queue values chosen by the probe at this process's batch share (unchanged when none)."""
     if not auto.wanted(plans.config.queue):
         return plans.run
-    return plans.run.chosen(auto.probe_and_choose(plans.config, plans.run.batch_size, split, time_step=time_step,
+    return plans.run.chosen(auto.probe_and_choose(plans.config, plans.run, split, time_step=time_step,
                                                   fits=plans.fits()))
 
 

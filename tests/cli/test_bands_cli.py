@@ -57,7 +57,8 @@ def test_six_band_uint16_tiles_train_resume_evaluate_predict_prepare_and_export(
     run = tmp_path / "killed"
     done = spawn_one_process_for(
         ["train", *train, "hydra.run.dir=whole"], ["train", f"resume={run}"],
-        ["train", *train, "data.channels=[0,1,2]", "data.normalize.stats=null", "hydra.run.dir=bands012"],
+        ["train", *(a for a in train if a != "queue.workers=1"), "queue.workers=auto", "data.channels=[0,1,2]",
+         "data.normalize.stats=null", "hydra.run.dir=bands012"],  # auto: the probe builds 3 bands of uint16 too
         ["plan", *train, "queue.max_size=2", "hydra.run.dir=plan"],
         ["evaluate", f"resume={run}"], ["predict", f"resume={run}", f"input={tmp_path / 'tiles' / 'water'}"],
         ["prepare", *data, "prepare.format=raw", "prepare.out=copy"],
@@ -86,6 +87,7 @@ def test_six_band_uint16_tiles_train_resume_evaluate_predict_prepare_and_export(
     assert rows_of(run / "metrics.csv", *keys) == rows_of(tmp_path / "whole" / "metrics.csv", *keys)
     assert float(rows_of(run / "metrics.csv", "val_accuracy")[-1][0]) >= 0.9
     assert float(rows_of(tmp_path / "bands012" / "metrics.csv", "val_accuracy")[-1][0]) <= 0.6
+    assert json.loads((tmp_path / "bands012" / "summary.json").read_text())["queue_auto"]["workers"] >= 1
     scored = json.loads(next((run / "evaluate").glob("*/evaluation.json")).read_text())
     assert scored["accuracy"] >= 0.9
     predicted = list(csv.DictReader(next((run / "predict").glob("*/predictions.csv")).open()))
