@@ -8,11 +8,13 @@ import stat
 import numpy as np
 from PIL import Image
 
+from app.data import tiff
 from app.data.images import (
     DEFAULT_MAX_PIXELS,
     HEAD_BYTES,
     JPEG_START,
     SIXTEEN_BIT_MODES,
+    TIFF_MAGIC,
     Decode,
     DecodeError,
     declared_size,
@@ -54,6 +56,8 @@ def _stored_decode_bytes(split, decode: Decode) -> int:
 def decode_bytes(path: str | os.PathLike, decode: Decode) -> tuple[int, int]:
     """What decoding `path` holds, from its header: (its RGB array after any draft reduction, Pillow's copies: the
     file's mode, and RGB where that differs; none for a JPEG OpenCV decodes); (0, 0) for a file the loader refuses."""
+    if _is_tiff(path):  # tifffile's read: the level's array, no copy of Pillow's
+        return tiff.decoded_bytes(path, decode.min_short_side, decode.max_pixels), 0
     found = header_draft(path, decode.min_short_side, decode.max_pixels)
     if found is None:
         return 0, 0
@@ -65,6 +69,16 @@ def decode_bytes(path: str | os.PathLike, decode: Decode) -> tuple[int, int]:
     if mode in SIXTEEN_BIT_MODES or mode == "F":  # scaled through int64 or float working copies
         return pixels * 3, pixels * (_PILLOW_BYTES.get(mode, 4) + 2 * 8)
     return pixels * 3, pixels * (_PILLOW_BYTES.get(mode, 4) + (0 if mode == "RGB" else 4))
+
+
+def _is_tiff(path: str | os.PathLike) -> bool:
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a pipe is never opened: it would wait for a writer
+            return False
+        with open(path, "rb") as file:
+            return file.read(4) in TIFF_MAGIC
+    except OSError:
+        return False
 
 
 def _pillow_mode(path: str | os.PathLike) -> str | None:

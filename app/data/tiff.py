@@ -46,6 +46,19 @@ def band_count(path: str | os.PathLike) -> int:
         raise DecodeError(f"cannot decode TIFF: {error}") from error
 
 
+def decoded_bytes(path: str | os.PathLike, min_short_side: int | None, max_pixels: int | None) -> int:
+    """The array `read_tiff` would make of `path` (the level it picks, every band), from the header alone; 0 for one
+    it would refuse."""
+    try:
+        with tifffile.TiffFile(path) as tif:
+            level = _level(tif.series[0], min_short_side)
+            height, width = level.shape[level.axes.index("Y")], level.shape[level.axes.index("X")]
+            refused = level.dtype not in READ_TYPES or (max_pixels is not None and height * width > max_pixels)
+            return 0 if refused else int(np.prod(level.shape)) * level.dtype.itemsize
+    except (tifffile.TiffFileError, ValueError, IndexError, OSError):
+        return 0
+
+
 def nodata_of(path: str | os.PathLike) -> float | None:
     """A GeoTIFF's no-data value (its GDAL_NODATA tag), or None: not a TIFF, none given, unreadable."""
     try:

@@ -11,6 +11,7 @@ import tifffile
 from PIL import Image
 
 from app.data.decode import Decode, DecodeError, Pixels
+from app.data.headers import decode_bytes
 from app.data.images import load_rgb
 from app.data.source import FileSplit
 from app.data.tiff import read_tiff
@@ -122,3 +123,16 @@ def test_float_and_signed_rasters_and_stacks_are_refused_naming_what_they_are(tm
     for name, why in (("dem.tif", "float32.*elevation"), ("signed.tif", "int16"), ("zstack.tif", "a stack.*Z=3")):
         with pytest.raises(BadSampleError, match=why):
             read(tmp_path / name, channels="all", bands=1, dtype="uint16")
+
+
+def test_the_plan_counts_a_tiffs_decode_as_the_level_read_with_every_band(tmp_path):
+    tifffile.imwrite(tmp_path / "six.tif", pixels((40, 56, 6), np.uint16), photometric="minisblack",
+                     planarconfig="contig", tile=(16, 16))
+    assert decode_bytes(tmp_path / "six.tif", Decode()) == (40 * 56 * 6 * 2, 0)
+    base = pixels((256, 192, 3), np.uint8)
+    with tifffile.TiffWriter(tmp_path / "pyramid.tif") as tif:
+        tif.write(base, subifds=1, tile=(64, 64), photometric="rgb")
+        tif.write(base[::4, ::4], subfiletype=1, tile=(64, 64), photometric="rgb")
+    assert decode_bytes(tmp_path / "pyramid.tif", Decode(min_short_side=40)) == (64 * 48 * 3, 0)  # the small level
+    assert decode_bytes(tmp_path / "pyramid.tif", Decode(min_short_side=60)) == (256 * 192 * 3, 0)
+    assert decode_bytes(tmp_path / "pyramid.tif", Decode(max_pixels=100)) == (0, 0)  # refused: counts nothing
