@@ -167,7 +167,7 @@ def _sixteen_bit_png(raw: bytes, max_pixels: int | None) -> np.ndarray:
     image = cv2.imdecode(np.frombuffer(raw, np.uint8), cv2.IMREAD_UNCHANGED)
     if image is None:
         raise DecodeError("cannot decode PNG: truncated or damaged")
-    if image.ndim == 3:  # OpenCV's BGR(A)
+    if image.ndim == 3 and image.shape[2] in (3, 4):  # OpenCV's BGR(A); grey and alpha stay as they are
         image = image[:, :, [2, 1, 0, 3][:image.shape[2]]]
     return np.ascontiguousarray(image)
 
