@@ -17,7 +17,7 @@ from app.commands import failure_carried
 from app.config import conf_dir
 from app.errors import DataError, config_error
 from app.inference.opened import keras_for_run
-from app.io import write_json
+from app.io import write_json, write_json_over_own
 from app.loader.pipeline import build_loader, make_sample
 from app.rules import top_k
 from app.runs.rundata import checked_source
@@ -60,7 +60,7 @@ def main(cfg: DictConfig) -> float:
     # Evaluate's own bad-file policy, whatever data.on_bad_sample the run trained with: a file that
     # cannot be read is left out and named (training's `skip` would score another file in its place).
     with build_loader(config, {cfg.split: (split, transforms)}, on_bad_sample="mark") as loader:
-        figures = scores.evaluate(net, readable(loader, cfg.split), confusion, k)
+        figures = scores.evaluate(net, loader.readable(cfg.split), confusion, k)
     unreadable = _unreadable(split, loader.failed(cfg.split), cfg.split)
     result = {"checkpoint": str(path), "split": cfg.split, "loss": figures.loss, "accuracy": figures.accuracy,
               **({f"top{k}_accuracy": figures.top_k_correct / figures.images} if k else {}),
@@ -92,13 +92,13 @@ def _several(config, scoring: tuple, source, split_name: str, paths: tuple[Path,
 
     def pass_over(name: str, split) -> tuple:
         with build_loader(config, {name: (split, transforms)}, on_bad_sample="mark") as loader:
-            truth, scores = label_scores.outputs(net, readable(loader, name))
+            truth, scores = label_scores.outputs(net, loader.readable(name))
         return truth, scores, _unreadable(split, loader.failed(name), name)
 
     val = pass_over("val", source.val)
     thresholds = label_scores.best_thresholds(val[0], val[1], config.trainer.threshold)
-    write_json(run_dir / "thresholds.json", {"split": "val", "checkpoint": str(checkpoint),
-                                             "thresholds": dict(zip(names, thresholds, strict=True))})
+    write_json_over_own(run_dir / "thresholds.json", {"split": "val", "checkpoint": str(checkpoint), "thresholds":
+                        dict(zip(names, thresholds, strict=True))}, "evaluate")
     truth, scores, unreadable = val if split_name == "val" else pass_over(split_name, source.test)
     result = {"checkpoint": str(checkpoint), "split": split_name, "task": "multilabel", "samples": len(truth),
               "class_names": names, **label_scores.table(truth, scores, names, thresholds), "unreadable": unreadable}
@@ -110,17 +110,6 @@ def _several(config, scoring: tuple, source, split_name: str, paths: tuple[Path,
           f"val: {run_dir / 'thresholds.json'})\n\n{text}")
     print(f"written: {out / 'evaluation.json'}, {out / 'report.txt'}, {run_dir / 'thresholds.json'}")
     return result["auc"]
-
-
-def readable(loader, split_name: str):
-    """(images, labels, positions in the split) of each batch, without the files that could not be read."""
-    failed, start = loader.failed(split_name), 0
-    for x, y in loader.every_sample(split_name):
-        positions = np.arange(start, start + len(y))
-        start += len(y)
-        keep = np.array([p not in failed for p in positions], bool)
-        if keep.any():
-            yield x[keep], y[keep], positions[keep]
 
 
 def _unreadable(split, failed: dict[int, str], split_name: str) -> list[dict]:

@@ -19,7 +19,6 @@ from omegaconf import DictConfig
 
 from app.augment import eval_transforms
 from app.commands import failure_carried
-from app.commands.evaluate import readable
 from app.config import conf_dir
 from app.data.source import subset
 from app.errors import ConfigError, DataError, config_error
@@ -70,7 +69,7 @@ def main(cfg: DictConfig) -> dict:
         log.info("checking %s against %s on %d validation samples", written, model_path, len(split))
         with build_loader(config, {"val": (split, eval_transforms(config.augment, size))},
                           on_bad_sample="mark") as loader, native_stderr_to_log():  # LiteRT's delegate line
-            parity = compared(exporting.runtime(written, fmt), net, readable(loader, "val"),
+            parity = compared(exporting.runtime(written, fmt), net, loader.readable("val"),
                               thresholds=output.get("thresholds"))
         record = {"format": fmt, "path": str(out / written.name), "model": str(model_path), "image_size": size,
                   "class_names": source.class_names, "parity": {**parity, "tolerance": tolerance,

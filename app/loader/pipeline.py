@@ -53,6 +53,17 @@ class Loader:
         order = epoch_order(len(self._enqueuer.splits[split_name]), seed=0, epoch=0, shuffle=False)
         return self.batches(split_name, order, 0)
 
+    def readable(self, split_name: str) -> Iterator[tuple]:
+        """`every_sample`'s batches as (images, labels, positions in the split), without the samples the `mark` policy
+        could not read (evaluate, export's parity check, stats)."""
+        failed, start = self.failed(split_name), 0
+        for x, y in self.every_sample(split_name):
+            positions = np.arange(start, start + len(y))
+            start += len(y)
+            keep = np.array([p not in failed for p in positions], bool)
+            if keep.any():
+                yield x[keep], y[keep], positions[keep]
+
     def failed(self, split_name: str) -> dict[int, str]:
         """Sample index → error, of each sample of the split the `mark` policy could not read so far."""
         return self._enqueuer.bad.failed[split_name]
