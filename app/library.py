@@ -17,10 +17,8 @@ import numpy as np
 
 from app import adapters
 from app.augment import Augmenter
-from app.data.bands import run_bands
-from app.data.decode import Pixels
 from app.data.folder import folder_source
-from app.data.pixels import first_bands
+from app.data.pixels import pixels_of
 from app.data.source import FileSplit
 from app.data.table import table_source
 from app.loader.bad_samples import LIBRARY
@@ -74,9 +72,7 @@ class LoaderSettings:
     def enqueuer(self, splits: dict) -> Enqueuer:
         """The loader's enqueuer over `splits` (name → split): training's transforms for train."""
         size = tuple(int(s) for s in self.image_size)
-        channels = self.channels if isinstance(self.channels, str) else tuple(int(c) for c in self.channels)
-        found = first_bands(next(iter(splits.values()))) if channels == "all" else 0
-        pixels = Pixels(channels=channels, bands=run_bands(channels, found), dtype=self.dtype)
+        pixels = pixels_of(self.channels, self.dtype, split=next(iter(splits.values())))
         augmenters = {name: Augmenter((self.transforms if name == "train" else self.eval_transforms) or [], size,
                                       pixels=pixels) for name in splits}
         queue = Settings(batch_size=self.batch_size, image_size=size, workers=self.workers, max_size=self.max_size,

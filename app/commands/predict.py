@@ -17,8 +17,8 @@ from omegaconf import DictConfig
 from app.augment import eval_transforms
 from app.commands import failure_carried
 from app.config import conf_dir
-from app.data.decode import Pixels
 from app.data.images import EXTENSIONS
+from app.data.pixels import pixels_of
 from app.data.prepared import prepared_source
 from app.data.shards import MANIFEST, SPLITS
 from app.data.source import FileSplit
@@ -94,8 +94,7 @@ def main(cfg: DictConfig) -> None:
     counts = np.zeros(len(names), np.int64)
     # Predict's own bad-file policy: a file that cannot be read is listed with its error and no
     # numbers (training's `skip` would put the next file's pixels, and so its answer, in its place).
-    channels = config.data.channels if isinstance(config.data.channels, str) else tuple(config.data.channels)
-    pixels = Pixels(channels=channels, bands=int(net.input_shape[-1]), dtype=meta.get("dtype", "uint8"))  # the model's
+    pixels = pixels_of(config.data.channels, meta.get("dtype", "uint8"), bands=int(net.input_shape[-1]))  # the model's
     settings = dataclasses.replace(Settings.from_config(config, pixels=pixels), image_size=tuple(size))  # the model's
     transforms = eval_transforms(config.augment, size)
     failed: list[tuple[str, str]] = []  # (what, why) of each sample that could not be read

@@ -11,15 +11,6 @@ from app.data.decode import DecodeError
 DTYPES = {"uint8": np.uint8, "uint16": np.uint16}
 
 
-def run_bands(channels, found: int) -> int:
-    """The bands a run's images have: 3 for rgb, those listed, or (all) `found`, the first training image's."""
-    if channels == "rgb":
-        return 3
-    if channels == "all":
-        return found
-    return len(channels)
-
-
 def fit_bands(image: np.ndarray, *, channels, bands: int, dtype: str) -> np.ndarray:
     """`image` (H, W) or (H, W, n) as the run's (H, W, `bands`) array of `dtype`, C-contiguous."""
     image = image if image.ndim == 3 else image[:, :, None]

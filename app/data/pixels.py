@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 from app.data import tiff
-from app.data.bands import run_bands
 from app.data.decode import DecodeError, Pixels, TiffAt
 from app.data.images import read_bytes, rgb_from_bytes
 from app.errors import DataError, config_error
@@ -16,11 +15,17 @@ from app.errors import DataError, config_error
 def run_pixels(data, split) -> Pixels:
     """A run's Pixels from data.channels, data.dtype and data.normalize; `all` counts the bands of `split`'s first
     image."""
-    channels = data.channels if isinstance(data.channels, str) else tuple(int(c) for c in data.channels)
-    bands = run_bands(channels, first_bands(split) if channels == "all" else 0)
-    mean, std = normalization(data.normalize, bands)
-    return Pixels(channels=channels, bands=bands, dtype=str(getattr(data.dtype, "value", data.dtype)), mean=mean,
-                  std=std)
+    return pixels_of(data.channels, data.dtype, split=split, normalize=data.normalize)
+
+
+def pixels_of(channels, dtype, *, split=None, normalize=None, bands: int | None = None) -> Pixels:
+    """Pixels of `channels` (rgb, all, indices) and `dtype`: `bands` where known (a model's input), else as
+    `channels` gives them (all: `split`'s first image's); `normalize`'s mean and std (None: none)."""
+    channels = channels if isinstance(channels, str) else tuple(int(c) for c in channels)
+    if bands is None:
+        bands = 3 if channels == "rgb" else first_bands(split) if channels == "all" else len(channels)
+    mean, std = (None, None) if normalize is None else normalization(normalize, bands)
+    return Pixels(channels=channels, bands=bands, dtype=str(getattr(dtype, "value", dtype)), mean=mean, std=std)
 
 
 def normalization(normalize, bands: int) -> tuple[tuple | None, tuple | None]:
