@@ -22,13 +22,8 @@ def read_tiff(path: str | os.PathLike, *, min_short_side: int | None, max_pixels
     that cannot be read, of another sample type, of more than `max_pixels` at the level read, or a stack in Z or T."""
     try:
         with tifffile.TiffFile(path) as tif:
-            series = tif.series[0]
-            level = _level(series, min_short_side)
-            shape, axes = level.shape, level.axes
-            height, width = shape[axes.index("Y")], shape[axes.index("X")]
-            check_pixels(width, height, max_pixels)
-            _check_type(level.dtype)
-            return _bands_last(level.asarray(), axes)
+            level = _chosen(tif, min_short_side, max_pixels)
+            return _bands_last(level.asarray(), level.axes)
     except DecodeError:
         raise
     except (tifffile.TiffFileError, ValueError, IndexError, KeyError, RuntimeError) as error:
@@ -51,11 +46,9 @@ def decoded_bytes(path: str | os.PathLike, min_short_side: int | None, max_pixel
     it would refuse."""
     try:
         with tifffile.TiffFile(path) as tif:
-            level = _level(tif.series[0], min_short_side)
-            height, width = level.shape[level.axes.index("Y")], level.shape[level.axes.index("X")]
-            refused = level.dtype not in READ_TYPES or (max_pixels is not None and height * width > max_pixels)
-            return 0 if refused else int(np.prod(level.shape)) * level.dtype.itemsize
-    except (tifffile.TiffFileError, ValueError, IndexError, OSError):
+            level = _chosen(tif, min_short_side, max_pixels)
+            return int(np.prod(level.shape)) * level.dtype.itemsize
+    except (tifffile.TiffFileError, ValueError, IndexError, OSError):  # DecodeError too: refused, counts nothing
         return 0
 
 
@@ -69,14 +62,26 @@ def nodata_of(path: str | os.PathLike) -> float | None:
         return None
 
 
+def _chosen(tif: tifffile.TiffFile, min_short_side: int | None, max_pixels: int | None):
+    """The level `read_tiff` reads; a DecodeError where it would refuse it (its pixels, its sample type)."""
+    level = _level(tif.series[0], min_short_side)
+    height, width = _size(level)
+    check_pixels(width, height, max_pixels)
+    _check_type(level.dtype)
+    return level
+
+
+def _size(level) -> tuple[int, int]:
+    return level.shape[level.axes.index("Y")], level.shape[level.axes.index("X")]
+
+
 def _level(series, min_short_side: int | None):
     """The smallest level of a pyramid whose short side is still at least `min_short_side` (else level 0)."""
     chosen = series.levels[0]
     if min_short_side is None:
         return chosen
     for level in series.levels[1:]:
-        side = min(level.shape[level.axes.index("Y")], level.shape[level.axes.index("X")])
-        if side < min_short_side:
+        if min(_size(level)) < min_short_side:
             break
         chosen = level
     return chosen
