@@ -77,6 +77,17 @@ def spawn_one_process_for(*argvs: list[str], cwd: Path, env: dict | None = None,
     return [subprocess.CompletedProcess(["app", *r["argv"]], r["status"], r["printed"], r["printed"]) for r in done]
 
 
+def train_killed(argv: list[str], *, cwd: Path, env: dict) -> Path:
+    """`python -m app train <argv>` in a process of its own, SIGKILLed as epoch 2's fourth step begins
+    (tests/recording.py's KillOnce, which leaves killed.txt); the run directory it left, ./killed."""
+    marker = cwd / "killed.txt"
+    kill = f"trainer.callbacks=[{{_target_: recording.KillOnce, path: {marker}, epoch: 1, batch: 3}}]"
+    killed = subprocess.run([sys.executable, "-m", "app", "train", *argv, kill, "hydra.run.dir=killed"], cwd=cwd,
+                            env=env, capture_output=True, text=True, timeout=600)
+    assert killed.returncode == -9 and marker.exists(), killed.stderr[-3000:]
+    return cwd / "killed"
+
+
 if __name__ == "__main__":
     listed, written = Path(sys.argv[1]), Path(sys.argv[2])  # the CLI's main sets sys.argv
     results = []

@@ -3,6 +3,8 @@ the first layer of every family against that family's own preprocess_input."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import keras
 import numpy as np
 import pytest
@@ -21,11 +23,18 @@ def inner(net: keras.Model) -> keras.Model:
     return next(layer for layer in net.layers if isinstance(layer, keras.Model))
 
 
-def test_weights_from_a_file_load_equal(tmp_path):
+@pytest.fixture(scope="module")
+def weights_file(tmp_path_factory) -> tuple[keras.Model, Path]:
+    """A random MobileNetV3Small (no top) and the weights file it saved."""
     saved = keras.applications.MobileNetV3Small(include_top=False, weights=None, input_shape=(32, 32, 3),
                                                 pooling="avg", **SMALL)
-    path = tmp_path / "random.weights.h5"
+    path = tmp_path_factory.mktemp("weights") / "random.weights.h5"
     saved.save_weights(path)
+    return saved, path
+
+
+def test_weights_from_a_file_load_equal(weights_file):
+    saved, path = weights_file
     loaded = inner(keras_app((32, 32, 3), 3, "MobileNetV3Small", weights=str(path), **SMALL))
     assert all(np.array_equal(a, b) for a, b in zip(saved.get_weights(), loaded.get_weights(), strict=True))
     # negative control: without the file, other (random) weights
@@ -92,11 +101,8 @@ def test_any_builder_by_target_with_its_kwargs():
         build(CustomModelConfig(_target_="app.model.small_resnet", kwargs={"nope": 1}), (16, 16), 2)
 
 
-def test_a_backbone_for_six_bands_takes_the_rgb_weights_with_its_first_kernel_averaged_over_the_bands(tmp_path):
-    saved = keras.applications.MobileNetV3Small(include_top=False, weights=None, input_shape=(32, 32, 3),
-                                                pooling="avg", **SMALL)
-    path = tmp_path / "random.weights.h5"
-    saved.save_weights(path)
+def test_a_backbone_for_six_bands_takes_the_rgb_weights_with_its_first_kernel_averaged_over_the_bands(weights_file):
+    saved, path = weights_file
     wide = inner(keras_app((32, 32, 6), 3, "MobileNetV3Small", weights=str(path), **SMALL))
     assert wide.input_shape[-1] == 6
     first = next(i for i, w in enumerate(saved.get_weights()) if w.ndim == 4)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tifffile
-from docs_runner import spawn_one_process_for
+from docs_runner import spawn_one_process_for, train_killed
 
 TESTS = Path(__file__).resolve().parents[1]
 SHAPE = (40, 48, 6)
@@ -50,11 +50,7 @@ def test_six_band_uint16_tiles_train_resume_evaluate_predict_prepare_and_export(
     assert stats.returncode == 0, stats.stderr[-3000:]
     train = [*data, f"data.normalize.stats={tmp_path / 'stats' / 'stats.json'}", "model.widths=[8,16]", "augment=none",
              "trainer.epochs=4", "trainer.deterministic=true", "trainer.checkpoint_every_steps=2"]
-    kill = f"trainer.callbacks=[{{_target_: recording.KillOnce, path: {tmp_path / 'killed.txt'}, epoch: 1, batch: 3}}]"
-    killed = subprocess.run([sys.executable, "-m", "app", "train", *train, kill, "hydra.run.dir=killed"],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-    assert killed.returncode == -9 and (tmp_path / "killed.txt").exists(), killed.stderr[-3000:]
-    run = tmp_path / "killed"
+    run = train_killed(train, cwd=tmp_path, env=env)
     done = spawn_one_process_for(
         ["train", *train, "hydra.run.dir=whole"], ["train", f"resume={run}"],
         ["train", *(a for a in train if a != "queue.workers=1"), "queue.workers=auto", "data.channels=[0,1,2]",

@@ -12,13 +12,11 @@ from __future__ import annotations
 import csv
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from docs_runner import spawn_one_process_for
+from docs_runner import spawn_one_process_for, train_killed
 from PIL import Image, ImageDraw
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -77,12 +75,7 @@ def test_several_labels_an_image_train_resume_evaluate_predict_export_and_a_swee
               "optimizer.learning_rate=0.003", "trainer.deterministic=true", "trainer.checkpoint_every_steps=2",
               "queue.workers=1"]
     env = {**os.environ, "PYTHONPATH": str(TESTS)}
-    kill = f"trainer.callbacks=[{{_target_: recording.KillOnce, path: {tmp_path / 'killed.txt'}, epoch: 1, batch: 3}}]"
-    killed = subprocess.run([sys.executable, "-m", "app", "train", *config, "trainer.epochs=2", kill,
-                             "hydra.run.dir=killed"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                            timeout=600)
-    assert killed.returncode == -9 and (tmp_path / "killed.txt").exists(), killed.stderr[-3000:]
-    run = tmp_path / "killed"
+    run = train_killed([*config, "trainer.epochs=2"], cwd=tmp_path, env=env)
     sweep = tmp_path / "sweep"
     copy = ["data=prepared", "data.path=copy", "data.task=multilabel", "data.image_size=[32,32]", "data.batch_size=16"]
     done = spawn_one_process_for(

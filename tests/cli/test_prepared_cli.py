@@ -15,15 +15,13 @@ import csv
 import io
 import json
 import os
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import h5py
 import pytest
 import s3fs
-from docs_runner import spawn_one_process_for
+from docs_runner import spawn_one_process_for, train_killed
 from prepared_copies import corrupt_member, write_copy
 from s3_endpoint import CREDENTIALS, endpoint, environment, new_bucket
 
@@ -65,10 +63,7 @@ def _killed_inside_epoch_2(url: str, cwd: Path, env: dict) -> list[str]:
     """A run on the S3 copy SIGKILLed as epoch 2's fourth step begins, after its checkpoint at step 8
     (inside the epoch); the config that, uninterrupted, it must equal once resumed."""
     config = [*CONFIG, *SKIP, f"data.path={url}", "queue.workers=2", "trainer.checkpoint_every_steps=2"]
-    kill = f"trainer.callbacks=[{{_target_: recording.KillOnce, path: {cwd / 'killed.txt'}, epoch: 1, batch: 3}}]"
-    killed = subprocess.run([sys.executable, "-m", "app", "train", *config, kill, "hydra.run.dir=killed"], cwd=cwd,
-                            env=env, capture_output=True, text=True, timeout=600)
-    assert killed.returncode == -9 and (cwd / "killed.txt").exists(), killed.stderr[-3000:]
+    train_killed(config, cwd=cwd, env=env)
     return config
 
 

@@ -9,13 +9,11 @@ from __future__ import annotations
 import csv
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from docs_runner import spawn_one_process_for
+from docs_runner import spawn_one_process_for, train_killed
 from PIL import Image
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -50,11 +48,7 @@ def test_a_table_trains_resumes_after_a_kill_evaluates_predicts_prepares_and_exp
               "trainer.deterministic=true", "trainer.record_samples=true", "trainer.checkpoint_every_steps=2",
               "data.sampling=balanced", "queue.workers=1"]
     env = {**os.environ, "PYTHONPATH": str(TESTS)}
-    kill = f"trainer.callbacks=[{{_target_: recording.KillOnce, path: {tmp_path / 'killed.txt'}, epoch: 1, batch: 3}}]"
-    killed = subprocess.run([sys.executable, "-m", "app", "train", *config, kill, "hydra.run.dir=killed"],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-    assert killed.returncode == -9 and (tmp_path / "killed.txt").exists(), killed.stderr[-3000:]
-    run = tmp_path / "killed"
+    run = train_killed(config, cwd=tmp_path, env=env)
     done = spawn_one_process_for(
         ["train", *config, "queue.workers=2", "hydra.run.dir=whole"], ["train", f"resume={run}"],
         ["evaluate", f"resume={run}", "split=test"], ["predict", f"resume={run}", f"input={table.parent}"],
