@@ -1,4 +1,5 @@
-"""Atomic writes, one writer at a time where several may, TSV rows appended, and whether a location is a URL."""
+"""Atomic writes (over a file of the app's own only, where asked), one writer at a time where several may, TSV rows
+appended, and whether a location is a URL."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
+
+from app.errors import DataError
 
 URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")  # s3://, gs://, https://, ...
 
@@ -57,3 +60,23 @@ def write_json(path: str | os.PathLike, content: Any) -> None:
     text = json.dumps(content, indent=2, default=str) + "\n"
     with atomic_write(path, encoding="utf-8") as f:
         f.write(text)
+
+
+def write_json_over_own(path: str | os.PathLike, content: dict, writer: str) -> None:
+    """`write_json`, where a file already at `path` is one `writer` wrote before (`check_own_json`)."""
+    check_own_json(path, content, writer)
+    write_json(path, content)
+
+
+def check_own_json(path: str | os.PathLike, keys, writer: str) -> None:
+    """A DataError naming `path` where a file there is not one `writer` wrote (a JSON object with `keys`): it is
+    never overwritten."""
+    path = Path(path)
+    if path.exists():
+        try:
+            found = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            found = None
+        if not isinstance(found, dict) or not set(keys) <= set(found):
+            raise DataError(f"{path} is there and is not a file {writer} wrote: move it away (nothing was written "
+                            f"over it), then run {writer} again.")

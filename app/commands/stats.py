@@ -18,13 +18,14 @@ from app.data import tiff
 from app.data.band_stats import BandTally
 from app.data.pixels import run_pixels
 from app.errors import DataError
-from app.io import write_json
+from app.io import check_own_json, write_json_over_own
 from app.loader.pipeline import build_loader
 from app.loader.settings import Settings
 from app.runs.rundata import checked_source
 from app.schema import register
 
 log = logging.getLogger("app.stats")
+STATS_KEYS = ("split", "bands", "dtype")  # a stats.json of this command's: what an earlier one it may replace holds
 register()
 
 
@@ -32,6 +33,8 @@ register()
 @failure_carried
 def main(cfg: DictConfig) -> str:
     config = load(cfg)
+    out = Path(HydraConfig.get().runtime.output_dir) / "stats.json"
+    check_own_json(out, STATS_KEYS, "stats")  # before the pass, which may take long
     source = checked_source(config)
     pixels = run_pixels(config.data, source.train)
     nodata = tiff.nodata_of(source.train.paths[0]) if getattr(source.train, "paths", None) else None
@@ -39,21 +42,18 @@ def main(cfg: DictConfig) -> str:
     transforms = eval_transforms(config.augment, config.data.image_size)
     with build_loader(config, {"train": (source.train, transforms)}, on_bad_sample="mark",
                       settings=Settings.from_config(config, pixels=pixels)) as loader:
-        start, failed = 0, loader.failed("train")
-        for x, _ in loader.every_sample("train"):
-            readable = [row for row in range(len(x)) if start + row not in failed]  # marked files counted nowhere
-            tally.add(x[readable])
-            start += len(x)
+        for x, _, _ in loader.readable("train"):
+            tally.add(x)
+        failed = loader.failed("train")
     for index in sorted(failed):
         log.warning("left out: %s (%s)", source.train.describe(index), failed[index])
     if len(failed) == len(source.train):
         raise DataError(f"none of the {len(failed)} training images could be read: fix them, then run stats again.")
     bands = tally.figures()
-    out = Path(HydraConfig.get().runtime.output_dir) / "stats.json"
-    write_json(out, {"split": "train", "images": len(source.train) - len(failed), "unreadable": len(failed),
+    write_json_over_own(out, {"split": "train", "images": len(source.train) - len(failed), "unreadable": len(failed),
                      "dtype": pixels.dtype, "channels": pixels.channels if isinstance(pixels.channels, str)
                      else list(pixels.channels), "image_size": list(config.data.image_size), "nodata": nodata,
-                     "source": source.name, "fingerprint": source.fingerprint, "bands": bands})
+                     "source": source.name, "fingerprint": source.fingerprint, "bands": bands}, "stats")
     print(_table(bands))
     print(f"\nwritten: {out}\ntrain with it: data.normalize.stats={out}")
     return str(out)
