@@ -6,15 +6,19 @@
 # trains, when there is nvidia-smi) and peak host memory (the run's own summary.json), and where
 # the uint8 → float32 cast runs under each backend (benchmarks/cast_placement.py).
 # Runs go to outputs/gpu_check/<date>_<time>/.
-# Usage: benchmarks/gpu_check.sh [--quick] [more overrides for every run...]
+# Usage: benchmarks/gpu_check.sh [--quick] [--runs REGEX] [more overrides for every run...]
 #   --quick: on the CPU, 64² images and a few steps, 2 logical CPU devices for the strategies,
 #            the distributed ones in float32 only: a couple of minutes on 2 cores.
+#   --runs REGEX: only the runs whose name (e.g. jax-default-float32-resnet) matches, to fit a
+#            short lease of the GPU machine.
 # The figures are the last epoch's (the full check trains 2: the first one's include tracing).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-.venv/bin/python}
 quick=0
 if [[ ${1:-} == --quick ]]; then quick=1; shift; fi
+runs=
+if [[ ${1:-} == --runs ]]; then runs=$2; shift 2; fi
 extra=("$@")
 out=outputs/gpu_check/$(date +%Y-%m-%d_%H-%M-%S)
 mkdir -p "$out"
@@ -49,6 +53,7 @@ strategies_of() {  # the strategies a backend can run here
 
 train() {  # name, overrides...
   local name=$1; shift
+  if [[ -n $runs && ! $name =~ $runs ]]; then return; fi
   local dir=$out/$name
   mkdir -p "$dir"
   echo "== $name: python -m app train $*" | tee -a "$out/commands.txt"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from app.loader.settings import usable_cores
+
 INPUT_BOUND = 0.20  # data-wait fraction
 FULL_RING = 0.9  # mean share of full slots when a batch is asked for
 NO_WAIT = 0.05
@@ -33,8 +35,10 @@ def diagnose(row: dict, queue, budget_mib: float) -> str:
 
 
 def _more_workers(row: dict, queue, budget_mib: float) -> str:
-    """More workers, when one more (what a worker took this epoch) keeps the peak within the budget."""
+    """More workers, when one more has a core and fits the budget (at what a worker took this epoch)."""
     workers = queue.workers if isinstance(queue.workers, int) else 0
+    if workers >= (cores := usable_cores()):
+        return (f"not more workers ({workers} already on {cores} cores), but a prepared copy (python -m app prepare), ")
     each = row.get("peak_workers_mb", 0) / workers if workers else 0
     if row["peak_memory_mb"] + each > budget_mib:
         return (f"not more workers (one more, ~{each:.0f} MiB, would pass the {budget_mib:.0f} MiB budget "

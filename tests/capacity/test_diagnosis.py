@@ -2,11 +2,19 @@
 
 from types import SimpleNamespace
 
+import pytest
+
 from app.capacity.diagnosis import diagnose
 
 QUEUE = SimpleNamespace(workers=2, max_size=4)
 ROW = {"data_wait_fraction": 0.02, "ring_fill": 0.5, "peak_memory_mb": 1000.0, "read_ms": 0.1, "decode_ms": 4.0,
        "augment_ms": 2.0, "copy_ms": 0.1}
+
+
+@pytest.fixture(autouse=True)
+def sixteen_cores(monkeypatch):
+    """The advice counts the cores: these figures are a 16-core machine's whatever this one has."""
+    monkeypatch.setattr("app.capacity.diagnosis.usable_cores", lambda: 16)
 
 
 def test_input_bound_names_the_stage_times_and_the_fixes():
@@ -39,3 +47,12 @@ def test_input_bound_never_advises_a_worker_the_budget_has_no_room_for():
     assert "data.decode.draft=true" in line
     roomy = diagnose(starved, SimpleNamespace(workers=1, max_size=2), 2000)  # negative control
     assert "more workers (queue.workers=2)" in roomy
+
+
+def test_input_bound_never_advises_more_workers_than_cores():
+    """A GPU machine's 16 workers on 16 cores still wait: a prepared copy is the way on, not a 17th worker."""
+    starved = {**ROW, "data_wait_fraction": 0.8, "peak_workers_mb": 5481.0}
+    line = diagnose(starved, SimpleNamespace(workers=16, max_size=2), 100_000)
+    assert "queue.workers=17" not in line and "not more workers (16 already on 16 cores)" in line
+    assert "python -m app prepare" in line
+    assert "queue.workers=16" in diagnose(starved, SimpleNamespace(workers=15, max_size=2), 100_000)  # negative control
