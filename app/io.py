@@ -18,6 +18,11 @@ from app.errors import DataError
 URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")  # s3://, gs://, https://, ...
 
 
+def app_cache_dir() -> Path:
+    """What this machine keeps between runs (the memory probe, slides' masks): `$APP_CACHE_DIR`, else ~/.cache/app."""
+    return Path(os.environ.get("APP_CACHE_DIR") or Path.home() / ".cache" / "app")
+
+
 def is_url(location) -> bool:
     return bool(location) and bool(URL.match(str(location)))
 

@@ -23,7 +23,7 @@ from app.capacity.memory import private_bytes
 from app.capacity.plan import MIB, Probe
 from app.data.source import FileSplit
 from app.frameworks import native_lines_to_log, native_stderr_captured, versions
-from app.io import atomic_write, held_exclusively
+from app.io import app_cache_dir, atomic_write, held_exclusively
 from app.loader.enqueuer import Enqueuer
 from app.loader.pipeline import Loader
 from app.loader.settings import Settings
@@ -35,8 +35,7 @@ SMALL, LARGE = (96, 96), (1800, 2400)  # worker probe images, H × W
 
 def cache_file() -> Path:
     """A file a backend: the training process's figures are the backend's."""
-    root = os.environ.get("APP_CACHE_DIR") or Path.home() / ".cache" / "app"
-    return Path(root) / f"machine_probe.{_backend()}.json"
+    return app_cache_dir() / f"machine_probe.{_backend()}.json"
 
 
 def machine() -> dict:

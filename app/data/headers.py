@@ -32,6 +32,8 @@ def largest_decode_bytes(split, decode: Decode, most: int = 256) -> tuple[int, i
     RGB array, the most Pillow's own copies hold). A file the loader will refuse counts 0."""
     if hasattr(split, "stored_sizes"):
         return _stored_decode_bytes(split, decode), 0
+    if hasattr(split, "layouts"):  # patches (app/data/patches.py): a region's chunks, never a whole image
+        return split.largest_decode_bytes(), 0
     if not hasattr(split, "paths"):
         return int(np.prod(np.load(split.npy_path, mmap_mode="r").shape[1:])), 0
     step = max(1, len(split.paths) // most)

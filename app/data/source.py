@@ -38,12 +38,12 @@ class FileSplit:
     def __len__(self) -> int:
         return len(self.paths)
 
-    def read(self, i: int, decode: Decode | None = None) -> np.ndarray:
+    def read(self, i: int, decode: Decode | None = None, drawn: tuple | None = None) -> np.ndarray:
         return self.decode(i, self.fetch(i, decode), decode)
 
-    def fetch(self, i: int, decode: Decode | None = None) -> bytes | TiffAt:
+    def fetch(self, i: int, decode: Decode | None = None, drawn: tuple | None = None) -> bytes | TiffAt:
         """Sample i's bytes (a worker times reading apart from decoding; a TIFF's strips or tiles are read by its
-        decode); BadSampleError if unreadable or too large."""
+        decode); BadSampleError if unreadable or too large. `drawn` (seed, epoch, draw): a patch split's alone."""
         path = self.paths[i]  # an IndexError stays an IndexError
         try:
             return read_bytes(path, (decode or Decode()).max_pixels)
@@ -77,13 +77,13 @@ class ArraySplit:
     def __len__(self) -> int:
         return len(self.rows)
 
-    def fetch(self, i: int, decode: Decode | None = None) -> np.ndarray:
+    def fetch(self, i: int, decode: Decode | None = None, drawn: tuple | None = None) -> np.ndarray:
         return self.read(i)
 
     def decode(self, i: int, raw: np.ndarray, decode: Decode | None = None) -> np.ndarray:
         return raw  # rows are pixels already
 
-    def read(self, i: int, decode: Decode | None = None) -> np.ndarray:
+    def read(self, i: int, decode: Decode | None = None, drawn: tuple | None = None) -> np.ndarray:
         """Row `rows[i]` as an owned array; `decode` does not apply to arrays."""
         row = self.rows[i]
         try:
