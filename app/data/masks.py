@@ -9,7 +9,8 @@ import numpy as np
 
 from app.data.regions import Slide, read_region
 
-FLAT = 8  # a value range (of 0..255) under this has no threshold: all of it foreground
+FLAT = 8  # a value range (of 0..255) under this has no threshold
+MIN_SATURATION = 8  # of 255: CLAM's fixed threshold; glass and blank slides stay below it
 
 
 def thumbnail(slide: Slide, downsample: float) -> tuple[np.ndarray, float]:
@@ -20,43 +21,44 @@ def thumbnail(slide: Slide, downsample: float) -> tuple[np.ndarray, float]:
     step = max(1, int(downsample / slide.downsample(level)))
     height, width = slide.levels[level]
     rows = -(-max(slide.chunk[0], step) // step) * step  # a band of whole chunks, a multiple of the step
-    parts = [read_region(slide, level, top, 0, (min(rows, height - top), width))[::step, ::step]
+    parts = [read_region(slide, level, (top, 0), (min(rows, height - top), width))[::step, ::step]
              for top in range(0, height, rows)]
     return np.concatenate(parts), slide.downsample(level) * step
 
 
 def foreground(thumb: np.ndarray, *, bands: list[int] | None = None, nodata: float | None = None) -> np.ndarray:
-    """True where `thumb` (h, w, bands) shows foreground: the saturation (RGB) or the mean of `bands` (all by
-    default), above Otsu's threshold over the pixels that are not `nodata` in every band."""
+    """True where `thumb` (h, w, bands) shows foreground, among the pixels that are not `nodata` in every band: an RGB
+    image's saturation above Otsu's threshold and above MIN_SATURATION (glass is grey, however flat), else the mean
+    of `bands` (all by default) above Otsu's threshold (all of it, where its values are flat)."""
     valid = ~np.all(thumb == nodata, axis=2) if nodata is not None else np.ones(thumb.shape[:2], bool)
-    value = _value(thumb, bands)
     if not valid.any():
         return valid
-    low, high = np.percentile(value[valid], [1, 99])
-    scaled = np.clip((value - low) * 255.0 / max(high - low, 1e-9), 0, 255).astype(np.uint8)
-    if high - low < FLAT * (_range(thumb.dtype) / 255):
-        return valid
-    threshold, _ = cv2.threshold(scaled[valid].reshape(1, -1), 0, 255, cv2.THRESH_BINARY + cv2.THRESH_OTSU)
-    return valid & (scaled > threshold)
-
-
-def _value(thumb: np.ndarray, bands: list[int] | None) -> np.ndarray:
-    if bands is None and thumb.shape[2] in (3, 4):
-        rgb = thumb[:, :, :3].astype(np.float32)
+    if bands is None and thumb.shape[2] == 3:
+        rgb = thumb.astype(np.float32)
         top, bottom = rgb.max(axis=2), rgb.min(axis=2)
-        return np.where(top > 0, (top - bottom) / np.maximum(top, 1e-9), 0) * _range(thumb.dtype)
-    chosen = thumb if bands is None else thumb[:, :, bands]
-    return chosen.astype(np.float32).mean(axis=2)
+        saturation = np.where(top > 0, (top - bottom) / np.maximum(top, 1e-9), 0) * 255
+        return valid & (saturation > max(_otsu(saturation, valid), MIN_SATURATION))
+    value = (thumb if bands is None else thumb[:, :, bands]).astype(np.float32).mean(axis=2)
+    low, high = np.percentile(value[valid], [1, 99])
+    scaled = np.clip((value - low) * 255.0 / max(high - low, 1e-9), 0, 255)
+    if high - low < FLAT * np.iinfo(thumb.dtype).max / 255:
+        return valid
+    return valid & (scaled > _otsu(scaled, valid))
 
 
-def _range(dtype: np.dtype) -> float:
-    return float(np.iinfo(dtype).max)
+def _otsu(values: np.ndarray, valid: np.ndarray) -> float:
+    """Otsu's threshold (0..255) of `values` where `valid`; 0 where they are flat."""
+    chosen = values[valid]
+    if chosen.max() - chosen.min() < FLAT:
+        return 0.0
+    threshold, _ = cv2.threshold(chosen.astype(np.uint8).reshape(1, -1), 0, 255, cv2.THRESH_BINARY + cv2.THRESH_OTSU)
+    return float(threshold)
 
 
-def fractions(mask: np.ndarray, scale: float, extent: tuple[int, int], tops: np.ndarray,
-              lefts: np.ndarray) -> np.ndarray:
-    """The foreground share of each patch of `extent` (level-0 pixels) at every (top, left) of `tops` × `lefts`, from
-    `mask` of `scale` level-0 pixels a cell: (len(tops), len(lefts))."""
+def fractions(mask: np.ndarray, scale: float, extent: tuple[int, int], corners: tuple[np.ndarray, np.ndarray]):
+    """The foreground share of each patch of `extent` (level-0 pixels) at every (top, left) of `corners`' tops ×
+    lefts, from `mask` of `scale` level-0 pixels a cell: (len(tops), len(lefts))."""
+    tops, lefts = corners
     summed = cv2.integral(mask.astype(np.uint8), sdepth=cv2.CV_32S)
     y0 = np.clip(np.floor(tops / scale).astype(int), 0, mask.shape[0])
     y1 = np.clip(np.ceil((tops + extent[0]) / scale).astype(int), 0, mask.shape[0])

@@ -86,7 +86,7 @@ class PatchSplit:
         scale, (height, width) = layout.slide.downsample(layout.level), layout.slide.levels[layout.level]
         y, x = min(int(top / scale), height - layout.read[0]), min(int(left / scale), width - layout.read[1])
         try:
-            region = read_region(layout.slide, layout.level, y, x, layout.read)
+            region = read_region(layout.slide, layout.level, (y, x), layout.read)
         except Exception as exc:
             raise BadSampleError(i, self.describe(i, drawn), bad_sample_reason(exc)) from exc
         if layout.read != self.size:  # between two levels: the finer one read, shrunk the rest of the way
@@ -132,7 +132,8 @@ def patched(source: Source, patches) -> Source:
     if not len(built["train"][0]) or not len(built["val"][0]):
         empty = "training" if not len(built["train"][0]) else "validation"
         raise DataError(f"the {empty} split has no patch with data.patches.min_foreground={patches.min_foreground} "
-                        f"of foreground ({len(built['train'][2]) + len(built['val'][2])} images without any): lower it, "
+                        f"of foreground ({len(built['train'][2]) + len(built['val'][2])} images without any): "
+                        "lower it, "
                         "or check the images (python -m app preview shows their masks)")
     (train, kept, _), (val, _, _) = built["train"], built["val"]
     weights = None if source.train_weights is None else source.train_weights[kept][train.image_of]
@@ -170,7 +171,7 @@ def layout_of(path: str, patches, *, grid: bool) -> Layout:
     shares, share = np.ones((len(tops), len(lefts))), 1.0
     if patches.min_foreground > 0 and len(tops) and len(lefts):
         mask, cell = mask_of(slide, min(extent) / MASK_CELLS, patches.mask_bands)
-        shares, share = fractions(mask, cell, extent, tops, lefts), float(mask.mean())
+        shares, share = fractions(mask, cell, extent, (tops, lefts)), float(mask.mean())
     valid = np.packbits((shares >= patches.min_foreground).reshape(-1))
     return Layout(slide=slide, level=level, read=read, extent=extent, tops=tops, lefts=lefts, valid=valid,
                   foreground=share)

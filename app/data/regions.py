@@ -13,7 +13,7 @@ import tifffile
 from PIL import Image
 
 from app.data.decode import DecodeError
-from app.data.images import TIFF_MAGIC, read_bytes, rgb_from_bytes
+from app.data.images import HEAD_BYTES, JPEG_START, PNG_START, TIFF_MAGIC, jpeg_frame, read_bytes, rgb_from_bytes
 from app.data.tiff import BAND_AXES, GDAL_NODATA, READ_TYPES
 
 OPEN_FILES = 8  # files a worker keeps open: a slide's header and tile offsets are read once, not once a patch
@@ -49,7 +49,8 @@ def slide_of(path: str | os.PathLike, max_chunk_pixels: int) -> Slide:
     if slide.chunk[0] * slide.chunk[1] > max_chunk_pixels:
         shape = "one strip" if tiff else "one chunk"
         raise DecodeError(f"its {slide.levels[0][1]}×{slide.levels[0][0]} pixels are stored in {shape} of "
-                          f"{slide.chunk[1]}×{slide.chunk[0]} (above data.patches.max_chunk_pixels={max_chunk_pixels}): "
+                          f"{slide.chunk[1]}×{slide.chunk[0]} (above data.patches.max_chunk_pixels="
+                          f"{max_chunk_pixels}): "
                           f"a patch would decode the whole chunk; {TILE_IT}")
     return slide
 
@@ -73,14 +74,23 @@ def _tiff_slide(path: str) -> Slide:
 
 
 def _flat_slide(path: str) -> Slide:
-    """A PNG, JPEG, WebP or BMP from its header: one level, one chunk (its decode is the whole image)."""
-    try:
-        with Image.open(path) as opened:
-            height, width, mode = opened.height, opened.width, opened.mode
-    except (OSError, Image.DecompressionBombError) as error:  # Pillow's bomb guard: the header alone read
-        raise DecodeError(f"cannot read its header: {error}") from error
-    dtype = "uint16" if mode.startswith("I;16") else "uint8"
-    bands = 1 if mode in ("L", "I;16", "I;16B", "I;16L", "1") else 3
+    """A PNG, JPEG, WebP or BMP from its header (never Pillow's bomb guard: the chunk guard is the one here): one
+    level, one chunk, its decode the whole image."""
+    with open(path, "rb") as file:
+        head = file.read(HEAD_BYTES)
+    if head[:8] == PNG_START and len(head) > 25:  # IHDR: width, height, bit depth, colour type
+        width, height = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+        dtype, bands = ("uint16" if head[24] == 16 else "uint8"), (1 if head[25] in (0, 4) else 3)
+    elif head[:3] == JPEG_START and (frame := jpeg_frame(head)) is not None:
+        (width, height, components), dtype = frame, "uint8"
+        bands = 1 if components == 1 else 3
+    else:
+        try:
+            with Image.open(path) as opened:
+                (width, height), mode = opened.size, opened.mode
+        except (OSError, Image.DecompressionBombError) as error:
+            raise DecodeError(f"cannot read its header: {error}") from error
+        dtype, bands = ("uint16" if mode.startswith("I;16") else "uint8"), (1 if mode in ("L", "1") else 3)
     return Slide(path=path, levels=((height, width),), chunk=(height, width), bands=bands, dtype=dtype, tiff=False)
 
 
@@ -127,10 +137,10 @@ class OpenFiles:
 _open = OpenFiles()
 
 
-def read_region(slide: Slide, level: int, top: int, left: int, size: tuple[int, int]) -> np.ndarray:
-    """(height, width, bands) of `slide`'s `level` from (top, left) in that level's pixels: only the chunks it
-    touches decoded (a file that is not a TIFF: decoded whole, its chunk)."""
-    height, width = size
+def read_region(slide: Slide, level: int, corner: tuple[int, int], size: tuple[int, int]) -> np.ndarray:
+    """(height, width, bands) of `slide`'s `level` from `corner` (top, left) in that level's pixels: only the chunks
+    it touches decoded (a file that is not a TIFF: decoded whole, its chunk)."""
+    (top, left), (height, width) = corner, size
     if slide.tiff:
         array, axes = _open.level(slide.path, level)
         window = tuple(slice(top, top + height) if axis == "Y" else slice(left, left + width) if axis == "X"

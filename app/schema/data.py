@@ -128,7 +128,7 @@ class CifarDataConfig(DataConfig):
     download: bool = False
 
 
-@dataclass
+@dataclass(kw_only=True)
 class FolderDataConfig(DataConfig):
     _target_: str = DATA_TARGETS["folder"]
     image_size: list[int] = field(default_factory=lambda: [128, 128])
