@@ -104,6 +104,13 @@ class PatchSplit:
     def read(self, i: int, decode: Decode | None = None, drawn: tuple[int, int, int] | None = None) -> np.ndarray:
         return self.decode(i, self.fetch(i, decode, drawn), decode)
 
+    def place_of(self, seed: int):
+        """(index, epoch, draw) → "image:x:y", sample index's image (in this split) and corner: samples.csv's."""
+        def place(i: int, epoch: int, draw: int) -> str:
+            image, top, left = self.where(i, (seed, epoch, draw))
+            return f"{image}:{left}:{top}"
+        return place
+
     def largest_decode_bytes(self) -> int:
         """The most one patch holds as it is read: every chunk it can touch decoded, the region, and the patch."""
         return max((_patch_bytes(layout, self.size) for layout in self.layouts), default=0)
@@ -143,6 +150,12 @@ def patched(source: Source, patches) -> Source:
                  "without_foreground": left_out}
     return dataclasses.replace(source, train=train, val=val, test=built["test"][0] if "test" in built else None,
                                train_weights=weights, split={**source.split, "patches": described})
+
+
+def grid_split(paths: list[str], patches) -> tuple[PatchSplit, list[str]]:
+    """Every foreground patch of a grid over `paths` (predict's input), and the paths with none."""
+    split, _, gone = _patch_split(FileSplit(paths, np.zeros(len(paths), np.int64)), patches, grid=True)
+    return split, gone
 
 
 def _patch_split(images: FileSplit, patches, *, grid: bool) -> tuple[PatchSplit, np.ndarray, list[str]]:
