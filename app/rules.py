@@ -13,6 +13,7 @@ from app.families import FAMILIES
 from app.io import is_url
 from app.processes import worker_limit
 from app.rules_labels import check_labels
+from app.rules_patches import check_patches
 from app.schema import BENCH_MODES, DATA_TARGETS, EVAL_TRANSFORMS, LOGGER_TARGETS, SCHEDULER_TARGETS, option_of
 
 AUTO = "auto"  # queue.workers, queue.max_size: chosen when training starts (app/capacity/auto.py)
@@ -38,6 +39,7 @@ def check(cfg) -> None:
     _check_seed("seed", cfg.seed)
     _check_data(cfg.data)
     check_labels(cfg)
+    check_patches(cfg)
     _check_augment(cfg.augment)
     _check_queue(cfg.queue)
     _check_trainer(cfg.trainer)
