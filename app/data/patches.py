@@ -16,7 +16,7 @@ import numpy as np
 from app.data.bands import fit_bands
 from app.data.decode import Decode, DecodeError
 from app.data.masks import foreground, fractions, thumbnail
-from app.data.regions import Slide, read_region, slide_of
+from app.data.regions import Slide, close_open_files, read_region, slide_of
 from app.data.source import FileSplit, Source, bad_sample_reason
 from app.errors import BadSampleError, DataError
 from app.io import app_cache_dir, atomic_write
@@ -142,6 +142,7 @@ def patched(source: Source, patches) -> Source:
                         f"of foreground ({len(built['train'][2]) + len(built['val'][2])} images without any): "
                         "lower it, "
                         "or check the images (python -m app preview shows their masks)")
+    close_open_files()  # the masks are read: the workers read the regions
     (train, kept, _), (val, _, _) = built["train"], built["val"]
     weights = None if source.train_weights is None else source.train_weights[kept][train.image_of]
     counts = {name: {"images": len(split.layouts), "patches": len(split)} for name, (split, _, _) in built.items()}

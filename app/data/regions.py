@@ -137,6 +137,11 @@ class OpenFiles:
 _open = OpenFiles()
 
 
+def close_open_files() -> None:
+    """This process's open slides closed (the training process, once it has read their masks)."""
+    _open.close_all()
+
+
 def read_region(slide: Slide, level: int, corner: tuple[int, int], size: tuple[int, int]) -> np.ndarray:
     """(height, width, bands) of `slide`'s `level` from `corner` (top, left) in that level's pixels: only the chunks
     it touches decoded (a file that is not a TIFF: decoded whole, its chunk)."""

@@ -11,7 +11,6 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-
 from docs_runner import spawn_one_process_for, train_killed
 from slides import write_slides
 
