@@ -50,11 +50,13 @@ def write_slide(path: Path, image: np.ndarray, *, levels: int = 3, tile: int = 2
                       photometric="rgb", subfiletype=1)
 
 
-def write_slides(folder: Path, *, per_class: int = 4, side: int = 2048, seed: int = 0) -> dict[Path, np.ndarray]:
-    """`per_class` slides of each class in <folder>/<class>/, and each one's tissue mask."""
-    rng = np.random.default_rng(seed)
+def write_slides(folder: Path, *, per_class: int = 4, side: int = 2048,
+                 classes: tuple[str, str] = ("stripes", "dots")) -> dict[Path, np.ndarray]:
+    """`per_class` slides of each class in <folder>/<class>/ (the first class striped, the second dotted), and each
+    one's tissue mask."""
+    rng = np.random.default_rng(0)
     masks = {}
-    for label, name in enumerate(("stripes", "dots")):
+    for label, name in enumerate(classes):
         (folder / name).mkdir(parents=True, exist_ok=True)
         for i in range(per_class):
             image, mask = slide_pixels(side, label, rng)

@@ -1,6 +1,6 @@
 """Image-level results of a patch run: each image's class probabilities aggregated from its patches'
-(data.patches.aggregate), the image-level figures beside the patch-level ones, and a heatmap of each image's patches
-over its thumbnail, the first thing a pathologist looks at."""
+(data.patches.aggregate), the image-level figures beside the patch-level ones, a heatmap of each image's patches
+over its thumbnail (the first thing a pathologist looks at), and preview's sheet of the patches drawn."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import cv2
 import numpy as np
 
 from app.data.masks import thumbnail
-from app.sheets import rgb_view
+from app.sheets import grid, rgb_view
 
 HEATMAP_SIDE = 1024  # a heatmap's longer side at most, in pixels
+SHEET_SIDE = 384  # a thumbnail's side on preview's sheet
 
 
 def aggregate(probabilities: np.ndarray, how: str, top_k: int) -> np.ndarray:
@@ -91,3 +92,37 @@ def write_predictions(split, outputs: list[tuple[np.ndarray, np.ndarray]], *, na
                  for i in mine]
         row["heatmap"] = str(write_heatmap(split, image, cells, out / "heatmaps"))
     return rows
+
+
+def write_patch_sheet(split, indices: list[int], seed: int, out: Path) -> None:
+    """<out>: the images of samples `indices` (epoch 0's draws) on their thumbnails, the patches they may be drawn
+    from tinted green (every foreground patch of the grid), the samples' own outlined in yellow."""
+    drawn: dict[int, list[tuple[int, int]]] = {}
+    for i in indices:
+        image, top, left = split.where(i, (seed, 0, 0))
+        drawn.setdefault(image, []).append((top, left))
+    views = [_sheet_view(split.layouts[image], corners) for image, corners in drawn.items()]
+    captions = [f"{Path(split.images.paths[image]).name}: {len(drawn[image])} drawn" for image in drawn]
+    grid(views, captions, columns=4).save(out)
+
+
+def _sheet_view(layout, corners: list[tuple[int, int]]) -> np.ndarray:
+    thumb, scale = thumbnail(layout.slide, max(max(layout.slide.levels[0]) / SHEET_SIDE, 1.0))
+    fit = SHEET_SIDE / max(thumb.shape[:2])
+    shown = cv2.resize(rgb_view(thumb[None])[0], (round(thumb.shape[1] * fit), round(thumb.shape[0] * fit)),
+                       interpolation=cv2.INTER_AREA)
+    scale /= fit
+    view = np.full((SHEET_SIDE, SHEET_SIDE, 3), 255, np.uint8)
+    view[:shown.shape[0], :shown.shape[1]] = shown
+
+    def box(top: int, left: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        return ((int(left / scale), int(top / scale)),
+                (int((left + layout.extent[1]) / scale), int((top + layout.extent[0]) / scale)))
+
+    tint = view.copy()
+    for cell in layout.cells():
+        cv2.rectangle(tint, *box(*layout.corner(int(cell))), (60, 200, 60), -1)
+    view = cv2.addWeighted(view, 0.7, tint, 0.3, 0)
+    for top, left in corners:
+        cv2.rectangle(view, *box(top, left), (250, 220, 0), 2)
+    return view
