@@ -32,7 +32,6 @@ import numpy as np
 import pytest
 import tifffile
 from PIL import Image
-
 from slides import write_slides
 
 ROOT = Path(__file__).resolve().parents[2]
