@@ -8,8 +8,15 @@ from app.errors import config_error
 
 def check_patches(cfg) -> None:
     """data.patches's rules on `cfg` typed by its schemas, where the source has them and they are on."""
-    p = getattr(cfg.data, "patches", None)
+    p, columns = getattr(cfg.data, "patches", None), getattr(cfg.data, "columns", None)
+    if columns is not None and (columns.x is None) != (columns.y is None):
+        missing = "x" if columns.x is None else "y"
+        raise config_error(f"data.columns.{missing}", None, "the column of a patch's other coordinate: a patch's "
+                           "corner takes both data.columns.x and data.columns.y")
     if p is None or p.size is None:
+        if columns is not None and columns.x is not None:
+            raise config_error("data.patches.size", None, "a patch's [height, width] with data.columns.x and y: "
+                               "each row is then a patch of its image")
         return
     pairs = {"data.patches.size": p.size, "data.patches.stride": p.stride}
     for key, value in pairs.items():

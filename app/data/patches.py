@@ -58,8 +58,15 @@ class PatchSplit:
             self.cell_of = np.concatenate(cells).astype(np.int32) if cells else np.zeros(0, np.int32)
         else:
             self.image_of, self.cell_of = np.repeat(np.arange(len(layouts)), per_image).astype(np.int32), None
-        self.labels = images.labels[self.image_of]
+        self.labels, self.corners = images.labels[self.image_of], None
         self._cells: dict[int, np.ndarray] = {}
+
+    @classmethod
+    def listed(cls, images: FileSplit, layouts: list[Layout], size: tuple[int, int], rows: tuple) -> PatchSplit:
+        """A table's own patches, `rows` (image a patch, its (top, left) at level 0, its label), in that order."""
+        split = cls(images, layouts, size=size, per_image=1)
+        split.image_of, split.corners, split.labels = rows
+        return split
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_cells": {}}
@@ -71,6 +78,8 @@ class PatchSplit:
         """(image, top, left) of sample i, in level-0 pixels; a random patch's from `drawn` (seed, epoch, draw)."""
         image = int(self.image_of[i])
         layout = self.layouts[image]
+        if self.corners is not None:
+            return image, int(self.corners[i][0]), int(self.corners[i][1])
         if self.cell_of is not None:
             return (image, *layout.corner(int(self.cell_of[i])))
         if image not in self._cells:
@@ -117,7 +126,7 @@ class PatchSplit:
 
     def describe(self, i: int, drawn: tuple[int, int, int] | None = None) -> str:
         image, top, left = self.where(i, drawn)
-        if self.cell_of is None and drawn is None:
+        if self.cell_of is None and self.corners is None and drawn is None:
             return f"{self.images.paths[image]} (a random patch)"
         return f"{self.images.paths[image]} (the patch at x={left}, y={top})"
 
@@ -133,7 +142,8 @@ def _patch_bytes(layout: Layout, size: tuple[int, int]) -> int:
 def patched(source: Source, patches) -> Source:
     """`source` with its splits made patches of their images (`patches`: data.patches); images with no patch of
     enough foreground left out and named in split.json, which says the split is by image."""
-    built = {name: _patch_split(split, patches, grid=name != "train" or patches.mode.value == "grid")
+    built = {name: _listed_split(split, source.corners[name], patches) if name in source.corners else
+             _patch_split(split, patches, grid=name != "train" or patches.mode.value == "grid")
              for name, split in (("train", source.train), ("val", source.val), ("test", source.test))
              if split is not None}
     if not len(built["train"][0]) or not len(built["val"][0]):
@@ -144,13 +154,34 @@ def patched(source: Source, patches) -> Source:
                         "or check the images (python -m app preview shows their masks)")
     close_open_files()  # the masks are read: the workers read the regions
     (train, kept, _), (val, _, _) = built["train"], built["val"]
-    weights = None if source.train_weights is None else source.train_weights[kept][train.image_of]
+    weights = None if source.train_weights is None else \
+        source.train_weights[kept] if train.corners is not None else source.train_weights[kept][train.image_of]
     counts = {name: {"images": len(split.layouts), "patches": len(split)} for name, (split, _, _) in built.items()}
     left_out = sorted(path for _, _, gone in built.values() for path in gone)
     described = {"split_by": "image", "size": list(patches.size), "mode": patches.mode.value, **counts,
                  "without_foreground": left_out}
     return dataclasses.replace(source, train=train, val=val, test=built["test"][0] if "test" in built else None,
                                train_weights=weights, split={**source.split, "patches": described})
+
+
+def _listed_split(rows: FileSplit, corners: np.ndarray, patches) -> tuple[PatchSplit, np.ndarray, list[str]]:
+    """A table's patches, a row each (data.columns.x and y), labelled on their own; an image's label for its
+    image-level figures is its patches' most common. A corner whose patch passes its image's edge is refused."""
+    paths = list(dict.fromkeys(rows.paths))
+    at = {path: i for i, path in enumerate(paths)}
+    image_of = np.array([at[path] for path in rows.paths], np.int32)
+    layouts = [layout_of(path, patches, grid=True, masked=False) for path in paths]
+    for (top, left), image in zip(corners, image_of, strict=True):
+        height, width = layouts[image].slide.levels[0]
+        extent = layouts[image].extent
+        if top + extent[0] > height or left + extent[1] > width:
+            raise DataError(f"the patch at x={left}, y={top} of {paths[image]} passes its edge: a patch covers "
+                            f"{extent[1]}×{extent[0]} pixels of its {width}×{height} (data.columns.x and y are its "
+                            "top left corner at level 0)")
+    labels = np.array([np.bincount(rows.labels[image_of == image]).argmax() for image in range(len(paths))])
+    split = PatchSplit.listed(FileSplit(paths, labels), layouts, tuple(patches.size),
+                              (image_of, np.asarray(corners), rows.labels))
+    return split, np.arange(len(rows)), []
 
 
 def grid_split(paths: list[str], patches) -> tuple[PatchSplit, list[str]]:
@@ -168,7 +199,7 @@ def _patch_split(images: FileSplit, patches, *, grid: bool) -> tuple[PatchSplit,
     return split, kept, [path for i, path in enumerate(images.paths) if i not in set(kept.tolist())]
 
 
-def layout_of(path: str, patches, *, grid: bool) -> Layout:
+def layout_of(path: str, patches, *, grid: bool, masked: bool = True) -> Layout:
     """Where `path`'s patches lie at the resolution `patches` asks; a DataError naming the file where it cannot."""
     try:
         slide = slide_of(path, patches.max_chunk_pixels)
@@ -183,7 +214,7 @@ def layout_of(path: str, patches, *, grid: bool) -> Layout:
     step = np.maximum(np.array(step) // (1 if grid else STEPS_A_PATCH), 1)
     tops, lefts = (np.arange(0, slide.levels[0][axis] - extent[axis] + 1, step[axis]) for axis in (0, 1))
     shares, share = np.ones((len(tops), len(lefts))), 1.0
-    if patches.min_foreground > 0 and len(tops) and len(lefts):
+    if masked and patches.min_foreground > 0 and len(tops) and len(lefts):
         mask, cell = mask_of(slide, min(extent) / MASK_CELLS, patches.mask_bands)
         shares, share = fractions(mask, cell, extent, (tops, lefts)), float(mask.mean())
     valid = np.packbits((shares >= patches.min_foreground).reshape(-1))

@@ -112,6 +112,7 @@ class Source:
     # a table's rows its check left out (data.on_bad_sample=skip): (line or row, where, why)
     left_out: list[tuple[int, str, str]] = dataclasses.field(default_factory=list)
     train_weights: np.ndarray | None = None  # a table's weight column, a training sample each (data.sampling=weights)
+    corners: dict = dataclasses.field(default_factory=dict)  # a table's patches: (top, left) a row, by split
 
 
 def subset(split: FileSplit | ArraySplit, picked: np.ndarray) -> FileSplit | ArraySplit:

@@ -148,6 +148,9 @@ class TableColumns:
     group: str | None = None  # a patient, slide or scene: all of a group's rows go to one split
     weight: str | None = None  # a row's sampling weight (data.sampling=weights): a number, 0 or more
     labels: list[str] | None = None  # data.task=multilabel: one 0/1 column a class, each named as its class
+    # with data.patches: a row a patch of its image, its corner at level 0, labelled on its own
+    x: str | None = None
+    y: str | None = None
 
 
 @dataclass(kw_only=True)

@@ -264,7 +264,9 @@ def ran(tmp_path_factory):
     write_scans(tmp / "scans")
     write_planet(tmp / "planet")
     write_tiles(tmp / "tiles")
-    write_slides(tmp / "slides", per_class=2, side=512, classes=("tumour", "normal"))
+    slides = write_slides(tmp / "slides", per_class=2, side=512, classes=("tumour", "normal"))
+    (tmp / "slides" / "patches.csv").write_text("path,label,x,y\n" + "".join(  # a table of patches, docs/slides.md's
+        f"{path.parent.name}/{path.name},{path.parent.name},{64 * k},{96 * k}\n" for path in slides for k in range(4)))
     write_cifar(work / "datasets" / "cifar10" / "cifar-10-batches-py")
     env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(ROOT / "tests"),
            "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}

@@ -8,15 +8,18 @@ import numpy as np
 import pytest
 import tifffile
 from forged import png_declaring
+from omegaconf import OmegaConf
 from PIL import Image
 from slides import slide_pixels, write_slide
 
+from app.data import load_or_generate_source
 from app.data.decode import DecodeError
 from app.data.masks import foreground, fractions, thumbnail
 from app.data.patches import PatchSplit, layout_of, patched
 from app.data.regions import read_region, slide_of
 from app.data.source import FileSplit, Source
 from app.errors import DataError
+from app.schema.data import PatchesConfig, TableColumns, TableDataConfig
 
 LIMIT = 16_777_216
 
@@ -126,3 +129,29 @@ def test_a_file_in_one_strip_or_a_huge_png_is_refused_naming_how_to_tile_it(tmp_
     small = tmp_path / "small.png"
     Image.fromarray(np.full((300, 300, 3), 90, np.uint8)).save(small)
     assert slide_of(small, LIMIT).levels == ((300, 300),)
+
+
+def test_a_tables_rows_can_be_patches_labelled_on_their_own(tmp_path):
+    """data.columns.x and y: a row a patch (its corner at level 0) with its own label; an image's rows stay in one
+    split; a patch past its image's edge is refused naming it."""
+    rng = np.random.default_rng(2)
+    rows = ["path,label,x,y"]
+    for i in range(4):
+        image, _ = slide_pixels(256, i % 2, rng)
+        write_slide(tmp_path / f"s{i}.tif", image, levels=2, tile=128)
+        rows += [f"s{i}.tif,{'tissue' if k % 2 else 'glass'},{32 * k},{16 * k}" for k in range(6)]
+    (tmp_path / "patches.csv").write_text("\n".join(rows) + "\n")
+    data = OmegaConf.structured(TableDataConfig(table=str(tmp_path / "patches.csv"), val_fraction=0.5,
+                                                columns=TableColumns(x="x", y="y"),
+                                                patches=PatchesConfig(size=[32, 32], level=0)))
+    source = load_or_generate_source(data)
+    train, val = source.train, source.val
+    assert len(train) + len(val) == 24 and {len(train), len(val)} == {12}
+    assert not {Path(p).name for p in train.images.paths} & {Path(p).name for p in val.images.paths}
+    assert [train.where(i)[1:] for i in range(6)] == [(16 * k, 32 * k) for k in range(6)]
+    assert list(train.labels[:6]) == [source.class_names.index(n) for n in ["glass", "tissue"] * 3]
+    image = tifffile.imread(train.images.paths[0])
+    assert np.array_equal(train.read(5), image[80:112, 160:192])
+    (tmp_path / "patches.csv").write_text("\n".join([*rows, "s0.tif,glass,240,0"]) + "\n")  # past the edge
+    with pytest.raises(DataError, match="the patch at x=240, y=0 of .*s0.tif passes its edge"):
+        load_or_generate_source(data)
