@@ -1,5 +1,4 @@
-"""Atomic writes (over a file of the app's own only, where asked), one writer at a time where several may, TSV rows
-appended, and whether a location is a URL."""
+"""Atomic writes (over the app's own files only, where asked), one writer at a time, TSV appends, URL detection."""
 
 from __future__ import annotations
 
@@ -74,8 +73,7 @@ def write_json_over_own(path: str | os.PathLike, content: dict, writer: str) -> 
 
 
 def check_own_json(path: str | os.PathLike, keys, writer: str) -> None:
-    """A DataError naming `path` where a file there is not one `writer` wrote (a JSON object with `keys`): it is
-    never overwritten."""
+    """A DataError naming `path` where its file is not `writer`'s (a JSON object with `keys`): never overwritten."""
     path = Path(path)
     if path.exists():
         try:

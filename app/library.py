@@ -1,5 +1,5 @@
-"""The loader as a library for the user's Keras script (docs/library.md): `ImageLoader` builds the `Loader` every
-command holds and hands each split to Keras as a `keras.utils.PyDataset` of uint8 batches; `boundary`: layer one."""
+"""The loader as a library for the user's Keras script (docs/library.md): `ImageLoader` hands each split to Keras as a
+`keras.utils.PyDataset` of uint8 batches from the `Loader` every command holds; `boundary`: the model's first layer."""
 
 from __future__ import annotations
 

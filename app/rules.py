@@ -25,8 +25,7 @@ TOP_K = 5  # trainer.top_k=auto's k, with one class an image
 
 
 def top_k(trainer, classes: int) -> int | None:
-    """The k of the top-k accuracy one class an image is scored by (trainer.top_k, auto being 5); None where the
-    data has no more than k classes or none is asked for."""
+    """The k of the top-k accuracy (trainer.top_k, auto: 5); None where there are k classes or fewer, or none asked."""
     k = TOP_K if trainer.top_k == AUTO else trainer.top_k
     return k if k and k < classes else None
 
@@ -39,7 +38,7 @@ def check(cfg) -> None:
     _check_seed("seed", cfg.seed)
     _check_data(cfg.data)
     check_labels(cfg)
-    check_patches(cfg)
+    check_patches(cfg.data)
     _check_augment(cfg.augment)
     _check_queue(cfg.queue)
     _check_trainer(cfg.trainer)

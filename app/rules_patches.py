@@ -6,9 +6,9 @@ from __future__ import annotations
 from app.errors import config_error
 
 
-def check_patches(cfg) -> None:
-    """data.patches's rules on `cfg` typed by its schemas, where the source has them and they are on."""
-    p, columns = getattr(cfg.data, "patches", None), getattr(cfg.data, "columns", None)
+def check_patches(data) -> None:
+    """data.patches's rules on the data group typed by its schema, where the source has them and they are on."""
+    p, columns = getattr(data, "patches", None), getattr(data, "columns", None)
     if columns is not None and (columns.x is None) != (columns.y is None):
         missing = "x" if columns.x is None else "y"
         raise config_error(f"data.columns.{missing}", None, "the column of a patch's other coordinate: a patch's "
@@ -35,6 +35,6 @@ def check_patches(cfg) -> None:
                              ("max_chunk_pixels", p.max_chunk_pixels >= 1, "1 or more")):
         if not ok:
             raise config_error(f"data.patches.{key}", getattr(p, key), allowed)
-    if str(getattr(cfg.data.task, "value", cfg.data.task)) == "multilabel":
+    if str(getattr(data.task, "value", data.task)) == "multilabel":
         raise config_error("data.task", "multilabel", "multiclass with data.patches: an image's result from its "
                            "patches' is one class's for now")

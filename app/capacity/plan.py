@@ -101,8 +101,7 @@ def workload(config, largest: tuple[int, int], run, region_reads: bool = False) 
 
 
 def plan_for(config, splits: tuple, model: ModelFacts, probe: Probe, *, run) -> Plan:
-    """The plan of a config training on `splits` (train, val if given) with numbers in its run plan `run`'s queue,
-    the largest decode read off file headers."""
+    """The plan of a config training on `splits` with run plan `run`'s queue, the largest decode read off headers."""
     data = config.data
 
     def decode(transforms) -> Decode:
@@ -141,8 +140,7 @@ def batch_bytes(batch: int, size: tuple[int, int], bands: int = 3, itemsize: int
 
 
 def decode_mib(work: Workload, probe: Probe) -> float:
-    """A worker's growth for the largest image (a patch's chunks): the probe's growth a byte of array, Pillow's copies
-    once, and what region reads bring."""
+    """A worker's growth for the largest image: the probe's growth a byte of array, Pillow's copies, region reads."""
     regions = probe.worker_region_mib if work.region_reads else 0.0
     return (probe.worker_bytes_per_decoded_byte * work.largest_decode_bytes + work.largest_pillow_bytes) / MIB + regions
 
@@ -207,8 +205,7 @@ def render(plan: Plan, limit: tuple[str, float] | None = None, fixed: list[str] 
 
 
 def batch_size_table(batch: int, size: tuple[int, int], bands: int = 3, dtype: str = "uint8") -> str:
-    """One batch in GiB (float32 / the images' `dtype`, `bands` a pixel) by batch × square side, the config's own added
-    and marked (`>`, `*`)."""
+    """One batch in GiB (float32 / `dtype`) by batch × square side, the config's own added and marked (`>`, `*`)."""
     itemsize = np.dtype(dtype).itemsize
     batches = sorted(set(TABLE_BATCHES) | {batch})
     sides = [(s, s) for s in TABLE_SIDES]

@@ -135,8 +135,7 @@ def reset_high_water() -> None:
 
 
 def _spawn_worker_probe() -> dict:
-    """A real loader worker's USS after small images, then (a fresh one each) after large ones and after regions of a
-    tiled pyramid (data.patches)."""
+    """A real worker's USS after small images, then (fresh ones) after large ones and a tiled pyramid's regions."""
     rng = np.random.default_rng(0)
     uss = {}
     with tempfile.TemporaryDirectory(prefix="app-probe-") as tmp:

@@ -62,7 +62,7 @@ def main(cfg: DictConfig) -> float:
     # cannot be read is left out and named (training's `skip` would score another file in its place).
     outputs = [] if hasattr(split, "layouts") else None  # patches: their images' results too
     with build_loader(config, {cfg.split: (split, transforms)}, on_bad_sample="mark") as loader:
-        figures = scores.evaluate(net, loader.readable(cfg.split), confusion, k, outputs)
+        figures = scores.evaluate(net, loader.readable(cfg.split), confusion, top_k=k, outputs=outputs)
     unreadable = _unreadable(split, loader.failed(cfg.split), cfg.split)
     result = {"checkpoint": str(path), "split": cfg.split, "loss": figures.loss, "accuracy": figures.accuracy,
               **({f"top{k}_accuracy": figures.top_k_correct / figures.images} if k else {}),

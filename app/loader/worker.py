@@ -83,8 +83,7 @@ def serve(conn, ring: np.ndarray, done: np.ndarray, work) -> None:
 
 
 def fill(ring, task: messages.Task, work, item: messages.Item) -> messages.Written | messages.SampleNote:
-    """Build the item's sample into its slot; the reply says what became of it (per work.on_bad_sample if
-    unreadable)."""
+    """Build the item's sample into its slot; the reply says what became of it (work.on_bad_sample if unreadable)."""
     split, augmenter = work.splits[task.split], work.augmenters[task.split]
     position, index = item.position, item.index
     try:

@@ -30,9 +30,8 @@ READ_ONLY = ("http", "https")  # URL schemes fsspec reads but cannot write
 
 
 def write_prepared_copy(config, *, workers: int, per_shard: int | None = None, overrides: Sequence[str] = ()) -> str:
-    """Prepare `config.data` into `config.prepare.out`; the line that says what was done.
-    `per_shard` (tests): samples a shard, instead of sizing shards by prepare.shard_mb;
-    `overrides`: the command line's, kept in the manifest for the advice to prepare it again."""
+    """Prepare `config.data` into `config.prepare.out`; the line saying what was done. `per_shard` (tests): samples a
+    shard, not sized by prepare.shard_mb; `overrides`: the command line's, kept in the manifest to prepare it again."""
     store = _refuse_unsupported(config)
     short_side, why = stored_short_side(config)
     log.info("%s", why)

@@ -104,8 +104,7 @@ class StepCheckpoint(keras.callbacks.Callback):
 
 
 class SampleRecorder(keras.callbacks.Callback):
-    """`trainer.record_samples`: samples.csv, the sample indices each training step saw; with patches, `where` gives
-    each one's place (image:x:y, level-0 pixels) from its index, epoch and draw."""
+    """`trainer.record_samples`: samples.csv, each step's sample indices; with patches, places (`where`: image:x:y)."""
 
     def __init__(self, path: Path, batch_size: int, state: RunState, where=None):
         super().__init__()
