@@ -47,8 +47,9 @@ class Layout:
 
 
 class PatchSplit:
-    """Samples that are patches of images: every foreground patch of a grid, or `per_image` drawn an image an epoch
-    (`fetch` and `read` take the draw: (seed, epoch, draw)); labels are their images'."""
+    """Samples that are patches of images: every foreground patch of a grid, `per_image` drawn an image an epoch
+    (`fetch` and `read` take the draw: (seed, epoch, draw)), or a table's own (`listed`); labels are their images'
+    (a table's patches: their own)."""
 
     def __init__(self, images: FileSplit, layouts: list[Layout], *, size: tuple[int, int], per_image: int | None):
         self.images, self.layouts, self.size, self.per_image = images, layouts, tuple(size), per_image
@@ -149,9 +150,9 @@ def patched(source: Source, patches) -> Source:
     if not len(built["train"][0]) or not len(built["val"][0]):
         empty = "training" if not len(built["train"][0]) else "validation"
         raise DataError(f"the {empty} split has no patch with data.patches.min_foreground={patches.min_foreground} "
-                        f"of foreground ({len(built['train'][2]) + len(built['val'][2])} images without any): "
-                        "lower it, "
-                        "or check the images (python -m app preview shows their masks)")
+                        f"of foreground ({len(built['train'][2]) + len(built['val'][2])} images without any): lower "
+                        "it (0 takes every patch; `python -m app preview` then shows where they lie), or check the "
+                        "images")
     close_open_files()  # the masks are read: the workers read the regions
     (train, kept, _), (val, _, _) = built["train"], built["val"]
     weights = None if source.train_weights is None else \

@@ -91,7 +91,7 @@ class PreparedSplit:
             return self.root.store.path_of(self.shards[shard])
         return os.path.join(self.root, self.shards[shard])
 
-    def fetch(self, i: int, decode: Decode | None = None, drawn: tuple | None = None) -> bytearray:
+    def fetch(self, i: int, decode: Decode | None = None) -> bytearray:
         """Sample i's stored bytes: one read of its member's range of its shard."""
         self.rows[i]  # an IndexError stays an IndexError
         try:
@@ -144,7 +144,7 @@ class PreparedSplit:
         except Exception as exc:
             raise BadSampleError(i, self.describe(i), bad_sample_reason(exc)) from exc
 
-    def read(self, i: int, decode: Decode | None = None, drawn: tuple | None = None) -> np.ndarray:
+    def read(self, i: int, decode: Decode | None = None) -> np.ndarray:
         return self.decode(i, self.fetch(i, decode), decode)
 
     def describe(self, i: int) -> str:

@@ -38,12 +38,12 @@ class FileSplit:
     def __len__(self) -> int:
         return len(self.paths)
 
-    def read(self, i: int, decode: Decode | None = None, drawn: tuple | None = None) -> np.ndarray:
+    def read(self, i: int, decode: Decode | None = None) -> np.ndarray:
         return self.decode(i, self.fetch(i, decode), decode)
 
-    def fetch(self, i: int, decode: Decode | None = None, drawn: tuple | None = None) -> bytes | TiffAt:
+    def fetch(self, i: int, decode: Decode | None = None) -> bytes | TiffAt:
         """Sample i's bytes (a worker times reading apart from decoding; a TIFF's strips or tiles are read by its
-        decode); BadSampleError if unreadable or too large. `drawn` (seed, epoch, draw): a patch split's alone."""
+        decode); BadSampleError if unreadable or too large."""
         path = self.paths[i]  # an IndexError stays an IndexError
         try:
             return read_bytes(path, (decode or Decode()).max_pixels)
@@ -77,13 +77,13 @@ class ArraySplit:
     def __len__(self) -> int:
         return len(self.rows)
 
-    def fetch(self, i: int, decode: Decode | None = None, drawn: tuple | None = None) -> np.ndarray:
+    def fetch(self, i: int, decode: Decode | None = None) -> np.ndarray:
         return self.read(i)
 
     def decode(self, i: int, raw: np.ndarray, decode: Decode | None = None) -> np.ndarray:
         return raw  # rows are pixels already
 
-    def read(self, i: int, decode: Decode | None = None, drawn: tuple | None = None) -> np.ndarray:
+    def read(self, i: int, decode: Decode | None = None) -> np.ndarray:
         """Row `rows[i]` as an owned array; `decode` does not apply to arrays."""
         row = self.rows[i]
         try:
@@ -113,6 +113,17 @@ class Source:
     left_out: list[tuple[int, str, str]] = dataclasses.field(default_factory=list)
     train_weights: np.ndarray | None = None  # a table's weight column, a training sample each (data.sampling=weights)
     corners: dict = dataclasses.field(default_factory=dict)  # a table's patches: (top, left) a row, by split
+
+
+def fetch_drawn(split, i: int, decode: Decode | None, drawn: tuple[int, int, int]):
+    """Sample i's raw data: `drawn` (seed, epoch, draw) reaches a split that places patches by it (a PatchSplit,
+    app/data/patches.py); any other split, a user's own too, takes (i, decode)."""
+    return split.fetch(i, decode, drawn) if hasattr(split, "layouts") else split.fetch(i, decode)
+
+
+def read_drawn(split, i: int, decode: Decode | None, drawn: tuple[int, int, int]) -> np.ndarray:
+    """Sample i read and decoded, as `fetch_drawn` passes `drawn`."""
+    return split.read(i, decode, drawn) if hasattr(split, "layouts") else split.read(i, decode)
 
 
 def subset(split: FileSplit | ArraySplit, picked: np.ndarray) -> FileSplit | ArraySplit:
