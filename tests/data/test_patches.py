@@ -14,11 +14,13 @@ from slides import slide_pixels, write_slide
 
 from app.data import load_or_generate_source
 from app.data.decode import DecodeError
+from app.data.images import read_bytes
 from app.data.masks import foreground, fractions, thumbnail
 from app.data.patches import PatchSplit, layout_of, patched
 from app.data.regions import read_region, slide_of
 from app.data.source import FileSplit, Source
 from app.errors import DataError
+from app.inference.patch_scores import aggregate, write_patch_sheet
 from app.schema.data import PatchesConfig, TableColumns, TableDataConfig
 
 LIMIT = 16_777_216
@@ -126,6 +128,8 @@ def test_a_file_in_one_strip_or_a_huge_png_is_refused_naming_how_to_tile_it(tmp_
     png_declaring(png, 30_000, 30_000)
     with pytest.raises(DataError, match="huge.png cannot be read as patches: .*30000×30000.*vips tiffsave"):
         layout_of(str(png), settings(), grid=True)
+    with pytest.raises(DecodeError, match="it declares 900 M pixels, above"):  # without patches: the bomb guard
+        read_bytes(png)
     small = tmp_path / "small.png"
     Image.fromarray(np.full((300, 300, 3), 90, np.uint8)).save(small)
     assert slide_of(small, LIMIT).levels == ((300, 300),)
@@ -155,3 +159,33 @@ def test_a_tables_rows_can_be_patches_labelled_on_their_own(tmp_path):
     (tmp_path / "patches.csv").write_text("\n".join([*rows, "s0.tif,glass,240,0"]) + "\n")  # past the edge
     with pytest.raises(DataError, match="the patch at x=240, y=0 of .*s0.tif passes its edge"):
         load_or_generate_source(data)
+
+
+def test_a_file_without_a_pyramid_is_streamed_for_its_mask_and_its_no_data_read_from_its_tag(tmp_path):
+    """One level, tiled: the thumbnail is every step-th pixel of it, read a band of tiles at a time; GDAL_NODATA."""
+    image = np.random.default_rng(3).integers(1, 60000, (700, 520, 4), dtype=np.uint16)
+    image[:, :100] = 0
+    path = tmp_path / "scene.tif"
+    tifffile.imwrite(path, image, tile=(128, 128), photometric="minisblack", planarconfig="contig",
+                     extratags=[(42113, "s", 0, "0", True)])
+    slide = slide_of(path, LIMIT)
+    assert slide.levels == ((700, 520),) and slide.nodata == 0.0 and slide.bands == 4
+    thumb, cell = thumbnail(slide, 8)
+    assert cell == 8 and np.array_equal(thumb, image[::8, ::8])
+    assert not foreground(thumb, nodata=slide.nodata)[:, :12].any()  # the no-data strip is background
+
+
+def test_a_slides_score_is_its_patches_mean_max_or_top_k_mean():
+    scores = np.array([[0.9, 0.1], [0.2, 0.8], [0.3, 0.7], [0.4, 0.6]])
+    assert np.allclose(aggregate(scores, "mean", 2), [0.45, 0.55])
+    assert np.allclose(aggregate(scores, "max", 2), np.array([0.9, 0.8]) / 1.7)
+    assert np.allclose(aggregate(scores, "topk_mean", 2), np.array([0.65, 0.75]) / 1.4)
+
+
+def test_previews_sheet_shows_where_the_drawn_patches_lie(slide, tmp_path):
+    path = str(slide[0])
+    split = PatchSplit(FileSplit([path], [0]), [layout_of(path, settings(level=0), grid=False)], size=(64, 64),
+                       per_image=4)
+    write_patch_sheet(split, [0, 1, 2, 3], 0, tmp_path / "patches.png")
+    sheet = np.asarray(Image.open(tmp_path / "patches.png").convert("RGB"))
+    assert ((sheet == (250, 220, 0)).all(axis=2)).sum() > 4 * 40  # four patches outlined in yellow
