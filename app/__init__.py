@@ -1,10 +1,6 @@
-"""Train image classifiers on large images without running out of host memory.
-
-Set before anything imports albumentations: it otherwise checks for updates over the
-network on every import, in every worker process.
-TensorFlow's C++ INFO/WARNING lines (oneDNN, CUDA stubs) drown the progress bar; errors stay.
-Imports nothing of the app, nor TensorFlow: every process, workers included, runs it.
-"""
+"""Train image classifiers on large images without running out of host memory. Every process, workers included, runs
+this, so it imports nothing of the app nor TensorFlow; it stops albumentations' update check (a network call on every
+import, in every worker) and TensorFlow's C++ INFO/WARNING lines (they drown the progress bar; errors stay)."""
 
 import os
 

@@ -36,8 +36,7 @@ FLOAT_MAKERS = frozenset({"Normalize", "ToFloat", "ToTensorV2", "ToTensor", "Fro
 
 
 def shipped(compose: A.BaseCompose) -> bytes:
-    """A user's own Compose as the worker processes get it: pickled. ValueError for a transform that makes floats (the
-    model's first layer does that) or one pickle cannot ship."""
+    """A user's Compose pickled for the workers; ValueError for a transform that makes floats, or one pickle cannot."""
     for transform in every_transform(compose):
         name = type(transform).__name__
         if name in FLOAT_MAKERS:
@@ -64,9 +63,8 @@ def every_transform(compose: A.BaseCompose) -> list:
 
 
 def check_on_zeros(compose: A.BaseCompose, pixels: Pixels, image_size: Sequence[int]) -> None:
-    """Each transform in `compose`, forced to fire, once on zeros of the run's bands and type (twice its size): one
-    that raises where it takes RGB uint8 of that size, or hands back another type (a float), is refused by name
-    (ConfigError) before any worker starts."""
+    """Each transform of `compose`, forced to fire on zeros of the run's bands and type (twice its size): one that
+    raises, or hands back another type, is refused by name (ConfigError) before any worker starts."""
     size = tuple(2 * side for side in image_size)
     zeros, rgb = np.zeros((*size, pixels.bands), pixels.dtype), np.zeros((*size, 3), np.uint8)
     for transform in every_transform(compose):
@@ -192,8 +190,7 @@ def check_stored_sizes(config, source) -> None:
 
 def augmenters(data, splits: dict[str, list], image_size: tuple[int, int] | None = None,
                pixels: Pixels = Pixels()) -> dict[str, Augmenter]:
-    """One Augmenter a split of `splits` (name → transforms) for a config's `data` (at `image_size`, else its own) and
-    the run's `pixels`; logs each split's draft rule."""
+    """One Augmenter a split of `splits` (name → transforms); logs each split's draft rule."""
     built, size = {}, image_size or data.image_size
     for name, transforms in splits.items():
         built[name] = Augmenter(transforms, size, draft=data.decode.draft, max_pixels=data.max_image_pixels,

@@ -15,10 +15,9 @@ log = logging.getLogger(__name__)
 
 
 def keras_app(input_shape, num_classes: int, name: str, weights: str | None = None, **settings):
-    """The `keras.applications` model `name` without its top, pooled (`pooling`: avg or max), then `dropout` and a
-    float32 Dense softmax (`activation`: sigmoid for data.task=multilabel) over `num_classes`; its input is what the
-    family's preprocess_input returns. `weights`: None, "imagenet" (downloaded once into $KERAS_HOME/models) or a
-    file; other `settings` go to the application."""
+    """The `keras.applications` model `name` without its top, pooled, then `dropout` and a float32 Dense softmax (or
+    sigmoid: multilabel); its input is the family's preprocess_input output. `weights`: None, "imagenet" (downloaded
+    once into $KERAS_HOME/models) or a file; other `settings` go to the application."""
     import keras
 
     pooling, dropout = settings.pop("pooling", "avg"), settings.pop("dropout", 0.2)
@@ -40,9 +39,8 @@ def keras_app(input_shape, num_classes: int, name: str, weights: str | None = No
 
 
 def _given_weights(wide, base, name: str, weights: str | None):
-    """`wide` (the application built for N bands) with `base`'s weights (its 3-band twin, layer for layer): the first
-    convolution's RGB kernel averaged over R, G and B and repeated for each band; a weight of another shape (a family's
-    own 3-band normalisation) left as `wide` built it."""
+    """`wide` (built for N bands) with its 3-band twin `base`'s weights: the first convolution's RGB kernel averaged and
+    repeated for each band; a weight of another shape (a family's 3-band normalisation) left as built."""
     import numpy as np
 
     bands = wide.input_shape[-1]

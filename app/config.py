@@ -128,8 +128,7 @@ def installed_backend() -> str | None:
 
 
 def load(cfg: DictConfig | dict, root: type | None = None) -> Config:
-    """The config validated once into the typed object every stage reads (`root`: a command's schema, for a plain dict);
-    a secret saved as REDACTED and not given again is left out, and logged."""
+    """The config validated once into the typed object every stage reads; a REDACTED secret not given again left out."""
     cfg = validate(cfg, root)
     _drop_redacted(cfg)
     return OmegaConf.to_object(cfg)  # type: ignore[return-value]

@@ -45,8 +45,7 @@ def native_stderr_to_log():
 
 
 def use_backend(trainer, backend=None) -> None:
-    """`trainer.backend` (or a command's `backend`) as KERAS_BACKEND before Keras loads, plus JAX's XLA flags; a config
-    error where it is not installed or Keras already runs on another."""
+    """The backend as KERAS_BACKEND, with JAX's XLA flags; a ConfigError if not installed or Keras runs another."""
     name = (backend or trainer.backend).value
     if name == "auto":  # app/config.py resolves it where either is installed
         raise config_error("trainer.backend", name, "TensorFlow or JAX, and neither is installed in this environment: "

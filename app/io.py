@@ -1,5 +1,4 @@
-"""Atomic writes (over a file of the app's own only, where asked), one writer at a time where several may, TSV rows
-appended, and whether a location is a URL."""
+"""Atomic writes (over the app's own files only, where asked), one writer at a time, TSV appends, URL detection."""
 
 from __future__ import annotations
 
@@ -16,6 +15,11 @@ from typing import IO, Any
 from app.errors import DataError
 
 URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")  # s3://, gs://, https://, ...
+
+
+def app_cache_dir() -> Path:
+    """What this machine keeps between runs (the memory probe, slides' masks): `$APP_CACHE_DIR`, else ~/.cache/app."""
+    return Path(os.environ.get("APP_CACHE_DIR") or Path.home() / ".cache" / "app")
 
 
 def is_url(location) -> bool:
@@ -69,8 +73,7 @@ def write_json_over_own(path: str | os.PathLike, content: dict, writer: str) -> 
 
 
 def check_own_json(path: str | os.PathLike, keys, writer: str) -> None:
-    """A DataError naming `path` where a file there is not one `writer` wrote (a JSON object with `keys`): it is
-    never overwritten."""
+    """A DataError naming `path` where its file is not `writer`'s (a JSON object with `keys`): never overwritten."""
     path = Path(path)
     if path.exists():
         try:

@@ -1,6 +1,5 @@
-"""The loader as a library for a Keras script of the user's own: `ImageLoader` builds the same `Loader` every command
-holds from plain Python and hands each split to Keras as a `keras.utils.PyDataset` of uint8 batches; `boundary` is
-the float32 layer to put first in the model. docs/library.md is its guide."""
+"""The loader as a library for the user's Keras script (docs/library.md): `ImageLoader` hands each split to Keras as a
+`keras.utils.PyDataset` of uint8 batches from the `Loader` every command holds; `boundary`: the model's first layer."""
 
 from __future__ import annotations
 
@@ -39,17 +38,15 @@ POLICIES = ("raise", "skip", "mark")
 
 
 def boundary(normalisation: str | dict = "unit", dtype: str = "uint8") -> keras.layers.Layer:
-    """The integer → float32 layer to put first in a model fed by the loader, computed on the device inside the step:
-    "unit" (÷ the largest value of `dtype`: 255, 65535), "tf" (to [-1, 1]), "torch" or "caffe" (ImageNet's means),
-    "none", or {"mean": [...], "std": [...]} a band, in the images' units."""
+    """The integer → float32 first layer, run on the device inside the step: "unit" (÷ `dtype`'s largest value), "tf"
+    ([-1, 1]), "torch" or "caffe" (ImageNet's means), "none", or {"mean": [...], "std": [...]} a band, in its units."""
     return normaliser(normalisation, dtype)
 
 
 @dataclass(frozen=True, kw_only=True)
 class LoaderSettings:
-    """How an ImageLoader builds its batches. `transforms`: training's Compose; `eval_transforms`: val's and test's
-    (none: the resize alone); each is followed by a resize to `image_size`. `on_bad_sample`: raise, skip (the next
-    readable sample in its place, up to `max_bad_fraction` of a split) or mark (zeros; `failed()` says which)."""
+    """How an ImageLoader batches: `transforms` (train's), `eval_transforms` (val's, test's), each then resized to
+    `image_size`; `on_bad_sample`: raise, skip (up to `max_bad_fraction` of a split) or mark (zeros; see `failed()`)."""
 
     image_size: Sequence[int]
     batch_size: int
@@ -82,13 +79,11 @@ class LoaderSettings:
 
 
 class ImageLoader:
-    """Worker processes that read, decode and augment images into a shared-memory ring, for a script's own
-    `model.fit(loader.train, validation_data=loader.val)`; `with` starts and stops them (the ring freed too).
-    `train` is shuffled by `seed` each epoch, full batches only; `val` and `test` come in order, last batch short."""
+    """Workers that read, decode and augment images into a shared-memory ring for `model.fit(loader.train, ...)`, run
+    by `with`. `train`: shuffled by `seed` each epoch, full batches; `val` and `test`: in order, last batch short."""
 
     def __init__(self, *, train=None, val=None, test=None, class_names: Sequence[str] | None = None, **settings):
-        """`train`, `val`, `test`: (paths, labels) or an app.data split, one at least; `settings`: LoaderSettings's keys
-        (image_size and batch_size at least)."""
+        """Splits: (paths, labels) or an app.data split, one at least; `settings`: LoaderSettings's keys."""
         self.settings = LoaderSettings(**settings)
         splits = {name: _split(name, given) for name, given in (("train", train), ("val", val), ("test", test))
                   if given is not None}
@@ -103,17 +98,15 @@ class ImageLoader:
 
     @classmethod
     def from_folder(cls, path: str | Path, *, val_fraction: float = 0.1, **settings) -> ImageLoader:
-        """A folder as `data=folder` reads it (docs/data.md): one subfolder a class, or train/ and val/ (and test/)
-        each with one; `val_fraction` of each class held out when there is no val/."""
+        """A folder as `data=folder` reads it (docs/data.md); `val_fraction` of each class held out without val/."""
         source = folder_source(path, val_fraction)
         return cls(train=source.train, val=source.val, test=source.test, class_names=source.class_names, **settings)
 
     @classmethod
     def from_table(cls, table: str | Path, *, columns: dict | None = None, val_fraction: float = 0.1,
                    **options) -> ImageLoader:
-        """A table as `data=table` reads it (docs/data.md): `columns` maps path, label, split and group to the
-        table's own names; `root`, `path_format`, `classes` and `test_fraction` as data.* has them; the rest of
-        `options` are ImageLoader's."""
+        """A table as `data=table` reads it (docs/data.md): `columns` maps path, label, split and group to its own
+        names; the other data.* keys as there; the rest of `options` are ImageLoader's."""
         own = {key: options.pop(key) for key in TABLE_OPTIONS if key in options}
         if "task" in own:
             own["task"] = Task(own["task"])
@@ -172,8 +165,7 @@ class ImageLoader:
         return self.datasets[name]
 
     def batch(self, name: str, epoch: int, index: int) -> tuple[np.ndarray, np.ndarray]:
-        """Batch `index` of split `name`'s pass `epoch`: the next of the running pass, or a new pass from `index` on
-        (one split's pass runs at a time). RuntimeError outside `with`."""
+        """Batch `index` of split `name`'s pass `epoch` (one pass runs at a time); RuntimeError outside `with`."""
         with self.lock:
             if self._running is None:
                 raise RuntimeError("the ImageLoader is not started: use it inside `with loader:` "
@@ -215,9 +207,8 @@ class _Stream:
 
 
 class SplitDataset(keras.utils.PyDataset):
-    """One split as Keras takes it: batch i is the i-th (uint8 images, int64 labels) of the loader's order for the pass.
-    Keras's own pool is refused and fit's batch shuffle switched off (the loader does both); the two batches Keras peeks
-    at before an epoch are kept, and the pass turns after a Keras epoch that reached its last batch."""
+    """One split as Keras takes it: batch i is the pass's i-th (uint8 images, int64 labels). Keras's own pool and batch
+    shuffle are off (the loader does both); the two batches Keras peeks at before an epoch are kept."""
 
     def __init__(self, owner: ImageLoader, name: str, samples: int):
         super().__init__(workers=1, use_multiprocessing=False)
@@ -254,8 +245,7 @@ class SplitDataset(keras.utils.PyDataset):
                         "its batches in order. fit(..., shuffle=False) says the same without this message.", self.name)
 
     def on_epoch_end(self) -> None:
-        """The pass turns once its last batch was served (a Keras epoch of fewer `steps_per_epoch` goes on where it
-        stopped, as Keras's own iterator does)."""
+        """The pass turns once its last batch was served (a shorter Keras epoch goes on where it stopped)."""
         with self.owner.lock:
             self._in_epoch = False
             if self._served_last:

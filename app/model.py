@@ -43,8 +43,7 @@ ONEDNN_BLOCK = 16
 
 def small_resnet(input_shape: Sequence[int], num_classes: int, widths: Sequence[int] = (32, 64, 128),
                  blocks_per_stage: int = 1, **head) -> keras.Model:
-    """A small ResNet on normalised float images: a stride-2 stem, then stages, each after the first halving H and W;
-    its `head`: `dropout` (0.2), then a Dense `activation` over the classes (softmax; sigmoid for several labels)."""
+    """A small ResNet on normalised float images: a stride-2 stem, stages halving H and W, a Dropout-Dense head."""
     dropout, activation = head.pop("dropout", 0.2), head.pop("activation", "softmax")
     if head:
         raise TypeError(f"small_resnet() got unexpected keyword arguments: {', '.join(head)}")
@@ -96,8 +95,7 @@ def normalise(batch: np.ndarray) -> np.ndarray:
 
 def normaliser(mode: str | dict, dtype: str = "uint8") -> layers.Layer:
     """The first layer: RGB 0..255 (unit, or {"mean", "std"} a band: any bands, in `dtype`'s units) in, float32 out as
-    `mode` says (ValueError for an unknown one); stock Keras layers only, so model.keras loads without this app.
-    Float32 under any precision policy: caffe's mean keeps its decimals."""
+    `mode` says under any policy (caffe's mean keeps its decimals); stock Keras layers, so plain Keras loads it."""
     if isinstance(mode, dict):  # (x − mean) / std a band: constants, not weights, so an export holds them
         scale = [1.0 / s for s in mode["std"]]
         return layers.Rescaling(scale, [-m * k for m, k in zip(mode["mean"], scale, strict=True)], name="normalise",
@@ -121,9 +119,8 @@ def normaliser(mode: str | dict, dtype: str = "uint8") -> layers.Layer:
 
 def classifier(backbone: keras.Model, image_size: Sequence[int], normalisation: str | dict = "unit", *, bands: int = 3,
                dtype: str = "uint8") -> keras.Model:
-    """What `train` fits and model.keras holds: the loader's integers in (RGB 0..255, or `bands` of `dtype`), normalised
-    by the first layer, the backbone's probabilities out. The cast is inside the step: no float32 batch waits in host
-    memory."""
+    """What `train` fits and model.keras holds: the loader's integers in, normalised by the first layer, the backbone's
+    probabilities out. The cast is inside the step: no float32 batch waits in host memory."""
     # uint16 declared, so a feed's signature and an export know it; 8-bit stays Keras's float input, as before
     pixels = keras.Input((*image_size, bands), name="image", dtype="uint16" if dtype == "uint16" else None)
     return keras.Model(pixels, backbone(normaliser(normalisation, dtype)(pixels)), name="classifier")
@@ -131,9 +128,8 @@ def classifier(backbone: keras.Model, image_size: Sequence[int], normalisation: 
 
 def build(model_config, image_size: Sequence[int], num_classes: int, multilabel: bool = False,
           pixels=None) -> keras.Model:
-    """The classifier a model config describes: its `_target_` called with the input shape (`pixels`' bands, else 3),
-    the class count, its other keys and `kwargs` (and activation="sigmoid" for several labels an image: a builder of
-    the user's takes it then), behind the normalisation the backbone expects. ConfigError when it cannot be built."""
+    """The classifier a model config describes: its `_target_` called with the input shape, class count, other keys and
+    `kwargs` (activation="sigmoid" for multilabel), behind the backbone's normalisation; else a ConfigError."""
     spec = dataclasses.asdict(model_config)
     extra = {**(spec.pop("kwargs", None) or {}), **({"activation": "sigmoid"} if multilabel else {})}
     bands, dtype = (3, "uint8") if pixels is None else (pixels.bands, pixels.dtype)
@@ -247,8 +243,7 @@ def pixel_dtype(net: keras.Model) -> str:
 
 
 def first_layer(model: keras.Model) -> dict:
-    """The normalisation of a classifier's first layer, read back from the layer (new or loaded from a checkpoint):
-    its mode, and a Rescaling's scale and offset (a list, a band each, for data.normalize's `standard`)."""
+    """A classifier's first-layer normalisation, read back from the layer: its mode, a Rescaling's scale and offset."""
     layer = model.get_layer("normalise")
     if not isinstance(layer, layers.Rescaling):
         return {"mode": {layers.Normalization: "torch", layers.Conv2D: "caffe", layers.Identity: "none"}[type(layer)]}

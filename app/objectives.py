@@ -1,7 +1,6 @@
-"""The recipe's own Keras objects, registered so checkpoints load: sparse crossentropy with label smoothing (Keras's
-sparse loss has none), binary crossentropy with a weight for each class's positives (multilabel's; Keras has none)
-and the recall of each class; and mean average precision over a pass's outputs (exact on the host, binned on
-the device each epoch). model.keras is exported uncompiled, so plain Keras loads it."""
+"""The recipe's own Keras objects, registered so checkpoints load, where Keras has none: smoothed sparse crossentropy,
+binary crossentropy weighing each class's positives, each class's recall, mean average precision (exact on the host,
+binned on the device each epoch). model.keras is exported uncompiled, so plain Keras loads it."""
 
 from __future__ import annotations
 
@@ -33,9 +32,8 @@ class SmoothedSparseCrossentropy(keras.losses.Loss):
 
 @keras.saving.register_keras_serializable(package="app")
 class WeightedBinaryCrossentropy(keras.losses.Loss):
-    """Binary crossentropy of sigmoid outputs against 0/1 label vectors, each class's positives weighed by its
-    `pos_weight`, labels smoothed towards 0.5 by `smoothing` as Keras's BinaryCrossentropy smooths them; the mean
-    over classes: −mean_c(w_c·y_c·log p_c + (1 − y_c)·log(1 − p_c))."""
+    """Binary crossentropy of sigmoid outputs against 0/1 labels (smoothed towards 0.5 as Keras smooths them), each
+    class's positives weighed by its `pos_weight`: −mean_c(w_c·y_c·log p_c + (1 − y_c)·log(1 − p_c))."""
 
     def __init__(self, pos_weight=None, smoothing: float = 0.0, name: str = "weighted_binary_crossentropy",
                  **kwargs):
@@ -72,8 +70,7 @@ def mean_average_precision(truth: np.ndarray, scores: np.ndarray) -> float:
 
 @keras.saving.register_keras_serializable(package="app")
 class MeanAveragePrecision(keras.metrics.Metric):
-    """`mean_average_precision` of a pass, from each class's positives and negatives counted on the device in `bins`
-    score bins (as Keras's AUC bins its thresholds): exact but for scores within a bin of each other."""
+    """`mean_average_precision` of a pass from counts binned on the device (as Keras's AUC): exact but within a bin."""
 
     def __init__(self, num_labels: int, bins: int = 1000, name: str = "map", **kwargs):
         super().__init__(name=name, **kwargs)

@@ -13,6 +13,7 @@ from app.families import FAMILIES
 from app.io import is_url
 from app.processes import worker_limit
 from app.rules_labels import check_labels
+from app.rules_patches import check_patches
 from app.schema import BENCH_MODES, DATA_TARGETS, EVAL_TRANSFORMS, LOGGER_TARGETS, SCHEDULER_TARGETS, option_of
 
 AUTO = "auto"  # queue.workers, queue.max_size: chosen when training starts (app/capacity/auto.py)
@@ -24,8 +25,7 @@ TOP_K = 5  # trainer.top_k=auto's k, with one class an image
 
 
 def top_k(trainer, classes: int) -> int | None:
-    """The k of the top-k accuracy one class an image is scored by (trainer.top_k, auto being 5); None where the
-    data has no more than k classes or none is asked for."""
+    """The k of the top-k accuracy (trainer.top_k, auto: 5); None where there are k classes or fewer, or none asked."""
     k = TOP_K if trainer.top_k == AUTO else trainer.top_k
     return k if k and k < classes else None
 
@@ -38,6 +38,7 @@ def check(cfg) -> None:
     _check_seed("seed", cfg.seed)
     _check_data(cfg.data)
     check_labels(cfg)
+    check_patches(cfg.data)
     _check_augment(cfg.augment)
     _check_queue(cfg.queue)
     _check_trainer(cfg.trainer)

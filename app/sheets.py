@@ -1,5 +1,4 @@
-"""Contact sheets: images in a grid, each over its caption (Pillow), for augmented.png and preview.png; and the RGB a
-person sees of any bands and type (`rgb_view`)."""
+"""Captioned image grids (Pillow) for augmented.png and preview.png; `rgb_view`: any bands and type as RGB to see."""
 
 from __future__ import annotations
 
@@ -25,9 +24,8 @@ def grid(images: list[np.ndarray] | np.ndarray, captions: list[str], columns: in
 
 
 def rgb_view(batch: np.ndarray, bands=None) -> np.ndarray:
-    """A batch (N, H, W, bands) of uint8 or uint16 as uint8 RGB to look at: 8-bit RGB as it is; otherwise `bands`
-    (three indices; else the first three, or the one band as grey), each image's each stretched from its 2nd to its
-    98th percentile."""
+    """A batch (N, H, W, bands) as uint8 RGB to look at: 8-bit RGB as it is; else `bands` (three indices; else the first
+    three, or the one as grey), each image's each stretched from its 2nd to its 98th percentile."""
     batch = np.asarray(batch)
     if batch.dtype == np.uint8 and batch.shape[-1] == 3 and bands is None:
         return batch

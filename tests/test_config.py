@@ -112,6 +112,19 @@ def test_type_and_key_errors_fail_at_composition(override, key):
       "trainer.process_id=2"], "trainer.process_id"),
     (["trainer.backend=jax", "trainer.strategy=data_parallel", "trainer.coordinator=host", "trainer.num_processes=2",
       "trainer.process_id=1"], "trainer.coordinator"),
+    # patches of large images
+    (["data=folder", "data.path=x", "data.patches.size=[32]"], "data.patches.size"),
+    (["data=folder", "data.path=x", "data.patches.size=[32,32]", "data.patches.stride=[0,32]"], "data.patches.stride"),
+    (["data=folder", "data.path=x", "data.patches.size=[32,32]", "data.patches.level=1", "data.patches.mpp=0.5"],
+     "data.patches.mpp"),
+    (["data=folder", "data.path=x", "data.patches.size=[32,32]", "data.patches.downsample=0.5"],
+     "data.patches.downsample"),
+    (["data=folder", "data.path=x", "data.patches.size=[32,32]", "data.patches.min_foreground=2"],
+     "data.patches.min_foreground"),
+    (["data=table", "data.table=t.csv", "data.columns.x=x"], "data.columns.y"),
+    (["data=table", "data.table=t.csv", "data.columns.x=x", "data.columns.y=y"], "data.patches.size"),
+    (["data=table", "data.table=t.csv", "data.label_separator=' '", "data.task=multilabel",
+      "data.patches.size=[32,32]"], "data.task"),
 ])
 def test_range_errors_name_the_key(overrides, key):
     with pytest.raises(ConfigError, match=re.escape(f"`{key}`")):

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 from hydra import compose, initialize_config_dir
 
 from app.config import conf_dir, to_plain
@@ -62,6 +63,7 @@ STATED = [
 # (page, words): lines that use the word and state no value of this app's config
 NOT_A_SETTING = [
     ("docs/prepare.md", "| key | default | what it does |"),  # the table's header: its rows are in STATED
+    ("docs/slides.md", "| key | default | what it does |"),  # its rows: test_the_slides_table_is_data_patches
     ("docs/architecture.md", "Schema defaults equal"),  # the rules this test belongs to
     ("docs/architecture.md", "every default"),
     ("docs/architecture.md", "`tests/test_docs_defaults.py`"),
@@ -116,3 +118,15 @@ def test_the_checks_catch_a_wrong_or_new_default(defaults):  # negative controls
         ["data.num_images: 801 stated, 800 in conf/"]
     assert unaccounted("docs/queue.md", "`queue.workers` is 3 by default.\n`conf/queue/default.yaml`") == \
         ["docs/queue.md:1: `queue.workers` is 3 by default."]
+
+
+def test_the_slides_table_is_data_patches():
+    """docs/slides.md's table of data.patches, row for row, against a folder source's composed config."""
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        plain = to_plain(compose("config", overrides=["data=folder"]))
+    text = (ROOT / "docs" / "slides.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `(data\.patches\.\w+)` \| ([^|]+?) \|", text, re.MULTILINE)
+    assert {key for key, _ in rows} == {f"data.patches.{key}" for key in plain["data"]["patches"]}
+    stated = {key: None if value == "null" else yaml.safe_load(value.replace(",", "")) for key, value in rows}
+    assert not wrong_values(stated, plain)
+    assert wrong_values({**stated, "data.patches.per_image": 17}, plain)  # negative control

@@ -167,8 +167,7 @@ def time_samples(split, augmenter, indices, seed: int) -> tuple[list[float], lis
 
 
 def probe_and_choose(config, run, split, *, time_step: StepTimer, fits: Callable[[int, int], bool]) -> Choice:
-    """Time up to a batch (the run plan `run`'s share) of `split`'s samples, made its pixels, and `time_step` on them;
-    choose."""
+    """Time up to a batch (run plan `run`'s share) of `split`'s samples and `time_step` on them; choose."""
     batch_size = run.batch_size
     augmenter = augmenters(config.data, {"probe": config.augment.transforms}, pixels=run.pixels)["probe"]
     order = epoch_order(len(split), seed=config.seed, epoch=0, shuffle=config.queue.shuffle)[:batch_size + 1]

@@ -34,6 +34,7 @@ class Probe:
     trainer_mib: float  # a training process before its model: TensorFlow, Keras, the app, tf.data, TensorBoard (RSS)
     worker_mib: float  # a loader worker process after its first small samples (USS)
     worker_bytes_per_decoded_byte: float  # how a worker grows with the largest image it decodes
+    worker_region_mib: float  # what a worker adds to read regions of a tiled pyramid (zarr, its stores: patches)
     activation_factor: float  # host bytes a training step holds per float32 byte of layer outputs
     step_mib_per_layer: float  # the compiled train and test steps, a layer of the model
     machine: dict = field(default_factory=dict)
@@ -63,6 +64,7 @@ class Workload:
     device_is_host: bool  # no GPU: the device's share is host memory too
     bands: int = 3  # the images' bands and the bytes of a sample (data.channels, data.dtype)
     itemsize: int = 1
+    region_reads: bool = False  # patches of large images (data.patches), read region by region
 
     @property
     def pixels(self) -> int:
@@ -90,17 +92,16 @@ class Plan:
                 "host": {k: round(v, 1) for k, v in self.host}, "device": {k: round(v, 1) for k, v in self.device}}
 
 
-def workload(config, largest: tuple[int, int], run) -> Workload:
+def workload(config, largest: tuple[int, int], run, region_reads: bool = False) -> Workload:
     """The figures the plan needs of a loaded config (app/config.py) and its run plan (app/capacity/run_plan.py)."""
     return Workload(batch_size=run.batch_size, image_size=tuple(config.data.image_size), max_size=run.max_size,
                     workers=run.workers, processes=config.queue.use_multiprocessing, largest_decode_bytes=largest[0],
                     largest_pillow_bytes=largest[1], device_is_host=run.device_is_host, bands=run.pixels.bands,
-                    itemsize=np.dtype(run.pixels.dtype).itemsize)
+                    itemsize=np.dtype(run.pixels.dtype).itemsize, region_reads=region_reads)
 
 
 def plan_for(config, splits: tuple, model: ModelFacts, probe: Probe, *, run) -> Plan:
-    """The plan of a config training on `splits` (train, val if given) with numbers in its run plan `run`'s queue,
-    the largest decode read off file headers."""
+    """The plan of a config training on `splits` with run plan `run`'s queue, the largest decode read off headers."""
     data = config.data
 
     def decode(transforms) -> Decode:
@@ -110,7 +111,8 @@ def plan_for(config, splits: tuple, model: ModelFacts, probe: Probe, *, run) -> 
     rules = [decode(config.augment.transforms), decode(eval_transforms(config.augment, data.image_size))]
     sizes = [largest_decode_bytes(split, rule) for split, rule in zip(splits, rules, strict=False)]
     largest = (max(a for a, _ in sizes), max(p for _, p in sizes))
-    return predict(workload(config, largest, run), probe, model)
+    regions = any(hasattr(split, "layouts") for split in splits)  # patches (app/data/patches.py)
+    return predict(workload(config, largest, run, regions), probe, model)
 
 
 BUDGET = "queue.memory_budget_mb"
@@ -138,8 +140,9 @@ def batch_bytes(batch: int, size: tuple[int, int], bands: int = 3, itemsize: int
 
 
 def decode_mib(work: Workload, probe: Probe) -> float:
-    """A worker's growth for the largest image: the probe's growth a byte of array, and Pillow's copies once."""
-    return (probe.worker_bytes_per_decoded_byte * work.largest_decode_bytes + work.largest_pillow_bytes) / MIB
+    """A worker's growth for the largest image: the probe's growth a byte of array, Pillow's copies, region reads."""
+    regions = probe.worker_region_mib if work.region_reads else 0.0
+    return (probe.worker_bytes_per_decoded_byte * work.largest_decode_bytes + work.largest_pillow_bytes) / MIB + regions
 
 
 def predict(work: Workload, probe: Probe, model: ModelFacts) -> Plan:
@@ -202,8 +205,7 @@ def render(plan: Plan, limit: tuple[str, float] | None = None, fixed: list[str] 
 
 
 def batch_size_table(batch: int, size: tuple[int, int], bands: int = 3, dtype: str = "uint8") -> str:
-    """One batch in GiB (float32 / the images' `dtype`, `bands` a pixel) by batch × square side, the config's own added
-    and marked (`>`, `*`)."""
+    """One batch in GiB (float32 / `dtype`) by batch × square side, the config's own added and marked (`>`, `*`)."""
     itemsize = np.dtype(dtype).itemsize
     batches = sorted(set(TABLE_BATCHES) | {batch})
     sides = [(s, s) for s in TABLE_SIDES]

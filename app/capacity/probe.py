@@ -16,17 +16,20 @@ from pathlib import Path
 
 import numpy as np
 import psutil
+import tifffile
 from PIL import Image
 
 from app.augment import Augmenter
 from app.capacity.memory import private_bytes
 from app.capacity.plan import MIB, Probe
+from app.data.patches import PatchSplit, grid_split
 from app.data.source import FileSplit
 from app.frameworks import native_lines_to_log, native_stderr_captured, versions
-from app.io import atomic_write, held_exclusively
+from app.io import app_cache_dir, atomic_write, held_exclusively
 from app.loader.enqueuer import Enqueuer
 from app.loader.pipeline import Loader
 from app.loader.settings import Settings
+from app.schema.data import PatchesConfig
 
 log = logging.getLogger(__name__)
 PROCESSES = 2  # training processes measured (_spawn_trainer_probes)
@@ -35,8 +38,7 @@ SMALL, LARGE = (96, 96), (1800, 2400)  # worker probe images, H × W
 
 def cache_file() -> Path:
     """A file a backend: the training process's figures are the backend's."""
-    root = os.environ.get("APP_CACHE_DIR") or Path.home() / ".cache" / "app"
-    return Path(root) / f"machine_probe.{_backend()}.json"
+    return app_cache_dir() / f"machine_probe.{_backend()}.json"
 
 
 def machine() -> dict:
@@ -133,7 +135,7 @@ def reset_high_water() -> None:
 
 
 def _spawn_worker_probe() -> dict:
-    """A real loader worker's USS after small images, then (a fresh one) after large ones."""
+    """A real worker's USS after small images, then (fresh ones) after large ones and a tiled pyramid's regions."""
     rng = np.random.default_rng(0)
     uss = {}
     with tempfile.TemporaryDirectory(prefix="app-probe-") as tmp:
@@ -143,13 +145,29 @@ def _spawn_worker_probe() -> dict:
                 noise = rng.integers(0, 256, (h // 4, w // 4, 3), np.uint8).repeat(4, 0).repeat(4, 1)
                 paths.append(Path(tmp) / f"{name}{i}.jpg")
                 Image.fromarray(noise).save(paths[-1], quality=90)
-            settings = Settings(batch_size=2, image_size=(32, 32), workers=1, max_size=1)
-            split = FileSplit(paths, [0] * len(paths))
-            enqueuer = Enqueuer({"train": split}, {"train": Augmenter([], (32, 32), draft=False)}, settings)
-            with Loader(enqueuer) as loader:
-                for _ in loader.batches("train", np.arange(len(paths)), 0):
-                    pass
-                uss[name] = private_bytes(loader.worker_pids[0])  # as app/capacity/memory.py counts a worker
+            uss[name] = _worker_uss(FileSplit(paths, [0] * len(paths)))
+        uss["regions"] = _worker_uss(_region_split(Path(tmp) / "pyramid.tif", rng))
     decoded = (LARGE[0] * LARGE[1] - SMALL[0] * SMALL[1]) * 3
     return {"worker_mib": uss["small"] / MIB,
-            "worker_bytes_per_decoded_byte": max(uss["large"] - uss["small"], 0) / decoded}
+            "worker_bytes_per_decoded_byte": max(uss["large"] - uss["small"], 0) / decoded,
+            "worker_region_mib": max(uss["regions"] - uss["small"], 0) / MIB}
+
+
+def _worker_uss(split) -> int:
+    """The USS of a loader worker that has built every sample of `split`, as app/capacity/memory.py counts it."""
+    settings = Settings(batch_size=2, image_size=(32, 32), workers=1, max_size=1)
+    enqueuer = Enqueuer({"train": split}, {"train": Augmenter([], (32, 32), draft=False)}, settings)
+    with Loader(enqueuer) as loader:
+        for _ in loader.batches("train", np.arange(len(split)), 0):
+            pass
+        return private_bytes(loader.worker_pids[0])
+
+
+def _region_split(path: Path, rng: np.random.Generator) -> PatchSplit:
+    """Four 32² patches of a small JPEG-tiled pyramid at `path`: a worker's region reads (tifffile's zarr store)."""
+    image = rng.integers(0, 256, (128, 128, 3), np.uint8).repeat(4, 0).repeat(4, 1)
+    with tifffile.TiffWriter(path) as tif:
+        tif.write(image, tile=(128, 128), compression="jpeg", photometric="rgb", subifds=1)
+        tif.write(image[::2, ::2], tile=(128, 128), compression="jpeg", photometric="rgb", subfiletype=1)
+    patches = PatchesConfig(size=[32, 32], level=1, min_foreground=0.0)
+    return grid_split([str(path)], patches)[0]

@@ -47,8 +47,7 @@ class Planner:
 
 def planner(config, run: RunPlan, splits: tuple, *, facts: ModelFacts,
             trainer_measures: Callable[[], dict]) -> Planner:
-    """The Planner of a loaded config and run plan training a `facts` model on `splits` (train[, val]), probing the
-    machine if unstored; a failed probe warns and gives no plan, or raises with a budget set."""
+    """A config's Planner, probing the machine if unstored; a failed probe warns, or raises with a budget set."""
     try:
         probe = measured_or_spawn_probe(trainer_measures)
     except (RuntimeError, AppError, OSError) as error:  # the plan informs; it must not stop a run without a budget

@@ -1,6 +1,5 @@
-"""A run's plan: what it derives from its config once its devices are known (this process's share of each global
-batch, the queue's workers and slots with `auto` chosen, the probe's figures). The config stays as the user wrote
-it and as the run saved it; what the run makes of it is read here."""
+"""A run's plan: what it derives from its config once its devices are known (its share of each global batch, the
+queue with `auto` chosen, the probe's figures). The config stays as written; what a run makes of it is read here."""
 
 from __future__ import annotations
 

@@ -168,8 +168,7 @@ def _mib(result: dict) -> str:
 
 
 def _derived(results: dict, data, slots: int, workers: int) -> dict:
-    """The figures the targets speak of; `slots`: the loader modes' ring's (queue.max_size as it caps it), `workers`
-    theirs (`auto` resolved)."""
+    """The figures the targets speak of: the loader modes' ring `slots` (as queue.max_size caps it) and `workers`."""
     ok = {m: r for m, r in results.items() if "error" not in r}
     batch_uint8 = data.batch_size * data.image_size[0] * data.image_size[1] * 3
     derived: dict = {"queue_bytes": slots * batch_uint8, "float32_batch_bytes": 4 * batch_uint8}

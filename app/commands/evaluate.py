@@ -16,6 +16,7 @@ from app.augment import Augmenter, eval_transforms
 from app.commands import failure_carried
 from app.config import conf_dir
 from app.errors import DataError, config_error
+from app.inference import patch_scores
 from app.inference.opened import keras_for_run
 from app.io import write_json, write_json_over_own
 from app.loader.pipeline import build_loader, make_sample
@@ -59,13 +60,16 @@ def main(cfg: DictConfig) -> float:
     transforms = eval_transforms(config.augment, config.data.image_size)
     # Evaluate's own bad-file policy, whatever data.on_bad_sample the run trained with: a file that
     # cannot be read is left out and named (training's `skip` would score another file in its place).
+    outputs = [] if hasattr(split, "layouts") else None  # patches: their images' results too
     with build_loader(config, {cfg.split: (split, transforms)}, on_bad_sample="mark") as loader:
-        figures = scores.evaluate(net, loader.readable(cfg.split), confusion, k)
+        figures = scores.evaluate(net, loader.readable(cfg.split), confusion, top_k=k, outputs=outputs)
     unreadable = _unreadable(split, loader.failed(cfg.split), cfg.split)
     result = {"checkpoint": str(path), "split": cfg.split, "loss": figures.loss, "accuracy": figures.accuracy,
               **({f"top{k}_accuracy": figures.top_k_correct / figures.images} if k else {}),
               "samples": int(figures.images), "class_names": names, **per_class(confusion, names),
               "confusion": confusion.tolist(), "unreadable": unreadable}
+    if outputs is not None:
+        result["image_level"] = _images(split, outputs, config.data.patches, names=names, out=out)
     write_json(out / "evaluation.json", result)
     (out / "report.txt").write_text(report(result), encoding="utf-8")
     _plot(confusion, names, out / "confusion.png", result)
@@ -82,6 +86,20 @@ def main(cfg: DictConfig) -> float:
     print(f"written: {out / 'evaluation.json'}, {out / 'report.txt'}, {out / 'confusion.png'}, "
           f"{out / 'misclassified.png'}")
     return result["accuracy"]
+
+
+def _images(split, outputs: list, patches, *, names: list[str], out: Path) -> dict:
+    """A patch run's image-level figures (data.patches.aggregate of each image's patches) and images.csv."""
+    rows = patch_scores.by_image(split, outputs, patches)
+    with open(out / "images.csv", "w", encoding="utf-8") as f:
+        f.write(",".join(["path", "label", "predicted", "patches", *names]) + "\n")
+        for row in rows:
+            f.write(",".join([row["path"], names[row["label"]], names[int(np.argmax(row["scores"]))],
+                              str(row["patches"]), *(f"{v:.6f}" for v in row["scores"])]) + "\n")
+    figures = {"aggregate": patches.aggregate.value, **patch_scores.image_figures(rows, names)}
+    print(f"images: accuracy {figures['accuracy']:.4f} on {figures['images']} images "
+          f"({patches.aggregate.value} of each image's patches; images.csv)")
+    return figures
 
 
 def _several(config, scoring: tuple, source, split_name: str, paths: tuple[Path, Path, Path]) -> float:
@@ -145,6 +163,9 @@ def report(result: dict) -> str:
     width = max(12, *(len(n) for n in result["class_names"]))
     lines = [f"checkpoint {result['checkpoint']}", f"split {result['split']}: {result['samples']} samples",
              f"loss {result['loss']:.4f}", f"accuracy {result['accuracy']:.4f}"]
+    if "image_level" in result:  # a patch run: the figures above are its patches'
+        images = result["image_level"]
+        lines.append(f"images: accuracy {images['accuracy']:.4f} on {images['images']} ({images['aggregate']})")
     lines += [f"{key} {value:.4f}" for key, value in result.items() if key.startswith("top")]
     lines += ["", f"{'class'.ljust(width)} precision    recall        f1   support"]
     rows = [*result["per_class"].items(), ("macro avg", result["macro"]), ("weighted avg", result["weighted"])]

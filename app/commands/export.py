@@ -1,7 +1,6 @@
 """`python -m app export resume=<run dir> export.format=tf_saved_model|onnx|litert [checkpoint=...]`: the run's model
-as a graph from uint8 images to class probabilities, with labels.txt, preprocessing.json and export.json, in export.out,
-published only if it matches Keras on the validation split within export.tolerance. It replaces an earlier export;
-anything else there is refused (overwrite=true: moved aside, never deleted)."""
+as a graph from uint8 images to probabilities, with labels.txt, preprocessing.json and export.json, in export.out, only
+if it matches Keras on validation within export.tolerance; other files there refused (overwrite=true: moved aside)."""
 
 from __future__ import annotations
 
@@ -187,9 +186,8 @@ def preprocessing(augment, size: list[int]) -> dict:
 
 
 def _output(config, run_dir: Path, names: list[str]) -> dict:
-    """preprocessing.json's word on the output: a class's probability (softmax), or (several labels an image) each
-    class's own (sigmoid) and the thresholds to name it from: the run's thresholds.json (evaluate's), else
-    trainer.threshold."""
+    """preprocessing.json's word on the output: softmax, or (multilabel) sigmoid with each class's threshold from the
+    run's thresholds.json (evaluate's), else trainer.threshold."""
     if str(config.data.task.value) != "multilabel":
         return {}
     path = run_dir / "thresholds.json"

@@ -18,12 +18,14 @@ from app.augment import eval_transforms
 from app.commands import failure_carried
 from app.config import conf_dir
 from app.data.images import EXTENSIONS
+from app.data.patches import grid_split
 from app.data.pixels import pixels_of
 from app.data.prepared import prepared_source
 from app.data.shards import MANIFEST, SPLITS
 from app.data.source import FileSplit
 from app.data.storage import is_url
 from app.errors import ConfigError, DataError
+from app.inference import patch_scores
 from app.inference.opened import open_run
 from app.io import atomic_write
 from app.loader.pipeline import build_loader
@@ -97,6 +99,8 @@ def main(cfg: DictConfig) -> None:
     pixels = pixels_of(config.data.channels, meta.get("dtype", "uint8"), bands=int(net.input_shape[-1]))  # the model's
     settings = dataclasses.replace(Settings.from_config(config, pixels=pixels), image_size=tuple(size))  # the model's
     transforms = eval_transforms(config.augment, size)
+    if getattr(config.data, "patches", None) is not None and config.data.patches.size and not prepared:
+        return _predict_patches(config, (net, names, settings, transforms), files, out)
     failed: list[tuple[str, str]] = []  # (what, why) of each sample that could not be read
     with build_loader(config, {name: (split, transforms) for name, split in splits.items()},
                       on_bad_sample="mark", settings=settings) as loader, \
@@ -121,6 +125,33 @@ def main(cfg: DictConfig) -> None:
             raise DataError(f"{source} could not be read: {why}; see {out}.")
         where = f"samples of the prepared copy {source}" if prepared else f"files under {source}"
         raise DataError(f"none of the {total} {where} could be read (the first, {first}: {why}); see {out}.")
+
+
+def _predict_patches(config, model: tuple, files: list[Path], out: Path) -> None:
+    """A patch run's predictions: a row an image from its patches' (data.patches.aggregate), patches.csv beside, and a
+    heatmap an image; an image without a foreground patch is listed with why."""
+    net, names, settings, transforms = model
+    split, gone = grid_split([str(f) for f in files], config.data.patches)
+    outputs = []
+    if len(split):
+        with build_loader(config, {"predict": (split, transforms)}, on_bad_sample="mark", settings=settings) as loader:
+            for x, _, positions in loader.readable("predict"):
+                stop_if_interrupted()
+                outputs.append((positions, np.asarray(net.predict_on_batch(x), np.float64)))
+    rows = patch_scores.write_predictions(split, outputs, names=names, patches=config.data.patches, out=out.parent)
+    none = f"no patch with data.patches.min_foreground={config.data.patches.min_foreground} of foreground"
+    with atomic_write(out, newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["path", "class", *names, "patches", "heatmap", "error"])
+        for row in rows:
+            writer.writerow([row["path"], names[int(np.argmax(row["scores"]))], *(f"{v:.6f}" for v in row["scores"]),
+                             row["patches"], row["heatmap"], ""])
+        writer.writerows([path, "", *([""] * len(names)), 0, "", none] for path in gone)
+    print(f"{len(rows)} images from {sum(row['patches'] for row in rows)} patches "
+          f"({config.data.patches.aggregate.value} of each image's){f'; {len(gone)} without any' if gone else ''}")
+    print(f"written: {out}, {out.parent / 'patches.csv'}, {out.parent / 'heatmaps'}")
+    if not rows:
+        raise DataError(f"none of the {len(files)} images has a patch to predict ({none}); see {out}.")
 
 
 def _thresholds(given: str | None, run_dir: Path, names: list[str], trainer) -> np.ndarray:

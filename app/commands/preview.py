@@ -17,6 +17,7 @@ from app.config import conf_dir, load
 from app.data import label_sets
 from app.data.pixels import run_pixels
 from app.errors import BadSampleError, DataError
+from app.inference.patch_scores import write_patch_sheet
 from app.loader.order import epoch_order
 from app.loader.worker import make_sample
 from app.runs.rundata import checked_source
@@ -61,6 +62,10 @@ def main(cfg: DictConfig) -> str:
     grid(list(rgb_view(np.stack(images), bands)), captions, columns=k + 1).save(out)
     log.info("preview: %d samples × (source + %d augmentations), seed %d", shown, k, config.seed)
     print(f"written: {out}")
+    if hasattr(source.train, "layouts"):  # patches: where they lie on their images
+        sheet = out.with_name("patches.png")
+        write_patch_sheet(source.train, [int(i) for i in order[:n]], config.seed, sheet)
+        print(f"written: {sheet} (where patches are drawn from in green, the previewed ones in yellow)")
     return str(out)
 
 

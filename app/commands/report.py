@@ -106,9 +106,8 @@ def plot(swept: list[str], rows: list[dict], out: Path) -> list[Path]:
 
 
 def figure(key: str, swept: list[str], rows: list[dict]):
-    """Peak memory (with `plan`'s, dashed), images/s and the runs' trainer.monitor (val_accuracy unless set) against
-    `key`: a line through each value's mean for each combination of the other swept keys, each run a point; log x past
-    a 20× span; best starred (by the monitor's mode)."""
+    """Peak memory (`plan`'s dashed), images/s and trainer.monitor against `key`: a line through the means for each
+    combination of the other swept keys, each run a point; log x past a 20× span; the best run starred."""
     import matplotlib.pyplot as plt
 
     others = [k for k in swept if k != key]

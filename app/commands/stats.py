@@ -1,6 +1,5 @@
 """`python -m app stats` (config as for train): each band's mean, std, min, max and 1st/99th percentiles over the
-whole training split, read by the loader's workers as validation reads it (the resize alone), GeoTIFF no-data pixels
-left out; printed, and written to stats.json for data.normalize.stats."""
+training split, read as validation reads it, no-data pixels left out; printed, and in stats.json for data.normalize."""
 
 from __future__ import annotations
 

@@ -30,8 +30,7 @@ ERRORS = {cls.__name__: cls for cls in (AppError, ConfigError, DataError, Worker
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
 @failure_carried
 def main(cfg: DictConfig) -> float | None:
-    """Returns trainer.monitor's value at the last epoch (val_accuracy unless set), the value a Hydra sweeper
-    optimises."""
+    """trainer.monitor's value at the last epoch (val_accuracy unless set): what a Hydra sweeper optimises."""
     hydra_cfg = HydraConfig.get()
     run_dir, overrides = Path(hydra_cfg.runtime.output_dir), list(hydra_cfg.overrides.task)
     if hydra_cfg.mode != RunMode.MULTIRUN:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from app.config import closed_target
+from app.data.patches import patched
 from app.data.prepared import PreparedSplit
 from app.data.source import ArraySplit, FileSplit, Source
 from app.errors import ConfigError
@@ -21,4 +22,6 @@ def load_or_generate_source(data_cfg) -> Source:
             if option == "prepared" else "/path/to/images"
         raise ConfigError(f"config key `data.path` is not set: data={option} needs a folder, "
                           f"e.g. data.path={example}.")
-    return source_of(data_cfg)
+    source = source_of(data_cfg)
+    patches = getattr(data_cfg, "patches", None)  # folders and tables of large images
+    return patched(source, patches) if patches is not None and patches.size else source

@@ -1,6 +1,5 @@
-"""Per-band figures of a split's pixels, batch by batch, for `python -m app stats`: mean and std (float64 sums), min
-and max, and the 1st and 99th percentiles exact from a histogram of every value the type holds; a no-data value
-(GeoTIFF's GDAL_NODATA) left out of every figure."""
+"""Per-band figures of a split's pixels, batch by batch, for `python -m app stats`: mean and std (float64 sums), min,
+max, and exact 1st and 99th percentiles from a histogram of every value; GeoTIFF's GDAL_NODATA value left out."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""A decoded image made the run's pixels: its bands chosen by data.channels (`rgb`, `all`, or band indices) and its
-samples of data.dtype (uint8 or uint16). A 16-bit image in a uint8 run is refused, never cut to 8 bits; an image
-with fewer bands than the run reads is a bad sample named with both counts."""
+"""A decoded image made the run's pixels: bands by data.channels, samples of data.dtype. A 16-bit image in a uint8 run
+is refused, never cut to 8 bits; one with fewer bands than the run reads is a bad sample naming both counts."""
 
 from __future__ import annotations
 
@@ -37,8 +36,7 @@ def fit_bands(image: np.ndarray, *, channels, bands: int, dtype: str) -> np.ndar
 
 
 def _samples(image: np.ndarray, dtype: str) -> np.ndarray:
-    """The image's samples as `dtype`: 8-bit widened for a uint16 run (the values kept); 16-bit in a uint8 run
-    refused."""
+    """The image's samples as `dtype`: 8-bit widened for a uint16 run (values kept); 16-bit in a uint8 run refused."""
     if image.dtype == DTYPES[dtype]:
         return image
     if image.dtype == np.uint8 and dtype == "uint16":

@@ -1,5 +1,4 @@
-"""A prepared copy's files against its manifest (app/data/shards.py): each split's index against its checksum and count,
-each shard's size; one clause a problem, naming the file. Members' bytes are checked where read, never here."""
+"""A copy's indexes (checksum, count) and shard sizes against its manifest, naming files; members: checked on read."""
 
 from __future__ import annotations
 
@@ -23,8 +22,7 @@ def index_damage(root: str, manifest: Manifest, split: str, index: np.ndarray) -
 
 
 def labels_damage(root: str, manifest: Manifest, split: str, labels: np.ndarray) -> str | None:
-    """What is wrong with a multilabel copy's labels-<split>.npy (`labels`, as read) against the manifest; None:
-    nothing."""
+    """What is wrong with a multilabel copy's labels-<split>.npy (`labels`) against the manifest; None: nothing."""
     record, path = manifest.splits[split], f"{root}/{labels_name(split)}"
     if index_digest(labels) != record.labels_sha256:
         return (f"{path} does not match the checksum {root}/{MANIFEST} records for it (it changed after prepare "

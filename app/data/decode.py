@@ -15,8 +15,7 @@ class DecodeError(ValueError):
 
 @dataclass(frozen=True, kw_only=True)
 class Pixels:
-    """What a run's images are made (app/data/bands.py): data.channels (`rgb`, `all` or band indices), the count of
-    bands that gives, data.dtype, and data.normalize's mean and std."""
+    """What a run's images are made (app/data/bands.py): data.channels, its band count, data.dtype, data.normalize."""
 
     channels: str | tuple[int, ...] = "rgb"
     bands: int = 3
@@ -27,9 +26,8 @@ class Pixels:
 
 @dataclass(frozen=True)
 class Decode:
-    """How a pipeline has its files decoded: `min_short_side` allows JPEG draft decoding and a TIFF pyramid's smaller
-    levels (None: full size); images declaring more than `max_pixels` are refused (None: no limit); `pixels`: the
-    run's bands and type."""
+    """How a pipeline decodes: `min_short_side` allows JPEG drafts and a TIFF pyramid's lower levels (None: full size);
+    images declaring more than `max_pixels` are refused (None: no limit); `pixels`: the run's bands and type."""
 
     min_short_side: int | None = None
     max_pixels: int | None = DEFAULT_MAX_PIXELS

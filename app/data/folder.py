@@ -1,5 +1,4 @@
-"""A folder of images, one sub-folder a class (images may nest; hidden files are ignored; labels index the sorted class
-names), split by `val_fraction` or given:
+"""A folder of images, one sub-folder a class (images may nest; hidden files ignored; labels index the sorted names):
 
     <path>/<class>/<image>                                     split by val_fraction (and test_fraction)
     <path>/train/<class>/<image>, <path>/val/<class>/<image>   split given

@@ -28,10 +28,11 @@ _PILLOW_BYTES = {"1": 1, "L": 1, "P": 1, "I;16": 2, "I;16L": 2, "I;16B": 2, "I;1
 
 
 def largest_decode_bytes(split, decode: Decode, most: int = 256) -> tuple[int, int]:
-    """The most memory one decode holds among up to `most` files spread over `split`, from headers only: (the largest
-    RGB array, the most Pillow's own copies hold). A file the loader will refuse counts 0."""
+    """The most one decode holds among up to `most` files of `split`, by headers: (largest RGB array, Pillow copies)."""
     if hasattr(split, "stored_sizes"):
         return _stored_decode_bytes(split, decode), 0
+    if hasattr(split, "layouts"):  # patches (app/data/patches.py): a region's chunks, never a whole image
+        return split.largest_decode_bytes(), 0
     if not hasattr(split, "paths"):
         return int(np.prod(np.load(split.npy_path, mmap_mode="r").shape[1:])), 0
     step = max(1, len(split.paths) // most)

@@ -67,8 +67,7 @@ def draft_scale(width: int, height: int, min_short_side: int) -> int:
 
 def load_rgb(path: str | os.PathLike, min_short_side: int | None = None,
              max_pixels: int | None = DEFAULT_MAX_PIXELS) -> np.ndarray:
-    """Decode `path` into a writable, C-contiguous uint8 RGB array (H, W, 3). A DecodeError (short reason) for anything
-    not a readable image or declaring more than `max_pixels`; OSErrors such as FileNotFoundError pass unchanged."""
+    """`path` as writable uint8 RGB (H, W, 3); a DecodeError if unreadable or over `max_pixels`; OSErrors pass."""
     return decoded(read_bytes(path, max_pixels), Decode(min_short_side, max_pixels))
 
 
@@ -83,9 +82,8 @@ def decoded(raw: bytes | TiffAt, decode: Decode) -> np.ndarray:
 
 
 def read_bytes(path: str | os.PathLike, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> bytes | TiffAt:
-    """The file's bytes (a TIFF: `TiffAt`, left to its decode); a DecodeError for an empty file, one whose header
-    declares more than `max_pixels` (never read whole), or a device, pipe or socket (refused unopened: /dev/urandom
-    never ends, a pipe waits for a writer)."""
+    """The file's bytes (a TIFF: `TiffAt`); a DecodeError for an empty file, one declaring more than `max_pixels` (never
+    read whole), or a device, pipe or socket (unopened: /dev/urandom never ends, a pipe waits for a writer)."""
     if not stat.S_ISREG(os.stat(path).st_mode):
         raise DecodeError("not a regular file (a device, pipe or socket)")
     with open(path, "rb") as file:

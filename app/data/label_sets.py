@@ -1,6 +1,5 @@
-"""Several labels an image (data.task=multilabel): a table's label cell read as a set of class names (split by
-data.label_separator, data.none_label the empty set), or one 0/1 column a class; the sets as 0/1 uint8 vectors, and
-the stratum a row is split by (its rarest label), so a rare class reaches validation."""
+"""data.task=multilabel: a table's label cell as a set of class names (data.label_separator, data.none_label), or a 0/1
+column a class; the sets as 0/1 uint8 vectors, and a row's stratum (its rarest label) so rare classes reach val."""
 
 from __future__ import annotations
 

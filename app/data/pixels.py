@@ -1,5 +1,4 @@
-"""A run's pixels (app/data/decode.py's Pixels) from its config and data: data.channels, data.dtype, and for
-`data.channels=all` the bands of the first training image, which every other image must have too."""
+"""A run's Pixels from config and data; `data.channels=all`: the first training image's bands, which all must have."""
 
 from __future__ import annotations
 
@@ -13,8 +12,7 @@ from app.errors import DataError, config_error
 
 
 def run_pixels(data, split) -> Pixels:
-    """A run's Pixels from data.channels, data.dtype and data.normalize; `all` counts the bands of `split`'s first
-    image."""
+    """A run's Pixels from its config; `all` counts the bands of `split`'s first image."""
     return pixels_of(data.channels, data.dtype, split=split, normalize=data.normalize)
 
 
@@ -55,8 +53,7 @@ def stats_of(path: str) -> tuple[list[float], list[float]]:
 
 
 def first_bands(split) -> int:
-    """The bands of `split`'s first image: a TIFF's from its header, another file's decoded, a copy's from its
-    manifest; 3 for arrays."""
+    """The bands of `split`'s first image: from a TIFF's header, a copy's manifest, else decoded; 3 for arrays."""
     paths = getattr(split, "paths", None)
     if not paths:
         return getattr(split, "bands", 3)  # a prepared copy's, from its manifest

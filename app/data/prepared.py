@@ -1,7 +1,6 @@
-"""data=prepared: a copy written by `python -m app prepare` (layout: app/data/shards.py), in a folder or at a URL.
-Sample i is one read of its index row's byte range, CRC32-checked (a mismatch: a bad sample), then decoded; a damaged
-copy is refused at start. At a URL (`RemoteCopy`) a sample is one ranged GET, or read from a shard cached under
-data.cache_dir."""
+"""data=prepared: a copy written by `python -m app prepare` (layout: app/data/shards.py), in a folder or at a URL
+(`RemoteCopy`: a ranged GET, or a shard cached under data.cache_dir). Sample i is one read of its index row's byte
+range, CRC32-checked (a mismatch: a bad sample), then decoded; a damaged copy is refused at start."""
 
 from __future__ import annotations
 
@@ -39,8 +38,7 @@ from app.errors import BadSampleError, DataError
 FINGERPRINT_COVERS = "the prepared copy's manifest: its source's fingerprint, the resize rule and the format"
 log = logging.getLogger(__name__)
 class PreparedSplit:
-    """The samples of one split of a prepared copy: rows `rows` of its index (`vectors`: a multilabel copy's
-    labels-<split>.npy, a 0/1 row a sample of the whole split)."""
+    """One split of a prepared copy: rows `rows` of its index (`vectors`: a multilabel copy's labels-<split>.npy)."""
 
     def __init__(self, root: str, split: str, shards: list[str], *, stored: Manifest, vectors=None):
         self.root = root if isinstance(root, RemoteCopy) else str(root)
@@ -220,8 +218,7 @@ def _local_copy(path) -> str:
 
 
 def check_short_side(split, need: int | None, what: str) -> None:
-    """Refuse a prepared split stored smaller than `need` px of short side (what `what`, the
-    transforms, need: None where they say nothing), before any work; other splits pass."""
+    """Refuse, before any work, a prepared split stored below the `need` px of short side that `what` needs."""
     if not isinstance(split, PreparedSplit) or need is None:
         return
     manifest = manifest_of(split.root)

@@ -1,6 +1,5 @@
-"""data.cache_dir: a local disk cache of whole shards (and indexes) of a prepared copy at a URL, in a folder keyed by
-the URL and manifest; downloads are renamed into place whole, and past `max_bytes` (every copy's) the least recently
-used go first. A local write failure is a DataError at once: no retry of the store mends the disk."""
+"""data.cache_dir: a disk cache of a URL copy's whole shards and indexes, keyed by URL and manifest, renamed in whole,
+least recently used evicted past `max_bytes`. A local write failure is a DataError at once: no retry mends the disk."""
 
 from __future__ import annotations
 

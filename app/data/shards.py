@@ -1,16 +1,13 @@
 """A prepared copy's layout, written by `python -m app prepare`, read by `data=prepared` (URLs: app/data/storage.py).
 
-    <split>-<n:05d>.tar  shards of about prepare.shard_mb in WebDataset's layout, samples spread by one seeded shuffle:
-        members `<key>.jpg` (jpeg: 8-bit RGB) or `<key>.npy` (raw: H×W×bands of the manifest's dtype), `<key>.cls`
-        (the label; several: the class indices, space-separated) and `<key>.json` (the original's path and size),
-        keyed `<split>-<index:09d>` (no dots: WebDataset splits a name at the first)
-    index-<split>.npy    a row a sample in the split's order (`INDEX_DTYPE`), memory-mapped: the shard, offset and
-        length of the image member's data, the label (-1 with several), the stored size, and the CRC32 of those bytes
-        (checked when read)
-    labels-<split>.npy   several labels an image (`Manifest.task` multilabel): a 0/1 uint8 row of classes a sample,
-        in the index's order
-    manifest.json        written last, whole or not at all (`Manifest`; none: unfinished), its `checksum` the sha256
-        of the rest (an edited one is refused)
+    <split>-<n:05d>.tar  shards of about prepare.shard_mb (WebDataset's layout), samples in one seeded shuffle: members
+        `<key>.jpg` (8-bit RGB) or `<key>.npy` (raw: H×W×bands, the manifest's dtype), `<key>.cls` (the label; several:
+        class indices, space-separated), `<key>.json` (the original's path and size), keyed `<split>-<index:09d>`
+        (no dots: WebDataset splits a name at the first)
+    index-<split>.npy    a row a sample in split order (`INDEX_DTYPE`), memory-mapped: shard, offset and length of the
+        image data, the label (-1 with several), stored size and the CRC32 of those bytes (checked when read)
+    labels-<split>.npy   multilabel copies: a 0/1 uint8 row of classes a sample, in the index's order
+    manifest.json        written last, whole or not at all (`Manifest`; none: unfinished); `checksum`: the rest's sha256
     bad_samples.txt      the source's files left out, as training lists them"""
 
 from __future__ import annotations
@@ -141,8 +138,7 @@ def read_manifest(root: str | Path, storage_options: dict | None = None) -> Mani
 
 
 def parse_manifest(raw: bytes, root: str | Path) -> Manifest:
-    """The manifest of the copy at `root` from its bytes; a DataError naming it when they are not one, are of a newer
-    format version, or do not match their checksum (an edit could relabel every sample)."""
+    """The manifest of the copy at `root` from its bytes; a DataError if not one, newer, or failing its checksum."""
     path = f"{str(root).rstrip('/')}/{MANIFEST}"
     try:
         fields = json.loads(raw.decode("utf-8"))

@@ -112,6 +112,18 @@ class Source:
     # a table's rows its check left out (data.on_bad_sample=skip): (line or row, where, why)
     left_out: list[tuple[int, str, str]] = dataclasses.field(default_factory=list)
     train_weights: np.ndarray | None = None  # a table's weight column, a training sample each (data.sampling=weights)
+    corners: dict = dataclasses.field(default_factory=dict)  # a table's patches: (top, left) a row, by split
+
+
+def fetch_drawn(split, i: int, decode: Decode | None, drawn: tuple[int, int, int]):
+    """Sample i's raw data: `drawn` (seed, epoch, draw) reaches a split that places patches by it (a PatchSplit,
+    app/data/patches.py); any other split, a user's own too, takes (i, decode)."""
+    return split.fetch(i, decode, drawn) if hasattr(split, "layouts") else split.fetch(i, decode)
+
+
+def read_drawn(split, i: int, decode: Decode | None, drawn: tuple[int, int, int]) -> np.ndarray:
+    """Sample i read and decoded, as `fetch_drawn` passes `drawn`."""
+    return split.read(i, decode, drawn) if hasattr(split, "layouts") else split.read(i, decode)
 
 
 def subset(split: FileSplit | ArraySplit, picked: np.ndarray) -> FileSplit | ArraySplit:

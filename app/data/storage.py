@@ -138,8 +138,7 @@ class RemoteStore(Store):
         return int(self._retrying(self.path_of(name), lambda path: self.fs.size(path)))
 
     def download_to(self, name: str, local: Path) -> None:
-        """The object `name` streamed into the local file `local` (created or replaced; begun again on a retry), never
-        whole in memory; a LocalWriteError where `local` cannot be written."""
+        """The object `name` streamed into the file `local`, never whole in memory; LocalWriteError if it cannot be."""
         def get_file(path: str) -> None:
             try:
                 self.fs.get_file(path, str(local))
@@ -162,8 +161,7 @@ class RemoteStore(Store):
             self._retrying(path, lambda p: self.fs.rm_file(p))
 
     def names(self) -> list[str] | None:
-        """The names directly under the URL ([] where nothing is under it); None where it is an
-        object itself. A missing bucket is a DataError naming the URL."""
+        """The names directly under the URL ([]: none; None: it is an object); a DataError for a missing bucket."""
         def listed(path: str) -> list[dict]:
             try:
                 return self.fs.ls(path, detail=True)

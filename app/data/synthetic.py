@@ -71,8 +71,7 @@ class Spec:
 
 
 def ensure_dataset(root: str | os.PathLike, spec: Spec, progress: bool = True) -> Path:
-    """The dataset's folder under `root`, generated first if missing (a MachineError without disk room) into a hidden
-    sibling renamed into place when whole: a concurrent job sees nothing or all of it."""
+    """The dataset's folder under `root`, made if missing in a sibling renamed when whole: jobs see all or none."""
     num_images, source_size, num_classes, seed = spec.num_images, spec.source_size, spec.num_classes, spec.seed
     names = class_names(num_classes)
     root = Path(root).expanduser().absolute()

@@ -52,7 +52,7 @@ def table_source(data_cfg) -> Source:
 def _columns(given, header: list[str], table: Path) -> dict[str, str | None]:
     """The columns the config names, checked to be in the table (Hugging Face's `file_name` for the path's)."""
     columns = {"path": given.path, "label": given.label, "split": given.split, "group": given.group,
-               "weight": given.weight}
+               "weight": given.weight, "x": given.x, "y": given.y}
     if not header:
         raise DataError(f"data.table {table} holds no rows: a row an image, with its path and label")
     twice = sorted({name for name in header if header.count(name) > 1})
@@ -92,7 +92,7 @@ def _split(samples: list[Sample], columns: dict, data_cfg) -> dict[str, list[Sam
     """train, val and test rows: as the split column gives them, else drawn by class (and group) as folders are."""
     if columns["split"] is not None:
         parts = {name: [s for s in samples if s.split == name] for name in ("train", "val", "test")}
-    elif columns["group"] is not None:
+    elif columns["group"] is not None or columns["x"] is not None:  # patches: by their image
         parts = _split_groups(samples, data_cfg.val_fraction, data_cfg.test_fraction)
     else:
         by_class: dict[str, list] = {}
@@ -143,7 +143,7 @@ def _source(table: Path, root: Path, class_names: list[str], *, parts: dict, lef
             return FileSplit(paths, label_sets.vectors([s.label for s in samples], class_names))
         return FileSplit(paths, [index[s.label] for s in samples])
 
-    listed = sorted((s.rel, s.size) for part in parts.values() for s in part)
+    listed = sorted({(s.rel, s.size) for part in parts.values() for s in part})
     h = hashlib.sha256(f"{table.stat().st_size}\0{_sha256(table)}\n".encode())
     for rel, size in listed:
         h.update(f"{rel}\0{size}\n".encode())
@@ -153,10 +153,12 @@ def _source(table: Path, root: Path, class_names: list[str], *, parts: dict, lef
              "class_names": class_names, "root": str(root), "table": str(table),
              **{name: [s.rel for s in parts[name]] for name in ("train", "val")},
              "test": [s.rel for s in parts["test"]] or None, "left_out": [line for line, _, _ in left_out]}
+    corners = {name: np.array([s.corner for s in part], np.int64).reshape(-1, 2) for name, part in parts.items()
+               if part and part[0].corner is not None}  # data.columns.x and y: a row a patch
     return Source(name=f"table {table.name}", class_names=class_names, train=file_split(parts["train"]),
                   val=file_split(parts["val"]), fingerprint=fingerprint, split=split,
                   names_sizes_fingerprint=fingerprint, test=file_split(parts["test"]) if parts["test"] else None,
-                  left_out=left_out, train_weights=np.array([s.weight for s in parts["train"]]))
+                  left_out=left_out, train_weights=np.array([s.weight for s in parts["train"]]), corners=corners)
 
 
 def _sha256(path: Path) -> str:

@@ -1,6 +1,5 @@
-"""A table of samples read as users keep it: CSV or TSV (the standard library's csv: values stay strings, `000123`
-too, and each row keeps its line), JSON Lines, Parquet (pyarrow, the `parquet` extra, without pandas). Every row
-comes with where it is in its file, so a fault names it."""
+"""A table of samples read as users keep it: CSV or TSV (values stay strings, `000123` too), JSON Lines, Parquet
+(pyarrow, the `parquet` extra, no pandas). Every row comes with where it is in its file, so a fault names it."""
 
 from __future__ import annotations
 

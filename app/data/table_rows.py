@@ -25,6 +25,7 @@ class Sample:
     size: int
     weight: float = 1.0  # data.columns.weight's, for data.sampling=weights
     stratum: str = ""  # what a drawn split balances: its label, or (multilabel) its rarest class
+    corner: tuple[int, int] | None = None  # data.columns.x and y: a patch's (top, left) at level 0
 
 
 class RowFault(Exception):
@@ -72,7 +73,7 @@ class RowReader:
                                     "to data.max_bad_fraction") from None
                 left_out.append((row.number, where, fault.why))
                 continue
-            seen[sample.rel] = row.at
+            seen[(sample.rel, sample.corner)] = row.at
             samples.append(sample)
         return samples, left_out
 
@@ -84,17 +85,36 @@ class RowReader:
         if not given:
             raise RowFault(cols["path"], "the path is empty")
         rel = posixpath.normpath(self.path_format.replace("{}", given, 1) if self.path_format else given)
-        if rel in seen:  # normalised: ./a.jpg and a.jpg are one file
-            raise RowFault(cols["path"], f"{rel} is listed already, at {seen[rel]}")
+        corner = self.corner_of(row)
+        if (rel, corner) in seen:  # normalised: ./a.jpg and a.jpg are one file
+            where = f"{rel} at x={corner[1]}, y={corner[0]}" if corner else rel
+            raise RowFault(cols["path"], f"{where} is listed already, at {seen[(rel, corner)]}")
         label = self.label_of(row)
         split = self.split_of(row)
         group = _text(row.values.get(cols["group"]), cols["group"]) if cols["group"] else None
+        group = group or (rel if corner else None)  # an image's patches stay in one split
         try:
             size = (self.root / rel).stat().st_size
         except OSError as error:
             raise RowFault(cols["path"], f"{self.root / rel} cannot be read ({error.strerror})") from None
         return Sample(at=row.at, rel=rel, label=label, split=split, group=group or None, size=size,
-                      weight=self.weight_of(row))
+                      weight=self.weight_of(row), corner=corner)
+
+    def corner_of(self, row: Row) -> tuple[int, int] | None:
+        """data.columns.y and x: a patch's corner, whole pixels at level 0, 0 or more."""
+        if self.columns.get("x") is None:
+            return None
+        corner = []
+        for key in ("y", "x"):
+            column = self.columns[key]
+            try:
+                value = float(_text(row.values.get(column), column))
+            except (TypeError, ValueError):
+                raise RowFault(column, f"{row.values.get(column)!r} is not a pixel position") from None
+            if value < 0 or value != int(value):
+                raise RowFault(column, f"{value:g} is not a whole pixel position, 0 or more")
+            corner.append(int(value))
+        return corner[0], corner[1]
 
     def weight_of(self, row: Row) -> float:
         column = self.columns["weight"]
@@ -146,9 +166,10 @@ class RowReader:
             return
         first = groups.setdefault(sample.group, (sample.split, sample.at))
         if first[0] != sample.split:
-            raise RowFault(self.columns["split"], f"group {sample.group!r} ({self.columns['group']}) is in the "
-                                                  f"{first[0]} split at {first[1]}, and here in {sample.split}: a "
-                                                  "group's rows all go to one split")
+            what = f"group {sample.group!r} ({self.columns['group']})" if self.columns["group"] else \
+                f"image {sample.group!r} (its patches)"
+            raise RowFault(self.columns["split"], f"{what} is in the {first[0]} split at {first[1]}, and here in "
+                                                  f"{sample.split}: a group's rows all go to one split")
 
 
 def _text(value, column: str) -> str:

@@ -1,6 +1,5 @@
-"""A TIFF read by tifffile (imagecodecs decodes its JPEG, LZW, Deflate, ZSTD or JPEG 2000 strips and tiles): the first
-series at the smallest pyramid level that still covers what the transforms need, only that level's strips or tiles
-read from the file, its bands last (H, W, bands) in the file's own integer type."""
+"""A TIFF read by tifffile (imagecodecs decodes its strips and tiles): the first series at the smallest pyramid level
+that covers what the transforms need, only its strips or tiles read, bands last (H, W, bands) in the file's type."""
 
 from __future__ import annotations
 
@@ -42,8 +41,7 @@ def band_count(path: str | os.PathLike) -> int:
 
 
 def decoded_bytes(path: str | os.PathLike, min_short_side: int | None, max_pixels: int | None) -> int:
-    """The array `read_tiff` would make of `path` (the level it picks, every band), from the header alone; 0 for one
-    it would refuse."""
+    """The bytes of the array `read_tiff` would make of `path`, from its header alone; 0 for one it would refuse."""
     try:
         with tifffile.TiffFile(path) as tif:
             level = _chosen(tif, min_short_side, max_pixels)

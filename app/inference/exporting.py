@@ -1,5 +1,4 @@
-"""The Keras side of export: the model in float32 behind an integer input (uint8, or the run's uint16), written, then
-run by its format's runtime."""
+"""The Keras side of export: the float32 model behind an integer input, written, then run by its format's runtime."""
 
 from __future__ import annotations
 
@@ -45,8 +44,7 @@ def _in_float32(node):
 
 
 def integer_model(net: keras.Model) -> keras.Model:
-    """`net` behind an input of its images' integer type (uint8, uint16), cast in the graph to what `net` takes, called
-    once (Keras's ONNX exporter needs it)."""
+    """`net` behind its images' integer input, cast in the graph, called once (Keras's ONNX exporter needs it)."""
     shape, dtype = tuple(net.input_shape[1:]), pixel_dtype(net)
     pixels = keras.Input(shape, dtype=dtype, name="image")
     taken = "uint16" if pixel_dtype(net) == "uint16" else "float32"  # app/model.py declares uint16 only
@@ -56,8 +54,7 @@ def integer_model(net: keras.Model) -> keras.Model:
 
 
 def integer_input(net: keras.Model) -> dict:
-    """preprocessing.json's word on the input and its normalisation (the first layer's), where `net` does not take
-    8-bit RGB."""
+    """preprocessing.json's word on the input and its normalisation, where `net` does not take 8-bit RGB."""
     bands, dtype = int(net.input_shape[-1]), pixel_dtype(net)
     if (bands, dtype) == (3, "uint8"):
         return {}

@@ -1,6 +1,5 @@
-"""Several labels an image (data.task=multilabel): `evaluate`'s per-class table from one pass's outputs (support,
-precision, recall, F1 at the threshold, ROC AUC, average precision, TP/FP/FN/TN), the averages, and each class's
-threshold that maximises its F1 (found on validation, never on test)."""
+"""data.task=multilabel: `evaluate`'s per-class table from one pass's outputs (support, precision, recall, F1, ROC AUC,
+average precision, TP/FP/FN/TN), the averages, and each class's F1-best threshold (found on validation, never test)."""
 
 from __future__ import annotations
 

@@ -36,9 +36,10 @@ class Scores:
         self.mistakes = sorted(self.mistakes, reverse=True)[:keep]
 
 
-def evaluate(net: keras.Model, batches: Iterable[tuple[np.ndarray, ...]],
-             confusion: np.ndarray | None = None, top_k: int | None = None) -> Scores:
-    """Loss, accuracy (as Keras's), top-k, worst mistakes of (images, labels[, positions]) batches, into `confusion`."""
+def evaluate(net: keras.Model, batches: Iterable[tuple[np.ndarray, ...]], confusion: np.ndarray | None = None,
+             top_k: int | None = None, outputs: list | None = None) -> Scores:
+    """Loss, accuracy (as Keras's), top-k, worst mistakes of (images, labels[, positions]) batches, into `confusion`;
+    each batch's (positions, probabilities) appended to `outputs` where given (a patch run's images need them)."""
     scores = Scores()
     for x, y, *given in batches:
         stop_if_interrupted()
@@ -47,6 +48,8 @@ def evaluate(net: keras.Model, batches: Iterable[tuple[np.ndarray, ...]],
         p /= p.sum(axis=1, keepdims=True)
         picked = np.clip(p[np.arange(len(y)), y], EPSILON, 1 - EPSILON)
         predicted = p.argmax(axis=1)
+        if outputs is not None:
+            outputs.append((positions, p))
         if top_k:
             scores.top_k_correct += int((np.argsort(-p, axis=1)[:, :top_k] == y[:, None]).any(axis=1).sum())
         scores.add_mistakes(p, y, predicted, positions)

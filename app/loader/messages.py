@@ -9,8 +9,7 @@ STOP = None  # parent → worker: end the loop
 
 
 class Item(NamedTuple):
-    """A sample to build: its place in the batch, its index, and which draw of that index this is in the epoch
-    (data.sampling draws with replacement: each draw its own augmentation; 0 for the first, as with no sampling)."""
+    """A sample to build: its place in the batch, its index, which draw of it this is (data.sampling; 0 the first)."""
 
     position: int
     index: int

@@ -7,8 +7,7 @@ import numpy as np
 
 
 def epoch_order(n: int, *, seed: int, epoch: int, shuffle: bool, weights: np.ndarray | None = None) -> np.ndarray:
-    """Sample indices in this epoch's order: a permutation of 0..n-1 drawn from (seed, epoch), or as they are; with
-    `weights` (one a sample), n indices drawn with replacement, each in proportion to its weight."""
+    """This epoch's indices: permuted by (seed, epoch), or as they are; with `weights`, n drawn with replacement."""
     if weights is not None:
         return np.random.default_rng([seed, epoch]).choice(n, size=n, replace=True, p=weights / weights.sum())
     return np.random.default_rng([seed, epoch]).permutation(n) if shuffle else np.arange(n)
@@ -21,8 +20,7 @@ def class_balanced(labels: np.ndarray) -> np.ndarray:
 
 
 def draws_of(order: np.ndarray) -> np.ndarray:
-    """Beside a whole epoch's `order`: which draw of its index each entry is (0 the first), so each draw of a sample
-    drawn twice gets its own augmentation."""
+    """Which draw of its index each entry of an epoch's `order` is (0 the first): each draw is augmented apart."""
     by_index = np.argsort(order, kind="stable")  # each index's entries together, in epoch order
     ranked = order[by_index]
     starts = np.r_[0, np.flatnonzero(np.diff(ranked)) + 1]  # where each index's run begins

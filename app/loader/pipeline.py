@@ -44,8 +44,7 @@ class Loader:
 
     def batches(self, split_name: str, order: np.ndarray, epoch: int,
                 draws: np.ndarray | None = None) -> Iterator[tuple]:
-        """(uint8 batch, labels) over `order`, each batch an array of its own, the next copied out ahead; `draws`
-        beside `order` (order.draws_of) where the epoch was drawn with replacement."""
+        """(uint8 batch, labels) over `order`, each its own array, the next copied ahead; `draws`: order.draws_of."""
         return prefetch.batches(self._enqueuer, split_name, order, epoch, draws=draws)
 
     def every_sample(self, split_name: str) -> Iterator[tuple]:
@@ -54,8 +53,7 @@ class Loader:
         return self.batches(split_name, order, 0)
 
     def readable(self, split_name: str) -> Iterator[tuple]:
-        """`every_sample`'s batches as (images, labels, positions in the split), without the samples the `mark` policy
-        could not read (evaluate, export's parity check, stats)."""
+        """`every_sample`'s batches as (images, labels, positions), but samples `mark` could not read."""
         failed, start = self.failed(split_name), 0
         for x, y in self.every_sample(split_name):
             positions = np.arange(start, start + len(y))

@@ -1,6 +1,5 @@
-"""`max_size` slots of one batch each (the run's bands and integer type: uint8 RGB, or uint16 and any bands), with a
-`done` byte a sample, in one POSIX shared-memory segment reserved up front (posix_fallocate): a /dev/shm too small
-fails at start-up, not with a SIGBUS."""
+"""`max_size` slots of one batch each (the run's bands and type), a `done` byte a sample, in one POSIX shared-memory
+segment reserved up front (posix_fallocate): a /dev/shm too small fails at start-up, not with a SIGBUS."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""What the loader measures for the training's telemetry: seconds a sample spends in each worker stage, storage
-retries and the ring's fill; each reader ("epoch", "live") gets the figures since its own last take."""
+"""The loader's telemetry (worker stage seconds, storage retries, ring fill), each reader's since its own last take."""
 
 from __future__ import annotations
 

@@ -30,9 +30,8 @@ READ_ONLY = ("http", "https")  # URL schemes fsspec reads but cannot write
 
 
 def write_prepared_copy(config, *, workers: int, per_shard: int | None = None, overrides: Sequence[str] = ()) -> str:
-    """Prepare `config.data` into `config.prepare.out`; the line that says what was done.
-    `per_shard` (tests): samples a shard, instead of sizing shards by prepare.shard_mb;
-    `overrides`: the command line's, kept in the manifest for the advice to prepare it again."""
+    """Prepare `config.data` into `config.prepare.out`; the line saying what was done. `per_shard` (tests): samples a
+    shard, not sized by prepare.shard_mb; `overrides`: the command line's, kept in the manifest to prepare it again."""
     store = _refuse_unsupported(config)
     short_side, why = stored_short_side(config)
     log.info("%s", why)
@@ -74,6 +73,10 @@ def _refuse_unsupported(config) -> Store:
         raise ConfigError("config key `prepare.out` is not set: give the folder or URL the prepared copy is written "
                           "to, e.g. python -m app prepare data=folder data.path=/path/to/images "
                           "prepare.out=/path/to/copy (or prepare.out=s3://bucket/copy).")
+    if getattr(data, "patches", None) is not None and data.patches.size:
+        raise ConfigError(f"config key `data.patches.size` = {list(data.patches.size)} is set: prepare copies whole "
+                          "images, and a patch run reads its regions from the slides themselves; leave data.patches "
+                          "out of the prepare command (train on the slides with it).")
     if data.path and is_url(data.path):
         raise ConfigError(f"config key `data.path` = {data.path!r} is a URL: prepare reads a local source (it writes "
                           "to a URL: prepare.out may be s3:// or gs://). Copy the source to a local folder and give "

@@ -1,6 +1,5 @@
-"""A worker's share of prepare: one source sample → its stored member (the run's pixels, upright, the short side
-brought down to the stored one, as JPEG (8-bit RGB) or .npy), its label and the original's path and size, decoded as
-the loader decodes."""
+"""A worker's share of prepare: one source sample, decoded as the loader decodes → its stored member (the run's pixels,
+upright, down to the stored short side, as JPEG or .npy), its label and the original's path and size."""
 
 from __future__ import annotations
 

@@ -24,16 +24,14 @@ from app.prepare.tar import delete_stale_temporaries_in
 
 
 def index_of(records: list[dict]) -> np.ndarray:
-    """A split's index (INDEX_DTYPE) from its shards' records, in shard order then member order
-    (a record's row: offset, length, label, height, width, source index, crc32)."""
+    """A split's index (INDEX_DTYPE) from its shards' records, in shard order then member order."""
     rows = [(number, row[0], row[1], -1 if isinstance(row[2], list) else row[2], *row[3:5], row[6])
             for number, record in enumerate(records) for row in record["rows"]]
     return np.array(rows, dtype=INDEX_DTYPE) if rows else np.zeros(0, dtype=INDEX_DTYPE)
 
 
 def labels_of(records: list[dict], classes: int) -> np.ndarray:
-    """A multilabel split's labels-<split>.npy in the index's order: a 0/1 uint8 row a sample from each record's
-    class indices."""
+    """A multilabel split's labels-<split>.npy: a 0/1 uint8 row a sample in the index's order, from the records."""
     rows = [row[2] for record in records for row in record["rows"]]
     labels = np.zeros((len(rows), classes), np.uint8)
     for i, indices in enumerate(rows):
@@ -49,8 +47,7 @@ def write_index(store: Store, name: str, index: np.ndarray) -> None:
 
 
 def write_bad_samples(store: Store, bad: dict[str, list]) -> str:
-    """bad_samples.txt: one row a file left out, as training writes them (csv quotes a field
-    only when it holds a tab, newline or quote). Returns where it is."""
+    """bad_samples.txt, one row a file left out, as training writes them; returns its path."""
     text = io.StringIO(newline="")
     writer = csv.writer(text, delimiter="\t", lineterminator="\n")
     for split, rows in bad.items():

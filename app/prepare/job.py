@@ -35,8 +35,7 @@ class Job:
 
 
 def estimate_per_shard(job: Job, shard_mb: int) -> dict[str, int]:
-    """Samples a shard, each split, from the stored size of the first few training samples of the
-    shuffled order (the same few each time: the plan is the same for the same source and settings)."""
+    """Samples a shard, each split, from the stored size of the first few shuffled training samples (the same few)."""
     train = job.splits["train"]
     first = shard_orders(len(train), len(train) or 1, job.seed, "train")[0][:ESTIMATE_SAMPLES]
     sizes = [len(done.image) for done in (encode_or_bad(train, int(i), job.encoding) for i in first)

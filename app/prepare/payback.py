@@ -27,8 +27,7 @@ def seconds_per_sample(split, decode: Decode) -> float | None:
 
 
 def summary_line(*, files: int, bad: int, sizes: tuple[int, int], seconds: float, per_sample: tuple) -> str:
-    """`sizes`: bytes before and after; `per_sample`: (original, prepared) seconds a training sample, and
-    how many training samples an epoch reads."""
+    """`sizes`: bytes before and after; `per_sample`: (original, prepared) seconds a sample, samples an epoch."""
     before, after = sizes
     original, prepared, epoch_samples = per_sample
     line = (f"prepared {files} files ({bad} bad, left out): {_mb(before)} → {_mb(after)} in {seconds:.1f} s")

@@ -83,9 +83,8 @@ def write_plan(store: Store, plan: dict) -> None:
 
 
 def write_record(store: Store, shard: str, record: dict) -> None:
-    """A finished shard's record: {"start": the key number of its first sample, "rows": [[offset,
-    length, label, height, width, source index, crc32], ...], "bad": [[source index, where, detail],
-    ...], "source_bytes": n, "bytes": the shard's size}. Written after the shard itself."""
+    """A shard's record, written after it: {"start": its first key number, "rows": [[offset, length, label, height,
+    width, source index, crc32], ...], "bad": [[source index, where, detail], ...], "source_bytes": n, "bytes": size}"""
     store.write_bytes(record_name(shard), json.dumps(record).encode("utf-8"))
 
 

@@ -1,5 +1,4 @@
-"""prepare.short_side: `auto` (the larger of what the train and eval transforms need, by app/augment.py's
-`short_side_rule`), an integer, or `full` (each image's own size)."""
+"""prepare.short_side: `auto` (what the train and eval transforms need: `short_side_rule`), an integer, or `full`."""
 
 from __future__ import annotations
 

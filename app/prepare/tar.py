@@ -53,8 +53,7 @@ class ShardWriter:
         return header_at + header + sample.data_start, len(sample.image) - sample.data_start
 
     def __exit__(self, kind, error, trace) -> None:
-        """Finished: the shard moved into the store under its name. An error (here or in the
-        move) leaves no shard under its name and no staging file."""
+        """The shard moved into the store; an error (here or in the move) leaves neither it nor a staging file."""
         try:
             self._tar.close()  # the end-of-archive blocks
             self.size = self._file.tell()

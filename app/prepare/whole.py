@@ -21,8 +21,7 @@ from app.errors import DataError
 
 
 def copy_damage(store: Store, plan: dict | None, records: dict[str, dict | None]) -> list[str] | None:
-    """None where there is no finished copy to check (no plan or no manifest); else what is missing or damaged, [] where
-    the copy is whole. `records`: every planned shard's record (None: missing, or not the size it gives)."""
+    """None without a finished copy (no plan or manifest); else what is missing or damaged ([]: the copy is whole)."""
     if plan is None or not store.exists(MANIFEST):
         return None
     problems = [f"{store.path_of(name)} is missing or not the size its record gives"

@@ -14,8 +14,7 @@ SPLIT_MISSING = ("it records which samples the run trains and validates on; rest
 
 
 def checked_source(config, run_dir: Path | None = None):
-    """A loaded config's data source: the run's own at `run_dir`, else `config.data`'s (made if missing); refused up
-    front when a prepared copy is stored smaller than the transforms need."""
+    """A config's data source, the run's own or `config.data`'s (made if missing); a copy stored too small refused."""
     source = load_or_generate_source(config.data) if run_dir is None else run_source(run_dir, config.data)
     check_stored_sizes(config, source)
     return source

@@ -66,8 +66,7 @@ def rows_kept(path: Path, keep, column: str) -> tuple[list[str], list[dict], str
 
 
 def check_history(run_dir: Path, kept: dict, epochs_done: int, steps_recorded: int) -> None:
-    """A DataError when metrics.csv lacks an epoch the checkpoint has done, or samples.csv a step it recorded:
-    a resume would write a history without them. `kept`: rows_kept of each, by name."""
+    """A DataError where metrics.csv or samples.csv (`kept`) lacks an epoch or step the checkpoint did."""
     metrics = kept["metrics.csv"]
     found = [int(row["epoch"]) for row in metrics[1]] if metrics else []
     missing = sorted(set(range(1, epochs_done + 1)) - set(found))

@@ -1,10 +1,7 @@
-"""The config's schema, enforced by OmegaConf as Hydra composes: a dataclass a config group (data.py, training.py; the
-commands' own here). The root is `Config` or a command's own (COMMAND_SCHEMAS), whose extra keys runs never hold.
-
-A `_target_` is resolved one of two ways. Closed groups (data, scheduler, logger: TARGETS) name one of ours, and
-`app.config.closed_target` imports it only when TARGETS lists it: a config can never make the app, or a loader
-worker, import anything else. Open groups (model, optimizer, trainer.callbacks) take any importable target, built
-by Hydra's `instantiate` (`app.config.instantiate_each`): that is their point."""
+"""The config's schema, enforced by OmegaConf as Hydra composes: a dataclass a group; the root `Config`, or a command's
+own (COMMAND_SCHEMAS). Closed groups (data, scheduler, logger) name one of ours; closed_target imports only TARGETS':
+a config cannot make the app or a worker import anything else. Open groups (model, optimizer, trainer.callbacks) take
+any importable target, built by Hydra's `instantiate` (`app.config.instantiate_each`): that is their point."""
 
 from __future__ import annotations
 

@@ -28,6 +28,19 @@ class PixelType(str, Enum):
     uint16 = "uint16"  # 16-bit scans and multi-band rasters (Landsat, Sentinel-2); 8-bit images widened
 
 
+class PatchMode(str, Enum):
+    random = "random"  # data.patches.per_image patches an image an epoch, anywhere on its foreground
+    grid = "grid"  # every foreground patch of a grid (data.patches.stride), each once an epoch
+
+
+class Aggregate(str, Enum):
+    """An image's score from its patches' (evaluate and predict)."""
+
+    mean = "mean"
+    max = "max"
+    topk_mean = "topk_mean"  # the mean of the data.patches.top_k highest
+
+
 class StartMethod(str, Enum):
     spawn = "spawn"
     forkserver = "forkserver"
@@ -46,6 +59,25 @@ class NormalizeConfig:
     mean: list[float] | None = None
     std: list[float] | None = None
     stats: str | None = None  # a stats.json `python -m app stats` wrote: its mean and std
+
+
+@dataclass(kw_only=True)
+class PatchesConfig:
+    """Training on patches of large images (slides, scenes), each read region by region (app/data/patches.py)."""
+
+    size: list[int] | None = None  # [height, width] of a patch; null: whole images, no patches
+    # the resolution, at most one set (none: level 0): a pyramid level, a downsample, or µm a pixel
+    level: int | None = None
+    downsample: float | None = None
+    mpp: float | None = None
+    mode: PatchMode = PatchMode.random  # training; validation, evaluate and predict take the grid
+    stride: list[int] | None = None  # the grid's step, in patch pixels; null: the patch size
+    per_image: int = 16  # random: patches an image an epoch
+    min_foreground: float = 0.5  # a patch's share of foreground (0: every patch, the mask not made)
+    mask_bands: list[int] | None = None  # the bands the mask is made of; null: saturation (RGB), else all
+    aggregate: Aggregate = Aggregate.mean
+    top_k: int = 5  # aggregate=topk_mean
+    max_chunk_pixels: int = 16_777_216  # a file stored in larger tiles, strips or chunks is refused
 
 
 # What builds each data option's source, its node's `_target_` (set by `data=<option>`).
@@ -96,13 +128,14 @@ class CifarDataConfig(DataConfig):
     download: bool = False
 
 
-@dataclass
+@dataclass(kw_only=True)
 class FolderDataConfig(DataConfig):
     _target_: str = DATA_TARGETS["folder"]
     image_size: list[int] = field(default_factory=lambda: [128, 128])
     # the test split: <path>/test/<class>/ when it is there, else this folder of <class>/ (null: none)
     test_path: str | None = None
     test_fraction: float = 0.0  # or, in the flat layout <path>/<class>/, this fraction of each class
+    patches: PatchesConfig = field(default_factory=PatchesConfig)
 
 
 @dataclass(kw_only=True)
@@ -115,6 +148,9 @@ class TableColumns:
     group: str | None = None  # a patient, slide or scene: all of a group's rows go to one split
     weight: str | None = None  # a row's sampling weight (data.sampling=weights): a number, 0 or more
     labels: list[str] | None = None  # data.task=multilabel: one 0/1 column a class, each named as its class
+    # with data.patches: a row a patch of its image, its corner at level 0, labelled on its own
+    x: str | None = None
+    y: str | None = None
 
 
 @dataclass(kw_only=True)
@@ -134,6 +170,7 @@ class TableDataConfig(DataConfig):
     label_separator: str | None = None
     none_label: str | None = None
     uncertain: str | None = None
+    patches: PatchesConfig = field(default_factory=PatchesConfig)
 
 
 @dataclass(kw_only=True)

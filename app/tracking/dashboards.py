@@ -54,8 +54,7 @@ class Writer:
         """Called just before the checkpoint of `step` is saved: what was written up to it is final."""
 
     def finish_and_upload(self, status: str) -> None:
-        """The run's end, `status` completed (epochs done, or a callback stopped it), failed or interrupted: files
-        closed; where a logger keeps the run elsewhere (MLflow), its files uploaded and its run ended."""
+        """The run's end (completed, failed, interrupted): files closed; a remote run (MLflow) uploaded and ended."""
 
 
 class Writers(Writer):

@@ -12,6 +12,7 @@ import numpy as np
 from tqdm import tqdm
 
 from app.frameworks import load_tensorflow
+from app.loader.order import draws_of
 from app.runs.checkpoint import RunState
 
 log = logging.getLogger("app.train")
@@ -103,11 +104,11 @@ class StepCheckpoint(keras.callbacks.Callback):
 
 
 class SampleRecorder(keras.callbacks.Callback):
-    """`trainer.record_samples`: samples.csv, the sample indices each training step saw."""
+    """`trainer.record_samples`: samples.csv, each step's sample indices; with patches, places (`where`: image:x:y)."""
 
-    def __init__(self, path: Path, batch_size: int, state: RunState):
+    def __init__(self, path: Path, batch_size: int, state: RunState, where=None):
         super().__init__()
-        self.path, self.batch_size, self.state = path, batch_size, state
+        self.path, self.batch_size, self.state, self.where = path, batch_size, state, where
         self.first = 0
 
     def on_train_batch_begin(self, batch, logs=None):
@@ -115,13 +116,19 @@ class SampleRecorder(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         new = not self.path.exists()
+        draws = draws_of(self.state.order) if self.where else None
         with open(self.path, "a", encoding="utf-8") as f:
             if new:
-                f.write("step,epoch,batch,indices\n")
+                f.write("step,epoch,batch,indices" + (",patches\n" if self.where else "\n"))
             for step in range(self.first, batch + 1):  # each step of the call
-                indices = self.state.order[step * self.batch_size:(step + 1) * self.batch_size]
+                taken = slice(step * self.batch_size, (step + 1) * self.batch_size)
+                indices = self.state.order[taken]
                 f.write(f"{self.state.steps_before_epoch + step + 1},{self.state.epoch + 1},{step},"
-                        f"{' '.join(map(str, indices))}\n")
+                        f"{' '.join(map(str, indices))}")
+                if self.where:
+                    f.write("," + " ".join(self.where(int(i), self.state.epoch, int(d))
+                                           for i, d in zip(indices, draws[taken], strict=True)))
+                f.write("\n")
 
 
 _PLAIN = (bool, int, float, str, type(None), np.generic)

@@ -104,8 +104,10 @@ class Epochs:
         # A step's row is written before its checkpoint: a run killed between the two would
         # otherwise resume after a step that samples.csv never recorded.
         if trainer.record_samples and self.writes:
+            where = self.source.train.place_of(self.context.config.seed) if hasattr(self.source.train, "place_of") \
+                else None  # patches: each sample's place too
             own.append(SampleRecorder(self.context.run_dir / "samples.csv", self.context.config.data.batch_size,
-                                      self.context.state))
+                                      self.context.state, where))
         if trainer.profile_steps and self.writes:
             own.append(Profile(list(trainer.profile_steps), self.context.run_dir / dashboards.EVENTS,
                                self.context.state))

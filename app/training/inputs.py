@@ -41,8 +41,10 @@ def read_data(config: Config, run_dir: Path):
         raise config_error("trainer.steps_per_epoch", steps, f"the training split has {available} full batches "
                            f"of data.batch_size={batch} (null uses them all)")
     check_run_length(config.trainer, steps)
-    log.info("data: %s, %d classes, %d training and %d validation samples, fingerprint %s",
-             source.name, len(source.class_names), len(source.train), len(source.val), source.fingerprint[:12])
+    patches = source.split.get("patches")
+    of = f" (patches of {patches['train']['images']} and {patches['val']['images']} images)" if patches else ""
+    log.info("data: %s, %d classes, %d training and %d validation samples%s, fingerprint %s",
+             source.name, len(source.class_names), len(source.train), len(source.val), of, source.fingerprint[:12])
     return source, steps
 
 

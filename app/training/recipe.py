@@ -29,8 +29,7 @@ log = logging.getLogger("app.train")
 
 @dataclass(frozen=True)
 class Head:
-    """What the model predicts and its loss compares: the class names, and whether an image shows several (a sigmoid
-    a class, binary crossentropy weighing each class's positives by `pos_weight`) or one (softmax)."""
+    """What the model predicts and its loss compares: the class names, several an image (sigmoid) or one (softmax)."""
 
     class_names: list[str]
     multilabel: bool = False

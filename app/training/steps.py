@@ -1,7 +1,6 @@
-"""The step loop: the loader's uint8 batches → Keras's compiled train and test functions, steps_per_execution steps
-a call, the callbacks around each as `fit` fires them, with empty logs between metric reads (every log_every_steps, at
-a checkpoint, at the epoch's end). Ours, not `fit`'s: a resumed run starts inside an epoch, with Keras's running
-metrics and the callbacks' counters restored."""
+"""The step loop: uint8 batches → Keras's compiled train and test functions, steps_per_execution steps a call, the
+callbacks fired as `fit` fires them, logs empty between metric reads. Ours, not `fit`'s: a resumed run starts inside
+an epoch, with Keras's running metrics and the callbacks' counters restored."""
 
 from __future__ import annotations
 
@@ -23,9 +22,8 @@ __all__ = ["EpochFigures", "EpochPlan", "Feed", "RunState", "train_epoch", "vali
 
 
 class Feed:
-    """`count` batches (images, labels) handed to the compiled step with no buffer of our own, `waited_s` the seconds
-    blocked on them; an error the iterator raises is raised unchanged (not as a TensorFlow error). `whole_last`: every
-    process loads the last batch whole, replicated on every device."""
+    """`count` batches handed to the compiled step unbuffered, `waited_s` the seconds blocked on them; the iterator's
+    errors raised unchanged. `whole_last`: every process loads the last batch whole, replicated on every device."""
 
     def __init__(self, batches: Iterable[tuple], count: int, class_weights: np.ndarray | None = None, *,
                  whole_last: bool = False):
@@ -62,8 +60,7 @@ class Feed:
             close()
 
     def iterator(self, image_shape, classes: int = 0, dtype: str = "uint8") -> Iterator:
-        """tf.data over the batches of `image_shape` (H, W, bands) and `dtype`; `classes`: several labels an image, a
-        0/1 vector of that many a row."""
+        """tf.data over the batches; `classes`: several labels an image, a 0/1 vector of that many a row."""
         import tensorflow as tf
 
         labels = tf.TensorSpec((None, classes), tf.uint8) if classes else tf.TensorSpec((None,), tf.int64)
@@ -144,8 +141,7 @@ class _JaxCalls:
 
 
 def _on_devices(batch: tuple, whole: bool = False) -> tuple:
-    """A batch as JAX arrays: this process's rows spread over keras.distribution's devices, or with `whole`
-    replicated on every one; on the one device without a distribution."""
+    """A batch as JAX arrays: this process's rows spread over keras.distribution's devices (`whole`: on every one)."""
     import jax
 
     distribution = keras.distribution.distribution()

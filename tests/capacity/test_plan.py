@@ -9,7 +9,8 @@ import pytest
 
 from app.capacity.plan import MARGIN, MIB, ModelFacts, Probe, Workload, batch_size_table, fits, fixes, predict, render
 
-PROBE = Probe(trainer_mib=500.0, worker_mib=100.0, worker_bytes_per_decoded_byte=2.0, activation_factor=1.5,
+PROBE = Probe(trainer_mib=500.0, worker_mib=100.0, worker_bytes_per_decoded_byte=2.0, worker_region_mib=10.0,
+              activation_factor=1.5,
               step_mib_per_layer=1.0)
 MODEL = ModelFacts(parameter_bytes=10 * MIB, optimizer_bytes=20 * MIB, activation_bytes_per_sample=4 * MIB, layers=20)
 WORK = Workload(batch_size=16, image_size=(512, 512), max_size=4, workers=2, processes=True,
@@ -36,6 +37,9 @@ def test_the_host_peak_adds_each_part_and_the_device_on_a_cpu():
     # what Pillow's own copies hold is added once a worker, not scaled by the probe's growth a byte of array
     pillow = predict(dataclasses.replace(WORK, largest_pillow_bytes=5 * MIB), PROBE, MODEL)
     assert dict(pillow.host)["2 worker processes (129 MiB each)"] == 2 * (100 + 2 * 12 + 5)
+    # patches: a worker holds what region reads bring beside its decode (the probe's zarr and stores)
+    regions = predict(dataclasses.replace(WORK, region_reads=True), PROBE, MODEL)
+    assert dict(regions.host)["2 worker processes (134 MiB each)"] == 2 * (100 + 2 * 12 + 10)
 
 
 def test_fixes_name_the_largest_value_that_fits():

@@ -49,6 +49,7 @@ def test_measured_once_stored_and_measured_again_elsewhere(tmp_path, monkeypatch
     assert 200 < probe.trainer_mib < 3000 and 20 < probe.worker_mib < probe.trainer_mib
     assert 0.3 < probe.step_mib_per_layer < 20  # the compiled steps: MiB a layer
     assert 0.5 < probe.worker_bytes_per_decoded_byte < 10  # a worker holds its largest decode at least once
+    assert 1 < probe.worker_region_mib < 50  # zarr and its stores, for region reads
     assert 0.3 < probe.activation_factor < 20
     stored = json.loads((session / "machine_probe.tensorflow.json").read_text())
     assert stored["trainer_mib"] == probe.trainer_mib and stored["machine"]["versions"]["tensorflow"]
@@ -84,12 +85,13 @@ def test_processes_asking_together_wait_for_one_measurement(tmp_path, monkeypatc
     figures when it lets go, instead of measuring beside it."""
     monkeypatch.setenv("APP_CACHE_DIR", str(tmp_path))
     figures = {"trainer_mib": 800.0, "activation_factor": 0.8, "step_mib_per_layer": 1.5, "worker_mib": 60.0,
+               "worker_region_mib": 10.0,
                "worker_bytes_per_decoded_byte": 2.0}
     measured, looked = [], threading.Event()
     monkeypatch.setattr(machine_probe, "_spawn_trainer_probes", lambda _: measured.append(1) or {
         k: figures[k] for k in ("trainer_mib", "activation_factor", "step_mib_per_layer")})
     monkeypatch.setattr(machine_probe, "_spawn_worker_probe", lambda: {
-        k: figures[k] for k in ("worker_mib", "worker_bytes_per_decoded_byte")})
+        k: figures[k] for k in ("worker_mib", "worker_bytes_per_decoded_byte", "worker_region_mib")})
     stored = machine_probe._stored
     monkeypatch.setattr(machine_probe, "_stored", lambda *args: (looked.set(), stored(*args))[1])
     path = machine_probe.cache_file()

@@ -2,7 +2,7 @@
 page shows it, so the documents cannot rot: in page order, README first, in one working directory,
 so a page's commands can build on each other (train, then resume=latest, then evaluate).
 
-What the test changes, and only that: the sizes, forced small (TINY_SIZES and MOST_EPOCHS,
+What the test changes, and only that: the sizes, forced small (TINY_SIZES, a patch's, and MOST_EPOCHS,
 appended, and a later override wins); what a command leaves unset, made small (TINY_DEFAULTS); the documents'
 placeholders (PLACEHOLDERS) made the test's own folder of images and its runs. A `$ command`
 followed by its output must print lines of that output's form (numbers aside). A command that
@@ -32,6 +32,7 @@ import numpy as np
 import pytest
 import tifffile
 from PIL import Image
+from slides import write_slides
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -62,7 +63,8 @@ LOG_PREFIX = re.compile(r"^\[[^\]]*\]\[[^\]]*\]\[[^\]]*\] - ")
 
 def placeholders(tmp: Path) -> dict[str, str]:
     return {"/some/images": str(tmp / "images"), "/data/flowers": str(tmp / "images"), "$HOME": str(tmp / "home"),
-            "/data/scans": str(tmp / "scans"), "/data/planet": str(tmp / "planet"), "/data/tiles": str(tmp / "tiles")}
+            "/data/scans": str(tmp / "scans"), "/data/planet": str(tmp / "planet"), "/data/tiles": str(tmp / "tiles"),
+            "/data/slides": str(tmp / "slides")}
 
 
 def documented() -> list[dict]:
@@ -137,7 +139,8 @@ def tiny(argv: list[str]) -> list[str]:
         defaults["trainer.cpu_devices"] = "2"
     if "trainer.epochs" not in given and "scheduler=cosine" in args:
         defaults["trainer.epochs"] = "2"  # its one-epoch warm-up needs an epoch after it
-    return [f"{key}={value}" for key, value in defaults.items()] + TINY_SIZES.get(word, []) + capped
+    patches = ["data.patches.size=[32,32]"] if any(a.startswith("data.patches.size=") for a in args) else []
+    return [f"{key}={value}" for key, value in defaults.items()] + TINY_SIZES.get(word, []) + patches + capped
 
 
 def source_of(args: list[str]) -> str:
@@ -261,6 +264,9 @@ def ran(tmp_path_factory):
     write_scans(tmp / "scans")
     write_planet(tmp / "planet")
     write_tiles(tmp / "tiles")
+    slides = write_slides(tmp / "slides", per_class=2, side=512, classes=("tumour", "normal"))
+    (tmp / "slides" / "patches.csv").write_text("path,label,x,y\n" + "".join(  # a table of patches, docs/slides.md's
+        f"{path.parent.name}/{path.name},{path.parent.name},{64 * k},{96 * k}\n" for path in slides for k in range(4)))
     write_cifar(work / "datasets" / "cifar10" / "cifar-10-batches-py")
     env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(ROOT / "tests"),
            "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}

@@ -1,0 +1,256 @@
+"""Patches of large images as a split's samples: which image and which region sample i is, read region by region
+(app/data/regions.py). Training draws data.patches.per_image patches an image an epoch from (seed, epoch, index,
+draw) alone, or takes every patch of the grid; validation, evaluate and predict take the grid. A patch with less
+foreground than data.patches.min_foreground (app/data/masks.py) is never a sample; the split stays by image."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+from app.data.bands import fit_bands
+from app.data.decode import Decode, DecodeError
+from app.data.masks import foreground, fractions, thumbnail
+from app.data.regions import Slide, close_open_files, read_region, slide_of
+from app.data.source import FileSplit, Source, bad_sample_reason
+from app.errors import BadSampleError, DataError
+from app.io import app_cache_dir, atomic_write
+
+STEPS_A_PATCH = 4  # random patches start on a grid this many times finer than a patch
+MASK_CELLS = 8  # a patch's side spans this many cells of its image's mask
+
+
+@dataclass(frozen=True, kw_only=True)
+class Layout:
+    """One image's patches: the level read and the region read there, what a patch covers at level 0, and the
+    patches' corners (level 0), a bit each: foreground enough."""
+
+    slide: Slide
+    level: int
+    read: tuple[int, int]
+    extent: tuple[int, int]
+    tops: np.ndarray
+    lefts: np.ndarray
+    valid: np.ndarray  # np.packbits of len(tops) × len(lefts)
+    foreground: float  # the image's share of foreground (1.0 where no mask is made)
+
+    def cells(self) -> np.ndarray:
+        return np.flatnonzero(np.unpackbits(self.valid, count=len(self.tops) * len(self.lefts)))
+
+    def corner(self, cell: int) -> tuple[int, int]:
+        return int(self.tops[cell // len(self.lefts)]), int(self.lefts[cell % len(self.lefts)])
+
+
+class PatchSplit:
+    """Samples that are patches of images: every foreground patch of a grid, `per_image` drawn an image an epoch
+    (`fetch` and `read` take the draw: (seed, epoch, draw)), or a table's own (`listed`); labels are their images'
+    (a table's patches: their own)."""
+
+    def __init__(self, images: FileSplit, layouts: list[Layout], *, size: tuple[int, int], per_image: int | None):
+        self.images, self.layouts, self.size, self.per_image = images, layouts, tuple(size), per_image
+        if per_image is None:  # the grid
+            cells = [layout.cells() for layout in layouts]
+            self.image_of = np.repeat(np.arange(len(layouts)), [len(c) for c in cells]).astype(np.int32)
+            self.cell_of = np.concatenate(cells).astype(np.int32) if cells else np.zeros(0, np.int32)
+        else:
+            self.image_of, self.cell_of = np.repeat(np.arange(len(layouts)), per_image).astype(np.int32), None
+        self.labels, self.corners = images.labels[self.image_of], None
+        self._cells: dict[int, np.ndarray] = {}
+
+    @classmethod
+    def listed(cls, images: FileSplit, layouts: list[Layout], size: tuple[int, int], rows: tuple) -> PatchSplit:
+        """A table's own patches, `rows` (image a patch, its (top, left) at level 0, its label), in that order."""
+        split = cls(images, layouts, size=size, per_image=1)
+        split.image_of, split.corners, split.labels = rows
+        return split
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_cells": {}}
+
+    def __len__(self) -> int:
+        return len(self.image_of)
+
+    def where(self, i: int, drawn: tuple[int, int, int] | None = None) -> tuple[int, int, int]:
+        """(image, top, left) of sample i, in level-0 pixels; a random patch's from `drawn` (seed, epoch, draw)."""
+        image = int(self.image_of[i])
+        layout = self.layouts[image]
+        if self.corners is not None:
+            return image, int(self.corners[i][0]), int(self.corners[i][1])
+        if self.cell_of is not None:
+            return (image, *layout.corner(int(self.cell_of[i])))
+        if image not in self._cells:
+            self._cells[image] = layout.cells()
+        cells = self._cells[image]
+        seed, epoch, draw = drawn or (0, 0, 0)
+        return (image, *layout.corner(int(cells[np.random.default_rng([seed, epoch, i, draw]).integers(len(cells))])))
+
+    def fetch(self, i: int, decode: Decode | None = None, drawn: tuple[int, int, int] | None = None) -> np.ndarray:
+        """Sample i's region, at the patch size: only the tiles it touches read; BadSampleError if unreadable."""
+        image, top, left = self.where(i, drawn)
+        layout = self.layouts[image]
+        scale, (height, width) = layout.slide.downsample(layout.level), layout.slide.levels[layout.level]
+        y, x = min(int(top / scale), height - layout.read[0]), min(int(left / scale), width - layout.read[1])
+        try:
+            region = read_region(layout.slide, layout.level, (y, x), layout.read)
+        except Exception as exc:
+            raise BadSampleError(i, self.describe(i, drawn), bad_sample_reason(exc)) from exc
+        if layout.read != self.size:  # between two levels: the finer one read, shrunk the rest of the way
+            shrunk = cv2.resize(region, self.size[::-1], interpolation=cv2.INTER_AREA)
+            region = shrunk if shrunk.ndim == 3 else shrunk[:, :, None]
+        return region
+
+    def decode(self, i: int, raw: np.ndarray, decode: Decode | None = None) -> np.ndarray:
+        pixels = (decode or Decode()).pixels
+        try:
+            return fit_bands(raw, channels=pixels.channels, bands=pixels.bands, dtype=pixels.dtype)
+        except DecodeError as exc:
+            raise BadSampleError(i, self.describe(i), str(exc)) from exc
+
+    def read(self, i: int, decode: Decode | None = None, drawn: tuple[int, int, int] | None = None) -> np.ndarray:
+        return self.decode(i, self.fetch(i, decode, drawn), decode)
+
+    def place_of(self, seed: int):
+        """(index, epoch, draw) → "image:x:y", sample index's image (in this split) and corner: samples.csv's."""
+        def place(i: int, epoch: int, draw: int) -> str:
+            image, top, left = self.where(i, (seed, epoch, draw))
+            return f"{image}:{left}:{top}"
+        return place
+
+    def largest_decode_bytes(self) -> int:
+        """The most one patch holds as it is read: every chunk it can touch decoded, the region, and the patch."""
+        return max((_patch_bytes(layout, self.size) for layout in self.layouts), default=0)
+
+    def describe(self, i: int, drawn: tuple[int, int, int] | None = None) -> str:
+        image, top, left = self.where(i, drawn)
+        if self.cell_of is None and self.corners is None and drawn is None:
+            return f"{self.images.paths[image]} (a random patch)"
+        return f"{self.images.paths[image]} (the patch at x={left}, y={top})"
+
+
+def _patch_bytes(layout: Layout, size: tuple[int, int]) -> int:
+    slide = layout.slide
+    each = slide.bands * np.dtype(slide.dtype).itemsize
+    chunk_h, chunk_w = slide.chunk
+    chunks = (-(-layout.read[0] // chunk_h) + 1) * (-(-layout.read[1] // chunk_w) + 1) if slide.tiff else 1
+    return each * (chunks * chunk_h * chunk_w + layout.read[0] * layout.read[1] + size[0] * size[1])
+
+
+def patched(source: Source, patches) -> Source:
+    """`source` with its splits made patches of their images (`patches`: data.patches); images with no patch of
+    enough foreground left out and named in split.json, which says the split is by image."""
+    built = {name: _listed_split(split, source.corners[name], patches) if name in source.corners else
+             _patch_split(split, patches, grid=name != "train" or patches.mode.value == "grid")
+             for name, split in (("train", source.train), ("val", source.val), ("test", source.test))
+             if split is not None}
+    if not len(built["train"][0]) or not len(built["val"][0]):
+        empty = "training" if not len(built["train"][0]) else "validation"
+        raise DataError(f"the {empty} split has no patch with data.patches.min_foreground={patches.min_foreground} "
+                        f"of foreground ({len(built['train'][2]) + len(built['val'][2])} images without any): lower "
+                        "it (0 takes every patch; `python -m app preview` then shows where they lie), or check the "
+                        "images")
+    close_open_files()  # the masks are read: the workers read the regions
+    (train, kept, _), (val, _, _) = built["train"], built["val"]
+    weights = None if source.train_weights is None else \
+        source.train_weights[kept] if train.corners is not None else source.train_weights[kept][train.image_of]
+    counts = {name: {"images": len(split.layouts), "patches": len(split)} for name, (split, _, _) in built.items()}
+    left_out = sorted(path for _, _, gone in built.values() for path in gone)
+    described = {"split_by": "image", "size": list(patches.size), "mode": patches.mode.value, **counts,
+                 "without_foreground": left_out}
+    return dataclasses.replace(source, train=train, val=val, test=built["test"][0] if "test" in built else None,
+                               train_weights=weights, split={**source.split, "patches": described})
+
+
+def _listed_split(rows: FileSplit, corners: np.ndarray, patches) -> tuple[PatchSplit, np.ndarray, list[str]]:
+    """A table's patches, a row each (data.columns.x and y), labelled on their own; an image's label for its
+    image-level figures is its patches' most common. A corner whose patch passes its image's edge is refused."""
+    paths = list(dict.fromkeys(rows.paths))
+    at = {path: i for i, path in enumerate(paths)}
+    image_of = np.array([at[path] for path in rows.paths], np.int32)
+    layouts = [layout_of(path, patches, grid=True, masked=False) for path in paths]
+    for (top, left), image in zip(corners, image_of, strict=True):
+        height, width = layouts[image].slide.levels[0]
+        extent = layouts[image].extent
+        if top + extent[0] > height or left + extent[1] > width:
+            raise DataError(f"the patch at x={left}, y={top} of {paths[image]} passes its edge: a patch covers "
+                            f"{extent[1]}×{extent[0]} pixels of its {width}×{height} (data.columns.x and y are its "
+                            "top left corner at level 0)")
+    labels = np.array([np.bincount(rows.labels[image_of == image]).argmax() for image in range(len(paths))])
+    split = PatchSplit.listed(FileSplit(paths, labels), layouts, tuple(patches.size),
+                              (image_of, np.asarray(corners), rows.labels))
+    return split, np.arange(len(rows)), []
+
+
+def grid_split(paths: list[str], patches) -> tuple[PatchSplit, list[str]]:
+    """Every foreground patch of a grid over `paths` (predict's input), and the paths with none."""
+    split, _, gone = _patch_split(FileSplit(paths, np.zeros(len(paths), np.int64)), patches, grid=True)
+    return split, gone
+
+
+def _patch_split(images: FileSplit, patches, *, grid: bool) -> tuple[PatchSplit, np.ndarray, list[str]]:
+    """`images` as patches, which of them have any (indices into `images`), and the paths of those without."""
+    layouts = [layout_of(path, patches, grid=grid) for path in images.paths]
+    kept = np.array([i for i, layout in enumerate(layouts) if layout.valid.any()], dtype=np.int64)
+    split = PatchSplit(FileSplit([images.paths[i] for i in kept], images.labels[kept]), [layouts[i] for i in kept],
+                       size=tuple(patches.size), per_image=None if grid else patches.per_image)
+    return split, kept, [path for i, path in enumerate(images.paths) if i not in set(kept.tolist())]
+
+
+def layout_of(path: str, patches, *, grid: bool, masked: bool = True) -> Layout:
+    """Where `path`'s patches lie at the resolution `patches` asks; a DataError naming the file where it cannot."""
+    try:
+        slide = slide_of(path, patches.max_chunk_pixels)
+    except (DecodeError, OSError) as error:
+        raise DataError(f"{path} cannot be read as patches: {bad_sample_reason(error)}") from error
+    scale = _downsample(slide, patches)
+    level = max((k for k in range(len(slide.levels)) if slide.downsample(k) <= scale * 1.001), key=slide.downsample)
+    size = np.array(patches.size)
+    read = tuple(int(v) for v in np.round(size * scale / slide.downsample(level)).astype(int))
+    extent = tuple(int(v) for v in np.round(size * scale).astype(int))
+    step = extent if not grid else np.round(np.array(patches.stride or patches.size) * scale).astype(int)
+    step = np.maximum(np.array(step) // (1 if grid else STEPS_A_PATCH), 1)
+    tops, lefts = (np.arange(0, slide.levels[0][axis] - extent[axis] + 1, step[axis]) for axis in (0, 1))
+    shares, share = np.ones((len(tops), len(lefts))), 1.0
+    if masked and patches.min_foreground > 0 and len(tops) and len(lefts):
+        mask, cell = mask_of(slide, min(extent) / MASK_CELLS, patches.mask_bands)
+        shares, share = fractions(mask, cell, extent, (tops, lefts)), float(mask.mean())
+    valid = np.packbits((shares >= patches.min_foreground).reshape(-1))
+    return Layout(slide=slide, level=level, read=read, extent=extent, tops=tops, lefts=lefts, valid=valid,
+                  foreground=share)
+
+
+def _downsample(slide: Slide, patches) -> float:
+    if patches.level is not None:
+        if not 0 <= patches.level < len(slide.levels):
+            raise DataError(f"data.patches.level={patches.level}: {slide.path} has levels 0 to {len(slide.levels) - 1}")
+        return slide.downsample(patches.level)
+    if patches.mpp is not None:
+        if slide.mpp is None:
+            raise DataError(f"data.patches.mpp={patches.mpp}: {slide.path} records no resolution (the TIFF's "
+                            "XResolution and ResolutionUnit): give data.patches.level or data.patches.downsample")
+        return max(patches.mpp / slide.mpp, 1.0)
+    return max(patches.downsample or 1.0, 1.0)
+
+
+def mask_of(slide: Slide, downsample: float, bands: list[int] | None) -> tuple[np.ndarray, float]:
+    """`slide`'s foreground mask about `downsample` times smaller and its cell in level-0 pixels, made once a file
+    (its size and modification time) and kept in the app's cache."""
+    stat = os.stat(slide.path)
+    key = hashlib.sha256(repr((os.path.abspath(slide.path), stat.st_size, stat.st_mtime_ns, round(downsample, 3),
+                               bands, slide.nodata)).encode()).hexdigest()[:24]
+    path = app_cache_dir() / "masks" / f"{key}.npz"
+    try:
+        with np.load(path) as stored:
+            return stored["mask"], float(stored["cell"])
+    except (OSError, ValueError, KeyError):
+        pass
+    thumb, cell = thumbnail(slide, downsample)
+    mask = foreground(thumb, bands=bands, nodata=slide.nodata)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_write(path, "wb") as file:
+        np.savez(file, mask=mask, cell=cell)
+    return mask, cell

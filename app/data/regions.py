@@ -1,0 +1,163 @@
+"""Regions of large images, never the whole: a TIFF pyramid's levels opened through tifffile's zarr store, so a read
+decodes only the tiles or strips it touches; each worker keeps a few files open (an LRU). A file whose chunks are too
+large to read a region cheaply is refused with how to tile it."""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+import tifffile
+from PIL import Image
+
+from app.data.decode import DecodeError
+from app.data.images import HEAD_BYTES, JPEG_START, PNG_START, TIFF_MAGIC, jpeg_frame, read_bytes, rgb_from_bytes
+from app.data.tiff import BAND_AXES, GDAL_NODATA, READ_TYPES
+
+OPEN_FILES = 8  # files a worker keeps open: a slide's header and tile offsets are read once, not once a patch
+TILE_IT = ("tile it, e.g. `vips tiffsave in out.tif --tile --pyramid --compression jpeg` or tifffile's "
+           "imwrite(..., tile=(512, 512), subifds=...)")
+_RESOLUTION_UNIT_UM = {2: 25_400.0, 3: 10_000.0}  # TIFF ResolutionUnit: inch, centimetre, in µm
+
+
+@dataclass(frozen=True, kw_only=True)
+class Slide:
+    """A large image from its header: each level's (height, width), its chunk's, bands, type, µm a pixel, no-data."""
+
+    path: str
+    levels: tuple[tuple[int, int], ...]
+    chunk: tuple[int, int]  # level 0's tile or strip (or the whole image, for a file that is not tiled)
+    bands: int
+    dtype: str
+    tiff: bool = True  # else a PNG, JPEG, WebP or BMP: one level, decoded whole
+    mpp: float | None = None
+    nodata: float | None = None
+
+    def downsample(self, level: int) -> float:
+        return self.levels[0][1] / self.levels[level][1]
+
+
+def slide_of(path: str | os.PathLike, max_chunk_pixels: int) -> Slide:
+    """`path`'s levels and chunks from its header; a DecodeError naming how to tile it where a chunk has more than
+    `max_chunk_pixels` pixels (a PNG or JPEG is one chunk), or the file is not an image of uint8 or uint16."""
+    path = os.fspath(path)
+    with open(path, "rb") as file:
+        tiff = file.read(4) in TIFF_MAGIC
+    slide = _tiff_slide(path) if tiff else _flat_slide(path)
+    if slide.chunk[0] * slide.chunk[1] > max_chunk_pixels:
+        shape = "one strip" if tiff else "one chunk"
+        raise DecodeError(f"its {slide.levels[0][1]}×{slide.levels[0][0]} pixels are stored in {shape} of "
+                          f"{slide.chunk[1]}×{slide.chunk[0]} (above data.patches.max_chunk_pixels="
+                          f"{max_chunk_pixels}): "
+                          f"a patch would decode the whole chunk; {TILE_IT}")
+    return slide
+
+
+def _tiff_slide(path: str) -> Slide:
+    try:
+        with tifffile.TiffFile(path) as tif:
+            series, page = tif.series[0], tif.pages.first
+            sizes = tuple(_size(level.shape, level.axes) for level in series.levels)
+            if series.dtype not in READ_TYPES:
+                raise DecodeError(f"its samples are {series.dtype}: data.dtype reads uint8 or uint16 images")
+            bands = int(np.prod([n for axis, n in zip(series.axes, series.shape, strict=True) if axis in BAND_AXES]))
+            chunk = (page.tilelength, page.tilewidth) if page.is_tiled else (page.rowsperstrip or sizes[0][0],
+                                                                                 sizes[0][1])
+            nodata = page.tags.get(GDAL_NODATA)
+            return Slide(path=path, levels=sizes, chunk=(min(chunk[0], sizes[0][0]), chunk[1]), bands=bands,
+                         dtype=str(series.dtype), mpp=_mpp(page),
+                         nodata=None if nodata is None else float(str(nodata.value).strip("\0 ")))
+    except (tifffile.TiffFileError, ValueError, IndexError, KeyError) as error:
+        raise DecodeError(f"cannot read TIFF: {error}") from error
+
+
+def _flat_slide(path: str) -> Slide:
+    """A PNG, JPEG, WebP or BMP from its header (never Pillow's bomb guard: the chunk guard is the one here): one
+    level, one chunk, its decode the whole image."""
+    with open(path, "rb") as file:
+        head = file.read(HEAD_BYTES)
+    if head[:8] == PNG_START and len(head) > 25:  # IHDR: width, height, bit depth, colour type
+        width, height = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+        dtype, bands = ("uint16" if head[24] == 16 else "uint8"), (1 if head[25] in (0, 4) else 3)
+    elif head[:3] == JPEG_START and (frame := jpeg_frame(head)) is not None:
+        (width, height, components), dtype = frame, "uint8"
+        bands = 1 if components == 1 else 3
+    else:
+        try:
+            with Image.open(path) as opened:
+                (width, height), mode = opened.size, opened.mode
+        except (OSError, Image.DecompressionBombError) as error:
+            raise DecodeError(f"cannot read its header: {error}") from error
+        dtype, bands = ("uint16" if mode.startswith("I;16") else "uint8"), (1 if mode in ("L", "1") else 3)
+    return Slide(path=path, levels=((height, width),), chunk=(height, width), bands=bands, dtype=dtype, tiff=False)
+
+
+def _size(shape: tuple[int, ...], axes: str) -> tuple[int, int]:
+    return shape[axes.index("Y")], shape[axes.index("X")]
+
+
+def _mpp(page) -> float | None:
+    """µm a pixel at level 0 from the TIFF's XResolution and ResolutionUnit (inch or cm); None where not given."""
+    resolution, unit = page.tags.get("XResolution"), page.tags.get("ResolutionUnit")
+    if resolution is None or unit is None or int(unit.value) not in _RESOLUTION_UNIT_UM:
+        return None
+    numerator, denominator = resolution.value
+    return _RESOLUTION_UNIT_UM[int(unit.value)] * denominator / numerator if numerator else None
+
+
+class OpenFiles:
+    """A worker's open slides, the least recently read closed past `OPEN_FILES`; a level a zarr array."""
+
+    def __init__(self, size: int = OPEN_FILES):
+        self.size, self.files = size, OrderedDict()
+
+    def level(self, path: str, level: int):
+        """(the zarr array of `path`'s level, its axes)."""
+        if path not in self.files:
+            tif = tifffile.TiffFile(path)
+            self.files[path] = (tif, {})
+            while len(self.files) > self.size:
+                self.files.popitem(last=False)[1][0].close()
+        self.files.move_to_end(path)
+        tif, levels = self.files[path]
+        if level not in levels:
+            import zarr  # noqa: PLC0415 - every loader worker imports app.data; only patch runs pay its 0.2 s
+
+            series = tif.series[0]
+            levels[level] = (zarr.open(series.aszarr(level=level), mode="r"), series.levels[level].axes)
+        return levels[level]
+
+    def close_all(self) -> None:
+        while self.files:
+            self.files.popitem()[1][0].close()
+
+
+_open = OpenFiles()
+
+
+def close_open_files() -> None:
+    """This process's open slides closed (the training process, once it has read their masks)."""
+    _open.close_all()
+
+
+def read_region(slide: Slide, level: int, corner: tuple[int, int], size: tuple[int, int]) -> np.ndarray:
+    """(height, width, bands) of `slide`'s `level` from `corner` (top, left) in that level's pixels: only the chunks
+    it touches decoded (a file that is not a TIFF: decoded whole, its chunk)."""
+    (top, left), (height, width) = corner, size
+    if slide.tiff:
+        array, axes = _open.level(slide.path, level)
+        window = tuple(slice(top, top + height) if axis == "Y" else slice(left, left + width) if axis == "X"
+                       else slice(None) for axis in axes)
+        region = np.asarray(array[window])
+        return _bands_last(region, axes)
+    image = rgb_from_bytes(read_bytes(slide.path, None), None, None)
+    region = image[top:top + height, left:left + width]
+    return np.ascontiguousarray(region if region.ndim == 3 else region[:, :, None])
+
+
+def _bands_last(region: np.ndarray, axes: str) -> np.ndarray:
+    order = [axes.index("Y"), axes.index("X"), *[i for i, axis in enumerate(axes) if axis not in "YX"]]
+    moved = np.transpose(region, order)
+    return np.ascontiguousarray(moved.reshape(moved.shape[0], moved.shape[1], -1))

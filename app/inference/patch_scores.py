@@ -1,0 +1,128 @@
+"""Image-level results of a patch run: each image's class probabilities aggregated from its patches'
+(data.patches.aggregate), the image-level figures beside the patch-level ones, a heatmap of each image's patches
+over its thumbnail (the first thing a pathologist looks at), and preview's sheet of the patches drawn."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from app.data.masks import thumbnail
+from app.sheets import grid, rgb_view
+
+HEATMAP_SIDE = 1024  # a heatmap's longer side at most, in pixels
+SHEET_SIDE = 384  # a thumbnail's side on preview's sheet
+
+
+def aggregate(probabilities: np.ndarray, how: str, top_k: int) -> np.ndarray:
+    """One row of class scores from a row a patch: their mean, their maximum, or the mean of the `top_k` highest a
+    class; a row summing to 1 again (as a softmax's)."""
+    if how == "max":
+        scores = probabilities.max(axis=0)
+    elif how == "topk_mean":
+        scores = np.sort(probabilities, axis=0)[-top_k:].mean(axis=0)
+    else:
+        scores = probabilities.mean(axis=0)
+    return scores / max(scores.sum(), 1e-12)
+
+
+def by_image(split, outputs: list[tuple[np.ndarray, np.ndarray]], patches) -> list[dict]:
+    """A row an image of `split` (a PatchSplit) with any patch read: its path, label, patches, aggregated scores."""
+    positions = np.concatenate([p for p, _ in outputs]) if outputs else np.zeros(0, int)
+    scores = np.concatenate([s for _, s in outputs]) if outputs else np.zeros((0, 0))
+    images = split.image_of[positions]
+    rows = []
+    for image in np.unique(images):
+        mine = scores[images == image]
+        rows.append({"path": split.images.paths[image], "label": int(split.images.labels[image]),
+                     "patches": len(mine), "scores": aggregate(mine, patches.aggregate.value, patches.top_k)})
+    return rows
+
+
+def image_figures(rows: list[dict], names: list[str]) -> dict:
+    """Image-level accuracy and a confusion matrix (rows true) over `rows`."""
+    confusion = np.zeros((len(names), len(names)), np.int64)
+    for row in rows:
+        confusion[row["label"], int(np.argmax(row["scores"]))] += 1
+    return {"images": len(rows), "accuracy": float(np.trace(confusion) / max(len(rows), 1)),
+            "confusion": confusion.tolist()}
+
+
+def write_heatmap(split, image: int, cells: list[tuple[int, int, float]], out: Path) -> Path:
+    """<out>/<name>.png (the patches' scores over the thumbnail) and <name>.heat.png (the scores alone, 0..255 a
+    patch, 0 off the patches), for image `image` of `split`; `cells`: (top, left, score) a patch, level 0."""
+    layout = split.layouts[image]
+    side = max(layout.slide.levels[0])
+    thumb, scale = thumbnail(layout.slide, max(side / HEATMAP_SIDE, 1.0))
+    heat = np.zeros(thumb.shape[:2], np.float32)
+    for top, left, score in cells:
+        y0, x0 = int(top / scale), int(left / scale)
+        y1, x1 = int(np.ceil((top + layout.extent[0]) / scale)), int(np.ceil((left + layout.extent[1]) / scale))
+        heat[y0:y1, x0:x1] = np.maximum(heat[y0:y1, x0:x1], score)
+    grey = (heat * 255).round().astype(np.uint8)
+    colour = cv2.cvtColor(cv2.applyColorMap(grey, cv2.COLORMAP_INFERNO), cv2.COLOR_BGR2RGB)
+    view = rgb_view(thumb[None])[0]
+    blended = np.where((heat > 0)[..., None], (0.35 * view + 0.65 * colour).astype(np.uint8), view // 2)
+    out.mkdir(parents=True, exist_ok=True)
+    name = Path(split.images.paths[image]).stem
+    cv2.imwrite(str(out / f"{name}.png"), cv2.cvtColor(blended, cv2.COLOR_RGB2BGR))
+    cv2.imwrite(str(out / f"{name}.heat.png"), grey)
+    return out / f"{name}.png"
+
+
+def write_predictions(split, outputs: list[tuple[np.ndarray, np.ndarray]], *, names: list[str], patches,
+                      out: Path) -> list[dict]:
+    """patches.csv (a row a patch: its image, x, y and class scores) and a heatmap an image under <out>/heatmaps/, each
+    image's cells its predicted class's scores; the rows by_image gives."""
+    rows = by_image(split, outputs, patches)
+    positions = np.concatenate([p for p, _ in outputs]) if outputs else np.zeros(0, int)
+    scores = np.concatenate([s for _, s in outputs]) if outputs else np.zeros((0, len(names)))
+    with open(out / "patches.csv", "w", encoding="utf-8") as f:
+        f.write(",".join(["path", "x", "y", *names]) + "\n")
+        for position, row in zip(positions, scores, strict=True):
+            image, top, left = split.where(int(position))
+            f.write(",".join([split.images.paths[image], str(left), str(top), *(f"{v:.6f}" for v in row)]) + "\n")
+    for row in rows:
+        image = split.images.paths.index(row["path"])
+        top_class = int(np.argmax(row["scores"]))
+        mine = positions[split.image_of[positions] == image] if len(positions) else positions
+        cells = [(*split.where(int(i))[1:], float(scores[np.flatnonzero(positions == i)[0], top_class]))
+                 for i in mine]
+        row["heatmap"] = str(write_heatmap(split, image, cells, out / "heatmaps"))
+    return rows
+
+
+def write_patch_sheet(split, indices: list[int], seed: int, out: Path) -> None:
+    """<out>: the images of samples `indices` (epoch 0's draws) on their thumbnails, the patches they may be drawn
+    from tinted green (every foreground patch of the grid), the samples' own outlined in yellow."""
+    drawn: dict[int, list[tuple[int, int]]] = {}
+    for i in indices:
+        image, top, left = split.where(i, (seed, 0, 0))
+        drawn.setdefault(image, []).append((top, left))
+    views = [_sheet_view(split.layouts[image], corners) for image, corners in drawn.items()]
+    captions = [f"{Path(split.images.paths[image]).name}: {len(drawn[image])} drawn" for image in drawn]
+    grid(views, captions, columns=4).save(out)
+
+
+def _sheet_view(layout, corners: list[tuple[int, int]]) -> np.ndarray:
+    thumb, scale = thumbnail(layout.slide, max(max(layout.slide.levels[0]) / SHEET_SIDE, 1.0))
+    fit = SHEET_SIDE / max(thumb.shape[:2])
+    shown = cv2.resize(rgb_view(thumb[None])[0], (round(thumb.shape[1] * fit), round(thumb.shape[0] * fit)),
+                       interpolation=cv2.INTER_AREA)
+    scale /= fit
+    view = np.full((SHEET_SIDE, SHEET_SIDE, 3), 255, np.uint8)
+    view[:shown.shape[0], :shown.shape[1]] = shown
+
+    def box(top: int, left: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        return ((int(left / scale), int(top / scale)),
+                (int((left + layout.extent[1]) / scale), int((top + layout.extent[0]) / scale)))
+
+    tint = view.copy()
+    for cell in layout.cells():
+        cv2.rectangle(tint, *box(*layout.corner(int(cell))), (60, 200, 60), -1)
+    view = cv2.addWeighted(view, 0.7, tint, 0.3, 0)
+    for top, left in corners:
+        cv2.rectangle(view, *box(top, left), (250, 220, 0), 2)
+    return view

@@ -1,0 +1,191 @@
+"""Patches of large images: regions read bit-exactly from a pyramid's level through zarr, the level a resolution asks,
+the foreground mask against the drawn tissue, grid and random patches, and files refused before any read."""
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import tifffile
+from forged import png_declaring
+from omegaconf import OmegaConf
+from PIL import Image
+from slides import slide_pixels, write_slide
+
+from app.data import load_or_generate_source
+from app.data.decode import DecodeError
+from app.data.images import read_bytes
+from app.data.masks import foreground, fractions, thumbnail
+from app.data.patches import PatchSplit, layout_of, patched
+from app.data.regions import read_region, slide_of
+from app.data.source import FileSplit, Source
+from app.errors import DataError
+from app.inference.patch_scores import aggregate, write_patch_sheet
+from app.schema.data import PatchesConfig, TableColumns, TableDataConfig
+
+LIMIT = 16_777_216
+
+
+def settings(**given) -> SimpleNamespace:
+    defaults = {"size": [64, 64], "level": None, "downsample": None, "mpp": None,
+                "mode": SimpleNamespace(value="random"),
+                "stride": None, "per_image": 4, "min_foreground": 0.5, "mask_bands": None, "max_chunk_pixels": LIMIT}
+    return SimpleNamespace(**{**defaults, **given})
+
+
+@pytest.fixture(scope="module")
+def slide(tmp_path_factory) -> tuple[Path, np.ndarray, np.ndarray]:
+    """A 1024² JPEG-tiled slide of three levels at 0.25 µm a pixel, its pixels and its drawn tissue."""
+    image, mask = slide_pixels(1024, 0, np.random.default_rng(1))
+    path = tmp_path_factory.mktemp("slide") / "slide.tif"
+    write_slide(path, image, levels=3, tile=128, mpp=0.25)
+    return path, image, mask
+
+
+def test_a_region_of_each_level_is_the_full_decode_of_that_level_there(slide):
+    path = slide[0]
+    found = slide_of(path, LIMIT)
+    assert found.levels == ((1024, 1024), (512, 512), (256, 256)) and found.chunk == (128, 128)
+    assert found.mpp == pytest.approx(0.25) and found.bands == 3
+    series = tifffile.TiffFile(path).series[0]
+    for level in range(3):
+        whole = series.levels[level].asarray()
+        region = read_region(found, level, (37, 101), (70, 90))
+        assert np.array_equal(region, whole[37:107, 101:191])
+        assert not np.array_equal(region, whole[38:108, 101:191])  # negative control: one row off
+
+
+def test_the_resolution_picks_the_nearest_finer_level_and_shrinks_the_rest(slide):
+    path = str(slide[0])
+    assert layout_of(path, settings(level=1), grid=True).level == 1
+    by_mpp = layout_of(path, settings(mpp=1.0), grid=True)  # 4× level 0's 0.25 µm: level 2 exactly
+    assert (by_mpp.level, by_mpp.read, by_mpp.extent) == (2, (64, 64), (256, 256))
+    between = layout_of(path, settings(downsample=3.0), grid=True)  # level 1 (2×) read, shrunk 1.5×
+    assert (between.level, between.read, between.extent) == (1, (96, 96), (192, 192))
+    with pytest.raises(DataError, match="data.patches.level=5: .* has levels 0 to 2"):
+        layout_of(path, settings(level=5), grid=True)
+
+
+def test_the_mask_finds_the_drawn_tissue(slide):
+    path, _, drawn = slide
+    thumb, cell = thumbnail(slide_of(path, LIMIT), 16)
+    assert thumb.shape == (64, 64, 3) and cell == 16  # level 2 (4×), every fourth pixel
+    mask = foreground(thumb)
+    truth = drawn[::16, ::16]
+    assert (mask & truth).sum() / (mask | truth).sum() > 0.8
+    assert fractions(truth, 16, (64, 64), (np.array([0]), np.array([0]))).shape == (1, 1)
+
+
+def test_no_data_is_background_and_a_flat_image_all_foreground():
+    thumb = np.full((20, 20, 4), 500, np.uint16)
+    thumb[:, :5] = 0
+    mask = foreground(thumb, nodata=0.0)
+    assert not mask[:, :5].any() and mask[:, 5:].all()
+    assert foreground(thumb).all()  # negative control: without no-data, the zeros are foreground too
+
+
+def test_grid_patches_lie_inside_the_image_on_foreground_and_random_ones_follow_the_draw(slide):
+    path, _, drawn = slide
+    images = FileSplit([str(path)], [0])
+    grid = PatchSplit(images, [layout_of(str(path), settings(level=0), grid=True)], size=(64, 64), per_image=None)
+    corners = [grid.where(i)[1:] for i in range(len(grid))]
+    assert corners and all(0 <= top <= 1024 - 64 and 0 <= left <= 1024 - 64 for top, left in corners)
+    shares = [drawn[top:top + 64, left:left + 64].mean() for top, left in corners]
+    assert np.mean(np.array(shares) < 0.25) <= 0.05  # ≤ 5 % of them on glass, against the drawn tissue
+    every = layout_of(str(path), settings(level=0, min_foreground=0.0), grid=True)
+    assert len(every.cells()) == 16 * 16 > len(corners)  # negative control: without the mask, the whole grid
+    assert np.array_equal(grid.read(0), read_region(slide_of(path, LIMIT), 0, corners[0], (64, 64)))
+    drawn_split = PatchSplit(images, [layout_of(str(path), settings(level=0), grid=False)], size=(64, 64),
+                             per_image=4)
+    assert drawn_split.where(1, (0, 3, 0)) == drawn_split.where(1, (0, 3, 0))
+    places = {drawn_split.where(i, (0, epoch, 0)) for i in range(4) for epoch in range(5)}
+    assert len(places) > 10  # each epoch, each index, its own patch
+
+
+def test_a_split_of_images_becomes_patches_by_image(slide, tmp_path):
+    path = str(slide[0])
+    blank = tmp_path / "glass.tif"
+    write_slide(blank, np.full((512, 512, 3), 236, np.uint8), levels=2, tile=128)
+    source = Source(name="folder", class_names=["a", "b"], train=FileSplit([path, str(blank)], [0, 1]),
+                    val=FileSplit([path], [0]), fingerprint="f", split={"source": "folder"})
+    made = patched(source, settings(level=0))
+    assert len(made.train) == 4 and list(made.train.labels) == [0] * 4  # the glass has no patch: left out
+    assert made.split["patches"]["split_by"] == "image" and made.split["patches"]["without_foreground"] == [str(blank)]
+    assert made.split["patches"]["val"]["patches"] == len(made.val) > 4
+    only_glass = Source(name="folder", class_names=["a"], train=FileSplit([str(blank)], [0]),
+                        val=FileSplit([path], [0]), fingerprint="f", split={})
+    with pytest.raises(DataError, match="the training split has no patch"):
+        patched(only_glass, settings(level=0))
+
+
+def test_a_file_in_one_strip_or_a_huge_png_is_refused_naming_how_to_tile_it(tmp_path):
+    strip = tmp_path / "strip.tif"
+    tifffile.imwrite(strip, np.zeros((600, 600, 3), np.uint8), rowsperstrip=600)
+    with pytest.raises(DecodeError, match="one strip of 600×600 .*vips tiffsave"):
+        slide_of(strip, 100_000)
+    assert slide_of(strip, LIMIT).chunk == (600, 600)  # negative control: within the limit
+    png = tmp_path / "huge.png"
+    png_declaring(png, 30_000, 30_000)
+    with pytest.raises(DataError, match="huge.png cannot be read as patches: .*30000×30000.*vips tiffsave"):
+        layout_of(str(png), settings(), grid=True)
+    with pytest.raises(DecodeError, match="it declares 900 M pixels, above"):  # without patches: the bomb guard
+        read_bytes(png)
+    small = tmp_path / "small.png"
+    Image.fromarray(np.full((300, 300, 3), 90, np.uint8)).save(small)
+    assert slide_of(small, LIMIT).levels == ((300, 300),)
+
+
+def test_a_tables_rows_can_be_patches_labelled_on_their_own(tmp_path):
+    """data.columns.x and y: a row a patch (its corner at level 0) with its own label; an image's rows stay in one
+    split; a patch past its image's edge is refused naming it."""
+    rng = np.random.default_rng(2)
+    rows = ["path,label,x,y"]
+    for i in range(4):
+        image, _ = slide_pixels(256, i % 2, rng)
+        write_slide(tmp_path / f"s{i}.tif", image, levels=2, tile=128)
+        rows += [f"s{i}.tif,{'tissue' if k % 2 else 'glass'},{32 * k},{16 * k}" for k in range(6)]
+    (tmp_path / "patches.csv").write_text("\n".join(rows) + "\n")
+    data = OmegaConf.structured(TableDataConfig(table=str(tmp_path / "patches.csv"), val_fraction=0.5,
+                                                columns=TableColumns(x="x", y="y"),
+                                                patches=PatchesConfig(size=[32, 32], level=0)))
+    source = load_or_generate_source(data)
+    train, val = source.train, source.val
+    assert len(train) + len(val) == 24 and {len(train), len(val)} == {12}
+    assert not {Path(p).name for p in train.images.paths} & {Path(p).name for p in val.images.paths}
+    assert [train.where(i)[1:] for i in range(6)] == [(16 * k, 32 * k) for k in range(6)]
+    assert list(train.labels[:6]) == [source.class_names.index(n) for n in ["glass", "tissue"] * 3]
+    image = tifffile.imread(train.images.paths[0])
+    assert np.array_equal(train.read(5), image[80:112, 160:192])
+    (tmp_path / "patches.csv").write_text("\n".join([*rows, "s0.tif,glass,240,0"]) + "\n")  # past the edge
+    with pytest.raises(DataError, match="the patch at x=240, y=0 of .*s0.tif passes its edge"):
+        load_or_generate_source(data)
+
+
+def test_a_file_without_a_pyramid_is_streamed_for_its_mask_and_its_no_data_read_from_its_tag(tmp_path):
+    """One level, tiled: the thumbnail is every step-th pixel of it, read a band of tiles at a time; GDAL_NODATA."""
+    image = np.random.default_rng(3).integers(1, 60000, (700, 520, 4), dtype=np.uint16)
+    image[:, :100] = 0
+    path = tmp_path / "scene.tif"
+    tifffile.imwrite(path, image, tile=(128, 128), photometric="minisblack", planarconfig="contig",
+                     extratags=[(42113, "s", 0, "0", True)])
+    slide = slide_of(path, LIMIT)
+    assert slide.levels == ((700, 520),) and slide.nodata == 0.0 and slide.bands == 4
+    thumb, cell = thumbnail(slide, 8)
+    assert cell == 8 and np.array_equal(thumb, image[::8, ::8])
+    assert not foreground(thumb, nodata=slide.nodata)[:, :12].any()  # the no-data strip is background
+
+
+def test_a_slides_score_is_its_patches_mean_max_or_top_k_mean():
+    scores = np.array([[0.9, 0.1], [0.2, 0.8], [0.3, 0.7], [0.4, 0.6]])
+    assert np.allclose(aggregate(scores, "mean", 2), [0.45, 0.55])
+    assert np.allclose(aggregate(scores, "max", 2), np.array([0.9, 0.8]) / 1.7)
+    assert np.allclose(aggregate(scores, "topk_mean", 2), np.array([0.65, 0.75]) / 1.4)
+
+
+def test_previews_sheet_shows_where_the_drawn_patches_lie(slide, tmp_path):
+    path = str(slide[0])
+    split = PatchSplit(FileSplit([path], [0]), [layout_of(path, settings(level=0), grid=False)], size=(64, 64),
+                       per_image=4)
+    write_patch_sheet(split, [0, 1, 2, 3], 0, tmp_path / "patches.png")
+    sheet = np.asarray(Image.open(tmp_path / "patches.png").convert("RGB"))
+    assert ((sheet == (250, 220, 0)).all(axis=2)).sum() > 4 * 40  # four patches outlined in yellow

@@ -1,0 +1,66 @@
+"""Small whole-slide images for the tests, written by tifffile as scanners write them: JPEG tiles, a pyramid of
+SubIFDs halving each level, the resolution in µm a pixel. A slide is pale glass (low saturation) with "tissue" blobs
+whose texture says the class: stripes (class 0) or dots (class 1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+import tifffile
+
+GLASS = (236, 232, 238)
+INK = {0: ((200, 90, 150), (120, 40, 120)), 1: ((150, 110, 210), (70, 40, 140))}  # each class's two colours
+
+
+def tissue_mask(side: int, rng: np.random.Generator, blobs: int = 3) -> np.ndarray:
+    """A few ellipses covering about a fifth of a `side`² slide: where the tissue is."""
+    mask = np.zeros((side, side), np.uint8)
+    for _ in range(blobs):
+        centre = tuple(int(v) for v in rng.integers(side // 5, 4 * side // 5, 2))
+        axes = tuple(int(v) for v in rng.integers(side // 10, side // 5, 2))
+        cv2.ellipse(mask, centre, axes, float(rng.integers(0, 180)), 0, 360, 1, -1)
+    return mask.astype(bool)
+
+
+def slide_pixels(side: int, label: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(the RGB slide, its tissue mask): the class's texture inside the mask, glass outside, noise on both."""
+    yy, xx = np.mgrid[0:side, 0:side]
+    period = 12
+    pattern = (yy // (period // 2)) % 2 == 0 if label == 0 else ((yy % period < 5) & (xx % period < 5))
+    light, dark = (np.array(c, np.float32) for c in INK[label])
+    texture = np.where(pattern[..., None], dark, light)
+    mask = tissue_mask(side, rng)
+    image = np.where(mask[..., None], texture, np.array(GLASS, np.float32))
+    image += rng.normal(0, 6, image.shape)
+    return np.clip(image, 0, 255).astype(np.uint8), mask
+
+
+def write_slide(path: Path, image: np.ndarray, *, levels: int = 3, tile: int = 256, mpp: float = 0.5) -> None:
+    """`image` as a JPEG-tiled TIFF with `levels - 1` halving SubIFD levels and its resolution (µm a pixel)."""
+    per_cm = 1e4 / mpp
+    with tifffile.TiffWriter(path) as tif:
+        tif.write(image, tile=(tile, tile), compression="jpeg", photometric="rgb", subifds=levels - 1,
+                  resolution=(per_cm, per_cm), resolutionunit="CENTIMETER")
+        for level in range(1, levels):
+            step = 2 ** level
+            tif.write(cv2.resize(image, (image.shape[1] // step, image.shape[0] // step),
+                                 interpolation=cv2.INTER_AREA), tile=(tile, tile), compression="jpeg",
+                      photometric="rgb", subfiletype=1)
+
+
+def write_slides(folder: Path, *, per_class: int = 4, side: int = 2048,
+                 classes: tuple[str, str] = ("stripes", "dots")) -> dict[Path, np.ndarray]:
+    """`per_class` slides of each class in <folder>/<class>/ (the first class striped, the second dotted), and each
+    one's tissue mask."""
+    rng = np.random.default_rng(0)
+    masks = {}
+    for label, name in enumerate(classes):
+        (folder / name).mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            image, mask = slide_pixels(side, label, rng)
+            path = folder / name / f"slide{i}.tif"
+            write_slide(path, image)
+            masks[path] = mask
+    return masks
