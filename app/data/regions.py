@@ -32,6 +32,7 @@ class Slide:
     bands: int
     dtype: str
     tiff: bool = True  # else a PNG, JPEG, WebP or BMP: one level, decoded whole
+    tiled: bool = False  # a TIFF in tiles, not strips
     mpp: float | None = None
     nodata: float | None = None
 
@@ -47,7 +48,7 @@ def slide_of(path: str | os.PathLike, max_chunk_pixels: int) -> Slide:
         tiff = file.read(4) in TIFF_MAGIC
     slide = _tiff_slide(path) if tiff else _flat_slide(path)
     if slide.chunk[0] * slide.chunk[1] > max_chunk_pixels:
-        shape = "one strip" if tiff else "one chunk"
+        shape = "tiles" if slide.tiled else "strips" if tiff else "one chunk"
         raise DecodeError(f"its {slide.levels[0][1]}×{slide.levels[0][0]} pixels are stored in {shape} of "
                           f"{slide.chunk[1]}×{slide.chunk[0]} (above data.patches.max_chunk_pixels="
                           f"{max_chunk_pixels}): "
@@ -67,7 +68,7 @@ def _tiff_slide(path: str) -> Slide:
                                                                                  sizes[0][1])
             nodata = page.tags.get(GDAL_NODATA)
             return Slide(path=path, levels=sizes, chunk=(min(chunk[0], sizes[0][0]), chunk[1]), bands=bands,
-                         dtype=str(series.dtype), mpp=_mpp(page),
+                         dtype=str(series.dtype), tiled=page.is_tiled, mpp=_mpp(page),
                          nodata=None if nodata is None else float(str(nodata.value).strip("\0 ")))
     except (tifffile.TiffFileError, ValueError, IndexError, KeyError) as error:
         raise DecodeError(f"cannot read TIFF: {error}") from error
