@@ -197,7 +197,8 @@ def _patch_split(images: FileSplit, patches, *, grid: bool) -> tuple[PatchSplit,
     kept = np.array([i for i, layout in enumerate(layouts) if layout.valid.any()], dtype=np.int64)
     split = PatchSplit(FileSplit([images.paths[i] for i in kept], images.labels[kept]), [layouts[i] for i in kept],
                        size=tuple(patches.size), per_image=None if grid else patches.per_image)
-    return split, kept, [path for i, path in enumerate(images.paths) if i not in set(kept.tolist())]
+    have = set(kept.tolist())
+    return split, kept, [path for i, path in enumerate(images.paths) if i not in have]
 
 
 def layout_of(path: str, patches, *, grid: bool, masked: bool = True) -> Layout:

@@ -84,12 +84,12 @@ def write_predictions(split, outputs: list[tuple[np.ndarray, np.ndarray]], *, na
         for position, row in zip(positions, scores, strict=True):
             image, top, left = split.where(int(position))
             f.write(",".join([split.images.paths[image], str(left), str(top), *(f"{v:.6f}" for v in row)]) + "\n")
-    for row in rows:
-        image = split.images.paths.index(row["path"])
-        top_class = int(np.argmax(row["scores"]))
-        mine = positions[split.image_of[positions] == image] if len(positions) else positions
-        cells = [(*split.where(int(i))[1:], float(scores[np.flatnonzero(positions == i)[0], top_class]))
-                 for i in mine]
+    at = {path: i for i, path in enumerate(split.images.paths)}
+    images = split.image_of[positions] if len(positions) else positions
+    for row in rows:  # each image's cells in one pass over its patches, not a search a cell
+        image, top_class = at[row["path"]], int(np.argmax(row["scores"]))
+        mine = np.flatnonzero(images == image)
+        cells = [(*split.where(int(positions[k]))[1:], float(scores[k, top_class])) for k in mine]
         row["heatmap"] = str(write_heatmap(split, image, cells, out / "heatmaps"))
     return rows
 
