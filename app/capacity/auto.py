@@ -64,9 +64,16 @@ class Cycle:
     def __call__(self, workers: int) -> float:
         return max(self.step_s, self.batch_s(workers), self.shared_s)
 
+    @property
+    def step_cores(self) -> float:
+        """The share of the cores the step keeps busy: ~1 on a CPU, near 0 when a GPU computes it."""
+        return min(1.0, float(np.median(self.t.step_cpu_s)) / (self.step_s * self.cores)) if self.step_s else 0.0
+
     def wait(self, workers: int) -> float:
-        """The share of the time the step would wait on the loader (0: something else sets the pace)."""
-        return 1 - max(self.step_s, self.shared_s) / self(workers)
+        """The share of the time the step would wait on the loader. With the cores saturated, the step's own CPU
+        share stretches with them (a CPU step waits ~0) while a GPU step keeps its pace and waits the rest."""
+        busy = (1 - self.step_cores) * self.step_s + self.step_cores * self.shared_s
+        return max(0.0, 1 - max(self.step_s, busy) / self(workers))
 
     def slow_batch_s(self, workers: int) -> float:
         """A batch's 95th percentile: each worker's share of it varies as its samples do."""

@@ -65,6 +65,7 @@ class Workload:
     bands: int = 3  # the images' bands and the bytes of a sample (data.channels, data.dtype)
     itemsize: int = 1
     region_reads: bool = False  # patches of large images (data.patches), read region by region
+    allocator_mib: float = 0.0  # the GPU allocator's bookkeeping in host memory (app/training/devices.py)
 
     @property
     def pixels(self) -> int:
@@ -97,7 +98,8 @@ def workload(config, largest: tuple[int, int], run, region_reads: bool = False) 
     return Workload(batch_size=run.batch_size, image_size=tuple(config.data.image_size), max_size=run.max_size,
                     workers=run.workers, processes=config.queue.use_multiprocessing, largest_decode_bytes=largest[0],
                     largest_pillow_bytes=largest[1], device_is_host=run.device_is_host, bands=run.pixels.bands,
-                    itemsize=np.dtype(run.pixels.dtype).itemsize, region_reads=region_reads)
+                    itemsize=np.dtype(run.pixels.dtype).itemsize, region_reads=region_reads,
+                    allocator_mib=run.allocator_mib)
 
 
 def plan_for(config, splits: tuple, model: ModelFacts, probe: Probe, *, run) -> Plan:
@@ -158,6 +160,8 @@ def predict(work: Workload, probe: Probe, model: ModelFacts) -> Plan:
              model.layers * probe.step_mib_per_layer),
             (f"{kind} batches in the training process ({TRAINER_UINT8_BATCHES})", TRAINER_UINT8_BATCHES * batch / MIB),
             (f"the ring ({slots} slot(s) of one {kind} batch)", slots * batch / MIB)]
+    if work.allocator_mib:
+        host.insert(2, ("the GPU allocator's bookkeeping (1/32 of its preallocated pool)", work.allocator_mib))
     if work.workers and work.processes:
         each = probe.worker_mib + decode_mib(work, probe)
         host.append((f"{work.workers} worker processes ({each:.0f} MiB each)", work.workers * each))

@@ -41,8 +41,11 @@ def cache_file() -> Path:
     return app_cache_dir() / f"machine_probe.{_backend()}.json"
 
 
+PROBE_LAYOUT = 2  # 2: the training process measured without JAX's GPU pool (the plan adds the pool's share)
+
+
 def machine() -> dict:
-    return {"host": platform.node(), "cpu_count": os.cpu_count(), "backend": _backend(),
+    return {"host": platform.node(), "cpu_count": os.cpu_count(), "backend": _backend(), "layout": PROBE_LAYOUT,
             "memory_gib": round(psutil.virtual_memory().total / 2**30, 1), "versions": versions()}
 
 
@@ -109,6 +112,9 @@ def _spawn_trainer_probe(trainer_measures: Callable[[], dict]) -> dict:
 
 def _trainer_child(conn, module: str, name: str) -> None:
     """In its own process: `module`'s `name` imported and run in the stderr capture; figures and stderr sent back."""
+    # JAX's GPU pool takes what the parent, already holding the GPU, left: the plan adds the run's own pool
+    # (app/training/devices.py: allocator_host_mib), so the base is measured without one
+    os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
     with native_stderr_captured() as text:
         try:
             result = getattr(importlib.import_module(module), name)()

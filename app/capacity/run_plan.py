@@ -18,6 +18,7 @@ class RunPlan:
     workers: int | str  # queue.workers, `auto` until the probe chooses
     max_size: int | str  # queue.max_size, likewise
     device_is_host: bool  # no GPU: the device's memory is the host's
+    allocator_mib: float = 0.0  # the GPU allocator's bookkeeping in host memory (calibration.planner sets it)
     choice: Choice | None = None  # the probe's, when it chose
     pixels: Pixels = Pixels()  # the images' bands and type, as the data gave them (app/data/pixels.py)
 

@@ -16,6 +16,9 @@ from app.frameworks import load_tensorflow, native_stderr_to_log
 from app.schema import Config, TrainerConfig
 
 log = logging.getLogger("app.train")
+# XLA's GPU allocator (BFC) keeps an 8-byte handle in host memory for every 256 bytes of its pool, which JAX
+# preallocates (75 % of each GPU's memory): 3.3 GiB of host memory beside an H200 (docs/performance.md).
+BFC_HOST_BYTES_PER_POOL_BYTE = 8 / 256
 
 
 @dataclass(kw_only=True)
@@ -97,6 +100,19 @@ def _place_jax(config: Config) -> Placement:
         _check_batch(config.data.batch_size, placement)
     _log(placement, "JAX")
     return placement
+
+
+def allocator_host_mib(trainer: TrainerConfig) -> float:
+    """Host MiB the GPU allocator's bookkeeping holds: JAX's preallocated pools / 32; 0 without a GPU, under
+    TensorFlow (not measured yet), and with XLA_PYTHON_CLIENT_PREALLOCATE=false or XLA_PYTHON_CLIENT_ALLOCATOR=platform
+    (the pool then grows with use)."""
+    if trainer.backend != "jax" or os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "").lower() in ("false", "0") \
+            or os.environ.get("XLA_PYTHON_CLIENT_ALLOCATOR", "").lower() == "platform":
+        return 0.0
+    import jax  # started by the placement already; a module-level import would load it under TensorFlow
+
+    pools = [(d.memory_stats() or {}).get("bytes_limit", 0) for d in jax.local_devices() if d.platform == "gpu"]
+    return sum(pools) * BFC_HOST_BYTES_PER_POOL_BYTE / 2**20
 
 
 def load_tensorflow_beside_jax() -> None:

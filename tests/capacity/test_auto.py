@@ -74,6 +74,17 @@ def test_workers_and_the_step_share_the_cores(monkeypatch):
     assert choose(steady(10, 100, cpu_ms=150), 32, auto(), always).workers == 2
 
 
+def test_a_gpu_step_waits_on_saturated_cores(monkeypatch):
+    """16 workers on 16 cores, each sample 14 ms, batch 64: the cores set the pace (57 ms a batch). A step the GPU
+    computes in 9 ms waits the rest (measured on an H100: 80 %); a step that keeps every core busy stretches
+    with them and waits about nothing."""
+    use_cores(monkeypatch, 16)
+    gpu = choose(steady(14.1, 8.6, cpu_ms=8), 64, auto(), always)
+    assert gpu.workers == 16 and 0.75 < gpu.figures["predicted_data_wait"] < 0.85
+    cpu = choose(steady(14.1, 8.6, cpu_ms=8.6 * 16), 64, auto(), always)  # negative control: the step on the cores
+    assert cpu.figures["predicted_data_wait"] == 0.0
+
+
 def test_max_size_absorbs_the_jitter_of_a_batch():
     # one worker builds a batch in 160 ms, within a 200 ms step: one slot when samples are steady
     assert choose(steady(5, 200), 32, auto(workers=1), always).max_size == 1

@@ -40,6 +40,11 @@ def test_the_host_peak_adds_each_part_and_the_device_on_a_cpu():
     # patches: a worker holds what region reads bring beside its decode (the probe's zarr and stores)
     regions = predict(dataclasses.replace(WORK, region_reads=True), PROBE, MODEL)
     assert dict(regions.host)["2 worker processes (134 MiB each)"] == 2 * (100 + 2 * 12 + 10)
+    # JAX's preallocated GPU pool: its allocator's bookkeeping on the host, a line of its own
+    pooled = predict(dataclasses.replace(on_gpu.workload, allocator_mib=3357.0), PROBE, MODEL)
+    assert dict(pooled.host)["the GPU allocator's bookkeeping (1/32 of its preallocated pool)"] == 3357.0
+    assert pooled.host_mib == pytest.approx(on_gpu.host_mib + 3357.0)
+    assert not any("allocator" in name for name, _ in plan.host)  # negative control: none on a CPU
 
 
 def test_fixes_name_the_largest_value_that_fits():

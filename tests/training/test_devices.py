@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import keras
 import numpy as np
@@ -22,7 +23,7 @@ from docs_runner import spawn_one_process_for
 
 from app.errors import ConfigError
 from app.runs.checkpoint import newest_first
-from app.training.devices import Placement, _check_batch
+from app.training.devices import Placement, _check_batch, allocator_host_mib
 
 TESTS = Path(__file__).resolve().parents[1]
 TRAIN, VAL = range(16), range(100, 105)  # 4 steps of 4; validation's last batch has 1 image
@@ -182,6 +183,30 @@ def test_a_batch_the_replicas_cannot_share_is_refused_with_the_fix():
     with pytest.raises(ConfigError, match=r"data.batch_size.*3 replicas.*data.batch_size=12 or 9"):
         _check_batch(10, placement)
     _check_batch(12, placement)  # negative control: a multiple passes
+
+
+class PooledGpu:
+    """A GPU as jax.local_devices() gives one, its memory_stats() as an H200's (measured there: 104.9 GiB pool)."""
+
+    platform = "gpu"
+
+    @staticmethod
+    def memory_stats():
+        return {"bytes_limit": 112_583_507_968}
+
+
+def test_the_gpu_allocators_host_share_is_a_32nd_of_its_preallocated_pool(monkeypatch):
+    import jax  # here only: the rest of this file runs JAX in the CLI's own processes
+
+    jax_trainer, tf_trainer = SimpleNamespace(backend="jax"), SimpleNamespace(backend="tensorflow")
+    assert allocator_host_mib(jax_trainer) == 0.0  # this machine: JAX's CPU device, no pool
+    monkeypatch.setattr(jax, "local_devices", lambda: [PooledGpu(), PooledGpu()])
+    assert allocator_host_mib(jax_trainer) == pytest.approx(2 * 3355.25)  # measured there: +3,355 MiB a pool
+    assert allocator_host_mib(tf_trainer) == 0.0  # negative controls: TensorFlow (not measured), pools grown by use
+    for name, value in (("XLA_PYTHON_CLIENT_PREALLOCATE", "false"), ("XLA_PYTHON_CLIENT_ALLOCATOR", "platform")):
+        with monkeypatch.context() as env:
+            env.setenv(name, value)
+            assert allocator_host_mib(jax_trainer) == 0.0
 
 
 def test_a_validation_split_smaller_than_the_replicas_is_refused():
