@@ -13,7 +13,7 @@ from app.families import FAMILIES
 from app.io import is_url
 from app.processes import worker_limit
 from app.rules_labels import check_labels
-from app.rules_patches import check_patches
+from app.rules_patches import check_patch_draws, check_patches
 from app.schema import BENCH_MODES, DATA_TARGETS, EVAL_TRANSFORMS, LOGGER_TARGETS, SCHEDULER_TARGETS, option_of
 
 AUTO = "auto"  # queue.workers, queue.max_size: chosen when training starts (app/capacity/auto.py)
@@ -265,6 +265,7 @@ def _check_bench_and_preview(cfg) -> None:
         _check(cfg.preview.augmentations >= 1, "preview.augmentations", cfg.preview.augmentations, "at least 1")
     if "prepare" in cfg:
         _check_prepare(cfg.prepare)
+        check_patch_draws(cfg.prepare.patch_draws, cfg.data)
 
 
 def _check_prepare(p) -> None:

@@ -1,5 +1,5 @@
 """The rules of data.patches (app/data/patches.py), beside app/rules.py's: sizes, one resolution, the grid's step, the
-draw, the mask, and what a patch run does not do yet (several labels an image, a prepared copy of its patches)."""
+draw, the mask, prepare's draws, and what a patch run does not do yet (several labels an image)."""
 
 from __future__ import annotations
 
@@ -38,3 +38,15 @@ def check_patches(data) -> None:
     if str(getattr(data.task, "value", data.task)) == "multilabel":
         raise config_error("data.task", "multilabel", "multiclass with data.patches: an image's result from its "
                            "patches' is one class's for now")
+
+
+def check_patch_draws(draws: int | None, data) -> None:
+    """prepare.patch_draws: 1 or more random patches an image, and only for a source with data.patches."""
+    if draws is None:
+        return
+    if draws < 1:
+        raise config_error("prepare.patch_draws", draws, "1 or more random patches an image (null: every patch of "
+                           "the grid)")
+    if getattr(data, "patches", None) is None or data.patches.size is None:
+        raise config_error("prepare.patch_draws", draws, "null without data.patches.size: it is how many patches "
+                           "of each image a patch copy stores for training")

@@ -60,7 +60,7 @@ def main(cfg: DictConfig) -> float:
     transforms = eval_transforms(config.augment, config.data.image_size)
     # Evaluate's own bad-file policy, whatever data.on_bad_sample the run trained with: a file that
     # cannot be read is left out and named (training's `skip` would score another file in its place).
-    outputs = [] if hasattr(split, "layouts") else None  # patches: their images' results too
+    outputs = [] if hasattr(split, "image_of") else None  # patches (of slides, or a patch copy's): images' too
     with build_loader(config, {cfg.split: (split, transforms)}, on_bad_sample="mark") as loader:
         figures = scores.evaluate(net, loader.readable(cfg.split), confusion, top_k=k, outputs=outputs)
     unreadable = _unreadable(split, loader.failed(cfg.split), cfg.split)
@@ -69,7 +69,8 @@ def main(cfg: DictConfig) -> float:
               "samples": int(figures.images), "class_names": names, **per_class(confusion, names),
               "confusion": confusion.tolist(), "unreadable": unreadable}
     if outputs is not None:
-        result["image_level"] = _images(split, outputs, config.data.patches, names=names, out=out)
+        patches = getattr(split, "settings", None) or config.data.patches  # a patch copy keeps its own
+        result["image_level"] = _images(split, outputs, patches, names=names, out=out)
     write_json(out / "evaluation.json", result)
     (out / "report.txt").write_text(report(result), encoding="utf-8")
     _plot(confusion, names, out / "confusion.png", result)

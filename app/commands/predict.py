@@ -20,7 +20,7 @@ from app.config import conf_dir
 from app.data.images import EXTENSIONS
 from app.data.patches import grid_split
 from app.data.pixels import pixels_of
-from app.data.prepared import prepared_source
+from app.data.prepared import prepared_source, run_patches
 from app.data.shards import MANIFEST, SPLITS
 from app.data.source import FileSplit
 from app.data.storage import is_url
@@ -99,8 +99,9 @@ def main(cfg: DictConfig) -> None:
     pixels = pixels_of(config.data.channels, meta.get("dtype", "uint8"), bands=int(net.input_shape[-1]))  # the model's
     settings = dataclasses.replace(Settings.from_config(config, pixels=pixels), image_size=tuple(size))  # the model's
     transforms = eval_transforms(config.augment, size)
-    if getattr(config.data, "patches", None) is not None and config.data.patches.size and not prepared:
-        return _predict_patches(config, (net, names, settings, transforms), files, out)
+    patches = None if prepared else run_patches(config.data)
+    if patches is not None:
+        return _predict_patches(config, patches, (net, names, settings, transforms), (files, out))
     failed: list[tuple[str, str]] = []  # (what, why) of each sample that could not be read
     with build_loader(config, {name: (split, transforms) for name, split in splits.items()},
                       on_bad_sample="mark", settings=settings) as loader, \
@@ -127,19 +128,19 @@ def main(cfg: DictConfig) -> None:
         raise DataError(f"none of the {total} {where} could be read (the first, {first}: {why}); see {out}.")
 
 
-def _predict_patches(config, model: tuple, files: list[Path], out: Path) -> None:
-    """A patch run's predictions: a row an image from its patches' (data.patches.aggregate), patches.csv beside, and a
-    heatmap an image; an image without a foreground patch is listed with why."""
-    net, names, settings, transforms = model
-    split, gone = grid_split([str(f) for f in files], config.data.patches)
+def _predict_patches(config, patches, model: tuple, where: tuple[list[Path], Path]) -> None:
+    """A patch run's predictions (`patches`: its data.patches): a row an image from its patches' (their `aggregate`),
+    patches.csv beside, and a heatmap an image; an image without a foreground patch is listed with why."""
+    (net, names, settings, transforms), (files, out) = model, where
+    split, gone = grid_split([str(f) for f in files], patches)
     outputs = []
     if len(split):
         with build_loader(config, {"predict": (split, transforms)}, on_bad_sample="mark", settings=settings) as loader:
             for x, _, positions in loader.readable("predict"):
                 stop_if_interrupted()
                 outputs.append((positions, np.asarray(net.predict_on_batch(x), np.float64)))
-    rows = patch_scores.write_predictions(split, outputs, names=names, patches=config.data.patches, out=out.parent)
-    none = f"no patch with data.patches.min_foreground={config.data.patches.min_foreground} of foreground"
+    rows = patch_scores.write_predictions(split, outputs, names=names, patches=patches, out=out.parent)
+    none = f"no patch with data.patches.min_foreground={patches.min_foreground} of foreground"
     with atomic_write(out, newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["path", "class", *names, "patches", "heatmap", "error"])
@@ -148,7 +149,7 @@ def _predict_patches(config, model: tuple, files: list[Path], out: Path) -> None
                              row["patches"], row["heatmap"], ""])
         writer.writerows([path, "", *([""] * len(names)), 0, "", none] for path in gone)
     print(f"{len(rows)} images from {sum(row['patches'] for row in rows)} patches "
-          f"({config.data.patches.aggregate.value} of each image's){f'; {len(gone)} without any' if gone else ''}")
+          f"({patches.aggregate.value} of each image's){f'; {len(gone)} without any' if gone else ''}")
     print(f"written: {out}, {out.parent / 'patches.csv'}, {out.parent / 'heatmaps'}")
     if not rows:
         raise DataError(f"none of the {len(files)} images has a patch to predict ({none}); see {out}.")

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from app.data.shards import MANIFEST, Manifest, index_digest, index_name, labels_name
+from app.data.shards import MANIFEST, Manifest, index_digest, index_name, labels_name, places_name
 
 
 def index_damage(root: str, manifest: Manifest, split: str, index: np.ndarray) -> str | None:
@@ -30,6 +30,17 @@ def labels_damage(root: str, manifest: Manifest, split: str, labels: np.ndarray)
     if labels.shape != (record.count, len(manifest.class_names)):
         return (f"{path} is {labels.shape[0]}×{labels.shape[1]} where {root}/{MANIFEST} counts {record.count} "
                 f"samples of {len(manifest.class_names)} classes")
+    return None
+
+
+def places_damage(root: str, manifest: Manifest, split: str, places: np.ndarray) -> str | None:
+    """What is wrong with a patch copy's patches-<split>.npy (`places`) against the manifest; None: nothing."""
+    record, path = manifest.splits[split], f"{root}/{places_name(split)}"
+    if index_digest(places) != record.places_sha256:
+        return (f"{path} does not match the checksum {root}/{MANIFEST} records for it (it changed after prepare "
+                "wrote it)")
+    if len(places) != record.count:
+        return f"{path} has {len(places)} rows where {root}/{MANIFEST} counts {record.count}"
     return None
 
 

@@ -185,6 +185,24 @@ def _listed_split(rows: FileSplit, corners: np.ndarray, patches) -> tuple[PatchS
     return split, np.arange(len(rows)), []
 
 
+def fixed_split(split: PatchSplit, patches, *, draws: int | None, seed: int) -> PatchSplit:
+    """A training split's patches fixed once (prepare): a table's own as they are, else every patch of the grid
+    (`draws` None) or up to `draws` distinct random ones an image, each image's from (seed, image) alone."""
+    if split.corners is not None or split.cell_of is not None:
+        return split
+    if draws is None:
+        return _patch_split(split.images, patches, grid=True)[0]
+    image_of, corners = [], []
+    for image, layout in enumerate(split.layouts):
+        cells = layout.cells()
+        picked = np.random.default_rng([seed, image]).choice(len(cells), min(draws, len(cells)), replace=False)
+        image_of += [image] * len(picked)
+        corners += [layout.corner(int(cells[k])) for k in np.sort(picked)]
+    image_of = np.array(image_of, np.int32)
+    return PatchSplit.listed(split.images, split.layouts, split.size,
+                             (image_of, np.array(corners, np.int64).reshape(-1, 2), split.images.labels[image_of]))
+
+
 def grid_split(paths: list[str], patches) -> tuple[PatchSplit, list[str]]:
     """Every foreground patch of a grid over `paths` (predict's input), and the paths with none."""
     split, _, gone = _patch_split(FileSplit(paths, np.zeros(len(paths), np.int64)), patches, grid=True)

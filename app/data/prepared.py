@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from app.data.bands import fit_bands
-from app.data.copy_checks import index_damage, labels_damage, shard_damage, size_in
+from app.data.copy_checks import index_damage, labels_damage, places_damage, shard_damage, size_in
 from app.data.images import Decode, DecodeError, rgb_from_bytes
-from app.data.remote_copy import RemoteCopy, read_copy_index, read_copy_labels, remote_copy
+from app.data.remote_copy import RemoteCopy, read_copy_index, read_copy_labels, read_copy_places, remote_copy
 from app.data.shards import (
     CHECKSUMS_SINCE,
     MANIFEST,
@@ -31,12 +31,15 @@ from app.data.shards import (
     sample_key,
     unrecorded,
 )
-from app.data.source import Source, bad_sample_reason
+from app.data.source import FileSplit, Source, bad_sample_reason
 from app.data.storage import is_url
 from app.errors import BadSampleError, DataError
+from app.schema.data import Aggregate, PatchesConfig, PatchMode, PreparedDataConfig
 
 FINGERPRINT_COVERS = "the prepared copy's manifest: its source's fingerprint, the resize rule and the format"
 log = logging.getLogger(__name__)
+
+
 class PreparedSplit:
     """One split of a prepared copy: rows `rows` of its index (`vectors`: a multilabel copy's labels-<split>.npy)."""
 
@@ -159,6 +162,46 @@ class PreparedSplit:
         return np.asarray(rows["height"], np.int64), np.asarray(rows["width"], np.int64)
 
 
+class PreparedPatches(PreparedSplit):
+    """A patch copy's split: each sample's image and corner (patches-<split>.npy) and its images' paths and labels
+    (the manifest's), so evaluate scores each image from its patches and samples.csv names each patch."""
+
+    def __init__(self, root, split: str, shards: list[str], *, stored: Manifest, places: np.ndarray):
+        super().__init__(root, split, shards, stored=stored)
+        kept = stored.patches
+        self.places, self.settings = places, patches_config(kept["settings"])
+        self.images = FileSplit(list(kept["images"][split]), np.asarray(kept["labels"][split], np.int64))
+
+    @property
+    def image_of(self) -> np.ndarray:
+        """Each sample's image, an index into `images`."""
+        return self.places["image"][self.rows].astype(np.int32)
+
+    def place_of(self, seed: int):
+        """(index, epoch, draw) → "image:x:y", as a patch run's samples.csv names its patches."""
+        def place(i: int, epoch: int, draw: int) -> str:
+            row = self.places[self.rows[i]]
+            return f"{row['image']}:{row['x']}:{row['y']}"
+        return place
+
+
+def patches_config(settings: dict) -> PatchesConfig:
+    """data.patches as a patch copy's manifest keeps it."""
+    return PatchesConfig(**{**settings, "mode": PatchMode(settings["mode"]),
+                            "aggregate": Aggregate(settings["aggregate"])})
+
+
+def run_patches(data_cfg) -> PatchesConfig | None:
+    """A run's data.patches: its own, or (data=prepared) its patch copy's; None for whole images."""
+    own = getattr(data_cfg, "patches", None)
+    if own is not None and own.size:
+        return own
+    if not isinstance(data_cfg, PreparedDataConfig):
+        return None
+    kept = manifest_of(remote_copy(data_cfg) if is_url(data_cfg.path) else _local_copy(data_cfg.path)).patches
+    return patches_config(kept["settings"]) if kept else None
+
+
 def prepared_source(data_cfg) -> Source:
     """data=prepared: the copy at data.path (a local folder, or a URL)."""
     root = remote_copy(data_cfg) if is_url(data_cfg.path) else _local_copy(data_cfg.path)
@@ -179,9 +222,17 @@ def prepared_source(data_cfg) -> Source:
                                             sort_keys=True).encode()).hexdigest()
     split = {"source": "prepared", "fingerprint": fingerprint, "fingerprint_covers": FINGERPRINT_COVERS,
              "class_names": manifest.class_names, "root": str(root), "prepared": {**rule, "of": manifest.source},
-             "counts": {name: len(s) for name, s in splits.items()}}
+             "counts": {name: len(s) for name, s in splits.items()},
+             **({"patches": _patches_described(manifest.patches, splits)} if manifest.patches else {})}
     return Source(name="prepared", class_names=list(manifest.class_names), train=splits["train"], val=splits["val"],
                   fingerprint=fingerprint, split=split, test=splits.get("test"))
+
+
+def _patches_described(kept: dict, splits: dict) -> dict:
+    """split.json's `patches` of a patch copy, as a run on the slides writes it, with the copy's draws."""
+    counts = {name: {"images": len(kept["images"][name]), "patches": len(split)} for name, split in splits.items()}
+    return {"split_by": "image", "size": kept["settings"]["size"], "mode": kept["settings"]["mode"],
+            "draws": kept["draws"], **counts}
 
 
 def manifest_of(root) -> Manifest:
@@ -203,7 +254,12 @@ def _checked_splits(root, manifest: Manifest) -> dict[str, PreparedSplit]:
         if manifest.task == "multilabel":
             vectors = read_copy_labels(root, name, again)
             problems += filter(None, [labels_damage(where, manifest, name, vectors)])
-        splits[name] = PreparedSplit(root, name, record.shards, stored=manifest, vectors=vectors)
+        if manifest.patches:  # each sample's image and corner
+            places = read_copy_places(root, name, again)
+            problems += filter(None, [places_damage(where, manifest, name, places)])
+            splits[name] = PreparedPatches(root, name, record.shards, stored=manifest, places=places)
+        else:
+            splits[name] = PreparedSplit(root, name, record.shards, stored=manifest, vectors=vectors)
     if problems:
         raise DataError(f"{'; '.join(problems)}: the copy is damaged; {again}.")
     return splits

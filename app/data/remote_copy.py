@@ -10,7 +10,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from app.data.shard_cache import ShardCache, cache_key
-from app.data.shards import MANIFEST, check_index, index_name, parse_manifest, read_index, read_labels
+from app.data.shards import MANIFEST, check_index, index_name, parse_manifest, read_index, read_labels, read_places
 from app.data.storage import RemoteStore, Store
 from app.errors import DataError
 
@@ -57,9 +57,18 @@ def read_copy_index(root, split: str, again: str = "") -> np.ndarray:
 
 
 def read_copy_labels(root, split: str, again: str) -> np.ndarray:
+    return _read_sidecar(read_labels, root, split, again)
+
+
+def read_copy_places(root, split: str, again: str) -> np.ndarray:
+    return _read_sidecar(read_places, root, split, again)
+
+
+def _read_sidecar(read, root, split: str, again: str) -> np.ndarray:
+    """A split's labels or places, from a folder or (a RemoteCopy) its URL."""
     if isinstance(root, RemoteCopy):
-        return read_labels(root.store.url, split, root.store.storage_options, again)
-    return read_labels(root, split, again=again)
+        return read(root.store.url, split, root.store.storage_options, again)
+    return read(root, split, again=again)
 
 
 

@@ -7,6 +7,8 @@
     index-<split>.npy    a row a sample in split order (`INDEX_DTYPE`), memory-mapped: shard, offset and length of the
         image data, the label (-1 with several), stored size and the CRC32 of those bytes (checked when read)
     labels-<split>.npy   multilabel copies: a 0/1 uint8 row of classes a sample, in the index's order
+    patches-<split>.npy  patch copies (data.patches): each sample's image (in the manifest's `patches.images`) and
+        its corner at level 0 (`PLACE_DTYPE`), in the index's order
     manifest.json        written last, whole or not at all (`Manifest`; none: unfinished); `checksum`: the rest's sha256
     bad_samples.txt      the source's files left out, as training lists them"""
 
@@ -26,8 +28,9 @@ from app.data.storage import Store, is_url
 from app.errors import DataError
 from app.io import atomic_write
 
-# 1: no checksums (no `crc` column, no manifest or index checksum); 2: one label a sample; 3: 8-bit RGB. All read
-FORMAT_VERSION = 4
+# 1: no checksums (no `crc` column, no manifest or index checksum); 2: one label a sample; 3: 8-bit RGB; 4: no
+# patches. All read
+FORMAT_VERSION = 5
 CHECKSUMS_SINCE = 2  # the format version from which members, indexes and the manifest have checksums
 MANIFEST = "manifest.json"
 BAD_SAMPLES = "bad_samples.txt"
@@ -37,6 +40,7 @@ MEMBER = {"jpeg": "jpg", "raw": "npy"}  # the image member's extension, by forma
 INDEX_DTYPE_1 = np.dtype([("shard", "<u4"), ("offset", "<u8"), ("length", "<u8"), ("label", "<i4"),
                           ("height", "<u4"), ("width", "<u4")])
 INDEX_DTYPE = np.dtype([*INDEX_DTYPE_1.descr, ("crc", "<u4")])  # crc: zlib.crc32 of the bytes the row points at
+PLACE_DTYPE = np.dtype([("image", "<u4"), ("x", "<u4"), ("y", "<u4")])  # a patch's image and top left at level 0
 
 
 def shard_name(split: str, number: int) -> str:
@@ -60,6 +64,10 @@ def labels_name(split: str) -> str:
     return f"labels-{split}.npy"
 
 
+def places_name(split: str) -> str:
+    return f"patches-{split}.npy"
+
+
 @dataclass(kw_only=True)
 class SplitRecord:
     count: int
@@ -67,6 +75,7 @@ class SplitRecord:
     shard_bytes: list[int] = field(default_factory=list)  # each shard's size; [] in format 1
     index_sha256: str = ""  # `index_digest` of the split's index; "" in format 1
     labels_sha256: str = ""  # `index_digest` of its labels-<split>.npy; "" for one label a sample
+    places_sha256: str = ""  # `index_digest` of its patches-<split>.npy; "" for whole images
 
 
 @dataclass(kw_only=True)
@@ -90,6 +99,9 @@ class Manifest:
     task: str = "multiclass"  # multilabel: several labels an image, in labels-<split>.npy
     dtype: str = "uint8"  # the stored images' samples and bands (a raw copy: .npy of H×W×bands; format 4 on)
     bands: int = 3
+    # a patch copy's: {"settings": data.patches, "draws": prepare.patch_draws, "images": {split: [path, ...]},
+    # "labels": {split: [class, ...]}} (an image's, for its image-level figures); {} for whole images
+    patches: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -191,6 +203,12 @@ def read_index(root: str | Path, split: str, storage_options: dict | None = None
     """A split's index, checked (`again`: a refusal's advice): mapped from a folder; from a URL, one GET into memory."""
     path, load = _loader(root, index_name(split), storage_options)
     return check_index(load, path, again)
+
+
+def read_places(root: str | Path, split: str, storage_options: dict | None = None, again: str = "") -> np.ndarray:
+    """A patch copy's patches-<split>.npy in memory; a DataError naming it where missing or not of PLACE_DTYPE."""
+    path, load = _loader(root, places_name(split), storage_options)
+    return np.array(check_index(load, path, again, dtypes=(PLACE_DTYPE,)))
 
 
 def read_labels(root: str | Path, split: str, storage_options: dict | None = None, again: str = "") -> np.ndarray:

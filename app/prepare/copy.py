@@ -20,6 +20,7 @@ from app.prepare import payback
 from app.prepare.encode import Encoding, stored_label
 from app.prepare.finish import write_copy_index
 from app.prepare.job import Job, estimate_per_shard, write_shards
+from app.prepare.patches import fixed_patches, manifest_patches
 from app.prepare.plan import make_plan, read_plan, read_records, write_plan
 from app.prepare.rule import stored_short_side
 from app.prepare.whole import copy_damage
@@ -36,14 +37,20 @@ def write_prepared_copy(config, *, workers: int, per_shard: int | None = None, o
     short_side, why = stored_short_side(config)
     log.info("%s", why)
     source = load_or_generate_source(config.data)
+    patches = getattr(config.data, "patches", None)
+    patches = patches if patches is not None and patches.size else None
+    if patches is not None:  # the training patches fixed once: the grid, or prepare.patch_draws an image
+        source = fixed_patches(source, patches, draws=config.prepare.patch_draws, seed=config.seed)
     splits = {name: split for name in ("train", "val", "test") if (split := getattr(source, name)) is not None}
+    kept = manifest_patches(splits, patches, config.prepare.patch_draws) if patches is not None else {}
     p, pixels = config.prepare, run_pixels(config.data, splits["train"])
     encoding = Encoding(short_side=short_side, format=p.format, quality=p.quality,
                         max_pixels=config.data.max_image_pixels, pixels=pixels)
     job = Job(store=store, splits=splits, encoding=encoding, workers=workers, seed=config.seed,
               on_bad_sample=config.data.on_bad_sample.value, max_bad_fraction=config.data.max_bad_fraction)
     key = {**_plan_key(config, source, splits, short_side), "bands": pixels.bands, "dtype": pixels.dtype,
-           "channels": pixels.channels if isinstance(pixels.channels, str) else list(pixels.channels)}
+           "channels": pixels.channels if isinstance(pixels.channels, str) else list(pixels.channels),
+           **({"patches": {"settings": kept["settings"], "draws": kept["draws"]}} if kept else {})}
     plan = read_plan(store, key)
     found = read_records(store, plan) if plan is not None else {}  # read once: each is a request or two at a URL
     damage = copy_damage(store, plan, found)
@@ -61,7 +68,7 @@ def write_prepared_copy(config, *, workers: int, per_shard: int | None = None, o
     manifest = Manifest(class_names=list(source.class_names), splits={}, source=_source_of(config.data, source),
                         short_side=short_side, format=p.format, quality=p.quality if p.format == "jpeg" else None,
                         app_version=version("app"), assignment=source.split, overrides=_replayable(overrides),
-                        task=str(config.data.task.value), dtype=pixels.dtype, bands=pixels.bands)
+                        task=str(config.data.task.value), dtype=pixels.dtype, bands=pixels.bands, patches=kept)
     write_copy_index(store, plan=plan, records=records, manifest=manifest)
     return _summary(config, job, plan, records=records, seconds=time.monotonic() - begun)
 
@@ -73,10 +80,6 @@ def _refuse_unsupported(config) -> Store:
         raise ConfigError("config key `prepare.out` is not set: give the folder or URL the prepared copy is written "
                           "to, e.g. python -m app prepare data=folder data.path=/path/to/images "
                           "prepare.out=/path/to/copy (or prepare.out=s3://bucket/copy).")
-    if getattr(data, "patches", None) is not None and data.patches.size:
-        raise ConfigError(f"config key `data.patches.size` = {list(data.patches.size)} is set: prepare copies whole "
-                          "images, and a patch run reads its regions from the slides themselves; leave data.patches "
-                          "out of the prepare command (train on the slides with it).")
     if data.path and is_url(data.path):
         raise ConfigError(f"config key `data.path` = {data.path!r} is a URL: prepare reads a local source (it writes "
                           "to a URL: prepare.out may be s3:// or gs://). Copy the source to a local folder and give "

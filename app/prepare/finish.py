@@ -1,4 +1,5 @@
-"""What a prepare writes last, each whole or not at all: the splits' indexes, bad_samples.txt, then manifest.json."""
+"""What a prepare writes last, each whole or not at all: the splits' indexes (and a multilabel copy's labels, a patch
+copy's places), bad_samples.txt, then manifest.json."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ from app.data.shards import (
     BAD_SAMPLES,
     INDEX_DTYPE,
     MANIFEST,
+    PLACE_DTYPE,
     Manifest,
     SplitRecord,
     encoded_manifest,
     index_digest,
     index_path,
     labels_name,
+    places_name,
 )
 from app.data.storage import Store
 from app.prepare.plan import JOURNAL
@@ -37,6 +40,12 @@ def labels_of(records: list[dict], classes: int) -> np.ndarray:
     for i, indices in enumerate(rows):
         labels[i, indices] = 1
     return labels
+
+
+def places_of(records: list[dict]) -> np.ndarray:
+    """A patch split's patches-<split>.npy (PLACE_DTYPE): each sample's image and corner, in the index's order."""
+    rows = [tuple(place) for record in records for place in record.get("places", [])]
+    return np.array(rows, dtype=PLACE_DTYPE) if rows else np.zeros(0, dtype=PLACE_DTYPE)
 
 
 def write_index(store: Store, name: str, index: np.ndarray) -> None:
@@ -61,7 +70,8 @@ def write_copy_index(store: Store, *, plan: dict, records: dict[str, list[dict]]
     """Each split's index, bad_samples.txt, then manifest.json (`manifest`'s splits and bad-sample count filled in
     here); in a folder, first deletes the temporaries a killed prepare left of these, of the records or of the plan."""
     if store.local is not None:  # a kill in the microseconds these and the records take leaves their temporaries
-        finals = [name for split in records for name in (index_path("", split).name, labels_name(split))]
+        finals = [name for split in records
+                  for name in (index_path("", split).name, labels_name(split), places_name(split))]
         finals += [BAD_SAMPLES, MANIFEST]
         shards = [shard for planned in plan["splits"].values() for shard in planned["shards"]]
         journal = ["plan.json", *(f"{shard}.json" for shard in shards)]
@@ -78,9 +88,15 @@ def write_copy_index(store: Store, *, plan: dict, records: dict[str, list[dict]]
             labels = labels_of(split_records, len(manifest.class_names))
             write_index(store, labels_name(split), labels)
             labels_sha256 = index_digest(labels)
+        places_sha256 = ""
+        if manifest.patches:
+            places = places_of(split_records)
+            write_index(store, places_name(split), places)
+            places_sha256 = index_digest(places)
         manifest.splits[split] = SplitRecord(count=len(index), shards=list(plan["splits"][split]["shards"]),
                                              shard_bytes=[r["bytes"] for r in split_records],
-                                             index_sha256=index_digest(index), labels_sha256=labels_sha256)
+                                             index_sha256=index_digest(index), labels_sha256=labels_sha256,
+                                             places_sha256=places_sha256)
     write_bad_samples(store, bad)
     manifest.bad_samples = sum(len(rows) for rows in bad.values())
     store.write_bytes(MANIFEST, encoded_manifest(manifest))  # the same bytes in a folder and at a URL

@@ -97,6 +97,7 @@ class PrepareConfig:
     format: str = "jpeg"  # jpeg | raw (uint8 .npy: no decode at all, the largest)
     quality: int = 95  # jpeg only, 4:4:4
     shard_mb: int = 256  # about this many MiB a shard
+    patch_draws: int | None = None  # data.patches: random patches an image for training (null: its whole grid)
     storage_options: dict[str, Any] = field(default_factory=dict)  # fsspec's, for a URL prepare.out
 
 

@@ -1,7 +1,8 @@
 """Training on patches of slides through the real CLI: eight small JPEG-tiled pyramids (tests/slides.py), "tissue"
 blobs whose texture says the class on pale glass. It learns from the patches and not from shuffled labels; a run
 SIGKILLed mid-epoch on one worker resumes to the rows of an uninterrupted run on two, patch for patch; sampled patches
-fall on the tissue; evaluate and predict give a row an image, and predict's heatmap lies on the tissue."""
+fall on the tissue; evaluate and predict give a row an image, and predict's heatmap lies on the tissue. Prepared once
+(the grid of patches), the copy trains as well, and evaluate and predict of that run give their rows an image."""
 
 import csv
 import json
@@ -43,11 +44,15 @@ def test_patches_learn_resume_exactly_on_any_workers_stay_on_tissue_and_predict_
               "data.batch_size=16", "model.widths=[8,16]", "augment=none", "trainer.deterministic=true",
               "trainer.record_samples=true", "trainer.checkpoint_every_steps=2", "trainer.epochs=3"]
     env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    data = config[:6] + ["augment=none"]  # what prepare reads: the data and its transforms
+    on_copy = ["data=prepared", "data.path=copy", *config[5:], "hydra.run.dir=on_copy"]
     run = train_killed([*config, "queue.workers=1"], cwd=tmp_path, env=env)
     done = spawn_one_process_for(
         ["train", *config, "queue.workers=2", "hydra.run.dir=whole"], ["train", f"resume={run}"],
         ["train", *config, f"data.path={shuffled}", "queue.workers=1", "hydra.run.dir=shuffled"],
         ["evaluate", f"resume={run}"], ["predict", f"resume={run}", f"input={tmp_path / 'slides' / 'dots'}"],
+        ["prepare", *data, "prepare.out=copy"], ["train", *on_copy],
+        ["evaluate", "resume=on_copy"], ["predict", "resume=on_copy", f"input={tmp_path / 'slides' / 'dots'}"],
         cwd=tmp_path, env=env)
     for result in done:
         assert result.returncode == 0, (result.args, result.stdout[-3000:])
@@ -81,3 +86,12 @@ def test_patches_learn_resume_exactly_on_any_workers_stay_on_tissue_and_predict_
         bright, tissue = heat >= 128, drawn > 0
         assert (bright & tissue).sum() / (bright | tissue).sum() >= 0.5
         assert (np.roll(bright, heat.shape[0] // 2, axis=0) & tissue).sum() / (bright | tissue).sum() < 0.5
+
+    # the copy: its patches trained on as well, evaluate and predict by image as on the slides
+    copied = [float(v) for (v,) in rows_of(tmp_path / "on_copy" / "metrics.csv", "val_accuracy")]
+    assert copied[-1] >= 0.85, copied
+    on_copy = json.loads(next((tmp_path / "on_copy" / "evaluate").glob("*/evaluation.json")).read_text())
+    assert on_copy["image_level"]["images"] == len(split["val"]) and on_copy["image_level"]["accuracy"] == 1.0
+    assert on_copy["samples"] == split["patches"]["val"]["patches"]  # the same grid, read once at prepare
+    rows = list(csv.DictReader(next((tmp_path / "on_copy" / "predict").glob("*/predictions.csv")).open()))
+    assert [row["class"] for row in rows] == ["dots"] * 4 and all(int(row["patches"]) > 10 for row in rows)
