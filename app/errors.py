@@ -1,6 +1,7 @@
 """Errors a user can act on: each carries a one-paragraph message the CLI prints as is."""
 
 import os
+from pathlib import Path
 
 
 class AppError(Exception):
@@ -202,3 +203,10 @@ def exit_status_for(error: BaseException, command: str = "train") -> int:
     print(f"error: unexpected {type(error).__name__}: {_paragraph(error)} (a bug: "
           f"{'the traceback is in ' + where if where else ''}set APP_TRACEBACK=1 to print it here)", file=sys.stderr)
     return 1
+
+
+def install_command(extra: str) -> str:
+    """The pip command that adds `extra` to this app as it was installed: editable from a source checkout, else from an
+    index. Told by where `app` was imported from: a build's app.egg-info would mislead metadata."""
+    checkout = (Path(__file__).resolve().parent.parent / "pyproject.toml").is_file()
+    return f"pip install -e '.[{extra}]'" if checkout else f"pip install 'app[{extra}]'"

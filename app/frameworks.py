@@ -10,9 +10,8 @@ import sys
 import tempfile
 from contextlib import contextmanager
 from importlib import metadata
-from pathlib import Path
 
-from app.errors import config_error
+from app.errors import config_error, install_command
 
 
 @contextmanager
@@ -72,13 +71,6 @@ def use_backend(trainer, backend=None) -> None:
         if trainer.deterministic:
             flags.append("--xla_gpu_deterministic_ops=true")
         os.environ["XLA_FLAGS"] = " ".join(flags)
-
-
-def install_command(extra: str) -> str:
-    """The pip command that adds `extra` to this app as it was installed: editable from a source checkout, else from an
-    index. Told by where `app` was imported from: a build's app.egg-info would mislead metadata."""
-    checkout = (Path(__file__).resolve().parent.parent / "pyproject.toml").is_file()
-    return f"pip install -e '.[{extra}]'" if checkout else f"pip install 'app[{extra}]'"
 
 
 def load_keras():

@@ -50,17 +50,32 @@ def write_slide(path: Path, image: np.ndarray, *, levels: int = 3, tile: int = 2
                       photometric="rgb", subfiletype=1)
 
 
-def write_slides(folder: Path, *, per_class: int = 4, side: int = 2048,
-                 classes: tuple[str, str] = ("stripes", "dots")) -> dict[Path, np.ndarray]:
-    """`per_class` slides of each class in <folder>/<class>/ (the first class striped, the second dotted), and each
-    one's tissue mask."""
+def write_svs(path: Path, image: np.ndarray, *, levels: int = 3, tile: int = 256, mpp: float = 0.5) -> None:
+    """`image` as an Aperio SVS as OpenSlide reads one: each level a JPEG-tiled page of its own (not SubIFDs), the
+    ImageDescription Aperio's (its MPP), tifffile's own JSON description left out."""
+    with tifffile.TiffWriter(path) as tif:
+        for level in range(levels):
+            step = 2 ** level
+            scaled = image if not level else cv2.resize(image, (image.shape[1] // step, image.shape[0] // step),
+                                                        interpolation=cv2.INTER_AREA)
+            height, width = scaled.shape[:2]
+            tif.write(scaled, tile=(tile, tile), compression="jpeg", photometric="rgb", metadata=None,
+                      subfiletype=1 if level else 0,
+                      description=f"Aperio Image Library v12.0.0\r\n{width}x{height} [0,0 {width}x{height}] "
+                                  f"({tile}x{tile}) JPEG/RGB Q=90|AppMag = 20|MPP = {mpp}")
+
+
+def write_slides(folder: Path, *, per_class: int = 4, side: int = 2048, classes: tuple[str, str] = ("stripes", "dots"),
+                 svs: bool = False) -> dict[Path, np.ndarray]:
+    """`per_class` slides of each class in <folder>/<class>/ (the first class striped, the second dotted; Aperio SVS
+    files with `svs`), and each one's tissue mask."""
     rng = np.random.default_rng(0)
     masks = {}
     for label, name in enumerate(classes):
         (folder / name).mkdir(parents=True, exist_ok=True)
         for i in range(per_class):
             image, mask = slide_pixels(side, label, rng)
-            path = folder / name / f"slide{i}.tif"
-            write_slide(path, image)
+            path = folder / name / f"slide{i}.{'svs' if svs else 'tif'}"
+            (write_svs if svs else write_slide)(path, image)
             masks[path] = mask
     return masks

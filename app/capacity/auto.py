@@ -70,8 +70,7 @@ class Cycle:
         return min(1.0, float(np.median(self.t.step_cpu_s)) / (self.step_s * self.cores)) if self.step_s else 0.0
 
     def wait(self, workers: int) -> float:
-        """The share of the time the step would wait on the loader. With the cores saturated, the step's own CPU
-        share stretches with them (a CPU step waits ~0) while a GPU step keeps its pace and waits the rest."""
+        """The step's share of time waiting on the loader: on saturated cores only its own CPU share stretches."""
         busy = (1 - self.step_cores) * self.step_s + self.step_cores * self.shared_s
         return max(0.0, 1 - max(self.step_s, busy) / self(workers))
 

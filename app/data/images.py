@@ -16,10 +16,12 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from app.data import tiff
 from app.data.bands import fit_bands
 from app.data.decode import DEFAULT_MAX_PIXELS, Decode, DecodeError, Pixels, TiffAt, check_pixels, pixel_count
+from app.data.scanner_files import OTHER_SCANNERS, TIFF_SCANNERS
 
 __all__ = ["DEFAULT_MAX_PIXELS", "Decode", "DecodeError", "Pixels", "TiffAt", "check_pixels", "decoded", "load_rgb"]
 
-EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff")
+# the scanners' whole-slide files, read region by region (data.patches): OpenSlide's, or tifffile's for TIFFs
+EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff", *TIFF_SCANNERS, *OTHER_SCANNERS)
 
 # OpenCV's flags for libjpeg's DCT-domain reduction by 1, 2, 4, 8: IMREAD_REDUCED_GRAYSCALE_k is
 # the reduction bit alone (IMREAD_GRAYSCALE is 0), to combine with IMREAD_COLOR_RGB.

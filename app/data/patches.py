@@ -159,8 +159,11 @@ def patched(source: Source, patches) -> Source:
         source.train_weights[kept] if train.corners is not None else source.train_weights[kept][train.image_of]
     counts = {name: {"images": len(split.layouts), "patches": len(split)} for name, (split, _, _) in built.items()}
     left_out = sorted(path for _, _, gone in built.values() for path in gone)
+    layouts = [layout for split, _, _ in built.values() for layout in split.layouts]
+    read_by = {"openslide": sum(layout.slide.openslide for layout in layouts)}
+    read_by["tifffile"] = len(layouts) - read_by["openslide"]
     described = {"split_by": "image", "size": list(patches.size), "mode": patches.mode.value, **counts,
-                 "without_foreground": left_out}
+                 "without_foreground": left_out, "read_by": read_by}
     return dataclasses.replace(source, train=train, val=val, test=built["test"][0] if "test" in built else None,
                                train_weights=weights, split={**source.split, "patches": described})
 
@@ -186,8 +189,7 @@ def _listed_split(rows: FileSplit, corners: np.ndarray, patches) -> tuple[PatchS
 
 
 def fixed_split(split: PatchSplit, patches, *, draws: int | None, seed: int) -> PatchSplit:
-    """A training split's patches fixed once (prepare): a table's own as they are, else every patch of the grid
-    (`draws` None) or up to `draws` distinct random ones an image, each image's from (seed, image) alone."""
+    """Training patches fixed once (prepare): a table's own, the grid, or up to `draws` distinct ones an image."""
     if split.corners is not None or split.cell_of is not None:
         return split
     if draws is None:
@@ -222,7 +224,7 @@ def _patch_split(images: FileSplit, patches, *, grid: bool) -> tuple[PatchSplit,
 def layout_of(path: str, patches, *, grid: bool, masked: bool = True) -> Layout:
     """Where `path`'s patches lie at the resolution `patches` asks; a DataError naming the file where it cannot."""
     try:
-        slide = slide_of(path, patches.max_chunk_pixels)
+        slide = slide_of(path, patches.max_chunk_pixels, patches.reader.value)
     except (DecodeError, OSError) as error:
         raise DataError(f"{path} cannot be read as patches: {bad_sample_reason(error)}") from error
     scale = _downsample(slide, patches)

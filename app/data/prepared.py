@@ -34,7 +34,7 @@ from app.data.shards import (
 from app.data.source import FileSplit, Source, bad_sample_reason
 from app.data.storage import is_url
 from app.errors import BadSampleError, DataError
-from app.schema.data import Aggregate, PatchesConfig, PatchMode, PreparedDataConfig
+from app.schema.data import Aggregate, PatchesConfig, PatchMode, PreparedDataConfig, SlideReader
 
 FINGERPRINT_COVERS = "the prepared copy's manifest: its source's fingerprint, the resize rule and the format"
 log = logging.getLogger(__name__)
@@ -163,8 +163,7 @@ class PreparedSplit:
 
 
 class PreparedPatches(PreparedSplit):
-    """A patch copy's split: each sample's image and corner (patches-<split>.npy) and its images' paths and labels
-    (the manifest's), so evaluate scores each image from its patches and samples.csv names each patch."""
+    """A patch copy's split: each sample's image and corner (patches-<split>.npy), its images' paths and labels."""
 
     def __init__(self, root, split: str, shards: list[str], *, stored: Manifest, places: np.ndarray):
         super().__init__(root, split, shards, stored=stored)
@@ -187,8 +186,9 @@ class PreparedPatches(PreparedSplit):
 
 def patches_config(settings: dict) -> PatchesConfig:
     """data.patches as a patch copy's manifest keeps it."""
-    return PatchesConfig(**{**settings, "mode": PatchMode(settings["mode"]),
-                            "aggregate": Aggregate(settings["aggregate"])})
+    enums = {"mode": PatchMode(settings["mode"]), "aggregate": Aggregate(settings["aggregate"]),
+             "reader": SlideReader(settings.get("reader", "auto"))}
+    return PatchesConfig(**{**settings, **enums})
 
 
 def run_patches(data_cfg) -> PatchesConfig | None:

@@ -1,6 +1,6 @@
-"""Regions of large images, never the whole: a TIFF pyramid's levels opened through tifffile's zarr store, so a read
-decodes only the tiles or strips it touches; each worker keeps a few files open (an LRU). A file whose chunks are too
-large to read a region cheaply is refused with how to tile it."""
+"""Regions of large images, never the whole: a TIFF pyramid's levels through tifffile's zarr store (a scanner's file:
+app/data/scanner_files.py), so a read decodes only the chunks it touches; each worker keeps a few files open (an LRU).
+A file whose chunks are too large to read a region cheaply is refused with how to tile it."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import numpy as np
 import tifffile
 from PIL import Image
 
+from app.data import scanner_files
 from app.data.decode import DecodeError
 from app.data.images import HEAD_BYTES, JPEG_START, PNG_START, TIFF_MAGIC, jpeg_frame, read_bytes, rgb_from_bytes
 from app.data.tiff import BAND_AXES, GDAL_NODATA, READ_TYPES
@@ -35,15 +36,18 @@ class Slide:
     tiled: bool = False  # a TIFF in tiles, not strips
     mpp: float | None = None
     nodata: float | None = None
+    openslide: bool = False  # read through OpenSlide: 8-bit RGB, its tiles
 
     def downsample(self, level: int) -> float:
         return self.levels[0][1] / self.levels[level][1]
 
 
-def slide_of(path: str | os.PathLike, max_chunk_pixels: int) -> Slide:
-    """`path`'s levels and chunks from its header; a DecodeError naming how to tile it where a chunk has more than
-    `max_chunk_pixels` pixels (a PNG or JPEG is one chunk), or the file is not an image of uint8 or uint16."""
+def slide_of(path: str | os.PathLike, max_chunk_pixels: int, reader: str = "auto") -> Slide:
+    """`path`'s levels and chunks (`reader`: data.patches.reader); a DecodeError naming how to tile it where a chunk
+    has more than `max_chunk_pixels` pixels (a PNG or JPEG is one chunk), or it is not of uint8 or uint16."""
     path = os.fspath(path)
+    if scanner_files.through_openslide(path, reader):
+        return Slide(path=path, bands=3, dtype="uint8", tiled=True, openslide=True, **scanner_files.header(path))
     with open(path, "rb") as file:
         tiff = file.read(4) in TIFF_MAGIC
     slide = _tiff_slide(path) if tiff else _flat_slide(path)
@@ -141,12 +145,15 @@ _open = OpenFiles()
 def close_open_files() -> None:
     """This process's open slides closed (the training process, once it has read their masks)."""
     _open.close_all()
+    scanner_files.opened.close_all()
 
 
 def read_region(slide: Slide, level: int, corner: tuple[int, int], size: tuple[int, int]) -> np.ndarray:
     """(height, width, bands) of `slide`'s `level` from `corner` (top, left) in that level's pixels: only the chunks
     it touches decoded (a file that is not a TIFF: decoded whole, its chunk)."""
     (top, left), (height, width) = corner, size
+    if slide.openslide:
+        return scanner_files.read_region(slide.path, level, (corner, size), downsample=slide.downsample(level))
     if slide.tiff:
         array, axes = _open.level(slide.path, level)
         window = tuple(slice(top, top + height) if axis == "Y" else slice(left, left + width) if axis == "X"

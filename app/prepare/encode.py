@@ -1,6 +1,5 @@
 """A worker's share of prepare: one source sample, decoded as the loader decodes → its stored member (the run's pixels,
-upright, down to the stored short side, as JPEG or .npy), its label and the original's path and size (a patch: its
-image, level and corner)."""
+upright, down to the stored short side, as JPEG or .npy), its label, the original's path and size (a patch's place)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""What a prepare writes last, each whole or not at all: the splits' indexes (and a multilabel copy's labels, a patch
-copy's places), bad_samples.txt, then manifest.json."""
+"""What a prepare writes last, each whole or not at all: the splits' indexes (labels, places), bad_samples.txt, then
+manifest.json."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""A patch source's copy (data.patches): its training split fixed once, every patch of the grid or prepare.patch_draws
-random ones an image, and what the manifest keeps of it (the settings, each split's images and their labels), so a
-run on the copy scores each image from its patches as a run on the slides does, its region reads paid once."""
+"""A patch source's copy (data.patches): its training patches fixed once (the grid, or prepare.patch_draws an image)
+and what the manifest keeps so a run on the copy scores each image from its patches as a run on the slides does."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ def fixed_patches(source: Source, patches, *, draws: int | None, seed: int) -> S
 
 
 def manifest_patches(splits: dict, patches, draws: int | None) -> dict:
-    """The manifest's `patches`: the settings (enums as their values), the draws, each split's images and labels."""
+    """The manifest's `patches`: settings (enums as values), draws, each split's images and labels."""
     settings = {key: value.value if isinstance(value, Enum) else value
                 for key, value in dataclasses.asdict(patches).items()}
     return {"settings": settings, "draws": draws,

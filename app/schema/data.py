@@ -41,6 +41,14 @@ class Aggregate(str, Enum):
     topk_mean = "topk_mean"  # the mean of the data.patches.top_k highest
 
 
+class SlideReader(str, Enum):
+    """What reads a patch's region (app/data/regions.py, app/data/scanner_files.py)."""
+
+    auto = "auto"  # OpenSlide for the scanners' files where the slides extra is installed, else tifffile
+    tifffile = "tifffile"  # TIFFs (and small PNG, JPEG, WebP, BMP): no extra needed
+    openslide = "openslide"  # every file through OpenSlide (the slides extra)
+
+
 class StartMethod(str, Enum):
     spawn = "spawn"
     forkserver = "forkserver"
@@ -78,6 +86,7 @@ class PatchesConfig:
     aggregate: Aggregate = Aggregate.mean
     top_k: int = 5  # aggregate=topk_mean
     max_chunk_pixels: int = 16_777_216  # a file stored in larger tiles, strips or chunks is refused
+    reader: SlideReader = SlideReader.auto  # auto: OpenSlide for SVS, NDPI, MRXS, ... where installed
 
 
 # What builds each data option's source, its node's `_target_` (set by `data=<option>`).

@@ -30,8 +30,7 @@ STEP_CALLS = 3  # timed calls into the compiled step for `auto`, after one that 
 
 
 def planner(config, run: RunPlan, source, net) -> queue_plan.Planner:
-    """The queue Planner of `net` on `source`'s splits, the GPU allocator's host share counted; this machine's probe
-    spawned first when not stored."""
+    """The queue Planner of `net` on `source`'s splits (the GPU pool's host share in); the probe spawned if unstored."""
     facts = model_facts(net, config.trainer.precision.value)
     run = dataclasses.replace(run, allocator_mib=devices.allocator_host_mib(config.trainer))
     return queue_plan.planner(config, run, (source.train, source.val), facts=facts, trainer_measures=trainer_measures)

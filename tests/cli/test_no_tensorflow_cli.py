@@ -10,13 +10,13 @@ import os
 import re
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
 from docs_runner import spawn_one_process_for
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import metadata as hparams_metadata
+from venvs import venv_without
 
 ROOT = Path(__file__).resolve().parents[2]
 # What a `.[jax]` install lacks: TensorFlow, and the export tools that import it
@@ -28,17 +28,6 @@ EDITABLE = re.compile(r"^(__editable__.*app.*|app-[\d.]+\.dist-info)$")
 # no trainer.backend: `auto` is JAX where TensorFlow is not installed
 TINY = ["data.num_images=24", "data.source_size=48", "data.num_classes=2",
         "data.image_size=[32,32]", "data.batch_size=4", "model.widths=[8]", "trainer.epochs=1", "queue.workers=1"]
-
-
-def venv_without(folder: Path, hidden: re.Pattern) -> Path:
-    """A venv in `folder` whose site-packages links to each entry of this one's that `hidden`
-    does not match: the same versions of everything else. Its site-packages."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
-    there = next((folder / "lib").glob("python3.*/site-packages"))
-    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
-        if not hidden.match(entry.name):
-            (there / entry.name).symlink_to(entry)
-    return there
 
 
 @pytest.fixture(scope="module")

@@ -2,11 +2,14 @@
 blobs whose texture says the class on pale glass. It learns from the patches and not from shuffled labels; a run
 SIGKILLed mid-epoch on one worker resumes to the rows of an uninterrupted run on two, patch for patch; sampled patches
 fall on the tissue; evaluate and predict give a row an image, and predict's heatmap lies on the tissue. Prepared once
-(the grid of patches), the copy trains as well, and evaluate and predict of that run give their rows an image."""
+(the grid of patches), the copy trains as well, and evaluate and predict of that run give their rows an image. Aperio
+SVS slides train through OpenSlide (the slides extra); an install without it refuses them naming the extra."""
 
 import csv
 import json
 import os
+import re
+import subprocess
 from pathlib import Path
 
 import cv2
@@ -14,6 +17,7 @@ import numpy as np
 import pytest
 from docs_runner import spawn_one_process_for, train_killed
 from slides import write_slides
+from venvs import venv_without
 
 TESTS = Path(__file__).resolve().parents[1]
 PATCH, EXTENT = 32, 64  # a patch's side at level 1, and what it covers at level 0
@@ -43,6 +47,9 @@ def test_patches_learn_resume_exactly_on_any_workers_stay_on_tissue_and_predict_
               "data.patches.level=1", "data.patches.per_image=24", f"data.image_size=[{PATCH},{PATCH}]",
               "data.batch_size=16", "model.widths=[8,16]", "augment=none", "trainer.deterministic=true",
               "trainer.record_samples=true", "trainer.checkpoint_every_steps=2", "trainer.epochs=3"]
+    write_slides(tmp_path / "svs", per_class=3, side=512, svs=True)
+    svs = ["data=folder", f"data.path={tmp_path / 'svs'}", f"data.patches.size=[{PATCH},{PATCH}]",
+           "data.patches.mpp=1.0", "data.patches.per_image=8", *config[5:8], "trainer.epochs=2"]
     env = {**os.environ, "PYTHONPATH": str(TESTS)}
     data = config[:6] + ["augment=none"]  # what prepare reads: the data and its transforms
     on_copy = ["data=prepared", "data.path=copy", *config[5:], "hydra.run.dir=on_copy"]
@@ -53,7 +60,7 @@ def test_patches_learn_resume_exactly_on_any_workers_stay_on_tissue_and_predict_
         ["evaluate", f"resume={run}"], ["predict", f"resume={run}", f"input={tmp_path / 'slides' / 'dots'}"],
         ["prepare", *data, "prepare.out=copy"], ["train", *on_copy],
         ["evaluate", "resume=on_copy"], ["predict", "resume=on_copy", f"input={tmp_path / 'slides' / 'dots'}"],
-        cwd=tmp_path, env=env)
+        ["train", *svs, "hydra.run.dir=svs_run"], cwd=tmp_path, env=env)
     for result in done:
         assert result.returncode == 0, (result.args, result.stdout[-3000:])
     # exact resume, one worker against two: the same patches (samples.csv) and the same rows
@@ -95,3 +102,15 @@ def test_patches_learn_resume_exactly_on_any_workers_stay_on_tissue_and_predict_
     assert on_copy["samples"] == split["patches"]["val"]["patches"]  # the same grid, read once at prepare
     rows = list(csv.DictReader(next((tmp_path / "on_copy" / "predict").glob("*/predictions.csv")).open()))
     assert [row["class"] for row in rows] == ["dots"] * 4 and all(int(row["patches"]) > 10 for row in rows)
+
+    # SVS slides: every one read by OpenSlide, trained through the CLI
+    svs_split = json.loads((tmp_path / "svs_run" / "split.json").read_text())["patches"]
+    assert svs_split["read_by"] == {"openslide": 6, "tifffile": 0}
+    assert len(rows_of(tmp_path / "svs_run" / "metrics.csv", "val_accuracy")) == 2
+    # without the extra: OpenSlide asked for, and refused in one paragraph naming it
+    python = venv_without(tmp_path / "no-slides", re.compile(r"^openslide.*", re.I)).parents[2] / "bin" / "python"
+    refused = subprocess.run([str(python), "-m", "app", "preview", *svs[:6], "data.patches.reader=openslide"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert refused.returncode != 0 and "add the slides extra, pip install -e '.[slides]'" in refused.stderr, \
+        refused.stderr[-2000:]
+    assert "Traceback" not in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
