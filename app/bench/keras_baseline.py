@@ -1,9 +1,12 @@
-"""`bench`'s hand-rolled PyDataset baseline (Pillow, same augmentation, float32), alone so Keras's workers import it."""
+"""`bench`'s hand-rolled PyDatasets (Pillow, or a slide's read_region; same augmentation, float32), alone so Keras's
+workers import them."""
 
 from __future__ import annotations
 
+import cv2
 import keras
 import numpy as np
+import tifffile
 from PIL import Image
 
 from app.data.source import FileSplit
@@ -32,3 +35,46 @@ class KerasBaseline(keras.utils.PyDataset):
         images = np.stack([self.augmenter(read_textbook(self.split, int(k)), self.seed, int(e), int(k))
                            for e, k in pairs])
         return normalise(images), self.split.labels[pairs[:, 1]]
+
+
+class HandRegions(KerasBaseline):
+    """The patch reader a pathology user writes: a worker opens each slide once (OpenSlide's read_region, or the level's
+    zarr array through tifffile), shrinks between levels, augments, makes float32. `places`: (epoch, index) → (path,
+    level, (x, y), (height, width) read, openslide), as the loader reads it."""
+
+    def __init__(self, split, augmenter, batches: np.ndarray, seed: int, *, places: dict, **kwargs):
+        super().__init__(split, augmenter, batches, seed, **kwargs)
+        self.places, self.size = places, split.size
+
+    def __getitem__(self, i: int):
+        pairs = self.batches[i]
+        images = np.stack([self.augmenter(self._patch(int(e), int(k)), self.seed, int(e), int(k)) for e, k in pairs])
+        return normalise(images), self.split.labels[pairs[:, 1]]
+
+    def _patch(self, epoch: int, index: int) -> np.ndarray:
+        path, level, (x, y), (height, width), openslide = self.places[epoch, index]
+        if openslide:
+            scale = _opened(path, None).level_downsamples[level]
+            region = np.asarray(_opened(path, None).read_region((round(x * scale), round(y * scale)), level,
+                                                                (width, height)).convert("RGB"))
+        else:
+            region = np.asarray(_opened(path, level)[y:y + height, x:x + width])
+        if region.shape[:2] != self.size:
+            region = cv2.resize(region, self.size[::-1], interpolation=cv2.INTER_AREA)
+        return region
+
+
+_SLIDES: dict = {}  # a worker's open slides: (path, level) → OpenSlide, or the level's zarr array
+
+
+def _opened(path: str, level: int | None):
+    if (path, level) not in _SLIDES:
+        if level is None:
+            import openslide  # noqa: PLC0415 - the slides extra: only a bench of scanners' files needs it
+
+            _SLIDES[path, level] = openslide.OpenSlide(path)
+        else:
+            import zarr  # noqa: PLC0415 - as app/data/regions.py: only patch benches pay its import
+
+            _SLIDES[path, level] = zarr.open(tifffile.imread(path, aszarr=True, level=level), mode="r")
+    return _SLIDES[path, level]

@@ -7,7 +7,7 @@ import time
 import keras
 import numpy as np
 
-from app.bench.keras_baseline import KerasBaseline
+from app.bench.keras_baseline import HandRegions, KerasBaseline
 from app.bench.loading import Run, loader_batches, reason, training_loader
 from app.errors import BadSampleError, DataError
 from app.frameworks import load_tensorflow
@@ -125,6 +125,27 @@ def _keras(run: Run):
     net.fit(pydataset, epochs=1, verbose=0, callbacks=[_Tick(clock)])
 
 
+def _keras_regions(run: Run):
+    """The patches the loader reads, each read by the reader a pathology user writes, in a PyDataset with workers."""
+    config, source, order, clock = run.config, run.source, run.order, run.clock
+    split, batch = source.train, config.data.batch_size
+    if not hasattr(split, "layouts"):
+        raise DataError("keras_regions benches patches of slides: set data.patches.size (docs/slides.md), or leave it "
+                        "out of bench.modes")
+    net = _trivial_model(config, source, normalising=False)
+    steps = len(order) // batch
+    batches = order[:steps * batch].reshape(steps, batch, 2)
+    places = {}
+    for epoch, index in {(int(e), int(k)) for e, k in order[:steps * batch]}:
+        layout, (y, x) = split.region_of(index, (config.seed, epoch, 0))
+        places[epoch, index] = (layout.slide.path, layout.level, (x, y), layout.read, layout.slide.openslide)
+    workers, max_size = for_loading_only(config.queue)
+    pydataset = HandRegions(split, run.augmenter, batches, config.seed, places=places, workers=max(workers, 1),
+                            use_multiprocessing=True, max_queue_size=max_size)
+    clock.start = time.perf_counter()
+    net.fit(pydataset, epochs=1, verbose=0, callbacks=[_Tick(clock)])
+
+
 def _tf_data(run: Run):
     """TensorFlow, loaded here only (kept off the GPUs on JAX), so the other modes run where it is not installed."""
     tf = load_tensorflow()
@@ -157,4 +178,4 @@ def _first_unreadable(split, order) -> str | None:
 
 
 KERAS_MODES = {"baseline": _baseline, "loader_steps": _loader_steps, "loader_fit": _loader_fit,
-               "keras_threads": _keras, "keras_processes": _keras, "tf_data": _tf_data}
+               "keras_threads": _keras, "keras_processes": _keras, "keras_regions": _keras_regions, "tf_data": _tf_data}

@@ -31,6 +31,7 @@ register()
 log = logging.getLogger("app.bench")
 KERAS_MODES = ("keras_threads", "keras_processes")
 TENSORFLOW_MODES = ("tf_data",)  # tf.data is TensorFlow's own, whatever Keras's backend
+REGION_MODES = ("keras_regions",)  # a hand-written reader of slides' regions: data.patches only
 MEMORY_KEYS = ("peak_memory_mb", "memory_samples", "memory_reads", "peak_pss_mb", "pss_samples", "pss_reads")
 
 
@@ -39,7 +40,8 @@ MEMORY_KEYS = ("peak_memory_mb", "memory_samples", "memory_reads", "peak_pss_mb"
 def main(cfg: DictConfig) -> None:
     config = load(cfg)
     workers, max_size = for_loading_only(config.queue)  # `auto`: no training step here to balance
-    runnable = _runnable_modes(config.bench.modes)
+    patches = getattr(config.data, "patches", None)
+    runnable = _runnable_modes(config.bench.modes, patches=patches is not None and patches.size is not None)
     if set(runnable) - set(modes.PLAIN_MODES):  # a mode with a model: its process loads Keras
         use_backend(config.trainer)  # KERAS_BACKEND, which the modes' processes inherit
     bench = config.bench
@@ -60,6 +62,8 @@ def main(cfg: DictConfig) -> None:
     results = {}
     for copy, variant in benched:
         for mode in runnable:
+            if copy is not None and mode in REGION_MODES:  # a copy holds patches, not slides to read regions of
+                continue
             name = copies.row_name(mode, copy)
             results[name] = _measured(mode, variant, run_dir / "bench.log")
             log.info("%-16s %s", name, _line(results[name]))
@@ -81,12 +85,19 @@ def tensorflow_installed() -> bool:
     return importlib.util.find_spec("tensorflow") is not None
 
 
-def _runnable_modes(asked: list[str]) -> list[str]:
-    """`asked` less the modes needing TensorFlow where it is absent (with a note); a ConfigError if not the default."""
+def _runnable_modes(asked: list[str], *, patches: bool) -> list[str]:
+    """`asked` less the modes needing TensorFlow where it is absent, or patches where there are none (with a note); a
+    ConfigError if not the default."""
+    default, regions = list(asked) == BENCH_MODES, [mode for mode in asked if mode in REGION_MODES]
+    if regions and not patches:
+        if not default:
+            raise config_error("bench.modes", list(asked), f"{', '.join(regions)} reads patches of slides: set "
+                               "data.patches.size (docs/slides.md), or leave it out of bench.modes")
+        asked = [mode for mode in asked if mode not in REGION_MODES]
     needing = [mode for mode in asked if mode in TENSORFLOW_MODES]
     if not needing or tensorflow_installed():
         return list(asked)
-    if list(asked) != BENCH_MODES:
+    if not default:
         raise config_error("bench.modes", list(asked),
                            f"{', '.join(needing)} times tf.data, which needs the package `tensorflow`, and it is not "
                            f"installed here (on trainer.backend=jax too): {install_command('tensorflow')}, or leave "
@@ -182,6 +193,10 @@ def _derived(results: dict, data, slots: int, workers: int) -> dict:
         for mode in ("loader_steps", "loader_fit"):
             if mode in ok:
                 derived[f"{mode}_vs_tf_data"] = ok[mode]["images_per_s"] / ok["tf_data"]["images_per_s"]
+    if "keras_regions" in ok:  # patches: the app's reading of regions against a hand-written PyDataset's
+        for mode in ("loader_steps", "loader_fit", "loader"):
+            if mode in ok:
+                derived[f"{mode}_vs_keras_regions"] = ok[mode]["images_per_s"] / ok["keras_regions"]["images_per_s"]
     if "serial" in ok and "loader" in ok and workers:
         ideal = ok["serial"]["images_per_s"] * workers
         derived["loader_vs_serial_times_workers"] = ok["loader"]["images_per_s"] / ideal

@@ -89,12 +89,16 @@ class PatchSplit:
         seed, epoch, draw = drawn or (0, 0, 0)
         return (image, *layout.corner(int(cells[np.random.default_rng([seed, epoch, i, draw]).integers(len(cells))])))
 
-    def fetch(self, i: int, decode: Decode | None = None, drawn: tuple[int, int, int] | None = None) -> np.ndarray:
-        """Sample i's region, at the patch size: only the tiles it touches read; BadSampleError if unreadable."""
+    def region_of(self, i: int, drawn: tuple[int, int, int] | None = None) -> tuple[Layout, tuple[int, int]]:
+        """Sample i's image's layout and the region's (top, left) in the pixels of the level it is read at."""
         image, top, left = self.where(i, drawn)
         layout = self.layouts[image]
         scale, (height, width) = layout.slide.downsample(layout.level), layout.slide.levels[layout.level]
-        y, x = min(int(top / scale), height - layout.read[0]), min(int(left / scale), width - layout.read[1])
+        return layout, (min(int(top / scale), height - layout.read[0]), min(int(left / scale), width - layout.read[1]))
+
+    def fetch(self, i: int, decode: Decode | None = None, drawn: tuple[int, int, int] | None = None) -> np.ndarray:
+        """Sample i's region, at the patch size: only the tiles it touches read; BadSampleError if unreadable."""
+        layout, (y, x) = self.region_of(i, drawn)
         try:
             region = read_region(layout.slide, layout.level, (y, x), layout.read)
         except Exception as exc:

@@ -57,8 +57,8 @@ __all__ = ["AugmentConfig", "Backend", "BenchCommandConfig", "CifarDataConfig", 
            "TrainerConfig", "register", "model_schema", "ExportConfig", "ExportCommandConfig", "EXPORT_TOLERANCE",
            "EXPORT_WRITTEN"]
 
-BENCH_MODES = ["baseline", "loader_steps", "loader_fit", "loader", "keras_threads", "keras_processes", "tf_data",
-               "serial"]
+BENCH_MODES = ["baseline", "loader_steps", "loader_fit", "loader", "keras_threads", "keras_processes", "keras_regions",
+               "tf_data", "serial"]
 
 
 @dataclass(kw_only=True)

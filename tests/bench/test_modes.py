@@ -30,12 +30,23 @@ def test_tf_data_needs_tensorflow_left_out_of_the_default_modes_refused_when_nam
     named = ["tf_data", "loader"]
     # negative control: TensorFlow is installed here, and every mode asked for runs
     assert bench.tensorflow_installed()
-    assert bench._runnable_modes(BENCH_MODES) == BENCH_MODES and bench._runnable_modes(named) == named
+    assert bench._runnable_modes(BENCH_MODES, patches=True) == BENCH_MODES
+    assert bench._runnable_modes(named, patches=True) == named
     monkeypatch.setattr(bench, "tensorflow_installed", lambda: False)
     with caplog.at_level(logging.INFO, logger="app.bench"):
-        assert bench._runnable_modes(BENCH_MODES) == [m for m in BENCH_MODES if m != "tf_data"]
+        assert bench._runnable_modes(BENCH_MODES, patches=True) == [m for m in BENCH_MODES if m != "tf_data"]
     assert "leaves tf_data out of its default modes" in caplog.text and "'.[tensorflow]'" in caplog.text
     with pytest.raises(ConfigError, match=r"`bench.modes`.*tf_data times tf.data.*`tensorflow`.*pip install -e "
                                           r"'\.\[tensorflow\]', or leave tf_data out of bench.modes"):
-        bench._runnable_modes(named)
-    assert bench._runnable_modes(["loader", "serial"]) == ["loader", "serial"]  # nothing of TensorFlow's asked
+        bench._runnable_modes(named, patches=True)
+    assert bench._runnable_modes(["loader", "serial"], patches=True) == ["loader", "serial"]  # no TensorFlow's asked
+
+
+def test_keras_regions_needs_patches_left_out_of_the_default_modes_refused_when_named():
+    """keras_regions reads slides' regions by hand: without data.patches the default modes run without it, and a list
+    that names it is refused naming the key."""
+    assert bench._runnable_modes(BENCH_MODES, patches=True) == BENCH_MODES  # negative control: patches, it runs
+    assert bench._runnable_modes(BENCH_MODES, patches=False) == [m for m in BENCH_MODES if m != "keras_regions"]
+    with pytest.raises(ConfigError, match=r"`bench.modes`.*keras_regions reads patches of slides: set "
+                                          r"data.patches.size"):
+        bench._runnable_modes(["keras_regions", "loader"], patches=False)

@@ -2,7 +2,8 @@
 blobs whose texture says the class on pale glass. It learns from the patches and not from shuffled labels; a run
 SIGKILLed mid-epoch on one worker resumes to the rows of an uninterrupted run on two, patch for patch; sampled patches
 fall on the tissue; evaluate and predict give a row an image, and predict's heatmap lies on the tissue. Prepared once
-(the grid of patches), the copy trains as well, and evaluate and predict of that run give their rows an image. Aperio
+(the grid of patches), the copy trains as well, and evaluate and predict of that run give their rows an image; bench
+times the loader beside a hand-written region reader, and on the copy. Aperio
 SVS slides train through OpenSlide (the slides extra); an install without it refuses them naming the extra."""
 
 import csv
@@ -60,7 +61,9 @@ def test_patches_learn_resume_exactly_on_any_workers_stay_on_tissue_and_predict_
         ["evaluate", f"resume={run}"], ["predict", f"resume={run}", f"input={tmp_path / 'slides' / 'dots'}"],
         ["prepare", *data, "prepare.out=copy"], ["train", *on_copy],
         ["evaluate", "resume=on_copy"], ["predict", "resume=on_copy", f"input={tmp_path / 'slides' / 'dots'}"],
-        ["train", *svs, "hydra.run.dir=svs_run"], cwd=tmp_path, env=env)
+        ["train", *svs, "hydra.run.dir=svs_run"],
+        ["bench", *data, "data.batch_size=16", "bench.modes=[loader_steps,keras_regions]", "bench.batches=2",
+         "bench.warmup=1", "bench.memory=false", "bench.prepared=[copy]", "hydra.run.dir=bench"], cwd=tmp_path, env=env)
     for result in done:
         assert result.returncode == 0, (result.args, result.stdout[-3000:])
     # exact resume, one worker against two: the same patches (samples.csv) and the same rows
@@ -114,3 +117,9 @@ def test_patches_learn_resume_exactly_on_any_workers_stay_on_tissue_and_predict_
     assert refused.returncode != 0 and "add the slides extra, pip install -e '.[slides]'" in refused.stderr, \
         refused.stderr[-2000:]
     assert "Traceback" not in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+
+    # bench: the loader and the hand-written region reader on the slides, the loader on the copy (no regions there)
+    benched = json.loads((tmp_path / "bench" / "bench.json").read_text())
+    assert set(benched["results"]) == {"loader_steps", "keras_regions", "loader_steps@copy"}, benched["results"]
+    assert all("error" not in row for row in benched["results"].values())
+    assert benched["derived"]["loader_steps_vs_keras_regions"] > 0
