@@ -49,7 +49,7 @@ def test_six_band_uint16_tiles_train_resume_evaluate_predict_prepare_and_export(
                            capture_output=True, text=True, timeout=300)
     assert stats.returncode == 0, stats.stderr[-3000:]
     train = [*data, f"data.normalize.stats={tmp_path / 'stats' / 'stats.json'}", "model.widths=[8,16]", "augment=none",
-             "trainer.epochs=4", "trainer.deterministic=true", "trainer.checkpoint_every_steps=2"]
+             "trainer.epochs=2", "trainer.deterministic=true", "trainer.checkpoint_every_steps=2"]
     run = train_killed(train, cwd=tmp_path, env=env)
     done = spawn_one_process_for(
         ["train", *train, "hydra.run.dir=whole"], ["train", f"resume={run}"],

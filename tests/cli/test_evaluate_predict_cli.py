@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import psutil
@@ -33,14 +34,57 @@ def run(tmp_path_factory) -> Path:
     return root / "run"
 
 
+GARBAGE = b"\xff\xfe\x00 garbage\n"
+
+
+@pytest.fixture(scope="module")
+def commands(run) -> SimpleNamespace:
+    """The commands of the tests below that need no process of their own, one after another in one
+    process (tests/docs_runner.py: TensorFlow loads once), on the run and on copies of it made first:
+    `budget` and `logger` for a refused resume each, `garbage` with bytes appended to its metrics.csv,
+    `damaged` with model.keras cut in half."""
+    root = run.parent
+    copies = SimpleNamespace(**{name: root / name for name in ("budget", "logger", "garbage", "damaged")})
+    for copy in vars(copies).values():
+        shutil.copytree(run, copy)
+    with open(copies.garbage / "metrics.csv", "ab") as f:
+        f.write(GARBAGE)
+    whole = (copies.damaged / "model.keras").read_bytes()
+    (root / "whole.keras").write_bytes(whole)
+    (copies.damaged / "model.keras").write_bytes(whole[: len(whole) // 2])
+    image = root / "image.png"
+    Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(image)
+    (root / "self.jpg").symlink_to("self.jpg")  # a link in a loop, given as the input
+    kept = ("train.log", ".lock")
+    before = {name: tree(getattr(copies, name), but=kept) for name in ("budget", "logger", "garbage")}
+    before["evaluate"] = set((run / "evaluate").iterdir()) if (run / "evaluate").exists() else set()
+    names = ["best", "wrong", "test", "no_input", "looped", "budget", "logger", "metrics", "damaged_predict",
+             "damaged_resume"]
+    done = spawn_one_process_for(
+        ["evaluate", f"resume={run}", "checkpoint=best", "queue.workers=1"],
+        ["evaluate", f"resume={run}", "checkpoint=step-99999999"],
+        ["evaluate", f"resume={run}", "split=test", "queue.workers=1"],
+        ["predict", f"resume={run}", f"input={root / 'none'}"],
+        ["predict", f"resume={run}", f"input={root / 'self.jpg'}"],
+        ["train", f"resume={copies.budget}", "queue.memory_budget_mb=50"],
+        ["train", f"resume={copies.logger}", "logger.mlflow.tracking_uri=sqlite:///x.db"],
+        ["train", f"resume={copies.garbage}", "trainer.epochs=3"],
+        ["predict", f"resume={copies.damaged}", f"input={image}"],
+        ["train", f"resume={copies.damaged}"], cwd=root)
+    evaluated = set((run / "evaluate").iterdir()) - before["evaluate"]
+    return SimpleNamespace(root=root, copies=copies, before=before, evaluated=evaluated,
+                           **dict(zip(names, done, strict=True)))
+
+
 NATIVE_NOISE = ("absl::InitializeLog", "oneDNN custom operations", "cuda drivers", "cuInit")
 
 
 @pytest.mark.slow
 def test_evaluate_equals_the_last_validation_row(run):
+    before = set((run / "evaluate").iterdir()) if (run / "evaluate").exists() else set()
     result = app("evaluate", f"resume={run}", "queue.workers=1", cwd=run.parent)
     assert result.returncode == 0, result.stderr[-3000:]
-    (out,) = (run / "evaluate").iterdir()
+    (out,) = set((run / "evaluate").iterdir()) - before
     # TensorFlow's native start-up lines go to the command's log, not the screen
     assert not [n for n in NATIVE_NOISE if n in result.stderr + result.stdout]
     assert "oneDNN custom operations" in (out / "evaluate.log").read_text()
@@ -56,15 +100,10 @@ def test_evaluate_equals_the_last_validation_row(run):
 
 
 @pytest.mark.slow
-def test_the_report_best_and_named_checkpoints(run):
-    folder = run / "evaluate"
-    before = set(folder.iterdir()) if folder.exists() else set()
-    result, wrong, test = spawn_one_process_for(  # one after another, as three commands would run
-        ["evaluate", f"resume={run}", "checkpoint=best", "queue.workers=1"],
-        ["evaluate", f"resume={run}", "checkpoint=step-99999999"],
-        ["evaluate", f"resume={run}", "split=test", "queue.workers=1"], cwd=run.parent)
+def test_the_report_best_and_named_checkpoints(run, commands):
+    result, wrong, test = commands.best, commands.wrong, commands.test  # one after another, in one process
     assert result.returncode == 0, result.stderr[-3000:]
-    written = {json.loads((f / "evaluation.json").read_text())["split"]: f for f in set(folder.iterdir()) - before}
+    written = {json.loads((f / "evaluation.json").read_text())["split"]: f for f in commands.evaluated}
     assert sorted(written) == ["test", "val"]  # a refused evaluate leaves no folder (and log) behind
     out = written["val"]
     evaluation = json.loads((out / "evaluation.json").read_text())
@@ -128,15 +167,12 @@ print(json.dumps({{"classes": [names[i] for i in probabilities.argmax(1)], "p": 
 
 
 @pytest.mark.slow
-def test_predict_names_a_missing_input(run, tmp_path):
-    (tmp_path / "self.jpg").symlink_to("self.jpg")  # a link in a loop, given as the input
-    result, looped = spawn_one_process_for(["predict", f"resume={run}", f"input={tmp_path / 'none'}"],
-                                           ["predict", f"resume={run}", f"input={tmp_path / 'self.jpg'}"],
-                                           cwd=run.parent)
-    assert result.returncode == 1 and str(tmp_path / "none") in result.stderr
+def test_predict_names_a_missing_input(run, commands):
+    result, looped, root = commands.no_input, commands.looped, commands.root
+    assert result.returncode == 1 and str(root / "none") in result.stderr
     assert "give input=<an image file, or a folder of images" in result.stderr  # what to do about it
     assert not (run / "predict").exists() or any((run / "predict").iterdir())  # no empty folder left in the run
-    assert looped.returncode == 1 and f"input {tmp_path / 'self.jpg'} is a symbolic link in a loop" in looped.stderr
+    assert looped.returncode == 1 and f"input {root / 'self.jpg'} is a symbolic link in a loop" in looped.stderr
     assert "a bug" not in looped.stderr
 
 
@@ -197,45 +233,32 @@ def test_a_second_train_into_a_runs_folder_is_refused_and_changes_nothing(run):
 
 
 @pytest.mark.slow
-def test_a_refused_resume_changes_nothing_in_the_run(run, tmp_path):
+def test_a_refused_resume_changes_nothing_in_the_run(commands):
     """A memory budget the run cannot fit, a logger's key the run has no logger for, and garbage
     appended to metrics.csv: each refused with the file or key at fault, and summary.json stays
     `completed`. The log records the refusal."""
-    copy = tmp_path / "run"
-    shutil.copytree(run, copy)
-    before = tree(copy, but=("train.log", ".lock"))
-    budget = app("train", f"resume={copy}", "queue.memory_budget_mb=50", cwd=tmp_path)
+    copies, before, kept = commands.copies, commands.before, ("train.log", ".lock")
+    budget, logger, damaged, garbage = commands.budget, commands.logger, commands.metrics, copies.garbage
     assert budget.returncode == 2 and "`queue.memory_budget_mb` = 50" in budget.stderr, budget.stderr[-3000:]
-    assert tree(copy, but=("train.log", ".lock")) == before
-    logger = app("train", f"resume={copy}", "logger.mlflow.tracking_uri=sqlite:///x.db", cwd=tmp_path)
+    assert tree(copies.budget, but=kept) == before["budget"]
     assert logger.returncode == 2 and "a bug" not in logger.stderr, logger.stderr[-3000:]
     assert "`logger.mlflow.tracking_uri` names a logger this run does not have (it logs to: tensorboard)" in \
         logger.stderr
-    assert tree(copy, but=("train.log", ".lock")) == before and not (tmp_path / "x.db").exists()
-    assert json.loads((copy / "summary.json").read_text())["status"] == "completed"
-    with open(copy / "metrics.csv", "ab") as f:
-        f.write(b"\xff\xfe\x00 garbage\n")
-    before = tree(copy, but=("train.log", ".lock"))
-    damaged = app("train", f"resume={copy}", "trainer.epochs=3", cwd=tmp_path)
+    assert tree(copies.logger, but=kept) == before["logger"] and not (commands.root / "x.db").exists()
+    assert all(json.loads((copy / "summary.json").read_text())["status"] == "completed"
+               for copy in (copies.budget, copies.logger))
+    assert (garbage / "metrics.csv").read_bytes().endswith(GARBAGE)
     assert damaged.returncode == 1 and "unexpected" not in damaged.stderr, damaged.stderr[-3000:]
-    assert f"{copy / 'metrics.csv'} is damaged: line 4 holds bytes that are not text" in damaged.stderr
-    assert tree(copy, but=("train.log", ".lock")) == before
-    assert "not resumed (the run is as it was)" in (copy / "train.log").read_text()
+    assert f"{garbage / 'metrics.csv'} is damaged: line 4 holds bytes that are not text" in damaged.stderr
+    assert tree(garbage, but=kept) == before["garbage"]
+    assert "not resumed (the run is as it was)" in (garbage / "train.log").read_text()
 
 
 @pytest.mark.slow
-def test_a_damaged_model_keras_is_named_and_resume_writes_it_again(run, tmp_path):
+def test_a_damaged_model_keras_is_named_and_resume_writes_it_again(commands):
     import keras
 
-    copy = tmp_path / "run"
-    shutil.copytree(run, copy)
-    whole = (copy / "model.keras").read_bytes()
-    (copy / "model.keras").write_bytes(whole[: len(whole) // 2])
-    image = tmp_path / "image.png"
-    Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(image)
-    shutil.rmtree(copy / "predict", ignore_errors=True)  # earlier tests' predictions
-    refused, resumed = spawn_one_process_for(["predict", f"resume={copy}", f"input={image}"],
-                                             ["train", f"resume={copy}"], cwd=tmp_path)
+    copy, refused, resumed = commands.copies.damaged, commands.damaged_predict, commands.damaged_resume
     assert refused.returncode == 1 and "unexpected" not in refused.stderr, refused.stderr[-3000:]
     assert f"{copy / 'model.keras'} cannot be used: it is damaged (BadZipFile" in refused.stderr
     assert f"python -m app train resume={copy}` writes it again" in refused.stderr
@@ -244,10 +267,9 @@ def test_a_damaged_model_keras_is_named_and_resume_writes_it_again(run, tmp_path
     log = (copy / "train.log").read_text()
     assert f"2 epochs of {copy} are done already (trainer.epochs=2): `python -m app train resume={copy} " \
            "trainer.epochs=3` trains it further" in log
-    (tmp_path / "whole.keras").write_bytes(whole)
     best = json.loads((copy / "summary.json").read_text())["best"]["checkpoint"]
     assert f"written again from the best checkpoint, {best}" in log
-    again, original = (keras.saving.load_model(p) for p in (copy / "model.keras", tmp_path / "whole.keras"))
+    again, original = (keras.saving.load_model(p) for p in (copy / "model.keras", commands.root / "whole.keras"))
     assert all(np.array_equal(a, b) for a, b in zip(again.get_weights(), original.get_weights(), strict=True))
 
 

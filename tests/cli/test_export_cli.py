@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -31,6 +32,22 @@ def exported(tmp_path_factory) -> dict:
     assert trained.returncode == 0, trained.stderr[-3000:]
     run = root / "run"
     shutil.copytree(run, root / "without_model", ignore=shutil.ignore_patterns("model.keras", "export"))
+    # a user's folder and a user's file at export.out: refused first, each in a process of its own
+    # (refused before TensorFlow loads), then the advice followed with the exports below
+    users = {}
+    for kind in ("folder", "file"):
+        out = root / f"users_{kind}" / "mine"
+        out.parent.mkdir()
+        if kind == "folder":
+            out.mkdir()
+            (out / "important.txt").write_text("keep me")
+        else:
+            out.write_text("keep me too")
+        before = tree(out)
+        refused = app_export(run, f"export.out={out}")
+        users[kind] = SimpleNamespace(out=out, before=before, refused=refused, after=tree(out),
+                                      beside=sorted(p.name for p in out.parent.iterdir()))
+    earlier = root / "replaced" / "earlier"
     commands = {"tf_saved_model": ["export", f"resume={run}"],
                 "onnx": ["export", f"resume={run}", "export.format=onnx"],
                 "litert": ["export", f"resume={run}", "export.format=litert"],
@@ -40,9 +57,16 @@ def exported(tmp_path_factory) -> dict:
                          f"export.out={root / 'last'}"],
                 "bad_format": ["export", f"resume={run}", "export.format=keras"],
                 "no_run": ["export", f"resume={root / 'nowhere'}"],
-                "no_model": ["export", f"resume={root / 'without_model'}"]}
+                "no_model": ["export", f"resume={root / 'without_model'}"],
+                # as app_export below runs them, one after another here
+                **{f"moved_{kind}": ["export", f"resume={run}", "export.format=onnx", "export.samples=2",
+                                     f"export.out={user.out}", "overwrite=true"] for kind, user in users.items()},
+                "earlier": ["export", f"resume={run}", "export.format=onnx", "export.samples=2",
+                            f"export.out={earlier}"],
+                "replaced": ["export", f"resume={run}", "export.format=tf_saved_model", "export.samples=2",
+                             f"export.out={earlier}"]}
     done = spawn_one_process_for(*[[*argv, "queue.workers=0"] for argv in commands.values()], cwd=root)
-    return {"root": root, "run": run, **dict(zip(commands, done, strict=True))}
+    return {"root": root, "run": run, "users": users, "earlier_out": earlier, **dict(zip(commands, done, strict=True))}
 
 
 def keras_reference(run: Path, images: np.ndarray) -> np.ndarray:
@@ -204,38 +228,32 @@ def test_the_run_itself_as_export_out_is_refused_and_kept_even_with_overwrite(ex
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["folder", "file"])
-def test_a_users_folder_or_file_is_refused_and_overwrite_moves_it_aside(exported, tmp_path, kind):
-    out = tmp_path / "mine"
-    if kind == "folder":
-        out.mkdir()
-        (out / "important.txt").write_text("keep me")
-    else:
-        out.write_text("keep me too")
-    before = tree(out)
-    said = refused_alone(app_export(exported["run"], f"export.out={out}"), out)
+def test_a_users_folder_or_file_is_refused_and_overwrite_moves_it_aside(exported, kind):
+    user = exported["users"][kind]  # refused in a process of its own, then exported over in the fixture's
+    out, before = user.out, user.before
+    said = refused_alone(user.refused, out)
     what = "is a folder holding other files (important.txt)" if kind == "folder" else "is a file"
     assert f"{out} {what}, which the export would replace" in said
     assert "or add overwrite=true to move it to mine.old (nothing is deleted) and export there." in said
-    assert tree(out) == before and sorted(p.name for p in tmp_path.iterdir()) == ["mine"]  # nothing moved or left
+    assert user.after == before and user.beside == ["mine"]  # nothing moved or left
     # the advice followed
-    moved = app_export(exported["run"], f"export.out={out}", "overwrite=true")
+    moved = exported[f"moved_{kind}"]
     assert moved.returncode == 0, moved.stderr[-3000:]
-    assert f"overwrite=true: what was in {out} moved to {tmp_path / 'mine.old'} (nothing was deleted)" in \
+    assert f"overwrite=true: what was in {out} moved to {out.parent / 'mine.old'} (nothing was deleted)" in \
         moved.stdout + moved.stderr
-    assert tree(tmp_path / "mine.old") == before  # what was there, whole, under its new name
+    assert tree(out.parent / "mine.old") == before  # what was there, whole, under its new name
     assert sorted(p.name for p in out.iterdir()) == ["export.json", "labels.txt", "model.onnx", "preprocessing.json"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "mine.old"]
+    assert sorted(p.name for p in out.parent.iterdir()) == ["mine", "mine.old"]
 
 
 @pytest.mark.slow
-def test_an_earlier_export_is_replaced_but_not_one_holding_a_file_of_the_users(exported, tmp_path):
-    out = tmp_path / "earlier"
-    shutil.copytree(exported["root"] / "last", out)  # the fixture's onnx export
-    replaced = app_export(exported["run"], f"export.out={out}", "export.format=tf_saved_model")
-    assert replaced.returncode == 0, replaced.stderr[-3000:]
+def test_an_earlier_export_is_replaced_but_not_one_holding_a_file_of_the_users(exported):
+    out, earlier, replaced = exported["earlier_out"], exported["earlier"], exported["replaced"]
+    # the fixture's onnx export there, then tf_saved_model's over it
+    assert earlier.returncode == 0 and replaced.returncode == 0, (earlier.stderr[-3000:], replaced.stderr[-3000:])
     assert sorted(p.name for p in out.iterdir()) == ["export.json", "labels.txt", "preprocessing.json", "saved_model"]
     assert json.loads((out / "export.json").read_text())["format"] == "tf_saved_model"
-    assert [p.name for p in tmp_path.iterdir()] == ["earlier"]  # no .old, no hidden leftover
+    assert [p.name for p in out.parent.iterdir()] == ["earlier"]  # no .old, no hidden leftover
     # negative control: a file of the user's beside an export makes it no longer the export's alone
     (out / "notes.txt").write_text("mine")
     before = tree(out)

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 from docs_runner import spawn_one_process_for
-from test_train_cli import TINY, app, only_run_dir
+from test_train_cli import TINY, app
 
 from app.capacity.plan import MARGIN
 from app.data import synthetic
@@ -44,6 +44,23 @@ def promised(tmp_path_factory):
                            budget=budget, run=run)
 
 
+@pytest.fixture(scope="module")
+def after(promised):
+    """The commands of the tests below that need no process of their own, one after another in one
+    process (tests/docs_runner.py: TensorFlow loads once), in the folder of the run the plan admitted
+    (TINY's data generated there: the same as ONE_EPOCH's)."""
+    datasets = sorted(p.name for p in (promised.cwd / "datasets" / "synthetic").iterdir())
+    names = ["resumed", "default", "printed", "roomy", "capped", "over_budget"]
+    done = spawn_one_process_for(
+        ["plan", f"resume={promised.cwd / 'run'}", "queue.workers=1", "hydra.run.dir=resumed"],
+        ["plan", "hydra.run.dir=default"],
+        ["plan", *TINY, "queue.memory_budget_mb=1", "hydra.run.dir=printed"],
+        ["plan", *TINY, "queue.workers=auto", "queue.max_size=auto", "hydra.run.dir=roomy"],
+        ["plan", *TINY, "queue.max_size=100000", "hydra.run.dir=capped"],
+        ["train", *TINY, "queue.memory_budget_mb=300", "hydra.run.dir=over_budget"], cwd=promised.cwd)
+    return SimpleNamespace(cwd=promised.cwd, datasets=datasets, **dict(zip(names, done, strict=True)))
+
+
 @pytest.mark.slow
 def test_the_run_keeps_the_plan_and_the_budget_that_admitted_it(promised):
     summary = json.loads((promised.cwd / "run" / "summary.json").read_text())
@@ -68,29 +85,23 @@ def test_plan_never_writes_a_dataset_and_says_what_generates_it(promised):
 
 
 @pytest.mark.slow
-def test_plan_resume_plans_the_runs_own_config(promised):
-    run_dir = promised.cwd / "run"
-    before = sorted(p.name for p in (promised.cwd / "datasets" / "synthetic").iterdir())
-    result, default = spawn_one_process_for(["plan", f"resume={run_dir}", "queue.workers=1", "hydra.run.dir=resumed"],
-                                            ["plan", "hydra.run.dir=default"], cwd=promised.cwd)
+def test_plan_resume_plans_the_runs_own_config(after):
+    run_dir = after.cwd / "run"
+    result, default = after.resumed, after.default
     assert result.returncode == 0, result.stderr[-3000:]
-    plan = json.loads((promised.cwd / "resumed" / "plan.json").read_text())
+    plan = json.loads((after.cwd / "resumed" / "plan.json").read_text())
     trained = json.loads((run_dir / "summary.json").read_text())["memory_plan"]["host"]
     steps = next(k for k in trained if k.startswith("compiled train and test steps"))
     assert plan["host"][steps] == trained[steps]  # the run's model (model.widths=[8,16]), not the default
     assert "1 worker processes" in result.stdout  # with the overrides a resumed train takes
-    assert sorted(p.name for p in (promised.cwd / "datasets" / "synthetic").iterdir()) == before
+    assert sorted(p.name for p in (after.cwd / "datasets" / "synthetic").iterdir()) == after.datasets
     # negative control: without resume it is the default config, whose 1000 images are not there
     assert default.returncode != 0 and "not generated yet" in default.stderr and "v2-n24-" not in default.stderr
 
 
 @pytest.mark.slow
-def test_plan_prints_the_parts_the_verdict_and_the_batch_size_table(tmp_path):
-    generated(tmp_path)
-    result, roomy, capped = spawn_one_process_for(
-        ["plan", *TINY, "queue.memory_budget_mb=1", "hydra.run.dir=plan"],
-        ["plan", *TINY, "queue.workers=auto", "queue.max_size=auto", "hydra.run.dir=plan2"],
-        ["plan", *TINY, "queue.max_size=100000", "hydra.run.dir=plan3"], cwd=tmp_path)
+def test_plan_prints_the_parts_the_verdict_and_the_batch_size_table(after):
+    result, roomy, capped = after.printed, after.roomy, after.capped
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
     assert "host memory (predicted peak):" in out and "TensorFlow and the app (this machine's probe)" in out
@@ -101,23 +112,23 @@ def test_plan_prints_the_parts_the_verdict_and_the_batch_size_table(tmp_path):
     assert "device memory (on the CPU, counted above):" in out and "optimizer state" in out
     assert "does NOT fit queue.memory_budget_mb (1 MiB)" in out and "none of max_size, batch or workers" in out
     assert "| >4 |" in out and "*32×32" in out and "| 65536 |" in out
-    plan = json.loads((tmp_path / "plan" / "plan.json").read_text())
+    plan = json.loads((after.cwd / "printed" / "plan.json").read_text())
     assert plan["limit"] == {"name": "queue.memory_budget_mb", "mib": 1.0} and plan["fixes"] == []
     assert plan["host_peak_mib"] > plan["probe"]["trainer_mib"] > 100 and plan["device_mib"] > 0
     assert plan["queue_auto"] is None and "(auto, from a probe" not in out
     # negative control: without a budget it is measured against the memory available, and fits;
     # with `auto` it runs train's probe and plans for what that chooses
     assert roomy.returncode == 0 and "fits the memory available now" in roomy.stdout
-    chosen = json.loads((tmp_path / "plan2" / "plan.json").read_text())["queue_auto"]
+    chosen = json.loads((after.cwd / "roomy" / "plan.json").read_text())["queue_auto"]
     assert f"queue.workers={chosen['workers']} queue.max_size={chosen['max_size']} (auto, from a probe" in roomy.stdout
     assert f"the ring ({chosen['max_size']} slot(s)" in roomy.stdout and f"{chosen['workers']} worker" in roomy.stdout
 
 
 @pytest.mark.slow
-def test_train_refuses_a_config_predicted_above_its_budget(tmp_path):
-    result = app("train", *TINY, "queue.memory_budget_mb=300", cwd=tmp_path)
+def test_train_refuses_a_config_predicted_above_its_budget(after):
+    result, run = after.over_budget, after.cwd / "over_budget"
     assert result.returncode == 2
     assert "`queue.memory_budget_mb` = 300" in result.stderr and "the predicted host peak is" in result.stderr
-    summary = json.loads((only_run_dir(tmp_path / "outputs") / "summary.json").read_text())
+    summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["memory_plan"]["host_peak_mib"] > 300
-    assert not list((tmp_path / "outputs").rglob("checkpoints/step-*"))
+    assert not list(run.rglob("checkpoints/step-*"))

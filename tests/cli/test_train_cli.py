@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import psutil
@@ -78,12 +79,31 @@ def test_train_from_another_directory(tmp_path):
     assert "MiB measured" in (run / "train.log").read_text()
 
 
-@pytest.mark.slow
-def test_help_cfg_unknown_command_and_jit_compile_reaching_keras(tmp_path):
-    top, cfg, hydra_help, unknown, jit = spawn_one_process_for(
+OVERFIT = [*TINY, "debug=overfit", "trainer.epochs=12", "optimizer.learning_rate=0.01", "model.dropout=0",
+           "trainer.record_samples=true", "trainer.profile_steps=[3,4]", "tags=[smoke,one batch]", "print_config=false",
+           "queue.workers=1", "hydra.run.dir=overfit"]
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory) -> SimpleNamespace:
+    """The commands of the tests below that need no process of their own, one after another in one
+    process (tests/docs_runner.py: TensorFlow loads once)."""
+    root = tmp_path_factory.mktemp("one_process")
+    names = ["top", "cfg", "hydra_help", "unknown", "cifar", "jit", "sweep", "overfit"]
+    done = spawn_one_process_for(
         ["--help"], ["train", "--cfg", "job", "queue.max_size=3"], ["train", "--help"], ["trian"],
+        ["train", "data=cifar", f"data.path={root / 'nothing'}", "hydra.run.dir=cifar"],
         ["train", *TINY, "trainer.epochs=1", "trainer.jit_compile=true", "queue.workers=0", "hydra.run.dir=run"],
-        cwd=tmp_path)
+        ["train", "-m", *TINY, "trainer.epochs=1", "queue.max_size=0,2", "hydra.sweep.dir=sweep"],
+        ["train", *OVERFIT], cwd=root, env={**os.environ, "HOME": str(root)})
+    return SimpleNamespace(root=root, **dict(zip(names, done, strict=True)))
+
+
+@pytest.mark.slow
+def test_help_cfg_unknown_command_and_jit_compile_reaching_keras(one_process):
+    top, cfg, hydra_help, unknown, jit = (one_process.top, one_process.cfg, one_process.hydra_help,
+                                          one_process.unknown, one_process.jit)
+    tmp_path = one_process.root
     assert top.returncode == 0 and "train" in top.stdout
     assert cfg.returncode == 0 and "max_size: 3" in cfg.stdout and "data:" in cfg.stdout
     assert hydra_help.returncode == 0 and "queue: default" in hydra_help.stdout
@@ -95,9 +115,8 @@ def test_help_cfg_unknown_command_and_jit_compile_reaching_keras(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_failing_job_is_recorded_and_the_sweep_goes_on(tmp_path):
-    result = app("train", "-m", *TINY, "trainer.epochs=1", "queue.max_size=0,2", "hydra.sweep.dir=sweep",
-                 cwd=tmp_path)
+def test_a_failing_job_is_recorded_and_the_sweep_goes_on(one_process):
+    result, tmp_path = one_process.sweep, one_process.root
     assert result.returncode != 0 and "queue.max_size" in result.stderr  # the sweep reports the failure
     failed = json.loads((tmp_path / "sweep" / "0" / "summary.json").read_text())
     assert failed["status"] == "failed" and "queue.max_size" in failed["message"]
@@ -122,11 +141,10 @@ def write_tiny_cifar(root: Path, per_batch: int = 6) -> None:
 
 
 @pytest.mark.slow
-def test_cifar_missing_names_the_archive_and_the_download_key(tmp_path):
+def test_cifar_missing_names_the_archive_and_the_download_key(one_process):
     """No CIFAR-10 where data.path says: the archive to put there, or data.download. (The CIFAR recipe
     itself trains in tests/cli/test_docs_commands.py, as README shows it.)"""
-    missing = app("train", "data=cifar", f"data.path={tmp_path / 'nothing'}", cwd=tmp_path,
-                  env={"HOME": str(tmp_path)})
+    missing, tmp_path = one_process.cifar, one_process.root
     assert missing.returncode != 0 and "Traceback" not in missing.stderr
     assert str(tmp_path / "nothing" / "cifar-10-python.tar.gz") in missing.stderr
     assert "data.download=true" in missing.stderr
@@ -220,15 +238,13 @@ def test_interrupt_stops_workers_and_frees_shared_memory(how, tmp_path):
 
 
 @pytest.mark.slow
-def test_debug_overfit_learns_one_batch_and_profile_steps_trace_the_window(tmp_path):
+def test_debug_overfit_learns_one_batch_and_profile_steps_trace_the_window(one_process):
     """debug=overfit: the same batch every epoch, trained and validated on, learnt;
     trainer.profile_steps on top: TensorBoard's profiler traced exactly those steps, each marked;
     tags in TensorBoard; print_config=false prints no tree."""
-    result = app("train", *TINY, "debug=overfit", "trainer.epochs=12", "optimizer.learning_rate=0.01",
-                 "model.dropout=0", "trainer.record_samples=true", "trainer.profile_steps=[3,4]",
-                 "tags=[smoke,one batch]", "print_config=false", "queue.workers=1", cwd=tmp_path)
+    result = one_process.overfit
     assert result.returncode == 0, result.stderr[-3000:]
-    run = only_run_dir(tmp_path / "outputs")
+    run = one_process.root / "overfit"
     split = json.loads((run / "split.json").read_text())
     steps = list(csv.DictReader((run / "samples.csv").open()))
     batches = {tuple(sorted(map(int, r["indices"].split()))) for r in steps}
