@@ -1,5 +1,4 @@
-"""`bench`'s hand-rolled PyDatasets (Pillow, or a slide's read_region; same augmentation, float32), alone so Keras's
-workers import them."""
+"""`bench`'s hand-rolled PyDatasets (Pillow, or slides' regions; float32), alone so Keras's workers import them."""
 
 from __future__ import annotations
 
@@ -40,11 +39,12 @@ class KerasBaseline(keras.utils.PyDataset):
 class HandRegions(KerasBaseline):
     """The patch reader a pathology user writes: a worker opens each slide once (OpenSlide's read_region, or the level's
     zarr array through tifffile), shrinks between levels, augments, makes float32. `places`: (epoch, index) → (path,
-    level, (x, y), (height, width) read, openslide), as the loader reads it."""
+    level, (x, y), (height, width) read, openslide)."""
 
-    def __init__(self, split, augmenter, batches: np.ndarray, seed: int, *, places: dict, **kwargs):
-        super().__init__(split, augmenter, batches, seed, **kwargs)
-        self.places, self.size = places, split.size
+    def __init__(self, split, augmenter, planned: tuple[np.ndarray, dict], seed: int, **kwargs):
+        """`planned`: the batches of (epoch, index) pairs, and `places`."""
+        super().__init__(split, augmenter, planned[0], seed, **kwargs)
+        self.places, self.size = planned[1], split.size
 
     def __getitem__(self, i: int):
         pairs = self.batches[i]

@@ -126,7 +126,7 @@ def _keras(run: Run):
 
 
 def _keras_regions(run: Run):
-    """The patches the loader reads, each read by the reader a pathology user writes, in a PyDataset with workers."""
+    """The loader's patches read by the reader a pathology user writes, in a PyDataset with workers."""
     config, source, order, clock = run.config, run.source, run.order, run.clock
     split, batch = source.train, config.data.batch_size
     if not hasattr(split, "layouts"):
@@ -140,7 +140,7 @@ def _keras_regions(run: Run):
         layout, (y, x) = split.region_of(index, (config.seed, epoch, 0))
         places[epoch, index] = (layout.slide.path, layout.level, (x, y), layout.read, layout.slide.openslide)
     workers, max_size = for_loading_only(config.queue)
-    pydataset = HandRegions(split, run.augmenter, batches, config.seed, places=places, workers=max(workers, 1),
+    pydataset = HandRegions(split, run.augmenter, (batches, places), config.seed, workers=max(workers, 1),
                             use_multiprocessing=True, max_queue_size=max_size)
     clock.start = time.perf_counter()
     net.fit(pydataset, epochs=1, verbose=0, callbacks=[_Tick(clock)])

@@ -1,7 +1,6 @@
-"""`python -m app report <sweep dir | run dirs ...> [--out DIR]`: a table of each run's overrides against images/s,
-data-wait fraction, peak memory (and `plan`'s prediction), final validation accuracy (and trainer.monitor's value
-where that is another) and status (printed, and report.csv), and PNG plots of peak memory beside the prediction,
-images/s and the monitor against each swept key: the measured version of `plan`'s table by batch × resolution."""
+"""`python -m app report <sweep dir | run dirs ...> [--out DIR]`: each run's overrides against images/s, data wait,
+peak memory (and `plan`'s prediction), final validation accuracy (and trainer.monitor's) and status (report.csv),
+and PNG plots of peak memory, images/s and the monitor against each swept key."""
 
 from __future__ import annotations
 

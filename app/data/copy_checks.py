@@ -34,7 +34,7 @@ def labels_damage(root: str, manifest: Manifest, split: str, labels: np.ndarray)
 
 
 def places_damage(root: str, manifest: Manifest, split: str, places: np.ndarray) -> str | None:
-    """What is wrong with a patch copy's patches-<split>.npy (`places`) against the manifest; None: nothing."""
+    """What is wrong with a patch copy's patches-<split>.npy against the manifest; None: nothing."""
     record, path = manifest.splits[split], f"{root}/{places_name(split)}"
     if index_digest(places) != record.places_sha256:
         return (f"{path} does not match the checksum {root}/{MANIFEST} records for it (it changed after prepare "

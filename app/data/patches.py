@@ -1,7 +1,6 @@
-"""Patches of large images as a split's samples: which image and which region sample i is, read region by region
-(app/data/regions.py). Training draws data.patches.per_image patches an image an epoch from (seed, epoch, index,
-draw) alone, or takes every patch of the grid; validation, evaluate and predict take the grid. A patch with less
-foreground than data.patches.min_foreground (app/data/masks.py) is never a sample; the split stays by image."""
+"""Patches of large images as a split's samples, read region by region (app/data/regions.py): training draws
+data.patches.per_image an image an epoch from (seed, epoch, index, draw) alone, or takes the grid, as validation,
+evaluate and predict do; a patch short of data.patches.min_foreground is never a sample; the split is by image."""
 
 from __future__ import annotations
 

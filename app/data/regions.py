@@ -79,8 +79,7 @@ def _tiff_slide(path: str) -> Slide:
 
 
 def _flat_slide(path: str) -> Slide:
-    """A PNG, JPEG, WebP or BMP from its header (never Pillow's bomb guard: the chunk guard is the one here): one
-    level, one chunk, its decode the whole image."""
+    """A PNG, JPEG, WebP or BMP from its header (the chunk guard, not Pillow's): one level, one chunk, decoded whole."""
     with open(path, "rb") as file:
         head = file.read(HEAD_BYTES)
     if head[:8] == PNG_START and len(head) > 25:  # IHDR: width, height, bit depth, colour type

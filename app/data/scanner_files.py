@@ -1,5 +1,4 @@
-"""Scanners' formats (SVS, NDPI, MRXS, SCN, ...) through OpenSlide, the `slides` extra: a level's region at a time,
-RGBA made RGB on white, µm a pixel from its properties; data.patches.reader says which files go to it."""
+"""Scanners' files (SVS, NDPI, MRXS, ...) through OpenSlide (the slides extra): regions as RGB on white, µm a pixel."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""data=table: a source read from a table of samples (app/data/table_files.py reads the file), a row an image and
-its label, its split given by a column or drawn as a folder's is (by class, and by group where a group column is
-given, so a patient's or a scene's rows never straddle two splits). Every row is checked before any worker starts,
-each fault named by its line; `data.on_bad_sample=skip` leaves such rows out, listed, up to data.max_bad_fraction."""
+"""data=table: a table of samples (app/data/table_files.py reads it), a row an image and its label, split by a column
+or as a folder is (by class, and by group: a patient's rows in one split). Every row is checked before any worker
+starts, each fault named by its line; `data.on_bad_sample=skip` leaves such rows out, listed."""
 
 from __future__ import annotations
 

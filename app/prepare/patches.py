@@ -1,5 +1,4 @@
-"""A patch source's copy (data.patches): its training patches fixed once (the grid, or prepare.patch_draws an image)
-and what the manifest keeps so a run on the copy scores each image from its patches as a run on the slides does."""
+"""A patch copy: the training patches fixed once, and what the manifest keeps to score each image from its patches."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """The config's schema, enforced by OmegaConf as Hydra composes: a dataclass a group; the root `Config`, or a command's
-own (COMMAND_SCHEMAS). Closed groups (data, scheduler, logger) name one of ours; closed_target imports only TARGETS':
-a config cannot make the app or a worker import anything else. Open groups (model, optimizer, trainer.callbacks) take
-any importable target, built by Hydra's `instantiate` (`app.config.instantiate_each`): that is their point."""
+own (COMMAND_SCHEMAS). Closed groups (data, scheduler, logger) name one of ours, so a config imports nothing else;
+open ones (model, optimizer, trainer.callbacks) take any importable target, built by Hydra's `instantiate`."""
 
 from __future__ import annotations
 

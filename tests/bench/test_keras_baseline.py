@@ -38,7 +38,7 @@ def test_the_hand_reader_reads_the_loaders_patches(kind, tmp_path):
     for epoch, index in batches.reshape(-1, 2):
         layout, (y, x) = split.region_of(int(index), (SEED, int(epoch), 0))
         places[int(epoch), int(index)] = (layout.slide.path, layout.level, (x, y), layout.read, layout.slide.openslide)
-    hand = HandRegions(split, lambda image, seed, epoch, index: image, batches, SEED, places=places)
+    hand = HandRegions(split, lambda image, seed, epoch, index: image, (batches, places), SEED)
     x, y = hand[1]
     wanted = np.stack([split.read(i, None, (SEED, 1, 0)) for i in range(3, 6)])
     np.testing.assert_allclose(x, normalise(wanted), atol=1e-6)

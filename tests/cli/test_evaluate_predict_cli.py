@@ -46,7 +46,7 @@ def commands(run) -> SimpleNamespace:
     root = run.parent
     copies = SimpleNamespace(**{name: root / name for name in ("budget", "logger", "garbage", "damaged")})
     for copy in vars(copies).values():
-        shutil.copytree(run, copy)
+        shutil.copytree(run, copy, ignore=shutil.ignore_patterns("predict"))  # earlier tests' predictions
     with open(copies.garbage / "metrics.csv", "ab") as f:
         f.write(GARBAGE)
     whole = (copies.damaged / "model.keras").read_bytes()
