@@ -50,3 +50,7 @@ def check_patch_draws(draws: int | None, data) -> None:
     if getattr(data, "patches", None) is None or data.patches.size is None:
         raise config_error("prepare.patch_draws", draws, "null without data.patches.size: it is how many patches "
                            "of each image a patch copy stores for training")
+    columns = getattr(data, "columns", None)
+    if columns is not None and columns.x is not None:
+        raise config_error("prepare.patch_draws", draws, "null with data.columns.x and y: a table's own patches are "
+                           "stored as it lists them")

@@ -89,5 +89,8 @@ def test_a_changed_places_file_is_refused_and_draws_need_patches(slides, tmp_pat
     np.save(places, rows)
     with pytest.raises(DataError, match="patches-val.npy does not match the checksum"):
         prepared_source(PreparedDataConfig(path=str(tmp_path / "copy")))
-    with pytest.raises(ConfigError, match="prepare.patch_draws"):
+    with pytest.raises(ConfigError, match="prepare.patch_draws.*without data.patches.size"):
         prepare_config("data=folder", f"data.path={slides}", "prepare.patch_draws=3")
+    with pytest.raises(ConfigError, match="prepare.patch_draws.*a table's own patches"):
+        prepare_config("data=table", "data.table=t.csv", "data.columns.x=x", "data.columns.y=y",
+                       "data.patches.size=[32,32]", "prepare.patch_draws=3")
