@@ -14,6 +14,7 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+from omegaconf import OmegaConf
 
 from app.data.bands import fit_bands
 from app.data.copy_checks import index_damage, labels_damage, places_damage, shard_damage, size_in
@@ -34,7 +35,7 @@ from app.data.shards import (
 from app.data.source import FileSplit, Source, bad_sample_reason
 from app.data.storage import is_url
 from app.errors import BadSampleError, DataError
-from app.schema.data import Aggregate, PatchesConfig, PatchMode, PreparedDataConfig, SlideReader
+from app.schema.data import PatchesConfig, PreparedDataConfig
 
 FINGERPRINT_COVERS = "the prepared copy's manifest: its source's fingerprint, the resize rule and the format"
 log = logging.getLogger(__name__)
@@ -185,10 +186,8 @@ class PreparedPatches(PreparedSplit):
 
 
 def patches_config(settings: dict) -> PatchesConfig:
-    """data.patches as a patch copy's manifest keeps it."""
-    enums = {"mode": PatchMode(settings["mode"]), "aggregate": Aggregate(settings["aggregate"]),
-             "reader": SlideReader(settings.get("reader", "auto"))}
-    return PatchesConfig(**{**settings, **enums})
+    """data.patches as a patch copy's manifest keeps it (a key added since: its default)."""
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(PatchesConfig), settings))
 
 
 def run_patches(data_cfg) -> PatchesConfig | None:

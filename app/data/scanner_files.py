@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from collections import OrderedDict
 from pathlib import Path
@@ -16,6 +17,7 @@ OTHER_SCANNERS = (".mrxs", ".vms", ".vmu")  # not TIFFs: OpenSlide alone
 OPEN_FILES = 8  # as app/data/regions.py keeps tifffile's
 
 
+@functools.cache
 def installed() -> bool:
     return importlib.util.find_spec("openslide") is not None
 

@@ -69,7 +69,7 @@ def write_prepared_copy(config, *, workers: int, per_shard: int | None = None, o
                         short_side=short_side, format=p.format, quality=p.quality if p.format == "jpeg" else None,
                         app_version=version("app"), assignment=source.split, overrides=_replayable(overrides),
                         task=str(config.data.task.value), dtype=pixels.dtype, bands=pixels.bands, patches=kept)
-    write_copy_index(store, plan=plan, records=records, manifest=manifest)
+    write_copy_index(store, plan=plan, records=records, manifest=manifest, splits=splits)
     return _summary(config, job, plan, records=records, seconds=time.monotonic() - begun)
 
 

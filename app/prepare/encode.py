@@ -39,7 +39,6 @@ class Encoded:
     label: int | list[int]  # several labels an image: their class indices
     meta: bytes  # the .json member
     source_bytes: int
-    place: tuple[int, int, int] | None = None  # a patch's (image, x, y): its image in the split, its corner at level 0
 
 
 @dataclass(frozen=True)
@@ -78,16 +77,14 @@ def encode_sample(split, index: int, encoding: Encoding) -> Encoded:
     height, width = image.shape[:2]
     label = stored_label(split.labels[index])
     described = {"path": split.describe(index), "size": list(original)}
-    place = None
     if hasattr(split, "layouts"):  # a patch (app/data/patches.py): which image, where, at which level
         image, top, left = split.where(index)
-        place = (image, left, top)
         described = {"path": split.images.paths[image], "level": split.layouts[image].level, "x": left, "y": top}
     meta = json.dumps({**described, "stored_size": [height, width], "label": label}).encode()
     source_bytes = len(raw) if isinstance(raw, bytes) else os.path.getsize(raw.path) if isinstance(raw, TiffAt) \
         else int(raw.nbytes)
     return Encoded(index=index, image=member, data_start=data_start, crc=zlib.crc32(memoryview(member)[data_start:]),
-                   height=height, width=width, label=label, meta=meta, source_bytes=source_bytes, place=place)
+                   height=height, width=width, label=label, meta=meta, source_bytes=source_bytes)
 
 
 def stored_label(label: np.ndarray) -> int | list[int]:

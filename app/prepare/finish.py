@@ -42,9 +42,11 @@ def labels_of(records: list[dict], classes: int) -> np.ndarray:
     return labels
 
 
-def places_of(records: list[dict]) -> np.ndarray:
-    """A patch split's patches-<split>.npy (PLACE_DTYPE): each sample's image and corner, in the index's order."""
-    rows = [tuple(place) for record in records for place in record.get("places", [])]
+def places_of(records: list[dict], split) -> np.ndarray:
+    """A patch split's patches-<split>.npy (PLACE_DTYPE): each sample's image and corner, in the index's order, from
+    the source index its record's row keeps (`split`: the PatchSplit, its patches fixed)."""
+    rows = [(image, left, top) for record in records for row in record["rows"]
+            for image, top, left in [split.where(row[5])]]
     return np.array(rows, dtype=PLACE_DTYPE) if rows else np.zeros(0, dtype=PLACE_DTYPE)
 
 
@@ -66,9 +68,10 @@ def write_bad_samples(store: Store, bad: dict[str, list]) -> str:
     return store.path_of(BAD_SAMPLES)
 
 
-def write_copy_index(store: Store, *, plan: dict, records: dict[str, list[dict]], manifest: Manifest) -> None:
-    """Each split's index, bad_samples.txt, then manifest.json (`manifest`'s splits and bad-sample count filled in
-    here); in a folder, first deletes the temporaries a killed prepare left of these, of the records or of the plan."""
+def write_copy_index(store: Store, *, plan: dict, records: dict[str, list[dict]], manifest: Manifest,
+                     splits: dict | None = None) -> None:
+    """Each split's index (`splits`: a patch copy's, for its places), bad_samples.txt, then manifest.json (its splits
+    and bad-sample count filled in here); in a folder, first deletes what a killed prepare left half-written."""
     if store.local is not None:  # a kill in the microseconds these and the records take leaves their temporaries
         finals = [name for split in records
                   for name in (index_path("", split).name, labels_name(split), places_name(split))]
@@ -90,7 +93,7 @@ def write_copy_index(store: Store, *, plan: dict, records: dict[str, list[dict]]
             labels_sha256 = index_digest(labels)
         places_sha256 = ""
         if manifest.patches:
-            places = places_of(split_records)
+            places = places_of(split_records, splits[split])
             write_index(store, places_name(split), places)
             places_sha256 = index_digest(places)
         manifest.splits[split] = SplitRecord(count=len(index), shards=list(plan["splits"][split]["shards"]),

@@ -70,7 +70,7 @@ def write_shards(job: Job, plan: dict, found: dict[str, dict | None]) -> tuple[d
 def _write_shard(job: Job, pool, split: str, shard: tuple, *, bar: tqdm) -> dict:
     """One shard (its name, its samples' source indices, its first good sample's key number), then its record."""
     name, order, start = shard
-    rows, bad, source_bytes, places = [], [], 0, []
+    rows, bad, source_bytes = [], [], 0
     with ShardWriter(job.store, name, job.encoding.format) as writer:
         for result in _encoded_in_order(pool, split, order):
             bar.update(1)
@@ -81,9 +81,7 @@ def _write_shard(job: Job, pool, split: str, shard: tuple, *, bar: tqdm) -> dict
             offset, length = writer.add(sample_key(split, start + len(rows)), result)
             rows.append([offset, length, result.label, result.height, result.width, result.index, result.crc])
             source_bytes += result.source_bytes
-            places += [list(result.place)] if result.place is not None else []
-    record = {"start": start, "rows": rows, "bad": bad, "source_bytes": source_bytes, "bytes": writer.size,
-              **({"places": places} if places else {})}
+    record = {"start": start, "rows": rows, "bad": bad, "source_bytes": source_bytes, "bytes": writer.size}
     write_record(job.store, name, record)
     return record
 

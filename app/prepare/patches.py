@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from enum import Enum
 
+from app.config import to_plain
 from app.data.patches import fixed_split
 from app.data.source import Source
 
@@ -15,9 +15,7 @@ def fixed_patches(source: Source, patches, *, draws: int | None, seed: int) -> S
 
 
 def manifest_patches(splits: dict, patches, draws: int | None) -> dict:
-    """The manifest's `patches`: settings (enums as values), draws, each split's images and labels."""
-    settings = {key: value.value if isinstance(value, Enum) else value
-                for key, value in dataclasses.asdict(patches).items()}
-    return {"settings": settings, "draws": draws,
+    """The manifest's `patches`: settings (plain values), draws, each split's images and labels."""
+    return {"settings": to_plain(patches), "draws": draws,
             "images": {name: list(split.images.paths) for name, split in splits.items()},
             "labels": {name: [int(v) for v in split.images.labels] for name, split in splits.items()}}
