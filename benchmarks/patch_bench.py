@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import imagecodecs
@@ -92,7 +93,7 @@ def main(folder: Path, extra: list[str]) -> None:
         data = [*PATCHES, f"data.path={slides}"]
         copy = folder / f"{kind}-copy"
         print(run(["prepare", *data, f"prepare.out={copy}", "prepare.patch_draws=64"], folder).strip().splitlines()[-1])
-        out = folder / f"bench-{kind}"
+        out = folder / f"bench-{kind}-{time.strftime('%Y%m%d-%H%M%S')}"  # a new folder: an earlier run's is kept
         printed = run(["bench", *data, *BENCH, f"bench.prepared=[{copy}]", f"hydra.run.dir={out}", *extra], folder)
         print(f"\n{kind}: python -m app bench {' '.join(data + BENCH)} bench.prepared=[{copy}]")
         print(printed.split("\nwritten:")[0])
