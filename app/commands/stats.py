@@ -1,5 +1,6 @@
 """`python -m app stats` (config as for train): each band's mean, std, min, max and 1st/99th percentiles over the
-training split, read as validation reads it, no-data pixels left out; printed, and in stats.json for data.normalize."""
+training split, read as validation reads it, no-data pixels left out (then resized nearest: none blended into a value
+counted); printed, and in stats.json for data.normalize."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from app.augment import eval_transforms
 from app.commands import failure_carried
 from app.config import conf_dir, load
 from app.data import tiff
-from app.data.band_stats import BandTally
+from app.data.band_stats import BandTally, unblended
 from app.data.pixels import run_pixels
 from app.errors import DataError
 from app.io import check_own_json, write_json_over_own
@@ -39,6 +40,8 @@ def main(cfg: DictConfig) -> str:
     nodata = tiff.nodata_of(source.train.paths[0]) if getattr(source.train, "paths", None) else None
     tally = BandTally(pixels.bands, pixels.dtype, nodata)
     transforms = eval_transforms(config.augment, config.data.image_size)
+    if nodata is not None:
+        transforms = unblended(transforms, config.data.image_size)
     with build_loader(config, {"train": (source.train, transforms)}, on_bad_sample="mark",
                       settings=Settings.from_config(config, pixels=pixels)) as loader:
         for x, _, _ in loader.readable("train"):

@@ -96,3 +96,27 @@ def test_six_band_uint16_tiles_train_resume_evaluate_predict_prepare_and_export(
     assert exported["parity"]["passed"] and exported["parity"]["top1_agreement"] == 1.0
     assert described["input"]["dtype"] == "uint16" and described["input"]["bands"] == 6
     assert described["normalisation"]["mode"] == "standard"
+
+
+@pytest.mark.slow
+def test_stats_leaves_no_data_out_of_the_resized_pixels_too(tmp_path):
+    """GeoTIFFs whose left half is GDAL_NODATA (0) beside values of 13,000 to 13,999, resized 40×48 → 15×13: a
+    linear resize would blend the zeros into the edge (a min far below 13,000); no value counted may be one."""
+    rng = np.random.default_rng(1)
+    for c, name in enumerate(("a", "b")):
+        (tmp_path / "geo" / name).mkdir(parents=True)
+        for i in range(3):
+            bands = rng.integers(13_000, 14_000, (40, 48, 2), dtype=np.uint16)
+            bands[:, : 17 + 3 * i + c] = 0
+            tifffile.imwrite(tmp_path / "geo" / name / f"{i}.tif", bands, photometric="minisblack",
+                             extratags=[(42113, "s", 0, "0", True)])
+    data = ["data=folder", f"data.path={tmp_path / 'geo'}", "data.channels=all", "data.dtype=uint16",
+            "data.image_size=[15,13]", "data.batch_size=2", "data.val_fraction=0.34", "queue.workers=1"]
+    stats = subprocess.run([sys.executable, "-m", "app", "stats", *data, "hydra.run.dir=stats"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=300)
+    assert stats.returncode == 0, stats.stderr[-3000:]
+    written = json.loads((tmp_path / "stats" / "stats.json").read_text())
+    assert written["nodata"] == 0.0
+    for figures in written["bands"]:
+        assert figures["pixels"] > 0 and 13_000 <= figures["min"] and figures["max"] < 14_000
+        assert 13_400 < figures["mean"] < 13_600
