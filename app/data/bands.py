@@ -26,8 +26,8 @@ def fit_bands(image: np.ndarray, *, channels, bands: int, dtype: str) -> np.ndar
                           f"of band indices such as data.channels=[3,2,1]")
     if channels == "all":
         if have != bands:
-            raise DecodeError(f"it has {have} bands where this run reads {bands} (data.channels=all, as the first "
-                              "training image has): every image of a run has the same bands")
+            raise DecodeError(f"it has {have} bands where this run reads {bands} (data.channels=all, as most "
+                              "training images have): every image of a run has the same bands")
         return np.ascontiguousarray(image)
     wanted = list(channels)
     if max(wanted) >= have:

@@ -1,8 +1,10 @@
-"""A run's Pixels from config and data; `data.channels=all`: the first training image's bands, which all must have."""
+"""A run's Pixels from config and data; `data.channels=all`: the bands most training images have, which all must."""
 
 from __future__ import annotations
 
 import json
+import logging
+from collections import Counter
 from pathlib import Path
 
 from app.data import tiff
@@ -10,18 +12,20 @@ from app.data.decode import DecodeError, Pixels, TiffAt
 from app.data.images import read_bytes, rgb_from_bytes
 from app.errors import DataError, config_error
 
+log = logging.getLogger(__name__)
+
 
 def run_pixels(data, split) -> Pixels:
-    """A run's Pixels from its config; `all` counts the bands of `split`'s first image."""
+    """A run's Pixels from its config; `all` counts the bands of `split`'s images (most have)."""
     return pixels_of(data.channels, data.dtype, split=split, normalize=data.normalize)
 
 
 def pixels_of(channels, dtype, *, split=None, normalize=None, bands: int | None = None) -> Pixels:
     """Pixels of `channels` (rgb, all, indices) and `dtype`: `bands` where known (a model's input), else as
-    `channels` gives them (all: `split`'s first image's); `normalize`'s mean and std (None: none)."""
+    `channels` gives them (all: most of `split`'s images'); `normalize`'s mean and std (None: none)."""
     channels = channels if isinstance(channels, str) else tuple(int(c) for c in channels)
     if bands is None:
-        bands = 3 if channels == "rgb" else first_bands(split) if channels == "all" else len(channels)
+        bands = 3 if channels == "rgb" else common_bands(split) if channels == "all" else len(channels)
     mean, std = (None, None) if normalize is None else normalization(normalize, bands)
     return Pixels(channels=channels, bands=bands, dtype=str(getattr(dtype, "value", dtype)), mean=mean, std=std)
 
@@ -36,9 +40,15 @@ def normalization(normalize, bands: int) -> tuple[tuple | None, tuple | None]:
     if mean is None or std is None:
         raise config_error("data.normalize.std" if std is None else key, None, "a list beside data.normalize's "
                            "other one (mean and std, a value a band), or both null")
-    if len(mean) != bands or len(std) != bands or min(std) <= 0:
+    if len(mean) != bands or len(std) != bands:
         raise config_error(key, list(mean), f"{bands} means and {bands} std above 0, one a band this run reads "
                            f"(std: {list(std)})")
+    flat = [band for band, s in enumerate(std) if s <= 0]
+    if flat:
+        raise config_error(key, list(std), f"a std above 0 for every band: band {flat[0]} (from 0) has std {std[flat[0]]}"
+                           f", a band of one value ({mean[flat[0]]}) that tells no image from another. Leave it out "
+                           "with data.channels (a list of the other bands' indices), or set data.normalize's mean "
+                           "and std by hand")
     return tuple(float(m) for m in mean), tuple(float(s) for s in std)
 
 
@@ -52,18 +62,34 @@ def stats_of(path: str) -> tuple[list[float], list[float]]:
                            f"a stats.json that `python -m app stats` wrote ({error})") from None
 
 
-def first_bands(split) -> int:
-    """The bands of `split`'s first image: from a TIFF's header, a copy's manifest, else decoded; 3 for arrays."""
+def common_bands(split, sampled: int = 16) -> int:
+    """The bands most of up to `sampled` images of `split` have (spread over it, the first among them; a tie: the
+    first's): so one odd file is the bad sample named, not every good one. From a TIFF's header, a copy's manifest,
+    else decoded; 3 for arrays."""
     paths = getattr(split, "paths", None)
     if not paths:
         return getattr(split, "bands", 3)  # a prepared copy's, from its manifest
-    try:
-        raw = read_bytes(paths[0], None)
-        if isinstance(raw, TiffAt):
-            return tiff.band_count(raw.path)
-        image = rgb_from_bytes(raw, None, None)
-        return 1 if image.ndim == 2 else image.shape[2]
-    except (OSError, DecodeError) as error:
-        raise DataError(f"{paths[0]} (the first training image) cannot be read to count its bands for "
-                        f"data.channels=all: {error}. Fix or remove it, or list the bands, e.g. "
-                        "data.channels=[0,1,2,3]") from None
+    counts, errors = {}, {}
+    for path in paths[:: max(1, len(paths) // sampled)][:sampled]:
+        try:
+            counts[path] = _bands_of(path)
+        except (OSError, DecodeError) as error:
+            errors[path] = error
+    if not counts:
+        path, error = next(iter(errors.items()))
+        raise DataError(f"{path} (a training image) cannot be read to count its bands for data.channels=all: {error}. "
+                        "Fix or remove it, or list the bands, e.g. data.channels=[0,1,2,3]") from None
+    bands = Counter(counts.values()).most_common(1)[0][0]
+    odd = [f"{path} ({n})" for path, n in counts.items() if n != bands]
+    if odd:
+        log.warning("data.channels=all reads %d bands, as %d of the %d images counted have; other counts: %s",
+                    bands, len(counts) - len(odd), len(counts), ", ".join(odd))
+    return bands
+
+
+def _bands_of(path) -> int:
+    raw = read_bytes(path, None)
+    if isinstance(raw, TiffAt):
+        return tiff.band_count(raw.path)
+    image = rgb_from_bytes(raw, None, None)
+    return 1 if image.ndim == 2 else image.shape[2]

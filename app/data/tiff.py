@@ -1,5 +1,6 @@
 """A TIFF read by tifffile (imagecodecs decodes its strips and tiles): the first series at the smallest pyramid level
-that covers what the transforms need, only its strips or tiles read, bands last (H, W, bands) in the file's type."""
+that covers what the transforms need, only its strips or tiles read, bands last (H, W, bands) in the file's type
+(a 1-bit image as 8-bit grey)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def read_tiff(path: str | os.PathLike, *, min_short_side: int | None, max_pixels
     try:
         with tifffile.TiffFile(path) as tif:
             level = _chosen(tif, min_short_side, max_pixels)
-            return _bands_last(level.asarray(), level.axes)
+            return _bands_last(_integers(level.asarray(), level.keyframe.photometric), level.axes)
     except DecodeError:
         raise
     except (tifffile.TiffFileError, ValueError, IndexError, KeyError, RuntimeError) as error:
@@ -85,8 +86,17 @@ def _level(series, min_short_side: int | None):
     return chosen
 
 
+def _integers(array: np.ndarray, photometric: int) -> np.ndarray:
+    """A 1-bit (bilevel) image as 8-bit grey, black 0 and white 255, as Pillow reads one (a set bit is black where
+    the file says MINISWHITE, as fax and document scans do); other types as they are."""
+    if array.dtype != np.bool_:
+        return array
+    white = array != (photometric == tifffile.PHOTOMETRIC.MINISWHITE)
+    return white.astype(np.uint8) * np.uint8(255)
+
+
 def _check_type(dtype: np.dtype) -> None:
-    if dtype not in READ_TYPES:
+    if dtype not in READ_TYPES and dtype != np.bool_:
         raise DecodeError(f"its samples are {dtype} (an elevation model or a float raster?): data.dtype reads uint8 "
                           "or uint16 images for now; convert it, or leave it out")
 

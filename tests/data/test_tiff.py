@@ -5,6 +5,8 @@ them: the negative control). Then the run's bands and type (data.channels, data.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import tifffile
@@ -13,9 +15,10 @@ from PIL import Image
 from app.data.decode import Decode, DecodeError, Pixels
 from app.data.headers import decode_bytes
 from app.data.images import load_rgb
+from app.data.pixels import normalization, pixels_of
 from app.data.source import FileSplit
 from app.data.tiff import read_tiff
-from app.errors import BadSampleError
+from app.errors import BadSampleError, ConfigError
 
 
 def pixels(shape, dtype, seed: int = 0) -> np.ndarray:
@@ -136,3 +139,40 @@ def test_the_plan_counts_a_tiffs_decode_as_the_level_read_with_every_band(tmp_pa
     assert decode_bytes(tmp_path / "pyramid.tif", Decode(min_short_side=40)) == (64 * 48 * 3, 0)  # the small level
     assert decode_bytes(tmp_path / "pyramid.tif", Decode(min_short_side=60)) == (256 * 192 * 3, 0)
     assert decode_bytes(tmp_path / "pyramid.tif", Decode(max_pixels=100)) == (0, 0)  # refused: counts nothing
+
+
+def test_channels_all_reads_the_bands_most_images_have_and_names_the_odd_file(tmp_path, caplog):
+    """A 4-band tile sorting first among 6-band ones: the run reads 6 and the 4-band file is the bad sample."""
+    tifffile.imwrite(tmp_path / "a_odd.tif", pixels((8, 8, 4), np.uint16), photometric="minisblack",
+                     planarconfig="contig")
+    for i in range(5):
+        tifffile.imwrite(tmp_path / f"b{i}.tif", pixels((8, 8, 6), np.uint16, i),
+                         photometric="minisblack", planarconfig="contig")
+    paths = sorted(str(p) for p in tmp_path.glob("*.tif"))
+    split = FileSplit(paths, [0] * len(paths))
+    run = pixels_of("all", "uint16", split=split)
+    assert run.bands == 6 and "a_odd.tif (4)" in caplog.text
+    decode = Decode(pixels=run)
+    assert read(paths[1], channels="all", bands=run.bands, dtype="uint16").shape == (8, 8, 6)
+    with pytest.raises(BadSampleError, match="a_odd.tif.*has 4 bands where this run reads 6"):
+        split.decode(0, split.fetch(0, decode), decode)
+    assert pixels_of("all", "uint16", split=FileSplit(paths[:1], [0])).bands == 4  # alone, its own count
+
+
+def test_a_constant_band_is_refused_naming_its_index():
+    mean, std = [1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 0.0, 7.0]
+    with pytest.raises(ConfigError, match=r"band 2 \(from 0\) has std 0.0.*data.channels"):
+        normalization(SimpleNamespace(mean=mean, std=std, stats=None), 4)
+    assert normalization(SimpleNamespace(mean=mean, std=[5.0, 6.0, 1.0, 7.0], stats=None), 4)[1][2] == 1.0
+
+
+def test_a_1_bit_tiff_is_read_as_8_bit_grey_as_pillow_reads_it(tmp_path):
+    bits = pixels((12, 16), np.uint8) > 127
+    for photometric in ("miniswhite", "minisblack"):  # MINISWHITE (tifffile's default for 1 bit): a set bit is black
+        tifffile.imwrite(tmp_path / f"{photometric}.tif", bits, photometric=photometric)
+        with Image.open(tmp_path / f"{photometric}.tif") as image:
+            assert image.mode == "1"
+            expected = np.asarray(image.convert("L"))
+        got = read(tmp_path / f"{photometric}.tif", channels="all", bands=1)
+        assert got.dtype == np.uint8 and np.array_equal(got[:, :, 0], expected) and set(np.unique(got)) == {0, 255}
+        assert decode_bytes(tmp_path / f"{photometric}.tif", Decode()) == (12 * 16, 0)
