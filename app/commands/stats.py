@@ -1,6 +1,5 @@
 """`python -m app stats` (config as for train): each band's mean, std, min, max and 1st/99th percentiles over the
-training split, read as validation reads it, no-data pixels left out (then resized nearest: none blended into a value
-counted); printed, and in stats.json for data.normalize."""
+training split, read as validation reads it, no-data pixels left out; printed, and in stats.json for data.normalize."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Per-band figures of a split's pixels, batch by batch, for `python -m app stats`: mean and std (float64 sums), min,
-max, and exact 1st and 99th percentiles from a histogram of every value; GeoTIFF's GDAL_NODATA value left out, read
-through nearest-neighbour resizes (`unblended`) so that no no-data pixel is blended into a value that is counted."""
+max, and exact 1st and 99th percentiles from a histogram of every value; GeoTIFF's GDAL_NODATA value left out."""
 
 from __future__ import annotations
 
@@ -13,8 +12,7 @@ NEAREST = 0  # cv2.INTER_NEAREST: every pixel out is one pixel in
 
 
 def unblended(transforms: Sequence[dict], image_size: Sequence[int]) -> list[dict]:
-    """`transforms` with each resize made nearest-neighbour, then a nearest resize to `image_size` (the loader's own
-    resize after it then changes nothing): a linear resize would mix no-data into its valid neighbours' values."""
+    """`transforms`, then the resize to `image_size`, all nearest: a linear one blends no-data into valid values."""
     height, width = (int(s) for s in image_size)
     nearest = [{**t, "interpolation": NEAREST} if str(t["_target_"]).rsplit(".", 1)[-1] in RESIZERS else dict(t)
                for t in transforms]

@@ -21,8 +21,7 @@ def run_pixels(data, split) -> Pixels:
 
 
 def pixels_of(channels, dtype, *, split=None, normalize=None, bands: int | None = None) -> Pixels:
-    """Pixels of `channels` (rgb, all, indices) and `dtype`: `bands` where known (a model's input), else as
-    `channels` gives them (all: most of `split`'s images'); `normalize`'s mean and std (None: none)."""
+    """Pixels of `channels` and `dtype`: `bands` where known (a model's input), else as `channels` gives them."""
     channels = channels if isinstance(channels, str) else tuple(int(c) for c in channels)
     if bands is None:
         bands = 3 if channels == "rgb" else common_bands(split) if channels == "all" else len(channels)
@@ -45,10 +44,10 @@ def normalization(normalize, bands: int) -> tuple[tuple | None, tuple | None]:
                            f"(std: {list(std)})")
     flat = [band for band, s in enumerate(std) if s <= 0]
     if flat:
-        raise config_error(key, list(std), f"a std above 0 for every band: band {flat[0]} (from 0) has std {std[flat[0]]}"
-                           f", a band of one value ({mean[flat[0]]}) that tells no image from another. Leave it out "
-                           "with data.channels (a list of the other bands' indices), or set data.normalize's mean "
-                           "and std by hand")
+        raise config_error(key, list(std), f"a std above 0 for every band: band {flat[0]} (from 0) has std "
+                           f"{std[flat[0]]}, a band of one value ({mean[flat[0]]}) that tells no image from another. "
+                           "Leave it out with data.channels (a list of the other bands' indices), or set "
+                           "data.normalize's mean and std by hand")
     return tuple(float(m) for m in mean), tuple(float(s) for s in std)
 
 
@@ -63,9 +62,7 @@ def stats_of(path: str) -> tuple[list[float], list[float]]:
 
 
 def common_bands(split, sampled: int = 16) -> int:
-    """The bands most of up to `sampled` images of `split` have (spread over it, the first among them; a tie: the
-    first's): so one odd file is the bad sample named, not every good one. From a TIFF's header, a copy's manifest,
-    else decoded; 3 for arrays."""
+    """The bands most of `sampled` images spread over `split` have (a tie: the first's): an odd file is the bad one."""
     paths = getattr(split, "paths", None)
     if not paths:
         return getattr(split, "bands", 3)  # a prepared copy's, from its manifest

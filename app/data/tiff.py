@@ -1,6 +1,5 @@
 """A TIFF read by tifffile (imagecodecs decodes its strips and tiles): the first series at the smallest pyramid level
-that covers what the transforms need, only its strips or tiles read, bands last (H, W, bands) in the file's type
-(a 1-bit image as 8-bit grey)."""
+that covers what the transforms need, only its strips or tiles read, bands last (H, W, bands) in the file's type."""
 
 from __future__ import annotations
 
@@ -87,11 +86,10 @@ def _level(series, min_short_side: int | None):
 
 
 def _integers(array: np.ndarray, photometric: int) -> np.ndarray:
-    """A 1-bit (bilevel) image as 8-bit grey, black 0 and white 255, as Pillow reads one (a set bit is black where
-    the file says MINISWHITE, as fax and document scans do); other types as they are."""
+    """A 1-bit (bilevel) image as 8-bit grey, 0 and 255, as Pillow reads one; other types as they are."""
     if array.dtype != np.bool_:
         return array
-    white = array != (photometric == tifffile.PHOTOMETRIC.MINISWHITE)
+    white = array != (photometric == tifffile.PHOTOMETRIC.MINISWHITE)  # a set bit is black there (fax, scans)
     return white.astype(np.uint8) * np.uint8(255)
 
 
@@ -102,8 +100,7 @@ def _check_type(dtype: np.dtype) -> None:
 
 
 def _bands_last(array: np.ndarray, axes: str) -> np.ndarray:
-    """`array` of tifffile's `axes` as (H, W, bands): the band axis (S, C, or a stack of pages) last, the rest of
-    size 1 dropped; a DecodeError for a stack along another axis (Z, T) or two band axes at once."""
+    """`array` of tifffile's `axes` as (H, W, bands), the band axis (S, C, pages) last; a stack in Z or T refused."""
     bands = [i for i, axis in enumerate(axes) if axis in BAND_AXES + PAGE_AXES and array.shape[i] > 1]
     other = [f"{axis}={array.shape[i]}" for i, axis in enumerate(axes)
              if axis not in "YX" + BAND_AXES + PAGE_AXES and array.shape[i] > 1]
