@@ -9,6 +9,8 @@ import numpy as np
 
 from app.data.shards import MANIFEST, Manifest, index_digest, index_name, labels_name, places_name
 
+SHOWN = 5  # changed files named in a warning; the rest counted
+
 
 def index_damage(root: str, manifest: Manifest, split: str, index: np.ndarray) -> str | None:
     """What is wrong with `split`'s index (`index`, as read) against the manifest; None: nothing."""
@@ -66,3 +68,33 @@ def size_in(folder: str) -> Callable[[str], int | None]:
         except FileNotFoundError:
             return None
     return size_of
+
+
+def source_stamps(splits: dict) -> dict[str, list[int]]:
+    """Each local file of `splits` (a patch split's images) as [size, mtime_ns], by absolute path."""
+    stamps = {}
+    for split in splits.values():
+        for path in getattr(getattr(split, "images", split), "paths", ()):
+            try:
+                found = os.stat(path)
+            except (OSError, ValueError):  # a URL, a broken link: not a file this machine can stamp
+                continue
+            stamps[os.path.abspath(path)] = [found.st_size, found.st_mtime_ns]
+    return stamps
+
+
+def stale_sources(manifest: Manifest) -> str | None:
+    """The source files changed since prepare, named; None: none (a file gone or out of reach is no change)."""
+    changed = []
+    for path, (size, mtime_ns) in manifest.stamps.items():
+        try:
+            found = os.stat(path)
+        except OSError:
+            continue
+        if (found.st_size, found.st_mtime_ns) != (size, mtime_ns):
+            changed.append(f"{path} ({size:,} → {found.st_size:,} bytes)" if found.st_size != size else
+                           f"{path} (modified since)")
+    if not changed:
+        return None
+    more = f" and {len(changed) - SHOWN} more" if len(changed) > SHOWN else ""
+    return f"{len(changed)} of its source files changed after it was prepared: {', '.join(changed[:SHOWN])}{more}"

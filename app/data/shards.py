@@ -102,6 +102,8 @@ class Manifest:
     # a patch copy's: {"settings": data.patches, "draws": prepare.patch_draws, "images": {split: [path, ...]},
     # "labels": {split: [class, ...]}} (an image's, for its image-level figures); {} for whole images
     patches: dict = field(default_factory=dict)
+    # each source file's [size, mtime_ns] as prepared: a copy older than its source is told (app/data/copy_checks.py)
+    stamps: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)

@@ -10,6 +10,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from app.data import load_or_generate_source
+from app.data.copy_checks import source_stamps
 from app.data.images import Decode
 from app.data.pixels import run_pixels
 from app.data.prepared import prepared_source
@@ -68,7 +69,8 @@ def write_prepared_copy(config, *, workers: int, per_shard: int | None = None, o
     manifest = Manifest(class_names=list(source.class_names), splits={}, source=_source_of(config.data, source),
                         short_side=short_side, format=p.format, quality=p.quality if p.format == "jpeg" else None,
                         app_version=version("app"), assignment=source.split, overrides=_replayable(overrides),
-                        task=str(config.data.task.value), dtype=pixels.dtype, bands=pixels.bands, patches=kept)
+                        task=str(config.data.task.value), dtype=pixels.dtype, bands=pixels.bands, patches=kept,
+                        stamps=source_stamps(splits))
     write_copy_index(store, plan=plan, records=records, manifest=manifest, splits=splits)
     return _summary(config, job, plan, records=records, seconds=time.monotonic() - begun)
 

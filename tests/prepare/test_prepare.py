@@ -329,3 +329,18 @@ def test_a_multilabel_copy_stores_each_samples_label_vector_and_refuses_a_run_of
     np.save(out / "labels-val.npy", labels)
     with pytest.raises(DataError, match="labels-val.npy does not match the checksum"):
         prepared_source(PreparedDataConfig(path=str(out), task="multilabel"))
+
+
+def test_a_copy_older_than_its_source_is_named_stale_with_the_files_and_the_command_that_refreshes_it(tmp_path,
+                                                                                                      caplog):
+    out = tmp_path / "copy"
+    config = prepared_config(*TINY, f"data.path={tmp_path / 'data'}", f"prepare.out={out}")
+    write_prepared_copy(config, workers=0, per_shard=5)
+    caplog.clear()
+    prepared_source(PreparedDataConfig(path=str(out)))
+    assert "older than its source" not in caplog.text  # negative control: the source as it was prepared
+    replaced = Path(load_or_generate_source(config.data).train.paths[3])
+    Image.new("RGB", (80, 64), (9, 9, 9)).save(replaced, format=Image.open(replaced).format)
+    prepared_source(PreparedDataConfig(path=str(out)))
+    assert f"{out} is older than its source: 1 of its source files changed" in caplog.text
+    assert str(replaced) in caplog.text and f"prepare.out={out}-fresh" in caplog.text
