@@ -35,7 +35,7 @@ from app.data.shards import (
 from app.data.source import FileSplit, Source, bad_sample_reason
 from app.data.storage import is_url
 from app.errors import BadSampleError, DataError
-from app.schema.data import PatchesConfig, PreparedDataConfig
+from app.schema.data import DATA_TARGETS, PatchesConfig, PreparedDataConfig
 
 FINGERPRINT_COVERS = "the prepared copy's manifest: its source's fingerprint, the resize rule and the format"
 log = logging.getLogger(__name__)
@@ -188,6 +188,12 @@ class PreparedPatches(PreparedSplit):
 def patches_config(settings: dict) -> PatchesConfig:
     """data.patches as a patch copy's manifest keeps it (a key added since: its default)."""
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(PatchesConfig), settings))
+
+
+def copy_may_move(saved_data) -> bool:
+    """Whether a resume may give its data at another data.path: a prepared copy is known by its manifest's fingerprint
+    (split.json's, checked as any resume's data is), not by where it lies: moved, uploaded, or back."""
+    return saved_data.get("_target_") == DATA_TARGETS["prepared"]
 
 
 def run_patches(data_cfg) -> PatchesConfig | None:

@@ -8,6 +8,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from app.config import load
+from app.data.prepared import copy_may_move
 from app.errors import ConfigError, config_error
 from app.frameworks import use_backend
 from app.overrides import key_of
@@ -56,7 +57,8 @@ def resumed_config(saved: dict, cfg: DictConfig, overrides: list[str],
         key = key_of(override)
         if key == "logger" and loggers_of(cfg) == loggers_of(result):  # the run's own (`_loggers_of_run`)
             continue
-        check_safe(key, safe)
+        if not (key == "data.path" and copy_may_move(result.data)):
+            check_safe(key, safe)
         if key == "resume" or key.split(".", 1)[0] in COMMAND_KEYS:  # the command's own (export.*): never the run's
             continue
         OmegaConf.update(result, key, OmegaConf.select(cfg, key), merge=False)

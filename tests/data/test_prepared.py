@@ -7,10 +7,12 @@ import json
 import logging
 import pickle
 import re
+import shutil
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 from prepared_copies import corrupt_member, flip_byte, picture, write_as_format_1, write_copy
 
 from app.augment import check_stored_sizes
@@ -20,6 +22,7 @@ from app.data.images import Decode, rgb_from_bytes
 from app.data.shards import read_index
 from app.errors import BadSampleError, ConfigError, DataError
 from app.runs.rundata import check_same_data
+from app.runs.saved import resumed_config
 from app.schema.data import DATA_TARGETS
 
 
@@ -180,3 +183,16 @@ def test_resumes_data_check_takes_the_manifests_fingerprint(copies, tmp_path):
     check_same_data(tmp_path, load_or_generate_source(_data(copies["jpeg"])))  # the same copy: resumes
     with pytest.raises(DataError, match="the data changed since"):  # negative control: another format
         check_same_data(tmp_path, load_or_generate_source(_data(copies["raw"])))
+
+
+def test_a_run_resumes_on_its_copy_moved_to_another_folder_known_by_its_manifest(copies, tmp_path):
+    moved = tmp_path / "moved"
+    shutil.copytree(copies["jpeg"], moved)
+    (tmp_path / "split.json").write_text(json.dumps(load_or_generate_source(_data(copies["jpeg"])).split))
+    overrides = ["resume=run", f"data.path={moved}"]
+    given = OmegaConf.create({"resume": "run", "data": {"path": str(moved)}})
+    saved = {"data": {"_target_": DATA_TARGETS["prepared"], "path": str(copies["jpeg"])}}
+    assert resumed_config(saved, given, overrides).data.path == str(moved)
+    check_same_data(tmp_path, load_or_generate_source(_data(moved)))  # the same copy, elsewhere: resumes
+    with pytest.raises(ConfigError, match="data.path` cannot change"):  # negative control: a folder's path is its data
+        resumed_config({"data": {"_target_": DATA_TARGETS["folder"], "path": "/a"}}, given, overrides)
