@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import logging
+import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from importlib.metadata import version
 from pathlib import Path
 
@@ -16,7 +19,7 @@ from app.data.pixels import run_pixels
 from app.data.prepared import prepared_source
 from app.data.shards import MANIFEST_KEYS, Manifest
 from app.data.storage import Store, is_url
-from app.errors import ConfigError
+from app.errors import ConfigError, DataError
 from app.prepare import payback
 from app.prepare.encode import Encoding, stored_label
 from app.prepare.finish import write_copy_index
@@ -35,6 +38,31 @@ def write_prepared_copy(config, *, workers: int, per_shard: int | None = None, o
     """Prepare `config.data` into `config.prepare.out`; the line saying what was done. `per_shard` (tests): samples a
     shard, not sized by prepare.shard_mb; `overrides`: the command line's, kept in the manifest to prepare it again."""
     store = _refuse_unsupported(config)
+    with held_alone(store):
+        return _write_copy(config, store, workers=workers, per_shard=per_shard, overrides=overrides)
+
+
+@contextmanager
+def held_alone(store: Store) -> Iterator[None]:
+    """A local copy's folder locked (flock) for the block: a second prepare into it is refused, naming it, before
+    it deletes what the first is writing. Object storage has no lock to take."""
+    if store.local is None or store.local.is_file():  # a file: refused by name when its plan is read
+        yield
+        return
+    store.local.mkdir(parents=True, exist_ok=True)
+    folder = os.open(store.local, os.O_RDONLY | os.O_DIRECTORY)  # not inherited by the workers: a kill frees it
+    try:
+        try:
+            fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DataError(f"prepare.out={store} is being written by another prepare now: wait until it ends (then "
+                            "run this one again: a finished copy is kept), or give another folder.") from None
+        yield
+    finally:
+        os.close(folder)
+
+
+def _write_copy(config, store: Store, *, workers: int, per_shard: int | None, overrides: Sequence[str]) -> str:
     short_side, why = stored_short_side(config)
     log.info("%s", why)
     source = load_or_generate_source(config.data)

@@ -28,7 +28,7 @@ from app.data.shards import FORMAT_VERSION, manifest_checksum, read_index, read_
 from app.data.storage import LocalStore, RemoteStore, Store
 from app.errors import ConfigError, DataError
 from app.prepare import job
-from app.prepare.copy import write_prepared_copy
+from app.prepare.copy import held_alone, write_prepared_copy
 from app.prepare.encode import fit_short_side
 from app.prepare.plan import JOURNAL, read_plan, shard_orders
 from app.prepare.rule import stored_short_side
@@ -344,3 +344,14 @@ def test_a_copy_older_than_its_source_is_named_stale_with_the_files_and_the_comm
     prepared_source(PreparedDataConfig(path=str(out)))
     assert f"{out} is older than its source: 1 of its source files changed" in caplog.text
     assert str(replaced) in caplog.text and f"prepare.out={out}-fresh" in caplog.text
+
+
+def test_a_second_prepare_into_a_folder_being_written_is_refused_by_name(tmp_path):
+    out = tmp_path / "copy"
+    config = prepared_config(*TINY, f"data.path={tmp_path / 'data'}", f"prepare.out={out}")
+    with held_alone(Store.at(str(out))):  # the first prepare's lock: its own open of the folder, as another process's
+        with pytest.raises(DataError, match=f"prepare.out={out} is being written by another prepare now"):
+            write_prepared_copy(config, workers=0, per_shard=5)
+    assert not (out / "manifest.json").exists()  # nothing written by the refused one
+    write_prepared_copy(config, workers=0, per_shard=5)  # negative control: once the first ended, it runs
+    assert read_manifest(out).splits["train"].count == 18
