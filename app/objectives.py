@@ -1,6 +1,7 @@
 """The recipe's own Keras objects, registered so checkpoints load, where Keras has none: smoothed sparse crossentropy,
 binary crossentropy weighing each class's positives, each class's recall, mean average precision (exact on the host,
-binned on the device each epoch). model.keras is exported uncompiled, so plain Keras loads it."""
+binned on the device each epoch), the macro ROC AUC over the classes a pass defines. model.keras is exported
+uncompiled, so plain Keras loads it."""
 
 from __future__ import annotations
 
@@ -68,12 +69,12 @@ def mean_average_precision(truth: np.ndarray, scores: np.ndarray) -> float:
     return float(np.mean(found)) if found else float("nan")
 
 
-@keras.saving.register_keras_serializable(package="app")
-class MeanAveragePrecision(keras.metrics.Metric):
-    """`mean_average_precision` of a pass from counts binned on the device (as Keras's AUC): exact but within a bin."""
+class _BinnedScores(keras.metrics.Metric):
+    """Each class's positives and negatives counted by score in `bins` equal bins on the device, as Keras's AUC counts
+    them at thresholds: a pass's figure from these counts, exact but for scores within one bin (taken as tied)."""
 
-    def __init__(self, num_labels: int, bins: int = 1000, name: str = "map", **kwargs):
-        super().__init__(name=name, **kwargs)
+    def __init__(self, num_labels: int, bins: int = 1000, **kwargs):
+        super().__init__(**kwargs)
         self.num_labels, self.bins = int(num_labels), int(bins)
         shape = (self.num_labels * self.bins,)
         self.positives, self.negatives = (self.add_variable(shape=shape, initializer="zeros", name=n)
@@ -89,16 +90,11 @@ class MeanAveragePrecision(keras.metrics.Metric):
         self.positives.assign_add(ops.segment_sum(ops.reshape(truth * weight, (-1,)), cell, size))
         self.negatives.assign_add(ops.segment_sum(ops.reshape((1.0 - truth) * weight, (-1,)), cell, size))
 
-    def result(self):
+    def counts(self) -> tuple:
+        """(positives, negatives), a row a class, a column a bin, the highest scores first."""
         shape = (self.num_labels, self.bins)
-        positives = ops.flip(ops.reshape(self.positives, shape), axis=1)  # the highest scores first
-        tp = ops.cumsum(positives, axis=1)
-        fp = ops.cumsum(ops.flip(ops.reshape(self.negatives, shape), axis=1), axis=1)
-        total = tp[:, -1:]
-        recall_gained = ops.divide_no_nan(positives, total)
-        average_precision = ops.sum(recall_gained * ops.divide_no_nan(tp, tp + fp), axis=1)
-        found = ops.cast(total[:, 0] > 0, "float32")  # a class without a positive has no average precision
-        return ops.divide_no_nan(ops.sum(average_precision * found), ops.sum(found))
+        return (ops.flip(ops.reshape(self.positives, shape), axis=1),
+                ops.flip(ops.reshape(self.negatives, shape), axis=1))
 
     def reset_state(self):
         for variable in (self.positives, self.negatives):
@@ -106,6 +102,45 @@ class MeanAveragePrecision(keras.metrics.Metric):
 
     def get_config(self):
         return {**super().get_config(), "num_labels": self.num_labels, "bins": self.bins}
+
+
+def _mean_of_defined(values, defined):
+    """The mean of `values` where `defined` (0 with none defined, as a pass with no such class scores)."""
+    defined = ops.cast(defined, "float32")
+    return ops.divide_no_nan(ops.sum(values * defined), ops.sum(defined))
+
+
+@keras.saving.register_keras_serializable(package="app")
+class MeanAveragePrecision(_BinnedScores):
+    """`mean_average_precision` of a pass from counts binned on the device (as Keras's AUC): exact but within a bin."""
+
+    def __init__(self, num_labels: int, bins: int = 1000, name: str = "map", **kwargs):
+        super().__init__(num_labels, bins, name=name, **kwargs)
+
+    def result(self):
+        positives, negatives = self.counts()
+        tp, fp = ops.cumsum(positives, axis=1), ops.cumsum(negatives, axis=1)
+        total = tp[:, -1:]
+        recall_gained = ops.divide_no_nan(positives, total)
+        average_precision = ops.sum(recall_gained * ops.divide_no_nan(tp, tp + fp), axis=1)
+        return _mean_of_defined(average_precision, total[:, 0] > 0)  # no positive: no average precision
+
+
+@keras.saving.register_keras_serializable(package="app")
+class MacroAUC(_BinnedScores):
+    """The mean over classes of each one's ROC AUC, as `evaluate` takes it (app/inference/label_scores.py): the chance
+    a positive scores above a negative, ties (here: one bin) half; a class without a positive or without a negative
+    in the pass has none and is left out of the mean (Keras's AUC(multi_label=True) counts it)."""
+
+    def __init__(self, num_labels: int, bins: int = 1000, name: str = "auc", **kwargs):
+        super().__init__(num_labels, bins, name=name, **kwargs)
+
+    def result(self):
+        positives, negatives = self.counts()
+        above = ops.cumsum(positives, axis=1) - positives  # positives in higher bins than each
+        pairs_won = ops.sum(negatives * (above + 0.5 * positives), axis=1)
+        p, n = ops.sum(positives, axis=1), ops.sum(negatives, axis=1)
+        return _mean_of_defined(ops.divide_no_nan(pairs_won, p * n), ops.logical_and(p > 0, n > 0))
 
 
 @keras.saving.register_keras_serializable(package="app")

@@ -37,6 +37,12 @@ def _check_table(d) -> None:
                "each class named once")
         _check(not (d.columns.split and d.test_fraction), "data.test_fraction", d.test_fraction,
                "0 with data.columns.split: the split column gives the test split (its `test` rows)")
+        _check(bool(d.columns.label or d.columns.labels), "data.columns.label", d.columns.label,
+               "the column of each row's label, e.g. data.columns.label=diagnosis (null only beside "
+               "data.columns.labels, data.task=multilabel's 0/1 column a class)")
+        _check(not d.columns.labels or str(getattr(d.task, "value", d.task)) == "multilabel", "data.columns.labels",
+               list(d.columns.labels or []), "null with data.task=multiclass: one 0/1 column a class is several "
+               "labels an image (data.task=multilabel)")
     several = str(getattr(d.task, "value", d.task)) == "multilabel"
     prepared = d._target_ == DATA_TARGETS["prepared"]
     _check(not several or prepared or (table and bool(d.label_separator or d.columns.labels)), "data.task",

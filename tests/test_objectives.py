@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import inspect
+import json
+import subprocess
+import sys
+
 import keras
 import numpy as np
 import pytest
 
+from app.inference import label_scores
 from app.objectives import (
+    MacroAUC,
     MeanAveragePrecision,
     PerClassRecall,
     SmoothedSparseCrossentropy,
@@ -99,3 +106,59 @@ def test_the_epochs_binned_mean_average_precision_is_the_exact_one_where_scores_
     shuffled = MeanAveragePrecision(5)
     shuffled.update_state(rng.permutation(truth), scores)
     assert float(shuffled.result()) < mean_average_precision(truth, scores) - 0.2
+
+
+def binned_case(seed: int = 5) -> tuple[np.ndarray, np.ndarray]:
+    """300 rows of 4 classes: class 2 without a positive, class 3 without a negative; every score at its bin's middle."""
+    rng = np.random.default_rng(seed)
+    truth = (rng.random((300, 4)) < 0.3).astype(np.uint8)
+    truth[:, 2], truth[:, 3] = 0, 1
+    scores = np.clip(truth * 0.3 + rng.random((300, 4)) * 0.7, 0, 1)
+    return truth, ((np.floor(scores * 100) + 0.5) / 100).astype(np.float32)
+
+
+def test_the_epochs_macro_auc_leaves_out_a_class_without_a_positive_or_a_negative_as_evaluate_does():
+    truth, scores = binned_case()
+    evaluated = label_scores.table(truth, scores.astype(np.float64), list("abcd"), [0.5] * 4)["auc"]
+    metric = MacroAUC(4, bins=100)
+    for rows in np.array_split(np.arange(300), 7):
+        metric.update_state(truth[rows], scores[rows])
+    assert float(metric.result()) == pytest.approx(evaluated, abs=1e-5)
+    fine = MacroAUC(4)  # 1,000 bins by default, finer than the scores' own: the same figure
+    fine.update_state(truth, scores)
+    assert float(fine.result()) == pytest.approx(evaluated, abs=1e-5)
+    # negative control: Keras's AUC(multi_label=True) counts the two undefined classes
+    keras_own = keras.metrics.AUC(multi_label=True, num_labels=4)
+    keras_own.update_state(truth, scores)
+    assert abs(float(keras_own.result()) - evaluated) > 0.1
+    none_defined = MacroAUC(4)  # no class defined: 0, as the mean average precision of no positive
+    none_defined.update_state(np.zeros((5, 4), np.uint8), scores[:5])
+    assert float(none_defined.result()) == 0.0
+
+
+def saved_and_loaded(path: str) -> list[float]:
+    """A model compiled with MacroAUC saved and loaded by Keras: its AUC before and after, and class 0's by hand."""
+    truth = np.array([[1, 0], [0, 0], [1, 0], [0, 0]], np.float32)  # class 1: no positive
+    x = np.array([[0.9], [0.2], [0.6], [0.4]], np.float32)
+    net = keras.Sequential([keras.Input((1,)), keras.layers.Dense(2, activation="sigmoid")])
+    net.compile(loss="binary_crossentropy", metrics=[MacroAUC(2)])
+    net.save(path)
+    loaded = keras.saving.load_model(path)
+    p = loaded.predict(x, verbose=0)[:, 0]
+    return [net.evaluate(x, truth, return_dict=True, verbose=0)["auc"],
+            loaded.evaluate(x, truth, return_dict=True, verbose=0)["auc"],
+            float(np.mean([(p[i] > p[j]) + 0.5 * (p[i] == p[j]) for i in (0, 2) for j in (1, 3)]))]
+
+
+ON_JAX = ("import os, sys, json\nos.environ['KERAS_BACKEND'] = 'jax'\nimport keras, numpy as np\n"
+          "from app.objectives import MacroAUC\n" + inspect.getsource(saved_and_loaded)
+          + "print(json.dumps(saved_and_loaded(sys.argv[1])))")
+
+
+def test_the_macro_auc_is_saved_and_loaded_with_a_checkpoint_on_tensorflow_and_jax(tmp_path):
+    done = subprocess.run([sys.executable, "-c", ON_JAX, str(tmp_path / "jax.keras")], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for trained, loaded, class_0 in (saved_and_loaded(str(tmp_path / "tf.keras")),
+                                     json.loads(done.stdout.strip().splitlines()[-1])):
+        assert trained == pytest.approx(loaded) == pytest.approx(class_0, abs=1e-3)

@@ -92,11 +92,9 @@ def main(cfg: DictConfig) -> float:
 def _images(split, outputs: list, patches, *, names: list[str], out: Path) -> dict:
     """A patch run's image-level figures (data.patches.aggregate of each image's patches) and images.csv."""
     rows = patch_scores.by_image(split, outputs, patches)
-    with open(out / "images.csv", "w", encoding="utf-8") as f:
-        f.write(",".join(["path", "label", "predicted", "patches", *names]) + "\n")
-        for row in rows:
-            f.write(",".join([row["path"], names[row["label"]], names[int(np.argmax(row["scores"]))],
-                              str(row["patches"]), *(f"{v:.6f}" for v in row["scores"])]) + "\n")
+    patch_scores.write_csv(out / "images.csv", ["path", "label", "predicted", "patches", *names],
+                           ([row["path"], names[row["label"]], names[int(np.argmax(row["scores"]))], row["patches"],
+                             *(f"{v:.6f}" for v in row["scores"])] for row in rows))
     figures = {"aggregate": patches.aggregate.value, **patch_scores.image_figures(rows, names)}
     print(f"images: accuracy {figures['accuracy']:.4f} on {figures['images']} images "
           f"({patches.aggregate.value} of each image's patches; images.csv)")
@@ -124,9 +122,10 @@ def _several(config, scoring: tuple, source, split_name: str, paths: tuple[Path,
     write_json(out / "evaluation.json", result)
     text = label_scores.report(result)
     (out / "report.txt").write_text(text + "\n", encoding="utf-8")
-    print(f"checkpoint {checkpoint.name}: loss {result['loss']:.4f}, macro AUC {result['auc']:.4f}, mean average "
-          f"precision {result['mean_average_precision']:.4f} on {len(truth)} {split_name} samples (thresholds from "
-          f"val: {run_dir / 'thresholds.json'})\n\n{text}")
+    undefined = " (-: no class has both a positive and a negative there)" if result["auc"] is None else ""
+    print(f"checkpoint {checkpoint.name}: loss {result['loss']:.4f}, macro AUC {label_scores.figure(result['auc'])}, "
+          f"mean average precision {label_scores.figure(result['mean_average_precision'])} on {len(truth)} "
+          f"{split_name} samples{undefined} (thresholds from val: {run_dir / 'thresholds.json'})\n\n{text}")
     print(f"written: {out / 'evaluation.json'}, {out / 'report.txt'}, {run_dir / 'thresholds.json'}")
     return result["auc"]
 

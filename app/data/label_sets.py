@@ -19,10 +19,17 @@ class LabelFault(ValueError):
         self.column, self.why = column, why
 
 
-def from_cell(text: str, *, separator: str, none_label: str | None) -> tuple[str, ...]:
-    """The classes one cell names, sorted, each once; an empty cell or `none_label` alone: none."""
+def from_cell(text: str, *, separator: str, none_label: str | None, column: str = "") -> tuple[str, ...]:
+    """The classes one cell names, sorted, each once; an empty cell or `none_label` alone: none. `none_label` beside
+    a class contradicts it: a LabelFault, not a class of its own."""
     names = sorted({name.strip() for name in text.split(separator) if name.strip()})
-    return () if none_label is not None and names == [none_label] else tuple(names)
+    if none_label is None or none_label not in names:
+        return tuple(names)
+    others = [name for name in names if name != none_label]
+    if others:
+        raise LabelFault(column, f"{none_label!r} (data.none_label) means no class, yet the cell also names "
+                                 f"{', '.join(others)}")
+    return ()
 
 
 def from_columns(values: dict, columns: list[str], uncertain: str | None) -> tuple[str, ...]:
@@ -30,7 +37,7 @@ def from_columns(values: dict, columns: list[str], uncertain: str | None) -> tup
     found = []
     for column in columns:
         cell = values.get(column)
-        text = "" if cell is None else str(cell).strip().lower()
+        text = "" if cell is None or cell != cell else str(cell).strip().lower()  # NaN (cell != cell): empty
         if text in UNCERTAIN:
             if uncertain is None:
                 raise LabelFault(column, f"{cell!r} marks an uncertain label: set data.uncertain=zero or "

@@ -41,8 +41,9 @@ def table_source(data_cfg) -> Source:
     _check_left_out(left_out, len(rows), data_cfg.max_bad_fraction, table)
     samples, class_names = _classes(samples, data_cfg, multilabel=reader.multilabel is not None)
     if len(class_names) < 2:
-        raise DataError(f"data.table {table} has one class ({', '.join(class_names) or 'none'}) in column "
-                        f"`{columns['label']}`: a classifier needs at least 2")
+        where = f"column `{columns['label']}`" if columns["label"] else "data.columns.labels"
+        raise DataError(f"data.table {table} has one class ({', '.join(class_names) or 'none'}) in {where}: a "
+                        "classifier needs at least 2")
     parts = _split(samples, columns, data_cfg)
     _check_every_class_trains(parts, class_names, table)
     return _source(table, root, class_names, parts=parts, left_out=left_out)
@@ -50,8 +51,8 @@ def table_source(data_cfg) -> Source:
 
 def _columns(given, header: list[str], table: Path) -> dict[str, str | None]:
     """The columns the config names, checked to be in the table (Hugging Face's `file_name` for the path's)."""
-    columns = {"path": given.path, "label": given.label, "split": given.split, "group": given.group,
-               "weight": given.weight, "x": given.x, "y": given.y}
+    columns = {"path": given.path, "label": None if given.labels else given.label,  # 0/1 columns: no label one
+               "split": given.split, "group": given.group, "weight": given.weight, "x": given.x, "y": given.y}
     if not header:
         raise DataError(f"data.table {table} holds no rows: a row an image, with its path and label")
     twice = sorted({name for name in header if header.count(name) > 1})
@@ -106,12 +107,35 @@ def _split(samples: list[Sample], columns: dict, data_cfg) -> dict[str, list[Sam
             raise DataError(f"data.table {data_cfg.table} leaves the {name} split empty: "
                             + ("give rows of it in the split column" if columns["split"] else
                                "more rows (or groups) are needed for data.val_fraction to hold some out"))
+    if columns["split"] is None and (columns["group"] is not None or columns["x"] is not None):
+        _warn_what_groups_allow(parts, data_cfg)
     return parts
+
+
+def _classes_in(part: list[Sample]) -> set[str]:
+    return {name for s in part for name in ((s.label,) if isinstance(s.label, str) else s.label)}
+
+
+def _warn_what_groups_allow(parts: dict, data_cfg) -> None:
+    """Whole groups to a split: where they give validation (or test) under half or over twice its asked share of the
+    rows, or no row of a class training has, the log says what the groups allowed: its figures are read as such."""
+    rows = [s for part in parts.values() for s in part]
+    sizes = Counter(s.group or s.rel for s in rows)
+    (largest, most), trained = sizes.most_common(1)[0], _classes_in(parts["train"])
+    for name, asked in (("val", data_cfg.val_fraction), ("test", data_cfg.test_fraction)):
+        missing = sorted(trained - _classes_in(parts[name]))
+        if not asked or (asked / 2 <= len(parts[name]) / len(rows) <= 2 * asked and not missing):
+            continue
+        log.warning("data.table %s: split by whole groups, the %s split holds %d of the %d rows (%d of the %d groups; "
+                    "data.%s_fraction=%g asked)%s; the largest group, %r, holds %d rows. Read its figures as "
+                    "those rows'; more (smaller) groups, or a split column (data.columns.split), give the share asked",
+                    data_cfg.table, name, len(parts[name]), len(rows), len({s.group or s.rel for s in parts[name]}),
+                    len(sizes), name, asked, f" and no row of {', '.join(missing)}" if missing else "", largest, most)
 
 
 def _check_every_class_trains(parts: dict, class_names: list[str], table) -> None:
     """A class no training row has: refused, as a folder's validation class missing from train/ is."""
-    trained = {name for s in parts["train"] for name in ((s.label,) if isinstance(s.label, str) else s.label)}
+    trained = _classes_in(parts["train"])
     missing = [name for name in class_names if name not in trained]
     if missing:
         raise DataError(f"data.table {table}: class(es) {', '.join(missing)} have no row in the training split, so "

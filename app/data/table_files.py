@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import csv
+import itertools
 import json
+import logging
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +17,8 @@ from app.frameworks import install_command
 
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl",
            ".parquet": "parquet", ".pq": "parquet"}
+EXCEL_SEP = re.compile(r"sep=(.)")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -34,7 +39,7 @@ def read_rows(path: Path) -> tuple[list[str], list[Row]]:
         if kind == "parquet":
             return _parquet(path)
         with open(path, encoding="utf-8-sig", newline="") as f:
-            return _jsonl(f) if kind == "jsonl" else _delimited(f, "\t" if kind == "tsv" else ",", path)
+            return _jsonl(f, path) if kind == "jsonl" else _delimited(f, "\t" if kind == "tsv" else ",", path)
     except UnicodeDecodeError as error:
         raise DataError(f"data.table {path} is not UTF-8 text (byte {error.start}): save it as UTF-8") from None
     except OSError as error:
@@ -42,19 +47,40 @@ def read_rows(path: Path) -> tuple[list[str], list[Row]]:
 
 
 def _delimited(f, delimiter: str, path: Path) -> tuple[list[str], list[Row]]:
-    reader = csv.reader(f, delimiter=delimiter, strict=True)  # strict: a stray quote is an error, not a merged row
+    first = f.readline()
+    declared = EXCEL_SEP.fullmatch(first.rstrip("\r\n"))  # Excel's own first line: `sep=;`
+    skipped = 1 if declared else 0
+    if declared:
+        first = f.readline()
+    if not first:
+        raise DataError(f"data.table {path} is empty: its first line names the columns (e.g. path,label)")
+    found = declared.group(1) if declared else _delimiter_used(first, delimiter)
+    if found != delimiter:
+        why = "as its first line (sep=) declares" if declared else f"not by the format's {delimiter!r}"
+        log.info("data.table %s: its fields are separated by %r, %s", path, found, why)
+    # strict: a stray quote is an error, not a merged row
+    reader = csv.reader(itertools.chain([first], f), delimiter=found, strict=True)
     try:
         header = [name.strip() for name in next(reader)]
-    except StopIteration:
-        raise DataError(f"data.table {path} is empty: its first line names the columns (e.g. path,label)") from None
     except csv.Error as error:
-        raise DataError(f"data.table {path}, line 1: {error}") from None
-    return header, list(_delimited_rows(reader, header, path))
+        raise DataError(f"data.table {path}, line {1 + skipped}: {error}") from None
+    return header, list(_delimited_rows(reader, header, path, skipped))
 
 
-def _delimited_rows(reader, header: list[str], path: Path) -> Iterator[Row]:
+def _delimiter_used(header_line: str, delimiter: str) -> str:
+    """The format's delimiter, or the one a header line without it plainly uses (Excel saves `;` where a comma is the
+    decimal mark): a header of one column is no table of paths and labels."""
+    if delimiter in header_line:
+        return delimiter
+    try:
+        return csv.Sniffer().sniff(header_line, delimiters=";\t|").delimiter
+    except csv.Error:
+        return delimiter
+
+
+def _delimited_rows(reader, header: list[str], path: Path, skipped: int) -> Iterator[Row]:
     while True:
-        line = reader.line_num + 1  # where the record starts (a quoted field may span lines)
+        line = reader.line_num + 1 + skipped  # where the record starts (a quoted field may span lines)
         try:
             fields = next(reader)
         except StopIteration:
@@ -70,7 +96,7 @@ def _delimited_rows(reader, header: list[str], path: Path) -> Iterator[Row]:
             yield Row(f"line {line}", line, dict(zip(header, fields, strict=True)))
 
 
-def _jsonl(f) -> tuple[list[str], list[Row]]:
+def _jsonl(f, path: Path) -> tuple[list[str], list[Row]]:
     rows, columns = [], {}
     for number, text in enumerate(f, start=1):
         if not text.strip():
@@ -85,6 +111,9 @@ def _jsonl(f) -> tuple[list[str], list[Row]]:
             continue
         columns.update(dict.fromkeys(value))
         rows.append(Row(f"line {number}", number, value))
+    if rows and not columns:  # not one line read: its first fault says why, not "no rows"
+        raise DataError(f"data.table {path}, {rows[0].at}: {rows[0].fault}; not one line of it is a row (a JSON "
+                        'object a line: {"path": "a.jpg", "label": "cat"})')
     return list(columns), rows
 
 

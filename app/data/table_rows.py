@@ -4,7 +4,11 @@ naming its column."""
 
 from __future__ import annotations
 
+import math
+import os
 import posixpath
+import stat
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +30,7 @@ class Sample:
     weight: float = 1.0  # data.columns.weight's, for data.sampling=weights
     stratum: str = ""  # what a drawn split balances: its label, or (multilabel) its rarest class
     corner: tuple[int, int] | None = None  # data.columns.x and y: a patch's (top, left) at level 0
+    real: str = ""  # its file's real path: what tells one file listed twice
 
 
 class RowFault(Exception):
@@ -73,7 +78,7 @@ class RowReader:
                                     "to data.max_bad_fraction") from None
                 left_out.append((row.number, where, fault.why))
                 continue
-            seen[(sample.rel, sample.corner)] = row.at
+            seen[(sample.real, sample.corner)] = (row.at, sample.rel)
             samples.append(sample)
         return samples, left_out
 
@@ -84,21 +89,37 @@ class RowReader:
         given = _text(row.values.get(cols["path"]), cols["path"])
         if not given:
             raise RowFault(cols["path"], "the path is empty")
-        rel = posixpath.normpath(self.path_format.replace("{}", given, 1) if self.path_format else given)
+        rel, size, real = self.file_of(posixpath.normpath(self.path_format.replace("{}", given, 1)
+                                                          if self.path_format else given))
         corner = self.corner_of(row)
-        if (rel, corner) in seen:  # normalised: ./a.jpg and a.jpg are one file
+        if (real, corner) in seen:  # one file however spelt: ./a.jpg, /data/a.jpg, a link's folder
             where = f"{rel} at x={corner[1]}, y={corner[0]}" if corner else rel
-            raise RowFault(cols["path"], f"{where} is listed already, at {seen[(rel, corner)]}")
+            at, first = seen[(real, corner)]
+            raise RowFault(cols["path"], f"{where} is listed already, at {at}" + (f" (as {first})" if first != rel
+                                                                                   else ""))
         label = self.label_of(row)
         split = self.split_of(row)
         group = _text(row.values.get(cols["group"]), cols["group"]) if cols["group"] else None
-        group = group or (rel if corner else None)  # an image's patches stay in one split
-        try:
-            size = (self.root / rel).stat().st_size
-        except OSError as error:
-            raise RowFault(cols["path"], f"{self.root / rel} cannot be read ({error.strerror})") from None
-        return Sample(at=row.at, rel=rel, label=label, split=split, group=group or None, size=size,
+        group = group or (real if corner else None)  # an image's patches stay in one split
+        return Sample(at=row.at, rel=rel, label=label, split=split, group=group or None, size=size, real=real,
                       weight=self.weight_of(row), corner=corner)
+
+    def file_of(self, rel: str) -> tuple[str, int, str]:
+        """(the path as the file is named on disk, its size, its real path), a RowFault where no file is there. A name
+        is looked for in both Unicode forms (NFC, NFD: macOS stores the second): they print alike, and are one name."""
+        candidates = dict.fromkeys(unicodedata.normalize(form, rel) for form in ("NFC", "NFD"))
+        for form in candidates:
+            try:
+                found = (self.root / form).stat()
+            except FileNotFoundError:
+                continue
+            except OSError as error:
+                raise RowFault(self.columns["path"], f"{self.root / form} cannot be read ({error.strerror})") from None
+            if not stat.S_ISREG(found.st_mode):
+                what = "a folder" if stat.S_ISDIR(found.st_mode) else "not a regular file"
+                raise RowFault(self.columns["path"], f"{self.root / form} is {what}, not an image file")
+            return form, found.st_size, os.path.realpath(self.root / form)
+        raise RowFault(self.columns["path"], f"{self.root / rel} cannot be read (No such file or directory)")
 
     def corner_of(self, row: Row) -> tuple[int, int] | None:
         """data.columns.y and x: a patch's corner, whole pixels at level 0, 0 or more."""
@@ -143,7 +164,7 @@ class RowReader:
         try:
             names = label_sets.from_columns(row.values, ml["columns"], ml["uncertain"]) if ml["columns"] else \
                 label_sets.from_cell(_text(row.values.get(column), column), separator=ml["separator"] or " ",
-                                     none_label=ml["none_label"])
+                                     none_label=ml["none_label"], column=column)
         except label_sets.LabelFault as fault:
             raise RowFault(fault.column, fault.why) from None
         unknown = [name for name in names if known and name not in known]
@@ -173,9 +194,12 @@ class RowReader:
 
 
 def _text(value, column: str) -> str:
-    """A cell as text: a number is its digits; a list or a mapping is no single value."""
-    if value is None:
+    """A cell as text, in one Unicode form (NFC): a number is its digits, a whole float's as an int's (a JSON writer
+    gives 1 or 1.0); NaN, as None, is no value; a list or a mapping is no single value."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     if isinstance(value, (list, dict)):
         raise RowFault(column, f"{value!r} is not one value")
-    return str(value).strip()
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return unicodedata.normalize("NFC", str(value).strip())

@@ -77,8 +77,9 @@ def table(truth: np.ndarray, scores: np.ndarray, names: list[str], thresholds: l
     p = np.clip(scores, EPSILON, 1 - EPSILON)
     loss = float(np.mean(-np.mean(truth * np.log(p) + (1 - truth) * np.log(1 - p), axis=1)))
     aucs = [row["auc"] for row in rows.values() if row["auc"] is not None]
-    return {"loss": loss, "auc": float(np.mean(aucs)) if aucs else None,
-            "mean_average_precision": mean_average_precision(truth, scores), "per_class": rows,
+    found = mean_average_precision(truth, scores)
+    return {"loss": loss, "auc": float(np.mean(aucs)) if aucs else None,  # None: no class defines it here
+            "mean_average_precision": None if np.isnan(found) else found, "per_class": rows,
             "macro": {key: float(np.mean([row[key] for row in rows.values()])) for key in ("precision", "recall",
                                                                                            "f1")},
             "micro": {"precision": tp_all / max(tp_all + fp_all, 1), "recall": tp_all / max(tp_all + fn_all, 1),
@@ -90,8 +91,7 @@ def report(result: dict) -> str:
     lines = [f"{'class':<20} {'support':>7} {'precision':>9} {'recall':>7} {'f1':>7} {'auc':>7} {'ap':>7} "
              f"{'thresh':>7} {'tp':>5} {'fp':>5} {'fn':>5} {'tn':>5}"]
     for name, row in result["per_class"].items():
-        cells = [row["auc"], row["average_precision"]]
-        shown = [f"{v:7.4f}" if v is not None else f"{'-':>7}" for v in cells]
+        shown = [f"{figure(v):>7}" for v in (row["auc"], row["average_precision"])]
         lines.append(f"{name:<20} {row['support']:>7} {row['precision']:9.4f} {row['recall']:7.4f} {row['f1']:7.4f} "
                      f"{shown[0]} {shown[1]} {row['threshold']:7.3f} {row['tp']:>5} {row['fp']:>5} {row['fn']:>5} "
                      f"{row['tn']:>5}")
@@ -99,3 +99,8 @@ def report(result: dict) -> str:
     lines += [f"{'macro':<20} {'':>7} {macro['precision']:9.4f} {macro['recall']:7.4f} {macro['f1']:7.4f}",
               f"{'micro':<20} {'':>7} {micro['precision']:9.4f} {micro['recall']:7.4f} {micro['f1']:7.4f}"]
     return "\n".join(lines)
+
+
+def figure(value: float | None) -> str:
+    """A figure to 4 places, or `-` where the split leaves it undefined (a class without a positive or a negative)."""
+    return "-" if value is None else f"{value:.4f}"

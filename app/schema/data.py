@@ -152,7 +152,7 @@ class TableColumns:
     # the image: a path (relative ones under data.root) or an id that data.path_format makes one; a table
     # with no `path` column but Hugging Face's `file_name` (ImageFolder's metadata) reads that
     path: str = "path"
-    label: str = "label"
+    label: str | None = "label"  # null with data.columns.labels (a 0/1 column a class) alone
     split: str | None = None  # train, val (or validation), test a row; null: data.val_fraction splits the table
     group: str | None = None  # a patient, slide or scene: all of a group's rows go to one split
     weight: str | None = None  # a row's sampling weight (data.sampling=weights): a number, 0 or more

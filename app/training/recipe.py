@@ -14,6 +14,7 @@ from app import model as models
 from app.config import closed_target, instantiate_each
 from app.errors import config_error
 from app.objectives import (
+    MacroAUC,
     MeanAveragePrecision,
     PerClassF1,
     PerClassRecall,
@@ -154,7 +155,7 @@ def _multilabel_objectives(trainer: TrainerConfig, head: Head) -> tuple:
     """Multi-label: weighted binary crossentropy; macro AUC, mAP, micro precision/recall at threshold, per-class F1."""
     t, n = trainer.threshold, len(head.class_names)
     loss = WeightedBinaryCrossentropy(head.pos_weight, trainer.label_smoothing)
-    return loss, [keras.metrics.AUC(multi_label=True, num_labels=n, name="auc"), MeanAveragePrecision(n),
+    return loss, [MacroAUC(n), MeanAveragePrecision(n),
                   keras.metrics.Precision(thresholds=t, name="precision"),
                   keras.metrics.Recall(thresholds=t, name="recall"), PerClassF1(head.class_names, t)]
 

@@ -24,6 +24,9 @@ def test_a_cell_is_a_sorted_set_and_none_label_the_empty_one():
     assert label_sets.from_cell("No Finding", separator="|", none_label="No Finding") == ()
     assert label_sets.from_cell("", separator="|", none_label=None) == ()
     assert label_sets.from_cell("No Finding", separator="|", none_label=None) == ("No Finding",)  # negative control
+    with pytest.raises(label_sets.LabelFault, match=r"'No Finding' \(data.none_label\) means no class, yet the cell "
+                                                    "also names Effusion"):
+        label_sets.from_cell("No Finding|Effusion", separator="|", none_label="No Finding")
 
 
 def test_zero_one_columns_and_the_uncertain_minus_one():
@@ -111,4 +114,32 @@ def test_the_rules_ask_a_multilabel_run_for_a_table_and_how_to_read_its_labels()
     assert loaded(*table, "data.label_separator='|'").data.label_separator == "|"  # negative control
     assert loaded(*table, "data.columns.labels=[a,b]").data.columns.labels == ["a", "b"]
     assert loaded(*table, "data.columns.labels=[a,b]", "trainer.top_k=null").trainer.top_k is None
+    assert loaded(*table, "data.columns.labels=[a,b]", "data.columns.label=null").data.columns.label is None
+    for overrides, key in [(["data=table", "data.table=t.csv", "data.columns.label=null"], "data.columns.label"),
+                           (["data=table", "data.table=t.csv", "data.columns.labels=[a,b]"], "data.columns.labels")]:
+        with pytest.raises(ConfigError, match=key):
+            loaded(*overrides)
     assert loaded("trainer.top_k=3").trainer.top_k == 3
+
+
+def test_zero_one_columns_need_no_label_column_and_none_label_beside_a_class_is_a_row_fault(tmp_path):
+    (tmp_path / "xrays").mkdir()
+    rows = []
+    for i in range(12):
+        Image.new("L", (8, 8)).save(tmp_path / "xrays" / f"{i}.png")
+        rows.append([f"xrays/{i}.png", i % 2, (i // 2) % 2, ["No Finding", "Effusion", "Effusion|Edema"][i % 3]])
+    with open(tmp_path / "t.csv", "w", newline="") as f:
+        csv.writer(f).writerows([["path", "Edema", "Effusion", "findings"], *rows])
+    columns = TableDataConfig(table=str(tmp_path / "t.csv"), task=Task.multilabel,
+                              columns=TableColumns(labels=["Edema", "Effusion"], label=None))
+    assert table_source(columns).class_names == ["Edema", "Effusion"]  # no `label` column in the table
+    columns.columns.label = "label"  # the schema's default name, not in the table: no matter beside the 0/1 ones
+    assert table_source(columns).class_names == ["Edema", "Effusion"]
+    separated = TableDataConfig(table=str(tmp_path / "t.csv"), task=Task.multilabel, label_separator="|",
+                                none_label="No Finding", columns=TableColumns(label="findings"))
+    assert table_source(separated).class_names == ["Edema", "Effusion"]  # negative control: the cells as they are
+    rows[7][3] = "No Finding|Effusion"
+    with open(tmp_path / "t.csv", "w", newline="") as f:
+        csv.writer(f).writerows([["path", "Edema", "Effusion", "findings"], *rows])
+    with pytest.raises(DataError, match=r"line 9, column `findings`: 'No Finding' \(data.none_label\) means no class"):
+        table_source(separated)

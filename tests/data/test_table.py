@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import shutil
+import unicodedata
 
 import numpy as np
 import pyarrow as pa
@@ -173,7 +175,7 @@ def test_the_fingerprint_follows_the_tables_bytes_not_its_time(tmp_path, images)
 def test_a_table_that_cannot_be_read_is_named_with_what_to_do(tmp_path):
     for name, text, message in [("a.xlsx", "x", "not a table this app reads"), ("e.csv", "", "is empty"),
                                 ("n.csv", "path,label\n", "holds no rows"), ("e.jsonl", "\n", "holds no rows"),
-                                ("b.jsonl", "[1, 2]\n", "holds no rows")]:
+                                ("b.jsonl", "[1, 2]\nnot json\n", "b.jsonl, line 1: it is not a JSON object")]:
         (tmp_path / name).write_text(text)
         with pytest.raises(DataError, match=message):
             table_source(config(tmp_path / name))
@@ -218,3 +220,91 @@ def test_what_a_careless_table_holds_is_refused_by_name_not_misread(tmp_path, im
         table_source(config(split, columns=TableColumns(split="split")))
     assert table_source(config(table, columns=TableColumns(path="id"), path_format="images/{}.png")).class_names \
         == ["a", "b"]  # negative control: the same table read right
+
+
+def test_labels_written_alike_are_one_class_and_a_nan_label_is_empty(tmp_path, images):
+    rows = [[f"images/{name}", [1, 1.0, 2][i % 3]] for i, name in enumerate(images)]  # json writes 1 and 1.0
+    table = tmp_path / "numbers.jsonl"
+    write_table(table, ["path", "label"], rows)
+    assert table_source(config(table)).class_names == ["1", "2"]
+    rows[0][1] = 1.5  # negative control: a number of its own is a class of its own
+    write_table(table, ["path", "label"], rows)
+    assert table_source(config(table)).class_names == ["1", "1.5", "2"]
+    accented = [[f"images/{name}", unicodedata.normalize("NFD" if i % 2 else "NFC", "Ménière") if i % 3 else "x"]
+                for i, name in enumerate(images)]
+    write_table(tmp_path / "accents.csv", ["path", "label"], accented)
+    assert table_source(config(tmp_path / "accents.csv")).class_names == ["Ménière", "x"]
+    for suffix in (".parquet", ".jsonl"):  # a float label column: pandas writes a missing value as NaN
+        nan = [[f"images/{name}", float("nan") if i == 4 else float(i % 2)] for i, name in enumerate(images)]
+        write_table(tmp_path / f"nan{suffix}", ["path", "label"], nan)
+        with pytest.raises(DataError, match=r"(row|line) 5, column `label`: the label is empty"):
+            table_source(config(tmp_path / f"nan{suffix}"))
+
+
+def test_a_file_named_in_the_other_unicode_form_is_found(tmp_path):
+    names = [unicodedata.normalize("NFD", f"é{i}.png") for i in range(6)]  # as macOS stores a name
+    write_images(tmp_path / "images", names)
+    table = tmp_path / "t.csv"
+    write_table(table, ["path", "label"], [[f"images/é{i}.png", "ab"[i % 2]] for i in range(6)])  # typed: NFC
+    source = table_source(config(table))
+    assert sorted(source.split["train"] + source.split["val"]) == [f"images/{name}" for name in names]
+    write_table(table, ["path", "label"], [[f"images/è{i}.png", "ab"[i % 2]] for i in range(6)])  # no such file
+    with pytest.raises(DataError, match=r"line 2, column `path`: .*è0.png cannot be read"):
+        table_source(config(table))
+
+
+def test_one_file_under_two_spellings_is_listed_twice(tmp_path, images):
+    (tmp_path / "linked").symlink_to(tmp_path / "images")
+    for spelling in (str(tmp_path / "images" / "img00.png"), "linked/img00.png", "images/../images/img00.png"):
+        rows = sample_rows(images)
+        rows[5][0] = spelling
+        write_table(tmp_path / "t.csv", ["path", "label"], rows)
+        with pytest.raises(DataError, match=r"line 7, column `path`: .*img00.png is listed already, at line 2"):
+            table_source(config(tmp_path / "t.csv"))
+    rows = sample_rows(images)  # negative control: another file through the link is no duplicate
+    rows[5][0] = "linked/img05.png"
+    write_table(tmp_path / "t.csv", ["path", "label"], rows)
+    assert len(table_source(config(tmp_path / "t.csv")).split["train"]) > ROWS / 2
+
+
+def test_a_folder_named_by_a_row_is_refused_at_the_check(tmp_path, images):
+    (tmp_path / "images" / "sub.png").mkdir()
+    rows = sample_rows(images)
+    rows[3][0] = "images/sub.png"
+    write_table(tmp_path / "t.csv", ["path", "label"], rows)
+    with pytest.raises(DataError, match=r"line 5, column `path`: .*sub.png is a folder, not an image file"):
+        table_source(config(tmp_path / "t.csv"))
+
+
+def test_a_semicolon_table_and_excels_sep_line_are_read_by_their_separator(tmp_path, images, caplog):
+    rows = sample_rows(images)
+    write_table(tmp_path / "comma.csv", ["path", "label"], rows)
+    expected = summary(table_source(config(tmp_path / "comma.csv")))
+    with open(tmp_path / "excel.csv", "w", newline="", encoding="utf-8") as f:
+        csv.writer(f, delimiter=";").writerows([["path", "label"], *rows])
+    with open(tmp_path / "declared.csv", "w", newline="", encoding="utf-8") as f:
+        f.write("sep=|\r\n")
+        csv.writer(f, delimiter="|").writerows([["path", "label"], *rows])
+    caplog.set_level("INFO", logger="app.data.table_files")
+    for name in ("excel.csv", "declared.csv"):
+        assert summary(table_source(config(tmp_path / name))) == expected, name
+    assert "separated by ';'" in caplog.text and "as its first line (sep=) declares" in caplog.text
+    rows[2][1] = ""  # a fault keeps its line: the sep= line counts
+    with open(tmp_path / "declared.csv", "w", newline="", encoding="utf-8") as f:
+        f.write("sep=,\r\n")
+        csv.writer(f).writerows([["path", "label"], *rows])
+    with pytest.raises(DataError, match=r"declared.csv, line 5, column `label`: the label is empty"):
+        table_source(config(tmp_path / "declared.csv"))
+
+
+def test_a_grouped_split_says_what_its_groups_allow(tmp_path, images, caplog):
+    rows = [[*row, "big" if i < 26 else f"p{i}"] for i, row in enumerate(sample_rows(images))]
+    write_table(tmp_path / "t.csv", ["path", "label", "group"], rows)
+    source = table_source(config(tmp_path / "t.csv", columns=TableColumns(group="group"), val_fraction=0.2))
+    assert re.search(rf"the val split holds {len(source.val)} of the 30 rows \(\d of the 5 groups; "
+                     r"data.val_fraction=0.2 asked\).*the largest group, 'big', holds 26 rows", caplog.text), caplog.text
+    caplog.clear()  # negative control: groups of 2 allow a fair split, and nothing is said
+    rows = [[*row, f"p{i // 2}"] for i, row in enumerate(sample_rows(images))]
+    write_table(tmp_path / "t.csv", ["path", "label", "group"], rows)
+    table_source(config(tmp_path / "t.csv", columns=TableColumns(group="group"), val_fraction=0.2))
+    assert "largest group" not in caplog.text
