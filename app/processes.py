@@ -161,3 +161,24 @@ def interrupts():
         _held["requested"] = False  # stopped by now, or never asked: nothing left for the step loops to raise
         for sig, handler in previous.items():  # after an interrupt the process is ending: ignore the rest
             signal.signal(sig, signal.SIG_IGN if stopped else handler)
+
+
+def delete_orphan_semaphores(shm: str = "/dev/shm") -> list[str]:
+    """This user's `sem.mp-*` that no process maps: a pool's, whose group's SIGKILL killed the resource tracker too."""
+    mapped = set()
+    for pid in psutil.pids():
+        try:
+            with open(f"/proc/{pid}/maps") as maps:
+                mapped.update(line.rsplit("/", 1)[-1].strip() for line in maps if "/sem.mp-" in line)
+        except OSError:  # gone, or another user's: its semaphores are not ours to delete
+            continue
+    deleted = []
+    for name in os.listdir(shm) if os.path.isdir(shm) else ():
+        path = os.path.join(shm, name)
+        try:
+            if name.startswith("sem.mp-") and name not in mapped and os.stat(path).st_uid == os.getuid():
+                os.unlink(path)
+                deleted.append(name)
+        except OSError:
+            continue
+    return deleted

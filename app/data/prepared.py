@@ -191,8 +191,7 @@ def patches_config(settings: dict) -> PatchesConfig:
 
 
 def copy_may_move(saved_data) -> bool:
-    """Whether a resume may give its data at another data.path: a prepared copy is known by its manifest's fingerprint
-    (split.json's, checked as any resume's data is), not by where it lies: moved, uploaded, or back."""
+    """Whether a resume may move data.path: a copy is known by its manifest's fingerprint, not its place."""
     return saved_data.get("_target_") == DATA_TARGETS["prepared"]
 
 

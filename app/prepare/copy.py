@@ -44,8 +44,7 @@ def write_prepared_copy(config, *, workers: int, per_shard: int | None = None, o
 
 @contextmanager
 def held_alone(store: Store) -> Iterator[None]:
-    """A local copy's folder locked (flock) for the block: a second prepare into it is refused, naming it, before
-    it deletes what the first is writing. Object storage has no lock to take."""
+    """A local copy's folder flock-ed for the block: a second prepare into it is refused by name (URLs: no lock)."""
     if store.local is None or store.local.is_file():  # a file: refused by name when its plan is read
         yield
         return

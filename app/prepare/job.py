@@ -18,6 +18,7 @@ from app.prepare.encode import Bad, Encoding, encode_chunk, encode_or_bad, start
 from app.prepare.finish import write_bad_samples
 from app.prepare.plan import per_shard, shard_orders, write_record
 from app.prepare.tar import ShardWriter, delete_stale_temporaries
+from app.processes import delete_orphan_semaphores
 
 CHUNK = 8  # samples a task: few enough that the pool stays busy at a shard's end
 ESTIMATE_SAMPLES = 8  # samples encoded to size the shards
@@ -155,6 +156,7 @@ class _Spawned(ProcessPoolExecutor):
     """A spawn pool that stops at once on an error or Ctrl-C (its queued chunks cancelled)."""
 
     def __init__(self, job: Job):
+        delete_orphan_semaphores()  # an earlier prepare's, killed with its group: nothing else would remove them
         super().__init__(max_workers=job.workers, mp_context=mp.get_context("spawn"), initializer=start_worker,
                          initargs=(job.splits, job.encoding))
 

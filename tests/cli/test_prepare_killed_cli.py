@@ -11,6 +11,7 @@ import json
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
 import tarfile
@@ -186,3 +187,26 @@ def test_the_checks_catch_a_shard_cut_between_members_and_members_not_where_the_
         assert len(tar.getmembers()) == 3  # tarfile alone takes the cut file for a shorter whole one
     with pytest.raises(AssertionError, match="ends without its end-of-archive"):
         tar_members(shard)
+
+
+def semaphores() -> set[str]:
+    return {name for name in os.listdir("/dev/shm") if name.startswith("sem.mp-")}
+
+
+@pytest.mark.slow
+def test_a_prepare_killed_with_its_process_group_leaves_no_semaphore_after_the_next(tmp_path):
+    images, out, before = make_noise_folder(tmp_path / "images"), tmp_path / "copy", semaphores()
+    argv = [*prepare_command(images, out), "queue.workers=1"]  # a spawned pool: its queues' semaphores
+    process = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not any(SHARD.match(name) for name in (os.listdir(out) if out.is_dir() else [])):  # the pool at work
+        assert process.poll() is None, process.stderr.read()[-2000:]
+        assert time.monotonic() < deadline, "no shard after 120 s"
+        time.sleep(0.005)
+    os.killpg(process.pid, signal.SIGKILL)  # its workers and resource tracker too, as a terminal's kill -9 -<pgid>
+    process.communicate()
+    assert semaphores() - before  # negative control: the kill left the pool's semaphores behind
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert semaphores() - before == set()
