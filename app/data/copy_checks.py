@@ -7,7 +7,16 @@ from collections.abc import Callable
 
 import numpy as np
 
-from app.data.shards import MANIFEST, Manifest, index_digest, index_name, labels_name, places_name
+from app.data.shards import (
+    MANIFEST,
+    Manifest,
+    index_digest,
+    index_name,
+    labels_name,
+    places_name,
+    prepare_command,
+    unrecorded,
+)
 
 SHOWN = 5  # changed files named in a warning; the rest counted
 
@@ -83,8 +92,8 @@ def source_stamps(splits: dict) -> dict[str, list[int]]:
     return stamps
 
 
-def stale_sources(manifest: Manifest) -> str | None:
-    """The source files changed since prepare, named; None: none (a file gone or out of reach is no change)."""
+def stale_copy(root, manifest: Manifest) -> str | None:
+    """The source files changed since prepare, and the fresh copy's command; None: none (a file gone is no change)."""
     changed = []
     for path, (size, mtime_ns) in manifest.stamps.items():
         try:
@@ -97,4 +106,8 @@ def stale_sources(manifest: Manifest) -> str | None:
     if not changed:
         return None
     more = f" and {len(changed) - SHOWN} more" if len(changed) > SHOWN else ""
-    return f"{len(changed)} of its source files changed after it was prepared: {', '.join(changed[:SHOWN])}{more}"
+    root, fresh = str(root).rstrip("/"), f"{str(root).rstrip('/')}-fresh"
+    return (f"the prepared copy {root} is older than its source: {len(changed)} of its source files changed after it "
+            f"was prepared: {', '.join(changed[:SHOWN])}{more}. This run reads the pixels prepared before; to train on "
+            f"the new ones, prepare a fresh copy, `{prepare_command(manifest, fresh)}`{unrecorded(manifest)}, then "
+            f"train with data.path={fresh}.")

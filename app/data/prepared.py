@@ -17,7 +17,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from app.data.bands import fit_bands
-from app.data.copy_checks import index_damage, labels_damage, places_damage, shard_damage, size_in, stale_sources
+from app.data.copy_checks import index_damage, labels_damage, places_damage, shard_damage, size_in, stale_copy
 from app.data.images import Decode, DecodeError, rgb_from_bytes
 from app.data.remote_copy import RemoteCopy, read_copy_index, read_copy_labels, read_copy_places, remote_copy
 from app.data.shards import (
@@ -217,7 +217,9 @@ def prepared_source(data_cfg) -> Source:
                         f"data.task={manifest.task}), and this run has data.task={task}: add "
                         f"data.task={manifest.task}, or prepare a copy from the source with data.task={task}.")
     splits = _checked_splits(root, manifest)
-    _warn_if_stale(root, manifest)
+    stale = stale_copy(root, manifest)
+    if stale:
+        log.warning("%s", stale)
     for name in ("train", "val"):
         if not len(splits.get(name, ())):
             raise DataError(f"{root} has no {name} samples: a prepared copy needs a train and a val split; "
@@ -231,15 +233,6 @@ def prepared_source(data_cfg) -> Source:
              **({"patches": _patches_described(manifest.patches, splits)} if manifest.patches else {})}
     return Source(name="prepared", class_names=list(manifest.class_names), train=splits["train"], val=splits["val"],
                   fingerprint=fingerprint, split=split, test=splits.get("test"))
-
-
-def _warn_if_stale(root, manifest: Manifest) -> None:
-    stale = stale_sources(manifest)
-    if stale:
-        fresh = f"{str(root).rstrip('/')}-fresh"
-        log.warning("the prepared copy %s is older than its source: %s. This run reads the pixels prepared before; "
-                    "to train on the new ones, prepare a fresh copy, `%s`%s, then train with data.path=%s.",
-                    str(root).rstrip("/"), stale, prepare_command(manifest, fresh), unrecorded(manifest), fresh)
 
 
 def _patches_described(kept: dict, splits: dict) -> dict:
