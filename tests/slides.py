@@ -79,3 +79,32 @@ def write_slides(folder: Path, *, per_class: int = 4, side: int = 2048, classes:
             (write_svs if svs else write_slide)(path, image)
             masks[path] = mask
     return masks
+
+
+def he_pixels(side: int, rng: np.random.Generator) -> np.ndarray:
+    """Tissue from edge to edge as H&E stains it, no glass: pink stroma, dark purple nuclei over about a third."""
+    image = np.empty((side, side, 3), np.float32)
+    image[:] = (235, 160, 205)
+    nuclei = np.zeros((side, side), np.uint8)
+    for _ in range(side * side // 400):
+        centre = tuple(int(v) for v in rng.integers(0, side, 2))
+        cv2.circle(nuclei, centre, int(rng.integers(5, 11)), 1, -1)
+    image[nuclei.astype(bool)] = (95, 55, 150)
+    image += rng.normal(0, 6, image.shape)
+    return np.clip(image, 0, 255).astype(np.uint8)
+
+
+def tiles_of(path: Path, levels: slice) -> list[tuple[int, int]]:
+    """(offset, bytes) of each JPEG tile of `levels`."""
+    with tifffile.TiffFile(path) as tif:
+        return [(offset, count) for level in tif.series[0].levels[levels]
+                for offset, count in zip(level.keyframe.dataoffsets, level.keyframe.databytecounts, strict=True)]
+
+
+def zero_tiles(path: Path, levels: slice) -> None:
+    """Zeros where `levels`' JPEG tiles were: the header reads, those tiles do not decode."""
+    tiles = tiles_of(path, levels)
+    damaged = bytearray(path.read_bytes())
+    for offset, count in tiles:
+        damaged[offset:offset + count] = bytes(count)
+    path.write_bytes(bytes(damaged))

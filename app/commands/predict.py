@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import logging
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,11 +14,13 @@ import hydra
 import numpy as np
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
+from tqdm import tqdm
 
 from app.augment import eval_transforms
 from app.commands import failure_carried
 from app.config import conf_dir
 from app.data.images import EXTENSIONS
+from app.data.layouts import PROGRESS_AFTER_S
 from app.data.patches import grid_split
 from app.data.pixels import pixels_of
 from app.data.prepared import prepared_source, run_patches
@@ -129,30 +132,41 @@ def main(cfg: DictConfig) -> None:
 
 
 def _predict_patches(config, patches, model: tuple, where: tuple[list[Path], Path]) -> None:
-    """A patch run's predictions (`patches`: its data.patches): a row an image from its patches' (their `aggregate`),
-    patches.csv beside, and a heatmap an image; an image without a foreground patch is listed with why."""
+    """A patch run's predictions: a row an image (its patches' `aggregate`; none read: why), patches.csv, heatmaps."""
     (net, names, settings, transforms), (files, out) = model, where
     split, gone = grid_split([str(f) for f in files], patches)
-    outputs = []
-    if len(split):
-        with build_loader(config, {"predict": (split, transforms)}, on_bad_sample="mark", settings=settings) as loader:
-            for x, _, positions in loader.readable("predict"):
-                stop_if_interrupted()
-                outputs.append((positions, np.asarray(net.predict_on_batch(x), np.float64)))
+    outputs, failed = _patch_outputs(config, split, (net, settings, transforms)) if len(split) else ([], {})
     rows = patch_scores.write_predictions(split, outputs, names=names, patches=patches, out=out.parent)
-    none = f"no patch with data.patches.min_foreground={patches.min_foreground} of foreground"
-    with atomic_write(out, newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(["path", "class", *names, "patches", "heatmap", "error"])
-        for row in rows:
-            writer.writerow([row["path"], names[int(np.argmax(row["scores"]))], *(f"{v:.6f}" for v in row["scores"]),
-                             row["patches"], row["heatmap"], ""])
-        writer.writerows([path, "", *([""] * len(names)), 0, "", none] for path in gone)
+    predicted = {row["path"] for row in rows}
+    for index, why in sorted(failed.items()):  # an image none of whose patches could be read: the first one's error
+        path = split.images.paths[split.image_of[index]]
+        if path not in predicted:
+            gone.setdefault(path, f"no patch of it could be read (the first: {why})")
+    patch_scores.write_csv(out, ["path", "class", *names, "patches", "heatmap", "error"], [
+        *([row["path"], names[int(np.argmax(row["scores"]))], *(f"{v:.6f}" for v in row["scores"]), row["patches"],
+           row["heatmap"], row.get("error", "")] for row in rows),
+        *([path, "", *([""] * len(names)), 0, "", why] for path, why in gone.items())])
     print(f"{len(rows)} images from {sum(row['patches'] for row in rows)} patches "
-          f"({patches.aggregate.value} of each image's){f'; {len(gone)} without any' if gone else ''}")
+          f"({patches.aggregate.value} of each image's){f'; {len(gone)} without any, listed with why' if gone else ''}")
     print(f"written: {out}, {out.parent / 'patches.csv'}, {out.parent / 'heatmaps'}")
     if not rows:
-        raise DataError(f"none of the {len(files)} images has a patch to predict ({none}); see {out}.")
+        first, why = next(iter(gone.items()))
+        raise DataError(f"none of the {len(files)} images has a patch to predict (the first, {first}: {why}); see "
+                        f"{out}.")
+
+
+def _patch_outputs(config, split, model: tuple) -> tuple[list, dict[int, str]]:
+    """(positions, class scores) of each batch of `split`'s patches it could read, with a bar; the others' errors."""
+    net, settings, transforms = model
+    outputs = []
+    with build_loader(config, {"predict": (split, transforms)}, on_bad_sample="mark", settings=settings) as loader, \
+            tqdm(total=len(split), desc="predict", unit="patch", file=sys.stderr, delay=PROGRESS_AFTER_S,
+                 leave=False, dynamic_ncols=True) as bar:
+        for x, _, positions in loader.readable("predict"):
+            stop_if_interrupted()
+            outputs.append((positions, np.asarray(net.predict_on_batch(x), np.float64)))
+            bar.update(int(positions[-1]) + 1 - bar.n)
+        return outputs, dict(loader.failed("predict"))
 
 
 def _thresholds(given: str | None, run_dir: Path, names: list[str], trainer) -> np.ndarray:

@@ -1,21 +1,33 @@
-"""Where a large image has something to learn from: a foreground mask at a low resolution (Otsu's threshold on the
-saturation of an RGB image, on the mean of the bands otherwise; a GeoTIFF's no-data is background), read from the
-pyramid level nearest below it, or streamed a row of chunks at a time from a file without one."""
+"""Where a large image has something to learn from: a foreground mask at a low resolution (not glass, for RGB; Otsu's
+threshold on the mean of the bands otherwise; a GeoTIFF's no-data is background), read from the pyramid level nearest
+below it, or streamed a row of chunks at a time from a file without one."""
 
 from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import zipfile
 
 import cv2
 import numpy as np
 
 from app.data.regions import Slide, read_region
+from app.data.source import bad_sample_reason
+from app.io import app_cache_dir, atomic_write
+
+log = logging.getLogger(__name__)
 
 FLAT = 8  # a value range (of 0..255) under this has no threshold
-MIN_SATURATION = 8  # of 255: CLAM's fixed threshold; glass and blank slides stay below it
+MIN_SATURATION = 8  # of 255 (CLAM's): grey, however dark (a pen's mark, a scanner's border), is not tissue
+# Glass is what a slide's own histogram cannot tell: a split of it parts nuclei from stroma where tissue fills the
+# slide. Glass is bright and nearly grey, even with a scanner's colour cast; the palest eosin is more saturated.
+GLASS_SATURATION = 38  # of 255 (0.15)
+GLASS_BRIGHTNESS = 0.8  # of the slide's white: its 99th percentile of brightness (a 12-bit scan's white is not 65,535)
 
 
 def thumbnail(slide: Slide, downsample: float) -> tuple[np.ndarray, float]:
-    """`slide` shrunk about `downsample` times, (h, w, bands), and the downsample it has: every step-th pixel of the
-    coarsest level at most that coarse, read a band of chunk rows at a time."""
+    """`slide` about `downsample` times smaller, and that downsample: every step-th pixel of a level, in chunk rows."""
     level = max((k for k in range(len(slide.levels)) if slide.downsample(k) <= downsample), default=0,
                 key=slide.downsample)
     step = max(1, int(downsample / slide.downsample(level)))
@@ -27,23 +39,29 @@ def thumbnail(slide: Slide, downsample: float) -> tuple[np.ndarray, float]:
 
 
 def foreground(thumb: np.ndarray, *, bands: list[int] | None = None, nodata: float | None = None) -> np.ndarray:
-    """True where `thumb` (h, w, bands) shows foreground, among the pixels that are not `nodata` in every band: an RGB
-    image's saturation above Otsu's threshold and above MIN_SATURATION (glass is grey, however flat), else the mean
-    of `bands` (all by default) above Otsu's threshold (all of it, where its values are flat)."""
+    """True where `thumb` (h, w, bands) shows foreground, among the pixels not `nodata` in every band: RGB's `tissue`,
+    else the mean of `bands` (all by default) above Otsu's threshold (all of it, where its values are flat)."""
     valid = ~np.all(thumb == nodata, axis=2) if nodata is not None else np.ones(thumb.shape[:2], bool)
     if not valid.any():
         return valid
     if bands is None and thumb.shape[2] == 3:
-        rgb = thumb.astype(np.float32)
-        top, bottom = rgb.max(axis=2), rgb.min(axis=2)
-        saturation = np.where(top > 0, (top - bottom) / np.maximum(top, 1e-9), 0) * 255
-        return valid & (saturation > max(_otsu(saturation, valid), MIN_SATURATION))
+        return valid & tissue(thumb, valid)
     value = (thumb if bands is None else thumb[:, :, bands]).astype(np.float32).mean(axis=2)
     low, high = np.percentile(value[valid], [1, 99])
     scaled = np.clip((value - low) * 255.0 / max(high - low, 1e-9), 0, 255)
     if high - low < FLAT * np.iinfo(thumb.dtype).max / 255:
         return valid
     return valid & (scaled > _otsu(scaled, valid))
+
+
+def tissue(rgb: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """True where `rgb` is neither glass (bright, under GLASS_SATURATION) nor grey (under MIN_SATURATION)."""
+    rgb = rgb.astype(np.float32)  # HSV's saturation and value; the value against the slide's own white
+    top, bottom = rgb.max(axis=2), rgb.min(axis=2)
+    saturation = np.where(top > 0, (top - bottom) / np.maximum(top, 1e-9), 0) * 255
+    white = max(float(np.percentile(top[valid], 99)), 1e-9)
+    glass = (top >= GLASS_BRIGHTNESS * white) & (saturation <= GLASS_SATURATION)
+    return (saturation > MIN_SATURATION) & ~glass
 
 
 def _otsu(values: np.ndarray, valid: np.ndarray) -> float:
@@ -56,8 +74,7 @@ def _otsu(values: np.ndarray, valid: np.ndarray) -> float:
 
 
 def fractions(mask: np.ndarray, scale: float, extent: tuple[int, int], corners: tuple[np.ndarray, np.ndarray]):
-    """The foreground share of each patch of `extent` (level-0 pixels) at every (top, left) of `corners`' tops ×
-    lefts, from `mask` of `scale` level-0 pixels a cell: (len(tops), len(lefts))."""
+    """The foreground share of each patch of `extent` at `corners`' tops × lefts, from `mask` of `scale` a cell."""
     tops, lefts = corners
     summed = cv2.integral(mask.astype(np.uint8), sdepth=cv2.CV_32S)
     y0 = np.clip(np.floor(tops / scale).astype(int), 0, mask.shape[0])
@@ -67,3 +84,24 @@ def fractions(mask: np.ndarray, scale: float, extent: tuple[int, int], corners: 
     total = summed[y1][:, x1] - summed[y0][:, x1] - summed[y1][:, x0] + summed[y0][:, x0]
     area = np.maximum(np.outer(y1 - y0, x1 - x0), 1)
     return total / area
+
+
+def mask_of(slide: Slide, downsample: float, bands: list[int] | None) -> tuple[np.ndarray, float]:
+    """`slide`'s mask about `downsample` times smaller, its cell in level-0 pixels; cached a file's size and mtime."""
+    stat = os.stat(slide.path)
+    key = hashlib.sha256(repr((os.path.abspath(slide.path), stat.st_size, stat.st_mtime_ns, round(downsample, 3),
+                               bands, slide.nodata)).encode()).hexdigest()[:24]
+    path = app_cache_dir() / "masks" / f"{key}.npz"
+    try:
+        with np.load(path) as stored:
+            return stored["mask"], float(stored["cell"])
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:  # cut short, or not a mask
+        log.info("the cached mask of %s is damaged (%s): made again", slide.path, bad_sample_reason(error))
+    thumb, cell = thumbnail(slide, downsample)
+    mask = foreground(thumb, bands=bands, nodata=slide.nodata)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_write(path, "wb") as file:
+        np.savez(file, mask=mask, cell=cell)
+    return mask, cell

@@ -5,44 +5,22 @@ evaluate and predict do; a patch short of data.patches.min_foreground is never a
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import os
-from dataclasses import dataclass
+import logging
 
 import cv2
 import numpy as np
 
 from app.data.bands import fit_bands
 from app.data.decode import Decode, DecodeError
-from app.data.masks import foreground, fractions, thumbnail
-from app.data.regions import Slide, close_open_files, read_region, slide_of
+from app.data.layouts import Layout, layout_of, layouts_of, why_none
+from app.data.regions import close_open_files, read_region
 from app.data.source import FileSplit, Source, bad_sample_reason
 from app.errors import BadSampleError, DataError
-from app.io import app_cache_dir, atomic_write
 
-STEPS_A_PATCH = 4  # random patches start on a grid this many times finer than a patch
-MASK_CELLS = 8  # a patch's side spans this many cells of its image's mask
+NAMED = 10  # images left out named in the log line, at most
+MAX_OVERLAP = 16  # the grid's patches overlapping more (data.patches.stride) are warned of
 
-
-@dataclass(frozen=True, kw_only=True)
-class Layout:
-    """One image's patches: the level read and the region read there, what a patch covers at level 0, and the
-    patches' corners (level 0), a bit each: foreground enough."""
-
-    slide: Slide
-    level: int
-    read: tuple[int, int]
-    extent: tuple[int, int]
-    tops: np.ndarray
-    lefts: np.ndarray
-    valid: np.ndarray  # np.packbits of len(tops) × len(lefts)
-    foreground: float  # the image's share of foreground (1.0 where no mask is made)
-
-    def cells(self) -> np.ndarray:
-        return np.flatnonzero(np.unpackbits(self.valid, count=len(self.tops) * len(self.lefts)))
-
-    def corner(self, cell: int) -> tuple[int, int]:
-        return int(self.tops[cell // len(self.lefts)]), int(self.lefts[cell % len(self.lefts)])
+log = logging.getLogger(__name__)
 
 
 class PatchSplit:
@@ -144,31 +122,49 @@ def _patch_bytes(layout: Layout, size: tuple[int, int]) -> int:
 
 
 def patched(source: Source, patches) -> Source:
-    """`source` with its splits made patches of their images (`patches`: data.patches); images with no patch of
-    enough foreground left out and named in split.json, which says the split is by image."""
+    """`source`'s splits made patches (data.patches), by image; images without one named in the log and split.json."""
     built = {name: _listed_split(split, source.corners[name], patches) if name in source.corners else
              _patch_split(split, patches, grid=name != "train" or patches.mode.value == "grid")
              for name, split in (("train", source.train), ("val", source.val), ("test", source.test))
              if split is not None}
-    if not len(built["train"][0]) or not len(built["val"][0]):
-        empty = "training" if not len(built["train"][0]) else "validation"
-        raise DataError(f"the {empty} split has no patch with data.patches.min_foreground={patches.min_foreground} "
-                        f"of foreground ({len(built['train'][2]) + len(built['val'][2])} images without any): lower "
-                        "it (0 takes every patch; `python -m app preview` then shows where they lie), or check the "
-                        "images")
+    gone = [layout for _, _, left in built.values() for layout in left]
+    for name, split_name in (("train", "training"), ("val", "validation")):
+        if not len(built[name][0]):
+            left = built[name][2]
+            raise DataError(f"the {split_name} split has no patch: none of its {len(left)} images has one (the "
+                            f"first, {left[0].slide.path}: {why_none(left[0], patches)})" if left else
+                            f"the {split_name} split has no image to take patches of")
+    if gone:
+        log.warning("left out for want of a patch (%d; split.json lists them under patches): %s", len(gone),
+                    "; ".join(f"{layout.slide.path}: {why_none(layout, patches)}" for layout in gone[:NAMED]) +
+                    (f"; and {len(gone) - NAMED} more" if len(gone) > NAMED else ""))
     close_open_files()  # the masks are read: the workers read the regions
     (train, kept, _), (val, _, _) = built["train"], built["val"]
     weights = None if source.train_weights is None else \
         source.train_weights[kept] if train.corners is not None else source.train_weights[kept][train.image_of]
     counts = {name: {"images": len(split.layouts), "patches": len(split)} for name, (split, _, _) in built.items()}
-    left_out = sorted(path for _, _, gone in built.values() for path in gone)
+    _warn_of_overlap(counts, patches)
     layouts = [layout for split, _, _ in built.values() for layout in split.layouts]
     read_by = {"openslide": sum(layout.slide.openslide for layout in layouts)}
     read_by["tifffile"] = len(layouts) - read_by["openslide"]
     described = {"split_by": "image", "size": list(patches.size), "mode": patches.mode.value, **counts,
-                 "without_foreground": left_out, "read_by": read_by}
+                 "without_foreground": sorted(layout.slide.path for layout in gone if layout.fits),
+                 "smaller_than_a_patch": sorted(layout.slide.path for layout in gone if not layout.fits),
+                 "read_by": read_by}
     return dataclasses.replace(source, train=train, val=val, test=built["test"][0] if "test" in built else None,
                                train_weights=weights, split={**source.split, "patches": described})
+
+
+def _warn_of_overlap(counts: dict, patches) -> None:
+    """A warning, with the splits' counts, where data.patches.stride makes the grid read each pixel many times."""
+    stride = patches.stride or patches.size
+    overlap = (patches.size[0] / stride[0]) * (patches.size[1] / stride[1])
+    if overlap > MAX_OVERLAP:
+        log.warning("data.patches.stride=%s of a %s patch reads each pixel in up to %d patches of the grid: %s; "
+                    "validation reads every one each epoch (a stride of the patch's size overlaps none)",
+                    list(stride), list(patches.size), round(overlap),
+                    ", ".join(f"{name} {figures['patches']:,} patches of {figures['images']} images"
+                              for name, figures in counts.items()))
 
 
 def _listed_split(rows: FileSplit, corners: np.ndarray, patches) -> tuple[PatchSplit, np.ndarray, list[str]]:
@@ -208,73 +204,22 @@ def fixed_split(split: PatchSplit, patches, *, draws: int | None, seed: int) -> 
                              (image_of, np.array(corners, np.int64).reshape(-1, 2), split.images.labels[image_of]))
 
 
-def grid_split(paths: list[str], patches) -> tuple[PatchSplit, list[str]]:
-    """Every foreground patch of a grid over `paths` (predict's input), and the paths with none."""
-    split, _, gone = _patch_split(FileSplit(paths, np.zeros(len(paths), np.int64)), patches, grid=True)
-    return split, gone
+def grid_split(paths: list[str], patches) -> tuple[PatchSplit, dict[str, str]]:
+    """Every foreground patch of a grid over `paths` (predict's input), and why each path without one has none."""
+    unreadable: dict[str, str] = {}
+    layouts = layouts_of(paths, patches, grid=True, unreadable=unreadable)
+    readable = [path for path in paths if path not in unreadable]
+    split, _, gone = _patch_split(FileSplit(readable, np.zeros(len(readable), np.int64)), patches, grid=True,
+                                  layouts=layouts)
+    return split, {**unreadable, **{layout.slide.path: why_none(layout, patches) for layout in gone}}
 
 
-def _patch_split(images: FileSplit, patches, *, grid: bool) -> tuple[PatchSplit, np.ndarray, list[str]]:
-    """`images` as patches, which of them have any (indices into `images`), and the paths of those without."""
-    layouts = [layout_of(path, patches, grid=grid) for path in images.paths]
+def _patch_split(images: FileSplit, patches, *, grid: bool, layouts: list[Layout] | None = None) \
+        -> tuple[PatchSplit, np.ndarray, list[Layout]]:
+    """`images` as patches (`layouts`: theirs, if made), which have any (indices into `images`), and those without."""
+    layouts = layouts if layouts is not None else layouts_of(images.paths, patches, grid=grid)
     kept = np.array([i for i, layout in enumerate(layouts) if layout.valid.any()], dtype=np.int64)
     split = PatchSplit(FileSplit([images.paths[i] for i in kept], images.labels[kept]), [layouts[i] for i in kept],
                        size=tuple(patches.size), per_image=None if grid else patches.per_image)
     have = set(kept.tolist())
-    return split, kept, [path for i, path in enumerate(images.paths) if i not in have]
-
-
-def layout_of(path: str, patches, *, grid: bool, masked: bool = True) -> Layout:
-    """Where `path`'s patches lie at the resolution `patches` asks; a DataError naming the file where it cannot."""
-    try:
-        slide = slide_of(path, patches.max_chunk_pixels, patches.reader.value)
-    except (DecodeError, OSError) as error:
-        raise DataError(f"{path} cannot be read as patches: {bad_sample_reason(error)}") from error
-    scale = _downsample(slide, patches)
-    level = max((k for k in range(len(slide.levels)) if slide.downsample(k) <= scale * 1.001), key=slide.downsample)
-    size = np.array(patches.size)
-    read = tuple(int(v) for v in np.round(size * scale / slide.downsample(level)).astype(int))
-    extent = tuple(int(v) for v in np.round(size * scale).astype(int))
-    step = extent if not grid else np.round(np.array(patches.stride or patches.size) * scale).astype(int)
-    step = np.maximum(np.array(step) // (1 if grid else STEPS_A_PATCH), 1)
-    tops, lefts = (np.arange(0, slide.levels[0][axis] - extent[axis] + 1, step[axis]) for axis in (0, 1))
-    shares, share = np.ones((len(tops), len(lefts))), 1.0
-    if masked and patches.min_foreground > 0 and len(tops) and len(lefts):
-        mask, cell = mask_of(slide, min(extent) / MASK_CELLS, patches.mask_bands)
-        shares, share = fractions(mask, cell, extent, (tops, lefts)), float(mask.mean())
-    valid = np.packbits((shares >= patches.min_foreground).reshape(-1))
-    return Layout(slide=slide, level=level, read=read, extent=extent, tops=tops, lefts=lefts, valid=valid,
-                  foreground=share)
-
-
-def _downsample(slide: Slide, patches) -> float:
-    if patches.level is not None:
-        if not 0 <= patches.level < len(slide.levels):
-            raise DataError(f"data.patches.level={patches.level}: {slide.path} has levels 0 to {len(slide.levels) - 1}")
-        return slide.downsample(patches.level)
-    if patches.mpp is not None:
-        if slide.mpp is None:
-            raise DataError(f"data.patches.mpp={patches.mpp}: {slide.path} records no resolution (the TIFF's "
-                            "XResolution and ResolutionUnit): give data.patches.level or data.patches.downsample")
-        return max(patches.mpp / slide.mpp, 1.0)
-    return max(patches.downsample or 1.0, 1.0)
-
-
-def mask_of(slide: Slide, downsample: float, bands: list[int] | None) -> tuple[np.ndarray, float]:
-    """`slide`'s foreground mask about `downsample` times smaller and its cell in level-0 pixels, made once a file
-    (its size and modification time) and kept in the app's cache."""
-    stat = os.stat(slide.path)
-    key = hashlib.sha256(repr((os.path.abspath(slide.path), stat.st_size, stat.st_mtime_ns, round(downsample, 3),
-                               bands, slide.nodata)).encode()).hexdigest()[:24]
-    path = app_cache_dir() / "masks" / f"{key}.npz"
-    try:
-        with np.load(path) as stored:
-            return stored["mask"], float(stored["cell"])
-    except (OSError, ValueError, KeyError):
-        pass
-    thumb, cell = thumbnail(slide, downsample)
-    mask = foreground(thumb, bands=bands, nodata=slide.nodata)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_write(path, "wb") as file:
-        np.savez(file, mask=mask, cell=cell)
-    return mask, cell
+    return split, kept, [layout for i, layout in enumerate(layouts) if i not in have]

@@ -15,6 +15,7 @@ from PIL import Image
 from app.data import scanner_files
 from app.data.decode import DecodeError
 from app.data.images import HEAD_BYTES, JPEG_START, PNG_START, TIFF_MAGIC, jpeg_frame, read_bytes, rgb_from_bytes
+from app.data.source import bad_sample_reason
 from app.data.tiff import BAND_AXES, GDAL_NODATA, READ_TYPES
 
 OPEN_FILES = 8  # files a worker keeps open: a slide's header and tile offsets are read once, not once a patch
@@ -149,7 +150,17 @@ def close_open_files() -> None:
 
 def read_region(slide: Slide, level: int, corner: tuple[int, int], size: tuple[int, int]) -> np.ndarray:
     """(height, width, bands) of `slide`'s `level` from `corner` (top, left) in that level's pixels: only the chunks
-    it touches decoded (a file that is not a TIFF: decoded whole, its chunk)."""
+    it touches decoded (not a TIFF: decoded whole); a DecodeError where the file cannot give them."""
+    try:
+        return _region(slide, level, corner, size)
+    except DecodeError:
+        raise
+    except Exception as error:  # imagecodecs', tifffile's, zarr's and OpenSlide's own errors: the file's fault
+        raise DecodeError(f"its level {level} cannot be read at x={corner[1]}, y={corner[0]} "
+                          f"({bad_sample_reason(error)})") from error
+
+
+def _region(slide: Slide, level: int, corner: tuple[int, int], size: tuple[int, int]) -> np.ndarray:
     (top, left), (height, width) = corner, size
     if slide.openslide:
         return scanner_files.read_region(slide.path, level, (corner, size), downsample=slide.downsample(level))

@@ -4,12 +4,16 @@ over its thumbnail (the first thing a pathologist looks at), and preview's sheet
 
 from __future__ import annotations
 
+import csv
+import os
 from pathlib import Path
 
 import cv2
 import numpy as np
 
+from app.data.decode import DecodeError
 from app.data.masks import thumbnail
+from app.io import atomic_write
 from app.sheets import grid, rgb_view
 
 HEATMAP_SIDE = 1024  # a heatmap's longer side at most, in pixels
@@ -51,8 +55,7 @@ def image_figures(rows: list[dict], names: list[str]) -> dict:
 
 
 def write_heatmap(split, image: int, cells: list[tuple[int, int, float]], out: Path) -> Path:
-    """<out>/<name>.png (the patches' scores over the thumbnail) and <name>.heat.png (the scores alone, 0..255 a
-    patch, 0 off the patches), for image `image` of `split`; `cells`: (top, left, score) a patch, level 0."""
+    """`out`.png, image `image`'s `cells` (top, left, score at level 0) over its thumbnail; `out`.heat.png, alone."""
     layout = split.layouts[image]
     side = max(layout.slide.levels[0])
     thumb, scale = thumbnail(layout.slide, max(side / HEATMAP_SIDE, 1.0))
@@ -65,32 +68,49 @@ def write_heatmap(split, image: int, cells: list[tuple[int, int, float]], out: P
     colour = cv2.cvtColor(cv2.applyColorMap(grey, cv2.COLORMAP_INFERNO), cv2.COLOR_BGR2RGB)
     view = rgb_view(thumb[None])[0]
     blended = np.where((heat > 0)[..., None], (0.35 * view + 0.65 * colour).astype(np.uint8), view // 2)
-    out.mkdir(parents=True, exist_ok=True)
-    name = Path(split.images.paths[image]).stem
-    cv2.imwrite(str(out / f"{name}.png"), cv2.cvtColor(blended, cv2.COLOR_RGB2BGR))
-    cv2.imwrite(str(out / f"{name}.heat.png"), grey)
-    return out / f"{name}.png"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cv2.imwrite(f"{out}.png", cv2.cvtColor(blended, cv2.COLOR_RGB2BGR))
+    cv2.imwrite(f"{out}.heat.png", grey)
+    return Path(f"{out}.png")
+
+
+def heatmap_names(paths: list[str]) -> dict[str, str]:
+    """Each path's heatmap's name: its path under the folder all of them share, its suffix kept (one name a file)."""
+    if not paths:
+        return {}
+    root = os.path.commonpath([os.path.dirname(os.path.abspath(path)) for path in paths])
+    return {path: os.path.relpath(os.path.abspath(path), root) for path in paths}
+
+
+def write_csv(path: Path, header: list[str], rows) -> None:
+    """A CSV through csv.writer (a name with a comma or a quote stays one field), whole or not at all."""
+    with atomic_write(path, newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(rows)
 
 
 def write_predictions(split, outputs: list[tuple[np.ndarray, np.ndarray]], *, names: list[str], patches,
                       out: Path) -> list[dict]:
     """patches.csv (a row a patch: its image, x, y and class scores) and a heatmap an image under <out>/heatmaps/, each
-    image's cells its predicted class's scores; the rows by_image gives."""
+    image's cells its predicted class's scores; the rows by_image gives (a heatmap not drawn: its row's error)."""
     rows = by_image(split, outputs, patches)
     positions = np.concatenate([p for p, _ in outputs]) if outputs else np.zeros(0, int)
     scores = np.concatenate([s for _, s in outputs]) if outputs else np.zeros((0, len(names)))
-    with open(out / "patches.csv", "w", encoding="utf-8") as f:
-        f.write(",".join(["path", "x", "y", *names]) + "\n")
-        for position, row in zip(positions, scores, strict=True):
-            image, top, left = split.where(int(position))
-            f.write(",".join([split.images.paths[image], str(left), str(top), *(f"{v:.6f}" for v in row)]) + "\n")
+    places = [split.where(int(position)) for position in positions]
+    write_csv(out / "patches.csv", ["path", "x", "y", *names],
+              ([split.images.paths[image], left, top, *(f"{v:.6f}" for v in row)]
+               for (image, top, left), row in zip(places, scores, strict=True)))
     at = {path: i for i, path in enumerate(split.images.paths)}
+    named = heatmap_names(split.images.paths)
     images = split.image_of[positions] if len(positions) else positions
     for row in rows:  # each image's cells in one pass over its patches, not a search a cell
         image, top_class = at[row["path"]], int(np.argmax(row["scores"]))
-        mine = np.flatnonzero(images == image)
-        cells = [(*split.where(int(positions[k]))[1:], float(scores[k, top_class])) for k in mine]
-        row["heatmap"] = str(write_heatmap(split, image, cells, out / "heatmaps"))
+        cells = [(*places[k][1:], float(scores[k, top_class])) for k in np.flatnonzero(images == image)]
+        try:
+            row["heatmap"] = str(write_heatmap(split, image, cells, out / "heatmaps" / named[row["path"]]))
+        except DecodeError as error:  # its thumbnail's level is damaged: the scores stand, the picture is not drawn
+            row["heatmap"], row["error"] = "", f"no heatmap: {error}"
     return rows
 
 

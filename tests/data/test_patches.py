@@ -1,6 +1,8 @@
 """Patches of large images: regions read bit-exactly from a pyramid's level through zarr, the level a resolution asks,
 the foreground mask against the drawn tissue, grid and random patches, and files refused before any read."""
 
+import dataclasses
+import logging
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -10,13 +12,13 @@ import tifffile
 from forged import png_declaring
 from omegaconf import OmegaConf
 from PIL import Image
-from slides import slide_pixels, write_slide
+from slides import GLASS, he_pixels, slide_pixels, write_slide, zero_tiles
 
 from app.data import load_or_generate_source
 from app.data.decode import DecodeError
 from app.data.images import read_bytes
 from app.data.masks import foreground, fractions, thumbnail
-from app.data.patches import PatchSplit, layout_of, patched
+from app.data.patches import PatchSplit, grid_split, layout_of, patched
 from app.data.regions import read_region, slide_of
 from app.data.source import FileSplit, Source
 from app.errors import DataError
@@ -190,3 +192,73 @@ def test_previews_sheet_shows_where_the_drawn_patches_lie(slide, tmp_path):
     write_patch_sheet(split, [0, 1, 2, 3], 0, tmp_path / "patches.png")
     sheet = np.asarray(Image.open(tmp_path / "patches.png").convert("RGB"))
     assert ((sheet == (250, 220, 0)).all(axis=2)).sum() > 4 * 40  # four patches outlined in yellow
+
+
+def test_tissue_from_edge_to_edge_is_foreground_and_glass_is_not(tmp_path):
+    """Glass is told by what it is, bright and nearly grey: stroma and nuclei both tissue, not split apart."""
+    write_slide(tmp_path / "he.tif", he_pixels(512, np.random.default_rng(4)), levels=3, tile=128)
+    tissue = layout_of(str(tmp_path / "he.tif"), settings(level=0), grid=True)
+    assert len(tissue.cells()) == 8 * 8 and tissue.foreground > 0.95
+    image, drawn = slide_pixels(512, 1, np.random.default_rng(5))  # negative controls: glass with a blob, glass
+    write_slide(tmp_path / "blob.tif", image, levels=3, tile=128)
+    blob = layout_of(str(tmp_path / "blob.tif"), settings(level=0), grid=True)
+    assert 0 < len(blob.cells()) < 8 * 8 and abs(blob.foreground - drawn.mean()) < 0.05
+    write_slide(tmp_path / "glass.tif", np.full((512, 512, 3), GLASS, np.uint8), levels=3, tile=128)
+    assert not len(layout_of(str(tmp_path / "glass.tif"), settings(level=0), grid=True).cells())
+
+
+def test_a_damaged_mask_cache_is_made_again(slide, tmp_path, monkeypatch):
+    monkeypatch.setenv("APP_CACHE_DIR", str(tmp_path))
+    path = str(slide[0])
+    made = layout_of(path, settings(level=0), grid=True).cells()
+    (cached,) = (tmp_path / "masks").glob("*.npz")
+    with np.load(cached) as stored:
+        cell = float(stored["cell"])
+    np.savez(cached, mask=np.zeros((64, 64), bool), cell=cell)  # a planted empty mask: the cache is read
+    assert not len(layout_of(path, settings(level=0), grid=True).cells())
+    cached.write_bytes(cached.read_bytes()[:100])  # cut short: made again, and stored whole
+    assert np.array_equal(layout_of(path, settings(level=0), grid=True).cells(), made)
+    with np.load(cached) as stored:
+        assert stored["mask"].any()
+
+
+def test_a_slide_whose_tiles_cannot_be_decoded_is_named_and_predicts_grid_goes_on(slide, tmp_path):
+    broken = tmp_path / "broken.tif"
+    write_slide(broken, slide[1], levels=3, tile=128)
+    zero_tiles(broken, slice(1, None))  # the levels the mask is made from
+    with pytest.raises(DataError, match=r"broken.tif cannot be read as patches: its level 2 cannot be read .*Jpeg"):
+        layout_of(str(broken), settings(level=0), grid=True)
+    flat = tmp_path / "photo.jpg"
+    Image.fromarray(slide[1][:200, :200]).save(flat)
+    split, gone = grid_split([str(broken), str(slide[0]), str(flat)], settings(level=1))
+    assert split.images.paths == [str(slide[0])] and len(split) > 4  # the readable slide: its patches
+    assert set(gone) == {str(broken), str(flat)} and "has levels 0 to 0" in gone[str(flat)]
+
+
+def test_a_patch_larger_than_every_image_is_named_as_the_cause(slide, tmp_path):
+    source = Source(name="folder", class_names=["a"], train=FileSplit([str(slide[0])], [0]),
+                    val=FileSplit([str(slide[0])], [0]), fingerprint="f", split={})
+    with pytest.raises(DataError, match=r"its 1024×1024 pixels are fewer than a patch's 2048×2048") as refused:
+        patched(source, settings(size=[2048, 2048], level=0, min_foreground=0.0))
+    assert "min_foreground" not in str(refused.value)
+    blank = tmp_path / "glass.tif"  # negative control: a patch that fits, on glass: the foreground is the cause
+    write_slide(blank, np.full((512, 512, 3), GLASS, np.uint8), levels=2, tile=128)
+    glass = dataclasses.replace(source, train=FileSplit([str(blank)], [0]))
+    with pytest.raises(DataError, match=r"no patch with data.patches.min_foreground=0.5 of foreground"):
+        patched(glass, settings(level=0))
+
+
+def test_images_left_out_and_a_grid_that_overlaps_much_are_warned_of_with_counts(slide, tmp_path, caplog):
+    blank = tmp_path / "glass.tif"
+    write_slide(blank, np.full((512, 512, 3), GLASS, np.uint8), levels=2, tile=128)
+    source = Source(name="folder", class_names=["a"], train=FileSplit([str(slide[0]), str(blank)], [0, 0]),
+                    val=FileSplit([str(slide[0])], [0]), fingerprint="f", split={})
+    with caplog.at_level(logging.INFO, logger="app.data"):
+        patched(source, settings(level=0))
+    assert [r.levelname for r in caplog.records] == ["WARNING"] and str(blank) in caplog.text  # the glass, named
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="app.data"):
+        made = patched(source, settings(level=0, stride=[8, 8]))
+    val = made.split["patches"]["val"]["patches"]
+    assert "data.patches.stride=[8, 8] of a [64, 64] patch reads each pixel in up to 64 patches" in caplog.text
+    assert f"val {val:,} patches of 1 images" in caplog.text

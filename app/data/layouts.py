@@ -1,0 +1,109 @@
+"""Where an image's patches lie: the level read, the grid's corners at level 0, which have foreground; why none."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+from tqdm import tqdm
+
+from app.data.decode import DecodeError
+from app.data.masks import fractions, mask_of
+from app.data.regions import Slide, slide_of
+from app.data.source import bad_sample_reason
+from app.errors import DataError
+
+STEPS_A_PATCH = 4  # random patches start on a grid this many times finer than a patch
+MASK_CELLS = 8  # a patch's side spans this many cells of its image's mask
+PROGRESS_AFTER_S = 2  # a pass over the images shows its bar once it has taken this long
+
+
+@dataclass(frozen=True, kw_only=True)
+class Layout:
+    """One image's patches: level and region read, a patch's extent and corners at level 0, which have foreground."""
+
+    slide: Slide
+    level: int
+    read: tuple[int, int]
+    extent: tuple[int, int]
+    tops: np.ndarray
+    lefts: np.ndarray
+    valid: np.ndarray  # np.packbits of len(tops) × len(lefts)
+    foreground: float  # the image's share of foreground (1.0 where no mask is made)
+
+    @property
+    def fits(self) -> bool:
+        return bool(len(self.tops) and len(self.lefts))
+
+    def cells(self) -> np.ndarray:
+        return np.flatnonzero(np.unpackbits(self.valid, count=len(self.tops) * len(self.lefts)))
+
+    def corner(self, cell: int) -> tuple[int, int]:
+        return int(self.tops[cell // len(self.lefts)]), int(self.lefts[cell % len(self.lefts)])
+
+
+def layouts_of(paths: list[str], patches, *, grid: bool, unreadable: dict[str, str] | None = None) -> list[Layout]:
+    """Each path's layout (a bar if slow); an unreadable file's DataError raised, or put in `unreadable`, path → why."""
+    layouts = []
+    for path in tqdm(paths, desc="foreground masks", unit="image", file=sys.stderr, delay=PROGRESS_AFTER_S,
+                     leave=False, dynamic_ncols=True):
+        try:
+            layouts.append(layout_of(path, patches, grid=grid))
+        except DataError as error:
+            if unreadable is None:
+                raise
+            unreadable[path] = str(error)
+    return layouts
+
+
+def layout_of(path: str, patches, *, grid: bool, masked: bool = True) -> Layout:
+    """Where `path`'s patches lie at the resolution `patches` asks; a DataError naming the file where it cannot."""
+    try:
+        return _layout(path, patches, grid=grid, masked=masked)
+    except (DecodeError, OSError) as error:
+        raise DataError(f"{path} cannot be read as patches: {bad_sample_reason(error)}") from error
+
+
+def _layout(path: str, patches, *, grid: bool, masked: bool) -> Layout:
+    slide = slide_of(path, patches.max_chunk_pixels, patches.reader.value)
+    scale = _downsample(slide, patches)
+    level = max((k for k in range(len(slide.levels)) if slide.downsample(k) <= scale * 1.001), key=slide.downsample)
+    size = np.array(patches.size)
+    read = tuple(int(v) for v in np.round(size * scale / slide.downsample(level)).astype(int))
+    extent = tuple(int(v) for v in np.round(size * scale).astype(int))
+    step = extent if not grid else np.round(np.array(patches.stride or patches.size) * scale).astype(int)
+    step = np.maximum(np.array(step) // (1 if grid else STEPS_A_PATCH), 1)
+    tops, lefts = (np.arange(0, slide.levels[0][axis] - extent[axis] + 1, step[axis]) for axis in (0, 1))
+    shares, share = np.ones((len(tops), len(lefts))), 1.0
+    if masked and patches.min_foreground > 0 and len(tops) and len(lefts):
+        mask, cell = mask_of(slide, min(extent) / MASK_CELLS, patches.mask_bands)
+        shares, share = fractions(mask, cell, extent, (tops, lefts)), float(mask.mean())
+    valid = np.packbits((shares >= patches.min_foreground).reshape(-1))
+    return Layout(slide=slide, level=level, read=read, extent=extent, tops=tops, lefts=lefts, valid=valid,
+                  foreground=share)
+
+
+def _downsample(slide: Slide, patches) -> float:
+    if patches.level is not None:
+        if not 0 <= patches.level < len(slide.levels):
+            raise DataError(f"data.patches.level={patches.level}: {slide.path} has levels 0 to {len(slide.levels) - 1}")
+        return slide.downsample(patches.level)
+    if patches.mpp is not None:
+        if slide.mpp is None:
+            raise DataError(f"data.patches.mpp={patches.mpp}: {slide.path} records no resolution (the TIFF's "
+                            "XResolution and ResolutionUnit): give data.patches.level or data.patches.downsample")
+        return max(patches.mpp / slide.mpp, 1.0)
+    return max(patches.downsample or 1.0, 1.0)
+
+
+def why_none(layout: Layout, patches) -> str:
+    """Why an image has no patch: smaller than one, or none with data.patches.min_foreground of foreground."""
+    if not layout.fits:
+        (height, width), (tall, wide) = layout.slide.levels[0], layout.extent
+        return (f"its {width}×{height} pixels are fewer than a patch's {wide}×{tall} (data.patches.size="
+                f"{list(patches.size)} at its resolution, in level-0 pixels): lower data.patches.size or read at a "
+                "finer level (data.patches.level, downsample or mpp)")
+    return (f"no patch with data.patches.min_foreground={patches.min_foreground} of foreground (it has "
+            f"{layout.foreground:.0%} in all): lower it (0 takes every patch; `python -m app preview` then shows "
+            "where they lie), or check the image")
