@@ -16,6 +16,7 @@ from app.loader.order import draws_of
 from app.runs.checkpoint import RunState
 
 log = logging.getLogger("app.train")
+VALIDATION_BAR_AFTER_S = 2
 
 
 class Progress(keras.callbacks.Callback):
@@ -43,6 +44,16 @@ class Progress(keras.callbacks.Callback):
     def on_train_end(self, logs=None):
         if self.bar is not None:
             self.bar.close()
+
+    def on_test_begin(self, logs=None):  # a grid of patches can make validation minutes long: a bar once it is slow
+        self.validation = tqdm(unit="step", desc="validation", file=sys.stderr, delay=VALIDATION_BAR_AFTER_S,
+                               mininterval=0.5, leave=False, dynamic_ncols=True)
+
+    def on_test_batch_end(self, batch, logs=None):
+        self.validation.update(batch + 1 - self.validation.n)
+
+    def on_test_end(self, logs=None):
+        self.validation.close()
 
 
 class Profile(keras.callbacks.Callback):

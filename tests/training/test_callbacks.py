@@ -5,6 +5,7 @@ from __future__ import annotations
 import keras
 import numpy as np
 
+from app.training import callbacks
 from app.training.callbacks import CallbackStates
 
 
@@ -39,3 +40,14 @@ def test_counters_and_best_weights_come_back_and_constructor_arguments_do_not():
 def test_nothing_changed_nothing_saved():
     states = started(keras.callbacks.EarlyStopping(), keras.callbacks.TerminateOnNaN())
     assert states.changed() == ([{}, {}], {})
+
+
+def test_a_long_validation_shows_a_bar_and_a_short_one_none(capsys, monkeypatch):
+    bar = callbacks.Progress(epochs=1, steps=4)
+    for delay, shown in ((60, False), (0, True)):  # a pass shorter than the delay (negative control), a slow one
+        monkeypatch.setattr(callbacks, "VALIDATION_BAR_AFTER_S", delay)
+        bar.on_test_begin()
+        for batch in range(250):
+            bar.on_test_batch_end(batch)
+        bar.on_test_end()
+        assert ("validation" in capsys.readouterr().err) == shown
