@@ -1,12 +1,15 @@
-"""Atomic writes (over the app's own files only, where asked), one writer at a time, TSV appends, URL detection."""
+"""Writes that replace their path, never a link's target (atomic, or appends), one writer at a time, URL detection."""
 
 from __future__ import annotations
 
 import csv
+import errno
 import fcntl
 import json
+import logging
 import os
 import re
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,7 +31,7 @@ def is_url(location) -> bool:
 
 def append_tsv(path: str | os.PathLike, rows) -> None:
     """`rows` appended to a TSV (bad_samples.txt), csv quoting tabs, breaks and quotes so a row stays one line."""
-    with open(path, "a", encoding="utf-8", newline="") as f:
+    with open_own(path, "a", encoding="utf-8", newline="") as f:
         csv.writer(f, delimiter="\t", lineterminator="\n").writerows(rows)
 
 
@@ -48,6 +51,57 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", **open_args) -> Itera
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def open_own(path: str | os.PathLike, mode: str = "a", **open_args) -> IO:
+    """`open(path, mode)`, "a" or "w": a link at `path` is replaced first (for "a", by a copy of what it showed)."""
+    path = Path(path)
+    appending = mode[0] == "a"
+    if path.is_symlink():
+        replace_link_by_copy(path) if appending else path.unlink()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_APPEND if appending else os.O_TRUNC)
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as error:
+        if error.errno != errno.ELOOP:
+            raise
+        raise DataError(f"{path} became a symbolic link while the app was about to write it; the app writes its own "
+                        "files, never a link's target: remove the link, then run the command again.") from None
+    return open(fd, mode, **open_args)
+
+
+def replace_link_by_copy(path: Path) -> None:
+    """The link at `path` atomically replaced by a copy of its target's bytes (none for a link to nothing)."""
+    target = Path(os.path.realpath(path))
+    if target.is_dir():
+        raise DataError(f"{path} is a symbolic link to the folder {target}, where the app writes a file: remove the "
+                        "link, then run the command again (nothing was written).")
+    with atomic_write(path, "wb") as copy:
+        if target.is_file():
+            with open(target, "rb") as original:
+                shutil.copyfileobj(original, copy)
+    logging.getLogger(__name__).info("%s was a symbolic link to %s: replaced by a copy of that file, which the app "
+                                     "writes from now on (the link's target is left as it was)", path, target)
+
+
+class OwnFileHandler(logging.FileHandler):
+    """A log file (train.log) appended through `open_own`: a link at its path is never written through."""
+
+    def _open(self):
+        return open_own(self.baseFilename, self.mode, encoding=self.encoding, errors=self.errors)
+
+
+def write_picture(path: str | os.PathLike, picture, **options) -> None:
+    """A PNG of `picture` (a PIL image, or a Matplotlib figure with savefig's `options`) atomically at `path`."""
+    save = picture.savefig if hasattr(picture, "savefig") else picture.save
+    with atomic_write(path, "wb") as f:
+        save(f, format="png", **options)
+
+
+def write_file(path: str | os.PathLike, data: bytes | str) -> None:
+    """`data` (text: UTF-8) atomically at `path`."""
+    with atomic_write(path, "wb") as f:
+        f.write(data.encode("utf-8") if isinstance(data, str) else data)
 
 
 @contextmanager

@@ -1,13 +1,15 @@
-"""app/io.py: a JSON file written over only where the app wrote the one there."""
+"""app/io.py: a JSON file written over only where the app wrote the one there; no write through a link."""
 
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
+from PIL import Image
 
 from app.errors import DataError
-from app.io import write_json_over_own
+from app.io import OwnFileHandler, open_own, write_json_over_own, write_picture
 
 
 def test_a_json_file_is_written_over_only_where_its_writer_wrote_the_one_there(tmp_path):
@@ -20,3 +22,35 @@ def test_a_json_file_is_written_over_only_where_its_writer_wrote_the_one_there(t
         with pytest.raises(DataError, match="is not a file evaluate wrote: move it away"):
             write_json_over_own(path, {"split": "val", "thresholds": {}}, "evaluate")
         assert path.read_text() == foreign  # never overwritten
+
+
+def test_an_append_replaces_a_link_by_a_copy_and_never_writes_its_target(tmp_path):
+    theirs = tmp_path / "theirs.log"
+    theirs.write_text("a user's line\n")
+    log = tmp_path / "train.log"
+    log.symlink_to(theirs)
+    with open(log, "a") as f:  # negative control: a plain append writes into the link's target
+        f.write("through\n")
+    assert theirs.read_text() == "a user's line\nthrough\n"
+    with open_own(log, "a", encoding="utf-8") as f:
+        f.write("the app's line\n")
+    assert theirs.read_text() == "a user's line\nthrough\n" and not log.is_symlink()
+    assert log.read_text() == "a user's line\nthrough\nthe app's line\n"  # what the link showed, then the app's
+
+
+def test_a_log_handler_a_dangling_link_and_a_whole_file_never_write_through_links(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    (tmp_path / "run.log").symlink_to(elsewhere)  # a link to nothing: open(…, "a") would create `elsewhere`
+    handler = OwnFileHandler(tmp_path / "run.log", encoding="utf-8")
+    handler.emit(logging.LogRecord("app", logging.INFO, __file__, 1, "a line", None, None))
+    handler.close()
+    assert not elsewhere.exists() and (tmp_path / "run.log").read_text() == "a line\n"
+    picture = tmp_path / "augmented.png"
+    (tmp_path / "photo.jpg").write_bytes(b"\xff\xd8 a JPEG")
+    picture.symlink_to(tmp_path / "photo.jpg")
+    write_picture(picture, Image.new("RGB", (4, 4)))
+    assert (tmp_path / "photo.jpg").read_bytes() == b"\xff\xd8 a JPEG" and Image.open(picture).format == "PNG"
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "scalars.csv").symlink_to(tmp_path / "folder")
+    with pytest.raises(DataError, match="scalars.csv is a symbolic link to the folder"):
+        open_own(tmp_path / "scalars.csv", "a")

@@ -10,6 +10,7 @@ from app.augment import Augmenter
 from app.bench.loading import Clock, Run, loader_only, reason, serial, visit_order
 from app.data import load_or_generate_source
 from app.frameworks import native_stderr_to_log
+from app.io import OwnFileHandler
 
 # The modes that run without Keras: their process never loads TensorFlow, so its memory and
 # start-up are the loader's own.
@@ -19,7 +20,7 @@ PLAIN_MODES = {"loader": loader_only, "serial": serial}
 def child_main(mode: str, config, conn, log_path: str | None = None) -> None:
     """A mode's process: its result (or error) through `conn`; stderr (TensorFlow's lines) goes to `log_path`."""
     if log_path:
-        logging.getLogger().addHandler(logging.FileHandler(log_path, encoding="utf-8"))
+        logging.getLogger().addHandler(OwnFileHandler(log_path, encoding="utf-8"))
     try:
         with native_stderr_to_log():
             result = _run_mode(mode, config)

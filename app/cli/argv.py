@@ -9,12 +9,26 @@ import sys
 import time
 from pathlib import Path
 
-from app.cli.keys import ON_A_RUN, refuse_keys_of_other_commands, refuse_moved_keys, renamed_choosers
+from app.cli.keys import (
+    ON_A_RUN,
+    of_some_data_group,
+    refuse_keys_of_other_commands,
+    refuse_moved_keys,
+    renamed_choosers,
+)
 from app.errors import ConfigError, config_error
 from app.overrides import key_of, quote_override, quoted, value_of
 from app.runs import checkpoint, sweeps
-from app.runs.rundir import check_unlocked, claim_dir, hold_lock, holds_run, move_aside, run_files
-from app.runs.saved import STORAGE, check_safe, latest_run, loggers_of
+from app.runs.rundir import (
+    check_unlocked,
+    claim_dir,
+    hold_lock,
+    holds_run,
+    move_aside,
+    refuse_linked_folders,
+    run_files,
+)
+from app.runs.saved import check_safe, latest_run, loggers_of
 
 # Hydra's flags that print or inspect instead of running: no directory is claimed for them.
 INFO_FLAGS = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc")
@@ -68,9 +82,10 @@ def claim_and_rewrite_argv(argv: list[str], outputs: Path = Path("outputs"), *, 
     if not (run_dir / "checkpoints").is_dir():
         raise checkpoint.nothing_to_resume(run_dir)
     kept = [a for a in argv if key_of(a) != "resume"]
-    # composed on the default data group (synthetic: no test_path, no storage_options) before the run's is read
-    forced = ("data.test_path", STORAGE) if word == "evaluate" else (STORAGE,)
-    kept = [f"++{a.lstrip('+')}" if key_of(a).startswith(forced) and a[:1] != "~" else a for a in kept]
+    # Composed on the default data group (synthetic: no table, patches, test_path or storage_options) before the run's
+    # is read: any data option's key is added, so that the run's own config decides (`resumed_config`: changed where
+    # a resume may change it, else "cannot change for a run that exists"), never "no such key".
+    kept = [f"++{a.lstrip('+')}" if of_some_data_group(key_of(a)) and a[:1] != "~" else a for a in kept]
     kept += _loggers_of_run(run_dir, kept)
     if on_a_run:
         where = run_dir / word / f"{stamp[0]}_{stamp[1]}"
@@ -125,6 +140,7 @@ def _refuse_or_move_aside(folder: Path, overwrite: bool, key: str) -> None:
         raise config_error(key, str(folder), f"a folder: {folder} is a file (nothing was written); name a new "
                            "folder, or one that holds no run")
     if not holds_run(folder):
+        refuse_linked_folders(folder)  # before Hydra writes its .hydra/ there
         return
     if not overwrite:
         go_on = f"`python -m app train resume={folder}`" + ("" if key == "hydra.run.dir" else

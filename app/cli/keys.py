@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import sys
 
+from omegaconf import DictConfig, OmegaConf
+
 from app.errors import ConfigError, config_error
 from app.overrides import key_of, parsed, value_of
-from app.schema import COMMAND_OF, TARGETS
+from app.schema import COMMAND_OF, DATA_SCHEMAS, TARGETS
 
 # The commands that work on a finished run (`resume=<run dir>`), writing into <run dir>/<command>/.
 ON_A_RUN = ("evaluate", "predict", "export")
@@ -62,3 +64,22 @@ def refuse_keys_of_other_commands(argv: list[str], word: str) -> None:
             raise ConfigError(f"config key `{key}` is read by {readers} only: {word}'s config has no "
                               f"`{top}` (a training run's config never holds it). Give it to that command, "
                               + how.format(owner, f"{key}={value}"))
+
+
+def of_some_data_group(key: str) -> bool:
+    """Whether some data option's schema holds `key` (data.patches.level), or a mapping of free keys above it."""
+    if not key.startswith("data."):
+        return False
+    return any(_holds(OmegaConf.structured(schema), key.split(".")[1:]) for schema in DATA_SCHEMAS.values())
+
+
+def _holds(node, parts: list[str]) -> bool:
+    for part in parts:
+        if not isinstance(node, DictConfig):
+            return False
+        if OmegaConf.get_type(node) is dict:  # free keys (storage_options): any key may be there
+            return True
+        if part not in node.keys():
+            return False
+        node = OmegaConf.select(node, part, throw_on_missing=False)
+    return True

@@ -18,7 +18,7 @@ from app.config import conf_dir
 from app.errors import DataError, config_error
 from app.inference import patch_scores
 from app.inference.opened import keras_for_run
-from app.io import write_json, write_json_over_own
+from app.io import write_file, write_json, write_json_over_own, write_picture
 from app.loader.pipeline import build_loader, make_sample
 from app.rules import top_k
 from app.runs.rundata import checked_source
@@ -72,7 +72,7 @@ def main(cfg: DictConfig) -> float:
         patches = getattr(split, "settings", None) or config.data.patches  # a patch copy keeps its own
         result["image_level"] = _images(split, outputs, patches, names=names, out=out)
     write_json(out / "evaluation.json", result)
-    (out / "report.txt").write_text(report(result), encoding="utf-8")
+    write_file(out / "report.txt", report(result))
     _plot(confusion, names, out / "confusion.png", result)
     _mistakes(config, split, figures.mistakes, names=names, path=out / "misclassified.png")
     if config.logger.mlflow is not None:  # the confusion matrix and the rest, beside the run's own
@@ -121,7 +121,7 @@ def _several(config, scoring: tuple, source, split_name: str, paths: tuple[Path,
               "class_names": names, **label_scores.table(truth, scores, names, thresholds), "unreadable": unreadable}
     write_json(out / "evaluation.json", result)
     text = label_scores.report(result)
-    (out / "report.txt").write_text(text + "\n", encoding="utf-8")
+    write_file(out / "report.txt", text + "\n")
     undefined = " (-: no class has both a positive and a negative there)" if result["auc"] is None else ""
     print(f"checkpoint {checkpoint.name}: loss {result['loss']:.4f}, macro AUC {label_scores.figure(result['auc'])}, "
           f"mean average precision {label_scores.figure(result['mean_average_precision'])} on {len(truth)} "
@@ -184,7 +184,7 @@ def _mistakes(config, split, mistakes: list, names: list[str], path: Path) -> No
                        draft=config.data.decode.draft, max_pixels=config.data.max_image_pixels)
     images = [make_sample(split, resize, index, seed=config.seed, epoch=0) for _, index, _, _ in mistakes]
     captions = [f"true {names[t]}\npred {names[p]}\np {prob:.2f}" for prob, _, t, p in mistakes]
-    grid(images, captions, columns=4).save(path)
+    write_picture(path, grid(images, captions, columns=4))
 
 
 def _table(confusion: np.ndarray, names: list[str]) -> str:
@@ -213,5 +213,5 @@ def _plot(confusion: np.ndarray, names: list[str], path: Path, result: dict) -> 
         ax.text(j, i, str(value), ha="center", va="center",
                 color="white" if value > confusion.max() / 2 else "black")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    write_picture(path, fig, dpi=100)
     plt.close(fig)

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from app.errors import ConfigError, DataError
-from app.io import atomic_write
+from app.io import atomic_write, write_picture
 from app.overrides import as_dict
 from app.runs.rundir import better_is_higher, claim_dir, monitored
 from app.runs.sweeps import job_order
@@ -98,7 +98,7 @@ def plot(swept: list[str], rows: list[dict], out: Path) -> list[Path]:
     for key in swept:
         fig = figure(key, swept, [r for r in rows if r["images_per_s"] is not None])
         path = out / f"report_{key.replace('/', '_')}.png"
-        fig.savefig(path, dpi=100)
+        write_picture(path, fig, dpi=100)
         plt.close(fig)
         written.append(path)
     return written
@@ -173,9 +173,13 @@ def _sortable(value: str):
 
 
 def refuse_replacing_others(out: Path, named: str) -> None:
-    """A ConfigError, before any work, when `out` is a file, or holds report.csv or report_*.png without a report's
-    report.csv (first column `run`); an earlier report's files are replaced. `named`: `out` as the message names it."""
+    """A ConfigError, before any work, when `out` is in a run, a file, or holds report.csv or report_*.png without a
+    report's report.csv (first column `run`); an earlier report's files are replaced. `named`: `out` as messages say."""
     advice = "give --out another folder (a new one, or one an earlier report wrote)"
+    run = next((folder for folder in [out, *out.resolve().parents] if (folder / "summary.json").is_file()), None)
+    if run is not None:  # a run's folder is its record
+        raise ConfigError(f"{named} is {'' if run == out else 'inside '}the run directory {run}, which report never "
+                          f"writes into (a run's folder is its record): {advice}.")
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{named} is a file, where report writes a folder (report.csv and its PNGs): {advice}.")
     ours = [path.name for path in [out / "report.csv", *sorted(out.glob("report_*.png"))] if path.exists()]

@@ -13,7 +13,7 @@ import numpy as np
 
 from app.data.decode import DecodeError
 from app.data.masks import thumbnail
-from app.io import atomic_write
+from app.io import atomic_write, write_file, write_picture
 from app.sheets import grid, rgb_view
 
 HEATMAP_SIDE = 1024  # a heatmap's longer side at most, in pixels
@@ -69,8 +69,8 @@ def write_heatmap(split, image: int, cells: list[tuple[int, int, float]], out: P
     view = rgb_view(thumb[None])[0]
     blended = np.where((heat > 0)[..., None], (0.35 * view + 0.65 * colour).astype(np.uint8), view // 2)
     out.parent.mkdir(parents=True, exist_ok=True)
-    cv2.imwrite(f"{out}.png", cv2.cvtColor(blended, cv2.COLOR_RGB2BGR))
-    cv2.imwrite(f"{out}.heat.png", grey)
+    write_file(f"{out}.png", cv2.imencode(".png", cv2.cvtColor(blended, cv2.COLOR_RGB2BGR))[1].tobytes())
+    write_file(f"{out}.heat.png", cv2.imencode(".png", grey)[1].tobytes())
     return Path(f"{out}.png")
 
 
@@ -123,7 +123,7 @@ def write_patch_sheet(split, indices: list[int], seed: int, out: Path) -> None:
         drawn.setdefault(image, []).append((top, left))
     views = [_sheet_view(split.layouts[image], corners) for image, corners in drawn.items()]
     captions = [f"{Path(split.images.paths[image]).name}: {len(drawn[image])} drawn" for image in drawn]
-    grid(views, captions, columns=4).save(out)
+    write_picture(out, grid(views, captions, columns=4))
 
 
 def _sheet_view(layout, corners: list[tuple[int, int]]) -> np.ndarray:

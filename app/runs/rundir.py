@@ -19,7 +19,7 @@ import psutil
 
 from app.errors import AppError, DataError
 from app.frameworks import versions
-from app.io import write_json
+from app.io import OwnFileHandler, write_json
 from app.redact import redacted
 
 LOCK_FILE = ".lock"
@@ -73,11 +73,27 @@ def run_files(path: Path) -> list[str]:
 PARTIAL_RECORDS = ("samples.csv", "scalars.csv", "bad_samples.txt", "tensorboard")
 
 
+# The folders of a run whose contents the app deletes and rewrites (Hydra writes .hydra/): a symbolic link there would
+# have them land in, or be deleted from, the link's target.
+OWN_FOLDERS = ("checkpoints", "tensorboard", ".hydra")
+
+
+def refuse_linked_folders(run_dir: Path) -> None:
+    """A DataError naming the first of OWN_FOLDERS in `run_dir` that is a symbolic link; nothing is written."""
+    for name in OWN_FOLDERS:
+        folder = Path(run_dir) / name
+        if folder.is_symlink():
+            raise DataError(f"{folder} is a symbolic link (to {os.readlink(folder)}): a run writes and deletes files "
+                            f"in its {name}/ folder, which must be the run's own, never a link's target. Nothing was "
+                            "written. Remove the link (its target is yours to keep), then run the command again.")
+
+
 def delete_partial_records(path: Path) -> None:
     """Deletes PARTIAL_RECORDS from `path` so a new run's steps start at 1; a folder that holds a run is left alone."""
     path = Path(path)
     if holds_run(path):
         return
+    refuse_linked_folders(path)
     for name in PARTIAL_RECORDS:
         leftover = path / name
         if leftover.is_dir():
@@ -105,8 +121,12 @@ def hold_lock(run_dir: Path, command: str) -> None:
     run_dir = Path(run_dir).resolve()
     if run_dir in _held:
         return
+    refuse_linked_folders(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    if (run_dir / LOCK_FILE).is_symlink():  # its PID is written there: never into a link's target
+        raise DataError(f"{run_dir / LOCK_FILE} is a symbolic link: a run's lock file is its own. Nothing was "
+                        "written. Remove the link, then run the command again.")
+    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -158,7 +178,7 @@ def log_apart(run_dir: Path, process: int) -> None:
     for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
         root.removeHandler(handler)
         handler.close()
-        apart = logging.FileHandler(Path(run_dir) / f"train.{process}.log")
+        apart = OwnFileHandler(Path(run_dir) / f"train.{process}.log")
         apart.setFormatter(handler.formatter)
         apart.setLevel(handler.level)
         root.addHandler(apart)
@@ -172,20 +192,19 @@ class Summary:
         self.path = Path(run_dir) / name
         self.started = True
         overrides = redacted(list(overrides))
-        if resumed_from and self.path.exists():  # the same run goes on: keep its record
-            self.content = read_json(self.path, "delete it and resume again to start a new one (metrics.csv "
-                                     "and the checkpoints keep the run's history)")
-            self.content.setdefault("resumed", []).append({"from": resumed_from, "at": _now(),
-                                                           "overrides": list(overrides)})
-            self.started = False
-            self.update(status="running", message=None, versions=versions(), git_commit=git_commit())
-            return
         self.content: dict[str, Any] = {
             "status": "running", "epochs_completed": 0, "steps": 0, "loss": None, "val_accuracy": None,
             "images_per_s": None, "data_wait_fraction": None, "peak_memory_mb": None, "queue_bytes": None,
             "overrides": list(overrides), "started_at": _now(), "updated_at": _now(),
             "versions": versions(), "hardware": hardware(), "git_commit": git_commit(),
         }
+        if resumed_from and self.path.exists():  # the same run goes on: keep its record
+            self.content = read_summary(self.path, self.content)
+            self.content.setdefault("resumed", []).append({"from": resumed_from, "at": _now(),
+                                                           "overrides": list(overrides)})
+            self.started = False
+            self.update(status="running", message=None)
+            return
         self.write()
 
     def update(self, **values: Any) -> None:
@@ -246,6 +265,20 @@ def git_commit() -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def read_summary(path: Path, fresh: dict) -> dict:
+    """A run's summary.json, checked (a DataError naming it), each key it lacks taken from `fresh` and logged."""
+    what_to_do = ("delete it and resume again to start a new one (metrics.csv and the checkpoints keep the run's "
+                  "history)")
+    content = read_json(path, what_to_do)
+    if not isinstance(content, dict):
+        raise DataError(f"{path} holds {type(content).__name__} where a run's summary is a JSON object: {what_to_do}.")
+    missing = [key for key in fresh if key not in content]
+    if missing:
+        log.warning("%s lacks %s: rebuilt as of this resume (metrics.csv and the checkpoints keep the run's history)",
+                    path, ", ".join(missing))
+    return {**fresh, **content, "versions": fresh["versions"], "git_commit": fresh["git_commit"]}
 
 
 def read_json(path: Path, what_to_do: str) -> Any:

@@ -7,14 +7,14 @@ import io
 from pathlib import Path
 
 from app.errors import DataError
-from app.io import atomic_write
+from app.io import atomic_write, open_own
 
 
 def append_metrics(path: Path, row: dict) -> None:
     """Appends `row` to metrics.csv; the first row's keys are its columns."""
     new = not path.exists()
     columns = list(row) if new else path.read_text(encoding="utf-8").splitlines()[0].split(",")
-    with open(path, "a", newline="", encoding="utf-8") as f:
+    with open_own(path, "a", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         if new:
             writer.writeheader()

@@ -14,6 +14,7 @@ from app import sheets
 from app.capacity.memory import PeakMemory
 from app.config import closed_target
 from app.data import label_sets
+from app.io import open_own, write_picture
 from app.runs.checkpoint import RunState
 from app.runs.tables import rewrite_keeping_rows
 from app.schema import LoggerConfig
@@ -126,7 +127,7 @@ class CsvWriter(Writer):
 
     def scalars(self, split: str, values: dict, step: int) -> None:
         new = not self.path.exists()
-        with open(self.path, "a", newline="", encoding="utf-8") as f:
+        with open_own(self.path, "a", newline="", encoding="utf-8") as f:
             out = csv.writer(f)
             if new:
                 out.writerow(["split", "tag", "step", "value"])
@@ -179,7 +180,7 @@ def write_first_batch(out: Writer, run_dir: Path, batch: tuple, class_names: lis
     images, labels = batch[0], batch[1]
     seen = sheets.rgb_view(images)  # several bands or 16 bits: three of them, stretched
     out.images("augmented", seen, 0)
-    sheets.grid(seen, [label_sets.text(y, class_names) for y in labels]).save(Path(run_dir) / "augmented.png")
+    write_picture(Path(run_dir) / "augmented.png", sheets.grid(seen, [label_sets.text(y, class_names) for y in labels]))
 
 
 def rewrite_without_events_after(run_dir: Path, step: int) -> None:

@@ -23,6 +23,8 @@ from tensorboard.plugins.text import metadata as text_metadata
 from tensorboard.summary.writer.record_writer import RecordWriter
 from tensorboard.util import tensor_util
 
+from app.io import atomic_write, open_own
+
 # Two files of one process in one second get names of their own, in the order they were made:
 # TensorBoard reads a folder's files in the order of their names (a resume's after the first run's).
 _NUMBER = itertools.count()
@@ -36,7 +38,7 @@ class EventFile:
         name = (f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}."
                 f"{next(_NUMBER):06d}.v2")
         self.path = folder / name
-        self._file = open(self.path, "wb")  # noqa: SIM115 - open until close(), as the run writes
+        self._file = open_own(self.path, "wb")  # open until close(), as the run writes
         self._records = RecordWriter(self._file)
         self._write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
         self.flush()
@@ -109,7 +111,5 @@ def records(path: Path) -> Iterator[tuple[bytes, event_pb2.Event]]:
 def rewrite_keeping_events(path: Path, keep: Callable[[event_pb2.Event], bool]) -> None:
     """Rewrites `path` with the records whose event `keep` accepts, byte for byte, via a temporary file."""
     kept = [record for record, event in records(path) if keep(event)]
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as out:
+    with atomic_write(path, "wb") as out:
         out.writelines(kept)
-    tmp.replace(path)

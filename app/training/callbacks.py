@@ -12,6 +12,7 @@ import numpy as np
 from tqdm import tqdm
 
 from app.frameworks import load_tensorflow
+from app.io import open_own
 from app.loader.order import draws_of
 from app.runs.checkpoint import RunState
 
@@ -128,7 +129,7 @@ class SampleRecorder(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         new = not self.path.exists()
         draws = draws_of(self.state.order) if self.where else None
-        with open(self.path, "a", encoding="utf-8") as f:
+        with open_own(self.path, "a", encoding="utf-8") as f:
             if new:
                 f.write("step,epoch,batch,indices" + (",patches\n" if self.where else "\n"))
             for step in range(self.first, batch + 1):  # each step of the call
