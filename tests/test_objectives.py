@@ -109,7 +109,7 @@ def test_the_epochs_binned_mean_average_precision_is_the_exact_one_where_scores_
 
 
 def binned_case(seed: int = 5) -> tuple[np.ndarray, np.ndarray]:
-    """300 rows of 4 classes: class 2 without a positive, class 3 without a negative; every score at its bin's middle."""
+    """300 rows of 4 classes: class 2 without a positive, class 3 without a negative; each score at its bin's middle."""
     rng = np.random.default_rng(seed)
     truth = (rng.random((300, 4)) < 0.3).astype(np.uint8)
     truth[:, 2], truth[:, 3] = 0, 1

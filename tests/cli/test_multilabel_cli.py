@@ -129,3 +129,48 @@ def test_several_labels_an_image_train_resume_evaluate_predict_export_and_a_swee
     bench = json.loads((tmp_path / "bench" / "bench.json").read_text())["results"]
     assert isinstance(bench["loader_steps"].get("images_per_s"), float), bench
     assert (tmp_path / "preview" / "preview.png").is_file()
+
+
+def write_columns_table(folder: Path) -> Path:
+    """CheXpert's shape, a 0/1 column a class and no label column, with a split column: validation has no positive
+    of `c`; test has no class with both a positive and a negative."""
+    rng = np.random.default_rng(1)
+    folder.mkdir(parents=True)
+    rows = []
+    for i, split in enumerate(["train"] * 24 + ["val"] * 10 + ["test"] * 4):
+        shown = rng.integers(0, 2, 3)
+        shown = shown if split == "train" else [1, 0, 0] if split == "test" else [i % 2, i // 2 % 2, 0]
+        image = rng.integers(60, 140, (SIDE, SIDE, 3), np.uint8)
+        image += (np.asarray(shown) * 100).astype(np.uint8)  # each class a band: scores spread as it learns
+        Image.fromarray(image).save(folder / f"{i}.png")
+        rows.append([f"{i}.png", *shown, split])
+    with open(folder / "labels.csv", "w", newline="") as f:
+        csv.writer(f).writerows([["path", "a", "b", "c", "split"], *rows])
+    return folder / "labels.csv"
+
+
+@pytest.mark.slow
+def test_val_auc_leaves_out_a_class_without_a_validation_positive_as_evaluate_does(tmp_path):
+    table = write_columns_table(tmp_path / "xrays")
+    config = ["data=table", f"data.table={table}", "data.task=multilabel", "data.columns.labels=[a,b,c]",
+              "data.columns.label=null", "data.columns.split=split", "data.image_size=[32,32]", "data.batch_size=4",
+              "model.widths=[8]", "augment=none", "optimizer.learning_rate=0.05", "trainer.epochs=1", "queue.workers=1",
+              "hydra.run.dir=run"]
+    done = spawn_one_process_for(["train", *config], ["evaluate", "resume=run"],
+                                 ["evaluate", "resume=run", "split=test"], cwd=tmp_path,
+                                 env={**os.environ, "PYTHONPATH": str(TESTS)})
+    for result in done:
+        assert result.returncode == 0, (result.args, result.stdout[-3000:])
+    (val_auc,) = [float(v) for (v,) in rows_of(tmp_path / "run" / "metrics.csv", "val_auc")]
+    evaluated = {}
+    for path in (tmp_path / "run" / "evaluate").glob("*/evaluation.json"):
+        evaluated[json.loads(path.read_text())["split"]] = path
+    scored = json.loads(evaluated["val"].read_text())
+    assert scored["per_class"]["c"]["auc"] is None and scored["per_class"]["a"]["auc"] is not None
+    assert val_auc == pytest.approx(scored["auc"], abs=0.02)  # 1,000 bins against the scores themselves
+    # negative control: the mean counting `c` as Keras's AUC(multi_label=True) counts it (an area of 0)
+    assert abs(val_auc - scored["auc"] * 2 / 3) > 0.1
+    # on test no class is defined: every file written, each undefined figure shown as such
+    on_test = json.loads(evaluated["test"].read_text())
+    assert on_test["auc"] is None and on_test["mean_average_precision"] is not None
+    assert "macro AUC -," in done[2].stdout and (evaluated["test"].parent / "report.txt").is_file()

@@ -302,7 +302,7 @@ def test_a_grouped_split_says_what_its_groups_allow(tmp_path, images, caplog):
     write_table(tmp_path / "t.csv", ["path", "label", "group"], rows)
     source = table_source(config(tmp_path / "t.csv", columns=TableColumns(group="group"), val_fraction=0.2))
     assert re.search(rf"the val split holds {len(source.val)} of the 30 rows \(\d of the 5 groups; "
-                     r"data.val_fraction=0.2 asked\).*the largest group, 'big', holds 26 rows", caplog.text), caplog.text
+                     r"data.val_fraction=0.2 asked\).*the largest group, 'big', holds 26 rows", caplog.text)
     caplog.clear()  # negative control: groups of 2 allow a fair split, and nothing is said
     rows = [[*row, f"p{i // 2}"] for i, row in enumerate(sample_rows(images))]
     write_table(tmp_path / "t.csv", ["path", "label", "group"], rows)
