@@ -69,11 +69,11 @@ def _delimited(f, delimiter: str, path: Path) -> tuple[list[str], list[Row]]:
 
 def _delimiter_used(header_line: str, delimiter: str) -> str:
     """The format's delimiter, or the one a header line without it plainly uses (Excel saves `;` where a comma is the
-    decimal mark): a header of one column is no table of paths and labels."""
+    decimal mark; a .tsv may hold commas): a header of one column is no table of paths and labels."""
     if delimiter in header_line:
         return delimiter
     try:
-        return csv.Sniffer().sniff(header_line, delimiters=";\t|").delimiter
+        return csv.Sniffer().sniff(header_line, delimiters=";\t|,").delimiter
     except csv.Error:
         return delimiter
 
