@@ -119,8 +119,7 @@ def normaliser(mode: str | dict, dtype: str = "uint8") -> layers.Layer:
 
 def classifier(backbone: keras.Model, image_size: Sequence[int], normalisation: str | dict = "unit", *, bands: int = 3,
                dtype: str = "uint8") -> keras.Model:
-    """What `train` fits and model.keras holds: the loader's integers in, normalised by the first layer, the backbone's
-    probabilities out. The cast is inside the step: no float32 batch waits in host memory."""
+    """What `train` fits: integers in, normalised on the device (no float32 batch in host memory), probabilities out."""
     # uint16 declared, so a feed's signature and an export know it; 8-bit stays Keras's float input, as before
     pixels = keras.Input((*image_size, bands), name="image", dtype="uint16" if dtype == "uint16" else None)
     return keras.Model(pixels, backbone(normaliser(normalisation, dtype)(pixels)), name="classifier")

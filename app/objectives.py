@@ -1,7 +1,5 @@
-"""The recipe's own Keras objects, registered so checkpoints load, where Keras has none: smoothed sparse crossentropy,
-binary crossentropy weighing each class's positives, each class's recall, mean average precision (exact on the host,
-binned on the device each epoch), the macro ROC AUC over the classes a pass defines. model.keras is exported
-uncompiled, so plain Keras loads it."""
+"""Keras objects the recipe needs and Keras lacks, registered so checkpoints load: smoothed and class-weighted
+crossentropy, per-class recall and F1, mAP (exact on host, binned on device), macro AUC; model.keras is uncompiled."""
 
 from __future__ import annotations
 
@@ -14,8 +12,7 @@ EPSILON = 1e-7  # keras.backend.epsilon(): Keras's crossentropy clips probabilit
 
 @keras.saving.register_keras_serializable(package="app")
 class SmoothedSparseCrossentropy(keras.losses.Loss):
-    """Crossentropy of probabilities against integer labels smoothed by `smoothing` ε, as Keras scores one-hot labels:
-    (1 − ε) × −log p(y) + ε × the mean over classes of −log p."""
+    """Sparse crossentropy smoothed by ε, as Keras scores one-hot labels: (1 − ε)·−log p(y) + ε·mean_c(−log p_c)."""
 
     def __init__(self, smoothing: float = 0.0, name: str = "smoothed_sparse_crossentropy", **kwargs):
         super().__init__(name=name, **kwargs)
@@ -33,8 +30,7 @@ class SmoothedSparseCrossentropy(keras.losses.Loss):
 
 @keras.saving.register_keras_serializable(package="app")
 class WeightedBinaryCrossentropy(keras.losses.Loss):
-    """Binary crossentropy of sigmoid outputs against 0/1 labels (smoothed towards 0.5 as Keras smooths them), each
-    class's positives weighed by its `pos_weight`: −mean_c(w_c·y_c·log p_c + (1 − y_c)·log(1 − p_c))."""
+    """BCE, labels smoothed to 0.5 as Keras does, `pos_weight` w: −mean_c(w_c·y_c·log p_c + (1 − y_c)·log(1 − p_c))."""
 
     def __init__(self, pos_weight=None, smoothing: float = 0.0, name: str = "weighted_binary_crossentropy",
                  **kwargs):
@@ -53,8 +49,7 @@ class WeightedBinaryCrossentropy(keras.losses.Loss):
 
 
 def mean_average_precision(truth: np.ndarray, scores: np.ndarray) -> float:
-    """The mean over classes with a positive of each one's average precision: Σ (R_k − R_{k−1})·P_k over the scores
-    in descending order (tied scores taken together), as scikit-learn's average_precision_score; NaN with none."""
+    """Mean over classes with a positive of Σ (R_k − R_{k−1})·P_k, ties together, as scikit-learn's; NaN with none."""
     found = []
     for c in range(truth.shape[1]):
         positives = truth[:, c].astype(bool)
@@ -70,8 +65,7 @@ def mean_average_precision(truth: np.ndarray, scores: np.ndarray) -> float:
 
 
 class _BinnedScores(keras.metrics.Metric):
-    """Each class's positives and negatives counted by score in `bins` equal bins on the device, as Keras's AUC counts
-    them at thresholds: a pass's figure from these counts, exact but for scores within one bin (taken as tied)."""
+    """Each class's positives and negatives counted in `bins` equal score bins on the device, as Keras's AUC does."""
 
     def __init__(self, num_labels: int, bins: int = 1000, **kwargs):
         super().__init__(**kwargs)
@@ -128,9 +122,7 @@ class MeanAveragePrecision(_BinnedScores):
 
 @keras.saving.register_keras_serializable(package="app")
 class MacroAUC(_BinnedScores):
-    """The mean over classes of each one's ROC AUC, as `evaluate` takes it (app/inference/label_scores.py): the chance
-    a positive scores above a negative, ties (here: one bin) half; a class without a positive or without a negative
-    in the pass has none and is left out of the mean (Keras's AUC(multi_label=True) counts it)."""
+    """Mean ROC AUC over classes with a positive and a negative in the pass, as `evaluate` (Keras: all); ties half."""
 
     def __init__(self, num_labels: int, bins: int = 1000, name: str = "auc", **kwargs):
         super().__init__(num_labels, bins, name=name, **kwargs)
@@ -145,8 +137,7 @@ class MacroAUC(_BinnedScores):
 
 @keras.saving.register_keras_serializable(package="app")
 class PerClassF1(keras.metrics.Metric):
-    """Several labels an image: each class's F1 at `threshold` (`f1_<class name>`), and precision and recall
-    averaged over the classes (`macro_precision`, `macro_recall`; Keras's Precision and Recall are the micro ones)."""
+    """Several labels an image: `f1_<class name>` at `threshold`, `macro_precision`, `macro_recall` (Keras's: micro)."""
 
     def __init__(self, class_names, threshold: float = 0.5, name: str = "per_class_f1", **kwargs):
         super().__init__(name=name, **kwargs)

@@ -44,8 +44,7 @@ def startable(start_method: str):
 
 @contextmanager
 def main_module_hidden(hidden: bool):
-    """While a child starts: with `hidden`, spawn is not told of the parent's main module, so a user's script that
-    imports Keras at its top does not load TensorFlow into every worker (nothing sent may refer to it)."""
+    """With `hidden`, spawn is not told the main module: a user script's Keras import loads no TensorFlow in workers."""
     main = sys.modules.get("__main__")
     saved = {name: main.__dict__[name] for name in ("__file__", "__spec__") if main and name in main.__dict__}
     if hidden and saved:

@@ -86,8 +86,7 @@ def tensorflow_installed() -> bool:
 
 
 def _runnable_modes(asked: list[str], *, patches: bool) -> list[str]:
-    """`asked` less the modes needing TensorFlow where it is absent, or patches where there are none (with a note); a
-    ConfigError if not the default."""
+    """`asked` less modes needing an absent TensorFlow or patches (noted); a ConfigError if not the default modes."""
     default, regions = list(asked) == BENCH_MODES, [mode for mode in asked if mode in REGION_MODES]
     if regions and not patches:
         if not default:

@@ -186,8 +186,7 @@ def preprocessing(augment, size: list[int]) -> dict:
 
 
 def _output(config, run_dir: Path, names: list[str]) -> dict:
-    """preprocessing.json's word on the output: softmax, or (multilabel) sigmoid with each class's threshold from the
-    run's thresholds.json (evaluate's), else trainer.threshold."""
+    """preprocessing.json's output: softmax, or sigmoid with thresholds.json's (else trainer.threshold) a class."""
     if str(config.data.task.value) != "multilabel":
         return {}
     path = run_dir / "thresholds.json"

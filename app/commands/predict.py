@@ -53,8 +53,7 @@ def image_files(path: Path) -> list[Path]:
 
 
 def _prepared_input(given: str, task) -> dict | None:
-    """`input`'s splits, in order, when it is a prepared copy (a URL, or a folder with manifest.json) of the run's
-    data.task `task`; else None."""
+    """`input`'s splits, in order, when it is a prepared copy (a URL, or a folder with manifest.json); else None."""
     if not is_url(given) and not (Path(given).expanduser() / MANIFEST).is_file():
         return None
     copy = prepared_source(PreparedDataConfig(path=given, task=task))
@@ -170,8 +169,7 @@ def _patch_outputs(config, split, model: tuple) -> tuple[list, dict[int, str]]:
 
 
 def _thresholds(given: str | None, run_dir: Path, names: list[str], trainer) -> np.ndarray:
-    """Each class's threshold: `thresholds=<file>`, else the run's thresholds.json (evaluate's, from val), else
-    trainer.threshold for every class."""
+    """Each class's threshold: `thresholds=<file>`, else the run's thresholds.json, else trainer.threshold."""
     path = Path(given).expanduser() if given else run_dir / "thresholds.json"
     if not path.is_file():
         if given:

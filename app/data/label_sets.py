@@ -20,8 +20,7 @@ class LabelFault(ValueError):
 
 
 def from_cell(text: str, *, separator: str, none_label: str | None, column: str = "") -> tuple[str, ...]:
-    """The classes one cell names, sorted, each once; an empty cell or `none_label` alone: none. `none_label` beside
-    a class contradicts it: a LabelFault, not a class of its own."""
+    """A cell's classes, sorted, once each; empty or `none_label`: none; `none_label` beside a class: a LabelFault."""
     names = sorted({name.strip() for name in text.split(separator) if name.strip()})
     if none_label is None or none_label not in names:
         return tuple(names)

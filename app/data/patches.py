@@ -24,9 +24,7 @@ log = logging.getLogger(__name__)
 
 
 class PatchSplit:
-    """Samples that are patches of images: every foreground patch of a grid, `per_image` drawn an image an epoch
-    (`fetch` and `read` take the draw: (seed, epoch, draw)), or a table's own (`listed`); labels are their images'
-    (a table's patches: their own)."""
+    """Patch samples: a grid's foreground ones, `per_image` drawn an image an epoch (seed, epoch, draw), or listed."""
 
     def __init__(self, images: FileSplit, layouts: list[Layout], *, size: tuple[int, int], per_image: int | None):
         self.images, self.layouts, self.size, self.per_image = images, layouts, tuple(size), per_image
@@ -168,8 +166,7 @@ def _warn_of_overlap(counts: dict, patches) -> None:
 
 
 def _listed_split(rows: FileSplit, corners: np.ndarray, patches) -> tuple[PatchSplit, np.ndarray, list[str]]:
-    """A table's patches, a row each (data.columns.x and y), labelled on their own; an image's label for its
-    image-level figures is its patches' most common. A corner whose patch passes its image's edge is refused."""
+    """A table's patches (data.columns.x, y), own labels, an image's their most common; past its edge: refused."""
     paths = list(dict.fromkeys(rows.paths))
     at = {path: i for i, path in enumerate(paths)}
     image_of = np.array([at[path] for path in rows.paths], np.int32)

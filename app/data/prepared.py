@@ -1,6 +1,5 @@
-"""data=prepared: a copy written by `python -m app prepare` (layout: app/data/shards.py), in a folder or at a URL
-(`RemoteCopy`: a ranged GET, or a shard cached under data.cache_dir). Sample i is one read of its index row's byte
-range, CRC32-checked (a mismatch: a bad sample), then decoded; a damaged copy is refused at start."""
+"""data=prepared: a `prepare` copy (app/data/shards.py) in a folder or at a URL (`RemoteCopy`). Sample i is one
+read of its index row's byte range, CRC32-checked (mismatch: a bad sample); a damaged copy is refused at start."""
 
 from __future__ import annotations
 

@@ -121,8 +121,7 @@ def cache_write_error(cache_dir: Path, url: str, max_bytes: int, error: OSError)
 
 
 def delete_least_recently_used(cache_dir: Path, max_bytes: int, keep: Path) -> list[Path]:
-    """Delete shards under `cache_dir` (every copy's), the least recently used first, until they
-    hold at most `max_bytes`, never `keep`; and downloads a killed process left. What was deleted."""
+    """Deletes LRU shards under `cache_dir` down to `max_bytes`, never `keep`, and killed downloads; returns them."""
     shards, now = [], time.time()
     for path in cache_dir.glob("*/*"):
         try:

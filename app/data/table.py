@@ -1,6 +1,5 @@
-"""data=table: a table of samples (app/data/table_files.py reads it), a row an image and its label, split by a column
-or as a folder is (by class, and by group: a patient's rows in one split). Every row is checked before any worker
-starts, each fault named by its line; `data.on_bad_sample=skip` leaves such rows out, listed."""
+"""data=table: a row an image and its label, split by a column or as a folder is (by class, and by group: a patient's
+rows in one split). Every row checked before any worker starts, faults named by line; on_bad_sample=skip lists them."""
 
 from __future__ import annotations
 
@@ -117,8 +116,7 @@ def _classes_in(part: list[Sample]) -> set[str]:
 
 
 def _warn_what_groups_allow(parts: dict, data_cfg) -> None:
-    """Whole groups to a split: where they give validation (or test) under half or over twice its asked share of the
-    rows, or no row of a class training has, the log says what the groups allowed: its figures are read as such."""
+    """Warns where whole groups gave val (or test) under half or over twice its share, or none of a trained class."""
     rows = [s for part in parts.values() for s in part]
     sizes = Counter(s.group or s.rel for s in rows)
     (largest, most), trained = sizes.most_common(1)[0], _classes_in(parts["train"])

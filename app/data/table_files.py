@@ -68,8 +68,7 @@ def _delimited(f, delimiter: str, path: Path) -> tuple[list[str], list[Row]]:
 
 
 def _delimiter_used(header_line: str, delimiter: str) -> str:
-    """The format's delimiter, or the one a header line without it plainly uses (Excel saves `;` where a comma is the
-    decimal mark; a .tsv may hold commas): a header of one column is no table of paths and labels."""
+    """The format's delimiter, else the one the header plainly uses (Excel's `;` where a comma is the decimal mark)."""
     if delimiter in header_line:
         return delimiter
     try:

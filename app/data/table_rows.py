@@ -1,6 +1,5 @@
-"""A table's rows read and checked one by one (data=table, app/data/table.py): the path (data.root, data.path_format,
-listed once), the label or (data.task=multilabel) the labels, the split, the group, the weight; each fault a RowFault
-naming its column."""
+"""A table's rows read and checked one by one (data=table): the path (data.root, data.path_format, listed once), the
+label or (data.task=multilabel) labels, the split, group and weight; each fault a RowFault naming its column."""
 
 from __future__ import annotations
 
@@ -105,8 +104,7 @@ class RowReader:
                       weight=self.weight_of(row), corner=corner)
 
     def file_of(self, rel: str) -> tuple[str, int, str]:
-        """(the path as the file is named on disk, its size, its real path), a RowFault where no file is there. A name
-        is looked for in both Unicode forms (NFC, NFD: macOS stores the second): they print alike, and are one name."""
+        """(name as on disk, size, real path), else a RowFault; NFC and NFD spellings are one name (macOS: NFD)."""
         candidates = dict.fromkeys(unicodedata.normalize(form, rel) for form in ("NFC", "NFD"))
         for form in candidates:
             try:
@@ -194,8 +192,7 @@ class RowReader:
 
 
 def _text(value, column: str) -> str:
-    """A cell as text, in one Unicode form (NFC): a number is its digits, a whole float's as an int's (a JSON writer
-    gives 1 or 1.0); NaN, as None, is no value; a list or a mapping is no single value."""
+    """A cell as NFC text: a whole float as an int (JSON writers give 1 or 1.0); NaN is empty; a list is refused."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     if isinstance(value, (list, dict)):

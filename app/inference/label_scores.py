@@ -45,8 +45,7 @@ def _ranks(values: np.ndarray) -> np.ndarray:
 
 
 def best_thresholds(truth: np.ndarray, scores: np.ndarray, default: float) -> list[float]:
-    """Each class's threshold of highest F1 (`default` without a positive), halfway between the lowest score it names
-    and the next below (or 0): a score moved by a rounding (an exported graph's) is not decided anew."""
+    """Each class's F1-best threshold (`default` with no positive), midway to the next score below (rounding-proof)."""
     found = []
     for c in range(truth.shape[1]):
         positives = truth[:, c] == 1

@@ -1,6 +1,5 @@
-"""Image-level results of a patch run: each image's class probabilities aggregated from its patches'
-(data.patches.aggregate), the image-level figures beside the patch-level ones, a heatmap of each image's patches
-over its thumbnail (the first thing a pathologist looks at), and preview's sheet of the patches drawn."""
+"""A patch run's image-level results: probabilities aggregated from patches (data.patches.aggregate), image figures
+beside patch ones, a heatmap of each image's patches over its thumbnail, and preview's sheet of the patches drawn."""
 
 from __future__ import annotations
 
@@ -21,8 +20,7 @@ SHEET_SIDE = 384  # a thumbnail's side on preview's sheet
 
 
 def aggregate(probabilities: np.ndarray, how: str, top_k: int) -> np.ndarray:
-    """One row of class scores from a row a patch: their mean, their maximum, or the mean of the `top_k` highest a
-    class; a row summing to 1 again (as a softmax's)."""
+    """One row of class scores from a row a patch: mean, max or mean of `top_k` highest a class; sums to 1."""
     if how == "max":
         scores = probabilities.max(axis=0)
     elif how == "topk_mean":
@@ -92,8 +90,7 @@ def write_csv(path: Path, header: list[str], rows) -> None:
 
 def write_predictions(split, outputs: list[tuple[np.ndarray, np.ndarray]], *, names: list[str], patches,
                       out: Path) -> list[dict]:
-    """patches.csv (a row a patch: its image, x, y and class scores) and a heatmap an image under <out>/heatmaps/, each
-    image's cells its predicted class's scores; the rows by_image gives (a heatmap not drawn: its row's error)."""
+    """patches.csv and a heatmap an image (<out>/heatmaps/); `by_image`'s rows, a heatmap not drawn its row's error."""
     rows = by_image(split, outputs, patches)
     positions = np.concatenate([p for p, _ in outputs]) if outputs else np.zeros(0, int)
     scores = np.concatenate([s for _, s in outputs]) if outputs else np.zeros((0, len(names)))
@@ -115,8 +112,7 @@ def write_predictions(split, outputs: list[tuple[np.ndarray, np.ndarray]], *, na
 
 
 def write_patch_sheet(split, indices: list[int], seed: int, out: Path) -> None:
-    """<out>: the images of samples `indices` (epoch 0's draws) on their thumbnails, the patches they may be drawn
-    from tinted green (every foreground patch of the grid), the samples' own outlined in yellow."""
+    """<out>: samples `indices` (epoch 0's draws) on thumbnails, foreground grid green, drawn patches yellow."""
     drawn: dict[int, list[tuple[int, int]]] = {}
     for i in indices:
         image, top, left = split.where(i, (seed, 0, 0))

@@ -35,8 +35,7 @@ READ_ONLY = ("http", "https")  # URL schemes fsspec reads but cannot write
 
 
 def write_prepared_copy(config, *, workers: int, per_shard: int | None = None, overrides: Sequence[str] = ()) -> str:
-    """Prepare `config.data` into `config.prepare.out`; the line saying what was done. `per_shard` (tests): samples a
-    shard, not sized by prepare.shard_mb; `overrides`: the command line's, kept in the manifest to prepare it again."""
+    """`config.data` into prepare.out; its summary. `per_shard`: tests' shard size; `overrides`: for the manifest."""
     store = _refuse_unsupported(config)
     with held_alone(store):
         return _write_copy(config, store, workers=workers, per_shard=per_shard, overrides=overrides)

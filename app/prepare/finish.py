@@ -1,5 +1,4 @@
-"""What a prepare writes last, each whole or not at all: the splits' indexes (labels, places), bad_samples.txt, then
-manifest.json."""
+"""What a prepare writes last, each whole or not at all: indexes (labels, places), bad_samples.txt, manifest.json."""
 
 from __future__ import annotations
 

@@ -103,8 +103,7 @@ def _place_jax(config: Config) -> Placement:
 
 
 def allocator_host_mib(trainer: TrainerConfig) -> float:
-    """Host MiB the GPU allocator's bookkeeping holds: JAX's preallocated pools / 32; 0 without a GPU or a pool made
-    up front, and under TensorFlow (not measured yet)."""
+    """Host MiB of the GPU allocator's bookkeeping: JAX's preallocated pools / 32; else 0 (TensorFlow: not measured)."""
     if trainer.backend != "jax" or os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "").lower() in ("false", "0") \
             or os.environ.get("XLA_PYTHON_CLIENT_ALLOCATOR", "").lower() == "platform":
         return 0.0
