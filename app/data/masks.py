@@ -24,6 +24,7 @@ MIN_SATURATION = 8  # of 255 (CLAM's): grey, however dark (a pen's mark, a scann
 # slide. Glass is bright and nearly grey, even with a scanner's colour cast; the palest eosin is more saturated.
 GLASS_SATURATION = 38  # of 255 (0.15)
 GLASS_BRIGHTNESS = 0.8  # of the slide's white: its 99th percentile of brightness (a 12-bit scan's white is not 65,535)
+RULE = 2  # in a cached mask's key: a mask made by an earlier rule (Otsu's on RGB) is made again
 
 
 def thumbnail(slide: Slide, downsample: float) -> tuple[np.ndarray, float]:
@@ -90,7 +91,7 @@ def mask_of(slide: Slide, downsample: float, bands: list[int] | None) -> tuple[n
     """`slide`'s mask about `downsample` times smaller, its cell in level-0 pixels; cached a file's size and mtime."""
     stat = os.stat(slide.path)
     key = hashlib.sha256(repr((os.path.abspath(slide.path), stat.st_size, stat.st_mtime_ns, round(downsample, 3),
-                               bands, slide.nodata)).encode()).hexdigest()[:24]
+                               bands, slide.nodata, RULE)).encode()).hexdigest()[:24]
     path = app_cache_dir() / "masks" / f"{key}.npz"
     try:
         with np.load(path) as stored:

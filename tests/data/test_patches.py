@@ -17,6 +17,7 @@ from slides import GLASS, he_pixels, slide_pixels, write_slide, zero_tiles
 from app.data import load_or_generate_source
 from app.data.decode import DecodeError
 from app.data.images import read_bytes
+from app.data import masks
 from app.data.masks import foreground, fractions, thumbnail
 from app.data.patches import PatchSplit, grid_split, layout_of, patched
 from app.data.regions import read_region, slide_of
@@ -220,6 +221,19 @@ def test_a_damaged_mask_cache_is_made_again(slide, tmp_path, monkeypatch):
     assert np.array_equal(layout_of(path, settings(level=0), grid=True).cells(), made)
     with np.load(cached) as stored:
         assert stored["mask"].any()
+
+
+def test_a_mask_cached_by_an_earlier_rule_is_made_again(slide, tmp_path, monkeypatch):
+    monkeypatch.setenv("APP_CACHE_DIR", str(tmp_path))
+    path = str(slide[0])
+    made = layout_of(path, settings(level=0), grid=True).cells()
+    (cached,) = (tmp_path / "masks").glob("*.npz")
+    with np.load(cached) as stored:
+        cell = float(stored["cell"])
+    np.savez(cached, mask=np.zeros((64, 64), bool), cell=cell)  # planted under today's key: read (the control)
+    assert not len(layout_of(path, settings(level=0), grid=True).cells())
+    monkeypatch.setattr(masks, "RULE", masks.RULE + 1)  # the rule changes: the planted mask is not today's
+    assert np.array_equal(layout_of(path, settings(level=0), grid=True).cells(), made)
 
 
 def test_a_slide_whose_tiles_cannot_be_decoded_is_named_and_predicts_grid_goes_on(slide, tmp_path):
