@@ -14,10 +14,9 @@ from omegaconf import OmegaConf
 from PIL import Image
 from slides import GLASS, he_pixels, slide_pixels, write_slide, zero_tiles
 
-from app.data import load_or_generate_source
+from app.data import load_or_generate_source, masks
 from app.data.decode import DecodeError
 from app.data.images import read_bytes
-from app.data import masks
 from app.data.masks import foreground, fractions, thumbnail
 from app.data.patches import PatchSplit, grid_split, layout_of, patched
 from app.data.regions import read_region, slide_of
