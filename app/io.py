@@ -91,9 +91,8 @@ class OwnFileHandler(logging.FileHandler):
         return open_own(self.baseFilename, self.mode, encoding=self.encoding, errors=self.errors)
 
 
-def write_picture(path: str | os.PathLike, picture, **options) -> None:
-    """A PNG of `picture` (a PIL image, or a Matplotlib figure with savefig's `options`) atomically at `path`."""
-    save = picture.savefig if hasattr(picture, "savefig") else picture.save
+def write_picture(path: str | os.PathLike, save, **options) -> None:
+    """A PNG atomically at `path`, by `save` (a PIL image's `save`, a Matplotlib figure's `savefig`) with `options`."""
     with atomic_write(path, "wb") as f:
         save(f, format="png", **options)
 

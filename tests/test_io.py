@@ -48,7 +48,7 @@ def test_a_log_handler_a_dangling_link_and_a_whole_file_never_write_through_link
     picture = tmp_path / "augmented.png"
     (tmp_path / "photo.jpg").write_bytes(b"\xff\xd8 a JPEG")
     picture.symlink_to(tmp_path / "photo.jpg")
-    write_picture(picture, Image.new("RGB", (4, 4)))
+    write_picture(picture, Image.new("RGB", (4, 4)).save)
     assert (tmp_path / "photo.jpg").read_bytes() == b"\xff\xd8 a JPEG" and Image.open(picture).format == "PNG"
     (tmp_path / "folder").mkdir()
     (tmp_path / "scalars.csv").symlink_to(tmp_path / "folder")

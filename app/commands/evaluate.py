@@ -184,7 +184,7 @@ def _mistakes(config, split, mistakes: list, names: list[str], path: Path) -> No
                        draft=config.data.decode.draft, max_pixels=config.data.max_image_pixels)
     images = [make_sample(split, resize, index, seed=config.seed, epoch=0) for _, index, _, _ in mistakes]
     captions = [f"true {names[t]}\npred {names[p]}\np {prob:.2f}" for prob, _, t, p in mistakes]
-    write_picture(path, grid(images, captions, columns=4))
+    write_picture(path, grid(images, captions, columns=4).save)
 
 
 def _table(confusion: np.ndarray, names: list[str]) -> str:
@@ -213,5 +213,5 @@ def _plot(confusion: np.ndarray, names: list[str], path: Path, result: dict) -> 
         ax.text(j, i, str(value), ha="center", va="center",
                 color="white" if value > confusion.max() / 2 else "black")
     fig.tight_layout()
-    write_picture(path, fig, dpi=100)
+    write_picture(path, fig.savefig, dpi=100)
     plt.close(fig)

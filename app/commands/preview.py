@@ -60,7 +60,7 @@ def main(cfg: DictConfig) -> str:
     if bands is not None or pixels.bands != 3 or pixels.dtype != "uint8":
         log.info("preview: bands %s as red, green and blue, each image's stretched from its 2nd to its 98th "
                  "percentile (preview.bands)", bands or ([0, 1, 2] if pixels.bands >= 3 else [0, 0, 0]))
-    write_picture(out, grid(list(rgb_view(np.stack(images), bands)), captions, columns=k + 1))
+    write_picture(out, grid(list(rgb_view(np.stack(images), bands)), captions, columns=k + 1).save)
     log.info("preview: %d samples × (source + %d augmentations), seed %d", shown, k, config.seed)
     print(f"written: {out}")
     if hasattr(source.train, "layouts"):  # patches: where they lie on their images

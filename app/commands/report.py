@@ -98,7 +98,7 @@ def plot(swept: list[str], rows: list[dict], out: Path) -> list[Path]:
     for key in swept:
         fig = figure(key, swept, [r for r in rows if r["images_per_s"] is not None])
         path = out / f"report_{key.replace('/', '_')}.png"
-        write_picture(path, fig, dpi=100)
+        write_picture(path, fig.savefig, dpi=100)
         plt.close(fig)
         written.append(path)
     return written

@@ -119,7 +119,7 @@ def write_patch_sheet(split, indices: list[int], seed: int, out: Path) -> None:
         drawn.setdefault(image, []).append((top, left))
     views = [_sheet_view(split.layouts[image], corners) for image, corners in drawn.items()]
     captions = [f"{Path(split.images.paths[image]).name}: {len(drawn[image])} drawn" for image in drawn]
-    write_picture(out, grid(views, captions, columns=4))
+    write_picture(out, grid(views, captions, columns=4).save)
 
 
 def _sheet_view(layout, corners: list[tuple[int, int]]) -> np.ndarray:

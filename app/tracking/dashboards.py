@@ -180,7 +180,8 @@ def write_first_batch(out: Writer, run_dir: Path, batch: tuple, class_names: lis
     images, labels = batch[0], batch[1]
     seen = sheets.rgb_view(images)  # several bands or 16 bits: three of them, stretched
     out.images("augmented", seen, 0)
-    write_picture(Path(run_dir) / "augmented.png", sheets.grid(seen, [label_sets.text(y, class_names) for y in labels]))
+    sheet = sheets.grid(seen, [label_sets.text(y, class_names) for y in labels])
+    write_picture(Path(run_dir) / "augmented.png", sheet.save)
 
 
 def rewrite_without_events_after(run_dir: Path, step: int) -> None:
