@@ -18,6 +18,7 @@ from app.data.source import FileSplit, Source
 from app.data.table_files import read_rows
 from app.data.table_rows import RowReader, Sample, multilabel_reading
 from app.errors import DataError
+from app.io import is_url
 
 log = logging.getLogger(__name__)
 HF_PATH = "file_name"  # Hugging Face ImageFolder's metadata column
@@ -25,6 +26,11 @@ HF_PATH = "file_name"  # Hugging Face ImageFolder's metadata column
 
 def table_source(data_cfg) -> Source:
     """data=table: the source of a config's data node."""
+    for key, given in (("data.table", data_cfg.table), ("data.root", data_cfg.root)):
+        if is_url(given):  # never a local path of a URL's text: "./s3:/bucket/t.csv does not exist"
+            raise DataError(f"{key}={given} is a URL: a table and the images it lists are read from local files. "
+                            f"Copy them to this machine and give the local path, or prepare a copy (python -m app "
+                            "prepare data=table ... prepare.out=s3://...) and train on it with data=prepared")
     table = Path(str(data_cfg.table)).expanduser().absolute()
     if not table.is_file():
         raise DataError(f"data.table {table} does not exist or is not a file: give a CSV, TSV, JSON Lines or "

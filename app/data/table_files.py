@@ -101,9 +101,13 @@ def _jsonl(f, path: Path) -> tuple[list[str], list[Row]]:
         if not text.strip():
             continue
         try:
-            value = json.loads(text)
+            value = json.loads(text, object_pairs_hook=_object_once)
         except json.JSONDecodeError as error:
             rows.append(Row(f"line {number}", number, fault=f"it is not JSON ({error.msg})"))
+            continue
+        except _KeyTwice as error:
+            rows.append(Row(f"line {number}", number, fault=f"it names key `{error}` more than once: give each "
+                                                            "column one value a line"))
             continue
         if not isinstance(value, dict):
             rows.append(Row(f"line {number}", number, fault="it is not a JSON object of column names and values"))
@@ -114,6 +118,17 @@ def _jsonl(f, path: Path) -> tuple[list[str], list[Row]]:
         raise DataError(f"data.table {path}, {rows[0].at}: {rows[0].fault}; not one line of it is a row (a JSON "
                         'object a line: {"path": "a.jpg", "label": "cat"})')
     return list(columns), rows
+
+
+class _KeyTwice(ValueError):
+    """A JSON object naming a key twice (json keeps the last silently; the CSV header's twin is refused)."""
+
+
+def _object_once(pairs: list[tuple[str, object]]) -> dict:
+    value = dict(pairs)
+    if len(value) < len(pairs):
+        raise _KeyTwice(next(key for i, (key, _) in enumerate(pairs) if key in dict(pairs[:i])))
+    return value
 
 
 def _parquet(path: Path) -> tuple[list[str], list[Row]]:

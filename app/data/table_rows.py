@@ -29,7 +29,8 @@ class Sample:
     weight: float = 1.0  # data.columns.weight's, for data.sampling=weights
     stratum: str = ""  # what a drawn split balances: its label, or (multilabel) its rarest class
     corner: tuple[int, int] | None = None  # data.columns.x and y: a patch's (top, left) at level 0
-    real: str = ""  # its file's real path: what tells one file listed twice
+    real: str = ""  # its file's real path: an image's patches' group
+    file: tuple[int, int] = (0, 0)  # its file's (st_dev, st_ino): what tells one file listed twice, links too
 
 
 class RowFault(Exception):
@@ -77,7 +78,7 @@ class RowReader:
                                     "to data.max_bad_fraction") from None
                 left_out.append((row.number, where, fault.why))
                 continue
-            seen[(sample.real, sample.corner)] = (row.at, sample.rel)
+            seen[(sample.file, sample.corner)] = (row.at, sample.rel)
             samples.append(sample)
         return samples, left_out
 
@@ -85,15 +86,15 @@ class RowReader:
         if row.fault:
             raise RowFault(None, row.fault)
         cols = self.columns
-        given = _text(row.values.get(cols["path"]), cols["path"])
+        given = _text(row.values.get(cols["path"]), cols["path"], form=None)  # a name is its bytes: NFC, NFD kept
         if not given:
             raise RowFault(cols["path"], "the path is empty")
-        rel, size, real = self.file_of(posixpath.normpath(self.path_format.replace("{}", given, 1)
+        rel, size, real, file = self.file_of(posixpath.normpath(self.path_format.replace("{}", given, 1)
                                                           if self.path_format else given))
         corner = self.corner_of(row)
-        if (real, corner) in seen:  # one file however spelt: ./a.jpg, /data/a.jpg, a link's folder
+        if (file, corner) in seen:  # one file however spelt: ./a.jpg, /data/a.jpg, a link's folder, a hard link
             where = f"{rel} at x={corner[1]}, y={corner[0]}" if corner else rel
-            at, first = seen[(real, corner)]
+            at, first = seen[(file, corner)]
             raise RowFault(cols["path"], f"{where} is listed already, at {at}" + (f" (as {first})" if first != rel
                                                                                    else ""))
         label = self.label_of(row)
@@ -101,11 +102,12 @@ class RowReader:
         group = _text(row.values.get(cols["group"]), cols["group"]) if cols["group"] else None
         group = group or (real if corner else None)  # an image's patches stay in one split
         return Sample(at=row.at, rel=rel, label=label, split=split, group=group or None, size=size, real=real,
-                      weight=self.weight_of(row), corner=corner)
+                      file=file, weight=self.weight_of(row), corner=corner)
 
-    def file_of(self, rel: str) -> tuple[str, int, str]:
-        """(name as on disk, size, real path), else a RowFault; NFC and NFD spellings are one name (macOS: NFD)."""
-        candidates = dict.fromkeys(unicodedata.normalize(form, rel) for form in ("NFC", "NFD"))
+    def file_of(self, rel: str) -> tuple[str, int, str, tuple[int, int]]:
+        """(name as on disk, size, real path, (device, inode)), else a RowFault: the name as given, else in its other
+        Unicode form (macOS stores NFD, people type NFC); two files whose names differ only so stay two."""
+        candidates = dict.fromkeys([rel, *(unicodedata.normalize(form, rel) for form in ("NFC", "NFD"))])
         for form in candidates:
             try:
                 found = (self.root / form).stat()
@@ -116,7 +118,7 @@ class RowReader:
             if not stat.S_ISREG(found.st_mode):
                 what = "a folder" if stat.S_ISDIR(found.st_mode) else "not a regular file"
                 raise RowFault(self.columns["path"], f"{self.root / form} is {what}, not an image file")
-            return form, found.st_size, os.path.realpath(self.root / form)
+            return form, found.st_size, os.path.realpath(self.root / form), (found.st_dev, found.st_ino)
         raise RowFault(self.columns["path"], f"{self.root / rel} cannot be read (No such file or directory)")
 
     def corner_of(self, row: Row) -> tuple[int, int] | None:
@@ -155,6 +157,7 @@ class RowReader:
             label = _text(row.values.get(column), column)
             if not label:
                 raise RowFault(column, "the label is empty")
+            _check_printable(label, column)
             if known and label not in known:
                 raise RowFault(column, f"label {label!r} is none of data.classes ({', '.join(known)})")
             return label
@@ -165,6 +168,8 @@ class RowReader:
                                      none_label=ml["none_label"], column=column)
         except label_sets.LabelFault as fault:
             raise RowFault(fault.column, fault.why) from None
+        for name in names:
+            _check_printable(name, column)
         unknown = [name for name in names if known and name not in known]
         if unknown:
             raise RowFault(column, f"label(s) {', '.join(unknown)} are none of data.classes ({', '.join(known)})")
@@ -191,12 +196,23 @@ class RowReader:
                                                   f"{sample.split}: a group's rows all go to one split")
 
 
-def _text(value, column: str) -> str:
-    """A cell as NFC text: a whole float as an int (JSON writers give 1 or 1.0); NaN is empty; a list is refused."""
+def _check_printable(label: str, column: str) -> None:
+    """A label prints as what it is: no control or invisible character (NUL, a zero-width space), no space but U+0020
+    (a no-break space), else two classes would print alike."""
+    odd = next((c for c in label if unicodedata.category(c)[0] in "CZ" and c != " "), None)
+    if odd is not None:
+        raise RowFault(column, f"label {label!r} holds the character U+{ord(odd):04X} "
+                               f"({unicodedata.name(odd, 'a control character')}), which prints as another or as "
+                               "nothing: write the label with letters, digits, punctuation and plain spaces")
+
+
+def _text(value, column: str, form: str | None = "NFC") -> str:
+    """A cell as `form` text: a whole float as an int (JSON writers give 1 or 1.0); NaN is empty; a list refused."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     if isinstance(value, (list, dict)):
         raise RowFault(column, f"{value!r} is not one value")
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    return unicodedata.normalize("NFC", str(value).strip())
+    text = str(value).strip()
+    return unicodedata.normalize(form, text) if form else text

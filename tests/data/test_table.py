@@ -17,7 +17,7 @@ from PIL import Image
 
 from app.data.table import table_source
 from app.errors import DataError
-from app.schema import OnBadSample, TableColumns, TableDataConfig
+from app.schema import OnBadSample, TableColumns, TableDataConfig, Task
 
 ROWS = 30
 
@@ -308,3 +308,61 @@ def test_a_grouped_split_says_what_its_groups_allow(tmp_path, images, caplog):
     write_table(tmp_path / "t.csv", ["path", "label", "group"], rows)
     table_source(config(tmp_path / "t.csv", columns=TableColumns(group="group"), val_fraction=0.2))
     assert "largest group" not in caplog.text
+
+
+def test_one_file_is_known_by_its_identity_on_disk_not_its_name(tmp_path, images):
+    (tmp_path / "images" / "hard00.png").hardlink_to(tmp_path / "images" / "img00.png")
+    rows = sample_rows(images)
+    rows[5][0] = "images/hard00.png"
+    write_table(tmp_path / "t.csv", ["path", "label"], rows)
+    with pytest.raises(DataError, match=r"line 7, column `path`: images/hard00.png is listed already, at line 2 "
+                                        r"\(as images/img00.png\)"):
+        table_source(config(tmp_path / "t.csv"))
+    shutil.copy(tmp_path / "images" / "img00.png", tmp_path / "images" / "copy00.png")
+    rows[5][0] = "images/copy00.png"  # negative control: a copy is a file of its own
+    write_table(tmp_path / "t.csv", ["path", "label"], rows)
+    assert "images/copy00.png" in summary(table_source(config(tmp_path / "t.csv")))
+
+
+def test_two_files_whose_names_differ_only_in_unicode_form_are_two(tmp_path):
+    forms = [unicodedata.normalize(form, "café") for form in ("NFC", "NFD")]
+    write_images(tmp_path / "images", [f"{name}{i}.png" for name in forms for i in range(4)])
+    if len(list((tmp_path / "images").iterdir())) < 8:
+        pytest.skip("this file system keeps one name for both forms")
+    rows = [[f"images/{name}{i}.png", "ab"[i % 2]] for name in forms for i in range(4)]
+    write_table(tmp_path / "t.csv", ["path", "label"], rows)
+    source = table_source(config(tmp_path / "t.csv"))
+    assert sorted(source.split["train"] + source.split["val"]) == sorted(row[0] for row in rows)
+    rows.append([f"images/{forms[1]}0.png", "a"])  # negative control: the same name, the same form, twice
+    write_table(tmp_path / "t.csv", ["path", "label"], rows)
+    with pytest.raises(DataError, match=r"line 10, column `path`: .*0.png is listed already, at line 6"):
+        table_source(config(tmp_path / "t.csv"))
+
+
+@pytest.mark.parametrize("label", ["c\0at", "cat\u200b", "c\u00a0at", "c\u2028at"], ids=["nul", "zero-width", "nbsp",
+                                                                                        "line-separator"])
+def test_a_label_holding_a_character_that_prints_as_another_is_refused_by_row_and_column(tmp_path, images, label):
+    rows = [[f"images/{name}", ["cat", "dog", "c at"][i % 3]] for i, name in enumerate(images)]
+    write_table(tmp_path / "t.csv", ["path", "label"], rows)
+    assert table_source(config(tmp_path / "t.csv")).class_names == ["c at", "cat", "dog"]  # negative control
+    rows[3][1] = label
+    for suffix, line in ((".csv", 5), (".jsonl", 4)):  # JSON Lines: no header line
+        write_table(tmp_path / f"t{suffix}", ["path", "label"], rows)
+        with pytest.raises(DataError, match=rf"t{suffix}, line {line}, column `label`: label .* holds the character"):
+            table_source(config(tmp_path / f"t{suffix}"))
+    several = tmp_path / "several.csv"
+    write_table(several, ["path", "label"], [[path, f"dog|{label}" if i == 3 else name] for i, (path, name) in
+                                             enumerate(rows)])
+    with pytest.raises(DataError, match=r"several.csv, line 5, column `label`: label .* holds the character U\+"):
+        table_source(config(several, task=Task.multilabel, label_separator="|"))
+
+
+@pytest.mark.parametrize("table", ["s3://bucket/t.parquet", "https://example.org/t.csv"])
+def test_a_table_at_a_url_is_refused_as_one_never_read_as_a_local_path(tmp_path, table):
+    with pytest.raises(DataError, match=rf"data.table={re.escape(table)} is a URL: a table and the images it lists are "
+                                        "read from local files"):
+        table_source(config(table))
+    with pytest.raises(DataError, match=r"data.root=s3://bucket/images is a URL"):
+        table_source(config(tmp_path / "t.csv", root="s3://bucket/images"))
+    with pytest.raises(DataError, match=r"data.table .*t.csv does not exist"):  # negative control: a local path
+        table_source(config(tmp_path / "t.csv"))

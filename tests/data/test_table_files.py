@@ -28,3 +28,13 @@ def test_rows_that_do_not_fit_are_faults_of_their_line_and_a_stray_quote_stops_t
     (tmp_path / "q.csv").write_text('path,label\na.jpg,"cat\nb.jpg,dog\n')
     with pytest.raises(DataError, match="q.csv, line 2: "):
         read_rows(tmp_path / "q.csv")
+
+
+def test_a_json_line_naming_a_key_twice_is_a_fault_of_its_line_as_a_csv_header_is(tmp_path):
+    table = tmp_path / "t.jsonl"
+    table.write_text('{"path": "a.jpg", "label": "cat"}\n{"path": "b.jpg", "label": "cat", "label": "dog"}\n')
+    header, rows = read_rows(table)
+    assert header == ["path", "label"] and rows[0].fault is None and rows[0].values["label"] == "cat"
+    assert rows[1].number == 2 and rows[1].fault.startswith("it names key `label` more than once")
+    table.write_text('{"path": "b.jpg", "label": "cat", "group": {"label": "dog"}}\n')  # negative control: nested
+    assert read_rows(table)[1][0].fault is None
