@@ -17,6 +17,7 @@ from app.errors import DataError
 STEPS_A_PATCH = 4  # random patches start on a grid this many times finer than a patch
 MASK_CELLS = 8  # a patch's side spans this many cells of its image's mask
 PROGRESS_AFTER_S = 2  # a pass over the images shows its bar once it has taken this long
+FINER = 1.001  # a resolution this close to a level's is that level (scanners round their µm a pixel)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,7 +69,7 @@ def layout_of(path: str, patches, *, grid: bool, masked: bool = True) -> Layout:
 def _layout(path: str, patches, *, grid: bool, masked: bool) -> Layout:
     slide = slide_of(path, patches.max_chunk_pixels, patches.reader.value)
     scale = _downsample(slide, patches)
-    level = max((k for k in range(len(slide.levels)) if slide.downsample(k) <= scale * 1.001), key=slide.downsample)
+    level = max((k for k in range(len(slide.levels)) if slide.downsample(k) <= scale * FINER), key=slide.downsample)
     size = np.array(patches.size)
     read = tuple(int(v) for v in np.round(size * scale / slide.downsample(level)).astype(int))
     extent = tuple(int(v) for v in np.round(size * scale).astype(int))
@@ -93,6 +94,10 @@ def _downsample(slide: Slide, patches) -> float:
         if slide.mpp is None:
             raise DataError(f"data.patches.mpp={patches.mpp}: {slide.path} records no resolution (the TIFF's "
                             "XResolution and ResolutionUnit): give data.patches.level or data.patches.downsample")
+        if patches.mpp < slide.mpp / FINER:
+            raise DataError(f"data.patches.mpp={patches.mpp} is finer than {slide.path}'s level 0, at {slide.mpp:g} µm "
+                            f"a pixel: give {slide.mpp:g} µm or more (patches are never read above the scan's own "
+                            "resolution), or data.patches.level=0")
         return max(patches.mpp / slide.mpp, 1.0)
     return max(patches.downsample or 1.0, 1.0)
 

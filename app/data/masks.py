@@ -34,7 +34,8 @@ def thumbnail(slide: Slide, downsample: float) -> tuple[np.ndarray, float]:
     step = max(1, int(downsample / slide.downsample(level)))
     height, width = slide.levels[level]
     rows = -(-max(slide.chunk[0], step) // step) * step  # a band of whole chunks, a multiple of the step
-    parts = [read_region(slide, level, (top, 0), (min(rows, height - top), width))[::step, ::step]
+    # each band's every step-th pixel copied: a view would keep the whole band, and so the whole level, alive
+    parts = [read_region(slide, level, (top, 0), (min(rows, height - top), width))[::step, ::step].copy()
              for top in range(0, height, rows)]
     return np.concatenate(parts), slide.downsample(level) * step
 

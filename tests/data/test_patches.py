@@ -3,6 +3,7 @@ the foreground mask against the drawn tissue, grid and random patches, and files
 
 import dataclasses
 import logging
+import tracemalloc
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,7 +23,8 @@ from app.data.patches import PatchSplit, grid_split, layout_of, patched
 from app.data.regions import read_region, slide_of
 from app.data.source import FileSplit, Source
 from app.errors import DataError
-from app.inference.patch_scores import aggregate, write_patch_sheet
+from app.inference import patch_scores
+from app.inference.patch_scores import aggregate, write_heatmap, write_patch_sheet
 from app.schema.data import PatchesConfig, TableColumns, TableDataConfig
 
 LIMIT = 16_777_216
@@ -67,6 +69,9 @@ def test_the_resolution_picks_the_nearest_finer_level_and_shrinks_the_rest(slide
     assert (between.level, between.read, between.extent) == (1, (96, 96), (192, 192))
     with pytest.raises(DataError, match="data.patches.level=5: .* has levels 0 to 2"):
         layout_of(path, settings(level=5), grid=True)
+    with pytest.raises(DataError, match=r"data.patches.mpp=0.125 is finer than .*slide.tif's level 0, at 0.25 µm"):
+        layout_of(path, settings(mpp=0.125), grid=True)  # as a downsample under 1 is refused
+    assert layout_of(path, settings(mpp=0.2499), grid=True).level == 0  # negative control: level 0's, rounded
 
 
 def test_the_mask_finds_the_drawn_tissue(slide):
@@ -275,3 +280,22 @@ def test_images_left_out_and_a_grid_that_overlaps_much_are_warned_of_with_counts
     val = made.split["patches"]["val"]["patches"]
     assert "data.patches.stride=[8, 8] of a [64, 64] patch reads each pixel in up to 64 patches" in caplog.text
     assert f"val {val:,} patches of 1 images" in caplog.text
+
+
+def test_a_heatmap_of_a_slide_without_a_pyramid_holds_a_band_of_tiles_never_its_level(tmp_path, monkeypatch):
+    """The thumbnail is streamed a band of tiles at a time, and keeps only its own pixels of each band."""
+    monkeypatch.setattr(patch_scores, "HEATMAP_SIDE", 128)  # a 16× thumbnail: the picture's own arrays are small
+    image = np.tile(slide_pixels(512, 0, np.random.default_rng(6))[0], (4, 4, 1))  # 2048², one level
+    path = tmp_path / "flat.tif"
+    tifffile.imwrite(path, image, tile=(128, 128), compression="jpeg", photometric="rgb")
+    layout = layout_of(str(path), settings(level=0, min_foreground=0.0), grid=True)
+    split = PatchSplit(FileSplit([str(path)], [0]), [layout], size=(64, 64), per_image=None)
+    write_heatmap(split, 0, [(0, 0, 0.9)], tmp_path / "warm")  # imports and codecs' first use, outside the count
+    tracemalloc.start()
+    try:
+        write_heatmap(split, 0, [(0, 0, 0.9)], tmp_path / "heat")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (tmp_path / "heat.png").is_file()
+    assert peak < image.nbytes / 4, f"{peak:,} bytes at the peak for a level of {image.nbytes:,}"
