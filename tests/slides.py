@@ -37,17 +37,20 @@ def slide_pixels(side: int, label: int, rng: np.random.Generator) -> tuple[np.nd
     return np.clip(image, 0, 255).astype(np.uint8), mask
 
 
-def write_slide(path: Path, image: np.ndarray, *, levels: int = 3, tile: int = 256, mpp: float = 0.5) -> None:
-    """`image` as a JPEG-tiled TIFF with `levels - 1` halving SubIFD levels and its resolution (µm a pixel)."""
+def write_slide(path: Path, image: np.ndarray, *, levels: int = 3, tile: int = 256, mpp: float = 0.5,
+                extrasamples: list[int] | None = None) -> None:
+    """`image` as a JPEG-tiled TIFF with `levels - 1` halving SubIFD levels and its resolution (µm a pixel); with
+    `extrasamples` (an RGBA's alpha: [2]), Deflate tiles (JPEG holds no alpha)."""
     per_cm = 1e4 / mpp
+    kept = {"compression": "deflate", "extrasamples": extrasamples} if extrasamples else {"compression": "jpeg"}
     with tifffile.TiffWriter(path) as tif:
-        tif.write(image, tile=(tile, tile), compression="jpeg", photometric="rgb", subifds=levels - 1,
-                  resolution=(per_cm, per_cm), resolutionunit="CENTIMETER")
+        tif.write(image, tile=(tile, tile), photometric="rgb", subifds=levels - 1,
+                  resolution=(per_cm, per_cm), resolutionunit="CENTIMETER", **kept)
         for level in range(1, levels):
             step = 2 ** level
             tif.write(cv2.resize(image, (image.shape[1] // step, image.shape[0] // step),
-                                 interpolation=cv2.INTER_AREA), tile=(tile, tile), compression="jpeg",
-                      photometric="rgb", subfiletype=1)
+                                 interpolation=cv2.INTER_AREA), tile=(tile, tile), photometric="rgb", subfiletype=1,
+                      **kept)
 
 
 def write_svs(path: Path, image: np.ndarray, *, levels: int = 3, tile: int = 256, mpp: float = 0.5) -> None:

@@ -4,6 +4,7 @@ below it, or streamed a row of chunks at a time from a file without one."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -97,13 +98,23 @@ def mask_of(slide: Slide, downsample: float, bands: list[int] | None) -> tuple[n
     try:
         with np.load(path) as stored:
             return stored["mask"], float(stored["cell"])
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # not cached, or no cache folder to hold it
         pass
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:  # cut short, or not a mask
         log.info("the cached mask of %s is damaged (%s): made again", slide.path, bad_sample_reason(error))
     thumb, cell = thumbnail(slide, downsample)
     mask = foreground(thumb, bands=bands, nodata=slide.nodata)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_write(path, "wb") as file:
-        np.savez(file, mask=mask, cell=cell)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_write(path, "wb") as file:
+            np.savez(file, mask=mask, cell=cell)
+    except OSError as error:  # the cache's fault, not the slide's: the mask stands, made again next run
+        _warn_of_unwritable_cache(str(path.parent), bad_sample_reason(error))
     return mask, cell
+
+
+@functools.cache
+def _warn_of_unwritable_cache(folder: str, why: str) -> None:
+    """Once a folder: masks are made but not kept, and how to give them a folder that can be written."""
+    log.warning("the mask cache %s cannot be written (%s): each slide's mask is made again on every run; set "
+                "APP_CACHE_DIR to a folder this user can write to keep them", folder, why)

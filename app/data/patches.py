@@ -113,7 +113,7 @@ class PatchSplit:
 
 def _patch_bytes(layout: Layout, size: tuple[int, int]) -> int:
     slide = layout.slide
-    each = slide.bands * np.dtype(slide.dtype).itemsize
+    each = (slide.bands + (slide.alpha is not None)) * np.dtype(slide.dtype).itemsize  # an alpha is decoded too
     chunk_h, chunk_w = slide.chunk
     chunks = (-(-layout.read[0] // chunk_h) + 1) * (-(-layout.read[1] // chunk_w) + 1) if slide.tiff else 1
     return each * (chunks * chunk_h * chunk_w + layout.read[0] * layout.read[1] + size[0] * size[1])

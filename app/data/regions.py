@@ -38,6 +38,7 @@ class Slide:
     mpp: float | None = None
     nodata: float | None = None
     openslide: bool = False  # read through OpenSlide: 8-bit RGB, its tiles
+    alpha: int | None = None  # an RGBA TIFF's ExtraSamples (1 premultiplied, 2 not): read as RGB on white, as OpenSlide
 
     def downsample(self, level: int) -> float:
         return self.levels[0][1] / self.levels[level][1]
@@ -72,8 +73,10 @@ def _tiff_slide(path: str) -> Slide:
             chunk = (page.tilelength, page.tilewidth) if page.is_tiled else (page.rowsperstrip or sizes[0][0],
                                                                                  sizes[0][1])
             nodata = page.tags.get(GDAL_NODATA)
-            return Slide(path=path, levels=sizes, chunk=(min(chunk[0], sizes[0][0]), chunk[1]), bands=bands,
-                         dtype=str(series.dtype), tiled=page.is_tiled, mpp=_mpp(page),
+            alpha = _alpha(page)
+            return Slide(path=path, levels=sizes, chunk=(min(chunk[0], sizes[0][0]), chunk[1]),
+                         bands=bands - (alpha is not None), dtype=str(series.dtype), tiled=page.is_tiled,
+                         mpp=_mpp(page), alpha=alpha,
                          nodata=None if nodata is None else float(str(nodata.value).strip("\0 ")))
     except (tifffile.TiffFileError, ValueError, IndexError, KeyError) as error:
         raise DecodeError(f"cannot read TIFF: {error}") from error
@@ -97,6 +100,14 @@ def _flat_slide(path: str) -> Slide:
             raise DecodeError(f"cannot read its header: {error}") from error
         dtype, bands = ("uint16" if mode.startswith("I;16") else "uint8"), (1 if mode in ("L", "1") else 3)
     return Slide(path=path, levels=((height, width),), chunk=(height, width), bands=bands, dtype=dtype, tiff=False)
+
+
+def _alpha(page) -> int | None:
+    """An RGBA page's alpha (TIFF ExtraSamples: 1 associated, 2 unassociated); None for any other bands."""
+    extra = tuple(int(e) for e in page.extrasamples or ())
+    if page.photometric == tifffile.PHOTOMETRIC.RGB and page.samplesperpixel == 4 and extra in ((1,), (2,)):
+        return extra[0]
+    return None
 
 
 def _size(shape: tuple[int, ...], axes: str) -> tuple[int, int]:
@@ -168,8 +179,8 @@ def _region(slide: Slide, level: int, corner: tuple[int, int], size: tuple[int, 
         array, axes = _open.level(slide.path, level)
         window = tuple(slice(top, top + height) if axis == "Y" else slice(left, left + width) if axis == "X"
                        else slice(None) for axis in axes)
-        region = np.asarray(array[window])
-        return _bands_last(region, axes)
+        region = _bands_last(np.asarray(array[window]), axes)
+        return region if slide.alpha is None else scanner_files.on_white(region, premultiplied=slide.alpha == 1)
     image = rgb_from_bytes(read_bytes(slide.path, None), None, None)
     region = image[top:top + height, left:left + width]
     return np.ascontiguousarray(region if region.ndim == 3 else region[:, :, None])

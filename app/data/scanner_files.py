@@ -79,5 +79,12 @@ def read_region(path: str, level: int, window: tuple, *, downsample: float) -> n
     (top, left), (height, width) = window
     region = np.asarray(opened.get(path).read_region((round(left * downsample), round(top * downsample)), level,
                                                      (width, height)))
-    alpha = region[:, :, 3:4].astype(np.float32) / 255
-    return np.ascontiguousarray((region[:, :, :3] * alpha + 255 * (1 - alpha) + 0.5).astype(np.uint8))
+    return on_white(region, premultiplied=False)
+
+
+def on_white(rgba: np.ndarray, *, premultiplied: bool) -> np.ndarray:
+    """(height, width, 3) of `rgba` laid on white: a transparent part (outside a scan) is white, as glass is."""
+    white = float(np.iinfo(rgba.dtype).max)
+    alpha = rgba[:, :, 3:4].astype(np.float32) / white
+    rgb = rgba[:, :, :3] if premultiplied else rgba[:, :, :3] * alpha
+    return np.ascontiguousarray((rgb + white * (1 - alpha) + 0.5).astype(rgba.dtype))

@@ -299,3 +299,35 @@ def test_a_heatmap_of_a_slide_without_a_pyramid_holds_a_band_of_tiles_never_its_
         tracemalloc.stop()
     assert (tmp_path / "heat.png").is_file()
     assert peak < image.nbytes / 4, f"{peak:,} bytes at the peak for a level of {image.nbytes:,}"
+
+
+def test_a_mask_cache_that_cannot_be_written_is_named_and_the_mask_made_without_it(slide, tmp_path, monkeypatch,
+                                                                                    caplog):
+    (tmp_path / "afile").write_text("x")
+    monkeypatch.setenv("APP_CACHE_DIR", str(tmp_path / "afile" / "cache"))  # under a regular file
+    path = str(slide[0])
+    with caplog.at_level(logging.INFO, logger="app.data"):
+        unkept = layout_of(path, settings(level=0), grid=True).cells()
+    assert "the mask cache " + str(tmp_path / "afile" / "cache" / "masks") + " cannot be written" in caplog.text
+    assert "APP_CACHE_DIR" in caplog.text and "damaged" not in caplog.text
+    monkeypatch.setenv("APP_CACHE_DIR", str(tmp_path / "cache"))  # negative control: a folder it can write
+    assert np.array_equal(layout_of(path, settings(level=0), grid=True).cells(), unkept)
+    assert len(list((tmp_path / "cache" / "masks").glob("*.npz"))) == 1
+
+
+def test_an_rgba_slides_transparent_part_is_white_background_and_its_patches_rgb(tmp_path):
+    """Alpha 0 (outside the scanned area) is laid on white, as OpenSlide gives it: glass, never tissue."""
+    image = np.full((512, 512, 3), GLASS, np.uint8)
+    image[:, 192:320] = (150, 60, 130)  # glass, then tissue in two columns of patches
+    rgba = np.dstack([image, np.full((512, 512), 255, np.uint8)])
+    rgba[:, 320:] = 0  # transparent black on the right 3/8
+    path = tmp_path / "rgba.tif"
+    write_slide(path, rgba, levels=2, tile=128, extrasamples=[2])
+    layout = layout_of(str(path), settings(level=0), grid=True)
+    assert layout.slide.bands == 3 and {layout.corner(int(c))[1] for c in layout.cells()} == {192, 256}
+    assert len(layout.cells()) == 8 * 2  # the tissue's columns; the glass and the transparent ones left out
+    assert np.array_equal(read_region(layout.slide, 0, (0, 448), (4, 4)), np.full((4, 4, 3), 255, np.uint8))
+    opaque = tmp_path / "opaque.tif"  # negative control: alpha 255 throughout, the black is dark grey, not glass
+    rgba[:, 320:, 3] = 255
+    write_slide(opaque, rgba, levels=2, tile=128, extrasamples=[2])
+    assert np.array_equal(read_region(slide_of(opaque, LIMIT), 0, (0, 448), (4, 4)), np.zeros((4, 4, 3), np.uint8))
