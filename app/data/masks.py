@@ -1,6 +1,7 @@
-"""Where a large image has something to learn from: a foreground mask at a low resolution (not glass, for RGB; Otsu's
-threshold on the mean of the bands otherwise; a GeoTIFF's no-data is background), read from the pyramid level nearest
-below it, or streamed a row of chunks at a time from a file without one."""
+"""Where a large image has something to learn from: a foreground mask at a low resolution (RGB: not glass; one band, or
+the bands data.patches.mask_bands names: Otsu's threshold on their mean; other bands: their valid data, a GeoTIFF's
+no-data the background), read from the pyramid level nearest below it, or streamed a row of chunks at a time from a
+file without one."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ MIN_SATURATION = 8  # of 255 (CLAM's): grey, however dark (a pen's mark, a scann
 # slide. Glass is bright and nearly grey, even with a scanner's colour cast; the palest eosin is more saturated.
 GLASS_SATURATION = 38  # of 255 (0.15)
 GLASS_BRIGHTNESS = 0.8  # of the slide's white: its 99th percentile of brightness (a 12-bit scan's white is not 65,535)
-RULE = 2  # in a cached mask's key: a mask made by an earlier rule (Otsu's on RGB) is made again
+RULE = 3  # in a cached mask's key: a mask made by an earlier rule (Otsu's on RGB, or on many bands) is made again
 
 
 def thumbnail(slide: Slide, downsample: float) -> tuple[np.ndarray, float]:
@@ -42,13 +43,15 @@ def thumbnail(slide: Slide, downsample: float) -> tuple[np.ndarray, float]:
 
 
 def foreground(thumb: np.ndarray, *, bands: list[int] | None = None, nodata: float | None = None) -> np.ndarray:
-    """True where `thumb` (h, w, bands) shows foreground, among the pixels not `nodata` in every band: RGB's `tissue`,
-    else the mean of `bands` (all by default) above Otsu's threshold (all of it, where its values are flat)."""
+    """True where `thumb` (h, w, bands) shows foreground, among the pixels not `nodata` in every band: RGB's `tissue`;
+    one band's, or `bands`' mean, above Otsu's threshold (all of it, where its values are flat); else all valid."""
     valid = ~np.all(thumb == nodata, axis=2) if nodata is not None else np.ones(thumb.shape[:2], bool)
     if not valid.any():
         return valid
     if bands is None and thumb.shape[2] == 3:
         return valid & tissue(thumb, valid)
+    if bands is None and thumb.shape[2] > 1:  # a scene's bands: a split of their mean would halve the valid data
+        return valid
     value = (thumb if bands is None else thumb[:, :, bands]).astype(np.float32).mean(axis=2)
     low, high = np.percentile(value[valid], [1, 99])
     scaled = np.clip((value - low) * 255.0 / max(high - low, 1e-9), 0, 255)

@@ -331,3 +331,31 @@ def test_an_rgba_slides_transparent_part_is_white_background_and_its_patches_rgb
     rgba[:, 320:, 3] = 255
     write_slide(opaque, rgba, levels=2, tile=128, extrasamples=[2])
     assert np.array_equal(read_region(slide_of(opaque, LIMIT), 0, (0, 448), (4, 4)), np.zeros((4, 4, 3), np.uint8))
+
+
+def test_a_scenes_bands_keep_all_their_valid_data_and_leave_out_its_no_data(tmp_path):
+    """Band data: the foreground is what holds data, not a split of its values; grey microscopy keeps its split."""
+    rng = np.random.default_rng(8)
+    scene = rng.integers(8000, 12000, (512, 512, 6)).astype(np.uint16)
+    scene[:, :, :3] += (rng.random((512, 512, 1)) > 0.5).astype(np.uint16) * 3000  # two kinds of ground
+    scene[:, 256:] = 0  # the right half: no data
+    tifffile.imwrite(tmp_path / "scene.tif", scene, photometric="minisblack", planarconfig="contig",
+                     tile=(128, 128), compression="zlib", extratags=[(42113, "s", 0, "0", True)])
+    layout = layout_of(str(tmp_path / "scene.tif"), settings(level=0), grid=True)
+    lefts = {layout.corner(int(c))[1] for c in layout.cells()}
+    assert len(layout.cells()) == 8 * 4 and lefts == {0, 64, 128, 192}  # every valid patch; no no-data one
+    grey = np.clip(rng.normal(20, 4, (512, 512)), 0, 255).astype(np.uint8)  # negative control: one band, dark,
+    grey[128:384, 128:384] = 200  # a bright square: Otsu's split, the square alone
+    tifffile.imwrite(tmp_path / "grey.tif", grey, tile=(128, 128), photometric="minisblack")
+    assert len(layout_of(str(tmp_path / "grey.tif"), settings(level=0), grid=True).cells()) == 4 * 4
+
+
+def test_a_dark_field_slide_takes_its_bright_tissue_through_mask_bands(tmp_path):
+    """The RGB rule is brightfield's (glass bright); a fluorescence slide's black is not glass: mask_bands splits it."""
+    image, drawn = slide_pixels(512, 0, np.random.default_rng(9))
+    image[~drawn] = np.clip(np.random.default_rng(10).normal(8, 3, ((~drawn).sum(), 3)), 0, 255).astype(np.uint8)
+    write_slide(tmp_path / "dark.tif", image, levels=2, tile=128)
+    dark = layout_of(str(tmp_path / "dark.tif"), settings(level=0, mask_bands=[0, 1, 2]), grid=True)
+    assert abs(dark.foreground - drawn.mean()) < 0.05
+    brightfield = layout_of(str(tmp_path / "dark.tif"), settings(level=0), grid=True)  # the control: black counted
+    assert brightfield.foreground > drawn.mean() + 0.08
