@@ -24,4 +24,5 @@ def load_or_generate_source(data_cfg) -> Source:
                           f"e.g. data.path={example}.")
     source = source_of(data_cfg)
     patches = getattr(data_cfg, "patches", None)  # folders and tables of large images
-    return patched(source, patches) if patches is not None and patches.size else source
+    return patched(source, patches, skip=str(data_cfg.on_bad_sample.value) == "skip") \
+        if patches is not None and patches.size else source

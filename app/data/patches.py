@@ -119,19 +119,23 @@ def _patch_bytes(layout: Layout, size: tuple[int, int]) -> int:
     return each * (chunks * chunk_h * chunk_w + layout.read[0] * layout.read[1] + size[0] * size[1])
 
 
-def patched(source: Source, patches) -> Source:
-    """`source`'s splits made patches (data.patches), by image; images without one named in the log and split.json."""
+def patched(source: Source, patches, *, skip: bool = False) -> Source:
+    """`source`'s splits made patches (data.patches), by image; images without one named in the log and split.json;
+    with `skip` (data.on_bad_sample=skip), an image that cannot be read is too, else its DataError raised."""
+    unreadable: dict[str, str] | None = {} if skip else None
     built = {name: _listed_split(split, source.corners[name], patches) if name in source.corners else
-             _patch_split(split, patches, grid=name != "train" or patches.mode.value == "grid")
+             _patch_split(split, patches, grid=name != "train" or patches.mode.value == "grid", unreadable=unreadable)
              for name, split in (("train", source.train), ("val", source.val), ("test", source.test))
              if split is not None}
     gone = [layout for _, _, left in built.values() for layout in left]
+    _warn_of_unreadable(unreadable or {})
     for name, split_name in (("train", "training"), ("val", "validation")):
         if not len(built[name][0]):
             left = built[name][2]
             raise DataError(f"the {split_name} split has no patch: none of its {len(left)} images has one (the "
                             f"first, {left[0].slide.path}: {why_none(left[0], patches)})" if left else
-                            f"the {split_name} split has no image to take patches of")
+                            f"the {split_name} split has no image to take patches of" + (
+                                f" that can be read ({next(iter(unreadable.values()))})" if unreadable else ""))
     if gone:
         log.warning("left out for want of a patch (%d; split.json lists them under patches): %s", len(gone),
                     "; ".join(f"{layout.slide.path}: {why_none(layout, patches)}" for layout in gone[:NAMED]) +
@@ -148,9 +152,17 @@ def patched(source: Source, patches) -> Source:
     described = {"split_by": "image", "size": list(patches.size), "mode": patches.mode.value, **counts,
                  "without_foreground": sorted(layout.slide.path for layout in gone if layout.fits),
                  "smaller_than_a_patch": sorted(layout.slide.path for layout in gone if not layout.fits),
+                 "unreadable": dict(sorted((unreadable or {}).items())),
                  "read_by": read_by}
     return dataclasses.replace(source, train=train, val=val, test=built["test"][0] if "test" in built else None,
                                train_weights=weights, split={**source.split, "patches": described})
+
+
+def _warn_of_unreadable(unreadable: dict[str, str]) -> None:
+    if unreadable:
+        log.warning("left out, unreadable (data.on_bad_sample=skip; split.json lists them under patches): %s",
+                    "; ".join(list(unreadable.values())[:NAMED]) +
+                    (f"; and {len(unreadable) - NAMED} more" if len(unreadable) > NAMED else ""))
 
 
 def _warn_of_overlap(counts: dict, patches) -> None:
@@ -204,19 +216,20 @@ def fixed_split(split: PatchSplit, patches, *, draws: int | None, seed: int) -> 
 def grid_split(paths: list[str], patches) -> tuple[PatchSplit, dict[str, str]]:
     """Every foreground patch of a grid over `paths` (predict's input), and why each path without one has none."""
     unreadable: dict[str, str] = {}
-    layouts = layouts_of(paths, patches, grid=True, unreadable=unreadable)
-    readable = [path for path in paths if path not in unreadable]
-    split, _, gone = _patch_split(FileSplit(readable, np.zeros(len(readable), np.int64)), patches, grid=True,
-                                  layouts=layouts)
+    split, _, gone = _patch_split(FileSplit(paths, np.zeros(len(paths), np.int64)), patches, grid=True,
+                                  unreadable=unreadable)
     return split, {**unreadable, **{layout.slide.path: why_none(layout, patches) for layout in gone}}
 
 
-def _patch_split(images: FileSplit, patches, *, grid: bool, layouts: list[Layout] | None = None) \
+def _patch_split(images: FileSplit, patches, *, grid: bool, unreadable: dict[str, str] | None = None) \
         -> tuple[PatchSplit, np.ndarray, list[Layout]]:
-    """`images` as patches (`layouts`: theirs, if made), which have any (indices into `images`), and those without."""
-    layouts = layouts if layouts is not None else layouts_of(images.paths, patches, grid=grid)
-    kept = np.array([i for i, layout in enumerate(layouts) if layout.valid.any()], dtype=np.int64)
-    split = PatchSplit(FileSplit([images.paths[i] for i in kept], images.labels[kept]), [layouts[i] for i in kept],
+    """`images` as patches, which have any (indices into `images`), and the layouts of those without; an unreadable
+    image's DataError raised, or its why put in `unreadable` (path → why) and the image left out."""
+    layouts = layouts_of(images.paths, patches, grid=grid, unreadable=unreadable)
+    read = [i for i, path in enumerate(images.paths) if unreadable is None or path not in unreadable]
+    of = dict(zip(read, layouts, strict=True))
+    kept = np.array([i for i in read if of[i].valid.any()], dtype=np.int64)
+    split = PatchSplit(FileSplit([images.paths[i] for i in kept], images.labels[kept]), [of[i] for i in kept],
                        size=tuple(patches.size), per_image=None if grid else patches.per_image)
     have = set(kept.tolist())
-    return split, kept, [layout for i, layout in enumerate(layouts) if i not in have]
+    return split, kept, [of[i] for i in read if i not in have]

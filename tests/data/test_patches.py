@@ -25,7 +25,7 @@ from app.data.source import FileSplit, Source
 from app.errors import DataError
 from app.inference import patch_scores
 from app.inference.patch_scores import aggregate, write_heatmap, write_patch_sheet
-from app.schema.data import PatchesConfig, TableColumns, TableDataConfig
+from app.schema.data import FolderDataConfig, PatchesConfig, TableColumns, TableDataConfig
 
 LIMIT = 16_777_216
 
@@ -359,3 +359,24 @@ def test_a_dark_field_slide_takes_its_bright_tissue_through_mask_bands(tmp_path)
     assert abs(dark.foreground - drawn.mean()) < 0.05
     brightfield = layout_of(str(tmp_path / "dark.tif"), settings(level=0), grid=True)  # the control: black counted
     assert brightfield.foreground > drawn.mean() + 0.08
+
+
+def test_a_slide_whose_mask_level_is_damaged_is_a_bad_sample_left_out_by_name_under_skip(tmp_path, caplog):
+    rng = np.random.default_rng(11)
+    for label, name in enumerate(("stripes", "dots")):
+        (tmp_path / name).mkdir()
+        for i in range(2):
+            write_slide(tmp_path / name / f"{i}.tif", slide_pixels(512, label, rng)[0], levels=3, tile=128)
+    broken = tmp_path / "dots" / "1.tif"
+    zero_tiles(broken, slice(2, 3))  # the level its mask is made from
+    data = OmegaConf.structured(FolderDataConfig(path=str(tmp_path), val_fraction=0.5,
+                                                 patches=PatchesConfig(size=[64, 64], level=0)))
+    with pytest.raises(DataError, match=r"dots/1.tif cannot be read as patches: its level 2 cannot be read"):
+        load_or_generate_source(data)  # raise, the default: refused by name
+    data.on_bad_sample = "skip"
+    with caplog.at_level(logging.WARNING, logger="app.data"):
+        source = load_or_generate_source(data)
+    assert str(broken) not in source.train.images.paths + source.val.images.paths
+    assert len(source.train.images.paths) + len(source.val.images.paths) == 3  # the others go on
+    assert list(source.split["patches"]["unreadable"]) == [str(broken)]
+    assert "left out, unreadable" in caplog.text and str(broken) in caplog.text
