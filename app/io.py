@@ -1,4 +1,4 @@
-"""Writes that replace their path, never a link's target (atomic, or appends), one writer at a time, URL detection."""
+"""Writes that replace their path, never a link's target (atomic, or appends), one writer at a time; reads, URLs."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -70,8 +71,8 @@ def open_own(path: str | os.PathLike, mode: str = "a", **open_args) -> IO:
     return open(fd, mode, **open_args)
 
 
-def replace_link_by_copy(path: Path) -> None:
-    """The link at `path` atomically replaced by a copy of its target's bytes (none for a link to nothing)."""
+def replace_link_by_copy(path: Path) -> Path:
+    """The link at `path` atomically replaced by a copy of its target's bytes (none if it leads nowhere); its target."""
     target = Path(os.path.realpath(path))
     if target.is_dir():
         raise DataError(f"{path} is a symbolic link to the folder {target}, where the app writes a file: remove the "
@@ -82,6 +83,19 @@ def replace_link_by_copy(path: Path) -> None:
                 shutil.copyfileobj(original, copy)
     logging.getLogger(__name__).info("%s was a symbolic link to %s: replaced by a copy of that file, which the app "
                                      "writes from now on (the link's target is left as it was)", path, target)
+    return target
+
+
+def read_regular(path: str | os.PathLike) -> bytes:
+    """The bytes of the regular file at `path` (one a config names); an OSError for anything else, never read."""
+    # opened without blocking: a pipe would wait for a writer, and a device such as /dev/urandom never ends
+    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
+        mode = os.fstat(f.fileno()).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, "a folder, not a file", str(path))
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, "not a regular file (a pipe, a device or a socket): never read", str(path))
+        return f.read()
 
 
 class OwnFileHandler(logging.FileHandler):

@@ -17,6 +17,8 @@ from app.cli.keys import (
     renamed_choosers,
 )
 from app.errors import ConfigError, config_error
+from app.hydra_files import JOB_FILES, SWEEP_FILE
+from app.io import replace_link_by_copy
 from app.overrides import key_of, quote_override, quoted, value_of
 from app.runs import checkpoint, sweeps
 from app.runs.rundir import (
@@ -124,7 +126,24 @@ def _sweep_resumed(sweep: Path, given: list[str], *, word: str, info: bool) -> l
         if not arg.startswith("-") and not key_of(arg).startswith(("hydra.", "hydra/")):
             check_safe(key_of(arg))
     sweeps.check_unlocked_sweep(sweep)
-    return sweeps.resume_argv(sweep, given)
+    resumed = sweeps.resume_argv(sweep, given)  # multirun.yaml read first: a link there is followed to read it
+    replace_links_hydra_would_follow(sweep, sweep=True)
+    return resumed
+
+
+def replace_links_hydra_would_follow(folder: Path, *, sweep: bool) -> None:
+    """Hydra's files in `folder` (.hydra/*.yaml; a sweep's multirun.yaml, its jobs'): a link replaced by a copy."""
+    # Hydra writes them with a plain open(), which follows a link: as app/io.py does for the app's own files
+    jobs = [job for job in folder.iterdir() if job.is_dir() and not job.is_symlink()] if sweep and folder.is_dir() \
+        else []
+    files = [folder / SWEEP_FILE] if sweep else []
+    for each in [folder, *jobs]:
+        refuse_linked_folders(each)
+        files += [each / ".hydra" / name for name in JOB_FILES]
+    for path in filter(Path.is_symlink, files):
+        target = replace_link_by_copy(path)
+        print(f"{path} was a symbolic link to {target}: replaced by a copy of that file, which Hydra writes (the "
+              "link's target is left as it was)", file=sys.stderr)
 
 
 def _overwrite(argv: list[str]) -> bool:
@@ -140,7 +159,7 @@ def _refuse_or_move_aside(folder: Path, overwrite: bool, key: str) -> None:
         raise config_error(key, str(folder), f"a folder: {folder} is a file (nothing was written); name a new "
                            "folder, or one that holds no run")
     if not holds_run(folder):
-        refuse_linked_folders(folder)  # before Hydra writes its .hydra/ there
+        replace_links_hydra_would_follow(folder, sweep=key == "hydra.sweep.dir")
         return
     if not overwrite:
         go_on = f"`python -m app train resume={folder}`" + ("" if key == "hydra.run.dir" else

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import time
@@ -83,9 +84,12 @@ def refuse_linked_folders(run_dir: Path) -> None:
     for name in OWN_FOLDERS:
         folder = Path(run_dir) / name
         if folder.is_symlink():
+            target, quoted = Path(os.path.realpath(folder)), shlex.quote(str(folder))
+            keep = f"put the folder itself in the link's place, which keeps the run whole: rm {quoted} && mv " \
+                   f"{shlex.quote(str(target))} {quoted}" if target.is_dir() else "remove the link (it leads nowhere)"
             raise DataError(f"{folder} is a symbolic link (to {os.readlink(folder)}): a run writes and deletes files "
                             f"in its {name}/ folder, which must be the run's own, never a link's target. Nothing was "
-                            "written. Remove the link (its target is yours to keep), then run the command again.")
+                            f"written. To go on, {keep}, then run the command again.")
 
 
 def delete_partial_records(path: Path) -> None:

@@ -108,10 +108,14 @@ def test_a_linked_tensorboard_folder_is_refused_and_its_target_kept(run):
     copy = run.parent / "linked"
     shutil.copytree(run, copy, ignore=shutil.ignore_patterns("tensorboard"))
     (copy / "tensorboard").symlink_to(mine)
-    refused(app("train", f"resume={copy}", "trainer.epochs=2", cwd=run.parent), f"{copy / 'tensorboard'}")
+    error = refused(app("train", f"resume={copy}", "trainer.epochs=2", cwd=run.parent), f"{copy / 'tensorboard'}")
     assert [p.name for p in mine.rglob("*")] == ["train", "notes.txt"] and sorted(p.name for p in fresh.iterdir()) \
         == ["tensorboard"]
     assert (copy / "metrics.csv").read_bytes() == (run / "metrics.csv").read_bytes()  # the run left as it was
+    # the command the error gives puts the folder in the link's place: the run keeps what the link showed
+    subprocess.run(error.split("keeps the run whole: ", 1)[1].rsplit(", then run", 1)[0], shell=True, check=True)
+    assert not (copy / "tensorboard").is_symlink()
+    assert (copy / "tensorboard" / "train" / "notes.txt").read_text() == "keep me"
 
 
 @pytest.mark.slow
@@ -140,3 +144,36 @@ def test_a_resume_with_another_data_groups_key_is_told_it_cannot_change(run):
                 "run that exists")
     # negative control: a key no data group has is still no such key
     refused(app("train", f"resume={run}", "data.colour=1", cwd=run.parent), "`data.colour`", "no such key")
+
+
+@pytest.mark.slow
+def test_hydras_own_files_replace_their_links_in_a_run_a_sweep_and_a_sweeps_resume(tmp_path):
+    refused_early = [*TINY, "trainer.epochs=0"]  # Hydra writes its files, then the run refuses its config
+    mine = {name: tmp_path / f"my {name}.yaml" for name in ("config", "sweep", "job", "record")}
+    for name, path in mine.items():
+        path.write_text(f"the user's {name}\n")
+    planted = {tmp_path / "run" / ".hydra" / "config.yaml": mine["config"],
+               tmp_path / "sw" / "multirun.yaml": mine["sweep"], tmp_path / "sw" / "0" / ".hydra" / "hydra.yaml":
+               mine["job"]}
+    for link, target in planted.items():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(target)
+    with open(tmp_path / "run" / ".hydra" / "config.yaml", "w") as f:  # negative control: a plain open, as Hydra's
+        f.write("through the link\n")
+    assert mine["config"].read_text() == "through the link\n"  # wrote into the target
+    mine["config"].write_text("the user's config\n")
+    refused(app("train", *refused_early, "hydra.run.dir=run", cwd=tmp_path), "trainer.epochs")
+    refused(app("train", "-m", *refused_early, "model.widths=[8]", "hydra.sweep.dir=sw", cwd=tmp_path),
+            "trainer.epochs")
+    record = tmp_path / "sw" / "multirun.yaml"
+    recorded = record.read_bytes()
+    mine["record"].write_bytes(recorded)  # the sweep's record, now the user's file behind a link
+    record.unlink()
+    record.symlink_to(mine["record"])
+    planted[record] = mine["record"]
+    refused(app("train", "resume=sw", cwd=tmp_path), "trainer.epochs")  # its record read through the link first
+    for link in planted:
+        assert not link.is_symlink() and "trainer" in link.read_text(), link  # Hydra's file, written in place
+    assert [mine[name].read_text() for name in ("config", "sweep", "job")] == [f"the user's {name}\n" for name in
+                                                                                ("config", "sweep", "job")]
+    assert mine["record"].read_bytes() == recorded  # the sweep's record behind the link, left as it was
