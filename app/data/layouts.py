@@ -66,6 +66,29 @@ def layout_of(path: str, patches, *, grid: bool, masked: bool = True) -> Layout:
         raise DataError(f"{path} cannot be read as patches: {bad_sample_reason(error)}") from error
 
 
+def edge_check(patches):
+    """(path, (top, left) at level 0) → None, or (the axis, "x" or "y", why) where that patch passes its image's edge;
+    each image's header read once. An image that cannot be read passes here: reading its patches names it."""
+    extents: dict[str, tuple] = {}
+
+    def past_edge(path: str, corner: tuple[int, int]) -> tuple[str, str] | None:
+        if path not in extents:
+            try:
+                layout = layout_of(path, patches, grid=True, masked=False)
+                extents[path] = (layout.slide.levels[0], layout.extent)
+            except DataError:
+                extents[path] = None
+        if extents[path] is None:
+            return None
+        ((height, width), (tall, wide)), (top, left) = extents[path], corner
+        if top + tall <= height and left + wide <= width:
+            return None
+        why = (f"the patch at x={left}, y={top} passes the edge of {path}: a patch covers {wide}×{tall} pixels of "
+               f"its {width}×{height} (data.columns.x and y are its top left corner at level 0)")
+        return "x" if left + wide > width else "y", why
+    return past_edge
+
+
 def _layout(path: str, patches, *, grid: bool, masked: bool) -> Layout:
     slide = slide_of(path, patches.max_chunk_pixels, patches.reader.value)
     scale = _downsample(slide, patches)

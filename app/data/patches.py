@@ -178,18 +178,12 @@ def _warn_of_overlap(counts: dict, patches) -> None:
 
 
 def _listed_split(rows: FileSplit, corners: np.ndarray, patches) -> tuple[PatchSplit, np.ndarray, list[str]]:
-    """A table's patches (data.columns.x, y), own labels, an image's their most common; past its edge: refused."""
+    """A table's patches (data.columns.x, y), own labels, an image's their most common (rows past their image's edge:
+    the table's row check, app/data/layouts.py's edge_check)."""
     paths = list(dict.fromkeys(rows.paths))
     at = {path: i for i, path in enumerate(paths)}
     image_of = np.array([at[path] for path in rows.paths], np.int32)
-    layouts = [layout_of(path, patches, grid=True, masked=False) for path in paths]
-    for (top, left), image in zip(corners, image_of, strict=True):
-        height, width = layouts[image].slide.levels[0]
-        extent = layouts[image].extent
-        if top + extent[0] > height or left + extent[1] > width:
-            raise DataError(f"the patch at x={left}, y={top} of {paths[image]} passes its edge: a patch covers "
-                            f"{extent[1]}×{extent[0]} pixels of its {width}×{height} (data.columns.x and y are its "
-                            "top left corner at level 0)")
+    layouts = [layout_of(path, patches, grid=True, masked=False) for path in paths]  # each row's edge: checked
     labels = np.array([np.bincount(rows.labels[image_of == image]).argmax() for image in range(len(paths))])
     split = PatchSplit.listed(FileSplit(paths, labels), layouts, tuple(patches.size),
                               (image_of, np.asarray(corners), rows.labels))

@@ -8,6 +8,7 @@ import os
 import posixpath
 import stat
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,6 +63,7 @@ class RowReader:
     path_format: str | None
     classes: list[str] | None
     multilabel: dict | None = None  # data.task=multilabel: how its labels are read (_multilabel)
+    edge: Callable | None = None  # a row a patch: (path, corner) → (axis, why) where it passes its image's edge
 
     def checked(self, rows: list[Row], *, skip: bool) -> tuple[list[Sample], list[tuple[int, str, str]]]:
         """The rows that pass every check, and (line, where, why) of those left out (with `skip`; else an error)."""
@@ -92,6 +94,8 @@ class RowReader:
         rel, size, real, file = self.file_of(posixpath.normpath(self.path_format.replace("{}", given, 1)
                                                           if self.path_format else given))
         corner = self.corner_of(row)
+        if corner is not None and self.edge is not None and (past := self.edge(real, corner)) is not None:
+            raise RowFault(cols[past[0]], past[1])
         if (file, corner) in seen:  # one file however spelt: ./a.jpg, /data/a.jpg, a link's folder, a hard link
             where = f"{rel} at x={corner[1]}, y={corner[0]}" if corner else rel
             at, first = seen[(file, corner)]

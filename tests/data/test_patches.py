@@ -165,8 +165,13 @@ def test_a_tables_rows_can_be_patches_labelled_on_their_own(tmp_path):
     image = tifffile.imread(train.images.paths[0])
     assert np.array_equal(train.read(5), image[80:112, 160:192])
     (tmp_path / "patches.csv").write_text("\n".join([*rows, "s0.tif,glass,240,0"]) + "\n")  # past the edge
-    with pytest.raises(DataError, match="the patch at x=240, y=0 of .*s0.tif passes its edge"):
+    with pytest.raises(DataError, match=r"patches.csv, line 26, column `x`: the patch at x=240, y=0 passes the edge "
+                                        r"of .*s0.tif: .* data.on_bad_sample=skip"):
         load_or_generate_source(data)
+    data.on_bad_sample, data.max_bad_fraction = "skip", 0.1  # a bad row as any other: left out, and listed
+    skipped = load_or_generate_source(data)
+    assert len(skipped.train) + len(skipped.val) == 24 and [line for line, _, _ in skipped.left_out] == [26]
+    assert "column `x`" in skipped.left_out[0][1] and "passes the edge" in skipped.left_out[0][2]
 
 
 def test_a_file_without_a_pyramid_is_streamed_for_its_mask_and_its_no_data_read_from_its_tag(tmp_path):
