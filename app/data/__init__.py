@@ -5,7 +5,7 @@ from __future__ import annotations
 from app.config import closed_target
 from app.data.patches import patched
 from app.data.prepared import PreparedSplit
-from app.data.source import ArraySplit, FileSplit, Source
+from app.data.source import ArraySplit, FileSplit, Source, check_every_class_trains
 from app.errors import ConfigError
 from app.schema import option_of
 
@@ -24,5 +24,8 @@ def load_or_generate_source(data_cfg) -> Source:
                           f"e.g. data.path={example}.")
     source = source_of(data_cfg)
     patches = getattr(data_cfg, "patches", None)  # folders and tables of large images
-    return patched(source, patches, skip=str(data_cfg.on_bad_sample.value) == "skip") \
+    source = patched(source, patches, skip=str(data_cfg.on_bad_sample.value) == "skip") \
         if patches is not None and patches.size else source
+    check_every_class_trains(source, f"data.table {data_cfg.table}" if option == "table" else
+                             f"data={option} data.path={data_cfg.path}")
+    return source

@@ -7,11 +7,13 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from app.data.images import EXTENSIONS
+from app.data.shards import MANIFEST
 from app.data.source import FileSplit, Source
 from app.errors import DataError
 
@@ -21,6 +23,8 @@ _LAYOUT = ("<path>/<class>/<image> (split by data.val_fraction), or <path>/train
 # (relative path with "/" separators, size in bytes, modification time in whole seconds);
 # a class's files sorted by path.
 Files = list[tuple[str, int, int]]
+HYDRA_OUTPUTS = ("outputs", "multirun")  # Hydra's folders in the working folder (conf/common.yaml, its default)
+log = logging.getLogger(__name__)
 # What split.json's fingerprint covers (docs/troubleshooting.md: "the data changed since …").
 FINGERPRINT_COVERS = "relative paths, sizes and modification times (to the second)"
 
@@ -100,8 +104,9 @@ def _layout(root: Path, val_fraction: float, test_fraction: float):
     """(train, val, test or None, val_fraction or None where the split is given), each class → its files."""
     train_dir, val_dir = root / "train", root / "val"
     if train_dir.is_dir() and val_dir.is_dir():
-        train = _scan(train_dir, root)
-        val = _scan(val_dir, root)
+        owners: dict = {}  # one file in train/ and val/ (a link, a hard link) is refused as in two classes
+        train = _scan(train_dir, root, owners)
+        val = _scan(val_dir, root, owners)
         extra = sorted(set(val) - set(train))
         if extra:
             raise DataError(f"{val_dir / extra[0]} is a validation class that {train_dir} does not "
@@ -155,9 +160,25 @@ def split_by_fraction(files: Files, val_fraction: float) -> tuple[Files, Files]:
 
 
 def _subfolders(folder: Path) -> list[str]:
+    """The class folders in `folder`: hidden ones and the app's own outputs left out."""
     if not folder.is_dir():
         return []
-    return sorted(e.name for e in os.scandir(folder) if not e.name.startswith(".") and _is_class_dir(e))
+    return sorted(e.name for e in os.scandir(folder)
+                  if not e.name.startswith(".") and _is_class_dir(e) and not _is_app_output(Path(e.path)))
+
+
+def _is_app_output(folder: Path) -> bool:
+    """A prepared copy, a run's folder, or Hydra's outputs/ where data.path is the working folder: never a class."""
+    if (folder / MANIFEST).is_file():
+        what = f"a prepared copy (it holds {MANIFEST})"
+    elif (folder / ".hydra").is_dir():
+        what = "a run's folder (it holds .hydra/)"
+    elif folder.name in HYDRA_OUTPUTS and folder.parent.resolve() == Path.cwd().resolve():
+        what = "Hydra's output folder (data.path is the working folder)"
+    else:
+        return False
+    log.info("%s is %s, the app's own output: left out of the classes", folder, what)
+    return True
 
 
 def _is_class_dir(entry: os.DirEntry) -> bool:
@@ -173,8 +194,10 @@ def _is_image(name: str) -> bool:
     return not name.startswith(".") and name.lower().endswith(EXTENSIONS)
 
 
-def _scan(split_dir: Path, root: Path) -> dict[str, Files]:
-    """class name → its images under split_dir/<class>/, for every class folder."""
+def _scan(split_dir: Path, root: Path, owners: dict | None = None) -> dict[str, Files]:
+    """class name → its images under split_dir/<class>/, for every class folder; a file reached under two class
+    folders (a linked class folder, a hard link) is refused: it would be two samples under two labels."""
+    owners = {} if owners is None else owners  # (device, inode) → (class folder, path) that reached it first
     classes = _subfolders(split_dir)
     if not classes:
         loose = sum(1 for e in os.scandir(split_dir) if _is_image(e.name) and not _is_dir(e))
@@ -184,7 +207,7 @@ def _scan(split_dir: Path, root: Path) -> dict[str, Files]:
                         f"as {_LAYOUT}.{hint}")
     out = {}
     for cls in classes:
-        files = sorted(_walk(split_dir / cls, root))
+        files = sorted(_owned(_walk(split_dir / cls, root), owners, split_dir / cls, root))
         if not files:
             raise DataError(f"class folder {split_dir / cls} has no images: expected files ending in "
                             f"{' '.join(EXTENSIONS)} (any case; hidden files are ignored).")
@@ -208,7 +231,7 @@ def _walk(folder: Path, root: Path, above: frozenset = frozenset()):
         elif _is_image(entry.name) and (entry.is_symlink() or entry.is_file()):
             rel = Path(entry.path).relative_to(root).as_posix()
             _check_name(rel, root)
-            yield rel, *_size_and_time(entry)
+            yield rel, *_size_time_and_file(entry)
 
 
 def _is_dir(entry: os.DirEntry) -> bool:
@@ -218,13 +241,27 @@ def _is_dir(entry: os.DirEntry) -> bool:
         return False
 
 
-def _size_and_time(entry: os.DirEntry) -> tuple[int, int]:
-    """An image's size and mtime; (-1, 0) for a broken link, left in the split for the loader to report as bad."""
+def _size_time_and_file(entry: os.DirEntry) -> tuple[int, int, tuple[int, int] | None]:
+    """An image's size, mtime and (device, inode); (-1, 0, None) for a broken link, left in the split for the loader
+    to report as bad."""
     try:
         stat = entry.stat()
     except OSError:
-        return -1, 0
-    return stat.st_size, int(stat.st_mtime)
+        return -1, 0, None
+    return stat.st_size, int(stat.st_mtime), (stat.st_dev, stat.st_ino)
+
+
+def _owned(found, owners: dict, class_dir: Path, root: Path):
+    """`found`'s (rel, size, mtime); a file another class folder reached first is refused, naming both folders."""
+    for rel, size, mtime, file in found:
+        first_dir, first = owners.setdefault(file, (class_dir, rel)) if file is not None else (class_dir, rel)
+        if first_dir != class_dir:
+            link = next((p for p in (class_dir, first_dir) if p.is_symlink()), None)
+            how = f"{link} is a link to {link.resolve()}" if link else "a link or a hard link"
+            raise DataError(f"{root / rel} and {root / first} are one file ({how}), under two class folders, "
+                            f"{first_dir} and {class_dir}: it would be a sample of both classes. Remove the link, "
+                            "or keep each image in one class folder.")
+        yield rel, size, mtime
 
 
 def _check_name(rel: str, root: Path) -> None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.data.images import Decode, DecodeError, TiffAt, decoded, read_bytes
-from app.errors import BadSampleError
+from app.errors import BadSampleError, DataError
 
 
 def bad_sample_reason(exc: BaseException) -> str:
@@ -113,6 +113,25 @@ class Source:
     left_out: list[tuple[int, str, str]] = dataclasses.field(default_factory=list)
     train_weights: np.ndarray | None = None  # a table's weight column, a training sample each (data.sampling=weights)
     corners: dict = dataclasses.field(default_factory=dict)  # a table's patches: (top, left) a row, by split
+
+
+UNTRAINED_FIX = ("give each class readable training images (a prepared copy: prepare it again once they are; its "
+                 "bad_samples.txt lists the files left out), or leave the class out of the source")
+
+
+def untrained_classes(source: Source) -> list[str]:
+    """The classes the source names that no training sample shows (one label, or a 0/1 vector, a sample)."""
+    labels = np.asarray(source.train.labels)
+    shown = labels.any(axis=0) if labels.ndim == 2 else np.bincount(labels, minlength=len(source.class_names)) > 0
+    return [name for name, seen in zip(source.class_names, shown, strict=False) if not seen]
+
+
+def check_every_class_trains(source: Source, where: str, *, unit: str = "sample", fix: str = UNTRAINED_FIX) -> None:
+    """A class no training sample shows is refused, whatever the source: the model could never learn it."""
+    missing = untrained_classes(source)
+    if missing:
+        raise DataError(f"{where}: class(es) {', '.join(missing)} have no {unit} in the training split, so the model "
+                        f"could never learn them: {fix}")
 
 
 def fetch_drawn(split, i: int, decode: Decode | None, drawn: tuple[int, int, int]):

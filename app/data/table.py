@@ -15,7 +15,7 @@ import numpy as np
 from app.data import label_sets
 from app.data.folder import split_flat
 from app.data.layouts import edge_check
-from app.data.source import FileSplit, Source
+from app.data.source import FileSplit, Source, check_every_class_trains
 from app.data.table_files import read_rows
 from app.data.table_rows import RowReader, Sample, multilabel_reading
 from app.errors import DataError
@@ -51,9 +51,10 @@ def table_source(data_cfg) -> Source:
         where = f"column `{columns['label']}`" if columns["label"] else "data.columns.labels"
         raise DataError(f"data.table {table} has one class ({', '.join(class_names) or 'none'}) in {where}: a "
                         "classifier needs at least 2")
-    parts = _split(samples, columns, data_cfg)
-    _check_every_class_trains(parts, class_names, table)
-    return _source(table, root, class_names, parts=parts, left_out=left_out)
+    source = _source(table, root, class_names, parts=_split(samples, columns, data_cfg), left_out=left_out)
+    check_every_class_trains(source, f"data.table {table}", unit="row",
+                             fix="give them training rows (or leave them out of data.classes)")
+    return source
 
 
 def _columns(given, header: list[str], table: Path) -> dict[str, str | None]:
@@ -137,16 +138,6 @@ def _warn_what_groups_allow(parts: dict, data_cfg) -> None:
                     "those rows'; more (smaller) groups, or a split column (data.columns.split), give the share asked",
                     data_cfg.table, name, len(parts[name]), len(rows), len({s.group or s.rel for s in parts[name]}),
                     len(sizes), name, asked, f" and no row of {', '.join(missing)}" if missing else "", largest, most)
-
-
-def _check_every_class_trains(parts: dict, class_names: list[str], table) -> None:
-    """A class no training row has: refused, as a folder's validation class missing from train/ is."""
-    trained = _classes_in(parts["train"])
-    missing = [name for name in class_names if name not in trained]
-    if missing:
-        raise DataError(f"data.table {table}: class(es) {', '.join(missing)} have no row in the training split, so "
-                        "the model could never learn them: give them training rows (or leave them out of "
-                        "data.classes)")
 
 
 def _split_groups(samples: list[Sample], val_fraction: float, test_fraction: float) -> dict[str, list[Sample]]:

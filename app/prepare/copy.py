@@ -117,6 +117,7 @@ def _refuse_unsupported(config) -> Store:
         raise ConfigError(f"config key `prepare.out` = {p.out!r} is an {scheme}:// URL, which can only be read: "
                           "prepare writes a copy to a local folder or to object storage, e.g. "
                           "prepare.out=s3://bucket/copy or prepare.out=gs://bucket/copy.")
+    _refuse_out_inside_the_source(p.out, data.path)
     if p.format == "jpeg" and (data.dtype.value != "uint8" or data.channels != "rgb"):
         raise ConfigError(f"config key `prepare.format` = 'jpeg' is not allowed for data.dtype={data.dtype.value} "
                           f"data.channels={data.channels}: JPEG holds 8-bit RGB only. Use prepare.format=raw: the "
@@ -126,6 +127,17 @@ def _refuse_unsupported(config) -> Store:
                           "stand-in for a sample being scored, and a copy has none to keep. Use "
                           "data.on_bad_sample=skip to leave bad files out (listed in bad_samples.txt), or raise.")
     return Store.at(str(p.out), p.storage_options)
+
+
+def _refuse_out_inside_the_source(out, path) -> None:
+    """A copy written inside the folder it is made of would be read back as a class of it, by this prepare too."""
+    if not path or is_url(out):
+        return
+    source, folder = (Path(str(p)).expanduser().absolute().resolve() for p in (path, out))
+    if folder == source or source in folder.parents:
+        raise ConfigError(f"config key `prepare.out` = {out!r} is inside data.path={path}: the copy would be read as "
+                          "part of its own source (a class folder of it). Give a folder outside data.path, e.g. "
+                          f"prepare.out={source.parent / (source.name + '_copy')}.")
 
 
 def _plan_key(config, source, splits: dict, short_side: int | None) -> dict:

@@ -295,7 +295,8 @@ def test_error_a_symlink_loop(tmp_path):
     (above / "b" / "up").symlink_to("..")  # to data.path itself: the loop shows at b/up/b, the link is b/up
     assert _error(above).startswith(f"{above / 'b' / 'up'} is a symbolic link loop (it leads back to {above}, a folder")
     (root / "a" / "nested" / "up").unlink()
-    (root / "a" / "nested" / "side").symlink_to(root / "b", target_is_directory=True)  # not a loop: followed
+    outside = _tree(tmp_path / "outside", {"c": 2}) / "c"
+    (root / "a" / "nested" / "side").symlink_to(outside, target_is_directory=True)  # not a loop: followed
     assert len(folder_source(root, 0.3).train) + len(folder_source(root, 0.3).val) == 6
 
 
@@ -325,7 +326,8 @@ def test_error_a_class_folder_link_in_a_loop(tmp_path):
     message = _error(root)
     assert f"{root / 'c'} is a symbolic link that cannot be followed (Too many levels of symbolic links)" in message
     (root / "c").unlink()
-    (root / "c").symlink_to(root / "a", target_is_directory=True)  # negative control: a link to a folder is a class
+    elsewhere = _tree(tmp_path / "elsewhere", {"c": 2}) / "c"
+    (root / "c").symlink_to(elsewhere, target_is_directory=True)  # negative control: a link to a folder is a class
     assert folder_source(root, 0.3).class_names == ["a", "b", "c"]
 
 
@@ -449,3 +451,36 @@ def test_an_unreadable_folder_is_named_with_a_fix_that_reads(tmp_path):
         for folder in (base, *base.rglob("*")):
             folder.chmod(0o755)
         shutil.rmtree(base)
+
+
+def test_a_file_reached_under_two_class_folders_is_refused_naming_both(tmp_path):
+    root = _tree(tmp_path / "imgs", {"cats": 3, "dogs": 3})
+    (root / "wolves").symlink_to(root / "dogs", target_is_directory=True)
+    with pytest.raises(DataError, match=rf"one file \({root / 'wolves'} is a link to .*dogs\), under two class "
+                                        rf"folders, {root / 'dogs'} and {root / 'wolves'}"):
+        folder_source(root, 0.34)
+    (root / "wolves").unlink()
+    _image(root / "wolves" / "w.png", 9)
+    os.link(root / "cats" / "cats000.png", root / "wolves" / "hard.png")
+    with pytest.raises(DataError, match=r"one file \(a link or a hard link\), under two class folders"):
+        folder_source(root, 0.34)
+    (root / "wolves" / "hard.png").unlink()
+    shutil.copy(root / "cats" / "cats000.png", root / "wolves" / "copy.png")  # negative control: a copy is its own
+    assert folder_source(root, 0.34).class_names == ["cats", "dogs", "wolves"]
+    given = _tree(tmp_path / "given", {"train/cats": 2, "train/dogs": 2, "val/dogs": 1})
+    (given / "val" / "cats").mkdir()
+    os.link(given / "train" / "cats" / "train" / "cats000.png", given / "val" / "cats" / "x.png")
+    with pytest.raises(DataError, match=r"under two class folders, .*train/cats and .*val/cats"):
+        folder_source(given, 0.2)
+
+
+def test_the_apps_own_outputs_in_data_path_are_no_class(tmp_path, monkeypatch, caplog):
+    root = _tree(tmp_path / "imgs", {"cats": 3, "dogs": 3, "copy": 2, "outputs": 2})
+    (root / "copy" / "manifest.json").write_text("{}")
+    caplog.set_level("INFO", logger="app.data.folder")
+    monkeypatch.chdir(tmp_path)  # negative control: outputs/ of another working folder is a class
+    assert folder_source(root, 0.34).class_names == ["cats", "dogs", "outputs"]
+    assert "copy is a prepared copy (it holds manifest.json)" in caplog.text
+    monkeypatch.chdir(root)  # data.path=. : Hydra writes its outputs/ here
+    assert folder_source(".", 0.34).class_names == ["cats", "dogs"]
+    assert "outputs is Hydra's output folder (data.path is the working folder)" in caplog.text

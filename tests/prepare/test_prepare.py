@@ -355,3 +355,37 @@ def test_a_second_prepare_into_a_folder_being_written_is_refused_by_name(tmp_pat
     assert not (out / "manifest.json").exists()  # nothing written by the refused one
     write_prepared_copy(config, workers=0, per_shard=5)  # negative control: once the first ended, it runs
     assert read_manifest(out).splits["train"].count == 18
+
+
+def test_a_copy_inside_its_own_source_folder_is_refused_before_any_folder_is_made(tmp_path):
+    source = tmp_path / "data"
+    for out in (source / "copy", source):
+        config = prepared_config(*TINY, f"data.path={source}", f"prepare.out={out}")
+        with pytest.raises(ConfigError, match=rf"`prepare.out` = '{out}' is inside data.path={source}"):
+            write_prepared_copy(config, workers=0, per_shard=5)
+    assert not (source / "copy").exists()
+    beside = tmp_path / "data_copy"  # negative control: a folder whose name only begins with the source's
+    write_prepared_copy(prepared_config(*TINY, f"data.path={source}", f"prepare.out={beside}"), workers=0, per_shard=5)
+    assert read_manifest(beside).splits["train"].count == 18
+
+
+def test_a_copy_holding_no_training_sample_of_a_class_is_refused_as_a_table_is(tmp_path):
+    source = tmp_path / "data"
+    for cls in ("cats", "dogs", "owls"):
+        (source / cls).mkdir(parents=True)
+        for i in range(4):
+            Image.new("RGB", (20, 20), (60 * i, 9, 9)).save(source / cls / f"{i}.jpg")
+    for junk in (source / "dogs").iterdir():
+        junk.write_bytes(b"not a jpeg")
+    settings = ["data=folder", "data.image_size=[16,16]", "data.on_bad_sample=skip", "data.max_bad_fraction=0.5"]
+    write_prepared_copy(prepared_config(*settings, f"data.path={source}", f"prepare.out={tmp_path / 'copy'}"),
+                        workers=0, per_shard=5)
+    with pytest.raises(DataError, match=rf"data=prepared data.path={tmp_path / 'copy'}: class\(es\) dogs have no "
+                                        "sample in the training split"):
+        load_or_generate_source(PreparedDataConfig(path=str(tmp_path / "copy")))
+    Image.new("RGB", (20, 20)).save(source / "dogs" / "4.jpg")  # negative control: a dog left in every split
+    Image.new("RGB", (20, 20)).save(source / "dogs" / "5.jpg")
+    write_prepared_copy(prepared_config(*settings, f"data.path={source}", f"prepare.out={tmp_path / 'again'}"),
+                        workers=0, per_shard=5)
+    assert load_or_generate_source(PreparedDataConfig(path=str(tmp_path / "again"))).class_names == ["cats", "dogs",
+                                                                                                      "owls"]
