@@ -9,6 +9,7 @@ import traceback
 from app.augment import Augmenter
 from app.bench.loading import Clock, Run, loader_only, reason, serial, visit_order
 from app.data import load_or_generate_source
+from app.data.pixels import run_pixels
 from app.frameworks import native_stderr_to_log
 from app.io import OwnFileHandler
 
@@ -46,7 +47,7 @@ def _run_mode(mode: str, config) -> dict:
     data, bench = config.data, config.bench
     source = load_or_generate_source(data)
     augmenter = Augmenter(config.augment.transforms, data.image_size, draft=data.decode.draft,
-                          max_pixels=data.max_image_pixels)
+                          max_pixels=data.max_image_pixels, pixels=run_pixels(data, source.train))
     batch, total = data.batch_size, bench.warmup + bench.batches
     order = visit_order(len(source.train), batch, needed=batch * total, seed=config.seed,
                         shuffle=config.queue.shuffle)

@@ -10,6 +10,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 import hydra
+import numpy as np
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
@@ -18,10 +19,11 @@ from app.bench import copies, modes
 from app.capacity.memory import PeakMemory
 from app.commands import failure_carried
 from app.config import conf_dir, load, to_plain
+from app.data.pixels import run_pixels
 from app.errors import AppError, config_error
 from app.frameworks import install_command, use_backend, versions
 from app.io import write_json
-from app.loader.settings import for_loading_only, ring_slots
+from app.loader.settings import Settings, for_loading_only, ring_slots
 from app.redact import redacted
 from app.runs.rundata import checked_source
 from app.runs.rundir import hardware
@@ -70,7 +72,8 @@ def main(cfg: DictConfig) -> None:
     plain = redacted(to_plain(config))
     plain["queue"].update(workers=workers, max_size=max_size)  # as the modes ran: `auto` resolved
     plain["bench"]["modes"] = runnable
-    derived = {**_derived(results, config.data, slots, workers),
+    batch = Settings.from_config(config, pixels=run_pixels(config.data, source.train))
+    derived = {**_derived(results, batch, slots, workers),
                **copies.ratios(results, runnable, copies.labels(config.bench))}
     report = {"results": results, "config": {k: plain[k] for k in ("data", "augment", "queue", "bench", "seed")},
               "derived": derived, "versions": versions(), "hardware": hardware(),
@@ -177,11 +180,12 @@ def _mib(result: dict) -> str:
     return f"failed: {result['memory_error']}" if "memory_error" in result else "-"
 
 
-def _derived(results: dict, data, slots: int, workers: int) -> dict:
-    """The figures the targets speak of: the loader modes' ring `slots` (as queue.max_size caps it) and `workers`."""
+def _derived(results: dict, batch: Settings, slots: int, workers: int) -> dict:
+    """The figures the targets speak of: the loader modes' ring `slots` (as queue.max_size caps it) of `batch`'s
+    batches (the run's bands and type) and `workers`."""
     ok = {m: r for m, r in results.items() if "error" not in r}
-    batch_uint8 = data.batch_size * data.image_size[0] * data.image_size[1] * 3
-    derived: dict = {"queue_bytes": slots * batch_uint8, "float32_batch_bytes": 4 * batch_uint8}
+    samples = batch.batch_bytes // np.dtype(batch.pixels.dtype).itemsize
+    derived: dict = {"queue_bytes": slots * batch.batch_bytes, "float32_batch_bytes": 4 * samples}
     keras_best = max((ok[m]["images_per_s"] for m in KERAS_MODES if m in ok), default=None)
     if keras_best:
         derived["keras_best_images_per_s"] = keras_best

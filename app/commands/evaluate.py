@@ -15,16 +15,19 @@ from omegaconf import DictConfig
 from app.augment import Augmenter, eval_transforms
 from app.commands import failure_carried
 from app.config import conf_dir
+from app.data.decode import Pixels
+from app.data.pixels import run_pixels
 from app.errors import DataError, config_error
 from app.inference import patch_scores
 from app.inference.opened import keras_for_run
 from app.io import write_file, write_json, write_json_over_own, write_picture
 from app.loader.pipeline import build_loader, make_sample
+from app.loader.settings import Settings
 from app.rules import top_k
 from app.runs.rundata import checked_source
 from app.runs.saved import STORAGE, read_run_setting_backend
 from app.schema import register
-from app.sheets import grid
+from app.sheets import grid, rgb_view
 from app.tracking.mlflow_writer import log_evaluation
 
 register()
@@ -61,7 +64,9 @@ def main(cfg: DictConfig) -> float:
     # Evaluate's own bad-file policy, whatever data.on_bad_sample the run trained with: a file that
     # cannot be read is left out and named (training's `skip` would score another file in its place).
     outputs = [] if hasattr(split, "image_of") else None  # patches (of slides, or a patch copy's): images' too
-    with build_loader(config, {cfg.split: (split, transforms)}, on_bad_sample="mark") as loader:
+    pixels = run_pixels(config.data, split)  # once: the loader's and misclassified.png's
+    with build_loader(config, {cfg.split: (split, transforms)}, on_bad_sample="mark",
+                      settings=Settings.from_config(config, pixels=pixels)) as loader:
         figures = scores.evaluate(net, loader.readable(cfg.split), confusion, top_k=k, outputs=outputs)
     unreadable = _unreadable(split, loader.failed(cfg.split), cfg.split)
     result = {"checkpoint": str(path), "split": cfg.split, "loss": figures.loss, "accuracy": figures.accuracy,
@@ -74,7 +79,7 @@ def main(cfg: DictConfig) -> float:
     write_json(out / "evaluation.json", result)
     write_file(out / "report.txt", report(result))
     _plot(confusion, names, out / "confusion.png", result)
-    _mistakes(config, split, figures.mistakes, names=names, path=out / "misclassified.png")
+    _mistakes(config, split, figures.mistakes, names=names, path=out / "misclassified.png", pixels=pixels)
     if config.logger.mlflow is not None:  # the confusion matrix and the rest, beside the run's own
         log_evaluation(run_dir, out)
     print(f"checkpoint {path.name}: loss {result['loss']:.4f}, accuracy {result['accuracy']:.4f} "
@@ -176,15 +181,15 @@ def report(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _mistakes(config, split, mistakes: list, names: list[str], path: Path) -> None:
+def _mistakes(config, split, mistakes: list, names: list[str], path: Path, pixels: Pixels) -> None:
     """misclassified.png: the most confident mistakes as the model saw them, captioned true, predicted, probability."""
     if not mistakes:
         return
     resize = Augmenter(eval_transforms(config.augment, config.data.image_size), config.data.image_size,
-                       draft=config.data.decode.draft, max_pixels=config.data.max_image_pixels)
-    images = [make_sample(split, resize, index, seed=config.seed, epoch=0) for _, index, _, _ in mistakes]
+                       draft=config.data.decode.draft, max_pixels=config.data.max_image_pixels, pixels=pixels)
+    images = np.stack([make_sample(split, resize, index, seed=config.seed, epoch=0) for _, index, _, _ in mistakes])
     captions = [f"true {names[t]}\npred {names[p]}\np {prob:.2f}" for prob, _, t, p in mistakes]
-    write_picture(path, grid(images, captions, columns=4).save)
+    write_picture(path, grid(list(rgb_view(images)), captions, columns=4).save)  # several bands or 16 bits: seen
 
 
 def _table(confusion: np.ndarray, names: list[str]) -> str:

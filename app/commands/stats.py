@@ -1,5 +1,6 @@
 """`python -m app stats` (config as for train): each band's mean, std, min, max and 1st/99th percentiles over the
-training split, read as validation reads it, no-data pixels left out; printed, and in stats.json for data.normalize."""
+training split, read as validation reads it, each file's no-data pixels left out; printed, and in stats.json for
+data.normalize."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from omegaconf import DictConfig
 from app.augment import eval_transforms
 from app.commands import failure_carried
 from app.config import conf_dir, load
-from app.data import tiff
 from app.data.band_stats import BandTally, unblended
+from app.data.headers import nodata_of
 from app.data.pixels import run_pixels
 from app.errors import DataError
 from app.io import check_own_json, write_json_over_own
@@ -36,15 +37,15 @@ def main(cfg: DictConfig) -> str:
     check_own_json(out, STATS_KEYS, "stats")  # before the pass, which may take long
     source = checked_source(config)
     pixels = run_pixels(config.data, source.train)
-    nodata = tiff.nodata_of(source.train.paths[0]) if getattr(source.train, "paths", None) else None
-    tally = BandTally(pixels.bands, pixels.dtype, nodata)
+    nodata = [nodata_of(source.train, i) for i in range(len(source.train))]  # each file's own, from its header
+    tally = BandTally(pixels.bands, pixels.dtype)
     transforms = eval_transforms(config.augment, config.data.image_size)
-    if nodata is not None:
+    if any(value is not None for value in nodata):
         transforms = unblended(transforms, config.data.image_size)
     with build_loader(config, {"train": (source.train, transforms)}, on_bad_sample="mark",
                       settings=Settings.from_config(config, pixels=pixels)) as loader:
-        for x, _, _ in loader.readable("train"):
-            tally.add(x)
+        for x, _, positions in loader.readable("train"):
+            tally.add(x, [nodata[p] for p in positions])
         failed = loader.failed("train")
     for index in sorted(failed):
         log.warning("left out: %s (%s)", source.train.describe(index), failed[index])
@@ -53,7 +54,8 @@ def main(cfg: DictConfig) -> str:
     bands = tally.figures()
     write_json_over_own(out, {"split": "train", "images": len(source.train) - len(failed), "unreadable": len(failed),
                      "dtype": pixels.dtype, "channels": pixels.channels if isinstance(pixels.channels, str)
-                     else list(pixels.channels), "image_size": list(config.data.image_size), "nodata": nodata,
+                     else list(pixels.channels), "image_size": list(config.data.image_size),
+                     "nodata": sorted({value for value in nodata if value is not None}),
                      "source": source.name, "fingerprint": source.fingerprint, "bands": bands}, "stats")
     print(_table(bands))
     print(f"\nwritten: {out}\ntrain with it: data.normalize.stats={out}")

@@ -1,5 +1,6 @@
 """Per-band figures of a split's pixels, batch by batch, for `python -m app stats`: mean and std (float64 sums), min,
-max, and exact 1st and 99th percentiles from a histogram of every value; GeoTIFF's GDAL_NODATA value left out."""
+max, and exact 1st and 99th percentiles from a histogram of every value; each GeoTIFF's own GDAL_NODATA value left
+out (a file without one counts every pixel)."""
 
 from __future__ import annotations
 
@@ -21,27 +22,26 @@ def unblended(transforms: Sequence[dict], image_size: Sequence[int]) -> list[dic
 
 
 class BandTally:
-    """The running figures of `bands` bands of `dtype` (uint8 or uint16), `nodata` left out (None: none)."""
+    """The running figures of `bands` bands of `dtype` (uint8 or uint16), each image's own no-data value left out."""
 
-    def __init__(self, bands: int, dtype: str, nodata: float | None = None):
+    def __init__(self, bands: int, dtype: str):
         self.levels = int(np.iinfo(dtype).max) + 1
         self.histogram = np.zeros((bands, self.levels), np.int64)
-        self.nodata = None if nodata is None or not 0 <= nodata < self.levels else int(nodata)
         self.images = 0
 
-    def add(self, batch: np.ndarray) -> None:
-        """A batch (N, H, W, bands) of the split's pixels."""
+    def add(self, batch: np.ndarray, nodata: Sequence[float | None]) -> None:
+        """A batch (N, H, W, bands) of the split's pixels, and each image's no-data value (None: none)."""
         self.images += len(batch)
         for band in range(self.histogram.shape[0]):
             self.histogram[band] += np.bincount(batch[..., band].ravel(), minlength=self.levels)
+        for image, value in zip(batch, nodata, strict=True):
+            if value is not None and value == int(value) and 0 <= value < self.levels:  # else no pixel can hold it
+                self.histogram[:, int(value)] -= np.count_nonzero(image == int(value), axis=(0, 1))
 
     def figures(self) -> list[dict]:
         """A dict a band: mean, std, min, max, p1, p99 and the pixels counted."""
-        counts = self.histogram.copy()
-        if self.nodata is not None:
-            counts[:, self.nodata] = 0
         values = np.arange(self.levels, dtype=np.float64)
-        return [_band(row, values) for row in counts]
+        return [_band(row, values) for row in self.histogram]
 
 
 def _band(counts: np.ndarray, values: np.ndarray) -> dict:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable
 
 import numpy as np
 
+from app.data.headers import files_of
 from app.data.shards import (
     MANIFEST,
     Manifest,
@@ -79,17 +81,35 @@ def size_in(folder: str) -> Callable[[str], int | None]:
     return size_of
 
 
-def source_stamps(splits: dict) -> dict[str, list[int]]:
-    """Each local file of `splits` (a patch split's images) as [size, mtime_ns], by absolute path."""
+def source_stamps(splits: dict, data) -> dict[str, list[int]]:
+    """Each local file of `splits` (a patch split's images), a table's file, and each folder of a folder source (a
+    file added, removed or renamed there changes its mtime) as [size, mtime_ns], by absolute path."""
+    files = [os.path.abspath(path) for split in splits.values() for path in files_of(split)]
+    table = getattr(data, "table", None)
+    if table:
+        files.append(os.path.abspath(os.path.expanduser(str(table))))
+    elif data.path and os.path.isdir(os.path.expanduser(str(data.path))):  # data=folder: its folders too
+        root = os.path.abspath(os.path.expanduser(str(data.path)))
+        files += sorted({folder for path in files for folder in _folders(path, root)})
     stamps = {}
-    for split in splits.values():
-        for path in getattr(getattr(split, "images", split), "paths", ()):
-            try:
-                found = os.stat(path)
-            except (OSError, ValueError):  # a URL, a broken link: not a file this machine can stamp
-                continue
-            stamps[os.path.abspath(path)] = [found.st_size, found.st_mtime_ns]
+    for path in files:
+        try:
+            found = os.stat(path)
+        except (OSError, ValueError):  # a URL, a broken link: not a file this machine can stamp
+            continue
+        stamps[path] = [found.st_size, found.st_mtime_ns]
     return stamps
+
+
+def _folders(path: str, root: str) -> list[str]:
+    """The folders from `root` down to `path`'s own ([] for a path outside it: a test folder elsewhere)."""
+    if os.path.commonpath([path, root]) != root:
+        return []
+    folders, folder = [], os.path.dirname(path)
+    while len(folder) >= len(root):
+        folders.append(folder)
+        folder = os.path.dirname(folder)
+    return folders
 
 
 def stale_copy(root, manifest: Manifest) -> str | None:
@@ -100,7 +120,9 @@ def stale_copy(root, manifest: Manifest) -> str | None:
             found = os.stat(path)
         except OSError:
             continue
-        if (found.st_size, found.st_mtime_ns) != (size, mtime_ns):
+        if stat.S_ISDIR(found.st_mode) and found.st_mtime_ns != mtime_ns:
+            changed.append(f"{path}/ (files added, removed or renamed since)")
+        elif (found.st_size, found.st_mtime_ns) != (size, mtime_ns) and not stat.S_ISDIR(found.st_mode):
             changed.append(f"{path} ({size:,} → {found.st_size:,} bytes)" if found.st_size != size else
                            f"{path} (modified since)")
     if not changed:

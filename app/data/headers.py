@@ -27,6 +27,22 @@ from app.data.images import (
 _PILLOW_BYTES = {"1": 1, "L": 1, "P": 1, "I;16": 2, "I;16L": 2, "I;16B": 2, "I;16N": 2}
 
 
+def files_of(split) -> list[str]:
+    """The files a split reads: its own, or a patch split's images (a patch copy's: those it was cut from); [] for an
+    array or a copy of whole images."""
+    return list(getattr(getattr(split, "images", split), "paths", ()))
+
+
+def nodata_of(split, i: int) -> float | None:
+    """Sample i's no-data value: a raw copy's as prepared, else its file's (a GeoTIFF's GDAL_NODATA); None: none."""
+    if hasattr(split, "stored_nodata"):
+        return split.stored_nodata(i)
+    if hasattr(split, "layouts"):  # a patch: its slide's
+        return split.layouts[int(split.image_of[i])].slide.nodata
+    paths = getattr(split, "paths", None)
+    return tiff.nodata_of(paths[i]) if paths else None
+
+
 def largest_decode_bytes(split, decode: Decode, most: int = 256) -> tuple[int, int]:
     """The most one decode holds among up to `most` files of `split`, by headers: (largest RGB array, Pillow copies)."""
     if hasattr(split, "stored_sizes"):

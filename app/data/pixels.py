@@ -9,8 +9,10 @@ from pathlib import Path
 
 from app.data import tiff
 from app.data.decode import DecodeError, Pixels, TiffAt
+from app.data.headers import files_of
 from app.data.images import read_bytes, rgb_from_bytes
 from app.errors import DataError, config_error
+from app.io import read_regular
 
 log = logging.getLogger(__name__)
 
@@ -25,15 +27,18 @@ def pixels_of(channels, dtype, *, split=None, normalize=None, bands: int | None 
     channels = channels if isinstance(channels, str) else tuple(int(c) for c in channels)
     if bands is None:
         bands = 3 if channels == "rgb" else common_bands(split) if channels == "all" else len(channels)
-    mean, std = (None, None) if normalize is None else normalization(normalize, bands)
-    return Pixels(channels=channels, bands=bands, dtype=str(getattr(dtype, "value", dtype)), mean=mean, std=std)
+    dtype = str(getattr(dtype, "value", dtype))
+    read = (_indices(channels, bands), dtype)
+    mean, std = (None, None) if normalize is None else normalization(normalize, bands, read=read)
+    return Pixels(channels=channels, bands=bands, dtype=dtype, mean=mean, std=std)
 
 
-def normalization(normalize, bands: int) -> tuple[tuple | None, tuple | None]:
-    """(mean, std) a band from data.normalize: its own lists, or a stats.json's; (None, None) where none is given."""
+def normalization(normalize, bands: int, read: tuple = ()) -> tuple[tuple | None, tuple | None]:
+    """(mean, std) a band from data.normalize: its own lists, or a stats.json's (of the (channels, dtype) `read`);
+    (None, None) where none is given."""
     mean, std, key = normalize.mean, normalize.std, "data.normalize.mean"
     if normalize.stats:
-        mean, std, key = *stats_of(normalize.stats), "data.normalize.stats"
+        mean, std, key = *stats_of(normalize.stats, read), "data.normalize.stats"
     if mean is None and std is None:
         return None, None
     if mean is None or std is None:
@@ -51,21 +56,48 @@ def normalization(normalize, bands: int) -> tuple[tuple | None, tuple | None]:
     return tuple(float(m) for m in mean), tuple(float(s) for s in std)
 
 
-def stats_of(path: str) -> tuple[list[float], list[float]]:
-    """(mean, std) a band of a stats.json `python -m app stats` wrote."""
+def stats_of(path: str, read: tuple = ()) -> tuple[list[float], list[float]]:
+    """(mean, std) a band of a stats.json `python -m app stats` wrote, refused where it was made of other bands or
+    another type than the (channels, dtype) `read` (where it records them)."""
     try:
-        bands = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))["bands"]
-        return [float(b["mean"]) for b in bands], [float(b["std"]) for b in bands]
+        made = json.loads(read_regular(Path(path).expanduser()))  # a pipe never waited on
+        bands = made["bands"]
+        figures = [float(b["mean"]) for b in bands], [float(b["std"]) for b in bands]
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise config_error("data.normalize.stats", path,
                            f"a stats.json that `python -m app stats` wrote ({error})") from None
+    if read:
+        _check_made_for(path, made, *read)
+    return figures
+
+
+def _check_made_for(path: str, made: dict, channels, dtype: str) -> None:
+    """A stats.json's recorded data.channels and data.dtype against the run's: another band's figures are refused."""
+    run = (channels, dtype)
+    recorded = (_indices(made.get("channels", channels), len(made["bands"])), made.get("dtype", dtype))  # older: none
+    if recorded != run:
+        raise config_error("data.normalize.stats", path, f"the figures of this run's bands: it was made for "
+                           f"data.channels={_listed(recorded[0])} data.dtype={recorded[1]}, and this run reads "
+                           f"data.channels={_listed(run[0])} data.dtype={run[1]}. Run `python -m app stats` with "
+                           "this run's data.channels and data.dtype, and give its stats.json")
+
+
+def _indices(channels, bands: int):
+    """data.channels as the bands it reads: `all` as their indices (the same bands as the list of them), rgb as is."""
+    return list(range(bands)) if channels == "all" else channels if isinstance(channels, str) else list(channels)
+
+
+def _listed(channels) -> str:
+    return channels if isinstance(channels, str) else f"[{','.join(str(c) for c in channels)}]"
 
 
 def common_bands(split, sampled: int = 16) -> int:
     """The bands most of `sampled` images spread over `split` have (a tie: the first's): an odd file is the bad one."""
-    paths = getattr(split, "paths", None)
+    if isinstance(getattr(split, "bands", None), int):
+        return split.bands  # a prepared copy's, from its manifest
+    paths = files_of(split)
     if not paths:
-        return getattr(split, "bands", 3)  # a prepared copy's, from its manifest
+        return 3
     counts, errors = {}, {}
     for path in paths[:: max(1, len(paths) // sampled)][:sampled]:
         try:

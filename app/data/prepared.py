@@ -47,6 +47,7 @@ class PreparedSplit:
         self.root = root if isinstance(root, RemoteCopy) else str(root)
         self.split, self.shards, self.format = split, list(shards), stored.format
         self.dtype, self.bands = stored.dtype, stored.bands  # the stored images' (raw: the .npy's)
+        self._nodata = stored.nodata.get(split, [])  # by index row: what each original's no-data value was
         index = read_copy_index(self.root, split)
         self.rows = np.arange(len(index), dtype=np.int64)
         self.labels = np.asarray(index["label"], np.int64) if vectors is None else vectors
@@ -153,6 +154,10 @@ class PreparedSplit:
     def describe(self, i: int) -> str:
         key = sample_key(self.split, int(self.rows[i]))
         return f"{self.shard_path(int(self._row(i)['shard']))} member {key}.{MEMBER[self.format]}"
+
+    def stored_nodata(self, i: int) -> float | None:
+        """Sample i's no-data value, as its original had it (app/data/headers.py's `nodata_of`)."""
+        return self._nodata[self.rows[i]] if self._nodata else None
 
     def stored_sizes(self) -> tuple[np.ndarray, np.ndarray]:
         """(heights, widths) of the stored images, from the index alone."""

@@ -104,6 +104,9 @@ class Manifest:
     patches: dict = field(default_factory=dict)
     # each source file's [size, mtime_ns] as prepared: a copy older than its source is told (app/data/copy_checks.py)
     stamps: dict = field(default_factory=dict)
+    # a raw copy's: each sample's no-data value (its original's GDAL_NODATA, or null), by split in the index's order;
+    # {}: no sample has one
+    nodata: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)

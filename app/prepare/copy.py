@@ -96,7 +96,7 @@ def _write_copy(config, store: Store, *, workers: int, per_shard: int | None, ov
                         short_side=short_side, format=p.format, quality=p.quality if p.format == "jpeg" else None,
                         app_version=version("app"), assignment=source.split, overrides=_replayable(overrides),
                         task=str(config.data.task.value), dtype=pixels.dtype, bands=pixels.bands, patches=kept,
-                        stamps=source_stamps(splits))
+                        stamps=source_stamps(splits, config.data))
     write_copy_index(store, plan=plan, records=records, manifest=manifest, splits=splits)
     return _summary(config, job, plan, records=records, seconds=time.monotonic() - begun)
 

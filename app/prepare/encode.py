@@ -13,6 +13,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
+from app.data.headers import nodata_of
 from app.data.images import Decode, Pixels, TiffAt, jpeg_frame
 from app.errors import BadSampleError
 
@@ -39,6 +40,7 @@ class Encoded:
     label: int | list[int]  # several labels an image: their class indices
     meta: bytes  # the .json member
     source_bytes: int
+    nodata: float | None = None  # a raw copy's: the original's no-data value (a GeoTIFF's GDAL_NODATA), kept
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,8 @@ def encode_sample(split, index: int, encoding: Encoding) -> Encoded:
     raw = split.fetch(index, decode)
     image = split.decode(index, raw, decode)
     original = _original_size(raw, image)
-    image = fit_short_side(image, encoding.short_side)
+    nodata = nodata_of(split, index) if encoding.format == "raw" else None  # JPEG's lossy bytes could keep none
+    image = fit_short_side(image, encoding.short_side, nearest=nodata is not None)
     member, data_start = _encoded(image, encoding)
     height, width = image.shape[:2]
     label = stored_label(split.labels[index])
@@ -84,7 +87,7 @@ def encode_sample(split, index: int, encoding: Encoding) -> Encoded:
     source_bytes = len(raw) if isinstance(raw, bytes) else os.path.getsize(raw.path) if isinstance(raw, TiffAt) \
         else int(raw.nbytes)
     return Encoded(index=index, image=member, data_start=data_start, crc=zlib.crc32(memoryview(member)[data_start:]),
-                   height=height, width=width, label=label, meta=meta, source_bytes=source_bytes)
+                   height=height, width=width, label=label, meta=meta, source_bytes=source_bytes, nodata=nodata)
 
 
 def stored_label(label: np.ndarray) -> int | list[int]:
@@ -92,8 +95,9 @@ def stored_label(label: np.ndarray) -> int | list[int]:
     return [int(c) for c in np.flatnonzero(label)] if np.ndim(label) == 1 else int(label)
 
 
-def fit_short_side(image: np.ndarray, short_side: int | None) -> np.ndarray:
-    """`image` with its short side brought down to `short_side` (the aspect kept); never up."""
+def fit_short_side(image: np.ndarray, short_side: int | None, *, nearest: bool = False) -> np.ndarray:
+    """`image` with its short side brought down to `short_side` (the aspect kept); never up. `nearest`: each pixel
+    one of the original's, so a no-data value is never blended into valid ones."""
     height, width = image.shape[:2]
     if short_side is None or min(height, width) <= short_side:
         return np.ascontiguousarray(image)
@@ -103,7 +107,7 @@ def fit_short_side(image: np.ndarray, short_side: int | None) -> np.ndarray:
         size = (size[0], short_side)
     else:
         size = (short_side, size[1])
-    return cv2.resize(image, size, interpolation=cv2.INTER_AREA)
+    return cv2.resize(image, size, interpolation=cv2.INTER_NEAREST if nearest else cv2.INTER_AREA)
 
 
 def _encoded(image: np.ndarray, encoding: Encoding) -> tuple[bytes, int]:

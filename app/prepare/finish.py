@@ -49,6 +49,14 @@ def places_of(records: list[dict], split) -> np.ndarray:
     return np.array(rows, dtype=PLACE_DTYPE) if rows else np.zeros(0, dtype=PLACE_DTYPE)
 
 
+def kept_nodata(records: dict[str, list[dict]]) -> dict[str, list]:
+    """Each split's samples' no-data values in the index's order (a journal row of an earlier app has none); {}
+    where no sample has one."""
+    kept = {split: [row[7] if len(row) > 7 else None for record in split_records for row in record["rows"]]
+            for split, split_records in records.items()}
+    return kept if any(value is not None for values in kept.values() for value in values) else {}
+
+
 def write_index(store: Store, name: str, index: np.ndarray) -> None:
     """A split's index (or labels) as the .npy `name`, whole or not at all."""
     buffer = io.BytesIO()
@@ -99,6 +107,7 @@ def write_copy_index(store: Store, *, plan: dict, records: dict[str, list[dict]]
                                              shard_bytes=[r["bytes"] for r in split_records],
                                              index_sha256=index_digest(index), labels_sha256=labels_sha256,
                                              places_sha256=places_sha256)
+    manifest.nodata = kept_nodata(records)
     write_bad_samples(store, bad)
     manifest.bad_samples = sum(len(rows) for rows in bad.values())
     store.write_bytes(MANIFEST, encoded_manifest(manifest))  # the same bytes in a folder and at a URL

@@ -80,7 +80,8 @@ def _write_shard(job: Job, pool, split: str, shard: tuple, *, bar: tqdm) -> dict
                 bad.append([result.index, result.where, result.detail])
                 continue
             offset, length = writer.add(sample_key(split, start + len(rows)), result)
-            rows.append([offset, length, result.label, result.height, result.width, result.index, result.crc])
+            rows.append([offset, length, result.label, result.height, result.width, result.index, result.crc,
+                         result.nodata])
             source_bytes += result.source_bytes
     record = {"start": start, "rows": rows, "bad": bad, "source_bytes": source_bytes, "bytes": writer.size}
     write_record(job.store, name, record)

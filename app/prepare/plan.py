@@ -17,7 +17,9 @@ JOURNAL = ".prepare"  # the plan and the finished shards' records, under the cop
 PLAN = f"{JOURNAL}/plan.json"
 TAR_OVERHEAD = 4 * 512  # three members' headers and padding, about
 PLAN_TEMPORARY = re.compile(r"^\.plan\.json\.\d+\.tmp$")  # app/io.py's atomic_write's, of any process
-ROW_FIELDS = 7  # a record's row: offset, length, label, height, width, source index, crc32
+# a record's row: offset, length, label, height, width, source index, crc32, no-data value (a row of an earlier app:
+# none, read as no value)
+ROW_FIELDS = (7, 8)
 
 
 def record_name(shard: str) -> str:
@@ -84,7 +86,8 @@ def write_plan(store: Store, plan: dict) -> None:
 
 def write_record(store: Store, shard: str, record: dict) -> None:
     """A shard's record, written after it: {"start": its first key number, "rows": [[offset, length, label, height,
-    width, source index, crc32], ...], "bad": [[source index, where, detail], ...], "source_bytes": n, "bytes": size}"""
+    width, source index, crc32, no-data value], ...], "bad": [[source index, where, detail], ...], "source_bytes": n,
+    "bytes": size}"""
     store.write_bytes(record_name(shard), json.dumps(record).encode("utf-8"))
 
 
@@ -95,7 +98,7 @@ def read_record(store: Store, shard: str) -> dict | None:
         return None
     try:
         record = json.loads(store.read_bytes(record_name(shard)))
-        whole = all(len(row) == ROW_FIELDS for row in record["rows"]) and store.size(shard) == record["bytes"]
+        whole = all(len(row) in ROW_FIELDS for row in record["rows"]) and store.size(shard) == record["bytes"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return record if whole else None

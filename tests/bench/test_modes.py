@@ -5,12 +5,21 @@ from __future__ import annotations
 import logging
 import multiprocessing
 
+import numpy as np
 import pytest
+import tifffile
+from hydra import compose, initialize_config_dir
 
 from app.bench.modes import child_main
 from app.commands import bench
+from app.config import conf_dir, load
+from app.data.pixels import run_pixels
+from app.data.source import FileSplit
 from app.errors import ConfigError
-from app.schema import BENCH_MODES
+from app.loader.settings import Settings
+from app.schema import BENCH_MODES, register
+
+register()
 
 
 def test_a_mode_whose_bench_stopped_ends_quietly():
@@ -50,3 +59,26 @@ def test_keras_regions_needs_patches_left_out_of_the_default_modes_refused_when_
     with pytest.raises(ConfigError, match=r"`bench.modes`.*keras_regions reads patches of slides: set "
                                           r"data.patches.size"):
         bench._runnable_modes(["keras_regions", "loader"], patches=False)
+
+
+def test_serial_reads_a_six_band_uint16_run_and_the_figures_are_of_its_batches(tmp_path):
+    """serial reads as the run reads (6 bands of uint16, where 8-bit RGB refuses the files), and bench.json's queue and
+    float32 batch bytes are those of 6 bands, the ring's 2 bytes a sample."""
+    for c, name in enumerate(("a", "b")):
+        (tmp_path / name).mkdir()
+        for i in range(4):
+            tifffile.imwrite(tmp_path / name / f"{i}.tif", np.full((16, 16, 6), 1000 + c, np.uint16),
+                             photometric="minisblack", planarconfig="contig")
+    data = [f"data.path={tmp_path}", "data.image_size=[16,16]", "data.batch_size=2", "augment=none"]
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        config = load(compose("bench", ["data=folder", *data, "data.channels=all", "data.dtype=uint16",
+                                        "bench.warmup=1", "bench.batches=2"]))
+        rgb = load(compose("bench", ["data=folder", *data, "bench.warmup=1", "bench.batches=2"]))
+    for loaded, failed in ((rgb, True), (config, False)):  # negative control: a uint8 run refuses 16-bit files
+        parent_end, child_end = multiprocessing.Pipe(duplex=False)
+        child_main("serial", loaded, child_end)
+        assert ("error" in parent_end.recv()) is failed
+    batch = Settings.from_config(config, pixels=run_pixels(config.data, FileSplit(sorted(tmp_path.rglob("*.tif")),
+                                                                                  [0] * 8)))
+    derived = bench._derived({}, batch, slots=3, workers=1)
+    assert derived == {"queue_bytes": 3 * 2 * 16 * 16 * 6 * 2, "float32_batch_bytes": 4 * 2 * 16 * 16 * 6}

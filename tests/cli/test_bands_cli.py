@@ -55,6 +55,7 @@ def test_six_band_uint16_tiles_train_resume_evaluate_predict_prepare_and_export(
         ["train", *train, "hydra.run.dir=whole"], ["train", f"resume={run}"],
         ["train", *(a for a in train if a != "queue.workers=1"), "queue.workers=auto", "data.channels=[0,1,2]",
          "data.normalize.stats=null", "hydra.run.dir=bands012"],  # auto: the probe builds 3 bands of uint16 too
+        ["evaluate", f"resume={tmp_path / 'bands012'}"],  # at chance: its mistakes drawn, 3 bands of uint16
         ["plan", *train, "queue.max_size=2", "hydra.run.dir=plan"],
         ["evaluate", f"resume={run}"], ["predict", f"resume={run}", f"input={tmp_path / 'tiles' / 'water'}"],
         ["prepare", *data, "prepare.format=raw", "prepare.out=copy"],
@@ -86,6 +87,9 @@ def test_six_band_uint16_tiles_train_resume_evaluate_predict_prepare_and_export(
     assert json.loads((tmp_path / "bands012" / "summary.json").read_text())["queue_auto"]["workers"] >= 1
     scored = json.loads(next((run / "evaluate").glob("*/evaluation.json")).read_text())
     assert scored["accuracy"] >= 0.9
+    guessed = next((tmp_path / "bands012" / "evaluate").glob("*/"))
+    assert json.loads((guessed / "evaluation.json").read_text())["accuracy"] < 1.0
+    assert (guessed / "misclassified.png").stat().st_size > 0
     predicted = list(csv.DictReader(next((run / "predict").glob("*/predictions.csv")).open()))
     assert len(predicted) == 48 and sum(row["class"] == "water" for row in predicted) >= 43
     copy = json.loads((tmp_path / "copy" / "manifest.json").read_text())
@@ -116,7 +120,7 @@ def test_stats_leaves_no_data_out_of_the_resized_pixels_too(tmp_path):
                            capture_output=True, text=True, timeout=300)
     assert stats.returncode == 0, stats.stderr[-3000:]
     written = json.loads((tmp_path / "stats" / "stats.json").read_text())
-    assert written["nodata"] == 0.0
+    assert written["nodata"] == [0.0]
     for figures in written["bands"]:
         assert figures["pixels"] > 0 and 13_000 <= figures["min"] and figures["max"] < 14_000
         assert 13_400 < figures["mean"] < 13_600

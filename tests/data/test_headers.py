@@ -1,12 +1,17 @@
 """app/data/headers.py: what a split's files will hold decoded, from their headers alone."""
 
+from types import SimpleNamespace
+
 import numpy as np
+import tifffile
 from forged import declaring, png_declaring
 from PIL import Image
 
 from app.data import images
-from app.data.headers import decode_bytes, header_draft, largest_decode_bytes
+from app.data.band_stats import BandTally
+from app.data.headers import decode_bytes, files_of, header_draft, largest_decode_bytes, nodata_of
 from app.data.images import Decode
+from app.data.patches import PatchSplit, layout_of
 from app.data.source import ArraySplit, FileSplit
 
 
@@ -58,3 +63,28 @@ def test_a_decode_through_pillow_is_planned_with_its_own_copies(tmp_path):
     Image.new("RGB", (80, 30)).save(tmp_path / "wide.jpg")
     split = FileSplit([tmp_path / "wide.jpg", tmp_path / "grey.png"], [0, 0])
     assert largest_decode_bytes(split, Decode()) == (80 * 30 * 3, 40 * 30 * 5)  # each figure's largest
+
+
+def test_each_samples_no_data_value_is_its_own_files_and_stats_leave_out_each_its_own(tmp_path):
+    """Three GeoTIFFs: no-data 0, none, 7; and a patch split of a tiled one: each sample's value is its own file's, and
+    BandTally leaves out an image's own value alone (the untagged file's zeros are pixels)."""
+    image = np.array([[[0], [7]], [[9], [9]]], np.uint16)  # (2, 2, 1)
+    for name, tag in (("zero.tif", "0"), ("none.tif", None), ("seven.tif", "7")):
+        tifffile.imwrite(tmp_path / name, image, photometric="minisblack",
+                         extratags=[(42113, "s", 0, tag, True)] if tag else [])
+    split = FileSplit([tmp_path / n for n in ("zero.tif", "none.tif", "seven.tif")], [0, 0, 0])
+    assert [nodata_of(split, i) for i in range(3)] == [0.0, None, 7.0]
+    tally = BandTally(1, "uint16")
+    tally.add(np.stack([image] * 3), [nodata_of(split, i) for i in range(3)])
+    figures = tally.figures()[0]
+    assert figures["pixels"] == 3 + 4 + 3 and figures["min"] == 0  # the untagged file's 0 counted
+    assert figures["mean"] == (7 + 9 + 9 + (0 + 7 + 9 + 9) + 0 + 9 + 9) / 10
+    tiled = tmp_path / "tiled.tif"
+    tifffile.imwrite(tiled, np.ones((128, 128, 6), np.uint16), tile=(64, 64), photometric="minisblack",
+                     planarconfig="contig", extratags=[(42113, "s", 0, "5", True)])
+    patches = PatchSplit(FileSplit([tiled], [0]), [layout_of(str(tiled), SimpleNamespace(
+        size=[64, 64], level=0, downsample=None, mpp=None, mode=SimpleNamespace(value="grid"), stride=None,
+        per_image=None, min_foreground=0.0, mask_bands=None, max_chunk_pixels=2**24,
+        reader=SimpleNamespace(value="auto")), grid=True)], size=(64, 64), per_image=None)
+    assert len(patches) == 4 and {nodata_of(patches, i) for i in range(4)} == {5.0}  # its slide's
+    assert files_of(patches) == [str(tiled)] and files_of(split) == [str(p) for p in split.paths]

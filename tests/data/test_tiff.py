@@ -5,6 +5,7 @@ them: the negative control). Then the run's bands and type (data.channels, data.
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -15,6 +16,7 @@ from PIL import Image
 from app.data.decode import Decode, DecodeError, Pixels
 from app.data.headers import decode_bytes
 from app.data.images import load_rgb
+from app.data.patches import PatchSplit, layout_of
 from app.data.pixels import normalization, pixels_of
 from app.data.source import FileSplit
 from app.data.tiff import read_tiff
@@ -176,3 +178,37 @@ def test_a_1_bit_tiff_is_read_as_8_bit_grey_as_pillow_reads_it(tmp_path):
         got = read(tmp_path / f"{photometric}.tif", channels="all", bands=1)
         assert got.dtype == np.uint8 and np.array_equal(got[:, :, 0], expected) and set(np.unique(got)) == {0, 255}
         assert decode_bytes(tmp_path / f"{photometric}.tif", Decode()) == (12 * 16, 0)
+
+
+def test_all_counts_a_patch_splits_bands_from_its_images(tmp_path):
+    """data.channels=all over patches of 6-band tiles: the bands of the tiles (the memory plan's ring too), not 3."""
+    tiles = []
+    for i in range(2):
+        tiles.append(str(tmp_path / f"t{i}.tif"))
+        tifffile.imwrite(tiles[-1], pixels((128, 128, 6), np.uint16, i), tile=(64, 64), photometric="minisblack",
+                         planarconfig="contig")
+    grid = SimpleNamespace(size=[64, 64], level=0, downsample=None, mpp=None, mode=SimpleNamespace(value="grid"),
+                           stride=None, per_image=None, min_foreground=0.0, mask_bands=None, max_chunk_pixels=2**24,
+                           reader=SimpleNamespace(value="auto"))
+    patches = PatchSplit(FileSplit(tiles, [0, 1]), [layout_of(t, grid, grid=True) for t in tiles], size=(64, 64),
+                         per_image=None)
+    assert pixels_of("all", "uint16", split=FileSplit(tiles, [0, 1])).bands == 6  # negative control: the files alone
+    assert pixels_of("all", "uint16", split=patches).bands == 6
+
+
+def test_a_stats_json_of_other_bands_or_another_type_is_refused_naming_both(tmp_path):
+    made = tmp_path / "stats.json"
+    figures = [{"mean": 100.0 + b, "std": 5.0} for b in range(3)]
+    made.write_text(json.dumps({"channels": [0, 1, 2], "dtype": "uint16", "bands": figures}))
+    normalize = SimpleNamespace(mean=None, std=None, stats=str(made))
+    assert pixels_of([0, 1, 2], "uint16", normalize=normalize).mean == (100.0, 101.0, 102.0)  # its own: taken
+    with pytest.raises(ConfigError, match=r"data.normalize.stats.*made for data.channels=\[0,1,2\] data.dtype=uint16, "
+                                          r"and this run reads data.channels=\[3,4,5\] data.dtype=uint16"):
+        pixels_of([3, 4, 5], "uint16", normalize=normalize)
+    with pytest.raises(ConfigError, match=r"data.dtype=uint16, and this run reads data.channels=\[0,1,2\] "
+                                          "data.dtype=uint8"):
+        pixels_of([0, 1, 2], "uint8", normalize=normalize)
+    made.write_text(json.dumps({"channels": "all", "dtype": "uint16", "bands": figures}))
+    assert pixels_of([0, 1, 2], "uint16", normalize=normalize).std == (5.0, 5.0, 5.0)  # all of 3: the same bands
+    made.write_text(json.dumps({"bands": figures}))  # an older one, recording neither: taken
+    assert pixels_of([3, 4, 5], "uint16", normalize=normalize).mean == (100.0, 101.0, 102.0)

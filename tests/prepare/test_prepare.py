@@ -16,13 +16,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import s3fs
+import tifffile
 from hydra import compose, initialize_config_dir
 from PIL import Image
 from s3_endpoint import environment, new_bucket
 from shard_checks import assert_webdataset_reads_what_the_index_says
 
 from app.config import conf_dir, load
-from app.data import load_or_generate_source
+from app.data import load_or_generate_source, tiff
+from app.data.decode import Decode, Pixels
+from app.data.headers import nodata_of
 from app.data.prepared import prepared_source
 from app.data.shards import FORMAT_VERSION, manifest_checksum, read_index, read_manifest
 from app.data.storage import LocalStore, RemoteStore, Store
@@ -389,3 +392,66 @@ def test_a_copy_holding_no_training_sample_of_a_class_is_refused_as_a_table_is(t
                         workers=0, per_shard=5)
     assert load_or_generate_source(PreparedDataConfig(path=str(tmp_path / "again"))).class_names == ["cats", "dogs",
                                                                                                       "owls"]
+
+
+def test_a_raw_copy_keeps_each_originals_no_data_value_and_never_blends_it(tmp_path):
+    """GeoTIFFs with a no-data border of 0, one without the tag: the copy keeps each sample's own value (stats reads it
+    as the source's), and resizes a sample with one nearest, so no 0 is blended into a valid value."""
+    rng = np.random.default_rng(0)
+    for c, name in enumerate(("a", "b")):
+        (tmp_path / "geo" / name).mkdir(parents=True)
+        for i in range(5):
+            image = rng.integers(10_000, 20_000, (24, 24, 2), dtype=np.uint16)
+            image[:7] = 0  # to row 7: an area resize to 16 blends its edge
+            tags = [] if (c, i) == (0, 0) else [(42113, "s", 0, "0", True)]
+            tifffile.imwrite(tmp_path / "geo" / name / f"{i}.tif", image, photometric="minisblack",
+                             planarconfig="contig", extratags=tags)
+    out = tmp_path / "copy"
+    config = prepared_config("data=folder", f"data.path={tmp_path / 'geo'}", "data.channels=all", "data.dtype=uint16",
+                             "data.image_size=[16,16]", "augment=none", "data.val_fraction=0.4", f"prepare.out={out}",
+                             "prepare.format=raw")
+    write_prepared_copy(config, workers=0, per_shard=4)
+    copy, decode = prepared_source(PreparedDataConfig(path=str(out))), Decode(pixels=Pixels(channels="all", bands=2,
+                                                                                           dtype="uint16"))
+    seen = []
+    for split in ("train", "val"):
+        prepared = getattr(copy, split)
+        kept = [nodata_of(prepared, i) for i in range(len(prepared))]
+        assert kept == [tiff.nodata_of(meta["path"]) for meta in _metas(out, split)]  # each its original's
+        for i, value in enumerate(kept):
+            image = prepared.read(i, decode)
+            assert image.shape == (16, 16, 2)
+            blended = ((image > 0) & (image < 10_000)).any()
+            assert not blended if value is not None else blended  # negative control: no tag, an area resize
+            seen.append(value)
+    assert set(seen) == {None, 0.0}
+
+
+def test_a_copy_is_named_stale_when_its_table_changes_or_files_are_added_to_its_folder(tmp_path, caplog):
+    for c, name in enumerate(("cat", "dog")):
+        (tmp_path / "img" / name).mkdir(parents=True)
+        for i in range(6):
+            Image.fromarray(np.full((12, 12, 3), 40 * c + i, np.uint8)).save(tmp_path / "img" / name / f"{i}.png")
+    table = tmp_path / "t.csv"
+    table.write_text("path,label\n" + "".join(f"img/{n}/{i}.png,{n}\n" for n in ("cat", "dog") for i in range(6)))
+    sources = {"table": ["data=table", f"data.table={table}"],
+               "folder": ["data=folder", f"data.path={tmp_path / 'img'}"]}
+    for name, data in sources.items():
+        config = prepared_config(*data, "data.image_size=[8,8]", f"prepare.out={tmp_path / name}")
+        write_prepared_copy(config, workers=0, per_shard=5)
+    caplog.clear()
+    for name in sources:
+        prepared_source(PreparedDataConfig(path=str(tmp_path / name)))
+    assert "older than its source" not in caplog.text  # negative control: the sources as they were prepared
+    table.write_text(table.read_text().replace("img/cat/1.png,cat", "img/cat/1.png,dog"))
+    os.utime(table, ns=(0, 10**18))  # a relabelling within the filesystem's time resolution
+    prepared_source(PreparedDataConfig(path=str(tmp_path / "table")))
+    assert f"{tmp_path / 'table'} is older than its source" in caplog.text
+    assert f"{table} (modified since)" in caplog.text
+    caplog.clear()
+    Image.new("RGB", (12, 12)).save(tmp_path / "img" / "dog" / "new.png")
+    (tmp_path / "img" / "wolf").mkdir()
+    os.utime(tmp_path / "img" / "dog", ns=(0, 10**18))
+    prepared_source(PreparedDataConfig(path=str(tmp_path / "folder")))
+    assert f"{tmp_path / 'img' / 'dog'}/ (files added, removed or renamed since)" in caplog.text
+    assert f"{tmp_path / 'img'}/ (files added" in caplog.text and "img/cat/" not in caplog.text
