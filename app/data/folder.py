@@ -160,7 +160,6 @@ def split_by_fraction(files: Files, val_fraction: float) -> tuple[Files, Files]:
 
 
 def _subfolders(folder: Path) -> list[str]:
-    """The class folders in `folder`: hidden ones and the app's own outputs left out."""
     if not folder.is_dir():
         return []
     return sorted(e.name for e in os.scandir(folder)
@@ -195,8 +194,7 @@ def _is_image(name: str) -> bool:
 
 
 def _scan(split_dir: Path, root: Path, owners: dict | None = None) -> dict[str, Files]:
-    """class name → its images under split_dir/<class>/, for every class folder; a file reached under two class
-    folders (a linked class folder, a hard link) is refused: it would be two samples under two labels."""
+    """class name → its images under split_dir/<class>/; a file reached under two class folders refused (_owned)."""
     owners = {} if owners is None else owners  # (device, inode) → (class folder, path) that reached it first
     classes = _subfolders(split_dir)
     if not classes:
@@ -242,8 +240,7 @@ def _is_dir(entry: os.DirEntry) -> bool:
 
 
 def _size_time_and_file(entry: os.DirEntry) -> tuple[int, int, tuple[int, int] | None]:
-    """An image's size, mtime and (device, inode); (-1, 0, None) for a broken link, left in the split for the loader
-    to report as bad."""
+    """An image's size, mtime and (device, inode); (-1, 0, None) for a broken link: the loader's to report as bad."""
     try:
         stat = entry.stat()
     except OSError:

@@ -120,8 +120,8 @@ def _jsonl(f, path: Path) -> tuple[list[str], list[Row]]:
     return list(columns), rows
 
 
-class _KeyTwice(ValueError):
-    """A JSON object naming a key twice (json keeps the last silently; the CSV header's twin is refused)."""
+class _KeyTwice(ValueError):  # a JSON object naming a key twice: json keeps the last silently
+    pass
 
 
 def _object_once(pairs: list[tuple[str, object]]) -> dict:

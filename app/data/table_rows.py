@@ -109,8 +109,8 @@ class RowReader:
                       file=file, weight=self.weight_of(row), corner=corner)
 
     def file_of(self, rel: str) -> tuple[str, int, str, tuple[int, int]]:
-        """(name as on disk, size, real path, (device, inode)), else a RowFault: the name as given, else in its other
-        Unicode form (macOS stores NFD, people type NFC); two files whose names differ only so stay two."""
+        """(name on disk, size, real path, (device, inode)), else a RowFault; the name as given, else its other form."""
+        # macOS stores NFD, people type NFC; two files whose names differ only so stay two
         candidates = dict.fromkeys([rel, *(unicodedata.normalize(form, rel) for form in ("NFC", "NFD"))])
         for form in candidates:
             try:
@@ -201,8 +201,7 @@ class RowReader:
 
 
 def _check_printable(label: str, column: str) -> None:
-    """A label prints as what it is: no control or invisible character (NUL, a zero-width space), no space but U+0020
-    (a no-break space), else two classes would print alike."""
+    """No control or invisible character (NUL, a zero-width space), no space but U+0020: two classes print alike."""
     odd = next((c for c in label if unicodedata.category(c)[0] in "CZ" and c != " "), None)
     if odd is not None:
         raise RowFault(column, f"label {label!r} holds the character U+{ord(odd):04X} "
