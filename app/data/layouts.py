@@ -66,9 +66,7 @@ def layout_of(path: str, patches, *, grid: bool, masked: bool = True) -> Layout:
         raise DataError(f"{path} cannot be read as patches: {bad_sample_reason(error)}") from error
 
 
-def edge_check(patches):
-    """(path, (top, left) at level 0) → None, or (the axis, "x" or "y", why) where that patch passes its image's edge;
-    each image's header read once. An image that cannot be read passes here: reading its patches names it."""
+def edge_check(patches):  # (path, (top, left) at level 0) → None, or ("x" or "y", why) where it passes the edge
     extents: dict[str, tuple] = {}
 
     def past_edge(path: str, corner: tuple[int, int]) -> tuple[str, str] | None:

@@ -1,7 +1,5 @@
-"""Where a large image has something to learn from: a foreground mask at a low resolution (RGB: not glass; one band, or
-the bands data.patches.mask_bands names: Otsu's threshold on their mean; other bands: their valid data, a GeoTIFF's
-no-data the background), read from the pyramid level nearest below it, or streamed a row of chunks at a time from a
-file without one."""
+"""A large image's foreground mask at a low resolution (RGB: not glass; one band, mask_bands: Otsu's split;
+other bands: valid data, not no-data), from the pyramid level nearest below it, or streamed from a file without one."""
 
 from __future__ import annotations
 
@@ -116,8 +114,7 @@ def mask_of(slide: Slide, downsample: float, bands: list[int] | None) -> tuple[n
     return mask, cell
 
 
-@functools.cache
+@functools.cache  # once a folder
 def _warn_of_unwritable_cache(folder: str, why: str) -> None:
-    """Once a folder: masks are made but not kept, and how to give them a folder that can be written."""
     log.warning("the mask cache %s cannot be written (%s): each slide's mask is made again on every run; set "
                 "APP_CACHE_DIR to a folder this user can write to keep them", folder, why)

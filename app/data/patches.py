@@ -120,8 +120,7 @@ def _patch_bytes(layout: Layout, size: tuple[int, int]) -> int:
 
 
 def patched(source: Source, patches, *, skip: bool = False) -> Source:
-    """`source`'s splits made patches (data.patches), by image; images without one named in the log and split.json;
-    with `skip` (data.on_bad_sample=skip), an image that cannot be read is too, else its DataError raised."""
+    """`source`'s splits made patches, by image; those without one (or unreadable, with `skip`) named in the log."""
     unreadable: dict[str, str] | None = {} if skip else None
     built = {name: _listed_split(split, source.corners[name], patches) if name in source.corners else
              _patch_split(split, patches, grid=name != "train" or patches.mode.value == "grid", unreadable=unreadable)
@@ -217,8 +216,7 @@ def grid_split(paths: list[str], patches) -> tuple[PatchSplit, dict[str, str]]:
 
 def _patch_split(images: FileSplit, patches, *, grid: bool, unreadable: dict[str, str] | None = None) \
         -> tuple[PatchSplit, np.ndarray, list[Layout]]:
-    """`images` as patches, which have any (indices into `images`), and the layouts of those without; an unreadable
-    image's DataError raised, or its why put in `unreadable` (path → why) and the image left out."""
+    """`images` as patches, which have any (indices), those without; an unreadable one left out where `unreadable`."""
     layouts = layouts_of(images.paths, patches, grid=grid, unreadable=unreadable)
     read = [i for i, path in enumerate(images.paths) if unreadable is None or path not in unreadable]
     of = dict(zip(read, layouts, strict=True))

@@ -102,8 +102,7 @@ def _flat_slide(path: str) -> Slide:
     return Slide(path=path, levels=((height, width),), chunk=(height, width), bands=bands, dtype=dtype, tiff=False)
 
 
-def _alpha(page) -> int | None:
-    """An RGBA page's alpha (TIFF ExtraSamples: 1 associated, 2 unassociated); None for any other bands."""
+def _alpha(page) -> int | None:  # an RGBA page's ExtraSamples: 1 associated alpha, 2 unassociated; else None
     extra = tuple(int(e) for e in page.extrasamples or ())
     if page.photometric == tifffile.PHOTOMETRIC.RGB and page.samplesperpixel == 4 and extra in ((1,), (2,)):
         return extra[0]

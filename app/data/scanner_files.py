@@ -82,8 +82,7 @@ def read_region(path: str, level: int, window: tuple, *, downsample: float) -> n
     return on_white(region, premultiplied=False)
 
 
-def on_white(rgba: np.ndarray, *, premultiplied: bool) -> np.ndarray:
-    """(height, width, 3) of `rgba` laid on white: a transparent part (outside a scan) is white, as glass is."""
+def on_white(rgba: np.ndarray, *, premultiplied: bool) -> np.ndarray:  # a transparent part (outside a scan): glass
     white = float(np.iinfo(rgba.dtype).max)
     alpha = rgba[:, :, 3:4].astype(np.float32) / white
     rgb = rgba[:, :, :3] if premultiplied else rgba[:, :, :3] * alpha
