@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import threading
 
 import pytest
 from PIL import Image
 
-from app.errors import DataError
-from app.io import OwnFileHandler, open_own, write_json_over_own, write_picture
+from app.data.pixels import stats_of
+from app.errors import ConfigError, DataError
+from app.io import OwnFileHandler, open_own, read_regular, write_json_over_own, write_picture
 
 
 def test_a_json_file_is_written_over_only_where_its_writer_wrote_the_one_there(tmp_path):
@@ -54,3 +57,29 @@ def test_a_log_handler_a_dangling_link_and_a_whole_file_never_write_through_link
     (tmp_path / "scalars.csv").symlink_to(tmp_path / "folder")
     with pytest.raises(DataError, match="scalars.csv is a symbolic link to the folder"):
         open_own(tmp_path / "scalars.csv", "a")
+
+
+def test_a_file_a_config_names_is_refused_unread_when_not_regular_never_waiting_on_a_pipe(tmp_path):
+    pipe = tmp_path / "stats.json"
+    os.mkfifo(pipe)
+    said = []
+
+    def read_stats() -> None:
+        try:
+            stats_of(str(pipe))
+        except ConfigError as error:
+            said.append(str(error))
+
+    reader = threading.Thread(target=read_stats, daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+    if reader.is_alive():  # it waits for a writer: be one, so the test ends
+        open(pipe, "w").close()
+    assert not reader.is_alive() and said, "data.normalize.stats=<a pipe> waited for a writer"
+    assert "data.normalize.stats" in said[0] and "not a regular file" in said[0] and str(pipe) in said[0]
+    with pytest.raises(OSError, match="not a regular file"):
+        read_regular("/dev/urandom")  # a device, never read: it would never end
+    with pytest.raises(IsADirectoryError):
+        read_regular(tmp_path)
+    (tmp_path / "made.json").write_text('{"bands": [{"mean": 1, "std": 2}]}')  # negative control: a file is read
+    assert stats_of(str(tmp_path / "made.json")) == ([1.0], [2.0])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import json
 import logging
 import sys
 from dataclasses import dataclass
@@ -30,11 +31,11 @@ from app.data.storage import is_url
 from app.errors import ConfigError, DataError
 from app.inference import patch_scores
 from app.inference.opened import open_run
-from app.io import atomic_write
+from app.io import atomic_write, read_regular
 from app.loader.pipeline import build_loader
 from app.loader.settings import Settings
 from app.processes import stop_if_interrupted
-from app.runs.rundir import read_json
+from app.runs.checkpoint import best_name
 from app.runs.saved import STORAGE
 from app.schema import register
 from app.schema.data import PreparedDataConfig
@@ -46,9 +47,9 @@ log = logging.getLogger("app.predict")
 def image_files(path: Path) -> list[Path]:
     if path.is_file():
         return [path]
-    # A link that leads nowhere or in a loop is listed too: its row then says why it cannot be read.
-    return sorted(p for p in path.rglob("*") if (p.is_file() or p.is_symlink() and not p.is_dir())
-                  and p.suffix.lower() in EXTENSIONS
+    # Whatever is no folder is listed: a link that leads nowhere or in a loop, a pipe or a device gets its row, which
+    # says why it cannot be read (the loader never opens what is not a regular file).
+    return sorted(p for p in path.rglob("*") if not p.is_dir() and p.suffix.lower() in EXTENSIONS
                   and not any(part.startswith(".") for part in p.relative_to(path).parts))
 
 
@@ -169,20 +170,41 @@ def _patch_outputs(config, split, model: tuple) -> tuple[list, dict[int, str]]:
 
 
 def _thresholds(given: str | None, run_dir: Path, names: list[str], trainer) -> np.ndarray:
-    """Each class's threshold: `thresholds=<file>`, else the run's thresholds.json, else trainer.threshold."""
+    """Each class's threshold: thresholds=, else the run's thresholds.json if for model.keras, else the trainer's."""
     path = Path(given).expanduser() if given else run_dir / "thresholds.json"
-    if not path.is_file():
-        if given:
-            raise DataError(f"thresholds={given}: no such file; give a thresholds.json (`python -m app evaluate "
-                            f"resume={run_dir}` writes the run's own), or leave it out for trainer.threshold")
+    every = np.full(len(names), trainer.threshold)
+    if not given and not path.exists():
         log.info("thresholds: trainer.threshold=%g for every class (evaluate writes per-class ones)", trainer.threshold)
-        return np.full(len(names), trainer.threshold)
-    found = read_json(path, "write it again with `python -m app evaluate`").get("thresholds", {})
+        return every
+    saved = _threshold_file(path, given, run_dir)
+    found, picked, scored = saved.get("thresholds", {}), Path(str(saved.get("checkpoint"))).name, best_name(run_dir)
     missing = [name for name in names if name not in found]
     if missing:
         raise DataError(f"{path} has no threshold for {', '.join(missing)}: it is another run's; evaluate this one")
+    if "checkpoint" in saved and picked != scored:  # thresholds fit one model's scores, not another's
+        log.warning("thresholds: %s holds those evaluate picked for checkpoint %s, where predict scores model.keras, "
+                    "which is checkpoint %s (the run's best): %s", path, picked, scored or "(unknown)",
+                    "used, as thresholds= asks" if given else f"not used; trainer.threshold={trainer.threshold:g} "
+                    f"for every class instead. `python -m app evaluate resume={run_dir} checkpoint=best` picks them "
+                    f"for model.keras (thresholds={path} uses these anyway)")
+        if not given:
+            return every
     log.info("thresholds: %s", path)
     return np.array([float(found[name]) for name in names])
+
+
+def _threshold_file(path: Path, given: str | None, run_dir: Path) -> dict:
+    # the thresholds.json at `path` (`thresholds=`'s, or the run's) as a JSON object; else a DataError naming it
+    try:
+        saved = json.loads(read_regular(path))
+    except (OSError, ValueError) as error:
+        saved = error
+    if isinstance(saved, dict):
+        return saved
+    why = saved if isinstance(saved, Exception) else f"it holds {type(saved).__name__}, not a JSON object"
+    instead = ", or leave thresholds= out for trainer.threshold" if given else ""
+    raise DataError(f"{f'thresholds={given}' if given else path} cannot be read ({why}): give a thresholds.json "
+                    f"(`python -m app evaluate resume={run_dir}` writes the run's own){instead}.")
 
 
 @dataclass(kw_only=True)

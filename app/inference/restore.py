@@ -95,10 +95,10 @@ def chosen_checkpoint(run_dir: Path, which: str = "last"):
     candidates = checkpoint.newest_first(run_dir)
     names = ", ".join(p.name for p in candidates) or "none"
     if which == "best":
-        best = next((s["best"] for s in map(checkpoint.read_state, candidates) if s and s.get("best")), None)
-        if not best:
-            raise config_error("checkpoint", which, f"{run_dir} has no checkpoint marked best yet (there are: {names})")
-        which = best[1]
+        which = checkpoint.best_name(run_dir)
+        if not which:
+            raise config_error("checkpoint", "best", f"{run_dir} has no checkpoint marked best yet (there are: "
+                               f"{names})")
     if which != "last":
         path = Path(run_dir) / "checkpoints" / which
         if not (path / "model.keras").is_file():

@@ -133,6 +133,12 @@ def newest_first(run_dir: Path) -> list[Path]:
     return sorted((Path(run_dir) / "checkpoints").glob(f"{PREFIX}*"), reverse=True)
 
 
+def best_name(run_dir: Path) -> str | None:
+    """The folder's name of the run's best checkpoint (trainer.monitor's, whose weights model.keras holds), or None."""
+    return next((state["best"][1] for state in map(read_state, newest_first(run_dir))
+                 if isinstance(state, dict) and state.get("best")), None)
+
+
 def has_checkpoint(run_dir: Path) -> bool:
     return bool(newest_first(run_dir))
 

@@ -68,8 +68,8 @@ def resumed_config(saved: dict, cfg: DictConfig, overrides: list[str],
 
 def read_run_setting_backend(cfg: DictConfig, safe: tuple[str, ...],
                              backend: Backend | None = None) -> tuple[Path, Config]:
-    """(run dir, its config with the `safe` overrides, loaded and validated), Keras set to load on the run's backend
-    (or `backend`) but not loaded, so a command's checks before `keras_for_run` refuse before TensorFlow starts."""
+    """(run dir, its config with the `safe` overrides, loaded and validated), Keras set to the run's backend."""
+    # set (or to `backend`) but not loaded: a command's checks before `keras_for_run` refuse before TensorFlow starts
     run_dir = Path(cfg.resume)
     cfg = resumed_config(checkpoint.saved_config(run_dir), cfg, list(HydraConfig.get().overrides.task), safe)
     config = load(cfg)

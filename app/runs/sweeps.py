@@ -69,8 +69,8 @@ def recorded(sweep: Path) -> tuple[list[str], list[str], str]:
 
 
 def resume_argv(sweep: Path, given: list[str]) -> list[str]:
-    """The command line that finishes the sweep in `sweep`: its own overrides again, `given` (checked safe by the
-    caller) replacing or joining them, into the same folder; a ConfigError for a sweep not run by the basic sweeper."""
+    """The sweep's own command line again, `given` (checked safe) replacing or joining its overrides, same folder."""
+    # a ConfigError for a sweep another sweeper than the basic one ran
     task, own, sweeper = recorded(sweep)
     if sweeper != BASIC_SWEEPER:
         name = sweeper.rsplit(".", 1)[-1]

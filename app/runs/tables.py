@@ -29,8 +29,8 @@ def rewrite_keeping_rows(path: Path, keep, column: str) -> None:
 
 
 def rows_kept(path: Path, keep, column: str) -> tuple[list[str], list[dict], str] | None:
-    """(columns, the rows `keep(row)` accepts, the line end) of a CSV file, None when it is missing; a damaged one
-    (not UTF-8, no `column` in its header, a row that does not parse or is cut short) is a DataError naming the line."""
+    """(columns, the rows `keep(row)` accepts, the line end) of a CSV file, None when it is missing."""
+    # a damaged one (not UTF-8, no `column` in its header, a row that does not parse or is cut short): a DataError
     path = Path(path)
     if not path.exists():
         return None

@@ -18,6 +18,8 @@ import pytest
 from docs_runner import spawn_one_process_for
 from PIL import Image
 
+from app.io import write_json
+
 TINY = ["data.num_images=36", "data.source_size=96", "data.num_classes=3", "data.image_size=[32,32]",
         "data.batch_size=4", "model.widths=[8,16]", "trainer.epochs=2", "hydra.run.dir=run"]
 
@@ -42,9 +44,9 @@ def commands(run) -> SimpleNamespace:
     """The commands of the tests below that need no process of their own, one after another in one
     process (tests/docs_runner.py: TensorFlow loads once), on the run and on copies of it made first:
     `budget` and `logger` for a refused resume each, `garbage` with bytes appended to its metrics.csv,
-    `damaged` with model.keras cut in half."""
+    `damaged` with model.keras cut in half, `piped` predicting a folder that holds a pipe and a link to a device."""
     root = run.parent
-    copies = SimpleNamespace(**{name: root / name for name in ("budget", "logger", "garbage", "damaged")})
+    copies = SimpleNamespace(**{name: root / name for name in ("budget", "logger", "garbage", "damaged", "piped")})
     for copy in vars(copies).values():
         shutil.copytree(run, copy, ignore=shutil.ignore_patterns("predict"))  # earlier tests' predictions
     with open(copies.garbage / "metrics.csv", "ab") as f:
@@ -55,11 +57,15 @@ def commands(run) -> SimpleNamespace:
     image = root / "image.png"
     Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(image)
     (root / "self.jpg").symlink_to("self.jpg")  # a link in a loop, given as the input
+    (root / "odd").mkdir()
+    Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(root / "odd" / "image.png")
+    os.mkfifo(root / "odd" / "pipe.jpg")  # read, it would wait for a writer
+    (root / "odd" / "device.jpg").symlink_to("/dev/urandom")  # read, it would never end
     kept = ("train.log", ".lock")
     before = {name: tree(getattr(copies, name), but=kept) for name in ("budget", "logger", "garbage")}
     before["evaluate"] = set((run / "evaluate").iterdir()) if (run / "evaluate").exists() else set()
     names = ["best", "wrong", "test", "no_input", "looped", "budget", "logger", "metrics", "damaged_predict",
-             "damaged_resume"]
+             "damaged_resume", "odd"]
     done = spawn_one_process_for(
         ["evaluate", f"resume={run}", "checkpoint=best", "queue.workers=1"],
         ["evaluate", f"resume={run}", "checkpoint=step-99999999"],
@@ -70,7 +76,8 @@ def commands(run) -> SimpleNamespace:
         ["train", f"resume={copies.logger}", "logger.mlflow.tracking_uri=sqlite:///x.db"],
         ["train", f"resume={copies.garbage}", "trainer.epochs=3"],
         ["predict", f"resume={copies.damaged}", f"input={image}"],
-        ["train", f"resume={copies.damaged}"], cwd=root)
+        ["train", f"resume={copies.damaged}"],
+        ["predict", f"resume={copies.piped}", f"input={root / 'odd'}"], cwd=root)
     evaluated = set((run / "evaluate").iterdir()) - before["evaluate"]
     return SimpleNamespace(root=root, copies=copies, before=before, evaluated=evaluated,
                            **dict(zip(names, done, strict=True)))
@@ -167,6 +174,19 @@ print(json.dumps({{"classes": [names[i] for i in probabilities.argmax(1)], "p": 
 
 
 @pytest.mark.slow
+def test_predict_gives_a_pipe_and_a_device_their_rows_with_the_error_never_opening_them(commands):
+    result = commands.odd
+    assert result.returncode == 0, result.stderr[-3000:]
+    (out,) = (commands.copies.piped / "predict").iterdir()
+    rows = {Path(row["path"]).name: row for row in csv.DictReader((out / "predictions.csv").open())}
+    assert sorted(rows) == ["device.jpg", "image.png", "pipe.jpg"]
+    assert rows["image.png"]["error"] == "" and rows["image.png"]["class"]  # negative control: an image predicted
+    for name in ("device.jpg", "pipe.jpg"):
+        assert "not a regular file" in rows[name]["error"] and rows[name]["class"] == "", rows[name]
+    assert "2 of 3 files could not be read" in result.stdout
+
+
+@pytest.mark.slow
 def test_predict_names_a_missing_input(run, commands):
     result, looped, root = commands.no_input, commands.looped, commands.root
     assert result.returncode == 1 and str(root / "none") in result.stderr
@@ -212,6 +232,33 @@ def test_evaluate_on_a_folders_test_split(tmp_path):
     evaluation = json.loads((out / "evaluation.json").read_text())
     assert evaluation["split"] == "test" and evaluation["samples"] == 6 and "on 6 test samples" in result.stdout
     assert {c: v["support"] for c, v in evaluation["per_class"].items()} == {"dark": 3, "light": 3}
+
+
+def test_predict_applies_thresholds_only_where_evaluate_picked_them_for_model_keras(tmp_path, caplog):
+    """model.keras is the run's best checkpoint; thresholds.json records the checkpoint evaluate scored."""
+    from app.commands.predict import _thresholds  # the command's module: hydra's, not Keras's imports
+
+    for step in (5, 15):  # each checkpoint's state.json names the best, step 5
+        (tmp_path / "checkpoints" / f"step-{step:08d}").mkdir(parents=True)
+        write_json(tmp_path / "checkpoints" / f"step-{step:08d}" / "state.json", {"best": [0.9, "step-00000005"]})
+    trainer, names = SimpleNamespace(threshold=0.5), ["a", "b"]
+
+    def picked_for(step: int) -> Path:
+        write_json(tmp_path / "thresholds.json", {"split": "val", "checkpoint": str(tmp_path / "checkpoints" /
+                   f"step-{step:08d}"), "thresholds": {"a": 0.2, "b": 0.7}})
+        return tmp_path / "thresholds.json"
+
+    picked_for(5)  # negative control: picked for model.keras's checkpoint, used
+    assert _thresholds(None, tmp_path, names, trainer).tolist() == [0.2, 0.7]
+    picked_for(15)
+    with caplog.at_level("WARNING", logger="app.predict"):
+        assert _thresholds(None, tmp_path, names, trainer).tolist() == [0.5, 0.5]  # trainer.threshold instead
+    assert "checkpoint step-00000015" in caplog.text and "which is checkpoint step-00000005" in caplog.text
+    assert f"evaluate resume={tmp_path} checkpoint=best" in caplog.text and "not used" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="app.predict"):  # given by name: used as asked, the warning said
+        assert _thresholds(str(picked_for(15)), tmp_path, names, trainer).tolist() == [0.2, 0.7]
+    assert "used, as thresholds= asks" in caplog.text
 
 
 def tree(run: Path, but: tuple[str, ...] = ()) -> dict[str, bytes]:

@@ -9,10 +9,12 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import tifffile
 from hydra import compose, initialize_config_dir
 
 from app.capacity.run_plan import RunPlan
 from app.config import conf_dir, load
+from app.data.pixels import run_pixels
 from app.errors import ConfigError, DataError
 from app.loader.order import epoch_order
 from app.schema import Sampling, register
@@ -55,6 +57,22 @@ def test_each_process_loads_its_share_of_a_batch(tmp_path):
                    for plan, p in zip(plans, (one, two), strict=True))
     assert whole.bytes == 2 * half.bytes == 2 * 8 * 8 * 8 * 3 and half.workers == 1 and not half.processes
     assert config.data.batch_size == 8  # the config as written
+
+
+def test_the_queue_log_line_names_the_runs_integer_type(tmp_path, caplog):
+    for name in ("a", "b"):
+        (tmp_path / "data" / name).mkdir(parents=True)
+        for i in range(6):
+            tifffile.imwrite(tmp_path / "data" / name / f"{i}.tif", np.full((8, 8, 3), 1000 * (i + 1), np.uint16))
+    for dtype, bytes_a_pixel in (("uint8", 1), ("uint16", 2)):  # uint8: the negative control
+        config = composed(*TINY[3:], "data=folder", f"data.path={tmp_path / 'data'}", f"data.dtype={dtype}")
+        source, _ = inputs.read_data(config, tmp_path)
+        plan = RunPlan.of(config, device_is_host=True, pixels=run_pixels(config.data, source.train))
+        caplog.clear()
+        with caplog.at_level("INFO", logger="app.train"):
+            queue = inputs.run_loader(config, plan, source, run_dir=tmp_path, placement=Placement(
+                strategy_name="default", devices=["/device:CPU:0"])).queue
+        assert queue.bytes == 2 * 4 * 8 * 8 * 3 * bytes_a_pixel and f"MiB of {dtype} batches" in caplog.text
 
 
 def test_a_refused_config_is_recorded_in_summary_json(tmp_path):
