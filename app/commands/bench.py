@@ -181,8 +181,7 @@ def _mib(result: dict) -> str:
 
 
 def _derived(results: dict, batch: Settings, slots: int, workers: int) -> dict:
-    """The figures the targets speak of: the loader modes' ring `slots` (as queue.max_size caps it) of `batch`'s
-    batches (the run's bands and type) and `workers`."""
+    """The targets' figures: the ring's `slots` (as queue.max_size caps them) of `batch`'s batches, and `workers`."""
     ok = {m: r for m, r in results.items() if "error" not in r}
     samples = batch.batch_bytes // np.dtype(batch.pixels.dtype).itemsize
     derived: dict = {"queue_bytes": slots * batch.batch_bytes, "float32_batch_bytes": 4 * samples}

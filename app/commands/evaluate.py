@@ -79,7 +79,9 @@ def main(cfg: DictConfig) -> float:
     write_json(out / "evaluation.json", result)
     write_file(out / "report.txt", report(result))
     _plot(confusion, names, out / "confusion.png", result)
-    _mistakes(config, split, figures.mistakes, names=names, path=out / "misclassified.png", pixels=pixels)
+    if figures.mistakes:
+        sheet = _mistakes(config, split, figures.mistakes, names=names, pixels=pixels)
+        write_picture(out / "misclassified.png", sheet.save)
     if config.logger.mlflow is not None:  # the confusion matrix and the rest, beside the run's own
         log_evaluation(run_dir, out)
     print(f"checkpoint {path.name}: loss {result['loss']:.4f}, accuracy {result['accuracy']:.4f} "
@@ -181,15 +183,13 @@ def report(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _mistakes(config, split, mistakes: list, names: list[str], path: Path, pixels: Pixels) -> None:
-    """misclassified.png: the most confident mistakes as the model saw them, captioned true, predicted, probability."""
-    if not mistakes:
-        return
+def _mistakes(config, split, mistakes: list, names: list[str], pixels: Pixels):
+    """misclassified.png's sheet: the most confident mistakes as the model saw them, captioned true, predicted, p."""
     resize = Augmenter(eval_transforms(config.augment, config.data.image_size), config.data.image_size,
                        draft=config.data.decode.draft, max_pixels=config.data.max_image_pixels, pixels=pixels)
     images = np.stack([make_sample(split, resize, index, seed=config.seed, epoch=0) for _, index, _, _ in mistakes])
     captions = [f"true {names[t]}\npred {names[p]}\np {prob:.2f}" for prob, _, t, p in mistakes]
-    write_picture(path, grid(list(rgb_view(images)), captions, columns=4).save)  # several bands or 16 bits: seen
+    return grid(list(rgb_view(images)), captions, columns=4)  # several bands or 16 bits: seen as RGB
 
 
 def _table(confusion: np.ndarray, names: list[str]) -> str:

@@ -82,8 +82,7 @@ def size_in(folder: str) -> Callable[[str], int | None]:
 
 
 def source_stamps(splits: dict, data) -> dict[str, list[int]]:
-    """Each local file of `splits` (a patch split's images), a table's file, and each folder of a folder source (a
-    file added, removed or renamed there changes its mtime) as [size, mtime_ns], by absolute path."""
+    """[size, mtime_ns] by absolute path: each local file of `splits`, the table, a folder source's folders."""
     files = [os.path.abspath(path) for split in splits.values() for path in files_of(split)]
     table = getattr(data, "table", None)
     if table:

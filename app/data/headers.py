@@ -28,8 +28,7 @@ _PILLOW_BYTES = {"1": 1, "L": 1, "P": 1, "I;16": 2, "I;16L": 2, "I;16B": 2, "I;1
 
 
 def files_of(split) -> list[str]:
-    """The files a split reads: its own, or a patch split's images (a patch copy's: those it was cut from); [] for an
-    array or a copy of whole images."""
+    """The files a split reads: its own, or a patch split's images; [] for an array or a copy of whole images."""
     return list(getattr(getattr(split, "images", split), "paths", ()))
 
 
@@ -71,8 +70,7 @@ def _stored_decode_bytes(split, decode: Decode) -> int:
 
 
 def decode_bytes(path: str | os.PathLike, decode: Decode) -> tuple[int, int]:
-    """What decoding `path` holds, from its header: (its RGB array after any draft reduction, Pillow's copies: the
-    file's mode, and RGB where that differs; none for a JPEG OpenCV decodes); (0, 0) for a file the loader refuses."""
+    """(the decoded array's bytes, Pillow's copies' bytes) of `path`, from its header; (0, 0) for a refused file."""
     if _is_tiff(path):  # tifffile's read: the level's array, no copy of Pillow's
         return tiff.decoded_bytes(path, decode.min_short_side, decode.max_pixels), 0
     found = header_draft(path, decode.min_short_side, decode.max_pixels)
@@ -114,8 +112,7 @@ def _pillow_mode(path: str | os.PathLike) -> str | None:
 
 def header_draft(path: str | os.PathLike, min_short_side: int | None,
                  max_pixels: int | None = DEFAULT_MAX_PIXELS) -> tuple[int, int, int] | None:
-    """(width, height, the reduction 1, 2, 4 or 8 the decoder makes under the draft rule `min_short_side`), from the
-    header alone; None for a file that cannot be opened, declares no size, or declares more than `max_pixels`."""
+    """(width, height, the draft's reduction 1-8) from the header; None: unopenable, no size, over `max_pixels`."""
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
             return None

@@ -177,8 +177,7 @@ def _warn_of_overlap(counts: dict, patches) -> None:
 
 
 def _listed_split(rows: FileSplit, corners: np.ndarray, patches) -> tuple[PatchSplit, np.ndarray, list[str]]:
-    """A table's patches (data.columns.x, y), own labels, an image's their most common (rows past their image's edge:
-    the table's row check, app/data/layouts.py's edge_check)."""
+    """A table's patches (data.columns.x, y) with their own labels; an image's label their most common."""
     paths = list(dict.fromkeys(rows.paths))
     at = {path: i for i, path in enumerate(paths)}
     image_of = np.array([at[path] for path in rows.paths], np.int32)

@@ -34,8 +34,7 @@ def pixels_of(channels, dtype, *, split=None, normalize=None, bands: int | None 
 
 
 def normalization(normalize, bands: int, read: tuple = ()) -> tuple[tuple | None, tuple | None]:
-    """(mean, std) a band from data.normalize: its own lists, or a stats.json's (of the (channels, dtype) `read`);
-    (None, None) where none is given."""
+    """(mean, std) a band from data.normalize: its own lists, or a stats.json's; (None, None) where none is given."""
     mean, std, key = normalize.mean, normalize.std, "data.normalize.mean"
     if normalize.stats:
         mean, std, key = *stats_of(normalize.stats, read), "data.normalize.stats"
@@ -57,8 +56,7 @@ def normalization(normalize, bands: int, read: tuple = ()) -> tuple[tuple | None
 
 
 def stats_of(path: str, read: tuple = ()) -> tuple[list[float], list[float]]:
-    """(mean, std) a band of a stats.json `python -m app stats` wrote, refused where it was made of other bands or
-    another type than the (channels, dtype) `read` (where it records them)."""
+    """(mean, std) a band of a stats.json, refused where it records other (channels, dtype) than `read`."""
     try:
         made = json.loads(read_regular(Path(path).expanduser()))  # a pipe never waited on
         bands = made["bands"]

@@ -42,8 +42,7 @@ class FileSplit:
         return self.decode(i, self.fetch(i, decode), decode)
 
     def fetch(self, i: int, decode: Decode | None = None) -> bytes | TiffAt:
-        """Sample i's bytes (a worker times reading apart from decoding; a TIFF's strips or tiles are read by its
-        decode); BadSampleError if unreadable or too large."""
+        """Sample i's bytes (a TIFF's tiles are read by its decode); BadSampleError if unreadable or too large."""
         path = self.paths[i]  # an IndexError stays an IndexError
         try:
             return read_bytes(path, (decode or Decode()).max_pixels)
@@ -135,8 +134,7 @@ def check_every_class_trains(source: Source, where: str, *, unit: str = "sample"
 
 
 def fetch_drawn(split, i: int, decode: Decode | None, drawn: tuple[int, int, int]):
-    """Sample i's raw data: `drawn` (seed, epoch, draw) reaches a split that places patches by it (a PatchSplit,
-    app/data/patches.py); any other split, a user's own too, takes (i, decode)."""
+    """Sample i's raw data: `drawn` (seed, epoch, draw) reaches a PatchSplit; any other split takes (i, decode)."""
     return split.fetch(i, decode, drawn) if hasattr(split, "layouts") else split.fetch(i, decode)
 
 

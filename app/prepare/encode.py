@@ -96,8 +96,7 @@ def stored_label(label: np.ndarray) -> int | list[int]:
 
 
 def fit_short_side(image: np.ndarray, short_side: int | None, *, nearest: bool = False) -> np.ndarray:
-    """`image` with its short side brought down to `short_side` (the aspect kept); never up. `nearest`: each pixel
-    one of the original's, so a no-data value is never blended into valid ones."""
+    """`image`'s short side down to `short_side`, never up; `nearest`: no no-data value blended into valid ones."""
     height, width = image.shape[:2]
     if short_side is None or min(height, width) <= short_side:
         return np.ascontiguousarray(image)

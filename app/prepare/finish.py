@@ -42,16 +42,14 @@ def labels_of(records: list[dict], classes: int) -> np.ndarray:
 
 
 def places_of(records: list[dict], split) -> np.ndarray:
-    """A patch split's patches-<split>.npy (PLACE_DTYPE): each sample's image and corner, in the index's order, from
-    the source index its record's row keeps (`split`: the PatchSplit, its patches fixed)."""
+    """patches-<split>.npy: each sample's image and corner in the index's order, from its record's source index."""
     rows = [(image, left, top) for record in records for row in record["rows"]
             for image, top, left in [split.where(row[5])]]
     return np.array(rows, dtype=PLACE_DTYPE) if rows else np.zeros(0, dtype=PLACE_DTYPE)
 
 
 def kept_nodata(records: dict[str, list[dict]]) -> dict[str, list]:
-    """Each split's samples' no-data values in the index's order (a journal row of an earlier app has none); {}
-    where no sample has one."""
+    """Each split's samples' no-data values in the index's order; {} where no sample has one."""
     kept = {split: [row[7] if len(row) > 7 else None for record in split_records for row in record["rows"]]
             for split, split_records in records.items()}
     return kept if any(value is not None for values in kept.values() for value in values) else {}
@@ -77,8 +75,7 @@ def write_bad_samples(store: Store, bad: dict[str, list]) -> str:
 
 def write_copy_index(store: Store, *, plan: dict, records: dict[str, list[dict]], manifest: Manifest,
                      splits: dict | None = None) -> None:
-    """Each split's index (`splits`: a patch copy's, for its places), bad_samples.txt, then manifest.json (its splits
-    and bad-sample count filled in here); in a folder, first deletes what a killed prepare left half-written."""
+    """Each split's index, bad_samples.txt, then manifest.json; first deletes what a killed prepare half-wrote."""
     if store.local is not None:  # a kill in the microseconds these and the records take leaves their temporaries
         finals = [name for split in records
                   for name in (index_path("", split).name, labels_name(split), places_name(split))]

@@ -48,8 +48,7 @@ def make_plan(*, key: dict, counts: dict[str, int], sizes: dict[str, int]) -> di
 
 
 def read_plan(store: Store, key: dict) -> dict | None:
-    """The plan an earlier prepare into `store` left for the same settings and source; None for a new or empty folder. A
-    DataError (nothing overwritten) for a file, a folder of other files, other settings or source, or no bucket."""
+    """The plan an earlier prepare left in `store` for these settings; None: a new folder; else a DataError."""
     names = store.names()
     if names is None:
         raise DataError(f"prepare.out={store} is a file, not a folder: give a new or empty folder, e.g. "
@@ -92,8 +91,7 @@ def write_record(store: Store, shard: str, record: dict) -> None:
 
 
 def read_record(store: Store, shard: str) -> dict | None:
-    """A shard's record where the shard is finished and whole (there, at the size its record gives), else None: to be
-    written again; so is a record from before checksums (rows without a CRC32, no size)."""
+    """A shard's record where the shard is whole at its recorded size, else None (so too a record without CRC32s)."""
     if not store.exists(shard) or not store.exists(record_name(shard)):
         return None
     try:
