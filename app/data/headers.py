@@ -34,8 +34,8 @@ def files_of(split) -> list[str]:
 
 def nodata_of(split, i: int) -> float | None:
     """Sample i's no-data value: a raw copy's as prepared, else its file's (a GeoTIFF's GDAL_NODATA); None: none."""
-    if hasattr(split, "stored_nodata"):
-        return split.stored_nodata(i)
+    if hasattr(split, "stored_nodata"):  # a copy made before its original's value was judged: judged here
+        return tiff.held_nodata(split.stored_nodata(i), split.dtype, f"{split.root} row {i}")
     if hasattr(split, "layouts"):  # a patch: its slide's
         return split.layouts[int(split.image_of[i])].slide.nodata
     paths = getattr(split, "paths", None)

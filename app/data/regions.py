@@ -16,7 +16,7 @@ from app.data import scanner_files
 from app.data.decode import DecodeError
 from app.data.images import HEAD_BYTES, JPEG_START, PNG_START, TIFF_MAGIC, jpeg_frame, read_bytes, rgb_from_bytes
 from app.data.source import bad_sample_reason
-from app.data.tiff import BAND_AXES, GDAL_NODATA, READ_TYPES
+from app.data.tiff import BAND_AXES, READ_TYPES, page_nodata
 
 OPEN_FILES = 8  # files a worker keeps open: a slide's header and tile offsets are read once, not once a patch
 TILE_IT = ("tile it, e.g. `vips tiffsave in out.tif --tile --pyramid --compression jpeg` or tifffile's "
@@ -72,12 +72,11 @@ def _tiff_slide(path: str) -> Slide:
             bands = int(np.prod([n for axis, n in zip(series.axes, series.shape, strict=True) if axis in BAND_AXES]))
             chunk = (page.tilelength, page.tilewidth) if page.is_tiled else (page.rowsperstrip or sizes[0][0],
                                                                                  sizes[0][1])
-            nodata = page.tags.get(GDAL_NODATA)
             alpha = _alpha(page)
             return Slide(path=path, levels=sizes, chunk=(min(chunk[0], sizes[0][0]), chunk[1]),
                          bands=bands - (alpha is not None), dtype=str(series.dtype), tiled=page.is_tiled,
                          mpp=_mpp(page), alpha=alpha,
-                         nodata=None if nodata is None else float(str(nodata.value).strip("\0 ")))
+                         nodata=page_nodata(page, series.dtype))
     except (tifffile.TiffFileError, ValueError, IndexError, KeyError) as error:
         raise DecodeError(f"cannot read TIFF: {error}") from error
 

@@ -3,6 +3,8 @@ that covers what the transforms need, only its strips or tiles read, bands last 
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 
 import numpy as np
@@ -14,6 +16,9 @@ BAND_AXES = "SC"  # samples of a pixel, or channels (OME); a stack of same-size 
 PAGE_AXES = "IQ"
 READ_TYPES = (np.uint8, np.uint16)
 GDAL_NODATA = 42113  # GDAL's TIFF tag: the no-data value, as ASCII
+
+log = logging.getLogger(__name__)
+_unheld: set[tuple[str, str]] = set()  # (GDAL_NODATA text, pixel type) said already
 
 
 def read_tiff(path: str | os.PathLike, *, min_short_side: int | None, max_pixels: int | None) -> np.ndarray:
@@ -51,13 +56,38 @@ def decoded_bytes(path: str | os.PathLike, min_short_side: int | None, max_pixel
 
 
 def nodata_of(path: str | os.PathLike) -> float | None:
-    """A GeoTIFF's no-data value (its GDAL_NODATA tag), or None: not a TIFF, none given, unreadable."""
+    """A GeoTIFF's no-data value (`page_nodata`), or None: not a TIFF, none given, none its pixels hold, unreadable."""
     try:
         with tifffile.TiffFile(path) as tif:
-            tag = tif.pages.first.tags.get(GDAL_NODATA)
-            return None if tag is None else float(str(tag.value).strip("\0 "))
-    except (tifffile.TiffFileError, ValueError, OSError):
+            return page_nodata(tif.pages.first, tif.series[0].dtype)
+    except (tifffile.TiffFileError, ValueError, IndexError, OSError):
         return None
+
+
+def page_nodata(page, dtype) -> float | None:
+    """`page`'s GDAL_NODATA value as `held_nodata` keeps it; None where none is given."""
+    tag = page.tags.get(GDAL_NODATA)
+    return None if tag is None else held_nodata(str(tag.value).strip("\0 "), dtype, page.parent.filehandle.path)
+
+
+def held_nodata(value: str | float | None, dtype, path: str) -> float | None:
+    """A no-data `value` (GDAL_NODATA's text, or as a copy kept it) where a pixel of `dtype` can hold it; None where
+    it is NaN, out of the type's range, fractional or not a number: no pixel equals it, so none (said once)."""
+    if value is None:
+        return None
+    try:
+        number = float(str(value).replace(",", "."))  # GDAL writes the C locale's, some tools a decimal comma
+    except ValueError:
+        number = math.nan
+    dtype = np.dtype(dtype)
+    if dtype.kind in "ui" and math.isfinite(number) and number == int(number) \
+            and np.iinfo(dtype).min <= number <= np.iinfo(dtype).max:
+        return number
+    if (str(value), dtype.name) not in _unheld:  # one line a (value, type): a slide set tags every file alike
+        _unheld.add((str(value), dtype.name))
+        log.warning("no-data value %r of %s (and of any file tagged alike) is no value a %s pixel can hold: "
+                    "read as none, every pixel counted", value, path, dtype.name)
+    return None
 
 
 def _chosen(tif: tifffile.TiffFile, min_short_side: int | None, max_pixels: int | None):

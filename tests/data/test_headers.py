@@ -7,7 +7,7 @@ import tifffile
 from forged import declaring, png_declaring
 from PIL import Image
 
-from app.data import images
+from app.data import images, tiff
 from app.data.band_stats import BandTally
 from app.data.headers import decode_bytes, files_of, header_draft, largest_decode_bytes, nodata_of
 from app.data.images import Decode
@@ -88,3 +88,33 @@ def test_each_samples_no_data_value_is_its_own_files_and_stats_leave_out_each_it
         reader=SimpleNamespace(value="auto")), grid=True)], size=(64, 64), per_image=None)
     assert len(patches) == 4 and {nodata_of(patches, i) for i in range(4)} == {5.0}  # its slide's
     assert files_of(patches) == [str(tiled)] and files_of(split) == [str(p) for p in split.paths]
+
+
+def test_a_no_data_value_no_pixel_can_hold_is_none_said_once(tmp_path, caplog, monkeypatch):
+    """uint16 GeoTIFFs tagged NaN, -9999, 70000, 1.5 and 'abc': no pixel equals any, so none (one warning a value),
+    read alike by the file's and the slide's reader and a copy's kept value; 0 and 65535 are kept."""
+    image = np.full((64, 64, 6), 3, np.uint16)
+    tags = {"nan": None, "-9999": None, "70000": None, "1.5": None, "abc": None, "0": 0.0, "65535": 65535.0}
+    paths = []
+    for n, tag in enumerate(tags):
+        for copy in range(2):
+            paths.append(tmp_path / f"{n}_{copy}.tif")
+            tifffile.imwrite(paths[-1], image, photometric="minisblack", tile=(64, 64),
+                             extratags=[(42113, "s", 0, tag, True)])
+    split = FileSplit(paths, [0] * len(paths))
+    monkeypatch.setattr(tiff, "_unheld", set(), raising=False)  # said once a process: this test's own count
+    with caplog.at_level("WARNING", logger="app.data.tiff"):
+        found = [nodata_of(split, i) for i in range(len(paths))]
+    assert found == [value for value in tags.values() for _ in range(2)]
+    said = [r.getMessage() for r in caplog.records if r.name == "app.data.tiff"]
+    assert len(said) == 5 and all("no value a uint16 pixel can hold" in line for line in said), said
+    slide = layout_of(str(paths[0]), SimpleNamespace(
+        size=[64, 64], level=0, downsample=None, mpp=None, mode=SimpleNamespace(value="grid"), stride=None,
+        per_image=None, min_foreground=0.0, mask_bands=None, max_chunk_pixels=2**24,
+        reader=SimpleNamespace(value="auto")), grid=True).slide
+    assert slide.nodata is None  # the slide's reader judges it alike
+    copy = SimpleNamespace(stored_nodata=lambda i: float("nan"), dtype="uint16", root=str(tmp_path))
+    assert nodata_of(copy, 0) is None  # a copy that kept NaN
+    tally = BandTally(6, "uint16")
+    tally.add(np.stack([image] * len(paths)), found)
+    assert tally.figures()[0]["pixels"] == 64 * 64 * len(paths)  # no pixel 0 or 65535: none left out
