@@ -1,5 +1,5 @@
-"""A large image's foreground mask at a low resolution (RGB: not glass; one band, mask_bands: Otsu's split;
-other bands: valid data, not no-data), from the pyramid level nearest below it, or streamed from a file without one."""
+"""A large image's foreground mask at a low resolution (RGB: not glass; one band, mask_bands: the side of Otsu's split
+not around it; other bands: valid data, not no-data), from the pyramid level nearest below it, or streamed."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ MIN_SATURATION = 8  # of 255 (CLAM's): grey, however dark (a pen's mark, a scann
 # slide. Glass is bright and nearly grey, even with a scanner's colour cast; the palest eosin is more saturated.
 GLASS_SATURATION = 38  # of 255 (0.15)
 GLASS_BRIGHTNESS = 0.8  # of the slide's white: its 99th percentile of brightness (a 12-bit scan's white is not 65,535)
-RULE = 3  # in a cached mask's key: a mask made by an earlier rule (Otsu's on RGB, or on many bands) is made again
+RULE = 4  # in a cached mask's key: a mask made by an earlier rule (Otsu's brighter side always) is made again
 
 
 def thumbnail(slide: Slide, downsample: float) -> tuple[np.ndarray, float]:
@@ -42,7 +42,8 @@ def thumbnail(slide: Slide, downsample: float) -> tuple[np.ndarray, float]:
 
 def foreground(thumb: np.ndarray, *, bands: list[int] | None = None, nodata: float | None = None) -> np.ndarray:
     """True where `thumb` (h, w, bands) shows foreground, among the pixels not `nodata` in every band: RGB's `tissue`;
-    one band's, or `bands`' mean, above Otsu's threshold (all of it, where its values are flat); else all valid."""
+    one band's, or `bands`' mean, split by Otsu's threshold, the side not `_background_is` (all of it, where its values
+    are flat); else all valid."""
     valid = ~np.all(thumb == nodata, axis=2) if nodata is not None else np.ones(thumb.shape[:2], bool)
     if not valid.any():
         return valid
@@ -55,7 +56,17 @@ def foreground(thumb: np.ndarray, *, bands: list[int] | None = None, nodata: flo
     scaled = np.clip((value - low) * 255.0 / max(high - low, 1e-9), 0, 255)
     if high - low < FLAT * np.iinfo(thumb.dtype).max / 255:
         return valid
-    return valid & (scaled > _otsu(scaled, valid))
+    bright = scaled > _otsu(scaled, valid)
+    return valid & (~bright if _background_is(bright, valid) else bright)
+
+
+def _background_is(side: np.ndarray, valid: np.ndarray) -> bool:
+    """Whether `side` of Otsu's split is the background: what surrounds the foreground, most of the valid border
+    (brightfield's glass is bright, fluorescence's black dark); with no valid border, the larger side."""
+    edge = np.zeros_like(valid)
+    edge[[0, -1], :] = edge[:, [0, -1]] = True
+    edge &= valid
+    return bool(side[edge].mean() > 0.5) if edge.any() else bool(side[valid].mean() > 0.5)
 
 
 def tissue(rgb: np.ndarray, valid: np.ndarray) -> np.ndarray:

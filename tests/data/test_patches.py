@@ -385,3 +385,15 @@ def test_a_slide_whose_mask_level_is_damaged_is_a_bad_sample_left_out_by_name_un
     assert len(source.train.images.paths) + len(source.val.images.paths) == 3  # the others go on
     assert list(source.split["patches"]["unreadable"]) == [str(broken)]
     assert "left out, unreadable" in caplog.text and str(broken) in caplog.text
+
+
+def test_one_band_takes_the_side_of_otsus_split_that_glass_or_black_does_not_surround(tmp_path):
+    """A grey brightfield scan (glass 234, tissue ~120): the dark side is the tissue; the same slide inverted, as a
+    dark-field one (the control), keeps its bright side."""
+    _, drawn = slide_pixels(512, 0, np.random.default_rng(12))
+    noise = np.random.default_rng(13).normal(0, 5, drawn.shape)
+    grey = np.clip(np.where(drawn, 120, 234) + noise, 0, 255).astype(np.uint8)
+    for name, pixels in (("brightfield.tif", grey), ("darkfield.tif", 255 - grey)):
+        tifffile.imwrite(tmp_path / name, pixels, tile=(128, 128), photometric="minisblack")
+        found = layout_of(str(tmp_path / name), settings(level=0), grid=True).foreground
+        assert abs(found - drawn.mean()) < 0.05, (name, found, drawn.mean())
