@@ -9,7 +9,7 @@ import numpy as np
 from tqdm import tqdm
 
 from app.data.decode import DecodeError
-from app.data.masks import fractions, mask_of
+from app.data.masks import fractions, mask_of, takes_glass
 from app.data.regions import Slide, slide_of
 from app.data.source import bad_sample_reason
 from app.errors import DataError
@@ -130,6 +130,12 @@ def why_none(layout: Layout, patches) -> str:
         return (f"its {width}×{height} pixels are fewer than a patch's {wide}×{tall} (data.patches.size="
                 f"{list(patches.size)} at its resolution, in level-0 pixels): lower data.patches.size or read at a "
                 "finer level (data.patches.level, downsample or mpp)")
-    return (f"no patch with data.patches.min_foreground={patches.min_foreground} of foreground (it has "
-            f"{layout.foreground:.0%} in all): lower it (0 takes every patch; `python -m app preview` then shows "
-            "where they lie), or check the image")
+    said = (f"no patch with data.patches.min_foreground={patches.min_foreground} of foreground (it has "
+            f"{layout.foreground:.0%} in all)")
+    if takes_glass(layout.slide.bands, patches.mask_bands):  # grey or pale tissue reads as glass under this rule
+        said += (": its pixels were taken as glass (bright and nearly grey, or grey: the rule of a brightfield RGB "
+                 "slide); where its tissue is grey or pale, set data.patches.mask_bands=[0,1,2] to split it by "
+                 "brightness, or lower data.patches.min_foreground")
+    else:
+        said += ": lower it"
+    return said + " (0 takes every patch; `python -m app preview` then shows where they lie), or check the image"

@@ -47,7 +47,7 @@ def foreground(thumb: np.ndarray, *, bands: list[int] | None = None, nodata: flo
     valid = ~np.all(thumb == nodata, axis=2) if nodata is not None else np.ones(thumb.shape[:2], bool)
     if not valid.any():
         return valid
-    if bands is None and thumb.shape[2] == 3:
+    if takes_glass(thumb.shape[2], bands):
         return valid & tissue(thumb, valid)
     if bands is None and thumb.shape[2] > 1:  # a scene's bands: a split of their mean would halve the valid data
         return valid
@@ -67,6 +67,11 @@ def _background_is(side: np.ndarray, valid: np.ndarray) -> bool:
     edge[[0, -1], :] = edge[:, [0, -1]] = True
     edge &= valid
     return bool(side[edge].mean() > 0.5) if edge.any() else bool(side[valid].mean() > 0.5)
+
+
+def takes_glass(bands: int, mask_bands: list[int] | None) -> bool:
+    """Whether an image of `bands` bands is masked by `tissue`'s brightfield rule (RGB, no `mask_bands` given)."""
+    return mask_bands is None and bands == 3
 
 
 def tissue(rgb: np.ndarray, valid: np.ndarray) -> np.ndarray:

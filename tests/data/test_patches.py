@@ -18,6 +18,7 @@ from slides import GLASS, he_pixels, slide_pixels, write_slide, zero_tiles
 from app.data import load_or_generate_source, masks
 from app.data.decode import DecodeError
 from app.data.images import read_bytes
+from app.data.layouts import why_none
 from app.data.masks import foreground, fractions, thumbnail
 from app.data.patches import PatchSplit, grid_split, layout_of, patched
 from app.data.regions import read_region, slide_of
@@ -397,3 +398,18 @@ def test_one_band_takes_the_side_of_otsus_split_that_glass_or_black_does_not_sur
         tifffile.imwrite(tmp_path / name, pixels, tile=(128, 128), photometric="minisblack")
         found = layout_of(str(tmp_path / name), settings(level=0), grid=True).foreground
         assert abs(found - drawn.mean()) < 0.05, (name, found, drawn.mean())
+
+
+def test_an_rgb_slide_with_no_patch_for_its_grey_or_pale_tissue_is_told_it_was_taken_as_glass(tmp_path):
+    """Grey tissue (~130) and pale IHC-like tissue edge to edge read as glass under the RGB rule: the message says so
+    and names mask_bands; with it (the control) the same slides have their patches."""
+    rng = np.random.default_rng(14)
+    for name, colour in (("grey.tif", (130, 130, 130)), ("pale.tif", (200, 196, 214))):
+        pixels = np.clip(np.array(colour) + rng.normal(0, 4, (256, 256, 3)), 0, 255).astype(np.uint8)
+        write_slide(tmp_path / name, pixels, levels=1, tile=128)
+        layout = layout_of(str(tmp_path / name), settings(level=0), grid=True)
+        assert not layout.valid.any()
+        said = why_none(layout, settings(level=0))
+        assert "taken as glass" in said and "data.patches.mask_bands=[0,1,2]" in said, said
+        split = layout_of(str(tmp_path / name), settings(level=0, mask_bands=[0, 1, 2]), grid=True)
+        assert split.valid.any() and "glass" not in why_none(split, settings(level=0, mask_bands=[0, 1, 2]))
