@@ -12,8 +12,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.data.app_outputs import is_app_output
 from app.data.images import EXTENSIONS
-from app.data.shards import MANIFEST
 from app.data.source import FileSplit, Source
 from app.errors import DataError
 
@@ -23,7 +23,6 @@ _LAYOUT = ("<path>/<class>/<image> (split by data.val_fraction), or <path>/train
 # (relative path with "/" separators, size in bytes, modification time in whole seconds);
 # a class's files sorted by path.
 Files = list[tuple[str, int, int]]
-HYDRA_OUTPUTS = ("outputs", "multirun")  # Hydra's folders in the working folder (conf/common.yaml, its default)
 log = logging.getLogger(__name__)
 # What split.json's fingerprint covers (docs/troubleshooting.md: "the data changed since …").
 FINGERPRINT_COVERS = "relative paths, sizes and modification times (to the second)"
@@ -163,21 +162,7 @@ def _subfolders(folder: Path) -> list[str]:
     if not folder.is_dir():
         return []
     return sorted(e.name for e in os.scandir(folder)
-                  if not e.name.startswith(".") and _is_class_dir(e) and not _is_app_output(Path(e.path)))
-
-
-def _is_app_output(folder: Path) -> bool:
-    """A prepared copy, a run's folder, or Hydra's outputs/ where data.path is the working folder: never a class."""
-    if (folder / MANIFEST).is_file():
-        what = f"a prepared copy (it holds {MANIFEST})"
-    elif (folder / ".hydra").is_dir():
-        what = "a run's folder (it holds .hydra/)"
-    elif folder.name in HYDRA_OUTPUTS and folder.parent.resolve() == Path.cwd().resolve():
-        what = "Hydra's output folder (data.path is the working folder)"
-    else:
-        return False
-    log.info("%s is %s, the app's own output: left out of the classes", folder, what)
-    return True
+                  if not e.name.startswith(".") and _is_class_dir(e) and not is_app_output(Path(e.path)))
 
 
 def _is_class_dir(entry: os.DirEntry) -> bool:
@@ -249,16 +234,28 @@ def _size_time_and_file(entry: os.DirEntry) -> tuple[int, int, tuple[int, int] |
 
 
 def _owned(found, owners: dict, class_dir: Path, root: Path):
-    """`found`'s (rel, size, mtime); a file another class folder reached first is refused, naming both folders."""
+    """`found`'s (rel, size, mtime); a file reached twice (a link, a hard link) is refused, naming both paths."""
     for rel, size, mtime, file in found:
         first_dir, first = owners.setdefault(file, (class_dir, rel)) if file is not None else (class_dir, rel)
-        if first_dir != class_dir:
-            link = next((p for p in (class_dir, first_dir) if p.is_symlink()), None)
-            how = f"{link} is a link to {link.resolve()}" if link else "a link or a hard link"
-            raise DataError(f"{root / rel} and {root / first} are one file ({how}), under two class folders, "
-                            f"{first_dir} and {class_dir}: it would be a sample of both classes. Remove the link, "
-                            "or keep each image in one class folder.")
+        if first != rel:
+            raise DataError(f"{root / rel} and {root / first} are one file ({_how(class_dir, first_dir)})"
+                            f"{_twice(class_dir, first_dir, root)}. Remove the link, or keep each image once.")
         yield rel, size, mtime
+
+
+def _how(class_dir: Path, first_dir: Path) -> str:
+    link = next((p for p in (class_dir, first_dir) if p.is_symlink()), None)
+    return f"{link} is a link to {link.resolve()}" if link else "a link or a hard link"
+
+
+def _twice(class_dir: Path, first_dir: Path, root: Path) -> str:
+    if class_dir == first_dir:  # its two names may be drawn into two splits
+        return (f": it is listed twice in class folder {class_dir}, and its two names may land in different splits, "
+                "validating on a training image")
+    if class_dir.name == first_dir.name:
+        return (f": it is in both splits of class {class_dir.name}, {first_dir.parent.relative_to(root)}/ and "
+                f"{class_dir.parent.relative_to(root)}/: validation would score an image trained on")
+    return f", under two class folders, {first_dir} and {class_dir}: it would be a sample of both classes"
 
 
 def _check_name(rel: str, root: Path) -> None:

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import math
 import os
-import posixpath
 import stat
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from app.data import label_sets
 from app.data.table_files import Row
@@ -30,7 +29,7 @@ class Sample:
     weight: float = 1.0  # data.columns.weight's, for data.sampling=weights
     stratum: str = ""  # what a drawn split balances: its label, or (multilabel) its rarest class
     corner: tuple[int, int] | None = None  # data.columns.x and y: a patch's (top, left) at level 0
-    real: str = ""  # its file's real path: an image's patches' group
+    real: str = ""  # its file's real path
     file: tuple[int, int] = (0, 0)  # its file's (st_dev, st_ino): what tells one file listed twice, links too
 
 
@@ -67,10 +66,10 @@ class RowReader:
 
     def checked(self, rows: list[Row], *, skip: bool) -> tuple[list[Sample], list[tuple[int, str, str]]]:
         """The rows that pass every check, and (line, where, why) of those left out (with `skip`; else an error)."""
-        samples, left_out, seen, groups = [], [], {}, {}
+        samples, left_out, seen, groups, names = [], [], {}, {}, {}
         for row in rows:
             try:
-                sample = self.sample(row, seen)
+                sample = self.sample(row, seen, names)
                 self.check_group(sample, groups)
             except RowFault as fault:
                 where = f"{self.table}, {row.at}" + (f", column `{fault.column}`" if fault.column else "")
@@ -84,15 +83,17 @@ class RowReader:
             samples.append(sample)
         return samples, left_out
 
-    def sample(self, row: Row, seen: dict) -> Sample:
+    def sample(self, row: Row, seen: dict, names: dict) -> Sample:
+        # names: each file's (device, inode) → the real path it was first met by, its patches' group
         if row.fault:
             raise RowFault(None, row.fault)
         cols = self.columns
         given = _text(row.values.get(cols["path"]), cols["path"], form=None)  # a name is its bytes: NFC, NFD kept
         if not given:
             raise RowFault(cols["path"], "the path is empty")
-        rel, size, real, file = self.file_of(posixpath.normpath(self.path_format.replace("{}", given, 1)
-                                                          if self.path_format else given))
+        # "." and "//" dropped, ".." kept: after a linked folder it leads where the OS says, not where text does
+        rel, size, real, file = self.file_of(PurePosixPath(self.path_format.replace("{}", given, 1)
+                                                           if self.path_format else given).as_posix())
         corner = self.corner_of(row)
         if corner is not None and self.edge is not None and (past := self.edge(real, corner)) is not None:
             raise RowFault(cols[past[0]], past[1])
@@ -104,7 +105,7 @@ class RowReader:
         label = self.label_of(row)
         split = self.split_of(row)
         group = _text(row.values.get(cols["group"]), cols["group"]) if cols["group"] else None
-        group = group or (real if corner else None)  # an image's patches stay in one split
+        group = group or (names.setdefault(file, real) if corner else None)  # an image's patches, links too: one split
         return Sample(at=row.at, rel=rel, label=label, split=split, group=group or None, size=size, real=real,
                       file=file, weight=self.weight_of(row), corner=corner)
 

@@ -470,8 +470,23 @@ def test_a_file_reached_under_two_class_folders_is_refused_naming_both(tmp_path)
     given = _tree(tmp_path / "given", {"train/cats": 2, "train/dogs": 2, "val/dogs": 1})
     (given / "val" / "cats").mkdir()
     os.link(given / "train" / "cats" / "train" / "cats000.png", given / "val" / "cats" / "x.png")
-    with pytest.raises(DataError, match=r"under two class folders, .*train/cats and .*val/cats"):
+    with pytest.raises(DataError, match=r"x.png and .*cats000.png are one file \(a link or a hard link\): it is in "
+                                        r"both splits of class cats, train/ and val/: validation would score"):
         folder_source(given, 0.2)
+
+
+@pytest.mark.parametrize("link", ["hard", "symbolic"])
+def test_one_file_twice_inside_one_class_folder_is_refused_naming_both_paths(tmp_path, link):
+    root = _tree(tmp_path / "imgs", {"cats": 4, "dogs": 4})
+    shutil.copy(root / "cats" / "cats000.png", root / "cats" / "copy.png")  # negative control: a copy is its own
+    assert len(folder_source(root, 0.25).train) + len(folder_source(root, 0.25).val) == 9
+    alias = root / "cats" / "sub" / "alias.png"
+    alias.parent.mkdir()
+    alias.hardlink_to(root / "cats" / "cats002.png") if link == "hard" else alias.symlink_to("../cats002.png")
+    with pytest.raises(DataError, match=rf"{root}/cats/.*png and {root}/cats/.*png are one file .*: it is listed "
+                                        rf"twice in class folder {root / 'cats'}, and its two names may land in "
+                                        "different splits"):
+        folder_source(root, 0.25)
 
 
 def test_the_apps_own_outputs_in_data_path_are_no_class(tmp_path, monkeypatch, caplog):
@@ -484,3 +499,22 @@ def test_the_apps_own_outputs_in_data_path_are_no_class(tmp_path, monkeypatch, c
     monkeypatch.chdir(root)  # data.path=. : Hydra writes its outputs/ here
     assert folder_source(".", 0.34).class_names == ["cats", "dogs"]
     assert "outputs is Hydra's output folder (data.path is the working folder)" in caplog.text
+
+
+def test_a_report_run_or_sweep_folder_in_data_path_is_no_class(tmp_path, caplog):
+    """Marked by what only the app writes there, at the time a run scans its data (summary.json is begun first)."""
+    root = _tree(tmp_path / "imgs", {"cats": 3, "dogs": 3, "rep": 1, "runs/first": 1})
+    assert folder_source(root, 0.34).class_names == ["cats", "dogs", "rep", "runs"]  # negative control: images
+    (root / "rep" / "report.csv").write_text("run\n")  # a report's sheet of images sits beside it
+    (root / "myrun").mkdir()
+    (root / "myrun" / "summary.json").write_text("{}")
+    (root / "sw" / "0").mkdir(parents=True)
+    (root / "sw" / "multirun.yaml").write_text("{}")
+    (root / "runs" / "first" / "runs/first000.png").unlink()
+    (root / "runs" / "first" / "metrics.csv").write_text("epoch\n")
+    caplog.set_level("INFO", logger="app.data.folder")
+    assert folder_source(root, 0.34).class_names == ["cats", "dogs"]
+    for name, what in (("rep", "a report's folder (it holds report.csv)"), ("myrun", "a run's folder (it holds "
+                       "summary.json)"), ("sw", "a sweep's folder (it holds multirun.yaml)"),
+                       ("runs", "a folder of the app's outputs (first, ...)")):
+        assert f"{root / name} is {what}, the app's own output: left out of the classes" in caplog.text

@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 import unicodedata
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -322,6 +323,45 @@ def test_one_file_is_known_by_its_identity_on_disk_not_its_name(tmp_path, images
     rows[5][0] = "images/copy00.png"  # negative control: a copy is a file of its own
     write_table(tmp_path / "t.csv", ["path", "label"], rows)
     assert "images/copy00.png" in summary(table_source(config(tmp_path / "t.csv")))
+
+
+def test_a_slides_hard_linked_alias_is_one_image_so_its_patches_go_to_one_split(tmp_path):
+    names = [f"slide{i}.png" for i in range(8)]
+    write_images(tmp_path / "dots", names)
+    for i in range(8):
+        (tmp_path / "dots" / f"alias{i}.png").hardlink_to(tmp_path / "dots" / f"slide{i}.png")
+    rows = [[f"dots/{stem}{i}.png", "ab"[i % 2], 8 * k + (4 if stem == "alias" else 0), 0]
+            for i in range(8) for stem in ("slide", "alias") for k in range(2)]
+    write_table(tmp_path / "t.csv", ["path", "label", "x", "y"], rows)
+    source = table_source(config(tmp_path / "t.csv", columns=TableColumns(x="x", y="y"), val_fraction=0.25))
+    ids = [{(tmp_path / p).stat().st_ino for p in source.split[name]} for name in ("train", "val")]
+    assert ids[0] and ids[1] and not ids[0] & ids[1]
+    assert {p.split("/")[1][:5] for p in source.split["val"]} == {"slide", "alias"}  # both names, one split
+    copy = tmp_path / "dots" / "alias0.png"  # negative control: a copy is an image of its own, split on its own
+    copy.unlink()
+    shutil.copy(tmp_path / "dots" / "slide0.png", copy)
+    source = table_source(config(tmp_path / "t.csv", columns=TableColumns(x="x", y="y"), val_fraction=0.25))
+    assert len(source.split["train"]) + len(source.split["val"]) == 32
+
+
+def test_a_dot_dot_after_a_linked_folder_leads_where_the_os_reads(tmp_path):
+    write_images(tmp_path / "sub" / "inner", ["x.png"])
+    write_images(tmp_path / "sub" / "img2", ["000.png"] + [f"s{i}.png" for i in range(4)])
+    write_images(tmp_path / "img2", ["000.png"] + [f"t{i}.png" for i in range(4)])
+    (tmp_path / "deep").symlink_to("sub/inner", target_is_directory=True)
+    rows = [["deep/../img2/000.png", "a"], ["img2/000.png", "b"]] + \
+        [[f"sub/img2/s{i}.png", "a"] for i in range(4)] + [[f"img2/t{i}.png", "b"] for i in range(4)]
+    write_table(tmp_path / "t.csv", ["path", "label"], rows)
+    source = table_source(config(tmp_path / "t.csv"))  # two files: neither listed already
+    paths = source.train.paths + source.val.paths
+    deep = next(p for p in paths if "deep" in p)
+    assert (tmp_path / deep).samefile(tmp_path / "sub" / "img2" / "000.png")
+    assert any(Path(p).samefile(tmp_path / "img2" / "000.png") for p in paths)
+    rows.append(["./sub//img2/000.png", "a"])  # negative control: the same file by another spelling, refused
+    write_table(tmp_path / "t.csv", ["path", "label"], rows)
+    with pytest.raises(DataError, match=r"line 12, column `path`: sub/img2/000.png is listed already, at line 2 "
+                                        r"\(as deep/../img2/000.png\)"):
+        table_source(config(tmp_path / "t.csv"))
 
 
 def test_two_files_whose_names_differ_only_in_unicode_form_are_two(tmp_path):
