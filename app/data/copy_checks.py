@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 from collections.abc import Callable
@@ -9,6 +10,7 @@ from collections.abc import Callable
 import numpy as np
 
 from app.data.headers import files_of
+from app.data.images import EXTENSIONS
 from app.data.shards import (
     MANIFEST,
     Manifest,
@@ -21,6 +23,7 @@ from app.data.shards import (
 )
 
 SHOWN = 5  # changed files named in a warning; the rest counted
+LISTED = -1  # a folder's stamp: [LISTED, digest of what a folder source lists in it]; an older copy's: [size, mtime]
 
 
 def index_damage(root: str, manifest: Manifest, split: str, index: np.ndarray) -> str | None:
@@ -82,7 +85,8 @@ def size_in(folder: str) -> Callable[[str], int | None]:
 
 
 def source_stamps(splits: dict, data) -> dict[str, list[int]]:
-    """[size, mtime_ns] by absolute path: each local file of `splits`, the table, a folder source's folders."""
+    """By absolute path: each local file of `splits` and the table: [size, mtime_ns]; a folder source's folders:
+    [LISTED, a digest of what the source lists there]."""
     files = [os.path.abspath(path) for split in splits.values() for path in files_of(split)]
     table = getattr(data, "table", None)
     if table:
@@ -94,10 +98,20 @@ def source_stamps(splits: dict, data) -> dict[str, list[int]]:
     for path in files:
         try:
             found = os.stat(path)
+            folder = stat.S_ISDIR(found.st_mode)
+            stamps[path] = [LISTED, _listed(path)] if folder else [found.st_size, found.st_mtime_ns]
         except (OSError, ValueError):  # a URL, a broken link: not a file this machine can stamp
             continue
-        stamps[path] = [found.st_size, found.st_mtime_ns]
     return stamps
+
+
+def _listed(folder: str) -> int:
+    """A digest of what a folder source sees in `folder`: its image files' and folders' names, none hidden; a hidden
+    file or another kind of file touched there changes the folder's mtime but nothing the source reads."""
+    with os.scandir(folder) as entries:
+        names = sorted(e.name + "/" * e.is_dir() for e in entries
+                       if not e.name.startswith(".") and (e.is_dir() or e.name.lower().endswith(EXTENSIONS)))
+    return int.from_bytes(hashlib.sha256("\n".join(names).encode()).digest()[:7], "big")
 
 
 def _folders(path: str, root: str) -> list[str]:
@@ -111,6 +125,14 @@ def _folders(path: str, root: str) -> list[str]:
     return folders
 
 
+def _relisted(folder: str, first: int, second: int) -> bool:
+    """Whether `folder` lists otherwise than its stamp ([LISTED, digest]; an older copy's [size, mtime]) says."""
+    try:
+        return _listed(folder) != second if first == LISTED else os.stat(folder).st_mtime_ns != second
+    except OSError:  # gone or unreadable since: no change to tell
+        return False
+
+
 def stale_copy(root, manifest: Manifest) -> str | None:
     """The source files changed since prepare, and the fresh copy's command; None: none (a file gone is no change)."""
     changed = []
@@ -119,7 +141,7 @@ def stale_copy(root, manifest: Manifest) -> str | None:
             found = os.stat(path)
         except OSError:
             continue
-        if stat.S_ISDIR(found.st_mode) and found.st_mtime_ns != mtime_ns:
+        if stat.S_ISDIR(found.st_mode) and _relisted(path, size, mtime_ns):
             changed.append(f"{path}/ (files added, removed or renamed since)")
         elif (found.st_size, found.st_mtime_ns) != (size, mtime_ns) and not stat.S_ISDIR(found.st_mode):
             changed.append(f"{path} ({size:,} → {found.st_size:,} bytes)" if found.st_size != size else

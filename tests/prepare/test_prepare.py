@@ -455,3 +455,24 @@ def test_a_copy_is_named_stale_when_its_table_changes_or_files_are_added_to_its_
     prepared_source(PreparedDataConfig(path=str(tmp_path / "folder")))
     assert f"{tmp_path / 'img' / 'dog'}/ (files added, removed or renamed since)" in caplog.text
     assert f"{tmp_path / 'img'}/ (files added" in caplog.text and "img/cat/" not in caplog.text
+
+
+def test_a_hidden_file_in_a_folder_sources_class_folder_leaves_its_copy_fresh(tmp_path, caplog):
+    """A .DS_Store touched in a class folder changes the folder's mtime, not what the source lists: no stale warning;
+    an image added there (the control) is named."""
+    for c, name in enumerate(("cat", "dog")):
+        (tmp_path / "img" / name).mkdir(parents=True)
+        for i in range(4):
+            Image.fromarray(np.full((12, 12, 3), 40 * c + i, np.uint8)).save(tmp_path / "img" / name / f"{i}.png")
+    config = prepared_config("data=folder", f"data.path={tmp_path / 'img'}", "data.image_size=[8,8]",
+                             f"prepare.out={tmp_path / 'copy'}")
+    write_prepared_copy(config, workers=0, per_shard=5)
+    (tmp_path / "img" / "cat" / ".DS_Store").write_bytes(b"\0")
+    (tmp_path / "img" / "cat" / "notes.txt").write_text("scanned on Monday")
+    os.utime(tmp_path / "img" / "cat", ns=(0, 10**18))
+    caplog.clear()
+    prepared_source(PreparedDataConfig(path=str(tmp_path / "copy")))
+    assert "older than its source" not in caplog.text
+    Image.new("RGB", (12, 12)).save(tmp_path / "img" / "cat" / "new.png")
+    prepared_source(PreparedDataConfig(path=str(tmp_path / "copy")))
+    assert f"{tmp_path / 'img' / 'cat'}/ (files added, removed or renamed since)" in caplog.text
