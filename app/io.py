@@ -58,7 +58,7 @@ def open_own(path: str | os.PathLike, mode: str = "a", **open_args) -> IO:
     """`open(path, mode)`, "a" or "w": a link at `path` is replaced first (for "a", by a copy of what it showed)."""
     path = Path(path)
     appending = mode[0] == "a"
-    if path.is_symlink():
+    if is_linked(path):
         replace_link_by_copy(path) if appending else path.unlink()
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_APPEND if appending else os.O_TRUNC)
     try:
@@ -71,19 +71,30 @@ def open_own(path: str | os.PathLike, mode: str = "a", **open_args) -> IO:
     return open(fd, mode, **open_args)
 
 
-def replace_link_by_copy(path: Path) -> Path:
-    """The link at `path` atomically replaced by a copy of its target's bytes (none if it leads nowhere); its target."""
+def is_linked(path: str | os.PathLike) -> bool:
+    """Whether `path` is a symbolic link, or a file with other names (hard links): a write there changes their file."""
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    return stat.S_ISLNK(found.st_mode) or (stat.S_ISREG(found.st_mode) and found.st_nlink > 1)
+
+
+def replace_link_by_copy(path: Path) -> str:
+    """The link at `path` (`is_linked`) atomically replaced by a copy of its file (none if it leads nowhere): was."""
     target = Path(os.path.realpath(path))
     if target.is_dir():
         raise DataError(f"{path} is a symbolic link to the folder {target}, where the app writes a file: remove the "
                         "link, then run the command again (nothing was written).")
+    was = f"a symbolic link to {target}" if path.is_symlink() else \
+        f"a hard link (its file has {os.lstat(path).st_nlink - 1} other name(s))"
     with atomic_write(path, "wb") as copy:
         if target.is_file():
             with open(target, "rb") as original:
                 shutil.copyfileobj(original, copy)
-    logging.getLogger(__name__).info("%s was a symbolic link to %s: replaced by a copy of that file, which the app "
-                                     "writes from now on (the link's target is left as it was)", path, target)
-    return target
+    logging.getLogger(__name__).info("%s was %s: replaced by a copy of that file, which the app writes from now on "
+                                     "(the link's file is left as it was)", path, was)
+    return was
 
 
 def read_regular(path: str | os.PathLike) -> bytes:

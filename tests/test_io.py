@@ -41,6 +41,24 @@ def test_an_append_replaces_a_link_by_a_copy_and_never_writes_its_target(tmp_pat
     assert log.read_text() == "a user's line\nthrough\nthe app's line\n"  # what the link showed, then the app's
 
 
+def test_a_hard_linked_file_is_replaced_by_a_copy_before_an_append_or_a_write(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("a user's notes\n")
+    log = tmp_path / "train.log"
+    os.link(notes, log)
+    with open(log, "a") as f:  # negative control: a plain append writes into the other name's file
+        f.write("through\n")
+    assert notes.read_text() == "a user's notes\nthrough\n"
+    with open_own(log, "a", encoding="utf-8") as f:
+        f.write("the app's line\n")
+    assert notes.read_text() == "a user's notes\nthrough\n" and os.stat(notes).st_nlink == 1
+    assert log.read_text() == "a user's notes\nthrough\nthe app's line\n"
+    os.link(notes, tmp_path / "metrics.csv")
+    with open_own(tmp_path / "metrics.csv", "w", encoding="utf-8") as f:
+        f.write("epoch\n")
+    assert notes.read_text() == "a user's notes\nthrough\n" and (tmp_path / "metrics.csv").read_text() == "epoch\n"
+
+
 def test_a_log_handler_a_dangling_link_and_a_whole_file_never_write_through_links(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     (tmp_path / "run.log").symlink_to(elsewhere)  # a link to nothing: open(…, "a") would create `elsewhere`

@@ -18,7 +18,7 @@ from app.cli.keys import (
 )
 from app.errors import ConfigError, config_error
 from app.hydra_files import JOB_FILES, SWEEP_FILE
-from app.io import replace_link_by_copy
+from app.io import is_linked, replace_link_by_copy
 from app.overrides import key_of, quote_override, quoted, value_of
 from app.runs import checkpoint, sweeps
 from app.runs.rundir import (
@@ -37,6 +37,7 @@ INFO_FLAGS = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--
 # Directories claimed in this process: app/__main__.py removes those left empty (a config error
 # that Hydra finds after the claim must not leave an empty run directory behind).
 CLAIMED: list[Path] = []
+LOG_FILE = "train.log"  # Hydra's job log in a run's folder (conf/common.yaml: <job name>.log)
 
 
 def claim_and_rewrite_argv(argv: list[str], outputs: Path = Path("outputs"), *, word: str = "train") -> list[str]:
@@ -97,6 +98,7 @@ def claim_and_rewrite_argv(argv: list[str], outputs: Path = Path("outputs"), *, 
         where = run_dir
         if not info and _process_of(argv) == 0:  # process 0 of a several-process run holds the lock
             hold_lock(run_dir, "python -m app train resume=...")
+            replace_links_hydra_would_follow(run_dir, sweep=False)
     return [*kept, f"resume={quoted(str(run_dir))}", f"hydra.run.dir={quoted(str(where))}", "hydra.output_subdir=null"]
 
 
@@ -132,18 +134,19 @@ def _sweep_resumed(sweep: Path, given: list[str], *, word: str, info: bool) -> l
 
 
 def replace_links_hydra_would_follow(folder: Path, *, sweep: bool) -> None:
-    """Hydra's files in `folder` (.hydra/*.yaml; a sweep's multirun.yaml, its jobs'): a link replaced by a copy."""
-    # Hydra writes them with a plain open(), which follows a link: as app/io.py does for the app's own files
+    """Hydra's files in `folder` (.hydra/*.yaml, train.log; a sweep's multirun.yaml, its jobs'): links replaced."""
+    # Hydra writes them with a plain open(), which follows a link, and opens train.log while configuring its logging,
+    # where an error reads as a bug: as app/io.py does for the app's own files, before Hydra starts
     jobs = [job for job in folder.iterdir() if job.is_dir() and not job.is_symlink()] if sweep and folder.is_dir() \
         else []
     files = [folder / SWEEP_FILE] if sweep else []
     for each in [folder, *jobs]:
         refuse_linked_folders(each)
-        files += [each / ".hydra" / name for name in JOB_FILES]
-    for path in filter(Path.is_symlink, files):
-        target = replace_link_by_copy(path)
-        print(f"{path} was a symbolic link to {target}: replaced by a copy of that file, which Hydra writes (the "
-              "link's target is left as it was)", file=sys.stderr)
+        files += [each / ".hydra" / name for name in JOB_FILES] + [each / LOG_FILE]
+    for path in filter(is_linked, files):
+        was = replace_link_by_copy(path)
+        print(f"{path} was {was}: replaced by a copy of that file, which Hydra writes (the link's file is left as it "
+              "was)", file=sys.stderr)
 
 
 def _overwrite(argv: list[str]) -> bool:

@@ -1,11 +1,11 @@
 """`python -m app export resume=<run dir> export.format=tf_saved_model|onnx|litert [checkpoint=...]`: the run's model
-as a graph from uint8 images to probabilities, with labels.txt, preprocessing.json and export.json, in export.out, only
-if it matches Keras on validation within export.tolerance; other files there refused (overwrite=true: moved aside)."""
+as a graph from uint8 images to probabilities (+ labels.txt, preprocessing.json, export.json) in export.out."""
+# published only if it matches Keras on validation within export.tolerance; other files there refused (overwrite=true:
+# moved aside)
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
 import os
 import shutil
@@ -23,6 +23,7 @@ from app.data.source import subset
 from app.errors import ConfigError, DataError, config_error
 from app.frameworks import install_command, native_stderr_to_log, versions
 from app.inference.opened import keras_for_run
+from app.inference.thresholds import read_thresholds
 from app.io import is_url, write_json
 from app.loader.pipeline import build_loader
 from app.runs.export_folder import RECORD, check_out, publish_moving_aside
@@ -141,8 +142,8 @@ def chosen_model(restore, run_dir: Path, checkpoint: str | None) -> tuple[Path, 
 
 
 def compared(predict, net, batches, thresholds: dict | None = None) -> dict:
-    """Largest absolute difference of `predict`'s probabilities (integers in) against `net`'s, and their agreement on
-    the top-1 class or (`thresholds`: several labels) each class at its threshold; DataError if none read."""
+    """Largest difference of `predict`'s probabilities against `net`'s, their agreement; DataError if none read."""
+    # agreement: on the top-1 class, or (`thresholds`: several labels) on each class at its threshold
     cut = None if thresholds is None else np.array(list(thresholds.values()), np.float32)
     worst, agreeing, samples = 0.0, 0.0, 0
     for images, _, _ in batches:
@@ -190,7 +191,7 @@ def _output(config, run_dir: Path, names: list[str]) -> dict:
     if str(config.data.task.value) != "multilabel":
         return {}
     path = run_dir / "thresholds.json"
-    found = json.loads(path.read_text(encoding="utf-8")).get("thresholds", {}) if path.is_file() else {}
+    found = read_thresholds(path, run_dir).get("thresholds", {}) if path.exists() else {}
     return {"task": "multilabel", "output": "each class's probability (sigmoid, float32), in labels.txt's order: "
                                             "the image shows a class where it is at or above that class's threshold",
             "thresholds": {name: float(found.get(name, config.trainer.threshold)) for name in names},

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 import logging
 import sys
 from dataclasses import dataclass
@@ -31,11 +30,11 @@ from app.data.storage import is_url
 from app.errors import ConfigError, DataError
 from app.inference import patch_scores
 from app.inference.opened import open_run
-from app.io import atomic_write, read_regular
+from app.inference.thresholds import checkpoints_apart, read_thresholds
+from app.io import atomic_write
 from app.loader.pipeline import build_loader
 from app.loader.settings import Settings
 from app.processes import stop_if_interrupted
-from app.runs.checkpoint import best_name
 from app.runs.saved import STORAGE
 from app.schema import register
 from app.schema.data import PreparedDataConfig
@@ -176,14 +175,15 @@ def _thresholds(given: str | None, run_dir: Path, names: list[str], trainer) -> 
     if not given and not path.exists():
         log.info("thresholds: trainer.threshold=%g for every class (evaluate writes per-class ones)", trainer.threshold)
         return every
-    saved = _threshold_file(path, given, run_dir)
-    found, picked, scored = saved.get("thresholds", {}), Path(str(saved.get("checkpoint"))).name, best_name(run_dir)
+    saved = read_thresholds(path, run_dir, given)
+    found = saved.get("thresholds", {})
     missing = [name for name in names if name not in found]
     if missing:
         raise DataError(f"{path} has no threshold for {', '.join(missing)}: it is another run's; evaluate this one")
-    if "checkpoint" in saved and picked != scored:  # thresholds fit one model's scores, not another's
+    apart = checkpoints_apart(saved, path, run_dir)
+    if apart:  # thresholds fit one model's scores, not another's
         log.warning("thresholds: %s holds those evaluate picked for checkpoint %s, where predict scores model.keras, "
-                    "which is checkpoint %s (the run's best): %s", path, picked, scored or "(unknown)",
+                    "which is checkpoint %s (the run's best): %s", path, *apart,
                     "used, as thresholds= asks" if given else f"not used; trainer.threshold={trainer.threshold:g} "
                     f"for every class instead. `python -m app evaluate resume={run_dir} checkpoint=best` picks them "
                     f"for model.keras (thresholds={path} uses these anyway)")
@@ -191,20 +191,6 @@ def _thresholds(given: str | None, run_dir: Path, names: list[str], trainer) -> 
             return every
     log.info("thresholds: %s", path)
     return np.array([float(found[name]) for name in names])
-
-
-def _threshold_file(path: Path, given: str | None, run_dir: Path) -> dict:
-    # the thresholds.json at `path` (`thresholds=`'s, or the run's) as a JSON object; else a DataError naming it
-    try:
-        saved = json.loads(read_regular(path))
-    except (OSError, ValueError) as error:
-        saved = error
-    if isinstance(saved, dict):
-        return saved
-    why = saved if isinstance(saved, Exception) else f"it holds {type(saved).__name__}, not a JSON object"
-    instead = ", or leave thresholds= out for trainer.threshold" if given else ""
-    raise DataError(f"{f'thresholds={given}' if given else path} cannot be read ({why}): give a thresholds.json "
-                    f"(`python -m app evaluate resume={run_dir}` writes the run's own){instead}.")
 
 
 @dataclass(kw_only=True)

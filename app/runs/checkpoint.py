@@ -1,5 +1,6 @@
-"""Checkpoints, written whole or not at all, and where a resume starts. `checkpoints/step-<global step>/`: model.keras
-(+ optimizer), seed_generators.npy (Dropout), callback_arrays.npz (user callbacks), state.json (RunState, config)."""
+"""Checkpoints, written whole or not at all, and where a resume starts."""
+# `checkpoints/step-<global step>/`: model.keras (+ optimizer), seed_generators.npy (Dropout), callback_arrays.npz
+# (user callbacks), state.json (RunState, config)
 
 from __future__ import annotations
 

@@ -80,8 +80,11 @@ OWN_FOLDERS = ("checkpoints", "tensorboard", ".hydra")
 
 
 def refuse_linked_folders(run_dir: Path) -> None:
-    """A DataError naming the first of OWN_FOLDERS in `run_dir` that is a symbolic link; nothing is written."""
-    for name in OWN_FOLDERS:
+    """A DataError naming the first of OWN_FOLDERS (or tensorboard/'s folders) in `run_dir` that is a symbolic link."""
+    boards = Path(run_dir) / "tensorboard"
+    inside = sorted(f"tensorboard/{p.name}" for p in boards.iterdir() if p.is_dir()) if boards.is_dir() and not \
+        boards.is_symlink() else []
+    for name in (*OWN_FOLDERS, *inside):
         folder = Path(run_dir) / name
         if folder.is_symlink():
             target, quoted = Path(os.path.realpath(folder)), shlex.quote(str(folder))

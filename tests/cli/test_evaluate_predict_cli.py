@@ -253,12 +253,53 @@ def test_predict_applies_thresholds_only_where_evaluate_picked_them_for_model_ke
     picked_for(15)
     with caplog.at_level("WARNING", logger="app.predict"):
         assert _thresholds(None, tmp_path, names, trainer).tolist() == [0.5, 0.5]  # trainer.threshold instead
-    assert "checkpoint step-00000015" in caplog.text and "which is checkpoint step-00000005" in caplog.text
+    picked, scored = (tmp_path / "checkpoints" / f"step-{step:08d}" for step in (15, 5))
+    assert f"checkpoint {picked}, where" in caplog.text and f"which is checkpoint {scored} (" in caplog.text
     assert f"evaluate resume={tmp_path} checkpoint=best" in caplog.text and "not used" in caplog.text
     caplog.clear()
     with caplog.at_level("WARNING", logger="app.predict"):  # given by name: used as asked, the warning said
         assert _thresholds(str(picked_for(15)), tmp_path, names, trainer).tolist() == [0.2, 0.7]
     assert "used, as thresholds= asks" in caplog.text
+
+
+def test_another_runs_thresholds_for_a_checkpoint_of_the_same_name_are_told_apart(tmp_path, caplog):
+    from app.commands.predict import _thresholds
+
+    for run in ("A", "B"):  # both runs' best is step 10
+        (tmp_path / run / "checkpoints" / "step-00000010").mkdir(parents=True)
+        write_json(tmp_path / run / "checkpoints" / "step-00000010" / "state.json", {"best": [0.9, "step-00000010"]})
+        write_json(tmp_path / run / "thresholds.json", {"split": "val", "checkpoint": str(
+            tmp_path / run / "checkpoints" / "step-00000010"), "thresholds": {"a": 0.2, "b": 0.7}})
+    trainer, names = SimpleNamespace(threshold=0.5), ["a", "b"]
+    with caplog.at_level("WARNING", logger="app.predict"):  # negative control: B's own file, given by name
+        assert _thresholds(str(tmp_path / "B" / "thresholds.json"), tmp_path / "B", names, trainer).tolist() == \
+            [0.2, 0.7]
+    assert caplog.text == ""
+    with caplog.at_level("WARNING", logger="app.predict"):
+        assert _thresholds(str(tmp_path / "A" / "thresholds.json"), tmp_path / "B", names, trainer).tolist() == \
+            [0.2, 0.7]
+    picked, scored = (tmp_path / run / "checkpoints" / "step-00000010" for run in "AB")
+    assert f"checkpoint {picked}, where" in caplog.text and f"which is checkpoint {scored} (" in caplog.text
+
+
+def test_a_threshold_outside_0_to_1_is_refused_naming_the_class_and_the_file_by_predict_and_export(tmp_path):
+    from app.commands.export import _output
+    from app.commands.predict import _thresholds
+    from app.errors import DataError
+
+    (tmp_path / "checkpoints" / "step-00000010").mkdir(parents=True)
+    trainer, names = SimpleNamespace(threshold=0.5), ["a", "b"]
+    config = SimpleNamespace(data=SimpleNamespace(task=SimpleNamespace(value="multilabel")), trainer=trainer)
+    path = tmp_path / "thresholds.json"
+    path.write_text('{"split": "val", "thresholds": {"a": 0.0, "b": 1}}')  # negative control: the bounds are kept
+    assert _thresholds(None, tmp_path, names, trainer).tolist() == [0.0, 1.0]
+    assert _output(config, tmp_path, names)["thresholds"] == {"a": 0.0, "b": 1.0}
+    for wrong, said in (('NaN', "'a'.s threshold is nan"), ('7.5', "'a'.s threshold is 7.5"),
+                        ('"0.4"', "'a'.s threshold is '0.4'"), ('-0.1', "'a'.s threshold is -0.1")):
+        path.write_text(f'{{"split": "val", "thresholds": {{"a": {wrong}, "b": 0.5}}}}')
+        for read in (lambda: _thresholds(None, tmp_path, names, trainer), lambda: _output(config, tmp_path, names)):
+            with pytest.raises(DataError, match=f"{path} cannot be used .class {said}, not a number from 0 to 1"):
+                read()
 
 
 def tree(run: Path, but: tuple[str, ...] = ()) -> dict[str, bytes]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -52,12 +53,15 @@ def run(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def resumed(run) -> tuple[Path, dict, subprocess.CompletedProcess]:
-    """A copy of the run whose appended files are links to the user's files, its summary.json emptied to `{}`,
-    resumed for one more epoch: (the copy, each target and its bytes before, the resume)."""
+    """A copy of the run whose appended files are links to the user's files (train.log a hard link, the others
+    symbolic), its summary.json emptied to `{}`, resumed for one more epoch: (the copy, each target and its bytes
+    before, the resume)."""
     copy, elsewhere = run.parent / "resumed", run.parent / "the user's files"
     shutil.copytree(run, copy)
     elsewhere.mkdir()
-    targets = dict(link_to_a_copy(copy / name, elsewhere) for name in APPENDED)
+    targets = dict(link_to_a_copy(copy / name, elsewhere) for name in APPENDED if name != "train.log")
+    os.link(copy / "train.log", elsewhere / "train.log")  # one file, two names: the user's and the run's
+    targets[elsewhere / "train.log"] = (copy / "train.log").read_bytes()
     (copy / "summary.json").write_text("{}", encoding="utf-8")
     return copy, targets, app("train", f"resume={copy}", "trainer.epochs=2", cwd=run.parent)
 
@@ -69,7 +73,7 @@ def test_a_resume_appends_to_its_own_files_never_to_a_links_target(resumed):
     for target, before in targets.items():
         assert target.read_bytes() == before, f"{target} was written through its link"
         own = copy / target.name
-        assert own.is_file() and not own.is_symlink(), own
+        assert own.is_file() and not own.is_symlink() and own.stat().st_nlink == 1, own
     assert [row["epoch"] for row in csv.DictReader((copy / "metrics.csv").open())] == ["1", "2"]  # history kept
     log = (copy / "train.log").read_bytes()
     assert log.startswith(targets[copy.parent / "the user's files" / "train.log"]) and b"epoch 2/2" in log
@@ -116,6 +120,25 @@ def test_a_linked_tensorboard_folder_is_refused_and_its_target_kept(run):
     subprocess.run(error.split("keeps the run whole: ", 1)[1].rsplit(", then run", 1)[0], shell=True, check=True)
     assert not (copy / "tensorboard").is_symlink()
     assert (copy / "tensorboard" / "train" / "notes.txt").read_text() == "keep me"
+
+
+@pytest.mark.slow
+def test_a_linked_logger_folder_or_a_log_linked_to_a_folder_is_refused_before_anything_runs(run):
+    mine = run.parent / "my events"
+    mine.mkdir()
+    copy = run.parent / "linked logger"
+    shutil.copytree(run, copy)
+    shutil.rmtree(copy / "tensorboard" / "train")
+    (copy / "tensorboard" / "train").symlink_to(mine)
+    refused(app("train", f"resume={copy}", "trainer.epochs=2", cwd=run.parent), f"{copy / 'tensorboard' / 'train'}",
+            "symbolic link")
+    assert list(mine.iterdir()) == [] and (copy / "tensorboard" / "train").is_symlink()
+    (copy / "tensorboard" / "train").unlink()
+    (copy / "train.log").unlink()
+    (copy / "train.log").symlink_to(mine)
+    refused(app("train", f"resume={copy}", "trainer.epochs=2", cwd=run.parent), f"{copy / 'train.log'}",
+            "symbolic link to the folder")
+    assert list(mine.iterdir()) == [] and (copy / "metrics.csv").read_bytes() == (run / "metrics.csv").read_bytes()
 
 
 @pytest.mark.slow
