@@ -48,6 +48,7 @@ def main(cfg: DictConfig) -> dict:
     out = Path(cfg.export.out or run_dir / "export" / fmt).expanduser().resolve()
     check_out(out, run_dir, fmt, cfg.overwrite)
     source = checked_source(config, run_dir)
+    output = _output(config, run_dir, source.class_names)  # a wrong thresholds.json: said before Keras loads
     keras_for_run()
     from app.inference import exporting, restore  # the Keras side: they import Keras, loaded just now on TensorFlow
 
@@ -61,7 +62,6 @@ def main(cfg: DictConfig) -> dict:
     try:
         written = exporting.write_format(exporting.integer_model(net), staging, fmt)
         (staging / "labels.txt").write_text("".join(f"{name}\n" for name in source.class_names), encoding="utf-8")
-        output = _output(config, run_dir, source.class_names)
         write_json(staging / "preprocessing.json", {**preprocessing(config.augment, size),
                                                     **exporting.integer_input(net), **output})
         split = source.val if cfg.export.samples is None else subset(source.val, np.arange(
