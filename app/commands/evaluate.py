@@ -109,8 +109,7 @@ def _images(split, outputs: list, patches, *, names: list[str], out: Path) -> di
 
 
 def _several(config, scoring: tuple, source, split_name: str, paths: tuple[Path, Path, Path]) -> float:
-    """A multilabel run's evaluation: each class's figures at the thresholds that maximise its F1 on validation (into
-    the run's thresholds.json), on `split_name`; its macro AUC returned."""
+    """A multilabel run's figures on `split_name` at each class's best-F1 threshold on val; its macro AUC."""
     (net, label_scores), (run_dir, checkpoint, out), names = scoring, paths, source.class_names
     transforms = eval_transforms(config.augment, config.data.image_size)
 

@@ -105,8 +105,7 @@ def plot(swept: list[str], rows: list[dict], out: Path) -> list[Path]:
 
 
 def figure(key: str, swept: list[str], rows: list[dict]):
-    """Peak memory (`plan`'s dashed), images/s and trainer.monitor against `key`: a line through the means for each
-    combination of the other swept keys, each run a point; log x past a 20× span; the best run starred."""
+    """Peak memory, images/s and trainer.monitor against `key`, a line for each mix of the other keys; best starred."""
     import matplotlib.pyplot as plt
 
     others = [k for k in swept if k != key]

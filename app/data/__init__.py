@@ -13,8 +13,7 @@ __all__ = ["ArraySplit", "FileSplit", "PreparedSplit", "Source", "load_or_genera
 
 
 def load_or_generate_source(data_cfg) -> Source:
-    """The source `data_cfg._target_` names (relative paths: from the working directory); where missing, synthetic data
-    is generated, and CIFAR-10 downloaded with data.download=true."""
+    """The source `data_cfg._target_` names; synthetic data generated where missing, CIFAR-10 downloaded if asked."""
     source_of = closed_target("data", data_cfg._target_)
     option = option_of("data", data_cfg._target_)
     if option != "table" and (not data_cfg.path or not str(data_cfg.path).strip()):  # a table's: app/rules.py

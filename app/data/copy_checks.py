@@ -85,8 +85,7 @@ def size_in(folder: str) -> Callable[[str], int | None]:
 
 
 def source_stamps(splits: dict, data) -> dict[str, list[int]]:
-    """By absolute path: each local file of `splits` and the table: [size, mtime_ns]; a folder source's folders:
-    [LISTED, a digest of what the source lists there]."""
+    """By absolute path: each file of `splits` and the table [size, mtime_ns]; a source folder [LISTED, digest]."""
     files = [os.path.abspath(path) for split in splits.values() for path in files_of(split)]
     table = getattr(data, "table", None)
     if table:
@@ -106,8 +105,7 @@ def source_stamps(splits: dict, data) -> dict[str, list[int]]:
 
 
 def _listed(folder: str) -> int:
-    """A digest of what a folder source sees in `folder`: its image files' and folders' names, none hidden; a hidden
-    file or another kind of file touched there changes the folder's mtime but nothing the source reads."""
+    """A digest of the image files' and folders' names a folder source sees in `folder` (a hidden file: none)."""
     with os.scandir(folder) as entries:
         names = sorted(e.name + "/" * e.is_dir() for e in entries
                        if not e.name.startswith(".") and (e.is_dir() or e.name.lower().endswith(EXTENSIONS)))

@@ -41,9 +41,7 @@ def thumbnail(slide: Slide, downsample: float) -> tuple[np.ndarray, float]:
 
 
 def foreground(thumb: np.ndarray, *, bands: list[int] | None = None, nodata: float | None = None) -> np.ndarray:
-    """True where `thumb` (h, w, bands) shows foreground, among the pixels not `nodata` in every band: RGB's `tissue`;
-    one band's, or `bands`' mean, split by Otsu's threshold, the side not `_background_is` (all of it, where its values
-    are flat); else all valid."""
+    """Where `thumb` (h, w, bands) shows foreground among its valid pixels: RGB's `tissue`, Otsu's side, or all."""
     valid = ~np.all(thumb == nodata, axis=2) if nodata is not None else np.ones(thumb.shape[:2], bool)
     if not valid.any():
         return valid
@@ -61,8 +59,7 @@ def foreground(thumb: np.ndarray, *, bands: list[int] | None = None, nodata: flo
 
 
 def _background_is(side: np.ndarray, valid: np.ndarray) -> bool:
-    """Whether `side` of Otsu's split is the background: what surrounds the foreground, most of the valid border
-    (brightfield's glass is bright, fluorescence's black dark); with no valid border, the larger side."""
+    """Whether `side` of Otsu's split is background: most of the valid border (glass, black), else the larger."""
     edge = np.zeros_like(valid)
     edge[[0, -1], :] = edge[:, [0, -1]] = True
     edge &= valid

@@ -45,8 +45,7 @@ class Slide:
 
 
 def slide_of(path: str | os.PathLike, max_chunk_pixels: int, reader: str = "auto") -> Slide:
-    """`path`'s levels and chunks (`reader`: data.patches.reader); a DecodeError naming how to tile it where a chunk
-    has more than `max_chunk_pixels` pixels (a PNG or JPEG is one chunk), or it is not of uint8 or uint16."""
+    """`path`'s levels and chunks; a DecodeError for chunks over `max_chunk_pixels` or a type not uint8/uint16."""
     path = os.fspath(path)
     if scanner_files.through_openslide(path, reader):
         return Slide(path=path, bands=3, dtype="uint8", tiled=True, openslide=True, **scanner_files.header(path))

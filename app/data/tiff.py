@@ -22,8 +22,7 @@ _unheld: set[tuple[str, str]] = set()  # (GDAL_NODATA text, pixel type) said alr
 
 
 def read_tiff(path: str | os.PathLike, *, min_short_side: int | None, max_pixels: int | None) -> np.ndarray:
-    """The image of `path` as (H, W, bands) uint8 or uint16, C-contiguous; a DecodeError (a short reason) for a TIFF
-    that cannot be read, of another sample type, of more than `max_pixels` at the level read, or a stack in Z or T."""
+    """`path` as (H, W, bands) uint8 or uint16; a DecodeError for an unreadable, other-typed, too large or Z/T stack."""
     try:
         with tifffile.TiffFile(path) as tif:
             level = _chosen(tif, min_short_side, max_pixels)
@@ -71,8 +70,7 @@ def page_nodata(page, dtype) -> float | None:
 
 
 def held_nodata(value: str | float | None, dtype, path: str) -> float | None:
-    """A no-data `value` (GDAL_NODATA's text, or as a copy kept it) where a pixel of `dtype` can hold it; None where
-    it is NaN, out of the type's range, fractional or not a number: no pixel equals it, so none (said once)."""
+    """A no-data `value` a pixel of `dtype` can hold; None (said once) for NaN, out of range, fractional, text."""
     if value is None:
         return None
     try:
