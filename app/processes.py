@@ -164,18 +164,19 @@ def interrupts():
 
 def delete_orphan_semaphores(shm: str = "/dev/shm") -> list[str]:
     """This user's `sem.mp-*` that no process maps: a pool's, whose group's SIGKILL killed the resource tracker too."""
-    mapped = set()
+    mapped = set()  # by inode: the process that made a semaphore maps it under glibc's temporary name, since unlinked
     for pid in psutil.pids():
         try:
             with open(f"/proc/{pid}/maps") as maps:
-                mapped.update(line.rsplit("/", 1)[-1].strip() for line in maps if "/sem.mp-" in line)
-        except OSError:  # gone, or another user's: its semaphores are not ours to delete
+                mapped.update(int(line.split()[4]) for line in maps if f" {shm}/sem." in line)
+        except (OSError, ValueError, IndexError):  # gone, or another user's: its semaphores are not ours to delete
             continue
     deleted = []
     for name in os.listdir(shm) if os.path.isdir(shm) else ():
         path = os.path.join(shm, name)
         try:
-            if name.startswith("sem.mp-") and name not in mapped and os.stat(path).st_uid == os.getuid():
+            found = os.stat(path)
+            if name.startswith("sem.mp-") and found.st_ino not in mapped and found.st_uid == os.getuid():
                 os.unlink(path)
                 deleted.append(name)
         except OSError:

@@ -1,13 +1,18 @@
-"""app/processes.py: what worker processes do to themselves."""
+"""app/processes.py: what worker processes do to themselves, and the semaphores a killed pool leaves."""
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
 
 import pytest
+
+from app.processes import delete_orphan_semaphores
 
 pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
 
@@ -188,3 +193,21 @@ def test_a_stand_in_stderr_still_gets_the_crash_report():
             "enable_crash_report()\nprint(faulthandler.is_enabled())\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.split() == ["refused", "True"], done.stderr
+
+
+def test_a_semaphore_its_maker_holds_is_never_deleted_as_an_orphan():
+    """The maker maps a semaphore under glibc's temporary name (unlinked since): it is known by its inode."""
+
+    def named() -> set[str]:
+        return {n for n in os.listdir("/dev/shm") if n.startswith("sem.mp-")}
+
+    there = named()
+    held = multiprocessing.get_context("spawn").Lock()  # named in /dev/shm until its children open it
+    (mine,) = named() - there
+    orphan = "sem.mp-orphan-of-a-test"  # a semaphore no process maps: the negative control
+    shutil.copyfile(f"/dev/shm/{mine}", f"/dev/shm/{orphan}")
+    deleted = delete_orphan_semaphores()
+    assert orphan in deleted and not os.path.exists(f"/dev/shm/{orphan}")
+    assert mine not in deleted and os.path.exists(f"/dev/shm/{mine}")
+    with held:
+        pass
