@@ -218,15 +218,21 @@ def test_tissue_from_edge_to_edge_is_foreground_and_glass_is_not(tmp_path):
     assert not len(layout_of(str(tmp_path / "glass.tif"), settings(level=0), grid=True).cells())
 
 
-def test_a_damaged_mask_cache_is_made_again(slide, tmp_path, monkeypatch):
+def planted_empty_mask(slide, tmp_path, monkeypatch):
+    """(the slide's path, its cells, its cached mask), an empty mask planted in the cache under today's key."""
     monkeypatch.setenv("APP_CACHE_DIR", str(tmp_path))
     path = str(slide[0])
     made = layout_of(path, settings(level=0), grid=True).cells()
     (cached,) = (tmp_path / "masks").glob("*.npz")
     with np.load(cached) as stored:
         cell = float(stored["cell"])
-    np.savez(cached, mask=np.zeros((64, 64), bool), cell=cell)  # a planted empty mask: the cache is read
-    assert not len(layout_of(path, settings(level=0), grid=True).cells())
+    np.savez(cached, mask=np.zeros((64, 64), bool), cell=cell)
+    return path, made, cached
+
+
+def test_a_damaged_mask_cache_is_made_again(slide, tmp_path, monkeypatch):
+    path, made, cached = planted_empty_mask(slide, tmp_path, monkeypatch)
+    assert not len(layout_of(path, settings(level=0), grid=True).cells())  # the planted mask: the cache is read
     cached.write_bytes(cached.read_bytes()[:100])  # cut short: made again, and stored whole
     assert np.array_equal(layout_of(path, settings(level=0), grid=True).cells(), made)
     with np.load(cached) as stored:
@@ -234,14 +240,8 @@ def test_a_damaged_mask_cache_is_made_again(slide, tmp_path, monkeypatch):
 
 
 def test_a_mask_cached_by_an_earlier_rule_is_made_again(slide, tmp_path, monkeypatch):
-    monkeypatch.setenv("APP_CACHE_DIR", str(tmp_path))
-    path = str(slide[0])
-    made = layout_of(path, settings(level=0), grid=True).cells()
-    (cached,) = (tmp_path / "masks").glob("*.npz")
-    with np.load(cached) as stored:
-        cell = float(stored["cell"])
-    np.savez(cached, mask=np.zeros((64, 64), bool), cell=cell)  # planted under today's key: read (the control)
-    assert not len(layout_of(path, settings(level=0), grid=True).cells())
+    path, made, _ = planted_empty_mask(slide, tmp_path, monkeypatch)
+    assert not len(layout_of(path, settings(level=0), grid=True).cells())  # planted under today's key: read
     monkeypatch.setattr(masks, "RULE", masks.RULE + 1)  # the rule changes: the planted mask is not today's
     assert np.array_equal(layout_of(path, settings(level=0), grid=True).cells(), made)
 
