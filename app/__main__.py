@@ -12,7 +12,7 @@ from pathlib import Path
 
 from app.cli import argv as argv_step
 from app.commands import raise_carried
-from app.errors import exit_status_for
+from app.errors import exit_status_for, report_failure
 from app.processes import enable_crash_report, raise_on_stop_signals, stop_if_interrupted
 
 # command word -> (module, function, one line of help); Hydra names the job after the module: train.log...
@@ -116,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as error:  # noqa: BLE001 - every failure leaves as a message and a status
         if isinstance(error, KeyboardInterrupt):  # stopping already: more Ctrl-C must not cut it short
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-        status = exit_status_for(error, word)
+        status = exit_status_for(error)
+        report_failure(error, word)
         return status
     finally:
         _delete_empty_claims(word, failed=status != 0)

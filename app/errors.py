@@ -169,29 +169,37 @@ def _unknown_option(error: BaseException) -> str | None:
     return f"config group `{group}` has no option `{name}`{meant}: {group}= one of {', '.join(options)}."
 
 
-def exit_status_for(error: BaseException, command: str = "train") -> int:
-    """Print `error` as one paragraph on stderr; the exit status. A bug's traceback goes to `command`'s log, if any."""
+def exit_status_for(error: BaseException) -> int:  # 130 interrupted, 2 a config's fault, 1 any other; says nothing
+    if isinstance(error, KeyboardInterrupt):
+        return 130
+    error = explain(error)
+    if isinstance(error, AppError):
+        return 2 if isinstance(error, ConfigError) else 1
+    return 2 if _config_library_error(error) else 1
+
+
+def report_failure(error: BaseException, command: str = "train") -> None:
+    """Print `error` as one paragraph on stderr; a bug's traceback goes to `command`'s log, if any."""
     import logging
     import sys
     import traceback
 
     if isinstance(error, KeyboardInterrupt):
         print("interrupted.", file=sys.stderr)
-        return 130
+        return
     error = explain(error)
     if isinstance(error, AppError):
         print(f"error: {_paragraph(error)}", file=sys.stderr)
-        return 2 if isinstance(error, ConfigError) else 1
-    from hydra.errors import HydraException
-    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+        return
+    if _config_library_error(error):
+        from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
-    if isinstance(error, (HydraException, OmegaConfBaseException)):
         unknown = any(isinstance(e, (ConfigKeyError, ConfigAttributeError)) for e in (error, error.__cause__))
         found = _unknown_key(error) if unknown else None
         option = _unknown_option(error)
         print(f"error: {_unknown_key_message(*found)}" if found else f"error: {option}" if option else
               f"config error: {_paragraph(error)}", file=sys.stderr)
-        return 2
+        return
     if os.environ.get("APP_TRACEBACK"):
         traceback.print_exception(error)
     # Hydra's log file, once the command has started (not before: a config Hydra could not compose)
@@ -202,7 +210,13 @@ def exit_status_for(error: BaseException, command: str = "train") -> int:
              f"{command}.log, in the command's directory; ") if logged else ""
     print(f"error: unexpected {type(error).__name__}: {_paragraph(error)} (a bug: "
           f"{'the traceback is in ' + where if where else ''}set APP_TRACEBACK=1 to print it here)", file=sys.stderr)
-    return 1
+
+
+def _config_library_error(error: BaseException) -> bool:  # Hydra's or OmegaConf's: a config's fault
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    return isinstance(error, (HydraException, OmegaConfBaseException))
 
 
 def install_command(extra: str) -> str:

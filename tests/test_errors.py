@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from app.errors import AppError, MachineError, exit_status_for, explain
+from app.errors import AppError, MachineError, exit_status_for, explain, report_failure
 from app.io import temporary_name, write_json
 from app.runs.rundir import Summary
 
@@ -26,6 +26,8 @@ def test_memory_and_disk_errors_become_messages_saying_what_to_do(capsys):
     other = ValueError("a bug")  # negative control: anything else is left alone
     assert explain(other) is other
     assert exit_status_for(MemoryError()) == 1
+    assert capsys.readouterr().err == ""  # the status alone says nothing: reporting is its own call
+    report_failure(MemoryError())
     assert "error: out of memory (MemoryError)" in capsys.readouterr().err
 
 
@@ -69,27 +71,29 @@ def test_a_cause_the_message_already_says_is_not_repeated(capsys):
             raise BadSampleError(3, "/d/a.jpg", str(exc)) from exc
     except BadSampleError as bad:
         assert exit_status_for(bad) == 1
+        report_failure(bad)
     assert capsys.readouterr().err.strip() == "error: sample 3 (/d/a.jpg) could not be loaded: empty file"
     wrapped = DataError("the run cannot start")  # negative control: a cause that says more is kept
     wrapped.__cause__ = OSError("disk gone")
-    exit_status_for(wrapped)
+    report_failure(wrapped)
     assert capsys.readouterr().err.strip() == "error: the run cannot start — disk gone"
 
 
 def test_a_bugs_message_names_the_log_of_the_command_that_holds_its_traceback(capsys, caplog, monkeypatch):
-    assert exit_status_for(ValueError("boom"), "predict") == 1
+    assert exit_status_for(ValueError("boom")) == 1 and not caplog.records  # the status alone logs nothing
+    report_failure(ValueError("boom"), "predict")
     assert "the traceback is in predict.log" in capsys.readouterr().err
     assert caplog.records[-1].exc_info[0] is ValueError and caplog.records[-1].name == "app.predict"
     caplog.clear()
     logged = ValueError("boom")
     logged.traceback_logged = True  # as train's run marks what it logged
-    exit_status_for(logged)
+    report_failure(logged)
     assert "the run's train.log" in capsys.readouterr().err and not caplog.records  # once, not twice
-    exit_status_for(ValueError("boom"))  # a bug of train's before its run logged anything: logged here
+    report_failure(ValueError("boom"))  # a bug of train's before its run logged anything: logged here
     assert "the run's train.log" in capsys.readouterr().err and caplog.records[-1].name == "app.train"
     # before Hydra set up any log (a config it could not compose): no log is named
     monkeypatch.setattr(logging.getLogger(), "handlers", [])
-    exit_status_for(ValueError("boom"))
+    report_failure(ValueError("boom"))
     said = capsys.readouterr().err
     assert "(a bug: set APP_TRACEBACK=1 to print it here)" in said and ".log" not in said
 
@@ -138,6 +142,7 @@ def test_an_unknown_key_is_named_without_hydras_plus_advice(override, said, caps
             with pytest.raises(Exception) as caught:
                 compose("config", overrides=[given])
             assert exit_status_for(caught.value) == 2
+            report_failure(caught.value)
             printed = capsys.readouterr().err
             if given == override:
                 assert said in printed and "+" not in printed
@@ -159,6 +164,7 @@ def test_a_misspelt_group_option_is_named_with_the_options_a_user_may_pick(capsy
             compose("config", overrides=["data=foldr"])
         compose("config", overrides=["data=folder"])  # negative control: the option meant composes
     assert exit_status_for(caught.value) == 2
+    report_failure(caught.value)
     printed = capsys.readouterr().err
     assert printed.startswith("error: config group `data` has no option `foldr` (did you mean data=folder?): "
                               "data= one of cifar, folder, prepared, synthetic, table.")

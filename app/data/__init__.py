@@ -5,6 +5,7 @@ from __future__ import annotations
 from app.config import closed_target
 from app.data.patches import patched
 from app.data.prepared import PreparedSplit
+from app.data.regions import close_open_files
 from app.data.source import ArraySplit, FileSplit, Source, check_every_class_trains
 from app.errors import ConfigError
 from app.schema import option_of
@@ -23,8 +24,9 @@ def load_or_generate_source(data_cfg) -> Source:
                           f"e.g. data.path={example}.")
     source = source_of(data_cfg)
     patches = getattr(data_cfg, "patches", None)  # folders and tables of large images
-    source = patched(source, patches, skip=str(data_cfg.on_bad_sample.value) == "skip") \
-        if patches is not None and patches.size else source
+    if patches is not None and patches.size:
+        source = patched(source, patches, skip=str(data_cfg.on_bad_sample.value) == "skip")
+        close_open_files()  # the masks are read: the slides they opened are the workers' to open now
     if option != "cifar":  # CIFAR-10's classes are the dataset's ten names, which its official batches all hold
         check_every_class_trains(source, f"data.table {data_cfg.table}" if option == "table" else
                                  f"data={option} data.path={data_cfg.path}")

@@ -9,7 +9,7 @@ import numpy as np
 from tqdm import tqdm
 
 from app.data.decode import DecodeError
-from app.data.masks import fractions, mask_of, takes_glass
+from app.data.masks import compute_mask, fractions, mask_cache_path, read_cached_mask, takes_glass, write_mask_to_cache
 from app.data.regions import Slide, slide_of
 from app.data.source import bad_sample_reason
 from app.errors import DataError
@@ -99,7 +99,12 @@ def _layout(path: str, patches, *, grid: bool, masked: bool) -> Layout:
     tops, lefts = (np.arange(0, slide.levels[0][axis] - extent[axis] + 1, step[axis]) for axis in (0, 1))
     shares, share = np.ones((len(tops), len(lefts))), 1.0
     if masked and patches.min_foreground > 0 and len(tops) and len(lefts):
-        mask, cell = mask_of(slide, min(extent) / MASK_CELLS, patches.mask_bands)
+        downsample = min(extent) / MASK_CELLS
+        cache = mask_cache_path(slide, downsample, patches.mask_bands)
+        cached = read_cached_mask(cache, slide.path)
+        mask, cell = cached or compute_mask(slide, downsample, patches.mask_bands)
+        if cached is None:  # made here: kept for the next run
+            write_mask_to_cache(cache, mask, cell)
         shares, share = fractions(mask, cell, extent, (tops, lefts)), float(mask.mean())
     valid = np.packbits((shares >= patches.min_foreground).reshape(-1))
     return Layout(slide=slide, level=level, read=read, extent=extent, tops=tops, lefts=lefts, valid=valid,

@@ -8,6 +8,7 @@ import hashlib
 import logging
 import os
 import zipfile
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -103,28 +104,38 @@ def fractions(mask: np.ndarray, scale: float, extent: tuple[int, int], corners: 
     return total / area
 
 
-def mask_of(slide: Slide, downsample: float, bands: list[int] | None) -> tuple[np.ndarray, float]:
-    """`slide`'s mask about `downsample` times smaller, its cell in level-0 pixels; cached a file's size and mtime."""
+def mask_cache_path(slide: Slide, downsample: float, bands: list[int] | None) -> Path:
+    """Where `slide`'s mask about `downsample` times smaller is cached, keyed by the file's size and mtime."""
     stat = os.stat(slide.path)
     key = hashlib.sha256(repr((os.path.abspath(slide.path), stat.st_size, stat.st_mtime_ns, round(downsample, 3),
                                bands, slide.nodata, RULE)).encode()).hexdigest()[:24]
-    path = app_cache_dir() / "masks" / f"{key}.npz"
+    return app_cache_dir() / "masks" / f"{key}.npz"
+
+
+def read_cached_mask(path: Path, image: str) -> tuple[np.ndarray, float] | None:  # None: none there, or damaged
     try:
         with np.load(path) as stored:
             return stored["mask"], float(stored["cell"])
     except (FileNotFoundError, NotADirectoryError):  # not cached, or no cache folder to hold it
-        pass
+        return None
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:  # cut short, or not a mask
-        log.info("the cached mask of %s is damaged (%s): made again", slide.path, bad_sample_reason(error))
+        log.info("the cached mask of %s is damaged (%s): made again", image, bad_sample_reason(error))
+        return None
+
+
+def compute_mask(slide: Slide, downsample: float, bands: list[int] | None) -> tuple[np.ndarray, float]:
+    # `slide`'s mask about `downsample` times smaller and its cell in level-0 pixels, from its pixels: nothing written
     thumb, cell = thumbnail(slide, downsample)
-    mask = foreground(thumb, bands=bands, nodata=slide.nodata)
+    return foreground(thumb, bands=bands, nodata=slide.nodata), cell
+
+
+def write_mask_to_cache(path: Path, mask: np.ndarray, cell: float) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_write(path, "wb") as file:
             np.savez(file, mask=mask, cell=cell)
     except OSError as error:  # the cache's fault, not the slide's: the mask stands, made again next run
         _warn_of_unwritable_cache(str(path.parent), bad_sample_reason(error))
-    return mask, cell
 
 
 @functools.cache  # once a folder

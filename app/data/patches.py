@@ -13,7 +13,7 @@ import numpy as np
 from app.data.bands import fit_bands
 from app.data.decode import Decode, DecodeError
 from app.data.layouts import Layout, layout_of, layouts_of, why_none
-from app.data.regions import close_open_files, read_region
+from app.data.regions import read_region
 from app.data.source import FileSplit, Source, bad_sample_reason
 from app.errors import BadSampleError, DataError
 
@@ -139,7 +139,6 @@ def patched(source: Source, patches, *, skip: bool = False) -> Source:
         log.warning("left out for want of a patch (%d; split.json lists them under patches): %s", len(gone),
                     "; ".join(f"{layout.slide.path}: {why_none(layout, patches)}" for layout in gone[:NAMED]) +
                     (f"; and {len(gone) - NAMED} more" if len(gone) > NAMED else ""))
-    close_open_files()  # the masks are read: the workers read the regions
     (train, kept, _), (val, _, _) = built["train"], built["val"]
     weights = None if source.train_weights is None else \
         source.train_weights[kept] if train.corners is not None else source.train_weights[kept][train.image_of]

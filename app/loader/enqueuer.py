@@ -15,7 +15,7 @@ from app.loader import messages
 from app.loader import worker as worker_loop
 from app.loader.bad_samples import BadSamples, failure
 from app.loader.pool import Pool, Work, Worker, exit_description
-from app.loader.ring import Ring, delete_orphan_segments
+from app.loader.ring import Ring
 from app.loader.settings import Settings, ring_slots
 from app.loader.telemetry import Telemetry
 from app.processes import signals_held
@@ -84,10 +84,12 @@ class Enqueuer:
     def work(self) -> Work:
         return Work(self.splits, self.augmenters, self.seed, self.on_bad_sample)
 
+    @property
+    def shares_memory(self) -> bool:  # worker processes: the ring is a segment in /dev/shm
+        return self.num_workers > 0 and self.use_multiprocessing
+
     def start(self) -> Enqueuer:
-        shared = self.num_workers > 0 and self.use_multiprocessing
-        if shared:  # what processes killed with their group left, before this one reserves its own
-            delete_orphan_segments()
+        shared = self.shares_memory  # dead processes' rings are the caller's to delete (Loader's `with` does)
         try:  # from the ring on: a signal at any point here leaves no segment in /dev/shm
             self.ring = Ring(self.max_size, self.batch_size, self.image_size, shared=shared,
                              pixels=self.settings.pixels)

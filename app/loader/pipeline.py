@@ -13,6 +13,7 @@ from app.data.pixels import run_pixels
 from app.loader import prefetch
 from app.loader.enqueuer import Enqueuer
 from app.loader.order import epoch_order
+from app.loader.ring import delete_orphan_segments
 from app.loader.settings import Settings, most_workers, ring_slots, usable_cores
 from app.loader.worker import make_sample
 
@@ -30,12 +31,14 @@ class QueueFigures:
 
 
 class Loader:
-    """What a command holds of the input pipeline: `with` starts and stops it; batches, bad samples, figures."""
+    """What a command holds of the input pipeline: `with` deletes dead processes' rings, starts it, stops it."""
 
     def __init__(self, enqueuer: Enqueuer):
         self._enqueuer = enqueuer
 
     def __enter__(self) -> Loader:
+        if self._enqueuer.shares_memory:  # what processes killed with their group left, before this one makes its own
+            delete_orphan_segments()
         self._enqueuer.start()
         return self
 

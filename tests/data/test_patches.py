@@ -8,6 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import psutil
 import pytest
 import tifffile
 from forged import png_declaring
@@ -17,11 +18,12 @@ from slides import GLASS, he_pixels, slide_pixels, write_slide, zero_tiles
 
 from app.data import load_or_generate_source, masks
 from app.data.decode import DecodeError
+from app.data.folder import folder_source
 from app.data.images import read_bytes
 from app.data.layouts import why_none
 from app.data.masks import foreground, fractions, thumbnail
 from app.data.patches import PatchSplit, grid_split, layout_of, patched
-from app.data.regions import read_region, slide_of
+from app.data.regions import close_open_files, read_region, slide_of
 from app.data.source import FileSplit, Source
 from app.errors import DataError
 from app.inference import patch_scores
@@ -386,6 +388,28 @@ def test_a_slide_whose_mask_level_is_damaged_is_a_bad_sample_left_out_by_name_un
     assert len(source.train.images.paths) + len(source.val.images.paths) == 3  # the others go on
     assert list(source.split["patches"]["unreadable"]) == [str(broken)]
     assert "left out, unreadable" in caplog.text and str(broken) in caplog.text
+
+
+def test_the_source_closes_the_slides_its_masks_opened_and_patched_alone_leaves_them_open(tmp_path, monkeypatch):
+    """The training process reads each slide's mask, then its workers read the regions: the slides the masks opened
+    are closed by `load_or_generate_source`, which decides so; `patched` (the control) leaves them open."""
+    rng = np.random.default_rng(15)
+    for label, name in enumerate(("stripes", "dots")):
+        (tmp_path / "data" / name).mkdir(parents=True)
+        for i in range(2):
+            write_slide(tmp_path / "data" / name / f"{i}.tif", slide_pixels(256, label, rng)[0], levels=2, tile=128)
+    data = OmegaConf.structured(FolderDataConfig(path=str(tmp_path / "data"), val_fraction=0.5,
+                                                 patches=PatchesConfig(size=[32, 32], level=0)))
+
+    def open_slides() -> list[str]:
+        return [f.path for f in psutil.Process().open_files() if f.path.startswith(str(tmp_path / "data"))]
+
+    monkeypatch.setenv("APP_CACHE_DIR", str(tmp_path / "first"))  # no mask cached: each is read from its slide
+    patched(folder_source(data.path, data.val_fraction), data.patches)
+    assert len(open_slides()) == 4
+    close_open_files()
+    monkeypatch.setenv("APP_CACHE_DIR", str(tmp_path / "second"))  # none cached again: the masks open the slides
+    assert len(load_or_generate_source(data).train) and open_slides() == []
 
 
 def test_one_band_takes_the_side_of_otsus_split_that_glass_or_black_does_not_surround(tmp_path):

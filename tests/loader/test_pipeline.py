@@ -3,13 +3,17 @@ stopped with `with`, every sample once in order, the bad samples counted, the qu
 
 from __future__ import annotations
 
+import os
+import secrets
+
 import numpy as np
 from hydra import compose, initialize_config_dir
-from loaders import assert_clean
+from loaders import assert_clean, make
 from marked import MarkedSplit, index_of
 
 from app.config import conf_dir, load
-from app.loader.pipeline import QueueFigures, build_loader
+from app.loader import ring
+from app.loader.pipeline import Loader, QueueFigures, build_loader
 from app.schema import register
 
 
@@ -45,4 +49,25 @@ def test_skip_counts_what_it_replaced(children):
         got = [index_of(x) for batch, _ in loader.batches("train", np.arange(8), 0) for x in batch]
         assert loader.skipped == 2 and loader.failed("train") == {}
     assert 1 not in got and 5 not in got and len(got) == 8
+    assert_clean(children)
+
+
+def test_the_loaders_with_deletes_a_dead_processs_ring_and_the_enqueuers_start_does_not(children, caplog, monkeypatch):
+    """Deleting other processes' segments is the Loader's own call, made as a command enters it, not a side effect of
+    starting an enqueuer. PID 1 always runs, so no other test's loader deletes the planted ring; this one is told
+    it does not run."""
+    monkeypatch.setattr(ring, "_alive", lambda pid: pid != 1)
+    path = f"{ring.SHM_DIR}/{ring.PREFIX}1-{secrets.token_hex(4)}"
+    with open(path, "wb") as planted:
+        planted.write(bytes(64))
+    try:
+        with caplog.at_level("WARNING"), make(MarkedSplit(4), workers=1):
+            pass
+        assert os.path.exists(path) and path not in caplog.text  # the enqueuer makes its own ring, nothing more
+        with caplog.at_level("WARNING"), Loader(make(MarkedSplit(4), workers=1)):
+            assert not os.path.exists(path)
+        assert f"removed {path}" in caplog.text
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
     assert_clean(children)

@@ -66,8 +66,8 @@ except WorkerError as error:
 
 def test_a_ring_left_by_a_killed_process_group_is_deleted_as_the_next_loader_starts(caplog):
     """SIGKILL to the whole group (the resource tracker included) left the segment in
-    /dev/shm for ever; start-up only removed segments carrying its own PID. The enqueuer's start
-    calls delete_orphan_segments before it makes its own ring."""
+    /dev/shm for ever; start-up only removed segments carrying its own PID. The Loader's `with`
+    calls delete_orphan_segments before its enqueuer makes its own ring (tests/loader/test_pipeline.py)."""
     import signal
     import subprocess
     import sys
