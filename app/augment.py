@@ -1,6 +1,5 @@
-"""CPU augmentation with albumentations, built from conf/augment, and the draft rule (how far a JPEG may be reduced
-while decoded without changing what the transforms do). A sample's randomness depends on (seed, epoch, index)
-only, so batches are the same for any worker count and resume is exact."""
+"""CPU augmentation with albumentations, built from conf/augment, and the draft rule (`draft_rule`). A sample's
+randomness depends on (seed, epoch, index) only, so batches are the same for any worker count and resume is exact."""
 
 from __future__ import annotations
 

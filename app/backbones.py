@@ -15,9 +15,8 @@ log = logging.getLogger(__name__)
 
 
 def keras_app(input_shape, num_classes: int, name: str, weights: str | None = None, **settings):
-    """The `keras.applications` model `name` without its top, pooled, then `dropout` and a float32 Dense softmax (or
-    sigmoid: multilabel); its input is the family's preprocess_input output. `weights`: None, "imagenet" (downloaded
-    once into $KERAS_HOME/models) or a file; other `settings` go to the application."""
+    """The `keras.applications` model `name` (given `settings`) without its top, pooled, then `dropout` and a float32
+    Dense softmax (or sigmoid: multilabel) on preprocess_input's output; `weights`: None, "imagenet" or a file."""
     import keras
 
     pooling, dropout = settings.pop("pooling", "avg"), settings.pop("dropout", 0.2)

@@ -11,10 +11,16 @@ class AppError(Exception):
 class ConfigError(AppError):
     """A config value that is missing, of the wrong type or out of range."""
 
+    key: str | None = None  # config_error's: the key, its value and what is allowed, for a caller that says it its way
+    value = None
+    allowed: str | None = None
+
 
 def config_error(key: str, value, allowed: str) -> ConfigError:
     """The one way to say config key `key`'s value is not allowed, and what is."""
-    return ConfigError(f"config key `{key}` = {value!r} is not allowed: {allowed}.")
+    error = ConfigError(f"config key `{key}` = {value!r} is not allowed: {allowed}.")
+    error.key, error.value, error.allowed = key, value, allowed
+    return error
 
 
 class DataError(AppError):

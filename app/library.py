@@ -19,22 +19,26 @@ from app.augment import Augmenter
 from app.data.folder import folder_source
 from app.data.pixels import pixels_of
 from app.data.source import FileSplit
+from app.data.split import Split
 from app.data.table import table_source
+from app.errors import ConfigError
 from app.loader.bad_samples import LIBRARY
 from app.loader.enqueuer import Enqueuer
 from app.loader.order import epoch_order, full_batches
 from app.loader.pipeline import Loader
-from app.loader.settings import Settings
+from app.loader.settings import Queue, Settings
 from app.model import normaliser
+from app.rules import data as data_rules
 from app.schema import OnBadSample, TableColumns, TableDataConfig, Task
 
 __all__ = ["ImageLoader", "LoaderSettings", "SplitDataset", "boundary"]
 log = logging.getLogger(__name__)
-# ImageLoader.from_table's, as data.* has them (task="multilabel": a 0/1 uint8 label vector a sample)
+# ImageLoader.from_table's, as data.* has them (task=multilabel: a 0/1 uint8 label vector a sample)
 TABLE_OPTIONS = ("root", "path_format", "classes", "test_fraction", "task", "label_separator", "none_label",
                  "uncertain")
 PEEKED = 2  # Keras asks for batches 0 and 1 before an epoch (TensorFlow's output signature) and again in it
 POLICIES = ("raise", "skip", "mark")
+QUEUE_KEYS = ("workers", "max_size", "use_multiprocessing", "timeout_s")  # ImageLoader's of the Queue's keys
 
 
 def boundary(normalisation: str | dict = "unit", dtype: str = "uint8") -> keras.layers.Layer:
@@ -52,19 +56,22 @@ class LoaderSettings:
     batch_size: int
     transforms: A.BaseCompose | None = None
     eval_transforms: A.BaseCompose | None = None
-    workers: int = 2
-    max_size: int = 2
+    queue: Queue = Queue()  # the loader's, from ImageLoader's workers=, max_size=, use_multiprocessing=, timeout_s=
     seed: int = 0
     on_bad_sample: str = "raise"
     max_bad_fraction: float = 0.0
-    use_multiprocessing: bool = True
-    timeout_s: float = 120.0
     channels: str | Sequence[int] = "rgb"  # as data.channels: rgb, all, or band indices
     dtype: str = "uint8"  # as data.dtype: uint8 or uint16
 
     def __post_init__(self) -> None:
+        # ImageLoader's own check, not the data group's: its policies add `mark` (evaluate's) to data.on_bad_sample's
         if self.on_bad_sample not in POLICIES:
             raise ValueError(f"on_bad_sample={self.on_bad_sample!r}: one of {', '.join(POLICIES)}")
+
+    @classmethod
+    def of(cls, **settings) -> LoaderSettings:
+        # QUEUE_KEYS make its Queue, as given: not the queue rules, which cap workers by the machine (no worker_limit)
+        return cls(queue=Queue(**{key: settings.pop(key) for key in QUEUE_KEYS if key in settings}), **settings)
 
     def enqueuer(self, splits: dict) -> Enqueuer:
         """The loader's enqueuer over `splits` (name → split): training's transforms for train."""
@@ -72,10 +79,9 @@ class LoaderSettings:
         pixels = pixels_of(self.channels, self.dtype, split=next(iter(splits.values())))
         augmenters = {name: Augmenter((self.transforms if name == "train" else self.eval_transforms) or [], size,
                                       pixels=pixels) for name in splits}
-        queue = Settings(batch_size=self.batch_size, image_size=size, workers=self.workers, max_size=self.max_size,
-                         use_multiprocessing=self.use_multiprocessing, timeout_s=self.timeout_s,
-                         max_bad_fraction=self.max_bad_fraction, policy_names=LIBRARY, pixels=pixels)
-        return Enqueuer(splits, augmenters, queue, seed=self.seed, on_bad_sample=self.on_bad_sample)
+        settings = Settings(batch_size=self.batch_size, image_size=size, queue=self.queue,
+                            max_bad_fraction=self.max_bad_fraction, policy_names=LIBRARY, pixels=pixels)
+        return Enqueuer(splits, augmenters, settings, seed=self.seed, on_bad_sample=self.on_bad_sample)
 
 
 class ImageLoader:
@@ -84,7 +90,7 @@ class ImageLoader:
 
     def __init__(self, *, train=None, val=None, test=None, class_names: Sequence[str] | None = None, **settings):
         """Splits: (paths, labels) or an app.data split, one at least; `settings`: LoaderSettings's keys."""
-        self.settings = LoaderSettings(**settings)
+        self.settings = LoaderSettings.of(**settings)
         splits = {name: _split(name, given) for name, given in (("train", train), ("val", val), ("test", test))
                   if given is not None}
         if not splits:
@@ -110,14 +116,11 @@ class ImageLoader:
         own = {key: options.pop(key) for key in TABLE_OPTIONS if key in options}
         if "task" in own:
             own["task"] = Task(own["task"])
-        test = own.get("test_fraction", 0.0)
-        if not (0 < val_fraction < 1 and 0 <= test < 1 - val_fraction):
-            raise ValueError(f"val_fraction={val_fraction} and test_fraction={test}: each from 0 (val above it), "
-                             "together below 1, so training keeps rows")
         skip = options.get("on_bad_sample") == "skip"  # a table's row faults follow the loader's policy
         data = TableDataConfig(table=str(table), columns=TableColumns(**(columns or {})), val_fraction=val_fraction,
                                on_bad_sample=OnBadSample["skip" if skip else "raise"],
                                max_bad_fraction=options.get("max_bad_fraction", 0.0), **own)
+        _check_table(data)
         source = table_source(data)
         return cls(train=source.train, val=source.val, test=source.test, class_names=source.class_names, **options)
 
@@ -275,9 +278,19 @@ def _refuse_keras_pool(name: str, value, off) -> None:
                          "processes do the work); set the loader's workers= and max_size= instead")
 
 
+def _check_table(data: TableDataConfig) -> None:
+    try:  # the data group's own rules (app/rules/data.py), a refusal said in from_table's keyword arguments
+        data_rules.check(data)
+    except ConfigError as error:
+        fractions = error.key in ("data.val_fraction", "data.test_fraction")  # one rule of the two: both named
+        named = f"val_fraction={data.val_fraction} and test_fraction={data.test_fraction}" if fractions else \
+            f"{error.key.removeprefix('data.')}={error.value!r}"
+        raise ValueError(f"{named}: {error.allowed}") from None
+
+
 def _split(name: str, given):
     """A split of app.data as it is, or (paths, labels) as a FileSplit."""
-    if hasattr(given, "read") and hasattr(given, "__len__"):
+    if isinstance(given, Split):
         return given
     try:
         paths, labels = given

@@ -125,12 +125,13 @@ def classifier(backbone: keras.Model, image_size: Sequence[int], normalisation: 
     return keras.Model(pixels, backbone(normaliser(normalisation, dtype)(pixels)), name="classifier")
 
 
-def build(model_config, image_size: Sequence[int], num_classes: int, multilabel: bool = False,
+def build(model_config, image_size: Sequence[int], num_classes: int, activation: str = "softmax",
           pixels=None) -> keras.Model:
     """The classifier a model config describes: its `_target_` called with the input shape, class count, other keys and
-    `kwargs` (activation="sigmoid" for multilabel), behind the backbone's normalisation; else a ConfigError."""
+    `kwargs` (the task's head `activation`), behind the backbone's normalisation; else a ConfigError."""
     spec = dataclasses.asdict(model_config)
-    extra = {**(spec.pop("kwargs", None) or {}), **({"activation": "sigmoid"} if multilabel else {})}
+    # softmax is every builder's own default: a user's builder without the keyword still builds a one-label head
+    extra = {**(spec.pop("kwargs", None) or {}), **({} if activation == "softmax" else {"activation": activation})}
     bands, dtype = (3, "uint8") if pixels is None else (pixels.bands, pixels.dtype)
     standard = None if pixels is None or pixels.mean is None else {"mean": pixels.mean, "std": pixels.std}
     own_preprocessing = spec["_target_"] == KERAS_APP and (bands, dtype) == (3, "uint8")

@@ -1,13 +1,11 @@
-"""Keras objects the recipe needs and Keras lacks, registered so checkpoints load: smoothed and class-weighted
-crossentropy, per-class recall and F1, mAP (exact on host, binned on device), macro AUC; model.keras is uncompiled."""
+"""Keras objects the recipe needs and Keras lacks, registered so checkpoints load; model.keras is uncompiled."""
 
 from __future__ import annotations
 
 import keras
-import numpy as np
 from keras import ops
 
-EPSILON = 1e-7  # keras.backend.epsilon(): Keras's crossentropy clips probabilities to [ε, 1 − ε]
+from app.measures import EPSILON
 
 
 @keras.saving.register_keras_serializable(package="app")
@@ -46,22 +44,6 @@ class WeightedBinaryCrossentropy(keras.losses.Loss):
 
     def get_config(self):
         return {**super().get_config(), "pos_weight": self.pos_weight, "smoothing": self.smoothing}
-
-
-def mean_average_precision(truth: np.ndarray, scores: np.ndarray) -> float:
-    """Mean over classes with a positive of Σ (R_k − R_{k−1})·P_k, ties together, as scikit-learn's; NaN with none."""
-    found = []
-    for c in range(truth.shape[1]):
-        positives = truth[:, c].astype(bool)
-        if not positives.any():
-            continue  # undefined: no positive to recall
-        order = np.argsort(-scores[:, c], kind="stable")
-        ranked, hits = scores[order, c], positives[order]
-        last = np.r_[np.nonzero(np.diff(ranked))[0], len(ranked) - 1]  # the last of each run of tied scores
-        tp = np.cumsum(hits)[last]
-        precision, recall = tp / (last + 1), tp / positives.sum()
-        found.append(float(np.sum(np.diff(np.r_[0.0, recall]) * precision)))
-    return float(np.mean(found)) if found else float("nan")
 
 
 class _BinnedScores(keras.metrics.Metric):

@@ -1,5 +1,4 @@
-"""Processes: how many workers this machine holds, starting children wherever the app runs, dying with their parent,
-keeping freed memory, Ctrl-C and SIGTERM in training, and crash reports from C libraries."""
+"""Processes: worker counts, children started anywhere and dying with their parent, signals, C crash reports."""
 
 from __future__ import annotations
 

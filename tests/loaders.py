@@ -11,14 +11,15 @@ from marked import IdentityAugmenter
 
 from app.capacity.memory import is_multiprocessing_helper
 from app.loader.enqueuer import Enqueuer
-from app.loader.settings import Settings
+from app.loader.settings import Queue, Settings
 
 
 def make(split, *, workers=2, processes=True, max_size=2, batch=4, **kw) -> Enqueuer:
-    """An enqueuer over `split` as both splits; `kw`: more Settings, and seed, on_bad_sample."""
+    """An enqueuer over `split` as both splits; `kw`: more Settings or Queue keys, and seed, on_bad_sample."""
     policy = {k: kw.pop(k) for k in ("seed", "on_bad_sample") if k in kw}
-    settings = Settings(batch_size=batch, image_size=(split.size, split.size), workers=workers,
-                        use_multiprocessing=processes, max_size=max_size, timeout_s=kw.pop("timeout_s", 30), **kw)
+    queue = Queue(workers=workers, use_multiprocessing=processes, max_size=max_size, timeout_s=kw.pop("timeout_s", 30),
+                  **{k: kw.pop(k) for k in ("start_method", "startup_timeout_s") if k in kw})
+    settings = Settings(batch_size=batch, image_size=(split.size, split.size), queue=queue, **kw)
     return Enqueuer({"train": split, "val": split}, {"train": IdentityAugmenter(), "val": IdentityAugmenter()},
                     settings, **policy)
 

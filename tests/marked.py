@@ -7,12 +7,14 @@ unreadable at chosen indices: the loader's real workers meet these for real.
 
 from __future__ import annotations
 
+import copy
 import os
 import signal
 import time
 
 import numpy as np
 
+from app.data.split import WholeImages
 from app.errors import BadSampleError
 
 
@@ -29,13 +31,16 @@ def index_of(image: np.ndarray) -> int:
     return int(image[0, 0, 0]) + 256 * int(image[0, 0, 1])
 
 
-class MarkedSplit:
+class MarkedSplit(WholeImages):
+    """A split (app/data/split.py's contract) whose sample i is `marked_image` of the sample it shows."""
+
     def __init__(self, n: int, size: int = 8, *, log_path: str | None = None, crash_at: int | None = None,
                  hang_at: int | tuple[int, ...] | None = None, bad: tuple[int, ...] = (), kills_at: int | None = None):
         self.n, self.size, self.log_path = n, size, log_path
         self.hang_at = {hang_at} if isinstance(hang_at, int) else set(hang_at or ())
         self.crash_at, self.bad, self.kills_at = crash_at, set(bad), kills_at
         self.labels = np.arange(n, dtype=np.int64) % 3
+        self.shown = np.arange(n)  # the sample each index shows: a `take` keeps its own
 
     def __len__(self) -> int:
         return self.n
@@ -45,28 +50,37 @@ class MarkedSplit:
             raise RuntimeError("this source cannot be rebuilt in a worker process")
         self.__dict__.update(state)
 
-    def describe(self, i: int) -> str:
-        return f"/data/marked/{i:05d}.png"
+    def describe(self, i: int, drawn=None) -> str:
+        return f"/data/marked/{self.shown[i]:05d}.png"
 
-    def fetch(self, i: int, decode=None) -> np.ndarray:  # as ArraySplit: the pixels come whole, nothing to decode
+    def take(self, picked: np.ndarray) -> MarkedSplit:
+        part = copy.copy(self)
+        part.n, part.labels, part.shown = len(picked), self.labels[picked], self.shown[picked]
+        return part
+
+    def largest_decode_bytes(self, decode) -> tuple[int, int]:
+        return self.size * self.size * 3, 0
+
+    def fetch(self, i: int, decode=None, drawn=None) -> np.ndarray:  # as ArraySplit: the pixels come whole
         return self.read(i)
 
     def decode(self, i: int, raw: np.ndarray, decode=None) -> np.ndarray:
         return raw
 
-    def read(self, i: int, decode=None) -> np.ndarray:
+    def read(self, i: int, decode=None, drawn=None) -> np.ndarray:
+        shown = int(self.shown[i])
         if self.log_path:
             with open(self.log_path, "a") as f:
-                f.write(f"{i} {os.getpid()}\n")
-        if i in self.bad:
+                f.write(f"{shown} {os.getpid()}\n")
+        if shown in self.bad:
             raise BadSampleError(i, self.describe(i), "truncated file")
-        if i == self.crash_at:
-            raise RuntimeError(f"decoder exploded on purpose at {i}")
-        if i in self.hang_at:
+        if shown == self.crash_at:
+            raise RuntimeError(f"decoder exploded on purpose at {shown}")
+        if shown in self.hang_at:
             time.sleep(3600)
-        if i == self.kills_at:  # a sample that kills whichever process decodes it
+        if shown == self.kills_at:  # a sample that kills whichever process decodes it
             os.kill(os.getpid(), signal.SIGKILL)
-        return marked_image(i, self.size)
+        return marked_image(shown, self.size)
 
 
 class IdentityAugmenter:

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 from app.inference import label_scores
+from app.measures import mean_average_precision
 from app.objectives import (
     MacroAUC,
     MeanAveragePrecision,
     PerClassRecall,
     SmoothedSparseCrossentropy,
     WeightedBinaryCrossentropy,
-    mean_average_precision,
 )
 
 

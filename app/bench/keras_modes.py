@@ -9,23 +9,24 @@ import numpy as np
 
 from app.bench.keras_baseline import HandRegions, KerasBaseline
 from app.bench.loading import Run, loader_batches, reason, training_loader
+from app.data.patches import PatchSplit
 from app.errors import BadSampleError, DataError
 from app.frameworks import load_tensorflow
-from app.loader.settings import for_loading_only
 from app.model import classifier
-from app.objectives import WeightedBinaryCrossentropy
+from app.tasks import task_of
 from app.training.steps import EpochFigures, EpochPlan, Feed, build_metrics, train_epoch
 
 
 def _trivial_model(config, source, normalising=True):
-    """Every mode's trivial backbone (after `train`'s normaliser for uint8), its head and loss as the labels need."""
-    size, several = config.data.image_size, np.ndim(source.train.labels) == 2
-    head = keras.layers.Dense(len(source.class_names), activation="sigmoid" if several else "softmax")
+    """Every mode's trivial backbone (after `train`'s normaliser for uint8), its head and loss the run's task's."""
+    size, task = config.data.image_size, task_of(config.data.task)
+    head = keras.layers.Dense(len(source.class_names), activation=task.activation)
     net = keras.Sequential([keras.Input((*size, 3)), keras.layers.GlobalAveragePooling2D(), head])
     if normalising:
         net = classifier(net, size)
-    net.compile(optimizer="sgd", loss=WeightedBinaryCrossentropy() if several else "sparse_categorical_crossentropy",
-                metrics=["accuracy"], steps_per_execution=config.trainer.steps_per_execution)
+    loss, _ = task.objectives(config.trainer, source.class_names)
+    net.compile(optimizer="sgd", loss=loss, metrics=["accuracy"],
+                steps_per_execution=config.trainer.steps_per_execution)
     return net
 
 
@@ -82,7 +83,7 @@ def _loader_steps(run: Run):
         build_metrics(net)  # before the train function exists (JAX fixes its state's shape then), as train does
     steps = len(order) // config.data.batch_size
     clock.start = time.perf_counter()
-    with training_loader(config, source) as loader:
+    with training_loader(run) as loader:
         train_epoch(net, Feed(loader_batches(loader, order), steps),
                     keras.callbacks.CallbackList([_Tick(clock)], model=net), figures=EpochFigures(),
                     plan=EpochPlan(steps=steps, batch_size=config.data.batch_size,
@@ -95,7 +96,7 @@ def _loader_fit(run: Run):
     data = config.data
     net = _trivial_model(config, source)
     clock.start = time.perf_counter()
-    with training_loader(config, source) as loader:
+    with training_loader(run) as loader:
         if _on_tensorflow():
             import tensorflow as tf  # the TensorFlow backend only: JAX runs this mode without it
 
@@ -113,15 +114,15 @@ def _loader_fit(run: Run):
 def _keras(run: Run):
     mode, config, source, augmenter = run.mode, run.config, run.source, run.augmenter
     order, clock = run.order, run.clock
-    data, queue = config.data, config.queue
+    data = config.data
     net = _trivial_model(config, source, normalising=False)
     clock.start = time.perf_counter()
     steps = len(order) // data.batch_size
     batches = order[:steps * data.batch_size].reshape(steps, data.batch_size, 2)
-    workers, max_size = for_loading_only(queue)  # as the loader's modes resolve `auto`
+    queue = run.queue  # the loader's modes' own
     pydataset = KerasBaseline(source.train, augmenter, batches, config.seed,
-                              workers=max(workers, 1), use_multiprocessing=mode == "keras_processes",
-                              max_queue_size=max_size)
+                              workers=max(queue.workers, 1), use_multiprocessing=mode == "keras_processes",
+                              max_queue_size=queue.max_size)
     net.fit(pydataset, epochs=1, verbose=0, callbacks=[_Tick(clock)])
 
 
@@ -129,7 +130,7 @@ def _keras_regions(run: Run):
     """The loader's patches read by the reader a pathology user writes, in a PyDataset with workers."""
     config, source, order, clock = run.config, run.source, run.order, run.clock
     split, batch = source.train, config.data.batch_size
-    if not hasattr(split, "layouts"):
+    if not isinstance(split, PatchSplit):
         raise DataError("keras_regions benches patches of slides: set data.patches.size (docs/slides.md), or leave it "
                         "out of bench.modes")
     net = _trivial_model(config, source, normalising=False)
@@ -139,9 +140,8 @@ def _keras_regions(run: Run):
     for epoch, index in {(int(e), int(k)) for e, k in order[:steps * batch]}:
         layout, (y, x) = split.region_of(index, (config.seed, epoch, 0))
         places[epoch, index] = (layout.slide.path, layout.level, (x, y), layout.read, layout.slide.openslide)
-    workers, max_size = for_loading_only(config.queue)
-    pydataset = HandRegions(split, run.augmenter, (batches, places), config.seed, workers=max(workers, 1),
-                            use_multiprocessing=True, max_queue_size=max_size)
+    pydataset = HandRegions(split, run.augmenter, (batches, places), config.seed, workers=max(run.queue.workers, 1),
+                            use_multiprocessing=True, max_queue_size=run.queue.max_size)
     clock.start = time.perf_counter()
     net.fit(pydataset, epochs=1, verbose=0, callbacks=[_Tick(clock)])
 

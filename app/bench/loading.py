@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.loader.order import epoch_order, full_batches
-from app.loader.pipeline import build_loader
+from app.loader.pipeline import Queue, build_loader
 from app.loader.worker import make_sample, prepare_process
 
 
@@ -34,10 +34,11 @@ class Clock:
 
 @dataclass(kw_only=True)
 class Run:
-    """What a mode is given: name, config, data, training augmentation, (epoch, sample index) pairs, and its clock."""
+    """What a mode is given: name, config, queue, data, training augmentation, (epoch, sample index) pairs, clock."""
 
     mode: str
     config: object  # the loaded config (app/config.py)
+    queue: Queue  # the bench's, `auto` resolved once by its parent (app/commands/bench.py)
     source: object
     augmenter: object
     order: object
@@ -56,9 +57,9 @@ def visit_order(n: int, batch: int, *, needed: int, seed: int, shuffle: bool) ->
     return np.array(pairs[:needed])
 
 
-def training_loader(config, source):
+def training_loader(run: Run):
     """This loader over the training split; its workers start when its `with` block is entered."""
-    return build_loader(config, {"train": (source.train, config.augment.transforms)})
+    return build_loader(run.config, {"train": (run.source.train, run.config.augment.transforms)}, queue=run.queue)
 
 
 def loader_batches(loader, order):
@@ -70,9 +71,9 @@ def loader_batches(loader, order):
 
 
 def loader_only(run: Run) -> None:
-    config, source, order, clock = run.config, run.source, run.order, run.clock
+    order, clock = run.order, run.clock
     clock.start = time.perf_counter()
-    with training_loader(config, source) as loader:
+    with training_loader(run) as loader:
         for _ in loader_batches(loader, order):
             clock.tick()
 

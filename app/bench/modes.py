@@ -12,19 +12,20 @@ from app.data import load_or_generate_source
 from app.data.pixels import run_pixels
 from app.frameworks import native_stderr_to_log
 from app.io import OwnFileHandler
+from app.loader.pipeline import Queue
 
 # The modes that run without Keras: their process never loads TensorFlow, so its memory and
 # start-up are the loader's own.
 PLAIN_MODES = {"loader": loader_only, "serial": serial}
 
 
-def child_main(mode: str, config, conn, log_path: str | None = None) -> None:
+def child_main(mode: str, config, queue: Queue, conn, log_path: str | None = None) -> None:
     """A mode's process: its result (or error) through `conn`; stderr (TensorFlow's lines) goes to `log_path`."""
     if log_path:
         logging.getLogger().addHandler(OwnFileHandler(log_path, encoding="utf-8"))
     try:
         with native_stderr_to_log():
-            result = _run_mode(mode, config)
+            result = _run_mode(mode, config, queue)
     except BaseException as error:  # noqa: BLE001 - reported as that mode's result
         result = {"error": reason(error), "traceback": traceback.format_exc()}
     # A tf.data error's traceback holds its iterator in a reference cycle; freed at exit, its
@@ -43,7 +44,7 @@ def child_main(mode: str, config, conn, log_path: str | None = None) -> None:
 # with its traceback) after them.
 
 
-def _run_mode(mode: str, config) -> dict:
+def _run_mode(mode: str, config, queue: Queue) -> dict:
     data, bench = config.data, config.bench
     source = load_or_generate_source(data)
     augmenter = Augmenter(config.augment.transforms, data.image_size, draft=data.decode.draft,
@@ -58,5 +59,5 @@ def _run_mode(mode: str, config) -> dict:
         from app.bench.keras_modes import KERAS_MODES
 
         runner = KERAS_MODES[mode]
-    runner(Run(mode=mode, config=config, source=source, augmenter=augmenter, order=order, clock=clock))
+    runner(Run(mode=mode, config=config, queue=queue, source=source, augmenter=augmenter, order=order, clock=clock))
     return clock.result()

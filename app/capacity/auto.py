@@ -1,5 +1,5 @@
-"""`queue.*=auto`: a probe (no randomness consumed) times worker-built samples and the step, then the fewest workers
-within WAIT_TARGET of the best pace and the fewest slots for a slow batch, within memory; given values kept."""
+"""`queue.*=auto` made the Queue a command runs, here alone: a probe (no randomness consumed) times worker-built samples
+and the step, then the fewest workers near the best pace and slots for a slow batch, within memory; or loading_only."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ import numpy as np
 from app.augment import augmenters
 from app.errors import BadSampleError, DataError
 from app.loader.order import epoch_order
-from app.loader.pipeline import make_sample, most_workers, usable_cores
+from app.loader.pipeline import make_sample, usable_cores
+from app.loader.settings import Queue
+from app.processes import worker_limit
 from app.rules import AUTO
 
 log = logging.getLogger("app.train")
@@ -99,6 +101,33 @@ class Choice:
 
 def wanted(queue) -> bool:
     return AUTO in (queue.workers, queue.max_size)
+
+
+def most_workers(queue) -> tuple[int, str]:
+    """The cap on `auto` workers and why: the usable cores, or queue.worker_limit (else rules.worker_limit) if lower."""
+    cores = usable_cores()
+    limit, why = (queue.worker_limit, "queue.worker_limit") if queue.worker_limit else worker_limit()
+    return (cores, f"{cores} usable cores") if cores <= limit else (limit, why)
+
+
+def resolved(queue, choice: Choice | None = None) -> Queue:
+    # the queue group as a run takes it: each `auto` the probe's `choice` (which keeps a value given)
+    if choice is None and wanted(queue):
+        raise ValueError("queue.workers or queue.max_size is auto: the probe's choice resolves it")
+    picked = choice or queue
+    return Queue.of(queue, workers=picked.workers, max_size=picked.max_size)
+
+
+def provisional(queue) -> Queue:
+    # what a memory plan starts from before the probe chooses: each `auto` as 1 (the plan is redone for any pair)
+    return Queue.of(queue, workers=1 if queue.workers == AUTO else queue.workers,
+                    max_size=1 if queue.max_size == AUTO else queue.max_size)
+
+
+def loading_only(queue) -> Queue:
+    """The queue of a command that only loads (no step to balance): `auto` workers the cap, `auto` max_size two."""
+    return Queue.of(queue, workers=most_workers(queue)[0] if queue.workers == AUTO else queue.workers,
+                    max_size=2 if queue.max_size == AUTO else queue.max_size)
 
 
 def choose(t: Timings, batch_size: int, queue, fits: Callable[[int, int], bool]) -> Choice:

@@ -36,7 +36,7 @@ def diagnose(row: dict, queue, budget_mib: float) -> str:
 
 def _more_workers(row: dict, queue, budget_mib: float) -> str:
     """More workers, when one more has a core and fits the budget (at what a worker took this epoch)."""
-    workers = queue.workers if isinstance(queue.workers, int) else 0
+    workers = queue.workers
     if workers >= (cores := usable_cores()):
         return (f"not more workers ({workers} already on {cores} cores), but a prepared copy (python -m app prepare), ")
     each = row.get("peak_workers_mb", 0) / workers if workers else 0

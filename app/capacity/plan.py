@@ -10,8 +10,8 @@ import numpy as np
 import psutil
 
 from app.augment import Augmenter, eval_transforms
-from app.data.headers import largest_decode_bytes
 from app.data.images import Decode
+from app.data.patches import PatchSplit
 
 MIB = 2**20
 GIB = 2**30
@@ -93,10 +93,11 @@ class Plan:
                 "host": {k: round(v, 1) for k, v in self.host}, "device": {k: round(v, 1) for k, v in self.device}}
 
 
-def workload(config, largest: tuple[int, int], run, region_reads: bool = False) -> Workload:
-    """The figures the plan needs of a loaded config (app/config.py) and its run plan (app/capacity/run_plan.py)."""
-    return Workload(batch_size=run.batch_size, image_size=tuple(config.data.image_size), max_size=run.max_size,
-                    workers=run.workers, processes=config.queue.use_multiprocessing, largest_decode_bytes=largest[0],
+def workload(data, largest: tuple[int, int], run, region_reads: bool = False) -> Workload:
+    """The figures the plan needs of a loaded config's data group and its run plan (app/capacity/run_plan.py)."""
+    queue = run.queue
+    return Workload(batch_size=run.batch_size, image_size=tuple(data.image_size), max_size=queue.max_size,
+                    workers=queue.workers, processes=queue.use_multiprocessing, largest_decode_bytes=largest[0],
                     largest_pillow_bytes=largest[1], device_is_host=run.device_is_host, bands=run.pixels.bands,
                     itemsize=np.dtype(run.pixels.dtype).itemsize, region_reads=region_reads,
                     allocator_mib=run.allocator_mib)
@@ -111,10 +112,10 @@ def plan_for(config, splits: tuple, model: ModelFacts, probe: Probe, *, run) -> 
                          pixels=run.pixels).decode
 
     rules = [decode(config.augment.transforms), decode(eval_transforms(config.augment, data.image_size))]
-    sizes = [largest_decode_bytes(split, rule) for split, rule in zip(splits, rules, strict=False)]
+    sizes = [split.largest_decode_bytes(rule) for split, rule in zip(splits, rules, strict=False)]
     largest = (max(a for a, _ in sizes), max(p for _, p in sizes))
-    regions = any(hasattr(split, "layouts") for split in splits)  # patches (app/data/patches.py)
-    return predict(workload(config, largest, run, regions), probe, model)
+    regions = any(isinstance(split, PatchSplit) for split in splits)  # patches read region by region
+    return predict(workload(data, largest, run, regions), probe, model)
 
 
 BUDGET = "queue.memory_budget_mb"

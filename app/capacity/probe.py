@@ -28,7 +28,7 @@ from app.frameworks import native_lines_to_log, native_stderr_captured, versions
 from app.io import app_cache_dir, atomic_write, held_exclusively
 from app.loader.enqueuer import Enqueuer
 from app.loader.pipeline import Loader
-from app.loader.settings import Settings
+from app.loader.settings import Queue, Settings
 from app.schema.data import PatchesConfig
 
 log = logging.getLogger(__name__)
@@ -161,7 +161,7 @@ def _spawn_worker_probe() -> dict:
 
 def _worker_uss(split) -> int:
     """The USS of a loader worker that has built every sample of `split`, as app/capacity/memory.py counts it."""
-    settings = Settings(batch_size=2, image_size=(32, 32), workers=1, max_size=1)
+    settings = Settings(batch_size=2, image_size=(32, 32), queue=Queue(workers=1, max_size=1))
     enqueuer = Enqueuer({"train": split}, {"train": Augmenter([], (32, 32), draft=False)}, settings)
     with Loader(enqueuer) as loader:
         for _ in loader.batches("train", np.arange(len(split)), 0):

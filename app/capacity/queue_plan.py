@@ -13,7 +13,6 @@ from app.capacity.probe import measured_or_spawn_probe
 from app.capacity.run_plan import RunPlan
 from app.errors import AppError, MachineError, config_error
 from app.loader.pipeline import ring_slots
-from app.rules import AUTO
 
 log = logging.getLogger("app.train")
 
@@ -23,8 +22,8 @@ class Planner:
     """The config and run plan's memory plan for any (workers, max_size); `plan` is None without the machine's probe."""
 
     config: object
-    run: RunPlan  # before the probe's choice
-    plan: memory_plan.Plan | None = None  # of the run plan, `auto` values taken as 1
+    run: RunPlan  # before the probe's choice: no queue yet
+    plan: memory_plan.Plan | None = None  # of the run plan's provisional queue (auto.provisional: `auto` as 1)
     probe: Probe | None = None
     facts: ModelFacts | None = None
     splits: dict[str, int] = dataclasses.field(default_factory=dict)  # name → samples the loader will serve
@@ -57,18 +56,19 @@ def planner(config, run: RunPlan, splits: tuple, *, facts: ModelFacts,
         return Planner(config=config, run=run)
     sizes = {name: len(split) for name, split in zip(("train", "val"), splits, strict=False)}  # val: when given
     served = Planner(config=config, run=run, splits=sizes)
-    ones = dataclasses.replace(run, workers=1 if run.workers == AUTO else run.workers,
-                               max_size=1 if run.max_size == AUTO else served.slots(run.max_size)[0])
-    plan = memory_plan.plan_for(config, splits, facts, probe, run=ones)
+    first = auto.provisional(config.queue)  # each `auto` as 1, its slots as the loader will cap them
+    first = first.with_slots(served.slots(first.max_size)[0])
+    plan = memory_plan.plan_for(config, splits, facts, probe, run=run.chosen(first))
     return dataclasses.replace(served, plan=plan, probe=probe, facts=facts)
 
 
 def probed(plans: Planner, split, time_step: auto.StepTimer) -> RunPlan:
-    """The run plan, its `auto` queue values chosen by the probe at this process's batch share (unchanged when none)."""
-    if not auto.wanted(plans.config.queue):
-        return plans.run
-    return plans.run.chosen(auto.probe_and_choose(plans.config, plans.run, split, time_step=time_step,
-                                                  fits=plans.fits()))
+    """The run plan with its queue, each `auto` value chosen by the probe at this process's batch share."""
+    queue = plans.config.queue
+    if not auto.wanted(queue):
+        return plans.run.chosen(auto.resolved(queue))
+    choice = auto.probe_and_choose(plans.config, plans.run, split, time_step=time_step, fits=plans.fits())
+    return plans.run.chosen(auto.resolved(queue, choice), choice)
 
 
 def check_and_write_plan(run: RunPlan, plans: Planner, summary) -> float | None:
@@ -76,7 +76,7 @@ def check_and_write_plan(run: RunPlan, plans: Planner, summary) -> float | None:
     if plans.plan is None:
         return None
     config = plans.config
-    plan = plans.for_queue(run.workers, run.max_size)
+    plan = plans.for_queue(run.queue.workers, run.queue.max_size)
     summary.update(memory_plan=plan.record())
     log.info("memory plan: host peak %.0f MiB predicted, device %.0f MiB (python -m app plan: part by part)",
              plan.host_mib, plan.device_mib)
@@ -104,10 +104,10 @@ def check_and_write_plan(run: RunPlan, plans: Planner, summary) -> float | None:
 def report(run: RunPlan, plans: Planner) -> tuple[str, dict]:
     """What `python -m app plan` prints of the run plan's final queue, and what plan.json records."""
     config = plans.config
-    plan = plans.for_queue(run.workers, run.max_size)
+    plan = plans.for_queue(run.queue.workers, run.queue.max_size)
     name, limit = memory_plan.limit(config.queue)
     fixed = memory_plan.fixes(plan, plans.probe, plans.facts, limit) if plan.host_mib > limit else []
-    capped = plans.slots(run.max_size)[1]
+    capped = plans.slots(run.queue.max_size)[1]
     text = (f"{capped}\n\n" if capped else "") + (memory_plan.render(plan, (name, limit), fixed) + "\n\n"
             + memory_plan.batch_size_table(config.data.batch_size, tuple(config.data.image_size), run.pixels.bands,
                                            run.pixels.dtype))

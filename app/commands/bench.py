@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 
 from app.augment import build_compose, check_stored_sizes
 from app.bench import copies, modes
+from app.capacity.auto import loading_only
 from app.capacity.memory import PeakMemory
 from app.commands import failure_carried
 from app.config import conf_dir, load, to_plain
@@ -23,11 +24,12 @@ from app.data.pixels import run_pixels
 from app.errors import AppError, config_error
 from app.frameworks import install_command, use_backend, versions
 from app.io import write_json
-from app.loader.settings import Settings, for_loading_only, ring_slots
+from app.loader.settings import Queue, Settings, ring_slots
 from app.redact import redacted
 from app.runs.rundata import checked_source
 from app.runs.rundir import hardware
 from app.schema import BENCH_MODES, register
+from app.schema.data import patches_of
 
 register()
 log = logging.getLogger("app.bench")
@@ -41,9 +43,8 @@ MEMORY_KEYS = ("peak_memory_mb", "memory_samples", "memory_reads", "peak_pss_mb"
 @failure_carried
 def main(cfg: DictConfig) -> None:
     config = load(cfg)
-    workers, max_size = for_loading_only(config.queue)  # `auto`: no training step here to balance
-    patches = getattr(config.data, "patches", None)
-    runnable = _runnable_modes(config.bench.modes, patches=patches is not None and patches.size is not None)
+    queue = loading_only(config.queue)  # `auto`: no training step here to balance; every mode runs this one
+    runnable = _runnable_modes(config.bench.modes, patches=patches_of(config.data) is not None)
     if set(runnable) - set(modes.PLAIN_MODES):  # a mode with a model: its process loads Keras
         use_backend(config.trainer)  # KERAS_BACKEND, which the modes' processes inherit
     bench = config.bench
@@ -56,7 +57,7 @@ def main(cfg: DictConfig) -> None:
     needed = (bench.warmup + bench.batches) * config.data.batch_size
     log.info("bench on %s: %d training samples, %d needed a mode (epochs repeat when fewer)", source.name,
              len(source.train), needed)
-    slots, capped = ring_slots(max_size, {"train": len(source.train)}, config.data.batch_size)
+    slots, capped = ring_slots(queue.max_size, {"train": len(source.train)}, config.data.batch_size)
     if capped:  # said here: the modes' processes log warnings only
         log.info(capped)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
@@ -67,13 +68,13 @@ def main(cfg: DictConfig) -> None:
             if copy is not None and mode in REGION_MODES:  # a copy holds patches, not slides to read regions of
                 continue
             name = copies.row_name(mode, copy)
-            results[name] = _measured(mode, variant, run_dir / "bench.log")
+            results[name] = _measured(mode, variant, queue, run_dir / "bench.log")
             log.info("%-16s %s", name, _line(results[name]))
     plain = redacted(to_plain(config))
-    plain["queue"].update(workers=workers, max_size=max_size)  # as the modes ran: `auto` resolved
+    plain["queue"].update(workers=queue.workers, max_size=queue.max_size)  # as the modes ran: `auto` resolved
     plain["bench"]["modes"] = runnable
-    batch = Settings.from_config(config, pixels=run_pixels(config.data, source.train))
-    derived = {**_derived(results, batch, slots, workers),
+    batch = Settings.of(config.data, queue, pixels=run_pixels(config.data, source.train))
+    derived = {**_derived(results, batch, slots),
                **copies.ratios(results, runnable, copies.labels(config.bench))}
     report = {"results": results, "config": {k: plain[k] for k in ("data", "augment", "queue", "bench", "seed")},
               "derived": derived, "versions": versions(), "hardware": hardware(),
@@ -116,11 +117,11 @@ def _copy_checked(config, copy: str, source):
     return variant
 
 
-def _measured(mode: str, config, log_path: Path) -> dict:
-    """`mode` timed in its own process, then (bench.memory) run again for its peak memory."""
-    result = _spawn_mode_killing_it_if_hung(mode, config, log_path, sampled=False)
+def _measured(mode: str, config, queue: Queue, log_path: Path) -> dict:
+    """`mode` timed in its own process running `queue`, then (bench.memory) run again for its peak memory."""
+    result = _spawn_mode_killing_it_if_hung(mode, config, queue, log_path, sampled=False)
     if config.bench.memory and "error" not in result:
-        sampled = _spawn_mode_killing_it_if_hung(mode, config, log_path, sampled=True)
+        sampled = _spawn_mode_killing_it_if_hung(mode, config, queue, log_path, sampled=True)
         if "error" in sampled:
             result["memory_error"] = sampled["error"]
         else:
@@ -138,11 +139,11 @@ def _raise_if_all_failed(results: dict, run_dir: Path) -> None:
                    f"(results.<mode>.traceback) and {run_dir / 'bench.log'}: fix what they say and run bench again.")
 
 
-def _spawn_mode_killing_it_if_hung(mode: str, config, log_path: Path, *, sampled: bool) -> dict:
-    """One run of `mode` in a fresh process; with `sampled`, its tree's memory every 100 ms."""
+def _spawn_mode_killing_it_if_hung(mode: str, config, queue: Queue, log_path: Path, *, sampled: bool) -> dict:
+    """One run of `mode` in a fresh process running `queue`; with `sampled`, its tree's memory every 100 ms."""
     context = mp.get_context("spawn")
     parent_end, child_end = context.Pipe(duplex=False)
-    process = context.Process(target=modes.child_main, args=(mode, config, child_end, str(log_path)),
+    process = context.Process(target=modes.child_main, args=(mode, config, queue, child_end, str(log_path)),
                               name=f"bench-{mode}")
     process.start()
     child_end.close()
@@ -180,9 +181,9 @@ def _mib(result: dict) -> str:
     return f"failed: {result['memory_error']}" if "memory_error" in result else "-"
 
 
-def _derived(results: dict, batch: Settings, slots: int, workers: int) -> dict:
-    """The targets' figures: the ring's `slots` (as queue.max_size caps them) of `batch`'s batches, and `workers`."""
-    ok = {m: r for m, r in results.items() if "error" not in r}
+def _derived(results: dict, batch: Settings, slots: int) -> dict:
+    """The targets' figures: the ring's `slots` (as queue.max_size caps them) of `batch`'s batches, its workers."""
+    ok, workers = {m: r for m, r in results.items() if "error" not in r}, batch.queue.workers
     samples = batch.batch_bytes // np.dtype(batch.pixels.dtype).itemsize
     derived: dict = {"queue_bytes": slots * batch.batch_bytes, "float32_batch_bytes": 4 * samples}
     keras_best = max((ok[m]["images_per_s"] for m in KERAS_MODES if m in ok), default=None)

@@ -17,19 +17,19 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from app.augment import eval_transforms
+from app.capacity.auto import loading_only
 from app.commands import failure_carried
 from app.config import conf_dir
-from app.data.source import subset
 from app.errors import ConfigError, DataError, config_error
 from app.frameworks import install_command, native_stderr_to_log, versions
 from app.inference.opened import keras_for_run
-from app.inference.thresholds import read_thresholds
 from app.io import is_url, write_json
 from app.loader.pipeline import build_loader
 from app.runs.export_folder import RECORD, check_out, publish_moving_aside
 from app.runs.rundata import checked_source
 from app.runs.saved import STORAGE, read_run_setting_backend
 from app.schema import EXPORT_TOLERANCE, Backend, register
+from app.tasks import Task, task_of
 
 register()
 log = logging.getLogger("app.export")
@@ -48,7 +48,8 @@ def main(cfg: DictConfig) -> dict:
     out = Path(cfg.export.out or run_dir / "export" / fmt).expanduser().resolve()
     check_out(out, run_dir, fmt, cfg.overwrite)
     source = checked_source(config, run_dir)
-    output = _output(config, run_dir, source.class_names)  # a wrong thresholds.json: said before Keras loads
+    task = task_of(config.data.task)
+    output = task.export_output(run_dir, source.class_names, config.trainer)  # a wrong thresholds.json: said now
     keras_for_run()
     from app.inference import exporting, restore  # the Keras side: they import Keras, loaded just now on TensorFlow
 
@@ -64,13 +65,13 @@ def main(cfg: DictConfig) -> dict:
         (staging / "labels.txt").write_text("".join(f"{name}\n" for name in source.class_names), encoding="utf-8")
         write_json(staging / "preprocessing.json", {**preprocessing(config.augment, size),
                                                     **exporting.integer_input(net), **output})
-        split = source.val if cfg.export.samples is None else subset(source.val, np.arange(
+        split = source.val if cfg.export.samples is None else source.val.take(np.arange(
             min(int(cfg.export.samples), len(source.val))))
         log.info("checking %s against %s on %d validation samples", written, model_path, len(split))
-        with build_loader(config, {"val": (split, eval_transforms(config.augment, size))},
+        queue = loading_only(config.queue)
+        with build_loader(config, {"val": (split, eval_transforms(config.augment, size))}, queue=queue,
                           on_bad_sample="mark") as loader, native_stderr_to_log():  # LiteRT's delegate line
-            parity = compared(exporting.runtime(written, fmt), net, loader.readable("val"),
-                              thresholds=output.get("thresholds"))
+            parity = compared(exporting.runtime(written, fmt), net, loader.readable("val"), task=task, output=output)
         record = {"format": fmt, "path": str(out / written.name), "model": str(model_path), "image_size": size,
                   "class_names": source.class_names, "parity": {**parity, "tolerance": tolerance,
                                                                 "passed": parity["max_abs_difference"] <= tolerance},
@@ -141,26 +142,20 @@ def chosen_model(restore, run_dir: Path, checkpoint: str | None) -> tuple[Path, 
     return path / "model.keras", net
 
 
-def compared(predict, net, batches, thresholds: dict | None = None) -> dict:
-    """Largest difference of `predict`'s probabilities against `net`'s, their agreement; DataError if none read."""
-    # agreement: on the top-1 class, or (`thresholds`: several labels) on each class at its threshold
-    cut = None if thresholds is None else np.array(list(thresholds.values()), np.float32)
+def compared(predict, net, batches, *, task: Task, output: dict) -> dict:
+    """Largest gap of `predict`'s probabilities from `net`'s, their agreement (the task's); DataError if none read."""
     worst, agreeing, samples = 0.0, 0.0, 0
     for images, _, _ in batches:
         images = np.ascontiguousarray(images)  # the loader's integers, uint8 or uint16
         theirs = np.asarray(predict(images), np.float32)
         ours = np.asarray(net.predict_on_batch(images.astype(np.float32)), np.float32)
         worst = max(worst, float(np.abs(theirs - ours).max()))
-        if cut is None:
-            agreeing += int((theirs.argmax(axis=1) == ours.argmax(axis=1)).sum())
-        else:  # a sample's share of classes decided alike
-            agreeing += float(((theirs >= cut) == (ours >= cut)).mean(axis=1).sum())
+        agreeing += task.agreeing(theirs, ours, output)
         samples += len(images)
     if not samples:
         raise DataError("no validation sample could be read for the parity check: run evaluate on this run to see "
                         "which files fail, fix them, then run export again.")
-    key = "top1_agreement" if cut is None else "label_agreement"
-    return {"samples": samples, "max_abs_difference": worst, key: agreeing / samples}
+    return {"samples": samples, "max_abs_difference": worst, task.parity_key: agreeing / samples}
 
 
 def agreement(parity: dict) -> str:
@@ -186,18 +181,6 @@ def preprocessing(augment, size: list[int]) -> dict:
             "output": "class probabilities (softmax, float32), in labels.txt's order"}
 
 
-def _output(config, run_dir: Path, names: list[str]) -> dict:
-    """preprocessing.json's output: softmax, or sigmoid with thresholds.json's (else trainer.threshold) a class."""
-    if str(config.data.task.value) != "multilabel":
-        return {}
-    path = run_dir / "thresholds.json"
-    found = read_thresholds(path, run_dir).get("thresholds", {}) if path.exists() else {}
-    return {"task": "multilabel", "output": "each class's probability (sigmoid, float32), in labels.txt's order: "
-                                            "the image shows a class where it is at or above that class's threshold",
-            "thresholds": {name: float(found.get(name, config.trainer.threshold)) for name in names},
-            "thresholds_from": str(path) if found else f"trainer.threshold={config.trainer.threshold:g}"}
-
-
 def size_of(path: Path) -> int:
     """Bytes of a file, or of every file under a folder."""
     path = Path(path)
@@ -205,7 +188,6 @@ def size_of(path: Path) -> int:
 
 
 def format_packages(fmt: str) -> tuple[str, ...]:
-    """The packages an export in `fmt` is written and checked with."""
     return ("tensorflow", "keras", *(PACKAGES[name] for name in NEEDS[fmt]))
 
 

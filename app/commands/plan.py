@@ -26,6 +26,7 @@ from app.runs import checkpoint
 from app.runs.rundata import run_source
 from app.runs.saved import latest_run, resumed_config
 from app.schema import DATA_TARGETS, register
+from app.tasks import task_of
 
 log = logging.getLogger("app.plan")
 register()
@@ -45,11 +46,11 @@ def main(cfg: DictConfig) -> float:
     probe = measured_or_spawn_probe(calibration.trainer_measures)
     pixels = run_pixels(config.data, source.train)
     net, gpus = _model(config, source, pixels)
-    plans = calibration.planner(config, RunPlan.of(config, device_is_host=not gpus, pixels=pixels), source, net)
+    plans = calibration.planner(config, RunPlan.of(config.data, device_is_host=not gpus, pixels=pixels), source, net)
     plan = calibration.probed(plans, source.train, net)
     choice = plan.choice
     if choice:
-        print(f"queue.workers={plan.workers} queue.max_size={plan.max_size} "
+        print(f"queue.workers={plan.queue.workers} queue.max_size={plan.queue.max_size} "
               f"(auto, from a probe of the data and the step: {choice.reason})\n")
     text, record = queue_plan.report(plan, plans)
     print(text)
@@ -90,7 +91,6 @@ def _source(data, run_dir: Path | None):
 def _model(config, source, pixels):
     """(the model built and compiled as `train` builds it, on one device; the GPUs the backend sees)."""
     keras = load_keras()  # first: app.model imports Keras, whose start-up lines go to the log only from here
-    from app import model as models  # imports Keras: after load_keras
     from app.training import recipe  # imports Keras: after load_keras
 
     with native_stderr_to_log():  # the first device query prints CUDA's "no GPU" lines natively
@@ -103,9 +103,6 @@ def _model(config, source, pixels):
 
             gpus = [d.name for d in tf.config.list_physical_devices("GPU")]
     keras.mixed_precision.set_global_policy(config.trainer.precision.value)
-    multilabel = str(config.data.task.value) == "multilabel"
-    net = models.build(config.model, config.data.image_size, len(source.class_names), multilabel=multilabel,
-                       pixels=pixels)
     steps = config.trainer.steps_per_epoch or max(1, len(source.train) // config.data.batch_size)
-    recipe.compile_new(net, config, steps, recipe.Head(source.class_names, multilabel=multilabel))
-    return net, gpus
+    head = recipe.Head(source.class_names, task_of(config.data.task))
+    return recipe.new_compiled_model(config, head, steps, pixels), gpus

@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from app.augment import eval_transforms
+from app.capacity.auto import loading_only
 from app.commands import failure_carried
 from app.config import conf_dir
 from app.data.images import EXTENSIONS
@@ -24,13 +25,12 @@ from app.data.layouts import PROGRESS_AFTER_S
 from app.data.patches import grid_split
 from app.data.pixels import pixels_of
 from app.data.prepared import prepared_source, run_patches
-from app.data.shards import MANIFEST, SPLITS
+from app.data.shards import MANIFEST
 from app.data.source import FileSplit
 from app.data.storage import is_url
 from app.errors import ConfigError, DataError
 from app.inference import patch_scores
 from app.inference.opened import open_run
-from app.inference.thresholds import checkpoints_apart, read_thresholds
 from app.io import atomic_write
 from app.loader.pipeline import build_loader
 from app.loader.settings import Settings
@@ -38,6 +38,7 @@ from app.processes import stop_if_interrupted
 from app.runs.saved import STORAGE
 from app.schema import register
 from app.schema.data import PreparedDataConfig
+from app.tasks import Task, task_of
 
 register()
 log = logging.getLogger("app.predict")
@@ -57,7 +58,7 @@ def _prepared_input(given: str, task) -> dict | None:
     if not is_url(given) and not (Path(given).expanduser() / MANIFEST).is_file():
         return None
     copy = prepared_source(PreparedDataConfig(path=given, task=task))
-    return {name: split for name in SPLITS if (split := getattr(copy, name)) is not None}
+    return copy.splits()
 
 
 def _input_files(given: str | None) -> tuple[Path, list[Path]]:
@@ -99,7 +100,8 @@ def main(cfg: DictConfig) -> None:
     # Predict's own bad-file policy: a file that cannot be read is listed with its error and no
     # numbers (training's `skip` would put the next file's pixels, and so its answer, in its place).
     pixels = pixels_of(config.data.channels, meta.get("dtype", "uint8"), bands=int(net.input_shape[-1]))  # the model's
-    settings = dataclasses.replace(Settings.from_config(config, pixels=pixels), image_size=tuple(size))  # the model's
+    settings = dataclasses.replace(Settings.of(config.data, loading_only(config.queue), pixels=pixels),
+                                   image_size=tuple(size))  # the model's
     transforms = eval_transforms(config.augment, size)
     patches = None if prepared else run_patches(config.data)
     if patches is not None:
@@ -108,10 +110,10 @@ def main(cfg: DictConfig) -> None:
     with build_loader(config, {name: (split, transforms) for name, split in splits.items()},
                       on_bad_sample="mark", settings=settings) as loader, \
             atomic_write(out, newline="", encoding="utf-8") as f:  # stopped midway: no half CSV
-        several = str(config.data.task.value) == "multilabel"
-        cut = _thresholds(cfg.thresholds, run_dir, names, config.trainer) if several else None
-        rows = _Rows(writer=csv.writer(f), net=net, names=names, counts=counts, thresholds=cut)
-        rows.writer.writerow(["path", "class" if cut is None else "labels", *names, "error"])
+        task = task_of(config.data.task)
+        rows = _Rows(writer=csv.writer(f), net=net, names=names, counts=counts, task=task,
+                     cut=task.cut(cfg.thresholds, run_dir, names, config.trainer))
+        rows.writer.writerow(["path", task.prediction_column, *names, "error"])
         for name, split in splits.items():
             failed += rows.write_split(loader, name, split.describe if prepared else lambda i: str(files[i]))
     read = total - len(failed)
@@ -168,31 +170,6 @@ def _patch_outputs(config, split, model: tuple) -> tuple[list, dict[int, str]]:
         return outputs, dict(loader.failed("predict"))
 
 
-def _thresholds(given: str | None, run_dir: Path, names: list[str], trainer) -> np.ndarray:
-    """Each class's threshold: thresholds=, else the run's thresholds.json if for model.keras, else the trainer's."""
-    path = Path(given).expanduser() if given else run_dir / "thresholds.json"
-    every = np.full(len(names), trainer.threshold)
-    if not given and not path.exists():
-        log.info("thresholds: trainer.threshold=%g for every class (evaluate writes per-class ones)", trainer.threshold)
-        return every
-    saved = read_thresholds(path, run_dir, given)
-    found = saved.get("thresholds", {})
-    missing = [name for name in names if name not in found]
-    if missing:
-        raise DataError(f"{path} has no threshold for {', '.join(missing)}: it is another run's; evaluate this one")
-    apart = checkpoints_apart(saved, path, run_dir)
-    if apart:  # thresholds fit one model's scores, not another's
-        log.warning("thresholds: %s holds those evaluate picked for checkpoint %s, where predict scores model.keras, "
-                    "which is checkpoint %s (the run's best): %s", path, *apart,
-                    "used, as thresholds= asks" if given else f"not used; trainer.threshold={trainer.threshold:g} "
-                    f"for every class instead. `python -m app evaluate resume={run_dir} checkpoint=best` picks them "
-                    f"for model.keras (thresholds={path} uses these anyway)")
-        if not given:
-            return every
-    log.info("thresholds: %s", path)
-    return np.array([float(found[name]) for name in names])
-
-
 @dataclass(kw_only=True)
 class _Rows:
     """predictions.csv as it is written: the model, its class names, each class's count so far."""
@@ -201,7 +178,8 @@ class _Rows:
     net: object
     names: list[str]
     counts: np.ndarray
-    thresholds: np.ndarray | None = None  # several labels an image: a class is named from its threshold on
+    task: Task  # which classes a row names
+    cut: np.ndarray | None = None  # the task's thresholds a class (several labels an image)
 
     def write_split(self, loader, name: str, what) -> list[tuple[str, str]]:
         """Writes a row per sample of split `name` (`what(i)`: its path); returns (what, why) of each unreadable one."""
@@ -215,7 +193,7 @@ class _Rows:
                     self.writer.writerow([what(index), "", *([""] * len(self.names)), error])
                     failed.append((what(index), error))
                     continue
-                on = p >= self.thresholds if self.thresholds is not None else np.arange(len(p)) == p.argmax()
+                on = self.task.shown(p, self.cut)
                 named = "|".join(name for name, shown in zip(self.names, on, strict=True) if shown)
                 self.writer.writerow([what(index), named, *(f"{v:.6f}" for v in p), ""])
                 self.counts += on

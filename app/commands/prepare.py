@@ -8,9 +8,9 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from app.capacity.auto import loading_only
 from app.commands import failure_carried
 from app.config import conf_dir, load
-from app.loader.settings import for_loading_only
 from app.prepare.copy import write_prepared_copy
 from app.schema import register
 
@@ -22,7 +22,7 @@ log = logging.getLogger("app.prepare")
 @failure_carried
 def main(cfg: DictConfig) -> str:
     config = load(cfg)
-    workers, _ = for_loading_only(config.queue)  # `auto`: every core, nothing else to balance
+    workers = loading_only(config.queue).workers  # `auto`: every core, nothing else to balance
     line = write_prepared_copy(config, workers=workers, overrides=list(HydraConfig.get().overrides.task))
     log.info("%s", line)
     print(line)

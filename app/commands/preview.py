@@ -15,6 +15,7 @@ from app.augment import augmenters
 from app.commands import failure_carried
 from app.config import conf_dir, load
 from app.data import label_sets
+from app.data.patches import PatchSplit
 from app.data.pixels import run_pixels
 from app.errors import BadSampleError, DataError
 from app.inference.patch_scores import write_patch_sheet
@@ -63,7 +64,7 @@ def main(cfg: DictConfig) -> str:
     write_picture(out, grid(list(rgb_view(np.stack(images), bands)), captions, columns=k + 1).save)
     log.info("preview: %d samples × (source + %d augmentations), seed %d", shown, k, config.seed)
     print(f"written: {out}")
-    if hasattr(source.train, "layouts"):  # patches: where they lie on their images
+    if isinstance(source.train, PatchSplit):  # patches of images at hand: where they lie on them
         sheet = out.with_name("patches.png")
         write_patch_sheet(source.train, [int(i) for i in order[:n]], config.seed, sheet)
         print(f"written: {sheet} (where patches are drawn from in green, the previewed ones in yellow)")

@@ -1,6 +1,5 @@
 """`python -m app stats` (config as for train): each band's mean, std, min, max and 1st/99th percentiles over the
-training split, read as validation reads it, each file's no-data pixels left out; printed, and in stats.json for
-data.normalize."""
+training split as validation reads it, each file's no-data pixels left out; printed; stats.json for data.normalize."""
 
 from __future__ import annotations
 
@@ -12,10 +11,10 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from app.augment import eval_transforms
+from app.capacity.auto import loading_only
 from app.commands import failure_carried
 from app.config import conf_dir, load
 from app.data.band_stats import BandTally, unblended
-from app.data.headers import nodata_of
 from app.data.pixels import run_pixels
 from app.errors import DataError
 from app.io import check_own_json, write_json_over_own
@@ -37,13 +36,13 @@ def main(cfg: DictConfig) -> str:
     check_own_json(out, STATS_KEYS, "stats")  # before the pass, which may take long
     source = checked_source(config)
     pixels = run_pixels(config.data, source.train)
-    nodata = [nodata_of(source.train, i) for i in range(len(source.train))]  # each file's own, from its header
+    nodata = [source.train.nodata(i) for i in range(len(source.train))]  # each file's own, from its header
     tally = BandTally(pixels.bands, pixels.dtype)
     transforms = eval_transforms(config.augment, config.data.image_size)
     if any(value is not None for value in nodata):
         transforms = unblended(transforms, config.data.image_size)
     with build_loader(config, {"train": (source.train, transforms)}, on_bad_sample="mark",
-                      settings=Settings.from_config(config, pixels=pixels)) as loader:
+                      settings=Settings.of(config.data, loading_only(config.queue), pixels=pixels)) as loader:
         for x, _, positions in loader.readable("train"):
             tally.add(x, [nodata[p] for p in positions])
         failed = loader.failed("train")

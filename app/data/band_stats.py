@@ -1,6 +1,5 @@
 """Per-band figures of a split's pixels, batch by batch, for `python -m app stats`: mean and std (float64 sums), min,
-max, and exact 1st and 99th percentiles from a histogram of every value; each GeoTIFF's own GDAL_NODATA value left
-out (a file without one counts every pixel)."""
+max, and exact 1st and 99th percentiles from a histogram of every value; each GeoTIFF's own GDAL_NODATA left out."""
 
 from __future__ import annotations
 

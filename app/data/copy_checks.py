@@ -9,7 +9,6 @@ from collections.abc import Callable
 
 import numpy as np
 
-from app.data.headers import files_of
 from app.data.images import EXTENSIONS
 from app.data.shards import (
     MANIFEST,
@@ -21,6 +20,7 @@ from app.data.shards import (
     prepare_command,
     unrecorded,
 )
+from app.schema.data import TableDataConfig
 
 SHOWN = 5  # changed files named in a warning; the rest counted
 LISTED = -1  # a folder's stamp: [LISTED, digest of what a folder source lists in it]; an older copy's: [size, mtime]
@@ -86,8 +86,8 @@ def size_in(folder: str) -> Callable[[str], int | None]:
 
 def source_stamps(splits: dict, data) -> dict[str, list[int]]:
     """By absolute path: each file of `splits` and the table [size, mtime_ns]; a source folder [LISTED, digest]."""
-    files = [os.path.abspath(path) for split in splits.values() for path in files_of(split)]
-    table = getattr(data, "table", None)
+    files = [os.path.abspath(path) for split in splits.values() for path in split.files()]
+    table = data.table if isinstance(data, TableDataConfig) else None
     if table:
         files.append(os.path.abspath(os.path.expanduser(str(table))))
     elif data.path and os.path.isdir(os.path.expanduser(str(data.path))):  # data=folder: its folders too

@@ -1,5 +1,4 @@
-"""What decoding a file needs to know and how it fails: the run's pixels (bands and type), the draft and pixel limits,
-and DecodeError, shared by the image readers (app/data/images.py, app/data/tiff.py) and app/data/bands.py."""
+"""What decoding a file needs to know (`Decode`, `Pixels`) and how it fails (DecodeError), shared by every reader."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
 """A folder of images, one sub-folder a class (images may nest; hidden files ignored; labels index the sorted names):
-
     <path>/<class>/<image>                                     split by val_fraction (and test_fraction)
     <path>/train/<class>/<image>, <path>/val/<class>/<image>   split given
     <path>/test/<class>/ (split given), data.test_path/<class>/ or data.test_fraction: the test split (evaluate only)"""
@@ -37,9 +36,8 @@ class Held:
 
 
 def folder_source_of(data_cfg) -> Source:
-    """data=folder: the source of a config's data node (its `_target_`)."""
     return folder_source(data_cfg.path, data_cfg.val_fraction,
-                         test=Held(getattr(data_cfg, "test_path", None), getattr(data_cfg, "test_fraction", 0.0)))
+                         test=Held(data_cfg.test_path, data_cfg.test_fraction))
 
 
 def folder_source(path: str | os.PathLike, val_fraction: float, name: str = "folder", *, times: bool = True,

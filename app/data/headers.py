@@ -27,41 +27,18 @@ from app.data.images import (
 _PILLOW_BYTES = {"1": 1, "L": 1, "P": 1, "I;16": 2, "I;16L": 2, "I;16B": 2, "I;16N": 2}
 
 
-def files_of(split) -> list[str]:
-    """The files a split reads: its own, or a patch split's images; [] for an array or a copy of whole images."""
-    return list(getattr(getattr(split, "images", split), "paths", ()))
-
-
-def nodata_of(split, i: int) -> float | None:
-    """Sample i's no-data value: a raw copy's as prepared, else its file's (a GeoTIFF's GDAL_NODATA); None: none."""
-    if hasattr(split, "stored_nodata"):  # a copy made before its original's value was judged: judged here
-        return tiff.held_nodata(split.stored_nodata(i), split.dtype, f"{split.root} row {i}")
-    if hasattr(split, "layouts"):  # a patch: its slide's
-        return split.layouts[int(split.image_of[i])].slide.nodata
-    paths = getattr(split, "paths", None)
-    return tiff.nodata_of(paths[i]) if paths else None
-
-
-def largest_decode_bytes(split, decode: Decode, most: int = 256) -> tuple[int, int]:
-    """The most one decode holds among up to `most` files of `split`, by headers: (largest RGB array, Pillow copies)."""
-    if hasattr(split, "stored_sizes"):
-        return _stored_decode_bytes(split, decode), 0
-    if hasattr(split, "layouts"):  # patches (app/data/patches.py): a region's chunks, never a whole image
-        return split.largest_decode_bytes(), 0
-    if not hasattr(split, "paths"):
-        return int(np.prod(np.load(split.npy_path, mmap_mode="r").shape[1:])), 0
-    step = max(1, len(split.paths) // most)
-    sizes = [decode_bytes(path, decode) for path in split.paths[::step]]
+def files_decode_bytes(paths: list[str], decode: Decode, most: int = 256) -> tuple[int, int]:
+    """The most one decode holds among up to `most` of `paths`, by headers: (largest RGB array, Pillow copies)."""
+    sizes = [decode_bytes(path, decode) for path in paths[::max(1, len(paths) // most)]]
     return max((a for a, _ in sizes), default=0), max((p for _, p in sizes), default=0)
 
 
-def _stored_decode_bytes(split, decode: Decode) -> int:
+def stored_decode_bytes(heights: np.ndarray, widths: np.ndarray, decode: Decode, *, jpeg: bool) -> int:
     """A prepared copy's largest RGB array from its index's sizes: JPEGs draft-reduced, any above max_pixels out."""
-    heights, widths = split.stored_sizes()
     kept = np.ones(len(heights), bool) if decode.max_pixels is None else heights * widths <= decode.max_pixels
     heights, widths = heights[kept], widths[kept]
     scale = np.ones(len(heights), np.int64)
-    if getattr(split, "format", None) == "jpeg" and decode.min_short_side:
+    if jpeg and decode.min_short_side:
         short = np.minimum(heights, widths)
         for s in (2, 4, 8):  # draft_scale's rule, all rows at once: the largest that keeps the short side
             scale = np.where((s <= short) & (-(-short // s) >= decode.min_short_side), s, scale)

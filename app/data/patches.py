@@ -1,11 +1,12 @@
-"""Patches of large images as a split's samples, read region by region (app/data/regions.py): training draws
-data.patches.per_image an image an epoch from (seed, epoch, index, draw) alone, or takes the grid, as validation,
-evaluate and predict do; a patch short of data.patches.min_foreground is never a sample; the split is by image."""
+"""Patches of large images as a split's samples, read region by region (app/data/regions.py): drawn from (seed, epoch,
+index, draw) alone, or a grid's; a patch short of data.patches.min_foreground is never a sample."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
+from abc import ABC, abstractmethod
 
 import cv2
 import numpy as np
@@ -15,6 +16,7 @@ from app.data.decode import Decode, DecodeError
 from app.data.layouts import Layout, layout_of, layouts_of, why_none
 from app.data.regions import read_region
 from app.data.source import FileSplit, Source, bad_sample_reason
+from app.data.split import Drawn, Place
 from app.errors import BadSampleError, DataError
 
 NAMED = 10  # images left out named in the log line, at most
@@ -23,55 +25,38 @@ MAX_OVERLAP = 16  # the grid's patches overlapping more (data.patches.stride) ar
 log = logging.getLogger(__name__)
 
 
-class PatchSplit:
-    """Patch samples: a grid's foreground ones, `per_image` drawn an image an epoch (seed, epoch, draw), or listed."""
+class PatchSplit(ABC):
+    """Patches of `images` (a FileSplit, `layouts` theirs) cut by `patches`; a mode is a subclass, its own `where`."""
 
-    def __init__(self, images: FileSplit, layouts: list[Layout], *, size: tuple[int, int], per_image: int | None):
-        self.images, self.layouts, self.size, self.per_image = images, layouts, tuple(size), per_image
-        if per_image is None:  # the grid
-            cells = [layout.cells() for layout in layouts]
-            self.image_of = np.repeat(np.arange(len(layouts)), [len(c) for c in cells]).astype(np.int32)
-            self.cell_of = np.concatenate(cells).astype(np.int32) if cells else np.zeros(0, np.int32)
-        else:
-            self.image_of, self.cell_of = np.repeat(np.arange(len(layouts)), per_image).astype(np.int32), None
-        self.labels, self.corners = images.labels[self.image_of], None
-        self._cells: dict[int, np.ndarray] = {}
+    bands = None  # counted off the images
 
-    @classmethod
-    def listed(cls, images: FileSplit, layouts: list[Layout], size: tuple[int, int], rows: tuple) -> PatchSplit:
-        """A table's own patches, `rows` (image a patch, its (top, left) at level 0, its label), in that order."""
-        split = cls(images, layouts, size=size, per_image=1)
-        split.image_of, split.corners, split.labels = rows
-        return split
-
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_cells": {}}
+    def __init__(self, images: FileSplit, layouts: list[Layout], patches, image_of: np.ndarray, labels=None):
+        self.images, self.layouts, self.patches, self.size = images, layouts, patches, tuple(patches.size)
+        self.image_of = np.asarray(image_of, np.int32)
+        self.labels = images.labels[self.image_of] if labels is None else labels
 
     def __len__(self) -> int:
         return len(self.image_of)
 
-    def where(self, i: int, drawn: tuple[int, int, int] | None = None) -> tuple[int, int, int]:
-        """(image, top, left) of sample i, in level-0 pixels; a random patch's from `drawn` (seed, epoch, draw)."""
-        image = int(self.image_of[i])
-        layout = self.layouts[image]
-        if self.corners is not None:
-            return image, int(self.corners[i][0]), int(self.corners[i][1])
-        if self.cell_of is not None:
-            return (image, *layout.corner(int(self.cell_of[i])))
-        if image not in self._cells:
-            self._cells[image] = layout.cells()
-        cells = self._cells[image]
-        seed, epoch, draw = drawn or (0, 0, 0)
-        return (image, *layout.corner(int(cells[np.random.default_rng([seed, epoch, i, draw]).integers(len(cells))])))
+    @abstractmethod  # (image, top, left) of sample i, in level-0 pixels; a random patch's from `drawn`
+    def where(self, i: int, drawn: Drawn | None = None) -> tuple[int, int, int]: ...
 
-    def region_of(self, i: int, drawn: tuple[int, int, int] | None = None) -> tuple[Layout, tuple[int, int]]:
+    def take(self, picked: np.ndarray) -> PatchSplit:
+        part = copy.copy(self)  # the images and layouts shared; a mode's own rows taken by its override
+        part.image_of, part.labels = self.image_of[picked], self.labels[picked]
+        return part
+
+    def fixed(self, *, draws: int | None, seed: int) -> PatchSplit:  # prepare's: a grid or a list is fixed already
+        return self
+
+    def region_of(self, i: int, drawn: Drawn | None = None) -> tuple[Layout, tuple[int, int]]:
         """Sample i's image's layout and the region's (top, left) in the pixels of the level it is read at."""
         image, top, left = self.where(i, drawn)
         layout = self.layouts[image]
         scale, (height, width) = layout.slide.downsample(layout.level), layout.slide.levels[layout.level]
         return layout, (min(int(top / scale), height - layout.read[0]), min(int(left / scale), width - layout.read[1]))
 
-    def fetch(self, i: int, decode: Decode | None = None, drawn: tuple[int, int, int] | None = None) -> np.ndarray:
+    def fetch(self, i: int, decode: Decode | None = None, drawn: Drawn | None = None) -> np.ndarray:
         """Sample i's region, at the patch size: only the tiles it touches read; BadSampleError if unreadable."""
         layout, (y, x) = self.region_of(i, drawn)
         try:
@@ -90,25 +75,109 @@ class PatchSplit:
         except DecodeError as exc:
             raise BadSampleError(i, self.describe(i), str(exc)) from exc
 
-    def read(self, i: int, decode: Decode | None = None, drawn: tuple[int, int, int] | None = None) -> np.ndarray:
+    def read(self, i: int, decode: Decode | None = None, drawn: Drawn | None = None) -> np.ndarray:
         return self.decode(i, self.fetch(i, decode, drawn), decode)
 
-    def place_of(self, seed: int):
+    def place_of(self, seed: int) -> Place:
         """(index, epoch, draw) → "image:x:y", sample index's image (in this split) and corner: samples.csv's."""
         def place(i: int, epoch: int, draw: int) -> str:
             image, top, left = self.where(i, (seed, epoch, draw))
             return f"{image}:{left}:{top}"
         return place
 
-    def largest_decode_bytes(self) -> int:
+    def largest_decode_bytes(self, decode: Decode) -> tuple[int, int]:
         """The most one patch holds as it is read: every chunk it can touch decoded, the region, and the patch."""
-        return max((_patch_bytes(layout, self.size) for layout in self.layouts), default=0)
+        return max((_patch_bytes(layout, self.size) for layout in self.layouts), default=0), 0
 
-    def describe(self, i: int, drawn: tuple[int, int, int] | None = None) -> str:
+    def describe(self, i: int, drawn: Drawn | None = None) -> str:
         image, top, left = self.where(i, drawn)
-        if self.cell_of is None and self.corners is None and drawn is None:
-            return f"{self.images.paths[image]} (a random patch)"
         return f"{self.images.paths[image]} (the patch at x={left}, y={top})"
+
+    def files(self) -> list[str]:
+        return list(self.images.paths)
+
+    def nodata(self, i: int) -> float | None:
+        return self.layouts[int(self.image_of[i])].slide.nodata  # its slide's
+
+
+class GridPatches(PatchSplit):
+    """Every foreground patch of each image's grid (data.patches.stride): validation, evaluate, predict, mode=grid."""
+
+    def __init__(self, images: FileSplit, layouts: list[Layout], patches):
+        cells = [layout.cells() for layout in layouts]
+        super().__init__(images, layouts, patches, np.repeat(np.arange(len(layouts)), [len(c) for c in cells]))
+        self.cell_of = np.concatenate(cells).astype(np.int32) if cells else np.zeros(0, np.int32)
+
+    def where(self, i: int, drawn: Drawn | None = None) -> tuple[int, int, int]:
+        image = int(self.image_of[i])
+        return (image, *self.layouts[image].corner(int(self.cell_of[i])))
+
+    def take(self, picked: np.ndarray) -> GridPatches:
+        part = super().take(picked)
+        part.cell_of = self.cell_of[picked]
+        return part
+
+
+class RandomPatches(PatchSplit):
+    """data.patches.per_image patches an image an epoch, each anywhere on its foreground, by (seed, epoch, i, draw)."""
+
+    def __init__(self, images: FileSplit, layouts: list[Layout], patches):
+        super().__init__(images, layouts, patches, np.repeat(np.arange(len(layouts)), patches.per_image))
+        self.keys: np.ndarray | None = None  # each sample's in the draw, where a `take` kept them; else its index
+        self._cells: dict[int, np.ndarray] = {}
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_cells": {}}  # listed again in each process, as it first draws on an image
+
+    def where(self, i: int, drawn: Drawn | None = None) -> tuple[int, int, int]:
+        image = int(self.image_of[i])
+        layout = self.layouts[image]
+        if image not in self._cells:
+            self._cells[image] = layout.cells()
+        cells = self._cells[image]
+        seed, epoch, draw = drawn or (0, 0, 0)
+        rng = np.random.default_rng([seed, epoch, i if self.keys is None else int(self.keys[i]), draw])
+        return (image, *layout.corner(int(cells[rng.integers(len(cells))])))
+
+    def take(self, picked: np.ndarray) -> RandomPatches:
+        part = super().take(picked)
+        part.keys = np.asarray(picked) if self.keys is None else self.keys[picked]
+        return part
+
+    def describe(self, i: int, drawn: Drawn | None = None) -> str:
+        if drawn is None:
+            return f"{self.images.paths[int(self.image_of[i])]} (a random patch)"
+        return super().describe(i, drawn)
+
+    def fixed(self, *, draws: int | None, seed: int) -> PatchSplit:  # the grid, or `draws` an image drawn by `seed`
+        if draws is None:
+            return _patch_split(self.images, self.patches, grid=True)[0]
+        image_of, corners = [], []
+        for image, layout in enumerate(self.layouts):
+            cells = layout.cells()
+            picked = np.random.default_rng([seed, image]).choice(len(cells), min(draws, len(cells)), replace=False)
+            image_of += [image] * len(picked)
+            corners += [layout.corner(int(cells[k])) for k in np.sort(picked)]
+        image_of = np.array(image_of, np.int32)
+        return ListedPatches(self.images, self.layouts, self.patches, places=(
+            image_of, np.array(corners, np.int64).reshape(-1, 2), self.images.labels[image_of]))
+
+
+class ListedPatches(PatchSplit):
+    """Patches at listed corners: a table's own (data.columns.x, y), each its own label; or prepare's draws."""
+
+    def __init__(self, images: FileSplit, layouts: list[Layout], patches, *, places: tuple):
+        image_of, corners, labels = places  # a patch's image, its (top, left) at level 0, its label
+        super().__init__(images, layouts, patches, image_of, labels=labels)
+        self.corners = np.asarray(corners)
+
+    def where(self, i: int, drawn: Drawn | None = None) -> tuple[int, int, int]:
+        return int(self.image_of[i]), int(self.corners[i][0]), int(self.corners[i][1])
+
+    def take(self, picked: np.ndarray) -> ListedPatches:
+        part = super().take(picked)
+        part.corners = self.corners[picked]
+        return part
 
 
 def _patch_bytes(layout: Layout, size: tuple[int, int]) -> int:
@@ -141,7 +210,7 @@ def patched(source: Source, patches, *, skip: bool = False) -> Source:
                     (f"; and {len(gone) - NAMED} more" if len(gone) > NAMED else ""))
     (train, kept, _), (val, _, _) = built["train"], built["val"]
     weights = None if source.train_weights is None else \
-        source.train_weights[kept] if train.corners is not None else source.train_weights[kept][train.image_of]
+        source.train_weights[kept] if isinstance(train, ListedPatches) else source.train_weights[kept][train.image_of]
     counts = {name: {"images": len(split.layouts), "patches": len(split)} for name, (split, _, _) in built.items()}
     _warn_of_overlap(counts, patches)
     layouts = [layout for split, _, _ in built.values() for layout in split.layouts]
@@ -182,26 +251,9 @@ def _listed_split(rows: FileSplit, corners: np.ndarray, patches) -> tuple[PatchS
     image_of = np.array([at[path] for path in rows.paths], np.int32)
     layouts = [layout_of(path, patches, grid=True, masked=False) for path in paths]  # each row's edge: checked
     labels = np.array([np.bincount(rows.labels[image_of == image]).argmax() for image in range(len(paths))])
-    split = PatchSplit.listed(FileSplit(paths, labels), layouts, tuple(patches.size),
-                              (image_of, np.asarray(corners), rows.labels))
+    split = ListedPatches(FileSplit(paths, labels), layouts, patches,
+                          places=(image_of, np.asarray(corners), rows.labels))
     return split, np.arange(len(rows)), []
-
-
-def fixed_split(split: PatchSplit, patches, *, draws: int | None, seed: int) -> PatchSplit:
-    """Training patches fixed once (prepare): a table's own, the grid, or up to `draws` distinct ones an image."""
-    if split.corners is not None or split.cell_of is not None:
-        return split
-    if draws is None:
-        return _patch_split(split.images, patches, grid=True)[0]
-    image_of, corners = [], []
-    for image, layout in enumerate(split.layouts):
-        cells = layout.cells()
-        picked = np.random.default_rng([seed, image]).choice(len(cells), min(draws, len(cells)), replace=False)
-        image_of += [image] * len(picked)
-        corners += [layout.corner(int(cells[k])) for k in np.sort(picked)]
-    image_of = np.array(image_of, np.int32)
-    return PatchSplit.listed(split.images, split.layouts, split.size,
-                             (image_of, np.array(corners, np.int64).reshape(-1, 2), split.images.labels[image_of]))
 
 
 def grid_split(paths: list[str], patches) -> tuple[PatchSplit, dict[str, str]]:
@@ -219,7 +271,7 @@ def _patch_split(images: FileSplit, patches, *, grid: bool, unreadable: dict[str
     read = [i for i, path in enumerate(images.paths) if unreadable is None or path not in unreadable]
     of = dict(zip(read, layouts, strict=True))
     kept = np.array([i for i in read if of[i].valid.any()], dtype=np.int64)
-    split = PatchSplit(FileSplit([images.paths[i] for i in kept], images.labels[kept]), [of[i] for i in kept],
-                       size=tuple(patches.size), per_image=None if grid else patches.per_image)
+    mode = GridPatches if grid else RandomPatches
+    split = mode(FileSplit([images.paths[i] for i in kept], images.labels[kept]), [of[i] for i in kept], patches)
     have = set(kept.tolist())
     return split, kept, [of[i] for i in read if i not in have]

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from app.data import tiff
 from app.data.decode import DecodeError, Pixels, TiffAt
-from app.data.headers import files_of
 from app.data.images import read_bytes, rgb_from_bytes
 from app.errors import DataError, config_error
 from app.io import read_regular
@@ -91,9 +90,9 @@ def _listed(channels) -> str:
 
 def common_bands(split, sampled: int = 16) -> int:
     """The bands most of `sampled` images spread over `split` have (a tie: the first's): an odd file is the bad one."""
-    if isinstance(getattr(split, "bands", None), int):
+    if isinstance(split.bands, int):
         return split.bands  # a prepared copy's, from its manifest
-    paths = files_of(split)
+    paths = split.files()
     if not paths:
         return 3
     counts, errors = {}, {}

@@ -1,5 +1,5 @@
-"""data=prepared: a `prepare` copy (app/data/shards.py) in a folder or at a URL (`RemoteCopy`). Sample i is one
-read of its index row's byte range, CRC32-checked (mismatch: a bad sample); a damaged copy is refused at start."""
+"""data=prepared: a `prepare` copy (app/data/shards.py) in a folder or at a URL (app/data/copy_storage.py). Sample i is
+one read of its index row's byte range, CRC32-checked (mismatch: a bad sample); a damaged copy is refused at start."""
 
 from __future__ import annotations
 
@@ -7,18 +7,17 @@ import copy
 import hashlib
 import json
 import logging
-import os
-import threading
 import zlib
-from pathlib import Path
 
 import numpy as np
 from omegaconf import OmegaConf
 
+from app.data import tiff
 from app.data.bands import fit_bands
-from app.data.copy_checks import index_damage, labels_damage, places_damage, shard_damage, size_in, stale_copy
+from app.data.copy_checks import index_damage, labels_damage, places_damage, stale_copy
+from app.data.copy_storage import CopyStorage, open_copy
+from app.data.headers import stored_decode_bytes
 from app.data.images import Decode, DecodeError, rgb_from_bytes
-from app.data.remote_copy import RemoteCopy, read_copy_index, read_copy_labels, read_copy_places, remote_copy
 from app.data.shards import (
     CHECKSUMS_SINCE,
     MANIFEST,
@@ -27,88 +26,60 @@ from app.data.shards import (
     index_name,
     prepare_again,
     prepare_command,
-    read_manifest,
     sample_key,
     unrecorded,
 )
 from app.data.source import FileSplit, Source, bad_sample_reason
-from app.data.storage import is_url
+from app.data.split import Drawn, Place, WholeImages
 from app.errors import BadSampleError, DataError
-from app.schema.data import DATA_TARGETS, PatchesConfig, PreparedDataConfig
+from app.schema.data import DATA_TARGETS, PatchesConfig, PreparedDataConfig, patches_of
+from app.targets import targets_of
 
 FINGERPRINT_COVERS = "the prepared copy's manifest: its source's fingerprint, the resize rule and the format"
 log = logging.getLogger(__name__)
 
 
-class PreparedSplit:
+class PreparedSplit(WholeImages):
     """One split of a prepared copy: rows `rows` of its index (`vectors`: a multilabel copy's labels-<split>.npy)."""
 
-    def __init__(self, root: str, split: str, shards: list[str], *, stored: Manifest, vectors=None):
-        self.root = root if isinstance(root, RemoteCopy) else str(root)
-        self.split, self.shards, self.format = split, list(shards), stored.format
+    def __init__(self, root: CopyStorage, split: str, shards: list[str], *, stored: Manifest, vectors=None):
+        self.root, self.split, self.shards, self.format = root, split, list(shards), stored.format
         self.dtype, self.bands = stored.dtype, stored.bands  # the stored images' (raw: the .npy's)
         self._nodata = stored.nodata.get(split, [])  # by index row: what each original's no-data value was
-        index = read_copy_index(self.root, split)
+        index = root.index(split)
         self.rows = np.arange(len(index), dtype=np.int64)
         self.labels = np.asarray(index["label"], np.int64) if vectors is None else vectors
         self._index: np.ndarray | None = index
-        self._fds: dict[int, int] = {}
-        self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:
-        # Each process maps the index and opens the shards itself: descriptors do not cross processes.
-        return {**self.__dict__, "_index": None, "_fds": {}, "_lock": None}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-
-    def __del__(self) -> None:
-        for fd in getattr(self, "_fds", {}).values():
-            os.close(fd)
+        return {**self.__dict__, "_index": None}  # each process maps the index itself
 
     def __len__(self) -> int:
         return len(self.rows)
 
     def take(self, picked: np.ndarray) -> PreparedSplit:
-        """The samples `picked` (indices into this split) as a split of their own."""
-        part = copy.copy(self)  # by __getstate__: its own descriptors and lock, the index mapped again when read
+        part = copy.copy(self)  # by __getstate__: the index mapped again when read
         part.rows, part.labels = self.rows[picked], self.labels[picked]
         return part
 
     def _row(self, i: int):
         if self._index is None:
-            self._index = read_copy_index(self.root, self.split)
+            self._index = self.root.index(self.split)
         return self._index[self.rows[i]]
 
-    def _shard_fd(self, shard: int) -> int:
-        fd = self._fds.get(shard)
-        if fd is None:
-            with self._lock:  # threads share the split: one descriptor a shard
-                fd = self._fds.get(shard)
-                if fd is None:
-                    fd = self._fds[shard] = os.open(self.shard_path(shard), os.O_RDONLY)
-        return fd
-
     def shard_path(self, shard: int) -> str:
-        if isinstance(self.root, RemoteCopy):
-            return self.root.store.path_of(self.shards[shard])
-        return os.path.join(self.root, self.shards[shard])
+        return self.root.shard_path(self.shards[shard])
 
-    def fetch(self, i: int, decode: Decode | None = None) -> bytearray:
+    def fetch(self, i: int, decode: Decode | None = None, drawn: Drawn | None = None) -> bytearray:
         """Sample i's stored bytes: one read of its member's range of its shard."""
         self.rows[i]  # an IndexError stays an IndexError
         try:
             row = self._row(i)
             length, shard, offset = int(row["length"]), int(row["shard"]), int(row["offset"])
-            if isinstance(self.root, RemoteCopy):
-                data = self.root.read(self.shards[shard], offset, length)
-                got = len(data)
-            else:
-                data = bytearray(length)
-                got = os.preadv(self._shard_fd(shard), [data], offset)
-            if got != length:
-                raise DecodeError(f"the shard ends {length - got} bytes before the member does (a truncated shard)")
+            data = self.root.read(self.shards[shard], offset, length)
+            if len(data) != length:
+                raise DecodeError(f"the shard ends {length - len(data)} bytes before the member does (a truncated "
+                                  "shard)")
             self._check_crc(row, data)
             return data
         except DataError:
@@ -128,7 +99,7 @@ class PreparedSplit:
     def _mending(self) -> str:
         """The prepare that mends this copy, from its manifest: read only where a member failed."""
         try:
-            return prepare_again(self.root, manifest_of(self.root))
+            return prepare_again(self.root, self.root.manifest)
         except DataError:  # the manifest damaged since the start too
             return prepare_again(self.root, None)
 
@@ -148,32 +119,32 @@ class PreparedSplit:
         except Exception as exc:
             raise BadSampleError(i, self.describe(i), bad_sample_reason(exc)) from exc
 
-    def read(self, i: int, decode: Decode | None = None) -> np.ndarray:
+    def read(self, i: int, decode: Decode | None = None, drawn: Drawn | None = None) -> np.ndarray:
         return self.decode(i, self.fetch(i, decode), decode)
 
-    def describe(self, i: int) -> str:
+    def describe(self, i: int, drawn: Drawn | None = None) -> str:
         key = sample_key(self.split, int(self.rows[i]))
         return f"{self.shard_path(int(self._row(i)['shard']))} member {key}.{MEMBER[self.format]}"
 
-    def stored_nodata(self, i: int) -> float | None:
-        """Sample i's no-data value, as its original had it (app/data/headers.py's `nodata_of`)."""
-        return self._nodata[self.rows[i]] if self._nodata else None
+    def nodata(self, i: int) -> float | None:  # as its original had it: kept by prepare, judged as a file's is
+        return tiff.held_nodata(self._nodata[self.rows[i]] if self._nodata else None, self.dtype,
+                                f"{self.root} row {i}")
 
-    def stored_sizes(self) -> tuple[np.ndarray, np.ndarray]:
-        """(heights, widths) of the stored images, from the index alone."""
+    def largest_decode_bytes(self, decode: Decode) -> tuple[int, int]:  # from the index's sizes alone
         if self._index is None:
-            self._index = read_copy_index(self.root, self.split)
+            self._index = self.root.index(self.split)
         rows = self._index[self.rows]
-        return np.asarray(rows["height"], np.int64), np.asarray(rows["width"], np.int64)
+        heights, widths = np.asarray(rows["height"], np.int64), np.asarray(rows["width"], np.int64)
+        return stored_decode_bytes(heights, widths, decode, jpeg=self.format == "jpeg"), 0
 
 
 class PreparedPatches(PreparedSplit):
     """A patch copy's split: each sample's image and corner (patches-<split>.npy), its images' paths and labels."""
 
-    def __init__(self, root, split: str, shards: list[str], *, stored: Manifest, places: np.ndarray):
+    def __init__(self, root: CopyStorage, split: str, shards: list[str], *, stored: Manifest, places: np.ndarray):
         super().__init__(root, split, shards, stored=stored)
         kept = stored.patches
-        self.places, self.settings = places, patches_config(kept["settings"])
+        self.places, self.patches = places, patches_config(kept["settings"])
         self.images = FileSplit(list(kept["images"][split]), np.asarray(kept["labels"][split], np.int64))
 
     @property
@@ -181,7 +152,7 @@ class PreparedPatches(PreparedSplit):
         """Each sample's image, an index into `images`."""
         return self.places["image"][self.rows].astype(np.int32)
 
-    def place_of(self, seed: int):
+    def place_of(self, seed: int) -> Place:
         """(index, epoch, draw) → "image:x:y", as a patch run's samples.csv names its patches."""
         def place(i: int, epoch: int, draw: int) -> str:
             row = self.places[self.rows[i]]
@@ -201,25 +172,22 @@ def copy_may_move(saved_data) -> bool:
 
 def run_patches(data_cfg) -> PatchesConfig | None:
     """A run's data.patches: its own, or (data=prepared) its patch copy's; None for whole images."""
-    own = getattr(data_cfg, "patches", None)
-    if own is not None and own.size:
+    own = patches_of(data_cfg)
+    if own is not None or not isinstance(data_cfg, PreparedDataConfig):
         return own
-    if not isinstance(data_cfg, PreparedDataConfig):
-        return None
-    kept = manifest_of(remote_copy(data_cfg) if is_url(data_cfg.path) else _local_copy(data_cfg.path)).patches
+    kept = open_copy(data_cfg).manifest.patches
     return patches_config(kept["settings"]) if kept else None
 
 
 def prepared_source(data_cfg) -> Source:
     """data=prepared: the copy at data.path (a local folder, or a URL)."""
-    root = remote_copy(data_cfg) if is_url(data_cfg.path) else _local_copy(data_cfg.path)
-    manifest = manifest_of(root)
-    task = str(getattr(data_cfg.task, "value", data_cfg.task))
-    if task != manifest.task:
-        several = manifest.task == "multilabel"
-        raise DataError(f"{root} holds {'several labels' if several else 'one label'} an image (prepared with "
-                        f"data.task={manifest.task}), and this run has data.task={task}: add "
-                        f"data.task={manifest.task}, or prepare a copy from the source with data.task={task}.")
+    root = open_copy(data_cfg)
+    manifest = root.manifest
+    kept, wanted = targets_of(manifest.task), targets_of(data_cfg.task)
+    if kept is not wanted:
+        raise DataError(f"{root} holds {kept.kind} (prepared with data.task={kept.task.value}), and this run has "
+                        f"data.task={wanted.task.value}: add data.task={kept.task.value}, or prepare a copy from the "
+                        f"source with data.task={wanted.task.value}.")
     splits = _checked_splits(root, manifest)
     stale = stale_copy(root, manifest)
     if stale:
@@ -246,27 +214,22 @@ def _patches_described(kept: dict, splits: dict) -> dict:
             "draws": kept["draws"], **counts}
 
 
-def manifest_of(root) -> Manifest:
-    """The manifest of a copy's root: a RemoteCopy holds it, a folder's is read."""
-    return root.manifest if isinstance(root, RemoteCopy) else read_manifest(root)
-
-
-def _checked_splits(root, manifest: Manifest) -> dict[str, PreparedSplit]:
+def _checked_splits(root: CopyStorage, manifest: Manifest) -> dict[str, PreparedSplit]:
     """Each split of the copy, once its index and (in a folder) shard sizes match the manifest; else a DataError."""
     again, where = prepare_again(root, manifest), str(root).rstrip("/")
     if manifest.version < CHECKSUMS_SINCE:
         log.warning("%s/%s is format version %d: its samples have no checksums, so a damaged one is read "
                     "unchecked; to add them, %s.", where, MANIFEST, manifest.version, again)
-    problems = [] if isinstance(root, RemoteCopy) else shard_damage(where, manifest, size_in(where))
+    problems = root.shard_damage(manifest)
     splits = {}
     for name, record in manifest.splits.items():
-        problems += filter(None, [index_damage(where, manifest, name, read_copy_index(root, name, again))])
+        problems += filter(None, [index_damage(where, manifest, name, root.index(name, again))])
         vectors = None
-        if manifest.task == "multilabel":
-            vectors = read_copy_labels(root, name, again)
+        if targets_of(manifest.task).label_vectors:
+            vectors = root.labels(name, again)
             problems += filter(None, [labels_damage(where, manifest, name, vectors)])
         if manifest.patches:  # each sample's image and corner
-            places = read_copy_places(root, name, again)
+            places = root.places(name, again)
             problems += filter(None, [places_damage(where, manifest, name, places)])
             splits[name] = PreparedPatches(root, name, record.shards, stored=manifest, places=places)
         else:
@@ -276,19 +239,11 @@ def _checked_splits(root, manifest: Manifest) -> dict[str, PreparedSplit]:
     return splits
 
 
-def _local_copy(path) -> str:
-    root = Path(str(path)).expanduser().absolute()
-    if not root.is_dir():
-        raise DataError(f"data.path {root} does not exist or is not a folder: data=prepared reads the folder "
-                        "that `python -m app prepare ... prepare.out=<folder>` wrote.")
-    return str(root)
-
-
 def check_short_side(split, need: int | None, what: str) -> None:
     """Refuse, before any work, a prepared split stored below the `need` px of short side that `what` needs."""
     if not isinstance(split, PreparedSplit) or need is None:
         return
-    manifest = manifest_of(split.root)
+    manifest = split.root.manifest
     stored = manifest.short_side
     if stored is None or stored >= need:
         return

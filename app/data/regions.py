@@ -1,6 +1,5 @@
 """Regions of large images, never the whole: a TIFF pyramid's levels through tifffile's zarr store (a scanner's file:
-app/data/scanner_files.py), so a read decodes only the chunks it touches; each worker keeps a few files open (an LRU).
-A file whose chunks are too large to read a region cheaply is refused with how to tile it."""
+app/data/scanner_files.py), so a read decodes only the chunks it touches; a file of chunks too large: refused."""
 
 from __future__ import annotations
 

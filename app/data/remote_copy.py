@@ -1,5 +1,4 @@
-"""A prepared copy at a URL (data=prepared, data.path=s3://...): its store, manifest and indexes, fetched once a
-process, and its shards read by ranged GETs or from a cache under data.cache_dir (app/data/shard_cache.py)."""
+"""A prepared copy at a URL (data.path=s3://...): its shards read by ranged GETs or from app/data/shard_cache.py."""
 
 from __future__ import annotations
 
@@ -51,25 +50,17 @@ class RemoteCopy:
             return self.cache.read(shard, offset, length)
         return bytearray(self.store.read_range(shard, offset, length))
 
+    def shard_path(self, shard: str) -> str:
+        return self.store.path_of(shard)
 
-def read_copy_index(root, split: str, again: str = "") -> np.ndarray:
-    return root.index(split, again) if isinstance(root, RemoteCopy) else read_index(root, split, again=again)
+    def labels(self, split: str, again: str = "") -> np.ndarray:
+        return read_labels(self.store.url, split, self.store.storage_options, again)
 
+    def places(self, split: str, again: str = "") -> np.ndarray:
+        return read_places(self.store.url, split, self.store.storage_options, again)
 
-def read_copy_labels(root, split: str, again: str) -> np.ndarray:
-    return _read_sidecar(read_labels, root, split, again)
-
-
-def read_copy_places(root, split: str, again: str) -> np.ndarray:
-    return _read_sidecar(read_places, root, split, again)
-
-
-def _read_sidecar(read, root, split: str, again: str) -> np.ndarray:
-    """A split's labels or places, from a folder or (a RemoteCopy) its URL."""
-    if isinstance(root, RemoteCopy):
-        return read(root.store.url, split, root.store.storage_options, again)
-    return read(root, split, again=again)
-
+    def shard_damage(self, manifest) -> list[str]:
+        return []  # a shard at a URL is not listed at start: one cut short is a bad sample as it is read
 
 
 def remote_copy(data_cfg) -> RemoteCopy:

@@ -1,5 +1,4 @@
 """A prepared copy's layout, written by `python -m app prepare`, read by `data=prepared` (URLs: app/data/storage.py).
-
     <split>-<n:05d>.tar  shards of about prepare.shard_mb (WebDataset's layout), samples in one seeded shuffle: members
         `<key>.jpg` (8-bit RGB) or `<key>.npy` (raw: H×W×bands, the manifest's dtype), `<key>.cls` (the label; several:
         class indices, space-separated), `<key>.json` (the original's path and size), keyed `<split>-<index:09d>`
@@ -150,7 +149,6 @@ def manifest_bytes(root: str | Path, storage_options: dict | None = None) -> byt
 
 
 def read_manifest(root: str | Path, storage_options: dict | None = None) -> Manifest:
-    """The copy's manifest, at a folder or a URL."""
     return parse_manifest(manifest_bytes(root, storage_options), root)
 
 

@@ -117,7 +117,7 @@ def specs(data_cfg) -> list[Spec]:
     """The datasets `data_cfg` reads: the training images', then the test split's if it has one."""
     spec = Spec(num_images=data_cfg.num_images, source_size=data_cfg.source_size, num_classes=data_cfg.num_classes,
                 seed=data_cfg.seed)
-    tests = getattr(data_cfg, "num_test_images", 0)
+    tests = data_cfg.num_test_images
     tests = max(data_cfg.num_classes, data_cfg.num_images // 4) if tests is None else tests
     return [spec, dataclasses.replace(spec, num_images=tests, first=spec.num_images)] if tests \
         else [spec]

@@ -17,16 +17,16 @@ from app.data.folder import split_flat
 from app.data.layouts import edge_check
 from app.data.source import FileSplit, Source, check_every_class_trains
 from app.data.table_files import read_rows
-from app.data.table_rows import RowReader, Sample, multilabel_reading
+from app.data.table_rows import RowReader, Sample
 from app.errors import DataError
 from app.io import is_url
+from app.targets import targets_of
 
 log = logging.getLogger(__name__)
 HF_PATH = "file_name"  # Hugging Face ImageFolder's metadata column
 
 
 def table_source(data_cfg) -> Source:
-    """data=table: the source of a config's data node."""
     for key, given in (("data.table", data_cfg.table), ("data.root", data_cfg.root)):
         if is_url(given):  # never a local path of a URL's text: "./s3:/bucket/t.csv does not exist"
             raise DataError(f"{key}={given} is a URL: a table and the images it lists are read from local files. "
@@ -41,8 +41,9 @@ def table_source(data_cfg) -> Source:
         raise DataError(f"data.table {table} holds no rows: a row an image, with its path and label")
     columns = _columns(data_cfg.columns, header, table)
     root = Path(data_cfg.root).expanduser().absolute() if data_cfg.root else table.parent
+    targets = targets_of(data_cfg.task)
     reader = RowReader(table=table, root=root, columns=columns, path_format=data_cfg.path_format,
-                       classes=data_cfg.classes, multilabel=multilabel_reading(data_cfg, header, table),
+                       classes=data_cfg.classes, multilabel=targets.table_reading(data_cfg, header, table),
                        edge=edge_check(data_cfg.patches) if columns["x"] and data_cfg.patches.size else None)
     samples, left_out = reader.checked(rows, skip=str(data_cfg.on_bad_sample.value) == "skip")
     _check_left_out(left_out, len(rows), data_cfg.max_bad_fraction, table)
@@ -52,7 +53,7 @@ def table_source(data_cfg) -> Source:
         raise DataError(f"data.table {table} has one class ({', '.join(class_names) or 'none'}) in {where}: a "
                         "classifier needs at least 2")
     source = _source(table, root, class_names, parts=_split(samples, columns, data_cfg), left_out=left_out)
-    check_every_class_trains(source, f"data.table {table}", unit="row",
+    check_every_class_trains(source, f"data.table {table}", targets=targets, unit="row",
                              fix="give them training rows (or leave them out of data.classes)")
     return source
 

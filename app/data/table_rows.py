@@ -41,19 +41,6 @@ class RowFault(Exception):
         self.column, self.why = column, why
 
 
-def multilabel_reading(data_cfg, header: list[str], table: Path) -> dict | None:
-    """data.task=multilabel's reading of the labels (label_sets.py's keywords and the 0/1 columns); None: one."""
-    if str(data_cfg.task.value) != "multilabel":
-        return None
-    given = list(data_cfg.columns.labels or [])
-    missing = [name for name in given if name not in header]
-    if missing:
-        raise DataError(f"data.table {table} has no column(s) {', '.join(missing)} (data.columns.labels): its "
-                        f"columns are {', '.join(header)}")
-    return {"separator": data_cfg.label_separator, "none_label": data_cfg.none_label, "columns": given,
-            "uncertain": data_cfg.uncertain}
-
-
 @dataclass(frozen=True, kw_only=True)
 class RowReader:
     table: Path

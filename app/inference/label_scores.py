@@ -1,18 +1,16 @@
-"""data.task=multilabel: `evaluate`'s per-class table from one pass's outputs (support, precision, recall, F1, ROC AUC,
-average precision, TP/FP/FN/TN), the averages, and each class's F1-best threshold (found on validation, never test)."""
+"""data.task=multilabel: `evaluate`'s per-class table, and each class's F1-best threshold (found on val, never test)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-import keras
 import numpy as np
 
-from app.objectives import EPSILON, mean_average_precision
+from app.measures import EPSILON, mean_average_precision
 from app.processes import stop_if_interrupted
 
 
-def outputs(net: keras.Model, batches: Iterable[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, np.ndarray]:
+def outputs(net, batches: Iterable[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, np.ndarray]:
     """(0/1 truth, probabilities), a row a sample, over batches of (images, label vectors[, positions])."""
     truth, scores = [], []
     for x, y, *_ in batches:

@@ -12,7 +12,6 @@ from app.schema import Config
 
 
 def open_run(cfg: DictConfig, safe: tuple[str, ...]) -> tuple[Path, Config]:
-    """`read_run_setting_backend`, then Keras loaded for it (`keras_for_run`)."""
     run_dir, config = read_run_setting_backend(cfg, safe)
     keras_for_run()
     return run_dir, config

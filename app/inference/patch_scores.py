@@ -1,5 +1,4 @@
-"""A patch run's image-level results: probabilities aggregated from patches (data.patches.aggregate), image figures
-beside patch ones, a heatmap of each image's patches over its thumbnail, and preview's sheet of the patches drawn."""
+"""A patch run's image-level results: patches' probabilities aggregated, image figures, heatmaps, preview's sheet."""
 
 from __future__ import annotations
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-import keras
 import numpy as np
 
-from app.objectives import EPSILON
+from app.measures import EPSILON
 from app.processes import stop_if_interrupted
 
 
@@ -36,7 +35,7 @@ class Scores:
         self.mistakes = sorted(self.mistakes, reverse=True)[:keep]
 
 
-def evaluate(net: keras.Model, batches: Iterable[tuple[np.ndarray, ...]], confusion: np.ndarray | None = None,
+def evaluate(net, batches: Iterable[tuple[np.ndarray, ...]], confusion: np.ndarray | None = None,
              top_k: int | None = None, outputs: list | None = None) -> Scores:
     """Loss, accuracy (as Keras's), top-k, worst mistakes of (images, labels[, positions]) batches, into `confusion`;
     each batch's (positions, probabilities) appended to `outputs` where given (a patch run's images need them)."""

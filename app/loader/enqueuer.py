@@ -16,7 +16,7 @@ from app.loader import worker as worker_loop
 from app.loader.bad_samples import BadSamples, failure
 from app.loader.pool import Pool, Work, Worker, exit_description
 from app.loader.ring import Ring
-from app.loader.settings import Settings, ring_slots
+from app.loader.settings import Queue, Settings, ring_slots
 from app.loader.telemetry import Telemetry
 from app.processes import signals_held
 
@@ -42,15 +42,14 @@ class Enqueuer:
     def __init__(self, splits: dict, augmenters: dict, settings: Settings, seed: int = 0,
                  on_bad_sample: str = "raise"):
         """`on_bad_sample`: raise, skip (the next readable sample in its place) or mark (zeros; see `bad.failed`)."""
-        self.splits, self.augmenters, self.settings = splits, augmenters, settings
+        self.splits, self.augmenters, self.settings = splits, augmenters, settings  # the settings taken as they are
         self.seed, self.on_bad_sample = seed, on_bad_sample
-        self.batch_size, self.image_size = settings.batch_size, tuple(settings.image_size)
-        self.num_workers, self.use_multiprocessing = settings.workers, settings.use_multiprocessing
-        slots = settings.max_size if settings.workers > 0 else 1  # in-process: one batch, built on demand
-        self.max_size, capped = ring_slots(slots, {name: len(split) for name, split in splits.items()}, self.batch_size)
+        queue = settings.queue
+        wanted = queue.max_size if queue.workers > 0 else 1  # in-process: one batch, built on demand
+        self.slot_count, capped = ring_slots(wanted, {name: len(split) for name, split in splits.items()},
+                                             settings.batch_size)
         if capped:
             log.info(capped)
-        self.timeout_s = settings.timeout_s
         self.bad = BadSamples(splits, settings.max_bad_fraction, settings.bad_log, settings.policy_names)
         self.restarts = 0  # workers replaced this run
         self.telemetry = Telemetry()
@@ -69,8 +68,12 @@ class Enqueuer:
     # -- life cycle ---------------------------------------------------------------------
 
     @property
+    def queue(self) -> Queue:
+        return self.settings.queue
+
+    @property
     def queue_bytes(self) -> int:
-        return self.max_size * self.settings.batch_bytes
+        return self.slot_count * self.settings.batch_bytes
 
     @property
     def worker_pids(self) -> list[int]:
@@ -86,17 +89,17 @@ class Enqueuer:
 
     @property
     def shares_memory(self) -> bool:  # worker processes: the ring is a segment in /dev/shm
-        return self.num_workers > 0 and self.use_multiprocessing
+        return self.queue.workers > 0 and self.queue.use_multiprocessing
 
     def start(self) -> Enqueuer:
         shared = self.shares_memory  # dead processes' rings are the caller's to delete (Loader's `with` does)
         try:  # from the ring on: a signal at any point here leaves no segment in /dev/shm
-            self.ring = Ring(self.max_size, self.batch_size, self.image_size, shared=shared,
-                             pixels=self.settings.pixels)
-            self._slots = [_Slot() for _ in range(self.max_size)]
-            self.pool = Pool(self.ring, self.work, processes=shared, start_method=self.settings.start_method,
-                             startup_timeout_s=self.settings.startup_timeout_s)
-            self.pool.start(self.num_workers)
+            self.ring = Ring(self.slot_count, self.settings.batch_size, tuple(self.settings.image_size),
+                             shared=shared, pixels=self.settings.pixels)
+            self._slots = [_Slot() for _ in range(self.slot_count)]
+            self.pool = Pool(self.ring, self.work, processes=shared, start_method=self.queue.start_method,
+                             startup_timeout_s=self.queue.startup_timeout_s)
+            self.pool.start(self.queue.workers)
         except BaseException:
             self.close()
             raise
@@ -128,25 +131,26 @@ class Enqueuer:
         `draws`: beside `order`, which draw of its index each is in the epoch (data.sampling), else all first."""
         if self.ring is None:
             raise RuntimeError("Enqueuer.batches() before start()")
-        count = -(-len(order) // self.batch_size)
-        bounds = [(b * self.batch_size, min(len(order), (b + 1) * self.batch_size)) for b in range(count)]
+        size = self.settings.batch_size
+        count = -(-len(order) // size)
+        bounds = [(b * size, min(len(order), (b + 1) * size)) for b in range(count)]
         scheduled = 0
         try:
             for b in range(count):
-                while scheduled < count and scheduled < b + self.max_size:
+                while scheduled < count and scheduled < b + self.slot_count:
                     part = slice(*bounds[scheduled])
                     drawn = None if draws is None else draws[part]
                     self._schedule(split_name, epoch, scheduled, order[part], draws=drawn)
                     scheduled += 1
-                slot = self._slots[b % self.max_size]
-                if self.num_workers == 0:
-                    self._build_here(b % self.max_size)
+                slot = self._slots[b % self.slot_count]
+                if self.queue.workers == 0:
+                    self._build_here(b % self.slot_count)
                 else:
                     self._pump(0)  # the replies already there, so the ring's fill is as it stands
-                    self.telemetry.observe_fill(self._slots, self.max_size)
-                    self._wait_for(b % self.max_size)
+                    self.telemetry.observe_fill(self._slots, self.slot_count)
+                    self._wait_for(b % self.slot_count)
                 self._deaths_in_a_row = 0
-                yield self.ring.array[b % self.max_size, : slot.size], slot.labels
+                yield self.ring.array[b % self.slot_count, : slot.size], slot.labels
                 slot.batch_no = -1
         except GeneratorExit:  # the consumer stopped early: wait for what is in flight
             self._drain()
@@ -157,14 +161,14 @@ class Enqueuer:
 
     def _schedule(self, split_name: str, epoch: int, batch_no: int, indices: np.ndarray, *,
                   draws: np.ndarray | None) -> None:
-        slot_index = batch_no % self.max_size
+        slot_index = batch_no % self.slot_count
         slot = self._slots[slot_index]
         slot.batch_no, slot.split_name, slot.epoch, slot.size = batch_no, split_name, epoch, len(indices)
         slot.todo = {position: int(index) for position, index in enumerate(indices)}
         slot.draws = {} if draws is None else {position: int(d) for position, d in enumerate(draws) if d}
         slot.labels = self.splits[split_name].labels[indices]  # a copy: fancy indexing
         self.ring.done[slot_index] = 0
-        if self.num_workers == 0:
+        if self.queue.workers == 0:
             return
         # Positions dealt round-robin, starting one worker further each batch, so uneven
         # batches even out; which worker builds a sample never changes its pixels.
@@ -194,17 +198,17 @@ class Enqueuer:
 
     def _wait_for(self, slot_index: int) -> None:
         slot = self._slots[slot_index]
-        deadline = time.monotonic() + self.timeout_s
+        deadline = time.monotonic() + self.queue.timeout_s
         while slot.todo:
             if self.pool.starting():  # the batch's clock runs once every worker is up
-                deadline = time.monotonic() + self.timeout_s
+                deadline = time.monotonic() + self.queue.timeout_s
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 done = self.ring.done[slot_index]
                 missing = [i for p, i in slot.todo.items() if not done[p]] or list(slot.todo.values())
                 raise WorkerError(
                     f"batch {slot.batch_no} of the {slot.split_name} split was not ready after queue.timeout_s="
-                    f"{self.timeout_s:g} s: still waiting for sample(s) {', '.join(map(str, missing[:10]))} "
+                    f"{self.queue.timeout_s:g} s: still waiting for sample(s) {', '.join(map(str, missing[:10]))} "
                     f"({self.splits[slot.split_name].describe(missing[0])}). A worker is hung or far too slow; "
                     "raise queue.timeout_s if the samples are just slow to load.")
             self._pump(min(remaining, 1.0))  # threads have no sentinel: check on them now and then
@@ -234,7 +238,7 @@ class Enqueuer:
             raise WorkerError(
                 f"{dead.name} exited ({how}) before building any sample: it could not start. Its Python error is "
                 "on stderr above; typically the data source or augmentation cannot be rebuilt in a fresh "
-                f"process (queue.start_method={self.settings.start_method}) or a module fails to import there.")
+                f"process (queue.start_method={self.queue.start_method}) or a module fails to import there.")
         self._deaths_in_a_row += 1
         if self._deaths_in_a_row > MAX_DEATHS_IN_A_ROW:
             raise WorkerError(
@@ -277,11 +281,11 @@ class Enqueuer:
 
     def _drain(self) -> None:
         """Let every sample already handed out land, so no late write hits a reused slot."""
-        if self.num_workers == 0 or not self._workers:
+        if self.queue.workers == 0 or not self._workers:
             for slot in self._slots:
                 slot.todo.clear()
             return
-        deadline = time.monotonic() + self.timeout_s
+        deadline = time.monotonic() + self.queue.timeout_s
         try:
             while any(slot.todo for slot in self._slots) and time.monotonic() < deadline:
                 self._pump(0.5)

@@ -4,7 +4,6 @@ augmenters → enqueuer (workers, ring) → batches copied out one ahead; and wh
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -14,20 +13,10 @@ from app.loader import prefetch
 from app.loader.enqueuer import Enqueuer
 from app.loader.order import epoch_order
 from app.loader.ring import delete_orphan_segments
-from app.loader.settings import Settings, most_workers, ring_slots, usable_cores
+from app.loader.settings import Queue, Settings, ring_slots, usable_cores
 from app.loader.worker import make_sample
 
-__all__ = ["Loader", "QueueFigures", "build_loader", "make_sample", "most_workers", "ring_slots", "usable_cores"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class QueueFigures:
-    """The queue a loader runs, as the log and summary.json give it."""
-
-    workers: int
-    processes: bool  # worker processes; else threads
-    max_size: int  # uint8 batches the ring holds
-    bytes: int  # the ring's size
+__all__ = ["Loader", "Queue", "build_loader", "make_sample", "ring_slots", "usable_cores"]
 
 
 class Loader:
@@ -84,22 +73,27 @@ class Loader:
         return self._enqueuer.telemetry.take(window)
 
     @property
-    def queue(self) -> QueueFigures:
-        enqueuer = self._enqueuer
-        return QueueFigures(workers=enqueuer.num_workers, processes=enqueuer.use_multiprocessing,
-                            max_size=enqueuer.max_size, bytes=enqueuer.queue_bytes)
+    def queue(self) -> Queue:
+        # the queue it runs, as the log and summary.json give it: max_size the batches its ring holds
+        return self._enqueuer.queue.with_slots(self._enqueuer.slot_count)
+
+    @property
+    def queue_bytes(self) -> int:
+        return self._enqueuer.queue_bytes
 
     @property
     def worker_pids(self) -> list[int]:
         return self._enqueuer.worker_pids
 
 
-def build_loader(config, splits: dict[str, tuple], *, on_bad_sample: str | None = None,
-                 settings: Settings | None = None) -> Loader:
-    """The loader a config describes; `splits`: name → (split, transforms); `on_bad_sample` overrides the config's,
-    `settings` the enqueuer's (a run's batch share and chosen queue, the model's image size)."""
+def build_loader(config, splits: dict[str, tuple], *, queue: Queue | None = None, settings: Settings | None = None,
+                 on_bad_sample: str | None = None) -> Loader:
+    """The loader a config describes running the command's `queue`, or the enqueuer's `settings` (a run's batch share
+    and chosen queue, the model's image size); `splits`: name → (split, transforms); `on_bad_sample` overrides."""
+    if (queue is None) == (settings is None):
+        raise TypeError("build_loader takes the command's queue= or the enqueuer's settings=, one of them")
     first = next(iter(splits.values()))[0]
-    settings = settings or Settings.from_config(config, pixels=run_pixels(config.data, first))
+    settings = settings or Settings.of(config.data, queue, pixels=run_pixels(config.data, first))
     built = augmenters(config.data, {name: transforms for name, (_, transforms) in splits.items()},
                        image_size=settings.image_size, pixels=settings.pixels)
     return Loader(Enqueuer.from_config(config, {name: split for name, (split, _) in splits.items()}, built,

@@ -1,31 +1,46 @@
-"""The enqueuer's settings from a loaded config, the ring slots its splits can fill, and `auto` for loading only."""
+"""The enqueuer's settings: the `Queue` a command runs, the batch it fills, and the ring slots its splits can fill."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from app.data.decode import Pixels
 from app.loader.bad_samples import PolicyNames
-from app.processes import worker_limit
-from app.rules import AUTO
+
+
+@dataclass(frozen=True, kw_only=True)
+class Queue:
+    """The queue group as a command runs it, built once: each `auto` chosen before (app/capacity/auto.py), as is."""
+
+    workers: int = 2
+    max_size: int = 2
+    use_multiprocessing: bool = True
+    start_method: str = "spawn"
+    timeout_s: float = 120.0
+    startup_timeout_s: float = 300.0
+
+    @classmethod
+    def of(cls, queue, *, workers: int, max_size: int) -> Queue:
+        return cls(workers=workers, max_size=max_size, use_multiprocessing=queue.use_multiprocessing,
+                   start_method=str(queue.start_method.value), timeout_s=queue.timeout_s,
+                   startup_timeout_s=queue.startup_timeout_s)
+
+    def with_slots(self, slots: int) -> Queue:
+        # this queue as a loader runs it: max_size the `slots` its ring holds (ring_slots caps them)
+        return replace(self, max_size=slots)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Settings:
-    """How the enqueuer works: the batch it fills, and the queue config's keys."""
+    """How the enqueuer works: the batch it fills, and the queue it runs."""
 
     batch_size: int
     image_size: tuple[int, int]
-    workers: int = 2
-    use_multiprocessing: bool = True
-    max_size: int = 2
-    start_method: str = "spawn"
-    timeout_s: float = 120.0
-    startup_timeout_s: float = 300.0
+    queue: Queue = Queue()
     max_bad_fraction: float = 0.0  # skip: above this share of a split, an error
     bad_log: Path | None = None  # skip: where each skipped sample is listed
     policy_names: PolicyNames = PolicyNames()  # how a bad sample's message names the settings
@@ -38,15 +53,10 @@ class Settings:
         return self.batch_size * height * width * self.pixels.bands * np.dtype(self.pixels.dtype).itemsize
 
     @classmethod
-    def from_config(cls, config, bad_log: Path | None = None, pixels: Pixels = Pixels()) -> Settings:
-        """The settings of a loaded config's `data` and `queue`; an `auto` still there resolves by for_loading_only."""
-        data, queue = config.data, config.queue
-        workers, max_size = for_loading_only(queue)
-        return cls(batch_size=data.batch_size, image_size=tuple(data.image_size), workers=workers,
-                   use_multiprocessing=queue.use_multiprocessing, max_size=max_size,
-                   start_method=str(queue.start_method.value), timeout_s=queue.timeout_s,
-                   startup_timeout_s=queue.startup_timeout_s, max_bad_fraction=data.max_bad_fraction,
-                   bad_log=bad_log, pixels=pixels)
+    def of(cls, data, queue: Queue, *, bad_log: Path | None = None, pixels: Pixels = Pixels()) -> Settings:
+        """The settings of a loaded config's data group, running `queue`."""
+        return cls(batch_size=data.batch_size, image_size=tuple(data.image_size), queue=queue,
+                   max_bad_fraction=data.max_bad_fraction, bad_log=bad_log, pixels=pixels)
 
 
 def ring_slots(max_size: int, splits: dict[str, int], batch_size: int) -> tuple[int, str | None]:
@@ -68,16 +78,3 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
-
-
-def most_workers(queue) -> tuple[int, str]:
-    """The cap on `auto` workers and why: the usable cores, or queue.worker_limit (else rules.worker_limit) if lower."""
-    cores = usable_cores()
-    limit, why = (queue.worker_limit, "queue.worker_limit") if queue.worker_limit else worker_limit()
-    return (cores, f"{cores} usable cores") if cores <= limit else (limit, why)
-
-
-def for_loading_only(queue) -> tuple[int, int]:
-    """(workers, max_size) for `auto` in a command that only loads: most_workers' cap of workers, and two slots."""
-    workers = most_workers(queue)[0] if queue.workers == AUTO else queue.workers
-    return workers, 2 if queue.max_size == AUTO else queue.max_size

@@ -12,7 +12,7 @@ import cv2
 import numpy as np
 
 from app.data import storage
-from app.data.source import fetch_drawn, read_drawn
+from app.data.split import Split
 from app.errors import BadSampleError
 from app.loader import messages
 from app.loader.bad_samples import MAX_REPLACEMENTS
@@ -26,8 +26,8 @@ THREAD_ENV = {name: "1" for name in (
     "VECLIB_MAXIMUM_THREADS")}
 
 
-def make_sample(split: Any, augmenter: Any, index: int, *, seed: int, epoch: int) -> np.ndarray:
-    image = read_drawn(split, index, augmenter.decode, (seed, epoch, 0))
+def make_sample(split: Split, augmenter: Any, index: int, *, seed: int, epoch: int) -> np.ndarray:
+    image = split.read(index, augmenter.decode, (seed, epoch, 0))
     return augmenter(image, seed, epoch, index)
 
 
@@ -49,7 +49,7 @@ def _build_timed(ring, task: messages.Task, work, item: messages.Item) -> None:
     """The item's sample read, decoded, augmented and copied into its place, each stage timed."""
     split, augmenter, index = work.splits[task.split], work.augmenters[task.split], item.index
     retries, t0 = storage.thread_retries(), time.perf_counter()
-    raw = fetch_drawn(split, index, augmenter.decode, (work.seed, task.epoch, item.draw))  # a random patch's place
+    raw = split.fetch(index, augmenter.decode, (work.seed, task.epoch, item.draw))  # a random patch's place
     t1 = time.perf_counter()
     retries = storage.thread_retries() - retries
     image = split.decode(index, raw, augmenter.decode)
@@ -103,7 +103,7 @@ def fill(ring, task: messages.Task, work, item: messages.Item) -> messages.Writt
             for k in range(1, min(MAX_REPLACEMENTS, len(split))):
                 stand_in = (index + k) % len(split)
                 try:
-                    image = read_drawn(split, stand_in, augmenter.decode, (work.seed, task.epoch, item.draw))
+                    image = split.read(stand_in, augmenter.decode, (work.seed, task.epoch, item.draw))
                 except BadSampleError:
                     continue
                 ring[task.slot, position] = augmenter(image, work.seed, task.epoch, index, item.draw)

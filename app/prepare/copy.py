@@ -28,7 +28,7 @@ from app.prepare.patches import fixed_patches, manifest_patches
 from app.prepare.plan import make_plan, read_plan, read_records, write_plan
 from app.prepare.rule import stored_short_side
 from app.prepare.whole import copy_damage
-from app.schema.data import PreparedDataConfig
+from app.schema.data import PreparedDataConfig, patches_of
 
 log = logging.getLogger("app.prepare")
 READ_ONLY = ("http", "https")  # URL schemes fsspec reads but cannot write
@@ -64,11 +64,10 @@ def _write_copy(config, store: Store, *, workers: int, per_shard: int | None, ov
     short_side, why = stored_short_side(config)
     log.info("%s", why)
     source = load_or_generate_source(config.data)
-    patches = getattr(config.data, "patches", None)
-    patches = patches if patches is not None and patches.size else None
+    patches = patches_of(config.data)
     if patches is not None:  # the training patches fixed once: the grid, or prepare.patch_draws an image
-        source = fixed_patches(source, patches, draws=config.prepare.patch_draws, seed=config.seed)
-    splits = {name: split for name in ("train", "val", "test") if (split := getattr(source, name)) is not None}
+        source = fixed_patches(source, draws=config.prepare.patch_draws, seed=config.seed)
+    splits = source.splits()
     kept = manifest_patches(splits, patches, config.prepare.patch_draws) if patches is not None else {}
     p, pixels = config.prepare, run_pixels(config.data, splits["train"])
     encoding = Encoding(short_side=short_side, format=p.format, quality=p.quality,

@@ -13,8 +13,8 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from app.data.headers import nodata_of
 from app.data.images import Decode, Pixels, TiffAt, jpeg_frame
+from app.data.patches import PatchSplit
 from app.errors import BadSampleError
 
 _STATE: dict = {}  # a worker's splits and Encoding, set once by `start_worker`
@@ -56,7 +56,6 @@ def start_worker(splits: dict, encoding: Encoding) -> None:
 
 
 def encode_chunk(split_name: str, indices: list[int]) -> list[Encoded | Bad]:
-    """The samples `indices` of `split_name`, in order, in a worker."""
     split, encoding = _STATE["splits"][split_name], _STATE["encoding"]
     return [encode_or_bad(split, index, encoding) for index in indices]
 
@@ -74,13 +73,13 @@ def encode_sample(split, index: int, encoding: Encoding) -> Encoded:
     raw = split.fetch(index, decode)
     image = split.decode(index, raw, decode)
     original = _original_size(raw, image)
-    nodata = nodata_of(split, index) if encoding.format == "raw" else None  # JPEG's lossy bytes could keep none
+    nodata = split.nodata(index) if encoding.format == "raw" else None  # JPEG's lossy bytes could keep none
     image = fit_short_side(image, encoding.short_side, nearest=nodata is not None)
     member, data_start = _encoded(image, encoding)
     height, width = image.shape[:2]
     label = stored_label(split.labels[index])
     described = {"path": split.describe(index), "size": list(original)}
-    if hasattr(split, "layouts"):  # a patch (app/data/patches.py): which image, where, at which level
+    if isinstance(split, PatchSplit):  # a patch of an image read region by region: which image, where, which level
         image, top, left = split.where(index)
         described = {"path": split.images.paths[image], "level": split.layouts[image].level, "x": left, "y": top}
     meta = json.dumps({**described, "stored_size": [height, width], "label": label}).encode()

@@ -23,6 +23,7 @@ from app.data.shards import (
 from app.data.storage import Store
 from app.prepare.plan import JOURNAL
 from app.prepare.tar import delete_stale_temporaries_in
+from app.targets import targets_of
 
 
 def index_of(records: list[dict]) -> np.ndarray:
@@ -91,7 +92,7 @@ def write_copy_index(store: Store, *, plan: dict, records: dict[str, list[dict]]
         index = index_of(split_records)
         write_index(store, index_path("", split).name, index)
         labels_sha256 = ""
-        if manifest.task == "multilabel":
+        if targets_of(manifest.task).label_vectors:
             labels = labels_of(split_records, len(manifest.class_names))
             write_index(store, labels_name(split), labels)
             labels_sha256 = index_digest(labels)

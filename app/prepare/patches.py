@@ -5,13 +5,12 @@ from __future__ import annotations
 import dataclasses
 
 from app.config import to_plain
-from app.data.patches import fixed_split
 from app.data.source import Source
 
 
-def fixed_patches(source: Source, patches, *, draws: int | None, seed: int) -> Source:
+def fixed_patches(source: Source, *, draws: int | None, seed: int) -> Source:
     """`source` (made patches) with its training patches fixed: the grid, or `draws` random ones an image."""
-    return dataclasses.replace(source, train=fixed_split(source.train, patches, draws=draws, seed=seed))
+    return dataclasses.replace(source, train=source.train.fixed(draws=draws, seed=seed))  # a PatchSplit's
 
 
 def manifest_patches(splits: dict, patches, draws: int | None) -> dict:

@@ -27,8 +27,7 @@ def staging_folder(store: Store) -> Path:
 
 
 class ShardWriter:
-    """`with ShardWriter(store, name, fmt) as shard: shard.add(key, encoded)`: the rows it returns
-    are (offset, length) of each image's data in the finished file; `size`, once finished, its bytes."""
+    """`with ShardWriter(store, name, fmt) as shard: shard.add(key, encoded)`; `size`, once finished, its bytes."""
 
     def __init__(self, store: Store, name: str, fmt: str):
         self.store, self.name, self.extension = store, name, MEMBER[fmt]

@@ -18,6 +18,7 @@ from app.data.shards import (
 )
 from app.data.storage import Store
 from app.errors import DataError
+from app.targets import targets_of
 
 
 def copy_damage(store: Store, plan: dict | None, records: dict[str, dict | None]) -> list[str] | None:
@@ -40,7 +41,7 @@ def copy_damage(store: Store, plan: dict | None, records: dict[str, dict | None]
         except DataError:
             damage = f"{store.path_of(index_name(split))} is missing or cannot be read"
         problems += [damage] if damage else []
-        if manifest.task == "multilabel":
+        if targets_of(manifest.task).label_vectors:
             try:
                 damage = labels_damage(str(store), manifest, split, _in(store, read_labels, split))
             except DataError:

@@ -130,7 +130,6 @@ def delete_stale_checkpoints(run_dir: Path, best: str | None) -> None:
 
 
 def newest_first(run_dir: Path) -> list[Path]:
-    """The run's checkpoint folders, the newest first."""
     return sorted((Path(run_dir) / "checkpoints").glob(f"{PREFIX}*"), reverse=True)
 
 

@@ -1,5 +1,4 @@
-"""Where `export` writes: a new or empty folder or an earlier export, never a run or the log folder; a user's files
-only moved aside (overwrite=true); the checked export published whole, an earlier one deleted once replaced."""
+"""Where `export` writes: a new or empty folder or an earlier export; a user's files moved aside, never deleted."""
 
 from __future__ import annotations
 

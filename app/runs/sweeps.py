@@ -1,5 +1,4 @@
-"""A sweep finished in its own folder (`python -m app train resume=<sweep dir>`): its command line run again, each job
-done, resumed or started, the sweep's lock, and a resumed job's `.hydra/` kept as its first start wrote it."""
+"""A sweep finished in its own folder (`train resume=<sweep dir>`); a resumed job's `.hydra/` kept as first written."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The config's schema, enforced by OmegaConf as Hydra composes: a dataclass a group; the root `Config`, or a command's
-own (COMMAND_SCHEMAS). Closed groups (data, scheduler, logger) name one of ours, so a config imports nothing else;
-open ones (model, optimizer, trainer.callbacks) take any importable target, built by Hydra's `instantiate`."""
+own (COMMAND_SCHEMAS); closed groups (data, scheduler, logger) name one of ours, open ones any importable target."""
 
 from __future__ import annotations
 
@@ -8,7 +7,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 from app.schema.data import (
     DATA_TARGETS,
@@ -250,6 +249,10 @@ def option_of(group: str, target: str) -> str | None:
     return next((option for option, known in TARGETS[group].items() if known == target), None)
 
 
+def schema_of(node) -> type:
+    # the schema a group's node was typed by (a typed DictConfig's, or a dataclass's own): what decides its kind
+    return OmegaConf.get_type(node)
+
+
 def data_schema(target: str | None) -> type | None:
-    """A data node's schema, by its `_target_`."""
     return DATA_SCHEMAS.get(option_of("data", str(target)))

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 # OmegaConf matches enum members by name, and `raise` is a keyword: hence the functional form.
 OnBadSample = Enum("OnBadSample", {"raise": "raise", "skip": "skip"}, type=str)  # type: ignore[misc]
@@ -187,13 +187,23 @@ class PreparedDataConfig(DataConfig):
     """A copy written by `python -m app prepare` (app/data/shards.py): its splits are the copy's."""
 
     _target_: str = DATA_TARGETS["prepared"]
-    # null: the copy's own validation split (prepare fixed it); any number is refused (app/rules.py)
+    # null: the copy's own validation split (prepare fixed it); any number is refused (app/rules/data.py)
     val_fraction: float | None = None
     # A URL data.path (s3://, gs://, https://): fsspec's options for its filesystem (s3fs: key,
     # secret, endpoint_url, ...); secrets are redacted wherever a config is saved or printed.
     storage_options: dict[str, Any] = field(default_factory=dict)
     cache_dir: str | None = None  # a URL data.path: keep fetched shards here (null: read byte ranges only)
     cache_max_gb: float = 20.0  # the cache's cap: least recently used shards go first
+
+
+def patches_of(data) -> PatchesConfig | None:
+    """data.patches where the source's schema (a typed DictConfig's too) has them and a size turns them on."""
+    patched = issubclass(OmegaConf.get_type(data), (FolderDataConfig, TableDataConfig))
+    return data.patches if patched and data.patches.size is not None else None
+
+
+def columns_of(data) -> TableColumns | None:
+    return data.columns if issubclass(OmegaConf.get_type(data), TableDataConfig) else None  # a table's alone
 
 
 @dataclass

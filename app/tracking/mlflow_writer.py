@@ -114,8 +114,6 @@ def tag_pairs(tags: list[str]) -> dict[str, str]:
 
 
 class MlflowWriter:
-    """The MLflow run of a training run (the module docstring says what it holds)."""
-
     def __init__(self, run_dir: Path, node: MlflowLoggerConfig | None = None):
         self.run_dir, self.node = Path(run_dir), node or MlflowLoggerConfig()
         self.mlflow = import_mlflow()

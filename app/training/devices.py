@@ -23,8 +23,6 @@ BFC_HOST_BYTES_PER_POOL_BYTE = 8 / 256
 
 @dataclass(kw_only=True)
 class Placement:
-    """The devices a run trains on."""
-
     strategy_name: str
     devices: list[str] = field(default_factory=list)  # the replicas' devices (mirrored), or the one device
     gpus: list[str] = field(default_factory=list)  # every GPU TensorFlow sees

@@ -35,8 +35,6 @@ log = logging.getLogger("app.train")
 
 @dataclass(kw_only=True)
 class Epochs:
-    """The epoch loop of one run, and what it records at each epoch's end."""
-
     context: RunContext  # the run's config, directory, summary, state and the user's callbacks
     placement: Placement
     source: object
@@ -104,8 +102,7 @@ class Epochs:
         # A step's row is written before its checkpoint: a run killed between the two would
         # otherwise resume after a step that samples.csv never recorded.
         if trainer.record_samples and self.writes:
-            where = self.source.train.place_of(self.context.config.seed) if hasattr(self.source.train, "place_of") \
-                else None  # patches: each sample's place too
+            where = self.source.train.place_of(self.context.config.seed)  # patches: each sample's place too
             own.append(SampleRecorder(self.context.run_dir / "samples.csv", self.context.config.data.batch_size,
                                       self.context.state, where))
         if trainer.profile_steps and self.writes:

@@ -86,13 +86,14 @@ def check_validation_rows(n: int, placement: Placement) -> None:
 def run_loader(config: Config, plan: RunPlan, source, *, run_dir: Path, placement: Placement) -> Loader:
     """This process's loader (not started) as the run plan has it: its share of each global batch, its queue."""
     bad = "bad_samples.txt" if placement.writes else f"bad_samples.{placement.process}.txt"
-    settings = plan.loader_settings(config, bad_log=run_dir / bad)
+    settings = plan.loader_settings(config.data, bad_log=run_dir / bad)
     loader = build_loader(config, {"train": (source.train, config.augment.transforms),
                                   "val": (source.val, eval_transforms(config.augment, config.data.image_size))},
                          settings=settings)
     queue = loader.queue
     log.info("queue: %d %s, max_size %d: %.1f MiB of %s batches%s", queue.workers,
-             "processes" if queue.processes else "threads", queue.max_size, queue.bytes / 2**20, settings.pixels.dtype,
+             "processes" if queue.use_multiprocessing else "threads", queue.max_size, loader.queue_bytes / 2**20,
+             settings.pixels.dtype,
              f" of {plan.batch_size} rows (this process's share of each batch)" if placement.processes > 1 else "")
     return loader
 

@@ -1,5 +1,4 @@
-"""The recipe a model is compiled with (optimizer, schedule, loss, metrics, XLA, steps a call), and the backbone
-frozen until `trainer.unfreeze_at_epoch`: recompiled when that changes, with one optimizer built over every variable."""
+"""The compile recipe (optimizer, schedule, loss, metrics, XLA, steps a call) and the backbone's freezing."""
 
 from __future__ import annotations
 
@@ -13,34 +12,27 @@ import numpy as np
 from app import model as models
 from app.config import closed_target, instantiate_each
 from app.errors import config_error
-from app.objectives import (
-    MacroAUC,
-    MeanAveragePrecision,
-    PerClassF1,
-    PerClassRecall,
-    SmoothedSparseCrossentropy,
-    WeightedBinaryCrossentropy,
-)
-from app.rules import JIT_COMPILE, top_k
+from app.rules import JIT_COMPILE
 from app.runs import rundir
 from app.schema import Config, TrainerConfig
+from app.schema.data import Task as TaskName
+from app.targets import Targets
+from app.tasks import Task, task_of
 
 log = logging.getLogger("app.train")
 
 
 @dataclass(frozen=True)
 class Head:
-    """What the model predicts and its loss compares: the class names, several an image (sigmoid) or one (softmax)."""
+    """What the model predicts and its loss compares: the class names, by the run's task."""
 
     class_names: list[str]
-    multilabel: bool = False
-    pos_weight: np.ndarray | None = None  # multilabel's trainer.class_weight
+    task: Task = task_of(TaskName.multiclass)
+    pos_weight: np.ndarray | None = None  # the task's trainer.class_weight, where it weighs in the loss
 
     def monitor(self, trainer: TrainerConfig) -> str:
-        """trainer.monitor, `auto` being val_accuracy for one class an image and val_auc for several."""
-        if trainer.monitor != "auto":
-            return trainer.monitor
-        return "val_auc" if self.multilabel else "val_accuracy"
+        """trainer.monitor, `auto` being the task's (val_accuracy for one class an image, val_auc for several)."""
+        return self.task.monitor if trainer.monitor == "auto" else trainer.monitor
 
 
 def compile_new(net: keras.Model, config: Config, steps_per_epoch: int, head: Head) -> None:
@@ -55,6 +47,14 @@ def compile_new(net: keras.Model, config: Config, steps_per_epoch: int, head: He
     trainable = sum(int(np.prod(v.shape)) for v in net.trainable_variables)  # no copy off the device
     log.info("model: %s parameters, %s trainable; XLA (trainer.jit_compile=%s): %s", f"{net.count_params():,}",
              f"{trainable:,}", trainer.jit_compile, "on" if net.jit_compile else "off")
+
+
+def new_compiled_model(config: Config, head: Head, steps: int, pixels) -> keras.Model:
+    """The run's model as its config and task describe it, compiled (train's, and plan's to measure)."""
+    net = models.build(config.model, config.data.image_size, len(head.class_names), activation=head.task.activation,
+                       pixels=pixels)
+    compile_new(net, config, steps, head)
+    return net
 
 
 def build_optimizer(config: Config, steps_per_epoch: int) -> keras.optimizers.Optimizer:
@@ -83,12 +83,7 @@ def learning_rate(config: Config, steps_per_epoch: int):
 
 def metric_names(trainer: TrainerConfig, head: Head) -> list[str]:
     """The names Keras logs for the compiled metrics, besides the loss."""
-    class_names, k = head.class_names, top_k(trainer, len(head.class_names))
-    if head.multilabel:
-        return ["auc", "map", "precision", "recall", *(f"f1_{name}" for name in class_names), "macro_precision",
-                "macro_recall"]
-    return (["accuracy"] + ([f"top{k}_accuracy"] if k else [])
-            + ([f"recall_{name}" for name in class_names] if trainer.per_class_recall else []))
+    return head.task.metric_names(trainer, head.class_names)
 
 
 def check_monitor(trainer: TrainerConfig, head: Head) -> None:
@@ -109,17 +104,14 @@ def better(mode: str, value: float, best: float | None) -> bool:
     return best is None or (value < best if mode == "min" else value > best)
 
 
-def class_weights(trainer: TrainerConfig, labels: np.ndarray, class_names: list[str]) -> np.ndarray | None:
-    """trainer.class_weight per class index: balanced, n / (classes × count) in train; a mapping: by name, rest 1."""
+def class_weights(trainer: TrainerConfig, labels: np.ndarray, class_names: list[str], *,
+                  targets: Targets) -> np.ndarray | None:
+    """trainer.class_weight a class: balanced, as the task's targets weigh them in train; a mapping: by name, rest 1."""
     wanted = trainer.class_weight
     if wanted is None:
         return None
-    if wanted == "balanced" and labels.ndim == 2:  # several labels: a class's positives against its negatives
-        positives = labels.sum(axis=0).astype(np.float64)
-        weights = (len(labels) - positives) / np.maximum(positives, 1)
-    elif wanted == "balanced":
-        counts = np.bincount(labels, minlength=len(class_names)).astype(np.float64)
-        weights = len(labels) / (len(class_names) * np.maximum(counts, 1))
+    if wanted == "balanced":
+        weights = targets.balanced_weights(labels, len(class_names))
     else:
         unknown = sorted(set(wanted) - set(class_names))
         if unknown:
@@ -132,32 +124,10 @@ def class_weights(trainer: TrainerConfig, labels: np.ndarray, class_names: list[
 
 
 def _compile(net: keras.Model, trainer: TrainerConfig, optimizer, head: Head) -> None:
-    loss, metrics = _multilabel_objectives(trainer, head) if head.multilabel else _objectives(trainer, head)
+    loss, metrics = head.task.objectives(trainer, head.class_names, head.pos_weight)
     net.compile(optimizer=optimizer, loss=loss, metrics=metrics,
                 jit_compile=JIT_COMPILE[str(trainer.jit_compile).lower()],
                 steps_per_execution=trainer.steps_per_execution)
-
-
-def _objectives(trainer: TrainerConfig, head: Head) -> tuple:
-    """One class an image: sparse crossentropy (smoothed where asked), accuracy, top-k, each class's recall."""
-    k = top_k(trainer, len(head.class_names))
-    loss = (SmoothedSparseCrossentropy(trainer.label_smoothing) if trainer.label_smoothing else
-            "sparse_categorical_crossentropy")
-    metrics = ["accuracy"]
-    if k:
-        metrics.append(keras.metrics.SparseTopKCategoricalAccuracy(k, name=f"top{k}_accuracy"))
-    if trainer.per_class_recall:
-        metrics.append(PerClassRecall(head.class_names))
-    return loss, metrics
-
-
-def _multilabel_objectives(trainer: TrainerConfig, head: Head) -> tuple:
-    """Multi-label: weighted binary crossentropy; macro AUC, mAP, micro precision/recall at threshold, per-class F1."""
-    t, n = trainer.threshold, len(head.class_names)
-    loss = WeightedBinaryCrossentropy(head.pos_weight, trainer.label_smoothing)
-    return loss, [MacroAUC(n), MeanAveragePrecision(n),
-                  keras.metrics.Precision(thresholds=t, name="precision"),
-                  keras.metrics.Recall(thresholds=t, name="recall"), PerClassF1(head.class_names, t)]
 
 
 def frozen_in(config: Config, epoch: int) -> bool:

@@ -1,5 +1,4 @@
-"""What the replicas of a TensorFlow strategy keep apart: Keras's metric variables (checkpointed per replica) and
-BatchNormalization's moving statistics (averaged before validation and before a checkpoint)."""
+"""What a TF strategy's replicas keep apart: Keras's metric variables, BatchNormalization's moving statistics."""
 
 from __future__ import annotations
 

@@ -10,7 +10,6 @@ Updates = Callable[[float], int]
 
 
 def constant(s, *, peak: float, updates: Updates, epochs: int):
-    """The peak throughout."""
     return peak
 
 

@@ -17,6 +17,7 @@ from app.inference.restore import ResumePoint
 from app.runs.checkpoint import RunState
 from app.runs.tables import check_history, rows_kept, write_rows
 from app.schema import Config
+from app.tasks import task_of
 from app.tracking import dashboards
 from app.training import calibration, devices, inputs, recipe
 from app.training.context import RunContext
@@ -26,7 +27,6 @@ log = logging.getLogger("app.train")
 
 
 def train(run: RunContext) -> None:
-    """The run as its context says, from its devices to its last epoch."""
     config = run.config
     placement = start_keras(config)  # first: the processes of a data_parallel run join here
     if placement.processes > 1:
@@ -35,10 +35,10 @@ def train(run: RunContext) -> None:
     if not config.resume and placement.writes:  # the process that writes the run directory
         inputs.delete_partial_records_and_write_split(run.run_dir, source)
     inputs.check_validation_rows(len(source.val), placement)
-    weights = recipe.class_weights(config.trainer, source.train.labels, source.class_names)
-    head = recipe.Head(source.class_names, multilabel=str(config.data.task.value) == "multilabel")
-    if head.multilabel:  # several labels: the weights are each class's positives', in the loss
-        head, weights = recipe.Head(source.class_names, multilabel=True, pos_weight=weights), None
+    task = task_of(config.data.task)
+    in_loss, weights = task.weighed(recipe.class_weights(config.trainer, source.train.labels, source.class_names,
+                                                         targets=task.targets))
+    head = recipe.Head(source.class_names, task, pos_weight=in_loss)
     recipe.check_monitor(config.trainer, head)
     drawn = inputs.sampling_weights(config.data, source)
     if weights is not None and drawn is not None:
@@ -50,14 +50,15 @@ def train(run: RunContext) -> None:
         with placement.scope():  # model, optimizer, metrics and steps on the strategy's replicas
             pixels = run_pixels(config.data, source.train)
             net, point = _model(run, head, steps, pixels)
-            plan = RunPlan.of(config, processes=placement.processes, device_is_host=not placement.gpus, pixels=pixels)
+            plan = RunPlan.of(config.data, processes=placement.processes, device_is_host=not placement.gpus,
+                              pixels=pixels)
             plans = calibration.planner(config, plan, source, net)
             plan = calibration.probed(plans, source.train, net, class_weights=weights)
             if plan.choice:
                 summary.update(queue_auto=plan.choice.record())
             predicted = check_and_write_plan(plan, plans, summary)
             loader = inputs.run_loader(config, plan, source, run_dir=run.run_dir, placement=placement)
-            summary.update(queue_bytes=loader.queue.bytes)
+            summary.update(queue_bytes=loader.queue_bytes)
             with loader, PeakMemory() as memory:
                 if point and placement.writes:  # what may refuse the resume, before the run counts as running
                     _drop_records_after(run.run_dir, run.state.epoch, point.state["step"],
@@ -94,10 +95,7 @@ def _model(run: RunContext, head: recipe.Head, steps: int, pixels) -> tuple[kera
     """(a new compiled model, None), or on resume (the checkpoint's model, the checkpoint) with run.state restored."""
     config = run.config
     if not config.resume:
-        net = models.build(config.model, config.data.image_size, len(head.class_names), multilabel=head.multilabel,
-                           pixels=pixels)
-        recipe.compile_new(net, config, steps, head)
-        return net, None
+        return recipe.new_compiled_model(config, head, steps, pixels), None
     models.import_builder(config.model)
     point = restore.resume_point(run.run_dir, epochs=config.trainer.epochs)
     run.state.restore(point.state, point.arrays)

@@ -1,6 +1,5 @@
 """The step loop: uint8 batches → Keras's compiled train and test functions, steps_per_execution steps a call, the
-callbacks fired as `fit` fires them, logs empty between metric reads. Ours, not `fit`'s: a resumed run starts inside
-an epoch, with Keras's running metrics and the callbacks' counters restored."""
+callbacks fired as `fit` fires them, logs empty between metric reads (why not `fit`'s: docs/architecture.md)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from app.config import conf_dir, load
 from app.data.pixels import run_pixels
 from app.data.source import FileSplit
 from app.errors import ConfigError
-from app.loader.settings import Settings
+from app.loader.settings import Queue, Settings
 from app.schema import BENCH_MODES, register
 
 register()
@@ -26,11 +26,11 @@ def test_a_mode_whose_bench_stopped_ends_quietly():
     """Ctrl-C or SIGTERM ends the bench, which closes its end of the pipe: the child's result has
     nobody to go to, and the child ends without a BrokenPipeError traceback on the terminal."""
     parent_end, child_end = multiprocessing.Pipe(duplex=False)
-    child_main("serial", None, child_end)  # negative control: the parent is there and gets the error
+    child_main("serial", None, Queue(), child_end)  # negative control: the parent is there and gets the error
     assert "AttributeError" in parent_end.recv()["error"]
     parent_end, child_end = multiprocessing.Pipe(duplex=False)
     parent_end.close()
-    child_main("serial", None, child_end)  # raises nothing
+    child_main("serial", None, Queue(), child_end)  # raises nothing
 
 
 def test_tf_data_needs_tensorflow_left_out_of_the_default_modes_refused_when_named(monkeypatch, caplog):
@@ -76,9 +76,9 @@ def test_serial_reads_a_six_band_uint16_run_and_the_figures_are_of_its_batches(t
         rgb = load(compose("bench", ["data=folder", *data, "bench.warmup=1", "bench.batches=2"]))
     for loaded, failed in ((rgb, True), (config, False)):  # negative control: a uint8 run refuses 16-bit files
         parent_end, child_end = multiprocessing.Pipe(duplex=False)
-        child_main("serial", loaded, child_end)
+        child_main("serial", loaded, Queue(workers=1), child_end)
         assert ("error" in parent_end.recv()) is failed
-    batch = Settings.from_config(config, pixels=run_pixels(config.data, FileSplit(sorted(tmp_path.rglob("*.tif")),
-                                                                                  [0] * 8)))
-    derived = bench._derived({}, batch, slots=3, workers=1)
+    pixels = run_pixels(config.data, FileSplit(sorted(tmp_path.rglob("*.tif")), [0] * 8))
+    batch = Settings.of(config.data, Queue(workers=1), pixels=pixels)
+    derived = bench._derived({}, batch, slots=3)
     assert derived == {"queue_bytes": 3 * 2 * 16 * 16 * 6 * 2, "float32_batch_bytes": 4 * 2 * 16 * 16 * 6}

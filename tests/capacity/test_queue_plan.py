@@ -15,13 +15,14 @@ import pytest
 from hydra import compose, initialize_config_dir
 from PIL import Image
 
+from app.capacity import auto, queue_plan
 from app.capacity import probe as machine_probe
-from app.capacity import queue_plan
 from app.capacity.plan import MIB, ModelFacts, Probe, Workload, predict
 from app.capacity.run_plan import RunPlan
 from app.config import conf_dir, load
 from app.data.source import FileSplit
 from app.errors import ConfigError, MachineError
+from app.loader.settings import Queue
 from app.schema import register
 
 PROBE = Probe(trainer_mib=500.0, worker_mib=100.0, worker_bytes_per_decoded_byte=2.0, worker_region_mib=10.0,
@@ -63,7 +64,12 @@ def no_trainer() -> dict:
 
 
 def run_plan(config, processes: int = 1) -> RunPlan:
-    return RunPlan.of(config, processes=processes, device_is_host=True)
+    return RunPlan.of(config.data, processes=processes, device_is_host=True)
+
+
+def given_run(config) -> RunPlan:
+    """The run plan of a config with no `auto`, its queue as given."""
+    return run_plan(config).chosen(auto.resolved(config.queue))
 
 
 def planned(config, splits: tuple, processes: int = 1) -> queue_plan.Planner:
@@ -103,13 +109,13 @@ def test_the_plan_counts_the_ring_as_the_loader_caps_it(jpegs, stored_probe):
     config = composed("queue.max_size=100000")
     plans = planned(config, (jpegs, FileSplit(jpegs.paths[:1], [0])))
     assert plans.plan.workload.max_size == 2 and plans.for_queue(2, 100000) == plans.for_queue(2, 2)
-    text, record = queue_plan.report(plans.run, plans)
+    text, record = queue_plan.report(given_run(config), plans)
     assert text.startswith("queue.max_size=100000 capped at 2 ring slot(s): a pass over the train split (5 samples")
     assert "the ring (2 slot(s) of one uint8 batch)" in text
     assert record["host"]["the ring (2 slot(s) of one uint8 batch)"] == round(2 * 4 * 32 * 32 * 3 / MIB, 1)
     # negative control: under the cap, as given, and nothing said
     assert plans.for_queue(2, 1).workload.max_size == 1
-    assert "capped" not in queue_plan.report(run_plan(composed("queue.max_size=2")), plans)[0]
+    assert "capped" not in queue_plan.report(given_run(composed("queue.max_size=2")), plans)[0]
 
 
 def test_a_failed_probe_gives_no_plan_without_a_budget_and_stops_a_run_with_one(jpegs, monkeypatch):
@@ -130,7 +136,7 @@ def test_the_step_is_timed_only_for_an_auto_queue(jpegs):
 
     given = composed("queue.workers=2", "queue.max_size=2")
     plans = queue_plan.Planner(config=given, run=run_plan(given))
-    assert queue_plan.probed(plans, jpegs, never) == plans.run  # as it was
+    assert queue_plan.probed(plans, jpegs, never) == plans.run.chosen(Queue(workers=2, max_size=2))  # as given
     timed = []
 
     def step(batch):  # a 100 ms step, no CPU to speak of
@@ -142,7 +148,8 @@ def test_the_step_is_timed_only_for_an_auto_queue(jpegs):
     images, labels = timed[0]
     # one real batch, this process's share of the global 8
     assert images.shape == (4, 32, 32, 3) and images.dtype == np.uint8 and len(labels) == 4
-    assert run.max_size == 2 and run.workers == run.choice.workers >= 1 and run.choice.figures["step_ms"] == 100.0
+    assert run.queue.max_size == 2 and run.queue.workers == run.choice.workers >= 1
+    assert run.choice.figures["step_ms"] == 100.0
     assert auto.queue.workers == "auto" and auto.data.batch_size == 8  # the config as written
 
 
@@ -158,7 +165,7 @@ def test_a_queue_over_the_memory_available_is_refused_with_the_workers_that_fit(
                              data=SimpleNamespace(batch_size=4))
     small = Workload(batch_size=4, image_size=(32, 32), max_size=4, workers=2, processes=True,
                      largest_decode_bytes=0, device_is_host=True)
-    run = RunPlan(batch_size=4, workers=many, max_size=2, device_is_host=True)
+    run = RunPlan(batch_size=4, queue=Queue(workers=many, max_size=2), device_is_host=True)
     plans = queue_plan.Planner(config=config, run=run, plan=predict(small, PROBE, MODEL), probe=PROBE, facts=MODEL)
     recorded = {}
     summary = SimpleNamespace(update=lambda **values: recorded.update(values))
@@ -172,7 +179,7 @@ def test_a_queue_over_the_memory_available_is_refused_with_the_workers_that_fit(
     workers = int(fix.split("=")[1].split(":")[0])
     assert 0 < workers < many
     # negative control: the named fix is admitted
-    fixed = dataclasses.replace(run, workers=workers)
+    fixed = run.chosen(Queue(workers=workers, max_size=2))
     assert queue_plan.check_and_write_plan(fixed, plans, summary) == pytest.approx(
         plans.for_queue(workers, 2).host_mib)
 
@@ -183,7 +190,7 @@ def test_a_budget_under_the_plan_is_a_config_error_naming_the_key():
                              data=SimpleNamespace(batch_size=4))
     small = Workload(batch_size=4, image_size=(32, 32), max_size=2, workers=2, processes=True,
                      largest_decode_bytes=0, device_is_host=True)
-    run = RunPlan(batch_size=4, workers=2, max_size=2, device_is_host=True)
+    run = RunPlan(batch_size=4, queue=Queue(workers=2, max_size=2), device_is_host=True)
     plans = queue_plan.Planner(config=config, run=run, plan=predict(small, PROBE, MODEL), probe=PROBE, facts=MODEL)
     with pytest.raises(ConfigError, match="queue.memory_budget_mb"):
         queue_plan.check_and_write_plan(run, plans, SimpleNamespace(update=lambda **_: None))

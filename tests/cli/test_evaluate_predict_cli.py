@@ -18,8 +18,6 @@ import pytest
 from docs_runner import spawn_one_process_for
 from PIL import Image
 
-from app.io import write_json
-
 TINY = ["data.num_images=36", "data.source_size=96", "data.num_classes=3", "data.image_size=[32,32]",
         "data.batch_size=4", "model.widths=[8,16]", "trainer.epochs=2", "hydra.run.dir=run"]
 
@@ -232,74 +230,6 @@ def test_evaluate_on_a_folders_test_split(tmp_path):
     evaluation = json.loads((out / "evaluation.json").read_text())
     assert evaluation["split"] == "test" and evaluation["samples"] == 6 and "on 6 test samples" in result.stdout
     assert {c: v["support"] for c, v in evaluation["per_class"].items()} == {"dark": 3, "light": 3}
-
-
-def test_predict_applies_thresholds_only_where_evaluate_picked_them_for_model_keras(tmp_path, caplog):
-    """model.keras is the run's best checkpoint; thresholds.json records the checkpoint evaluate scored."""
-    from app.commands.predict import _thresholds  # the command's module: hydra's, not Keras's imports
-
-    for step in (5, 15):  # each checkpoint's state.json names the best, step 5
-        (tmp_path / "checkpoints" / f"step-{step:08d}").mkdir(parents=True)
-        write_json(tmp_path / "checkpoints" / f"step-{step:08d}" / "state.json", {"best": [0.9, "step-00000005"]})
-    trainer, names = SimpleNamespace(threshold=0.5), ["a", "b"]
-
-    def picked_for(step: int) -> Path:
-        write_json(tmp_path / "thresholds.json", {"split": "val", "checkpoint": str(tmp_path / "checkpoints" /
-                   f"step-{step:08d}"), "thresholds": {"a": 0.2, "b": 0.7}})
-        return tmp_path / "thresholds.json"
-
-    picked_for(5)  # negative control: picked for model.keras's checkpoint, used
-    assert _thresholds(None, tmp_path, names, trainer).tolist() == [0.2, 0.7]
-    picked_for(15)
-    with caplog.at_level("WARNING", logger="app.predict"):
-        assert _thresholds(None, tmp_path, names, trainer).tolist() == [0.5, 0.5]  # trainer.threshold instead
-    picked, scored = (tmp_path / "checkpoints" / f"step-{step:08d}" for step in (15, 5))
-    assert f"checkpoint {picked}, where" in caplog.text and f"which is checkpoint {scored} (" in caplog.text
-    assert f"evaluate resume={tmp_path} checkpoint=best" in caplog.text and "not used" in caplog.text
-    caplog.clear()
-    with caplog.at_level("WARNING", logger="app.predict"):  # given by name: used as asked, the warning said
-        assert _thresholds(str(picked_for(15)), tmp_path, names, trainer).tolist() == [0.2, 0.7]
-    assert "used, as thresholds= asks" in caplog.text
-
-
-def test_another_runs_thresholds_for_a_checkpoint_of_the_same_name_are_told_apart(tmp_path, caplog):
-    from app.commands.predict import _thresholds
-
-    for run in ("A", "B"):  # both runs' best is step 10
-        (tmp_path / run / "checkpoints" / "step-00000010").mkdir(parents=True)
-        write_json(tmp_path / run / "checkpoints" / "step-00000010" / "state.json", {"best": [0.9, "step-00000010"]})
-        write_json(tmp_path / run / "thresholds.json", {"split": "val", "checkpoint": str(
-            tmp_path / run / "checkpoints" / "step-00000010"), "thresholds": {"a": 0.2, "b": 0.7}})
-    trainer, names = SimpleNamespace(threshold=0.5), ["a", "b"]
-    with caplog.at_level("WARNING", logger="app.predict"):  # negative control: B's own file, given by name
-        assert _thresholds(str(tmp_path / "B" / "thresholds.json"), tmp_path / "B", names, trainer).tolist() == \
-            [0.2, 0.7]
-    assert caplog.text == ""
-    with caplog.at_level("WARNING", logger="app.predict"):
-        assert _thresholds(str(tmp_path / "A" / "thresholds.json"), tmp_path / "B", names, trainer).tolist() == \
-            [0.2, 0.7]
-    picked, scored = (tmp_path / run / "checkpoints" / "step-00000010" for run in "AB")
-    assert f"checkpoint {picked}, where" in caplog.text and f"which is checkpoint {scored} (" in caplog.text
-
-
-def test_a_threshold_outside_0_to_1_is_refused_naming_the_class_and_the_file_by_predict_and_export(tmp_path):
-    from app.commands.export import _output
-    from app.commands.predict import _thresholds
-    from app.errors import DataError
-
-    (tmp_path / "checkpoints" / "step-00000010").mkdir(parents=True)
-    trainer, names = SimpleNamespace(threshold=0.5), ["a", "b"]
-    config = SimpleNamespace(data=SimpleNamespace(task=SimpleNamespace(value="multilabel")), trainer=trainer)
-    path = tmp_path / "thresholds.json"
-    path.write_text('{"split": "val", "thresholds": {"a": 0.0, "b": 1}}')  # negative control: the bounds are kept
-    assert _thresholds(None, tmp_path, names, trainer).tolist() == [0.0, 1.0]
-    assert _output(config, tmp_path, names)["thresholds"] == {"a": 0.0, "b": 1.0}
-    for wrong, said in (('NaN', "'a'.s threshold is nan"), ('7.5', "'a'.s threshold is 7.5"),
-                        ('"0.4"', "'a'.s threshold is '0.4'"), ('-0.1', "'a'.s threshold is -0.1")):
-        path.write_text(f'{{"split": "val", "thresholds": {{"a": {wrong}, "b": 0.5}}}}')
-        for read in (lambda: _thresholds(None, tmp_path, names, trainer), lambda: _output(config, tmp_path, names)):
-            with pytest.raises(DataError, match=f"{path} cannot be used .class {said}, not a number from 0 to 1"):
-                read()
 
 
 def tree(run: Path, but: tuple[str, ...] = ()) -> dict[str, bytes]:

@@ -15,7 +15,7 @@ from PIL import Image
 from app.data import load_or_generate_source
 from app.data.folder import FINGERPRINT_COVERS, Held, folder_source, split_by_fraction
 from app.errors import ConfigError, DataError
-from app.schema.data import DATA_TARGETS
+from app.schema.data import DATA_TARGETS, FolderDataConfig
 
 
 def _image(path, value=0, size=(6, 4)):
@@ -146,7 +146,7 @@ def test_file_split_pickles_small(tmp_path):
 def test_load_or_generate_source_resolves_relative_paths(tmp_path, monkeypatch):
     _tree(tmp_path / "rel", {"a": 2, "b": 2})
     monkeypatch.chdir(tmp_path)
-    cfg = SimpleNamespace(_target_=DATA_TARGETS["folder"], path="rel", val_fraction=0.5)
+    cfg = FolderDataConfig(path="rel", val_fraction=0.5)
     src = load_or_generate_source(cfg)
     assert src.split["root"] == str(tmp_path / "rel")
     monkeypatch.chdir("/")

@@ -1,4 +1,4 @@
-"""app/data/headers.py: what a split's files will hold decoded, from their headers alone."""
+"""app/data/headers.py: what a split's files will hold decoded, from their headers alone, as each split asks."""
 
 from types import SimpleNamespace
 
@@ -9,9 +9,9 @@ from PIL import Image
 
 from app.data import images, tiff
 from app.data.band_stats import BandTally
-from app.data.headers import decode_bytes, files_of, header_draft, largest_decode_bytes, nodata_of
+from app.data.headers import decode_bytes, header_draft
 from app.data.images import Decode
-from app.data.patches import PatchSplit, layout_of
+from app.data.patches import GridPatches, layout_of
 from app.data.source import ArraySplit, FileSplit
 
 
@@ -22,11 +22,11 @@ def test_largest_decode_reads_headers_under_the_draft_rule(tmp_path):
         Image.new("RGB", size).save(paths[-1])
     (tmp_path / "bad.jpg").write_bytes(b"not an image")
     split = FileSplit([*paths, tmp_path / "bad.jpg"], [0, 0, 0])
-    assert largest_decode_bytes(split, Decode()) == (400 * 300 * 3, 0)  # a full decode; the bad file passed over
-    assert largest_decode_bytes(split, Decode(100)) == (200 * 150 * 3, 0)  # halved: its short side stays ≥ 100
+    assert split.largest_decode_bytes(Decode()) == (400 * 300 * 3, 0)  # a full decode; the bad file passed over
+    assert split.largest_decode_bytes(Decode(100)) == (200 * 150 * 3, 0)  # halved: its short side stays ≥ 100
     np.save(tmp_path / "rows.npy", np.zeros((4, 32, 32, 3), np.uint8))
     rows = ArraySplit(tmp_path / "rows.npy", [0, 1], [0, 0], "train")
-    assert largest_decode_bytes(rows, Decode(100)) == (32 * 32 * 3, 0)
+    assert rows.largest_decode_bytes(Decode(100)) == (32 * 32 * 3, 0)
 
 
 def test_the_header_scan_leaves_what_the_loader_refuses_to_it(tmp_path):
@@ -40,7 +40,7 @@ def test_the_header_scan_leaves_what_the_loader_refuses_to_it(tmp_path):
     loop.symlink_to(loop)
     split = FileSplit([small, bomb, huge_png, loop], [0, 0, 0, 0])
     for max_pixels in (images.DEFAULT_MAX_PIXELS, None):
-        assert largest_decode_bytes(split, Decode(None, max_pixels)) == (
+        assert split.largest_decode_bytes(Decode(None, max_pixels)) == (
             100 * 80 * 3 if max_pixels else 30000 * 30000 * 3, 0)  # null: the JPEG bomb is tried, as the loader would
         assert header_draft(huge_png, None, max_pixels) is None  # beyond Pillow's own limit either way
     assert header_draft(bomb, None, 10**9) == (30000, 30000, 1)  # within a raised limit: counted
@@ -62,7 +62,7 @@ def test_a_decode_through_pillow_is_planned_with_its_own_copies(tmp_path):
     assert decode_bytes(tmp_path / "grey.png", Decode(None, 1000)) == (0, 0)  # refused by the limit: the loader's
     Image.new("RGB", (80, 30)).save(tmp_path / "wide.jpg")
     split = FileSplit([tmp_path / "wide.jpg", tmp_path / "grey.png"], [0, 0])
-    assert largest_decode_bytes(split, Decode()) == (80 * 30 * 3, 40 * 30 * 5)  # each figure's largest
+    assert split.largest_decode_bytes(Decode()) == (80 * 30 * 3, 40 * 30 * 5)  # each figure's largest
 
 
 def test_each_samples_no_data_value_is_its_own_files_and_stats_leave_out_each_its_own(tmp_path):
@@ -73,21 +73,21 @@ def test_each_samples_no_data_value_is_its_own_files_and_stats_leave_out_each_it
         tifffile.imwrite(tmp_path / name, image, photometric="minisblack",
                          extratags=[(42113, "s", 0, tag, True)] if tag else [])
     split = FileSplit([tmp_path / n for n in ("zero.tif", "none.tif", "seven.tif")], [0, 0, 0])
-    assert [nodata_of(split, i) for i in range(3)] == [0.0, None, 7.0]
+    assert [split.nodata(i) for i in range(3)] == [0.0, None, 7.0]
     tally = BandTally(1, "uint16")
-    tally.add(np.stack([image] * 3), [nodata_of(split, i) for i in range(3)])
+    tally.add(np.stack([image] * 3), [split.nodata(i) for i in range(3)])
     figures = tally.figures()[0]
     assert figures["pixels"] == 3 + 4 + 3 and figures["min"] == 0  # the untagged file's 0 counted
     assert figures["mean"] == (7 + 9 + 9 + (0 + 7 + 9 + 9) + 0 + 9 + 9) / 10
     tiled = tmp_path / "tiled.tif"
     tifffile.imwrite(tiled, np.ones((128, 128, 6), np.uint16), tile=(64, 64), photometric="minisblack",
                      planarconfig="contig", extratags=[(42113, "s", 0, "5", True)])
-    patches = PatchSplit(FileSplit([tiled], [0]), [layout_of(str(tiled), SimpleNamespace(
-        size=[64, 64], level=0, downsample=None, mpp=None, mode=SimpleNamespace(value="grid"), stride=None,
-        per_image=None, min_foreground=0.0, mask_bands=None, max_chunk_pixels=2**24,
-        reader=SimpleNamespace(value="auto")), grid=True)], size=(64, 64), per_image=None)
-    assert len(patches) == 4 and {nodata_of(patches, i) for i in range(4)} == {5.0}  # its slide's
-    assert files_of(patches) == [str(tiled)] and files_of(split) == [str(p) for p in split.paths]
+    grid = SimpleNamespace(size=[64, 64], level=0, downsample=None, mpp=None, mode=SimpleNamespace(value="grid"),
+                           stride=None, per_image=None, min_foreground=0.0, mask_bands=None, max_chunk_pixels=2**24,
+                           reader=SimpleNamespace(value="auto"))
+    patches = GridPatches(FileSplit([tiled], [0]), [layout_of(str(tiled), grid, grid=True)], grid)
+    assert len(patches) == 4 and {patches.nodata(i) for i in range(4)} == {5.0}  # its slide's
+    assert patches.files() == [str(tiled)] and split.files() == [str(p) for p in split.paths]
 
 
 def test_a_no_data_value_no_pixel_can_hold_is_none_said_once(tmp_path, caplog, monkeypatch):
@@ -104,7 +104,7 @@ def test_a_no_data_value_no_pixel_can_hold_is_none_said_once(tmp_path, caplog, m
     split = FileSplit(paths, [0] * len(paths))
     monkeypatch.setattr(tiff, "_unheld", set(), raising=False)  # said once a process: this test's own count
     with caplog.at_level("WARNING", logger="app.data.tiff"):
-        found = [nodata_of(split, i) for i in range(len(paths))]
+        found = [split.nodata(i) for i in range(len(paths))]
     assert found == [value for value in tags.values() for _ in range(2)]
     said = [r.getMessage() for r in caplog.records if r.name == "app.data.tiff"]
     assert len(said) == 5 and all("no value a uint16 pixel can hold" in line for line in said), said
@@ -113,8 +113,7 @@ def test_a_no_data_value_no_pixel_can_hold_is_none_said_once(tmp_path, caplog, m
         per_image=None, min_foreground=0.0, mask_bands=None, max_chunk_pixels=2**24,
         reader=SimpleNamespace(value="auto")), grid=True).slide
     assert slide.nodata is None  # the slide's reader judges it alike
-    copy = SimpleNamespace(stored_nodata=lambda i: float("nan"), dtype="uint16", root=str(tmp_path))
-    assert nodata_of(copy, 0) is None  # a copy that kept NaN
+    assert tiff.held_nodata(float("nan"), "uint16", str(tmp_path)) is None  # as a raw copy judges a kept NaN
     tally = BandTally(6, "uint16")
     tally.add(np.stack([image] * len(paths)), found)
     assert tally.figures()[0]["pixels"] == 64 * 64 * len(paths)  # no pixel 0 or 65535: none left out

@@ -22,7 +22,7 @@ from app.data.folder import folder_source
 from app.data.images import read_bytes
 from app.data.layouts import why_none
 from app.data.masks import foreground, fractions, thumbnail
-from app.data.patches import PatchSplit, grid_split, layout_of, patched
+from app.data.patches import GridPatches, RandomPatches, grid_split, layout_of, patched
 from app.data.regions import close_open_files, read_region, slide_of
 from app.data.source import FileSplit, Source
 from app.errors import DataError
@@ -98,7 +98,7 @@ def test_no_data_is_background_and_a_flat_image_all_foreground():
 def test_grid_patches_lie_inside_the_image_on_foreground_and_random_ones_follow_the_draw(slide):
     path, _, drawn = slide
     images = FileSplit([str(path)], [0])
-    grid = PatchSplit(images, [layout_of(str(path), settings(level=0), grid=True)], size=(64, 64), per_image=None)
+    grid = GridPatches(images, [layout_of(str(path), settings(level=0), grid=True)], settings(level=0))
     corners = [grid.where(i)[1:] for i in range(len(grid))]
     assert corners and all(0 <= top <= 1024 - 64 and 0 <= left <= 1024 - 64 for top, left in corners)
     shares = [drawn[top:top + 64, left:left + 64].mean() for top, left in corners]
@@ -106,8 +106,7 @@ def test_grid_patches_lie_inside_the_image_on_foreground_and_random_ones_follow_
     every = layout_of(str(path), settings(level=0, min_foreground=0.0), grid=True)
     assert len(every.cells()) == 16 * 16 > len(corners)  # negative control: without the mask, the whole grid
     assert np.array_equal(grid.read(0), read_region(slide_of(path, LIMIT), 0, corners[0], (64, 64)))
-    drawn_split = PatchSplit(images, [layout_of(str(path), settings(level=0), grid=False)], size=(64, 64),
-                             per_image=4)
+    drawn_split = RandomPatches(images, [layout_of(str(path), settings(level=0), grid=False)], settings(level=0))
     assert drawn_split.where(1, (0, 3, 0)) == drawn_split.where(1, (0, 3, 0))
     places = {drawn_split.where(i, (0, epoch, 0)) for i in range(4) for epoch in range(5)}
     assert len(places) > 10  # each epoch, each index, its own patch
@@ -200,8 +199,7 @@ def test_a_slides_score_is_its_patches_mean_max_or_top_k_mean():
 
 def test_previews_sheet_shows_where_the_drawn_patches_lie(slide, tmp_path):
     path = str(slide[0])
-    split = PatchSplit(FileSplit([path], [0]), [layout_of(path, settings(level=0), grid=False)], size=(64, 64),
-                       per_image=4)
+    split = RandomPatches(FileSplit([path], [0]), [layout_of(path, settings(level=0), grid=False)], settings(level=0))
     write_patch_sheet(split, [0, 1, 2, 3], 0, tmp_path / "patches.png")
     sheet = np.asarray(Image.open(tmp_path / "patches.png").convert("RGB"))
     assert ((sheet == (250, 220, 0)).all(axis=2)).sum() > 4 * 40  # four patches outlined in yellow
@@ -297,7 +295,7 @@ def test_a_heatmap_of_a_slide_without_a_pyramid_holds_a_band_of_tiles_never_its_
     path = tmp_path / "flat.tif"
     tifffile.imwrite(path, image, tile=(128, 128), compression="jpeg", photometric="rgb")
     layout = layout_of(str(path), settings(level=0, min_foreground=0.0), grid=True)
-    split = PatchSplit(FileSplit([str(path)], [0]), [layout], size=(64, 64), per_image=None)
+    split = GridPatches(FileSplit([str(path)], [0]), [layout], settings(level=0, min_foreground=0.0))
     write_heatmap(split, 0, [(0, 0, 0.9)], tmp_path / "warm")  # imports and codecs' first use, outside the count
     tracemalloc.start()
     try:

@@ -17,7 +17,6 @@ from prepared_copies import corrupt_member, flip_byte, picture, write_as_format_
 
 from app.augment import check_stored_sizes
 from app.data import load_or_generate_source
-from app.data.headers import largest_decode_bytes
 from app.data.images import Decode, rgb_from_bytes
 from app.data.shards import read_index
 from app.errors import BadSampleError, ConfigError, DataError
@@ -40,7 +39,7 @@ def copies(tmp_path_factory):
 def test_raw_sample_is_the_stored_pixels_read_by_its_range_alone(copies):
     source = load_or_generate_source(_data(copies["raw"]))
     train = pickle.loads(pickle.dumps(source.train))  # as a spawn'ed worker gets it
-    assert train._index is None and not train._fds
+    assert train._index is None and not train.root._shards.fds  # its own descriptors, none open yet
     for i in (0, 5, 23):
         raw = train.fetch(i)
         assert len(raw) == 40 * 56 * 3  # the member's pixels, not the shard (which holds 12 samples)
@@ -144,13 +143,13 @@ def test_the_plan_takes_the_sizes_from_the_index_without_opening_a_shard(copies,
     train = load_or_generate_source(_data(root)).train
     for shard in root.glob("*.tar"):
         shard.unlink()  # the plan must not need them
-    assert largest_decode_bytes(train, Decode()) == (40 * 56 * 3, 0)
+    assert train.largest_decode_bytes(Decode()) == (40 * 56 * 3, 0)
     # a draft decode to a short side of 10 reduces 40×56 by 4
-    assert largest_decode_bytes(train, Decode(min_short_side=10)) == (10 * 14 * 3, 0)
+    assert train.largest_decode_bytes(Decode(min_short_side=10)) == (10 * 14 * 3, 0)
     jpeg = load_or_generate_source(_data(copies["jpeg"])).train
     assert rgb_from_bytes(bytes(jpeg.fetch(0)), 10).shape == (10, 14, 3)  # what the decode makes, indeed
     raw = load_or_generate_source(_data(copies["raw"])).train
-    assert largest_decode_bytes(raw, Decode(min_short_side=10)) == (40 * 56 * 3, 0)  # raw is never reduced
+    assert raw.largest_decode_bytes(Decode(min_short_side=10)) == (40 * 56 * 3, 0)  # raw is never reduced
 
 
 def test_the_fingerprint_is_the_manifests(copies, tmp_path):

@@ -29,7 +29,7 @@ from app.errors import BadSampleError, DataError
 from app.loader import messages
 from app.loader.bad_samples import failure
 from app.loader.enqueuer import Enqueuer
-from app.loader.settings import Settings
+from app.loader.settings import Queue, Settings
 from app.loader.worker import fill
 from app.schema.data import DATA_TARGETS
 
@@ -179,7 +179,7 @@ def test_storage_retries_made_by_workers_are_counted_in_the_telemetry(tmp_path, 
         source = load_or_generate_source(_data(f"{served.url}/copy"))
         size = (24, 24)
         augmenters = {"train": Augmenter([], list(size)), "val": Augmenter([], list(size))}
-        settings = Settings(batch_size=4, image_size=size, workers=2, timeout_s=60)
+        settings = Settings(batch_size=4, image_size=size, queue=Queue(workers=2, timeout_s=60))
         with Enqueuer({"train": source.train, "val": source.val}, augmenters, settings) as loader:
             served.failing("train-00000.tar", "train-00001.tar")  # each shard's next ranged GET: a 503
             batches = list(loader.batches("train", np.arange(24), epoch=0))

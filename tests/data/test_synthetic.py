@@ -132,8 +132,8 @@ def test_stale_temporary_folders_of_dead_jobs_are_removed(tmp_path):
 
 
 def test_images_are_rgb_jpegs_of_a_few_sizes_and_aspect_ratios(tmp_path):
-    src = load_or_generate_source(SimpleNamespace(_target_=SYNTH, path=str(tmp_path), val_fraction=0.25,
-                                      seed=0, **TINY))
+    src = load_or_generate_source(SimpleNamespace(_target_=SYNTH, task="multiclass", path=str(tmp_path),
+                                                  val_fraction=0.25, seed=0, num_test_images=0, **TINY))
     images = [src.train.read(i) for i in range(len(src.train))]
     assert all(img.dtype == np.uint8 and img.ndim == 3 and img.shape[2] == 3 for img in images)
     sides = {round(np.sqrt(img.shape[0] * img.shape[1])) for img in images}  # of a square of as many pixels
@@ -168,7 +168,8 @@ def test_files_stored_turned_load_as_drawn(tmp_path, draft):
 
 
 def test_a_run_on_another_generators_files_is_refused_before_generating(tmp_path, monkeypatch):
-    data = SimpleNamespace(_target_=SYNTH, path=str(tmp_path / "data"), val_fraction=0.25, seed=0, **TINY)
+    data = SimpleNamespace(_target_=SYNTH, task="multiclass", path=str(tmp_path / "data"), val_fraction=0.25, seed=0,
+                           num_test_images=0, **TINY)
     source = load_or_generate_source(data)
     run = tmp_path / "run"
     run.mkdir()
@@ -189,7 +190,8 @@ def test_a_run_on_another_generators_files_is_refused_before_generating(tmp_path
 
 def test_source_is_the_folder_split(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    cfg = SimpleNamespace(_target_=SYNTH, path="datasets/synthetic", val_fraction=0.25, seed=0, **TINY)
+    cfg = SimpleNamespace(_target_=SYNTH, task="multiclass", path="datasets/synthetic", val_fraction=0.25, seed=0,
+                          num_test_images=0, **TINY)
     src = load_or_generate_source(cfg)
     assert src.name == "synthetic" and src.split["source"] == "synthetic"
     assert src.class_names == ["00_red_circle", "01_green_square", "02_blue_triangle"]
@@ -217,8 +219,8 @@ def test_class_count_out_of_range(tmp_path, n):
 
 def test_the_test_split_is_generated_apart_and_outside_the_fingerprint(tmp_path):
     def source(tests):
-        return load_or_generate_source(SimpleNamespace(_target_=SYNTH, path=str(tmp_path), val_fraction=0.25, seed=0,
-                                           num_test_images=tests, **TINY))
+        return load_or_generate_source(SimpleNamespace(_target_=SYNTH, task="multiclass", path=str(tmp_path),
+                                                       val_fraction=0.25, seed=0, num_test_images=tests, **TINY))
 
     none, some = source(0), source(None)  # null: a quarter of num_images
     assert none.test is None and len(some.test) == 24 // 4

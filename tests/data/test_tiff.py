@@ -16,7 +16,7 @@ from PIL import Image
 from app.data.decode import Decode, DecodeError, Pixels
 from app.data.headers import decode_bytes
 from app.data.images import load_rgb
-from app.data.patches import PatchSplit, layout_of
+from app.data.patches import GridPatches, layout_of
 from app.data.pixels import normalization, pixels_of
 from app.data.source import FileSplit
 from app.data.tiff import read_tiff
@@ -190,8 +190,7 @@ def test_all_counts_a_patch_splits_bands_from_its_images(tmp_path):
     grid = SimpleNamespace(size=[64, 64], level=0, downsample=None, mpp=None, mode=SimpleNamespace(value="grid"),
                            stride=None, per_image=None, min_foreground=0.0, mask_bands=None, max_chunk_pixels=2**24,
                            reader=SimpleNamespace(value="auto"))
-    patches = PatchSplit(FileSplit(tiles, [0, 1]), [layout_of(t, grid, grid=True) for t in tiles], size=(64, 64),
-                         per_image=None)
+    patches = GridPatches(FileSplit(tiles, [0, 1]), [layout_of(t, grid, grid=True) for t in tiles], grid)
     assert pixels_of("all", "uint16", split=FileSplit(tiles, [0, 1])).bands == 6  # negative control: the files alone
     assert pixels_of("all", "uint16", split=patches).bands == 6
 

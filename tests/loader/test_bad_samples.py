@@ -68,7 +68,7 @@ def test_a_stand_in_brings_its_own_label(workers, tmp_path, children):
 
 
 class OutOfMemoryAt(MarkedSplit):
-    def read(self, i, decode=None):
+    def read(self, i, decode=None, drawn=None):
         if i == 5:
             raise MemoryError()  # what a thread decoding a huge image meets
         return super().read(i, decode)

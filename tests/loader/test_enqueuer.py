@@ -16,7 +16,7 @@ from marked import MarkedSplit, index_of
 from app.errors import WorkerError
 from app.loader.enqueuer import Enqueuer
 from app.loader.order import epoch_order
-from app.loader.settings import Settings
+from app.loader.settings import Queue, Settings
 
 MODES = [(0, True), (1, True), (2, True), (1, False), (2, False)]
 IDS = ["in-process", "1-process", "2-processes", "1-thread", "2-threads"]
@@ -89,14 +89,14 @@ def test_the_ring_holds_no_more_slots_than_a_pass_fills(caplog, children):
     split = MarkedSplit(10, size=8)  # 3 batches of 4 a pass, the last short
     with caplog.at_level(logging.INFO, logger="app.loader.enqueuer"):
         with make(split, workers=1, processes=False, max_size=100000, batch=4) as enq:
-            assert enq.max_size == 3 and enq.ring.array.shape[0] == 3 and enq.queue_bytes == 3 * 4 * 8 * 8 * 3
+            assert enq.slot_count == 3 and enq.ring.array.shape[0] == 3 and enq.queue_bytes == 3 * 4 * 8 * 8 * 3
             got = [index_of(image) for images, _ in enq.batches("train", np.arange(10), 0) for image in images]
         assert got == list(range(10))
         assert "queue.max_size=100000 capped at 3 ring slot(s): a pass over the train split (10 samples" in caplog.text
         caplog.clear()
         # negative control: a value at or under the cap is left as it is, and nothing is said
-        assert [make(split, max_size=m, batch=4).max_size for m in (2, 3)] == [2, 3] and "capped" not in caplog.text
-    assert make(MarkedSplit(0), max_size=4, batch=4).max_size == 1  # an empty split: still one slot
+        assert [make(split, max_size=m, batch=4).slot_count for m in (2, 3)] == [2, 3] and "capped" not in caplog.text
+    assert make(MarkedSplit(0), max_size=4, batch=4).slot_count == 1  # an empty split: still one slot
     assert_clean(children)
 
 
@@ -176,8 +176,8 @@ def epoch_bytes(split, *, workers, processes=True, start_method="spawn", seed=0,
 
     augmenter = Augmenter(CROP_FLIP_JITTER, [24, 24])
     order = epoch_order(len(split), seed=seed, epoch=epoch, shuffle=True)
-    settings = Settings(batch_size=4, image_size=(24, 24), workers=workers, use_multiprocessing=processes, max_size=2,
-                        start_method=start_method)
+    queue = Queue(workers=workers, use_multiprocessing=processes, max_size=2, start_method=start_method)
+    settings = Settings(batch_size=4, image_size=(24, 24), queue=queue)
     with Enqueuer({"train": split}, {"train": augmenter}, settings, seed=seed) as enq:
         return [images.tobytes() for images, _ in enq.batches("train", order, epoch)]
 
@@ -234,11 +234,11 @@ def test_a_second_draw_of_a_sample_gets_its_own_augmentation_with_any_workers(jp
     from app.augment import Augmenter
 
     order, draws = np.array([3, 3, 5, 3]), np.array([0, 1, 0, 2])
-    settings = Settings(batch_size=4, image_size=(24, 24), workers=2, max_size=2)
+    settings = Settings(batch_size=4, image_size=(24, 24), queue=Queue(workers=2, max_size=2))
     built = {}
     for workers in (0, 2):
         with Enqueuer({"train": jpeg_split}, {"train": Augmenter(CROP_FLIP_JITTER, [24, 24])},
-                      dataclasses.replace(settings, workers=workers), seed=0) as enq:
+                      dataclasses.replace(settings, queue=Queue(workers=workers, max_size=2)), seed=0) as enq:
             built[workers] = [np.array(images) for images, _ in enq.batches("train", order, 1, draws)][0]
     assert np.array_equal(built[0], built[2])
     first, second, _, third = built[2]

@@ -16,10 +16,10 @@ from app.augment import Augmenter
 from app.data.source import FileSplit
 from app.loader.enqueuer import Enqueuer
 from app.loader.pipeline import Loader
-from app.loader.settings import Settings
+from app.loader.settings import Queue, Settings
 
 paths = sys.argv[1:]
-settings = Settings(batch_size=len(paths), image_size=(16, 16), workers=1, max_size=1)
+settings = Settings(batch_size=len(paths), image_size=(16, 16), queue=Queue(workers=1, max_size=1))
 enqueuer = Enqueuer({"train": FileSplit(paths, [0] * len(paths))}, {"train": Augmenter([], (16, 16), draft=False)},
                     settings)
 with Loader(enqueuer) as loader:

@@ -11,9 +11,10 @@ from hydra import compose, initialize_config_dir
 from loaders import assert_clean, make
 from marked import MarkedSplit, index_of
 
+from app.capacity.auto import loading_only
 from app.config import conf_dir, load
 from app.loader import ring
-from app.loader.pipeline import Loader, QueueFigures, build_loader
+from app.loader.pipeline import Loader, Queue, build_loader
 from app.schema import register
 
 
@@ -27,8 +28,10 @@ def config(*overrides: str):
 
 def test_the_loader_gives_every_sample_and_names_the_unreadable(children):
     split = MarkedSplit(10, bad=(3,))
-    with build_loader(config(), {"val": (split, [])}, on_bad_sample="mark") as loader:
-        assert loader.queue == QueueFigures(workers=1, processes=False, max_size=2, bytes=2 * 4 * 8 * 8 * 3)
+    loaded = config()
+    with build_loader(loaded, {"val": (split, [])}, queue=loading_only(loaded.queue), on_bad_sample="mark") as loader:
+        assert loader.queue == Queue(workers=1, use_multiprocessing=False, max_size=2)
+        assert loader.queue_bytes == 2 * 4 * 8 * 8 * 3
         batches = list(loader.every_sample("val"))
         failed = loader.failed("val")
         live = loader.telemetry("live")
@@ -44,7 +47,7 @@ def test_the_loader_gives_every_sample_and_names_the_unreadable(children):
 def test_skip_counts_what_it_replaced(children):
     split = MarkedSplit(8, bad=(1, 5))
     cfg = config("data.max_bad_fraction=0.5")
-    with build_loader(cfg, {"train": (split, [])}, on_bad_sample="skip") as loader:
+    with build_loader(cfg, {"train": (split, [])}, queue=loading_only(cfg.queue), on_bad_sample="skip") as loader:
         assert loader.skipped == 0  # negative control: nothing read yet
         got = [index_of(x) for batch, _ in loader.batches("train", np.arange(8), 0) for x in batch]
         assert loader.skipped == 2 and loader.failed("train") == {}

@@ -118,9 +118,9 @@ def test_workers_die_with_their_parent_even_by_sigkill():
 import threading, time
 from marked import IdentityAugmenter, MarkedSplit
 from app.loader.enqueuer import Enqueuer
-from app.loader.settings import Settings
+from app.loader.settings import Queue, Settings
 split = MarkedSplit(8, hang_at=(0, 1))  # both workers busy (hung) in a read: no pipe EOF to notice
-settings = Settings(batch_size=4, image_size=(8, 8), workers=2, timeout_s=600)
+settings = Settings(batch_size=4, image_size=(8, 8), queue=Queue(workers=2, timeout_s=600))
 enq = Enqueuer({"train": split}, {"train": IdentityAugmenter()}, settings).start()
 threading.Thread(target=lambda: list(enq.batches("train", list(range(8)), 0)), daemon=True).start()
 deadline = time.monotonic() + 60

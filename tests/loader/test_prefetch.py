@@ -9,7 +9,7 @@ from marked import IdentityAugmenter, MarkedSplit
 from app.errors import WorkerError
 from app.loader.enqueuer import Enqueuer
 from app.loader.prefetch import batches, detach
-from app.loader.settings import Settings
+from app.loader.settings import Queue, Settings
 
 
 def test_detach_survives_the_slot_being_reused():
@@ -20,7 +20,7 @@ def test_detach_survives_the_slot_being_reused():
 
 
 def make(split):
-    settings = Settings(batch_size=4, image_size=(8, 8), workers=2, max_size=2)
+    settings = Settings(batch_size=4, image_size=(8, 8), queue=Queue(workers=2, max_size=2))
     return Enqueuer({"train": split}, {"train": IdentityAugmenter()}, settings)
 
 

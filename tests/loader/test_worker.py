@@ -97,7 +97,7 @@ def test_a_crash_is_failed_under_every_policy_with_its_traceback(policy):
 def test_the_augmenters_transform_is_what_reaches_the_ring():
     """A real Augmenter: its configured flip and resize (16² → 8²) applied to the sample read."""
     class Gradient(MarkedSplit):
-        def read(self, i, decode=None):
+        def read(self, i, decode=None, drawn=None):
             return np.broadcast_to(np.arange(16, dtype=np.uint8)[None, :, None] * 16, (16, 16, 3)).copy()
 
     augmenter = Augmenter([{"_target_": "albumentations.HorizontalFlip", "p": 1.0}], [SIZE, SIZE])

@@ -25,7 +25,6 @@ from shard_checks import assert_webdataset_reads_what_the_index_says
 from app.config import conf_dir, load
 from app.data import load_or_generate_source, tiff
 from app.data.decode import Decode, Pixels
-from app.data.headers import nodata_of
 from app.data.prepared import prepared_source
 from app.data.shards import FORMAT_VERSION, manifest_checksum, read_index, read_manifest
 from app.data.storage import LocalStore, RemoteStore, Store
@@ -415,8 +414,8 @@ def test_a_raw_copy_keeps_each_originals_no_data_value_and_never_blends_it(tmp_p
                                                                                            dtype="uint16"))
     seen = []
     for split in ("train", "val"):
-        prepared = getattr(copy, split)
-        kept = [nodata_of(prepared, i) for i in range(len(prepared))]
+        prepared = copy.splits()[split]
+        kept = [prepared.nodata(i) for i in range(len(prepared))]
         assert kept == [tiff.nodata_of(meta["path"]) for meta in _metas(out, split)]  # each its original's
         for i, value in enumerate(kept):
             image = prepared.read(i, decode)

@@ -12,6 +12,7 @@ import pytest
 import tifffile
 from hydra import compose, initialize_config_dir
 
+from app.capacity.auto import resolved
 from app.capacity.run_plan import RunPlan
 from app.config import conf_dir, load
 from app.data.pixels import run_pixels
@@ -51,11 +52,13 @@ def test_each_process_loads_its_share_of_a_batch(tmp_path):
     source, _ = inputs.read_data(config, tmp_path)
     one, two = Placement(strategy_name="default", devices=["/device:CPU:0"]), Placement(
         strategy_name="data_parallel", devices=["/device:CPU:0"], processes=2)
-    plans = [RunPlan.of(config, processes=p.processes, device_is_host=True) for p in (one, two)]
+    plans = [RunPlan.of(config.data, processes=p.processes, device_is_host=True).chosen(resolved(config.queue))
+             for p in (one, two)]
     assert [plan.batch_size for plan in plans] == [8, 4]
-    whole, half = (inputs.run_loader(config, plan, source, run_dir=tmp_path, placement=p).queue
+    whole, half = (inputs.run_loader(config, plan, source, run_dir=tmp_path, placement=p)
                    for plan, p in zip(plans, (one, two), strict=True))
-    assert whole.bytes == 2 * half.bytes == 2 * 8 * 8 * 8 * 3 and half.workers == 1 and not half.processes
+    assert whole.queue_bytes == 2 * half.queue_bytes == 2 * 8 * 8 * 8 * 3 and half.queue.workers == 1
+    assert not half.queue.use_multiprocessing
     assert config.data.batch_size == 8  # the config as written
 
 
@@ -67,12 +70,13 @@ def test_the_queue_log_line_names_the_runs_integer_type(tmp_path, caplog):
     for dtype, bytes_a_pixel in (("uint8", 1), ("uint16", 2)):  # uint8: the negative control
         config = composed(*TINY[3:], "data=folder", f"data.path={tmp_path / 'data'}", f"data.dtype={dtype}")
         source, _ = inputs.read_data(config, tmp_path)
-        plan = RunPlan.of(config, device_is_host=True, pixels=run_pixels(config.data, source.train))
+        plan = RunPlan.of(config.data, device_is_host=True, pixels=run_pixels(config.data, source.train))
+        plan = plan.chosen(resolved(config.queue))
         caplog.clear()
         with caplog.at_level("INFO", logger="app.train"):
-            queue = inputs.run_loader(config, plan, source, run_dir=tmp_path, placement=Placement(
-                strategy_name="default", devices=["/device:CPU:0"])).queue
-        assert queue.bytes == 2 * 4 * 8 * 8 * 3 * bytes_a_pixel and f"MiB of {dtype} batches" in caplog.text
+            loader = inputs.run_loader(config, plan, source, run_dir=tmp_path, placement=Placement(
+                strategy_name="default", devices=["/device:CPU:0"]))
+        assert loader.queue_bytes == 2 * 4 * 8 * 8 * 3 * bytes_a_pixel and f"MiB of {dtype} batches" in caplog.text
 
 
 def test_a_refused_config_is_recorded_in_summary_json(tmp_path):

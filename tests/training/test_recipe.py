@@ -181,29 +181,31 @@ def test_more_accumulated_steps_than_the_run_takes_are_refused(tmp_path):
 
 def test_class_weights_monitor_and_metric_names():
     from app.errors import ConfigError
+    from app.tasks import task_of
     from app.training.recipe import Head, better, check_monitor, class_weights, metric_names, monitor_mode
 
-    names = ["cat", "dog", "owl"]
+    names, one, several_labels = ["cat", "dog", "owl"], task_of("multiclass").targets, task_of("multilabel").targets
     head = Head(names)
     labels = np.array([0] * 6 + [1] * 3 + [2] * 3)
-    assert class_weights(composed().trainer, labels, names) is None
-    balanced = class_weights(composed("trainer.class_weight=balanced").trainer, labels, names)
+    assert class_weights(composed().trainer, labels, names, targets=one) is None
+    balanced = class_weights(composed("trainer.class_weight=balanced").trainer, labels, names, targets=one)
     assert balanced.tolist() == pytest.approx([12 / 18, 12 / 9, 12 / 9])
-    mapped = class_weights(composed("trainer.class_weight={dog: 3.0}").trainer, labels, names)
+    mapped = class_weights(composed("trainer.class_weight={dog: 3.0}").trainer, labels, names, targets=one)
     assert mapped.tolist() == [1.0, 3.0, 1.0]
     with pytest.raises(ConfigError, match=r"`trainer.class_weight`.*not emu"):
-        class_weights(composed("trainer.class_weight={emu: 3.0}").trainer, labels, names)
+        class_weights(composed("trainer.class_weight={emu: 3.0}").trainer, labels, names, targets=one)
     assert metric_names(composed("trainer.top_k=2").trainer, head) == ["accuracy", "top2_accuracy", "recall_cat",
                                                                "recall_dog", "recall_owl"]
     assert metric_names(composed().trainer, head)[:2] == ["accuracy", "recall_cat"]  # top-5 of 3 classes says nothing
     check_monitor(composed("trainer.monitor=val_recall_owl").trainer, head)
     with pytest.raises(ConfigError, match=r"`trainer.monitor`.*val_top2_accuracy"):
         check_monitor(composed("trainer.monitor=val_top5_accuracy", "trainer.top_k=2").trainer, head)
-    several = Head(names, multilabel=True)
+    several = Head(names, task_of("multilabel"))
     assert metric_names(composed().trainer, several)[:5] == ["auc", "map", "precision", "recall", "f1_cat"]
     check_monitor(composed("trainer.monitor=val_map").trainer, several)
     vectors = np.array([[1, 0, 0], [1, 1, 0], [0, 0, 1], [1, 0, 0]], np.uint8)  # positives 3, 1, 1 of 4
-    assert class_weights(composed("trainer.class_weight=balanced").trainer, vectors, names).tolist() == \
+    assert class_weights(composed("trainer.class_weight=balanced").trainer, vectors, names,
+                         targets=several_labels).tolist() == \
         pytest.approx([1 / 3, 3.0, 3.0])
     loss = monitor_mode(composed().trainer, head.monitor(composed("trainer.monitor=val_loss").trainer))
     accuracy = monitor_mode(composed().trainer, head.monitor(composed().trainer))

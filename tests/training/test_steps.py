@@ -16,7 +16,7 @@ from marked import IdentityAugmenter, MarkedSplit
 from app.inference.scores import evaluate
 from app.loader import prefetch
 from app.loader.enqueuer import Enqueuer
-from app.loader.settings import Settings
+from app.loader.settings import Queue, Settings
 from app.model import classifier
 from app.objectives import MeanAveragePrecision, WeightedBinaryCrossentropy
 from app.training.steps import EpochFigures, EpochPlan, Feed, blank_labels, build_metrics, train_epoch, validate
@@ -45,7 +45,8 @@ def blank_batches(count: int, size: int = 8):
 
 def enqueuer(split, max_size: int) -> Enqueuer:
     return Enqueuer({"train": split}, {"train": IdentityAugmenter()},
-                    Settings(batch_size=BATCH, image_size=(split.size, split.size), workers=2, max_size=max_size))
+                    Settings(batch_size=BATCH, image_size=(split.size, split.size),
+                             queue=Queue(workers=2, max_size=max_size)))
 
 
 class CountAhead(keras.callbacks.Callback):

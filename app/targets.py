@@ -1,0 +1,114 @@
+"""What a sample's target is, for each `data.task`: a task's data side, without a framework (docs/architecture.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+
+from app.errors import DataError, config_error
+from app.schema import DATA_TARGETS
+from app.schema.data import Sampling, Task
+
+
+class Targets(Protocol):
+    """The contract of a task's targets: every module below app/tasks/ asks these, never `data.task` itself."""
+
+    task: ClassVar[Task]
+    kind: ClassVar[str]  # the words a message uses: "one label an image"
+    label_vectors: ClassVar[bool]  # a 0/1 row a sample, kept in a copy's labels-<split>.npy beside its index
+
+    def target_bytes(self, classes: int) -> int: ...
+    def untrained(self, labels: np.ndarray, class_names: list[str]) -> list[str]: ...
+    def balanced_weights(self, labels: np.ndarray, classes: int) -> np.ndarray: ...
+    def table_reading(self, data_cfg, header: list[str], table: Path) -> dict | None: ...
+    def check(self, data, trainer) -> None: ...
+    def check_patches(self) -> None: ...
+
+
+def _check(ok: bool, key: str, value: Any, allowed: str) -> None:
+    if not ok:
+        raise config_error(key, value, allowed)
+
+
+class ClassIndex:
+    """data.task=multiclass: one class an image, an int64 index."""
+
+    task, kind, label_vectors = Task.multiclass, "one label an image", False
+
+    def target_bytes(self, classes: int) -> int:
+        return np.dtype(np.int64).itemsize
+
+    def untrained(self, labels: np.ndarray, class_names: list[str]) -> list[str]:
+        shown = np.bincount(labels, minlength=len(class_names)) > 0
+        return [name for name, seen in zip(class_names, shown, strict=False) if not seen]
+
+    def balanced_weights(self, labels: np.ndarray, classes: int) -> np.ndarray:
+        """n / (classes × count) in train: each class weighs as much in all."""
+        return len(labels) / (classes * np.maximum(np.bincount(labels, minlength=classes), 1).astype(np.float64))
+
+    def table_reading(self, data_cfg, header: list[str], table: Path) -> None:
+        return None
+
+    def check_patches(self) -> None:
+        return None
+
+    def check(self, data, trainer) -> None:
+        if data._target_ == DATA_TARGETS["table"]:
+            _check(not data.columns.labels, "data.columns.labels", list(data.columns.labels or []), "null with "
+                   "data.task=multiclass: one 0/1 column a class is several labels an image (data.task=multilabel)")
+
+
+class ClassSet:
+    """data.task=multilabel: any number of classes an image, none too; a 0/1 uint8 row of them."""
+
+    task, kind, label_vectors = Task.multilabel, "several labels an image", True
+
+    def target_bytes(self, classes: int) -> int:
+        return classes
+
+    def untrained(self, labels: np.ndarray, class_names: list[str]) -> list[str]:
+        return [name for name, seen in zip(class_names, labels.any(axis=0), strict=False) if not seen]
+
+    def balanced_weights(self, labels: np.ndarray, classes: int) -> np.ndarray:
+        """A class's negatives over its positives: the weight of its positives in the loss."""
+        positives = labels.sum(axis=0).astype(np.float64)
+        return (len(labels) - positives) / np.maximum(positives, 1)
+
+    def table_reading(self, data_cfg, header: list[str], table: Path) -> dict:
+        """How a table's cells hold the classes (app/data/label_sets.py's keywords and the 0/1 columns)."""
+        given = list(data_cfg.columns.labels or [])
+        missing = [name for name in given if name not in header]
+        if missing:
+            raise DataError(f"data.table {table} has no column(s) {', '.join(missing)} (data.columns.labels): its "
+                            f"columns are {', '.join(header)}")
+        return {"separator": data_cfg.label_separator, "none_label": data_cfg.none_label, "columns": given,
+                "uncertain": data_cfg.uncertain}
+
+    def check(self, data, trainer) -> None:
+        """Several labels come from a table (or its copy); no balanced draw, no top-k."""
+        d = data
+        table, prepared = d._target_ == DATA_TARGETS["table"], d._target_ == DATA_TARGETS["prepared"]
+        _check(prepared or (table and bool(d.label_separator or d.columns.labels)), "data.task", self.task.value,
+               'multiclass here: several labels an image come from a table, data=table with data.label_separator '
+               '(" ", "|") or data.columns.labels (one 0/1 column a class), or from a copy prepared from one '
+               '(data=prepared)')
+        _check(Sampling(d.sampling) is not Sampling.balanced, "data.sampling", "balanced",
+               "uniform or weights with several labels an image: a class's share has no one count to balance")
+        _check(trainer.top_k in (None, "auto"), "trainer.top_k", trainer.top_k,
+               "auto or null with data.task=multilabel: top-k accuracy scores one class an image, and a multilabel "
+               "image has any number (each class's F1, AUC and average precision score it instead)")
+
+    def check_patches(self) -> None:
+        """With data.patches on: an image's result from its patches' is one class's for now."""
+        raise config_error("data.task", self.task.value, "multiclass with data.patches: an image's result from its "
+                           "patches' is one class's for now")
+
+
+TARGETS: dict[Task, Targets] = {Task.multiclass: ClassIndex(), Task.multilabel: ClassSet()}
+
+
+def targets_of(task: Task | str) -> Targets:
+    """The targets of `data.task` (or a copy's manifest's task): the one place a task's name is read."""
+    return TARGETS[Task(task)]
