@@ -15,8 +15,7 @@ import albumentations as A
 import numpy as np
 
 from app.config import instantiate_each
-from app.data.images import DEFAULT_MAX_PIXELS, Decode, Pixels
-from app.data.prepared import PreparedSplit, check_short_side
+from app.data.pixels.images import DEFAULT_MAX_PIXELS, Decode, Pixels
 from app.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -173,18 +172,6 @@ def short_side_rule(compose: A.Compose, rule: str) -> tuple[int | None, str]:
         if transform.p >= 1:
             return need, f"{need} px ({' and '.join(by)} {'needs' if len(by) == 1 else 'need'} that)"
     return None, "no transform resizes to a fixed output"
-
-
-def check_stored_sizes(config, source) -> None:
-    """DataError, before any work, for a prepared copy stored smaller than a loaded config's transforms need."""
-    if not isinstance(source.train, PreparedSplit):
-        return
-    size = config.data.image_size
-    evaluation = eval_transforms(config.augment, size)
-    for name, split, transforms in (("train", source.train, config.augment.transforms),
-                                    ("evaluation", source.val, evaluation)):
-        need, _ = short_side_rule(build_compose(transforms, size), "short-side check")
-        check_short_side(split, need, f"the {name} transforms (to {size[0]}×{size[1]})")
 
 
 def augmenters(data, splits: dict[str, list], image_size: tuple[int, int] | None = None,

@@ -16,11 +16,11 @@ import numpy as np
 
 from app import adapters
 from app.augment import Augmenter
-from app.data.folder import folder_source
-from app.data.pixels import pixels_of
+from app.data.pixels.pixels import pixels_of
 from app.data.source import FileSplit
+from app.data.sources.folder import folder_source
+from app.data.sources.table import table_source
 from app.data.split import Split
-from app.data.table import table_source
 from app.errors import ConfigError
 from app.loader.bad_samples import LIBRARY
 from app.loader.enqueuer import Enqueuer

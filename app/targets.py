@@ -77,7 +77,7 @@ class ClassSet:
         return (len(labels) - positives) / np.maximum(positives, 1)
 
     def table_reading(self, data_cfg, header: list[str], table: Path) -> dict:
-        """How a table's cells hold the classes (app/data/label_sets.py's keywords and the 0/1 columns)."""
+        """How a table's cells hold the classes (app/data/sources/label_sets.py's keywords and the 0/1 columns)."""
         given = list(data_cfg.columns.labels or [])
         missing = [name for name in given if name not in header]
         if missing:

@@ -30,8 +30,8 @@ import numpy as np
 
 from app.augment import Augmenter
 from app.bench.keras_baseline import KerasBaseline
-from app.data.folder import folder_source
-from app.data.synthetic import Spec, ensure_dataset
+from app.data.sources.folder import folder_source
+from app.data.sources.synthetic import Spec, ensure_dataset
 from app.library import ImageLoader
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""Tiny prepared copies (app/data/shards.py's layout) written with tarfile, the index and
+"""Tiny prepared copies (app/data/copies/shards.py's layout) written with tarfile, the index and
 write_manifest alone, as `python -m app prepare` writes them: the reader's tests need no prepare."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from app.data.shards import (
+from app.data.copies.shards import (
     INDEX_DTYPE,
     INDEX_DTYPE_1,
     MEMBER,

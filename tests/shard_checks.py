@@ -1,4 +1,4 @@
-"""Checks of a prepared copy (app/data/shards.py's layout) as readers other than data=prepared see
+"""Checks of a prepared copy (app/data/copies/shards.py's layout) as readers other than data=prepared see
 it: a shard under its final name is a whole tar (`tarfile`, the end-of-archive blocks there) whose
 members are what its record or the index says, and WebDataset's own reader yields the samples,
 labels, metas and images the index and data=prepared's reader give."""
@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import webdataset as wds
 
-from app.data import load_or_generate_source
-from app.data.shards import MEMBER, read_index, read_manifest, sample_key
+from app.data.copies.shards import MEMBER, read_index, read_manifest, sample_key
+from app.data.sources.chosen import load_or_generate_source
 from app.schema.data import PreparedDataConfig
 
 SHARD = re.compile(r"^(train|val|test)-\d{5}\.tar$")

@@ -14,12 +14,12 @@ from marked import MarkedSplit
 from prepared_copies import write_copy
 from slides import slide_pixels, write_slide
 
-from app.data import load_or_generate_source
-from app.data.images import Decode
-from app.data.patches import GridPatches, ListedPatches, RandomPatches, grid_split, layout_of
-from app.data.prepared import PreparedPatches, PreparedSplit
-from app.data.shards import PLACE_DTYPE, index_digest, places_name, read_manifest, write_manifest
+from app.data.copies.prepared import PreparedPatches, PreparedSplit
+from app.data.copies.shards import PLACE_DTYPE, index_digest, places_name, read_manifest, write_manifest
+from app.data.pixels.images import Decode
+from app.data.slides.patches import GridPatches, ListedPatches, RandomPatches, grid_split, layout_of
 from app.data.source import ArraySplit, FileSplit
+from app.data.sources.chosen import load_or_generate_source
 from app.data.split import Split
 from app.prepare.patches import manifest_patches
 from app.schema.data import PatchesConfig, PreparedDataConfig

@@ -5,9 +5,18 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import pickle
+import subprocess
+import sys
 from pathlib import Path
 
+from PIL import Image
+
+from app.augment import Augmenter, eval_transforms
+from app.data.sources.chosen import load_or_generate_source
+from app.loader.pool import Work
 from app.schema import Config
+from app.schema.data import DATA_TARGETS, AugmentConfig, FolderDataConfig
 
 APP = Path(__file__).resolve().parent.parent / "app"
 FRAMEWORKS = ("tensorflow", "keras", "jax")
@@ -98,28 +107,28 @@ FLOORS = [
 NEVER = {("app.loader", "app.model"), ("app.loader", "app.backbones")}
 
 
-def unit(module: str) -> str:
-    """The package a module belongs to (app.capacity.plan → app.capacity), or the module itself
-    at app/'s top."""
-    return ".".join(module.split(".")[:2])
+def unit(module: str, depth: int = 2) -> str:
+    """The package a module belongs to (app.capacity.plan → app.capacity; depth 3: app.data.slides.patches →
+    app.data.slides), or the module itself at its parent's top."""
+    return ".".join(module.split(".")[:depth])
 
 
-def package_graph() -> dict[str, set[str]]:
-    """Each of app/'s packages → the other packages of app/ its modules import."""
+def package_graph(inside: str = "app", depth: int = 2) -> dict[str, set[str]]:
+    """Each package of `inside` (app/'s, or app.data's at depth 3) → the others of `inside` its modules import."""
     graph: dict[str, set[str]] = {}
-    for module in MODULES:
-        imported = {unit(name) for name in imports(module) if name == "app" or name.startswith("app.")}
-        graph.setdefault(unit(module), set()).update(imported - {unit(module)})
+    for module in (m for m in MODULES if m == inside or m.startswith(f"{inside}.")):
+        imported = {unit(name, depth) for name in imports(module) if name.startswith(f"{inside}.")}
+        graph.setdefault(unit(module, depth), set()).update(imported - {unit(module, depth)})
     return graph
 
 
-def layering_faults(graph: dict[str, set[str]]) -> list[str]:
+def layering_faults(graph: dict[str, set[str]], floors: list[set[str]] = FLOORS) -> list[str]:
     """A package on no floor, an arrow up a floor or a forbidden one, and each cycle."""
-    floor = {package: level for level, packages in enumerate(FLOORS) for package in packages}
+    floor = {package: level for level, packages in enumerate(floors) for package in packages}
     faults = [f"{package} is on no floor" for package in sorted(graph) if package not in floor]
     for package, imported in sorted(graph.items()):
         for other in sorted(imported):
-            if floor.get(other, -1) > floor.get(package, len(FLOORS)):
+            if floor.get(other, -1) > floor.get(package, len(floors)):
                 faults.append(f"{package} → {other}: up a floor")
             elif (package, other) in NEVER:
                 faults.append(f"{package} → {other}: never")
@@ -155,6 +164,54 @@ def test_packages_import_down_the_floors_never_up_and_never_round():
     faults = layering_faults(wrong)
     assert "app.capacity → app.training: up a floor" in faults and "app.loader → app.model: never" in faults
     assert "cycle: app.capacity → app.training → app.capacity" in faults and "app.extra is on no floor" in faults
+
+
+# app/data's own floors (docs/architecture.md): the pixels, the split contract and whole-image splits, the slides'
+# patches and the prepared copies, the sources that build them; `app.data` itself imports none of them.
+DATA_FLOORS = [{"app.data", "app.data.pixels"}, {"app.data.split"}, {"app.data.source"},
+               {"app.data.slides", "app.data.copies"}, {"app.data.sources"}]
+# What a worker of a plain folder run imports: its entry's module, then the work it is handed, unpickled (as spawn
+# does); then the names of the packages that came with them.
+WORKER_IMPORTS = """
+import pickle, sys
+before = set(sys.modules)
+{first}
+from app.loader import worker
+pickle.loads(open(sys.argv[1], "rb").read())
+print(" ".join(sorted({{name.split(".")[0] for name in set(sys.modules) - before}})))
+"""
+
+
+def test_app_data_is_packages_by_job_on_floors_of_their_own():
+    graph = package_graph("app.data", depth=3)
+    assert {"app.data.pixels", "app.data.slides", "app.data.copies", "app.data.sources"} <= graph.keys()
+    assert "app.data.slides" in graph["app.data.sources"]  # the walk sees the arrows there are
+    assert not layering_faults(graph, DATA_FLOORS), layering_faults(graph, DATA_FLOORS)
+    wrong = {**graph, "app.data": {"app.data.slides"}}  # negative control: the package importing the patches
+    assert "app.data → app.data.slides: up a floor" in layering_faults(wrong, DATA_FLOORS)
+
+
+def imported_by_a_worker(work: Path, first: str = "") -> set[str]:
+    code = WORKER_IMPORTS.format(first=first)
+    done = subprocess.run([sys.executable, "-c", code, str(work)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return set(done.stdout.split())
+
+
+def test_a_plain_folder_runs_worker_imports_what_its_split_needs_and_no_more(tmp_path):
+    for number, name in enumerate(("a", "b", "a", "b")):
+        (tmp_path / "images" / name).mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (24, 24), (60 * number, 90, 30)).save(tmp_path / "images" / name / f"{number}.jpg")
+    data = FolderDataConfig(_target_=DATA_TARGETS["folder"], path=str(tmp_path / "images"), val_fraction=0.5)
+    source = load_or_generate_source(data)
+    augmenter = Augmenter(eval_transforms(AugmentConfig(), [16, 16]), [16, 16])
+    (tmp_path / "work").write_bytes(pickle.dumps(Work({"train": source.train}, {"train": augmenter}, 0, "raise")))
+    loaded = imported_by_a_worker(tmp_path / "work")
+    assert {"albumentations", "cv2", "PIL", "numpy"} <= loaded  # the walk sees what the worker does import
+    assert not loaded & {"fsspec", "tenacity", "tifffile", "zarr", "keras", "tensorflow", "jax"}, sorted(loaded)
+    # negative control: had app/data/__init__.py imported the patches (as it did), they would come with it
+    assert {"tifffile", "fsspec"} <= imported_by_a_worker(tmp_path / "work", first="import app.data.slides.patches, "
+                                                                                   "app.data.copies.prepared")
 
 
 # What the commands may take from app/training: the run itself (train), bench's step-loop mode,
@@ -252,7 +309,8 @@ def test_commands_and_training_use_the_loader_only_through_its_public_type():
 LOGGING_CALLS = {"debug", "info", "warning", "error", "exception", "critical", "log"}
 # Names app/ defines that libraries' objects have too: such a call may be the library's own.
 LIBRARY_NAMES = {"__init__", "run", "main", "get", "update", "write", "start", "stop", "close", "call", "build"}
-MAX_LOCAL_APP_IMPORTS = 10
+# 10, and 3 since tifffile waits for a TIFF (a folder of JPEGs' workers never import it)
+MAX_LOCAL_APP_IMPORTS = 13
 
 
 def _is_dataclass(decorator: ast.expr) -> bool:

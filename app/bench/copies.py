@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from app.config import load, to_plain
-from app.data import load_or_generate_source
-from app.data.storage import is_url
+from app.data.copies.storage import is_url
+from app.data.sources.chosen import load_or_generate_source
 from app.errors import ConfigError
 from app.schema import DATA_TARGETS
 

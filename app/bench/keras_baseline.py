@@ -74,7 +74,7 @@ def _opened(path: str, level: int | None):
 
             _SLIDES[path, level] = openslide.OpenSlide(path)
         else:
-            import zarr  # noqa: PLC0415 - as app/data/regions.py: only patch benches pay its import
+            import zarr  # noqa: PLC0415 - as app/data/slides/regions.py: only patch benches pay its import
 
             _SLIDES[path, level] = zarr.open(tifffile.imread(path, aszarr=True, level=level), mode="r")
     return _SLIDES[path, level]

@@ -9,7 +9,7 @@ import numpy as np
 
 from app.bench.keras_baseline import HandRegions, KerasBaseline
 from app.bench.loading import Run, loader_batches, reason, training_loader
-from app.data.patches import PatchSplit
+from app.data.slides.patches import PatchSplit
 from app.errors import BadSampleError, DataError
 from app.frameworks import load_tensorflow
 from app.model import classifier

@@ -8,8 +8,8 @@ import traceback
 
 from app.augment import Augmenter
 from app.bench.loading import Clock, Run, loader_only, reason, serial, visit_order
-from app.data import load_or_generate_source
-from app.data.pixels import run_pixels
+from app.data.pixels.pixels import run_pixels
+from app.data.sources.chosen import load_or_generate_source
 from app.frameworks import native_stderr_to_log
 from app.io import OwnFileHandler
 from app.loader.pipeline import Queue

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from app.data.headers import header_draft
+from app.data.pixels.headers import header_draft
 from app.data.source import FileSplit
 from app.model import OFFSET, SCALE
 

@@ -10,8 +10,8 @@ import numpy as np
 import psutil
 
 from app.augment import Augmenter, eval_transforms
-from app.data.images import Decode
-from app.data.patches import PatchSplit
+from app.data.pixels.images import Decode
+from app.data.slides.patches import PatchSplit
 
 MIB = 2**20
 GIB = 2**30

@@ -22,7 +22,7 @@ from PIL import Image
 from app.augment import Augmenter
 from app.capacity.memory import private_bytes
 from app.capacity.plan import MIB, Probe
-from app.data.patches import PatchSplit, grid_split
+from app.data.slides.patches import PatchSplit, grid_split
 from app.data.source import FileSplit
 from app.frameworks import native_lines_to_log, native_stderr_captured, versions
 from app.io import app_cache_dir, atomic_write, held_exclusively

@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 
 from app.capacity.auto import Choice
-from app.data.decode import Pixels
+from app.data.pixels.decode import Pixels
 from app.loader.settings import Queue, Settings
 
 
@@ -18,7 +18,7 @@ class RunPlan:
     queue: Queue | None = None  # the queue the run takes (queue_plan.probed sets it, `auto` chosen); None before
     allocator_mib: float = 0.0  # the GPU allocator's bookkeeping in host memory (calibration.planner sets it)
     choice: Choice | None = None  # the probe's, when it chose
-    pixels: Pixels = Pixels()  # the images' bands and type, as the data gave them (app/data/pixels.py)
+    pixels: Pixels = Pixels()  # the images' bands and type, as the data gave them (app/data/pixels/pixels.py)
 
     @classmethod
     def of(cls, data, *, processes: int = 1, device_is_host: bool, pixels: Pixels = Pixels()) -> RunPlan:

@@ -14,19 +14,19 @@ import numpy as np
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from app.augment import build_compose, check_stored_sizes
+from app.augment import build_compose
 from app.bench import copies, modes
 from app.capacity.auto import loading_only
 from app.capacity.memory import PeakMemory
 from app.commands import failure_carried
 from app.config import conf_dir, load, to_plain
-from app.data.pixels import run_pixels
+from app.data.pixels.pixels import run_pixels
 from app.errors import AppError, config_error
 from app.frameworks import install_command, use_backend, versions
 from app.io import write_json
 from app.loader.settings import Queue, Settings, ring_slots
 from app.redact import redacted
-from app.runs.rundata import checked_source
+from app.runs.rundata import check_stored_sizes, checked_source
 from app.runs.rundir import hardware
 from app.schema import BENCH_MODES, register
 from app.schema.data import patches_of

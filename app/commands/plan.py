@@ -11,19 +11,19 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from app.augment import check_stored_sizes
 from app.capacity import queue_plan
 from app.capacity.probe import measured_or_spawn_probe
 from app.capacity.run_plan import RunPlan
 from app.commands import failure_carried
 from app.config import conf_dir, load
-from app.data import cifar, load_or_generate_source, synthetic
-from app.data.pixels import run_pixels
+from app.data.pixels.pixels import run_pixels
+from app.data.sources import cifar, synthetic
+from app.data.sources.chosen import load_or_generate_source
 from app.errors import DataError
 from app.frameworks import load_keras, native_stderr_to_log, use_backend
 from app.io import write_json
 from app.runs import checkpoint
-from app.runs.rundata import run_source
+from app.runs.rundata import check_stored_sizes, run_source
 from app.runs.saved import latest_run, resumed_config
 from app.schema import DATA_TARGETS, register
 from app.tasks import task_of

@@ -20,14 +20,14 @@ from app.augment import eval_transforms
 from app.capacity.auto import loading_only
 from app.commands import failure_carried
 from app.config import conf_dir
-from app.data.images import EXTENSIONS
-from app.data.layouts import PROGRESS_AFTER_S
-from app.data.patches import grid_split
-from app.data.pixels import pixels_of
-from app.data.prepared import prepared_source, run_patches
-from app.data.shards import MANIFEST
+from app.data.copies.prepared import prepared_source, run_patches
+from app.data.copies.shards import MANIFEST
+from app.data.copies.storage import is_url
+from app.data.pixels.images import EXTENSIONS
+from app.data.pixels.pixels import pixels_of
+from app.data.slides.layouts import PROGRESS_AFTER_S
+from app.data.slides.patches import grid_split
 from app.data.source import FileSplit
-from app.data.storage import is_url
 from app.errors import ConfigError, DataError
 from app.inference import patch_scores
 from app.inference.opened import open_run

@@ -14,9 +14,9 @@ from omegaconf import DictConfig
 from app.augment import augmenters
 from app.commands import failure_carried
 from app.config import conf_dir, load
-from app.data import label_sets
-from app.data.patches import PatchSplit
-from app.data.pixels import run_pixels
+from app.data.pixels.pixels import run_pixels
+from app.data.slides.patches import PatchSplit
+from app.data.sources import label_sets
 from app.errors import BadSampleError, DataError
 from app.inference.patch_scores import write_patch_sheet
 from app.io import write_picture

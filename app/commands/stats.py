@@ -14,8 +14,8 @@ from app.augment import eval_transforms
 from app.capacity.auto import loading_only
 from app.commands import failure_carried
 from app.config import conf_dir, load
-from app.data.band_stats import BandTally, unblended
-from app.data.pixels import run_pixels
+from app.data.pixels.band_stats import BandTally, unblended
+from app.data.pixels.pixels import run_pixels
 from app.errors import DataError
 from app.io import check_own_json, write_json_over_own
 from app.loader.pipeline import build_loader

@@ -7,9 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.data import tiff
-from app.data.headers import files_decode_bytes
-from app.data.images import Decode, DecodeError, TiffAt, decoded, read_bytes
+from app.data.pixels.images import Decode, DecodeError, TiffAt, decoded, read_bytes
 from app.data.split import Drawn, Split, WholeImages
 from app.errors import BadSampleError, DataError
 from app.targets import Targets
@@ -69,9 +67,13 @@ class FileSplit(WholeImages):
         return list(self.paths)
 
     def nodata(self, i: int) -> float | None:
+        from app.data.pixels import tiff  # tifffile waits for a TIFF: as images.py's decode, a worker's imports
+
         return tiff.nodata_of(self.paths[i])  # a GeoTIFF's GDAL_NODATA
 
     def largest_decode_bytes(self, decode: Decode) -> tuple[int, int]:
+        from app.data.pixels.headers import files_decode_bytes  # imports tifffile: the plan's, never a worker's
+
         return files_decode_bytes(self.paths, decode)
 
 

@@ -7,7 +7,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from app.data.decode import Decode
+from app.data.pixels.decode import Decode
 
 Drawn = tuple[int, int, int]  # (seed, epoch, draw): where a random patch lies; any other split ignores it
 Place = Callable[[int, int, int], str]  # (index, epoch, draw) → "image:x:y", a patch's place as samples.csv names it

@@ -9,8 +9,8 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from app.data.decode import DecodeError
-from app.data.masks import thumbnail
+from app.data.pixels.decode import DecodeError
+from app.data.slides.masks import thumbnail
 from app.io import atomic_write, write_file, write_picture
 from app.sheets import grid, rgb_view
 

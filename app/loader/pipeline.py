@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from app.augment import augmenters
-from app.data.pixels import run_pixels
+from app.data.pixels.pixels import run_pixels
 from app.loader import prefetch
 from app.loader.enqueuer import Enqueuer
 from app.loader.order import epoch_order

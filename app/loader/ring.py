@@ -14,7 +14,7 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-from app.data.decode import Pixels
+from app.data.pixels.decode import Pixels
 from app.errors import WorkerError
 from app.processes import signals_held
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.data.decode import Pixels
+from app.data.pixels.decode import Pixels
 from app.loader.bad_samples import PolicyNames
 
 

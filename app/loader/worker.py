@@ -11,7 +11,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from app.data import storage
+from app.data.copies.retries import thread_retries
 from app.data.split import Split
 from app.errors import BadSampleError
 from app.loader import messages
@@ -48,10 +48,10 @@ def take_stages() -> tuple[float, ...]:
 def _build_timed(ring, task: messages.Task, work, item: messages.Item) -> None:
     """The item's sample read, decoded, augmented and copied into its place, each stage timed."""
     split, augmenter, index = work.splits[task.split], work.augmenters[task.split], item.index
-    retries, t0 = storage.thread_retries(), time.perf_counter()
+    retries, t0 = thread_retries(), time.perf_counter()
     raw = split.fetch(index, augmenter.decode, (work.seed, task.epoch, item.draw))  # a random patch's place
     t1 = time.perf_counter()
-    retries = storage.thread_retries() - retries
+    retries = thread_retries() - retries
     image = split.decode(index, raw, augmenter.decode)
     t2 = time.perf_counter()
     sample = augmenter(image, work.seed, task.epoch, index, item.draw)

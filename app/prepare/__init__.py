@@ -1,1 +1,1 @@
-"""`python -m app prepare`: a packed, pre-resized shard copy of a data source (app/data/shards.py); copy.py runs it."""
+"""`python -m app prepare`: a packed, pre-resized shard copy of a source (app/data/copies/shards.py): copy.py."""

@@ -12,13 +12,13 @@ from contextlib import contextmanager
 from importlib.metadata import version
 from pathlib import Path
 
-from app.data import load_or_generate_source
-from app.data.copy_checks import source_stamps
-from app.data.images import Decode
-from app.data.pixels import run_pixels
-from app.data.prepared import prepared_source
-from app.data.shards import MANIFEST_KEYS, Manifest
-from app.data.storage import Store, is_url
+from app.data.copies.copy_checks import source_stamps
+from app.data.copies.prepared import prepared_source
+from app.data.copies.shards import MANIFEST_KEYS, Manifest
+from app.data.copies.storage import Store, is_url
+from app.data.pixels.images import Decode
+from app.data.pixels.pixels import run_pixels
+from app.data.sources.chosen import load_or_generate_source
 from app.errors import ConfigError, DataError
 from app.prepare import payback
 from app.prepare.encode import Encoding, stored_label

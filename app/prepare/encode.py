@@ -13,8 +13,8 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from app.data.images import Decode, Pixels, TiffAt, jpeg_frame
-from app.data.patches import PatchSplit
+from app.data.pixels.images import Decode, Pixels, TiffAt, jpeg_frame
+from app.data.slides.patches import PatchSplit
 from app.errors import BadSampleError
 
 _STATE: dict = {}  # a worker's splits and Encoding, set once by `start_worker`

@@ -7,7 +7,7 @@ import io
 
 import numpy as np
 
-from app.data.shards import (
+from app.data.copies.shards import (
     BAD_SAMPLES,
     INDEX_DTYPE,
     MANIFEST,
@@ -20,7 +20,7 @@ from app.data.shards import (
     labels_name,
     places_name,
 )
-from app.data.storage import Store
+from app.data.copies.storage import Store
 from app.prepare.plan import JOURNAL
 from app.prepare.tar import delete_stale_temporaries_in
 from app.targets import targets_of

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-from app.data.shards import BAD_SAMPLES, sample_key
-from app.data.storage import Store
+from app.data.copies.shards import BAD_SAMPLES, sample_key
+from app.data.copies.storage import Store
 from app.errors import DataError
 from app.prepare.encode import Bad, Encoding, encode_chunk, encode_or_bad, start_worker
 from app.prepare.finish import write_bad_samples

@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from app.data.images import Decode
+from app.data.pixels.images import Decode
 
 TIMED = 8  # samples of each kind
 

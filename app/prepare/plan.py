@@ -9,8 +9,8 @@ import re
 
 import numpy as np
 
-from app.data.shards import SPLITS, shard_name
-from app.data.storage import Store
+from app.data.copies.shards import SPLITS, shard_name
+from app.data.copies.storage import Store
 from app.errors import DataError
 
 JOURNAL = ".prepare"  # the plan and the finished shards' records, under the copy's folder

@@ -9,8 +9,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from app.data.shards import MEMBER
-from app.data.storage import Store
+from app.data.copies.shards import MEMBER
+from app.data.copies.storage import Store
 from app.io import temporary_name
 from app.prepare.encode import Encoded
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.data.copy_checks import index_damage, labels_damage
-from app.data.shards import (
+from app.data.copies.copy_checks import index_damage, labels_damage
+from app.data.copies.shards import (
     BAD_SAMPLES,
     CHECKSUMS_SINCE,
     MANIFEST,
@@ -16,7 +16,7 @@ from app.data.shards import (
     read_index,
     read_labels,
 )
-from app.data.storage import Store
+from app.data.copies.storage import Store
 from app.errors import DataError
 from app.targets import targets_of
 

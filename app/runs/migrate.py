@@ -7,10 +7,13 @@ from omegaconf import OmegaConf
 from app.config import conf_dir
 from app.schema import COMMAND_KEYS, TARGETS, option_of
 
-# modules that moved, whose dotted paths a saved config names in a `_target_` (the loggers')
+# modules that moved, whose dotted paths a saved config names in a `_target_` (the loggers', the data's)
 MOVED_MODULES = {"app.training.dashboards.": "app.tracking.dashboards.",
                  "app.training.mlflow_writer.": "app.tracking.mlflow_writer.",
-                 "app.training.sweeps.": "app.runs.sweeps."}
+                 "app.training.sweeps.": "app.runs.sweeps.",
+                 **{f"app.data.{name}.": f"app.data.sources.{name}."
+                    for name in ("synthetic", "cifar", "folder", "table")},
+                 "app.data.prepared.": "app.data.copies.prepared."}
 
 
 def _moved_modules(saved):

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.augment import check_stored_sizes
-from app.data import cifar, load_or_generate_source, synthetic
+from app.augment import build_compose, eval_transforms, short_side_rule
+from app.data.copies.prepared import PreparedSplit, check_short_side
+from app.data.sources import cifar, synthetic
+from app.data.sources.chosen import load_or_generate_source
 from app.errors import DataError
 from app.runs.rundir import read_json
 
@@ -71,3 +73,15 @@ def _modified_after(path: Path, since: float) -> bool:
         return path.stat().st_mtime > since
     except OSError:
         return False
+
+
+def check_stored_sizes(config, source) -> None:
+    """DataError, before any work, for a prepared copy stored smaller than a loaded config's transforms need."""
+    if not isinstance(source.train, PreparedSplit):
+        return
+    size = config.data.image_size
+    evaluation = eval_transforms(config.augment, size)
+    for name, split, transforms in (("train", source.train, config.augment.transforms),
+                                    ("evaluation", source.val, evaluation)):
+        need, _ = short_side_rule(build_compose(transforms, size), "short-side check")
+        check_short_side(split, need, f"the {name} transforms (to {size[0]}×{size[1]})")

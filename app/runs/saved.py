@@ -8,7 +8,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from app.config import load
-from app.data.prepared import copy_may_move
+from app.data.copies.prepared import copy_may_move
 from app.errors import ConfigError, config_error
 from app.frameworks import use_backend
 from app.overrides import key_of

@@ -42,7 +42,7 @@ class Aggregate(str, Enum):
 
 
 class SlideReader(str, Enum):
-    """What reads a patch's region (app/data/regions.py, app/data/scanner_files.py)."""
+    """What reads a patch's region (app/data/slides/regions.py, app/data/pixels/scanner_files.py)."""
 
     auto = "auto"  # OpenSlide for the scanners' files where the slides extra is installed, else tifffile
     tifffile = "tifffile"  # TIFFs (and small PNG, JPEG, WebP, BMP): no extra needed
@@ -71,7 +71,7 @@ class NormalizeConfig:
 
 @dataclass(kw_only=True)
 class PatchesConfig:
-    """Training on patches of large images (slides, scenes), each read region by region (app/data/patches.py)."""
+    """Training on patches of large images (slides, scenes), each read region by region (app/data/slides/patches.py)."""
 
     size: list[int] | None = None  # [height, width] of a patch; null: whole images, no patches
     # the resolution, at most one set (none: level 0): a pyramid level, a downsample, or µm a pixel
@@ -90,9 +90,11 @@ class PatchesConfig:
 
 
 # What builds each data option's source, its node's `_target_` (set by `data=<option>`).
-DATA_TARGETS = {"synthetic": "app.data.synthetic.synthetic_source", "cifar": "app.data.cifar.cifar_source",
-                "folder": "app.data.folder.folder_source_of", "prepared": "app.data.prepared.prepared_source",
-                "table": "app.data.table.table_source"}
+DATA_TARGETS = {"synthetic": "app.data.sources.synthetic.synthetic_source",
+                "cifar": "app.data.sources.cifar.cifar_source",
+                "folder": "app.data.sources.folder.folder_source_of",
+                "prepared": "app.data.copies.prepared.prepared_source",
+                "table": "app.data.sources.table.table_source"}
 
 
 @dataclass(kw_only=True)
@@ -164,7 +166,7 @@ class TableColumns:
 
 @dataclass(kw_only=True)
 class TableDataConfig(DataConfig):
-    """A table of samples (app/data/table.py): a row an image, its label, optionally its split and group."""
+    """A table of samples (app/data/sources/table.py): a row an image, its label, optionally its split and group."""
 
     _target_: str = DATA_TARGETS["table"]
     table: str | None = None  # a .csv, .tsv, .jsonl or .parquet file
@@ -184,7 +186,7 @@ class TableDataConfig(DataConfig):
 
 @dataclass(kw_only=True)
 class PreparedDataConfig(DataConfig):
-    """A copy written by `python -m app prepare` (app/data/shards.py): its splits are the copy's."""
+    """A copy written by `python -m app prepare` (app/data/copies/shards.py): its splits are the copy's."""
 
     _target_: str = DATA_TARGETS["prepared"]
     # null: the copy's own validation split (prepare fixed it); any number is refused (app/rules/data.py)

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from app.augment import Augmenter, eval_transforms
-from app.data.decode import Pixels
+from app.data.pixels.decode import Pixels
 from app.inference import patch_scores
 from app.io import write_picture
 from app.loader.pipeline import make_sample

@@ -8,7 +8,7 @@ import numpy as np
 
 from app.augment import eval_transforms
 from app.capacity.auto import loading_only
-from app.data.pixels import run_pixels
+from app.data.pixels.pixels import run_pixels
 from app.inference import scores
 from app.io import write_file, write_json, write_picture
 from app.loader.pipeline import build_loader

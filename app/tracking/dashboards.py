@@ -13,7 +13,7 @@ import numpy as np
 from app import sheets
 from app.capacity.memory import PeakMemory
 from app.config import closed_target
-from app.data import label_sets
+from app.data.sources import label_sets
 from app.io import open_own, write_picture
 from app.runs.checkpoint import RunState
 from app.runs.tables import rewrite_keeping_rows

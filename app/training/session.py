@@ -11,7 +11,7 @@ from app import model as models
 from app.capacity.memory import PeakMemory
 from app.capacity.queue_plan import check_and_write_plan
 from app.capacity.run_plan import RunPlan
-from app.data.pixels import run_pixels
+from app.data.pixels.pixels import run_pixels
 from app.inference import restore
 from app.inference.restore import ResumePoint
 from app.runs.checkpoint import RunState

@@ -10,7 +10,7 @@ import pytest
 from slides import slide_pixels, write_slide, write_svs
 
 from app.bench.keras_baseline import HandRegions
-from app.data.patches import patched
+from app.data.slides.patches import patched
 from app.data.source import FileSplit, Source
 from app.model import normalise
 

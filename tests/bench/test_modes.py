@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from app.bench.modes import child_main
 from app.commands import bench
 from app.config import conf_dir, load
-from app.data.pixels import run_pixels
+from app.data.pixels.pixels import run_pixels
 from app.data.source import FileSplit
 from app.errors import ConfigError
 from app.loader.settings import Queue, Settings

@@ -11,7 +11,7 @@ from docs_runner import spawn_one_process_for
 from test_train_cli import TINY, app
 
 from app.capacity.plan import MARGIN
-from app.data import synthetic
+from app.data.sources import synthetic
 
 ONE_EPOCH = [o for o in TINY if not o.startswith("trainer.epochs=")] + ["trainer.epochs=1"]
 NOISE = ("absl::InitializeLog", "oneDNN", "cuda drivers", "cuInit")  # TensorFlow's native start-up lines

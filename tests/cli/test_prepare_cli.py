@@ -19,8 +19,8 @@ from docs_runner import spawn_one_process_for
 from PIL import Image
 from s3_endpoint import environment, new_bucket
 
-from app.data.shards import read_index, read_manifest, sample_key
-from app.data.storage import Store
+from app.data.copies.shards import read_index, read_manifest, sample_key
+from app.data.copies.storage import Store
 
 ARGS = ["data=folder", "data.image_size=[16,16]", "queue.workers=2", "data.max_bad_fraction=0.5"]
 

@@ -31,8 +31,8 @@ from shard_checks import (
     tar_members,
 )
 
-from app.data import load_or_generate_source
-from app.data.shards import MANIFEST, read_index, read_manifest, sample_key
+from app.data.copies.shards import MANIFEST, read_index, read_manifest, sample_key
+from app.data.sources.chosen import load_or_generate_source
 from app.errors import DataError
 from app.prepare.plan import JOURNAL
 

@@ -1,4 +1,4 @@
-"""data=prepared end to end: train on a prepared copy (app/data/shards.py's layout, written by
+"""data=prepared end to end: train on a prepared copy (app/data/copies/shards.py's layout, written by
 tests/prepared_copies.py) with a corrupt member in its train and test splits, with 1 and 2
 workers and data.on_bad_sample=skip: the same batches and metrics, in a local folder and at an
 s3:// URL (moto's server on localhost, as the CLI reaches any S3: the standard AWS variables),

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from loaders import wait_until
 
-from app.data.synthetic import dataset_dir_name
+from app.data.sources.synthetic import dataset_dir_name
 from app.runs.rundir import RunInUseError, check_unlocked
 
 TINY = ["data.num_images=48", "data.source_size=96", "data.num_classes=3", "data.image_size=[32,32]",

@@ -1,4 +1,4 @@
-"""app/data/cifar.py: a tiny CIFAR-10 in the real pickle format, from a folder, a tar.gz, ~/.keras,
+"""app/data/sources/cifar.py: a tiny CIFAR-10 in the real pickle format, from a folder, a tar.gz, ~/.keras,
 and a file:// "download" (tests never touch the network)."""
 
 import hashlib
@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from app.data import cifar, load_or_generate_source
+from app.data.sources import cifar
+from app.data.sources.chosen import load_or_generate_source
 from app.errors import BadSampleError, DataError
 from app.schema.data import DATA_TARGETS
 

@@ -1,4 +1,4 @@
-"""app/data/folder.py: layouts, the deterministic val_fraction split, fingerprint, error messages."""
+"""app/data/sources/folder.py: layouts, the deterministic val_fraction split, fingerprint, error messages."""
 
 import json
 import os
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from app.data import load_or_generate_source
-from app.data.folder import FINGERPRINT_COVERS, Held, folder_source, split_by_fraction
+from app.data.sources.chosen import load_or_generate_source
+from app.data.sources.folder import FINGERPRINT_COVERS, Held, folder_source, split_by_fraction
 from app.errors import ConfigError, DataError
 from app.schema.data import DATA_TARGETS, FolderDataConfig
 
@@ -492,7 +492,7 @@ def test_one_file_twice_inside_one_class_folder_is_refused_naming_both_paths(tmp
 def test_the_apps_own_outputs_in_data_path_are_no_class(tmp_path, monkeypatch, caplog):
     root = _tree(tmp_path / "imgs", {"cats": 3, "dogs": 3, "copy": 2, "outputs": 2})
     (root / "copy" / "manifest.json").write_text("{}")
-    caplog.set_level("INFO", logger="app.data.folder")
+    caplog.set_level("INFO", logger="app.data.sources.folder")
     monkeypatch.chdir(tmp_path)  # negative control: outputs/ of another working folder is a class
     assert folder_source(root, 0.34).class_names == ["cats", "dogs", "outputs"]
     assert "copy is a prepared copy (it holds manifest.json)" in caplog.text
@@ -512,7 +512,7 @@ def test_a_report_run_or_sweep_folder_in_data_path_is_no_class(tmp_path, caplog)
     (root / "sw" / "multirun.yaml").write_text("{}")
     (root / "runs" / "first" / "runs/first000.png").unlink()
     (root / "runs" / "first" / "metrics.csv").write_text("epoch\n")
-    caplog.set_level("INFO", logger="app.data.folder")
+    caplog.set_level("INFO", logger="app.data.sources.folder")
     assert folder_source(root, 0.34).class_names == ["cats", "dogs"]
     for name, what in (("rep", "a report's folder (it holds report.csv)"), ("myrun", "a run's folder (it holds "
                        "summary.json)"), ("sw", "a sweep's folder (it holds multirun.yaml)"),

@@ -1,4 +1,4 @@
-"""app/data/headers.py: what a split's files will hold decoded, from their headers alone, as each split asks."""
+"""app/data/pixels/headers.py: what a split's files will hold decoded, from their headers alone, as each split asks."""
 
 from types import SimpleNamespace
 
@@ -7,11 +7,11 @@ import tifffile
 from forged import declaring, png_declaring
 from PIL import Image
 
-from app.data import images, tiff
-from app.data.band_stats import BandTally
-from app.data.headers import decode_bytes, header_draft
-from app.data.images import Decode
-from app.data.patches import GridPatches, layout_of
+from app.data.pixels import images, tiff
+from app.data.pixels.band_stats import BandTally
+from app.data.pixels.headers import decode_bytes, header_draft
+from app.data.pixels.images import Decode
+from app.data.slides.patches import GridPatches, layout_of
 from app.data.source import ArraySplit, FileSplit
 
 
@@ -103,10 +103,10 @@ def test_a_no_data_value_no_pixel_can_hold_is_none_said_once(tmp_path, caplog, m
                              extratags=[(42113, "s", 0, tag, True)])
     split = FileSplit(paths, [0] * len(paths))
     monkeypatch.setattr(tiff, "_unheld", set(), raising=False)  # said once a process: this test's own count
-    with caplog.at_level("WARNING", logger="app.data.tiff"):
+    with caplog.at_level("WARNING", logger="app.data.pixels.tiff"):
         found = [split.nodata(i) for i in range(len(paths))]
     assert found == [value for value in tags.values() for _ in range(2)]
-    said = [r.getMessage() for r in caplog.records if r.name == "app.data.tiff"]
+    said = [r.getMessage() for r in caplog.records if r.name == "app.data.pixels.tiff"]
     assert len(said) == 5 and all("no value a uint16 pixel can hold" in line for line in said), said
     slide = layout_of(str(paths[0]), SimpleNamespace(
         size=[64, 64], level=0, downsample=None, mpp=None, mode=SimpleNamespace(value="grid"), stride=None,

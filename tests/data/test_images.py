@@ -1,4 +1,4 @@
-"""app/data/images.py: every supported mode and format → RGB uint8, draft decode, EXIF, bad files."""
+"""app/data/pixels/images.py: every supported mode and format → RGB uint8, draft decode, EXIF, bad files."""
 
 import io
 import pickle
@@ -8,8 +8,8 @@ import pytest
 from forged import declaring, png_declaring
 from PIL import Image, ImageOps
 
-from app.data import images
-from app.data.images import Decode, DecodeError, Pixels, _to_rgb, decoded, draft_scale, load_rgb, read_bytes
+from app.data.pixels import images
+from app.data.pixels.images import Decode, DecodeError, Pixels, _to_rgb, decoded, draft_scale, load_rgb, read_bytes
 from app.data.source import FileSplit
 from app.errors import BadSampleError
 
@@ -358,7 +358,7 @@ def test_a_device_or_pipe_named_as_an_image_is_refused_before_it_is_opened(tmp_p
     """A link to /dev/urandom would be read for ever; opening a pipe waits for a writer."""
     import os
 
-    from app.data.headers import header_draft
+    from app.data.pixels.headers import header_draft
 
     (tmp_path / "random.png").symlink_to("/dev/urandom")
     os.mkfifo(tmp_path / "pipe.jpg")

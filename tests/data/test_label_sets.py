@@ -1,4 +1,4 @@
-"""Several labels an image (app/data/label_sets.py, read through data=table): Planet's space-separated
+"""Several labels an image (app/data/sources/label_sets.py, read through data=table): Planet's space-separated
 tags, ChestX-ray14's `|` with `No Finding`, CheXpert-style 0/1/-1 columns; the sets as uint8
 vectors; a rare class stratified into validation."""
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from app.data import label_sets
-from app.data.table import table_source
+from app.data.sources import label_sets
+from app.data.sources.table import table_source
 from app.errors import DataError
 from app.schema import TableColumns, TableDataConfig, Task
 

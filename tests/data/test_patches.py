@@ -16,15 +16,16 @@ from omegaconf import OmegaConf
 from PIL import Image
 from slides import GLASS, he_pixels, slide_pixels, write_slide, zero_tiles
 
-from app.data import load_or_generate_source, masks
-from app.data.decode import DecodeError
-from app.data.folder import folder_source
-from app.data.images import read_bytes
-from app.data.layouts import why_none
-from app.data.masks import foreground, fractions, thumbnail
-from app.data.patches import GridPatches, RandomPatches, grid_split, layout_of, patched
-from app.data.regions import close_open_files, read_region, slide_of
+from app.data.pixels.decode import DecodeError
+from app.data.pixels.images import read_bytes
+from app.data.slides import masks
+from app.data.slides.layouts import why_none
+from app.data.slides.masks import foreground, fractions, thumbnail
+from app.data.slides.patches import GridPatches, RandomPatches, grid_split, layout_of, patched
+from app.data.slides.regions import close_open_files, read_region, slide_of
 from app.data.source import FileSplit, Source
+from app.data.sources.chosen import load_or_generate_source
+from app.data.sources.folder import folder_source
 from app.errors import DataError
 from app.inference import patch_scores
 from app.inference.patch_scores import aggregate, write_heatmap, write_patch_sheet

@@ -1,4 +1,4 @@
-"""data=prepared (app/data/prepared.py): sample i read from its shard by its index row, the
+"""data=prepared (app/data/copies/prepared.py): sample i read from its shard by its index row, the
 bad-sample naming, the short-side refusal, the plan's sizes from the index, the source's checks."""
 
 from __future__ import annotations
@@ -15,12 +15,11 @@ import pytest
 from omegaconf import OmegaConf
 from prepared_copies import corrupt_member, flip_byte, picture, write_as_format_1, write_copy
 
-from app.augment import check_stored_sizes
-from app.data import load_or_generate_source
-from app.data.images import Decode, rgb_from_bytes
-from app.data.shards import read_index
+from app.data.copies.shards import read_index
+from app.data.pixels.images import Decode, rgb_from_bytes
+from app.data.sources.chosen import load_or_generate_source
 from app.errors import BadSampleError, ConfigError, DataError
-from app.runs.rundata import check_same_data
+from app.runs.rundata import check_same_data, check_stored_sizes
 from app.runs.saved import resumed_config
 from app.schema.data import DATA_TARGETS
 
@@ -77,7 +76,7 @@ def test_a_flipped_byte_in_a_members_data_fails_its_crc_named_by_shard_and_membe
         train.read(3)
     train.read(1)  # negative control: the same shard's other sample reads
     write_as_format_1(root)  # as an app before checksums wrote it: still read, said to be unchecked
-    with caplog.at_level(logging.WARNING, logger="app.data.prepared"):
+    with caplog.at_level(logging.WARNING, logger="app.data.copies.prepared"):
         old = load_or_generate_source(_data(root))
     unchecked = [r.getMessage() for r in caplog.records if "unchecked" in r.getMessage()]
     assert len(unchecked) == 1 and f"{root}/manifest.json is format version 1" in unchecked[0]

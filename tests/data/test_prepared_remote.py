@@ -1,4 +1,4 @@
-"""data=prepared at a URL (app/data/remote_copy.py's RemoteCopy, app/data/shard_cache.py): the same
+"""data=prepared at a URL (app/data/copies/remote_copy.py's RemoteCopy, app/data/copies/shard_cache.py): the same
 samples as the local copy through s3:// (moto's server on localhost) and http://, whole shards
 cached on local disk (downloaded once, least recently used evicted, racing processes, a full
 disk named at once), storage retries counted in the loader's telemetry, and the refusals."""
@@ -22,9 +22,11 @@ from prepared_copies import write_copy
 from s3_endpoint import environment, new_bucket
 
 from app.augment import Augmenter
-from app.data import load_or_generate_source, storage
-from app.data.shard_cache import delete_least_recently_used
-from app.data.storage import Store
+from app.data.copies import storage
+from app.data.copies.retries import thread_retries
+from app.data.copies.shard_cache import delete_least_recently_used
+from app.data.copies.storage import Store
+from app.data.sources.chosen import load_or_generate_source
 from app.errors import BadSampleError, DataError
 from app.loader import messages
 from app.loader.bad_samples import failure
@@ -136,13 +138,13 @@ def test_a_full_cache_disk_is_named_at_once_and_leaves_no_part_file(copies, tmp_
     # shard 0 in this thread writes through it (a real small disk would need a mount of our own).
     part = folder / f".train-00000.tar.{os.getpid()}.{threading.get_ident()}.part"
     part.symlink_to("/dev/full")
-    before = storage.thread_retries()
+    before = thread_retries()
     with pytest.raises(DataError) as caught:
         train.read(0)
     assert str(caught.value).startswith(f"no space left on the device holding data.cache_dir {cache} (")
     assert f"while caching s3://{bucket}/raw/train-00000.tar" in str(caught.value)
     assert "free some space there" in str(caught.value)
-    assert storage.thread_retries() == before  # no retry: the store is not at fault
+    assert thread_retries() == before  # no retry: the store is not at fault
     assert not [p.name for p in folder.iterdir() if p.name.endswith(".part")]
     # negative control: with room again, it caches
     expected = load_or_generate_source(_data(root / "raw")).train.read(0)

@@ -10,8 +10,8 @@ import pytest
 import tifffile
 from slides import slide_pixels, write_svs
 
-from app.data import scanner_files
-from app.data.regions import read_region, slide_of
+from app.data.pixels import scanner_files
+from app.data.slides.regions import read_region, slide_of
 from app.errors import DataError
 
 LIMIT = 16_777_216

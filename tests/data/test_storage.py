@@ -1,4 +1,4 @@
-"""app/data/storage.py against a real S3 endpoint on localhost (moto's server through s3fs) and a
+"""app/data/copies/storage.py against a real S3 endpoint on localhost (moto's server through s3fs) and a
 local folder: the same reads and writes, byte ranges, a Store that crosses a pickle, and the
 paragraphs for a missing bucket, missing credentials, a missing driver and an endpoint that
 does not answer (tried again with our waits alone, counted)."""
@@ -12,8 +12,9 @@ import pytest
 import s3fs
 from s3_endpoint import environment, new_bucket
 
-from app.data import storage
-from app.data.storage import LocalStore, RemoteStore, Store
+from app.data.copies import storage
+from app.data.copies.retries import thread_retries
+from app.data.copies.storage import LocalStore, RemoteStore, Store
 from app.errors import DataError
 
 
@@ -81,10 +82,10 @@ def test_missing_credentials_are_named_without_retrying(s3, monkeypatch):
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
-    before = storage.thread_retries()
+    before = thread_retries()
     with pytest.raises(DataError, match=rf"s3://{bucket}/a cannot be read with the credentials.*AWS_ACCESS_KEY_ID"):
         Store.at(f"s3://{bucket}", {"skip_instance_cache": True}).read_bytes("a")
-    assert storage.thread_retries() == before
+    assert thread_retries() == before
 
 
 def test_a_missing_driver_names_the_extra_that_brings_it():
@@ -96,12 +97,12 @@ def test_a_dead_endpoint_is_tried_again_with_our_waits_alone_then_named(monkeypa
     monkeypatch.delenv("AWS_MAX_ATTEMPTS", raising=False)
     monkeypatch.delenv("AWS_RETRY_MODE", raising=False)
     options = {"endpoint_url": "http://127.0.0.1:1", "key": "k", "secret": "s"}  # a closed port
-    store, before, started = Store.at("s3://bucket/copy", options), storage.thread_retries(), time.monotonic()
+    store, before, started = Store.at("s3://bucket/copy", options), thread_retries(), time.monotonic()
     with pytest.raises(DataError, match=rf"could not be reached after {storage.TRIES} tries"):
         store.read_bytes("manifest.json")
     # Our waits are 3 s in all; botocore's own retries beneath each try made it 20 to 50 s.
     assert time.monotonic() - started < 15
-    assert storage.thread_retries() - before == storage.TRIES - 1
+    assert thread_retries() - before == storage.TRIES - 1
     config = store.fs.s3.meta.config
     assert config.retries == {"total_max_attempts": 1, "mode": "standard"} and config.connect_timeout == 5
     mine = {**options, "config_kwargs": {"retries": {"max_attempts": 3}}}  # the user's own settings win

@@ -1,4 +1,4 @@
-"""app/data/synthetic.py: reproducible generation, reuse, and safe concurrent generation."""
+"""app/data/sources/synthetic.py: reproducible generation, reuse, and safe concurrent generation."""
 
 import multiprocessing
 import os
@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from app.data import drawing, load_or_generate_source, synthetic
-from app.data.images import load_rgb
-from app.data.synthetic import Spec, class_names, dataset_dir_name, ensure_dataset
+from app.data.pixels.images import load_rgb
+from app.data.sources import drawing, synthetic
+from app.data.sources.chosen import load_or_generate_source
+from app.data.sources.synthetic import Spec, class_names, dataset_dir_name, ensure_dataset
 from app.errors import DataError, MachineError
 from app.io import write_json
 from app.runs.rundata import run_source

@@ -1,4 +1,4 @@
-"""data=table (app/data/table.py, app/data/table_files.py) on real tables: CSV and TSV written by
+"""data=table (app/data/sources/table.py, app/data/sources/table_files.py) on real tables: CSV and TSV written by
 the standard library's csv, JSON Lines by json, Parquet by pyarrow; real image files beside them."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from app.data.table import table_source
+from app.data.sources.table import table_source
 from app.errors import DataError
 from app.schema import OnBadSample, TableColumns, TableDataConfig, Task
 
@@ -286,7 +286,7 @@ def test_a_semicolon_table_and_excels_sep_line_are_read_by_their_separator(tmp_p
     with open(tmp_path / "declared.csv", "w", newline="", encoding="utf-8") as f:
         f.write("sep=|\r\n")
         csv.writer(f, delimiter="|").writerows([["path", "label"], *rows])
-    caplog.set_level("INFO", logger="app.data.table_files")
+    caplog.set_level("INFO", logger="app.data.sources.table_files")
     for name in ("excel.csv", "declared.csv"):
         assert summary(table_source(config(tmp_path / name))) == expected, name
     assert "separated by ';'" in caplog.text and "as its first line (sep=) declares" in caplog.text

@@ -1,11 +1,11 @@
-"""Reading a table as users keep it (app/data/table_files.py): each row with the line it starts on,
+"""Reading a table as users keep it (app/data/sources/table_files.py): each row with the line it starts on,
 a spreadsheet's BOM and CRLF read as plain text, a JSON line that is no object a fault of its row."""
 
 from __future__ import annotations
 
 import pytest
 
-from app.data.table_files import read_rows
+from app.data.sources.table_files import read_rows
 from app.errors import DataError
 
 

@@ -13,13 +13,13 @@ import pytest
 import tifffile
 from PIL import Image
 
-from app.data.decode import Decode, DecodeError, Pixels
-from app.data.headers import decode_bytes
-from app.data.images import load_rgb
-from app.data.patches import GridPatches, layout_of
-from app.data.pixels import normalization, pixels_of
+from app.data.pixels.decode import Decode, DecodeError, Pixels
+from app.data.pixels.headers import decode_bytes
+from app.data.pixels.images import load_rgb
+from app.data.pixels.pixels import normalization, pixels_of
+from app.data.pixels.tiff import read_tiff
+from app.data.slides.patches import GridPatches, layout_of
 from app.data.source import FileSplit
-from app.data.tiff import read_tiff
 from app.errors import BadSampleError, ConfigError
 
 

@@ -23,11 +23,12 @@ from s3_endpoint import environment, new_bucket
 from shard_checks import assert_webdataset_reads_what_the_index_says
 
 from app.config import conf_dir, load
-from app.data import load_or_generate_source, tiff
-from app.data.decode import Decode, Pixels
-from app.data.prepared import prepared_source
-from app.data.shards import FORMAT_VERSION, manifest_checksum, read_index, read_manifest
-from app.data.storage import LocalStore, RemoteStore, Store
+from app.data.copies.prepared import prepared_source
+from app.data.copies.shards import FORMAT_VERSION, manifest_checksum, read_index, read_manifest
+from app.data.copies.storage import LocalStore, RemoteStore, Store
+from app.data.pixels import tiff
+from app.data.pixels.decode import Decode, Pixels
+from app.data.sources.chosen import load_or_generate_source
 from app.errors import ConfigError, DataError
 from app.prepare import job
 from app.prepare.copy import held_alone, write_prepared_copy
@@ -280,7 +281,7 @@ def test_a_folder_with_anything_but_an_unfinished_plan_is_refused(tmp_path):
 def test_the_manifest_keeps_the_overrides_that_prepare_it_again_and_no_secret(tmp_path):
     """The advice to prepare a damaged copy again is a whole command: the source's own keys
     (data.num_images, ...) included, from any folder; Hydra's keys and credentials left out."""
-    from app.data.shards import prepare_command
+    from app.data.copies.shards import prepare_command
 
     out = tmp_path / "copy with space"
     given = [*TINY, f"data.path={tmp_path / 'data'}", f"prepare.out={out}", "hydra.run.dir=x",

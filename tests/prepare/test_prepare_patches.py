@@ -14,8 +14,8 @@ from hydra import compose, initialize_config_dir
 from slides import write_slides
 
 from app.config import conf_dir, load
-from app.data import load_or_generate_source
-from app.data.prepared import prepared_source
+from app.data.copies.prepared import prepared_source
+from app.data.sources.chosen import load_or_generate_source
 from app.errors import ConfigError, DataError
 from app.prepare.copy import write_prepared_copy
 from app.schema import register

@@ -9,7 +9,7 @@ import os
 import pytest
 from PIL import Image
 
-from app.data.folder import folder_source
+from app.data.sources.folder import folder_source
 from app.errors import DataError
 from app.runs.rundata import check_same_data
 

@@ -1,4 +1,4 @@
-"""A prepared copy's layout, written by `python -m app prepare`, read by `data=prepared` (URLs: app/data/storage.py).
+"""A prepared copy's layout, written by `python -m app prepare`, read by `data=prepared` (URLs: storage.py).
     <split>-<n:05d>.tar  shards of about prepare.shard_mb (WebDataset's layout), samples in one seeded shuffle: members
         `<key>.jpg` (8-bit RGB) or `<key>.npy` (raw: H×W×bands, the manifest's dtype), `<key>.cls` (the label; several:
         class indices, space-separated), `<key>.json` (the original's path and size), keyed `<split>-<index:09d>`
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.data.storage import Store, is_url
+from app.data.copies.storage import Store, is_url
 from app.errors import DataError
 from app.io import atomic_write
 
@@ -101,7 +101,7 @@ class Manifest:
     # a patch copy's: {"settings": data.patches, "draws": prepare.patch_draws, "images": {split: [path, ...]},
     # "labels": {split: [class, ...]}} (an image's, for its image-level figures); {} for whole images
     patches: dict = field(default_factory=dict)
-    # each source file's [size, mtime_ns] as prepared: a copy older than its source is told (app/data/copy_checks.py)
+    # each source file's [size, mtime_ns] as prepared: a copy older than its source is told (copy_checks.py)
     stamps: dict = field(default_factory=dict)
     # a raw copy's: each sample's no-data value (its original's GDAL_NODATA, or null), by split in the index's order;
     # {}: no sample has one

@@ -1,5 +1,5 @@
-"""The offline default dataset: photo-like JPEGs (app/data/drawing.py) saved as cameras save them, generated in a pool
-into a folder renamed when whole, named by GENERATOR_VERSION and the parameters, on which alone its files depend."""
+"""The offline default dataset: photo-like JPEGs (drawing.py) saved as cameras save them, generated in a pool into a
+folder renamed when whole, named by GENERATOR_VERSION and the parameters, on which alone its files depend."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
-from app.data.drawing import COLOURS, SHAPES, class_style, draw_image
-from app.data.folder import Held, folder_source
 from app.data.source import Source
+from app.data.sources.drawing import COLOURS, SHAPES, class_style, draw_image
+from app.data.sources.folder import Held, folder_source
 from app.errors import DataError, MachineError
 
 # In the dataset's folder name: bumped when the drawing changes, so old datasets are not reused

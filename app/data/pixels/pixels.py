@@ -7,9 +7,9 @@ import logging
 from collections import Counter
 from pathlib import Path
 
-from app.data import tiff
-from app.data.decode import DecodeError, Pixels, TiffAt
-from app.data.images import read_bytes, rgb_from_bytes
+from app.data.pixels import tiff
+from app.data.pixels.decode import DecodeError, Pixels, TiffAt
+from app.data.pixels.images import read_bytes, rgb_from_bytes
 from app.errors import DataError, config_error
 from app.io import read_regular
 

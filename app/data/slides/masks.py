@@ -13,7 +13,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from app.data.regions import Slide, read_region
+from app.data.slides.regions import Slide, read_region
 from app.data.source import bad_sample_reason
 from app.io import app_cache_dir, atomic_write
 

@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from app.data.storage import AGAIN, RemoteStore
+from app.data.copies.storage import AGAIN, RemoteStore
 from app.errors import DataError, free_space
 
 TOUCH_EVERY_S = 1.0  # a shard's mtime (its place in the LRU order) is refreshed at most this often

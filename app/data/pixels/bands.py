@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.data.decode import DecodeError
+from app.data.pixels.decode import DecodeError
 
 DTYPES = {"uint8": np.uint8, "uint16": np.uint16}
 

@@ -1,4 +1,4 @@
-"""A prepared copy at a URL (data.path=s3://...): its shards read by ranged GETs or from app/data/shard_cache.py."""
+"""A prepared copy at a URL (data.path=s3://...): its shards read by ranged GETs or from shard_cache.py's cache."""
 
 from __future__ import annotations
 
@@ -8,9 +8,17 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from app.data.shard_cache import ShardCache, cache_key
-from app.data.shards import MANIFEST, check_index, index_name, parse_manifest, read_index, read_labels, read_places
-from app.data.storage import RemoteStore, Store
+from app.data.copies.shard_cache import ShardCache, cache_key
+from app.data.copies.shards import (
+    MANIFEST,
+    check_index,
+    index_name,
+    parse_manifest,
+    read_index,
+    read_labels,
+    read_places,
+)
+from app.data.copies.storage import RemoteStore, Store
 from app.errors import DataError
 
 GB = 10**9  # data.cache_max_gb's unit

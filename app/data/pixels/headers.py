@@ -8,8 +8,8 @@ import stat
 import numpy as np
 from PIL import Image
 
-from app.data import tiff
-from app.data.images import (
+from app.data.pixels import tiff
+from app.data.pixels.images import (
     DEFAULT_MAX_PIXELS,
     HEAD_BYTES,
     JPEG_START,

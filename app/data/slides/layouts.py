@@ -8,9 +8,16 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-from app.data.decode import DecodeError
-from app.data.masks import compute_mask, fractions, mask_cache_path, read_cached_mask, takes_glass, write_mask_to_cache
-from app.data.regions import Slide, slide_of
+from app.data.pixels.decode import DecodeError
+from app.data.slides.masks import (
+    compute_mask,
+    fractions,
+    mask_cache_path,
+    read_cached_mask,
+    takes_glass,
+    write_mask_to_cache,
+)
+from app.data.slides.regions import Slide, slide_of
 from app.data.source import bad_sample_reason
 from app.errors import DataError
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from app.data.folder import split_by_fraction
 from app.data.source import ArraySplit, Source
+from app.data.sources.folder import split_by_fraction
 from app.errors import DataError
 from app.io import atomic_write
 

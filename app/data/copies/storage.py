@@ -7,12 +7,12 @@ import copy
 import errno
 import logging
 import os
-import threading
 from pathlib import Path
 
 import fsspec
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from app.data.copies.retries import count_retry
 from app.errors import DataError
 from app.io import atomic_write, is_url
 
@@ -30,13 +30,7 @@ S3_CONFIG = {"retries": {"total_max_attempts": 1, "mode": "standard"}, "connect_
 # Errors only a local file gives: the disk is full or read-only, the file too large for the process.
 LOCAL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
 AGAIN = "then run the same command again (a resumed run or prepare goes on from where it stopped)"
-_thread = threading.local()  # this thread's transient errors tried again: a loader worker's telemetry reads its own
 log = logging.getLogger(__name__)
-
-
-def thread_retries() -> int:
-    """How many storage calls this thread tried again after a transient error (a loader thread's telemetry)."""
-    return getattr(_thread, "count", 0)
 
 
 class LocalWriteError(OSError):
@@ -197,7 +191,7 @@ def _transient(error: BaseException) -> bool:
 def _count_and_log(path: str):
     """tenacity's hook before each wait: the thread's count of retries (its telemetry) and a warning."""
     def before_sleep(state: RetryCallState) -> None:
-        _thread.count = thread_retries() + 1
+        count_retry()
         error = state.outcome.exception()
         log.warning("%s: %s: %s; trying again in %.1f s (try %d of %d)", path, type(error).__name__, error,
                     state.next_action.sleep, state.attempt_number + 1, TRIES)

@@ -1,5 +1,5 @@
-"""Patches of large images as a split's samples, read region by region (app/data/regions.py): drawn from (seed, epoch,
-index, draw) alone, or a grid's; a patch short of data.patches.min_foreground is never a sample."""
+"""Patches of large images as a split's samples, read region by region (regions.py): drawn from (seed, epoch, index,
+draw) alone, or a grid's; a patch short of data.patches.min_foreground is never a sample."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from abc import ABC, abstractmethod
 import cv2
 import numpy as np
 
-from app.data.bands import fit_bands
-from app.data.decode import Decode, DecodeError
-from app.data.layouts import Layout, layout_of, layouts_of, why_none
-from app.data.regions import read_region
+from app.data.pixels.bands import fit_bands
+from app.data.pixels.decode import Decode, DecodeError
+from app.data.slides.layouts import Layout, layout_of, layouts_of, why_none
+from app.data.slides.regions import read_region
 from app.data.source import FileSplit, Source, bad_sample_reason
 from app.data.split import Drawn, Place
 from app.errors import BadSampleError, DataError

@@ -9,10 +9,10 @@ from typing import Protocol
 
 import numpy as np
 
-from app.data.copy_checks import shard_damage, size_in
-from app.data.remote_copy import remote_copy
-from app.data.shards import Manifest, read_index, read_labels, read_manifest, read_places
-from app.data.storage import is_url
+from app.data.copies.copy_checks import shard_damage, size_in
+from app.data.copies.remote_copy import remote_copy
+from app.data.copies.shards import Manifest, read_index, read_labels, read_manifest, read_places
+from app.data.copies.storage import is_url
 from app.errors import DataError
 
 

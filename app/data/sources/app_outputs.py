@@ -6,10 +6,10 @@ import logging
 import os
 from pathlib import Path
 
-from app.data.shards import MANIFEST
+from app.data.copies.shards import MANIFEST
 
 HYDRA_OUTPUTS = ("outputs", "multirun")  # Hydra's folders in the working folder (conf/common.yaml, its default)
-log = logging.getLogger("app.data.folder")  # said where the classes are scanned
+log = logging.getLogger("app.data.sources.folder")  # said where the classes are scanned
 
 # A file or folder only the app writes, and what it makes the folder holding it: never a class.
 MARKERS = ((MANIFEST, "a prepared copy"), (".hydra", "a run's folder"), ("summary.json", "a run's folder"),

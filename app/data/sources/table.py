@@ -12,12 +12,12 @@ from pathlib import Path
 
 import numpy as np
 
-from app.data import label_sets
-from app.data.folder import split_flat
-from app.data.layouts import edge_check
+from app.data.slides.layouts import edge_check
 from app.data.source import FileSplit, Source, check_every_class_trains
-from app.data.table_files import read_rows
-from app.data.table_rows import RowReader, Sample
+from app.data.sources import label_sets
+from app.data.sources.folder import split_flat
+from app.data.sources.table_files import read_rows
+from app.data.sources.table_rows import RowReader, Sample
 from app.errors import DataError
 from app.io import is_url
 from app.targets import targets_of

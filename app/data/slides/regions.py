@@ -1,5 +1,5 @@
 """Regions of large images, never the whole: a TIFF pyramid's levels through tifffile's zarr store (a scanner's file:
-app/data/scanner_files.py), so a read decodes only the chunks it touches; a file of chunks too large: refused."""
+app/data/pixels/scanner_files.py), so a read decodes only the chunks it touches; a file of chunks too large: refused."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import numpy as np
 import tifffile
 from PIL import Image
 
-from app.data import scanner_files
-from app.data.decode import DecodeError
-from app.data.images import HEAD_BYTES, JPEG_START, PNG_START, TIFF_MAGIC, jpeg_frame, read_bytes, rgb_from_bytes
+from app.data.pixels import scanner_files
+from app.data.pixels.decode import DecodeError
+from app.data.pixels.images import HEAD_BYTES, JPEG_START, PNG_START, TIFF_MAGIC, jpeg_frame, read_bytes, rgb_from_bytes
+from app.data.pixels.tiff import BAND_AXES, READ_TYPES, page_nodata
 from app.data.source import bad_sample_reason
-from app.data.tiff import BAND_AXES, READ_TYPES, page_nodata
 
 OPEN_FILES = 8  # files a worker keeps open: a slide's header and tile offsets are read once, not once a patch
 TILE_IT = ("tile it, e.g. `vips tiffsave in out.tif --tile --pyramid --compression jpeg` or tifffile's "

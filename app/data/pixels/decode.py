@@ -14,7 +14,7 @@ class DecodeError(ValueError):
 
 @dataclass(frozen=True, kw_only=True)
 class Pixels:
-    """What a run's images are made (app/data/bands.py): data.channels, its band count, data.dtype, data.normalize."""
+    """What a run's images are made (bands.py): data.channels, its band count, data.dtype, data.normalize."""
 
     channels: str | tuple[int, ...] = "rgb"
     bands: int = 3

@@ -10,7 +10,7 @@ import os
 import numpy as np
 import tifffile
 
-from app.data.decode import DecodeError, check_pixels
+from app.data.pixels.decode import DecodeError, check_pixels
 
 BAND_AXES = "SC"  # samples of a pixel, or channels (OME); a stack of same-size pages (I, Q) is read as bands too
 PAGE_AXES = "IQ"

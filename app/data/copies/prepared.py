@@ -1,5 +1,5 @@
-"""data=prepared: a `prepare` copy (app/data/shards.py) in a folder or at a URL (app/data/copy_storage.py). Sample i is
-one read of its index row's byte range, CRC32-checked (mismatch: a bad sample); a damaged copy is refused at start."""
+"""data=prepared: a `prepare` copy (shards.py) in a folder or at a URL (copy_storage.py). Sample i is one read of its
+index row's byte range, CRC32-checked (mismatch: a bad sample); a damaged copy is refused at start."""
 
 from __future__ import annotations
 
@@ -12,13 +12,9 @@ import zlib
 import numpy as np
 from omegaconf import OmegaConf
 
-from app.data import tiff
-from app.data.bands import fit_bands
-from app.data.copy_checks import index_damage, labels_damage, places_damage, stale_copy
-from app.data.copy_storage import CopyStorage, open_copy
-from app.data.headers import stored_decode_bytes
-from app.data.images import Decode, DecodeError, rgb_from_bytes
-from app.data.shards import (
+from app.data.copies.copy_checks import index_damage, labels_damage, places_damage, stale_copy
+from app.data.copies.copy_storage import CopyStorage, open_copy
+from app.data.copies.shards import (
     CHECKSUMS_SINCE,
     MANIFEST,
     MEMBER,
@@ -29,6 +25,10 @@ from app.data.shards import (
     sample_key,
     unrecorded,
 )
+from app.data.pixels import tiff
+from app.data.pixels.bands import fit_bands
+from app.data.pixels.headers import stored_decode_bytes
+from app.data.pixels.images import Decode, DecodeError, rgb_from_bytes
 from app.data.source import FileSplit, Source, bad_sample_reason
 from app.data.split import Drawn, Place, WholeImages
 from app.errors import BadSampleError, DataError

@@ -14,7 +14,7 @@ from app.errors import DataError, install_command
 # What OpenSlide reads beside a generic tiled TIFF (its vendors' suffixes): TIFFs, which tifffile reads too
 TIFF_SCANNERS = (".svs", ".ndpi", ".scn", ".bif", ".svslide")
 OTHER_SCANNERS = (".mrxs", ".vms", ".vmu")  # not TIFFs: OpenSlide alone
-OPEN_FILES = 8  # as app/data/regions.py keeps tifffile's
+OPEN_FILES = 8  # as app/data/slides/regions.py keeps tifffile's
 
 
 @functools.cache

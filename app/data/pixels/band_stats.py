@@ -34,7 +34,7 @@ class BandTally:
         for band in range(self.histogram.shape[0]):
             self.histogram[band] += np.bincount(batch[..., band].ravel(), minlength=self.levels)
         for image, value in zip(batch, nodata, strict=True):
-            if value is not None:  # one a pixel can hold (app/data/tiff.py's held_nodata)
+            if value is not None:  # one a pixel can hold (app/data/pixels/tiff.py's held_nodata)
                 self.histogram[:, int(value)] -= np.count_nonzero(image == int(value), axis=(0, 1))
 
     def figures(self) -> list[dict]:

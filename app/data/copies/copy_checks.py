@@ -9,8 +9,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from app.data.images import EXTENSIONS
-from app.data.shards import (
+from app.data.copies.shards import (
     MANIFEST,
     Manifest,
     index_digest,
@@ -20,6 +19,7 @@ from app.data.shards import (
     prepare_command,
     unrecorded,
 )
+from app.data.pixels.images import EXTENSIONS
 from app.schema.data import TableDataConfig
 
 SHOWN = 5  # changed files named in a warning; the rest counted

@@ -11,9 +11,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.data.app_outputs import is_app_output
-from app.data.images import EXTENSIONS
+from app.data.pixels.images import EXTENSIONS
 from app.data.source import FileSplit, Source
+from app.data.sources.app_outputs import is_app_output
 from app.errors import DataError
 
 _LAYOUT = ("<path>/<class>/<image> (split by data.val_fraction), or <path>/train/<class>/<image> "

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from app.data import label_sets
-from app.data.table_files import Row
+from app.data.sources import label_sets
+from app.data.sources.table_files import Row
 from app.errors import DataError
 
 SPLITS = {"train": "train", "val": "val", "validation": "val", "test": "test"}

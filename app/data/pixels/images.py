@@ -1,5 +1,5 @@
 """One image file → its pixels: RGB uint8 (H, W, 3) for 8-bit files (large JPEGs decoded at a reduced scale), a 16-bit
-PNG's own uint16 samples; a TIFF is handed to app/data/tiff.py unread (`TiffAt`)."""
+PNG's own uint16 samples; a TIFF is handed to app/data/pixels/tiff.py unread (`TiffAt`)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,9 @@ import cv2
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from app.data import tiff
-from app.data.bands import fit_bands
-from app.data.decode import DEFAULT_MAX_PIXELS, Decode, DecodeError, Pixels, TiffAt, check_pixels, pixel_count
-from app.data.scanner_files import OTHER_SCANNERS, TIFF_SCANNERS
+from app.data.pixels.bands import fit_bands
+from app.data.pixels.decode import DEFAULT_MAX_PIXELS, Decode, DecodeError, Pixels, TiffAt, check_pixels, pixel_count
+from app.data.pixels.scanner_files import OTHER_SCANNERS, TIFF_SCANNERS
 
 __all__ = ["DEFAULT_MAX_PIXELS", "Decode", "DecodeError", "Pixels", "TiffAt", "check_pixels", "decoded", "load_rgb"]
 
@@ -76,6 +75,9 @@ def load_rgb(path: str | os.PathLike, min_short_side: int | None = None,
 def decoded(raw: bytes | TiffAt, decode: Decode) -> np.ndarray:
     """A fetched file (its bytes, or a TIFF by tifffile) as the run's pixels (`decode.pixels`)."""
     if isinstance(raw, TiffAt):
+        # tifffile (and its zarr) loads where a TIFF is met: a folder of JPEGs' workers never import it
+        from app.data.pixels import tiff
+
         image = tiff.read_tiff(raw.path, min_short_side=decode.min_short_side, max_pixels=decode.max_pixels)
     else:
         image = rgb_from_bytes(raw, decode.min_short_side, decode.max_pixels)

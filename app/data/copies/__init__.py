@@ -1,0 +1,1 @@
+"""`prepare`'s shard copies: their layout, storage (a folder or a URL) and checks, read as splits."""

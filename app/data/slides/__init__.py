@@ -1,0 +1,1 @@
+"""Patches of images larger than memory: where they lie, their regions read, the foreground mask."""

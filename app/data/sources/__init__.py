@@ -1,0 +1,1 @@
+"""Each data=option's source (folder, table, cifar, synthetic), and the one a config names."""
