@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from app.augment import Augmenter
-from app.data.images import Decode, Pixels
+from app.data.pixels.images import Decode, Pixels
 from app.errors import ConfigError
 
 CROP = {"_target_": "albumentations.RandomResizedCrop", "size": [32, 32], "scale": [0.25, 1.0]}

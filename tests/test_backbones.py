@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from app.backbones import keras_app
-from app.data.decode import Pixels
+from app.data.pixels.decode import Pixels
 from app.errors import ConfigError
 from app.families import FAMILIES
 from app.model import build, classifier, normaliser

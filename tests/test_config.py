@@ -29,7 +29,7 @@ def composed(*overrides: str, name: str = "config"):
 def test_defaults_compose_and_validate():
     cfg = composed()
     validate(cfg)
-    assert cfg.data._target_ == "app.data.synthetic.synthetic_source" and cfg.data.source_size >= 1024
+    assert cfg.data._target_ == "app.data.sources.synthetic.synthetic_source" and cfg.data.source_size >= 1024
     assert cfg.queue.workers == 2 and cfg.queue.use_multiprocessing and cfg.queue.max_size == 2
     assert to_plain(cfg)["queue"]["start_method"] == "spawn"
     # the augmentation's crop follows data.image_size
@@ -315,7 +315,7 @@ def test_experiments_are_complete_recipes_and_debug_modes_apply_after_them():
     cifar = composed("experiment=cifar_resnet")
     validate(cifar)
     assert (cifar.data._target_, cifar.model._target_, cifar.optimizer._target_, cifar.scheduler._target_) == \
-        ("app.data.cifar.cifar_source", "app.model.small_resnet", "keras.optimizers.SGD",
+        ("app.data.sources.cifar.cifar_source", "app.model.small_resnet", "keras.optimizers.SGD",
          "app.training.schedules.cosine")
     assert list(cifar.tags) == ["cifar", "resnet"] and cifar.trainer.epochs == 30
     assert [t["_target_"].split(".")[-1] for t in to_plain(cifar)["augment"]["transforms"]] == \

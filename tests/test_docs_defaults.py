@@ -19,7 +19,7 @@ register()
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
 RESNET = {"model._target_": "app.model.small_resnet"}
-SYNTHETIC = {"data._target_": "app.data.synthetic.synthetic_source"}
+SYNTHETIC = {"data._target_": "app.data.sources.synthetic.synthetic_source"}
 TENSORBOARD = {"logger.tensorboard._target_": "app.tracking.dashboards.TensorBoardWriter", "logger.mlflow": None}
 
 # (page, words as the page has them on one line, the config values they state)

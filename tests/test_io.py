@@ -10,7 +10,7 @@ import threading
 import pytest
 from PIL import Image
 
-from app.data.pixels import stats_of
+from app.data.pixels.pixels import stats_of
 from app.errors import ConfigError, DataError
 from app.io import OwnFileHandler, open_own, read_regular, write_json_over_own, write_picture
 

@@ -15,7 +15,7 @@ from hydra import compose, initialize_config_dir
 from app.capacity.auto import resolved
 from app.capacity.run_plan import RunPlan
 from app.config import conf_dir, load
-from app.data.pixels import run_pixels
+from app.data.pixels.pixels import run_pixels
 from app.errors import ConfigError, DataError
 from app.loader.order import epoch_order
 from app.schema import Sampling, register
