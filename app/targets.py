@@ -21,6 +21,7 @@ class Targets(Protocol):
 
     def target_bytes(self, classes: int) -> int: ...
     def untrained(self, labels: np.ndarray, class_names: list[str]) -> list[str]: ...
+    def stratum(self, labels: np.ndarray) -> np.ndarray: ...  # the class a sample is drawn by, keeping shares
     def balanced_weights(self, labels: np.ndarray, classes: int) -> np.ndarray: ...
     def table_reading(self, data_cfg, header: list[str], table: Path) -> dict | None: ...
     def check(self, data, trainer) -> None: ...
@@ -43,6 +44,9 @@ class ClassIndex:
     def untrained(self, labels: np.ndarray, class_names: list[str]) -> list[str]:
         shown = np.bincount(labels, minlength=len(class_names)) > 0
         return [name for name, seen in zip(class_names, shown, strict=False) if not seen]
+
+    def stratum(self, labels: np.ndarray) -> np.ndarray:
+        return labels
 
     def balanced_weights(self, labels: np.ndarray, classes: int) -> np.ndarray:
         """n / (classes × count) in train: each class weighs as much in all."""
@@ -70,6 +74,9 @@ class ClassSet:
 
     def untrained(self, labels: np.ndarray, class_names: list[str]) -> list[str]:
         return [name for name, seen in zip(class_names, labels.any(axis=0), strict=False) if not seen]
+
+    def stratum(self, labels: np.ndarray) -> np.ndarray:
+        return labels.argmax(axis=1)  # the first class it shows (none: the first class)
 
     def balanced_weights(self, labels: np.ndarray, classes: int) -> np.ndarray:
         """A class's negatives over its positives: the weight of its positives in the loss."""

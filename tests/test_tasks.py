@@ -73,6 +73,7 @@ def test_each_targets_weigh_count_and_see_untrained_classes():
     assert one.balanced_weights(labels, 2).tolist() == pytest.approx([1.5, 0.75])
     assert several.balanced_weights(vectors, 3).tolist() == pytest.approx([0.0, 2.0, 3.0])
     assert (one.target_bytes(3), several.target_bytes(3)) == (8, 3)
+    assert one.stratum(labels).tolist() == labels.tolist() and several.stratum(vectors).tolist() == [0, 0, 0]
 
 
 def test_predict_applies_thresholds_only_where_evaluate_picked_them_for_model_keras(tmp_path, caplog):

@@ -175,7 +175,8 @@ class Epochs:
         config, place = self.context.config, self.placement
         batch, limit = config.data.batch_size, config.trainer.validation_steps
         labels = self.source.val.labels
-        samples = validation_sample(labels, limit * batch if limit else len(labels), self.context.config.seed)
+        samples = validation_sample(self.head.task.targets.stratum(labels), limit * batch if limit else len(labels),
+                                    self.context.config.seed)
         n = len(samples)
         if place.strategy_name == "mirrored":  # no replica without a row
             sizes = mirrored_sizes(n, batch, place.replicas)
@@ -250,12 +251,13 @@ class Epochs:
         state.epoch, state.steps_before_epoch, state.figures = row["epoch"], step, None
 
 
-def validation_sample(labels: np.ndarray, n: int, seed: int) -> np.ndarray:
-    """`n` validation samples (all if n ≥ their count) in file order, drawn by `seed` keeping each class's share."""
-    if n >= len(labels):
-        return np.arange(len(labels))
-    drawn = np.random.default_rng(seed).permutation(len(labels))
-    classes = (labels.argmax(axis=1) if labels.ndim == 2 else labels)[drawn]  # several labels: the first
+def validation_sample(strata: np.ndarray, n: int, seed: int) -> np.ndarray:
+    """`n` validation samples (all if n ≥ their count) in file order, drawn by `seed` keeping each stratum's share
+    (a sample's class, its task's `stratum`)."""
+    if n >= len(strata):
+        return np.arange(len(strata))
+    drawn = np.random.default_rng(seed).permutation(len(strata))
+    classes = strata[drawn]
     rank = np.zeros(len(drawn))  # each drawn sample's place among its class's
     for label in np.unique(classes):
         mine = classes == label
