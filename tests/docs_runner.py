@@ -4,10 +4,12 @@ tests/cli/test_docs_commands.py: TensorFlow and Keras load once for them all.
 
 Usage: python tests/docs_runner.py <commands.json> <results.json>; each command is
 {"argv": [...]} or {"python": "..."}. Other tests run a few commands so with
-`spawn_one_process_for`. In an argument, {LAST_RUN} is the newest run directory under
-./outputs/<date>/<time>/ with a model.keras and {LAST_SWEEP} the newest sweep under
-./outputs/multirun/<date>/<time>/,
-found when that command starts: the documents' placeholders for a run they made a step before.
+`spawn_one_process_for`, or one at a time as each test gives them, in a process kept for a module's
+tests, with `OneProcess` (`--serve`: a command a line read, its result a line written back). In an
+argument, {LAST_RUN} is the newest run directory under ./outputs/<date>/<time>/ with a model.keras and
+{LAST_SWEEP} the newest sweep under ./outputs/multirun/<date>/<time>/, found when that command starts:
+the documents' placeholders for a run they made a step before. With DOCS_RUNNER_SECONDS=<file>, a line a
+command (its seconds, folder and arguments) is added to that file: where a test's time goes.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -27,6 +30,7 @@ from hydra.core.global_hydra import GlobalHydra
 
 from app.__main__ import main
 from app.cli import argv as argv_step
+from app.runs import rundir
 
 
 def newest(pattern: str) -> str:
@@ -57,9 +61,15 @@ def run_one(command: dict) -> dict:
     # what one command leaves in the process that the next, in a process of its own, would not see
     GlobalHydra.instance().clear()
     argv_step.CLAIMED.clear()
+    for run_dir in list(rundir._held):  # a refused command's lock, which its process's exit (atexit) releases
+        rundir.release_lock(run_dir)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    return {**command, "status": status, "printed": out.getvalue(), "seconds": time.perf_counter() - started}
+    seconds = time.perf_counter() - started
+    if timings := os.environ.get("DOCS_RUNNER_SECONDS"):
+        with open(timings, "a") as f:
+            f.write(f"{seconds:7.1f} {os.getcwd()} {' '.join(command.get('argv', ['python']))}\n")
+    return {**command, "status": status, "printed": out.getvalue(), "seconds": seconds}
 
 
 def spawn_one_process_for(*argvs: list[str], cwd: Path, env: dict | None = None,
@@ -77,6 +87,59 @@ def spawn_one_process_for(*argvs: list[str], cwd: Path, env: dict | None = None,
     return [subprocess.CompletedProcess(["app", *r["argv"]], r["status"], r["printed"], r["printed"]) for r in done]
 
 
+class OneProcess:
+    """`python -m app <argv>` command lines run one at a time, as tests give them, in one process of this
+    module's started by the first and kept until `close` (a module-scoped fixture's): TensorFlow loads once
+    for them all. Each call's result as spawn_one_process_for gives it; each runs in its own `cwd`."""
+
+    def __init__(self, *, env: dict | None = None, python: str = sys.executable):
+        self.env, self.python, self.server = env, python, None
+
+    def __call__(self, *argv: str, cwd: Path) -> subprocess.CompletedProcess:
+        if self.server is None:
+            self._spawn_server()
+        self.asking.write(json.dumps({"argv": list(argv), "cwd": str(cwd)}) + "\n")
+        self.asking.flush()
+        answer = self.answers.readline()
+        assert answer, f"the runner died ({self.server.wait()}): {Path(self.said.name).read_text()[-3000:]}"
+        done = json.loads(answer)
+        return subprocess.CompletedProcess(["app", *argv], done["status"], done["printed"], done["printed"])
+
+    def _spawn_server(self) -> None:
+        asked, asking = os.pipe()  # pipes of their own: what the commands print (and their workers) stays apart
+        answering, answered = os.pipe()
+        self.said = tempfile.NamedTemporaryFile(prefix="runner-", suffix=".log")  # noqa: SIM115 - closed by close
+        self.server = subprocess.Popen([self.python, __file__, "--serve", str(asked), str(answered)],
+                                       pass_fds=(asked, answered), env=self.env, stdout=self.said, stderr=self.said)
+        os.close(asked)
+        os.close(answered)
+        self.asking, self.answers = os.fdopen(asking, "w"), os.fdopen(answering)
+
+    def close(self) -> None:
+        """Ends the process (its input closed, it returns) and deletes its log."""
+        if self.server is not None:
+            self.asking.close()
+            self.server.wait(timeout=120)
+            self.answers.close()
+            self.said.close()
+
+    def __enter__(self) -> OneProcess:
+        return self
+
+    def __exit__(self, *_) -> None:
+        self.close()
+
+
+def serve_commands(asked: int, answered: int) -> None:
+    """Runs each command line read from the pipe `asked` in its `cwd`, its result written to `answered`."""
+    with open(asked) as commands, open(answered, "w") as answers:
+        for line in commands:
+            command = json.loads(line)
+            os.chdir(command.pop("cwd"))
+            answers.write(json.dumps(run_one(command)) + "\n")
+            answers.flush()
+
+
 def train_killed(argv: list[str], *, cwd: Path, env: dict) -> Path:
     """`python -m app train <argv>` in a process of its own, SIGKILLed as epoch 2's fourth step begins
     (tests/recording.py's KillOnce, which leaves killed.txt); the run directory it left, ./killed."""
@@ -88,7 +151,9 @@ def train_killed(argv: list[str], *, cwd: Path, env: dict) -> Path:
     return cwd / "killed"
 
 
-if __name__ == "__main__":
+if __name__ == "__main__" and sys.argv[1] == "--serve":
+    serve_commands(int(sys.argv[2]), int(sys.argv[3]))
+elif __name__ == "__main__":
     listed, written = Path(sys.argv[1]), Path(sys.argv[2])  # the CLI's main sets sys.argv
     results = []
     for command in json.loads(listed.read_text()):
