@@ -1,6 +1,7 @@
 """What the app writes, through the real CLI: every file it writes replaces its own path, never a symbolic
 link's target (a resume's appended logs and tables, report's PNGs); a linked folder of a run and a run's folder
-as report's --out are refused; a resume's keys of another data group and an emptied summary.json."""
+as report's --out are refused; a resume's keys of another data group and an emptied summary.json. Every command
+runs in one process kept for the module (tests/docs_runner.py's OneProcess): TensorFlow loads once."""
 
 from __future__ import annotations
 
@@ -9,19 +10,15 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from docs_runner import OneProcess
 from PIL import Image
 
 TINY = ["data.num_images=24", "data.source_size=96", "data.num_classes=3", "data.image_size=[32,32]",
         "data.batch_size=4", "model.widths=[8]", "trainer.epochs=1", "queue.workers=1"]
 APPENDED = ("train.log", "metrics.csv", "scalars.csv", "samples.csv")  # what a resume adds lines to
-
-
-def app(*args, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, cwd=cwd, timeout=300)
 
 
 def refused(result: subprocess.CompletedProcess, *words: str) -> str:
@@ -41,7 +38,14 @@ def link_to_a_copy(path: Path, elsewhere: Path) -> tuple[Path, bytes]:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory) -> Path:
+def app():
+    """`python -m app <args>` in `cwd`, each command of the module in one process."""
+    with OneProcess() as one_process:
+        yield one_process
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, app) -> Path:
     """One tiny run with every appended record: train.log, metrics.csv, scalars.csv (logger csv), samples.csv."""
     root = tmp_path_factory.mktemp("written")
     result = app("train", *TINY, "logger=[tensorboard,csv]", "trainer.record_samples=true", "hydra.run.dir=run",
@@ -52,7 +56,7 @@ def run(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def resumed(run) -> tuple[Path, dict, subprocess.CompletedProcess]:
+def resumed(run, app) -> tuple[Path, dict, subprocess.CompletedProcess]:
     """A copy of the run whose appended files are links to the user's files (train.log a hard link, the others
     symbolic), its summary.json emptied to `{}`, resumed for one more epoch: (the copy, each target and its bytes
     before, the resume)."""
@@ -90,7 +94,7 @@ def test_a_resume_over_an_emptied_summary_rebuilds_what_it_lacks(resumed):
 
 
 @pytest.mark.slow
-def test_a_summary_that_is_not_an_object_is_refused_naming_it(run):
+def test_a_summary_that_is_not_an_object_is_refused_naming_it(run, app):
     copy = run.parent / "listed summary"
     shutil.copytree(run, copy, ignore=shutil.ignore_patterns("tensorboard"))
     (copy / "summary.json").write_text("[1, 2]", encoding="utf-8")
@@ -100,7 +104,7 @@ def test_a_summary_that_is_not_an_object_is_refused_naming_it(run):
 
 
 @pytest.mark.slow
-def test_a_linked_tensorboard_folder_is_refused_and_its_target_kept(run):
+def test_a_linked_tensorboard_folder_is_refused_and_its_target_kept(run, app):
     mine = run.parent / "my dashboards"
     (mine / "train").mkdir(parents=True)
     (mine / "train" / "notes.txt").write_text("keep me")
@@ -123,7 +127,7 @@ def test_a_linked_tensorboard_folder_is_refused_and_its_target_kept(run):
 
 
 @pytest.mark.slow
-def test_a_linked_logger_folder_or_a_log_linked_to_a_folder_is_refused_before_anything_runs(run):
+def test_a_linked_logger_folder_or_a_log_linked_to_a_folder_is_refused_before_anything_runs(run, app):
     mine = run.parent / "my events"
     mine.mkdir()
     copy = run.parent / "linked logger"
@@ -142,7 +146,7 @@ def test_a_linked_logger_folder_or_a_log_linked_to_a_folder_is_refused_before_an
 
 
 @pytest.mark.slow
-def test_report_replaces_a_linked_png_and_never_writes_into_a_run(run):
+def test_report_replaces_a_linked_png_and_never_writes_into_a_run(run, app):
     out = run.parent / "report"
     assert app("report", str(run), "--out", str(out), cwd=run.parent).returncode == 0
     png = sorted(out.glob("report_*.png"))[0]
@@ -161,7 +165,7 @@ def test_report_replaces_a_linked_png_and_never_writes_into_a_run(run):
 
 
 @pytest.mark.slow
-def test_a_resume_with_another_data_groups_key_is_told_it_cannot_change(run):
+def test_a_resume_with_another_data_groups_key_is_told_it_cannot_change(run, app):
     for key in ("data.patches.level=1", "data.classes=[a,b,c]"):
         refused(app("train", f"resume={run}", key, cwd=run.parent), f"`{key.split('=')[0]}` cannot change for a "
                 "run that exists")
@@ -170,7 +174,7 @@ def test_a_resume_with_another_data_groups_key_is_told_it_cannot_change(run):
 
 
 @pytest.mark.slow
-def test_hydras_own_files_replace_their_links_in_a_run_a_sweep_and_a_sweeps_resume(tmp_path):
+def test_hydras_own_files_replace_their_links_in_a_run_a_sweep_and_a_sweeps_resume(tmp_path, app):
     refused_early = [*TINY, "trainer.epochs=0"]  # Hydra writes its files, then the run refuses its config
     mine = {name: tmp_path / f"my {name}.yaml" for name in ("config", "sweep", "job", "record")}
     for name, path in mine.items():
