@@ -1,15 +1,15 @@
 """Bad images through the real CLI, as a user meets them: a data folder holding a decompression
 bomb, a zero-byte file, a text file named .jpg, a truncated JPEG and a link in a loop; train,
 evaluate, preview and plan each follow the bad-sample policy and name the file, never a traceback.
-A test's commands in a row share one process (tests/docs_runner.py): TensorFlow loads once."""
+The tests' commands run one after another in one process (tests/docs_runner.py): TensorFlow loads once."""
 
 from __future__ import annotations
 
 import io
 import json
 import subprocess
-import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -20,10 +20,6 @@ from test_train_cli import check_run_dir
 TINY = ["data=folder", "data.image_size=[32,32]", "data.batch_size=4", "model.widths=[8]", "trainer.epochs=1",
         "queue.workers=1", "logger=csv"]
 BAD = {"bomb.jpg", "empty.jpg", "text.jpg", "truncated.jpg", "loop.jpg"}
-
-
-def app(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, cwd=cwd, timeout=300)
 
 
 def _bomb() -> bytes:
@@ -57,19 +53,39 @@ def data(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def ran(data) -> SimpleNamespace:
+    """Each test's commands, in one process; `nothing` a folder whose every file is a dangling link."""
+    root, run, nothing = data.parent, data.parent / "skip run", data.parent / "nothing readable"
+    for split in ("train", "val"):
+        for cls in "ab":
+            (nothing / split / cls).mkdir(parents=True)
+            (nothing / split / cls / "gone.jpg").symlink_to(nothing / "gone.jpg")
+    skip = ["data.on_bad_sample=skip"]
+    commands = {
+        "skipped": ["train", *TINY, f"data.path={data}", *skip, "data.max_bad_fraction=0.4", f"hydra.run.dir={run}"],
+        "evaluated": ["evaluate", f"resume={run}", "split=test"],
+        "limited": ["predict", f"resume={run}", f"input={data / 'test'}", "data.max_image_pixels=100"],
+        "raised": ["train", *TINY, f"data.path={data}", f"hydra.run.dir={root / 'raise run'}"],
+        "over": ["train", *TINY, f"data.path={data}", *skip, "data.max_bad_fraction=0.1",
+                 f"hydra.run.dir={root / 'over run'}"],
+        "shown": ["preview", *TINY, f"data.path={data}", "preview.images=16", "preview.augmentations=1", *skip,
+                  "hydra.run.dir=preview"],
+        "empty": ["preview", *TINY, f"data.path={nothing}", *skip, "hydra.run.dir=p3"],
+        "refused": ["preview", *TINY, f"data.path={data}", "preview.images=16", "hydra.run.dir=p2"],
+        "planned": ["plan", *TINY, f"data.path={data}", "data.max_image_pixels=null", "hydra.run.dir=plan"]}
+    done = spawn_one_process_for(*commands.values(), cwd=root)
+    return SimpleNamespace(run=run, **dict(zip(commands, done, strict=True)))
+
+
 def _clean(result: subprocess.CompletedProcess) -> None:
     said = result.stdout + result.stderr
     assert "Traceback" not in said and "unexpected" not in said and "a bug" not in said, said[-3000:]
 
 
 @pytest.mark.slow
-def test_skip_trains_lists_every_bad_file_and_evaluate_leaves_out_what_it_cannot_read(data):
-    run = data.parent / "skip run"
-    result, evaluated, limited = spawn_one_process_for(
-        ["train", *TINY, f"data.path={data}", "data.on_bad_sample=skip", "data.max_bad_fraction=0.4",
-         f"hydra.run.dir={run}"],
-        ["evaluate", f"resume={run}", "split=test"],
-        ["predict", f"resume={run}", f"input={data / 'test'}", "data.max_image_pixels=100"], cwd=data.parent)
+def test_skip_trains_lists_every_bad_file_and_evaluate_leaves_out_what_it_cannot_read(data, ran):
+    run, result, evaluated, limited = ran.run, ran.skipped, ran.evaluated, ran.limited
     assert result.returncode == 0, result.stderr[-3000:]
     _clean(result)
     listed = [line.split("\t") for line in (run / "bad_samples.txt").read_text().splitlines()]
@@ -96,11 +112,8 @@ def test_skip_trains_lists_every_bad_file_and_evaluate_leaves_out_what_it_cannot
 
 
 @pytest.mark.slow
-def test_raise_stops_with_one_paragraph_naming_the_file(data):
-    result, over = spawn_one_process_for(
-        ["train", *TINY, f"data.path={data}", f"hydra.run.dir={data.parent / 'raise run'}"],
-        ["train", *TINY, f"data.path={data}", "data.on_bad_sample=skip", "data.max_bad_fraction=0.1",
-         f"hydra.run.dir={data.parent / 'over run'}"], cwd=data.parent)
+def test_raise_stops_with_one_paragraph_naming_the_file(data, ran):
+    result, over = ran.raised, ran.over
     assert result.returncode == 1
     _clean(result)
     last = result.stderr.strip().splitlines()[-1]
@@ -113,25 +126,16 @@ def test_raise_stops_with_one_paragraph_naming_the_file(data):
 
 
 @pytest.mark.slow
-def test_preview_follows_the_policy(data):
-    shown = app("preview", *TINY, f"data.path={data}", "preview.images=16", "preview.augmentations=1",
-                "data.on_bad_sample=skip", "hydra.run.dir=preview", cwd=data.parent)
+def test_preview_follows_the_policy(data, ran):
+    shown, empty, refused = ran.shown, ran.empty, ran.refused
     assert shown.returncode == 0, shown.stderr[-3000:]
     _clean(shown)
     assert (data.parent / "preview/preview.png").is_file()
     said = (shown.stdout + shown.stderr).splitlines()
     left_out = [line for line in said if "left out of the preview: sample" in line]
     assert {name for name in BAD for line in left_out if f"/{name})" in line} == BAD  # all 21 tried, 16 shown
-    nothing = data.parent / "nothing readable"
-    for split in ("train", "val"):
-        for cls in "ab":
-            (nothing / split / cls).mkdir(parents=True)
-            (nothing / split / cls / "gone.jpg").symlink_to(nothing / "gone.jpg")
-    empty = app("preview", *TINY, f"data.path={nothing}", "data.on_bad_sample=skip", "hydra.run.dir=p3",
-                cwd=data.parent)
     assert empty.returncode == 1 and "none of the 2 samples of the train split could be read" in empty.stderr
     _clean(empty)
-    refused = app("preview", *TINY, f"data.path={data}", "preview.images=16", "hydra.run.dir=p2", cwd=data.parent)
     assert refused.returncode == 1
     _clean(refused)
     last = refused.stderr.strip().splitlines()[-1]
@@ -139,10 +143,9 @@ def test_preview_follows_the_policy(data):
 
 
 @pytest.mark.slow
-def test_plan_reads_headers_by_the_loaders_rules(data):
+def test_plan_reads_headers_by_the_loaders_rules(ran):
     """With the default limit, train's own plan passed over the bomb (above); without one, too."""
-    result = app("plan", *TINY, f"data.path={data}", "data.max_image_pixels=null", "hydra.run.dir=plan",
-                 cwd=data.parent)
+    result = ran.planned
     assert result.returncode == 0, result.stderr[-3000:]
     _clean(result)
     assert "host memory (predicted peak):" in result.stdout
