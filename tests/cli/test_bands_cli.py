@@ -1,8 +1,9 @@
 """Six-band 16-bit tiled TIFFs through the real CLI, as scans and aerial tiles come: the class shows only in bands 4
 and 5, and only 150 levels of 65,535 apart (below 1/256 of the range: 8 bits would lose it). `stats` against numpy's
-figures; `plan`'s ring of 2 bytes × 6 bands; trained with one worker, SIGKILLed inside epoch 2 and resumed to the
-metrics of the run uninterrupted, which learns (val accuracy ≥ 0.9) where bands 0–2 alone stay at chance (the
-negative control); evaluate, predict, a raw prepared copy trained on, and an ONNX export taking uint16."""
+figures; `plan`'s ring of 2 bytes × 6 bands; trained with one worker, it learns (val accuracy ≥ 0.9) where
+bands 0–2 alone stay at chance (the negative control); evaluate, predict, a raw prepared copy trained on, and an ONNX
+export taking uint16, all in one process. In `make test-all`: SIGKILLed inside epoch 2 and resumed, to the metrics
+of the run uninterrupted."""
 
 from __future__ import annotations
 
@@ -39,20 +40,22 @@ def rows_of(path: Path, *keys: str) -> list[tuple]:
     return [tuple(row[k] for k in keys) for row in csv.DictReader(path.open())]
 
 
-@pytest.mark.slow
-def test_six_band_uint16_tiles_train_resume_evaluate_predict_prepare_and_export(tmp_path):
-    write_tiles(tmp_path / "tiles")
+def configs(tmp_path: Path) -> tuple[list[str], list[str]]:
+    """The data's keys, and train's: normalised by the figures `stats` writes into ./stats."""
     data = ["data=folder", f"data.path={tmp_path / 'tiles'}", "data.channels=all", "data.dtype=uint16",
             f"data.image_size=[{SHAPE[0]},{SHAPE[1]}]", "data.batch_size=8", "queue.workers=1"]
+    return data, [*data, f"data.normalize.stats={tmp_path / 'stats' / 'stats.json'}", "model.widths=[8,16]",
+                  "augment=none", "trainer.epochs=2", "trainer.deterministic=true", "trainer.checkpoint_every_steps=2"]
+
+
+@pytest.mark.slow
+def test_six_band_uint16_tiles_stats_train_evaluate_predict_prepare_and_export(tmp_path):
+    write_tiles(tmp_path / "tiles")
+    data, train = configs(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(TESTS)}
-    stats = subprocess.run([sys.executable, "-m", "app", "stats", *data, "hydra.run.dir=stats"], cwd=tmp_path, env=env,
-                           capture_output=True, text=True, timeout=300)
-    assert stats.returncode == 0, stats.stderr[-3000:]
-    train = [*data, f"data.normalize.stats={tmp_path / 'stats' / 'stats.json'}", "model.widths=[8,16]", "augment=none",
-             "trainer.epochs=2", "trainer.deterministic=true", "trainer.checkpoint_every_steps=2"]
-    run = train_killed(train, cwd=tmp_path, env=env)
+    run = tmp_path / "run"
     done = spawn_one_process_for(
-        ["train", *train, "hydra.run.dir=whole"], ["train", f"resume={run}"],
+        ["stats", *data, "hydra.run.dir=stats"], ["train", *train, f"hydra.run.dir={run}"],
         ["train", *(a for a in train if a != "queue.workers=1"), "queue.workers=auto", "data.channels=[0,1,2]",
          "data.normalize.stats=null", "hydra.run.dir=bands012"],  # auto: the probe builds 3 bands of uint16 too
         ["evaluate", f"resume={tmp_path / 'bands012'}"],  # at chance: its mistakes drawn, 3 bands of uint16
@@ -79,9 +82,7 @@ def test_six_band_uint16_tiles_train_resume_evaluate_predict_prepare_and_export(
     planned = json.loads(next((tmp_path / "plan").glob("plan.json")).read_text())
     assert planned["host"]["the ring (2 slot(s) of one uint16 batch)"] == round(ring / 2**20, 1)
     assert json.loads((run / "summary.json").read_text())["queue_bytes"] == ring
-    # the resumed run is the uninterrupted one, and it learns from bands 4 and 5; bands 0 to 2 alone do not
-    keys = ("epoch", "loss", "accuracy", "val_loss", "val_accuracy")
-    assert rows_of(run / "metrics.csv", *keys) == rows_of(tmp_path / "whole" / "metrics.csv", *keys)
+    # it learns from bands 4 and 5; bands 0 to 2 alone do not
     assert float(rows_of(run / "metrics.csv", "val_accuracy")[-1][0]) >= 0.9
     assert float(rows_of(tmp_path / "bands012" / "metrics.csv", "val_accuracy")[-1][0]) <= 0.6
     assert json.loads((tmp_path / "bands012" / "summary.json").read_text())["queue_auto"]["workers"] >= 1
@@ -100,6 +101,26 @@ def test_six_band_uint16_tiles_train_resume_evaluate_predict_prepare_and_export(
     assert exported["parity"]["passed"] and exported["parity"]["top1_agreement"] == 1.0
     assert described["input"]["dtype"] == "uint16" and described["input"]["bands"] == 6
     assert described["normalisation"]["mode"] == "standard"
+
+
+@pytest.mark.slow
+@pytest.mark.exhaustive
+def test_six_band_uint16_tiles_resumed_after_a_kill_train_as_uninterrupted(tmp_path):
+    """Trained with one worker, SIGKILLed inside epoch 2 and resumed: the metrics rows of the run uninterrupted.
+    Covered in `make test` by: exact resumes after a kill (tests/cli/test_resume_cli.py, a table's in
+    tests/cli/test_table_cli.py) and these tiles trained (the test above)."""
+    write_tiles(tmp_path / "tiles")
+    data, train = configs(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    (stats,) = spawn_one_process_for(["stats", *data, "hydra.run.dir=stats"], cwd=tmp_path, env=env)
+    assert stats.returncode == 0, stats.stdout[-3000:]
+    run = train_killed(train, cwd=tmp_path, env=env)
+    for result in spawn_one_process_for(["train", *train, "hydra.run.dir=whole"], ["train", f"resume={run}"],
+                                        cwd=tmp_path, env=env):
+        assert result.returncode == 0, (result.args, result.stdout[-3000:])
+    keys = ("epoch", "loss", "accuracy", "val_loss", "val_accuracy")
+    assert rows_of(run / "metrics.csv", *keys) == rows_of(tmp_path / "whole" / "metrics.csv", *keys)
+    assert len(rows_of(run / "metrics.csv", *keys)) == 2
 
 
 @pytest.mark.slow
