@@ -27,13 +27,9 @@ WRITTEN = {"tf_saved_model": "saved_model", "onnx": "model.onnx", "litert": "mod
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("export")
-    trained = subprocess.run([sys.executable, "-m", "app", "train", *TINY], capture_output=True, text=True,
-                             cwd=root, timeout=600)
-    assert trained.returncode == 0, trained.stderr[-3000:]
     run = root / "run"
-    shutil.copytree(run, root / "without_model", ignore=shutil.ignore_patterns("model.keras", "export"))
-    # a user's folder and a user's file at export.out: refused first, each in a process of its own
-    # (refused before TensorFlow loads), then the advice followed with the exports below
+    # a user's folder and a user's file at export.out: refused first, in the process that trains the run,
+    # then the advice followed with the exports below
     users = {}
     for kind in ("folder", "file"):
         out = root / f"users_{kind}" / "mine"
@@ -43,10 +39,14 @@ def exported(tmp_path_factory) -> dict:
             (out / "important.txt").write_text("keep me")
         else:
             out.write_text("keep me too")
-        before = tree(out)
-        refused = app_export(run, f"export.out={out}")
-        users[kind] = SimpleNamespace(out=out, before=before, refused=refused, after=tree(out),
-                                      beside=sorted(p.name for p in out.parent.iterdir()))
+        users[kind] = SimpleNamespace(out=out, before=tree(out))
+    trained, *refused = spawn_one_process_for(["train", *TINY], *(export_argv(run, f"export.out={user.out}")
+                                                                  for user in users.values()), cwd=root)
+    assert trained.returncode == 0, trained.stdout[-3000:]
+    for user, refusal in zip(users.values(), refused, strict=True):
+        user.refused, user.after = refusal, tree(user.out)
+        user.beside = sorted(p.name for p in user.out.parent.iterdir())
+    shutil.copytree(run, root / "without_model", ignore=shutil.ignore_patterns("model.keras", "export"))
     earlier = root / "replaced" / "earlier"
     commands = {"tf_saved_model": ["export", f"resume={run}"],
                 "onnx": ["export", f"resume={run}", "export.format=onnx"],
@@ -183,11 +183,14 @@ def test_a_missing_extra_is_named(exported):
     assert installed("tf2onnx") and not installed("no_such_module_here")  # negative control: present, found
 
 
+def export_argv(run: Path, *args: str) -> list[str]:
+    return ["export", f"resume={run}", "export.format=onnx", "export.samples=2", "queue.workers=0", *args]
+
+
 def app_export(run: Path, *args: str) -> subprocess.CompletedProcess:
     """`python -m app export` on `run`, as a user types it: its own process, in the folder that
     trained it (where its synthetic data is)."""
-    return subprocess.run([sys.executable, "-m", "app", "export", f"resume={run}", "export.format=onnx",
-                           "export.samples=2", "queue.workers=0", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "app", *export_argv(run, *args)], capture_output=True, text=True,
                           cwd=run.parent, timeout=600)
 
 
@@ -210,16 +213,20 @@ def refused_alone(result: subprocess.CompletedProcess, out: Path) -> str:
 def test_the_run_itself_as_export_out_is_refused_and_kept_even_with_overwrite(exported):
     run, root = exported["run"], exported["root"]
     before = tree(run)
-    for overwrite in ([], ["overwrite=true"]):
-        said = refused_alone(app_export(run, f"export.out={run}", *overwrite), run)
+    itself, forced, above, inside = spawn_one_process_for(  # one process: each refused before TensorFlow loads
+        export_argv(run, f"export.out={run}"), export_argv(run, f"export.out={run}", "overwrite=true"),
+        export_argv(run, f"export.out={root}", "overwrite=true"),
+        export_argv(run, f"export.out={run / 'checkpoints'}", "overwrite=true"), cwd=root)
+    for result in (itself, forced):
+        said = refused_alone(result, run)
         assert f"{run} is the run being exported, which the export would replace. Give another export.out or " \
                f"leave it out to write {run / 'export' / 'onnx'}." in said
-        assert tree(run) == before  # its checkpoints, metrics.csv, model.keras, logs: all there, unchanged
+    assert tree(run) == before  # its checkpoints, metrics.csv, model.keras, logs: all there, unchanged
     # the folder above it holds the run, its checkpoints/ are inside it: refused too, and the advice
     # leaves overwrite out (moving checkpoints/ aside would leave a run that cannot resume)
-    said = refused_alone(app_export(run, f"export.out={root}", "overwrite=true"), root)
+    said = refused_alone(above, root)
     assert f"holds the run being exported ({run})" in said and "overwrite=true" not in said
-    said = refused_alone(app_export(run, f"export.out={run / 'checkpoints'}", "overwrite=true"), run / "checkpoints")
+    said = refused_alone(inside, run / "checkpoints")
     assert f"is inside the run being exported ({run})" in said and "overwrite=true" not in said
     assert tree(run) == before
     # negative control: export.out left out, as the advice says, exports (the fixture's onnx export)
