@@ -1,6 +1,7 @@
 """What a hostile test of the CLI found, through the real CLI: a run directory whose
 path has a space and a non-ASCII character, a lock held by another process, directories of the
-same second taken already, a predict over unreadable files, a full disk."""
+same second taken already, a predict over unreadable files, a full disk. The commands on the one run
+share a process kept for the module (tests/docs_runner.py's OneProcess): TensorFlow loads once."""
 
 from __future__ import annotations
 
@@ -15,16 +16,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from docs_runner import spawn_one_process_for
+from docs_runner import OneProcess
 from PIL import Image
 
 TINY = ["data.num_images=24", "data.source_size=96", "data.num_classes=3", "data.image_size=[32,32]",
         "data.batch_size=4", "model.widths=[8]", "trainer.epochs=1", "queue.workers=1"]
-
-
-def app(*args, cwd, timeout=300):
-    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=timeout)
 
 
 def epochs(run: Path) -> list[str]:
@@ -32,7 +28,14 @@ def epochs(run: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory) -> Path:
+def app():
+    """`python -m app <args>` in `cwd`, each command on the run in one process."""
+    with OneProcess() as one_process:
+        yield one_process
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, app) -> Path:
     """One training run, from a folder named with a space and a non-ASCII character, started
     while every directory name of the next 90 seconds is taken already."""
     root = tmp_path_factory.mktemp("hostile") / "my runs ü"
@@ -62,7 +65,7 @@ def test_claimed_names_are_unique_under_a_race(tmp_path):
 
 
 @pytest.mark.slow
-def test_evaluate_and_predict_on_a_run_whose_path_has_a_space(run):
+def test_evaluate_and_predict_on_a_run_whose_path_has_a_space(run, app):
     """Evaluate and predict take such paths; predict lists each unreadable
     file with its error and no numbers, goes on, and exits 0."""
     images = run.parent / "to predict é"
@@ -80,9 +83,9 @@ def test_evaluate_and_predict_on_a_run_whose_path_has_a_space(run):
     only_bad = run.parent / "all bad"
     only_bad.mkdir()
     (only_bad / "x.jpg").write_bytes(b"")
-    evaluated, result, failed = spawn_one_process_for(
-        ["evaluate", f"resume={run}"], ["predict", f"resume={run}", f"input={images}", "queue.workers=2"],
-        ["predict", f"resume={run}", f"input={only_bad}"], cwd=run.parent)
+    evaluated = app("evaluate", f"resume={run}", cwd=run.parent)
+    result = app("predict", f"resume={run}", f"input={images}", "queue.workers=2", cwd=run.parent)
+    failed = app("predict", f"resume={run}", f"input={only_bad}", cwd=run.parent)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     assert list(run.glob("evaluate/*/evaluation.json"))
     assert result.returncode == 0, result.stderr[-3000:]
@@ -107,7 +110,7 @@ def test_evaluate_and_predict_on_a_run_whose_path_has_a_space(run):
 
 
 @pytest.mark.slow
-def test_a_locked_run_is_refused_and_a_killed_holder_leaves_no_lock(run):
+def test_a_locked_run_is_refused_and_a_killed_holder_leaves_no_lock(run, app):
     """Two `train resume=` of one run both ran. The second is refused, naming the
     PID; a holder killed by SIGKILL leaves nothing stale; and resume takes the path with a space."""
     holder = subprocess.Popen(
