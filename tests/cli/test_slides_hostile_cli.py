@@ -1,16 +1,17 @@
 """Slides as a hostile user brings them, through the real CLI: a slide that is tissue from edge to edge trains and
 predicts on its whole grid while a blank glass slide is left out, named on the console; predict over slides of one
 name in two folders, a name with a comma and a quote, a slide cut short, one whose patches' tiles are damaged and a
-JPEG without the level asked gives a row each (the unreadable ones with why), heatmaps a file each, whole CSV rows."""
+JPEG without the level asked gives a row each (the unreadable ones with why), heatmaps a file each, whole CSV rows.
+The train and the predict run in one process (tests/docs_runner.py): TensorFlow loads once."""
 
 import csv
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from docs_runner import spawn_one_process_for
 from PIL import Image
 from slides import GLASS, he_pixels, slide_pixels, tiles_of, write_slide, zero_tiles
 
@@ -19,11 +20,6 @@ SIDE, GRID = 256, 16  # a slide's side, and its grid of 32² patches at level 1 
 DATA = ["data=folder", "data.path=slides", "data.patches.size=[32,32]", "data.patches.level=1",
         "data.patches.per_image=4", "data.image_size=[32,32]", "data.val_fraction=0.5", "data.batch_size=4",
         "model.widths=[8]", "augment=none", "trainer.epochs=1", "queue.workers=1", "hydra.run.dir=run"]
-
-
-def app(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, cwd=cwd, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(TESTS)})
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +33,6 @@ def made(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess, subproces
             image = he_pixels(SIDE, rng) if name == "he" else slide_pixels(SIDE, 1, rng)[0]
             write_slide(root / "slides" / name / f"{i}.tif", image, levels=3, tile=64)
     write_slide(root / "slides" / "he" / "glass.tif", np.full((SIDE, SIDE, 3), GLASS, np.uint8), levels=3, tile=64)
-    trained = app("train", *DATA, cwd=root)
     given = root / "given"
     for name, image in (("a/slide.tif", he_pixels(SIDE, rng)), ("b/slide.tif", slide_pixels(SIDE, 1, rng)[0]),
                         ('we,ird "name".tif', slide_pixels(SIDE, 1, rng)[0]), ("cut.tif", he_pixels(SIDE, rng)),
@@ -48,7 +43,8 @@ def made(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess, subproces
     (given / "cut.tif").write_bytes((given / "cut.tif").read_bytes()[:last])
     zero_tiles(given / "damaged.tif", slice(1, 2))  # level 1, the patches': the mask (level 2) reads
     Image.fromarray(he_pixels(SIDE, rng)).save(given / "photo.jpg")  # one level: no level 1
-    predicted = app("predict", "resume=run", f"input={given}", cwd=root)
+    trained, predicted = spawn_one_process_for(["train", *DATA], ["predict", "resume=run", f"input={given}"], cwd=root,
+                                               env={**os.environ, "PYTHONPATH": str(TESTS)})
     return root, trained, predicted
 
 
@@ -57,7 +53,7 @@ def test_tissue_from_edge_to_edge_trains_and_glass_is_left_out_by_name(made):
     root, trained, _ = made
     assert trained.returncode == 0, trained.stderr[-3000:]
     glass = str(root / "slides" / "he" / "glass.tif")
-    warned = [line for line in (trained.stdout + trained.stderr).splitlines() if "left out" in line]
+    warned = [line for line in trained.stdout.splitlines() if "left out" in line]  # stdout and stderr, as one
     assert len(warned) == 1 and glass in warned[0] and "min_foreground" in warned[0]
     assert "0.tif" not in warned[0] and "1.tif" not in warned[0]  # the tissue slides are not
 
