@@ -1,5 +1,6 @@
 """The command line's conventions (app/__main__.py): every command's --help, the `app` script,
-and its bash completion, through real processes and a real bash."""
+and its bash completion, through real processes and a real bash (the commands that need no process of
+their own, --help and the refusals, one after another in one: tests/docs_runner.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from docs_runner import spawn_one_process_for
 
 BIN = Path(sys.executable).parent
 
@@ -18,14 +21,31 @@ def run(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedP
     return subprocess.run(args, capture_output=True, text=True, cwd=cwd, timeout=120, env={**os.environ, **(env or {})})
 
 
+HELPED = ("train", "evaluate", "predict", "bench")
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory) -> SimpleNamespace:
+    """Each command's --help and the refusals below with what follows their advice, in one folder; whether
+    any made ./outputs."""
+    cwd = tmp_path_factory.mktemp("one_process")
+    commands = {**{command: [command, "--help"] for command in HELPED},
+                "two_modes": ["train", "-m", "queue.max_size=1,2", "--cfg", "job"],
+                "one_mode": ["train", "queue.max_size=1", "--cfg", "job"],
+                "benchs_key": ["train", "data.batch_size=8", "bench.batches=2"],
+                "in_bench": ["bench", "--cfg", "job", "bench.batches=2"]}
+    done = spawn_one_process_for(*commands.values(), cwd=cwd)
+    return SimpleNamespace(outputs=(cwd / "outputs").exists(), **dict(zip(commands, done, strict=True)))
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("command", ["train", "evaluate", "predict", "bench"])
-def test_every_command_has_its_help(command, tmp_path):
-    result = run(sys.executable, "-m", "app", command, "--help", cwd=tmp_path)
+@pytest.mark.parametrize("command", HELPED)
+def test_every_command_has_its_help(command, one_process):
+    result = getattr(one_process, command)
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"{command} is powered by Hydra" in result.stdout and "== Configuration groups ==" in result.stdout
     assert "queue: default" in result.stdout
-    assert not (tmp_path / "outputs").exists()  # help makes no run directory
+    assert not one_process.outputs  # help makes no run directory
 
 
 def test_the_app_script_is_the_same_cli(tmp_path):
@@ -85,13 +105,12 @@ def test_a_refused_predict_leaves_no_folder_in_a_run_elsewhere(tmp_path, monkeyp
     assert sorted(p.name for p in (run / "predict").iterdir()) == ["2026-01-02_00-00-00"]
 
 
-def test_two_hydra_modes_are_refused_naming_both(tmp_path):
-    refused = run(sys.executable, "-m", "app", "train", "-m", "queue.max_size=1,2", "--cfg", "job", cwd=tmp_path)
+def test_two_hydra_modes_are_refused_naming_both(one_process):
+    refused, followed = one_process.two_modes, one_process.one_mode
     assert refused.returncode == 2 and refused.stderr.startswith("error: --multirun and --cfg cannot be given "
                                                                  "together") and "a bug" not in refused.stderr
-    followed = run(sys.executable, "-m", "app", "train", "queue.max_size=1", "--cfg", "job", cwd=tmp_path)
     assert followed.returncode == 0 and "max_size: 1" in followed.stdout  # the advice, followed
-    assert not (tmp_path / "outputs").exists()
+    assert not one_process.outputs
 
 
 def test_the_old_spelling_of_a_group_choice_works_and_names_the_new_one(tmp_path):
@@ -102,12 +121,11 @@ def test_the_old_spelling_of_a_group_choice_works_and_names_the_new_one(tmp_path
     assert new.returncode == 0 and new.stdout == old.stdout and "deprecated" not in new.stderr  # negative control
 
 
-def test_a_key_of_another_commands_config_is_refused_naming_that_command(tmp_path):
+def test_a_key_of_another_commands_config_is_refused_naming_that_command(one_process):
     """bench's and preview's groups are in their own commands' configs only: train given one is
     told which command takes it, before any folder is made; bench itself takes it."""
-    refused = run(sys.executable, "-m", "app", "train", "data.batch_size=8", "bench.batches=2", cwd=tmp_path)
-    assert refused.returncode == 2 and not (tmp_path / "outputs").exists()
+    refused, taken = one_process.benchs_key, one_process.in_bench
+    assert refused.returncode == 2 and not one_process.outputs
     assert refused.stderr.startswith("error: config key `bench.batches` is read by `python -m app bench` only")
     assert refused.stderr.rstrip().endswith("python -m app bench bench.batches=2")
-    taken = run(sys.executable, "-m", "app", "bench", "--cfg", "job", "bench.batches=2", cwd=tmp_path)
     assert taken.returncode == 0 and "batches: 2" in taken.stdout  # negative control: bench's own key
