@@ -1,5 +1,6 @@
 """Resume, for real: a run SIGKILLed mid-epoch and resumed equals the uninterrupted run (a run on a
-prepared copy, killed and resumed: tests/cli/test_prepared_cli.py)."""
+prepared copy, killed and resumed: tests/cli/test_prepared_cli.py). Past the killed run, the module's
+commands share a process (tests/docs_runner.py's OneProcess): TensorFlow loads once."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from docs_runner import spawn_one_process_for
+from docs_runner import OneProcess
 
 from app.cli.argv import claim_and_rewrite_argv
 from app.errors import ConfigError
@@ -31,10 +32,11 @@ CHANGED = "data.max_image_pixels=89478486"  # safe to change on resume, and chan
 TESTS = Path(__file__).resolve().parents[1]
 
 
-def app(*args, cwd, **kw):
-    env = {**os.environ, "PYTHONPATH": str(TESTS)}  # recording.LearningRates, for trainer.callbacks
-    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=600, env=env, **kw)
+@pytest.fixture(scope="module")
+def app():
+    """`python -m app <args>` in `cwd`, the module's commands in one process."""
+    with OneProcess(env={**os.environ, "PYTHONPATH": str(TESTS)}) as one_process:  # recording.LearningRates
+        yield one_process
 
 
 def weights(checkpoint: Path) -> tuple[list[np.ndarray], int]:
@@ -83,17 +85,17 @@ def kill_each_after_a_mid_epoch_checkpoint(root: Path, started: dict[str, subpro
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, app):
     """B: SIGKILLed after a checkpoint inside epoch 2+, then resumed. A: the same config, uninterrupted."""
     root = tmp_path_factory.mktemp("resume")
     kill_each_after_a_mid_epoch_checkpoint(root, {"B": start_train(root, CONFIG, "B")})
     point = newest_checkpoint(root / "B")
     assert (point / "state.json").exists(), sorted(p.name for p in (root / "B" / "checkpoints").rglob("*"))
     resumed = json.loads((point / "state.json").read_text()), weights(point)
-    # A, then B resumed, in one process (tests/docs_runner.py): TensorFlow loads once
-    env = {**os.environ, "PYTHONPATH": str(TESTS)}
-    for done in spawn_one_process_for(["train", *CONFIG, "hydra.run.dir=A"], ["train", f"resume={root / 'B'}", CHANGED],
-                                      ["evaluate", f"resume={root / 'B'}"], cwd=root, env=env):
+    # A, then B resumed
+    for argv in (["train", *CONFIG, "hydra.run.dir=A"], ["train", f"resume={root / 'B'}", CHANGED],
+                 ["evaluate", f"resume={root / 'B'}"]):
+        done = app(*argv, cwd=root)
         assert done.returncode == 0, done.stderr[-3000:]
     return (root / "A", root / "B", *resumed)
 
@@ -198,7 +200,7 @@ def test_metrics_rows_continue_without_gaps_or_duplicates(runs):
 
 
 @pytest.mark.slow
-def test_unsafe_override_is_refused(runs):
+def test_unsafe_override_is_refused(runs, app):
     run_a = runs[0]  # trained with MLflow (a logger the run lacks: tests/cli/test_evaluate_predict_cli.py)
     before = {p: p.read_bytes() for p in run_a.rglob("*") if p.is_file()}
     assert (run_a / ".lock") in before
@@ -214,7 +216,7 @@ def test_unsafe_override_is_refused(runs):
 
 @pytest.mark.slow
 @pytest.mark.exhaustive
-def test_corrupt_newest_checkpoint_falls_back(runs):
+def test_corrupt_newest_checkpoint_falls_back(runs, app):
     """Through the CLI. Covered in `make test` by: the resume point passing over half-written and
     corrupt checkpoints (tests/runs/test_checkpoint.py)."""
     run_a, _, _, _ = runs
@@ -248,7 +250,7 @@ def test_corrupt_newest_checkpoint_falls_back(runs):
 
 
 @pytest.mark.slow
-def test_resume_needs_a_run_with_checkpoints(tmp_path):
+def test_resume_needs_a_run_with_checkpoints(tmp_path, app):
     result = app("train", f"resume={tmp_path / 'nothing'}", cwd=tmp_path)
     assert result.returncode == 2 and "resume" in result.stderr and "Traceback" not in result.stderr
     result = app("train", "resume=latest", cwd=tmp_path)
@@ -362,7 +364,7 @@ def test_a_folder_that_holds_a_run_is_refused_unless_overwrite_moves_it_aside(tm
 
 @pytest.mark.slow
 @pytest.mark.exhaustive
-def test_sigterm_just_after_an_epochs_metrics_row_leaves_a_run_that_resumes(tmp_path):
+def test_sigterm_just_after_an_epochs_metrics_row_leaves_a_run_that_resumes(tmp_path, app):
     """The row, model.keras and the checkpoint of an epoch are written together: a SIGTERM that
     lands between them waits for the checkpoint, so every row has one and resume goes on.
     Covered in `make test` by: SIGTERM and Ctrl-C inside an epoch (tests/cli/test_train_cli.py) and
