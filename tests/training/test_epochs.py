@@ -1,5 +1,6 @@
 """The epoch loop through the real `train` CLI: Keras's hooks fire as `fit` fires them, and the
-user's callbacks (EarlyStopping, TensorBoard) behave as under `fit`, across a resume too."""
+user's callbacks (EarlyStopping, TensorBoard) behave as under `fit`, across a resume too. The run and its
+resumes share a process kept for the module (tests/docs_runner.py's OneProcess): TensorFlow loads once."""
 
 from __future__ import annotations
 
@@ -8,8 +9,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,7 +16,7 @@ import keras
 import numpy as np
 import pytest
 import recording
-from docs_runner import spawn_one_process_for
+from docs_runner import OneProcess
 
 TESTS = Path(__file__).resolve().parents[1]
 EXECUTION = 4  # steps a call: 6 training steps make calls of 4 and 2
@@ -28,14 +27,15 @@ CONFIG = ["data.num_images=60", "data.source_size=64", "data.num_classes=3", "da
 EARLY_STOPPING = "{_target_: keras.callbacks.EarlyStopping, monitor: val_loss, min_delta: 100, patience: 3}"
 
 
-def app(*args, cwd):
-    env = {**os.environ, "PYTHONPATH": str(TESTS)}  # recording.HookRecorder, for trainer.callbacks
-    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=600, env=env)
+@pytest.fixture(scope="module")
+def app():
+    """`python -m app <args>` in `cwd`, the module's commands in one process."""
+    with OneProcess(env={**os.environ, "PYTHONPATH": str(TESTS)}) as one_process:  # recording's callbacks
+        yield one_process
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory) -> Path:
+def run(tmp_path_factory, app) -> Path:
     root = tmp_path_factory.mktemp("epochs")
     callbacks = (f"trainer.callbacks=[{{_target_: recording.HookRecorder, path: {root / 'hooks.jsonl'}}}, "
                  f"{{_target_: keras.callbacks.TensorBoard, log_dir: {root / 'tensorboard'}}}, {EARLY_STOPPING}]")
@@ -140,7 +140,7 @@ def rows(run: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_early_stopping_goes_on_counting_after_a_resume(run):
+def test_early_stopping_goes_on_counting_after_a_resume(run, app):
     """EarlyStopping's `wait` (2 after three epochs) is in the checkpoint: resumed to 6 epochs,
     the run stops after epoch 4, as an uninterrupted one would."""
     saved = json.loads(sorted((run / "checkpoints").glob("step-*"))[-1].joinpath("state.json").read_text())
@@ -149,10 +149,8 @@ def test_early_stopping_goes_on_counting_after_a_resume(run):
     shutil.copytree(run, bare)
     for state in bare.glob("checkpoints/step-*/state.json"):
         state.write_text(json.dumps({**json.loads(state.read_text()), "callbacks": None}))
-    # both resumed in one process (tests/docs_runner.py): TensorFlow loads once
-    for result in spawn_one_process_for(["train", f"resume={run}", "trainer.epochs=6"],
-                                        ["train", f"resume={bare}", "trainer.epochs=6"], cwd=run.parent,
-                                        env={**os.environ, "PYTHONPATH": str(TESTS)}):
+    for resumed in (run, bare):
+        result = app("train", f"resume={resumed}", "trainer.epochs=6", cwd=run.parent)
         assert result.returncode == 0, result.stderr[-3000:]
     assert rows(run) == ["1", "2", "3", "4"]
     assert "a callback stopped training after epoch 4" in (run / "train.log").read_text()
