@@ -1,5 +1,6 @@
 """app/library.py: the loader inside a Keras script of the user's own, through Keras's own fit,
-evaluate and predict (TensorFlow here, both backends in the documented script's run)."""
+evaluate and predict (TensorFlow here and in the documented script; JAX in a script of its own, and
+the documented script on JAX too in `make test-all`)."""
 
 from __future__ import annotations
 
@@ -176,9 +177,7 @@ def photo_folder(folder: Path) -> None:
         colour_files(folder / name, 10)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
-def test_the_documented_script_trains_evaluates_and_predicts(tmp_path, backend):
+def run_the_documented_script(tmp_path: Path, backend: str) -> None:
     (tmp_path / "train_script.py").write_text(documented_script())
     photo_folder(tmp_path / "photos")
     env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": str(ROOT)}
@@ -187,6 +186,19 @@ def test_the_documented_script_trains_evaluates_and_predicts(tmp_path, backend):
     assert run.returncode == 0, run.stderr[-3000:]
     assert re.search(r"val accuracy \d\.\d{3}, 4 predictions, 0 skipped", run.stdout), run.stdout[-2000:]
     assert keras.saving.load_model(tmp_path / "model.keras").output_shape == (None, 2)
+
+
+@pytest.mark.slow
+def test_the_documented_script_trains_evaluates_and_predicts(tmp_path):
+    run_the_documented_script(tmp_path, "tensorflow")
+
+
+@pytest.mark.slow
+@pytest.mark.exhaustive
+def test_the_documented_script_on_jax(tmp_path):
+    """Covered in `make test` by: the script on TensorFlow (above) and the loader under JAX's own fit,
+    evaluate and predict (test_on_jax_too_and_workers_import_the_script_..., below)."""
+    run_the_documented_script(tmp_path, "jax")
 
 
 SCRIPT = """
@@ -223,6 +235,7 @@ if __name__ == "__main__":
     with ImageLoader(train=(paths[:8], [0, 1] * 4), val=(paths[8:], [0, 1] * 2), image_size=(8, 8), batch_size=2,
                      workers=1, transforms=A.Compose([A.HorizontalFlip()])) as loader:
         net.fit(loader.train, validation_data=loader.val, epochs=2, verbose=0)
+        net.evaluate(loader.val, verbose=0)
         net.predict(loader.val, verbose=0)
         print(json.dumps({"built": built, "jax": jax_in_worker(loader)}))
     with ImageLoader(train=(paths, [0] * len(paths)), image_size=(8, 8), batch_size=2, workers=1,
@@ -243,7 +256,7 @@ def test_on_jax_too_and_workers_import_the_script_and_so_keras_only_when_its_tra
     first, second = (json.loads(line) for line in run.stdout.splitlines()[-2:])
     # JAX's build looks at batch 0 inside an epoch: kept, so each batch is still built once a pass
     train = [("train", e, i) for e in (0, 1) for i in range(4)]
-    val = [("val", e, i) for e in (0, 1, 2) for i in (0, 1)]
+    val = [("val", e, i) for e in (0, 1, 2, 3) for i in (0, 1)]  # fit's two passes, evaluate's, predict's
     assert [tuple(b) for b in first["built"]] == train[:4] + val[:2] + train[4:] + val[2:]
     # the first loader's worker has no JAX; the second's does: its transform is the script's own
     assert (first["jax"], second["jax"]) == (False, True)
