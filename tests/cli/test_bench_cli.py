@@ -1,4 +1,5 @@
-"""`python -m app bench` end to end: every mode runs in its own process and is reported."""
+"""`python -m app bench` end to end: every mode runs in its own process and is reported. The refused and
+failing benches share a process kept for the module (tests/docs_runner.py's OneProcess)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 import s3fs
-from docs_runner import spawn_one_process_for
+from docs_runner import OneProcess, spawn_one_process_for
 from PIL import Image
 from s3_endpoint import CREDENTIALS, endpoint, environment, new_bucket
 
@@ -40,6 +41,13 @@ sys.meta_path[:] = [_Hiding(finder) for finder in sys.meta_path]
 MEMORY_TEST_MODES = ("baseline", "loader_steps", "serial")  # the rest run in test_bench_reports_every_mode
 PATCH_MODES = ("keras_regions",)  # on slides' patches: tests/cli/test_patches_cli.py
 S3 = {"key": CREDENTIALS["AWS_ACCESS_KEY_ID"], "secret": CREDENTIALS["AWS_SECRET_ACCESS_KEY"]}
+
+
+@pytest.fixture(scope="module")
+def app():
+    """`python -m app <args>` in `cwd`, in one process for the module's refused and failing benches."""
+    with OneProcess() as one_process:
+        yield one_process
 
 
 def bench(tmp_path, *args):
@@ -166,15 +174,14 @@ def test_bench_runs_each_mode_on_prepared_copies_beside_the_originals(tmp_path):
 
 
 @pytest.mark.slow
-def test_bench_rejects_an_unknown_mode(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "app", "bench", "bench.modes=[loader,warp]"],
-                            capture_output=True, text=True, cwd=tmp_path, timeout=120)
+def test_bench_rejects_an_unknown_mode(tmp_path, app):
+    result = app("bench", "bench.modes=[loader,warp]", cwd=tmp_path)
     assert result.returncode == 2 and "bench.modes" in result.stderr and "warp" in result.stderr
     assert "Error executing job" not in result.stderr  # Hydra's own line above the paragraph
 
 
 @pytest.mark.slow
-def test_bench_where_every_mode_fails_exits_non_zero_with_the_real_cause(tmp_path):
+def test_bench_where_every_mode_fails_exits_non_zero_with_the_real_cause(tmp_path, app):
     """A folder with an unreadable image: tf_data's reason is TensorFlow's own message, found
     below its "Graph execution error:"; nothing measured is an error."""
     for name in ("a", "b"):
@@ -183,10 +190,9 @@ def test_bench_where_every_mode_fails_exits_non_zero_with_the_real_cause(tmp_pat
         for i in range(5):
             Image.fromarray(np.full((40, 40, 3), 40 * i, np.uint8)).save(folder / f"{i}.png")
         (folder / "bad.jpg").write_bytes(b"not an image")
-    result = subprocess.run([sys.executable, "-m", "app", "bench", "data=folder", f"data.path={tmp_path / 'images'}",
-                             "data.image_size=[32,32]", "data.batch_size=4", "bench.batches=2", "bench.warmup=1",
-                             "bench.memory=false", "bench.modes=[tf_data,serial]", "hydra.run.dir=bench"],
-                            capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    result = app("bench", "data=folder", f"data.path={tmp_path / 'images'}", "data.image_size=[32,32]",
+                 "data.batch_size=4", "bench.batches=2", "bench.warmup=1", "bench.memory=false",
+                 "bench.modes=[tf_data,serial]", "hydra.run.dir=bench", cwd=tmp_path)
     assert result.returncode == 1, result.stderr[-3000:]
     results = json.loads((tmp_path / "bench" / "bench.json").read_text())["results"]
     assert results["tf_data"]["error"].startswith("InvalidArgumentError: Unknown image file format")
@@ -218,11 +224,10 @@ def test_a_python_error_inside_a_tensorflow_error_is_the_reason():
 
 
 @pytest.mark.slow
-def test_bench_on_fewer_samples_than_a_batch_is_refused_not_left_spinning(tmp_path):
+def test_bench_on_fewer_samples_than_a_batch_is_refused_not_left_spinning(tmp_path, app):
     """No full batch in the training split: no mode could time one (it spun until killed)."""
-    result = subprocess.run([sys.executable, "-m", "app", "bench", "data.num_images=24", "data.source_size=32",
-                             "bench.modes=[loader]", "bench.memory=false"],
-                            capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    result = app("bench", "data.num_images=24", "data.source_size=32", "bench.modes=[loader]", "bench.memory=false",
+                 cwd=tmp_path)
     assert result.returncode == 2 and "config key `data.batch_size`" in result.stderr, result.stderr[-2000:]
     assert "at most the 20 samples of the training split" in result.stderr
     assert len(visit_order(20, 4, needed=12, seed=0, shuffle=True)) == 12  # negative control: batches fit
