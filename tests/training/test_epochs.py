@@ -161,6 +161,7 @@ def validation_rows(labels: np.ndarray, limit: int | None, seed: int = 0, placem
     """The validation samples the epoch loop hands to the steps (each sample a batch of its own
     here, the loader's part left out), batch 8."""
     from app.data.source import FileSplit
+    from app.tasks import task_of
     from app.training import epochs
     from app.training.devices import Placement
 
@@ -171,7 +172,7 @@ def validation_rows(labels: np.ndarray, limit: int | None, seed: int = 0, placem
 
     config = SimpleNamespace(data=SimpleNamespace(batch_size=8), seed=seed,
                              trainer=SimpleNamespace(validation_steps=limit))
-    host = SimpleNamespace(context=SimpleNamespace(config=config),
+    host = SimpleNamespace(context=SimpleNamespace(config=config), head=SimpleNamespace(task=task_of("multiclass")),
                            source=SimpleNamespace(val=val), loader=SimpleNamespace(batches=one_a_batch),
                            placement=placement or Placement(strategy_name="default", devices=["/device:CPU:0"]))
     feed = epochs.Epochs._validation_feed(host)
