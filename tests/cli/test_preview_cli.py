@@ -1,12 +1,12 @@
-"""`python -m app preview` for real: seeded pictures, the draft decode honoured, no TensorFlow."""
+"""`python -m app preview` for real: seeded pictures, the draft decode honoured, no TensorFlow. The
+previews run in one process kept for the module (tests/docs_runner.py's OneProcess)."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
+from docs_runner import OneProcess
 from PIL import Image
 
 DATA = ["data.num_images=24", "data.source_size=128", "data.num_classes=3", "data.image_size=[32,32]"]
@@ -20,16 +20,16 @@ def previews(tmp_path_factory):
     for name in ("tensorflow", "keras"):
         (fake / name).mkdir(parents=True)
         (fake / name / "__init__.py").write_text("raise ImportError('no TensorFlow in preview')\n")
-    env = {**os.environ, "PYTHONPATH": str(fake)}
+    app = OneProcess(env={**os.environ, "PYTHONPATH": str(fake)})
 
     def preview(name: str, *overrides: str) -> bytes:
-        result = subprocess.run([sys.executable, "-m", "app", "preview", *DATA, *overrides, f"hydra.run.dir={name}"],
-                                capture_output=True, text=True, cwd=root, env=env, timeout=300)
+        result = app("preview", *DATA, *overrides, f"hydra.run.dir={name}", cwd=root)
         assert result.returncode == 0, result.stderr[-3000:]
         assert f"written: {root / name / 'preview.png'}" in result.stdout
         return (root / name / "preview.png").read_bytes()
 
-    return root, preview
+    with app:
+        yield root, preview
 
 
 @pytest.mark.slow
