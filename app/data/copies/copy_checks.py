@@ -26,12 +26,15 @@ SHOWN = 5  # changed files named in a warning; the rest counted
 LISTED = -1  # a folder's stamp: [LISTED, digest of what a folder source lists in it]; an older copy's: [size, mtime]
 
 
+def _changed(path: str, root: str) -> str:
+    return f"{path} does not match the checksum {root}/{MANIFEST} records for it (it changed after prepare wrote it)"
+
+
 def index_damage(root: str, manifest: Manifest, split: str, index: np.ndarray) -> str | None:
     """What is wrong with `split`'s index (`index`, as read) against the manifest; None: nothing."""
     record, path = manifest.splits[split], f"{root}/{index_name(split)}"
     if record.index_sha256 and index_digest(index) != record.index_sha256:
-        return (f"{path} does not match the checksum {root}/{MANIFEST} records for it (it changed after prepare "
-                "wrote it)")
+        return _changed(path, root)
     if len(index) != record.count:
         return f"{path} has {len(index)} rows where {root}/{MANIFEST} counts {record.count}"
     return None
@@ -41,8 +44,7 @@ def labels_damage(root: str, manifest: Manifest, split: str, labels: np.ndarray)
     """What is wrong with a multilabel copy's labels-<split>.npy (`labels`) against the manifest; None: nothing."""
     record, path = manifest.splits[split], f"{root}/{labels_name(split)}"
     if index_digest(labels) != record.labels_sha256:
-        return (f"{path} does not match the checksum {root}/{MANIFEST} records for it (it changed after prepare "
-                "wrote it)")
+        return _changed(path, root)
     if labels.shape != (record.count, len(manifest.class_names)):
         return (f"{path} is {labels.shape[0]}×{labels.shape[1]} where {root}/{MANIFEST} counts {record.count} "
                 f"samples of {len(manifest.class_names)} classes")
@@ -53,8 +55,7 @@ def places_damage(root: str, manifest: Manifest, split: str, places: np.ndarray)
     """What is wrong with a patch copy's patches-<split>.npy against the manifest; None: nothing."""
     record, path = manifest.splits[split], f"{root}/{places_name(split)}"
     if index_digest(places) != record.places_sha256:
-        return (f"{path} does not match the checksum {root}/{MANIFEST} records for it (it changed after prepare "
-                "wrote it)")
+        return _changed(path, root)
     if len(places) != record.count:
         return f"{path} has {len(places)} rows where {root}/{MANIFEST} counts {record.count}"
     return None
