@@ -1,4 +1,6 @@
-"""`evaluate` and `predict` on a real training run, through the real CLI."""
+"""`evaluate` and `predict` on a real training run, through the real CLI. The run and the commands that need no
+process of their own share one kept for the module (tests/docs_runner.py's OneProcess): TensorFlow loads once;
+those that check what a terminal shows, or signal the process, run in their own."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from types import SimpleNamespace
 import numpy as np
 import psutil
 import pytest
-from docs_runner import spawn_one_process_for
+from docs_runner import OneProcess, spawn_one_process_for
 from PIL import Image
 
 TINY = ["data.num_images=36", "data.source_size=96", "data.num_classes=3", "data.image_size=[32,32]",
@@ -27,9 +29,15 @@ def app(*args, cwd):
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory) -> Path:
+def one_process():
+    with OneProcess() as one_process:
+        yield one_process
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, one_process) -> Path:
     root = tmp_path_factory.mktemp("evaluate")
-    result = app("train", *TINY, cwd=root)
+    result = one_process("train", *TINY, cwd=root)
     assert result.returncode == 0, result.stderr[-3000:]
     return root / "run"
 
@@ -38,9 +46,9 @@ GARBAGE = b"\xff\xfe\x00 garbage\n"
 
 
 @pytest.fixture(scope="module")
-def commands(run) -> SimpleNamespace:
-    """The commands of the tests below that need no process of their own, one after another in one
-    process (tests/docs_runner.py: TensorFlow loads once), on the run and on copies of it made first:
+def commands(run, one_process) -> SimpleNamespace:
+    """The commands of the tests below that need no process of their own, one after another in the
+    module's process, on the run and on copies of it made first:
     `budget` and `logger` for a refused resume each, `garbage` with bytes appended to its metrics.csv,
     `damaged` with model.keras cut in half, `piped` predicting a folder that holds a pipe and a link to a device."""
     root = run.parent
@@ -64,7 +72,7 @@ def commands(run) -> SimpleNamespace:
     before["evaluate"] = set((run / "evaluate").iterdir()) if (run / "evaluate").exists() else set()
     names = ["best", "wrong", "test", "no_input", "looped", "budget", "logger", "metrics", "damaged_predict",
              "damaged_resume", "odd"]
-    done = spawn_one_process_for(
+    done = [one_process(*argv, cwd=root) for argv in (
         ["evaluate", f"resume={run}", "checkpoint=best", "queue.workers=1"],
         ["evaluate", f"resume={run}", "checkpoint=step-99999999"],
         ["evaluate", f"resume={run}", "split=test", "queue.workers=1"],
@@ -75,7 +83,7 @@ def commands(run) -> SimpleNamespace:
         ["train", f"resume={copies.garbage}", "trainer.epochs=3"],
         ["predict", f"resume={copies.damaged}", f"input={image}"],
         ["train", f"resume={copies.damaged}"],
-        ["predict", f"resume={copies.piped}", f"input={root / 'odd'}"], cwd=root)
+        ["predict", f"resume={copies.piped}", f"input={root / 'odd'}"])]
     evaluated = set((run / "evaluate").iterdir()) - before["evaluate"]
     return SimpleNamespace(root=root, copies=copies, before=before, evaluated=evaluated,
                            **dict(zip(names, done, strict=True)))
@@ -129,9 +137,9 @@ def test_the_report_best_and_named_checkpoints(run, commands):
 
 
 @pytest.mark.slow
-def test_evaluate_refuses_other_data_settings_and_needs_a_run(run, tmp_path):
-    changed, missing = spawn_one_process_for(["evaluate", f"resume={run}", "data.batch_size=2"], ["evaluate"],
-                                             cwd=tmp_path)  # a folder without runs
+def test_evaluate_refuses_other_data_settings_and_needs_a_run(run, tmp_path, one_process):
+    changed = one_process("evaluate", f"resume={run}", "data.batch_size=2", cwd=tmp_path)
+    missing = one_process("evaluate", cwd=tmp_path)  # a folder without runs
     assert changed.returncode == 2 and "data.batch_size" in changed.stderr
     assert missing.returncode == 2 and "resume" in missing.stderr
 

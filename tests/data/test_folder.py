@@ -4,6 +4,8 @@ import json
 import os
 import pickle
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -401,34 +403,31 @@ def _only(root, keep, dest):
     return dest
 
 
-def _scanned_by_another_user(root: Path, test_path: Path | None = None) -> str:
-    """folder_source(root)'s DataError message, as a user without root's right to read anything:
-    this process when it is not root, else a forked child that gives up root first."""
-    def scan() -> str:
-        try:
-            folder_source(root, 0.2, test=Held(str(test_path) if test_path else None))
-            return "no error"
-        except DataError as error:
-            return str(error)
-        except Exception as error:  # noqa: BLE001 - what the test should see instead
-            return f"{type(error).__name__}: {error}"
+SCAN = """
+import os, sys
+from app.data.sources.folder import Held, folder_source
+from app.errors import DataError
+if os.geteuid() == 0:  # root reads anything: the scan is made as `nobody`, the app imported before
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+try:
+    folder_source(sys.argv[1], 0.2, test=Held(sys.argv[2] or None))
+    print("no error", end="")
+except DataError as error:
+    print(error, end="")
+except Exception as error:  # what the test should see instead
+    print(f"{type(error).__name__}: {error}", end="")
+"""
 
-    if os.geteuid() != 0:
-        return scan()
-    read, write = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - the child
-        try:
-            os.setgid(65534)
-            os.setuid(65534)
-            os.write(write, scan().encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read, "rb") as f:
-        said = f.read().decode()
-    os.waitpid(child, 0)
-    return said
+
+def _scanned_by_another_user(root: Path, test_path: Path | None = None) -> str:
+    """folder_source(root)'s DataError message, as a user without root's right to read anything, in
+    a fresh interpreter (a fork of this process, which holds TensorFlow's and JAX's threads, can deadlock)."""
+    done = subprocess.run([sys.executable, "-c", SCAN, str(root), str(test_path or "")], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
 
 
 def test_an_unreadable_folder_is_named_with_a_fix_that_reads(tmp_path):

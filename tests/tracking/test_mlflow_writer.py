@@ -6,7 +6,7 @@ lock under concurrent writers, and the store's defaults."""
 from __future__ import annotations
 
 import json
-import multiprocessing
+import subprocess
 import sys
 
 import pytest
@@ -109,23 +109,33 @@ def test_several_loggers_at_once(tmp_path):
     assert type(dashboards.writers(LoggerConfig(), tmp_path)) is dashboards.Writer  # logger=none
 
 
-def _log_from_a_process(args) -> str:
-    root, job = args
-    out = MlflowWriter(root / job, MlflowLoggerConfig(tracking_uri=f"sqlite:///{root / 'mlflow.db'}"))
-    out.begin(CONFIG, trial=job, step=0)
-    for step in range(1, 41):
-        out.scalars("train", {"step/loss": 1.0, "step/accuracy": 0.5}, step)
-        out.checkpointed(step)
-    out.finish_and_upload("completed")
-    return job
+# A sweep's job: a fresh interpreter that imports the writer alone (a fork of this process, which holds
+# JAX's and TensorFlow's threads, can deadlock; a spawn of this module would import them)
+JOB = """
+import json, sys
+from pathlib import Path
+from app.schema import MlflowLoggerConfig
+from app.tracking.mlflow_writer import MlflowWriter
+root, job = Path(sys.argv[1]), sys.argv[2]
+out = MlflowWriter(root / job, MlflowLoggerConfig(tracking_uri=f"sqlite:///{root / 'mlflow.db'}"))
+out.begin(json.loads(sys.argv[3]), trial=job, step=0)
+for step in range(1, 41):
+    out.scalars("train", {"step/loss": 1.0, "step/accuracy": 0.5}, step)
+    out.checkpointed(step)
+out.finish_and_upload("completed")
+"""
 
 
 def test_parallel_writers_on_a_new_sqlite_store(tmp_path):
     """Two processes at once on a store not made yet, as a sweep's parallel jobs: both finish."""
+    jobs = []
     for job in ("0", "1"):
         (tmp_path / job).mkdir()
-    with multiprocessing.get_context("fork").Pool(2) as pool:
-        assert pool.map(_log_from_a_process, [(tmp_path, "0"), (tmp_path, "1")]) == ["0", "1"]
+        jobs.append(subprocess.Popen([sys.executable, "-c", JOB, str(tmp_path), job, json.dumps(CONFIG)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    for job in jobs:
+        said = job.communicate(timeout=300)[0]
+        assert job.returncode == 0, said[-2000:]
     client = MlflowClient(_uri(tmp_path))
     runs = client.search_runs([client.get_experiment_by_name("train").experiment_id])
     assert len(runs) == 2 and all(len(client.get_metric_history(r.info.run_id, "step/loss")) == 40 for r in runs)
