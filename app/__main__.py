@@ -3,6 +3,7 @@ the rest with Hydra's whole CLI; errors leave as one paragraph and a non-zero ex
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import shutil
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 from app.cli import argv as argv_step
+from app.cli.hydra_groups import LISTING_FLAGS, group_options_listed_from_one_copy
 from app.commands import raise_carried
 from app.errors import exit_status_for, report_failure
 from app.processes import enable_crash_report, raise_on_stop_signals, stop_if_interrupted
@@ -108,7 +110,9 @@ def main(argv: list[str] | None = None) -> int:
             os.environ["COMP_LINE"] = program + line
         sys.argv = [f"python -m app {word}", *rest]
         entry = getattr(importlib.import_module(module), function)
-        entry()
+        listing = set(rest) & set(LISTING_FLAGS)
+        with group_options_listed_from_one_copy() if listing else contextlib.nullcontext():
+            entry()
         raise_carried()  # a single run's failure, carried past Hydra's own line about it
         stop_if_interrupted()  # a stop whose raise was lost (in a `__del__`, say) is not ignored
     except SystemExit as stop:  # --help, --cfg and friends end this way

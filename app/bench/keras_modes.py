@@ -14,7 +14,7 @@ from app.errors import BadSampleError, DataError
 from app.frameworks import load_tensorflow
 from app.model import classifier
 from app.tasks import task_of
-from app.training.steps import EpochFigures, EpochPlan, Feed, build_metrics, train_epoch
+from app.training.steps import EpochFigures, EpochPlan, Feed, build_step_variables, train_epoch
 
 
 def _trivial_model(config, source, normalising=True):
@@ -80,7 +80,7 @@ def _loader_steps(run: Run):
     config, source, order, clock = run.config, run.source, run.order, run.clock
     net = _trivial_model(config, source)
     if not _on_tensorflow():
-        build_metrics(net)  # before the train function exists (JAX fixes its state's shape then), as train does
+        build_step_variables(net)  # before the train function exists (JAX fixes its state's shape then), as train does
     steps = len(order) // config.data.batch_size
     clock.start = time.perf_counter()
     with training_loader(run) as loader:

@@ -28,7 +28,7 @@ from app.training.context import RunContext
 from app.training.devices import Placement
 from app.training.replicas import average_moving_statistics, metric_state, restore_metrics
 from app.training.shares import mirrored_sizes, regrouped, train_share, validation_share
-from app.training.steps import EpochPlan, Feed, build_metrics, sync, train_epoch, validate
+from app.training.steps import EpochPlan, Feed, build_step_variables, sync, train_epoch, validate
 
 log = logging.getLogger("app.train")
 
@@ -75,7 +75,7 @@ class Epochs:
         epochs, state = self.context.config.trainer.epochs, self.context.state
         callbacks = self._callbacks()
         self.net.stop_training = False
-        self._build_metrics()  # before a callback makes the train function (JAX fixes its state's shape then)
+        build_step_variables(self.net)  # before a callback makes the train function (JAX fixes its state's shape then)
         callbacks.on_train_begin()
         self.kept = CallbackStates(self.context.user_callbacks)
         self.kept.started(state.callbacks, state.callback_arrays)
@@ -126,7 +126,7 @@ class Epochs:
         state.figures = state.figures or EpochFigures()
         first = state.figures.steps
         recipe.freeze_or_unfreeze_recompiling(self.net, self.context.config, epoch, self.head)
-        self._build_metrics()  # again: (un)freezing recompiles
+        build_step_variables(self.net)  # again: (un)freezing recompiles
         self.net.reset_metrics()
         if resumed and state.figures.metric_state:  # Keras's means go on from the checkpoint's
             restore_metrics(self.net, state.figures.metric_state)
@@ -164,11 +164,6 @@ class Epochs:
         """The loader's epoch telemetry, workers restarted and samples skipped so far this run."""
         return {**self.loader.telemetry("epoch"), "restarted_workers": self.loader.restarts,
                 "skipped_samples": self.loader.skipped}
-
-    def _build_metrics(self) -> None:
-        trainer = self.context.config.trainer
-        if trainer.strategy != "default" or trainer.backend == "jax":  # see build_metrics
-            build_metrics(self.net)
 
     def _validation_feed(self) -> Feed:
         """All validation samples in order, batched per shares.py; or trainer.validation_steps of validation_sample."""

@@ -6,12 +6,12 @@ import keras
 import numpy as np
 
 from app.adapters import every_layer
-from app.training.steps import build_metrics
+from app.training.steps import build_step_variables
 
 
 def restore_metrics(net: keras.Model, saved: dict) -> None:
     """Keras's metric variables (built first) as a checkpoint inside an epoch saved them, each replica's own counts."""
-    build_metrics(net)
+    build_step_variables(net)
     for variable in net.metrics_variables:
         copies, kept = _replica_copies(variable), saved.get(variable.path + REPLICAS)
         if copies and kept and len(kept) == len(copies):

@@ -273,13 +273,20 @@ def read(logs: dict) -> dict:
     return out
 
 
-def build_metrics(net: keras.Model) -> None:
-    """Builds a compiled model's metrics now, by an inference step on blank images that changes no weight and draws
-    no random number: a strategy's replicas cannot create them, and JAX's step takes them as state."""
+def build_step_variables(net: keras.Model) -> None:
+    """Makes now the variables a compiled step would make on its first call (the loss's and the metrics', the
+    optimizer's), eagerly on blank images: no trace, no weight changed, no random number drawn. TensorFlow traces a
+    step again when its first trace made variables, a strategy's replicas cannot make them, and JAX's step takes them
+    as state."""
     rows = 1
     if keras.backend.backend() == "jax" and keras.distribution.distribution() is not None:
         import jax
 
         rows = jax.local_device_count()
-    net.test_on_batch(np.zeros((rows, *net.input_shape[1:]), pixel_dtype(net)), blank_labels(net, rows))
+    x, y = np.zeros((rows, *net.input_shape[1:]), pixel_dtype(net)), blank_labels(net, rows)
+    y_pred = net(x, training=False)
+    net.compute_loss(x, y, y_pred, training=False)
+    net.compute_metrics(x, y, y_pred, sample_weight=None)
     net.reset_metrics()
+    if not net.optimizer.built:  # a LossScaleOptimizer that compile wrapped around a built one (mixed_float16)
+        net.optimizer.build(net.trainable_variables)

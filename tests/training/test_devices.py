@@ -240,7 +240,7 @@ def test_each_precision_trains_under_a_strategy_with_float32_ends(precision, tmp
     from app import model as models
     from app.runs.checkpoint import EpochFigures
     from app.training import devices, recipe
-    from app.training.steps import EpochPlan, Feed, build_metrics, train_epoch
+    from app.training.steps import EpochPlan, Feed, build_step_variables, train_epoch
 
     config = composed("model.widths=[8]", "data.image_size=[16,16]", f"trainer.precision={precision}",
                       "trainer.jit_compile=false", "trainer.top_k=null", "trainer.per_class_recall=false")
@@ -254,7 +254,7 @@ def test_each_precision_trains_under_a_strategy_with_float32_ends(precision, tmp
             inputs = recording.StepInputs(str(tmp_path / "dtypes.txt"))
             inputs.set_model(net)
             inputs.on_train_begin()
-            build_metrics(net)
+            build_step_variables(net)
             figures = train_epoch(net, Feed(batches, 2), keras.callbacks.CallbackList([], model=net),
                                   EpochFigures(), EpochPlan(steps=2, batch_size=4))
     finally:

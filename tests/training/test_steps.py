@@ -19,7 +19,7 @@ from app.loader.enqueuer import Enqueuer
 from app.loader.settings import Queue, Settings
 from app.model import classifier
 from app.objectives import MeanAveragePrecision, WeightedBinaryCrossentropy
-from app.training.steps import EpochFigures, EpochPlan, Feed, blank_labels, build_metrics, train_epoch, validate
+from app.training.steps import EpochFigures, EpochPlan, Feed, blank_labels, build_step_variables, train_epoch, validate
 
 BATCH = 4
 
@@ -231,13 +231,35 @@ def test_the_loaders_own_error_reaches_the_loop_unchanged():
         train(tiny_net(), failing(), 5)
 
 
+def test_the_train_step_is_traced_once_when_its_variables_are_made_before():
+    """TensorFlow traces a step a second time when its first trace made variables (the metrics', the optimizer's):
+    seconds for a large model's first step."""
+    traces = {}
+    for made_before in (True, False):  # False: the negative control
+        net = tiny_net()
+        weights = [np.array(w) for w in net.weights]
+        if made_before:
+            build_step_variables(net)
+            assert all(np.array_equal(w, np.array(v)) for w, v in zip(weights, net.weights, strict=False))  # unchanged
+        step, count = net.train_step, []
+
+        def counted(*args, step=step, count=count):
+            count.append(1)
+            return step(*args)
+
+        net.train_step = counted
+        train(net, blank_batches(2), 2)
+        traces[made_before] = len(count)
+    assert traces == {True: 1, False: 2}
+
+
 def test_a_multilabel_models_metrics_are_built_on_label_rows_and_validate_reads_them():
     backbone = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.GlobalAveragePooling2D(),
                                  keras.layers.Dense(3, activation="sigmoid")])
     net = classifier(backbone, (8, 8))
     net.compile(optimizer="sgd", loss=WeightedBinaryCrossentropy(), metrics=[MeanAveragePrecision(3)])
     assert blank_labels(net, 2).shape == (2, 3) and blank_labels(tiny_net(), 2).shape == (2,)  # negative control
-    build_metrics(net)  # as a resume restoring its metrics, or JAX and a strategy, build them first
+    build_step_variables(net)  # as a resume restoring its metrics, or JAX and a strategy, build them first
     rows = np.array([[1, 0, 1], [0, 0, 0], [0, 1, 1], [1, 1, 0]], np.uint8)
     feed = Feed([(np.zeros((4, 8, 8, 3), np.uint8), rows)], 1)
     logs = validate(net, feed, keras.callbacks.CallbackList([], model=net))
