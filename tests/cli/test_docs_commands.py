@@ -3,10 +3,11 @@ page shows it, so the documents cannot rot: in page order, README first, in one 
 so a page's commands can build on each other (train, then resume=latest, then evaluate).
 
 What the test changes, and only that: the sizes, forced small (TINY_SIZES, a patch's, and MOST_EPOCHS,
-appended, and a later override wins); what a command leaves unset, made small (TINY_DEFAULTS); the documents'
-placeholders (PLACEHOLDERS) made the test's own folder of images and its runs. A `$ command`
-followed by its output must print lines of that output's form (numbers aside). A command that
-cannot run here is listed in SKIPPED with why, and a page that shows one says so.
+appended, and a later override wins); what a command leaves unset, made small (TINY_DEFAULTS: among them
+queue.workers=0, the batches built in the command's own process: the pages' commands are what is checked here, worker
+processes are every loader and CLI test's); the documents' placeholders (PLACEHOLDERS) made the test's own folder
+of images and its runs. A `$ command` followed by its output must print lines of that output's form (numbers
+aside). A command that cannot run here is listed in SKIPPED with why, and a page that shows one says so.
 
 The TensorFlow commands on one device run one after another in one process
 (tests/docs_runner.py: the CLI's own `main`, as `python -m app` calls it), so TensorFlow loads
@@ -53,7 +54,7 @@ TINY_SIZES = {"train": ["data.image_size=[32,32]", "data.batch_size=4"],
               "preview": ["data.image_size=[32,32]", "data.batch_size=4"],
               "bench": ["data.image_size=[32,32]", "data.batch_size=4", "bench.modes=[loader]", "bench.batches=2",
                         "bench.warmup=1", "bench.memory=false"]}
-TINY_DEFAULTS = {"trainer.epochs": "1", "queue.workers": "1", "model.widths": "[8]",
+TINY_DEFAULTS = {"trainer.epochs": "1", "queue.workers": "0", "model.widths": "[8]",
                  "data.num_images": "24", "data.source_size": "48", "data.num_classes": "2"}
 MOST_EPOCHS = 3  # a page's trainer.epochs=10 or 20, cut to this (a fine-tune unfreezing at epoch 3 still does)
 DATA_KEYS = {"synthetic": ("data.num_images", "data.source_size", "data.num_classes"), "folder": (), "cifar": (),

@@ -6,7 +6,8 @@ model.widths=[4] augment=none trainer.epochs=1 queue.workers=0 hydra.run.dir=run
 A resume cannot change data.table, so the table is relative, found from the folder the commands run in.
 tests/saved/patch_copy_before_the_split: a patch copy of six 256² slides (tests/slides.py), 30 patches, made by
 `python -m app prepare data=folder data.path=slides data.patches.size=[32,32] data.patches.stride=[48,48]
-data.image_size=[32,32] augment=none prepare.out=copy`."""
+data.image_size=[32,32] augment=none prepare.out=copy`. The module's commands share a process (tests/docs_runner.py's
+OneProcess): TensorFlow loads once."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from docs_runner import spawn_one_process_for
+from docs_runner import OneProcess
 
 SAVED = Path(__file__).resolve().parents[1] / "saved"
 CLASSES = {"blue", "green", "red"}
@@ -26,13 +27,20 @@ def rows(table: Path) -> list[dict]:
     return list(csv.DictReader(table.open()))
 
 
-def passed(done: list) -> None:
-    for result in done:
+@pytest.fixture(scope="module")
+def app():
+    with OneProcess() as one_process:
+        yield one_process
+
+
+def passed(app, *argvs: list[str], cwd: Path) -> None:
+    for argv in argvs:
+        result = app(*argv, cwd=cwd)
         assert result.returncode == 0, f"{result.args}: {result.stdout[-3000:]}"
 
 
 @pytest.mark.slow
-def test_a_multilabel_run_saved_before_the_task_object_resumes_evaluates_predicts_and_exports(tmp_path):
+def test_a_multilabel_run_saved_before_the_task_object_resumes_evaluates_predicts_and_exports(tmp_path, app):
     saved = SAVED / "multilabel_run_before_the_task"
     shutil.copytree(saved, tmp_path, dirs_exist_ok=True)
     run, few = tmp_path / "run", tmp_path / "few"
@@ -46,10 +54,9 @@ def test_a_multilabel_run_saved_before_the_task_object_resumes_evaluates_predict
     for image in sorted((tmp_path / "data" / "images").glob("*.png"))[:4]:
         shutil.copy(image, few)
     evaluated_before = set((run / "evaluate").glob("*/evaluation.json"))
-    passed(spawn_one_process_for(
-        ["train", "resume=run", "trainer.epochs=2"], ["evaluate", "resume=run"],
-        ["predict", "resume=run", "input=few"],
-        ["export", "resume=run", "export.format=onnx", "export.samples=2"], cwd=tmp_path))
+    passed(app, ["train", "resume=run", "trainer.epochs=2"], ["evaluate", "resume=run"],
+           ["predict", "resume=run", "input=few"],
+           ["export", "resume=run", "export.format=onnx", "export.samples=2"], cwd=tmp_path)
     # resumed: epoch 1 is the saved row, epoch 2 trained on from it
     metrics = rows(run / "metrics.csv")
     assert [row["epoch"] for row in metrics] == ["1", "2"] and metrics[0] == rows(saved / "run" / "metrics.csv")[0]
@@ -65,7 +72,7 @@ def test_a_multilabel_run_saved_before_the_task_object_resumes_evaluates_predict
 
 
 @pytest.mark.slow
-def test_a_patch_copy_saved_before_the_split_trains_evaluates_predicts_and_exports(tmp_path):
+def test_a_patch_copy_saved_before_the_split_trains_evaluates_predicts_and_exports(tmp_path, app):
     copy = tmp_path / "copy"
     shutil.copytree(SAVED / "patch_copy_before_the_split", copy)
     manifest = json.loads((copy / "manifest.json").read_text())
@@ -73,9 +80,8 @@ def test_a_patch_copy_saved_before_the_split_trains_evaluates_predicts_and_expor
     val_patches = manifest["splits"]["val"]["count"]
     config = ["data=prepared", "data.path=copy", "data.image_size=[32,32]", "data.batch_size=8", "model.widths=[4]",
               "augment=none", "trainer.epochs=1", "queue.workers=0", "hydra.run.dir=run"]
-    passed(spawn_one_process_for(
-        ["train", *config], ["evaluate", "resume=run"], ["predict", "resume=run", "input=copy"],
-        ["export", "resume=run", "export.format=onnx", "export.samples=2"], cwd=tmp_path))
+    passed(app, ["train", *config], ["evaluate", "resume=run"], ["predict", "resume=run", "input=copy"],
+           ["export", "resume=run", "export.format=onnx", "export.samples=2"], cwd=tmp_path)
     run = tmp_path / "run"
     split = json.loads((run / "split.json").read_text())
     assert split["patches"]["val"]["patches"] == val_patches and split["patches"]["val"]["images"] == 2
