@@ -21,17 +21,17 @@ if "APP_CACHE_DIR" not in os.environ:
 # The probe's own test measures this machine for real, first, into the session's cache: the runs
 # that start meanwhile wait on the probe's lock and read its figures instead of measuring (20 s).
 MEASURES_FIRST = "test_measured_once_stored_and_measured_again_elsewhere"
-# The files that take half a minute or more of `make test`, slowest first: handed out first to its two
-# worker processes (a file at a time), they end together instead of one waiting on the other. The
-# documents' commands beside the probe's test: their JAX process measures JAX's figures meanwhile
-# (the devices' runs would wait for TensorFlow's). The run without TensorFlow after both: its JAX
-# figures are another install's, stored under the same name, which the others would measure again.
+# The files that take 20 seconds or more of `make test`, slowest first: handed out first to its two worker
+# processes (a file at a time), they end together instead of one waiting on the other. The documents' commands
+# beside the probe's test: their JAX process measures JAX's figures meanwhile (the devices' runs would wait for
+# TensorFlow's). The JAX runs with TensorFlow hidden after both: they read those JAX figures (this install's), and
+# measured first they would store figures of a process without TensorFlow under this install's name.
 SLOWEST_FIRST = ["cli/test_docs_commands.py", "training/test_devices.py", "cli/test_patches_cli.py",
-                 "cli/test_train_cli.py", "cli/test_no_tensorflow_cli.py", "cli/test_multilabel_cli.py",
-                 "cli/test_bench_cli.py", "cli/test_evaluate_predict_cli.py", "cli/test_prepared_cli.py",
-                 "cli/test_resume_cli.py", "training/test_recipe.py", "cli/test_sweep_cli.py",
-                 "cli/test_export_cli.py", "cli/test_bands_cli.py", "cli/test_table_cli.py", "test_config.py",
-                 "cli/test_plan_cli.py"]
+                 "cli/test_multilabel_cli.py", "cli/test_bench_cli.py", "cli/test_train_cli.py",
+                 "cli/test_evaluate_predict_cli.py", "cli/test_resume_cli.py", "cli/test_prepared_cli.py",
+                 "training/test_recipe.py", "test_config.py", "cli/test_no_tensorflow_cli.py", "cli/test_export_cli.py",
+                 "cli/test_bands_cli.py", "cli/test_table_cli.py", "cli/test_plan_cli.py", "cli/test_sweep_cli.py",
+                 "cli/test_prepared_damage_cli.py"]
 TESTS = Path(__file__).resolve().parent
 # The suite's budget: `make test` within 10 minutes on two cores, a new capability adding at most
 # 90 s of it. Where the time goes, a file at a time, ends every run (worker seconds: with two

@@ -14,6 +14,7 @@ import s3fs
 from docs_runner import OneProcess, spawn_one_process_for
 from PIL import Image
 from s3_endpoint import CREDENTIALS, endpoint, environment, new_bucket
+from venvs import env_hiding_tensorflow
 
 from app.bench.loading import reason, visit_order
 from app.commands.bench import _raise_if_all_failed
@@ -22,22 +23,6 @@ from app.schema import BENCH_MODES
 
 # Put first on PYTHONPATH, it makes every Python process (the bench's modes' too) find no
 # `tensorflow`, as where it is not installed: nothing in sys.modules, find_spec None, import fails.
-HIDING_TENSORFLOW = """import sys
-
-
-class _Hiding:
-    def __init__(self, finder):
-        self.finder = finder
-
-    def find_spec(self, name, path=None, target=None):
-        return None if name.partition(".")[0] == "tensorflow" else self.finder.find_spec(name, path, target)
-
-    def __getattr__(self, name):
-        return getattr(self.finder, name)
-
-
-sys.meta_path[:] = [_Hiding(finder) for finder in sys.meta_path]
-"""
 MEMORY_TEST_MODES = ("baseline", "loader_steps", "serial")  # the rest run in test_bench_reports_every_mode
 PATCH_MODES = ("keras_regions",)  # on slides' patches: tests/cli/test_patches_cli.py
 S3 = {"key": CREDENTIALS["AWS_ACCESS_KEY_ID"], "secret": CREDENTIALS["AWS_SECRET_ACCESS_KEY"]}
@@ -91,10 +76,7 @@ def test_bench_on_jax_without_tensorflow_runs_the_keras_modes(tmp_path):
     before any mode runs.
     Covered in `make test` by: bench's every mode on TensorFlow (above) and the JAX commands without
     TensorFlow (tests/cli/test_no_tensorflow_cli.py), whose step loop the Keras modes time."""
-    hidden = tmp_path / "hidden"
-    hidden.mkdir()
-    (hidden / "sitecustomize.py").write_text(HIDING_TENSORFLOW)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(hidden), os.environ.get("PYTHONPATH")]))}
+    env = env_hiding_tensorflow(tmp_path / "hidden")
     small = ["trainer.backend=jax", "data.num_images=24", "data.source_size=64", "data.num_classes=3",
              "data.image_size=[32,32]", "data.batch_size=4", "bench.batches=2", "bench.warmup=1", "bench.memory=false",
              "queue.workers=1"]

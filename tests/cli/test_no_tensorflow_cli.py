@@ -1,7 +1,10 @@
-"""`pip install .[jax]`: a virtual environment holding every package of this one but TensorFlow
-(and what imports it) runs the JAX path through the real CLI: train, resume, evaluate, predict,
-preview and plan (a sweep too, in `make test-all`); `export`, which needs TensorFlow, says so, and
-exports that JAX run where TensorFlow is installed. (`bench` without TensorFlow: tests/cli/test_bench_cli.py.)"""
+"""`pip install .[jax]`: the JAX path through the real CLI without TensorFlow: train, resume, evaluate, predict,
+preview and plan; `export`, which needs TensorFlow, says so, and exports that JAX run where TensorFlow is installed.
+`make test` runs that flow in this install with TensorFlow made unimportable (tests/venvs.py's sitecustomize): no
+module of the JAX path may import it, and the run reads the session's JAX machine probe. `make test-all` runs it in a
+virtual environment holding every package of this one but TensorFlow (and what imports it), which measures a probe
+of its own (two JAX processes: about a minute of the suite), and a sweep there too. (`bench` without TensorFlow:
+tests/cli/test_bench_cli.py.)"""
 
 from __future__ import annotations
 
@@ -10,13 +13,14 @@ import os
 import re
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 from docs_runner import spawn_one_process_for
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import metadata as hparams_metadata
-from venvs import venv_without
+from venvs import env_hiding_tensorflow, venv_without
 
 ROOT = Path(__file__).resolve().parents[2]
 # What a `.[jax]` install lacks: TensorFlow, and the export tools that import it
@@ -70,25 +74,25 @@ def test_with_neither_framework_train_names_both_extras_in_the_form_the_app_was_
         assert other.format("jax") not in said and len(said.strip().splitlines()) == 1
 
 
-@pytest.mark.slow
-def test_train_resume_evaluate_predict_preview_and_plan_run_on_jax(python, tmp_path):
-    env = {**os.environ, "KERAS_BACKEND": "jax"}
-    runs = spawn_one_process_for(
-        ["train", *TINY, "logger=tensorboard", "tags=[tiny]", "hydra.run.dir=run"],
+FLOW = [["train", *TINY, "logger=tensorboard", "tags=[tiny]", "hydra.run.dir=run"],
         ["train", "resume=run", "trainer.epochs=2"],
         ["evaluate", "resume=run"],
         ["predict", "resume=run", "input=datasets"],
         ["preview", *TINY, "preview.images=2", "preview.augmentations=2", "hydra.run.dir=preview"],
         ["plan", *TINY],
-        ["export", "resume=run"],
-        cwd=tmp_path, env=env, python=python)
+        ["export", "resume=run"]]
+
+
+def assert_the_jax_flow_ran(runs: list, tmp_path: Path, tensorflow: str) -> None:
+    """FLOW's commands ran on JAX (`export` refused), their files as TensorBoard's reader reads them, and the run
+    exports where TensorFlow is installed. `tensorflow`: its version as summary.json records it."""
     *worked, export = runs
     for run in worked:
         assert run.returncode == 0, f"{run.args}: {run.stdout[-3000:]}"
     assert export.returncode != 0 and "export needs TensorFlow" in export.stdout, export.stdout[-2000:]
 
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["versions"]["tensorflow"] == "not installed" and summary["status"] == "completed"
+    assert summary["versions"]["tensorflow"] == tensorflow and summary["status"] == "completed"
     assert summary["backend"] == "jax"  # trainer.backend=auto, as the run used it (never `auto`)
     rows = (tmp_path / "run" / "metrics.csv").read_text().splitlines()
     assert [row.split(",")[0] for row in rows[1:]] == ["1", "2"]  # the resumed run's second epoch
@@ -107,6 +111,24 @@ def test_train_resume_evaluate_predict_preview_and_plan_run_on_jax(python, tmp_p
     assert exported.returncode == 0, exported.stdout[-3000:]
     record = json.loads((tmp_path / "run" / "export" / "tf_saved_model" / "export.json").read_text())
     assert record["parity"]["passed"] and 1 <= record["parity"]["samples"] <= 4, record
+
+
+@pytest.mark.slow
+def test_train_resume_evaluate_predict_preview_and_plan_run_on_jax_where_tensorflow_cannot_be_imported(tmp_path):
+    env = {**env_hiding_tensorflow(tmp_path / "hidden"), "KERAS_BACKEND": "jax"}
+    finds = "import importlib.util; print(importlib.util.find_spec('tensorflow'))"
+    hidden = subprocess.run([sys.executable, "-c", finds], capture_output=True, text=True, env=env, check=True)
+    assert hidden.stdout.strip() == "None"  # the control, a ModuleSpec without the hook, is the environment test's
+    assert_the_jax_flow_ran(spawn_one_process_for(*FLOW, cwd=tmp_path, env=env), tmp_path,
+                            tensorflow=metadata.version("tensorflow"))
+
+
+@pytest.mark.slow
+@pytest.mark.exhaustive
+def test_train_resume_evaluate_predict_preview_and_plan_run_on_jax(python, tmp_path):
+    """Covered in `make test` by the test above: the same flow, TensorFlow unimportable in this install."""
+    runs = spawn_one_process_for(*FLOW, cwd=tmp_path, env={**os.environ, "KERAS_BACKEND": "jax"}, python=python)
+    assert_the_jax_flow_ran(runs, tmp_path, tensorflow="not installed")
 
 
 @pytest.mark.slow
