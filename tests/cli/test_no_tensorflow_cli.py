@@ -126,7 +126,7 @@ def test_train_resume_evaluate_predict_preview_and_plan_run_on_jax_where_tensorf
 @pytest.mark.slow
 @pytest.mark.exhaustive
 def test_train_resume_evaluate_predict_preview_and_plan_run_on_jax(python, tmp_path):
-    """Covered in `make test` by the test above: the same flow, TensorFlow unimportable in this install."""
+    """Covered in `make test` by: the test above, the same flow with TensorFlow unimportable in this install."""
     runs = spawn_one_process_for(*FLOW, cwd=tmp_path, env={**os.environ, "KERAS_BACKEND": "jax"}, python=python)
     assert_the_jax_flow_ran(runs, tmp_path, tensorflow="not installed")
 

@@ -190,8 +190,9 @@ def test_folder_of_mixed_formats(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["ctrl-c", pytest.param("sigterm", marks=pytest.mark.exhaustive)])
 def test_interrupt_stops_workers_and_frees_shared_memory(how, tmp_path):
-    """Ctrl-C pressed until it stops, or (in `make test-all`) a scheduler's SIGTERM: the same stop handler, which
-    `make test` sends SIGTERM to in tests/cli/test_evaluate_predict_cli.py's predict."""
+    """Ctrl-C pressed until it stops, or (in `make test-all`) a scheduler's SIGTERM to the training process alone.
+    Covered in `make test` by: Ctrl-C here, and SIGTERM to predict (tests/cli/test_evaluate_predict_cli.py), which
+    reach the same stop handler (app/processes.py)."""
     args = [sys.executable, "-m", "app", "train", *TINY, "data.num_images=200", "trainer.epochs=200",
             "queue.workers=2", "trainer.record_samples=true", "hydra.run.dir=run"]
     # A shell's background job (CI may run us as one) starts with SIGINT ignored, and a child

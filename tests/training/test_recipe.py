@@ -29,7 +29,7 @@ def runs(tmp_path_factory):
     # from 1 epoch to 2 and a cosine schedule would be fitted to its first length
     config = ["experiment=finetune_mobilenet", "data=synthetic", "data.num_images=48", "data.source_size=64",
               "data.num_classes=3", "data.image_size=[32,32]", "data.batch_size=8", f"model.weights={weights}", SMALL,
-              "scheduler=constant", "trainer.unfreeze_at_epoch=2", "trainer.deterministic=true", "queue.workers=1"]
+              "scheduler=constant", "trainer.unfreeze_at_epoch=2", "trainer.deterministic=true", "queue.workers=0"]
     (done,) = spawn_one_process_for(["train", *config, "trainer.epochs=2", "hydra.run.dir=A"], cwd=root)
     assert done.returncode == 0, done.stderr[-3000:]
     return root, config, [np.array(w) for w in base.get_weights()]
