@@ -21,3 +21,35 @@ def mean_average_precision(truth: np.ndarray, scores: np.ndarray) -> float:
         precision, recall = tp / (last + 1), tp / positives.sum()
         found.append(float(np.sum(np.diff(np.r_[0.0, recall]) * precision)))
     return float(np.mean(found)) if found else float("nan")
+
+
+def pixel_confusion(truth: np.ndarray, predicted: np.ndarray, classes: int,
+                    ignore_index: int | None = None) -> np.ndarray:
+    """Pixels counted by (true, predicted) class, classes × classes; those true as `ignore_index` left out."""
+    truth, predicted = np.asarray(truth).ravel(), np.asarray(predicted).ravel()
+    if truth.shape != predicted.shape:
+        raise ValueError(f"{truth.size} true pixels against {predicted.size} predicted")
+    if ignore_index is not None:
+        kept = truth != ignore_index
+        truth, predicted = truth[kept], predicted[kept]
+    truth, predicted = truth.astype(np.int64), predicted.astype(np.int64)
+    for name, values in (("true", truth), ("predicted", predicted)):
+        if values.size and (values.min() < 0 or values.max() >= classes):
+            wrong = values[(values < 0) | (values >= classes)][0]
+            raise ValueError(f"a {name} pixel is {wrong}: neither one of the {classes} classes nor the ignore index")
+    return np.bincount(truth * classes + predicted, minlength=classes * classes).reshape(classes, classes)
+
+
+def segmentation_scores(confusion: np.ndarray) -> dict:
+    """IoU, Dice, precision, recall a class (NaN where undefined), their means over the defined, and pixel accuracy."""
+    confusion = np.asarray(confusion, np.float64)
+    hits = np.diag(confusion)
+    true, predicted = confusion.sum(axis=1), confusion.sum(axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        each = {"iou": hits / (true + predicted - hits), "dice": 2 * hits / (true + predicted),
+                "precision": hits / predicted, "recall": hits / true}
+    means = {f"mean_{name}": float(np.nanmean(values)) if np.isfinite(values).any() else float("nan")
+             for name, values in each.items()}
+    total = confusion.sum()
+    return {**{name: values.tolist() for name, values in each.items()}, **means,
+            "pixel_accuracy": float(hits.sum() / total) if total else float("nan")}
