@@ -79,8 +79,7 @@ def _repeated(batch: tuple):
 def _loader_steps(run: Run):
     config, source, order, clock = run.config, run.source, run.order, run.clock
     net = _trivial_model(config, source)
-    if not _on_tensorflow():
-        build_step_variables(net)  # before the train function exists (JAX fixes its state's shape then), as train does
+    build_step_variables(net)  # before the train function exists (JAX fixes its state's shape then), as train does
     steps = len(order) // config.data.batch_size
     clock.start = time.perf_counter()
     with training_loader(run) as loader:

@@ -75,8 +75,7 @@ def trainer_measures() -> dict:
 def _steps(net, size: tuple[int, int], batches: list[int]) -> list[int]:
     """`net` compiled, a test step, then a train step for each size in `batches`; the high-water mark after each."""
     net.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-    net.optimizer.build(net.trainable_variables)  # as `train` has it before its first step (JAX needs it)
-    steps.build_step_variables(net)
+    steps.build_step_variables(net)  # as `train` has them before its first step (JAX needs them)
     net.make_train_function()
     net.make_test_function()
     test = steps.Feed([_zeros(batches[0], size)], 1).calls(net, "test")
@@ -99,8 +98,6 @@ def _zeros(batch: int, size: tuple[int, int]) -> tuple:
 def time_step(net, batch: tuple, class_weights=None) -> tuple[list[float], list[float]]:
     """Wall and CPU seconds a step in each of STEP_CALLS calls on `batch`, after one that traces it; `net` put back."""
     steps.build_step_variables(net)  # before the train function exists (JAX fixes its state's shape then)
-    if not net.optimizer.built:
-        net.optimizer.build(net.trainable_variables)
     calls_needed = 1 + STEP_CALLS
     feed = steps.Feed([batch] * calls_needed * net.steps_per_execution, calls_needed * net.steps_per_execution,
                       class_weights)
