@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import albumentations as A
+import cv2
 import numpy as np
 
 from app.config import instantiate_each
@@ -80,6 +81,30 @@ def check_on_zeros(compose: A.BaseCompose, pixels: Pixels, image_size: Sequence[
         if out.dtype != zeros.dtype:
             raise ConfigError(f"config key `augment.transforms`: {name} turns {kind} images into {out.dtype}, which "
                               f"the loader would cut back to {pixels.dtype} silently: leave it out for this data.")
+
+
+def check_pairs(compose: A.BaseCompose, pixels: Pixels, image_size: Sequence[int]) -> None:
+    """Each transform of `compose` forced on an (image, mask) pair of zeros: one that fails on the pair, or moves a mask
+    other than by nearest neighbour (which would invent class indices between two), is refused by name."""
+    size = tuple(2 * side for side in image_size)
+    image, mask = np.zeros((*size, pixels.bands), pixels.dtype), np.zeros(size, np.uint8)
+    for transform in every_transform(compose):
+        name = type(transform).__name__
+        if isinstance(transform, A.BaseCompose):
+            continue
+        if getattr(transform, "mask_interpolation", cv2.INTER_NEAREST) != cv2.INTER_NEAREST:
+            raise ConfigError(f"config key `augment.transforms`: {name} resizes masks with mask_interpolation="
+                              f"{transform.mask_interpolation}: a mask's values are class indices, which only nearest "
+                              "neighbour (0, the default) keeps. Drop its mask_interpolation.")
+        try:
+            out = transform(image=image, mask=mask, force_apply=True)
+        except Exception as error:  # noqa: BLE001 - named below
+            raise ConfigError(f"config key `augment.transforms`: {name} fails on an image with its mask "
+                              f"({type(error).__name__}: {' '.join(str(error).split())[:200]}): leave it out with "
+                              "data.task=segmentation.") from None
+        if out["image"].dtype != image.dtype or out["mask"].dtype != mask.dtype:
+            raise ConfigError(f"config key `augment.transforms`: {name} turns the image or its mask into another "
+                              "type: leave it out with data.task=segmentation.")
 
 
 def _fires(transform, image: np.ndarray) -> bool:
@@ -175,12 +200,12 @@ def short_side_rule(compose: A.Compose, rule: str) -> tuple[int | None, str]:
 
 
 def augmenters(data, splits: dict[str, list], image_size: tuple[int, int] | None = None,
-               pixels: Pixels = Pixels()) -> dict[str, Augmenter]:
-    """One Augmenter a split of `splits` (name → transforms); logs each split's draft rule."""
+               pixels: Pixels = Pixels(), masks: bool = False) -> dict[str, Augmenter]:
+    """One Augmenter a split of `splits` (name → transforms; `masks`: of image and mask pairs); logs the draft rule."""
     built, size = {}, image_size or data.image_size
     for name, transforms in splits.items():
-        built[name] = Augmenter(transforms, size, draft=data.decode.draft, max_pixels=data.max_image_pixels,
-                                pixels=pixels)
+        built[name] = (PairAugmenter if masks else Augmenter)(transforms, size, draft=data.decode.draft,
+                                                             max_pixels=data.max_image_pixels, pixels=pixels)
         log.info("%s split: %s", name, built[name].draft_reason)
     return built
 
@@ -201,9 +226,8 @@ class Augmenter:
         self.needs_main = self.pickled is not None and b"__main__" in self.pickled  # defined in the user's script
         self.image_size = tuple(int(s) for s in image_size)
         self._local = threading.local()
-        min_short_side, self.draft_reason = draft_rule(self.compose(), draft)
-        if pixels != Pixels():  # 8-bit RGB: every albumentations transform takes it
-            check_on_zeros(self.compose(), pixels, self.image_size)
+        min_short_side, self.draft_reason = draft_rule(self.compose(), draft and not self.masks)
+        self.check(pixels)
         self.decode = Decode(min_short_side, max_pixels, pixels)  # how the files of this pipeline are decoded
 
     def __getstate__(self) -> dict[str, Any]:
@@ -223,15 +247,42 @@ class Augmenter:
             compose = self._local.compose = built
         return compose
 
-    def __call__(self, image: np.ndarray, seed: int, epoch: int, index: int, draw: int = 0) -> np.ndarray:
+    masks = False  # a sample is an image
+
+    def check(self, pixels: Pixels) -> None:
+        """Each transform tried at start on the run's bands and type (8-bit RGB: every albumentations one takes it)."""
+        if pixels != Pixels():
+            check_on_zeros(self.compose(), pixels, self.image_size)
+
+    def __call__(self, sample, seed: int, epoch: int, index: int, draw: int = 0):
+        return self._checked(self.seeded(seed, epoch, index, draw)(image=sample)["image"])
+
+    def seeded(self, seed: int, epoch: int, index: int, draw: int = 0) -> A.Compose:
+        """The Compose, its randomness the sample's own."""
         compose = self.compose()
         seed = sample_seed(seed, epoch, index, draw)
         # One pair of generators a sample, shared by every transform in turn: `Compose.set_random_seed` would give
         # each transform its own generator with the same seed, so transforms of equal `p` would fire together.
         compose.set_random_state(np.random.default_rng(seed), random.Random(seed))
-        out = compose(image=image)["image"]
+        return compose
+
+    def _checked(self, out: np.ndarray) -> np.ndarray:
         if out.dtype != self.decode.pixels.dtype:  # the ring holds the images' integers: a float would be cut silently
             raise TypeError(f"the transforms made a {out.dtype} image, not {self.decode.pixels.dtype}: leave out those "
                             f"that make floats ({', '.join(sorted(FLOAT_MAKERS))}); the model's first layer makes "
                             "float32")
         return out
+
+
+class PairAugmenter(Augmenter):
+    """An (image, mask) pair a sample (data.task=segmentation): albumentations moves the mask with every spatial
+    transform (nearest neighbour) and leaves it out of the pixel ones; decoded whole (a mask has no draft)."""
+
+    masks = True
+
+    def check(self, pixels: Pixels) -> None:
+        check_pairs(self.compose(), pixels, self.image_size)
+
+    def __call__(self, sample, seed: int, epoch: int, index: int, draw: int = 0):
+        done = self.seeded(seed, epoch, index, draw)(image=sample[0], mask=sample[1])
+        return self._checked(done["image"]), done["mask"]

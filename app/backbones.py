@@ -1,5 +1,4 @@
-"""Backbones from `keras.applications` (`model=keras_app model.name=...`, families in app/families.py): no top, global
-pooling, a new head, with ImageNet weights, a weights file or none; a failed download said plainly."""
+"""`model=keras_app`: a keras.applications family (app/families.py) without its top, a new head, its weights."""
 
 from __future__ import annotations
 
@@ -8,20 +7,29 @@ import logging
 import os
 from pathlib import Path
 
+import keras
+import numpy as np
+
 from app.adapters import weight_downloads_recorded
+from app.decoders import check_divisible, conv_bn, unet_decoder
 from app.errors import config_error
 
 log = logging.getLogger(__name__)
+# output="pixels": the decoder's width at the input's size, 1/2, 1/4, 1/8, 1/16 (model.kwargs.decoder_widths)
+DECODER_WIDTHS = (16, 32, 64, 128, 256)
 
 
 def keras_app(input_shape, num_classes: int, name: str, weights: str | None = None, **settings):
-    """The `keras.applications` model `name` (given `settings`) without its top, pooled, then `dropout` and a float32
-    Dense softmax (or sigmoid: multilabel) on preprocess_input's output; `weights`: None, "imagenet" or a file."""
-    import keras
-
+    """The application `name` (given `settings`) without its top, pooled, a float32 Dense head; or a U-Net on it."""
+    # output="image": pooled, `dropout`, Dense softmax (sigmoid: multilabel); "pixels": app/decoders.py's U-Net on its
+    # features (`_features`). `weights`: None, "imagenet" (a failed download said plainly) or a file
     pooling, dropout = settings.pop("pooling", "avg"), settings.pop("dropout", 0.2)
-    activation = settings.pop("activation", "softmax")
+    activation, output = settings.pop("activation", "softmax"), settings.pop("output", "image")
+    widths = settings.pop("decoder_widths", DECODER_WIDTHS)
     settings.pop("freeze_backbone", None)  # the trainer freezes, after building the optimizer over everything
+    if output == "pixels":
+        check_divisible(input_shape[:2], 32)
+        pooling = None
     bands, build = input_shape[-1], getattr(keras.applications, name)
     with _downloads_named(name, weights):
         base = build(include_top=False, weights=weights, input_shape=(*input_shape[:2], 3), pooling=pooling, **settings)
@@ -29,6 +37,12 @@ def keras_app(input_shape, num_classes: int, name: str, weights: str | None = No
         wide = build(include_top=False, weights=None, input_shape=tuple(input_shape), pooling=pooling, **settings)
         base = _given_weights(wide, base, name, weights)
     inputs = keras.Input(tuple(input_shape), name="pixels")
+    if output == "pixels":
+        features, strides = _features(base, name)
+        outputs = unet_decoder([conv_bn(inputs, widths[0]), *keras.tree.flatten(features(inputs))], num_classes,
+                               [widths[s.bit_length() - 1] for s in strides[:-1]], activation=activation,
+                               dropout=dropout)
+        return keras.Model(inputs, outputs, name=f"keras_app_{name.lower()}_unet")
     x = base(inputs)
     if dropout:
         x = keras.layers.Dropout(dropout)(x)
@@ -37,11 +51,25 @@ def keras_app(input_shape, num_classes: int, name: str, weights: str | None = No
     return keras.Model(inputs, outputs, name=f"keras_app_{name.lower()}")
 
 
-def _given_weights(wide, base, name: str, weights: str | None):
-    """`wide` (built for N bands) with its 3-band twin `base`'s weights: the first convolution's RGB kernel averaged and
-    repeated for each band; a weight of another shape (a family's 3-band normalisation) left as built."""
-    import numpy as np
+def _features(base, name: str) -> tuple[keras.Model, list[int]]:
+    """`base` (sharing its layers) out at each stride 2..32 the last layer of that size has, and the strides found."""
+    height, width = base.inputs[0].shape[1:3]
+    found = {}
+    for layer in base.layers:  # in the order they compute: a later layer of a size replaces an earlier one
+        shape = tuple(layer.output.shape)
+        stride = height // shape[1] if len(shape) == 4 and shape[1] else 0
+        if stride in (2, 4, 8, 16, 32) and shape[1:3] == (height // stride, width // stride):
+            found[stride] = layer.output
+    if 32 not in found or tuple(base.output.shape[1:3]) != (height // 32, width // 32):
+        raise config_error("model.name", name, "a family whose feature maps are the input's size halved, down to 1/32 "
+                           "(no 'valid' padding) for data.task=segmentation")
+    strides = sorted(found)
+    return keras.Model(base.inputs, [found[s] for s in strides], name=base.name), [1, *strides]
 
+
+def _given_weights(wide, base, name: str, weights: str | None):
+    """`wide` (built for N bands) with its 3-band twin `base`'s weights, the first kernel's RGB mean for each band."""
+    # a weight of another shape (a family's 3-band normalisation) left as built
     bands = wide.input_shape[-1]
     for mine, given in zip(wide.layers, base.layers, strict=True):
         values = []

@@ -17,6 +17,7 @@ import numpy as np
 from hydra.utils import instantiate
 from keras import layers
 
+from app.decoders import BN_MOMENTUM, check_divisible, conv_bn, unet_decoder
 from app.errors import ConfigError, config_error
 from app.families import FAMILIES, KERAS_APP
 
@@ -31,9 +32,6 @@ TORCH_MEAN, TORCH_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # mode="to
 
 log = logging.getLogger(__name__)
 METADATA_FILE = "app_metadata.json"  # inside model.keras; Keras ignores files it does not know
-# Keras's 0.99 leaves the moving statistics far from the data after a few hundred steps, and
-# validation (which uses them) then sits near chance while training accuracy is high.
-BN_MOMENTUM = 0.9
 # TensorFlow's CPU kernels (oneDNN) compute the kernel gradient of a strided 1×1 convolution over
 # fewer input channels than oneDNN's block (16 with AVX-512, 8 with AVX2) past the end of a work
 # buffer: the training step segfaults or aborts ("double free or corruption"), e.g. model.widths=
@@ -43,15 +41,24 @@ ONEDNN_BLOCK = 16
 
 def small_resnet(input_shape: Sequence[int], num_classes: int, widths: Sequence[int] = (32, 64, 128),
                  blocks_per_stage: int = 1, **head) -> keras.Model:
-    """A small ResNet on normalised float images: a stride-2 stem, stages halving H and W, a Dropout-Dense head."""
+    """A small ResNet: a stride-2 stem, stages halving H and W, a Dropout-Dense head; output="pixels": a U-Net on it."""
     dropout, activation = head.pop("dropout", 0.2), head.pop("activation", "softmax")
+    output = head.pop("output", "image")
     if head:
         raise TypeError(f"small_resnet() got unexpected keyword arguments: {', '.join(head)}")
+    if output == "pixels":
+        check_divisible(input_shape[:2], 2 ** len(widths))
     inputs = keras.Input(tuple(input_shape), name="pixels")
-    x = _conv_bn(inputs, widths[0], stride=2)
+    x = conv_bn(inputs, widths[0], stride=2)
+    skips = []
     for stage, width in enumerate(widths):
         for block in range(blocks_per_stage):
             x = _residual(x, width, stride=2 if stage > 0 and block == 0 else 1)
+        skips.append(x)
+    if output == "pixels":  # the input's own size is a level too: one conv_bn on it
+        outputs = unet_decoder([conv_bn(inputs, widths[0]), *skips], num_classes, [widths[0], *widths[:-1]],
+                               activation=activation, dropout=dropout)
+        return keras.Model(inputs, outputs, name="small_unet")
     x = layers.GlobalAveragePooling2D()(x)
     if dropout:
         x = layers.Dropout(dropout)(x)
@@ -60,24 +67,19 @@ def small_resnet(input_shape: Sequence[int], num_classes: int, widths: Sequence[
     return keras.Model(inputs, outputs, name="small_resnet")
 
 
-def _conv_bn(x, width: int, stride: int = 1, relu: bool = True):
-    x = layers.Conv2D(width, 3, strides=stride, padding="same", use_bias=False)(x)
-    x = layers.BatchNormalization(momentum=BN_MOMENTUM)(x)
-    return layers.ReLU()(x) if relu else x
-
-
 def _residual(x, width: int, stride: int):
     shortcut = x
     if stride != 1 or x.shape[-1] != width:
         shortcut = _projection(x, width, stride)
-    y = _conv_bn(x, width, stride)
-    y = _conv_bn(y, width, relu=False)
+    y = conv_bn(x, width, stride)
+    y = conv_bn(y, width, relu=False)
     return layers.ReLU()(layers.Add()([shortcut, y]))
 
 
 def _projection(x, width: int, stride: int):
-    """The shortcut's 1×1 convolution; over fewer channels than ONEDNN_BLOCK, a strided one takes every `stride`-th
-    pixel first, then convolves with stride 1: the same arithmetic, without oneDNN's faulty kernel gradient."""
+    """The shortcut's 1×1 convolution, kept off oneDNN's faulty kernel gradient (ONEDNN_BLOCK)."""
+    # over fewer channels than the block, a strided one takes every `stride`-th pixel first, then convolves with
+    # stride 1: the same arithmetic
     if stride != 1 and x.shape[-1] < ONEDNN_BLOCK:
         x = layers.MaxPooling2D(pool_size=1, strides=stride)(x)
         stride = 1
@@ -94,8 +96,9 @@ def normalise(batch: np.ndarray) -> np.ndarray:
 
 
 def normaliser(mode: str | dict, dtype: str = "uint8") -> layers.Layer:
-    """The first layer: RGB 0..255 (unit, or {"mean", "std"} a band: any bands, in `dtype`'s units) in, float32 out as
-    `mode` says under any policy (caffe's mean keeps its decimals); stock Keras layers, so plain Keras loads it."""
+    """The first layer: integers in, float32 out as `mode` says under any policy; stock layers, so plain Keras loads."""
+    # RGB 0..255 (unit, tf, torch, caffe), or {"mean", "std"} a band (any bands, in `dtype`'s units); float32 so that
+    # caffe's mean keeps its decimals
     if isinstance(mode, dict):  # (x − mean) / std a band: constants, not weights, so an export holds them
         scale = [1.0 / s for s in mode["std"]]
         return layers.Rescaling(scale, [-m * k for m, k in zip(mode["mean"], scale, strict=True)], name="normalise",
@@ -125,13 +128,17 @@ def classifier(backbone: keras.Model, image_size: Sequence[int], normalisation: 
     return keras.Model(pixels, backbone(normaliser(normalisation, dtype)(pixels)), name="classifier")
 
 
-def build(model_config, image_size: Sequence[int], num_classes: int, activation: str = "softmax",
-          pixels=None) -> keras.Model:
-    """The classifier a model config describes: its `_target_` called with the input shape, class count, other keys and
-    `kwargs` (the task's head `activation`), behind the backbone's normalisation; else a ConfigError."""
+def build(model_config, image_size: Sequence[int], num_classes: int, pixels=None, **head) -> keras.Model:
+    """The classifier a model config describes, behind the backbone's normalisation; else a ConfigError."""
+    # its `_target_` called with the input shape, class count, other keys, `kwargs` and the task's `head`: activation,
+    # output ("image": one prediction an image; "pixels": one a pixel at the input's size, data.task=segmentation)
+    activation, output = head.pop("activation", "softmax"), head.pop("output", "image")
+    if head or output not in ("image", "pixels"):
+        raise TypeError(f"build() takes activation and output (image or pixels), not {head or output!r}")
     spec = dataclasses.asdict(model_config)
-    # softmax is every builder's own default: a user's builder without the keyword still builds a one-label head
-    extra = {**(spec.pop("kwargs", None) or {}), **({} if activation == "softmax" else {"activation": activation})}
+    # softmax and image are every builder's own defaults: a user's builder without them still builds a one-label head
+    extra = {**(spec.pop("kwargs", None) or {}), **({} if activation == "softmax" else {"activation": activation}),
+             **({} if output == "image" else {"output": output})}
     bands, dtype = (3, "uint8") if pixels is None else (pixels.bands, pixels.dtype)
     standard = None if pixels is None or pixels.mean is None else {"mean": pixels.mean, "std": pixels.std}
     own_preprocessing = spec["_target_"] == KERAS_APP and (bands, dtype) == (3, "uint8")
@@ -151,6 +158,11 @@ def build(model_config, image_size: Sequence[int], num_classes: int, activation:
         raise config_error("model._target_", spec["_target_"], f"it returned a {type(backbone).__name__}; a model "
                            "builder is called as f(input_shape=(H, W, 3), num_classes=N, **model.kwargs) and returns "
                            "a keras.Model")
+    wanted = (None, *image_size, num_classes)
+    if output == "pixels" and tuple(backbone.output_shape) != wanted:
+        raise config_error("model._target_", spec["_target_"], f"it gave outputs of shape {backbone.output_shape}, "
+                           f"not {wanted}: a model builder for data.task=segmentation returns one softmax a pixel, "
+                           "shape (batch, H, W, classes)")
     normalisation = FAMILIES[spec["name"]].normalisation if own_preprocessing else (standard or "unit")
     return classifier(backbone, image_size, normalisation, bands=bands, dtype=dtype)
 
@@ -166,8 +178,9 @@ def import_builder(model_config) -> None:
 
 
 def memory_facts(net: keras.Model, precision: str) -> dict[str, int]:
-    """What `net` holds on its device (plan.ModelFacts' fields): variables, optimizer state (built if not yet) and every
-    layer's output for one sample in `precision`'s compute dtype, nested models' included, the first layer's not."""
+    """What `net` holds on its device (plan.ModelFacts' fields): variables, optimizer state, a sample's activations."""
+    # the optimizer built if not yet; every layer's output in `precision`'s compute dtype, nested models' included,
+    # the first layer's not
     def nbytes(variables) -> int:
         return sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in variables)
 

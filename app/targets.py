@@ -18,7 +18,7 @@ class Targets(Protocol):
     task: ClassVar[Task]
     kind: ClassVar[str]  # the words a message uses: "one label an image"
     label_vectors: ClassVar[bool]  # a 0/1 row a sample, kept in a copy's labels-<split>.npy beside its index
-
+    masks: ClassVar[bool]  # a mask a sample, read with its image (its split's mask_dtype) and carried beside it
     def target_bytes(self, classes: int) -> int: ...
     def untrained(self, labels: np.ndarray, class_names: list[str]) -> list[str]: ...
     def stratum(self, labels: np.ndarray) -> np.ndarray: ...  # the class a sample is drawn by, keeping shares
@@ -28,15 +28,32 @@ class Targets(Protocol):
     def check_patches(self) -> None: ...
 
 
+def mask_dtype(classes: int, ignore_index: int | None) -> str:
+    """A mask's integers: uint8, or uint16 where a class index or the ignore index passes 255."""
+    return "uint8" if max(classes - 1, ignore_index or 0) <= 255 else "uint16"
+
+
 def _check(ok: bool, key: str, value: Any, allowed: str) -> None:
     if not ok:
         raise config_error(key, value, allowed)
 
 
+def _check_labels_only(data, trainer) -> None:
+    """What only a class a pixel takes: masks, an ignore index, a Dice loss."""
+    _check(data.ignore_index is None, "data.ignore_index", data.ignore_index, "null: an ignore index is a mask "
+           "value (data.task=segmentation)")
+    if data._target_ == DATA_TARGETS["folder"]:
+        _check(data.masks is None, "data.masks", data.masks, "null: masks are data.task=segmentation's")
+    _check(trainer.loss == "crossentropy", "trainer.loss", trainer.loss, "crossentropy: dice scores masks "
+           "(data.task=segmentation)")
+    _check(data._target_ == DATA_TARGETS["table"] or not data.classes, "data.classes", list(data.classes or []),
+           "null: this source names its classes (a table's, or data.task=segmentation's, name them by data.classes)")
+
+
 class ClassIndex:
     """data.task=multiclass: one class an image, an int64 index."""
 
-    task, kind, label_vectors = Task.multiclass, "one label an image", False
+    task, kind, label_vectors, masks = Task.multiclass, "one label an image", False, False
 
     def target_bytes(self, classes: int) -> int:
         return np.dtype(np.int64).itemsize
@@ -59,6 +76,7 @@ class ClassIndex:
         return None
 
     def check(self, data, trainer) -> None:
+        _check_labels_only(data, trainer)
         if data._target_ == DATA_TARGETS["table"]:
             _check(not data.columns.labels, "data.columns.labels", list(data.columns.labels or []), "null with "
                    "data.task=multiclass: one 0/1 column a class is several labels an image (data.task=multilabel)")
@@ -67,7 +85,7 @@ class ClassIndex:
 class ClassSet:
     """data.task=multilabel: any number of classes an image, none too; a 0/1 uint8 row of them."""
 
-    task, kind, label_vectors = Task.multilabel, "several labels an image", True
+    task, kind, label_vectors, masks = Task.multilabel, "several labels an image", True, False
 
     def target_bytes(self, classes: int) -> int:
         return classes
@@ -96,6 +114,7 @@ class ClassSet:
     def check(self, data, trainer) -> None:
         """Several labels come from a table (or its copy); no balanced draw, no top-k."""
         d = data
+        _check_labels_only(d, trainer)
         table, prepared = d._target_ == DATA_TARGETS["table"], d._target_ == DATA_TARGETS["prepared"]
         _check(prepared or (table and bool(d.label_separator or d.columns.labels)), "data.task", self.task.value,
                'multiclass here: several labels an image come from a table, data=table with data.label_separator '
@@ -113,7 +132,67 @@ class ClassSet:
                            "patches' is one class's for now")
 
 
-TARGETS: dict[Task, Targets] = {Task.multiclass: ClassIndex(), Task.multilabel: ClassSet()}
+class PixelMasks:
+    """data.task=segmentation: a class a pixel, a mask of class indices beside each image (uint8; uint16 past 255)."""
+
+    task, kind, label_vectors, masks = Task.segmentation, "a class a pixel", False, True
+
+    def target_bytes(self, classes: int) -> int:
+        return 0  # a mask's bytes are the ring's (its split's mask_dtype), counted with its image
+
+    def untrained(self, labels: np.ndarray, class_names: list[str]) -> list[str]:
+        return []  # which classes the masks show is known only once every mask is read
+
+    def stratum(self, labels: np.ndarray) -> np.ndarray:
+        return labels
+
+    def balanced_weights(self, labels: np.ndarray, classes: int) -> np.ndarray:
+        raise ValueError("balanced weights count pixels: refused by `check`")
+
+    def table_reading(self, data_cfg, header: list[str], table: Path) -> dict:
+        column = data_cfg.columns.mask
+        if column not in header:
+            raise DataError(f"data.table {table} has no column {column} (data.columns.mask): its columns are "
+                            f"{', '.join(header)}")
+        return {"mask": column}
+
+    def check(self, data, trainer) -> None:
+        """Masks from a folder, a table or a copy; named classes; the draws and figures that count pixels."""
+        kind = {DATA_TARGETS["folder"]: "folder", DATA_TARGETS["table"]: "table"}.get(data._target_)
+        _check(kind is not None or data._target_ == DATA_TARGETS["prepared"], "data.task", self.task.value,
+               "multiclass here: masks come from data=folder (data.masks), data=table (data.columns.mask) or a "
+               "copy prepared from one (data=prepared)")
+        if kind == "folder":
+            _check(bool(data.masks), "data.masks", data.masks, "the folder of the masks (data.task=segmentation)")
+        if kind == "table":
+            _check(bool(data.columns.mask), "data.columns.mask", data.columns.mask, "the column of each image's "
+                   "mask (data.task=segmentation)")
+            _check(not data.columns.labels and not data.label_separator, "data.columns.labels",
+                   list(data.columns.labels or []), "null: a mask names a pixel's class")
+        names = list(data.classes or [])
+        _check(len(names) >= 2 and len(set(names)) == len(names), "data.classes", names, "the class names in the "
+               "masks' index order, two or more, each once: a mask's values do not name themselves")
+        ignore = data.ignore_index
+        _check(ignore is None or len(names) <= ignore <= 65535, "data.ignore_index", ignore,
+               f"null, or a mask value from {len(names)} (past the classes) to 65535, e.g. 255")
+        _check(Sampling(data.sampling) is Sampling.uniform, "data.sampling", data.sampling.value,
+               "uniform with data.task=segmentation: a class's share is one of pixels, not of images")
+        _check(trainer.loss in ("crossentropy", "dice", "crossentropy+dice"), "trainer.loss", trainer.loss,
+               "crossentropy, dice or crossentropy+dice")
+        _check(trainer.class_weight != "balanced", "trainer.class_weight", "balanced",
+               "null or {class name: weight} with data.task=segmentation (balanced counts images' labels)")
+        _check(trainer.top_k in (None, "auto"), "trainer.top_k", trainer.top_k, "auto or null with "
+               "data.task=segmentation: top-k scores one class an image")
+        _check(not trainer.label_smoothing, "trainer.label_smoothing", trainer.label_smoothing,
+               "0 with data.task=segmentation")
+
+    def check_patches(self) -> None:
+        raise config_error("data.task", self.task.value, "multiclass or multilabel with data.patches: patches "
+                           "of slides with masks are not read yet")
+
+
+TARGETS: dict[Task, Targets] = {Task.multiclass: ClassIndex(), Task.multilabel: ClassSet(),
+                                Task.segmentation: PixelMasks()}
 
 
 def targets_of(task: Task | str) -> Targets:

@@ -97,7 +97,8 @@ FLOORS = [
     {"app", "app.errors", "app.schema", "app.rules", "app.config",
      "app.families", "app.io", "app.frameworks", "app.processes", "app.console", "app.sheets", "app.overrides",
      "app.adapters", "app.redact", "app.hydra_files", "app.targets", "app.measures"},
-    {"app.data", "app.augment", "app.loader", "app.model", "app.backbones", "app.objectives"},
+    {"app.data", "app.augment", "app.loader", "app.model", "app.backbones", "app.objectives", "app.decoders",
+     "app.pixel_objectives"},
     {"app.capacity", "app.prepare", "app.library", "app.runs"},
     {"app.tracking", "app.inference", "app.cli", "app.tasks"},
     {"app.training"},
@@ -168,7 +169,7 @@ def test_packages_import_down_the_floors_never_up_and_never_round():
 
 # app/data's own floors (docs/architecture.md): the pixels, the split contract and whole-image splits, the slides'
 # patches and the prepared copies, the sources that build them; `app.data` itself imports none of them.
-DATA_FLOORS = [{"app.data", "app.data.pixels"}, {"app.data.split"}, {"app.data.source"},
+DATA_FLOORS = [{"app.data", "app.data.pixels"}, {"app.data.split"}, {"app.data.source", "app.data.masked"},
                {"app.data.slides", "app.data.copies"}, {"app.data.sources"}]
 # What a worker of a plain folder run imports: its entry's module, then the work it is handed, unpickled (as spawn
 # does); then the names of the packages that came with them.
@@ -309,8 +310,9 @@ def test_commands_and_training_use_the_loader_only_through_its_public_type():
 LOGGING_CALLS = {"debug", "info", "warning", "error", "exception", "critical", "log"}
 # Names app/ defines that libraries' objects have too: such a call may be the library's own.
 LIBRARY_NAMES = {"__init__", "run", "main", "get", "update", "write", "start", "stop", "close", "call", "build"}
-# 10, and 3 since tifffile waits for a TIFF (a folder of JPEGs' workers never import it)
-MAX_LOCAL_APP_IMPORTS = 13
+# 10, and 3 since tifffile waits for a TIFF (a folder of JPEGs' workers never import it), and a third task's
+# Keras objectives (each task's wait for the backend)
+MAX_LOCAL_APP_IMPORTS = 14
 
 
 def _is_dataclass(decorator: ast.expr) -> bool:
@@ -440,8 +442,9 @@ def docstring_lines(paths) -> int:
 
 def test_docstrings_stay_short():
     """Module docstrings say what a module owns and why in a few lines; the rules above are not
-    repeated in prose. 1,200 lines for the whole of app/ (2,199 before they were trimmed)."""
-    assert docstring_lines(MODULES.values()) <= 1200
+    repeated in prose. 1,300 lines for the whole of app/ (2,199 before they were trimmed; 1,200 before
+    segmentation's modules)."""
+    assert docstring_lines(MODULES.values()) <= 1300
     assert docstring_lines([Path(__file__)]) > 20  # negative control: it counts what is there
 
 

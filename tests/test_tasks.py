@@ -37,8 +37,10 @@ def test_each_data_task_has_one_task_keeping_the_contract_with_its_own_targets()
         assert task is task_of(name) and task.targets is TARGETS[name] and task.targets.task is name
         assert not missing(task, Task) and not missing(task.targets, Targets), name
     assert task_of("multiclass").activation != task_of("multilabel").activation
+    assert [task_of(name).output for name in TaskName] == ["image", "image", "pixels"]
+    assert [TARGETS[name].masks for name in TaskName] == [False, False, True]
     with pytest.raises(ValueError):
-        task_of("segmentation")  # not yet a task
+        task_of("detection")  # not a task
 
     class Partial:  # negative control: a task without evaluate is seen
         targets = TARGETS[TaskName.multiclass]

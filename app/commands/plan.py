@@ -104,5 +104,5 @@ def _model(config, source, pixels):
             gpus = [d.name for d in tf.config.list_physical_devices("GPU")]
     keras.mixed_precision.set_global_policy(config.trainer.precision.value)
     steps = config.trainer.steps_per_epoch or max(1, len(source.train) // config.data.batch_size)
-    head = recipe.Head(source.class_names, task_of(config.data.task))
+    head = recipe.Head(source.class_names, task_of(config.data.task), ignore_index=config.data.ignore_index)
     return recipe.new_compiled_model(config, head, steps, pixels), gpus

@@ -22,6 +22,7 @@ class Split(Protocol):
     patches: Any  # the data.patches its samples were cut by (PatchesConfig); None: whole images
     images: Any  # the images its patches were cut from (a FileSplit); None: whole images
     image_of: np.ndarray | None  # each patch's image, an index into `images`; None: whole images
+    mask_dtype: str | None  # a sample is an (image, mask) pair, the mask of this type (segmentation); None: an image
 
     def __len__(self) -> int: ...
 
@@ -46,8 +47,8 @@ class Split(Protocol):
     def place_of(self, seed: int) -> Place | None: ...  # where each sample lies in its image; None: whole images
 
 
-class WholeImages:  # a split of whole images' defaults: no patches, no place in an image, no file of its own
-    bands = patches = images = image_of = None
+class WholeImages:  # a split of whole images' defaults: no patches, no place in an image, no file of its own, no mask
+    bands = patches = images = image_of = mask_dtype = None
 
     def files(self) -> list[str]:
         return []

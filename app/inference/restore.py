@@ -11,6 +11,7 @@ import keras
 import numpy as np
 
 import app.objectives  # noqa: F401 - registers the recipe's loss and metrics, which checkpoints use
+import app.pixel_objectives  # noqa: F401 - as above, a class a pixel's
 from app.errors import DataError, config_error
 from app.model import import_builder, model_keras_problem, read_metadata
 from app.runs import checkpoint

@@ -94,8 +94,9 @@ class Enqueuer:
     def start(self) -> Enqueuer:
         shared = self.shares_memory  # dead processes' rings are the caller's to delete (Loader's `with` does)
         try:  # from the ring on: a signal at any point here leaves no segment in /dev/shm
-            self.ring = Ring(self.slot_count, self.settings.batch_size, tuple(self.settings.image_size),
-                             shared=shared, pixels=self.settings.pixels)
+            settings = self.settings
+            self.ring = Ring(self.slot_count, (settings.batch_size, *settings.image_size), shared=shared,
+                             pixels=settings.pixels, mask_dtype=settings.mask_dtype)
             self._slots = [_Slot() for _ in range(self.slot_count)]
             self.pool = Pool(self.ring, self.work, processes=shared, start_method=self.queue.start_method,
                              startup_timeout_s=self.queue.startup_timeout_s)
@@ -127,7 +128,7 @@ class Enqueuer:
 
     def batches(self, split_name: str, order: np.ndarray, epoch: int,
                 draws: np.ndarray | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """(uint8 batch, labels) in order; the batch is a view of a ring slot, valid until the next one is asked for.
+        """(uint8 batch, targets) in order; the batch (and masks) a view of a ring slot, valid until the next is asked.
         `draws`: beside `order`, which draw of its index each is in the epoch (data.sampling), else all first."""
         if self.ring is None:
             raise RuntimeError("Enqueuer.batches() before start()")
@@ -150,7 +151,10 @@ class Enqueuer:
                     self.telemetry.observe_fill(self._slots, self.slot_count)
                     self._wait_for(b % self.slot_count)
                 self._deaths_in_a_row = 0
-                yield self.ring.array[b % self.slot_count, : slot.size], slot.labels
+                # its targets: the labels, or (a class a pixel) a view of the masks in the ring
+                masks = self.ring.masks
+                yield self.ring.array[b % self.slot_count, : slot.size], (
+                    slot.labels if masks is None else masks[b % self.slot_count, : slot.size])
                 slot.batch_no = -1
         except GeneratorExit:  # the consumer stopped early: wait for what is in flight
             self._drain()
@@ -192,7 +196,7 @@ class Enqueuer:
         task, work = messages.Task(slot.split_name, slot.epoch, slot_index, []), self.work
         for position, index in list(slot.todo.items()):
             item = messages.Item(position, index, slot.draws.get(position, 0))
-            reply = worker_loop.fill(self.ring.array, task, work, item)
+            reply = worker_loop.fill(self.ring.slots, task, work, item)
             self._handle(reply, None, "the training process")
         self.telemetry.add_stages(worker_loop.take_stages())
 

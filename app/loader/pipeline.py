@@ -3,6 +3,7 @@ augmenters → enqueuer (workers, ring) → batches copied out one ahead; and wh
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 import numpy as np
@@ -94,7 +95,8 @@ def build_loader(config, splits: dict[str, tuple], *, queue: Queue | None = None
         raise TypeError("build_loader takes the command's queue= or the enqueuer's settings=, one of them")
     first = next(iter(splits.values()))[0]
     settings = settings or Settings.of(config.data, queue, pixels=run_pixels(config.data, first))
+    settings = dataclasses.replace(settings, mask_dtype=first.mask_dtype)  # the splits' kind: images, or pairs
     built = augmenters(config.data, {name: transforms for name, (_, transforms) in splits.items()},
-                       image_size=settings.image_size, pixels=settings.pixels)
+                       image_size=settings.image_size, pixels=settings.pixels, masks=first.mask_dtype is not None)
     return Loader(Enqueuer.from_config(config, {name: split for name, (split, _) in splits.items()}, built,
                                        settings, on_bad_sample=on_bad_sample))

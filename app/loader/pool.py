@@ -73,7 +73,7 @@ class Pool:
         if not self.processes:
             parent_end, child_end = mp.Pipe(duplex=True)
             thread = threading.Thread(target=_serve_thread, name=f"app-loader-{i}", daemon=True,
-                                      args=(child_end, self.ring.array, self.ring.done, self.work))
+                                      args=(child_end, self.ring.slots, self.ring.done, self.work))
             thread.start()
             return Worker(conn=parent_end, handle=thread, name=f"worker thread {i}", ready=True)
         context = mp.get_context(self.start_method)

@@ -28,10 +28,10 @@ def batches(enqueuer, split_name: str, order: np.ndarray, epoch: int, *,
     def copy_ahead() -> None:
         last = _DONE
         try:
-            for images, labels in source:
+            for images, targets in source:
                 if stop.is_set():
                     return
-                handoff.put((detach(images), labels))
+                handoff.put((detach(images), np.array(targets)))  # masks are a view of the slot too: copied
                 handoff.join()  # the next copy starts only once the consumer has this one
         except BaseException as error:  # noqa: BLE001 - re-raised in the consumer's thread
             last = error

@@ -1,5 +1,6 @@
-"""`max_size` slots of one batch each (the run's bands and type), a `done` byte a sample, in one POSIX shared-memory
-segment reserved up front (posix_fallocate): a /dev/shm too small fails at start-up, not with a SIGBUS."""
+"""`max_size` slots of one batch each (the run's bands and type; a mask a sample where the targets are masks), a `done`
+byte a sample, in one POSIX shared-memory segment reserved up front (posix_fallocate): a /dev/shm too small fails at
+start-up, not with a SIGBUS."""
 
 from __future__ import annotations
 
@@ -31,11 +32,20 @@ class RingSpec:
     name: str | None  # shared-memory segment, or None for an in-process ring
     shape: tuple[int, ...]  # (slots, batch, H, W, bands)
     dtype: str = "uint8"
+    mask_dtype: str | None = None  # data.task=segmentation: an (H, W) mask of class indices beside each image
 
     @property
     def nbytes(self) -> int:
-        """The pixels: the queue's memory."""
+        """The pixels and masks: the queue's memory."""
+        return self._image_bytes + self._mask_bytes
+
+    @property
+    def _image_bytes(self) -> int:
         return int(np.prod(self.shape)) * np.dtype(self.dtype).itemsize
+
+    @property
+    def _mask_bytes(self) -> int:
+        return 0 if self.mask_dtype is None else int(np.prod(self.shape[:4])) * np.dtype(self.mask_dtype).itemsize
 
     @property
     def segment_bytes(self) -> int:
@@ -48,14 +58,36 @@ class RingSpec:
         done = np.ndarray(self.shape[:2], np.uint8, buffer=buffer, offset=self.nbytes)
         return pixels, done
 
+    def slots(self, buffer) -> Slots:
+        """What a worker writes a sample into, over a buffer of `segment_bytes`."""
+        pixels, _ = self.views(buffer)
+        masks = None if self.mask_dtype is None else np.ndarray(self.shape[:4], self.mask_dtype, buffer=buffer,
+                                                                  offset=self._image_bytes)
+        return Slots(pixels, masks)
+
+
+class Slots:
+    """The ring's batches as a worker writes them: `slots[slot, position] = image`, or an (image, mask) pair."""
+
+    def __init__(self, images: np.ndarray, masks: np.ndarray | None = None):
+        self.images, self.masks = images, masks
+
+    def __setitem__(self, where: tuple[int, int], sample) -> None:
+        if self.masks is None:
+            self.images[where] = sample
+            return
+        image, mask = sample if isinstance(sample, tuple) else (sample, sample)  # a marked sample: zeros in both
+        self.images[where], self.masks[where] = image, mask
+
 
 class Ring:
-    def __init__(self, slots: int, batch_size: int, image_size: tuple[int, int], *, shared: bool,
-                 pixels: Pixels = Pixels()):
-        self.spec = RingSpec(None, (slots, batch_size, *image_size, pixels.bands), pixels.dtype)
+    def __init__(self, slots: int, batch: tuple[int, int, int], *, shared: bool, pixels: Pixels = Pixels(),
+                 mask_dtype: str | None = None):
+        """`batch`: (batch size, H, W); `pixels`: the images' bands and type; `mask_dtype`: a mask's (None: none)."""
+        self.spec = RingSpec(None, (slots, *batch, pixels.bands), pixels.dtype, mask_dtype)
         self._shm = None
         if not shared:
-            self.array, self.done = self.spec.views(bytearray(self.spec.segment_bytes))
+            self._map(bytearray(self.spec.segment_bytes))
             return
         free = _free_bytes(SHM_DIR)
         if self.spec.segment_bytes > free:  # refused before a byte is reserved: tmpfs pages are the machine's RAM
@@ -71,15 +103,20 @@ class Ring:
             if made and isinstance(error, OSError):  # posix_fallocate: the space is not there
                 raise _too_big(self.spec, _free_bytes(SHM_DIR), error.strerror) from None
             raise
-        self.spec = RingSpec(name, self.spec.shape, self.spec.dtype)
-        self.array, self.done = self.spec.views(self._shm.buf)
+        self.spec = RingSpec(name, self.spec.shape, self.spec.dtype, mask_dtype)
+        self._map(self._shm.buf)
+
+    def _map(self, buffer) -> None:
+        self.array, self.done = self.spec.views(buffer)
+        self.slots = self.spec.slots(buffer)
+        self.masks = self.slots.masks  # None: the targets are labels, kept by the enqueuer
 
     @property
     def nbytes(self) -> int:
         return self.spec.nbytes
 
     def close(self) -> None:
-        self.array = self.done = None  # the buffer cannot close while a view exports it
+        self.array = self.done = self.slots = self.masks = None  # the buffer cannot close while a view exports it
         self._unlink()
 
     def _unlink(self) -> None:

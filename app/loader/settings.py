@@ -45,12 +45,14 @@ class Settings:
     bad_log: Path | None = None  # skip: where each skipped sample is listed
     policy_names: PolicyNames = PolicyNames()  # how a bad sample's message names the settings
     pixels: Pixels = Pixels()  # the images' bands and type (data.channels, data.dtype): a ring slot's
+    mask_dtype: str | None = None  # a mask beside each image (data.task=segmentation); None: labels alone
 
     @property
     def batch_bytes(self) -> int:
-        """One batch as the ring holds it."""
+        """One batch as the ring holds it: its images, and their masks."""
         height, width = self.image_size
-        return self.batch_size * height * width * self.pixels.bands * np.dtype(self.pixels.dtype).itemsize
+        mask = 0 if self.mask_dtype is None else np.dtype(self.mask_dtype).itemsize
+        return self.batch_size * height * width * (self.pixels.bands * np.dtype(self.pixels.dtype).itemsize + mask)
 
     @classmethod
     def of(cls, data, queue: Queue, *, bad_log: Path | None = None, pixels: Pixels = Pixels()) -> Settings:

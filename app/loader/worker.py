@@ -133,11 +133,12 @@ def process_main(conn, spec: RingSpec, work, parent_pid: int | None) -> None:
     die_with_parent(parent_pid)
     prepare_process()
     _native.append(NativeStderr())
-    ring, done, buffer = attach(spec)
+    _, done, buffer = attach(spec)
+    ring = spec.slots(buffer)
     try:
         conn.send(messages.Ready())
         serve(conn, ring, done, work)
     finally:
-        del ring, done
+        del ring, done, _
         buffer.close()
         conn.close()

@@ -15,6 +15,7 @@ OnBadSample = Enum("OnBadSample", {"raise": "raise", "skip": "skip"}, type=str) 
 class Task(str, Enum):
     multiclass = "multiclass"  # one class an image: an integer label
     multilabel = "multilabel"  # any number of classes an image, none too: a 0/1 vector of them
+    segmentation = "segmentation"  # a class a pixel: a mask of class indices an image (data.masks)
 
 
 class Sampling(str, Enum):
@@ -116,6 +117,10 @@ class DataConfig:
     # An image declaring more pixels is a bad sample, refused before any decode (a decompression
     # bomb: a few hundred bytes can declare 30000×30000). Pillow's own limit; null: none.
     max_image_pixels: int | None = 89_478_485
+    # data.task=segmentation: the class names, in index order (a mask's values do not name themselves), and the
+    # mask value that counts in no loss and no metric ("not annotated", "no data"), e.g. 255
+    classes: list[str] | None = None
+    ignore_index: int | None = None
 
 
 @dataclass(kw_only=True)
@@ -147,6 +152,7 @@ class FolderDataConfig(DataConfig):
     test_path: str | None = None
     test_fraction: float = 0.0  # or, in the flat layout <path>/<class>/, this fraction of each class
     patches: PatchesConfig = field(default_factory=PatchesConfig)
+    masks: str | None = None  # data.task=segmentation: each image's mask at its relative path and stem under here
 
 
 @dataclass(kw_only=True)
@@ -159,6 +165,7 @@ class TableColumns:
     group: str | None = None  # a patient, slide or scene: all of a group's rows go to one split
     weight: str | None = None  # a row's sampling weight (data.sampling=weights): a number, 0 or more
     labels: list[str] | None = None  # data.task=multilabel: one 0/1 column a class, each named as its class
+    mask: str | None = None  # data.task=segmentation: the image's mask (a path, relative ones under data.root)
     # with data.patches: a row a patch of its image, its corner at level 0, labelled on its own
     x: str | None = None
     y: str | None = None
@@ -173,7 +180,6 @@ class TableDataConfig(DataConfig):
     root: str | None = None  # the folder relative paths are under; null: the table's own folder
     columns: TableColumns = field(default_factory=TableColumns)
     path_format: str | None = None  # e.g. "{}.jpg" or "images/{}.tif": ids without an extension made paths
-    classes: list[str] | None = None  # the class names in label order; null: the table's labels, sorted
     image_size: list[int] = field(default_factory=lambda: [128, 128])
     test_fraction: float = 0.0  # without a split column: this fraction of each class is the test split
     # data.task=multilabel: the label column's classes split by this (" ", "|"); none_label is the empty set

@@ -149,6 +149,7 @@ class TrainerConfig:
     unfreeze_at_epoch: int | None = None  # with model.freeze_backbone: the first epoch that trains the backbone
     grad_accum_steps: int = 1  # steps whose gradients are averaged into one update (small batches of large images)
     label_smoothing: float = 0.0
+    loss: str = "crossentropy"  # data.task=segmentation: also dice, or crossentropy+dice (their sum)
     threshold: float = 0.5  # data.task=multilabel: the probability from which a class is predicted
     class_weight: Any = None  # null, balanced (from the training split's labels), or {class name: weight}
     # also top-k accuracy (when k is below the class count); auto: 5 with one class an image, none with several

@@ -6,10 +6,12 @@ from app.schema.data import Task as TaskName
 from app.tasks.base import Evaluation, Task
 from app.tasks.classification import Classification
 from app.tasks.multilabel import MultiLabel
+from app.tasks.segmentation import Segmentation
 
 __all__ = ["Evaluation", "Task", "task_of"]
 
-TASKS: dict[TaskName, Task] = {TaskName.multiclass: Classification(), TaskName.multilabel: MultiLabel()}
+TASKS: dict[TaskName, Task] = {TaskName.multiclass: Classification(), TaskName.multilabel: MultiLabel(),
+                               TaskName.segmentation: Segmentation()}
 
 
 def task_of(name: TaskName | str) -> Task:

@@ -26,13 +26,14 @@ class Classification:
 
     targets = targets_of(TaskName.multiclass)
     activation, monitor, prediction_column, parity_key = "softmax", "val_accuracy", "class", "top1_agreement"
+    output = "image"
 
     def metric_names(self, trainer: TrainerConfig, class_names: list[str]) -> list[str]:
         k = top_k(trainer, len(class_names))
         return (["accuracy"] + ([f"top{k}_accuracy"] if k else [])
                 + ([f"recall_{name}" for name in class_names] if trainer.per_class_recall else []))
 
-    def objectives(self, trainer: TrainerConfig, class_names: list[str], weights=None) -> tuple:
+    def objectives(self, trainer: TrainerConfig, class_names: list[str], weights=None, ignore_index=None) -> tuple:
         """Sparse crossentropy (smoothed where asked), accuracy, top-k, each class's recall."""
         import keras  # Keras waits: the commands ask the task before they load Keras on the run's backend
 

@@ -27,12 +27,13 @@ class MultiLabel:
 
     targets = targets_of(TaskName.multilabel)
     activation, monitor, prediction_column, parity_key = "sigmoid", "val_auc", "labels", "label_agreement"
+    output = "image"
 
     def metric_names(self, trainer: TrainerConfig, class_names: list[str]) -> list[str]:
         return ["auc", "map", "precision", "recall", *(f"f1_{name}" for name in class_names), "macro_precision",
                 "macro_recall"]
 
-    def objectives(self, trainer: TrainerConfig, class_names: list[str], weights=None) -> tuple:
+    def objectives(self, trainer: TrainerConfig, class_names: list[str], weights=None, ignore_index=None) -> tuple:
         """Weighted binary crossentropy; macro AUC, mAP, micro precision and recall at threshold, each class's F1."""
         import keras  # Keras waits: the commands ask the task before they load Keras on the run's backend
 

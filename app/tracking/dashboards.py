@@ -180,7 +180,9 @@ def write_first_batch(out: Writer, run_dir: Path, batch: tuple, class_names: lis
     images, labels = batch[0], batch[1]
     seen = sheets.rgb_view(images)  # several bands or 16 bits: three of them, stretched
     out.images("augmented", seen, 0)
-    sheet = sheets.grid(seen, [label_sets.text(y, class_names) for y in labels])
+    masks = np.ndim(labels) == 3  # a mask an image (data.task=segmentation): laid over it
+    sheet = (sheets.masked_grid(seen, labels, class_names) if masks else
+             sheets.grid(seen, [label_sets.text(y, class_names) for y in labels]))
     write_picture(Path(run_dir) / "augmented.png", sheet.save)
 
 

@@ -23,9 +23,10 @@ VALIDATION_BAR_AFTER_S = 2
 class Progress(keras.callbacks.Callback):
     """A bar an epoch; the running loss, accuracy and images/s each time they are read."""
 
-    def __init__(self, epochs: int, steps: int):
+    def __init__(self, epochs: int, steps: int, shown: str = "accuracy"):
+        """`shown`: the figure beside the loss, the task's (accuracy, auc, miou)."""
         super().__init__()
-        self.epochs, self.steps = epochs, steps
+        self.epochs, self.steps, self.shown = epochs, steps, shown
         self.bar = None
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -36,7 +37,7 @@ class Progress(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         self.bar.update(batch + 1 - self.bar.n)
         if logs:
-            score = {"acc": f"{logs['accuracy']:.3f}"} if "accuracy" in logs else {"auc": f"{logs['auc']:.3f}"}
+            score = {self.shown: f"{logs[self.shown]:.3f}"} if self.shown in logs else {}
             self.bar.set_postfix(loss=f"{logs['loss']:.4f}", **score, img_s=f"{logs['images_per_s']:.0f}",
                                  refresh=False)
         if batch + 1 >= self.steps:  # closed before validation, so the epoch's log line follows it

@@ -98,7 +98,8 @@ class Epochs:
     def _callbacks(self) -> keras.callbacks.CallbackList:
         trainer, epochs = self.context.config.trainer, self.context.config.trainer.epochs
         dashboard = dashboards.Dashboard(self.out, self.context.state, self.memory, self.loader.telemetry)
-        own = [Progress(epochs, self.steps), dashboard] if self.writes else []
+        shown = self.head.task.monitor.removeprefix("val_")  # the task's own figure beside the loss
+        own = [Progress(epochs, self.steps, shown), dashboard] if self.writes else []
         # A step's row is written before its checkpoint: a run killed between the two would
         # otherwise resume after a step that samples.csv never recorded.
         if trainer.record_samples and self.writes:
@@ -237,7 +238,8 @@ class Epochs:
                             images_per_s=row["images_per_s"], data_wait_fraction=row["data_wait_fraction"],
                             peak_memory_mb=peak, restarted_workers=self.loader.restarts,
                             diagnosis=row["diagnosis"])
-        kind = ("accuracy", "val_accuracy") if "accuracy" in row else ("auc", "val_auc")  # one class, or several
+        shown = self.head.task.monitor.removeprefix("val_")  # the task's own figure: accuracy, auc, miou
+        kind = (shown, f"val_{shown}")
         log.info("epoch %d/%d: loss %.4f, %s %.3f, val_loss %.4f, %s %.3f, %.1f img/s, data wait %.0f%%, peak %.0f MiB",
                  row["epoch"], self.context.config.trainer.epochs, row["loss"], kind[0], row[kind[0]], row["val_loss"],
                  kind[1], row[kind[1]], row["images_per_s"], 100 * row["data_wait_fraction"], row["peak_memory_mb"])

@@ -29,6 +29,7 @@ class Head:
     class_names: list[str]
     task: Task = task_of(TaskName.multiclass)
     pos_weight: np.ndarray | None = None  # the task's trainer.class_weight, where it weighs in the loss
+    ignore_index: int | None = None  # data.ignore_index: a mask value no loss or metric counts
 
     def monitor(self, trainer: TrainerConfig) -> str:
         """trainer.monitor, `auto` being the task's (val_accuracy for one class an image, val_auc for several)."""
@@ -52,7 +53,7 @@ def compile_new(net: keras.Model, config: Config, steps_per_epoch: int, head: He
 def new_compiled_model(config: Config, head: Head, steps: int, pixels) -> keras.Model:
     """The run's model as its config and task describe it, compiled (train's, and plan's to measure)."""
     net = models.build(config.model, config.data.image_size, len(head.class_names), activation=head.task.activation,
-                       pixels=pixels)
+                       pixels=pixels, output=head.task.output)
     compile_new(net, config, steps, head)
     return net
 
@@ -124,7 +125,7 @@ def class_weights(trainer: TrainerConfig, labels: np.ndarray, class_names: list[
 
 
 def _compile(net: keras.Model, trainer: TrainerConfig, optimizer, head: Head) -> None:
-    loss, metrics = head.task.objectives(trainer, head.class_names, head.pos_weight)
+    loss, metrics = head.task.objectives(trainer, head.class_names, head.pos_weight, head.ignore_index)
     net.compile(optimizer=optimizer, loss=loss, metrics=metrics,
                 jit_compile=JIT_COMPILE[str(trainer.jit_compile).lower()],
                 steps_per_execution=trainer.steps_per_execution)

@@ -38,7 +38,7 @@ def train(run: RunContext) -> None:
     task = task_of(config.data.task)
     in_loss, weights = task.weighed(recipe.class_weights(config.trainer, source.train.labels, source.class_names,
                                                          targets=task.targets))
-    head = recipe.Head(source.class_names, task, pos_weight=in_loss)
+    head = recipe.Head(source.class_names, task, pos_weight=in_loss, ignore_index=config.data.ignore_index)
     recipe.check_monitor(config.trainer, head)
     drawn = inputs.sampling_weights(config.data, source)
     if weights is not None and drawn is not None:

@@ -14,8 +14,10 @@ import numpy as np
 from app.adapters import JaxTrainerState
 from app.model import pixel_dtype
 from app.objectives import WeightedBinaryCrossentropy
+from app.pixel_objectives import PixelLoss
 from app.processes import signals_held, stop_if_interrupted
 from app.runs.checkpoint import EpochFigures, RunState
+from app.targets import mask_dtype
 
 __all__ = ["EpochFigures", "EpochPlan", "Feed", "RunState", "train_epoch", "validate"]
 
@@ -43,7 +45,8 @@ class Feed:
                 return
             finally:
                 self.waited_s += time.perf_counter() - asked
-            y = np.asarray(y, np.int64 if np.ndim(y) == 1 else np.uint8)  # a class a row, or (several) a 0/1 vector
+            if np.ndim(y) < 3:  # a class a row, or (several) a 0/1 vector; a mask keeps its own integers
+                y = np.asarray(y, np.int64 if np.ndim(y) == 1 else np.uint8)
             batch = [(x, y) if self.class_weights is None else (x, y, self.class_weights[y])]  # a weight a sample
             del x, y
             yield batch.pop()  # held by nothing here once handed over
@@ -58,11 +61,11 @@ class Feed:
         if close:
             close()
 
-    def iterator(self, image_shape, classes: int = 0, dtype: str = "uint8") -> Iterator:
-        """tf.data over the batches; `classes`: several labels an image, a 0/1 vector of that many a row."""
+    def iterator(self, image_shape, targets: tuple = ((), "int64"), dtype: str = "uint8") -> Iterator:
+        """tf.data over the batches; `targets`: a batch row's target shape and type (`target_spec`)."""
         import tensorflow as tf
 
-        labels = tf.TensorSpec((None, classes), tf.uint8) if classes else tf.TensorSpec((None,), tf.int64)
+        labels = tf.TensorSpec((None, *targets[0]), tf.as_dtype(targets[1]))
         signature = (tf.TensorSpec((None, *image_shape), tf.as_dtype(dtype)), labels)
         if self.class_weights is not None:
             signature += (tf.TensorSpec((None,), tf.float32),)
@@ -97,7 +100,7 @@ class _TensorFlowCalls:
         # a stop raised inside TensorFlow's tracing (the dataset here, the step at its first call) breaks
         # its C++ callbacks ("MISMATCH of original and normalized active exception types"): it waits
         with signals_held():
-            self.iterator = feed.iterator(tuple(net.input_shape[1:]), _label_vector_size(net), pixel_dtype(net))
+            self.iterator = feed.iterator(tuple(net.input_shape[1:]), target_spec(net), pixel_dtype(net))
             self.distributed = tf.distribute.has_strategy()
 
     def __call__(self) -> dict:
@@ -175,15 +178,20 @@ class EpochPlan:
         return end == self.steps or any(end // n > begin // n for n in due)
 
 
-def _label_vector_size(net: keras.Model) -> int:
-    """The classes of a label vector where `net` learns several an image (its loss a binary crossentropy), else 0."""
-    return int(net.output_shape[-1]) if isinstance(getattr(net, "loss", None), WeightedBinaryCrossentropy) else 0
+def target_spec(net: keras.Model) -> tuple[tuple, str]:
+    """A row's target as `net`'s loss takes it, (shape, type): a class index, a 0/1 vector of classes, or a mask."""
+    loss = getattr(net, "loss", None)
+    if isinstance(loss, PixelLoss):
+        return tuple(net.output_shape[1:3]), mask_dtype(loss.classes, loss.ignore_index)
+    if isinstance(loss, WeightedBinaryCrossentropy):
+        return (int(net.output_shape[-1]),), "uint8"
+    return (), "int64"
 
 
 def blank_labels(net: keras.Model, rows: int) -> np.ndarray:
-    """`rows` labels of 0s as `net`'s loss takes them: a class index each, or (several labels an image) a 0/1 row."""
-    classes = _label_vector_size(net)
-    return np.zeros((rows, classes), np.uint8) if classes else np.zeros((rows,), np.int64)
+    """`rows` targets of 0s as `net`'s loss takes them (`target_spec`)."""
+    shape, dtype = target_spec(net)
+    return np.zeros((rows, *shape), dtype)
 
 
 def train_epoch(net: keras.Model, feed: Feed, callbacks: keras.callbacks.CallbackList, figures: EpochFigures,

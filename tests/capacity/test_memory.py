@@ -69,7 +69,7 @@ def test_the_ring_counts_whole_and_once_whoever_wrote_it():
     """The ring's space is reserved up front: memory before any slot is written, counted once,
     in the training process; a slot a worker wrote is the ring's, not the worker's."""
     base = PeakMemory().sample()
-    ring = Ring(8, 16, (256, 256), shared=True)  # 24 MiB, none of it written yet
+    ring = Ring(8, (16, 256, 256), shared=True)  # 24 MiB, none of it written yet
     code = ("import sys; from app.loader.ring import RingSpec, attach; "
             "pixels, done, buffer = attach(RingSpec(sys.argv[1], tuple(map(int, sys.argv[2:])))); pixels[:] = 1; "
             "print('ok', flush=True); sys.stdin.readline()")

@@ -11,7 +11,7 @@ from app.loader.ring import Ring, attach, delete_orphan_segments, segment_fd
 
 
 def test_worker_view_shares_the_parent_memory():
-    ring = Ring(2, 3, (4, 5), shared=True)
+    ring = Ring(2, (3, 4, 5), shared=True)
     try:
         assert ring.nbytes == 2 * 3 * 4 * 5 * 3 and ring.array.shape == (2, 3, 4, 5, 3)
         view, done, buffer = attach(ring.spec)
@@ -29,7 +29,7 @@ def test_worker_view_shares_the_parent_memory():
 
 
 def test_in_process_ring_has_no_segment():
-    ring = Ring(1, 2, (4, 4), shared=False)
+    ring = Ring(1, (2, 4, 4), shared=False)
     assert ring.spec.name is None and isinstance(ring.array, np.ndarray) and ring.done.shape == (1, 2)
     ring.close()
 
@@ -50,9 +50,9 @@ def test_too_small_dev_shm_fails_at_start_with_the_size_needed():
 import sys
 from app.errors import WorkerError
 from app.loader.ring import Ring
-Ring(1, 4, (64, 64), shared=True).close()  # 48 KiB: fits (negative control)
+Ring(1, (4, 64, 64), shared=True).close()  # 48 KiB: fits (negative control)
 try:
-    Ring(8, 16, (64, 64), shared=True)      # 1.5 MiB: does not
+    Ring(8, (16, 64, 64), shared=True)      # 1.5 MiB: does not
 except WorkerError as error:
     print(error)
     sys.exit(3)
@@ -72,7 +72,7 @@ def test_a_ring_left_by_a_killed_process_group_is_deleted_as_the_next_loader_sta
     import subprocess
     import sys
 
-    code = ("from app.loader.ring import Ring; r = Ring(2, 4, (16, 16), shared=True); "
+    code = ("from app.loader.ring import Ring; r = Ring(2, (4, 16, 16), shared=True); "
             "import multiprocessing.resource_tracker as t; t.ensure_running(); print(r.spec.name, flush=True); "
             "import sys; sys.stdin.read()")
     child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -82,7 +82,7 @@ def test_a_ring_left_by_a_killed_process_group_is_deleted_as_the_next_loader_sta
     child.wait()
     path = f"/dev/shm/{name}"
     assert os.path.exists(path)  # left behind: nobody was there to remove it
-    mine = Ring(1, 1, (4, 4), shared=True)  # negative control: a live process's ring is kept
+    mine = Ring(1, (1, 4, 4), shared=True)  # negative control: a live process's ring is kept
     try:
         with caplog.at_level("WARNING"):
             assert delete_orphan_segments() == [path]
@@ -106,13 +106,13 @@ def test_a_ring_larger_than_dev_shm_is_free_is_refused_before_any_of_it_is_reser
     mine = f"app-ring-{os.getpid()}-"
     before = {n for n in os.listdir("/dev/shm") if n.startswith(mine)}
     with pytest.raises(WorkerError) as refused:
-        Ring(8, 16, (64, 64), shared=True)  # 1.5 MiB, with 1 MiB free
+        Ring(8, (16, 64, 64), shared=True)  # 1.5 MiB, with 1 MiB free
     text = str(refused.value)
     assert "needs 1.5 MiB" in text and "queue.max_size=8" in text and "/dev/shm has 1.0 MiB free" in text
     assert "at most 5 slots fit" in text
     assert {n for n in os.listdir("/dev/shm") if n.startswith(mine)} == before  # nothing was made
     monkeypatch.setattr(shutil, "disk_usage", real)
-    Ring(8, 16, (64, 64), shared=True).close()  # negative control: the real /dev/shm holds it
+    Ring(8, (16, 64, 64), shared=True).close()  # negative control: the real /dev/shm holds it
 
 
 def test_segment_fd_is_the_segments_own_open_file():
@@ -147,5 +147,5 @@ def test_a_signal_while_the_segment_is_made_leaves_none(monkeypatch):
 
     monkeypatch.setattr(resource_tracker, "register", register_then_signal)
     with pytest.raises(KeyboardInterrupt), interrupts():
-        Ring(2, 4, (8, 8), shared=True)
+        Ring(2, (4, 8, 8), shared=True)
     assert not [n for n in os.listdir("/dev/shm") if n.startswith(mine)]

@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 class PatchSplit(ABC):
     """Patches of `images` (a FileSplit, `layouts` theirs) cut by `patches`; a mode is a subclass, its own `where`."""
 
-    bands = None  # counted off the images
+    bands = mask_dtype = None  # counted off the images; no masks yet
 
     def __init__(self, images: FileSplit, layouts: list[Layout], patches, image_of: np.ndarray, labels=None):
         self.images, self.layouts, self.patches, self.size = images, layouts, patches, tuple(patches.size)

@@ -6,6 +6,7 @@ from app.config import closed_target
 from app.data.slides.patches import patched
 from app.data.slides.regions import close_open_files
 from app.data.source import Source, check_every_class_trains
+from app.data.sources.masked_folder import masked_folder_source
 from app.errors import ConfigError
 from app.schema import option_of
 from app.schema.data import patches_of
@@ -21,6 +22,9 @@ def load_or_generate_source(data_cfg) -> Source:
             if option == "prepared" else "/path/to/images"
         raise ConfigError(f"config key `data.path` is not set: data={option} needs a folder, "
                           f"e.g. data.path={example}.")
+    targets = targets_of(data_cfg.task)
+    if targets.masks and option == "folder":  # a folder of images and one of their masks, not of class folders
+        source_of = masked_folder_source
     source = source_of(data_cfg)
     patches = patches_of(data_cfg)  # folders and tables of large images
     if patches is not None:
@@ -28,5 +32,5 @@ def load_or_generate_source(data_cfg) -> Source:
         close_open_files()  # the masks are read: the slides they opened are the workers' to open now
     if option != "cifar":  # CIFAR-10's classes are the dataset's ten names, which its official batches all hold
         check_every_class_trains(source, f"data.table {data_cfg.table}" if option == "table" else
-                                 f"data={option} data.path={data_cfg.path}", targets=targets_of(data_cfg.task))
+                                 f"data={option} data.path={data_cfg.path}", targets=targets)
     return source

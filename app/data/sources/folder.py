@@ -80,9 +80,9 @@ def _source(path, val_fraction: float, name: str, *, times: bool, test: Held) ->
     train_split, train_rel = _file_split(root, train, class_names)
     val_split, val_rel = _file_split(root, val, class_names)
     every = [f for files in (*train.values(), *val.values()) for f in files]
-    fingerprint, names_sizes = _fingerprint(every, times=times), _fingerprint(every, times=False)
+    digest, names_sizes = fingerprint(every, times=times), fingerprint(every, times=False)
     covers = FINGERPRINT_COVERS if times else "relative paths and sizes (generated data)"
-    split = {"source": name, "fingerprint": fingerprint, "fingerprint_covers": covers,
+    split = {"source": name, "fingerprint": digest, "fingerprint_covers": covers,
              "names_sizes_fingerprint": names_sizes, "class_names": class_names,
              "root": str(root), "train": train_rel, "val": val_rel, "val_fraction": fraction}
     if held_out:
@@ -93,7 +93,7 @@ def _source(path, val_fraction: float, name: str, *, times: bool, test: Held) ->
         test_split = _test_split(given, class_names)
     split["test"] = test_split.paths if test_split else None
     split["test_fraction"] = test.fraction if held_out else None
-    return Source(name=name, class_names=class_names, train=train_split, val=val_split, fingerprint=fingerprint,
+    return Source(name=name, class_names=class_names, train=train_split, val=val_split, fingerprint=digest,
                   split=split, names_sizes_fingerprint=names_sizes, test=test_split)
 
 
@@ -196,6 +196,11 @@ def _scan(split_dir: Path, root: Path, owners: dict | None = None) -> dict[str, 
     return out
 
 
+def images_under(folder: Path, root: Path) -> Files:
+    """Every image under `folder` (links followed, one file reached twice refused), paths relative to `root`."""
+    return sorted(_owned(_walk(folder, root), {}, folder, root))
+
+
 def _walk(folder: Path, root: Path, above: frozenset = frozenset()):
     """The images under `folder`, following links; `above` (folders leading here, as device and inode) stops a loop."""
     here = folder.stat()
@@ -273,7 +278,7 @@ def _file_split(root: Path, by_class: dict[str, Files], class_names: list[str]):
     return FileSplit([str(root / r) for r in rel], labels), rel
 
 
-def _fingerprint(files: Files, *, times: bool) -> str:
+def fingerprint(files: Files, *, times: bool) -> str:
     """sha256 over every file's relative path, size and (with `times`) modification time."""
     h = hashlib.sha256()
     for rel, size, mtime in sorted(files):
