@@ -206,6 +206,8 @@ def augmenters(data, splits: dict[str, list], image_size: tuple[int, int] | None
     for name, transforms in splits.items():
         built[name] = (PairAugmenter if masks else Augmenter)(transforms, size, draft=data.decode.draft,
                                                              max_pixels=data.max_image_pixels, pixels=pixels)
+        if masks and data.ignore_index is not None:
+            built[name].fill_mask = int(data.ignore_index)
         log.info("%s split: %s", name, built[name].draft_reason)
     return built
 
@@ -275,14 +277,24 @@ class Augmenter:
 
 
 class PairAugmenter(Augmenter):
-    """An (image, mask) pair a sample (data.task=segmentation): albumentations moves the mask with every spatial
-    transform (nearest neighbour) and leaves it out of the pixel ones; decoded whole (a mask has no draft)."""
+    """(image, mask) pairs (segmentation): spatial transforms move both (nearest for the mask), no draft decode."""
 
     masks = True
+    fill_mask: int | None = None  # data.ignore_index: a mask's value where a transform brings pixels in (a rotation)
 
     def check(self, pixels: Pixels) -> None:
         check_pairs(self.compose(), pixels, self.image_size)
 
     def __call__(self, sample, seed: int, epoch: int, index: int, draw: int = 0):
-        done = self.seeded(seed, epoch, index, draw)(image=sample[0], mask=sample[1])
+        compose = self.seeded(seed, epoch, index, draw)
+        if self.fill_mask is not None:
+            filled_with(compose, self.fill_mask)
+        done = compose(image=sample[0], mask=sample[1])
         return self._checked(done["image"]), done["mask"]
+
+
+def filled_with(compose: A.BaseCompose, value: int) -> None:
+    """Transforms filling a mask with class 0 where they bring pixels in (a rotation) fill it with `value`."""
+    for transform in every_transform(compose):
+        if getattr(transform, "fill_mask", None) == 0:
+            transform.fill_mask = value

@@ -14,14 +14,15 @@ import albumentations as A
 import keras
 import numpy as np
 
-from app import adapters
-from app.augment import Augmenter
+from app.augment import Augmenter, PairAugmenter
 from app.data.pixels.pixels import pixels_of
 from app.data.source import FileSplit
 from app.data.sources.folder import folder_source
+from app.data.sources.masked_folder import masked_folder_source
 from app.data.sources.table import table_source
 from app.data.split import Split
 from app.errors import ConfigError
+from app.library_splits import SplitDataset
 from app.loader.bad_samples import LIBRARY
 from app.loader.enqueuer import Enqueuer
 from app.loader.order import epoch_order, full_batches
@@ -29,14 +30,13 @@ from app.loader.pipeline import Loader
 from app.loader.settings import Queue, Settings
 from app.model import normaliser
 from app.rules import data as data_rules
-from app.schema import OnBadSample, TableColumns, TableDataConfig, Task
+from app.schema import FolderDataConfig, OnBadSample, TableColumns, TableDataConfig, Task
 
 __all__ = ["ImageLoader", "LoaderSettings", "SplitDataset", "boundary"]
 log = logging.getLogger(__name__)
 # ImageLoader.from_table's, as data.* has them (task=multilabel: a 0/1 uint8 label vector a sample)
 TABLE_OPTIONS = ("root", "path_format", "classes", "test_fraction", "task", "label_separator", "none_label",
-                 "uncertain")
-PEEKED = 2  # Keras asks for batches 0 and 1 before an epoch (TensorFlow's output signature) and again in it
+                 "uncertain", "ignore_index")
 POLICIES = ("raise", "skip", "mark")
 QUEUE_KEYS = ("workers", "max_size", "use_multiprocessing", "timeout_s")  # ImageLoader's of the Queue's keys
 
@@ -75,12 +75,12 @@ class LoaderSettings:
 
     def enqueuer(self, splits: dict) -> Enqueuer:
         """The loader's enqueuer over `splits` (name → split): training's transforms for train."""
-        size = tuple(int(s) for s in self.image_size)
-        pixels = pixels_of(self.channels, self.dtype, split=next(iter(splits.values())))
-        augmenters = {name: Augmenter((self.transforms if name == "train" else self.eval_transforms) or [], size,
-                                      pixels=pixels) for name in splits}
-        settings = Settings(batch_size=self.batch_size, image_size=size, queue=self.queue,
-                            max_bad_fraction=self.max_bad_fraction, policy_names=LIBRARY, pixels=pixels)
+        size, first = tuple(int(s) for s in self.image_size), next(iter(splits.values()))
+        pixels, kind = pixels_of(self.channels, self.dtype, split=first), _augmenter_of(first)
+        augmenters = {name: kind((self.transforms if name == "train" else self.eval_transforms) or [], size,
+                                 pixels=pixels) for name in splits}
+        settings = Settings(batch_size=self.batch_size, image_size=size, queue=self.queue, pixels=pixels,
+                            max_bad_fraction=self.max_bad_fraction, policy_names=LIBRARY, mask_dtype=first.mask_dtype)
         return Enqueuer(splits, augmenters, settings, seed=self.seed, on_bad_sample=self.on_bad_sample)
 
 
@@ -103,9 +103,16 @@ class ImageLoader:
         self.datasets = {name: SplitDataset(self, name, len(split)) for name, split in splits.items()}
 
     @classmethod
-    def from_folder(cls, path: str | Path, *, val_fraction: float = 0.1, **settings) -> ImageLoader:
-        """A folder as `data=folder` reads it (docs/data.md); `val_fraction` of each class held out without val/."""
-        source = folder_source(path, val_fraction)
+    def from_folder(cls, path: str | Path, *, val_fraction: float = 0.1, masks: str | Path | None = None,
+                    **settings) -> ImageLoader:
+        """A folder as `data=folder` reads it (docs/data.md); `val_fraction` of each class held out without val/;
+        `masks`: each image's mask there (segmentation, docs/segmentation.md), with `classes=`, `ignore_index=`."""
+        if masks is None:
+            source = folder_source(path, val_fraction)
+        else:
+            named = {key: settings.pop(key, None) for key in ("classes", "ignore_index")}
+            source = masked_folder_source(FolderDataConfig(path=str(path), masks=str(masks), task=Task.segmentation,
+                                                           val_fraction=val_fraction, **named))
         return cls(train=source.train, val=source.val, test=source.test, class_names=source.class_names, **settings)
 
     @classmethod
@@ -209,75 +216,6 @@ class _Stream:
         self._batches.close()  # what is in flight is drained; the workers stay
 
 
-class SplitDataset(keras.utils.PyDataset):
-    """One split as Keras takes it: batch i is the pass's i-th (uint8 images, int64 labels). Keras's own pool and batch
-    shuffle are off (the loader does both); the two batches Keras peeks at before an epoch are kept."""
-
-    def __init__(self, owner: ImageLoader, name: str, samples: int):
-        super().__init__(workers=1, use_multiprocessing=False)
-        self.owner, self.name, self.samples = owner, name, samples
-        self.epoch = 0
-        batch = owner.settings.batch_size
-        self._batches = samples // batch if name == "train" else -(-samples // batch)
-        self._kept: dict[int, tuple] = {}  # batch index → the batch, for Keras's look before the epoch
-        self._in_epoch = self._served_last = self._told = False
-
-    def __len__(self) -> int:
-        return self._batches
-
-    def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
-        if not 0 <= index < len(self):
-            raise IndexError(f"batch {index} of the {self.name} split, which has {len(self)}")
-        with self.owner.lock:
-            batch = self._kept.get(index)
-            if batch is None:
-                batch = self.owner.batch(self.name, self.epoch, index)
-                self._kept = {i: b for i, b in self._kept.items() if i < index} if index < PEEKED else {}
-                if index < PEEKED:
-                    self._kept[index] = batch
-            # TensorFlow's look comes before on_epoch_begin: serving the last batch then ends no pass
-            self._served_last = self._served_last or (self._in_epoch and index == len(self) - 1)
-            return batch
-
-    def on_epoch_begin(self) -> None:
-        self._in_epoch = True
-        if adapters.keras_batch_shuffle_switched_off(self) and not self._told:
-            self._told = True
-            log.warning("fit(shuffle=True), Keras's default, would ask for the %s split's batches in a random order; "
-                        "switched off: the loader already shuffles the samples by its seed each epoch, and builds "
-                        "its batches in order. fit(..., shuffle=False) says the same without this message.", self.name)
-
-    def on_epoch_end(self) -> None:
-        """The pass turns once its last batch was served (a shorter Keras epoch goes on where it stopped)."""
-        with self.owner.lock:
-            self._in_epoch = False
-            if self._served_last:
-                self.epoch += 1
-                self._kept, self._served_last = {}, False
-
-    @property
-    def workers(self) -> int:
-        return 1
-
-    @workers.setter
-    def workers(self, value: int) -> None:
-        _refuse_keras_pool("workers", value, 1)
-
-    @property
-    def use_multiprocessing(self) -> bool:
-        return False
-
-    @use_multiprocessing.setter
-    def use_multiprocessing(self, value: bool) -> None:
-        _refuse_keras_pool("use_multiprocessing", value, False)
-
-
-def _refuse_keras_pool(name: str, value, off) -> None:
-    if value != off:
-        raise ValueError(f"{name}={value!r}: Keras's own pool stays off for the loader's splits (its worker "
-                         "processes do the work); set the loader's workers= and max_size= instead")
-
-
 def _check_table(data: TableDataConfig) -> None:
     try:  # the data group's own rules (app/rules/data.py), a refusal said in from_table's keyword arguments
         data_rules.check(data)
@@ -286,6 +224,11 @@ def _check_table(data: TableDataConfig) -> None:
         named = f"val_fraction={data.val_fraction} and test_fraction={data.test_fraction}" if fractions else \
             f"{error.key.removeprefix('data.')}={error.value!r}"
         raise ValueError(f"{named}: {error.allowed}") from None
+
+
+def _augmenter_of(split) -> type[Augmenter]:
+    """Pairs where the split's samples are (image, mask) (its kind's decision), images otherwise."""
+    return Augmenter if split.mask_dtype is None else PairAugmenter
 
 
 def _split(name: str, given):

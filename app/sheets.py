@@ -74,7 +74,8 @@ def masked_grid(images: np.ndarray, masks: np.ndarray, class_names: list[str]) -
 def with_legend(sheet: Image.Image, class_names: list[str], colours: np.ndarray) -> Image.Image:
     """`sheet` over a row of each class's colour and name."""
     row = 16
-    out = Image.new("RGB", (sheet.width, sheet.height + row * len(class_names) + 4), "white")
+    width = max(sheet.width, 24 + 7 * max(len(f"{k} {name}") for k, name in enumerate(class_names)))
+    out = Image.new("RGB", (width, sheet.height + row * len(class_names) + 4), "white")
     out.paste(sheet, (0, 0))
     draw = ImageDraw.Draw(out)
     for k, (name, colour) in enumerate(zip(class_names, colours, strict=True)):

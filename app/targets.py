@@ -44,6 +44,9 @@ def _check_labels_only(data, trainer) -> None:
            "value (data.task=segmentation)")
     if data._target_ == DATA_TARGETS["folder"]:
         _check(data.masks is None, "data.masks", data.masks, "null: masks are data.task=segmentation's")
+    if data._target_ == DATA_TARGETS["table"]:
+        _check(data.columns.mask is None, "data.columns.mask", data.columns.mask, "null: masks are "
+               "data.task=segmentation's")
     _check(trainer.loss == "crossentropy", "trainer.loss", trainer.loss, "crossentropy: dice scores masks "
            "(data.task=segmentation)")
     _check(data._target_ == DATA_TARGETS["table"] or not data.classes, "data.classes", list(data.classes or []),
@@ -149,12 +152,8 @@ class PixelMasks:
     def balanced_weights(self, labels: np.ndarray, classes: int) -> np.ndarray:
         raise ValueError("balanced weights count pixels: refused by `check`")
 
-    def table_reading(self, data_cfg, header: list[str], table: Path) -> dict:
-        column = data_cfg.columns.mask
-        if column not in header:
-            raise DataError(f"data.table {table} has no column {column} (data.columns.mask): its columns are "
-                            f"{', '.join(header)}")
-        return {"mask": column}
+    def table_reading(self, data_cfg, header: list[str], table: Path) -> None:
+        return None  # a row's mask is read from data.columns.mask, a file under data.root
 
     def check(self, data, trainer) -> None:
         """Masks from a folder, a table or a copy; named classes; the draws and figures that count pixels."""

@@ -215,3 +215,117 @@ def test_a_transform_that_fails_on_the_runs_bands_or_changes_their_type_is_refus
     Augmenter(A.Compose([A.HorizontalFlip(), A.Rotate(), A.RandomBrightnessContrast(), A.Crop(0, 0, 100, 100)]),
               (16, 16), pixels=six)
     Augmenter(A.Compose([A.RandomGamma()]), (16, 16))  # 8-bit RGB: as before, unchecked
+
+
+# -- (image, mask) pairs: data.task=segmentation ------------------------------------------------------------------
+
+HFLIP = {"_target_": "albumentations.HorizontalFlip", "p": 1.0}
+ROTATE = {"_target_": "albumentations.Affine", "rotate": [20, 40], "p": 1.0}
+
+
+@pytest.fixture(scope="module")
+def pair_in():
+    """An RGB image and its mask of classes 0..2 and 255 (the ignore index), 24×32: not square."""
+    rng = np.random.default_rng(1)
+    image = rng.integers(0, 256, (24, 32, 3), dtype=np.uint8)
+    mask = np.zeros((24, 32), np.uint8)
+    mask[4:14, 3:20], mask[10:22, 15:30], mask[0] = 1, 2, 255
+    return image, mask
+
+
+def test_a_flip_moves_the_mask_with_the_image(pair_in):
+    from app.augment import PairAugmenter
+
+    image, mask = pair_in
+    flipped_image, flipped_mask = PairAugmenter([HFLIP], image.shape[:2])(pair_in, 0, 0, 0)
+    assert np.array_equal(flipped_image, np.fliplr(image)) and np.array_equal(flipped_mask, np.fliplr(mask))
+    assert flipped_mask.dtype == np.uint8 and flipped_mask.shape == mask.shape
+    assert not np.array_equal(flipped_mask, mask)  # negative control: the flip shows on this mask
+
+
+def test_a_pixel_transform_changes_the_image_and_leaves_the_mask_exactly(pair_in):
+    from app.augment import PairAugmenter
+
+    image, mask = pair_in
+    out_image, out_mask = PairAugmenter([JITTER], image.shape[:2])(pair_in, 0, 0, 0)
+    assert not np.array_equal(out_image, image)  # the negative control: it did fire
+    assert np.array_equal(out_mask, mask) and out_mask.dtype == mask.dtype
+
+
+def test_a_rotation_moves_the_mask_by_nearest_neighbour_inventing_no_value(pair_in):
+    import cv2
+
+    from app.augment import PairAugmenter
+
+    image, mask = pair_in
+    aug = PairAugmenter([ROTATE], image.shape[:2])
+    for index in range(4):
+        _, rotated = aug(pair_in, 0, 0, index)
+        assert not np.array_equal(rotated, mask)  # it turned
+        assert set(np.unique(rotated)) <= set(np.unique(mask)), index
+    # negative control: the same rotation with a linear mask interpolation invents values between classes
+    linear = A.Affine(rotate=(20, 40), p=1.0, mask_interpolation=cv2.INTER_LINEAR)
+    assert set(np.unique(linear(image=image, mask=mask)["mask"])) - set(np.unique(mask))
+
+
+def test_a_transform_that_would_blend_class_indices_is_refused_at_construction_by_name():
+    import cv2
+
+    from app.augment import PairAugmenter
+
+    linear = {**ROTATE, "mask_interpolation": cv2.INTER_LINEAR}
+    with pytest.raises(ConfigError, match="Affine resizes masks with mask_interpolation=1"):
+        PairAugmenter([HFLIP, linear], (16, 16))
+    PairAugmenter([HFLIP, ROTATE], (16, 16))  # negative control: nearest, the default, passes
+    Augmenter([linear], (16, 16))  # and an image alone has no mask to blend
+
+
+def mask_fails(mask, **_):
+    raise ValueError("no masks here")
+
+
+def mask_widened(mask, **_):
+    return mask.astype(np.int32)
+
+
+def test_a_transform_that_fails_on_the_pair_or_changes_the_masks_type_is_refused_by_name():
+    from app.augment import PairAugmenter
+
+    with pytest.raises(ConfigError, match="Lambda fails on an image with its mask .ValueError: no masks here"):
+        PairAugmenter(A.Compose([A.HorizontalFlip(), A.Lambda(mask=mask_fails)]), (16, 16))
+    with pytest.raises(ConfigError, match="Lambda turns the image or its mask into another type"):
+        PairAugmenter(A.Compose([A.Lambda(mask=mask_widened)]), (16, 16))
+    Augmenter(A.Compose([A.Lambda(mask=mask_fails)]), (16, 16))  # negative control: images alone never call it
+
+
+def test_a_pair_depends_on_seed_epoch_and_index_only(pair_in):
+    from app.augment import PairAugmenter, augmenters
+    from app.schema import Task
+    from app.schema.data import FolderDataConfig
+
+    data = FolderDataConfig(task=Task.segmentation, classes=["a", "b", "c"], ignore_index=255)
+    aug = augmenters(data, {"train": [ROTATE, FLIP, JITTER]}, image_size=(24, 32), masks=True)["train"]
+    assert isinstance(aug, PairAugmenter) and aug.decode.min_short_side is None  # a mask has no draft decode
+    image, mask = aug(pair_in, 1, 2, 3)
+    aug(pair_in, 9, 9, 9)  # whatever ran in between
+    for again in (aug(pair_in, 1, 2, 3), pickle.loads(pickle.dumps(aug))(pair_in, 1, 2, 3)):
+        assert np.array_equal(again[0], image) and np.array_equal(again[1], mask)
+    other_image, other_mask = aug(pair_in, 1, 3, 3)  # negative control: another epoch, another pair
+    assert not np.array_equal(other_image, image) and not np.array_equal(other_mask, mask)
+
+
+def test_what_a_rotation_brings_in_is_the_ignore_index_not_a_class(pair_in):
+    from app.augment import augmenters
+    from app.schema import Task
+    from app.schema.data import FolderDataConfig
+
+    image, mask = pair_in
+    no_zero = np.where(mask == 0, 1, mask).astype(np.uint8)  # classes 1, 2 and the ignore index: no 0 anywhere
+    data = FolderDataConfig(task=Task.segmentation, classes=["a", "b", "c"], ignore_index=255)
+    aug = augmenters(data, {"train": [ROTATE]}, image_size=(24, 32), masks=True)["train"]
+    _, rotated = aug((image, no_zero), 0, 0, 0)
+    assert 0 not in np.unique(rotated) and 255 in np.unique(rotated), "the rotation's corners were labelled class 0"
+    bare = FolderDataConfig(task=Task.segmentation, classes=["a", "b", "c"])  # negative control: no ignore index
+    _, filled = augmenters(bare, {"train": [ROTATE]}, image_size=(24, 32), masks=True)["train"]((image, no_zero), 0,
+                                                                                               0, 0)
+    assert 0 in np.unique(filled)

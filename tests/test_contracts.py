@@ -11,11 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from marked import MarkedSplit
+from PIL import Image
 from prepared_copies import write_copy
 from slides import slide_pixels, write_slide
 
 from app.data.copies.prepared import PreparedPatches, PreparedSplit
 from app.data.copies.shards import PLACE_DTYPE, index_digest, places_name, read_manifest, write_manifest
+from app.data.masked import MaskedFileSplit, MaskRule
 from app.data.pixels.images import Decode
 from app.data.slides.patches import GridPatches, ListedPatches, RandomPatches, grid_split, layout_of
 from app.data.source import ArraySplit, FileSplit
@@ -83,12 +85,15 @@ def splits(tmp_path_factory) -> dict[str, Split]:
     drawn = RandomPatches(images, [layout_of(str(slide), patches, grid=False)], patches)
     np.save(root / "rows.npy", rng.integers(0, 256, (3, 8, 8, 3), np.uint8))
     whole = load_or_generate_source(_copy(write_copy(root / "whole", counts={"train": 3, "val": 3})))
+    mask = root / "mask.png"  # the slide's mask: a masked split's samples are (image, mask) pairs
+    Image.fromarray(rng.integers(0, 3, (256, 256), np.uint8)).save(mask)
     cut = load_or_generate_source(_copy(_as_patch_copy(write_copy(root / "cut", counts={"train": 3, "val": 3}),
                                                        grid)))
     return {"file": FileSplit([str(slide), str(slide)], [0, 1]), "array": ArraySplit(root / "rows.npy", [2, 0],
                                                                                      [0, 1], "train"),
             "grid": grid, "random": drawn, "listed": drawn.fixed(draws=2, seed=0), "prepared": whole.train,
-            "prepared_patches": cut.train, "marked": MarkedSplit(4)}
+            "prepared_patches": cut.train, "marked": MarkedSplit(4),
+            "masked": MaskedFileSplit([str(slide), str(slide)], [str(mask), str(mask)], MaskRule(3, 255))}
 
 
 def _copy(path: Path) -> PreparedDataConfig:
@@ -110,7 +115,7 @@ def _as_patch_copy(root: Path, grid: GridPatches) -> Path:
 
 KINDS = {"file": FileSplit, "array": ArraySplit, "grid": GridPatches, "random": RandomPatches,
          "listed": ListedPatches, "prepared": PreparedSplit, "prepared_patches": PreparedPatches,
-         "marked": MarkedSplit}
+         "marked": MarkedSplit, "masked": MaskedFileSplit}
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
@@ -119,18 +124,24 @@ def test_each_split_class_keeps_the_contract_called_for_real(splits, kind):
     assert type(split) is KINDS[kind] and isinstance(split, Split)
     drawn, decode = (0, 1, 0), Decode()
     raw = split.fetch(0, decode, drawn)
-    image = split.decode(0, raw, decode)
-    assert image.ndim == 3 and np.array_equal(image, split.read(0, decode, drawn))
+    sample, again = split.decode(0, raw, decode), split.read(0, decode, drawn)
+    image = sample[0] if split.mask_dtype else sample  # the split's kind says what a sample is
+    assert image.ndim == 3 and np.array_equal(image, again[0] if split.mask_dtype else again)
+    assert (split.mask_dtype is not None) == (kind == "masked")
+    assert not split.mask_dtype or (sample[1].dtype == split.mask_dtype and sample[1].shape == image.shape[:2])
     assert isinstance(split.describe(0, drawn), str) and len(split.labels) == len(split)
     part = split.take(np.array([1]))
     assert isinstance(part, Split) and len(part) == 1 and part.labels[0] == split.labels[1]
-    assert np.array_equal(part.read(0, decode, drawn), split.read(1, decode, drawn))  # its own sample 1, not 0
+    assert np.array_equal(np.asarray(part.read(0, decode, drawn)[0] if split.mask_dtype else
+                                     part.read(0, decode, drawn)),
+                          split.read(1, decode, drawn)[0] if split.mask_dtype else split.read(1, decode, drawn))
     assert split.nodata(0) is None and split.largest_decode_bytes(decode)[0] >= image.size // 2
     place = split.place_of(0)
     patched = split.patches is not None
     assert (place is not None) == patched == (split.images is not None) == (split.image_of is not None)
     assert isinstance(place(0, 1, 0), str) if patched else True
-    read = {"file": [splits["grid"].images.paths[0]] * 2, "grid": splits["grid"].images.paths}
+    read = {"file": [splits["grid"].images.paths[0]] * 2, "masked": [splits["grid"].images.paths[0]] * 2,
+            "grid": splits["grid"].images.paths}
     assert split.files() == read.get(kind, read["grid"] if kind in ("random", "listed") else [])  # a copy's: none
     assert split.bands == (3 if kind.startswith("prepared") else None)
 
@@ -138,7 +149,8 @@ def test_each_split_class_keeps_the_contract_called_for_real(splits, kind):
 def test_a_class_short_of_one_member_is_not_a_split():
     members = {name: (lambda self, *args: None) for name in (
         "__len__", "fetch", "decode", "read", "describe", "files", "nodata", "largest_decode_bytes", "place_of")}
-    data = {"labels": np.zeros(1), "bands": None, "patches": None, "images": None, "image_of": None}
+    data = {"labels": np.zeros(1), "bands": None, "patches": None, "images": None, "image_of": None,
+            "mask_dtype": None}
     untakeable = type("Untakeable", (), {**members, **data})
     assert not isinstance(untakeable(), Split)
     assert isinstance(type("Whole", (), {**members, **data, "take": members["read"]})(), Split)  # with `take`: one

@@ -59,6 +59,8 @@ STATED = [
     ("docs/troubleshooting.md", "`raise` (the default)", {"data.on_bad_sample": "raise"}),
     ("docs/troubleshooting.md", "(default 89,478,485", {"data.max_image_pixels": 89_478_485}),
     ("docs/troubleshooting.md", "the default model on 64 images", RESNET),
+    ("docs/segmentation.md", "`model=resnet` (the default)", RESNET),
+    ("docs/segmentation.md", "`crossentropy` (the default)", {"trainer.loss": "crossentropy"}),
 ]
 # (page, words): lines that use the word and state no value of this app's config
 NOT_A_SETTING = [

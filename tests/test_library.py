@@ -342,3 +342,29 @@ def test_six_band_uint16_tiffs_come_as_they_are_and_the_boundary_scales_them(tmp
             tmp_path / "tiles", val_fraction=0.34, image_size=(SIZE, SIZE), batch_size=2, workers=1,
             channels="all") as eight:
         eight.val[0]
+
+
+def test_a_folder_with_masks_hands_keras_image_and_mask_batches_a_unet_fits(tmp_path):
+    """from_folder(masks=...): (uint8 images, uint8 masks) a batch, the masks the files' own in the pass's order."""
+    from segmentation_data import write_texture_folder
+
+    from app.data.pixels.label_masks import read_mask
+    from app.pixel_objectives import PixelLoss, PixelScores
+
+    made = write_texture_folder(tmp_path / "seg", train=8, val=4, size=16)
+    loader = ImageLoader.from_folder(made.root / "images", masks=made.root / "masks", classes=made.class_names,
+                                     ignore_index=255, image_size=(16, 16), batch_size=4, workers=1)
+    plain = ImageLoader(val=([str(image) for image, _ in made.of("val")], [0, 1, 0, 1]), image_size=(16, 16),
+                        batch_size=4, workers=0)
+    with plain:  # negative control: the same images without masks hand labels
+        assert plain.val[0][1].tolist() == [0, 1, 0, 1]
+    with loader:
+        images, masks = loader.val[0]
+        val = [mask for _, mask in made.of("val")]
+        assert images.shape == (4, 16, 16, 3) and masks.dtype == np.uint8 and masks.shape == (4, 16, 16)
+        assert all(np.array_equal(m, read_mask(path, None)) for m, path in zip(masks, val, strict=True))
+        net = keras.Model(*(lambda x: (x, keras.layers.Conv2D(3, 1, activation="softmax")(boundary()(x))))(
+            keras.Input((16, 16, 3))))
+        net.compile("adam", PixelLoss(3, ignore_index=255), metrics=[PixelScores(made.class_names, 255)])
+        history = net.fit(loader.train, epochs=1, verbose=0, shuffle=False)
+    assert {"loss", "miou"} <= set(history.history)

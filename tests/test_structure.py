@@ -99,7 +99,7 @@ FLOORS = [
      "app.adapters", "app.redact", "app.hydra_files", "app.targets", "app.measures"},
     {"app.data", "app.augment", "app.loader", "app.model", "app.backbones", "app.objectives", "app.decoders",
      "app.pixel_objectives"},
-    {"app.capacity", "app.prepare", "app.library", "app.runs"},
+    {"app.capacity", "app.prepare", "app.library", "app.library_splits", "app.runs"},
     {"app.tracking", "app.inference", "app.cli", "app.tasks"},
     {"app.training"},
     {"app.commands", "app.bench"},

@@ -8,16 +8,28 @@ import numpy as np
 import tifffile
 from PIL import Image
 
+from app.data.pixels.label_masks import read_mask
 from app.data.source import FileSplit
 from app.model import normalise
 
 
-def read_textbook(split, index: int) -> np.ndarray:
-    """A file read as PyDatasets usually do (Pillow, full decode); an array source's rows as this loader reads them."""
-    if isinstance(split, FileSplit):
-        with Image.open(split.paths[index]) as img:
-            return np.asarray(img.convert("RGB"))
-    return split.read(index)
+def read_textbook(split, index: int):
+    """A file read as PyDatasets usually do (Pillow, full decode), with its mask (read_mask) where a sample is a pair;
+    an array source's or a copy's rows as this loader reads them."""
+    if not isinstance(split, FileSplit):
+        return split.read(index)
+    with Image.open(split.paths[index]) as img:
+        image = np.asarray(img.convert("RGB"))
+    return image if split.mask_dtype is None else (image, read_mask(split.masks[index], None))
+
+
+def batched(split, samples: list, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(float32 images, targets) of augmented `samples`: their masks where each is an (image, mask) pair, else the
+    split's labels of `indices`."""
+    if split.mask_dtype is None:
+        return normalise(np.stack(samples)), split.labels[indices]
+    images, masks = zip(*samples, strict=True)
+    return normalise(np.stack(images)), np.stack(masks)
 
 
 class KerasBaseline(keras.utils.PyDataset):
@@ -31,9 +43,8 @@ class KerasBaseline(keras.utils.PyDataset):
 
     def __getitem__(self, i: int):
         pairs = self.batches[i]
-        images = np.stack([self.augmenter(read_textbook(self.split, int(k)), self.seed, int(e), int(k))
-                           for e, k in pairs])
-        return normalise(images), self.split.labels[pairs[:, 1]]
+        return batched(self.split, [self.augmenter(read_textbook(self.split, int(k)), self.seed, int(e), int(k))
+                                    for e, k in pairs], pairs[:, 1])
 
 
 class HandRegions(KerasBaseline):

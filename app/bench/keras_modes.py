@@ -17,22 +17,36 @@ from app.tasks import task_of
 from app.training.steps import EpochFigures, EpochPlan, Feed, build_step_variables, train_epoch
 
 
+def _image_head(classes: int, activation: str) -> list:
+    return [keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(classes, activation=activation)]
+
+
+def _pixel_head(classes: int, activation: str) -> list:
+    """A 1×1 convolution: a prediction a pixel at the input's size, as a segmentation model's (app/model.py)."""
+    return [keras.layers.Conv2D(classes, 1, activation=activation)]
+
+
+HEADS = {"image": _image_head, "pixels": _pixel_head}  # by the task's `output`: one prediction an image, or a pixel
+
+
 def _trivial_model(config, source, normalising=True):
     """Every mode's trivial backbone (after `train`'s normaliser for uint8), its head and loss the run's task's."""
-    size, task = config.data.image_size, task_of(config.data.task)
-    head = keras.layers.Dense(len(source.class_names), activation=task.activation)
-    net = keras.Sequential([keras.Input((*size, 3)), keras.layers.GlobalAveragePooling2D(), head])
+    size, task, names = config.data.image_size, task_of(config.data.task), source.class_names
+    net = keras.Sequential([keras.Input((*size, 3)), *HEADS[task.output](len(names), task.activation)])
     if normalising:
         net = classifier(net, size)
-    loss, _ = task.objectives(config.trainer, source.class_names)
+    loss, _ = task.objectives(config.trainer, names, ignore_index=config.data.ignore_index)
     net.compile(optimizer="sgd", loss=loss, metrics=["accuracy"],
                 steps_per_execution=config.trainer.steps_per_execution)
     return net
 
 
-def _blank_labels(source, rows: int) -> np.ndarray:
-    """`rows` labels of 0s shaped and typed as the source's: a class index, or a 0/1 row a sample."""
-    labels = np.asarray(source.train.labels)
+def _blank_targets(split, image_size, rows: int) -> np.ndarray:
+    """`rows` targets of 0s shaped and typed as the split's: a mask of its mask_dtype where a sample is an (image,
+    mask) pair, else a label (a class index, or a 0/1 row)."""
+    if split.mask_dtype is not None:
+        return np.zeros((rows, *image_size), split.mask_dtype)
+    labels = np.asarray(split.labels)
     return np.zeros((rows, *labels.shape[1:]), labels.dtype)
 
 
@@ -56,7 +70,7 @@ def _baseline(run: Run):
     data = config.data
     net = _trivial_model(config, source)
     x = np.zeros((data.batch_size, *data.image_size, 3), np.uint8)
-    y = _blank_labels(source, data.batch_size)
+    y = _blank_targets(source.train, data.image_size, data.batch_size)
     clock.start = time.perf_counter()
     net.fit(_one_batch_repeated(x, y), steps_per_epoch=len(order) // data.batch_size,
             epochs=1, verbose=0, callbacks=[_Tick(clock)])
@@ -99,7 +113,7 @@ def _loader_fit(run: Run):
         if _on_tensorflow():
             import tensorflow as tf  # the TensorFlow backend only: JAX runs this mode without it
 
-            labels = _blank_labels(source, 0)
+            labels = _blank_targets(source.train, data.image_size, 0)
             signature = (tf.TensorSpec((None, *data.image_size, 3), tf.uint8),
                          tf.TensorSpec((None, *labels.shape[1:]), tf.as_dtype(labels.dtype)))
             batches = tf.data.Dataset.from_generator(lambda: loader_batches(loader, order),

@@ -6,7 +6,7 @@ import gc
 import logging
 import traceback
 
-from app.augment import Augmenter
+from app.augment import augmenters
 from app.bench.loading import Clock, Run, loader_only, reason, serial, visit_order
 from app.data.pixels.pixels import run_pixels
 from app.data.sources.chosen import load_or_generate_source
@@ -47,8 +47,9 @@ def child_main(mode: str, config, queue: Queue, conn, log_path: str | None = Non
 def _run_mode(mode: str, config, queue: Queue) -> dict:
     data, bench = config.data, config.bench
     source = load_or_generate_source(data)
-    augmenter = Augmenter(config.augment.transforms, data.image_size, draft=data.decode.draft,
-                          max_pixels=data.max_image_pixels, pixels=run_pixels(data, source.train))
+    # as the loader builds the training split's: of (image, mask) pairs where its samples are (its mask_dtype)
+    augmenter = augmenters(data, {"train": config.augment.transforms}, pixels=run_pixels(data, source.train),
+                           masks=source.train.mask_dtype is not None)["train"]
     batch, total = data.batch_size, bench.warmup + bench.batches
     order = visit_order(len(source.train), batch, needed=batch * total, seed=config.seed,
                         shuffle=config.queue.shuffle)

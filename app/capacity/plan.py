@@ -65,6 +65,7 @@ class Workload:
     bands: int = 3  # the images' bands and the bytes of a sample (data.channels, data.dtype)
     itemsize: int = 1
     region_reads: bool = False  # patches of large images (data.patches), read region by region
+    mask_itemsize: int = 0  # a mask beside each image (data.task=segmentation): its bytes a pixel; 0: none
     allocator_mib: float = 0.0  # the GPU allocator's bookkeeping in host memory (app/training/devices.py)
 
     @property
@@ -93,14 +94,15 @@ class Plan:
                 "host": {k: round(v, 1) for k, v in self.host}, "device": {k: round(v, 1) for k, v in self.device}}
 
 
-def workload(data, largest: tuple[int, int], run, region_reads: bool = False) -> Workload:
-    """The figures the plan needs of a loaded config's data group and its run plan (app/capacity/run_plan.py)."""
-    queue = run.queue
+def workload(data, largest: tuple[int, int], run, split) -> Workload:
+    """The figures the plan needs of a loaded config's data group and its run plan (app/capacity/run_plan.py);
+    `split`: the training split, whose kind says whether patches are read by region, and a mask's type."""
+    queue, masks = run.queue, split.mask_dtype
     return Workload(batch_size=run.batch_size, image_size=tuple(data.image_size), max_size=queue.max_size,
                     workers=queue.workers, processes=queue.use_multiprocessing, largest_decode_bytes=largest[0],
                     largest_pillow_bytes=largest[1], device_is_host=run.device_is_host, bands=run.pixels.bands,
-                    itemsize=np.dtype(run.pixels.dtype).itemsize, region_reads=region_reads,
-                    allocator_mib=run.allocator_mib)
+                    itemsize=np.dtype(run.pixels.dtype).itemsize, region_reads=isinstance(split, PatchSplit),
+                    allocator_mib=run.allocator_mib, mask_itemsize=0 if masks is None else np.dtype(masks).itemsize)
 
 
 def plan_for(config, splits: tuple, model: ModelFacts, probe: Probe, *, run) -> Plan:
@@ -114,8 +116,7 @@ def plan_for(config, splits: tuple, model: ModelFacts, probe: Probe, *, run) -> 
     rules = [decode(config.augment.transforms), decode(eval_transforms(config.augment, data.image_size))]
     sizes = [split.largest_decode_bytes(rule) for split, rule in zip(splits, rules, strict=False)]
     largest = (max(a for a, _ in sizes), max(p for _, p in sizes))
-    regions = any(isinstance(split, PatchSplit) for split in splits)  # patches read region by region
-    return predict(workload(data, largest, run, regions), probe, model)
+    return predict(workload(data, largest, run, splits[0]), probe, model)
 
 
 BUDGET = "queue.memory_budget_mb"
@@ -150,6 +151,9 @@ def decode_mib(work: Workload, probe: Probe) -> float:
 
 def predict(work: Workload, probe: Probe, model: ModelFacts) -> Plan:
     batch, kind = work.pixels * work.itemsize, "uint8" if work.itemsize == 1 else "uint16"
+    # a mask beside each image (data.task=segmentation), in the ring and the training process alike
+    batch += work.batch_size * work.image_size[0] * work.image_size[1] * work.mask_itemsize
+    their, its = (" and their masks", " and its masks") if work.mask_itemsize else ("", "")
     device = [("float32 batch (the first layer's output)", 4 * work.pixels / MIB),
               ("parameters and their gradients", 2 * model.parameter_bytes / MIB),
               ("optimizer state", model.optimizer_bytes / MIB),
@@ -159,8 +163,9 @@ def predict(work: Workload, probe: Probe, model: ModelFacts) -> Plan:
     host = [("TensorFlow and the app (this machine's probe)", probe.trainer_mib),
             (f"compiled train and test steps ({model.layers} layers × {probe.step_mib_per_layer:.2f} MiB)",
              model.layers * probe.step_mib_per_layer),
-            (f"{kind} batches in the training process ({TRAINER_UINT8_BATCHES})", TRAINER_UINT8_BATCHES * batch / MIB),
-            (f"the ring ({slots} slot(s) of one {kind} batch)", slots * batch / MIB)]
+            (f"{kind} batches{their} in the training process ({TRAINER_UINT8_BATCHES})",
+             TRAINER_UINT8_BATCHES * batch / MIB),
+            (f"the ring ({slots} slot(s) of one {kind} batch{its})", slots * batch / MIB)]
     if work.allocator_mib:
         host.insert(2, ("the GPU allocator's bookkeeping (1/32 of its preallocated pool)", work.allocator_mib))
     if work.workers and work.processes:

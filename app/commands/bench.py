@@ -3,6 +3,7 @@ docs/performance.md), each in a fresh process, then (bench.memory) again to samp
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 import multiprocessing as mp
@@ -73,7 +74,8 @@ def main(cfg: DictConfig) -> None:
     plain = redacted(to_plain(config))
     plain["queue"].update(workers=queue.workers, max_size=queue.max_size)  # as the modes ran: `auto` resolved
     plain["bench"]["modes"] = runnable
-    batch = Settings.of(config.data, queue, pixels=run_pixels(config.data, source.train))
+    batch = dataclasses.replace(Settings.of(config.data, queue, pixels=run_pixels(config.data, source.train)),
+                                mask_dtype=source.train.mask_dtype)  # the ring's batch: its masks too, as the loader's
     derived = {**_derived(results, batch, slots),
                **copies.ratios(results, runnable, copies.labels(config.bench))}
     report = {"results": results, "config": {k: plain[k] for k in ("data", "augment", "queue", "bench", "seed")},
@@ -184,8 +186,10 @@ def _mib(result: dict) -> str:
 def _derived(results: dict, batch: Settings, slots: int) -> dict:
     """The targets' figures: the ring's `slots` (as queue.max_size caps them) of `batch`'s batches, its workers."""
     ok, workers = {m: r for m, r in results.items() if "error" not in r}, batch.queue.workers
-    samples = batch.batch_bytes // np.dtype(batch.pixels.dtype).itemsize
-    derived: dict = {"queue_bytes": slots * batch.batch_bytes, "float32_batch_bytes": 4 * samples}
+    images = dataclasses.replace(batch, mask_dtype=None).batch_bytes
+    # the batch a Keras peer hands fit: its images in float32, their masks (if any) as they are
+    float32 = 4 * images // np.dtype(batch.pixels.dtype).itemsize + batch.batch_bytes - images
+    derived: dict = {"queue_bytes": slots * batch.batch_bytes, "float32_batch_bytes": float32}
     keras_best = max((ok[m]["images_per_s"] for m in KERAS_MODES if m in ok), default=None)
     if keras_best:
         derived["keras_best_images_per_s"] = keras_best

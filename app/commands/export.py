@@ -78,8 +78,8 @@ def main(cfg: DictConfig) -> dict:
                   "sizes": {"export_bytes": size_of(written), "model_keras_bytes": size_of(model_path),
                             "parameters": int(net.count_params())}, "versions": versions(format_packages(fmt))}
         write_json(Path(HydraConfig.get().runtime.output_dir) / "export.json", record)
-        _print(record)
-        refuse_difference(record, out)
+        _print(record, task)
+        refuse_difference(record, out, task)
         write_json(staging / RECORD, record)
         check_out(out, run_dir, fmt, cfg.overwrite)  # again: what is there may have changed since
         publish_moving_aside(staging, out)
@@ -89,14 +89,14 @@ def main(cfg: DictConfig) -> dict:
     return record
 
 
-def refuse_difference(record: dict, out: Path) -> None:
+def refuse_difference(record: dict, out: Path, task: Task) -> None:
     """A DataError when the export's probabilities differ from Keras's by more than the tolerance."""
     parity, fmt = record["parity"], record["format"]
     if parity["passed"]:
         return
     raise DataError(f"the {fmt} export of {record['model']} predicts differently from Keras: the largest difference "
                     f"of probabilities is {parity['max_abs_difference']:.3g} over {parity['samples']} validation "
-                    f"samples, above export.tolerance={parity['tolerance']:g} ({agreement(parity)}). It was not "
+                    f"samples, above export.tolerance={parity['tolerance']:g} ({agreement(parity, task)}). It was not "
                     f"written to {out}; the figures are in "
                     f"{HydraConfig.get().runtime.output_dir}/export.json. Raise export.tolerance if that difference "
                     "is acceptable where it will run, or try another export.format.")
@@ -158,10 +158,8 @@ def compared(predict, net, batches, *, task: Task, output: dict) -> dict:
     return {"samples": samples, "max_abs_difference": worst, task.parity_key: agreeing / samples}
 
 
-def agreement(parity: dict) -> str:
-    if "label_agreement" in parity:
-        return f"labels agreeing at their thresholds {parity['label_agreement']:.4f}"
-    return f"top-1 agreement {parity['top1_agreement']:.4f}"
+def agreement(parity: dict, task: Task) -> str:
+    return f"{task.parity_words} {parity[task.parity_key]:.4f}"
 
 
 def preprocessing(augment, size: list[int]) -> dict:
@@ -191,8 +189,8 @@ def format_packages(fmt: str) -> tuple[str, ...]:
     return ("tensorflow", "keras", *(PACKAGES[name] for name in NEEDS[fmt]))
 
 
-def _print(record: dict) -> None:
+def _print(record: dict, task: Task) -> None:
     parity = record["parity"]
     print(f"{record['format']}: {parity['samples']} validation samples, largest difference of probabilities "
-          f"{parity['max_abs_difference']:.3g} (tolerance {parity['tolerance']:g}), {agreement(parity)} against "
+          f"{parity['max_abs_difference']:.3g} (tolerance {parity['tolerance']:g}), {agreement(parity, task)} against "
           f"{record['model']}")

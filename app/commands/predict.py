@@ -29,7 +29,7 @@ from app.data.slides.layouts import PROGRESS_AFTER_S
 from app.data.slides.patches import grid_split
 from app.data.source import FileSplit
 from app.errors import ConfigError, DataError
-from app.inference import patch_scores
+from app.inference import patch_scores, pixel_predictions
 from app.inference.opened import open_run
 from app.io import atomic_write
 from app.loader.pipeline import build_loader
@@ -106,11 +106,13 @@ def main(cfg: DictConfig) -> None:
     patches = None if prepared else run_patches(config.data)
     if patches is not None:
         return _predict_patches(config, patches, (net, names, settings, transforms), (files, out))
+    task = task_of(config.data.task)
+    if task.output == "pixels":  # a mask an input (data.task=segmentation)
+        return _predict_masks(config, splits["predict"], (net, names, settings, transforms), (Path(source), out))
     failed: list[tuple[str, str]] = []  # (what, why) of each sample that could not be read
     with build_loader(config, {name: (split, transforms) for name, split in splits.items()},
                       on_bad_sample="mark", settings=settings) as loader, \
             atomic_write(out, newline="", encoding="utf-8") as f:  # stopped midway: no half CSV
-        task = task_of(config.data.task)
         rows = _Rows(writer=csv.writer(f), net=net, names=names, counts=counts, task=task,
                      cut=task.cut(cfg.thresholds, run_dir, names, config.trainer))
         rows.writer.writerow(["path", task.prediction_column, *names, "error"])
@@ -130,6 +132,22 @@ def main(cfg: DictConfig) -> None:
             raise DataError(f"{source} could not be read: {why}; see {out}.")
         where = f"samples of the prepared copy {source}" if prepared else f"files under {source}"
         raise DataError(f"none of the {total} {where} could be read (the first, {first}: {why}); see {out}.")
+
+
+def _predict_masks(config, split, model: tuple, where: tuple[Path, Path]) -> None:
+    """A mask, an overlay and a row of class shares an input (data.task=segmentation)."""
+    (net, names, settings, transforms), (root, out) = model, where
+    writer = pixel_predictions.MaskWriter(out.parent, names, root)
+    with build_loader(config, {"predict": (split, transforms)}, on_bad_sample="mark", settings=settings) as loader:
+        rows = pixel_predictions.predicted_rows(loader, split, net, writer)
+    patch_scores.write_csv(out, ["path", "mask", *names, "error"], rows)
+    failed = [row for row in rows if row[-1]]
+    unread = f"; {len(failed)} unreadable, listed with why" if failed else ""
+    print(f"{len(rows) - len(failed)} masks of {len(rows)} inputs{unread}")
+    print(f"written: {out}, {out.parent / 'masks'}, {out.parent / 'overlays'}")
+    if len(failed) == len(rows):
+        raise DataError(f"none of the {len(rows)} inputs could be read (the first, {failed[0][0]}: {failed[0][-1]}); "
+                        f"see {out}.")
 
 
 def _predict_patches(config, patches, model: tuple, where: tuple[list[Path], Path]) -> None:

@@ -24,7 +24,7 @@ from app.loader.order import epoch_order
 from app.loader.worker import make_sample
 from app.runs.rundata import checked_source
 from app.schema import register
-from app.sheets import grid, rgb_view
+from app.sheets import class_colours, grid, overlay, rgb_view, with_legend
 
 log = logging.getLogger("app.preview")
 register()
@@ -36,7 +36,8 @@ def main(cfg: DictConfig) -> str:
     config = load(cfg)
     source = checked_source(config)
     pixels = run_pixels(config.data, source.train)
-    built = augmenters(config.data, {"source": [], "train": config.augment.transforms}, pixels=pixels)
+    masks = source.train.mask_dtype is not None  # (image, mask) pairs: the mask laid over each
+    built = augmenters(config.data, {"source": [], "train": config.augment.transforms}, pixels=pixels, masks=masks)
     n, k = config.preview.images, config.preview.augmentations
     order = epoch_order(len(source.train), seed=config.seed, epoch=0, shuffle=config.queue.shuffle)
     images, captions, shown = [], [], 0
@@ -50,8 +51,8 @@ def main(cfg: DictConfig) -> str:
             continue
         row += [make_sample(source.train, built["train"], index, seed=config.seed, epoch=epoch) for epoch in range(k)]
         images += row
-        captions += [f"#{index} {label_sets.text(source.train.labels[index], source.class_names)}",
-                     *(f"epoch {epoch + 1}" for epoch in range(k))]
+        named = "" if masks else f" {label_sets.text(source.train.labels[index], source.class_names)}"
+        captions += [f"#{index}{named}", *(f"epoch {epoch + 1}" for epoch in range(k))]
         shown += 1
     if not shown:
         raise DataError(f"none of the {len(order)} samples of the train split could be read (the warnings above name "
@@ -61,7 +62,7 @@ def main(cfg: DictConfig) -> str:
     if bands is not None or pixels.bands != 3 or pixels.dtype != "uint8":
         log.info("preview: bands %s as red, green and blue, each image's stretched from its 2nd to its 98th "
                  "percentile (preview.bands)", bands or ([0, 1, 2] if pixels.bands >= 3 else [0, 0, 0]))
-    write_picture(out, grid(list(rgb_view(np.stack(images), bands)), captions, columns=k + 1).save)
+    write_picture(out, _sheet(images, captions, (bands, k + 1), source.class_names if masks else None).save)
     log.info("preview: %d samples × (source + %d augmentations), seed %d", shown, k, config.seed)
     print(f"written: {out}")
     if isinstance(source.train, PatchSplit):  # patches of images at hand: where they lie on them
@@ -69,6 +70,17 @@ def main(cfg: DictConfig) -> str:
         write_patch_sheet(source.train, [int(i) for i in order[:n]], config.seed, sheet)
         print(f"written: {sheet} (where patches are drawn from in green, the previewed ones in yellow)")
     return str(out)
+
+
+def _sheet(samples: list, captions: list[str], how: tuple, class_names: list[str] | None):
+    """The grid of samples, `how` (bands, columns); pairs (class_names given) with their masks laid over, a legend."""
+    (bands, columns), pairs = how, class_names is not None
+    seen = list(rgb_view(np.stack([s[0] if pairs else s for s in samples]), bands))
+    if not pairs:
+        return grid(seen, captions, columns=columns)
+    colours = class_colours(len(class_names))
+    laid = [overlay(image, mask, colours) for image, (_, mask) in zip(seen, samples, strict=True)]
+    return with_legend(grid(laid, captions, columns=columns), class_names, colours)
 
 
 def _bad_sample(bad: BadSampleError, policy: str) -> None:

@@ -42,6 +42,7 @@ class Task(Protocol):
     monitor: ClassVar[str]  # trainer.monitor=auto's
     prediction_column: ClassVar[str]  # predictions.csv's column of what an image shows
     parity_key: ClassVar[str]  # export.json's figure of agreement
+    parity_words: ClassVar[str]  # what export says it is
 
     def metric_names(self, trainer: TrainerConfig, class_names: list[str]) -> list[str]: ...
     def objectives(self, trainer: TrainerConfig, class_names: list[str], weights, ignore_index=None) -> tuple: ...

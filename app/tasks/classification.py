@@ -26,7 +26,7 @@ class Classification:
 
     targets = targets_of(TaskName.multiclass)
     activation, monitor, prediction_column, parity_key = "softmax", "val_accuracy", "class", "top1_agreement"
-    output = "image"
+    output, parity_words = "image", "top-1 agreement"
 
     def metric_names(self, trainer: TrainerConfig, class_names: list[str]) -> list[str]:
         k = top_k(trainer, len(class_names))

@@ -27,7 +27,7 @@ class MultiLabel:
 
     targets = targets_of(TaskName.multilabel)
     activation, monitor, prediction_column, parity_key = "sigmoid", "val_auc", "labels", "label_agreement"
-    output = "image"
+    output, parity_words = "image", "labels agreeing at their thresholds"
 
     def metric_names(self, trainer: TrainerConfig, class_names: list[str]) -> list[str]:
         return ["auc", "map", "precision", "recall", *(f"f1_{name}" for name in class_names), "macro_precision",

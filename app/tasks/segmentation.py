@@ -24,7 +24,7 @@ class Segmentation:
 
     targets = targets_of(TaskName.segmentation)
     activation, monitor, prediction_column, parity_key = "softmax", "val_miou", "mask", "pixel_agreement"
-    output = "pixels"
+    output, parity_words = "pixels", "share of pixels whose class agrees"
 
     def metric_names(self, trainer: TrainerConfig, class_names: list[str]) -> list[str]:
         return ["miou", *(f"iou_{name}" for name in class_names), "dice", "pixel_accuracy"]

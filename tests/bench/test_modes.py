@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import multiprocessing
 
@@ -9,15 +10,20 @@ import numpy as np
 import pytest
 import tifffile
 from hydra import compose, initialize_config_dir
+from PIL import Image
+from segmentation_data import TEXTURE_CLASSES, write_texture_folder
 
+from app.bench.keras_modes import _trivial_model
 from app.bench.modes import child_main
 from app.commands import bench
 from app.config import conf_dir, load
 from app.data.pixels.pixels import run_pixels
 from app.data.source import FileSplit
+from app.data.sources.chosen import load_or_generate_source
 from app.errors import ConfigError
 from app.loader.settings import Queue, Settings
 from app.schema import BENCH_MODES, register
+from app.training.steps import target_spec
 
 register()
 
@@ -82,3 +88,36 @@ def test_serial_reads_a_six_band_uint16_run_and_the_figures_are_of_its_batches(t
     batch = Settings.of(config.data, Queue(workers=1), pixels=pixels)
     derived = bench._derived({}, batch, slots=3)
     assert derived == {"queue_bytes": 3 * 2 * 16 * 16 * 6 * 2, "float32_batch_bytes": 4 * 2 * 16 * 16 * 6}
+
+
+def in_process(mode: str, config) -> dict:
+    """`mode`'s result, run in this process (as its child process runs it), one worker."""
+    parent_end, child_end = multiprocessing.Pipe(duplex=False)
+    child_main(mode, config, Queue(workers=1), child_end)
+    return parent_end.recv()
+
+
+@pytest.mark.slow
+def test_every_mode_benches_a_segmentation_folder_and_the_peers_read_the_masks_themselves(tmp_path):
+    """data.task=segmentation: every mode times (image, mask) batches, the modes with a model through a per-pixel
+    head whose targets in train's step loop (target_spec) are the split's masks; the peers read each mask as their
+    users do (read_mask), so a colour mask fails them."""
+    write_texture_folder(tmp_path, train=8, val=2, size=32)
+    data = ["data=folder", f"data.path={tmp_path / 'images'}", f"data.masks={tmp_path / 'masks'}",
+            "data.task=segmentation", f"data.classes=[{','.join(TEXTURE_CLASSES)}]", "data.ignore_index=255",
+            "data.image_size=[32,32]", "data.batch_size=4"]
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        config = load(compose("bench", [*data, "bench.warmup=1", "bench.batches=1"]))
+    for mode in [m for m in BENCH_MODES if m not in bench.REGION_MODES]:
+        result = in_process(mode, config)
+        assert "error" not in result, (mode, result.get("traceback"))
+        assert result["timed_batches"] == 1 and result["images_per_s"] > 0, mode
+    source = load_or_generate_source(config.data)
+    assert target_spec(_trivial_model(config, source)) == ((32, 32), source.train.mask_dtype) == ((32, 32), "uint8")
+    masked = dataclasses.replace(Settings.of(config.data, Queue(workers=1)), mask_dtype="uint8")
+    assert bench._derived({}, masked, slots=2) == {"queue_bytes": 2 * 4 * 32 * 32 * (3 + 1),  # the ring holds masks too
+                                                   "float32_batch_bytes": 4 * 4 * 32 * 32 * 3 + 4 * 32 * 32}
+    for mask in (tmp_path / "masks" / "train").iterdir():  # negative control: masks no reader takes
+        Image.new("RGB", (32, 32), (200, 40, 40)).save(mask)
+    for mode in ("serial", "keras_threads", "tf_data"):
+        assert "colour" in in_process(mode, config)["error"], mode

@@ -111,3 +111,13 @@ def test_model_facts_count_variables_optimizer_slots_and_outputs():
     sgd = keras.Model(inputs, outputs)
     sgd.compile(optimizer="sgd", loss="mse")
     assert memory_facts(sgd, "float32")["optimizer_bytes"] < 64  # negative control: plain SGD keeps no slots
+
+
+def test_a_mask_beside_each_image_is_counted_in_the_ring_and_the_training_process():
+    plan = dict(predict(dataclasses.replace(WORK, mask_itemsize=1), PROBE, MODEL).host)
+    images, masks = 16 * 512 * 512 * 3 / MIB, 16 * 512 * 512 / MIB
+    assert plan["the ring (4 slot(s) of one uint8 batch and its masks)"] == 4 * (images + masks)
+    assert plan["uint8 batches and their masks in the training process (3)"] == 3 * (images + masks)
+    wide = dict(predict(dataclasses.replace(WORK, mask_itemsize=2), PROBE, MODEL).host)  # uint16 masks: twice
+    assert wide["the ring (4 slot(s) of one uint8 batch and its masks)"] == 4 * (images + 2 * masks)
+    assert "the ring (4 slot(s) of one uint8 batch)" in dict(predict(WORK, PROBE, MODEL).host)  # negative control

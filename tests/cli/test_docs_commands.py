@@ -33,6 +33,7 @@ import numpy as np
 import pytest
 import tifffile
 from PIL import Image
+from segmentation_data import write_raster_set, write_texture_folder
 from slides import write_slides
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,7 +66,8 @@ LOG_PREFIX = re.compile(r"^\[[^\]]*\]\[[^\]]*\]\[[^\]]*\] - ")
 def placeholders(tmp: Path) -> dict[str, str]:
     return {"/some/images": str(tmp / "images"), "/data/flowers": str(tmp / "images"), "$HOME": str(tmp / "home"),
             "/data/scans": str(tmp / "scans"), "/data/planet": str(tmp / "planet"), "/data/tiles": str(tmp / "tiles"),
-            "/data/slides": str(tmp / "slides")}
+            "/data/slides": str(tmp / "slides"), "/data/tissue": str(tmp / "tissue"),
+            "/data/landcover": str(tmp / "landcover")}
 
 
 def documented() -> list[dict]:
@@ -265,6 +267,8 @@ def ran(tmp_path_factory):
     write_scans(tmp / "scans")
     write_planet(tmp / "planet")
     write_tiles(tmp / "tiles")
+    write_texture_folder(tmp / "tissue", train=8, val=4, size=32)  # docs/segmentation.md's
+    write_raster_set(tmp / "landcover", n=8, size=32)
     slides = write_slides(tmp / "slides", per_class=2, side=512, classes=("tumour", "normal"))
     (tmp / "slides" / "patches.csv").write_text("path,label,x,y\n" + "".join(  # a table of patches, docs/slides.md's
         f"{path.parent.name}/{path.name},{path.parent.name},{64 * k},{96 * k}\n" for path in slides for k in range(4)))

@@ -149,3 +149,53 @@ def test_a_signal_while_the_segment_is_made_leaves_none(monkeypatch):
     with pytest.raises(KeyboardInterrupt), interrupts():
         Ring(2, (4, 8, 8), shared=True)
     assert not [n for n in os.listdir("/dev/shm") if n.startswith(mine)]
+
+
+@pytest.mark.parametrize(("mask_dtype", "value"), [("uint8", 200), ("uint16", 1000)])
+def test_masks_share_the_segment_with_the_pixels_and_a_worker_writes_pairs(mask_dtype, value):
+    """data.task=segmentation: an (H, W) mask beside each image in the one segment, which a worker maps by its spec
+    and writes through `spec.slots` as the worker loop does."""
+    slots, batch, height, width = 2, 3, 5, 7
+    ring = Ring(slots, (batch, height, width), shared=True, mask_dtype=mask_dtype)
+    pixels, masks = slots * batch * height * width * 3, slots * batch * height * width * np.dtype(mask_dtype).itemsize
+    try:
+        assert ring.nbytes == pixels + masks and ring.spec.segment_bytes == pixels + masks + slots * batch
+        assert os.stat(f"/dev/shm/{ring.spec.name}").st_size == ring.spec.segment_bytes
+        assert ring.masks.shape == (slots, batch, height, width) and ring.masks.dtype == mask_dtype
+        view, done, buffer = attach(ring.spec)
+        written = ring.spec.slots(buffer)
+        image = np.arange(height * width * 3, dtype=np.uint8).reshape(height, width, 3)
+        mask = (np.arange(height * width).reshape(height, width) % 3).astype(mask_dtype)
+        mask[0, 0] = value
+        written[1, 2] = (image, mask)  # the last sample: its mask ends where the done bytes begin
+        done[1, 2] = 1
+        assert np.array_equal(ring.masks[1, 2], mask) and np.array_equal(ring.array[1, 2], image)
+        assert ring.done.tolist() == [[0, 0, 0], [0, 0, 1]]  # the done byte written after the mask left it whole
+        assert not ring.masks[0].any() and not ring.masks[1, :2].any() and not ring.array[1, :2].any()
+        written[1, 2] = 0  # a marked sample (on_bad_sample=mark): zeros in both
+        assert not ring.masks[1, 2].any() and not ring.array[1, 2].any()
+        del view, done, written
+        buffer.close()
+    finally:
+        ring.close()
+    assert not os.path.exists(f"/dev/shm/{ring.spec.name}")
+
+
+def test_a_ring_without_masks_has_none_and_no_room_for_them():
+    """The negative control of the test above: labels are the enqueuer's, the segment pixels and done bytes alone."""
+    ring = Ring(2, (3, 5, 7), shared=True)
+    try:
+        assert ring.masks is None and ring.slots.masks is None and ring.spec.mask_dtype is None
+        assert ring.spec.segment_bytes == 2 * 3 * 5 * 7 * 3 + 2 * 3
+        assert os.stat(f"/dev/shm/{ring.spec.name}").st_size == ring.spec.segment_bytes
+        view, done, buffer = attach(ring.spec)
+        written = ring.spec.slots(buffer)
+        written[1, 2] = np.full((5, 7, 3), 9, np.uint8)  # an image, not a pair
+        assert ring.array[1, 2].min() == 9 and ring.array[1, 1].max() == 0
+        del view, done, written
+        buffer.close()
+    finally:
+        ring.close()
+    in_process = Ring(1, (2, 4, 4), shared=False, mask_dtype="uint16")  # an in-process ring holds masks too
+    assert in_process.masks.shape == (1, 2, 4, 4) and in_process.masks.dtype == np.uint16
+    in_process.close()

@@ -22,8 +22,7 @@ def load_or_generate_source(data_cfg) -> Source:
             if option == "prepared" else "/path/to/images"
         raise ConfigError(f"config key `data.path` is not set: data={option} needs a folder, "
                           f"e.g. data.path={example}.")
-    targets = targets_of(data_cfg.task)
-    if targets.masks and option == "folder":  # a folder of images and one of their masks, not of class folders
+    if option == "folder" and targets_of(data_cfg.task).masks:  # a folder of images and one of masks, not classes
         source_of = masked_folder_source
     source = source_of(data_cfg)
     patches = patches_of(data_cfg)  # folders and tables of large images
@@ -32,5 +31,5 @@ def load_or_generate_source(data_cfg) -> Source:
         close_open_files()  # the masks are read: the slides they opened are the workers' to open now
     if option != "cifar":  # CIFAR-10's classes are the dataset's ten names, which its official batches all hold
         check_every_class_trains(source, f"data.table {data_cfg.table}" if option == "table" else
-                                 f"data={option} data.path={data_cfg.path}", targets=targets)
+                                 f"data={option} data.path={data_cfg.path}", targets=targets_of(data_cfg.task))
     return source

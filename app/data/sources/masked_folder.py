@@ -23,7 +23,7 @@ def masked_folder_source(data_cfg) -> Source:
             raise DataError(f"{key} {folder} does not exist or is not a folder: data.task=segmentation reads the "
                             "images under data.path and each one's mask under data.masks, at the same relative path "
                             "and stem.")
-    parts, given = _parts(images, data_cfg)
+    parts, given = _parts(images, data_cfg, masks)
     found, stems = images_under(masks, masks), {}
     for rel, *_ in found:
         stem = str(PurePosixPath(rel).with_suffix(""))
@@ -46,13 +46,16 @@ def masked_folder_source(data_cfg) -> Source:
                   fingerprint=digest, split=split, names_sizes_fingerprint=names_sizes, test=split_of.get("test"))
 
 
-def _parts(images: Path, data_cfg) -> tuple[dict[str, Files], bool]:
-    """(split name → its images, whether the folder gives the split)."""
+def _parts(images: Path, data_cfg, masks: Path) -> tuple[dict[str, Files], bool]:
+    """(split name → its images, whether the folder gives the split); data.masks inside data.path holds no image."""
+    def under(folder: Path) -> Files:
+        return [f for f in images_under(folder, images) if not (images / f[0]).is_relative_to(masks)]
+
     if (images / "train").is_dir() and (images / "val").is_dir():
-        parts = {name: images_under(images / name, images) for name in SPLITS if (images / name).is_dir()}
+        parts = {name: under(images / name) for name in SPLITS if (images / name).is_dir()}
         given = True
     else:
-        every = images_under(images, images)
+        every = under(images)
         rest, test = split_by_fraction(every, data_cfg.test_fraction) if data_cfg.test_fraction else (every, [])
         train, val = split_by_fraction(rest, data_cfg.val_fraction / (1 - data_cfg.test_fraction))
         parts, given = {"train": train, "val": val, "test": test}, False

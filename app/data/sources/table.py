@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from app.data.masked import MaskedFileSplit, MaskRule
 from app.data.slides.layouts import edge_check
 from app.data.source import FileSplit, Source, check_every_class_trains
 from app.data.sources import label_sets
@@ -39,29 +40,33 @@ def table_source(data_cfg) -> Source:
     header, rows = read_rows(table)
     if not rows:
         raise DataError(f"data.table {table} holds no rows: a row an image, with its path and label")
-    columns = _columns(data_cfg.columns, header, table)
-    root = Path(data_cfg.root).expanduser().absolute() if data_cfg.root else table.parent
     targets = targets_of(data_cfg.task)
+    columns = _columns(data_cfg.columns, header, table, masks=targets.masks)
+    root = Path(data_cfg.root).expanduser().absolute() if data_cfg.root else table.parent
     reader = RowReader(table=table, root=root, columns=columns, path_format=data_cfg.path_format,
                        classes=data_cfg.classes, multilabel=targets.table_reading(data_cfg, header, table),
-                       edge=edge_check(data_cfg.patches) if columns["x"] and data_cfg.patches.size else None)
+                       edge=edge_check(data_cfg.patches) if columns["x"] and data_cfg.patches.size else None,
+                       masks=targets.masks)
     samples, left_out = reader.checked(rows, skip=str(data_cfg.on_bad_sample.value) == "skip")
     _check_left_out(left_out, len(rows), data_cfg.max_bad_fraction, table)
-    samples, class_names = _classes(samples, data_cfg, multilabel=reader.multilabel is not None)
+    samples, class_names = (samples, list(data_cfg.classes)) if targets.masks else \
+        _classes(samples, data_cfg, multilabel=reader.multilabel is not None)
     if len(class_names) < 2:
         where = f"column `{columns['label']}`" if columns["label"] else "data.columns.labels"
         raise DataError(f"data.table {table} has one class ({', '.join(class_names) or 'none'}) in {where}: a "
                         "classifier needs at least 2")
-    source = _source(table, root, class_names, parts=_split(samples, columns, data_cfg), left_out=left_out)
+    rule = MaskRule(len(class_names), data_cfg.ignore_index) if targets.masks else None
+    source = _source(table, (root, rule), class_names, parts=_split(samples, columns, data_cfg), left_out=left_out)
     check_every_class_trains(source, f"data.table {table}", targets=targets, unit="row",
                              fix="give them training rows (or leave them out of data.classes)")
     return source
 
 
-def _columns(given, header: list[str], table: Path) -> dict[str, str | None]:
+def _columns(given, header: list[str], table: Path, *, masks: bool) -> dict[str, str | None]:
     """The columns the config names, checked to be in the table (Hugging Face's `file_name` for the path's)."""
-    columns = {"path": given.path, "label": None if given.labels else given.label,  # 0/1 columns: no label one
-               "split": given.split, "group": given.group, "weight": given.weight, "x": given.x, "y": given.y}
+    columns = {"path": given.path, "label": None if given.labels or masks else given.label,  # 0/1 columns, masks
+               "split": given.split, "group": given.group, "weight": given.weight, "x": given.x, "y": given.y,
+               "mask": given.mask}
     if not header:
         raise DataError(f"data.table {table} holds no rows: a row an image, with its path and label")
     twice = sorted({name for name in header if header.count(name) > 1})
@@ -155,16 +160,27 @@ def _split_groups(samples: list[Sample], val_fraction: float, test_fraction: flo
             for name, part in (("train", train), ("val", val), ("test", test))}
 
 
-def _source(table: Path, root: Path, class_names: list[str], *, parts: dict, left_out: list) -> Source:
+def _file_split(samples: list[Sample], root: Path, class_names: list[str], rule: MaskRule | None) -> FileSplit:
+    """The rows' files and labels; a mask each (rule given: data.task=segmentation)."""
+    paths = [os.path.join(root, s.rel) for s in samples]
+    if rule is not None:
+        return MaskedFileSplit(paths, [os.path.join(root, s.mask[0]) for s in samples], rule)
+    if samples and not isinstance(samples[0].label, str):  # multilabel: a 0/1 vector a sample
+        return FileSplit(paths, label_sets.vectors([s.label for s in samples], class_names))
     index = {name: i for i, name in enumerate(class_names)}
+    return FileSplit(paths, [index[s.label] for s in samples])
+
+
+def _source(table: Path, files: tuple[Path, MaskRule | None], class_names: list[str], *, parts: dict,
+            left_out: list) -> Source:
+    """`files`: data.root, and how a row's mask is read (None: no masks)."""
+    root, rule = files
 
     def file_split(samples: list[Sample]) -> FileSplit:
-        paths = [os.path.join(root, s.rel) for s in samples]
-        if samples and not isinstance(samples[0].label, str):  # multilabel: a 0/1 vector a sample
-            return FileSplit(paths, label_sets.vectors([s.label for s in samples], class_names))
-        return FileSplit(paths, [index[s.label] for s in samples])
+        return _file_split(samples, root, class_names, rule)
 
-    listed = sorted({(s.rel, s.size) for part in parts.values() for s in part})
+    listed = sorted({(s.rel, s.size) for part in parts.values() for s in part} |
+                    {s.mask for part in parts.values() for s in part if s.mask is not None})
     h = hashlib.sha256(f"{table.stat().st_size}\0{_sha256(table)}\n".encode())
     for rel, size in listed:
         h.update(f"{rel}\0{size}\n".encode())

@@ -31,6 +31,7 @@ class Sample:
     corner: tuple[int, int] | None = None  # data.columns.x and y: a patch's (top, left) at level 0
     real: str = ""  # its file's real path
     file: tuple[int, int] = (0, 0)  # its file's (st_dev, st_ino): what tells one file listed twice, links too
+    mask: tuple[str, int] | None = None  # data.task=segmentation: its mask's path (under data.root) and size
 
 
 class RowFault(Exception):
@@ -50,6 +51,7 @@ class RowReader:
     classes: list[str] | None
     multilabel: dict | None = None  # data.task=multilabel: how its labels are read (_multilabel)
     edge: Callable | None = None  # a row a patch: (path, corner) → (axis, why) where it passes its image's edge
+    masks: bool = False  # data.task=segmentation: a row's mask (data.columns.mask) is its target, not a label
 
     def checked(self, rows: list[Row], *, skip: bool) -> tuple[list[Sample], list[tuple[int, str, str]]]:
         """The rows that pass every check, and (line, where, why) of those left out (with `skip`; else an error)."""
@@ -89,12 +91,12 @@ class RowReader:
             at, first = seen[(file, corner)]
             raise RowFault(cols["path"], f"{where} is listed already, at {at}" + (f" (as {first})" if first != rel
                                                                                    else ""))
-        label = self.label_of(row)
+        label = "" if self.masks else self.label_of(row)
         split = self.split_of(row)
         group = _text(row.values.get(cols["group"]), cols["group"]) if cols["group"] else None
         group = group or (names.setdefault(file, real) if corner else None)  # an image's patches, links too: one split
         return Sample(at=row.at, rel=rel, label=label, split=split, group=group or None, size=size, real=real,
-                      file=file, weight=self.weight_of(row), corner=corner)
+                      file=file, weight=self.weight_of(row), corner=corner, mask=self.mask_of(row))
 
     def file_of(self, rel: str) -> tuple[str, int, str, tuple[int, int]]:
         """(name on disk, size, real path, (device, inode)), else a RowFault; the name as given, else its other form."""
@@ -112,6 +114,23 @@ class RowReader:
                 raise RowFault(self.columns["path"], f"{self.root / form} is {what}, not an image file")
             return form, found.st_size, os.path.realpath(self.root / form), (found.st_dev, found.st_ino)
         raise RowFault(self.columns["path"], f"{self.root / rel} cannot be read (No such file or directory)")
+
+    def mask_of(self, row: Row) -> tuple[str, int] | None:
+        """data.columns.mask's file: (its path as given, its size); a RowFault where it is not there."""
+        if not self.masks:
+            return None
+        column = self.columns["mask"]
+        given = _text(row.values.get(column), column, form=None)
+        if not given:
+            raise RowFault(column, "the mask is empty")
+        path = self.root / PurePosixPath(given).as_posix()
+        try:
+            found = path.stat()
+        except OSError as error:
+            raise RowFault(column, f"the image's mask {path} cannot be read ({error.strerror})") from None
+        if not stat.S_ISREG(found.st_mode):
+            raise RowFault(column, f"the image's mask {path} is not a regular file")
+        return PurePosixPath(given).as_posix(), found.st_size
 
     def corner_of(self, row: Row) -> tuple[int, int] | None:
         """data.columns.y and x: a patch's corner, whole pixels at level 0, 0 or more."""

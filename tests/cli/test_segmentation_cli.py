@@ -1,0 +1,112 @@
+"""A class a pixel through the real CLI. Texture regions (tests/segmentation_data.py, 48² PNGs and palette masks
+with an ignore band): a run on one worker SIGKILLed inside epoch 2 and resumed to the metrics rows of the same run
+uninterrupted on two; it learns to a val mean IoU of 0.8 in 6 epochs where the masks shuffled across images stay
+near chance; evaluate (IoU a class, the pixel confusion matrix, images.csv), predict (masks that are the model's
+argmax), an ONNX export with its pixel parity, preview. 6-band uint16 TIFF tiles with uint8 label rasters (255 no
+data) from a table: stats, then a run to a val mean IoU of 0.8."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from docs_runner import spawn_one_process_for, train_killed
+from PIL import Image
+from segmentation_data import write_raster_set, write_texture_folder
+
+TESTS = Path(__file__).resolve().parents[1]
+SIDE = 48
+
+
+def texture_config(made) -> list[str]:
+    return ["data=folder", f"data.path={made.root / 'images'}", f"data.masks={made.root / 'masks'}",
+            "data.task=segmentation", f"data.classes=[{','.join(made.class_names)}]", "data.ignore_index=255",
+            f"data.image_size=[{SIDE},{SIDE}]", "data.batch_size=8", "model.widths=[16,32,64]",
+            "trainer.deterministic=true", "trainer.checkpoint_every_steps=2", "trainer.epochs=6"]
+
+
+def rows_of(path: Path, *keys: str) -> list[tuple]:
+    return [tuple(row[k] for k in keys) for row in csv.DictReader(path.open())]
+
+
+def best(run: Path) -> dict:
+    return json.loads((run / "summary.json").read_text())["best"]
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory) -> SimpleNamespace:
+    """The SIGKILLed run, then every other command one after another in one process (tests/docs_runner.py)."""
+    root = tmp_path_factory.mktemp("segmentation")
+    textures = write_texture_folder(root / "textures", train=64, val=16, size=SIDE)
+    shuffled = write_texture_folder(root / "shuffled", train=64, val=16, size=SIDE, shuffle_masks=True)
+    rasters = write_raster_set(root / "rasters", n=48, size=SIDE)
+    config, env = texture_config(textures), {**os.environ, "PYTHONPATH": str(TESTS)}
+    run = train_killed([*config, "queue.workers=1"], cwd=root, env=env)
+    raster = ["data=table", f"data.table={rasters.table}", "data.columns.path=image", "data.columns.mask=mask",
+              "data.columns.split=split", "data.task=segmentation", f"data.classes=[{','.join(rasters.class_names)}]",
+              "data.ignore_index=255", "data.channels=all", "data.dtype=uint16", f"data.image_size=[{SIDE},{SIDE}]",
+              "data.batch_size=8", "model.widths=[16,32,64]", "augment=none", "trainer.epochs=6"]
+    done = spawn_one_process_for(
+        ["train", *config, "queue.workers=2", "hydra.run.dir=whole"], ["train", f"resume={run}"],
+        ["train", *texture_config(shuffled), "hydra.run.dir=shuffled"],
+        ["evaluate", f"resume={run}"], ["predict", f"resume={run}", f"input={textures.root / 'images' / 'val'}"],
+        ["export", f"resume={run}", "export.format=onnx"],
+        ["preview", *config, "hydra.run.dir=preview"],
+        ["stats", *raster, "hydra.run.dir=raster_stats"],
+        ["train", *raster, "data.normalize.stats=raster_stats/stats.json", "hydra.run.dir=raster"],
+        cwd=root, env=env)
+    return SimpleNamespace(root=root, run=run, textures=textures, done=done)
+
+
+@pytest.mark.slow
+def test_a_class_a_pixel_trains_resumes_exactly_learns_and_is_scored_predicted_and_exported(ran):
+    root, run = ran.root, ran.run
+    for result in ran.done:
+        assert result.returncode == 0, (result.args, result.stdout[-3000:])
+    # one worker killed and resumed, two uninterrupted: the same rows, the pixel figures in each
+    keys = ("epoch", "loss", "miou", "iou_tumour", "val_loss", "val_miou", "val_iou_stroma", "val_dice",
+            "val_pixel_accuracy")
+    assert rows_of(run / "metrics.csv", *keys) == rows_of(root / "whole" / "metrics.csv", *keys)
+    assert len(rows_of(run / "metrics.csv", *keys)) == 6
+    # it learns the textures; the same images with each other's masks do not
+    assert best(run)["monitor"] == "val_miou" and best(run)["mode"] == "max"
+    assert best(run)["value"] >= 0.8 and best(root / "shuffled")["value"] <= 0.4, (best(run), best(root / "shuffled"))
+    # evaluate: figures a class from the pixel confusion matrix, the ignore band left out, the worst image first
+    scored = json.loads(next((run / "evaluate").glob("*/evaluation.json")).read_text())
+    confusion = np.array(scored["confusion"])
+    masks = [np.asarray(Image.open(mask)) for _, mask in ran.textures.of("val")]
+    assert confusion.sum() == sum(int((m != 255).sum()) for m in masks) and scored["task"] == "segmentation"
+    assert scored["mean_iou"] == pytest.approx(np.mean(scored["iou"]), abs=1e-9) and scored["mean_iou"] >= 0.8
+    images = [float(row["mean_iou"]) for row in csv.DictReader(next((run / "evaluate").glob("*/images.csv")).open())]
+    assert len(images) == len(masks) and images == sorted(images)
+    # predict: a palette PNG an input, its indices the model's argmax; each class's share of the pixels
+    import keras  # the test's own reading of model.keras, as a user's script would
+
+    net = keras.saving.load_model(run / "model.keras")
+    out = next((run / "predict").glob("*/predictions.csv")).parent
+    rows = list(csv.DictReader((out / "predictions.csv").open()))
+    assert len(rows) == len(masks)
+    for row in rows:
+        pixels = np.asarray(Image.open(row["path"]))[None]
+        written = Image.open(out / row["mask"])
+        assert written.mode == "P" and (out / "overlays" / Path(row["mask"]).name).is_file()
+        argmax = np.asarray(net.predict_on_batch(pixels)).argmax(axis=-1)[0]
+        assert np.array_equal(np.asarray(written), argmax)
+        shares = [float(row[name]) for name in ran.textures.class_names]
+        assert shares == pytest.approx(np.bincount(argmax.ravel(), minlength=3) / argmax.size, abs=1e-6)
+    # export: ONNX's scores a pixel agree with Keras's
+    exported = json.loads((run / "export" / "onnx" / "export.json").read_text())
+    assert exported["parity"]["passed"] and exported["parity"]["pixel_agreement"] >= 0.999
+    assert (root / "preview" / "preview.png").is_file()
+
+
+@pytest.mark.slow
+def test_six_band_uint16_tiles_with_label_rasters_learn_from_a_table(ran):
+    stats = json.loads((ran.root / "raster_stats" / "stats.json").read_text())
+    assert len(stats["bands"]) == 6 and stats["dtype"] == "uint16"
+    assert best(ran.root / "raster")["value"] >= 0.8, best(ran.root / "raster")
