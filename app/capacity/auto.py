@@ -201,19 +201,26 @@ def time_samples(split, augmenter, indices, seed: int) -> tuple[list[float], lis
     return times, images, built
 
 
+def _batch(split, samples: list, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The probe's batch of `samples` (split's `indices`): images, and their labels (a class index, several labels'
+    0/1 row) or, where the split's samples are (image, mask) pairs, their masks."""
+    if split.mask_dtype is not None:
+        return np.stack([image for image, _ in samples]), np.stack([mask for _, mask in samples])
+    return np.stack(samples), np.asarray(split.labels)[indices]
+
+
 def probe_and_choose(config, run, split, *, time_step: StepTimer, fits: Callable[[int, int], bool]) -> Choice:
     """Time up to a batch (run plan `run`'s share) of `split`'s samples and `time_step` on them; choose."""
     batch_size = run.batch_size
-    augmenter = augmenters(config.data, {"probe": config.augment.transforms}, pixels=run.pixels)["probe"]
+    augmenter = augmenters(config.data, {"probe": config.augment.transforms}, pixels=run.pixels,
+                           masks=split.mask_dtype is not None)["probe"]
     order = epoch_order(len(split), seed=config.seed, epoch=0, shuffle=config.queue.shuffle)[:batch_size + 1]
     sample_s, images, built = time_samples(split, augmenter, order, config.seed)
     if not sample_s:
         raise DataError(f"the queue probe (queue.workers or queue.max_size=auto) could read at most one of the "
                         f"first {len(order)} training samples; set both to numbers, or see data.on_bad_sample")
     rows = np.resize(np.arange(len(built)), batch_size)  # fewer than a batch built: repeated
-    images = np.stack([images[i] for i in rows])
-    labels = np.asarray(split.labels)[np.asarray(built)[rows]]  # a class index, or several labels' 0/1 row
-    step_s, step_cpu_s = time_step((images, labels))
+    step_s, step_cpu_s = time_step(_batch(split, [images[i] for i in rows], np.asarray(built)[rows]))
     choice = choose(Timings(sample_s, step_s, step_cpu_s), batch_size, config.queue, fits)
     log.info("queue auto: workers %d, max_size %d (%s)", choice.workers, choice.max_size, choice.reason)
     return choice

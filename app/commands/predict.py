@@ -57,6 +57,10 @@ def _prepared_input(given: str, task) -> dict | None:
     """`input`'s splits, in order, when it is a prepared copy (a URL, or a folder with manifest.json); else None."""
     if not is_url(given) and not (Path(given).expanduser() / MANIFEST).is_file():
         return None
+    if task_of(task).output == "pixels":  # a mask and an overlay an input: of the image files themselves
+        raise DataError(f"input={given} is a prepared copy: predict with data.task=segmentation writes each input's "
+                        "mask and overlay at the input's own size, from the images themselves; give input=<an image "
+                        "file, or a folder of images>.")
     copy = prepared_source(PreparedDataConfig(path=given, task=task))
     return copy.splits()
 

@@ -29,6 +29,7 @@ from app.prepare.plan import make_plan, read_plan, read_records, write_plan
 from app.prepare.rule import stored_short_side
 from app.prepare.whole import copy_damage
 from app.schema.data import PreparedDataConfig, patches_of
+from app.targets import targets_of
 
 log = logging.getLogger("app.prepare")
 READ_ONLY = ("http", "https")  # URL schemes fsspec reads but cannot write
@@ -95,7 +96,7 @@ def _write_copy(config, store: Store, *, workers: int, per_shard: int | None, ov
                         short_side=short_side, format=p.format, quality=p.quality if p.format == "jpeg" else None,
                         app_version=version("app"), assignment=source.split, overrides=_replayable(overrides),
                         task=str(config.data.task.value), dtype=pixels.dtype, bands=pixels.bands, patches=kept,
-                        stamps=source_stamps(splits, config.data))
+                        stamps=source_stamps(splits, config.data), ignore_index=config.data.ignore_index)
     write_copy_index(store, plan=plan, records=records, manifest=manifest, splits=splits)
     return _summary(config, job, plan, records=records, seconds=time.monotonic() - begun)
 
@@ -149,7 +150,10 @@ def _plan_key(config, source, splits: dict, short_side: int | None) -> dict:
             "shard_mb": p.shard_mb, "seed": config.seed, "max_image_pixels": config.data.max_image_pixels,
             "source": source.name, "fingerprint": source.fingerprint,
             "counts": {name: len(split) for name, split in splits.items()},
-            "test": hashlib.sha256(described.encode()).hexdigest()}
+            "test": hashlib.sha256(described.encode()).hexdigest(),
+            # what a mask's values mean (the source's fingerprint covers its files alone)
+            **({"masks": {"classes": list(source.class_names), "ignore_index": config.data.ignore_index}}
+               if targets_of(config.data.task).masks else {})}
 
 
 def _source_of(data, source) -> dict:
@@ -172,11 +176,11 @@ def _summary(config, job: Job, plan: dict, *, records: dict, seconds: float) -> 
     bad = sum(len(record["bad"]) for split in records.values() for record in split)
     files = sum(len(record["rows"]) for split in records.values() for record in split) + bad
     train = job.splits["train"]
-    draft = job.encoding.short_side if config.data.decode.draft else None
-    pixels = job.encoding.pixels
-    original = payback.seconds_per_sample(train, Decode(draft, config.data.max_image_pixels, pixels))
+    draft = job.encoding.short_side if config.data.decode.draft and train.mask_dtype is None else None  # no mask's
+    pixels, data = job.encoding.pixels, config.data
+    original = payback.seconds_per_sample(train, Decode(draft, data.max_image_pixels, pixels))
     copy = prepared_source(PreparedDataConfig(path=str(store), storage_options=dict(config.prepare.storage_options),
-                                              task=config.data.task))
+                                              task=data.task, classes=data.classes, ignore_index=data.ignore_index))
     prepared = payback.seconds_per_sample(copy.train, Decode(None, config.data.max_image_pixels, pixels))
     return payback.summary_line(files=files, bad=bad, sizes=(before, after), seconds=seconds,
                                 per_sample=(original, prepared, len(train)))

@@ -1,5 +1,6 @@
 """A worker's share of prepare: one source sample, decoded as the loader decodes → its stored member (the run's pixels,
-upright, down to the stored short side, as JPEG or .npy), its label, the original's path and size (a patch's place)."""
+upright, down to the stored short side, as JPEG or .npy; its mask nearest-resized, as PNG), its label, the original's
+path and size (a patch's place)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,8 @@ class Encoded:
     meta: bytes  # the .json member
     source_bytes: int
     nodata: float | None = None  # a raw copy's: the original's no-data value (a GeoTIFF's GDAL_NODATA), kept
+    mask: bytes | None = None  # a segmentation sample's mask member (a PNG of class indices); None: no mask
+    mask_crc: int = 0  # zlib.crc32 of `mask`
 
 
 @dataclass(frozen=True)
@@ -69,12 +72,15 @@ def encode_or_bad(split, index: int, encoding: Encoding) -> Encoded | Bad:
 
 def encode_sample(split, index: int, encoding: Encoding) -> Encoded:
     """Sample `index` of `split` as stored, JPEGs draft-decoded where the short side stays at least the stored one."""
-    decode = Decode(encoding.short_side, encoding.max_pixels, encoding.pixels)
+    paired = split.mask_dtype is not None  # the split's kind: (image, mask) pairs, decoded whole (a mask has no draft)
+    decode = Decode(None if paired else encoding.short_side, encoding.max_pixels, encoding.pixels)
     raw = split.fetch(index, decode)
-    image = split.decode(index, raw, decode)
+    image, mask = split.decode(index, raw, decode) if paired else (split.decode(index, raw, decode), None)
     original = _original_size(raw, image)
     nodata = split.nodata(index) if encoding.format == "raw" else None  # JPEG's lossy bytes could keep none
     image = fit_short_side(image, encoding.short_side, nearest=nodata is not None)
+    if mask is not None:  # at the image's stored size, no class blended into another
+        mask = mask_png(fit_short_side(mask.astype(split.mask_dtype, copy=False), encoding.short_side, nearest=True))
     member, data_start = _encoded(image, encoding)
     height, width = image.shape[:2]
     label = stored_label(split.labels[index])
@@ -86,7 +92,15 @@ def encode_sample(split, index: int, encoding: Encoding) -> Encoded:
     source_bytes = len(raw) if isinstance(raw, bytes) else os.path.getsize(raw.path) if isinstance(raw, TiffAt) \
         else int(raw.nbytes)
     return Encoded(index=index, image=member, data_start=data_start, crc=zlib.crc32(memoryview(member)[data_start:]),
-                   height=height, width=width, label=label, meta=meta, source_bytes=source_bytes, nodata=nodata)
+                   height=height, width=width, label=label, meta=meta, source_bytes=source_bytes, nodata=nodata,
+                   mask=mask, mask_crc=0 if mask is None else zlib.crc32(mask))
+
+
+def mask_png(mask: np.ndarray) -> bytes:
+    """A mask member: its class indices as a lossless PNG, 8-bit grey (L) or 16-bit (I;16) by its dtype."""
+    buffer = io.BytesIO()
+    Image.fromarray(mask).save(buffer, "PNG")
+    return buffer.getvalue()
 
 
 def stored_label(label: np.ndarray) -> int | list[int]:

@@ -11,6 +11,7 @@ from app.data.copies.shards import (
     BAD_SAMPLES,
     INDEX_DTYPE,
     MANIFEST,
+    MASKS_DTYPE,
     PLACE_DTYPE,
     Manifest,
     SplitRecord,
@@ -18,6 +19,7 @@ from app.data.copies.shards import (
     index_digest,
     index_path,
     labels_name,
+    masks_name,
     places_name,
 )
 from app.data.copies.storage import Store
@@ -42,6 +44,12 @@ def labels_of(records: list[dict], classes: int) -> np.ndarray:
     return labels
 
 
+def masks_of(records: list[dict]) -> np.ndarray:
+    """masks-<split>.npy: each sample's mask member's offset, length and CRC32 in the index's order."""
+    rows = [tuple(row[8]) for record in records for row in record["rows"]]
+    return np.array(rows, dtype=MASKS_DTYPE) if rows else np.zeros(0, dtype=MASKS_DTYPE)
+
+
 def places_of(records: list[dict], split) -> np.ndarray:
     """patches-<split>.npy: each sample's image and corner in the index's order, from its record's source index."""
     rows = [(image, left, top) for record in records for row in record["rows"]
@@ -54,6 +62,19 @@ def kept_nodata(records: dict[str, list[dict]]) -> dict[str, list]:
     kept = {split: [row[7] if len(row) > 7 else None for record in split_records for row in record["rows"]]
             for split, split_records in records.items()}
     return kept if any(value is not None for values in kept.values() for value in values) else {}
+
+
+def _split_files(records: list[dict], manifest: Manifest, split: str, splits: dict | None) -> dict[str, np.ndarray]:
+    """A split's index and the files its copy keeps beside it (labels, places, masks), by name, in writing order."""
+    targets = targets_of(manifest.task)
+    files = {index_path("", split).name: index_of(records)}
+    if targets.label_vectors:
+        files[labels_name(split)] = labels_of(records, len(manifest.class_names))
+    if manifest.patches:
+        files[places_name(split)] = places_of(records, splits[split])
+    if targets.masks:
+        files[masks_name(split)] = masks_of(records)
+    return files
 
 
 def write_index(store: Store, name: str, index: np.ndarray) -> None:
@@ -79,7 +100,7 @@ def write_copy_index(store: Store, *, plan: dict, records: dict[str, list[dict]]
     """Each split's index, bad_samples.txt, then manifest.json; first deletes what a killed prepare half-wrote."""
     if store.local is not None:  # a kill in the microseconds these and the records take leaves their temporaries
         finals = [name for split in records
-                  for name in (index_path("", split).name, labels_name(split), places_name(split))]
+                  for name in (index_path("", split).name, labels_name(split), places_name(split), masks_name(split))]
         finals += [BAD_SAMPLES, MANIFEST]
         shards = [shard for planned in plan["splits"].values() for shard in planned["shards"]]
         journal = ["plan.json", *(f"{shard}.json" for shard in shards)]
@@ -89,22 +110,17 @@ def write_copy_index(store: Store, *, plan: dict, records: dict[str, list[dict]]
            for split, split_records in records.items()}
     manifest.splits = {}
     for split, split_records in records.items():
-        index = index_of(split_records)
-        write_index(store, index_path("", split).name, index)
-        labels_sha256 = ""
-        if targets_of(manifest.task).label_vectors:
-            labels = labels_of(split_records, len(manifest.class_names))
-            write_index(store, labels_name(split), labels)
-            labels_sha256 = index_digest(labels)
-        places_sha256 = ""
-        if manifest.patches:
-            places = places_of(split_records, splits[split])
-            write_index(store, places_name(split), places)
-            places_sha256 = index_digest(places)
-        manifest.splits[split] = SplitRecord(count=len(index), shards=list(plan["splits"][split]["shards"]),
+        files = _split_files(split_records, manifest, split, splits)
+        for name, rows in files.items():
+            write_index(store, name, rows)
+        digest = {name: index_digest(rows) for name, rows in files.items()}
+        manifest.splits[split] = SplitRecord(count=len(files[index_path("", split).name]),
+                                             shards=list(plan["splits"][split]["shards"]),
                                              shard_bytes=[r["bytes"] for r in split_records],
-                                             index_sha256=index_digest(index), labels_sha256=labels_sha256,
-                                             places_sha256=places_sha256)
+                                             index_sha256=digest[index_path("", split).name],
+                                             labels_sha256=digest.get(labels_name(split), ""),
+                                             places_sha256=digest.get(places_name(split), ""),
+                                             masks_sha256=digest.get(masks_name(split), ""))
     manifest.nodata = kept_nodata(records)
     write_bad_samples(store, bad)
     manifest.bad_samples = sum(len(rows) for rows in bad.values())

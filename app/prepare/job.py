@@ -79,9 +79,9 @@ def _write_shard(job: Job, pool, split: str, shard: tuple, *, bar: tqdm) -> dict
                 _refuse_if_raise(job, split, result)
                 bad.append([result.index, result.where, result.detail])
                 continue
-            offset, length = writer.add(sample_key(split, start + len(rows)), result)
+            offset, length, mask = writer.add(sample_key(split, start + len(rows)), result)
             rows.append([offset, length, result.label, result.height, result.width, result.index, result.crc,
-                         result.nodata])
+                         result.nodata, *([[*mask, result.mask_crc]] if mask else [])])
             source_bytes += result.source_bytes
     record = {"start": start, "rows": rows, "bad": bad, "source_bytes": source_bytes, "bytes": writer.size}
     write_record(job.store, name, record)

@@ -18,8 +18,8 @@ PLAN = f"{JOURNAL}/plan.json"
 TAR_OVERHEAD = 4 * 512  # three members' headers and padding, about
 PLAN_TEMPORARY = re.compile(r"^\.plan\.json\.\d+\.tmp$")  # app/io.py's atomic_write's, of any process
 # a record's row: offset, length, label, height, width, source index, crc32, no-data value (a row of an earlier app:
-# none, read as no value)
-ROW_FIELDS = (7, 8)
+# none, read as no value), and a segmentation sample's [mask offset, length, crc32]
+ROW_FIELDS = (7, 8, 9)
 
 
 def record_name(shard: str) -> str:
@@ -84,9 +84,8 @@ def write_plan(store: Store, plan: dict) -> None:
 
 
 def write_record(store: Store, shard: str, record: dict) -> None:
-    """A shard's record, written after it: {"start": its first key number, "rows": [[offset, length, label, height,
-    width, source index, crc32, no-data value], ...], "bad": [[source index, where, detail], ...], "source_bytes": n,
-    "bytes": size}"""
+    """A shard's record, written after it: {"start": its first key number, "rows": [[ROW_FIELDS' comment's], ...],
+    "bad": [[source index, where, detail], ...], "source_bytes": n, "bytes": size}"""
     store.write_bytes(record_name(shard), json.dumps(record).encode("utf-8"))
 
 

@@ -9,7 +9,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from app.data.copies.shards import MEMBER
+from app.data.copies.shards import MASK_MEMBER, MEMBER
 from app.data.copies.storage import Store
 from app.io import temporary_name
 from app.prepare.encode import Encoded
@@ -40,16 +40,21 @@ class ShardWriter:
         self._tar = tarfile.open(fileobj=self._file, mode="w", format=tarfile.USTAR_FORMAT)
         return self
 
-    def add(self, key: str, sample: Encoded) -> tuple[int, int]:
-        """The sample's three members; (offset, length) of its image data in the shard."""
-        header_at = self._tar.offset
-        info = self._member(f"{key}.{self.extension}", sample.image)
-        header = len(info.tobuf(self._tar.format, self._tar.encoding, self._tar.errors))
-        self._tar.addfile(info, io.BytesIO(sample.image))
+    def add(self, key: str, sample: Encoded) -> tuple[int, int, list[int] | None]:
+        """The sample's members; (offset, length) of its image data in the shard, and its mask's [offset, length]."""
+        image = self._put(f"{key}.{self.extension}", sample.image) + sample.data_start
+        mask = None if sample.mask is None else [self._put(f"{key}.{MASK_MEMBER}", sample.mask), len(sample.mask)]
         label = " ".join(map(str, sample.label)) if isinstance(sample.label, list) else str(sample.label)
         self._tar.addfile(*self._with(f"{key}.cls", label.encode()))
         self._tar.addfile(*self._with(f"{key}.json", sample.meta))
-        return header_at + header + sample.data_start, len(sample.image) - sample.data_start
+        return image, len(sample.image) - sample.data_start, mask
+
+    def _put(self, name: str, data: bytes) -> int:  # where the member's data starts in the shard
+        header_at = self._tar.offset
+        info = self._member(name, data)
+        header = len(info.tobuf(self._tar.format, self._tar.encoding, self._tar.errors))
+        self._tar.addfile(info, io.BytesIO(data))
+        return header_at + header
 
     def __exit__(self, kind, error, trace) -> None:
         """The shard moved into the store; an error (here or in the move) leaves neither it nor a staging file."""

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.data.copies.copy_checks import index_damage, labels_damage
+from app.data.copies.copy_checks import index_damage, labels_damage, masks_damage
 from app.data.copies.shards import (
     BAD_SAMPLES,
     CHECKSUMS_SINCE,
     MANIFEST,
     index_name,
     labels_name,
+    masks_name,
     parse_manifest,
     read_index,
     read_labels,
+    read_masks,
 )
 from app.data.copies.storage import Store
 from app.errors import DataError
@@ -41,12 +43,15 @@ def copy_damage(store: Store, plan: dict | None, records: dict[str, dict | None]
         except DataError:
             damage = f"{store.path_of(index_name(split))} is missing or cannot be read"
         problems += [damage] if damage else []
-        if targets_of(manifest.task).label_vectors:
-            try:
-                damage = labels_damage(str(store), manifest, split, _in(store, read_labels, split))
-            except DataError:
-                damage = f"{store.path_of(labels_name(split))} is missing or cannot be read"
-            problems += [damage] if damage else []
+        targets = targets_of(manifest.task)
+        for kept, name, read, damaged in ((targets.label_vectors, labels_name, read_labels, labels_damage),
+                                          (targets.masks, masks_name, read_masks, masks_damage)):
+            if kept:
+                try:
+                    damage = damaged(str(store), manifest, split, _in(store, read, split))
+                except DataError:
+                    damage = f"{store.path_of(name(split))} is missing or cannot be read"
+                problems += [damage] if damage else []
     return problems
 
 
@@ -55,7 +60,7 @@ def _index_in(store: Store, split: str) -> np.ndarray:
 
 
 def _in(store: Store, read, split: str) -> np.ndarray:
-    """`read` (read_index, read_labels) of `split` in the folder or at the URL of `store`."""
+    """`read` (read_index, read_labels, read_masks) of `split` in the folder or at the URL of `store`."""
     if store.local is not None:
         return read(store.local, split)
     return read(store.url, split, store.storage_options)

@@ -138,3 +138,35 @@ def test_in_process_loading_gets_one_slot_and_a_given_max_size_counts_in_the_mem
     fits = []
     choose(steady(10, 10), 32, auto(max_size=6), lambda w, m: fits.append((w, m)) or w <= 2)
     assert fits and all(m == 6 for _, m in fits)
+
+
+def test_the_probe_times_the_step_on_masks_where_the_samples_are_pairs(tmp_path):
+    """A split of (image, mask) pairs: the probe's batch is the images and their masks, built as a worker builds
+    them; a split of images hands the labels (the negative control)."""
+    from segmentation_data import write_texture_folder
+
+    from app.data.masked import MaskedFileSplit, MaskRule
+    from app.schema.data import FolderDataConfig
+
+    made = write_texture_folder(tmp_path, train=3, val=1, size=16)
+    images, masks = zip(*made.of("train"), strict=True)
+    pairs = MaskedFileSplit([str(p) for p in images], [str(m) for m in masks], MaskRule(3, 255))
+    plain = FileSplit([str(p) for p in images], [0, 1, 2])
+    config = SimpleNamespace(data=FolderDataConfig(image_size=[16, 16], ignore_index=255), seed=0,
+                             queue=auto(shuffle=False, use_multiprocessing=True),
+                             augment=SimpleNamespace(transforms=[]))
+    run = SimpleNamespace(batch_size=4, pixels=Augmenter([], (16, 16)).decode.pixels)
+    seen = {}
+
+    def time_step(batch):
+        seen["batch"] = batch
+        return [0.01] * 3, [0.0] * 3
+
+    for split in (pairs, plain):
+        auto_module.probe_and_choose(config, run, split, time_step=time_step, fits=always)
+        x, y = seen["batch"]
+        assert x.shape == (4, 16, 16, 3)
+        if split is pairs:
+            assert y.shape == (4, 16, 16) and set(np.unique(y)) <= {0, 1, 2, 255}
+        else:
+            assert y.shape == (4,) and y.dtype == np.int64

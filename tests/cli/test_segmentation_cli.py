@@ -2,8 +2,9 @@
 with an ignore band): a run on one worker SIGKILLed inside epoch 2 and resumed to the metrics rows of the same run
 uninterrupted on two; it learns to a val mean IoU of 0.8 in 6 epochs where the masks shuffled across images stay
 near chance; evaluate (IoU a class, the pixel confusion matrix, images.csv), predict (masks that are the model's
-argmax), an ONNX export with its pixel parity, preview. 6-band uint16 TIFF tiles with uint8 label rasters (255 no
-data) from a table: stats, then a run to a val mean IoU of 0.8."""
+argmax), an ONNX export with its pixel parity, preview; a raw prepared copy that keeps the masks and trains as well.
+6-band uint16 TIFF tiles with uint8 label rasters (255 no data) from a table: stats, then a run to a val mean IoU
+of 0.8."""
 
 from __future__ import annotations
 
@@ -23,11 +24,15 @@ TESTS = Path(__file__).resolve().parents[1]
 SIDE = 48
 
 
-def texture_config(made) -> list[str]:
+def texture_data(made) -> list[str]:
     return ["data=folder", f"data.path={made.root / 'images'}", f"data.masks={made.root / 'masks'}",
             "data.task=segmentation", f"data.classes=[{','.join(made.class_names)}]", "data.ignore_index=255",
-            f"data.image_size=[{SIDE},{SIDE}]", "data.batch_size=8", "model.widths=[16,32,64]",
-            "trainer.deterministic=true", "trainer.checkpoint_every_steps=2", "trainer.epochs=6"]
+            f"data.image_size=[{SIDE},{SIDE}]", "data.batch_size=8"]
+
+
+def texture_config(made) -> list[str]:
+    return [*texture_data(made), "model.widths=[16,32,64]", "trainer.deterministic=true",
+            "trainer.checkpoint_every_steps=2", "trainer.epochs=6"]
 
 
 def rows_of(path: Path, *keys: str) -> list[tuple]:
@@ -59,8 +64,11 @@ def ran(tmp_path_factory) -> SimpleNamespace:
         ["preview", *config, "hydra.run.dir=preview"],
         ["stats", *raster, "hydra.run.dir=raster_stats"],
         ["train", *raster, "data.normalize.stats=raster_stats/stats.json", "hydra.run.dir=raster"],
+        ["prepare", *texture_data(textures), "prepare.out=copy", "prepare.format=raw"],
+        ["train", "data=prepared", "data.path=copy", *texture_config(textures)[3:], "hydra.run.dir=on_copy"],
+        ["predict", f"resume={run}", "input=copy"],  # the last: refused
         cwd=root, env=env)
-    return SimpleNamespace(root=root, run=run, textures=textures, done=done)
+    return SimpleNamespace(root=root, run=run, textures=textures, done=done[:-1], refused=done[-1])
 
 
 @pytest.mark.slow
@@ -103,6 +111,15 @@ def test_a_class_a_pixel_trains_resumes_exactly_learns_and_is_scored_predicted_a
     exported = json.loads((run / "export" / "onnx" / "export.json").read_text())
     assert exported["parity"]["passed"] and exported["parity"]["pixel_agreement"] >= 0.999
     assert (root / "preview" / "preview.png").is_file()
+
+
+@pytest.mark.slow
+def test_a_prepared_copy_keeps_the_masks_and_trains_as_the_originals(ran):
+    manifest = json.loads((ran.root / "copy" / "manifest.json").read_text())
+    assert manifest["task"] == "segmentation" and manifest["ignore_index"] == 255
+    assert best(ran.root / "on_copy")["value"] >= 0.8, best(ran.root / "on_copy")
+    # predict writes masks of image files: a copy is refused, naming what to give
+    assert ran.refused.returncode != 0 and "input=<an image file, or a folder of images>" in ran.refused.stdout
 
 
 @pytest.mark.slow

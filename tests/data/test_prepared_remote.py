@@ -1,5 +1,6 @@
 """data=prepared at a URL (app/data/copies/remote_copy.py's RemoteCopy, app/data/copies/shard_cache.py): the same
-samples as the local copy through s3:// (moto's server on localhost) and http://, whole shards
+samples as the local copy through s3:// (moto's server on localhost) and http:// (a segmentation copy's masks too,
+each pair one ranged read, CRC-checked), whole shards
 cached on local disk (downloaded once, least recently used evicted, racing processes, a full
 disk named at once), storage retries counted in the loader's telemetry, and the refusals."""
 
@@ -18,10 +19,13 @@ import numpy as np
 import pytest
 import s3fs
 from http_files import Served
+from hydra import compose, initialize_config_dir
 from prepared_copies import write_copy
 from s3_endpoint import environment, new_bucket
+from segmentation_data import IGNORE, TEXTURE_CLASSES, write_texture_folder
 
 from app.augment import Augmenter
+from app.config import conf_dir, load
 from app.data.copies import storage
 from app.data.copies.retries import thread_retries
 from app.data.copies.shard_cache import delete_least_recently_used
@@ -33,12 +37,16 @@ from app.loader.bad_samples import failure
 from app.loader.enqueuer import Enqueuer
 from app.loader.settings import Queue, Settings
 from app.loader.worker import fill
+from app.prepare.copy import write_prepared_copy
+from app.schema import register
 from app.schema.data import DATA_TARGETS
+
+register()
 
 
 def _data(path, **keys):
-    keys = {"storage_options": {}, "cache_dir": None, "cache_max_gb": 20.0, **keys}
-    return SimpleNamespace(_target_=DATA_TARGETS["prepared"], task="multiclass", path=str(path), **keys)
+    keys = {"storage_options": {}, "cache_dir": None, "cache_max_gb": 20.0, "task": "multiclass", **keys}
+    return SimpleNamespace(_target_=DATA_TARGETS["prepared"], path=str(path), **keys)
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +89,46 @@ def test_a_copy_at_a_url_reads_the_same_samples_as_the_local_one(copies, fmt):
         assert not np.array_equal(got[0], expected[1])  # negative control: samples differ
         member = 'npy' if fmt == 'raw' else 'jpg'
         assert remote.train.describe(3) == f"{url}/train-00001.tar member train-000000003.{member}"
+
+
+def test_a_segmentation_copy_at_a_url_reads_each_pair_in_one_ranged_read_its_mask_crc_checked(s3, tmp_path,
+                                                                                               monkeypatch):
+    made = write_texture_folder(tmp_path / "textures", train=6, val=2, size=32)
+    overrides = ["data=folder", f"data.path={made.root / 'images'}", f"data.masks={made.root / 'masks'}",
+                 "data.task=segmentation", f"data.classes=[{','.join(TEXTURE_CLASSES)}]", f"data.ignore_index={IGNORE}",
+                 "data.image_size=[24,24]", "prepare.short_side=24", f"prepare.out={tmp_path / 'seg'}"]
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        write_prepared_copy(load(compose("prepare", overrides=overrides)), workers=0, per_shard=4)
+    bucket = new_bucket(s3)
+    s3.put(str(tmp_path / "seg"), f"{bucket}/seg", recursive=True)
+    for key in s3.find(f"{bucket}/seg"):
+        s3.chmod(key, acl="public-read")
+    keys = {"task": "segmentation", "classes": list(TEXTURE_CLASSES), "ignore_index": IGNORE}
+    local = load_or_generate_source(_data(tmp_path / "seg", **keys)).train
+    reads = []
+    monkeypatch.setattr(storage.RemoteStore, "read_range", lambda self, *a, _real=storage.RemoteStore.read_range:
+                        reads.append(a) or _real(self, *a))
+    for url in (f"s3://{bucket}/seg", f"{environment()['AWS_ENDPOINT_URL']}/{bucket}/seg"):
+        train = pickle.loads(pickle.dumps(load_or_generate_source(_data(url, **keys)).train))  # as a worker gets it
+        reads.clear()
+        for i in range(len(train)):
+            (image, mask), (own_image, own_mask) = train.read(i), local.read(i)
+            assert np.array_equal(image, own_image) and np.array_equal(mask, own_mask), (url, i)
+        assert len(reads) == len(train)  # the image and its mask: one ranged GET a sample
+        assert not np.array_equal(train.read(0)[1], local.read(1)[1])  # negative control: masks differ
+    cached = load_or_generate_source(_data(f"s3://{bucket}/seg", cache_dir=tmp_path / "cache", **keys)).train
+    assert all(np.array_equal(cached.read(i)[1], local.read(i)[1]) for i in range(len(cached)))  # from whole shards
+    row = np.load(tmp_path / "seg" / "masks-train.npy")[2]
+    shard = load_or_generate_source(_data(tmp_path / "seg", **keys)).train.shard_path(
+        int(np.load(tmp_path / "seg" / "index-train.npy")[2]["shard"])).rsplit("/", 1)[-1]
+    data = bytearray(s3.cat_file(f"{bucket}/seg/{shard}"))
+    data[int(row["offset"]) + int(row["length"]) // 2] ^= 0xFF
+    s3.pipe_file(f"{bucket}/seg/{shard}", bytes(data))
+    train = load_or_generate_source(_data(f"s3://{bucket}/seg", **keys)).train
+    with pytest.raises(BadSampleError, match=rf"s3://{bucket}/seg/{shard} member train-000000002\.seg\.png\) could "
+                                             "not be loaded: its bytes fail their CRC32 check"):
+        train.read(2)
+    train.read(1)  # negative control: another sample reads
 
 
 def test_cached_shards_are_downloaded_once_then_read_from_disk(copies, s3, tmp_path):

@@ -15,6 +15,7 @@ from app.data.copies.shards import (
     index_digest,
     index_name,
     labels_name,
+    masks_name,
     places_name,
     prepare_command,
     unrecorded,
@@ -53,11 +54,22 @@ def labels_damage(root: str, manifest: Manifest, split: str, labels: np.ndarray)
 
 def places_damage(root: str, manifest: Manifest, split: str, places: np.ndarray) -> str | None:
     """What is wrong with a patch copy's patches-<split>.npy against the manifest; None: nothing."""
-    record, path = manifest.splits[split], f"{root}/{places_name(split)}"
-    if index_digest(places) != record.places_sha256:
+    record = manifest.splits[split]
+    return _rows_damage(root, f"{root}/{places_name(split)}", places, (record.places_sha256, record.count))
+
+
+def masks_damage(root: str, manifest: Manifest, split: str, masks: np.ndarray) -> str | None:
+    """What is wrong with a segmentation copy's masks-<split>.npy against the manifest; None: nothing."""
+    record = manifest.splits[split]
+    return _rows_damage(root, f"{root}/{masks_name(split)}", masks, (record.masks_sha256, record.count))
+
+
+def _rows_damage(root: str, path: str, rows: np.ndarray, recorded: tuple[str, int]) -> str | None:
+    sha256, count = recorded
+    if index_digest(rows) != sha256:
         return _changed(path, root)
-    if len(places) != record.count:
-        return f"{path} has {len(places)} rows where {root}/{MANIFEST} counts {record.count}"
+    if len(rows) != count:
+        return f"{path} has {len(rows)} rows where {root}/{MANIFEST} counts {count}"
     return None
 
 

@@ -11,12 +11,12 @@ import numpy as np
 
 from app.data.copies.copy_checks import shard_damage, size_in
 from app.data.copies.remote_copy import remote_copy
-from app.data.copies.shards import Manifest, read_index, read_labels, read_manifest, read_places
+from app.data.copies.shards import Manifest, read_index, read_labels, read_manifest, read_masks, read_places
 from app.data.copies.storage import is_url
 from app.errors import DataError
 
 
-class CopyStorage(Protocol):  # a copy's manifest, a split's index, labels and places files, its shards' bytes
+class CopyStorage(Protocol):  # a copy's manifest, a split's index, labels, places and masks files, shards' bytes
     manifest: Manifest
 
     def __str__(self) -> str: ...  # the folder or the URL, as messages name it
@@ -30,6 +30,8 @@ class CopyStorage(Protocol):  # a copy's manifest, a split's index, labels and p
     def labels(self, split: str, again: str = "") -> np.ndarray: ...
 
     def places(self, split: str, again: str = "") -> np.ndarray: ...
+
+    def masks(self, split: str, again: str = "") -> np.ndarray: ...  # mapped or fetched once a process, as the index
 
     def shard_damage(self, manifest: Manifest) -> list[str]: ...  # shards missing or not of the manifest's size
 
@@ -72,6 +74,9 @@ class LocalCopy:
 
     def places(self, split: str, again: str = "") -> np.ndarray:
         return read_places(self.folder, split, again=again)
+
+    def masks(self, split: str, again: str = "") -> np.ndarray:
+        return read_masks(self.folder, split, again=again)
 
     def shard_damage(self, manifest: Manifest) -> list[str]:
         return shard_damage(self.folder, manifest, size_in(self.folder))

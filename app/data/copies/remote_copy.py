@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import threading
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -10,11 +12,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from app.data.copies.shard_cache import ShardCache, cache_key
 from app.data.copies.shards import (
+    INDEX_DTYPE,
+    INDEX_DTYPE_1,
     MANIFEST,
+    MASKS_DTYPE,
     check_index,
     index_name,
+    masks_name,
     parse_manifest,
-    read_index,
     read_labels,
     read_places,
 )
@@ -23,7 +28,7 @@ from app.errors import DataError
 
 GB = 10**9  # data.cache_max_gb's unit
 TAR_BLOCK = 512  # a tar member's header: every shard starts with one
-_indexes: dict[tuple, np.ndarray] = {}  # a URL copy's indexes, fetched once a process: (key, split, cached)
+_indexes: dict[tuple, np.ndarray] = {}  # a URL copy's indexes and masks files, once a process: (key, name, cached)
 _indexes_lock = threading.Lock()
 
 
@@ -40,17 +45,22 @@ class RemoteCopy:
 
     def index(self, split: str, again: str = "") -> np.ndarray:
         """The split's index, fetched once a process (in memory, or mapped from the cache); `again`: refusal advice."""
+        return self._once(index_name(split), again, (INDEX_DTYPE, INDEX_DTYPE_1))
+
+    def masks(self, split: str, again: str = "") -> np.ndarray:
+        return self._once(masks_name(split), again, (MASKS_DTYPE,))
+
+    def _once(self, name: str, again: str, dtypes: tuple) -> np.ndarray:
         with _indexes_lock:
-            index = _indexes.get((self.key, split, self.cache is not None))
-            if index is None:
+            table = _indexes.get((self.key, name, self.cache is not None))
+            if table is None:
                 if self.cache is None:
-                    index = read_index(self.store.url, split, self.store.storage_options, again)
+                    load = partial(np.load, io.BytesIO(self.store.read_bytes(name)))
                 else:
-                    local = self.cache.fetched(index_name(split))
-                    index = check_index(lambda: np.load(local, mmap_mode="r"), self.store.path_of(index_name(split)),
-                                        again)
-                _indexes[(self.key, split, self.cache is not None)] = index
-        return index
+                    load = partial(np.load, self.cache.fetched(name), mmap_mode="r")
+                table = _indexes[(self.key, name, self.cache is not None)] = check_index(
+                    load, self.store.path_of(name), again, dtypes=dtypes)
+        return table
 
     def read(self, shard: str, offset: int, length: int) -> bytearray:
         """`length` bytes at `offset` of `shard` (fewer where it ends before)."""

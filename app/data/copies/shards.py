@@ -2,10 +2,12 @@
     <split>-<n:05d>.tar  shards of about prepare.shard_mb (WebDataset's layout), samples in one seeded shuffle: members
         `<key>.jpg` (8-bit RGB) or `<key>.npy` (raw: H×W×bands, the manifest's dtype), `<key>.cls` (the label; several:
         class indices, space-separated), `<key>.json` (the original's path and size), keyed `<split>-<index:09d>`
-        (no dots: WebDataset splits a name at the first)
+        (no dots: WebDataset splits a name at the first); segmentation: `<key>.seg.png` (the mask, lossless: L, or
+        16-bit past 255) right after the image member
     index-<split>.npy    a row a sample in split order (`INDEX_DTYPE`), memory-mapped: shard, offset and length of the
         image data, the label (-1 with several), stored size and the CRC32 of those bytes (checked when read)
     labels-<split>.npy   multilabel copies: a 0/1 uint8 row of classes a sample, in the index's order
+    masks-<split>.npy    segmentation copies: offset, length and CRC32 of each sample's mask member (`MASKS_DTYPE`)
     patches-<split>.npy  patch copies (data.patches): each sample's image (in the manifest's `patches.images`) and
         its corner at level 0 (`PLACE_DTYPE`), in the index's order
     manifest.json        written last, whole or not at all (`Manifest`; none: unfinished); `checksum`: the rest's sha256
@@ -28,17 +30,19 @@ from app.errors import DataError
 from app.io import atomic_write
 
 # 1: no checksums (no `crc` column, no manifest or index checksum); 2: one label a sample; 3: 8-bit RGB; 4: no
-# patches. All read
-FORMAT_VERSION = 5
+# patches; 5: no masks. All read
+FORMAT_VERSION = 6
 CHECKSUMS_SINCE = 2  # the format version from which members, indexes and the manifest have checksums
 MANIFEST = "manifest.json"
 BAD_SAMPLES = "bad_samples.txt"
 SPLITS = ("train", "val", "test")
 FORMATS = ("jpeg", "raw")
 MEMBER = {"jpeg": "jpg", "raw": "npy"}  # the image member's extension, by format
+MASK_MEMBER = "seg.png"  # a segmentation copy's mask member's extension
 INDEX_DTYPE_1 = np.dtype([("shard", "<u4"), ("offset", "<u8"), ("length", "<u8"), ("label", "<i4"),
                           ("height", "<u4"), ("width", "<u4")])
 INDEX_DTYPE = np.dtype([*INDEX_DTYPE_1.descr, ("crc", "<u4")])  # crc: zlib.crc32 of the bytes the row points at
+MASKS_DTYPE = np.dtype([("offset", "<u8"), ("length", "<u8"), ("crc", "<u4")])  # a mask member's, in its image's shard
 PLACE_DTYPE = np.dtype([("image", "<u4"), ("x", "<u4"), ("y", "<u4")])  # a patch's image and top left at level 0
 
 
@@ -63,6 +67,10 @@ def labels_name(split: str) -> str:
     return f"labels-{split}.npy"
 
 
+def masks_name(split: str) -> str:
+    return f"masks-{split}.npy"
+
+
 def places_name(split: str) -> str:
     return f"patches-{split}.npy"
 
@@ -75,6 +83,7 @@ class SplitRecord:
     index_sha256: str = ""  # `index_digest` of the split's index; "" in format 1
     labels_sha256: str = ""  # `index_digest` of its labels-<split>.npy; "" for one label a sample
     places_sha256: str = ""  # `index_digest` of its patches-<split>.npy; "" for whole images
+    masks_sha256: str = ""  # `index_digest` of its masks-<split>.npy; "" without masks
 
 
 @dataclass(kw_only=True)
@@ -106,6 +115,7 @@ class Manifest:
     # a raw copy's: each sample's no-data value (its original's GDAL_NODATA, or null), by split in the index's order;
     # {}: no sample has one
     nodata: dict = field(default_factory=dict)
+    ignore_index: int | None = None  # a segmentation copy's data.ignore_index (its classes: class_names)
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -212,6 +222,11 @@ def read_places(root: str | Path, split: str, storage_options: dict | None = Non
     """A patch copy's patches-<split>.npy in memory; a DataError naming it where missing or not of PLACE_DTYPE."""
     path, load = _loader(root, places_name(split), storage_options)
     return np.array(check_index(load, path, again, dtypes=(PLACE_DTYPE,)))
+
+
+def read_masks(root: str | Path, split: str, storage_options: dict | None = None, again: str = "") -> np.ndarray:
+    path, load = _loader(root, masks_name(split), storage_options)
+    return check_index(load, path, again, dtypes=(MASKS_DTYPE,))
 
 
 def read_labels(root: str | Path, split: str, storage_options: dict | None = None, again: str = "") -> np.ndarray:
