@@ -23,6 +23,7 @@ from app.config import conf_dir
 from app.data.copies.prepared import prepared_source, run_patches
 from app.data.copies.shards import MANIFEST
 from app.data.copies.storage import is_url
+from app.data.pixels.decode import Decode
 from app.data.pixels.images import EXTENSIONS
 from app.data.pixels.pixels import pixels_of
 from app.data.slides.layouts import PROGRESS_AFTER_S
@@ -143,7 +144,8 @@ def _predict_masks(config, split, model: tuple, where: tuple[Path, Path]) -> Non
     (net, names, settings, transforms), (root, out) = model, where
     writer = pixel_predictions.MaskWriter(out.parent, names, root)
     with build_loader(config, {"predict": (split, transforms)}, on_bad_sample="mark", settings=settings) as loader:
-        rows = pixel_predictions.predicted_rows(loader, split, net, writer)
+        whole = Decode(None, config.data.max_image_pixels, settings.pixels)  # each input's own size, its pixels
+        rows = pixel_predictions.predicted_rows(loader, split, net, writer, whole)
     patch_scores.write_csv(out, ["path", "mask", *names, "error"], rows)
     failed = [row for row in rows if row[-1]]
     unread = f"; {len(failed)} unreadable, listed with why" if failed else ""

@@ -9,6 +9,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
+from app.data.pixels.decode import Decode
 from app.io import write_picture
 from app.processes import stop_if_interrupted
 from app.sheets import class_colours, overlay, rgb_view, with_legend
@@ -55,8 +56,9 @@ class MaskWriter:
         return str(target.relative_to(self.out)), shares
 
 
-def predicted_rows(loader, split, net, writer: MaskWriter) -> list[list]:
-    """A row an input: path, its mask's file, each class's share of its pixels, and the error where unreadable."""
+def predicted_rows(loader, split, net, writer: MaskWriter, decode: Decode) -> list[list]:
+    """A row an input: path, its mask's file, each class's share of its pixels, and the error where unreadable;
+    `decode`: the run's bands and type, at the input's full size (where its mask is written)."""
     rows, done = [], 0
     for x, _ in loader.every_sample("predict"):
         stop_if_interrupted()
@@ -67,7 +69,7 @@ def predicted_rows(loader, split, net, writer: MaskWriter) -> list[list]:
                 rows.append([split.describe(index), "", *([""] * len(writer.names)), error])
                 continue
             path = split.describe(index)
-            mask_file, shares = writer.write(path, split.read(index), own)
+            mask_file, shares = writer.write(path, split.read(index, decode), own)
             rows.append([path, mask_file, *(f"{s:.6f}" for s in shares), ""])
         done += len(x)
     return rows

@@ -64,11 +64,13 @@ def ran(tmp_path_factory) -> SimpleNamespace:
         ["preview", *config, "hydra.run.dir=preview"],
         ["stats", *raster, "hydra.run.dir=raster_stats"],
         ["train", *raster, "data.normalize.stats=raster_stats/stats.json", "hydra.run.dir=raster"],
+        ["evaluate", "resume=raster"], ["predict", "resume=raster", f"input={rasters.root / 'tiles'}"],
         ["prepare", *texture_data(textures), "prepare.out=copy", "prepare.format=raw"],
         ["train", "data=prepared", "data.path=copy", *texture_config(textures)[3:], "hydra.run.dir=on_copy"],
         ["predict", f"resume={run}", "input=copy"],  # the last: refused
         cwd=root, env=env)
-    return SimpleNamespace(root=root, run=run, textures=textures, done=done[:-1], refused=done[-1])
+    return SimpleNamespace(root=root, run=run, textures=textures, rasters=rasters, done=done[:-1],
+                           refused=done[-1])
 
 
 @pytest.mark.slow
@@ -126,4 +128,11 @@ def test_a_prepared_copy_keeps_the_masks_and_trains_as_the_originals(ran):
 def test_six_band_uint16_tiles_with_label_rasters_learn_from_a_table(ran):
     stats = json.loads((ran.root / "raster_stats" / "stats.json").read_text())
     assert len(stats["bands"]) == 6 and stats["dtype"] == "uint16"
-    assert best(ran.root / "raster")["value"] >= 0.8, best(ran.root / "raster")
+    run = ran.root / "raster"
+    assert best(run)["value"] >= 0.8, best(run)
+    scored = json.loads(next((run / "evaluate").glob("*/evaluation.json")).read_text())
+    assert scored["mean_iou"] >= 0.8 and scored["ignore_index"] == 255
+    out = next((run / "predict").glob("*/predictions.csv")).parent
+    rows = list(csv.DictReader((out / "predictions.csv").open()))
+    assert len(rows) == len(ran.rasters.samples) and not any(row["error"] for row in rows)
+    assert all(np.asarray(Image.open(out / row["mask"])).shape == (SIDE, SIDE) for row in rows)
