@@ -145,7 +145,7 @@ def _predict_masks(config, split, model: tuple, where: tuple[Path, Path]) -> Non
     writer = pixel_predictions.MaskWriter(out.parent, names, root)
     with build_loader(config, {"predict": (split, transforms)}, on_bad_sample="mark", settings=settings) as loader:
         whole = Decode(None, config.data.max_image_pixels, settings.pixels)  # each input's own size, its pixels
-        rows = pixel_predictions.predicted_rows(loader, split, net, writer, whole)
+        rows = pixel_predictions.predicted_rows(loader, split, net, writer, decode=whole)
     patch_scores.write_csv(out, ["path", "mask", *names, "error"], rows)
     failed = [row for row in rows if row[-1]]
     unread = f"; {len(failed)} unreadable, listed with why" if failed else ""

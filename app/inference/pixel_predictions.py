@@ -56,7 +56,7 @@ class MaskWriter:
         return str(target.relative_to(self.out)), shares
 
 
-def predicted_rows(loader, split, net, writer: MaskWriter, decode: Decode) -> list[list]:
+def predicted_rows(loader, split, net, writer: MaskWriter, *, decode: Decode) -> list[list]:
     """A row an input: path, its mask's file, each class's share of its pixels, and the error where unreadable;
     `decode`: the run's bands and type, at the input's full size (where its mask is written)."""
     rows, done = [], 0
