@@ -19,6 +19,7 @@ class Targets(Protocol):
     kind: ClassVar[str]  # the words a message uses: "one label an image"
     label_vectors: ClassVar[bool]  # a 0/1 row a sample, kept in a copy's labels-<split>.npy beside its index
     masks: ClassVar[bool]  # a mask a sample, read with its image (its split's mask_dtype) and carried beside it
+
     def target_bytes(self, classes: int) -> int: ...
     def untrained(self, labels: np.ndarray, class_names: list[str]) -> list[str]: ...
     def stratum(self, labels: np.ndarray) -> np.ndarray: ...  # the class a sample is drawn by, keeping shares

@@ -36,6 +36,9 @@ def test_defaults_compose_and_validate():
     assert to_plain(composed("data.image_size=[48,40]"))["augment"]["transforms"][0]["size"] == [48, 40]
 
 
+SEGMENTATION = ["data=folder", "data.path=x", "data.task=segmentation", "data.masks=m", "data.classes=[a,b,c]"]
+
+
 @pytest.mark.parametrize("name", ["synthetic", "cifar", "folder", "prepared"])
 def test_each_data_source_composes(name):
     cfg = composed(f"data={name}", "data.path=/x")
@@ -125,6 +128,23 @@ def test_type_and_key_errors_fail_at_composition(override, key):
     (["data=table", "data.table=t.csv", "data.columns.x=x", "data.columns.y=y"], "data.patches.size"),
     (["data=table", "data.table=t.csv", "data.label_separator=' '", "data.task=multilabel",
       "data.patches.size=[32,32]"], "data.task"),
+    # a class a pixel: where masks come from, what their values name, what counts pixels
+    (["data.task=segmentation", "data.classes=[a,b]"], "data.task"),  # synthetic data has no masks
+    ([*SEGMENTATION[:3], "data.classes=[a,b]"], "data.masks"),
+    ([*SEGMENTATION[:4], "data.classes=[a]"], "data.classes"),
+    ([*SEGMENTATION[:4], "data.classes=[a,a]"], "data.classes"),
+    ([*SEGMENTATION, "data.ignore_index=1"], "data.ignore_index"),  # a class's index
+    ([*SEGMENTATION, "data.sampling=balanced"], "data.sampling"),
+    ([*SEGMENTATION, "trainer.loss=focal"], "trainer.loss"),
+    ([*SEGMENTATION, "trainer.class_weight=balanced"], "trainer.class_weight"),
+    ([*SEGMENTATION, "trainer.label_smoothing=0.1"], "trainer.label_smoothing"),
+    ([*SEGMENTATION, "data.patches.size=[32,32]"], "data.task"),
+    (["data=table", "data.table=t.csv", "data.task=segmentation", "data.classes=[a,b]"], "data.columns.mask"),
+    (["data=folder", "data.path=x", "data.masks=m"], "data.masks"),  # one label an image has no masks
+    (["data=table", "data.table=t.csv", "data.columns.mask=m"], "data.columns.mask"),
+    (["data.ignore_index=255"], "data.ignore_index"),
+    (["trainer.loss=dice"], "trainer.loss"),
+    (["data=folder", "data.path=x", "data.classes=[a,b]"], "data.classes"),
 ])
 def test_range_errors_name_the_key(overrides, key):
     with pytest.raises(ConfigError, match=re.escape(f"`{key}`")):
@@ -145,6 +165,11 @@ def test_good_values_pass_the_same_checks(tmp_path):  # negative control for the
     validate(composed("trainer.strategy=mirrored", "trainer.cpu_devices=2", "trainer.precision=mixed_bfloat16"))
     validate(composed("trainer.backend=jax", "trainer.strategy=data_parallel", "trainer.coordinator=10.0.0.1:1234",
                       "trainer.num_processes=2", "trainer.process_id=1"))
+    validate(composed(*SEGMENTATION, "data.ignore_index=255", "trainer.loss=crossentropy+dice",
+                      "trainer.class_weight={b: 2.0}"))
+    validate(composed("data=table", "data.table=t.csv", "data.task=segmentation", "data.columns.mask=m",
+                      "data.classes=[a,b]", "data.ignore_index=65535", "trainer.loss=dice"))
+    validate(composed("data=prepared", "data.path=/copy", "data.task=segmentation", "data.classes=[a,b]"))
 
 
 def test_misspelt_transform_argument_fails_strictly():
