@@ -38,13 +38,19 @@ class MaskWriter:
 
     def __init__(self, out: Path, names: list[str], root: Path):
         self.out, self.names, self.root = out, names, root
-        self.colours = class_colours(len(names))
+        self.colours, self.written = class_colours(len(names)), set()
+
+    def _named(self, path: str) -> Path:
+        """The input's relative path as a PNG's; where another input took that name (a.jpg, a.png), its whole name."""
+        rel = Path(path).relative_to(self.root) if self.root.is_dir() else Path(Path(path).name)
+        named = rel.with_suffix(".png") if rel.with_suffix(".png") not in self.written else Path(f"{rel}.png")
+        self.written.add(named)
+        return named
 
     def write(self, path: str, image: np.ndarray, scores: np.ndarray) -> tuple[str, np.ndarray]:
         """(the mask's path, each class's share of its pixels) for the input at `path`, `image` its pixels."""
         mask = at_size(scores, image.shape[:2])
-        rel = Path(path).relative_to(self.root) if self.root.is_dir() else Path(Path(path).name)
-        stem = rel.with_suffix(".png")
+        stem = self._named(path)
         target = self.out / "masks" / stem
         target.parent.mkdir(parents=True, exist_ok=True)
         write_picture(target, mask_picture(mask, len(self.names)).save)
