@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import subprocess
@@ -128,27 +129,40 @@ def test_type_and_key_errors_fail_at_composition(override, key):
     (["data=table", "data.table=t.csv", "data.columns.x=x", "data.columns.y=y"], "data.patches.size"),
     (["data=table", "data.table=t.csv", "data.label_separator=' '", "data.task=multilabel",
       "data.patches.size=[32,32]"], "data.task"),
-    # a class a pixel: where masks come from, what their values name, what counts pixels
+    # a class a pixel without masks to read (the rest: test_a_class_a_pixels_refusals_name_the_key)
     (["data.task=segmentation", "data.classes=[a,b]"], "data.task"),  # synthetic data has no masks
-    ([*SEGMENTATION[:3], "data.classes=[a,b]"], "data.masks"),
-    ([*SEGMENTATION[:4], "data.classes=[a]"], "data.classes"),
-    ([*SEGMENTATION[:4], "data.classes=[a,a]"], "data.classes"),
-    ([*SEGMENTATION, "data.ignore_index=1"], "data.ignore_index"),  # a class's index
-    ([*SEGMENTATION, "data.sampling=balanced"], "data.sampling"),
-    ([*SEGMENTATION, "trainer.loss=focal"], "trainer.loss"),
-    ([*SEGMENTATION, "trainer.class_weight=balanced"], "trainer.class_weight"),
-    ([*SEGMENTATION, "trainer.label_smoothing=0.1"], "trainer.label_smoothing"),
-    ([*SEGMENTATION, "data.patches.size=[32,32]"], "data.task"),
     (["data=table", "data.table=t.csv", "data.task=segmentation", "data.classes=[a,b]"], "data.columns.mask"),
-    (["data=folder", "data.path=x", "data.masks=m"], "data.masks"),  # one label an image has no masks
-    (["data=table", "data.table=t.csv", "data.columns.mask=m"], "data.columns.mask"),
-    (["data.ignore_index=255"], "data.ignore_index"),
-    (["trainer.loss=dice"], "trainer.loss"),
-    (["data=folder", "data.path=x", "data.classes=[a,b]"], "data.classes"),
 ])
 def test_range_errors_name_the_key(overrides, key):
     with pytest.raises(ConfigError, match=re.escape(f"`{key}`")):
         validate(composed(*overrides))
+
+
+# (key, value, the key refused): a value set on a composed config, as an override would set it
+PIXEL_FAULTS = [("data.masks", None, "data.masks"), ("data.classes", ["a"], "data.classes"),
+                ("data.classes", ["a", "a"], "data.classes"), ("data.ignore_index", 1, "data.ignore_index"),
+                ("data.sampling", "balanced", "data.sampling"), ("trainer.loss", "focal", "trainer.loss"),
+                ("trainer.class_weight", "balanced", "trainer.class_weight"),
+                ("trainer.label_smoothing", 0.1, "trainer.label_smoothing"),
+                ("data.patches.size", [32, 32], "data.task")]
+LABEL_FAULTS = [("data.masks", "m", "data.masks"), ("data.ignore_index", 255, "data.ignore_index"),
+                ("trainer.loss", "dice", "trainer.loss"), ("data.classes", ["a", "b"], "data.classes")]
+
+
+def test_a_class_a_pixels_refusals_name_the_key():
+    """Where masks come from, what their values name, what counts pixels; and what one label an image refuses."""
+    pixels, labels = composed(*SEGMENTATION), composed("data=folder", "data.path=x")
+    validate(copy.deepcopy(pixels))  # negative control: each config passes as composed
+    validate(copy.deepcopy(labels))
+    for base, faults in ((pixels, PIXEL_FAULTS), (labels, LABEL_FAULTS)):
+        for key, value, refused in faults:
+            cfg = copy.deepcopy(base)
+            OmegaConf.update(cfg, key, value)
+            with pytest.raises(ConfigError, match=re.escape(f"`{refused}`")):
+                validate(cfg)
+    table = composed("data=table", "data.table=t.csv", "data.columns.mask=m")
+    with pytest.raises(ConfigError, match="`data.columns.mask`"):
+        validate(table)
 
 
 def test_good_values_pass_the_same_checks(tmp_path):  # negative control for the range checks

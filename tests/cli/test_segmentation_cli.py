@@ -58,7 +58,7 @@ def ran(tmp_path_factory) -> SimpleNamespace:
     here = "queue.workers=0"  # past the two runs that compare worker counts, batches built in the command's process
     done = spawn_one_process_for(
         ["train", *config, "queue.workers=2", "hydra.run.dir=whole"], ["train", f"resume={run}"],
-        ["train", *texture_config(shuffled), "trainer.epochs=3", here, "hydra.run.dir=shuffled"],
+        ["train", *texture_config(shuffled), "trainer.epochs=2", here, "hydra.run.dir=shuffled"],
         ["evaluate", f"resume={run}", here],
         ["predict", f"resume={run}", f"input={textures.root / 'images' / 'val'}", here],
         ["export", f"resume={run}", "export.format=onnx", here],
