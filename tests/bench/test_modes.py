@@ -108,8 +108,9 @@ def test_every_mode_benches_a_segmentation_folder_and_the_peers_read_the_masks_t
             "data.image_size=[32,32]", "data.batch_size=4"]
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
         config = load(compose("bench", [*data, "bench.warmup=1", "bench.batches=1"]))
-    # keras_processes runs keras_threads' dataset in Keras's processes (its pool: tests/cli/test_bench_cli.py)
-    for mode in [m for m in BENCH_MODES if m not in (*bench.REGION_MODES, "keras_processes")]:
+    # the modes that read, augment or feed pairs themselves; keras_processes runs keras_threads' dataset in Keras's
+    # processes, loader and loader_fit the loader loader_steps runs (each of them: tests/cli/test_bench_cli.py)
+    for mode in ("baseline", "loader_steps", "keras_threads", "tf_data", "serial"):
         result = in_process(mode, config)
         assert "error" not in result, (mode, result.get("traceback"))
         assert result["timed_batches"] == 1 and result["images_per_s"] > 0, mode
