@@ -40,9 +40,6 @@ class MaskedFileSplit(FileSplit):
         image = super().decode(i, raw, decode)
         return image, self._mask(i, image.shape[:2], (decode or Decode()).max_pixels)
 
-    def read(self, i: int, decode: Decode | None = None, drawn=None) -> tuple[np.ndarray, np.ndarray]:
-        return self.decode(i, self.fetch(i, decode), decode)
-
     def _mask(self, i: int, size: tuple[int, int], max_pixels: int | None) -> np.ndarray:
         path = self.masks[i]
         try:
