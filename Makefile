@@ -15,7 +15,7 @@ train: $(VENV)/.installed
 # Two processes (pytest-xdist), each taking a whole file at a time so a file's fixtures are built
 # once, in tests/conftest.py's order (the slowest files first; xdist would otherwise put the files
 # with the most tests first, and the slow ones with few last, one process waiting on the other):
-# 10 to 11 minutes on two cores as pytest counts them (612-643 s on a fresh clone since segmentation; 546-565 s
+# 10 to 11 minutes on two cores as pytest counts them (612-654 s on a fresh clone since segmentation; 546-565 s
 # before it), its setup a minute more; twice that when the machine is slowed by its neighbours.
 # ARGS="-n 4" on a bigger machine, ARGS="-n 0" for one process. Leaves out the tests marked exhaustive:
 # variants of paths it covers (pyproject.toml), which `make test-all` runs too.
