@@ -43,6 +43,8 @@ def _check_labels_only(data, trainer) -> None:
     """What only a class a pixel takes: masks, an ignore index, a Dice loss."""
     _check(data.ignore_index is None, "data.ignore_index", data.ignore_index, "null: an ignore index is a mask "
            "value (data.task=segmentation)")
+    _check(data.masks_background is None, "data.masks_background", data.masks_background, "null: it names the "
+           "class of pixels no polygon annotates (data.task=segmentation)")
     if data._target_ == DATA_TARGETS["folder"]:
         _check(data.masks is None, "data.masks", data.masks, "null: masks are data.task=segmentation's")
     if data._target_ == DATA_TARGETS["table"]:
@@ -175,6 +177,8 @@ class PixelMasks:
         ignore = data.ignore_index
         _check(ignore is None or len(names) <= ignore <= 65535, "data.ignore_index", ignore,
                f"null, or a mask value from {len(names)} (past the classes) to 65535, e.g. 255")
+        _check(data.masks_background is None or data.masks_background in names, "data.masks_background",
+               data.masks_background, f"null, or one of data.classes {names}: the class of pixels no polygon covers")
         _check(Sampling(data.sampling) is Sampling.uniform, "data.sampling", data.sampling.value,
                "uniform with data.task=segmentation: a class's share is one of pixels, not of images")
         _check(trainer.loss in ("crossentropy", "dice", "crossentropy+dice"), "trainer.loss", trainer.loss,
@@ -187,8 +191,7 @@ class PixelMasks:
                "0 with data.task=segmentation")
 
     def check_patches(self) -> None:
-        raise config_error("data.task", self.task.value, "multiclass or multilabel with data.patches: patches "
-                           "of slides with masks are not read yet")
+        return None  # a patch's mask is read where it lies (app/data/slides/region_masks.py)
 
 
 TARGETS: dict[Task, Targets] = {Task.multiclass: ClassIndex(), Task.multilabel: ClassSet(),

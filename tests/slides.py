@@ -4,11 +4,13 @@ whose texture says the class: stripes (class 0) or dots (class 1)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import cv2
 import numpy as np
 import tifffile
+from PIL import Image, ImageDraw
 
 GLASS = (236, 232, 238)
 INK = {0: ((200, 90, 150), (120, 40, 120)), 1: ((150, 110, 210), (70, 40, 140))}  # each class's two colours
@@ -111,3 +113,82 @@ def zero_tiles(path: Path, levels: slice) -> None:
     for offset, count in tiles:
         damaged[offset:offset + count] = bytes(count)
     path.write_bytes(bytes(damaged))
+
+
+ANNOTATED_CLASSES = ["glass", "stripes", "dots"]
+
+
+def _blob(centre: np.ndarray, radius: float, rng: np.random.Generator, points: int = 9) -> np.ndarray:
+    """A ring of `points` (x, y) about `centre`, its radius jittered: a region as an annotator outlines it."""
+    angles = np.sort(rng.uniform(0, 2 * np.pi, points))
+    radii = radius * rng.uniform(0.75, 1.1, points)
+    return centre + np.stack([np.cos(angles) * radii, np.sin(angles) * radii], axis=1)
+
+
+def annotated_regions(side: int, rng: np.random.Generator) -> list[tuple[int, list[np.ndarray]]]:
+    """(class, rings) of each region of a `side`² slide, in level-0 pixels: a striped region with a hole of glass, a
+    dotted one beside it, and a dotted one inside the striped one's hole (a region drawn within another's hole)."""
+    big = np.array([side * 0.35, side * 0.4]) + rng.uniform(-side * 0.04, side * 0.04, 2)
+    other = np.array([side * 0.72, side * 0.7]) + rng.uniform(-side * 0.04, side * 0.04, 2)
+    return [(1, [_blob(big, side * 0.28, rng, 11), _blob(big, side * 0.13, rng, 7)]),
+            (2, [_blob(big, side * 0.06, rng, 6)]),
+            (2, [_blob(other, side * 0.2, rng)])]
+
+
+def regions_label_map(side: int, regions: list[tuple[int, list[np.ndarray]]]) -> np.ndarray:
+    """The regions drawn at level 0 by Pillow (a rasteriser of its own, not the app's): 0 glass, else the class."""
+    img = Image.new("L", (side, side), 0)
+    draw = ImageDraw.Draw(img)
+    for label, rings in regions:  # in order: each hole cleared to glass, then what lies in it drawn over
+        draw.polygon([tuple(p) for p in rings[0]], fill=label)
+        for hole in rings[1:]:
+            draw.polygon([tuple(p) for p in hole], fill=0)
+    return np.array(img)
+
+
+def geojson_of(regions: list[tuple[int, list[np.ndarray]]], names: list[str]) -> dict:
+    """QuPath's export of the regions: a FeatureCollection of annotations, each ring closed, plus an unclassified
+    outline (QuPath's tissue annotation) that has no class and a point, which carry none."""
+    features = [{"type": "Feature", "id": f"r{k}", "geometry": {"type": "Polygon", "coordinates": [
+        [[round(float(x), 2), round(float(y), 2)] for x, y in [*ring, ring[0]]] for ring in rings]},
+        "properties": {"objectType": "annotation", "classification": {"name": names[label], "color": [200, 0, 0]}}}
+        for k, (label, rings) in enumerate(regions)]
+    features.append({"type": "Feature", "geometry": {"type": "Polygon", "coordinates": [[[0, 0], [9, 0], [9, 9],
+                     [0, 0]]]}, "properties": {"objectType": "annotation"}})
+    features.append({"type": "Feature", "geometry": {"type": "Point", "coordinates": [5, 5]},
+                     "properties": {"classification": {"name": names[1]}}})
+    return {"type": "FeatureCollection", "features": features}
+
+
+def write_annotated_slides(root: Path, *, train: int = 4, val: int = 2, side: int = 512,
+                           tile: int = 128) -> dict[Path, np.ndarray]:
+    """Slides under root/slides/{train,val}/ whose regions of stripes and dots (ANNOTATED_CLASSES 1 and 2) lie on
+    glass (0); each one's annotation as a uint8 label raster at a quarter of its size, tiled
+    (root/rasters/<split>/<name>.tif), and as QuPath's GeoJSON (root/polygons/<split>/<name>.geojson). Returns each
+    slide's label map at level 0."""
+    rng = np.random.default_rng(1)
+    drawn = {}
+    for split, count in (("train", train), ("val", val)):
+        for folder in ("slides", "rasters", "polygons"):
+            (root / folder / split).mkdir(parents=True, exist_ok=True)
+        for i in range(count):
+            regions = annotated_regions(side, rng)
+            labels = regions_label_map(side, regions)
+            yy, xx = np.mgrid[0:side, 0:side]
+            textures = {1: (yy // 6) % 2 == 0, 2: (yy % 12 < 5) & (xx % 12 < 5)}
+            image = np.empty((side, side, 3), np.float32)
+            image[:] = GLASS
+            for label, pattern in textures.items():
+                light, dark = (np.array(c, np.float32) for c in INK[label - 1])
+                image[labels == label] = np.where(pattern[labels == label][:, None], dark, light)
+            image = np.clip(image + rng.normal(0, 6, image.shape), 0, 255).astype(np.uint8)
+            name = f"{split}-{i}"
+            path = root / "slides" / split / f"{name}.tif"
+            write_slide(path, image, levels=2, tile=tile)
+            quarter = labels[2::4, 2::4]  # each quarter-size pixel the class at its centre
+            tifffile.imwrite(root / "rasters" / split / f"{name}.tif", quarter, tile=(64, 64), compression="zlib",
+                             photometric="minisblack")
+            (root / "polygons" / split / f"{name}.geojson").write_text(json.dumps(geojson_of(regions,
+                                                                                            ANNOTATED_CLASSES)))
+            drawn[path] = labels
+    return drawn

@@ -144,8 +144,9 @@ PIXEL_FAULTS = [("data.masks", None, "data.masks"), ("data.classes", ["a"], "dat
                 ("data.sampling", "balanced", "data.sampling"), ("trainer.loss", "focal", "trainer.loss"),
                 ("trainer.class_weight", "balanced", "trainer.class_weight"),
                 ("trainer.label_smoothing", 0.1, "trainer.label_smoothing"),
-                ("data.patches.size", [32, 32], "data.task")]
+                ("data.masks_background", "d", "data.masks_background")]
 LABEL_FAULTS = [("data.masks", "m", "data.masks"), ("data.ignore_index", 255, "data.ignore_index"),
+                ("data.masks_background", "a", "data.masks_background"),
                 ("trainer.loss", "dice", "trainer.loss"), ("data.classes", ["a", "b"], "data.classes")]
 
 
@@ -181,6 +182,7 @@ def test_good_values_pass_the_same_checks(tmp_path):  # negative control for the
                       "trainer.num_processes=2", "trainer.process_id=1"))
     validate(composed(*SEGMENTATION, "data.ignore_index=255", "trainer.loss=crossentropy+dice",
                       "trainer.class_weight={b: 2.0}"))
+    validate(composed(*SEGMENTATION, "data.patches.size=[32,32]", "data.masks_background=a"))  # polygons on slides
     validate(composed("data=table", "data.table=t.csv", "data.task=segmentation", "data.columns.mask=m",
                       "data.classes=[a,b]", "data.ignore_index=65535", "trainer.loss=dice"))
     validate(composed("data=prepared", "data.path=/copy", "data.task=segmentation", "data.classes=[a,b]"))

@@ -109,9 +109,12 @@ def main(cfg: DictConfig) -> None:
                                    image_size=tuple(size))  # the model's
     transforms = eval_transforms(config.augment, size)
     patches = None if prepared else run_patches(config.data)
+    task = task_of(config.data.task)
+    if patches is not None and task.output == "pixels":
+        raise DataError(f"{run_dir} segments patches of slides: its whole-slide prediction is not written yet; "
+                        "`python -m app evaluate` scores its validation patches.")
     if patches is not None:
         return _predict_patches(config, patches, (net, names, settings, transforms), (files, out))
-    task = task_of(config.data.task)
     if task.output == "pixels":  # a mask an input (data.task=segmentation)
         return _predict_masks(config, splits["predict"], (net, names, settings, transforms), (Path(source), out))
     failed: list[tuple[str, str]] = []  # (what, why) of each sample that could not be read

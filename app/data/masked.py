@@ -15,14 +15,28 @@ from app.targets import mask_dtype
 
 @dataclass(frozen=True)
 class MaskRule:
-    """What a mask's values may be: a class index below `classes`, or `ignore_index` (no loss, no metric)."""
+    """What a mask's values may be: a class index below `classes`, or `ignore_index` (no loss, no metric); the
+    classes' `names`, and the class (`background`, an index) of pixels no polygon annotates, else the ignore index."""
 
     classes: int
     ignore_index: int | None = None
+    names: tuple[str, ...] = ()
+    background: int | None = None
+
+    @classmethod
+    def of(cls, data_cfg) -> MaskRule:
+        """data.classes, data.ignore_index and data.masks_background (checked by the rules: one of the classes)."""
+        names = tuple(data_cfg.classes)
+        chosen = data_cfg.masks_background
+        return cls(len(names), data_cfg.ignore_index, names, None if chosen is None else names.index(chosen))
 
     @property
     def dtype(self) -> str:
         return mask_dtype(self.classes, self.ignore_index)
+
+    @property
+    def unannotated(self) -> int | None:  # what a pixel no polygon covers is: the background class, else ignored
+        return self.ignore_index if self.background is None else self.background
 
 
 class MaskedFileSplit(FileSplit):
@@ -42,6 +56,9 @@ class MaskedFileSplit(FileSplit):
 
     def _mask(self, i: int, size: tuple[int, int], max_pixels: int | None) -> np.ndarray:
         path = self.masks[i]
+        if path.lower().endswith(".geojson"):
+            raise BadSampleError(i, self.describe(i), f"its mask {path} is polygons, read a patch at a time: set "
+                                 "data.patches (docs/slides.md), or draw them into a label raster")
         try:
             mask = read_mask(path, max_pixels)
         except FileNotFoundError as exc:

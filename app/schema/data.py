@@ -121,6 +121,9 @@ class DataConfig:
     # mask value that counts in no loss and no metric ("not annotated", "no data"), e.g. 255
     classes: list[str] | None = None
     ignore_index: int | None = None
+    # data.task=segmentation with polygons (GeoJSON masks of data.patches): the class of the pixels no polygon covers;
+    # null: data.ignore_index (out of the loss and the figures)
+    masks_background: str | None = None
 
 
 @dataclass(kw_only=True)

@@ -12,7 +12,7 @@ import pytest
 import tifffile
 from omegaconf import OmegaConf
 from PIL import Image
-from segmentation_data import IGNORE, PALETTE, write_palette_png, write_texture_folder
+from segmentation_data import IGNORE, PALETTE, TEXTURE_CLASSES, write_palette_png, write_texture_folder
 
 from app.data.masked import MaskedFileSplit, MaskRule
 from app.data.pixels.label_masks import read_mask
@@ -179,7 +179,7 @@ def test_the_flat_layout_is_split_by_val_fraction_each_image_with_its_mask_of_an
     assert not set(src.split["train"]) & set(src.split["val"])
     assert src.split["val_fraction"] == 0.25 and src.class_names == made.class_names
     assert isinstance(src.train, MaskedFileSplit) and isinstance(src.val, MaskedFileSplit) and src.test is None
-    assert src.train.rule == MaskRule(3, IGNORE)
+    assert src.train.rule == MaskRule(3, IGNORE, tuple(TEXTURE_CLASSES))
     every = src.train.masks + src.val.masks
     assert str(mask.with_suffix(".tif")) in every and str(mask) not in every
     assert_pairs(src.train, written)
@@ -305,7 +305,7 @@ def test_a_tables_mask_column_gives_each_row_its_mask(tmp_path):
     src = table_source(table_cfg(table))
     assert isinstance(src.train, MaskedFileSplit) and isinstance(src.val, MaskedFileSplit)
     assert len(src.train) + len(src.val) == ROWS and len(src.val) > 0 and src.class_names == CLASSES
-    assert src.train.rule == MaskRule(3) and src.train.mask_dtype == "uint8"
+    assert src.train.rule == MaskRule(3, None, tuple(CLASSES)) and src.train.mask_dtype == "uint8"
     assert_pairs(src.train, written)
     assert_pairs(src.val, written)
     again = table_source(table_cfg(table))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from dataclasses import dataclass
 
@@ -23,8 +24,10 @@ from app.errors import DataError
 
 STEPS_A_PATCH = 4  # random patches start on a grid this many times finer than a patch
 MASK_CELLS = 8  # a patch's side spans this many cells of its image's mask
+log = logging.getLogger(__name__)
 PROGRESS_AFTER_S = 2  # a pass over the images shows its bar once it has taken this long
 FINER = 1.001  # a resolution this close to a level's is that level (scanners round their µm a pixel)
+MAX_OVERLAP = 16  # the grid's patches overlapping more (data.patches.stride) are warned of
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +52,14 @@ class Layout:
 
     def corner(self, cell: int) -> tuple[int, int]:
         return int(self.tops[cell // len(self.lefts)]), int(self.lefts[cell % len(self.lefts)])
+
+    def read_bytes(self, size: tuple[int, int]) -> int:
+        """The most a patch of `size` holds as it is read: every chunk it can touch decoded, the region, the patch."""
+        slide = self.slide
+        each = (slide.bands + (slide.alpha is not None)) * np.dtype(slide.dtype).itemsize  # an alpha is decoded too
+        chunk_h, chunk_w = slide.chunk
+        chunks = (-(-self.read[0] // chunk_h) + 1) * (-(-self.read[1] // chunk_w) + 1) if slide.tiff else 1
+        return each * (chunks * chunk_h * chunk_w + self.read[0] * self.read[1] + size[0] * size[1])
 
 
 def layouts_of(paths: list[str], patches, *, grid: bool, unreadable: dict[str, str] | None = None) -> list[Layout]:
@@ -106,16 +117,23 @@ def _layout(path: str, patches, *, grid: bool, masked: bool) -> Layout:
     tops, lefts = (np.arange(0, slide.levels[0][axis] - extent[axis] + 1, step[axis]) for axis in (0, 1))
     shares, share = np.ones((len(tops), len(lefts))), 1.0
     if masked and patches.min_foreground > 0 and len(tops) and len(lefts):
-        downsample = min(extent) / MASK_CELLS
-        cache = mask_cache_path(slide, downsample, patches.mask_bands)
-        cached = read_cached_mask(cache, slide.path)
-        mask, cell = cached or compute_mask(slide, downsample, patches.mask_bands)
-        if cached is None:  # made here: kept for the next run
-            write_mask_to_cache(cache, mask, cell)
+        mask, cell = foreground_of(slide, extent, patches.mask_bands)
         shares, share = fractions(mask, cell, extent, (tops, lefts)), float(mask.mean())
     valid = np.packbits((shares >= patches.min_foreground).reshape(-1))
     return Layout(slide=slide, level=level, read=read, extent=extent, tops=tops, lefts=lefts, valid=valid,
                   foreground=share)
+
+
+def foreground_of(slide: Slide, extent: tuple[int, int], bands: list[int] | None) -> tuple[np.ndarray, float]:
+    """`slide`'s foreground mask for patches of `extent` (level-0 pixels), and its cell's side at level 0: from the
+    cache, else made and kept there for the next run."""
+    downsample = min(extent) / MASK_CELLS
+    cache = mask_cache_path(slide, downsample, bands)
+    cached = read_cached_mask(cache, slide.path)
+    mask, cell = cached or compute_mask(slide, downsample, bands)
+    if cached is None:
+        write_mask_to_cache(cache, mask, cell)
+    return mask, cell
 
 
 def _downsample(slide: Slide, patches) -> float:
@@ -151,3 +169,15 @@ def why_none(layout: Layout, patches) -> str:
     else:
         said += ": lower it"
     return said + " (0 takes every patch; `python -m app preview` then shows where they lie), or check the image"
+
+
+def warn_of_overlap(counts: dict, patches) -> None:
+    """A warning, with the splits' counts, where data.patches.stride makes the grid read each pixel many times."""
+    stride = patches.stride or patches.size
+    overlap = (patches.size[0] / stride[0]) * (patches.size[1] / stride[1])
+    if overlap > MAX_OVERLAP:
+        log.warning("data.patches.stride=%s of a %s patch reads each pixel in up to %d patches of the grid: %s; "
+                    "validation reads every one each epoch (a stride of the patch's size overlaps none)",
+                    list(stride), list(patches.size), round(overlap),
+                    ", ".join(f"{name} {figures['patches']:,} patches of {figures['images']} images"
+                              for name, figures in counts.items()))

@@ -11,16 +11,17 @@ from abc import ABC, abstractmethod
 import cv2
 import numpy as np
 
+from app.data.masked import MaskedFileSplit, MaskRule
 from app.data.pixels.bands import fit_bands
 from app.data.pixels.decode import Decode, DecodeError
-from app.data.slides.layouts import Layout, layout_of, layouts_of, why_none
+from app.data.slides.layouts import Layout, layout_of, layouts_of, warn_of_overlap, why_none
+from app.data.slides.region_masks import RegionMask, Window, annotations_of, listed_annotations, read_checked
 from app.data.slides.regions import read_region
 from app.data.source import FileSplit, Source, bad_sample_reason
 from app.data.split import Drawn, Place
 from app.errors import BadSampleError, DataError
 
 NAMED = 10  # images left out named in the log line, at most
-MAX_OVERLAP = 16  # the grid's patches overlapping more (data.patches.stride) are warned of
 
 log = logging.getLogger(__name__)
 
@@ -28,12 +29,20 @@ log = logging.getLogger(__name__)
 class PatchSplit(ABC):
     """Patches of `images` (a FileSplit, `layouts` theirs) cut by `patches`; a mode is a subclass, its own `where`."""
 
-    bands = mask_dtype = None  # counted off the images; no masks yet
+    bands = None  # counted off the images
+    # data.task=segmentation: each image's annotation (region_masks.py), read where a patch lies; None: no masks
+    masks: tuple[MaskRule, list[RegionMask]] | None = None
+    mask_dtype: str | None = None
 
     def __init__(self, images: FileSplit, layouts: list[Layout], patches, image_of: np.ndarray, labels=None):
         self.images, self.layouts, self.patches, self.size = images, layouts, patches, tuple(patches.size)
         self.image_of = np.asarray(image_of, np.int32)
         self.labels = images.labels[self.image_of] if labels is None else labels
+
+    def with_masks(self, rule: MaskRule, masks: list[RegionMask]) -> PatchSplit:
+        """A sample an (image, mask) pair: `masks` a reader an image of `images`, their values by `rule`."""
+        self.masks, self.mask_dtype = (rule, masks), rule.dtype
+        return self
 
     def __len__(self) -> int:
         return len(self.image_of)
@@ -56,8 +65,9 @@ class PatchSplit(ABC):
         scale, (height, width) = layout.slide.downsample(layout.level), layout.slide.levels[layout.level]
         return layout, (min(int(top / scale), height - layout.read[0]), min(int(left / scale), width - layout.read[1]))
 
-    def fetch(self, i: int, decode: Decode | None = None, drawn: Drawn | None = None) -> np.ndarray:
-        """Sample i's region, at the patch size: only the tiles it touches read; BadSampleError if unreadable."""
+    def fetch(self, i: int, decode: Decode | None = None, drawn: Drawn | None = None):
+        """Sample i's region, at the patch size (with masks: and its mask, of the same place): only the tiles it
+        touches read; BadSampleError if unreadable."""
         layout, (y, x) = self.region_of(i, drawn)
         try:
             region = read_region(layout.slide, layout.level, (y, x), layout.read)
@@ -66,16 +76,27 @@ class PatchSplit(ABC):
         if layout.read != self.size:  # between two levels: the finer one read, shrunk the rest of the way
             shrunk = cv2.resize(region, self.size[::-1], interpolation=cv2.INTER_AREA)
             region = shrunk if shrunk.ndim == 3 else shrunk[:, :, None]
-        return region
+        if self.masks is None:
+            return region
+        (rule, masks), scale = self.masks, layout.slide.downsample(layout.level)
+        window = Window(corner=(round(y * scale), round(x * scale)),  # the region's place at level 0, as read
+                        extent=(round(layout.read[0] * scale), round(layout.read[1] * scale)), size=self.size)
+        try:
+            return region, read_checked(masks[int(self.image_of[i])], window, rule)
+        except DecodeError as exc:
+            raise BadSampleError(i, self.describe(i, drawn), str(exc)) from exc
 
-    def decode(self, i: int, raw: np.ndarray, decode: Decode | None = None) -> np.ndarray:
+    def decode(self, i: int, raw, decode: Decode | None = None):
+        """The region fitted to the run's bands and type (with masks: the pair, its mask as read)."""
+        region, mask = raw if self.masks is not None else (raw, None)
         pixels = (decode or Decode()).pixels
         try:
-            return fit_bands(raw, channels=pixels.channels, bands=pixels.bands, dtype=pixels.dtype)
+            fitted = fit_bands(region, channels=pixels.channels, bands=pixels.bands, dtype=pixels.dtype)
         except DecodeError as exc:
             raise BadSampleError(i, self.describe(i), str(exc)) from exc
+        return fitted if mask is None else (fitted, mask)
 
-    def read(self, i: int, decode: Decode | None = None, drawn: Drawn | None = None) -> np.ndarray:
+    def read(self, i: int, decode: Decode | None = None, drawn: Drawn | None = None):
         return self.decode(i, self.fetch(i, decode, drawn), decode)
 
     def place_of(self, seed: int) -> Place:
@@ -87,7 +108,7 @@ class PatchSplit(ABC):
 
     def largest_decode_bytes(self, decode: Decode) -> tuple[int, int]:
         """The most one patch holds as it is read: every chunk it can touch decoded, the region, and the patch."""
-        return max((_patch_bytes(layout, self.size) for layout in self.layouts), default=0), 0
+        return max((layout.read_bytes(self.size) for layout in self.layouts), default=0), 0
 
     def describe(self, i: int, drawn: Drawn | None = None) -> str:
         image, top, left = self.where(i, drawn)
@@ -150,6 +171,10 @@ class RandomPatches(PatchSplit):
         return super().describe(i, drawn)
 
     def fixed(self, *, draws: int | None, seed: int) -> PatchSplit:  # the grid, or `draws` an image drawn by `seed`
+        fixed = self._fixed(draws=draws, seed=seed)
+        return fixed if self.masks is None else fixed.with_masks(*self.masks)  # the same images, in the same order
+
+    def _fixed(self, *, draws: int | None, seed: int) -> PatchSplit:
         if draws is None:
             return _patch_split(self.images, self.patches, grid=True)[0]
         image_of, corners = [], []
@@ -180,14 +205,6 @@ class ListedPatches(PatchSplit):
         return part
 
 
-def _patch_bytes(layout: Layout, size: tuple[int, int]) -> int:
-    slide = layout.slide
-    each = (slide.bands + (slide.alpha is not None)) * np.dtype(slide.dtype).itemsize  # an alpha is decoded too
-    chunk_h, chunk_w = slide.chunk
-    chunks = (-(-layout.read[0] // chunk_h) + 1) * (-(-layout.read[1] // chunk_w) + 1) if slide.tiff else 1
-    return each * (chunks * chunk_h * chunk_w + layout.read[0] * layout.read[1] + size[0] * size[1])
-
-
 def patched(source: Source, patches, *, skip: bool = False) -> Source:
     """`source`'s splits made patches, by image; those without one (or unreadable, with `skip`) named in the log."""
     unreadable: dict[str, str] | None = {} if skip else None
@@ -212,7 +229,7 @@ def patched(source: Source, patches, *, skip: bool = False) -> Source:
     weights = None if source.train_weights is None else \
         source.train_weights[kept] if isinstance(train, ListedPatches) else source.train_weights[kept][train.image_of]
     counts = {name: {"images": len(split.layouts), "patches": len(split)} for name, (split, _, _) in built.items()}
-    _warn_of_overlap(counts, patches)
+    warn_of_overlap(counts, patches)
     layouts = [layout for split, _, _ in built.values() for layout in split.layouts]
     read_by = {"openslide": sum(layout.slide.openslide for layout in layouts)}
     read_by["tifffile"] = len(layouts) - read_by["openslide"]
@@ -232,18 +249,6 @@ def _warn_of_unreadable(unreadable: dict[str, str]) -> None:
                     (f"; and {len(unreadable) - NAMED} more" if len(unreadable) > NAMED else ""))
 
 
-def _warn_of_overlap(counts: dict, patches) -> None:
-    """A warning, with the splits' counts, where data.patches.stride makes the grid read each pixel many times."""
-    stride = patches.stride or patches.size
-    overlap = (patches.size[0] / stride[0]) * (patches.size[1] / stride[1])
-    if overlap > MAX_OVERLAP:
-        log.warning("data.patches.stride=%s of a %s patch reads each pixel in up to %d patches of the grid: %s; "
-                    "validation reads every one each epoch (a stride of the patch's size overlaps none)",
-                    list(stride), list(patches.size), round(overlap),
-                    ", ".join(f"{name} {figures['patches']:,} patches of {figures['images']} images"
-                              for name, figures in counts.items()))
-
-
 def _listed_split(rows: FileSplit, corners: np.ndarray, patches) -> tuple[PatchSplit, np.ndarray, list[str]]:
     """A table's patches (data.columns.x, y) with their own labels; an image's label their most common."""
     paths = list(dict.fromkeys(rows.paths))
@@ -253,6 +258,8 @@ def _listed_split(rows: FileSplit, corners: np.ndarray, patches) -> tuple[PatchS
     labels = np.array([np.bincount(rows.labels[image_of == image]).argmax() for image in range(len(paths))])
     split = ListedPatches(FileSplit(paths, labels), layouts, patches,
                           places=(image_of, np.asarray(corners), rows.labels))
+    if isinstance(rows, MaskedFileSplit):
+        split.with_masks(rows.rule, listed_annotations(rows, paths, layouts, patches))
     return split, np.arange(len(rows)), []
 
 
@@ -270,8 +277,13 @@ def _patch_split(images: FileSplit, patches, *, grid: bool, unreadable: dict[str
     layouts = layouts_of(images.paths, patches, grid=grid, unreadable=unreadable)
     read = [i for i, path in enumerate(images.paths) if unreadable is None or path not in unreadable]
     of = dict(zip(read, layouts, strict=True))
-    kept = np.array([i for i in read if of[i].valid.any()], dtype=np.int64)
+    masks = annotations_of(images, of, patches, unreadable) if isinstance(images, MaskedFileSplit) else None
+    kept = np.array([i for i in read if of[i].valid.any() and (masks is None or i in masks)], dtype=np.int64)
     mode = GridPatches if grid else RandomPatches
     split = mode(FileSplit([images.paths[i] for i in kept], images.labels[kept]), [of[i] for i in kept], patches)
-    have = set(kept.tolist())
+    if masks is not None:
+        split.with_masks(images.rule, [masks[i] for i in kept])
+    failed = set() if masks is None else {i for i in of if of[i].valid.any() and i not in masks}  # in `unreadable`
+    have = set(kept.tolist()) | failed
     return split, kept, [of[i] for i in read if i not in have]
+

@@ -188,7 +188,7 @@ def _scan(split_dir: Path, root: Path, owners: dict | None = None) -> dict[str, 
                         f"as {_LAYOUT}.{hint}")
     out = {}
     for cls in classes:
-        files = sorted(_owned(_walk(split_dir / cls, root), owners, split_dir / cls, root))
+        files = sorted(_owned(_walk(split_dir / cls, root, EXTENSIONS), owners, split_dir / cls, root))
         if not files:
             raise DataError(f"class folder {split_dir / cls} has no images: expected files ending in "
                             f"{' '.join(EXTENSIONS)} (any case; hidden files are ignored).")
@@ -196,12 +196,13 @@ def _scan(split_dir: Path, root: Path, owners: dict | None = None) -> dict[str, 
     return out
 
 
-def images_under(folder: Path, root: Path) -> Files:
-    """Every image under `folder` (links followed, one file reached twice refused), paths relative to `root`."""
-    return sorted(_owned(_walk(folder, root), {}, folder, root))
+def images_under(folder: Path, root: Path, suffixes: tuple[str, ...] = EXTENSIONS) -> Files:
+    """Every image (file of `suffixes`) under `folder` (links followed, one file reached twice refused), paths
+    relative to `root`."""
+    return sorted(_owned(_walk(folder, root, suffixes), {}, folder, root))
 
 
-def _walk(folder: Path, root: Path, above: frozenset = frozenset()):
+def _walk(folder: Path, root: Path, suffixes: tuple[str, ...], above: frozenset = frozenset()):
     """The images under `folder`, following links; `above` (folders leading here, as device and inode) stops a loop."""
     here = folder.stat()
     key = (here.st_dev, here.st_ino)
@@ -213,8 +214,8 @@ def _walk(folder: Path, root: Path, above: frozenset = frozenset()):
         if entry.name.startswith("."):
             continue
         if _is_dir(entry):
-            yield from _walk(Path(entry.path), root, above | {key})
-        elif _is_image(entry.name) and (entry.is_symlink() or entry.is_file()):
+            yield from _walk(Path(entry.path), root, suffixes, above | {key})
+        elif entry.name.lower().endswith(suffixes) and (entry.is_symlink() or entry.is_file()):
             rel = Path(entry.path).relative_to(root).as_posix()
             _check_name(rel, root)
             yield rel, *_size_time_and_file(entry)

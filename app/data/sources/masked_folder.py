@@ -1,5 +1,5 @@
 """data=folder with data.task=segmentation: images under data.path, each one's mask under data.masks at the same
-relative path and stem (any extension the app reads):
+relative path and stem (any extension the app reads, or a .geojson of polygons: with data.patches):
     <path>/<image>, <masks>/<image's stem>.<ext>                   split by data.val_fraction (and test_fraction)
     <path>/{train,val,test}/<image>, <masks>/{train,val,test}/...  split given"""
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 
 from app.data.masked import MaskedFileSplit, MaskRule
+from app.data.pixels.images import EXTENSIONS
 from app.data.source import Source
 from app.data.sources.folder import Files, fingerprint, images_under, split_by_fraction
 from app.errors import DataError
@@ -24,14 +25,14 @@ def masked_folder_source(data_cfg) -> Source:
                             "images under data.path and each one's mask under data.masks, at the same relative path "
                             "and stem.")
     parts, given = _parts(images, data_cfg, masks)
-    found, stems = images_under(masks, masks), {}
+    found, stems = images_under(masks, masks, (*EXTENSIONS, ".geojson")), {}  # polygons: QuPath's export
     for rel, *_ in found:
         stem = str(PurePosixPath(rel).with_suffix(""))
         if stem in stems:
             raise DataError(f"{masks / stems[stem]} and {masks / rel} are two masks of one image (the same stem): keep "
                             "one.")
         stems[stem] = rel
-    rule = MaskRule(len(data_cfg.classes), data_cfg.ignore_index)
+    rule = MaskRule.of(data_cfg)
     split_of = {name: _split(images, masks, stems, files=files, rule=rule) for name, files in parts.items() if files}
     used = {stems[s] for files in parts.values() for s in _stems(files) if s in stems}
     every = [f for files in parts.values() for f in files] + [(f"masks/{rel}", size, t) for rel, size, t in found

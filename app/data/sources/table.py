@@ -55,7 +55,7 @@ def table_source(data_cfg) -> Source:
         where = f"column `{columns['label']}`" if columns["label"] else "data.columns.labels"
         raise DataError(f"data.table {table} has one class ({', '.join(class_names) or 'none'}) in {where}: a "
                         "classifier needs at least 2")
-    rule = MaskRule(len(class_names), data_cfg.ignore_index) if targets.masks else None
+    rule = MaskRule.of(data_cfg) if targets.masks else None
     source = _source(table, (root, rule), class_names, parts=_split(samples, columns, data_cfg), left_out=left_out)
     check_every_class_trains(source, f"data.table {table}", targets=targets, unit="row",
                              fix="give them training rows (or leave them out of data.classes)")
