@@ -53,7 +53,8 @@ def printed(plain: dict) -> str:
 
 
 def test_train_config_and_its_tree_hold_no_command_key():
-    assert COMMAND_KEYS == ("bench", "checkpoint", "export", "input", "prepare", "preview", "split", "thresholds")
+    assert COMMAND_KEYS == ("bench", "checkpoint", "export", "input", "predict", "prepare", "preview", "split",
+                            "thresholds")
     plain = to_plain(composed("config"))
     assert not set(COMMAND_KEYS) & set(plain) and OmegaConf.get_type(composed("config")) is Config
     tree = printed(plain)

@@ -14,6 +14,7 @@ from app.commands import failure_carried
 from app.config import conf_dir
 from app.errors import config_error
 from app.inference.opened import keras_for_run
+from app.rules import predict as slide_rules
 from app.runs.rundata import checked_source
 from app.runs.saved import STORAGE, read_run_setting_backend
 from app.schema import register
@@ -27,6 +28,7 @@ log = logging.getLogger("app.evaluate")
 @hydra.main(config_path=str(conf_dir()), config_name="evaluate", version_base="1.3")
 @failure_carried
 def main(cfg: DictConfig) -> float:
+    slide_rules.check(cfg.predict)  # the command's own keys, before any work
     # first: it picks the backend Keras loads on
     run_dir, config = read_run_setting_backend(cfg, safe=("queue.", "augment.eval_", "data.max_image_pixels",
                                                           "data.test_path", STORAGE))

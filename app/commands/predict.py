@@ -30,12 +30,13 @@ from app.data.slides.layouts import PROGRESS_AFTER_S
 from app.data.slides.patches import grid_split
 from app.data.source import FileSplit
 from app.errors import ConfigError, DataError
-from app.inference import patch_scores, pixel_predictions
+from app.inference import patch_scores, pixel_predictions, slide_predictions
 from app.inference.opened import open_run
 from app.io import atomic_write
 from app.loader.pipeline import build_loader
 from app.loader.settings import Settings
 from app.processes import stop_if_interrupted
+from app.rules import predict as slide_rules
 from app.runs.saved import STORAGE
 from app.schema import register
 from app.schema.data import PreparedDataConfig
@@ -86,6 +87,7 @@ def _input_files(given: str | None) -> tuple[Path, list[Path]]:
 @hydra.main(config_path=str(conf_dir()), config_name="predict", version_base="1.3")
 @failure_carried
 def main(cfg: DictConfig) -> None:
+    slide_rules.check(cfg.predict)  # the command's own keys, before any work
     # first: it picks the backend Keras loads on
     run_dir, config = open_run(cfg, safe=("queue.", "data.max_image_pixels", STORAGE))
     # before Keras loads: a wrong input is said at once
@@ -110,9 +112,8 @@ def main(cfg: DictConfig) -> None:
     transforms = eval_transforms(config.augment, size)
     patches = None if prepared else run_patches(config.data)
     task = task_of(config.data.task)
-    if patches is not None and task.output == "pixels":
-        raise DataError(f"{run_dir} segments patches of slides: its whole-slide prediction is not written yet; "
-                        "`python -m app evaluate` scores its validation patches.")
+    if patches is not None and task.output == "pixels":  # each slide whole, a pyramid of classes
+        return _predict_slides(config, cfg.predict, (files, Path(source), out), (net, names, settings, transforms))
     if patches is not None:
         return _predict_patches(config, patches, (net, names, settings, transforms), (files, out))
     if task.output == "pixels":  # a mask an input (data.task=segmentation)
@@ -181,6 +182,20 @@ def _predict_patches(config, patches, model: tuple, where: tuple[list[Path], Pat
         first, why = next(iter(gone.items()))
         raise DataError(f"none of the {len(files)} images has a patch to predict (the first, {first}: {why}); see "
                         f"{out}.")
+
+
+def _predict_slides(config, given, inputs: tuple, model: tuple) -> None:
+    """A segmentation run's slides predicted whole: a pyramid of classes, an overlay and a row a slide."""
+    out = inputs[2]
+    header, *rows = slide_predictions.predict_to_files(config, given, inputs, model)
+    patch_scores.write_csv(out, header, rows)
+    failed = [row for row in rows if row[-1] and not row[1]]
+    print(f"{len(rows) - len(failed)} slides predicted whole in {sum(int(row[3]) for row in rows)} tiles"
+          f"{f'; {len(failed)} not, listed with why' if failed else ''}")
+    print(f"written: {out}, {out.parent / 'masks'}, {out.parent / 'overlays'}")
+    if len(failed) == len(rows):
+        raise DataError(f"none of the {len(rows)} slides could be predicted (the first, {failed[0][0]}: "
+                        f"{failed[0][-1]}); see {out}.")
 
 
 def _patch_outputs(config, split, model: tuple) -> tuple[list, dict[int, str]]:

@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-from app.rules import augment, bench, data, logger, model, optimizer, prepare, preview, queue, scheduler, trainer
+from app.rules import (
+    augment,
+    bench,
+    data,
+    logger,
+    model,
+    optimizer,
+    predict,
+    prepare,
+    preview,
+    queue,
+    scheduler,
+    trainer,
+)
 from app.rules.common import AUTO, SEEDS, check_seed
 from app.rules.trainer import JIT_COMPILE, TOP_K, top_k
 
@@ -27,6 +40,8 @@ def check(cfg) -> None:
         bench.check(cfg.bench)
     if "preview" in cfg:
         preview.check(cfg.preview)
+    if "predict" in cfg:
+        predict.check(cfg.predict)
     if "prepare" in cfg:
         prepare.check(cfg.prepare)
         prepare.check_with_data(cfg.prepare, cfg.data)

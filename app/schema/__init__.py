@@ -117,6 +117,15 @@ class ExportConfig:
 
 
 @dataclass(kw_only=True)
+class SlidePredictConfig:
+    """A segmentation run's slides predicted whole (`predict`, and `evaluate` of its validation slides)."""
+
+    overlap: float = 0.25  # of a tile, shared with each neighbour; 0: tiles side by side
+    blend: str = "gaussian"  # gaussian: a tile's centre weighs most (MONAI's sliding window); mean: alike
+    probability: str | None = None  # predict: a class whose probability is written as a second pyramid
+
+
+@dataclass(kw_only=True)
 class Config:
     seed: int = 0
     tags: list[str] = field(default_factory=list)  # into summary.json and TensorBoard, to find runs by
@@ -146,6 +155,7 @@ class EvaluateConfig(Config):
     split: str = "val"  # val, or test where the data has one
     # last: the newest written at an epoch's end; best: by trainer.monitor; or a name, step-00000120
     checkpoint: str = "last"
+    predict: SlidePredictConfig = field(default_factory=SlidePredictConfig)  # validation slides, segmented whole
 
 
 @dataclass(kw_only=True)
@@ -155,6 +165,7 @@ class PredictConfig(Config):
     input: str | None = None  # an image file or a folder of them (searched recursively)
     # a multilabel run's thresholds.json (evaluate writes the run's own); null: the run's, else trainer.threshold
     thresholds: str | None = None
+    predict: SlidePredictConfig = field(default_factory=SlidePredictConfig)  # a segmentation run's slides
 
 
 @dataclass(kw_only=True)

@@ -1,0 +1,225 @@
+"""A segmentation run's slides predicted whole (`predict`, `evaluate`): every slide's tiles (slide_masks.py) through one
+loader, in order; each slide's finished rows handed to its `SlideSink` (predict: a pyramid of classes, optionally one
+class's probability, a thumbnail with the classes over it, each class's area; evaluate: the confusion against the
+slide's annotation), a slide's band of rows in memory at a time."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+from tqdm import tqdm
+
+from app.data.slides.masks import thumbnail
+from app.data.slides.patches import ListedPatches
+from app.data.slides.region_masks import RegionMask, Window
+from app.data.source import FileSplit
+from app.errors import DataError, config_error
+from app.inference import pyramids
+from app.inference.slide_masks import RowBlender, Tiling, at_tile, blend_weights, tiling_of
+from app.io import write_picture
+from app.loader.pipeline import build_loader
+from app.processes import stop_if_interrupted
+from app.sheets import class_colours, overlay, with_legend
+
+PROGRESS_AFTER_S = 2
+
+
+@dataclass(kw_only=True)
+class SlideSink:
+    """What one slide's finished rows become: its classes' pixel counts, and (predict) its pyramids on disk or
+    (evaluate) its confusion against `annotation`."""
+
+    tiling: Tiling
+    classes: int
+    none: int  # a pixel no tile reached
+    canvas: pyramids.Canvas | None = None
+    probability: tuple[int, pyramids.Canvas] | None = None  # a class's index and its canvas
+    annotation: RegionMask | None = None
+    ignore_index: int | None = None
+    counts: np.ndarray = field(init=False)
+    confusion: np.ndarray = field(init=False)
+    failed: int = 0  # tiles that could not be read
+
+    def __post_init__(self):
+        self.counts = np.zeros(self.classes, np.int64)
+        self.confusion = np.zeros((self.classes, self.classes + 1), np.int64)  # the last column: not predicted
+
+    def take(self, top: int, scores: np.ndarray, covered: np.ndarray) -> None:
+        predicted = np.where(covered, scores.argmax(axis=-1), self.none)
+        self.counts += np.bincount(predicted[covered].ravel(), minlength=self.classes)[:self.classes]
+        if self.canvas is not None:
+            self.canvas.write_rows(top, predicted.astype(self.canvas.levels[0].dtype))
+        if self.probability is not None:
+            index, canvas = self.probability
+            canvas.write_rows(top, np.where(covered, np.rint(scores[..., index] * 255), 0).astype(np.uint8))
+        if self.annotation is not None:
+            self._score(top, np.where(covered, predicted, self.classes))
+
+    def _score(self, top: int, predicted: np.ndarray) -> None:
+        (sy, sx), rows = self.tiling.scale, predicted.shape[0]
+        truth = self.annotation.read(Window(corner=(top * sy, 0), extent=(rows * sy, predicted.shape[1] * sx),
+                                            size=predicted.shape)).astype(np.int64)
+        kept = truth != self.ignore_index if self.ignore_index is not None else np.ones(truth.shape, bool)
+        kept &= truth < self.classes
+        pairs = truth[kept] * (self.classes + 1) + predicted[kept]
+        self.confusion += np.bincount(pairs, minlength=self.classes * (self.classes + 1)).reshape(self.confusion.shape)
+
+    @property
+    def mpp(self) -> float | None:  # the map's µm a pixel, where the slide records its own
+        slide = self.tiling.layout.slide
+        return None if slide.mpp is None else slide.mpp * self.tiling.scale[1]
+
+
+def predict_slides(config, tilings: list[Tiling], model: tuple, sinks: tuple[Callable, Callable]) -> None:
+    """Every slide's tiles through one loader (`model`: the net, the loader's settings, the transforms, the blend),
+    each slide's rows into `sink_of(k)`'s sink, `done(k, sink)` once its last row is in (`sinks`: the two)."""
+    (net, settings, transforms, blend), (sink_of, done) = model, sinks
+    split = _tiles_split(tilings, config.data.patches)
+    sinks, blenders = {}, {}
+    weights = {tuple(t.tile): blend_weights(t.tile, blend) for t in tilings}
+    with build_loader(config, {"predict": (split, transforms)}, on_bad_sample="mark", settings=settings) as loader, \
+            tqdm(total=len(split), desc="predict", unit="tile", file=sys.stderr, delay=PROGRESS_AFTER_S,
+                 leave=False, dynamic_ncols=True) as bar:
+        for x, _, positions in loader.readable("predict"):
+            stop_if_interrupted()
+            scores = np.asarray(net.predict_on_batch(x), np.float32)
+            for position, own in zip(positions, scores, strict=True):
+                k, top, left = split.tile_of[int(position)]
+                for finished in [j for j in list(blenders) if j < k]:  # the slides before it are whole
+                    _finish(finished, sinks.pop(finished), blenders.pop(finished), done)
+                if k not in blenders:
+                    sinks[k], blenders[k] = sink_of(k), RowBlender(tilings[k], own.shape[-1], weights[tilings[k].tile])
+                for row_top, blended, covered in blenders[k].finish_to(top):
+                    sinks[k].take(row_top, blended, covered)
+                blenders[k].add(top, left, at_tile(own, tilings[k].tile))
+            bar.update(int(positions[-1]) + 1 - bar.n)
+        failed = loader.failed("predict")
+    for k in sorted(blenders):
+        _finish(k, sinks.pop(k), blenders.pop(k), done)
+    for position in failed:  # a slide whose every tile failed never reached a sink: its own, empty
+        k = int(split.tile_of[position][0])
+        if not any(int(split.tile_of[p][0]) == k for p in range(len(split)) if p not in failed):
+            sink = sink_of(k)
+            sink.failed = sum(1 for p in failed if int(split.tile_of[p][0]) == k)
+            done(k, sink)
+
+
+def _finish(k: int, sink: SlideSink, blender: RowBlender, done: Callable) -> None:
+    for row_top, blended, covered in blender.finish_to(blender.tiling.shape[0]):
+        sink.take(row_top, blended, covered)
+    done(k, sink)
+
+
+class _Tiles(ListedPatches):
+    """Every slide's tiles, in order, each one's (slide, top, left) in map pixels beside it."""
+
+    tile_of: np.ndarray
+
+
+def _tiles_split(tilings: list[Tiling], patches) -> _Tiles:
+    tiles = [(k, top, left) for k, t in enumerate(tilings) for top, lefts in t.rows for left in lefts]
+    corners = [tilings[k].corner(top, left) for k, top, left in tiles]
+    image_of = np.array([k for k, _, _ in tiles], np.int32)
+    paths = [t.layout.slide.path for t in tilings]
+    split = _Tiles(FileSplit(paths, np.zeros(len(paths), np.int64)), [t.layout for t in tilings], patches,
+                   places=(image_of, np.array(corners, np.int64).reshape(-1, 2), np.zeros(len(tiles), np.int64)))
+    split.tile_of = np.array(tiles, np.int64).reshape(-1, 3)
+    return split
+
+
+def write_overlay(sink: SlideSink, names: list[str], path: Path) -> None:
+    """The slide's thumbnail with each pixel's class laid over it (the canvas's smallest level), and the legend."""
+    classes = sink.canvas.smallest()
+    slide = sink.tiling.layout.slide
+    downsample = slide.levels[0][1] / classes.shape[1]
+    thumb, _ = thumbnail(slide, downsample)
+    rgb = np.asarray(Image.fromarray(_rgb(thumb)).resize(classes.shape[::-1]))
+    colours = class_colours(len(names))
+    picture = with_legend(Image.fromarray(overlay(rgb, classes, colours)), names, colours)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_picture(path, picture.save)
+
+
+def _rgb(thumb: np.ndarray) -> np.ndarray:
+    if thumb.dtype != np.uint8:
+        thumb = (thumb / max(float(thumb.max()), 1.0) * 255).astype(np.uint8)
+    return np.repeat(thumb[..., :1], 3, axis=2) if thumb.shape[2] < 3 else np.ascontiguousarray(thumb[..., :3])
+
+
+class SlideWriter:
+    """predict's files of each slide under `out`: masks/<slide>.tif (classes), probabilities/<slide>.tif (one class's,
+    0..255), overlays/<slide>.png, and its predictions.csv row, at the slide's path under `root`."""
+
+    def __init__(self, out: Path, root: Path, names: list[str], *, none: int, probability: int | None):
+        self.out, self.root, self.names, self.none, self.probability = out, root, names, none, probability
+        self.rows: list[list] = []
+        self.taken: set[Path] = set()
+
+    def sink_of(self, tiling: Tiling, folder: Path) -> SlideSink:
+        dtype = "uint8" if max(len(self.names), self.none) <= 255 else "uint16"
+        canvas = pyramids.Canvas(folder / "classes", tiling.shape, dtype, self.none)
+        chosen = None if self.probability is None else \
+            (self.probability, pyramids.Canvas(folder / "probability", tiling.shape, "uint8", 0))
+        return SlideSink(tiling=tiling, classes=len(self.names), none=self.none, canvas=canvas, probability=chosen)
+
+    def write(self, sink: SlideSink) -> None:
+        """The slide's pyramids, overlay and row."""
+        path = sink.tiling.layout.slide.path
+        named = self._named(path)
+        for folder, canvas in (("masks", sink.canvas), ("probabilities", (sink.probability or (0, None))[1])):
+            if canvas is not None:
+                (self.out / folder / named).parent.mkdir(parents=True, exist_ok=True)
+                pyramids.write_pyramid(canvas, self.out / folder / named, sink.mpp, name=Path(path).name)
+        write_overlay(sink, self.names, self.out / "overlays" / named.with_suffix(".png"))
+        total = max(int(sink.counts.sum()), 1)
+        areas = [f"{count * sink.mpp ** 2:.1f}" if sink.mpp else "" for count in sink.counts]
+        error = f"{sink.failed} tiles could not be read" if sink.failed else ""
+        self.rows.append([path, f"masks/{named}", f"overlays/{named.with_suffix('.png')}", sink.tiling.tiles,
+                          *(f"{count / total:.6f}" for count in sink.counts), *areas,
+                          f"probabilities/{named}" if sink.probability else "", error])
+
+    def header(self) -> list[str]:
+        return ["path", "mask", "overlay", "tiles", *self.names, *(f"{name}_um2" for name in self.names),
+                "probability", "error"]
+
+    def _named(self, path: str) -> Path:
+        """The slide's path under the inputs' folder, as a .tif; where another took that name, its whole name too."""
+        rel = Path(path).relative_to(self.root) if self.root.is_dir() else Path(Path(path).name)
+        named = rel.with_suffix(".tif") if rel.with_suffix(".tif") not in self.taken else Path(f"{rel}.tif")
+        self.taken.add(named)
+        return named
+
+
+def none_value(classes: int, ignore_index: int | None) -> int:
+    """A map's value where no tile reached: the ignore index, else the first value past the classes' type's."""
+    return ignore_index if ignore_index is not None else (255 if classes <= 255 else 65535)
+
+
+def predict_to_files(config, given, inputs: tuple[list[Path], Path], model: tuple) -> list[list]:
+    """predict's slides (`given`: the predict group; `inputs`: the files, their folder, predictions.csv): their files
+    beside predictions.csv and its rows; a slide that cannot be read, or has no tissue, gets its row with why."""
+    (files, root, out), (net, names, settings, transforms) = inputs, model
+    if given.probability is not None and given.probability not in names:
+        raise config_error("predict.probability", given.probability, f"null or one of the run's classes {names}")
+    writer = SlideWriter(out.parent, root, names, none=none_value(len(names), config.data.ignore_index),
+                         probability=None if given.probability is None else names.index(given.probability))
+    tilings, gone = [], []
+    for path in files:
+        try:
+            tiling = tiling_of(str(path), config.data.patches, given.overlap)
+        except DataError as error:
+            gone.append((str(path), str(error)))
+            continue
+        (tilings.append(tiling) if tiling.rows else
+         gone.append((str(path), "no tile of it has foreground (data.patches' mask), or it is smaller than a tile")))
+    with pyramids.scratch(out.parent) as folder:
+        predict_slides(config, tilings, (net, settings, transforms, given.blend),
+                       (lambda k: writer.sink_of(tilings[k], Path(folder) / str(k)),
+                        lambda k, sink: writer.write(sink)))
+    blank = [""] * (2 * len(names) + 2)
+    return [writer.header(), *writer.rows, *([path, "", "", 0, *blank, why] for path, why in gone)]
