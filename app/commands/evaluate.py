@@ -48,7 +48,8 @@ def main(cfg: DictConfig) -> float:
     log.info("evaluating %s on %d %s samples of %s (Keras on %s, one device)", path, len(split), cfg.split,
              source.name, config.trainer.backend.value)
     figure = task_of(config.data.task).evaluate(Evaluation(config=config, source=source, split_name=cfg.split,
-                                                           net=net, checkpoint=path, run_dir=run_dir, out=out))
+                                                           net=net, checkpoint=path, run_dir=run_dir, out=out,
+                                                           slides=cfg.predict))
     if config.logger.mlflow is not None:  # the figures and the rest, beside the run's own
         log_evaluation(run_dir, out)
     return figure

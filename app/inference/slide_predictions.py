@@ -14,6 +14,8 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
+from app.capacity.auto import loading_only
+from app.data.masked import MaskRule
 from app.data.slides.masks import thumbnail
 from app.data.slides.patches import ListedPatches
 from app.data.slides.region_masks import RegionMask, Window
@@ -36,7 +38,7 @@ class SlideSink:
 
     tiling: Tiling
     classes: int
-    none: int  # a pixel no tile reached
+    none: int  # what a pixel no tile reached is: data.masks_background's class where set, else no class
     canvas: pyramids.Canvas | None = None
     probability: tuple[int, pyramids.Canvas] | None = None  # a class's index and its canvas
     annotation: RegionMask | None = None
@@ -51,14 +53,15 @@ class SlideSink:
 
     def take(self, top: int, scores: np.ndarray, covered: np.ndarray) -> None:
         predicted = np.where(covered, scores.argmax(axis=-1), self.none)
-        self.counts += np.bincount(predicted[covered].ravel(), minlength=self.classes)[:self.classes]
+        classed = predicted < self.classes
+        self.counts += np.bincount(predicted[classed].ravel(), minlength=self.classes)[:self.classes]
         if self.canvas is not None:
             self.canvas.write_rows(top, predicted.astype(self.canvas.levels[0].dtype))
         if self.probability is not None:
             index, canvas = self.probability
             canvas.write_rows(top, np.where(covered, np.rint(scores[..., index] * 255), 0).astype(np.uint8))
-        if self.annotation is not None:
-            self._score(top, np.where(covered, predicted, self.classes))
+        if self.annotation is not None:  # a pixel of no class counted apart, in the last column
+            self._score(top, np.where(classed, predicted, self.classes))
 
     def _score(self, top: int, predicted: np.ndarray) -> None:
         (sy, sx), rows = self.tiling.scale, predicted.shape[0]
@@ -78,11 +81,11 @@ class SlideSink:
 def predict_slides(config, tilings: list[Tiling], model: tuple, sinks: tuple[Callable, Callable]) -> None:
     """Every slide's tiles through one loader (`model`: the net, the loader's settings, the transforms, the blend),
     each slide's rows into `sink_of(k)`'s sink, `done(k, sink)` once its last row is in (`sinks`: the two)."""
-    (net, settings, transforms, blend), (sink_of, done) = model, sinks
+    (net, loading, transforms, blend), (sink_of, done) = model, sinks  # loading: build_loader's settings= or queue=
     split = _tiles_split(tilings, config.data.patches)
     sinks, blenders = {}, {}
     weights = {tuple(t.tile): blend_weights(t.tile, blend) for t in tilings}
-    with build_loader(config, {"predict": (split, transforms)}, on_bad_sample="mark", settings=settings) as loader, \
+    with build_loader(config, {"predict": (split, transforms)}, on_bad_sample="mark", **loading) as loader, \
             tqdm(total=len(split), desc="predict", unit="tile", file=sys.stderr, delay=PROGRESS_AFTER_S,
                  leave=False, dynamic_ncols=True) as bar:
         for x, _, positions in loader.readable("predict"):
@@ -195,9 +198,12 @@ class SlideWriter:
         return named
 
 
-def none_value(classes: int, ignore_index: int | None) -> int:
-    """A map's value where no tile reached: the ignore index, else the first value past the classes' type's."""
-    return ignore_index if ignore_index is not None else (255 if classes <= 255 else 65535)
+def none_value(rule) -> int:
+    """A map's value where no tile reached (outside the tissue): data.masks_background's class where set (what the
+    annotation calls unannotated), else the ignore index, else the largest value of the map's type."""
+    if rule.background is not None:
+        return rule.background
+    return rule.ignore_index if rule.ignore_index is not None else (255 if rule.classes <= 255 else 65535)
 
 
 def predict_to_files(config, given, inputs: tuple[list[Path], Path], model: tuple) -> list[list]:
@@ -206,7 +212,7 @@ def predict_to_files(config, given, inputs: tuple[list[Path], Path], model: tupl
     (files, root, out), (net, names, settings, transforms) = inputs, model
     if given.probability is not None and given.probability not in names:
         raise config_error("predict.probability", given.probability, f"null or one of the run's classes {names}")
-    writer = SlideWriter(out.parent, root, names, none=none_value(len(names), config.data.ignore_index),
+    writer = SlideWriter(out.parent, root, names, none=none_value(MaskRule.of(config.data)),
                          probability=None if given.probability is None else names.index(given.probability))
     tilings, gone = [], []
     for path in files:
@@ -218,8 +224,26 @@ def predict_to_files(config, given, inputs: tuple[list[Path], Path], model: tupl
         (tilings.append(tiling) if tiling.rows else
          gone.append((str(path), "no tile of it has foreground (data.patches' mask), or it is smaller than a tile")))
     with pyramids.scratch(out.parent) as folder:
-        predict_slides(config, tilings, (net, settings, transforms, given.blend),
+        predict_slides(config, tilings, (net, {"settings": settings}, transforms, given.blend),
                        (lambda k: writer.sink_of(tilings[k], Path(folder) / str(k)),
                         lambda k, sink: writer.write(sink)))
     blank = [""] * (2 * len(names) + 2)
     return [writer.header(), *writer.rows, *([path, "", "", 0, *blank, why] for path, why in gone)]
+
+
+def slide_confusions(config, split, model: tuple, given) -> list[tuple[str, np.ndarray | str]]:
+    """Each slide of a patch split with masks, predicted whole and scored against its annotation: (path, its
+    classes × (classes + 1) confusion, the last column the pixels no tile reached), or (path, why it has none)."""
+    (net, transforms), (rule, masks) = model, split.masks
+    tilings, gone, annotations = [], [], []
+    for k, path in enumerate(split.images.paths):
+        tiling = tiling_of(path, config.data.patches, given.overlap)
+        (tilings.append(tiling), annotations.append(masks[k])) if tiling.rows else gone.append((path, "no tile"))
+    found: dict[int, SlideSink] = {}
+    none = none_value(rule)
+    predict_slides(config, tilings, (net, {"queue": loading_only(config.queue)}, transforms, given.blend), (
+        lambda k: SlideSink(tiling=tilings[k], classes=rule.classes, none=none, annotation=annotations[k],
+                            ignore_index=rule.ignore_index),
+        found.__setitem__))
+    return [(t.layout.slide.path, found[k].confusion if k in found else "no tile could be read")
+            for k, t in enumerate(tilings)] + gone

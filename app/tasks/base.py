@@ -27,6 +27,7 @@ class Evaluation:
     checkpoint: Path
     run_dir: Path
     out: Path
+    slides: Any = None  # the predict group (SlidePredictConfig): how a segmentation run's slides are tiled
 
     @property
     def split(self):

@@ -39,21 +39,24 @@ def _shown(value: float | None) -> str:
 def report(result: dict) -> str:
     """Each class's IoU, Dice, precision, recall and true pixels, the means, and the pixel confusion matrix."""
     names, confusion = result["class_names"], result["confusion"]
+    missed = result.get("not_predicted") or [0] * len(names)  # a slide's pixels no tile reached: of no class
     width = max(12, *(len(n) for n in names))
     lines = [f"{'class':<{width}} {'iou':>8} {'dice':>8} {'precision':>10} {'recall':>8} {'pixels':>12}"]
     for i, name in enumerate(names):
         cells = [figure(result[key][i]) for key in FIGURES]
         lines.append(f"{name:<{width}} {cells[0]:>8} {cells[1]:>8} {cells[2]:>10} {cells[3]:>8} "
-                     f"{sum(confusion[i]):>12}")
+                     f"{sum(confusion[i]) + missed[i]:>12}")
     lines.append(f"{'mean':<{width}} {figure(result['mean_iou']):>8} {figure(result['mean_dice']):>8} "
                  f"{figure(result['mean_precision']):>10} {figure(result['mean_recall']):>8}")
     lines += ["", f"pixel accuracy {figure(result['pixel_accuracy'])} (pixels of data.ignore_index "
               f"{result['ignore_index']} left out)" if result["ignore_index"] is not None else
               f"pixel accuracy {figure(result['pixel_accuracy'])}", "",
               "pixels by true class (rows) and predicted class (columns):",
-              " " * width + "".join(f" {name[:10]:>10}" for name in names)]
-    lines += [f"{name:<{width}}" + "".join(f" {count:>10}" for count in row) for name, row in zip(names, confusion,
-                                                                                                strict=True)]
+              " " * width + "".join(f" {name[:10]:>10}" for name in names) + (" " * 4 + "no tile" if
+                                                                                    "not_predicted" in result else "")]
+    lines += [f"{name:<{width}}" + "".join(f" {count:>10}" for count in row) + (
+        f" {missed[i]:>10}" if "not_predicted" in result else "") for i, (name, row) in enumerate(zip(
+            names, confusion, strict=True))]
     return "\n".join(lines)
 
 

@@ -8,6 +8,7 @@ import numpy as np
 
 from app.augment import eval_transforms
 from app.capacity.auto import loading_only
+from app.inference.slide_predictions import slide_confusions
 from app.io import write_file, write_json
 from app.loader.pipeline import build_loader
 from app.measures import pixel_confusion, segmentation_scores
@@ -42,7 +43,10 @@ class Segmentation:
         return weights, None
 
     def evaluate(self, job: Evaluation) -> float:
-        """The pixel confusion matrix and its figures a class, each image's IoU (images.csv, the worst first)."""
+        """The pixel confusion matrix and its figures a class, each image's IoU (images.csv, the worst first); patches
+        of slides: each slide predicted whole, as predict does, and scored against its annotation."""
+        if job.split.patches is not None:
+            return self._evaluate_slides(job)
         config, split, names = job.config, job.split, job.source.class_names
         ignore, transforms = config.data.ignore_index, eval_transforms(config.augment, config.data.image_size)
         confusion, images = np.zeros((len(names), len(names)), np.int64), []
@@ -60,15 +64,42 @@ class Segmentation:
                   "samples": len(images), "class_names": names, "ignore_index": ignore,
                   **pixel_report.json_ready(segmentation_scores(confusion)), "confusion": confusion.tolist(),
                   "unreadable": left_out}
-        write_json(job.out / "evaluation.json", result)
-        pixel_report.write_images_csv(images, job.out / "images.csv")
-        text = pixel_report.report(result)
-        write_file(job.out / "report.txt", text + "\n")
-        print(f"checkpoint {job.checkpoint.name}: mean IoU {pixel_report.figure(result['mean_iou'])}, mean Dice "
-              f"{pixel_report.figure(result['mean_dice'])}, pixel accuracy "
-              f"{pixel_report.figure(result['pixel_accuracy'])} on {len(images)} {job.split_name} images\n\n{text}")
-        print(f"written: {job.out / 'evaluation.json'}, {job.out / 'report.txt'}, {job.out / 'images.csv'}")
-        return result["mean_iou"]
+        return _written(job, result, images, "images")
+
+    def _evaluate_slides(self, job: Evaluation) -> float:
+        """Each validation slide predicted whole and scored against its annotation: its figures, and all slides'."""
+        config, names, size = job.config, job.source.class_names, len(job.source.class_names)
+        transforms = eval_transforms(config.augment, config.data.image_size)
+        slides = slide_confusions(config, job.split, (job.net, transforms), job.slides)
+        total, images = np.zeros((size, size + 1), np.int64), []
+        for path, confusion in slides:
+            if isinstance(confusion, str):
+                images.append((path, {"mean_iou": float("nan"), "mean_dice": float("nan"),
+                                      "pixel_accuracy": float("nan")}))
+                continue
+            total += confusion
+            images.append((path, segmentation_scores(confusion[:, :size])))
+        result = {"checkpoint": str(job.checkpoint), "split": job.split_name, "task": self.targets.task.value,
+                  "samples": len(slides), "scored": "each slide whole, as predict writes it", "class_names": names,
+                  "ignore_index": config.data.ignore_index,
+                  **pixel_report.json_ready(segmentation_scores(total[:, :size])),
+                  "confusion": total[:, :size].tolist(), "not_predicted": total[:, size].tolist(),
+                  "slides": [{"path": path, **pixel_report.json_ready(scores)} for path, scores in images],
+                  "unreadable": [{"path": path, "error": why} for path, why in slides if isinstance(why, str)]}
+        return _written(job, result, images, "slides")
+
+
+def _written(job: Evaluation, result: dict, images: list, unit: str) -> float:
+    """evaluation.json, report.txt and images.csv (a row an image, or a slide), the figures printed."""
+    write_json(job.out / "evaluation.json", result)
+    pixel_report.write_images_csv(images, job.out / "images.csv")
+    text = pixel_report.report(result)
+    write_file(job.out / "report.txt", text + "\n")
+    print(f"checkpoint {job.checkpoint.name}: mean IoU {pixel_report.figure(result['mean_iou'])}, mean Dice "
+          f"{pixel_report.figure(result['mean_dice'])}, pixel accuracy "
+          f"{pixel_report.figure(result['pixel_accuracy'])} on {len(images)} {job.split_name} {unit}\n\n{text}")
+    print(f"written: {job.out / 'evaluation.json'}, {job.out / 'report.txt'}, {job.out / 'images.csv'}")
+    return result["mean_iou"]
 
     def cut(self, given: str | None, run_dir: Path, names: list[str], trainer: TrainerConfig) -> None:
         return None
