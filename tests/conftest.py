@@ -26,10 +26,10 @@ MEASURES_FIRST = "test_measured_once_stored_and_measured_again_elsewhere"
 # beside the probe's test: their JAX process measures JAX's figures meanwhile (the devices' runs would wait for
 # TensorFlow's). The JAX runs with TensorFlow hidden after both: they read those JAX figures (this install's), and
 # measured first they would store figures of a process without TensorFlow under this install's name.
-SLOWEST_FIRST = ["cli/test_docs_commands.py", "cli/test_segmentation_cli.py", "training/test_devices.py",
-                 "cli/test_patches_cli.py", "cli/test_multilabel_cli.py", "cli/test_bench_cli.py",
-                 "cli/test_train_cli.py", "cli/test_evaluate_predict_cli.py", "cli/test_resume_cli.py",
-                 "cli/test_prepared_cli.py", "training/test_recipe.py", "test_config.py",
+SLOWEST_FIRST = ["cli/test_docs_commands.py", "cli/test_segmentation_cli.py", "cli/test_slide_segmentation_cli.py",
+                 "training/test_devices.py", "cli/test_patches_cli.py", "cli/test_multilabel_cli.py",
+                 "cli/test_bench_cli.py", "cli/test_train_cli.py", "cli/test_evaluate_predict_cli.py",
+                 "cli/test_resume_cli.py", "cli/test_prepared_cli.py", "training/test_recipe.py", "test_config.py",
                  "cli/test_no_tensorflow_cli.py", "cli/test_export_cli.py", "cli/test_bands_cli.py",
                  "cli/test_table_cli.py", "cli/test_plan_cli.py", "cli/test_sweep_cli.py",
                  "cli/test_prepared_damage_cli.py"]

@@ -89,18 +89,6 @@ class Segmentation:
         return _written(job, result, images, "slides")
 
 
-def _written(job: Evaluation, result: dict, images: list, unit: str) -> float:
-    """evaluation.json, report.txt and images.csv (a row an image, or a slide), the figures printed."""
-    write_json(job.out / "evaluation.json", result)
-    pixel_report.write_images_csv(images, job.out / "images.csv")
-    text = pixel_report.report(result)
-    write_file(job.out / "report.txt", text + "\n")
-    print(f"checkpoint {job.checkpoint.name}: mean IoU {pixel_report.figure(result['mean_iou'])}, mean Dice "
-          f"{pixel_report.figure(result['mean_dice'])}, pixel accuracy "
-          f"{pixel_report.figure(result['pixel_accuracy'])} on {len(images)} {job.split_name} {unit}\n\n{text}")
-    print(f"written: {job.out / 'evaluation.json'}, {job.out / 'report.txt'}, {job.out / 'images.csv'}")
-    return result["mean_iou"]
-
     def cut(self, given: str | None, run_dir: Path, names: list[str], trainer: TrainerConfig) -> None:
         return None
 
@@ -117,3 +105,16 @@ def _written(job: Evaluation, result: dict, images: list, unit: str) -> float:
         """An image's share of pixels whose likeliest class agrees, summed over the images."""
         alike = theirs.argmax(axis=-1) == ours.argmax(axis=-1)
         return float(alike.reshape(len(alike), -1).mean(axis=1).sum())
+
+
+def _written(job: Evaluation, result: dict, images: list, unit: str) -> float:
+    """evaluation.json, report.txt and images.csv (a row an image, or a slide), the figures printed."""
+    write_json(job.out / "evaluation.json", result)
+    pixel_report.write_images_csv(images, job.out / "images.csv")
+    text = pixel_report.report(result)
+    write_file(job.out / "report.txt", text + "\n")
+    print(f"checkpoint {job.checkpoint.name}: mean IoU {pixel_report.figure(result['mean_iou'])}, mean Dice "
+          f"{pixel_report.figure(result['mean_dice'])}, pixel accuracy "
+          f"{pixel_report.figure(result['pixel_accuracy'])} on {len(images)} {job.split_name} {unit}\n\n{text}")
+    print(f"written: {job.out / 'evaluation.json'}, {job.out / 'report.txt'}, {job.out / 'images.csv'}")
+    return result["mean_iou"]
