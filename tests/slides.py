@@ -160,12 +160,12 @@ def geojson_of(regions: list[tuple[int, list[np.ndarray]]], names: list[str]) ->
     return {"type": "FeatureCollection", "features": features}
 
 
-def write_annotated_slides(root: Path, *, train: int = 4, val: int = 2, side: int = 512,
-                           tile: int = 128) -> dict[Path, np.ndarray]:
+def write_annotated_slides(root: Path, *, train: int = 4, val: int = 2, side: int = 512, tile: int = 128,
+                           names: list[str] = ANNOTATED_CLASSES) -> dict[Path, np.ndarray]:
     """Slides under root/slides/{train,val}/ whose regions of stripes and dots (ANNOTATED_CLASSES 1 and 2) lie on
     glass (0); each one's annotation as a uint8 label raster at a quarter of its size, tiled
-    (root/rasters/<split>/<name>.tif), and as QuPath's GeoJSON (root/polygons/<split>/<name>.geojson). Returns each
-    slide's label map at level 0."""
+    (root/rasters/<split>/<name>.tif), and as QuPath's GeoJSON (root/polygons/<split>/<name>.geojson), its classes
+    `names`. Returns each slide's label map at level 0."""
     rng = np.random.default_rng(1)
     drawn = {}
     for split, count in (("train", train), ("val", val)):
@@ -188,7 +188,6 @@ def write_annotated_slides(root: Path, *, train: int = 4, val: int = 2, side: in
             quarter = labels[2::4, 2::4]  # each quarter-size pixel the class at its centre
             tifffile.imwrite(root / "rasters" / split / f"{name}.tif", quarter, tile=(64, 64), compression="zlib",
                              photometric="minisblack")
-            (root / "polygons" / split / f"{name}.geojson").write_text(json.dumps(geojson_of(regions,
-                                                                                            ANNOTATED_CLASSES)))
+            (root / "polygons" / split / f"{name}.geojson").write_text(json.dumps(geojson_of(regions, names)))
             drawn[path] = labels
     return drawn

@@ -17,15 +17,17 @@ from app.capacity.run_plan import RunPlan
 from app.commands import failure_carried
 from app.config import conf_dir, load
 from app.data.pixels.pixels import run_pixels
+from app.data.slides.patches import PatchSplit
 from app.data.sources import cifar, synthetic
 from app.data.sources.chosen import load_or_generate_source
 from app.errors import DataError
 from app.frameworks import load_keras, native_stderr_to_log, use_backend
+from app.inference.slide_masks import band_bytes, tiling_of
 from app.io import write_json
 from app.runs import checkpoint
 from app.runs.rundata import check_stored_sizes, run_source
 from app.runs.saved import latest_run, resumed_config
-from app.schema import DATA_TARGETS, register
+from app.schema import DATA_TARGETS, SlidePredictConfig, register
 from app.tasks import task_of
 
 log = logging.getLogger("app.plan")
@@ -54,11 +56,27 @@ def main(cfg: DictConfig) -> float:
               f"(auto, from a probe of the data and the step: {choice.reason})\n")
     text, record = queue_plan.report(plan, plans)
     print(text)
+    slides = _slides_whole(config, source.val, len(source.class_names), record["host_peak_mib"])
     out = Path(HydraConfig.get().runtime.output_dir) / "plan.json"
     write_json(out, {**record, "gpus": gpus, "probe": probe.__dict__,
-                     "queue_auto": choice.record() if choice else None})
+                     "queue_auto": choice.record() if choice else None, **slides})
     print(f"\nwritten: {out}")
     return record["host_peak_mib"]
+
+
+def _slides_whole(config, val, classes: int, host_mib: float) -> dict:
+    """A segmentation run on slides: what predicting a slide whole (predict, evaluate) adds to the host, its band of
+    tile rows on the widest validation slide, printed; plan.json's `predict_slides`. Else nothing."""
+    if not isinstance(val, PatchSplit) or val.masks is None:
+        return {}
+    tilings = [tiling_of(path, config.data.patches, SlidePredictConfig().overlap) for path in val.images.paths]
+    widest = max(tilings, key=lambda tiling: tiling.shape[1])
+    band = band_bytes(widest, classes) / 2**20
+    print(f"\npredicting a slide whole (predict, evaluate): + {band:.0f} MiB, a band of {widest.tile[0]} rows of "
+          f"its {widest.shape[1]:,}-pixel-wide map's scores ({classes} classes) on the widest validation slide; "
+          f"host peak {host_mib + band:,.0f} MiB")
+    return {"predict_slides": {"band_mib": round(band, 1), "host_peak_mib": round(host_mib + band, 1),
+                               "widest": widest.layout.slide.path, "map_width": widest.shape[1]}}
 
 
 def _config(cfg: DictConfig):

@@ -50,13 +50,15 @@ __all__ = ["AugmentConfig", "Backend", "BenchCommandConfig", "CifarDataConfig", 
            "CustomModelConfig", "DataConfig", "DecodeConfig", "FolderDataConfig", "KerasAppConfig", "LoggerConfig",
            "MlflowLoggerConfig", "ModelConfig", "OnBadSample", "OptimizerConfig", "Precision", "PrepareCommandConfig",
            "PrepareConfig", "PreparedDataConfig", "PreviewCommandConfig", "QueueConfig", "ResnetModelConfig",
-           "PixelType", "Sampling", "SchedulerConfig", "StartMethod", "Strategy", "SyntheticDataConfig", "TableColumns",
-           "TableDataConfig", "Task", "TensorBoardLoggerConfig",
+           "PixelType", "Sampling", "SchedulerConfig", "SlidePredictConfig", "StartMethod", "Strategy",
+           "SyntheticDataConfig", "TableColumns", "TableDataConfig", "Task", "TensorBoardLoggerConfig",
            "TrainerConfig", "register", "model_schema", "ExportConfig", "ExportCommandConfig", "EXPORT_TOLERANCE",
            "EXPORT_WRITTEN"]
 
 BENCH_MODES = ["baseline", "loader_steps", "loader_fit", "loader", "keras_threads", "keras_processes", "keras_regions",
                "tf_data", "serial"]
+# Named in bench.modes only, never a default: a segmentation run's slides predicted whole, the app against a Keras loop
+SLIDE_BENCH_MODES = ["slide_predict", "keras_slide_loop"]
 
 
 @dataclass(kw_only=True)

@@ -34,7 +34,7 @@ import pytest
 import tifffile
 from PIL import Image
 from segmentation_data import write_raster_set, write_texture_folder
-from slides import write_slides
+from slides import write_annotated_slides, write_slides
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -67,7 +67,7 @@ def placeholders(tmp: Path) -> dict[str, str]:
     return {"/some/images": str(tmp / "images"), "/data/flowers": str(tmp / "images"), "$HOME": str(tmp / "home"),
             "/data/scans": str(tmp / "scans"), "/data/planet": str(tmp / "planet"), "/data/tiles": str(tmp / "tiles"),
             "/data/slides": str(tmp / "slides"), "/data/tissue": str(tmp / "tissue"),
-            "/data/landcover": str(tmp / "landcover")}
+            "/data/landcover": str(tmp / "landcover"), "/data/annotated": str(tmp / "annotated")}
 
 
 def documented() -> list[dict]:
@@ -269,6 +269,7 @@ def ran(tmp_path_factory):
     write_tiles(tmp / "tiles")
     write_texture_folder(tmp / "tissue", train=8, val=4, size=32)  # docs/segmentation.md's
     write_raster_set(tmp / "landcover", n=8, size=32)
+    write_annotated_slides(tmp / "annotated", train=2, val=1, side=256, names=["background", "stroma", "tumour"])
     slides = write_slides(tmp / "slides", per_class=2, side=512, classes=("tumour", "normal"))
     (tmp / "slides" / "patches.csv").write_text("path,label,x,y\n" + "".join(  # a table of patches, docs/slides.md's
         f"{path.parent.name}/{path.name},{path.parent.name},{64 * k},{96 * k}\n" for path in slides for k in range(4)))

@@ -3,8 +3,9 @@
 rasters at a quarter of each slide. Each annotation trains to a val mean IoU of 0.8; a polygons run SIGKILLed
 mid-epoch on one worker resumes to the rows of an uninterrupted run on two. `evaluate` scores each validation slide
 whole; `predict` writes each slide's classes as a pyramid tifffile reads at every level, matching the drawn regions,
-with one class's probability beside it; with overlapping, blended tiles the classes change no more often across a
-tile's border than inside one, and side by side without blending they do (the negative control)."""
+with one class's probability beside it, `plan` counting what that adds; with overlapping, blended tiles the classes
+change no more often across a tile's border than inside one, and side by side without blending they do (the
+negative control)."""
 
 import csv
 import json
@@ -65,7 +66,8 @@ def test_slides_segment_from_polygons_and_rasters_resume_exactly_and_predict_a_s
         ["train", *polygons, "queue.workers=2", "hydra.run.dir=whole"], ["train", f"resume={run}"],
         ["train", *rasters], ["evaluate", "resume=rasters"], ["evaluate", f"resume={run}"],
         ["predict", f"resume={run}", f"input={val}", "predict.probability=dots"],
-        ["predict", f"resume={run}", f"input={val}", "predict.overlap=0", "predict.blend=mean"], cwd=tmp_path, env=env)
+        ["predict", f"resume={run}", f"input={val}", "predict.overlap=0", "predict.blend=mean"],
+        ["plan", *polygons, "hydra.run.dir=plan"], cwd=tmp_path, env=env)
     for result in done:
         assert result.returncode == 0, (result.args, result.stdout[-3000:])
     # exact resume, one worker against two
@@ -79,6 +81,11 @@ def test_slides_segment_from_polygons_and_rasters_resume_exactly_and_predict_a_s
         evaluated = json.loads(next((trained / "evaluate").glob("*/evaluation.json")).read_text())
         assert [Path(s["path"]).name for s in evaluated["slides"]] == ["val-0.tif", "val-1.tif"]
         assert evaluated["mean_iou"] >= 0.8 and all(s["mean_iou"] >= 0.7 for s in evaluated["slides"]), evaluated
+    # plan: what predicting a slide whole adds, its band of tile rows across the widest validation slide
+    planned = json.loads((tmp_path / "plan" / "plan.json").read_text())["predict_slides"]
+    band = PATCH * 512 * (3 + 1) * 4 * 2 / 2**20  # scores and weights, and a finished band's
+    assert planned["band_mib"] == pytest.approx(band, abs=0.05) and planned["map_width"] == 512
+    assert planned["host_peak_mib"] > planned["band_mib"]
     # predict: a pyramid a slide, every level read, matching the drawn regions; its probability beside it
     blended, plain = sorted((run / "predict").iterdir())  # in the order they ran
     rows = list(csv.DictReader((blended / "predictions.csv").open()))

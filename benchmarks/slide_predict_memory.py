@@ -1,0 +1,86 @@
+"""A 40,960² slide (4.7 GiB decoded; benchmarks/slide_memory.py writes it) segmented whole by `predict`: the predict
+process's peak memory against `plan`'s figure for predicting a slide whole, and the output pyramid opened at every
+level. The slide's two discs of tissue are annotated as QuPath's GeoJSON; a short run on its patches (level 2, 256²)
+gives the model.
+
+Usage: .venv/bin/python benchmarks/slide_predict_memory.py [folder]   (default outputs/slide_memory, as slide_memory.py)
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import tifffile
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from slide_memory import TILE, write_slide  # noqa: E402 - the same 40,960² slide
+
+DISCS = ((35, 30, 18), (55, 60, 12))  # (x, y, radius) in 512² tiles: slide_memory.py's tissue
+RUN = ["data=folder", "data.task=segmentation", "data.classes=[glass,tissue]", "data.masks_background=glass",
+       "data.patches.size=[256,256]", "data.patches.level=2", "data.patches.per_image=64", "data.image_size=[256,256]",
+       "data.batch_size=16", "model.widths=[8,16]", "trainer.epochs=1", "trainer.steps_per_epoch=8",
+       "logger=none", "print_config=false"]
+
+
+def disc(x: float, y: float, radius: float, points: int = 64) -> list:
+    angles = np.linspace(0, 2 * np.pi, points, endpoint=False)
+    ring = [[round(x + radius * np.cos(a), 1), round(y + radius * np.sin(a), 1)] for a in angles]
+    return [ring + ring[:1]]
+
+
+def write_data(folder: Path, slide: Path) -> Path:
+    """slides/{train,val}/<name>.tif linking to the slide, polygons/{train,val}/<name>.geojson its two discs."""
+    geojson = {"type": "FeatureCollection", "features": [
+        {"type": "Feature", "geometry": {"type": "Polygon", "coordinates": disc(x * TILE, y * TILE, r * TILE)},
+         "properties": {"classification": {"name": "tissue"}}} for x, y, r in DISCS]}
+    for split in ("train", "val"):
+        link = folder / "data" / "slides" / split / f"{split}.tif"
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.exists():
+            link.symlink_to(slide.resolve())
+        polygons = folder / "data" / "polygons" / split / f"{split}.geojson"
+        polygons.parent.mkdir(parents=True, exist_ok=True)
+        polygons.write_text(json.dumps(geojson))
+    return folder / "data"
+
+
+def main(folder: Path) -> None:
+    slide = folder / "slide.tif"
+    if not slide.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        write_slide(slide)
+    side = tifffile.TiffFile(slide).series[0].shape[0]
+    data = write_data(folder, slide)
+    config = [*RUN, f"data.path={data / 'slides'}", f"data.masks={data / 'polygons'}"]
+    run, plan = folder / "segment_run", folder / "segment_plan"
+    subprocess.run([sys.executable, "-m", "app", "train", *config, f"hydra.run.dir={run}", "overwrite=true"],
+                   check=True)
+    subprocess.run([sys.executable, "-m", "app", "plan", *config, f"hydra.run.dir={plan}"], check=True,
+                   capture_output=True)
+    planned = json.loads((plan / "plan.json").read_text())["predict_slides"]
+    started = time.perf_counter()
+    # GNU time's %M: the predict process's own peak resident size (KiB), its workers apart
+    done = subprocess.run(["/usr/bin/time", "-f", "peak %M", sys.executable, "-m", "app", "predict", f"resume={run}",
+                           f"input={data / 'slides' / 'val'}"], check=True, capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    peak = int(done.stderr.strip().splitlines()[-1].split()[-1]) / 1024
+    out = max((run / "predict").iterdir(), key=lambda path: path.stat().st_mtime)
+    rows = (out / "predictions.csv").read_text().splitlines()
+    with tifffile.TiffFile(out / "masks" / "val.tif") as tif:
+        levels = [level.shape for level in tif.series[0].levels]
+        smallest = tif.series[0].levels[-1].asarray()
+    print(f"the slide: {side:,}² pixels, {side * side * 3 / 2**30:.1f} GiB decoded")
+    print(f"predict: {seconds:.0f} s, its process's peak {peak:,.0f} MiB; plan's figure for predicting a slide whole "
+          f"{planned['host_peak_mib']:,.0f} MiB (its band of rows {planned['band_mib']:.0f} MiB, a map "
+          f"{planned['map_width']:,} wide)")
+    print(f"the pyramid: {len(levels)} levels {levels}, the smallest's classes {np.bincount(smallest.ravel())}")
+    print(rows[0], rows[1], sep="\n")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path("outputs/slide_memory"))
