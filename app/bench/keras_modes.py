@@ -9,6 +9,7 @@ import numpy as np
 
 from app.bench.keras_baseline import HandRegions, KerasBaseline
 from app.bench.loading import Run, loader_batches, reason, training_loader
+from app.bench.slide_modes import SLIDE_MODES
 from app.data.slides.patches import PatchSplit
 from app.errors import BadSampleError, DataError
 from app.frameworks import load_tensorflow
@@ -191,4 +192,5 @@ def _first_unreadable(split, order) -> str | None:
 
 
 KERAS_MODES = {"baseline": _baseline, "loader_steps": _loader_steps, "loader_fit": _loader_fit,
-               "keras_threads": _keras, "keras_processes": _keras, "keras_regions": _keras_regions, "tf_data": _tf_data}
+               "keras_threads": _keras, "keras_processes": _keras, "keras_regions": _keras_regions, "tf_data": _tf_data,
+               **SLIDE_MODES}

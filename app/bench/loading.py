@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from app.errors import DataError
 from app.loader.order import epoch_order, full_batches
 from app.loader.pipeline import Queue, build_loader
 from app.loader.worker import make_sample, prepare_process
@@ -32,6 +33,31 @@ class Clock:
                 "timed_batches": count, "timed_seconds": seconds}
 
 
+class TileClock:
+    """Times a slide mode's tiles: from the `warmup`-th batch's end to its last slide's map (`finish`)."""
+
+    def __init__(self, warmup: int):
+        self.warmup, self.start, self.end = warmup, time.perf_counter(), time.perf_counter()
+        self.marks: list[tuple[float, int]] = []  # a batch's end and the tiles predicted so far
+
+    def tick(self, tiles: int) -> None:
+        self.marks.append((time.perf_counter(), (self.marks[-1][1] if self.marks else 0) + tiles))
+
+    def finish(self) -> None:
+        self.end = time.perf_counter()
+
+    def result(self) -> dict:
+        if len(self.marks) <= self.warmup:  # every batch was warmup: nothing timed
+            raise DataError(f"the validation slides' {self.marks[-1][1] if self.marks else 0} tiles make "
+                            f"{len(self.marks)} batches, none left to time after bench.warmup={self.warmup}: lower "
+                            "bench.warmup or data.batch_size, or bench larger slides")
+        since, before = self.marks[self.warmup - 1] if self.warmup else (self.start, 0)
+        tiles, seconds = self.marks[-1][1] - before, self.end - since
+        return {"images_per_s": tiles / seconds, "tiles_per_s": tiles / seconds,
+                "first_batch_s": self.marks[0][0] - self.start, "timed_batches": len(self.marks) - self.warmup,
+                "timed_tiles": tiles, "timed_seconds": seconds}
+
+
 @dataclass(kw_only=True)
 class Run:
     """What a mode is given: name, config, queue, data, training augmentation, (epoch, sample index) pairs, clock."""
@@ -42,7 +68,7 @@ class Run:
     source: object
     augmenter: object
     order: object
-    clock: Clock
+    clock: Clock | TileClock  # TileClock: the slide modes'
 
 
 def visit_order(n: int, batch: int, *, needed: int, seed: int, shuffle: bool) -> np.ndarray:

@@ -7,12 +7,13 @@ import logging
 import traceback
 
 from app.augment import augmenters
-from app.bench.loading import Clock, Run, loader_only, reason, serial, visit_order
+from app.bench.loading import Clock, Run, TileClock, loader_only, reason, serial, visit_order
 from app.data.pixels.pixels import run_pixels
 from app.data.sources.chosen import load_or_generate_source
 from app.frameworks import native_stderr_to_log
 from app.io import OwnFileHandler
 from app.loader.pipeline import Queue
+from app.schema import SLIDE_BENCH_MODES
 
 # The modes that run without Keras: their process never loads TensorFlow, so its memory and
 # start-up are the loader's own.
@@ -53,12 +54,14 @@ def _run_mode(mode: str, config, queue: Queue) -> dict:
     batch, total = data.batch_size, bench.warmup + bench.batches
     order = visit_order(len(source.train), batch, needed=batch * total, seed=config.seed,
                         shuffle=config.queue.shuffle)
-    clock = Clock(bench.warmup, batch)
+    clock = TileClock(bench.warmup) if mode in SLIDE_BENCH_MODES else Clock(bench.warmup, batch)
     runner = PLAIN_MODES.get(mode)
     if runner is None:
         # Keras loads TensorFlow: only the modes that need it pay for it, in their own process
         from app.bench.keras_modes import KERAS_MODES
 
         runner = KERAS_MODES[mode]
-    runner(Run(mode=mode, config=config, queue=queue, source=source, augmenter=augmenter, order=order, clock=clock))
-    return clock.result()
+    # a slide mode's own figures (its tiles and slides) beside the clock's
+    own = runner(Run(mode=mode, config=config, queue=queue, source=source, augmenter=augmenter, order=order,
+                     clock=clock))
+    return {**clock.result(), **(own or {})}

@@ -36,7 +36,8 @@ register()
 log = logging.getLogger("app.bench")
 KERAS_MODES = ("keras_threads", "keras_processes")
 TENSORFLOW_MODES = ("tf_data",)  # tf.data is TensorFlow's own, whatever Keras's backend
-REGION_MODES = ("keras_regions",)  # a hand-written reader of slides' regions: data.patches only
+# a hand-written reader of slides' regions, and the slides predicted whole: data.patches only, never on a copy
+REGION_MODES = ("keras_regions", "slide_predict", "keras_slide_loop")
 MEMORY_KEYS = ("peak_memory_mb", "memory_samples", "memory_reads", "peak_pss_mb", "pss_samples", "pss_reads")
 
 
@@ -204,6 +205,9 @@ def _derived(results: dict, batch: Settings, slots: int) -> dict:
         for mode in ("loader_steps", "loader_fit", "loader"):
             if mode in ok:
                 derived[f"{mode}_vs_keras_regions"] = ok[mode]["images_per_s"] / ok["keras_regions"]["images_per_s"]
+    if "slide_predict" in ok and "keras_slide_loop" in ok:  # tiles a second, on the same slides
+        derived["slide_predict_vs_keras_slide_loop"] = (ok["slide_predict"]["images_per_s"]
+                                                        / ok["keras_slide_loop"]["images_per_s"])
     if "serial" in ok and "loader" in ok and workers:
         ideal = ok["serial"]["images_per_s"] * workers
         derived["loader_vs_serial_times_workers"] = ok["loader"]["images_per_s"] / ideal

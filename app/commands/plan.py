@@ -56,7 +56,7 @@ def main(cfg: DictConfig) -> float:
               f"(auto, from a probe of the data and the step: {choice.reason})\n")
     text, record = queue_plan.report(plan, plans)
     print(text)
-    slides = _slides_whole(config, source.val, len(source.class_names), record["host_peak_mib"])
+    slides = _slides_whole(config.data.patches, source.val, len(source.class_names), record["host_peak_mib"])
     out = Path(HydraConfig.get().runtime.output_dir) / "plan.json"
     write_json(out, {**record, "gpus": gpus, "probe": probe.__dict__,
                      "queue_auto": choice.record() if choice else None, **slides})
@@ -64,12 +64,12 @@ def main(cfg: DictConfig) -> float:
     return record["host_peak_mib"]
 
 
-def _slides_whole(config, val, classes: int, host_mib: float) -> dict:
+def _slides_whole(patches, val, classes: int, host_mib: float) -> dict:
     """A segmentation run on slides: what predicting a slide whole (predict, evaluate) adds to the host, its band of
     tile rows on the widest validation slide, printed; plan.json's `predict_slides`. Else nothing."""
     if not isinstance(val, PatchSplit) or val.masks is None:
         return {}
-    tilings = [tiling_of(path, config.data.patches, SlidePredictConfig().overlap) for path in val.images.paths]
+    tilings = [tiling_of(path, patches, SlidePredictConfig().overlap) for path in val.images.paths]
     widest = max(tilings, key=lambda tiling: tiling.shape[1])
     band = band_bytes(widest, classes) / 2**20
     print(f"\npredicting a slide whole (predict, evaluate): + {band:.0f} MiB, a band of {widest.tile[0]} rows of "

@@ -89,17 +89,17 @@ class RowBlender:
         self.weight[rows, left:left + w] += self.weights[:h, :w]
 
     def finish_to(self, row: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
-        """(top, blended scores, covered) of the rows above `row` (no tile to come reaches them), the band moved on."""
-        done = min(row, self.tiling.shape[0]) - self.top
-        if done <= 0:
-            return
-        covered = self.weight[:done] > 0
-        yield self.top, self.scores[:done] / np.maximum(self.weight[:done], 1e-12)[..., None], covered
-        kept = self.scores.shape[0] - done
-        if kept > 0:
+        """(top, blended scores, covered) of the rows above `row` (no tile to come reaches them), a band at most at a
+        time (past the last tile, or between rows of tiles with no tissue, nothing covered), the band moved on."""
+        end = min(row, self.tiling.shape[0])
+        while self.top < end:
+            done = min(end - self.top, self.scores.shape[0])
+            covered = self.weight[:done] > 0
+            yield self.top, self.scores[:done] / np.maximum(self.weight[:done], 1e-12)[..., None], covered
+            kept = self.scores.shape[0] - done
             self.scores[:kept], self.weight[:kept] = self.scores[done:].copy(), self.weight[done:].copy()
-        self.scores[max(kept, 0):], self.weight[max(kept, 0):] = 0, 0
-        self.top += done
+            self.scores[kept:], self.weight[kept:] = 0, 0
+            self.top += done
 
 
 def at_tile(scores: np.ndarray, tile: tuple[int, int]) -> np.ndarray:

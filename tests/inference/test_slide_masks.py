@@ -69,3 +69,18 @@ def test_weights_gaussian_centre_first_mean_alike():
     gaussian, mean = blend_weights((32, 32), "gaussian"), blend_weights((32, 32), "mean")
     assert (mean == 1).all() and gaussian.max() == pytest.approx(1.0) and gaussian.min() >= FLOOR
     assert gaussian[15:17, 15:17].min() > gaussian[0, 0] and gaussian[0, 16] < 0.05
+
+
+def test_every_row_of_the_map_is_handed_on_once_gaps_between_rows_of_tiles_and_below_the_last_too(slide):
+    tiling = tiling_of(str(slide), patches(), 0.0)  # tissue only: rows of tiles with glass between them
+    tops = [top for top, _ in tiling.rows]
+    assert tops[0] > 0 or any(b - a > TILE for a, b in zip(tops, tops[1:], strict=False)) or tops[-1] < 256 - TILE
+    blender, handed = RowBlender(tiling, 1, blend_weights(tiling.tile, "mean")), []
+    for top, lefts in tiling.rows:
+        handed += [(row_top, len(scores), covered.any()) for row_top, scores, covered in blender.finish_to(top)]
+        for left in lefts:
+            blender.add(top, left, np.ones((TILE, TILE, 1), np.float32))
+    handed += [(row_top, len(scores), covered.any()) for row_top, scores, covered in blender.finish_to(256)]
+    rows = [row for row_top, count, _ in handed for row in range(row_top, row_top + count)]
+    assert rows == list(range(256))  # each once, in order
+    assert any(not covered for *_, covered in handed)  # the rows no tile reached among them, uncovered
