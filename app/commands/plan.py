@@ -28,6 +28,7 @@ from app.runs import checkpoint
 from app.runs.rundata import check_stored_sizes, run_source
 from app.runs.saved import latest_run, resumed_config
 from app.schema import DATA_TARGETS, SlidePredictConfig, register
+from app.schema.data import patches_of
 from app.tasks import task_of
 
 log = logging.getLogger("app.plan")
@@ -56,7 +57,7 @@ def main(cfg: DictConfig) -> float:
               f"(auto, from a probe of the data and the step: {choice.reason})\n")
     text, record = queue_plan.report(plan, plans)
     print(text)
-    slides = _slides_whole(config.data.patches, source.val, len(source.class_names), record["host_peak_mib"])
+    slides = _slides_whole(patches_of(config.data), source.val, len(source.class_names), record["host_peak_mib"])
     out = Path(HydraConfig.get().runtime.output_dir) / "plan.json"
     write_json(out, {**record, "gpus": gpus, "probe": probe.__dict__,
                      "queue_auto": choice.record() if choice else None, **slides})
