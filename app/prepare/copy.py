@@ -152,8 +152,15 @@ def _plan_key(config, source, splits: dict, short_side: int | None) -> dict:
             "counts": {name: len(split) for name, split in splits.items()},
             "test": hashlib.sha256(described.encode()).hexdigest(),
             # what a mask's values mean (the source's fingerprint covers its files alone)
-            **({"masks": {"classes": list(source.class_names), "ignore_index": config.data.ignore_index}}
-               if targets_of(config.data.task).masks else {})}
+            **({"masks": _mask_values(config.data, source)} if targets_of(config.data.task).masks else {})}
+
+
+# the classes, the ignore index and, for patches, the class no polygon covers (data.masks_background); a whole-image
+# copy's key stays as it was before patch copies kept masks (a polygon needs patches)
+def _mask_values(data, source) -> dict:
+    patches = patches_of(data) is not None
+    background = {"background": data.masks_background} if patches and data.masks_background is not None else {}
+    return {"classes": list(source.class_names), "ignore_index": data.ignore_index, **background}
 
 
 def _source_of(data, source) -> dict:

@@ -89,11 +89,16 @@ def encode_sample(split, index: int, encoding: Encoding) -> Encoded:
         image, top, left = split.where(index)
         described = {"path": split.images.paths[image], "level": split.layouts[image].level, "x": left, "y": top}
     meta = json.dumps({**described, "stored_size": [height, width], "label": label}).encode()
-    source_bytes = len(raw) if isinstance(raw, bytes) else os.path.getsize(raw.path) if isinstance(raw, TiffAt) \
-        else int(raw.nbytes)
     return Encoded(index=index, image=member, data_start=data_start, crc=zlib.crc32(memoryview(member)[data_start:]),
-                   height=height, width=width, label=label, meta=meta, source_bytes=source_bytes, nodata=nodata,
+                   height=height, width=width, label=label, meta=meta, source_bytes=_source_bytes(raw), nodata=nodata,
                    mask=mask, mask_crc=0 if mask is None else zlib.crc32(mask))
+
+
+def _source_bytes(raw) -> int:  # a file's bytes, a TIFF's size, or a region's pixels (a patch's mask: none)
+    if isinstance(raw, tuple):  # a patch of a slide with its mask, as PatchSplit.fetch gives them
+        raw = raw[0]
+    return len(raw) if isinstance(raw, bytes) else os.path.getsize(raw.path) if isinstance(raw, TiffAt) \
+        else int(raw.nbytes)
 
 
 def mask_png(mask: np.ndarray) -> bytes:

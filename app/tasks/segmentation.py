@@ -8,6 +8,7 @@ import numpy as np
 
 from app.augment import eval_transforms
 from app.capacity.auto import loading_only
+from app.data.slides.patches import PatchSplit
 from app.inference.slide_predictions import slide_confusions
 from app.io import write_file, write_json
 from app.loader.pipeline import build_loader
@@ -45,7 +46,7 @@ class Segmentation:
     def evaluate(self, job: Evaluation) -> float:
         """The pixel confusion matrix and its figures a class, each image's IoU (images.csv, the worst first); patches
         of slides: each slide predicted whole, as predict does, and scored against its annotation."""
-        if job.split.patches is not None:
+        if isinstance(job.split, PatchSplit):  # slides' own patches; a patch copy's are scored as stored
             return self._evaluate_slides(job)
         config, split, names = job.config, job.split, job.source.class_names
         ignore, transforms = config.data.ignore_index, eval_transforms(config.augment, config.data.image_size)

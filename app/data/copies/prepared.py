@@ -9,13 +9,23 @@ import logging
 
 from app.data.copies.copy_checks import index_damage, labels_damage, masks_damage, places_damage, stale_copy
 from app.data.copies.copy_storage import CopyStorage, open_copy
-from app.data.copies.prepared_splits import PreparedMasks, PreparedPatches, PreparedSplit, patches_config
+from app.data.copies.prepared_splits import (
+    Beside,
+    PreparedMasks,
+    PreparedPatches,
+    PreparedPatchMasks,
+    PreparedSplit,
+    patches_config,
+)
 from app.data.copies.shards import CHECKSUMS_SINCE, MANIFEST, Manifest, prepare_again, prepare_command, unrecorded
 from app.data.source import Source
 from app.errors import DataError
 from app.schema.data import DATA_TARGETS, PatchesConfig, PreparedDataConfig, patches_of
 from app.targets import targets_of
 
+# a split's kind by what its copy keeps beside the index: (patches-<split>.npy, masks-<split>.npy)
+KINDS = {(False, False): PreparedSplit, (True, False): PreparedPatches, (False, True): PreparedMasks,
+         (True, True): PreparedPatchMasks}
 FINGERPRINT_COVERS = "the prepared copy's manifest: its source's fingerprint, the resize rule and the format"
 log = logging.getLogger(__name__)
 
@@ -77,24 +87,19 @@ def _checked_splits(root: CopyStorage, manifest: Manifest) -> dict[str, Prepared
     if manifest.version < CHECKSUMS_SINCE:
         log.warning("%s/%s is format version %d: its samples have no checksums, so a damaged one is read "
                     "unchecked; to add them, %s.", where, MANIFEST, manifest.version, again)
-    problems = root.shard_damage(manifest)
+    problems, targets = root.shard_damage(manifest), targets_of(manifest.task)
     splits = {}
     for name, record in manifest.splits.items():
         problems += filter(None, [index_damage(where, manifest, name, root.index(name, again))])
-        vectors = None
-        if targets_of(manifest.task).label_vectors:
-            vectors = root.labels(name, again)
-            problems += filter(None, [labels_damage(where, manifest, name, vectors)])
-        if manifest.patches:  # each sample's image and corner
-            places = root.places(name, again)
-            problems += filter(None, [places_damage(where, manifest, name, places)])
-            splits[name] = PreparedPatches(root, name, record.shards, stored=manifest, places=places)
-        elif targets_of(manifest.task).masks:  # each sample's mask member
-            masks = root.masks(name, again)
-            problems += filter(None, [masks_damage(where, manifest, name, masks)])
-            splits[name] = PreparedMasks(root, name, record.shards, stored=manifest, masks=masks)
-        else:
-            splits[name] = PreparedSplit(root, name, record.shards, stored=manifest, vectors=vectors)
+        kept = {}  # a multilabel copy's labels, a patch copy's places (image and corner), a segmentation copy's masks
+        for key, held, read, damaged in (("vectors", targets.label_vectors, root.labels, labels_damage),
+                                         ("places", bool(manifest.patches), root.places, places_damage),
+                                         ("masks", targets.masks, root.masks, masks_damage)):
+            if held:
+                kept[key] = read(name, again)
+                problems += filter(None, [damaged(where, manifest, name, kept[key])])
+        kind = KINDS["places" in kept, "masks" in kept]
+        splits[name] = kind(root, name, record.shards, stored=manifest, beside=Beside(**kept))
     if problems:
         raise DataError(f"{'; '.join(problems)}: the copy is damaged; {again}.")
     return splits

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import io
 import zlib
+from dataclasses import dataclass
 
 import numpy as np
 from omegaconf import OmegaConf
@@ -26,16 +27,24 @@ from app.schema.data import PatchesConfig
 SPAN_GAP = 4096  # at most this much tar framing between an image's data and its mask's: read in the same request
 
 
-class PreparedSplit(WholeImages):
-    """One split of a prepared copy: rows `rows` of its index (`vectors`: a multilabel copy's labels-<split>.npy)."""
+@dataclass(frozen=True, kw_only=True)
+class Beside:  # what a copy keeps beside a split's index, read and checked once (None: not that kind of copy)
+    vectors: np.ndarray | None = None  # a multilabel copy's labels-<split>.npy
+    places: np.ndarray | None = None  # a patch copy's patches-<split>.npy
+    masks: np.ndarray | None = None  # a segmentation copy's masks-<split>.npy
 
-    def __init__(self, root: CopyStorage, split: str, shards: list[str], *, stored: Manifest, vectors=None):
+
+class PreparedSplit(WholeImages):
+    """One split of a prepared copy: rows `rows` of its index, labelled by it or (multilabel) by `beside.vectors`."""
+
+    def __init__(self, root: CopyStorage, split: str, shards: list[str], *, stored: Manifest,
+                 beside: Beside = Beside()):
         self.root, self.split, self.shards, self.format = root, split, list(shards), stored.format
         self.dtype, self.bands = stored.dtype, stored.bands  # the stored images' (raw: the .npy's)
         self._nodata = stored.nodata.get(split, [])  # by index row: what each original's no-data value was
         index = root.index(split)
         self.rows = np.arange(len(index), dtype=np.int64)
-        self.labels = np.asarray(index["label"], np.int64) if vectors is None else vectors
+        self.labels = np.asarray(index["label"], np.int64) if beside.vectors is None else beside.vectors
         self._index: np.ndarray | None = index
 
     def __getstate__(self) -> dict:
@@ -136,10 +145,10 @@ class PreparedSplit(WholeImages):
 class PreparedMasks(PreparedSplit):
     """A segmentation copy's split: sample i is its image and its mask member (masks-<split>.npy), read in one range."""
 
-    def __init__(self, root: CopyStorage, split: str, shards: list[str], *, stored: Manifest, masks: np.ndarray):
-        super().__init__(root, split, shards, stored=stored)
+    def __init__(self, root: CopyStorage, split: str, shards: list[str], *, stored: Manifest, beside: Beside):
+        super().__init__(root, split, shards, stored=stored, beside=beside)
         self.mask_dtype = MaskRule(len(stored.class_names), stored.ignore_index).dtype
-        self._masks: np.ndarray | None = masks
+        self._masks: np.ndarray | None = beside.masks
 
     def __getstate__(self) -> dict:
         return {**super().__getstate__(), "_masks": None}  # mapped again by each process, as the index
@@ -185,10 +194,10 @@ def mask_from_png(data: bytes, dtype: str) -> np.ndarray:
 class PreparedPatches(PreparedSplit):
     """A patch copy's split: each sample's image and corner (patches-<split>.npy), its images' paths and labels."""
 
-    def __init__(self, root: CopyStorage, split: str, shards: list[str], *, stored: Manifest, places: np.ndarray):
-        super().__init__(root, split, shards, stored=stored)
+    def __init__(self, root: CopyStorage, split: str, shards: list[str], *, stored: Manifest, beside: Beside):
+        super().__init__(root, split, shards, stored=stored, beside=beside)
         kept = stored.patches
-        self.places, self.patches = places, patches_config(kept["settings"])
+        self.places, self.patches = beside.places, patches_config(kept["settings"])
         self.images = FileSplit(list(kept["images"][split]), np.asarray(kept["labels"][split], np.int64))
 
     @property
@@ -202,6 +211,10 @@ class PreparedPatches(PreparedSplit):
             row = self.places[self.rows[i]]
             return f"{row['image']}:{row['x']}:{row['y']}"
         return place
+
+
+class PreparedPatchMasks(PreparedMasks, PreparedPatches):
+    """A segmentation patch copy's split: each sample an (image, mask) pair, and its patch's image and corner."""
 
 
 def patches_config(settings: dict) -> PatchesConfig:
