@@ -1,7 +1,8 @@
 """A 40,960² slide (4.7 GiB decoded; benchmarks/slide_memory.py writes it) segmented whole by `predict`: the predict
 process's peak memory against `plan`'s figure for predicting a slide whole, and the output pyramid opened at every
-level. The slide's two discs of tissue are annotated as QuPath's GeoJSON; a short run on its patches (level 2, 256²)
-gives the model.
+level; then `bench` times the same slide's prediction by the app (`slide_predict`) against a hand-written Keras loop
+(`keras_slide_loop`), memory not sampled. The slide's two discs of tissue are annotated as QuPath's GeoJSON; a short
+run on its patches (level 2, 256²) gives the model.
 
 Usage: .venv/bin/python benchmarks/slide_predict_memory.py [folder]   (default outputs/slide_memory, as slide_memory.py)
 """
@@ -21,10 +22,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from slide_memory import TILE, write_slide  # noqa: E402 - the same 40,960² slide
 
 DISCS = ((35, 30, 18), (55, 60, 12))  # (x, y, radius) in 512² tiles: slide_memory.py's tissue
+# min_foreground=0: every tile of the 10,240² map at level 2 (the slide's lowest levels, which a level-2 patch's
+# foreground mask is made from, repeat one glass tile: no tissue would be found there)
 RUN = ["data=folder", "data.task=segmentation", "data.classes=[glass,tissue]", "data.masks_background=glass",
-       "data.patches.size=[256,256]", "data.patches.level=2", "data.patches.per_image=64", "data.image_size=[256,256]",
-       "data.batch_size=16", "model.widths=[8,16]", "trainer.epochs=1", "trainer.steps_per_epoch=8",
-       "logger=none", "print_config=false"]
+       "data.patches.size=[256,256]", "data.patches.level=2", "data.patches.min_foreground=0",
+       "data.patches.per_image=64", "data.image_size=[256,256]", "data.batch_size=16", "model.widths=[8,16]",
+       "trainer.epochs=1", "trainer.steps_per_epoch=4", "trainer.validation_steps=2", "logger=none",
+       "print_config=false"]
 
 
 def disc(x: float, y: float, radius: float, points: int = 64) -> list:
@@ -80,6 +84,14 @@ def main(folder: Path) -> None:
           f"{planned['map_width']:,} wide)")
     print(f"the pyramid: {len(levels)} levels {levels}, the smallest's classes {np.bincount(smallest.ravel())}")
     print(rows[0], rows[1], sep="\n")
+    bench = folder / "segment_bench"
+    subprocess.run([sys.executable, "-m", "app", "bench", *config, "bench.modes=[slide_predict,keras_slide_loop]",
+                    "bench.memory=false", "bench.warmup=2", f"hydra.run.dir={bench}"], check=True, capture_output=True)
+    benched = json.loads((bench / "bench.json").read_text())
+    for mode in ("slide_predict", "keras_slide_loop"):
+        result = benched["results"][mode]
+        print(f"{mode}: {result['images_per_s']:.1f} tiles/s ({result['tiles']} tiles)")
+    print(f"slide_predict against keras_slide_loop: {benched['derived']['slide_predict_vs_keras_slide_loop']:.2f}×")
 
 
 if __name__ == "__main__":
