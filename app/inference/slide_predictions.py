@@ -16,6 +16,7 @@ from tqdm import tqdm
 
 from app.capacity.auto import loading_only
 from app.data.masked import MaskRule
+from app.data.pixels.decode import DecodeError
 from app.data.slides.masks import thumbnail
 from app.data.slides.patches import ListedPatches
 from app.data.slides.region_masks import RegionMask, Window
@@ -83,39 +84,40 @@ def predict_slides(config, tilings: list[Tiling], model: tuple, sinks: tuple[Cal
     each slide's rows into `sink_of(k)`'s sink, `done(k, sink)` once its last row is in (`sinks`: the two)."""
     (net, loading, transforms, blend), (sink_of, done) = model, sinks  # loading: build_loader's settings= or queue=
     split = _tiles_split(tilings, config.data.patches)
-    sinks, blenders = {}, {}
+    sinks, blenders, finished = {}, {}, set()
     weights = {tuple(t.tile): blend_weights(t.tile, blend) for t in tilings}
     with build_loader(config, {"predict": (split, transforms)}, on_bad_sample="mark", **loading) as loader, \
             tqdm(total=len(split), desc="predict", unit="tile", file=sys.stderr, delay=PROGRESS_AFTER_S,
                  leave=False, dynamic_ncols=True) as bar:
+
+        def finish(k: int) -> None:  # every tile of slide k read or failed: its last rows, then its sink done
+            sink, blender = sinks.pop(k), blenders.pop(k)
+            for row_top, blended, covered in blender.finish_to(blender.tiling.shape[0]):
+                sink.take(row_top, blended, covered)
+            sink.failed = sum(1 for p in loader.failed("predict") if split.tile_of[p][0] == k)
+            finished.add(k)
+            done(k, sink)
+
         for x, _, positions in loader.readable("predict"):
             stop_if_interrupted()
             scores = np.asarray(net.predict_on_batch(x), np.float32)
             for position, own in zip(positions, scores, strict=True):
                 k, top, left = split.tile_of[int(position)]
-                for finished in [j for j in list(blenders) if j < k]:  # the slides before it are whole
-                    _finish(finished, sinks.pop(finished), blenders.pop(finished), done)
+                for before in [j for j in list(blenders) if j < k]:  # the slides before it are whole
+                    finish(before)
                 if k not in blenders:
                     sinks[k], blenders[k] = sink_of(k), RowBlender(tilings[k], own.shape[-1], weights[tilings[k].tile])
                 for row_top, blended, covered in blenders[k].finish_to(top):
                     sinks[k].take(row_top, blended, covered)
                 blenders[k].add(top, left, at_tile(own, tilings[k].tile))
             bar.update(int(positions[-1]) + 1 - bar.n)
+        for k in sorted(blenders):
+            finish(k)
         failed = loader.failed("predict")
-    for k in sorted(blenders):
-        _finish(k, sinks.pop(k), blenders.pop(k), done)
-    for position in failed:  # a slide whose every tile failed never reached a sink: its own, empty
-        k = int(split.tile_of[position][0])
-        if not any(int(split.tile_of[p][0]) == k for p in range(len(split)) if p not in failed):
-            sink = sink_of(k)
-            sink.failed = sum(1 for p in failed if int(split.tile_of[p][0]) == k)
-            done(k, sink)
-
-
-def _finish(k: int, sink: SlideSink, blender: RowBlender, done: Callable) -> None:
-    for row_top, blended, covered in blender.finish_to(blender.tiling.shape[0]):
-        sink.take(row_top, blended, covered)
-    done(k, sink)
+    for k in sorted({int(split.tile_of[p][0]) for p in failed} - finished):  # every tile failed: no row of it
+        sink = sink_of(k)
+        sink.failed = sum(1 for p in failed if split.tile_of[p][0] == k)
+        done(k, sink)
 
 
 class _Tiles(ListedPatches):
@@ -140,8 +142,11 @@ def write_overlay(sink: SlideSink, names: list[str], path: Path) -> None:
     classes = sink.canvas.smallest()
     slide = sink.tiling.layout.slide
     downsample = slide.levels[0][1] / classes.shape[1]
-    thumb, _ = thumbnail(slide, downsample)
-    rgb = np.asarray(Image.fromarray(_rgb(thumb)).resize(classes.shape[::-1]))
+    try:
+        thumb, _ = thumbnail(slide, downsample)
+        rgb = np.asarray(Image.fromarray(_rgb(thumb)).resize(classes.shape[::-1]))
+    except DecodeError:  # tiles of it cannot be read (its row says how many): the classes over grey
+        rgb = np.full((*classes.shape, 3), 128, np.uint8)
     colours = class_colours(len(names))
     picture = with_legend(Image.fromarray(overlay(rgb, classes, colours)), names, colours)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -171,8 +176,12 @@ class SlideWriter:
         return SlideSink(tiling=tiling, classes=len(self.names), none=self.none, canvas=canvas, probability=chosen)
 
     def write(self, sink: SlideSink) -> None:
-        """The slide's pyramids, overlay and row."""
+        """The slide's pyramids, overlay and row; a slide none of whose tiles could be read: its row, with why."""
         path = sink.tiling.layout.slide.path
+        if sink.failed == sink.tiling.tiles:
+            self.rows.append([path, "", "", sink.tiling.tiles, *([""] * (2 * len(self.names) + 1)),
+                              f"none of its {sink.failed} tiles could be read"])
+            return
         named = self._named(path)
         for folder, canvas in (("masks", sink.canvas), ("probabilities", (sink.probability or (0, None))[1])):
             if canvas is not None:
