@@ -172,7 +172,11 @@ class RandomPatches(PatchSplit):
 
     def fixed(self, *, draws: int | None, seed: int) -> PatchSplit:  # the grid, or `draws` an image drawn by `seed`
         fixed = self._fixed(draws=draws, seed=seed)
-        return fixed if self.masks is None else fixed.with_masks(*self.masks)  # the same images, in the same order
+        if self.masks is None:
+            return fixed
+        rule, masks = self.masks
+        of = dict(zip(self.images.paths, masks, strict=True))
+        return fixed.with_masks(rule, [of[path] for path in fixed.images.paths])  # the grid may keep fewer images
 
     def _fixed(self, *, draws: int | None, seed: int) -> PatchSplit:
         if draws is None:
