@@ -26,8 +26,8 @@ POLYGON_SUFFIXES = (".geojson", ".json")
 class Window:
     """A patch's place: its corner and extent at level 0, and its size as read, (height, width) each."""
 
-    corner: tuple[int, int]
-    extent: tuple[int, int]
+    corner: tuple[float, float]
+    extent: tuple[float, float]
     size: tuple[int, int]
 
     @property
