@@ -84,14 +84,14 @@ def predict_slides(config, tilings: list[Tiling], model: tuple, sinks: tuple[Cal
     each slide's rows into `sink_of(k)`'s sink, `done(k, sink)` once its last row is in (`sinks`: the two)."""
     (net, loading, transforms, blend), (sink_of, done) = model, sinks  # loading: build_loader's settings= or queue=
     split = _tiles_split(tilings, config.data.patches)
-    sinks, blenders, finished = {}, {}, set()
+    taking, blenders, finished = {}, {}, set()  # slide k's sink and blender while its tiles come
     weights = {tuple(t.tile): blend_weights(t.tile, blend) for t in tilings}
     with build_loader(config, {"predict": (split, transforms)}, on_bad_sample="mark", **loading) as loader, \
             tqdm(total=len(split), desc="predict", unit="tile", file=sys.stderr, delay=PROGRESS_AFTER_S,
                  leave=False, dynamic_ncols=True) as bar:
 
         def finish(k: int) -> None:  # every tile of slide k read or failed: its last rows, then its sink done
-            sink, blender = sinks.pop(k), blenders.pop(k)
+            sink, blender = taking.pop(k), blenders.pop(k)
             for row_top, blended, covered in blender.finish_to(blender.tiling.shape[0]):
                 sink.take(row_top, blended, covered)
             sink.failed = sum(1 for p in loader.failed("predict") if split.tile_of[p][0] == k)
@@ -106,9 +106,9 @@ def predict_slides(config, tilings: list[Tiling], model: tuple, sinks: tuple[Cal
                 for before in [j for j in list(blenders) if j < k]:  # the slides before it are whole
                     finish(before)
                 if k not in blenders:
-                    sinks[k], blenders[k] = sink_of(k), RowBlender(tilings[k], own.shape[-1], weights[tilings[k].tile])
+                    taking[k], blenders[k] = sink_of(k), RowBlender(tilings[k], own.shape[-1], weights[tilings[k].tile])
                 for row_top, blended, covered in blenders[k].finish_to(top):
-                    sinks[k].take(row_top, blended, covered)
+                    taking[k].take(row_top, blended, covered)
                 blenders[k].add(top, left, at_tile(own, tilings[k].tile))
             bar.update(int(positions[-1]) + 1 - bar.n)
         for k in sorted(blenders):
