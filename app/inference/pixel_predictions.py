@@ -33,6 +33,15 @@ def mask_picture(mask: np.ndarray, classes: int) -> Image.Image:
     return picture
 
 
+def output_name(path: str, root: Path, taken: set[Path], suffix: str) -> Path:
+    """An input's relative path under `root` with `suffix`; where another input took that name (a.jpg, a.png), its
+    whole name with `suffix` added. The name is added to `taken`."""
+    rel = Path(path).relative_to(root) if root.is_dir() else Path(Path(path).name)
+    named = rel.with_suffix(suffix) if rel.with_suffix(suffix) not in taken else Path(f"{rel}{suffix}")
+    taken.add(named)
+    return named
+
+
 class MaskWriter:
     """Writes each predicted input's mask and overlay under `out` (masks/, overlays/) at its relative path."""
 
@@ -41,11 +50,7 @@ class MaskWriter:
         self.colours, self.written = class_colours(len(names)), set()
 
     def _named(self, path: str) -> Path:
-        """The input's relative path as a PNG's; where another input took that name (a.jpg, a.png), its whole name."""
-        rel = Path(path).relative_to(self.root) if self.root.is_dir() else Path(Path(path).name)
-        named = rel.with_suffix(".png") if rel.with_suffix(".png") not in self.written else Path(f"{rel}.png")
-        self.written.add(named)
-        return named
+        return output_name(path, self.root, self.written, ".png")
 
     def write(self, path: str, image: np.ndarray, scores: np.ndarray) -> tuple[str, np.ndarray]:
         """(the mask's path, each class's share of its pixels) for the input at `path`, `image` its pixels."""

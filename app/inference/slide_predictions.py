@@ -23,11 +23,13 @@ from app.data.slides.region_masks import RegionMask, Window
 from app.data.source import FileSplit
 from app.errors import DataError, config_error
 from app.inference import pyramids
+from app.inference.pixel_predictions import output_name
 from app.inference.slide_masks import RowBlender, Tiling, at_tile, blend_weights, tiling_of
 from app.io import write_picture
 from app.loader.pipeline import build_loader
+from app.measures import pixel_confusion
 from app.processes import stop_if_interrupted
-from app.sheets import class_colours, overlay, with_legend
+from app.sheets import class_colours, overlay, rgb_view, with_legend
 
 PROGRESS_AFTER_S = 2
 
@@ -43,7 +45,6 @@ class SlideSink:
     canvas: pyramids.Canvas | None = None
     probability: tuple[int, pyramids.Canvas] | None = None  # a class's index and its canvas
     annotation: RegionMask | None = None
-    ignore_index: int | None = None
     counts: np.ndarray = field(init=False)
     confusion: np.ndarray = field(init=False)
     failed: int = 0  # tiles that could not be read
@@ -68,10 +69,8 @@ class SlideSink:
         (sy, sx), rows = self.tiling.scale, predicted.shape[0]
         truth = self.annotation.read(Window(corner=(top * sy, 0), extent=(rows * sy, predicted.shape[1] * sx),
                                             size=predicted.shape)).astype(np.int64)
-        kept = truth != self.ignore_index if self.ignore_index is not None else np.ones(truth.shape, bool)
-        kept &= truth < self.classes
-        pairs = truth[kept] * (self.classes + 1) + predicted[kept]
-        self.confusion += np.bincount(pairs, minlength=self.classes * (self.classes + 1)).reshape(self.confusion.shape)
+        scored = truth < self.classes  # the ignore index (past the classes) left out
+        self.confusion += pixel_confusion(truth[scored], predicted[scored], self.classes + 1)[:self.classes]
 
     @property
     def mpp(self) -> float | None:  # the map's µm a pixel, where the slide records its own
@@ -144,7 +143,7 @@ def write_overlay(sink: SlideSink, names: list[str], path: Path) -> None:
     downsample = slide.levels[0][1] / classes.shape[1]
     try:
         thumb, _ = thumbnail(slide, downsample)
-        rgb = np.asarray(Image.fromarray(_rgb(thumb)).resize(classes.shape[::-1]))
+        rgb = np.asarray(Image.fromarray(rgb_view(thumb[None])[0]).resize(classes.shape[::-1]))
     except DecodeError:  # tiles of it cannot be read (its row says how many): the classes over grey
         rgb = np.full((*classes.shape, 3), 128, np.uint8)
     colours = class_colours(len(names))
@@ -152,11 +151,6 @@ def write_overlay(sink: SlideSink, names: list[str], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_picture(path, picture.save)
 
-
-def _rgb(thumb: np.ndarray) -> np.ndarray:
-    if thumb.dtype != np.uint8:
-        thumb = (thumb / max(float(thumb.max()), 1.0) * 255).astype(np.uint8)
-    return np.repeat(thumb[..., :1], 3, axis=2) if thumb.shape[2] < 3 else np.ascontiguousarray(thumb[..., :3])
 
 
 class SlideWriter:
@@ -182,11 +176,11 @@ class SlideWriter:
             self.rows.append([path, "", "", sink.tiling.tiles, *([""] * (2 * len(self.names) + 1)),
                               f"none of its {sink.failed} tiles could be read"])
             return
-        named = self._named(path)
-        for folder, canvas in (("masks", sink.canvas), ("probabilities", (sink.probability or (0, None))[1])):
-            if canvas is not None:
-                (self.out / folder / named).parent.mkdir(parents=True, exist_ok=True)
-                pyramids.write_pyramid(canvas, self.out / folder / named, sink.mpp, name=Path(path).name)
+        named = output_name(path, self.root, self.taken, ".tif")
+        canvases = [("masks", sink.canvas)] + ([("probabilities", sink.probability[1])] if sink.probability else [])
+        for folder, canvas in canvases:
+            (self.out / folder / named).parent.mkdir(parents=True, exist_ok=True)
+            pyramids.write_pyramid(canvas, self.out / folder / named, sink.mpp, name=Path(path).name)
         write_overlay(sink, self.names, self.out / "overlays" / named.with_suffix(".png"))
         total = max(int(sink.counts.sum()), 1)
         areas = [f"{count * sink.mpp ** 2:.1f}" if sink.mpp else "" for count in sink.counts]
@@ -199,12 +193,6 @@ class SlideWriter:
         return ["path", "mask", "overlay", "tiles", *self.names, *(f"{name}_um2" for name in self.names),
                 "probability", "error"]
 
-    def _named(self, path: str) -> Path:
-        """The slide's path under the inputs' folder, as a .tif; where another took that name, its whole name too."""
-        rel = Path(path).relative_to(self.root) if self.root.is_dir() else Path(Path(path).name)
-        named = rel.with_suffix(".tif") if rel.with_suffix(".tif") not in self.taken else Path(f"{rel}.tif")
-        self.taken.add(named)
-        return named
 
 
 def none_value(rule) -> int:
@@ -230,8 +218,10 @@ def predict_to_files(config, given, inputs: tuple[list[Path], Path], model: tupl
         except DataError as error:
             gone.append((str(path), str(error)))
             continue
-        (tilings.append(tiling) if tiling.rows else
-         gone.append((str(path), "no tile of it has foreground (data.patches' mask), or it is smaller than a tile")))
+        if tiling.rows:
+            tilings.append(tiling)
+        else:
+            gone.append((str(path), "no tile of it has foreground (data.patches' mask), or it is smaller than a tile"))
     with pyramids.scratch(out.parent) as folder:
         predict_slides(config, tilings, (net, {"settings": settings}, transforms, given.blend),
                        (lambda k: writer.sink_of(tilings[k], Path(folder) / str(k)),
@@ -247,12 +237,15 @@ def slide_confusions(config, split, model: tuple, given) -> list[tuple[str, np.n
     tilings, gone, annotations = [], [], []
     for k, path in enumerate(split.images.paths):
         tiling = tiling_of(path, config.data.patches, given.overlap)
-        (tilings.append(tiling), annotations.append(masks[k])) if tiling.rows else gone.append((path, "no tile"))
+        if not tiling.rows:
+            gone.append((path, "no tile"))
+            continue
+        tilings.append(tiling)
+        annotations.append(masks[k])
     found: dict[int, SlideSink] = {}
     none = none_value(rule)
     predict_slides(config, tilings, (net, {"queue": loading_only(config.queue)}, transforms, given.blend), (
-        lambda k: SlideSink(tiling=tilings[k], classes=rule.classes, none=none, annotation=annotations[k],
-                            ignore_index=rule.ignore_index),
+        lambda k: SlideSink(tiling=tilings[k], classes=rule.classes, none=none, annotation=annotations[k]),
         found.__setitem__))
     return [(t.layout.slide.path, found[k].confusion if k in found else "no tile could be read")
             for k, t in enumerate(tilings)] + gone
