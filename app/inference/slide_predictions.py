@@ -93,7 +93,8 @@ def predict_slides(config, tilings: list[Tiling], model: tuple, sinks: tuple[Cal
             sink, blender = taking.pop(k), blenders.pop(k)
             for row_top, blended, covered in blender.finish_to(blender.tiling.shape[0]):
                 sink.take(row_top, blended, covered)
-            sink.failed = sum(1 for p in loader.failed("predict") if split.tile_of[p][0] == k)
+            failed = list(loader.failed("predict"))  # a copy at once: the copy-ahead thread adds to it
+            sink.failed = sum(1 for p in failed if split.tile_of[p][0] == k)
             finished.add(k)
             done(k, sink)
 

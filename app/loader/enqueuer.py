@@ -36,6 +36,7 @@ class _Slot:
     draws: dict[int, int] = field(default_factory=dict)  # position -> its draw of the index, where not the first
     size: int = 0
     labels: np.ndarray | None = None  # the batch's labels: a stand-in's own where one was written (skip)
+    fill: int = 0  # how many batches it has been handed: a worker's late ShareDone names an earlier one
 
 
 class Enqueuer:
@@ -168,6 +169,7 @@ class Enqueuer:
         slot_index = batch_no % self.slot_count
         slot = self._slots[slot_index]
         slot.batch_no, slot.split_name, slot.epoch, slot.size = batch_no, split_name, epoch, len(indices)
+        slot.fill += 1
         slot.todo = {position: int(index) for position, index in enumerate(indices)}
         slot.draws = {} if draws is None else {position: int(d) for position, d in enumerate(draws) if d}
         slot.labels = self.splits[split_name].labels[indices]  # a copy: fancy indexing
@@ -187,7 +189,7 @@ class Enqueuer:
             return
         w.pending.update((slot_index, item.position) for item in items)
         try:
-            w.conn.send(messages.Task(slot.split_name, slot.epoch, slot_index, items))
+            w.conn.send(messages.Task(slot.split_name, slot.epoch, slot_index, items, slot.fill))
         except (BrokenPipeError, ConnectionResetError):
             pass  # it died: _pump sees its sentinel and hands `pending` to its replacement
 
@@ -262,7 +264,8 @@ class Enqueuer:
             return
         if isinstance(reply, messages.ShareDone):  # every sample of w's share in this slot is written or answered
             self.telemetry.add_stages(reply.stages)
-            self._settle(w, {key for key in w.pending if key[0] == reply.slot})
+            if reply.fill == self._slots[reply.slot].fill:  # not a batch the slot held before
+                self._settle(w, {key for key in w.pending if key[0] == reply.slot})
             return
         if w is not None:
             w.pending.discard((reply.slot, reply.position))

@@ -18,12 +18,13 @@ class Item(NamedTuple):
 
 @dataclass(frozen=True)
 class Task:
-    """Parent → worker: build these samples into `slot`."""
+    """Parent → worker: build these samples into `slot`, the `fill`th time it is filled."""
 
     split: str
     epoch: int
     slot: int
     items: list[Item]
+    fill: int = 0
 
 
 @dataclass(frozen=True)
@@ -33,9 +34,12 @@ class Ready:
 
 @dataclass(frozen=True)
 class ShareDone:
-    """Worker → parent: its share of `slot` is written or answered; `stages`: as worker.take_stages returns them."""
+    """Worker → parent: its share of `slot`'s `fill`th batch is written or answered; `stages`: as
+    worker.take_stages returns them. The fill tells a late one apart: a share answered sample by sample completes its
+    batch before this arrives, and by then the slot may hold the next."""
 
     slot: int
+    fill: int
     stages: tuple = (0.0, 0.0, 0.0, 0.0, 0, 0)
 
 

@@ -80,7 +80,7 @@ def serve(conn, ring: np.ndarray, done: np.ndarray, work) -> None:
                 done[task.slot, item.position] = 1  # after its pixels
             else:
                 conn.send(reply)
-        conn.send(messages.ShareDone(task.slot, take_stages()))
+        conn.send(messages.ShareDone(task.slot, task.fill, take_stages()))
 
 
 def fill(ring, task: messages.Task, work, item: messages.Item) -> messages.Written | messages.SampleNote:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import threading
 import time
 
 import numpy as np
@@ -14,6 +15,8 @@ from loaders import assert_clean, make, my_segments, wait_until, workers_alive
 from marked import MarkedSplit, index_of
 
 from app.errors import WorkerError
+from app.loader import messages
+from app.loader import worker as worker_loop
 from app.loader.enqueuer import Enqueuer
 from app.loader.order import epoch_order
 from app.loader.settings import Queue, Settings
@@ -246,3 +249,45 @@ def test_a_second_draw_of_a_sample_gets_its_own_augmentation_with_any_workers(jp
     with Enqueuer({"train": jpeg_split}, {"train": Augmenter(CROP_FLIP_JITTER, [24, 24])}, settings, seed=0) as enq:
         plain = [np.array(images) for images, _ in enq.batches("train", order, 1)][0]
     assert np.array_equal(plain[0], first) and np.array_equal(plain[1], first)  # negative control: no draws
+
+
+def test_a_late_share_done_does_not_complete_the_batch_its_slot_holds_next(monkeypatch, children):
+    """A worker share answered sample by sample (every sample marked) completes its batch before the worker's
+    ShareDone comes; that ShareDone, arriving once the slot holds the next batch, must not complete that one."""
+    handed_out, late_taken = threading.Event(), threading.Event()
+    take, fill = worker_loop.take_stages, worker_loop.fill
+
+    def take_stages_once_handed_out():  # the first share's ShareDone held until the slot's next batch is out
+        assert handed_out.wait(10), "the next batch was never handed out"
+        return take()
+
+    def fill_once_late_taken(ring, task, work, item):  # the next batch built only once that ShareDone is taken
+        assert late_taken.wait(10), "the first batch's ShareDone never came"
+        return fill(ring, task, work, item)
+
+    monkeypatch.setattr(worker_loop, "take_stages", take_stages_once_handed_out)
+    with make(MarkedSplit(8, bad=(0, 1, 2, 3)), workers=1, processes=False, max_size=1, on_bad_sample="mark") as enq:
+        send, handle, still_to_build = enq._send, enq._handle, []
+
+        def send_counted(w, slot_index, positions):
+            send(w, slot_index, positions)
+            if enq._slots[slot_index].fill == 2:
+                monkeypatch.setattr(worker_loop, "fill", fill_once_late_taken)
+                handed_out.set()
+
+        def handle_noted(reply, w, who):
+            handle(reply, w, who)
+            if isinstance(reply, messages.ShareDone) and reply.fill == 1:
+                still_to_build.extend(enq._slots[0].todo)  # taken before any sample of the next batch is built
+                late_taken.set()
+
+        monkeypatch.setattr(enq, "_send", send_counted)
+        monkeypatch.setattr(enq, "_handle", handle_noted)
+        batches = enq.batches("train", np.arange(8), epoch=0)
+        first = next(batches)[0].copy()
+        second = next(batches)[0].copy()
+        assert not first.any() and sorted(enq.bad.failed["train"]) == [0, 1, 2, 3]
+        assert still_to_build == [0, 1, 2, 3]  # the late ShareDone left the next batch waiting
+        assert [index_of(image) for image in second] == [4, 5, 6, 7]  # built, not the slot's old zeros
+        batches.close()
+    assert_clean(children)
