@@ -31,7 +31,8 @@ def test_defaults_compose_and_validate():
     cfg = composed()
     validate(cfg)
     assert cfg.data._target_ == "app.data.sources.synthetic.synthetic_source" and cfg.data.source_size >= 1024
-    assert cfg.queue.workers == 2 and cfg.queue.use_multiprocessing and cfg.queue.max_size == 2
+    # null: the machine's (auto where training sees an accelerator, else 2: tests/capacity/test_auto.py)
+    assert cfg.queue.workers is None and cfg.queue.use_multiprocessing and cfg.queue.max_size is None
     assert to_plain(cfg)["queue"]["start_method"] == "spawn"
     # the augmentation's crop follows data.image_size
     assert to_plain(composed("data.image_size=[48,40]"))["augment"]["transforms"][0]["size"] == [48, 40]
@@ -380,12 +381,13 @@ def test_experiments_are_complete_recipes_and_debug_modes_apply_after_them():
 
 
 def test_auto_is_the_one_word_the_queue_takes():
-    """Queue.workers and queue.max_size take an integer or `auto`, which travels as
-    such in the loaded config until training resolves it."""
+    """Queue.workers and queue.max_size take an integer, `auto` or null, which travel as such in the
+    loaded config until training resolves them."""
     config = load(composed("queue.workers=auto", "queue.max_size=auto"))
     assert config.queue.workers == "auto" and config.queue.max_size == "auto"
     assert load(composed("queue.workers=3", "queue.max_size=4")).queue.workers == 3
-    with pytest.raises(ConfigError, match="`queue.max_size` = 'Auto' is not allowed: an integer, or auto"):
+    assert load(composed("queue.workers=null")).queue.workers is None
+    with pytest.raises(ConfigError, match="`queue.max_size` = 'Auto' is not allowed: an integer, auto"):
         validate(composed("queue.max_size=Auto"))  # negative control: only the word itself
 
 

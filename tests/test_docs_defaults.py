@@ -34,16 +34,15 @@ STATED = [
     ("docs/models.md", "`model=resnet` (the default", RESNET),
     ("docs/models.md", "`trainer.backend=auto`, the default", {"trainer.backend": "auto"}),
     ("README.md", "`trainer.backend=auto`, the default", {"trainer.backend": "auto"}),
-    ("README.md", "the default two workers starve it", {"queue.workers": 2}),
+    ("README.md", "now the default where a GPU is seen", {"queue.workers": None}),
     ("docs/performance.md", "## The default data", SYNTHETIC),
     ("docs/performance.md", "default synthetic data", SYNTHETIC),
     ("docs/performance.md", "`data.decode.draft=true`, the default", {"data.decode.draft": True}),
     ("docs/performance.md", "the default draft rule", {"data.decode.draft": True}),
     ("docs/performance.md", "the default model and data", {**RESNET, **SYNTHETIC}),
     ("docs/performance.md", "Default data (800", {**SYNTHETIC, "data.num_images": 800}),
-    ("docs/performance.md", "the default two workers starve it", {"queue.workers": 2}),
-    ("docs/performance.md", "default, `queue.workers=2`", {"queue.workers": 2}),
-    ("docs/models.md", "the default two workers fed an H100", {"queue.workers": 2}),
+    ("docs/queue.md", "both null by default", {"queue.workers": None, "queue.max_size": None}),
+    ("docs/queue.md", "### The defaults, by machine", {"queue.workers": None, "queue.max_size": None}),
     ("docs/performance.md", "of the default run", {**RESNET, **SYNTHETIC}),
     ("docs/performance.md", "-default-", {"trainer.strategy": "default"}),  # the runs' names
     ("docs/run-directory.md", "`logger=tensorboard`, the default", TENSORBOARD),
@@ -73,6 +72,10 @@ NOT_A_SETTING = [
     ("docs/performance.md", "by default each sample's"),  # glibc's behaviour
     ("docs/performance.md", "the earlier defaults"),  # the recipe a measurement ran with
     ("docs/queue.md", "`conf/queue/default.yaml`"),  # a file's name
+    ("docs/queue.md", "(`queue_default`)"),  # summary.json's key
+    ("README.md", "the queue's old default"),  # what a measurement ran with
+    ("docs/models.md", "the old default"),
+    ("docs/performance.md", "default then"),
     ("docs/performance.md", "with `augment=default` and 2 workers"),  # the augment option the bench ran with
 ]
 
@@ -116,7 +119,7 @@ def test_every_default_a_page_states_is_checked():
 
 
 def test_the_checks_catch_a_wrong_or_new_default(defaults):  # negative controls for the two above
-    assert wrong_values({"data.num_images": 801, "queue.workers": 2}, defaults) == \
+    assert wrong_values({"data.num_images": 801, "queue.workers": None}, defaults) == \
         ["data.num_images: 801 stated, 800 in conf/"]
     assert unaccounted("docs/queue.md", "`queue.workers` is 3 by default.\n`conf/queue/default.yaml`") == \
         ["docs/queue.md:1: `queue.workers` is 3 by default."]

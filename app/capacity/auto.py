@@ -99,8 +99,42 @@ class Choice:
         return {"workers": self.workers, "max_size": self.max_size, "reason": self.reason, **self.figures}
 
 
-def wanted(queue) -> bool:
-    return AUTO in (queue.workers, queue.max_size)
+CPU_DEFAULT = 2  # a null queue.workers or queue.max_size where no accelerator is seen: the step takes the cores
+
+
+@dataclass(frozen=True)
+class Asked:
+    """queue.workers and max_size as a run asks for them, a null (the default) made this machine's: `auto` where the
+    backend sees a GPU or TPU, else CPU_DEFAULT; a resumed run keeps what its start made."""
+
+    workers: int | str
+    max_size: int | str
+    reason: str | None = None  # why, where a null was made something
+
+    def record(self) -> dict:
+        """For summary.json (`queue_default`): what a resume keeps."""
+        return {"workers": self.workers, "max_size": self.max_size, "reason": self.reason}
+
+
+def asked(queue, accelerators: list[str] = (), kept: dict | None = None) -> Asked:
+    """`queue`'s workers and max_size, each null made `kept`'s (a resumed run's `queue_default`) or this machine's."""
+    nulls = [key for key in ("workers", "max_size") if getattr(queue, key) is None]
+    if not nulls:
+        return Asked(queue.workers, queue.max_size)
+    if kept is not None:
+        made, why = {key: kept[key] for key in nulls}, "as the run's start made them (summary.json's queue_default)"
+    elif accelerators:
+        made, why = {key: AUTO for key in nulls}, f"auto: the backend sees {', '.join(accelerators)}"
+    else:
+        made, why = {key: CPU_DEFAULT for key in nulls}, (f"{CPU_DEFAULT}: no GPU or TPU, so the step takes the "
+                                                          "cores (docs/queue.md)")
+    values = {"workers": queue.workers, "max_size": queue.max_size, **made}
+    return Asked(values["workers"], values["max_size"], f"{' and '.join(f'queue.{k}' for k in nulls)} {why}")
+
+
+def wanted(queue, given: Asked | None = None) -> bool:
+    given = given or asked(queue)
+    return AUTO in (given.workers, given.max_size)
 
 
 def most_workers(queue) -> tuple[int, str]:
@@ -110,32 +144,38 @@ def most_workers(queue) -> tuple[int, str]:
     return (cores, f"{cores} usable cores") if cores <= limit else (limit, why)
 
 
-def resolved(queue, choice: Choice | None = None) -> Queue:
-    # the queue group as a run takes it: each `auto` the probe's `choice` (which keeps a value given)
-    if choice is None and wanted(queue):
+def resolved(queue, choice: Choice | None = None, given: Asked | None = None) -> Queue:
+    # the queue group as a run takes it (`given`: its asked values, else a null the CPU's default): each `auto` the
+    # probe's `choice` (which keeps a value given)
+    given = given or asked(queue)
+    if choice is None and wanted(queue, given):
         raise ValueError("queue.workers or queue.max_size is auto: the probe's choice resolves it")
-    picked = choice or queue
+    picked = choice or given
     return Queue.of(queue, workers=picked.workers, max_size=picked.max_size)
 
 
-def provisional(queue) -> Queue:
+def provisional(queue, given: Asked | None = None) -> Queue:
     # what a memory plan starts from before the probe chooses: each `auto` as 1 (the plan is redone for any pair)
-    return Queue.of(queue, workers=1 if queue.workers == AUTO else queue.workers,
-                    max_size=1 if queue.max_size == AUTO else queue.max_size)
+    given = given or asked(queue)
+    return Queue.of(queue, workers=1 if given.workers == AUTO else given.workers,
+                    max_size=1 if given.max_size == AUTO else given.max_size)
 
 
 def loading_only(queue) -> Queue:
     """The queue of a command that only loads (no step to balance): `auto` workers the cap, `auto` max_size two."""
-    return Queue.of(queue, workers=most_workers(queue)[0] if queue.workers == AUTO else queue.workers,
-                    max_size=2 if queue.max_size == AUTO else queue.max_size)
+    # a null: the CPU's default (such a command does not look for an accelerator)
+    given = asked(queue)
+    return Queue.of(queue, workers=most_workers(queue)[0] if given.workers == AUTO else given.workers,
+                    max_size=2 if given.max_size == AUTO else given.max_size)
 
 
-def choose(t: Timings, batch_size: int, queue, fits: Callable[[int, int], bool]) -> Choice:
-    """Workers and slots for `queue` (its non-`auto` values kept); `fits(workers, max_size)`: within the limit."""
+def choose(t: Timings, batch_size: int, queue, fits: Callable[[int, int], bool], given: Asked | None = None) -> Choice:
+    """Workers and slots for `queue` (`given`: as asked, a value kept); `fits(workers, max_size)`: within the limit."""
+    given = given or asked(queue)
     cap, cap_why = most_workers(queue)
     cycle = Cycle(t, batch_size, usable_cores())
     reasons = []
-    workers = queue.workers
+    workers = given.workers
     if workers == AUTO:
         best = cycle(cap)
         workers = next(w for w in range(1, cap + 1) if 1 - best / cycle(w) < WAIT_TARGET)
@@ -143,11 +183,11 @@ def choose(t: Timings, batch_size: int, queue, fits: Callable[[int, int], bool])
         why = f"the most allowed ({cap_why}), and the loader still bounds training" if limited else \
             f"the fewest within {100 * WAIT_TARGET:.0f} % of the best"
         reasons.append(f"workers={workers}: {why}; {cycle.describe(workers)}")
-        slots = 1 if queue.max_size == AUTO else queue.max_size
+        slots = 1 if given.max_size == AUTO else given.max_size
         while workers > 1 and not fits(workers, slots):
             workers -= 1
             reasons.append(f"down to {workers} by the memory limit")
-    max_size = queue.max_size
+    max_size = given.max_size
     if max_size == AUTO:
         max_size, why = _slots(cycle, workers)
         reasons.append(why)
@@ -221,7 +261,7 @@ def probe_and_choose(config, run, split, *, time_step: StepTimer, fits: Callable
                         f"first {len(order)} training samples; set both to numbers, or see data.on_bad_sample")
     rows = np.resize(np.arange(len(built)), batch_size)  # fewer than a batch built: repeated
     step_s, step_cpu_s = time_step(_batch(split, [images[i] for i in rows], np.asarray(built)[rows]))
-    choice = choose(Timings(sample_s, step_s, step_cpu_s), batch_size, config.queue, fits)
+    choice = choose(Timings(sample_s, step_s, step_cpu_s), batch_size, config.queue, fits, given=run.asked)
     log.info("queue auto: workers %d, max_size %d (%s)", choice.workers, choice.max_size, choice.reason)
     return choice
 

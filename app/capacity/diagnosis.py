@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from app.loader.settings import usable_cores
 
 INPUT_BOUND = 0.20  # data-wait fraction
@@ -10,15 +12,19 @@ NO_WAIT = 0.05
 NEAR_BUDGET = 0.9
 
 
-def diagnose(row: dict, queue, budget_mib: float) -> str:
-    """`row`: an epoch's figures; `queue`: the loader's workers and ring slots; `budget_mib`: what the run may take."""
+def diagnose(row: dict, queue, budget_mib: float, cure: Callable[[dict, int], str] | None = None) -> str:
+    """`row`: an epoch's figures; `queue`: the loader's; `budget_mib`: the run's; `cure`: a copy's advice, or None."""
     wait, fill, peak = row["data_wait_fraction"], row.get("ring_fill"), row["peak_memory_mb"]
     found = []
-    if wait > INPUT_BOUND:
+    if wait > INPUT_BOUND and _copy_binds(row):
+        found.append(f"copy-bound: the step waited {100 * wait:.0f} % of the time, and a batch's copy to the device "
+                     f"({row['device_copy_ms']:.1f} ms) took longer than the loader made it wait: a smaller "
+                     "data.batch_size or data.image_size (the batch is uint8 already)")
+    elif wait > INPUT_BOUND:
         stages = ", ".join(f"{name} {row[f'{name}_ms']:.1f}" for name in ("read", "decode", "augment", "copy")
                            if row.get(f"{name}_ms") is not None)
         found.append(f"input-bound: the step waited on the loader {100 * wait:.0f} % of the time (a sample takes "
-                     f"{stages or 'n/a'} ms in a worker): {_more_workers(row, queue, budget_mib)}"
+                     f"{stages or 'n/a'} ms in a worker): {_more_workers(row, queue, budget_mib, cure)}"
                      "data.decode.draft=true, or smaller data.image_size")
     elif fill is not None and fill >= FULL_RING and wait < NO_WAIT and (queue.workers > 1 or queue.max_size > 1):
         fewer = [f"queue.workers={queue.workers - 1}"] if queue.workers > 1 else []
@@ -34,11 +40,17 @@ def diagnose(row: dict, queue, budget_mib: float) -> str:
     return "; ".join(found)
 
 
-def _more_workers(row: dict, queue, budget_mib: float) -> str:
-    """More workers, when one more has a core and fits the budget (at what a worker took this epoch)."""
+def _copy_binds(row: dict) -> bool:
+    """Whether copying batches to the device took more of the epoch than the wait for the loader (the ring)."""
+    return row.get("device_copy_fraction", 0.0) > row.get("ring_wait_fraction", 0.0)
+
+
+def _more_workers(row: dict, queue, budget_mib: float, cure) -> str:
+    """More workers, when one more has a core and fits the budget (at what a worker took this epoch); else a copy."""
     workers = queue.workers
     if workers >= (cores := usable_cores()):
-        return (f"not more workers ({workers} already on {cores} cores), but a prepared copy (python -m app prepare), ")
+        return f"not more workers ({workers} already on {cores} cores), but " + \
+            (f"{cure(row, workers)}; or " if cure else "")
     each = row.get("peak_workers_mb", 0) / workers if workers else 0
     if row["peak_memory_mb"] + each > budget_mib:
         return (f"not more workers (one more, ~{each:.0f} MiB, would pass the {budget_mib:.0f} MiB budget "

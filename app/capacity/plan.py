@@ -16,8 +16,11 @@ from app.data.slides.patches import PatchSplit
 MIB = 2**20
 GIB = 2**30
 # What the training process holds of uint8 batches beside the ring: the one the step trains on,
-# the one the prefetch has copied out ahead, and tf.data's tensor of it (app/loader/prefetch.py).
+# the one the prefetch has copied out ahead (app/loader/prefetch.py), and the one being copied to
+# the device ahead of the step (app/training/ahead.py).
 TRAINER_UINT8_BATCHES = 3
+# What the device holds of them: the step's and the next one, copied ahead of it.
+DEVICE_UINT8_BATCHES = 2
 # How far a run's measured peak may be from its plan (docs/troubleshooting.md, Memory: repeated runs
 # spread by a few per cent, and the plan leaves out what it cannot see, such as Python's own garbage
 # between collections). A limit admits a plan only with this margin, so no run passes the limit it was
@@ -154,7 +157,9 @@ def predict(work: Workload, probe: Probe, model: ModelFacts) -> Plan:
     # a mask beside each image (data.task=segmentation), in the ring and the training process alike
     batch += work.batch_size * work.image_size[0] * work.image_size[1] * work.mask_itemsize
     their, its = (" and their masks", " and its masks") if work.mask_itemsize else ("", "")
-    device = [("float32 batch (the first layer's output)", 4 * work.pixels / MIB),
+    device = [(f"{kind} batches{their} ({DEVICE_UINT8_BATCHES}: the step's, the next one copied ahead)",
+               DEVICE_UINT8_BATCHES * batch / MIB),
+              ("float32 batch (the first layer's output)", 4 * work.pixels / MIB),
               ("parameters and their gradients", 2 * model.parameter_bytes / MIB),
               ("optimizer state", model.optimizer_bytes / MIB),
               ("activations (estimate)", probe.activation_factor * model.activation_bytes_per_sample

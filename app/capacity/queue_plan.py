@@ -56,7 +56,7 @@ def planner(config, run: RunPlan, splits: tuple, *, facts: ModelFacts,
         return Planner(config=config, run=run)
     sizes = {name: len(split) for name, split in zip(("train", "val"), splits, strict=False)}  # val: when given
     served = Planner(config=config, run=run, splits=sizes)
-    first = auto.provisional(config.queue)  # each `auto` as 1, its slots as the loader will cap them
+    first = auto.provisional(config.queue, run.asked)  # each `auto` as 1, its slots as the loader will cap them
     first = first.with_slots(served.slots(first.max_size)[0])
     plan = memory_plan.plan_for(config, splits, facts, probe, run=run.chosen(first))
     return dataclasses.replace(served, plan=plan, probe=probe, facts=facts)
@@ -64,11 +64,11 @@ def planner(config, run: RunPlan, splits: tuple, *, facts: ModelFacts,
 
 def probed(plans: Planner, split, time_step: auto.StepTimer) -> RunPlan:
     """The run plan with its queue, each `auto` value chosen by the probe at this process's batch share."""
-    queue = plans.config.queue
-    if not auto.wanted(queue):
-        return plans.run.chosen(auto.resolved(queue))
+    queue, given = plans.config.queue, plans.run.asked
+    if not auto.wanted(queue, given):
+        return plans.run.chosen(auto.resolved(queue, given=given))
     choice = auto.probe_and_choose(plans.config, plans.run, split, time_step=time_step, fits=plans.fits())
-    return plans.run.chosen(auto.resolved(queue, choice), choice)
+    return plans.run.chosen(auto.resolved(queue, choice, given), choice)
 
 
 def check_and_write_plan(run: RunPlan, plans: Planner, summary) -> float | None:

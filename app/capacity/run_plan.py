@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from app.capacity.auto import Choice
+from app.capacity.auto import Asked, Choice
 from app.data.pixels.decode import Pixels
 from app.loader.settings import Queue, Settings
 
@@ -19,11 +19,14 @@ class RunPlan:
     allocator_mib: float = 0.0  # the GPU allocator's bookkeeping in host memory (calibration.planner sets it)
     choice: Choice | None = None  # the probe's, when it chose
     pixels: Pixels = Pixels()  # the images' bands and type, as the data gave them (app/data/pixels/pixels.py)
+    asked: Asked | None = None  # queue.workers and max_size as asked, a null made the machine's (auto.asked)
 
     @classmethod
-    def of(cls, data, *, processes: int = 1, device_is_host: bool, pixels: Pixels = Pixels()) -> RunPlan:
+    def of(cls, data, *, processes: int = 1, device_is_host: bool, pixels: Pixels = Pixels(),
+           asked: Asked | None = None) -> RunPlan:
         """The plan of a loaded config's data group trained by `processes` processes, before its queue is chosen."""
-        return cls(batch_size=data.batch_size // processes, device_is_host=device_is_host, pixels=pixels)
+        return cls(batch_size=data.batch_size // processes, device_is_host=device_is_host, pixels=pixels,
+                   asked=asked)
 
     def chosen(self, queue: Queue, choice: Choice | None = None) -> RunPlan:
         """This plan running `queue`, and the probe's `choice` where it made one."""

@@ -12,6 +12,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from app.capacity import queue_plan
+from app.capacity.auto import asked
 from app.capacity.probe import measured_or_spawn_probe
 from app.capacity.run_plan import RunPlan
 from app.commands import failure_carried
@@ -49,7 +50,11 @@ def main(cfg: DictConfig) -> float:
     probe = measured_or_spawn_probe(calibration.trainer_measures)
     pixels = run_pixels(config.data, source.train)
     net, gpus = _model(config, source, pixels)
-    plans = calibration.planner(config, RunPlan.of(config.data, device_is_host=not gpus, pixels=pixels), source, net)
+    given = asked(config.queue, gpus)
+    if given.reason:
+        print(f"{given.reason}\n")
+    run = RunPlan.of(config.data, device_is_host=not gpus, pixels=pixels, asked=given)
+    plans = calibration.planner(config, run, source, net)
     plan = calibration.probed(plans, source.train, net)
     choice = plan.choice
     if choice:
@@ -116,7 +121,7 @@ def _model(config, source, pixels):
         if config.trainer.backend == "jax":
             import jax
 
-            gpus = [str(d) for d in jax.devices() if d.platform == "gpu"]
+            gpus = [str(d) for d in jax.devices() if d.platform in ("gpu", "tpu")]
         else:
             import tensorflow as tf
 

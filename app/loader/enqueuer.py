@@ -66,8 +66,6 @@ class Enqueuer:
         return cls(splits, augmenters, settings, seed=config.seed,
                    on_bad_sample=on_bad_sample or str(config.data.on_bad_sample.value))
 
-    # -- life cycle ---------------------------------------------------------------------
-
     @property
     def queue(self) -> Queue:
         return self.settings.queue
@@ -124,8 +122,6 @@ class Enqueuer:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-    # -- one pass over a split ----------------------------------------------------------
 
     def batches(self, split_name: str, order: np.ndarray, epoch: int,
                 draws: np.ndarray | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -189,13 +185,14 @@ class Enqueuer:
             return
         w.pending.update((slot_index, item.position) for item in items)
         try:
-            w.conn.send(messages.Task(slot.split_name, slot.epoch, slot_index, items, slot.fill))
+            w.conn.send(messages.Task(split=slot.split_name, epoch=slot.epoch, slot=slot_index, items=items,
+                                      fill=slot.fill))
         except (BrokenPipeError, ConnectionResetError):
             pass  # it died: _pump sees its sentinel and hands `pending` to its replacement
 
     def _build_here(self, slot_index: int) -> None:
         slot = self._slots[slot_index]
-        task, work = messages.Task(slot.split_name, slot.epoch, slot_index, []), self.work
+        task, work = messages.Task(split=slot.split_name, epoch=slot.epoch, slot=slot_index, items=[]), self.work
         for position, index in list(slot.todo.items()):
             item = messages.Item(position, index, slot.draws.get(position, 0))
             reply = worker_loop.fill(self.ring.slots, task, work, item)

@@ -16,7 +16,7 @@ class Item(NamedTuple):
     draw: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Task:
     """Parent → worker: build these samples into `slot`, the `fill`th time it is filled."""
 
@@ -24,7 +24,7 @@ class Task:
     epoch: int
     slot: int
     items: list[Item]
-    fill: int = 0
+    fill: int = 0  # which fill of the slot: its ShareDone names it
 
 
 @dataclass(frozen=True)
@@ -34,11 +34,10 @@ class Ready:
 
 @dataclass(frozen=True)
 class ShareDone:
-    """Worker → parent: its share of `slot`'s `fill`th batch is written or answered; `stages`: as
-    worker.take_stages returns them. The fill tells a late one apart: a share answered sample by sample completes its
-    batch before this arrives, and by then the slot may hold the next."""
+    """Worker → parent: its share of `slot` is written or answered; `stages`: as worker.take_stages returns them."""
 
     slot: int
+    # a share answered sample by sample completes its batch before this comes, when the slot may hold the next
     fill: int
     stages: tuple = (0.0, 0.0, 0.0, 0.0, 0, 0)
 

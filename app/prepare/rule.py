@@ -13,15 +13,19 @@ def stored_short_side(config) -> tuple[int | None, str]:
         return None, "prepare.short_side=full: every image at its own size"
     if side != "auto":
         return int(side), f"prepare.short_side={int(side)}"
+    return needed_short_side(config.augment, config.data)
+
+
+def needed_short_side(augment, data) -> tuple[int, str]:
+    # prepare.short_side=auto's side for the augment and data groups, and why; a ConfigError where it cannot tell
     needs = []
-    for split, transforms in (("train", config.augment.transforms),
-                              ("eval", eval_transforms(config.augment, config.data.image_size))):
-        need, why = short_side_rule(build_compose(transforms, config.data.image_size), "resize rule")
+    for split, transforms in (("train", augment.transforms), ("eval", eval_transforms(augment, data.image_size))):
+        need, why = short_side_rule(build_compose(transforms, data.image_size), "resize rule")
         if need is None:
             raise ConfigError(
                 f"config key `prepare.short_side` = 'auto' cannot tell the short side the {split} transforms need: "
                 f"{why}, so a smaller stored image could change what it does. Set the short side by hand, e.g. "
-                f"prepare.short_side={2 * max(config.data.image_size)}, or store full-size images with "
+                f"prepare.short_side={2 * max(data.image_size)}, or store full-size images with "
                 "prepare.short_side=full.")
         needs.append((need, f"{split}: {why}"))
     need = max(side for side, _ in needs)

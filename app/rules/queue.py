@@ -10,17 +10,18 @@ def check(queue) -> None:
     q = queue
     for key in ("workers", "max_size"):
         value = getattr(q, key)
-        require(value == AUTO or (isinstance(value, int) and not isinstance(value, bool)), f"queue.{key}", value,
-                "an integer, or auto (chosen by a short probe of the data and the model when training starts)")
+        require(value is None or value == AUTO or (isinstance(value, int) and not isinstance(value, bool)),
+                f"queue.{key}", value, "an integer, auto (chosen by a short probe of the data and the model when "
+                "training starts), or null (auto where training sees a GPU or TPU, else 2)")
     if q.worker_limit is not None:
         require(q.worker_limit >= 1, "queue.worker_limit", q.worker_limit,
                 "null (what the machine holds) or at least 1")
-    if q.workers != AUTO:
+    if isinstance(q.workers, int):
         _check_workers(q)
     require(q.memory_budget_mb is None or q.memory_budget_mb >= 1, "queue.memory_budget_mb", q.memory_budget_mb,
             "null (what the machine has available) or a positive number of MiB")
-    require(q.max_size == AUTO or q.max_size >= 1, "queue.max_size", q.max_size,
-            "an integer of at least 1 (batches held ready), or auto")
+    require(not isinstance(q.max_size, int) or q.max_size >= 1, "queue.max_size", q.max_size,
+            "an integer of at least 1 (batches held ready), auto, or null")
     require(q.timeout_s > 0, "queue.timeout_s", q.timeout_s, "a positive number of seconds")
     require(q.startup_timeout_s > 0, "queue.startup_timeout_s", q.startup_timeout_s, "a positive number of seconds")
 

@@ -32,7 +32,10 @@ class EpochFigures:
 
     steps: int = 0  # batches trained in this epoch
     images: int = 0
-    waited_s: float = 0.0  # blocked on the ring, waiting for a batch
+    waited_s: float = 0.0  # the step blocked, waiting for its next batch
+    ring_wait_s: float = 0.0  # blocked on the ring (ahead of the step where a batch is copied to the device ahead)
+    copy_s: float = 0.0  # copying batches to the device, ahead of the step
+    copies: int = 0  # batches copied so (none where tf.data copies them unseen)
     seconds: float = 0.0  # from the epoch's start to the end of its last step read
     logs: dict = field(default_factory=dict)  # Keras's running epoch means (loss, accuracy, ...)
     # Keras's metric variables (path → value) at a checkpoint inside the epoch: a resumed epoch
@@ -46,6 +49,19 @@ class EpochFigures:
     @property
     def data_wait_fraction(self) -> float:
         return min(self.waited_s / self.seconds, 1.0) if self.seconds else 0.0
+
+    @property
+    def ring_wait_fraction(self) -> float:
+        return min(self.ring_wait_s / self.seconds, 1.0) if self.seconds else 0.0
+
+    @property
+    def device_copy_fraction(self) -> float:
+        return min(self.copy_s / self.seconds, 1.0) if self.seconds else 0.0
+
+    @property
+    def device_copy_ms(self) -> float | None:
+        """A batch's copy to the device, mean milliseconds; None where none was timed."""
+        return 1e3 * self.copy_s / self.copies if self.copies else None
 
     def state(self) -> dict:
         """The running figures, for a checkpoint inside the epoch."""

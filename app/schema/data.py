@@ -230,11 +230,11 @@ class AugmentConfig:
 
 @dataclass(kw_only=True)
 class QueueConfig:
-    # An integer, or `auto`: chosen at start-up by a short probe (app/capacity/auto.py).
-    # Any: OmegaConf's structured configs take no union of int and str.
-    workers: Any = 2
+    # An integer, `auto` (chosen at start-up by a short probe, app/capacity/auto.py) or null: `auto` where the
+    # backend sees a GPU or TPU, else 2 (auto.asked). Any: OmegaConf's structured configs take no union of int and str.
+    workers: Any = None
     use_multiprocessing: bool = True
-    max_size: Any = 2
+    max_size: Any = None
     shuffle: bool = True
     start_method: StartMethod = StartMethod.spawn
     timeout_s: float = 120.0  # for one batch, once the workers have started

@@ -25,7 +25,7 @@ BFC_HOST_BYTES_PER_POOL_BYTE = 8 / 256
 class Placement:
     strategy_name: str
     devices: list[str] = field(default_factory=list)  # the replicas' devices (mirrored), or the one device
-    gpus: list[str] = field(default_factory=list)  # every GPU TensorFlow sees
+    gpus: list[str] = field(default_factory=list)  # every accelerator the backend sees: GPUs (JAX: or TPUs)
     strategy: object = None  # the tf.distribute strategy; None: one device, or JAX's distribution (global)
     processes: int = 1  # data_parallel over several processes: how many, and which this one is
     process: int = 0
@@ -83,7 +83,7 @@ def _place_jax(config: Config) -> Placement:
     with native_stderr_to_log():  # XLA's "no GPU" lines, when there is none
         if trainer.strategy == "data_parallel" and several_processes(trainer):
             keras.distribution.initialize(trainer.coordinator, trainer.num_processes, trainer.process_id)
-        gpus = [str(d) for d in jax.devices() if d.platform == "gpu"]
+        gpus = [str(d) for d in jax.devices() if d.platform in ("gpu", "tpu")]  # the accelerators
     if not gpus and trainer.cpu_devices > 1 and jax.local_device_count() != trainer.cpu_devices:
         raise config_error("trainer.cpu_devices", trainer.cpu_devices, f"JAX started in this process before the "
                            f"setting was made, with {jax.local_device_count()} CPU device(s); sweep over "

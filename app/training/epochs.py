@@ -16,6 +16,7 @@ import psutil
 from app import model as models
 from app.capacity.diagnosis import diagnose
 from app.capacity.memory import PeakMemory
+from app.capacity.prepared import CopyAdvice
 from app.loader.order import draws_of, epoch_order, full_batches
 from app.loader.pipeline import Loader
 from app.processes import signals_held
@@ -45,6 +46,7 @@ class Epochs:
     memory: PeakMemory
     class_weights: np.ndarray | None = None  # trainer.class_weight, a weight a class index
     sample_weights: np.ndarray | None = None  # data.sampling's, a training sample each (None: uniform)
+    cure: CopyAdvice | None = None  # a prepared copy's advice, where the run is not on one
     kept: CallbackStates = field(init=False)
     out: dashboards.Writer = field(init=False)
     saves: Path = field(init=False)  # where checkpoints and model.keras go: run_dir, or a scratch directory
@@ -146,11 +148,13 @@ class Epochs:
         val = validate(self.net, self._validation_feed(), callbacks)
         row = {"epoch": epoch + 1, **fit.logs, **{f"val_{name}": value for name, value in val.items()},
                "images_per_s": fit.images_per_s, "data_wait_fraction": fit.data_wait_fraction,
+               "ring_wait_fraction": fit.ring_wait_fraction, "device_copy_fraction": fit.device_copy_fraction,
+               "device_copy_ms": fit.device_copy_ms,
                **self.memory.window_peaks_mb(), **self._loader_figures()}
         # numbers only: Keras's own TensorBoard callback writes every value it is given as a scalar
         logs = {k: v for k, v in row.items() if k != "epoch" and isinstance(v, (int, float))}
         callbacks.on_epoch_end(epoch, logs)
-        row["diagnosis"] = diagnose(row, self.loader.queue, self.budget_mib)
+        row["diagnosis"] = diagnose(row, self.loader.queue, self.budget_mib, self.cure)
         with signals_held():  # the row, model.keras and the checkpoint: all of them or none
             self._record(row, fit.steps)
         return logs
@@ -236,6 +240,7 @@ class Epochs:
                             best={"monitor": name, "mode": mode,
                                   "value": state.best[0], "checkpoint": state.best[1]},
                             images_per_s=row["images_per_s"], data_wait_fraction=row["data_wait_fraction"],
+                            ring_wait_fraction=row["ring_wait_fraction"], device_copy_ms=row["device_copy_ms"],
                             peak_memory_mb=peak, restarted_workers=self.loader.restarts,
                             diagnosis=row["diagnosis"])
         shown = self.head.task.monitor.removeprefix("val_")  # the task's own figure: accuracy, auc, miou
@@ -268,6 +273,9 @@ def _loader_line(row: dict) -> str:
     stages = " + ".join(f"{name} {row[f'{name}_ms']:.2f}" for name in ("read", "decode", "augment", "copy")
                         if row.get(f"{name}_ms") is not None)
     ring = f"ring {100 * row['ring_fill']:.0f} % full when asked" if row.get("ring_fill") is not None else "no ring"
+    ring += f", {100 * row['ring_wait_fraction']:.0f} % of the epoch waiting for it" + (
+        f" (a batch to the device {row['device_copy_ms']:.1f} ms, ahead of the step)"
+        if row.get("device_copy_ms") is not None else "")
     return (f"a sample {stages or 'n/a'} ms in a worker, {ring}, peak trainer {row['peak_trainer_mb']:.0f} + "
             f"workers {row['peak_workers_mb']:.0f} MiB, {row['restarted_workers']} workers restarted, "
             f"{row['skipped_samples']} samples skipped"

@@ -8,7 +8,9 @@ from pathlib import Path
 import keras
 
 from app import model as models
+from app.capacity.auto import Asked, asked
 from app.capacity.memory import PeakMemory
+from app.capacity.prepared import CopyAdvice
 from app.capacity.queue_plan import check_and_write_plan
 from app.capacity.run_plan import RunPlan
 from app.data.pixels.pixels import run_pixels
@@ -16,7 +18,8 @@ from app.inference import restore
 from app.inference.restore import ResumePoint
 from app.runs.checkpoint import RunState
 from app.runs.tables import check_history, rows_kept, write_rows
-from app.schema import Config
+from app.schema import Config, schema_of
+from app.schema.data import PreparedDataConfig
 from app.tasks import task_of
 from app.tracking import dashboards
 from app.training import calibration, devices, inputs, recipe
@@ -51,7 +54,7 @@ def train(run: RunContext) -> None:
             pixels = run_pixels(config.data, source.train)
             net, point = _model(run, head, steps, pixels)
             plan = RunPlan.of(config.data, processes=placement.processes, device_is_host=not placement.gpus,
-                              pixels=pixels)
+                              pixels=pixels, asked=_asked_queue(config, placement, summary))
             plans = calibration.planner(config, plan, source, net)
             plan = calibration.probed(plans, source.train, net, class_weights=weights)
             if plan.choice:
@@ -66,10 +69,29 @@ def train(run: RunContext) -> None:
                     _write_export_again(run, source, point)
                 summary.start()
                 Epochs(context=run, placement=placement, source=source, head=head, steps=steps, net=net, loader=loader,
-                       memory=memory, class_weights=weights, sample_weights=drawn).train_and_write_checkpoints()
+                       memory=memory, class_weights=weights, sample_weights=drawn,
+                       cure=_copy_advice(config, source, plan, summary)).train_and_write_checkpoints()
             _log_memory(predicted, summary.content.get("peak_memory_mb") or 0)
     finally:
         keras.mixed_precision.set_global_policy("float32")
+
+
+def _asked_queue(config: Config, placement: devices.Placement, summary) -> Asked:
+    """queue.workers and max_size as asked, a null made this machine's (a resume: its start's), logged and recorded."""
+    kept = summary.content.get("queue_default") if config.resume else None
+    given = asked(config.queue, placement.gpus, kept)
+    if given.reason:
+        log.info("queue: %s", given.reason)
+        summary.update(queue_default=given.record())
+    return given
+
+
+def _copy_advice(config: Config, source, plan: RunPlan, summary) -> CopyAdvice | None:
+    """What the diagnosis advises of a prepared copy (its commands, its pace); None on one already."""
+    if schema_of(config.data) is PreparedDataConfig:
+        return None
+    return CopyAdvice.of(config, source.train, pixels=plan.pixels, overrides=summary.content["overrides"],
+                         batch_size=plan.batch_size)
 
 
 def _log_memory(predicted: float | None, measured: float) -> None:

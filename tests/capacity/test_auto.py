@@ -155,7 +155,7 @@ def test_the_probe_times_the_step_on_masks_where_the_samples_are_pairs(tmp_path)
     config = SimpleNamespace(data=FolderDataConfig(image_size=[16, 16], ignore_index=255), seed=0,
                              queue=auto(shuffle=False, use_multiprocessing=True),
                              augment=SimpleNamespace(transforms=[]))
-    run = SimpleNamespace(batch_size=4, pixels=Augmenter([], (16, 16)).decode.pixels)
+    run = SimpleNamespace(batch_size=4, pixels=Augmenter([], (16, 16)).decode.pixels, asked=None)
     seen = {}
 
     def time_step(batch):
@@ -170,3 +170,29 @@ def test_the_probe_times_the_step_on_masks_where_the_samples_are_pairs(tmp_path)
             assert y.shape == (4, 16, 16) and set(np.unique(y)) <= {0, 1, 2, 255}
         else:
             assert y.shape == (4,) and y.dtype == np.int64
+
+
+def test_the_defaults_are_auto_only_where_an_accelerator_is_seen_and_a_users_value_wins():
+    defaults = SimpleNamespace(workers=None, max_size=None)
+    on_gpu = auto_module.asked(defaults, ["/device:GPU:0"])
+    assert (on_gpu.workers, on_gpu.max_size) == ("auto", "auto") and "GPU:0" in on_gpu.reason
+    assert auto_module.wanted(defaults, on_gpu)
+    tpu = auto_module.asked(defaults, ["TPU_0(process=0,(0,0,0,0))"])
+    assert (tpu.workers, tpu.max_size) == ("auto", "auto")
+    # negative control: no accelerator, the defaults stay as they were, and nothing to probe
+    on_cpu = auto_module.asked(defaults, [])
+    assert (on_cpu.workers, on_cpu.max_size) == (2, 2) and "no GPU or TPU" in on_cpu.reason
+    assert not auto_module.wanted(defaults, on_cpu)
+    # a user's own value wins, beside a default made auto
+    mine = auto_module.asked(SimpleNamespace(workers=3, max_size=None), ["/device:GPU:0"])
+    assert (mine.workers, mine.max_size) == (3, "auto") and mine.reason.startswith("queue.max_size auto")
+    given = auto_module.asked(SimpleNamespace(workers=2, max_size=4), ["/device:GPU:0"])
+    assert (given.workers, given.max_size, given.reason) == (2, 4, None)
+
+
+def test_a_resume_keeps_what_its_start_made_of_the_defaults():
+    started = auto_module.asked(SimpleNamespace(workers=None, max_size=None), ["/device:GPU:0"]).record()
+    resumed = auto_module.asked(SimpleNamespace(workers=None, max_size=None), [], kept=started)
+    assert (resumed.workers, resumed.max_size) == ("auto", "auto") and "queue_default" in resumed.reason
+    # negative control: the same resume with no record takes this machine's (a CPU's 2)
+    assert auto_module.asked(SimpleNamespace(workers=None, max_size=None), [], kept=None).workers == 2

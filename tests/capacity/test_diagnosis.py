@@ -52,7 +52,19 @@ def test_input_bound_never_advises_a_worker_the_budget_has_no_room_for():
 def test_input_bound_never_advises_more_workers_than_cores():
     """A GPU machine's 16 workers on 16 cores still wait: a prepared copy is the way on, not a 17th worker."""
     starved = {**ROW, "data_wait_fraction": 0.8, "peak_workers_mb": 5481.0}
-    line = diagnose(starved, SimpleNamespace(workers=16, max_size=2), 100_000)
+    line = diagnose(starved, SimpleNamespace(workers=16, max_size=2), 100_000,
+                    cure=lambda row, workers: f"a prepared copy: `python -m app prepare ...` ({workers} workers)")
     assert "queue.workers=17" not in line and "not more workers (16 already on 16 cores)" in line
-    assert "python -m app prepare" in line
+    assert "but a prepared copy: `python -m app prepare ...` (16 workers); or data.decode.draft=true" in line
+    on_a_copy = diagnose(starved, SimpleNamespace(workers=16, max_size=2), 100_000)  # no copy to advise
+    assert "python -m app prepare" not in on_a_copy and "but data.decode.draft=true" in on_a_copy
     assert "queue.workers=16" in diagnose(starved, SimpleNamespace(workers=15, max_size=2), 100_000)  # negative control
+
+
+def test_copy_bound_when_the_copies_to_the_device_take_more_than_the_loader_made_it_wait():
+    row = {**ROW, "data_wait_fraction": 0.4, "ring_wait_fraction": 0.05, "device_copy_fraction": 0.3,
+           "device_copy_ms": 12.5}
+    line = diagnose(row, QUEUE, 8000)
+    assert line.startswith("copy-bound: the step waited 40 %") and "(12.5 ms)" in line
+    # negative control: the loader's wait the larger, the loader binds
+    assert diagnose({**row, "ring_wait_fraction": 0.5}, QUEUE, 8000).startswith("input-bound")

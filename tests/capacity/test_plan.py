@@ -26,7 +26,8 @@ def test_the_host_peak_adds_each_part_and_the_device_on_a_cpu():
     assert parts["the ring (4 slot(s) of one uint8 batch)"] == 4 * batch
     assert parts["2 worker processes (124 MiB each)"] == 2 * (100 + 2 * 12)
     assert dict(plan.device)["activations (estimate)"] == 1.5 * 4 * 16
-    assert plan.device_mib == 4 * batch + 2 * 10 + 20 + 96
+    assert dict(plan.device)["uint8 batches (2: the step's, the next one copied ahead)"] == 2 * batch
+    assert plan.device_mib == 2 * batch + 4 * batch + 2 * 10 + 20 + 96
     assert plan.host_mib == pytest.approx(500 + 20 + 3 * batch + 4 * batch + 248 + plan.device_mib)
     # negative control: with a GPU the device's share is apart from the host
     on_gpu = predict(dataclasses.replace(WORK, device_is_host=False), PROBE, MODEL)

@@ -1,0 +1,113 @@
+"""What a prepared copy would do for a run that waits on its loader with a worker on every core: the `prepare` that
+makes one of this run's data at its size, the `train` on it, and the pace the probe's arithmetic predicts from a few
+of the run's samples stored as prepare stores them, timed as a worker builds them from the copy (once, when asked)."""
+
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import fields
+from pathlib import Path
+
+import numpy as np
+
+from app.augment import augmenters
+from app.data.pixels.bands import fit_bands
+from app.data.pixels.images import rgb_from_bytes
+from app.errors import BadSampleError, ConfigError
+from app.prepare.encode import Encoding, encode_sample
+from app.prepare.rule import needed_short_side
+from app.schema import PrepareConfig
+from app.schema.data import PreparedDataConfig
+
+TIMED = 8  # samples built from the copy
+KEPT = ("data", "seed", "augment")  # what a copy is made of: the source, its split's seed, the crops it must hold
+NOT_ON_A_COPY = {"path", "val_fraction", "_target_"}  # the copy's own: its folder, its splits
+
+
+def commands(overrides: list[str], out: Path) -> tuple[str, str]:
+    """(the `prepare` writing this run's data into `out`, the run's `train` on that copy), from the run's overrides."""
+    keys = [(o, o.lstrip("+~").split("=", 1)[0]) for o in overrides]
+    made_of = [o for o, key in keys if key.split(".")[0] in KEPT]
+    copy_keys = {f.name for f in fields(PreparedDataConfig)} - NOT_ON_A_COPY
+    on_copy = [o for o, key in keys if key.split(".")[0] not in ("data", "resume", "hydra")
+               or (key.startswith("data.") and key.split(".")[1] in copy_keys)]
+    quoted = [shlex.quote(o) for o in made_of]
+    return (" ".join(["python -m app prepare", *quoted, f"prepare.out={shlex.quote(str(out))}"]),
+            " ".join(["python -m app train", "data=prepared", f"data.path={shlex.quote(str(out))}",
+                      *(shlex.quote(o) for o in on_copy)]))
+
+
+def copy_folder(data) -> Path:
+    """Where the advice puts the copy: datasets/prepared-<the source's folder>-<H>x<W>, absolute."""
+    name = Path(str(data.path)).name if data.path else str(data._target_).rsplit(".", 1)[-1].removesuffix("_source")
+    return Path.cwd() / "datasets" / f"prepared-{name}-{data.image_size[0]}x{data.image_size[1]}"
+
+
+class CopyTimer:
+    """A sample's seconds as a worker builds it from a JPEG copy of `split`, timed once; None: not JPEG, or unread."""
+
+    def __init__(self, *, data, augment, seed: int, split, pixels):
+        self.data, self.augment, self.seed, self.split, self.pixels = data, augment, seed, split, pixels
+        self._seconds: float | None | bool = False  # False: not timed yet
+
+    def __call__(self) -> float | None:
+        if self._seconds is False:
+            self._seconds = self._time()
+        return self._seconds
+
+    def _time(self) -> float | None:
+        if self.pixels.dtype != "uint8" or self.pixels.bands != 3:  # such a copy is raw: nothing decoded
+            return None
+        try:
+            short_side, _ = needed_short_side(self.augment, self.data)
+        except ConfigError:  # the crops cannot tell: prepare would ask for a side by hand
+            return None
+        augmenter = augmenters(self.data, {"copy": self.augment.transforms}, pixels=self.pixels)["copy"]
+        decode = augmenter.decode
+        encoding = Encoding(short_side=short_side, format="jpeg", quality=PrepareConfig().quality,
+                            max_pixels=decode.max_pixels, pixels=self.pixels)
+        times = []
+        for index in range(min(len(self.split), 4 * TIMED)):
+            try:
+                member = encode_sample(self.split, index, encoding).image  # as prepare stores it
+            except BadSampleError:
+                continue
+            started = time.perf_counter()
+            image = fit_bands(rgb_from_bytes(member, decode.min_short_side, decode.max_pixels), channels="rgb",
+                              bands=3, dtype="uint8")
+            augmenter(image, self.seed, 0, index, 0)
+            times.append(time.perf_counter() - started)
+            if len(times) == TIMED:
+                break
+        return float(np.mean(times)) if times else None
+
+
+class CopyAdvice:
+    """A run's diagnosis's `cure(row, workers)` (app/capacity/diagnosis.py): the commands, the copy's pace."""
+
+    def __init__(self, made: tuple[str, str], timer: CopyTimer, batch_size: int):
+        self.made, self.timer, self.batch_size = made, timer, batch_size
+
+    @classmethod
+    def of(cls, config, split, *, pixels, overrides: list[str], batch_size: int) -> CopyAdvice:
+        # a run's: its data, augment and seed groups, its command line's `overrides`
+        return cls(commands(overrides, copy_folder(config.data)),
+                   CopyTimer(data=config.data, augment=config.augment, seed=config.seed, split=split, pixels=pixels),
+                   batch_size)
+
+    def __call__(self, row: dict, workers: int) -> str:
+        return advice(row, workers, self.batch_size, (*self.made, self.timer()))
+
+
+def advice(row: dict, workers: int, batch_size: int, prepared: tuple[str, str, float | None]) -> str:
+    """The copy's commands and its pace: a batch's samples over `workers` against the step as this epoch had it."""
+    prepare, train, sample_s = prepared
+    text = f"a prepared copy: `{prepare}`, then `{train}`"
+    if sample_s is None or not row.get("images_per_s"):
+        return text + " (not timed: such a copy is not JPEG, or none of the samples could be read)"
+    step_s = batch_size / row["images_per_s"] * (1 - row["data_wait_fraction"])
+    cycle = max(step_s, batch_size * sample_s / max(workers, 1))
+    return (text + f" (a sample built from it here: {1e3 * sample_s:.1f} ms; predicted {batch_size / cycle:.0f} "
+            f"images/s with the step waiting {100 * (1 - step_s / cycle):.0f} % of the time, against "
+            f"{row['images_per_s']:.0f} and {100 * row['data_wait_fraction']:.0f} % now)")
