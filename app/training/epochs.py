@@ -14,9 +14,9 @@ import numpy as np
 import psutil
 
 from app import model as models
+from app.capacity.copy_advice import CopyAdvice
 from app.capacity.diagnosis import diagnose
 from app.capacity.memory import PeakMemory
-from app.capacity.prepared import CopyAdvice
 from app.loader.order import draws_of, epoch_order, full_batches
 from app.loader.pipeline import Loader
 from app.processes import signals_held

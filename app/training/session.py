@@ -9,8 +9,8 @@ import keras
 
 from app import model as models
 from app.capacity.auto import Asked, asked
+from app.capacity.copy_advice import CopyAdvice
 from app.capacity.memory import PeakMemory
-from app.capacity.prepared import CopyAdvice
 from app.capacity.queue_plan import check_and_write_plan
 from app.capacity.run_plan import RunPlan
 from app.data.pixels.pixels import run_pixels
@@ -54,7 +54,7 @@ def train(run: RunContext) -> None:
             pixels = run_pixels(config.data, source.train)
             net, point = _model(run, head, steps, pixels)
             plan = RunPlan.of(config.data, processes=placement.processes, device_is_host=not placement.gpus,
-                              pixels=pixels, asked=_asked_queue(config, placement, summary))
+                              pixels=pixels, asked=asked_queue(config, placement, summary))
             plans = calibration.planner(config, plan, source, net)
             plan = calibration.probed(plans, source.train, net, class_weights=weights)
             if plan.choice:
@@ -76,7 +76,7 @@ def train(run: RunContext) -> None:
         keras.mixed_precision.set_global_policy("float32")
 
 
-def _asked_queue(config: Config, placement: devices.Placement, summary) -> Asked:
+def asked_queue(config: Config, placement: devices.Placement, summary) -> Asked:
     """queue.workers and max_size as asked, a null made this machine's (a resume: its start's), logged and recorded."""
     kept = summary.content.get("queue_default") if config.resume else None
     given = asked(config.queue, placement.gpus, kept)

@@ -66,5 +66,6 @@ def test_copy_bound_when_the_copies_to_the_device_take_more_than_the_loader_made
            "device_copy_ms": 12.5}
     line = diagnose(row, QUEUE, 8000)
     assert line.startswith("copy-bound: the step waited 40 %") and "(12.5 ms)" in line
-    # negative control: the loader's wait the larger, the loader binds
+    # negative controls: the loader's wait the larger, or the copies a small part of the wait, the loader binds
     assert diagnose({**row, "ring_wait_fraction": 0.5}, QUEUE, 8000).startswith("input-bound")
+    assert diagnose({**row, "device_copy_fraction": 0.1}, QUEUE, 8000).startswith("input-bound")

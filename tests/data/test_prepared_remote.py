@@ -275,7 +275,8 @@ def test_storage_lost_while_training_stops_with_its_paragraph_not_as_a_bad_sampl
     source = load_or_generate_source(_data(f"{served.url}/copy"))
     work = SimpleNamespace(splits={"train": source.train}, augmenters={"train": Augmenter([], [24, 24])}, seed=0,
                            on_bad_sample="skip")
-    task, ring = messages.Task("train", 0, 0, [(0, 1)]), np.zeros((1, 1, 24, 24, 3), np.uint8)
+    task = messages.Task(split="train", epoch=0, slot=0, items=[(0, 1)])
+    ring = np.zeros((1, 1, 24, 24, 3), np.uint8)
     assert isinstance(fill(ring, task, work, messages.Item(0, 1)), messages.Written)  # negative control
     served.stop()  # the store goes away
     monkeypatch.setattr(storage, "FIRST_WAIT", 0.001)

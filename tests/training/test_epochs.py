@@ -98,7 +98,7 @@ def test_metrics_csv_has_the_loaders_telemetry_and_a_diagnosis(run):
         assert all(t > 0 for t in stages) and stages[1] + stages[2] > stages[0]  # decode and augment are the work
         assert 0 <= float(row["ring_fill"]) <= 1 and row["restarted_workers"] == row["skipped_samples"] == "0"
         assert 0 < float(row["peak_workers_mb"]) < float(row["peak_trainer_mb"]) <= float(row["peak_memory_mb"]) + 1
-        assert row["diagnosis"].split(":")[0] in ("balanced", "input-bound", "model-bound")
+        assert row["diagnosis"].split(":")[0] in ("balanced", "input-bound", "model-bound", "copy-bound")
     log = (run / "train.log").read_text()
     assert "a sample read " in log and "ms in a worker, ring " in log and "workers restarted" in log
 

@@ -1,5 +1,5 @@
-"""app/capacity/prepared.py: a run on its loader with a worker on every core is told the `prepare` of its data and the
-`train` on the copy (run as printed, through the real CLI, they make a copy and train on it), and the pace a copy
+"""app/capacity/copy_advice.py: a run on its loader with a worker on every core is told the `prepare` of its data and
+the `train` on the copy (run as printed, through the real CLI, they make a copy and train on it), and the pace a copy
 would give, from samples stored as prepare stores them and timed from there."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from docs_runner import OneProcess
 from PIL import Image
 
-from app.capacity.prepared import advice, commands
+from app.capacity.copy_advice import advice, commands
 
 RUN = ["data=folder", "data.image_size=[32,32]", "data.batch_size=8", "model.widths=[8]", "trainer.epochs=1",
        "logger=none", "data.decode.draft=false"]
