@@ -41,8 +41,7 @@ def diagnose(row: dict, queue, budget_mib: float, cure: Callable[[dict, int], st
 
 
 def _copy_binds(row: dict) -> bool:
-    """Whether copying batches to the device took more of the epoch than the wait for the loader (the ring), and at
-    least half as much as the step waited."""
+    """Whether copying to the device took more of the epoch than waiting for the ring, and half the step's wait."""
     copying = row.get("device_copy_fraction", 0.0)
     return copying > row.get("ring_wait_fraction", 0.0) and copying >= row["data_wait_fraction"] / 2
 
