@@ -42,14 +42,14 @@ def test_the_advice_predicts_from_the_copys_sample_time_and_the_steps_own():
 
 
 def write_photos(folder: Path, count: int = 24) -> None:
-    """PNG photos of 480×360 in two classes: decoded whole (no draft), far slower than a tiny model's step."""
+    """PNG photos of 960×720 in two classes: decoded whole (no draft), far slower than a tiny model's step."""
     rng = np.random.default_rng(0)
-    yy, xx = np.mgrid[0:360, 0:480]
+    yy, xx = np.mgrid[0:720, 0:960]
     for i in range(count):
         cls = folder / "ab"[i % 2]
         cls.mkdir(parents=True, exist_ok=True)
         base = (np.sin(xx / (9 + i)) + np.cos(yy / (7 + i % 2 * 5)))[..., None] * 60 + 120
-        pixels = np.clip(base + rng.normal(0, 25, (360, 480, 3)), 0, 255).astype(np.uint8)
+        pixels = np.clip(base + rng.normal(0, 25, (720, 960, 3)), 0, 255).astype(np.uint8)
         Image.fromarray(pixels).save(cls / f"{i}.png")
 
 
