@@ -39,6 +39,7 @@ STATED = [
     ("docs/performance.md", "the defaults now `auto` where a GPU is seen",
      {"queue.workers": None, "queue.max_size": None}),
     ("docs/performance.md", "TensorFlow's default strategy no longer", {"trainer.strategy": "default"}),
+    ("docs/models.md", "TensorFlow's default strategy, fed the", {"trainer.strategy": "default"}),
     ("docs/performance.md", "## The default data", SYNTHETIC),
     ("docs/performance.md", "default synthetic data", SYNTHETIC),
     ("docs/performance.md", "`data.decode.draft=true`, the default", {"data.decode.draft": True}),

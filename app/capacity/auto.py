@@ -122,7 +122,7 @@ def asked(queue, accelerators: list[str] = (), kept: dict | None = None) -> Aske
     if not nulls:
         return Asked(queue.workers, queue.max_size)
     if kept is not None:
-        made, why = {key: kept[key] for key in nulls}, "as the run's start made them (summary.json's queue_default)"
+        made, why = {key: kept[key] for key in nulls}, f"as the run's start made them ({kept.get('reason')})"
     elif accelerators:
         made, why = {key: AUTO for key in nulls}, f"auto: the backend sees {', '.join(accelerators)}"
     else:

@@ -4,6 +4,8 @@ of the run's samples stored as prepare stores them, timed as a worker builds the
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import shlex
 import time
 from dataclasses import fields
@@ -20,28 +22,43 @@ from app.prepare.rule import needed_short_side
 from app.schema import PrepareConfig
 from app.schema.data import PreparedDataConfig
 
+log = logging.getLogger("app.train")
 TIMED = 8  # samples built from the copy
-KEPT = ("data", "seed", "augment")  # what a copy is made of: the source, its split's seed, the crops it must hold
-NOT_ON_A_COPY = {"path", "val_fraction", "_target_"}  # the copy's own: its folder, its splits
+# what a copy is made of: the source, its split's seed, the crops it must hold (an experiment's or a debug mode's too)
+KEPT = ("data", "seed", "augment", "experiment", "debug")
+# the copy's own (its folder, its splits), or given as the run has them, whatever set them
+NOT_ON_A_COPY = {"path", "val_fraction", "_target_", "image_size", "batch_size"}
+REFUSED_ON_A_COPY = {"data.sampling=weights"}  # a table's weight column: a copy keeps no weights
 
 
-def commands(overrides: list[str], out: Path) -> tuple[str, str]:
-    """(the `prepare` writing this run's data into `out`, the run's `train` on that copy), from the run's overrides."""
+def commands(overrides: list[str], data, *, full: bool) -> tuple[str, str]:
+    """(the `prepare` of this run's data, the `train` on the copy) of its overrides and data group; `full`: whole."""
+    # full: the crops cannot tell the short side a copy needs, so it keeps each image whole
     keys = [(o, o.lstrip("+~").split("=", 1)[0]) for o in overrides]
-    made_of = [o for o, key in keys if key.split(".")[0] in KEPT]
+    made_of = [o for o, key in keys if key.split(".")[0] in KEPT] + (["prepare.short_side=full"] if full else [])
     copy_keys = {f.name for f in fields(PreparedDataConfig)} - NOT_ON_A_COPY
-    on_copy = [o for o, key in keys if key.split(".")[0] not in ("data", "resume", "hydra")
-               or (key.startswith("data.") and key.split(".")[1] in copy_keys)]
-    quoted = [shlex.quote(o) for o in made_of]
-    return (" ".join(["python -m app prepare", *quoted, f"prepare.out={shlex.quote(str(out))}"]),
-            " ".join(["python -m app train", "data=prepared", f"data.path={shlex.quote(str(out))}",
-                      *(shlex.quote(o) for o in on_copy)]))
+    on_copy = [o for o, key in keys if o not in REFUSED_ON_A_COPY and (
+        key.split(".")[0] not in ("data", "resume", "hydra") or (key.startswith("data.") and key.split(".")[1] in
+                                                                 copy_keys))]
+    out = shlex.quote(str(copy_folder(data, made_of)))
+    (height, width), batch = data.image_size, data.batch_size
+    return (" ".join(["python -m app prepare", *map(shlex.quote, made_of), f"prepare.out={out}"]),
+            " ".join(["python -m app train", "data=prepared", f"data.path={out}", *map(shlex.quote, on_copy),
+                      f"'data.image_size=[{height},{width}]'", f"data.batch_size={batch}"]))
 
 
-def copy_folder(data) -> Path:
-    """Where the advice puts the copy: datasets/prepared-<the source's folder>-<H>x<W>, absolute."""
+def copy_folder(data, made_of: list[str]) -> Path:
+    """Where the advice puts the copy: datasets/prepared-<the source's name>-<H>x<W>-<what it is made of, hashed>."""
     name = Path(str(data.path)).name if data.path else str(data._target_).rsplit(".", 1)[-1].removesuffix("_source")
-    return Path.cwd() / "datasets" / f"prepared-{name}-{data.image_size[0]}x{data.image_size[1]}"
+    made = hashlib.sha256(" ".join(made_of).encode()).hexdigest()[:6]
+    return Path.cwd() / "datasets" / f"prepared-{name}-{data.image_size[0]}x{data.image_size[1]}-{made}"
+
+
+def short_side(augment, data) -> int | None:  # prepare.short_side=auto's for these crops; None where they cannot tell
+    try:
+        return needed_short_side(augment, data)[0]
+    except ConfigError:
+        return None
 
 
 class CopyTimer:
@@ -53,19 +70,21 @@ class CopyTimer:
 
     def __call__(self) -> float | None:
         if self._seconds is False:
-            self._seconds = self._time()
+            try:
+                self._seconds = self._time()
+            except Exception as error:  # noqa: BLE001 - advice: never the reason a run stops
+                log.info("a prepared copy's sample could not be timed: %s", error)
+                self._seconds = None
         return self._seconds
 
     def _time(self) -> float | None:
         if self.pixels.dtype != "uint8" or self.pixels.bands != 3:  # such a copy is raw: nothing decoded
             return None
-        try:
-            short_side, _ = needed_short_side(self.augment, self.data)
-        except ConfigError:  # the crops cannot tell: prepare would ask for a side by hand
-            return None
-        augmenter = augmenters(self.data, {"copy": self.augment.transforms}, pixels=self.pixels)["copy"]
+        side = short_side(self.augment, self.data)
+        augmenter = augmenters(self.data, {"a prepared copy's timing": self.augment.transforms},
+                               pixels=self.pixels)["a prepared copy's timing"]
         decode = augmenter.decode
-        encoding = Encoding(short_side=short_side, format="jpeg", quality=PrepareConfig().quality,
+        encoding = Encoding(short_side=side, format="jpeg", quality=PrepareConfig().quality,
                             max_pixels=decode.max_pixels, pixels=self.pixels)
         times = []
         for index in range(min(len(self.split), 4 * TIMED)):
@@ -92,7 +111,8 @@ class CopyAdvice:
     @classmethod
     def of(cls, config, split, *, pixels, overrides: list[str], batch_size: int) -> CopyAdvice:
         # a run's: its data, augment and seed groups, its command line's `overrides`
-        return cls(commands(overrides, copy_folder(config.data)),
+        full = short_side(config.augment, config.data) is None
+        return cls(commands(overrides, config.data, full=full),
                    CopyTimer(data=config.data, augment=config.augment, seed=config.seed, split=split, pixels=pixels),
                    batch_size)
 

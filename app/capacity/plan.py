@@ -17,7 +17,7 @@ MIB = 2**20
 GIB = 2**30
 # What the training process holds of uint8 batches beside the ring: the one the step trains on,
 # the one the prefetch has copied out ahead (app/loader/prefetch.py), and the one being copied to
-# the device ahead of the step (app/training/ahead.py).
+# the device ahead of the step (app/training/feed.py).
 TRAINER_UINT8_BATCHES = 3
 # What the device holds of them: the step's and the next one, copied ahead of it.
 DEVICE_UINT8_BATCHES = 2

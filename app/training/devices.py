@@ -100,6 +100,43 @@ def _place_jax(config: Config) -> Placement:
     return placement
 
 
+class JaxPut:
+    """A batch as resident JAX arrays, this process's rows over the distribution's devices (`whole_last`: every one)."""
+    # the distribution is taken in the step's thread: Keras keeps one a thread (app/training/feed.py puts in another)
+
+    def __init__(self, distribution, *, count: int, whole_last: bool):
+        self.distribution, self.count, self.whole_last, self.done = distribution, count, whole_last, 0
+
+    def __call__(self, batch: tuple) -> tuple:
+        import jax  # the JAX backend's: loaded already
+
+        whole = self.whole_last and self.done == self.count - 1
+        self.done += 1
+        if self.distribution is None:
+            return jax.block_until_ready(tuple(jax.device_put(a) for a in batch))
+        return jax.block_until_ready(tuple(jax.make_array_from_process_local_data(self._layout(a, whole), a)
+                                           for a in batch))
+
+    def _layout(self, a, whole: bool):
+        import keras  # the run's, loaded already; this module is imported before the backend is chosen
+
+        if whole:
+            return keras.distribution.TensorLayout([None] * a.ndim, self.distribution.device_mesh).backend_layout
+        return self.distribution.get_data_layout(a.shape).backend_layout
+
+
+def tensorflow_device(tf) -> str:  # where TensorFlow's default strategy steps: its first GPU, else the CPU
+    gpus = tf.config.list_logical_devices("GPU")
+    return gpus[0].name if gpus else "/device:CPU:0"
+
+
+def on_tensorflow_device(device: str, batch: tuple) -> tuple:
+    import tensorflow as tf  # the TensorFlow backend's: loaded already
+
+    with tf.device(device):  # eager: a copy from pageable host memory returns once its bytes are staged
+        return tuple(tf.identity(a) for a in batch)
+
+
 def allocator_host_mib(trainer: TrainerConfig) -> float:
     """Host MiB of the GPU allocator's bookkeeping: JAX's preallocated pools / 32; else 0 (TensorFlow: not measured)."""
     if trainer.backend != "jax" or os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "").lower() in ("false", "0") \

@@ -4,6 +4,7 @@ tf.data's distributed iterator; the loader's wait, the copies, the step's own wa
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -20,20 +21,22 @@ from app.objectives import WeightedBinaryCrossentropy
 from app.pixel_objectives import PixelLoss
 from app.processes import signals_held
 from app.targets import mask_dtype
+from app.training import devices
 
 _END = object()
 STOP_WAIT_S = 5.0  # closing: how long the thread may take to see the stop (a copy under way finishes first)
+POLL_S = 0.05  # how often a thread waiting on the step looks for a stop
 
 
 class Ahead:
-    """`batches` put on the device by `put` (a host batch → the device's, resident when it returns), one ahead."""
+    """`batches` put on the device by `put` (resident when it returns), one ahead; then `finish`, once, by the last."""
 
-    def __init__(self, batches: Iterator[tuple], put: Callable[[tuple], tuple]):
-        self.batches, self.put = batches, put
+    def __init__(self, batches: Iterator[tuple], put: Callable[[tuple], tuple], finish: Callable[[], None]):
+        self.batches, self.put, self.finish = batches, put, finish
         self.copy_s = self.waited_s = 0.0  # the copies to the device; the step blocked waiting for one
         self.copies = 0
         self._handoff: queue.Queue = queue.Queue(maxsize=1)
-        self._stop = threading.Event()
+        self._stop, self._taken, self._ended = threading.Event(), threading.Event(), threading.Lock()
         self._thread = threading.Thread(target=self._copy_ahead, name="app-device-ahead", daemon=True)
         self._thread.start()
 
@@ -50,20 +53,40 @@ class Ahead:
                 del batch  # the host copy freed (or kept by the device array that aliases it)
                 self.copy_s += time.perf_counter() - copying
                 self.copies += 1
-                self._handoff.put(on_device)
+                if not self._hand_over(on_device):  # the next copy starts once the step has this one
+                    break
                 del on_device
-                self._handoff.join()  # the next copy starts once the step has taken this one: one batch ahead
         except BaseException as error:  # noqa: BLE001 - raised again in the step's thread
             last = error
         if not self._stop.is_set():
-            self._handoff.put(last)
+            self._hand_over(last)
+        self._end()
+
+    def _hand_over(self, item) -> bool:
+        """`item` to the step, returning once the step has taken it; False where the feed was closed meanwhile."""
+        self._taken.clear()
+        while True:
+            try:
+                self._handoff.put(item, timeout=POLL_S)
+                break
+            except queue.Full:
+                if self._stop.is_set():
+                    return False
+        while not self._taken.wait(POLL_S):
+            if self._stop.is_set():
+                return False
+        return True
+
+    def _end(self) -> None:  # the second of the thread's end and `close` runs `finish`: once, out of the loader
+        if not self._ended.acquire(blocking=False):
+            self.finish()
 
     def __iter__(self) -> Iterator[tuple]:
         while True:
             asked = time.perf_counter()
             item = self._handoff.get()
             self.waited_s += time.perf_counter() - asked
-            self._handoff.task_done()
+            self._taken.set()
             if item is _END:
                 return
             if isinstance(item, BaseException):
@@ -71,23 +94,18 @@ class Ahead:
             yield item
             del item
 
-    def close(self) -> bool:
-        """The thread stopped, what it holds let go; whether it has ended (not still inside `batches` or `put`)."""
+    def close(self) -> None:
+        """The thread stopped, its batch let go; `finish` now, or by the thread as it leaves the loader's batch."""
         self._stop.set()
-        deadline = time.monotonic() + STOP_WAIT_S
-        while self._thread.is_alive() and time.monotonic() < deadline:
-            try:  # a thread waiting for the step to take its batch
-                self._handoff.get_nowait()
-                self._handoff.task_done()
-            except queue.Empty:
-                pass
-            self._thread.join(timeout=0.05)
-        return not self._thread.is_alive()
+        self._thread.join(timeout=STOP_WAIT_S)
+        with contextlib.suppress(queue.Empty):
+            self._handoff.get_nowait()  # a device batch nobody will take
+        self._end()
 
 
 class Feed:
-    """`count` batches for the compiled step, their errors raised unchanged; `ring_wait_s`: blocked on the loader.
-    `whole_last`: every process loads the last batch whole, replicated on every device."""
+    """`count` batches for the compiled step, their errors raised unchanged; `ring_wait_s`: blocked on the loader."""
+    # whole_last: every process loads the last batch whole, replicated on every device
 
     def __init__(self, batches: Iterable[tuple], count: int, class_weights: np.ndarray | None = None, *,
                  whole_last: bool = False):
@@ -106,7 +124,7 @@ class Feed:
 
     def on_device(self, put: Callable[[tuple], tuple]) -> Iterator[tuple]:
         """The batches as `put` places them on the device (resident when it returns), the next one ahead of the step."""
-        self.ahead = Ahead(self._generate(), put)
+        self.ahead = Ahead(self._generate(), put, self._close_loader)
         return iter(self.ahead)
 
     def _generate(self) -> Iterator[tuple]:
@@ -134,9 +152,12 @@ class Feed:
 
     def close(self) -> None:
         """The copies ahead stopped, then the loader's side (the step stops at `count`: neither ends by itself)."""
-        # a thread still inside the loader's generator (a batch under way) keeps it: it ends with the thread
-        if self.ahead is not None and not self.ahead.close():
-            return
+        if self.ahead is not None:
+            self.ahead.close()  # it closes the loader's side once its thread is out of it
+        else:
+            self._close_loader()
+
+    def _close_loader(self) -> None:
         close = getattr(self.batches, "close", None)
         if close:
             close()
@@ -160,13 +181,17 @@ class Feed:
         return iter(dataset)
 
     def call(self, function, iterator):
-        """One Keras train or test call; the loader's own error, if that is why it failed."""
+        """One Keras train or test call; the loader's own error, if that is why it failed or ran short."""
+        # a call of several steps over an iterator that ended early returns what it did
         try:
-            return function(iterator)
+            logs = function(iterator)
         except Exception:
             if self.error is not None:
                 raise self.error from None
             raise
+        if self.error is not None:
+            raise self.error
+        return logs
 
 
 class _TensorFlowCalls:
@@ -175,11 +200,11 @@ class _TensorFlowCalls:
     def __init__(self, net: keras.Model, feed: Feed, kind: str):
         import tensorflow as tf  # not at the top: the JAX backend runs without it
 
-        self.net, self.feed, self.traced = net, feed, False
+        self.net, self.feed, self.calls = net, feed, 0
         self.function = net.train_function if kind == "train" else net.test_function
         self.distributed = tf.distribute.has_strategy()
         if not self.distributed:  # Keras steps a Python iterator of tensors batch by batch
-            self.iterator = feed.on_device(partial(_on_tensorflow_device, _tensorflow_device(tf)))
+            self.iterator = feed.on_device(partial(devices.on_tensorflow_device, devices.tensorflow_device(tf)))
             return
         # a stop raised inside TensorFlow's tracing (the dataset here, the step at its first call) breaks
         # its C++ callbacks ("MISMATCH of original and normalized active exception types"): it waits
@@ -187,9 +212,11 @@ class _TensorFlowCalls:
             self.iterator = feed.iterator(tuple(net.input_shape[1:]), target_spec(net), pixel_dtype(net))
 
     def __call__(self) -> dict:
-        with nullcontext() if self.traced else signals_held():
+        # the first call traces the step, and the last may trace it again for a short last batch
+        tracing = self.calls == 0 or (self.calls + 1) * self.net.steps_per_execution >= self.feed.count
+        with signals_held() if tracing else nullcontext():
             logs = self.feed.call(self.function, self.iterator)
-        self.traced = True
+        self.calls += 1
         return logs
 
     def read(self, logs: dict) -> dict:
@@ -210,7 +237,8 @@ class _JaxCalls:
     def __init__(self, net: keras.Model, feed: Feed, kind: str):
         self.net, self.feed = net, feed
         self.function = net.train_function if kind == "train" else net.test_function
-        self.iterator = feed.on_device(_JaxPut(keras.distribution.distribution(), feed))
+        self.iterator = feed.on_device(devices.JaxPut(keras.distribution.distribution(), count=feed.count,
+                                                      whole_last=feed.whole_last))
         self.state = JaxTrainerState(net, self.STATE[kind])
 
     def __call__(self) -> dict:
@@ -222,41 +250,6 @@ class _JaxCalls:
 
     def sync(self) -> None:
         self.net.jax_state_sync()
-
-
-class _JaxPut:
-    """A batch as resident JAX arrays, this process's rows over the distribution's devices (`whole_last`: every one)."""
-    # the distribution is taken in the step's thread: Keras keeps one a thread
-
-    def __init__(self, distribution, feed: Feed):
-        self.distribution, self.feed, self.done = distribution, feed, 0
-
-    def __call__(self, batch: tuple) -> tuple:
-        import jax  # the JAX backend's: loaded already
-
-        whole = self.feed.whole_last and self.done == self.feed.count - 1
-        self.done += 1
-        if self.distribution is None:
-            return jax.block_until_ready(tuple(jax.device_put(a) for a in batch))
-        return jax.block_until_ready(tuple(jax.make_array_from_process_local_data(self._layout(a, whole), a)
-                                           for a in batch))
-
-    def _layout(self, a, whole: bool):
-        if whole:
-            return keras.distribution.TensorLayout([None] * a.ndim, self.distribution.device_mesh).backend_layout
-        return self.distribution.get_data_layout(a.shape).backend_layout
-
-
-def _tensorflow_device(tf) -> str:  # where TensorFlow's default strategy steps: its first GPU, else the CPU
-    gpus = tf.config.list_logical_devices("GPU")
-    return gpus[0].name if gpus else "/device:CPU:0"
-
-
-def _on_tensorflow_device(device: str, batch: tuple) -> tuple:
-    import tensorflow as tf  # the TensorFlow backend's: loaded already
-
-    with tf.device(device):  # eager: a copy from pageable host memory returns once its bytes are staged
-        return tuple(tf.identity(a) for a in batch)
 
 
 def target_spec(net: keras.Model) -> tuple[tuple, str]:

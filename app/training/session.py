@@ -82,6 +82,7 @@ def asked_queue(config: Config, placement: devices.Placement, summary) -> Asked:
     given = asked(config.queue, placement.gpus, kept)
     if given.reason:
         log.info("queue: %s", given.reason)
+    if given.reason and kept is None:  # a resume's record stays its start's
         summary.update(queue_default=given.record())
     return given
 

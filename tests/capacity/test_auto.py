@@ -193,6 +193,7 @@ def test_the_defaults_are_auto_only_where_an_accelerator_is_seen_and_a_users_val
 def test_a_resume_keeps_what_its_start_made_of_the_defaults():
     started = auto_module.asked(SimpleNamespace(workers=None, max_size=None), ["/device:GPU:0"]).record()
     resumed = auto_module.asked(SimpleNamespace(workers=None, max_size=None), [], kept=started)
-    assert (resumed.workers, resumed.max_size) == ("auto", "auto") and "queue_default" in resumed.reason
+    assert (resumed.workers, resumed.max_size) == ("auto", "auto")
+    assert "start made them (queue.workers and" in resumed.reason
     # negative control: the same resume with no record takes this machine's (a CPU's 2)
     assert auto_module.asked(SimpleNamespace(workers=None, max_size=None), [], kept=None).workers == 2

@@ -9,6 +9,7 @@ import os
 import re
 import shlex
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -21,15 +22,26 @@ RUN = ["data=folder", "data.image_size=[32,32]", "data.batch_size=8", "model.wid
        "logger=none", "data.decode.draft=false"]
 
 
-def test_the_commands_keep_what_a_copy_is_made_of_and_what_the_run_trains_with():
-    overrides = ["data=folder", "data.path=/photos", "data.image_size=[224,224]", "data.masks=/m", "seed=3",
-                 "augment=none", "model.widths=[8]", "queue.workers=16", "hydra.run.dir=x", "data.num_images=9"]
-    prepare, train = commands(overrides, Path("/copies/p"))
-    assert prepare == ("python -m app prepare data=folder data.path=/photos 'data.image_size=[224,224]' "
-                       "data.masks=/m seed=3 augment=none data.num_images=9 prepare.out=/copies/p")
-    # on the copy: its own folder and splits; the data keys a copy has, the rest of the run as it was
-    assert train == ("python -m app train data=prepared data.path=/copies/p 'data.image_size=[224,224]' seed=3 "
-                     "augment=none 'model.widths=[8]' queue.workers=16")
+def test_the_commands_keep_what_a_copy_is_made_of_and_what_the_run_trains_with(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    overrides = ["data=folder", "data.path=/photos", "data.masks=/m", "seed=3", "augment=none", "model.widths=[8]",
+                 "queue.workers=16", "hydra.run.dir=x", "data.num_images=9", "experiment=cifar_resnet"]
+    data = SimpleNamespace(path="/photos", image_size=[224, 224], batch_size=64)
+    prepare, train = commands(overrides, data, full=False)
+    out = re.search(r"prepare.out=(\S+)", prepare).group(1)
+    assert prepare == ("python -m app prepare data=folder data.path=/photos data.masks=/m seed=3 augment=none "
+                       f"data.num_images=9 experiment=cifar_resnet prepare.out={out}")
+    assert out.startswith(f"{tmp_path}/datasets/prepared-photos-224x224-")
+    # on the copy: its own folder and splits; the data keys a copy has, the rest of the run as it was, and its size
+    # and batch as the run had them, whatever set them (an experiment, the data group's own defaults)
+    assert train == (f"python -m app train data=prepared data.path={out} seed=3 augment=none 'model.widths=[8]' "
+                     "queue.workers=16 experiment=cifar_resnet 'data.image_size=[224,224]' data.batch_size=64")
+    # crops that cannot tell the side a copy needs: each image whole; another copy, another folder
+    whole, _ = commands(overrides, data, full=True)
+    assert "prepare.short_side=full prepare.out=" in whole and out not in whole
+    # a table's weights: a copy has none to draw by
+    _, weighted = commands(["data=table", "data.sampling=weights", "data.sampling=balanced"], data, full=False)
+    assert "weights" not in weighted and "data.sampling=balanced" in weighted
 
 
 def test_the_advice_predicts_from_the_copys_sample_time_and_the_steps_own():
@@ -68,8 +80,8 @@ def test_the_advice_run_as_printed_makes_a_copy_the_run_then_trains_on(tmp_path)
         assert re.search(r"a sample built from it here: [\d.]+ ms; predicted \d+ images/s", said), said
         made = app(*shlex.split(prepare)[3:], cwd=tmp_path)
         assert made.returncode == 0 and "prepared 24 files" in made.stdout, made.stderr[-3000:]
-        copy = tmp_path / "datasets" / "prepared-images-32x32"
-        assert (copy / "manifest.json").is_file()
+        copy = Path(shlex.split(prepare)[-1].split("=", 1)[1])
+        assert copy.parent == tmp_path / "datasets" and (copy / "manifest.json").is_file()
         again = app(*shlex.split(train)[3:], cwd=tmp_path)
         assert again.returncode == 0, again.stderr[-3000:]
     finally:

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from app.model import classifier
+from app.training import feed as feed_module
 from app.training.feed import Ahead
 from app.training.steps import EpochFigures, EpochPlan, Feed, build_step_variables, train_epoch
 
@@ -103,9 +104,55 @@ def test_the_loaders_error_reaches_the_step_and_an_early_stop_ends_the_thread():
         yield 1,
         raise RuntimeError("sample 7 could not be decoded")
 
-    ahead = Ahead(failing(), lambda batch: batch)
+    finished = []
+    ahead = Ahead(failing(), lambda batch: batch, lambda: finished.append("closed"))
     with pytest.raises(RuntimeError, match="sample 7"):
         list(ahead)
-    endless = Ahead(iter(lambda: (0,), None), lambda batch: batch)
+    ahead.close()
+    endless = Ahead(iter(lambda: (0,), None), lambda batch: batch, lambda: finished.append("closed"))
     assert next(iter(endless)) == (0,)
-    assert endless.close()  # stopped while a batch waits for the step: the thread has ended
+    endless.close()  # stopped while a batch waits for the step: the thread ends, the loader's side is closed
+    assert finished == ["closed", "closed"] and not endless._thread.is_alive()
+
+
+def test_a_thread_inside_the_loader_at_close_closes_the_loaders_side_itself_once_out(monkeypatch):
+    monkeypatch.setattr(feed_module, "STOP_WAIT_S", 0.05)
+    inside, release, finished = threading.Event(), threading.Event(), []
+
+    def slow():
+        yield 0,
+        inside.set()
+        assert release.wait(10), "never released"
+        yield 1,
+
+    ahead = Ahead(slow(), lambda batch: batch, lambda: finished.append(threading.current_thread().name))
+    assert next(iter(ahead)) == (0,) and inside.wait(10)
+    ahead.close()  # the thread is inside the loader: it cannot close its side yet
+    assert finished == []
+    release.set()
+    ahead._thread.join(10)
+    assert not ahead._thread.is_alive() and finished == ["app-device-ahead"]  # once, by the thread
+
+
+@pytest.mark.parametrize("steps_per_execution", [1, 4])
+def test_a_loader_error_inside_a_call_of_several_steps_is_raised(steps_per_execution):
+    """A call of several steps over an iterator that ends early returns what it did: the loader's error must not
+    be lost there (negative control: the same batches without the error train all 8 steps)."""
+    def batches(fail_at: int | None):
+        for i in range(8):
+            if i == fail_at:
+                raise RuntimeError(f"sample {4 * i} of the train split could not be loaded")
+            yield np.zeros((BATCH, 8, 8, 3), np.uint8), np.zeros(BATCH, np.int64)
+
+    def train(fail_at):
+        backbone = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.GlobalAveragePooling2D(),
+                                     keras.layers.Dense(3, activation="softmax")])
+        net = classifier(backbone, (8, 8))
+        net.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", steps_per_execution=steps_per_execution)
+        build_step_variables(net)
+        return train_epoch(net, Feed(batches(fail_at), 8), keras.callbacks.CallbackList([], model=net),
+                           EpochFigures(), EpochPlan(steps=8, batch_size=BATCH))
+
+    with pytest.raises(RuntimeError, match="sample 24 of the train split"):
+        train(6)
+    assert train(None).steps == 8
