@@ -12,8 +12,10 @@ NO_WAIT = 0.05
 NEAR_BUDGET = 0.9
 
 
-def diagnose(row: dict, queue, budget_mib: float, cure: Callable[[dict, int], str] | None = None) -> str:
+def diagnose(row: dict, queue, budget_mib: float, cure: Callable[[dict, int], str] | None = None, *,
+             drafted: bool = False) -> str:
     """`row`: an epoch's figures; `queue`: the loader's; `budget_mib`: the run's; `cure`: a copy's advice, or None."""
+    # drafted: data.decode.draft is on already, so not advised
     wait, fill, peak = row["data_wait_fraction"], row.get("ring_fill"), row["peak_memory_mb"]
     found = []
     if wait > INPUT_BOUND and _copy_binds(row):
@@ -25,7 +27,7 @@ def diagnose(row: dict, queue, budget_mib: float, cure: Callable[[dict, int], st
                            if row.get(f"{name}_ms") is not None)
         found.append(f"input-bound: the step waited on the loader {100 * wait:.0f} % of the time (a sample takes "
                      f"{stages or 'n/a'} ms in a worker): {_more_workers(row, queue, budget_mib, cure)}"
-                     "data.decode.draft=true, or smaller data.image_size")
+                     + ("" if drafted else "data.decode.draft=true, or ") + "smaller data.image_size")
     elif fill is not None and fill >= FULL_RING and wait < NO_WAIT and (queue.workers > 1 or queue.max_size > 1):
         fewer = [f"queue.workers={queue.workers - 1}"] if queue.workers > 1 else []
         fewer += ["queue.max_size=1"] if queue.max_size > 1 else []

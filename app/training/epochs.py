@@ -154,7 +154,8 @@ class Epochs:
         # numbers only: Keras's own TensorBoard callback writes every value it is given as a scalar
         logs = {k: v for k, v in row.items() if k != "epoch" and isinstance(v, (int, float))}
         callbacks.on_epoch_end(epoch, logs)
-        row["diagnosis"] = diagnose(row, self.loader.queue, self.budget_mib, self.cure)
+        row["diagnosis"] = diagnose(row, self.loader.queue, self.budget_mib, self.cure,
+                                    drafted=self.context.config.data.decode.draft)
         with signals_held():  # the row, model.keras and the checkpoint: all of them or none
             self._record(row, fit.steps)
         return logs

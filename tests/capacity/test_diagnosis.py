@@ -22,6 +22,8 @@ def test_input_bound_names_the_stage_times_and_the_fixes():
     assert line.startswith("input-bound: the step waited on the loader 35 %") and "decode 4.0" in line
     assert "queue.workers=3" in line and "data.decode.draft=true" in line
     assert not diagnose({**ROW, "data_wait_fraction": 0.19}, QUEUE, 8000).startswith("input")  # negative control
+    drafted = diagnose({**ROW, "data_wait_fraction": 0.35, "ring_fill": 0.0}, QUEUE, 8000, drafted=True)  # on already
+    assert "data.decode.draft" not in drafted and drafted.endswith("(queue.workers=3), smaller data.image_size")
 
 
 def test_model_bound_when_the_ring_stays_full_and_the_step_never_waits():
