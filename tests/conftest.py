@@ -32,13 +32,7 @@ SLOWEST_FIRST = ["cli/test_docs_commands.py", "cli/test_segmentation_cli.py", "c
                  "cli/test_resume_cli.py", "cli/test_prepared_cli.py", "training/test_recipe.py", "test_config.py",
                  "cli/test_no_tensorflow_cli.py", "cli/test_export_cli.py", "cli/test_bands_cli.py",
                  "cli/test_table_cli.py", "cli/test_plan_cli.py", "cli/test_sweep_cli.py",
-                 "cli/test_prepared_damage_cli.py",
-                 # then every other file of 10 s or more: the last to run are short, so both processes end together
-                 "test_library.py", "cli/test_hostile_cli.py", "loader/test_enqueuer.py",
-                 "cli/test_written_files_cli.py",
-                 "capacity/test_copy_advice.py", "cli/test_bad_images_cli.py", "cli/test_saved_before_the_task_cli.py",
-                 "cli/test_main_cli.py", "training/test_epochs.py", "prepare/test_prepare.py", "test_model.py",
-                 "cli/test_prepare_killed_cli.py"]
+                 "cli/test_prepared_damage_cli.py"]
 TESTS = Path(__file__).resolve().parent
 # The suite's budget: `make test` within 10 minutes on two cores, a new capability adding at most
 # 90 s of it. Where the time goes, a file at a time, ends every run (worker seconds: with two
