@@ -61,63 +61,52 @@ def short_side(augment, data) -> int | None:  # prepare.short_side=auto's for th
         return None
 
 
-class CopyTimer:
-    """A sample's seconds as a worker builds it from a JPEG copy of `split`, timed once; None: not JPEG, or unread."""
-
-    def __init__(self, *, data, augment, seed: int, split, pixels):
-        self.data, self.augment, self.seed, self.split, self.pixels = data, augment, seed, split, pixels
-        self._seconds: float | None | bool = False  # False: not timed yet
-
-    def __call__(self) -> float | None:
-        if self._seconds is False:
-            try:
-                self._seconds = self._time()
-            except Exception as error:  # noqa: BLE001 - advice: never the reason a run stops
-                log.info("a prepared copy's sample could not be timed: %s", error)
-                self._seconds = None
-        return self._seconds
-
-    def _time(self) -> float | None:
-        if self.pixels.dtype != "uint8" or self.pixels.bands != 3:  # such a copy is raw: nothing decoded
-            return None
-        side = short_side(self.augment, self.data)
-        augmenter = augmenters(self.data, {"a prepared copy's timing": self.augment.transforms},
-                               pixels=self.pixels)["a prepared copy's timing"]
-        decode = augmenter.decode
-        encoding = Encoding(short_side=side, format="jpeg", quality=PrepareConfig().quality,
-                            max_pixels=decode.max_pixels, pixels=self.pixels)
-        times = []
-        for index in range(min(len(self.split), 4 * TIMED)):
-            try:
-                member = encode_sample(self.split, index, encoding).image  # as prepare stores it
-            except BadSampleError:
-                continue
-            started = time.perf_counter()
-            image = fit_bands(rgb_from_bytes(member, decode.min_short_side, decode.max_pixels), channels="rgb",
-                              bands=3, dtype="uint8")
-            augmenter(image, self.seed, 0, index, 0)
-            times.append(time.perf_counter() - started)
-            if len(times) == TIMED:
-                break
-        return float(np.mean(times)) if times else None
+def seconds_from_copy(split, augmenter, *, short_side: int | None, seed: int) -> float | None:
+    """A sample's seconds as a worker builds it from a JPEG copy of `split` at `short_side`; None: none readable."""
+    decode = augmenter.decode
+    encoding = Encoding(short_side=short_side, format="jpeg", quality=PrepareConfig().quality,
+                        max_pixels=decode.max_pixels, pixels=decode.pixels)
+    times = []
+    for index in range(min(len(split), 4 * TIMED)):
+        try:
+            member = encode_sample(split, index, encoding).image  # as prepare stores it
+        except BadSampleError:
+            continue
+        started = time.perf_counter()
+        image = fit_bands(rgb_from_bytes(member, decode.min_short_side, decode.max_pixels), channels="rgb",
+                          bands=3, dtype="uint8")
+        augmenter(image, seed, 0, index, 0)
+        times.append(time.perf_counter() - started)
+        if len(times) == TIMED:
+            break
+    return float(np.mean(times)) if times else None
 
 
 class CopyAdvice:
-    """A run's diagnosis's `cure(row, workers)` (app/capacity/diagnosis.py): the commands, the copy's pace."""
+    """A run's diagnosis's `cure(row, workers)` (app/capacity/diagnosis.py): the commands, the copy's pace, once."""
 
-    def __init__(self, made: tuple[str, str], timer: CopyTimer, batch_size: int):
-        self.made, self.timer, self.batch_size = made, timer, batch_size
-
-    @classmethod
-    def of(cls, config, split, *, pixels, overrides: list[str], batch_size: int) -> CopyAdvice:
-        # a run's: its data, augment and seed groups, its command line's `overrides`
-        full = short_side(config.augment, config.data) is None
-        return cls(commands(overrides, config.data, full=full),
-                   CopyTimer(data=config.data, augment=config.augment, seed=config.seed, split=split, pixels=pixels),
-                   batch_size)
+    def __init__(self, config, split, *, pixels, overrides: list[str], batch_size: int):
+        # a run's: its data, augment and seed groups, its command line's `overrides`; made when first asked
+        self.data, self.augment, self.seed, self.split = config.data, config.augment, config.seed, split
+        self.pixels, self.overrides, self.batch_size = pixels, overrides, batch_size
+        self._made: tuple[str, str, float | None] | None = None
 
     def __call__(self, row: dict, workers: int) -> str:
-        return advice(row, workers, self.batch_size, (*self.made, self.timer()))
+        if self._made is None:
+            side = short_side(self.augment, self.data)
+            self._made = (*commands(self.overrides, self.data, full=side is None), self._timed(side))
+        return advice(row, workers, self.batch_size, self._made)
+
+    def _timed(self, side: int | None) -> float | None:
+        if self.pixels.dtype != "uint8" or self.pixels.bands != 3:  # such a copy is raw: nothing decoded
+            return None
+        name = "a prepared copy's timing"
+        augmenter = augmenters(self.data, {name: self.augment.transforms}, pixels=self.pixels)[name]
+        try:
+            return seconds_from_copy(self.split, augmenter, short_side=side, seed=self.seed)
+        except Exception as error:  # noqa: BLE001 - advice: never the reason a run stops
+            log.info("a prepared copy's sample could not be timed: %s", error)
+            return None
 
 
 def advice(row: dict, workers: int, batch_size: int, prepared: tuple[str, str, float | None]) -> str:

@@ -91,8 +91,8 @@ def _copy_advice(config: Config, source, plan: RunPlan, summary) -> CopyAdvice |
     """What the diagnosis advises of a prepared copy (its commands, its pace); None on one already."""
     if schema_of(config.data) is PreparedDataConfig:
         return None
-    return CopyAdvice.of(config, source.train, pixels=plan.pixels, overrides=summary.content["overrides"],
-                         batch_size=plan.batch_size)
+    return CopyAdvice(config, source.train, pixels=plan.pixels, overrides=summary.content["overrides"],
+                      batch_size=plan.batch_size)
 
 
 def _log_memory(predicted: float | None, measured: float) -> None:
