@@ -442,10 +442,10 @@ def docstring_lines(paths) -> int:
 
 def test_docstrings_stay_short():
     """Module docstrings say what a module owns and why in a few lines; the rules above are not
-    repeated in prose. 1,400 lines for the whole of app/ (2,199 before they were trimmed; 1,200 before
+    repeated in prose. 1,410 lines for the whole of app/ (2,199 before they were trimmed; 1,200 before
     segmentation's modules, 1,300 before slides' masks and their prediction, 1,380 before the device
-    feed and the copy's advice)."""
-    assert docstring_lines(MODULES.values()) <= 1400
+    feed and the copy's advice, 1,400 before a worker's decoded chunks kept)."""
+    assert docstring_lines(MODULES.values()) <= 1410
     assert docstring_lines([Path(__file__)]) > 20  # negative control: it counts what is there
 
 

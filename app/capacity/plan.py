@@ -68,6 +68,7 @@ class Workload:
     bands: int = 3  # the images' bands and the bytes of a sample (data.channels, data.dtype)
     itemsize: int = 1
     region_reads: bool = False  # patches of large images (data.patches), read region by region
+    kept_chunk_bytes: int = 0  # the decoded chunks a loading process keeps (data.patches.chunk_cache_mib at most)
     mask_itemsize: int = 0  # a mask beside each image (data.task=segmentation): its bytes a pixel; 0: none
     allocator_mib: float = 0.0  # the GPU allocator's bookkeeping in host memory (app/training/devices.py)
 
@@ -97,14 +98,18 @@ class Plan:
                 "host": {k: round(v, 1) for k, v in self.host}, "device": {k: round(v, 1) for k, v in self.device}}
 
 
-def workload(data, largest: tuple[int, int], run, split) -> Workload:
+def workload(data, largest: tuple[int, int], run, splits: tuple) -> Workload:
     """The figures the plan needs of a loaded config's data group and its run plan (app/capacity/run_plan.py);
-    `split`: the training split, whose kind says whether patches are read by region, and a mask's type."""
-    queue, masks = run.queue, split.mask_dtype
+    `splits`: the first the training split, whose kind says whether patches are read by region, and a mask's type."""
+    queue, split = run.queue, splits[0]
+    masks, patched = split.mask_dtype, [s for s in splits if isinstance(s, PatchSplit)]
+    levels = {key: size for s in patched for key, size in s.level_bytes().items()}  # what the loader's reads can keep
+    kept = min(data.patches.chunk_cache_mib * MIB, sum(levels.values())) if patched else 0
     return Workload(batch_size=run.batch_size, image_size=tuple(data.image_size), max_size=queue.max_size,
                     workers=queue.workers, processes=queue.use_multiprocessing, largest_decode_bytes=largest[0],
                     largest_pillow_bytes=largest[1], device_is_host=run.device_is_host, bands=run.pixels.bands,
                     itemsize=np.dtype(run.pixels.dtype).itemsize, region_reads=isinstance(split, PatchSplit),
+                    kept_chunk_bytes=kept,
                     allocator_mib=run.allocator_mib, mask_itemsize=0 if masks is None else np.dtype(masks).itemsize)
 
 
@@ -119,7 +124,7 @@ def plan_for(config, splits: tuple, model: ModelFacts, probe: Probe, *, run) -> 
     rules = [decode(config.augment.transforms), decode(eval_transforms(config.augment, data.image_size))]
     sizes = [split.largest_decode_bytes(rule) for split, rule in zip(splits, rules, strict=False)]
     largest = (max(a for a, _ in sizes), max(p for _, p in sizes))
-    return predict(workload(data, largest, run, splits[0]), probe, model)
+    return predict(workload(data, largest, run, splits), probe, model)
 
 
 BUDGET = "queue.memory_budget_mb"
@@ -173,13 +178,17 @@ def predict(work: Workload, probe: Probe, model: ModelFacts) -> Plan:
             (f"the ring ({slots} slot(s) of one {kind} batch{its})", slots * batch / MIB)]
     if work.allocator_mib:
         host.insert(2, ("the GPU allocator's bookkeeping (1/32 of its preallocated pool)", work.allocator_mib))
+    kept = work.kept_chunk_bytes / MIB
     if work.workers and work.processes:
-        each = probe.worker_mib + decode_mib(work, probe)
-        host.append((f"{work.workers} worker processes ({each:.0f} MiB each)", work.workers * each))
-    else:  # threads or in-process: the decode's buffers in the training process
+        each = probe.worker_mib + decode_mib(work, probe) + kept
+        chunks = f", {kept:.0f} of them decoded chunks kept" if kept else ""
+        host.append((f"{work.workers} worker processes ({each:.0f} MiB each{chunks})", work.workers * each))
+    else:  # threads or in-process: the decode's buffers in the training process, and one process's chunks kept
         threads = max(work.workers, 1)
         host.append((f"decode buffers of {threads} loading thread(s)",
                      threads * decode_mib(work, probe)))
+        if kept:
+            host.append(("decoded chunks kept (data.patches.chunk_cache_mib)", kept))
     if work.device_is_host:
         host += [(f"device (CPU): {name}", mib) for name, mib in device]
     return Plan(host, device, work)

@@ -175,5 +175,6 @@ def _region_split(path: Path, rng: np.random.Generator) -> PatchSplit:
     with tifffile.TiffWriter(path) as tif:
         tif.write(image, tile=(128, 128), compression="jpeg", photometric="rgb", subifds=1)
         tif.write(image[::2, ::2], tile=(128, 128), compression="jpeg", photometric="rgb", subfiletype=1)
-    patches = PatchesConfig(size=[32, 32], level=1, min_foreground=0.0)
+    # no chunk kept: what a worker keeps is the plan's own line (data.patches.chunk_cache_mib)
+    patches = PatchesConfig(size=[32, 32], level=1, min_foreground=0.0, chunk_cache_mib=0)
     return grid_split([str(path)], patches)[0]

@@ -81,11 +81,12 @@ class RowBlender:
         height, width = tiling.tile[0], tiling.shape[1]
         self.scores = np.zeros((height, width, classes), np.float32)
         self.weight = np.zeros((height, width), np.float32)
+        self.product = np.empty((*tiling.tile, classes), np.float32)  # a tile's weighed scores, made once
 
     def add(self, top: int, left: int, scores: np.ndarray) -> None:
         """A tile's (h, w, classes) scores at (top, left), in its row: every row above `top` was finished first."""
         rows, (h, w) = slice(top - self.top, top - self.top + scores.shape[0]), scores.shape[:2]
-        self.scores[rows, left:left + w] += scores * self.weights[:h, :w, None]
+        self.scores[rows, left:left + w] += np.multiply(scores, self.weights[:h, :w, None], out=self.product[:h, :w])
         self.weight[rows, left:left + w] += self.weights[:h, :w]
 
     def finish_to(self, row: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:

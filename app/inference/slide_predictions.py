@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,45 +80,68 @@ class SlideSink:
 
 
 def predict_slides(config, tilings: list[Tiling], model: tuple, sinks: tuple[Callable, Callable]) -> None:
-    """Every slide's tiles through one loader (`model`: the net, the loader's settings, the transforms, the blend),
-    each slide's rows into `sink_of(k)`'s sink, `done(k, sink)` once its last row is in (`sinks`: the two)."""
+    """Every slide's tiles through one loader (`model`: net, loader settings, transforms, blend), its rows into
+    `sink_of(k)`'s sink, `done(k, sink)` once whole; a thread blends a batch while the model predicts the next."""
     (net, loading, transforms, blend), (sink_of, done) = model, sinks  # loading: build_loader's settings= or queue=
     split = _tiles_split(tilings, config.data.patches)
-    taking, blenders, finished = {}, {}, set()  # slide k's sink and blender while its tiles come
-    weights = {tuple(t.tile): blend_weights(t.tile, blend) for t in tilings}
-    with build_loader(config, {"predict": (split, transforms)}, on_bad_sample="mark", **loading) as loader, \
-            tqdm(total=len(split), desc="predict", unit="tile", file=sys.stderr, delay=PROGRESS_AFTER_S,
-                 leave=False, dynamic_ncols=True) as bar:
-
-        def finish(k: int) -> None:  # every tile of slide k read or failed: its last rows, then its sink done
-            sink, blender = taking.pop(k), blenders.pop(k)
-            for row_top, blended, covered in blender.finish_to(blender.tiling.shape[0]):
-                sink.take(row_top, blended, covered)
-            failed = list(loader.failed("predict"))  # a copy at once: the copy-ahead thread adds to it
-            sink.failed = sum(1 for p in failed if split.tile_of[p][0] == k)
-            finished.add(k)
-            done(k, sink)
-
+    with (build_loader(config, {"predict": (split, transforms)}, on_bad_sample="mark", **loading) as loader,
+          tqdm(total=len(split), desc="predict", unit="tile", file=sys.stderr, delay=PROGRESS_AFTER_S, leave=False,
+               dynamic_ncols=True) as bar,
+          ThreadPoolExecutor(max_workers=1, thread_name_prefix="app-blend") as blending):
+        rows = _SlideRows(split, tilings, blend, sinks=sinks, failed=lambda: loader.failed("predict"))
+        placed = None
         for x, _, positions in loader.readable("predict"):
             stop_if_interrupted()
             scores = np.asarray(net.predict_on_batch(x), np.float32)
-            for position, own in zip(positions, scores, strict=True):
-                k, top, left = split.tile_of[int(position)]
-                for before in [j for j in list(blenders) if j < k]:  # the slides before it are whole
-                    finish(before)
-                if k not in blenders:
-                    taking[k], blenders[k] = sink_of(k), RowBlender(tilings[k], own.shape[-1], weights[tilings[k].tile])
-                for row_top, blended, covered in blenders[k].finish_to(top):
-                    taking[k].take(row_top, blended, covered)
-                blenders[k].add(top, left, at_tile(own, tilings[k].tile))
+            if placed is not None:
+                placed.result()  # the batch before, blended: its error raised here
+            placed = blending.submit(rows.place, scores, positions)
             bar.update(int(positions[-1]) + 1 - bar.n)
-        for k in sorted(blenders):
-            finish(k)
+        if placed is not None:
+            placed.result()
+        rows.finish_all()
         failed = loader.failed("predict")
-    for k in sorted({int(split.tile_of[p][0]) for p in failed} - finished):  # every tile failed: no row of it
+    for k in sorted({int(split.tile_of[p][0]) for p in failed} - rows.finished):  # every tile failed: no row of it
         sink = sink_of(k)
         sink.failed = sum(1 for p in failed if split.tile_of[p][0] == k)
         done(k, sink)
+
+
+class _SlideRows:
+    """The slides whose tiles are coming: each one's sink and band of rows (RowBlender), rows handed on when done."""
+
+    def __init__(self, split: _Tiles, tilings: list[Tiling], blend: str, *, sinks: tuple[Callable, Callable],
+                 failed: Callable):
+        self.split, self.tilings, (self.sink_of, self.done), self.failed = split, tilings, sinks, failed
+        self.weights = {tuple(t.tile): blend_weights(t.tile, blend) for t in tilings}
+        self.taking, self.blenders, self.finished = {}, {}, set()  # slide k's sink and blender while its tiles come
+
+    def place(self, scores: np.ndarray, positions: np.ndarray) -> None:
+        # a batch's scores blended in (one batch in flight: rows come in order); finished rows and slides handed on
+        for position, own in zip(positions, scores, strict=True):
+            k, top, left = self.split.tile_of[int(position)]
+            for before in [j for j in list(self.blenders) if j < k]:  # the slides before it are whole
+                self._finish(before)
+            if k not in self.blenders:
+                tiling = self.tilings[k]
+                self.taking[k], self.blenders[k] = self.sink_of(k), RowBlender(tiling, own.shape[-1],
+                                                                              self.weights[tiling.tile])
+            for row_top, blended, covered in self.blenders[k].finish_to(top):
+                self.taking[k].take(row_top, blended, covered)
+            self.blenders[k].add(top, left, at_tile(own, self.tilings[k].tile))
+
+    def finish_all(self) -> None:
+        for k in sorted(self.blenders):
+            self._finish(k)
+
+    def _finish(self, k: int) -> None:  # every tile of slide k read or failed: its last rows, then its sink done
+        sink, blender = self.taking.pop(k), self.blenders.pop(k)
+        for row_top, blended, covered in blender.finish_to(blender.tiling.shape[0]):
+            sink.take(row_top, blended, covered)
+        failed = list(self.failed())  # a copy at once: the copy-ahead thread adds to it
+        sink.failed = sum(1 for p in failed if self.split.tile_of[p][0] == k)
+        self.finished.add(k)
+        self.done(k, sink)
 
 
 class _Tiles(ListedPatches):

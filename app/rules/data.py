@@ -134,7 +134,8 @@ def _check_patches(data) -> None:
                              ("per_image", p.per_image >= 1, "1 or more patches an image an epoch"),
                              ("min_foreground", 0 <= p.min_foreground <= 1, "a share, 0 (every patch) to 1"),
                              ("top_k", p.top_k >= 1, "1 or more"),
-                             ("max_chunk_pixels", p.max_chunk_pixels >= 1, "1 or more")):
+                             ("max_chunk_pixels", p.max_chunk_pixels >= 1, "1 or more"),
+                             ("chunk_cache_mib", p.chunk_cache_mib >= 0, "0 (none kept) or more MiB a worker")):
         if not ok:
             raise config_error(f"data.patches.{key}", getattr(p, key), allowed)
     targets_of(data.task).check_patches()

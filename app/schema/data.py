@@ -87,6 +87,7 @@ class PatchesConfig:
     aggregate: Aggregate = Aggregate.mean
     top_k: int = 5  # aggregate=topk_mean
     max_chunk_pixels: int = 16_777_216  # a file stored in larger tiles, strips or chunks is refused
+    chunk_cache_mib: int = 64  # a worker's decoded TIFF chunks kept for the next patches that touch them; 0: none
     reader: SlideReader = SlideReader.auto  # auto: OpenSlide for SVS, NDPI, MRXS, ... where installed
 
 

@@ -20,7 +20,7 @@ SEED = 5
 def patches_of(path) -> object:
     settings = SimpleNamespace(size=[48, 48], level=None, downsample=None, mpp=0.75, stride=None, per_image=6,
                                mode=SimpleNamespace(value="random"), min_foreground=0.5, mask_bands=None,
-                               max_chunk_pixels=16_777_216, reader=SimpleNamespace(value="auto"))
+                               max_chunk_pixels=16_777_216, chunk_cache_mib=64, reader=SimpleNamespace(value="auto"))
     source = Source(name="folder", class_names=["a", "b"], train=FileSplit([str(path)], [1]),
                     val=FileSplit([str(path)], [1]), fingerprint="f", split={})
     return patched(source, settings).train

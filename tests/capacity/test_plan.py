@@ -5,9 +5,27 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
+from slides import slide_pixels, write_slide
 
-from app.capacity.plan import MARGIN, MIB, ModelFacts, Probe, Workload, batch_size_table, fits, fixes, predict, render
+from app.capacity.plan import (
+    MARGIN,
+    MIB,
+    ModelFacts,
+    Probe,
+    Workload,
+    batch_size_table,
+    fits,
+    fixes,
+    predict,
+    render,
+    workload,
+)
+from app.capacity.run_plan import RunPlan
+from app.data.slides.patches import grid_split
+from app.loader.settings import Queue
+from app.schema.data import FolderDataConfig, PatchesConfig
 
 PROBE = Probe(trainer_mib=500.0, worker_mib=100.0, worker_bytes_per_decoded_byte=2.0, worker_region_mib=10.0,
               activation_factor=1.5,
@@ -41,11 +59,35 @@ def test_the_host_peak_adds_each_part_and_the_device_on_a_cpu():
     # patches: a worker holds what region reads bring beside its decode (the probe's zarr and stores)
     regions = predict(dataclasses.replace(WORK, region_reads=True), PROBE, MODEL)
     assert dict(regions.host)["2 worker processes (134 MiB each)"] == 2 * (100 + 2 * 12 + 10)
+    # the decoded chunks a loading process keeps: each worker's, or once beside loading threads
+    kept = dataclasses.replace(regions.workload, kept_chunk_bytes=64 * MIB)
+    assert dict(predict(kept, PROBE, MODEL).host)["2 worker processes (198 MiB each, 64 of them decoded chunks kept)"] \
+        == 2 * (100 + 2 * 12 + 10 + 64)
+    threaded = predict(dataclasses.replace(kept, processes=False), PROBE, MODEL)
+    assert dict(threaded.host)["decoded chunks kept (data.patches.chunk_cache_mib)"] == 64
+    assert predict(dataclasses.replace(regions.workload, processes=False), PROBE, MODEL).host_mib == \
+        pytest.approx(threaded.host_mib - 64)  # negative control: none kept, none counted
     # JAX's preallocated GPU pool: its allocator's bookkeeping on the host, a line of its own
     pooled = predict(dataclasses.replace(on_gpu.workload, allocator_mib=3357.0), PROBE, MODEL)
     assert dict(pooled.host)["the GPU allocator's bookkeeping (1/32 of its preallocated pool)"] == 3357.0
     assert pooled.host_mib == pytest.approx(on_gpu.host_mib + 3357.0)
     assert not any("allocator" in name for name, _ in plan.host)  # negative control: none on a CPU
+
+
+def test_a_loader_keeps_the_levels_its_patches_read_up_to_its_budget(tmp_path):
+    write_slide(tmp_path / "slide.tif", slide_pixels(512, 0, np.random.default_rng(0))[0], levels=2, tile=128)
+    patches = PatchesConfig(size=[64, 64], level=1, min_foreground=0.0)
+    split = grid_split([str(tmp_path / "slide.tif")], patches)[0]
+    level = 256 * 256 * 3  # level 1 of a 512² slide, in whole 128² chunks
+    assert split.level_bytes() == {(str(tmp_path / "slide.tif"), 1): level}
+    run = RunPlan(batch_size=4, device_is_host=True, queue=Queue())
+
+    def kept(budget_mib: int) -> int:
+        data = dataclasses.replace(FolderDataConfig(image_size=[64, 64]),
+                                   patches=dataclasses.replace(patches, chunk_cache_mib=budget_mib))
+        return workload(data, (0, 0), run, (split, split)).kept_chunk_bytes
+
+    assert kept(64) == level and kept(0) == 0  # the level whole, under its budget; none asked, none kept
 
 
 def test_fixes_name_the_largest_value_that_fits():

@@ -38,6 +38,7 @@ def settings(**given) -> SimpleNamespace:
     defaults = {"size": [64, 64], "level": None, "downsample": None, "mpp": None,
                 "mode": SimpleNamespace(value="random"),
                 "stride": None, "per_image": 4, "min_foreground": 0.5, "mask_bands": None, "max_chunk_pixels": LIMIT,
+                "chunk_cache_mib": 64,
                 "reader": SimpleNamespace(value="auto")}
     return SimpleNamespace(**{**defaults, **given})
 

@@ -189,7 +189,7 @@ def test_all_counts_a_patch_splits_bands_from_its_images(tmp_path):
                          planarconfig="contig")
     grid = SimpleNamespace(size=[64, 64], level=0, downsample=None, mpp=None, mode=SimpleNamespace(value="grid"),
                            stride=None, per_image=None, min_foreground=0.0, mask_bands=None, max_chunk_pixels=2**24,
-                           reader=SimpleNamespace(value="auto"))
+                           chunk_cache_mib=0, reader=SimpleNamespace(value="auto"))
     patches = GridPatches(FileSplit(tiles, [0, 1]), [layout_of(t, grid, grid=True) for t in tiles], grid)
     assert pixels_of("all", "uint16", split=FileSplit(tiles, [0, 1])).bands == 6  # negative control: the files alone
     assert pixels_of("all", "uint16", split=patches).bands == 6

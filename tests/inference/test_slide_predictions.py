@@ -67,3 +67,33 @@ def test_a_slide_with_unreadable_tiles_is_named_and_the_others_predicted(predict
     assert part[-1].endswith("tiles could not be read") and int(part[-1].split()[0]) >= 1
     assert float(part[4]) == 1.0  # every predicted pixel glass, as the model says
     assert len(list(csv.reader([",".join(map(str, writer.header()))]))[0]) == len(part)
+
+
+def test_the_blending_threads_error_is_the_commands_and_the_model_stops_there(tmp_path):
+    write_annotated_slides(tmp_path, train=1, val=1, side=256, tile=64)
+    val = sorted((tmp_path / "slides" / "val").glob("*.tif"))
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        config = load(compose("config", ["data=folder", f"data.path={tmp_path / 'slides'}", "data.task=segmentation",
+                                         f"data.classes=[{','.join(NAMES)}]", f"data.masks={tmp_path / 'polygons'}",
+                                         "data.patches.size=[32,32]", "data.patches.level=0",
+                                         "data.patches.min_foreground=0", "data.image_size=[32,32]",
+                                         "data.batch_size=8"]))
+    tilings = [tiling_of(str(path), config.data.patches, 0.25) for path in val]
+
+    class Full:  # a sink whose disk is full once the first rows come
+        def take(self, *_):
+            raise OSError(28, "No space left on device")
+
+    class Counting(Glass):
+        calls = 0
+
+        def predict_on_batch(self, x):
+            Counting.calls += 1
+            return super().predict_on_batch(x)
+
+    transforms = eval_transforms(config.augment, config.data.image_size)
+    with pytest.raises(OSError, match="No space left"):
+        predict_slides(config, tilings, (Counting(), {"queue": Queue(workers=1)}, transforms, "gaussian"),
+                       (lambda k: Full(), lambda k, sink: None))
+    batches = -(-tilings[0].tiles // 8)
+    assert 1 <= Counting.calls < batches  # raised at the next batch, not after the slide's every tile

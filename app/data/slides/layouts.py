@@ -53,6 +53,15 @@ class Layout:
     def corner(self, cell: int) -> tuple[int, int]:
         return int(self.tops[cell // len(self.lefts)]), int(self.lefts[cell % len(self.lefts)])
 
+    def level_bytes(self) -> int:
+        """The level read, decoded, in whole chunks (0 where no chunk is kept: not a TIFF, or OpenSlide's)."""
+        slide = self.slide
+        if not slide.tiff or slide.openslide:
+            return 0
+        (height, width), (chunk_h, chunk_w) = slide.levels[self.level], slide.chunk
+        each = (slide.bands + (slide.alpha is not None)) * np.dtype(slide.dtype).itemsize
+        return -(-height // chunk_h) * chunk_h * -(-width // chunk_w) * chunk_w * each
+
     def read_bytes(self, size: tuple[int, int]) -> int:
         """The most a patch of `size` holds as it is read: every chunk it can touch decoded, the region, the patch."""
         slide = self.slide

@@ -22,6 +22,7 @@ from app.data.split import Drawn, Place
 from app.errors import BadSampleError, DataError
 
 NAMED = 10  # images left out named in the log line, at most
+MIB = 2**20
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,8 @@ class PatchSplit(ABC):
         touches read; BadSampleError if unreadable."""
         layout, (y, x) = self.region_of(i, drawn)
         try:
-            region = read_region(layout.slide, layout.level, (y, x), layout.read)
+            region = read_region(layout.slide, layout.level, (y, x), layout.read,
+                                 cache_bytes=self.patches.chunk_cache_mib * MIB)
         except Exception as exc:
             raise BadSampleError(i, self.describe(i, drawn), bad_sample_reason(exc)) from exc
         if layout.read != self.size:  # between two levels: the finer one read, shrunk the rest of the way
@@ -109,6 +111,10 @@ class PatchSplit(ABC):
     def largest_decode_bytes(self, decode: Decode) -> tuple[int, int]:
         """The most one patch holds as it is read: every chunk it can touch decoded, the region, and the patch."""
         return max((layout.read_bytes(self.size) for layout in self.layouts), default=0), 0
+
+    def level_bytes(self) -> dict[tuple[str, int], int]:
+        """Each (image, level) its patches are read at: its decoded bytes in whole chunks, what a worker can keep."""
+        return {(layout.slide.path, layout.level): layout.level_bytes() for layout in self.layouts}
 
     def describe(self, i: int, drawn: Drawn | None = None) -> str:
         image, top, left = self.where(i, drawn)

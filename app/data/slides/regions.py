@@ -15,6 +15,7 @@ from app.data.pixels import scanner_files
 from app.data.pixels.decode import DecodeError
 from app.data.pixels.images import HEAD_BYTES, JPEG_START, PNG_START, TIFF_MAGIC, jpeg_frame, read_bytes, rgb_from_bytes
 from app.data.pixels.tiff import BAND_AXES, READ_TYPES, page_nodata
+from app.data.slides.chunks import DecodedChunks, bands_last
 from app.data.source import bad_sample_reason
 
 OPEN_FILES = 8  # files a worker keeps open: a slide's header and tile offsets are read once, not once a patch
@@ -147,19 +148,22 @@ class OpenFiles:
 
 
 _open = OpenFiles()
+_chunks = DecodedChunks()
 
 
 def close_open_files() -> None:
     """This process's open slides closed (the training process, once it has read their masks)."""
     _open.close_all()
+    _chunks.drop_all()
     scanner_files.opened.close_all()
 
 
-def read_region(slide: Slide, level: int, corner: tuple[int, int], size: tuple[int, int]) -> np.ndarray:
+def read_region(slide: Slide, level: int, corner: tuple[int, int], size: tuple[int, int],
+                cache_bytes: int = 0) -> np.ndarray:
     """(height, width, bands) of `slide`'s `level` from `corner` (top, left) in that level's pixels: only the chunks
-    it touches decoded (not a TIFF: decoded whole); a DecodeError where the file cannot give them."""
+    it touches decoded (not a TIFF: whole), up to `cache_bytes` kept (chunks.py); a DecodeError where unreadable."""
     try:
-        return _region(slide, level, corner, size)
+        return _region(slide, level, (corner, size), cache_bytes)
     except DecodeError:
         raise
     except Exception as error:  # imagecodecs', tifffile's, zarr's and OpenSlide's own errors: the file's fault
@@ -167,22 +171,25 @@ def read_region(slide: Slide, level: int, corner: tuple[int, int], size: tuple[i
                           f"({bad_sample_reason(error)})") from error
 
 
-def _region(slide: Slide, level: int, corner: tuple[int, int], size: tuple[int, int]) -> np.ndarray:
+def _region(slide: Slide, level: int, place: tuple[tuple[int, int], tuple[int, int]], cache_bytes: int) -> np.ndarray:
+    corner, size = place
     (top, left), (height, width) = corner, size
     if slide.openslide:
         return scanner_files.read_region(slide.path, level, (corner, size), downsample=slide.downsample(level))
     if slide.tiff:
         array, axes = _open.level(slide.path, level)
-        window = tuple(slice(top, top + height) if axis == "Y" else slice(left, left + width) if axis == "X"
-                       else slice(None) for axis in axes)
-        region = _bands_last(np.asarray(array[window]), axes)
+        region = _chunks.region(_kept_as(slide.path, level), (array, axes), cache_bytes, place) if cache_bytes else None
+        if region is None:
+            window = tuple(slice(top, top + height) if axis == "Y" else slice(left, left + width) if axis == "X"
+                           else slice(None) for axis in axes)
+            region = bands_last(np.asarray(array[window]), axes)
         return region if slide.alpha is None else scanner_files.on_white(region, premultiplied=slide.alpha == 1)
     image = rgb_from_bytes(read_bytes(slide.path, None), None, None)
     region = image[top:top + height, left:left + width]
     return np.ascontiguousarray(region if region.ndim == 3 else region[:, :, None])
 
 
-def _bands_last(region: np.ndarray, axes: str) -> np.ndarray:
-    order = [axes.index("Y"), axes.index("X"), *[i for i, axis in enumerate(axes) if axis not in "YX"]]
-    moved = np.transpose(region, order)
-    return np.ascontiguousarray(moved.reshape(moved.shape[0], moved.shape[1], -1))
+def _kept_as(path: str, level: int) -> tuple:
+    """A level's key among the kept chunks: its file as it is now, so a file written again is read again."""
+    stat = os.stat(path)
+    return path, stat.st_mtime_ns, stat.st_size, level
