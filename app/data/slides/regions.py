@@ -190,6 +190,6 @@ def _region(slide: Slide, level: int, place: tuple[tuple[int, int], tuple[int, i
 
 
 def _kept_as(path: str, level: int) -> tuple:
-    """A level's key among the kept chunks: its file as it is now, so a file written again is read again."""
+    # a level's key among the kept chunks: its file as it is now, so a file written again is read again
     stat = os.stat(path)
     return path, stat.st_mtime_ns, stat.st_size, level
