@@ -13,6 +13,7 @@ import cv2
 import numpy as np
 
 from app.augment import augmenters
+from app.data.slides.regions import close_open_files
 from app.errors import BadSampleError, DataError
 from app.loader.order import epoch_order
 from app.loader.pipeline import make_sample, usable_cores
@@ -238,6 +239,7 @@ def time_samples(split, augmenter, indices, seed: int) -> tuple[list[float], lis
                 break
     finally:
         cv2.setNumThreads(threads)
+        close_open_files()  # the slides it read, and their chunks kept: the workers' to hold, not this process's
     return times, images, built
 
 

@@ -13,8 +13,12 @@ def fixed_patches(source: Source, *, draws: int | None, seed: int) -> Source:
     return dataclasses.replace(source, train=source.train.fixed(draws=draws, seed=seed))  # a PatchSplit's
 
 
+RUN_ONLY = {"chunk_cache_mib"}  # how a run reads, not what a copy holds: never in a copy's settings
+
+
 def manifest_patches(splits: dict, patches, draws: int | None) -> dict:
     """The manifest's `patches`: settings (plain values), draws, each split's images and labels."""
-    return {"settings": to_plain(patches), "draws": draws,
+    settings = {key: value for key, value in to_plain(patches).items() if key not in RUN_ONLY}
+    return {"settings": settings, "draws": draws,
             "images": {name: list(split.images.paths) for name, split in splits.items()},
             "labels": {name: [int(v) for v in split.images.labels] for name, split in splits.items()}}

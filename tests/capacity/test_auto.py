@@ -9,13 +9,17 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from PIL import Image
+from slides import slide_pixels, write_slide
 
 from app.augment import Augmenter
 from app.capacity import auto as auto_module
 from app.capacity.auto import Timings, choose, time_samples
+from app.data.slides import regions
+from app.data.slides.patches import grid_split
 from app.data.source import FileSplit
 from app.loader import settings
 from app.loader.worker import make_sample
+from app.schema.data import PatchesConfig
 
 
 def use_cores(monkeypatch, n: int) -> None:
@@ -131,6 +135,16 @@ def test_samples_are_timed_as_a_worker_builds_them(jpegs):
         assert np.array_equal(image, make_sample(jpegs, augmenter, index, seed=3, epoch=0))
     other_seed = [make_sample(jpegs, augmenter, index, seed=4, epoch=0) for index in built]  # negative control
     assert any(not np.array_equal(a, b) for a, b in zip(images, other_seed, strict=True))
+
+
+def test_the_probes_patch_reads_leave_no_chunk_kept_in_the_training_process(tmp_path):
+    write_slide(tmp_path / "slide.tif", slide_pixels(256, 0, np.random.default_rng(0))[0], levels=1, tile=64)
+    split = grid_split([str(tmp_path / "slide.tif")], PatchesConfig(size=[32, 32], min_foreground=0.0))[0]
+    augmenter = Augmenter([], (32, 32))
+    make_sample(split, augmenter, 0, seed=0, epoch=0)
+    assert regions._chunks.held > 0  # negative control: a patch read keeps its chunks
+    time_samples(split, augmenter, range(4), seed=0)
+    assert regions._chunks.held == 0  # what the workers will hold, and the plan counts there
 
 
 def test_in_process_loading_gets_one_slot_and_a_given_max_size_counts_in_the_memory_limit():

@@ -161,8 +161,11 @@ def test_evaluate_scores_a_copys_stored_patches_and_sends_the_slides_own_to_be_s
 def test_the_cli_prepares_polygon_patches_with_their_masks_once(tmp_path):
     write_annotated_slides(tmp_path, train=2, val=1, side=256)
     argv = ["prepare", *slides_of(tmp_path, "data.masks_background=glass"), "prepare.out=copy", "hydra.run.dir=log"]
-    first, again = spawn_one_process_for(argv, argv, cwd=tmp_path)
+    # the second keeps no decoded chunk: how a run reads, not what the copy holds, so the copy is the same
+    first, again = spawn_one_process_for(argv, [*argv, "data.patches.chunk_cache_mib=0"], cwd=tmp_path)
     assert first.returncode == 0 and "prepared " in first.stdout and "0 bad" in first.stdout, first.stdout[-2000:]
     assert again.returncode == 0 and "is up to date" in again.stdout, again.stdout[-2000:]
+    settings = json.loads((tmp_path / "copy" / "manifest.json").read_text())["patches"]["settings"]
+    assert "chunk_cache_mib" not in settings and settings["size"] == [32, 32]
     copy = prepared_source(copy_of(tmp_path / "copy"))
     assert copy.val.read(0)[1].shape == (32, 32) and copy.train.mask_dtype == "uint8"

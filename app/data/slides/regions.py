@@ -129,18 +129,24 @@ class OpenFiles:
     def level(self, path: str, level: int):
         """(the zarr array of `path`'s level, its axes)."""
         if path not in self.files:
+            stat = os.stat(path)  # the file as opened: its chunks are kept under it (kept_as)
             tif = tifffile.TiffFile(path)
-            self.files[path] = (tif, {})
+            self.files[path] = (tif, {}, (path, stat.st_mtime_ns, stat.st_size))
             while len(self.files) > self.size:
                 self.files.popitem(last=False)[1][0].close()
         self.files.move_to_end(path)
-        tif, levels = self.files[path]
+        tif, levels, _ = self.files[path]
         if level not in levels:
             import zarr  # noqa: PLC0415 - every loader worker imports app.data; only patch runs pay its 0.2 s
 
             series = tif.series[0]
             levels[level] = (zarr.open(series.aszarr(level=level), mode="r"), series.levels[level].axes)
         return levels[level]
+
+    def kept_as(self, path: str, level: int) -> tuple:
+        # an open level's key among the kept chunks: its file as opened, so a file written again and opened again is
+        # read again, while the open one reads on what it opened
+        return *self.files[path][2], level
 
     def close_all(self) -> None:
         while self.files:
@@ -178,7 +184,8 @@ def _region(slide: Slide, level: int, place: tuple[tuple[int, int], tuple[int, i
         return scanner_files.read_region(slide.path, level, (corner, size), downsample=slide.downsample(level))
     if slide.tiff:
         array, axes = _open.level(slide.path, level)
-        region = _chunks.region(_kept_as(slide.path, level), (array, axes), cache_bytes, place) if cache_bytes else None
+        kept = _open.kept_as(slide.path, level)
+        region = _chunks.region(kept, (array, axes), cache_bytes, place) if cache_bytes else None
         if region is None:
             window = tuple(slice(top, top + height) if axis == "Y" else slice(left, left + width) if axis == "X"
                            else slice(None) for axis in axes)
@@ -188,8 +195,3 @@ def _region(slide: Slide, level: int, place: tuple[tuple[int, int], tuple[int, i
     region = image[top:top + height, left:left + width]
     return np.ascontiguousarray(region if region.ndim == 3 else region[:, :, None])
 
-
-def _kept_as(path: str, level: int) -> tuple:
-    # a level's key among the kept chunks: its file as it is now, so a file written again is read again
-    stat = os.stat(path)
-    return path, stat.st_mtime_ns, stat.st_size, level
