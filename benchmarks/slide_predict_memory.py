@@ -1,8 +1,9 @@
 """A 40,960² slide (4.7 GiB decoded; benchmarks/slide_memory.py writes it) segmented whole by `predict`: the predict
 process's peak memory against `plan`'s figure for predicting a slide whole, and the output pyramid opened at every
 level; then `bench` times the same slide's prediction by the app (`slide_predict`) against a hand-written Keras loop
-(`keras_slide_loop`), memory not sampled. The slide's two discs of tissue are annotated as QuPath's GeoJSON; a short
-run on its patches (level 2, 256²) gives the model.
+(`keras_slide_loop`), memory not sampled; last, what bounds them: the model alone on as many tiles, and the tiles'
+reads with and without the chunks a worker keeps. The slide's two discs of tissue are annotated as QuPath's GeoJSON;
+a short run on its patches (level 2, 256²) gives the model.
 
 Usage: .venv/bin/python benchmarks/slide_predict_memory.py [folder]   (default outputs/slide_memory, as slide_memory.py)
 """
@@ -92,6 +93,34 @@ def main(folder: Path) -> None:
         result = benched["results"][mode]
         print(f"{mode}: {result['images_per_s']:.1f} tiles/s ({result['tiles']} tiles)")
     print(f"slide_predict against keras_slide_loop: {benched['derived']['slide_predict_vs_keras_slide_loop']:.2f}×")
+    time_parts(run, data / "slides" / "val" / "val.tif")
+
+
+def time_parts(run: Path, slide: Path) -> None:
+    """What bounds the two: the run's model alone on as many tiles, and the tiles' reads in one process, with and
+    without the chunks a worker keeps (data.patches.chunk_cache_mib)."""
+    from app.data.slides.regions import close_open_files, read_region  # noqa: PLC0415 - after the runs above
+    from app.frameworks import load_keras  # noqa: PLC0415
+    from app.inference.slide_masks import tiling_of  # noqa: PLC0415
+    from app.schema.data import PatchesConfig  # noqa: PLC0415
+
+    tiling = tiling_of(str(slide), PatchesConfig(size=[256, 256], level=2, min_foreground=0.0), 0.25)
+    corners = [tiling.corner(top, left) for top, lefts in tiling.rows for left in lefts]
+    scale = tiling.layout.slide.downsample(2)
+    for budget in (0, 64):
+        close_open_files()
+        started = time.perf_counter()
+        for y, x in corners:
+            read_region(tiling.layout.slide, 2, (int(y / scale), int(x / scale)), (256, 256), cache_bytes=budget << 20)
+        print(f"reading the {len(corners)} tiles in one process, {budget} MiB of chunks kept: "
+              f"{time.perf_counter() - started:.1f} s")
+    net = load_keras().saving.load_model(run / "model.keras", compile=False)
+    batch = np.zeros((16, 256, 256, 3), np.uint8)
+    net.predict_on_batch(batch)
+    started = time.perf_counter()
+    for _ in range(-(-len(corners) // 16)):
+        net.predict_on_batch(batch)
+    print(f"the model alone on as many tiles (predict_on_batch, batches of 16): {time.perf_counter() - started:.1f} s")
 
 
 if __name__ == "__main__":
