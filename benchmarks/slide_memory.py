@@ -19,6 +19,8 @@ import imagecodecs
 import numpy as np
 import tifffile
 
+from app.io import atomic_write
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from slides import slide_pixels  # noqa: E402 - the tests' own slide texture
 
@@ -72,8 +74,9 @@ def main(folder: Path) -> None:
         for i in (1, 2):
             copy = data / name / f"{i}.tif"
             copy.parent.mkdir(parents=True, exist_ok=True)
-            if not copy.exists():
-                shutil.copyfile(slide, copy)
+            if not copy.is_file() or copy.is_symlink():  # a link left there replaced, never written through
+                with open(slide, "rb") as source, atomic_write(copy, "wb") as target:
+                    shutil.copyfileobj(source, target)
     run = folder / "run"
     subprocess.run([sys.executable, "-m", "app", "train", *RUN, f"data.path={data}", f"hydra.run.dir={run}"],
                    check=True)

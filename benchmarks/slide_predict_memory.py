@@ -19,6 +19,11 @@ from pathlib import Path
 import numpy as np
 import tifffile
 
+from app.data.slides.regions import close_open_files, read_region
+from app.frameworks import load_keras
+from app.inference.slide_masks import tiling_of
+from app.schema.data import PatchesConfig
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from slide_memory import TILE, write_slide  # noqa: E402 - the same 40,960² slide
 
@@ -99,11 +104,6 @@ def main(folder: Path) -> None:
 def time_parts(run: Path, slide: Path) -> None:
     """What bounds the two: the run's model alone on as many tiles, and the tiles' reads in one process, with and
     without the chunks a worker keeps (data.patches.chunk_cache_mib)."""
-    from app.data.slides.regions import close_open_files, read_region  # noqa: PLC0415 - after the runs above
-    from app.frameworks import load_keras  # noqa: PLC0415
-    from app.inference.slide_masks import tiling_of  # noqa: PLC0415
-    from app.schema.data import PatchesConfig  # noqa: PLC0415
-
     tiling = tiling_of(str(slide), PatchesConfig(size=[256, 256], level=2, min_foreground=0.0), 0.25)
     corners = [tiling.corner(top, left) for top, lefts in tiling.rows for left in lefts]
     scale = tiling.layout.slide.downsample(2)

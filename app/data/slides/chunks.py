@@ -29,23 +29,21 @@ class DecodedChunks:
         out = np.empty((bottom - top, right - left, bands), array.dtype)
         for row in range(top // chunk_h, (bottom - 1) // chunk_h + 1):
             for col in range(left // chunk_w, (right - 1) // chunk_w + 1):
-                chunk = self._chunk((*key, row, col), level, budget)
                 y0, x0 = row * chunk_h, col * chunk_w  # the chunk's corner; below, the part of it the region takes
+                window = tuple(slice(y0, y0 + chunk_h) if axis == "Y" else slice(x0, x0 + chunk_w) if axis == "X"
+                               else slice(None) for axis in axes)
+                chunk = self._chunk((*key, row, col), level, window, budget)
                 y1, y2 = max(top, y0), min(bottom, y0 + chunk_h)
                 x1, x2 = max(left, x0), min(right, x0 + chunk_w)
                 out[y1 - top:y2 - top, x1 - left:x2 - left] = chunk[y1 - y0:y2 - y0, x1 - x0:x2 - x0]
         return out
 
-    def _chunk(self, key: tuple, level, budget: int) -> np.ndarray:
+    def _chunk(self, key: tuple, level, window: tuple, budget: int) -> np.ndarray:
         with self.lock:
             if key in self.chunks:
                 self.chunks.move_to_end(key)
                 return self.chunks[key]
         array, axes = level
-        (row, col), y, x = key[-2:], axes.index("Y"), axes.index("X")
-        chunk_h, chunk_w = array.chunks[y], array.chunks[x]
-        window = tuple(slice(row * chunk_h, (row + 1) * chunk_h) if axis == "Y" else
-                       slice(col * chunk_w, (col + 1) * chunk_w) if axis == "X" else slice(None) for axis in axes)
         chunk = bands_last(np.asarray(array[window]), axes)
         with self.lock:
             if key in self.chunks:  # another thread read it meanwhile

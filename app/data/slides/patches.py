@@ -22,7 +22,6 @@ from app.data.split import Drawn, Place
 from app.errors import BadSampleError, DataError
 
 NAMED = 10  # images left out named in the log line, at most
-MIB = 2**20
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +71,7 @@ class PatchSplit(ABC):
         layout, (y, x) = self.region_of(i, drawn)
         try:
             region = read_region(layout.slide, layout.level, (y, x), layout.read,
-                                 cache_bytes=self.patches.chunk_cache_mib * MIB)
+                                 cache_bytes=self.patches.chunk_cache_mib << 20)
         except Exception as exc:
             raise BadSampleError(i, self.describe(i, drawn), bad_sample_reason(exc)) from exc
         if layout.read != self.size:  # between two levels: the finer one read, shrunk the rest of the way

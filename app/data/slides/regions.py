@@ -184,8 +184,8 @@ def _region(slide: Slide, level: int, place: tuple[tuple[int, int], tuple[int, i
         return scanner_files.read_region(slide.path, level, (corner, size), downsample=slide.downsample(level))
     if slide.tiff:
         array, axes = _open.level(slide.path, level)
-        kept = _open.kept_as(slide.path, level)
-        region = _chunks.region(kept, (array, axes), cache_bytes, place) if cache_bytes else None
+        region = _chunks.region(_open.kept_as(slide.path, level), (array, axes), cache_bytes, place) \
+            if cache_bytes else None
         if region is None:
             window = tuple(slice(top, top + height) if axis == "Y" else slice(left, left + width) if axis == "X"
                            else slice(None) for axis in axes)
