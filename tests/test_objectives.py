@@ -139,8 +139,9 @@ def test_the_epochs_macro_auc_leaves_out_a_class_without_a_positive_or_a_negativ
 def saved_and_loaded(path: str) -> list[float]:
     """A model compiled with MacroAUC saved and loaded by Keras: its AUC before and after, and class 0's by hand."""
     truth = np.array([[1, 0], [0, 0], [1, 0], [0, 0]], np.float32)  # class 1: no positive
-    x = np.array([[0.9], [0.2], [0.6], [0.4]], np.float32)
+    x = np.array([[0.9], [0.2], [0.3], [0.4]], np.float32)  # class 0's AUC 0.75: one pair out of order
     net = keras.Sequential([keras.Input((1,)), keras.layers.Dense(2, activation="sigmoid")])
+    net.layers[0].set_weights([np.array([[4.0, 1.0]], np.float32), np.zeros(2, np.float32)])  # scores bins apart
     net.compile(loss="binary_crossentropy", metrics=[MacroAUC(2)])
     net.save(path)
     loaded = keras.saving.load_model(path)
@@ -161,4 +162,4 @@ def test_the_macro_auc_is_saved_and_loaded_with_a_checkpoint_on_tensorflow_and_j
     assert done.returncode == 0, done.stderr[-2000:]
     for trained, loaded, class_0 in (saved_and_loaded(str(tmp_path / "tf.keras")),
                                      json.loads(done.stdout.strip().splitlines()[-1])):
-        assert trained == pytest.approx(loaded) == pytest.approx(class_0, abs=1e-3)
+        assert trained == pytest.approx(loaded) == pytest.approx(class_0, abs=1e-3) == pytest.approx(0.75)
