@@ -5,19 +5,23 @@ tests/cli/test_docs_commands.py: TensorFlow and Keras load once for them all.
 Usage: python tests/docs_runner.py <commands.json> <results.json>; each command is
 {"argv": [...]} or {"python": "..."}. Other tests run a few commands so with
 `spawn_one_process_for`, or one at a time as each test gives them, in a process kept for a module's
-tests, with `OneProcess` (`--serve`: a command a line read, its result a line written back). In an
-argument, {LAST_RUN} is the newest run directory under ./outputs/<date>/<time>/ with a model.keras and
-{LAST_SWEEP} the newest sweep under ./outputs/multirun/<date>/<time>/, found when that command starts:
-the documents' placeholders for a run they made a step before. With DOCS_RUNNER_SECONDS=<file>, a line a
-command (its seconds, folder and arguments) is added to that file: where a test's time goes.
+tests, with `OneProcess` (`--serve`: a command a line read, its result a line written back). Both run them in
+this test process's shared one (`shared_process`, kept for the session) where their environment is the session's
+and none chooses the backend or devices: TensorFlow loads once a test process. In an argument, {LAST_RUN} is the
+newest run directory under ./outputs/<date>/<time>/ with a model.keras and {LAST_SWEEP} the newest sweep under
+./outputs/multirun/<date>/<time>/, found when that command starts: the documents' placeholders for a run they made a
+step before. With DOCS_RUNNER_SECONDS=<file>, a line a command (its seconds, folder and arguments) is added to that
+file: where a test's time goes.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import io
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -31,6 +35,28 @@ from hydra.core.global_hydra import GlobalHydra
 from app.__main__ import main
 from app.cli import argv as argv_step
 from app.runs import rundir
+
+TESTS = Path(__file__).resolve().parent
+# What a process's environment gains by itself: pytest's name of the test running, what the app sets where it
+# runs (app/__init__.py, `main`, TensorFlow chosen as the backend) and what TensorFlow and MLflow set as they load.
+# Any other change is a test's own: its commands get a process of their own.
+OWN_KEYS = {"PYTEST_CURRENT_TEST": None, "HYDRA_FULL_ERROR": None, "TF_CPP_MIN_LOG_LEVEL": None,
+            "NO_ALBUMENTATIONS_UPDATE": None, "KERAS_BACKEND": "tensorflow", "TF2_BEHAVIOR": None,
+            "TPU_ML_PLATFORM": None, "TPU_ML_PLATFORM_VERSION": None, "TPU_SKIP_MDS_QUERY": None,
+            "HDF5_PLUGIN_PATH": None, "ENABLE_RUNTIME_UPTIME_TELEMETRY": None, "_MLFLOW_TELEMETRY_SESSION_ID": None}
+
+
+def told(env) -> dict:
+    """`env` less what a process gains by itself: what a command is told."""
+    return {key: value for key, value in env.items()
+            if key not in OWN_KEYS or OWN_KEYS[key] not in (None, value)}
+
+
+# The environment of the shared process's commands: the session's as the tests' modules found it (before any test
+# changed it), the tests' folder importable (their callbacks and sources).
+SESSION_ENV = told(os.environ)
+SHARED_ENV = {**SESSION_ENV, "PYTHONPATH": str(TESTS)}
+OWN_PROCESS = ("trainer.backend=", "trainer.strategy=", "trainer.cpu_devices=")  # chosen before the framework loads
 
 
 def newest(pattern: str) -> str:
@@ -65,6 +91,11 @@ def run_one(command: dict) -> dict:
         rundir.release_lock(run_dir)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    for module in list(sys.modules.values()):  # a warning shown once a process is shown to the next command too
+        if isinstance(registry := getattr(module, "__dict__", {}).get("__warningregistry__"), dict):
+            registry.clear()
+    if keras := sys.modules.get("keras"):  # the models of the commands before, let go
+        keras.backend.clear_session()
     seconds = time.perf_counter() - started
     if timings := os.environ.get("DOCS_RUNNER_SECONDS"):
         with open(timings, "a") as f:
@@ -76,7 +107,9 @@ def spawn_one_process_for(*argvs: list[str], cwd: Path, env: dict | None = None,
                           python: str = sys.executable) -> list[subprocess.CompletedProcess]:
     """`python -m app <argv>` for each argv, one after another in one new process (this module,
     run as a script by `python`), so TensorFlow loads once for them all; each one's exit status and
-    what it printed (stdout and stderr as one text, given as both)."""
+    what it printed (stdout and stderr as one text, given as both). In the shared process where it can be."""
+    if sharable(argvs, env, python):
+        return [shared_process()(*argv, cwd=cwd) for argv in argvs]
     with tempfile.TemporaryDirectory(prefix="commands-") as folder:
         listed, written = Path(folder) / "commands.json", Path(folder) / "results.json"
         listed.write_text(json.dumps([{"argv": list(argv)} for argv in argvs]))
@@ -87,21 +120,31 @@ def spawn_one_process_for(*argvs: list[str], cwd: Path, env: dict | None = None,
     return [subprocess.CompletedProcess(["app", *r["argv"]], r["status"], r["printed"], r["printed"]) for r in done]
 
 
+# The shared process is started by one that exits at once, so it is no child of this test process: the tests that
+# look at their own children (loader workers, a job's leftovers, memory) never meet it.
+LAUNCHER = "import subprocess, sys; subprocess.Popen(sys.argv[2:], pass_fds=map(int, sys.argv[1].split(',')))"
+
+
 class OneProcess:
     """`python -m app <argv>` command lines run one at a time, as tests give them, in one process of this
     module's started by the first and kept until `close` (a module-scoped fixture's): TensorFlow loads once
     for them all. Each call's result as spawn_one_process_for gives it; each runs in its own `cwd`."""
 
-    def __init__(self, *, env: dict | None = None, python: str = sys.executable):
-        self.env, self.python, self.server = env, python, None
+    def __init__(self, *, env: dict | None = None, python: str = sys.executable, detached: bool = False):
+        self.env, self.python, self.detached, self.server = env, python, detached, None
 
     def __call__(self, *argv: str, cwd: Path) -> subprocess.CompletedProcess:
+        if self not in _shared and sharable([argv], self.env, self.python):
+            return shared_process()(*argv, cwd=cwd)
         if self.server is None:
             self._spawn_server()
         self.asking.write(json.dumps({"argv": list(argv), "cwd": str(cwd)}) + "\n")
         self.asking.flush()
         answer = self.answers.readline()
-        assert answer, f"the runner died ({self.server.wait()}): {Path(self.said.name).read_text()[-3000:]}"
+        if not answer:  # the process died: the next command starts another
+            said = Path(self.said.name).read_text()[-3000:]
+            self.close()
+            raise AssertionError(f"the runner died: {said}")
         done = json.loads(answer)
         return subprocess.CompletedProcess(["app", *argv], done["status"], done["printed"], done["printed"])
 
@@ -109,25 +152,53 @@ class OneProcess:
         asked, asking = os.pipe()  # pipes of their own: what the commands print (and their workers) stays apart
         answering, answered = os.pipe()
         self.said = tempfile.NamedTemporaryFile(prefix="runner-", suffix=".log")  # noqa: SIM115 - closed by close
-        self.server = subprocess.Popen([self.python, __file__, "--serve", str(asked), str(answered)],
-                                       pass_fds=(asked, answered), env=self.env, stdout=self.said, stderr=self.said)
+        command = [self.python, __file__, "--serve", str(asked), str(answered)]
+        if self.detached:
+            command = [self.python, "-c", LAUNCHER, f"{asked},{answered}", *command]
+        self.server = subprocess.Popen(command, pass_fds=(asked, answered), env=self.env, stdout=self.said,
+                                       stderr=self.said)
+        if self.detached:
+            self.server.wait(timeout=60)  # the launcher, gone once the server has started
         os.close(asked)
         os.close(answered)
         self.asking, self.answers = os.fdopen(asking, "w"), os.fdopen(answering)
 
     def close(self) -> None:
-        """Ends the process (its input closed, it returns) and deletes its log."""
+        """Ends the process (its input closed, it returns: its end of the answers closes) and deletes its log."""
         if self.server is not None:
             self.asking.close()
-            self.server.wait(timeout=120)
+            if select.select([self.answers], [], [], 120)[0]:  # bounded: a stray holder of its end never hangs us
+                self.answers.read()
+            if not self.detached:
+                self.server.wait(timeout=120)
             self.answers.close()
             self.said.close()
+            self.server = None
 
     def __enter__(self) -> OneProcess:
         return self
 
     def __exit__(self, *_) -> None:
         self.close()
+
+
+_shared: list[OneProcess] = []  # this test process's shared one, once started
+
+
+def shared_process() -> OneProcess:
+    """This test process's own app process, started by its first command and kept for the session (closed at exit)."""
+    if not _shared:
+        _shared.append(OneProcess(env=SHARED_ENV, detached=True))
+        atexit.register(_shared[0].close)
+    return _shared[0]
+
+
+def sharable(argvs, env: dict | None, python: str) -> bool:
+    """Commands the shared process can run as a new one would: the session's environment (as it was, or with the
+    tests' folder importable), this interpreter, and none choosing the backend or devices."""
+    given = told(os.environ if env is None else env)
+    return python == sys.executable and given in (SESSION_ENV, SHARED_ENV) and \
+        not any(arg.startswith(OWN_PROCESS) for argv in argvs for arg in argv)
 
 
 def serve_commands(asked: int, answered: int) -> None:

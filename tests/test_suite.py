@@ -1,6 +1,7 @@
 """The suite's own rules, as pyproject.toml sets them: what `make test` needs is in the `dev`
 extra, a test that hangs fails with its stack instead of holding the suite, and what `make test`
-leaves to `make test-all` says what covers it."""
+leaves to `make test-all` says what covers it; and which commands share a test process's app process
+(tests/docs_runner.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import psutil
+from docs_runner import TESTS, OneProcess, sharable, shared_process
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,3 +111,28 @@ def test_make_test_leaves_out_only_the_exhaustive_variants_each_naming_its_cover
     (tmp_path / "test_bare.py").write_text("import pytest\n\n\n@pytest.mark.exhaustive\ndef test_x():\n"
                                            '    """A variant."""\n')
     assert exhaustive_without_their_cover([tmp_path / "test_bare.py"]) == ["test_bare.py::test_x"]  # the control
+
+
+def serving() -> list[psutil.Process]:
+    return [p for p in psutil.Process().children(recursive=True) if "--serve" in p.cmdline()]
+
+
+def test_the_shared_app_process_takes_what_a_new_one_would_run_alike_and_is_no_child(tmp_path):
+    python = sys.executable
+    assert sharable([["train"], ["evaluate"]], None, python)  # the session's environment, as it is
+    assert sharable([["train"]], {**os.environ, "PYTHONPATH": str(TESTS)}, python)  # the tests importable
+    assert sharable([["train"]], {**os.environ, "KERAS_BACKEND": "tensorflow", "HYDRA_FULL_ERROR": "1"}, python)
+    # negative controls: a test's own variable, another backend or devices, another interpreter
+    assert not sharable([["train"]], {**os.environ, "AWS_ENDPOINT_URL": "http://127.0.0.1:1"}, python)
+    assert not sharable([["train"]], {**os.environ, "KERAS_BACKEND": "jax"}, python)
+    assert not sharable([["train"], ["train", "trainer.cpu_devices=2"]], None, python)
+    assert not sharable([["train", "trainer.backend=jax"]], None, python)
+    assert not sharable([["train"]], None, "/usr/bin/python3")
+    done = shared_process()("--help", cwd=tmp_path)
+    assert done.returncode == 0 and "usage: python -m app" in done.stdout
+    assert serving() == []  # the tests that look at their children never meet it
+    own = OneProcess(env={**os.environ, "AWS_ENDPOINT_URL": "http://127.0.0.1:1"})
+    try:  # negative control: a process of a test's own is its child
+        assert own("--help", cwd=tmp_path).returncode == 0 and len(serving()) == 1
+    finally:
+        own.close()

@@ -27,7 +27,7 @@ class Progress(keras.callbacks.Callback):
         """`shown`: the figure beside the loss, the task's (accuracy, auc, miou)."""
         super().__init__()
         self.epochs, self.steps, self.shown = epochs, steps, shown
-        self.bar = None
+        self.bar = self.validation = None
 
     def on_epoch_begin(self, epoch, logs=None):
         self.bar = tqdm(total=self.steps, initial=int((logs or {}).get("first_batch", 0)), unit="step",
@@ -44,8 +44,12 @@ class Progress(keras.callbacks.Callback):
             self.bar.close()
 
     def on_train_end(self, logs=None):
-        if self.bar is not None:
-            self.bar.close()
+        self.close()
+
+    def close(self) -> None:  # a run that fails prints its error below the bars' last lines, not above them
+        for bar in (self.bar, self.validation):
+            if bar is not None:
+                bar.close()
 
     def on_test_begin(self, logs=None):  # a grid of patches can make validation minutes long: a bar once it is slow
         self.validation = tqdm(unit="step", desc="validation", file=sys.stderr, delay=VALIDATION_BAR_AFTER_S,

@@ -50,6 +50,7 @@ class Epochs:
     kept: CallbackStates = field(init=False)
     out: dashboards.Writer = field(init=False)
     saves: Path = field(init=False)  # where checkpoints and model.keras go: run_dir, or a scratch directory
+    progress: Progress | None = field(init=False, default=None)  # the bars, in the process that writes
 
     def train_and_write_checkpoints(self) -> None:
         """Process 0 writes the run dir; others save (collective on JAX) into a scratch dir removed at the end."""
@@ -67,6 +68,8 @@ class Epochs:
         try:
             self._epochs()
         except BaseException as error:  # an MLflow run ends as failed or killed, its files kept
+            if self.progress is not None:
+                self.progress.close()
             try:
                 self.out.finish_and_upload("interrupted" if isinstance(error, KeyboardInterrupt) else "failed")
             except Exception as failure:  # the run's own error is the one to report
@@ -101,7 +104,8 @@ class Epochs:
         trainer, epochs = self.context.config.trainer, self.context.config.trainer.epochs
         dashboard = dashboards.Dashboard(self.out, self.context.state, self.memory, self.loader.telemetry)
         shown = self.head.task.monitor.removeprefix("val_")  # the task's own figure beside the loss
-        own = [Progress(epochs, self.steps, shown), dashboard] if self.writes else []
+        self.progress = Progress(epochs, self.steps, shown) if self.writes else None
+        own = [self.progress, dashboard] if self.writes else []
         # A step's row is written before its checkpoint: a run killed between the two would
         # otherwise resume after a step that samples.csv never recorded.
         if trainer.record_samples and self.writes:
