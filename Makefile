@@ -15,8 +15,9 @@ train: $(VENV)/.installed
 # Two processes (pytest-xdist), each taking a whole file at a time so a file's fixtures are built
 # once, in tests/conftest.py's order (the slowest files first; xdist would otherwise put the files
 # with the most tests first, and the slow ones with few last, one process waiting on the other):
-# 10 to 11 minutes on two cores as pytest counts them (612-654 s on a fresh clone since segmentation; 546-565 s
-# before it), its setup a minute more; twice that when the machine is slowed by its neighbours.
+# 11 to 15 minutes on two cores as pytest counts them (675-896 s on fresh clones since slides' segmentation, the
+# higher figures with `import tensorflow` taking 5-6 s instead of 4 on a machine slowed by its neighbours), its
+# setup a minute more: over the 10-minute budget (tests/conftest.py).
 # ARGS="-n 4" on a bigger machine, ARGS="-n 0" for one process. Leaves out the tests marked exhaustive:
 # variants of paths it covers (pyproject.toml), which `make test-all` runs too.
 test: $(VENV)/.installed
