@@ -6,6 +6,7 @@ leaves to `make test-all` says what covers it; and which commands share a test p
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
 import subprocess
 import sys
@@ -114,7 +115,13 @@ def test_make_test_leaves_out_only_the_exhaustive_variants_each_naming_its_cover
 
 
 def serving() -> list[psutil.Process]:
-    return [p for p in psutil.Process().children(recursive=True) if "--serve" in p.cmdline()]
+    """This process's children that serve commands (tests/docs_runner.py --serve)."""
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):  # one that ended meanwhile
+            if "--serve" in child.cmdline():
+                found.append(child)
+    return found
 
 
 def test_the_shared_app_process_takes_what_a_new_one_would_run_alike_and_is_no_child(tmp_path):
