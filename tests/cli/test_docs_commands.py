@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tifffile
+from docs_runner import OWN_PROCESS
 from PIL import Image
 from segmentation_data import write_raster_set, write_texture_folder
 from slides import write_annotated_slides, write_slides
@@ -160,7 +161,7 @@ def source_of(args: list[str]) -> str:
 
 def apart(argv: list[str]) -> bool:
     """Runs in a process of its own: the backend or the devices are chosen before they load."""
-    return "trainer.backend=jax" in argv or "trainer.strategy=mirrored" in argv
+    return any(arg.startswith(OWN_PROCESS) for arg in argv)
 
 
 def form(line: str) -> str:
