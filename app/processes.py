@@ -8,7 +8,9 @@ import multiprocessing as mp
 import os
 import signal
 import sys
+import threading
 from contextlib import contextmanager
+from multiprocessing.connection import wait
 
 import psutil
 
@@ -64,6 +66,19 @@ def die_with_parent(parent_pid: int | None) -> None:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if parent_pid is not None and os.getppid() != parent_pid:  # the parent died before prctl took effect
         os._exit(1)
+
+
+# A thread that ends this multiprocessing child when the process that started it ends: under forkserver the
+# PDEATHSIG parent is the fork server, which lives on while a hung worker holds its pipe open.
+def watch_parent_and_exit_with_it() -> None:
+    parent = mp.parent_process()
+    if parent is not None:
+        threading.Thread(target=_exit_at_end_of, args=(parent.sentinel,), name="app-parent-watch", daemon=True).start()
+
+
+def _exit_at_end_of(sentinel: int) -> None:
+    wait([sentinel])  # readable only at EOF: the parent's end closed with it
+    os._exit(1)
 
 
 # glibc's mallopt parameters (malloc.h).

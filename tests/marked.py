@@ -71,7 +71,7 @@ class MarkedSplit(WholeImages):
         shown = int(self.shown[i])
         if self.log_path:
             with open(self.log_path, "a") as f:
-                f.write(f"{shown} {os.getpid()}\n")
+                f.write(f"{shown} {os.getpid()} {os.environ.get('MARKED_SEEN', '-')}\n")  # the worker's environment
         if shown in self.bad:
             raise BadSampleError(i, self.describe(i), "truncated file")
         if shown == self.crash_at:

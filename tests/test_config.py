@@ -33,7 +33,7 @@ def test_defaults_compose_and_validate():
     assert cfg.data._target_ == "app.data.sources.synthetic.synthetic_source" and cfg.data.source_size >= 1024
     # null: the machine's (auto where training sees an accelerator, else 2: tests/capacity/test_auto.py)
     assert cfg.queue.workers is None and cfg.queue.use_multiprocessing and cfg.queue.max_size is None
-    assert to_plain(cfg)["queue"]["start_method"] == "spawn"
+    assert to_plain(cfg)["queue"]["start_method"] == "forkserver"
     # the augmentation's crop follows data.image_size
     assert to_plain(composed("data.image_size=[48,40]"))["augment"]["transforms"][0]["size"] == [48, 40]
 
@@ -333,7 +333,7 @@ def test_load_gives_the_one_typed_object_also_from_a_saved_run():
 
     config = load(composed("data=cifar", "queue.max_size=3"))
     assert isinstance(config, Config) and isinstance(config.data, CifarDataConfig)
-    assert isinstance(config.queue, QueueConfig) and config.queue.start_method is StartMethod.spawn
+    assert isinstance(config.queue, QueueConfig) and config.queue.start_method is StartMethod.forkserver
     again = load(to_plain(config))  # what a run saves, loaded back
     assert again == config and to_plain(again) == to_plain(config)
     with pytest.raises(ConfigError, match="queue.max_size"):  # negative control: it validates too

@@ -35,6 +35,7 @@ STATED = [
     ("docs/models.md", "`trainer.backend=auto`, the default", {"trainer.backend": "auto"}),
     ("README.md", "`trainer.backend=auto`, the default", {"trainer.backend": "auto"}),
     ("README.md", "now the default where a GPU is seen", {"queue.workers": None}),
+    ("docs/queue.md", "`queue.start_method=forkserver` (the default)", {"queue.start_method": "forkserver"}),
     ("README.md", "default where training sees a GPU or TPU", {"queue.workers": None, "queue.max_size": None}),
     ("docs/performance.md", "the defaults now `auto` where a GPU is seen",
      {"queue.workers": None, "queue.max_size": None}),
@@ -78,6 +79,7 @@ NOT_A_SETTING = [
     ("docs/performance.md", "the earlier defaults"),  # the recipe a measurement ran with
     ("docs/queue.md", "`conf/queue/default.yaml`"),  # a file's name
     ("docs/queue.md", "(`queue_default`)"),  # summary.json's key
+    ("docs/queue.md", "its own default on Linux"),  # Python's
     ("README.md", "the queue's old default"),  # what a measurement ran with
     ("docs/models.md", "the old default"),
     ("docs/performance.md", "default then"),

@@ -32,7 +32,7 @@ def tree_bytes(root: psutil.Process | None = None) -> int:
     root, *children = _tree(root or psutil.Process()) or [None]
     if root is None:
         return 0
-    return _root_bytes(root) + sum(private_bytes(child.pid) for child in children) + rings_bytes(root.pid)
+    return _root_bytes(root) + sum(child_bytes(child.pid) for child in children) + rings_bytes(root.pid)
 
 
 def _root_bytes(process: psutil.Process) -> int:
@@ -49,20 +49,49 @@ def _root_bytes(process: psutil.Process) -> int:
     return fields.get("VmRSS", 0) - fields.get("RssShmem", 0)
 
 
-def private_bytes(pid: int) -> int:
+# `shared_anonymous`: with the memory it shares with the children it forked (no file's), counted here once
+def private_bytes(pid: int, shared_anonymous: bool = False) -> int:
     """The pages only this process maps (USS), less a ring's: an unread slot a worker wrote is the ring's, not its."""
-    total, counted = 0, True
+    total, counted, anonymous = 0, True, False
+    fields = ("Private_Clean", "Private_Dirty")
     try:
         with open(f"/proc/{pid}/smaps") as smaps:
             for line in smaps:
                 name, _, rest = line.partition(":")
-                if " " in name:  # a mapping's header: address range, permissions, ..., path
-                    counted = f"{SHM_DIR}/{RING_PREFIX}" not in line
-                elif counted and name in ("Private_Clean", "Private_Dirty"):
+                if " " in name:  # a mapping's header: address range, permissions, offset, device, inode, path
+                    counted, path = f"{SHM_DIR}/{RING_PREFIX}" not in line, line.split()[5:]
+                    anonymous = not path or path[0].startswith("[")
+                elif counted and (name in fields or (shared_anonymous and anonymous and name.startswith("Shared_"))):
                     total += int(rest.split()[0]) * 1024
     except OSError:  # gone
         return 0
     return total
+
+
+# A child's share of the tree: its USS; a fork server's with the modules its workers share with it
+def child_bytes(pid: int) -> int:
+    return private_bytes(pid, shared_anonymous=is_fork_server(pid))
+
+
+# multiprocessing's fork server: the children it forks have its command line too, and it is their parent
+def is_fork_server(pid: int) -> bool:
+    try:
+        return _forkserver_cmdline(pid) and not _forkserver_cmdline(psutil.Process(pid).ppid())
+    except psutil.Error:  # gone
+        return False
+
+
+def _forkserver_cmdline(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return b"multiprocessing.forkserver" in cmdline.read()
+    except OSError:  # gone
+        return False
+
+
+# What this process's fork server holds (its modules, shared with its workers), or 0 without one
+def fork_server_bytes() -> int:
+    return sum(child_bytes(child.pid) for child in _tree(psutil.Process())[1:] if is_fork_server(child.pid))
 
 
 def rings_bytes(pid: int, shm_dir: str = SHM_DIR) -> int:
@@ -122,7 +151,7 @@ class PeakMemory:
             abs(now - then) >= RECHECK_BYTES
             for pid, values in counters.items() for now, then in zip(values, self._read_at[pid], strict=True))
         if moved or time.monotonic() - self._last_read >= FULL_EVERY_S:
-            self._children = sum(private_bytes(pid) for pid in counters)
+            self._children = sum(child_bytes(pid) for pid in counters)
             self._rings = rings_bytes(self._root.pid)
             self._read_at, self._last_read = counters, time.monotonic()
             self.private_reads += 1

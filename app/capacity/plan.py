@@ -35,7 +35,9 @@ class Probe:
     """This machine's figures, measured once (app/capacity/probe.py)."""
 
     trainer_mib: float  # a training process before its model: TensorFlow, Keras, the app, tf.data, TensorBoard (RSS)
-    worker_mib: float  # a loader worker process after its first small samples (USS)
+    worker_mib: float  # a spawned loader worker process after its first small samples (USS)
+    forked_worker_mib: float  # one forked by the fork server, which holds the modules it shares with them (USS)
+    fork_server_mib: float  # the fork server: the workers' modules, once (its own pages and those it shares)
     worker_bytes_per_decoded_byte: float  # how a worker grows with the largest image it decodes
     worker_region_mib: float  # what a worker adds to read regions of a tiled pyramid (zarr, its stores: patches)
     activation_factor: float  # host bytes a training step holds per float32 byte of layer outputs
@@ -62,6 +64,7 @@ class Workload:
     max_size: int  # ring slots: queue.max_size as the loader caps it (app/loader/settings.py: ring_slots)
     workers: int
     processes: bool  # workers are processes (each with its own interpreter), not threads
+    forked: bool = False  # those processes forked by a fork server holding their modules (queue.start_method)
     largest_decode_bytes: int  # the largest image's RGB array (after any draft reduction)
     largest_pillow_bytes: int = 0  # what Pillow's own copies of an image hold beside it (not JPEGs OpenCV decodes)
     device_is_host: bool  # no GPU: the device's share is host memory too
@@ -106,7 +109,8 @@ def workload(data, largest: tuple[int, int], run, splits: tuple) -> Workload:
     levels = {key: size for s in patched for key, size in s.level_bytes().items()}  # what the loader's reads can keep
     kept = min(data.patches.chunk_cache_mib * MIB, sum(levels.values())) if patched else 0
     return Workload(batch_size=run.batch_size, image_size=tuple(data.image_size), max_size=queue.max_size,
-                    workers=queue.workers, processes=queue.use_multiprocessing, largest_decode_bytes=largest[0],
+                    workers=queue.workers, processes=queue.use_multiprocessing, forked=queue.forked,
+                    largest_decode_bytes=largest[0],
                     largest_pillow_bytes=largest[1], device_is_host=run.device_is_host, bands=run.pixels.bands,
                     itemsize=np.dtype(run.pixels.dtype).itemsize, region_reads=isinstance(split, PatchSplit),
                     kept_chunk_bytes=kept,
@@ -180,8 +184,10 @@ def predict(work: Workload, probe: Probe, model: ModelFacts) -> Plan:
         host.insert(2, ("the GPU allocator's bookkeeping (1/32 of its preallocated pool)", work.allocator_mib))
     kept = work.kept_chunk_bytes / MIB
     if work.workers and work.processes:
-        each = probe.worker_mib + decode_mib(work, probe) + kept
+        each = (probe.forked_worker_mib if work.forked else probe.worker_mib) + decode_mib(work, probe) + kept
         chunks = f", {kept:.0f} of them decoded chunks kept" if kept else ""
+        if work.forked:
+            host.append(("the fork server (the workers' modules, shared with them)", probe.fork_server_mib))
         host.append((f"{work.workers} worker processes ({each:.0f} MiB each{chunks})", work.workers * each))
     else:  # threads or in-process: the decode's buffers in the training process, and one process's chunks kept
         threads = max(work.workers, 1)

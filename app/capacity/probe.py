@@ -20,7 +20,7 @@ import tifffile
 from PIL import Image
 
 from app.augment import Augmenter
-from app.capacity.memory import private_bytes
+from app.capacity.memory import fork_server_bytes, private_bytes
 from app.capacity.plan import MIB, Probe
 from app.data.slides.patches import PatchSplit, grid_split
 from app.data.source import FileSplit
@@ -41,7 +41,8 @@ def cache_file() -> Path:
     return app_cache_dir() / f"machine_probe.{_backend()}.json"
 
 
-PROBE_LAYOUT = 2  # 2: the training process measured without JAX's GPU pool (the plan adds the pool's share)
+# 2: the training process measured without JAX's GPU pool (the plan adds the pool's share); 3: forked workers
+PROBE_LAYOUT = 3
 
 
 def machine() -> dict:
@@ -141,9 +142,9 @@ def reset_high_water() -> None:
 
 
 def _spawn_worker_probe() -> dict:
-    """A real worker's USS after small images, then (fresh ones) after large ones and a tiled pyramid's regions."""
+    """A real worker's USS after small images (spawned; forked), then (fresh ones) large ones and pyramid regions."""
     rng = np.random.default_rng(0)
-    uss = {}
+    uss, splits = {}, {}
     with tempfile.TemporaryDirectory(prefix="app-probe-") as tmp:
         for name, (h, w) in (("small", SMALL), ("large", LARGE)):
             paths = []
@@ -151,22 +152,25 @@ def _spawn_worker_probe() -> dict:
                 noise = rng.integers(0, 256, (h // 4, w // 4, 3), np.uint8).repeat(4, 0).repeat(4, 1)
                 paths.append(Path(tmp) / f"{name}{i}.jpg")
                 Image.fromarray(noise).save(paths[-1], quality=90)
-            uss[name] = _worker_uss(FileSplit(paths, [0] * len(paths)))
-        uss["regions"] = _worker_uss(_region_split(Path(tmp) / "pyramid.tif", rng))
+            splits[name] = FileSplit(paths, [0] * len(paths))
+            uss[name], _ = _worker_uss(splits[name], "spawn")
+        uss["forked"], server = _worker_uss(splits["small"], "forkserver")
+        uss["regions"], _ = _worker_uss(_region_split(Path(tmp) / "pyramid.tif", rng), "spawn")
     decoded = (LARGE[0] * LARGE[1] - SMALL[0] * SMALL[1]) * 3
-    return {"worker_mib": uss["small"] / MIB,
+    return {"worker_mib": uss["small"] / MIB, "forked_worker_mib": uss["forked"] / MIB, "fork_server_mib": server / MIB,
             "worker_bytes_per_decoded_byte": max(uss["large"] - uss["small"], 0) / decoded,
             "worker_region_mib": max(uss["regions"] - uss["small"], 0) / MIB}
 
 
-def _worker_uss(split) -> int:
-    """The USS of a loader worker that has built every sample of `split`, as app/capacity/memory.py counts it."""
-    settings = Settings(batch_size=2, image_size=(32, 32), queue=Queue(workers=1, max_size=1))
+def _worker_uss(split, start_method: str) -> tuple[int, int]:
+    """A worker's USS once it built every sample of `split` (app/capacity/memory.py), and the fork server's figure."""
+    queue = Queue(workers=1, max_size=1, start_method=start_method)
+    settings = Settings(batch_size=2, image_size=(32, 32), queue=queue)
     enqueuer = Enqueuer({"train": split}, {"train": Augmenter([], (32, 32), draft=False)}, settings)
     with Loader(enqueuer) as loader:
         for _ in loader.batches("train", np.arange(len(split)), 0):
             pass
-        return private_bytes(loader.worker_pids[0])
+        return private_bytes(loader.worker_pids[0]), fork_server_bytes()
 
 
 def _region_split(path: Path, rng: np.random.Generator) -> PatchSplit:

@@ -78,10 +78,13 @@ class Pool:
             return Worker(conn=parent_end, handle=thread, name=f"worker thread {i}", ready=True)
         context = mp.get_context(self.start_method)
         parent_end, child_end = context.Pipe(duplex=True)
-        parent_pid = os.getpid() if self.start_method == "spawn" else None
-        process = context.Process(target=worker_loop.process_main, name=f"app-loader-{i}", daemon=True,
-                                  args=(child_end, self.ring.spec, self.work, parent_pid))
+        forked = self.start_method == "forkserver"
+        if forked:  # takes effect where this process's fork server starts, here or later; a running one is kept
+            context.set_forkserver_preload(worker_loop.PRELOADED)
         with _child_environment(self.start_method), main_module_hidden(not self._needs_main):
+            process = context.Process(target=worker_loop.process_main, name=f"app-loader-{i}", daemon=True,
+                                      args=(child_end, self.ring.spec, self.work, None if forked else os.getpid(),
+                                            dict(os.environ)))
             self._starter.submit(process.start).result()
         child_end.close()
         return Worker(conn=parent_end, handle=process, name=f"worker process {process.pid}")

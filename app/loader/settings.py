@@ -19,7 +19,7 @@ class Queue:
     workers: int = 2
     max_size: int = 2
     use_multiprocessing: bool = True
-    start_method: str = "spawn"
+    start_method: str = "forkserver"
     timeout_s: float = 120.0
     startup_timeout_s: float = 300.0
 
@@ -28,6 +28,10 @@ class Queue:
         return cls(workers=workers, max_size=max_size, use_multiprocessing=queue.use_multiprocessing,
                    start_method=str(queue.start_method.value), timeout_s=queue.timeout_s,
                    startup_timeout_s=queue.startup_timeout_s)
+
+    @property  # worker processes forked from a server that imported their modules (their pages shared)
+    def forked(self) -> bool:
+        return self.use_multiprocessing and self.start_method == "forkserver"
 
     def with_slots(self, slots: int) -> Queue:
         # this queue as a loader runs it: max_size the `slots` its ring holds (ring_slots caps them)

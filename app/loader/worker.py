@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -18,12 +19,14 @@ from app.loader import messages
 from app.loader.bad_samples import MAX_REPLACEMENTS
 from app.loader.native_stderr import NativeStderr
 from app.loader.ring import RingSpec, attach
-from app.processes import die_with_parent, keep_freed_memory
+from app.processes import die_with_parent, keep_freed_memory, watch_parent_and_exit_with_it
 
 # Single-threaded workers: with two cores, worker threads would fight TF's own pools.
 THREAD_ENV = {name: "1" for name in (
     "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
     "VECLIB_MAXIMUM_THREADS")}
+# What every worker imports: a fork server imports them once and its workers share their pages.
+PRELOADED = ["app.loader.worker", "app.augment"]
 
 
 def make_sample(split: Split, augmenter: Any, index: int, *, seed: int, epoch: int) -> np.ndarray:
@@ -127,10 +130,14 @@ def prepare_process() -> None:
     keep_freed_memory()
 
 
-def process_main(conn, spec: RingSpec, work, parent_pid: int | None) -> None:
+def process_main(conn, spec: RingSpec, work, parent_pid: int | None, environment: dict[str, str]) -> None:
     """Entry point of a worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the training process's to handle
+    # a fork server's child starts with the server's environment: the parent's now is the one it reads (storage keys)
+    os.environ.clear()
+    os.environ.update(environment)
     die_with_parent(parent_pid)
+    watch_parent_and_exit_with_it()
     prepare_process()
     _native.append(NativeStderr())
     _, done, buffer = attach(spec)

@@ -237,7 +237,7 @@ class QueueConfig:
     use_multiprocessing: bool = True
     max_size: Any = None
     shuffle: bool = True
-    start_method: StartMethod = StartMethod.spawn
+    start_method: StartMethod = StartMethod.forkserver
     timeout_s: float = 120.0  # for one batch, once the workers have started
     startup_timeout_s: float = 300.0  # for a worker process to start (imports, data source) before its first task
     # null: at most what the machine can hold (worker_limit()); a number replaces that limit

@@ -18,7 +18,9 @@ from PIL import Image
 
 from app.capacity.copy_advice import advice, commands
 
-RUN = ["data=folder", "data.image_size=[32,32]", "data.batch_size=8", "model.widths=[8]", "trainer.epochs=1",
+# two epochs: the diagnosis reads the last, the loader's own pace (the first's is the workers' start and the step's
+# tracing: forked workers start in a blink)
+RUN = ["data=folder", "data.image_size=[32,32]", "data.batch_size=8", "model.widths=[8]", "trainer.epochs=2",
        "logger=none", "data.decode.draft=false"]
 
 

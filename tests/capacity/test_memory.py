@@ -1,15 +1,25 @@
 """Memory accounting of the process tree, and the check between a sweep's jobs."""
 
+import multiprocessing
 import os
 import subprocess
 import sys
+import time
 from multiprocessing import shared_memory
 
 import numpy as np
 import psutil
 
 from app.capacity import memory as memory_module
-from app.capacity.memory import PeakMemory, kill_leftovers_and_delete_segments, private_bytes, tree_bytes
+from app.capacity.memory import (
+    PeakMemory,
+    child_bytes,
+    fork_server_bytes,
+    is_fork_server,
+    kill_leftovers_and_delete_segments,
+    private_bytes,
+    tree_bytes,
+)
 from app.loader.ring import Ring
 
 
@@ -63,6 +73,23 @@ def test_children_are_read_again_only_when_they_move(monkeypatch):
             process.kill()
         root.kill()
         root.wait()
+
+
+def test_a_fork_servers_modules_are_counted_once_with_it():
+    """The pages of the modules a fork server imported are shared with the children it forks: USS counts them in
+    none of them, so the server's figure holds them (its anonymous memory, shared or not), and a child's is its USS."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["app.loader.worker", "app.augment"])  # as the loader's (OpenCV, albumentations)
+    child = context.Process(target=time.sleep, args=(60,), daemon=True)
+    child.start()
+    try:
+        server = next(p.pid for p in psutil.Process().children(recursive=True) if is_fork_server(p.pid))
+        assert child_bytes(server) >= private_bytes(server) + 20 * 2**20  # the shared modules: tens of MiB
+        assert fork_server_bytes() == child_bytes(server)
+        assert not is_fork_server(child.pid) and child_bytes(child.pid) == private_bytes(child.pid)  # negative control
+    finally:
+        child.kill()
+        child.join(timeout=30)
 
 
 def test_the_ring_counts_whole_and_once_whoever_wrote_it():

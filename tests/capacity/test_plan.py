@@ -27,8 +27,8 @@ from app.data.slides.patches import grid_split
 from app.loader.settings import Queue
 from app.schema.data import FolderDataConfig, PatchesConfig
 
-PROBE = Probe(trainer_mib=500.0, worker_mib=100.0, worker_bytes_per_decoded_byte=2.0, worker_region_mib=10.0,
-              activation_factor=1.5,
+PROBE = Probe(trainer_mib=500.0, worker_mib=100.0, forked_worker_mib=20.0, fork_server_mib=80.0,
+              worker_bytes_per_decoded_byte=2.0, worker_region_mib=10.0, activation_factor=1.5,
               step_mib_per_layer=1.0)
 MODEL = ModelFacts(parameter_bytes=10 * MIB, optimizer_bytes=20 * MIB, activation_bytes_per_sample=4 * MIB, layers=20)
 WORK = Workload(batch_size=16, image_size=(512, 512), max_size=4, workers=2, processes=True,
@@ -50,6 +50,11 @@ def test_the_host_peak_adds_each_part_and_the_device_on_a_cpu():
     # negative control: with a GPU the device's share is apart from the host
     on_gpu = predict(dataclasses.replace(WORK, device_is_host=False), PROBE, MODEL)
     assert on_gpu.host_mib == pytest.approx(plan.host_mib - plan.device_mib) and on_gpu.device_mib == plan.device_mib
+    # forked workers: each its own pages, the modules they share once in their fork server
+    forked = predict(dataclasses.replace(WORK, forked=True), PROBE, MODEL)
+    assert dict(forked.host)["2 worker processes (44 MiB each)"] == 2 * (20 + 2 * 12)
+    assert dict(forked.host)["the fork server (the workers' modules, shared with them)"] == 80
+    assert plan.host_mib - forked.host_mib == pytest.approx(2 * 100 - (2 * 20 + 80))
     # threads: no worker processes, their decode buffers in the training process
     threads = predict(dataclasses.replace(WORK, processes=False), PROBE, MODEL)
     assert plan.host_mib - threads.host_mib == pytest.approx(2 * 100)

@@ -47,6 +47,8 @@ def test_measured_once_stored_and_measured_again_elsewhere(tmp_path, monkeypatch
     assert probe.trainer_mib >= 0.9 * keras_alone > 200, (probe.trainer_mib, keras_alone)
     # TensorFlow's process is hundreds of MiB; a worker (numpy, OpenCV, albumentations) tens
     assert 200 < probe.trainer_mib < 3000 and 20 < probe.worker_mib < probe.trainer_mib
+    # a forked worker shares the modules its fork server imported: that server holds them once
+    assert probe.forked_worker_mib < probe.worker_mib / 2 < probe.fork_server_mib < probe.worker_mib * 1.5
     assert 0.3 < probe.step_mib_per_layer < 20  # the compiled steps: MiB a layer
     assert 0.5 < probe.worker_bytes_per_decoded_byte < 10  # a worker holds its largest decode at least once
     assert 1 < probe.worker_region_mib < 50  # zarr and its stores, for region reads
@@ -85,13 +87,14 @@ def test_processes_asking_together_wait_for_one_measurement(tmp_path, monkeypatc
     figures when it lets go, instead of measuring beside it."""
     monkeypatch.setenv("APP_CACHE_DIR", str(tmp_path))
     figures = {"trainer_mib": 800.0, "activation_factor": 0.8, "step_mib_per_layer": 1.5, "worker_mib": 60.0,
-               "worker_region_mib": 10.0,
+               "forked_worker_mib": 10.0, "fork_server_mib": 50.0, "worker_region_mib": 10.0,
                "worker_bytes_per_decoded_byte": 2.0}
     measured, looked = [], threading.Event()
     monkeypatch.setattr(machine_probe, "_spawn_trainer_probes", lambda _: measured.append(1) or {
         k: figures[k] for k in ("trainer_mib", "activation_factor", "step_mib_per_layer")})
     monkeypatch.setattr(machine_probe, "_spawn_worker_probe", lambda: {
-        k: figures[k] for k in ("worker_mib", "worker_bytes_per_decoded_byte", "worker_region_mib")})
+        k: figures[k] for k in ("worker_mib", "forked_worker_mib", "fork_server_mib", "worker_bytes_per_decoded_byte",
+                                "worker_region_mib")})
     stored = machine_probe._stored
     monkeypatch.setattr(machine_probe, "_stored", lambda *args: (looked.set(), stored(*args))[1])
     path = machine_probe.cache_file()

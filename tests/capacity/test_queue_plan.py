@@ -25,8 +25,8 @@ from app.errors import ConfigError, MachineError
 from app.loader.settings import Queue
 from app.schema import register
 
-PROBE = Probe(trainer_mib=500.0, worker_mib=100.0, worker_bytes_per_decoded_byte=2.0, worker_region_mib=10.0,
-              activation_factor=1.5,
+PROBE = Probe(trainer_mib=500.0, worker_mib=100.0, forked_worker_mib=20.0, fork_server_mib=80.0,
+              worker_bytes_per_decoded_byte=2.0, worker_region_mib=10.0, activation_factor=1.5,
               step_mib_per_layer=1.0)
 MODEL = ModelFacts(parameter_bytes=10 * MIB, optimizer_bytes=20 * MIB, activation_bytes_per_sample=4 * MIB, layers=20)
 
@@ -94,12 +94,13 @@ def test_the_plan_of_any_queue_from_the_files_headers_and_the_stored_probe(jpegs
     assert plans.probe == dataclasses.replace(PROBE, machine=machine_probe.machine())  # read, not measured
     assert (plans.plan.workload.workers, plans.plan.workload.max_size) == (1, 2)  # `auto` planned as 1
     assert plans.plan.workload.largest_decode_bytes == 120 * 160 * 3  # the largest file, off its header
-    work = Workload(batch_size=4, image_size=(32, 32), max_size=2, workers=5, processes=True,
+    work = Workload(batch_size=4, image_size=(32, 32), max_size=2, workers=5, processes=True, forked=True,
                     largest_decode_bytes=120 * 160 * 3, device_is_host=True)
     assert plans.for_queue(5, 2) == predict(work, plans.probe, MODEL)
+    assert "the fork server (the workers' modules, shared with them)" in dict(plans.for_queue(5, 2).host)
     fits = plans.fits()
     available = psutil.virtual_memory().available / MIB
-    too_many = math.ceil(available / PROBE.worker_mib) + 10  # each worker alone is 100 MiB
+    too_many = math.ceil(available / PROBE.forked_worker_mib) + 10  # each forked worker alone is 20 MiB
     assert fits(1, 1) and not fits(too_many, 1)  # negative control: the limit does bind
 
 
@@ -159,7 +160,7 @@ def test_a_queue_over_the_memory_available_is_refused_with_the_workers_that_fit(
     plan above it stops the run before any worker starts (train checks it before the loader
     starts), naming the figure and the fix."""
     available = psutil.virtual_memory().available / MIB
-    many = math.ceil(available / PROBE.worker_mib) + 10  # each worker alone is 100 MiB: these pass the machine
+    many = math.ceil(available / PROBE.forked_worker_mib) + 10  # a forked worker alone is 20 MiB: these pass it
     config = SimpleNamespace(queue=SimpleNamespace(workers=many, max_size=2, memory_budget_mb=budget),
                              model=SimpleNamespace(), trainer=SimpleNamespace(unfreeze_at_epoch=None),
                              data=SimpleNamespace(batch_size=4))

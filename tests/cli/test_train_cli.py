@@ -18,7 +18,10 @@ import numpy as np
 import psutil
 import pytest
 from docs_runner import spawn_one_process_for
+from loaders import wait_until
 from PIL import Image
+
+from app.capacity.memory import is_fork_server
 
 TINY = ["data.num_images=24", "data.source_size=96", "data.num_classes=3", "data.image_size=[32,32]",
         "data.batch_size=4", "model.widths=[8,16]", "trainer.epochs=2"]
@@ -209,9 +212,10 @@ def test_interrupt_stops_workers_and_frees_shared_memory(how, tmp_path):
     while time.monotonic() < deadline and len(samples.read_text().splitlines() if samples.exists() else []) < 5:
         assert process.poll() is None, process.stderr.read().decode()[-3000:]
         time.sleep(0.02)
-    workers = {p.pid for p in psutil.Process(process.pid).children(recursive=True)
-               if "resource_tracker" not in " ".join(p.cmdline())}
-    assert len(workers) == 2
+    tree = {p.pid: " ".join(p.cmdline()) for p in psutil.Process(process.pid).children(recursive=True)}
+    helpers = {pid for pid, cmdline in tree.items() if "resource_tracker" in cmdline or is_fork_server(pid)}
+    workers = tree.keys() - helpers
+    assert len(workers) == 2 and len(helpers) == 2  # the resource tracker, the fork server
     segments = [n for n in os.listdir("/dev/shm") if n.startswith(f"app-ring-{process.pid}-")]
     assert len(segments) == 1  # negative control for the check below
     sent = time.monotonic()
@@ -230,6 +234,7 @@ def test_interrupt_stops_workers_and_frees_shared_memory(how, tmp_path):
     assert "Traceback" not in stderr.decode() and "leaked" not in stderr.decode()
     assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
                    for pid in workers)
+    assert wait_until(lambda: not any(psutil.pid_exists(pid) for pid in helpers))  # they end with it
     assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"app-ring-{process.pid}-")]
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "interrupted"
     rows = len(samples.read_text().splitlines()) - 1  # a row a step taken, and the header

@@ -42,12 +42,20 @@ def test_every_batch_in_order(workers, processes, children):
     assert_clean(children)
 
 
-def test_forkserver_workers(children):
+def test_forkserver_workers(children, tmp_path, monkeypatch):
+    """Forked from a server started before, they read the environment as the parent has it at their start."""
     order = np.arange(12)[::-1]
     with make(MarkedSplit(12), workers=2, start_method="forkserver") as enq:
         assert [index_of(im) for b, _ in enq.batches("val", order, epoch=0) for im in b] == list(order)
         assert len(workers_alive() - children) == 2
     assert_clean(children)
+    log = tmp_path / "reads.log"
+    for seen in ("first", "second"):  # the fork server's own environment has neither
+        monkeypatch.setenv("MARKED_SEEN", seen)
+        with make(MarkedSplit(4, log_path=str(log)), workers=1, start_method="forkserver") as enq:
+            list(enq.batches("val", np.arange(4), epoch=0))
+        assert {line.split()[2] for line in log.read_text().splitlines()} == {seen}
+        log.unlink()
 
 
 def read_count(log) -> int:

@@ -110,7 +110,9 @@ def test_workers_never_import_tensorflow(tmp_path):
 
 
 @pytest.mark.slow
-def test_workers_die_with_their_parent_even_by_sigkill():
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_workers_die_with_their_parent_even_by_sigkill(method):
+    """Forked workers too: their parent is the fork server, which outlives the training process while they hold it."""
     import subprocess
     import sys
 
@@ -120,7 +122,7 @@ from marked import IdentityAugmenter, MarkedSplit
 from app.loader.enqueuer import Enqueuer
 from app.loader.settings import Queue, Settings
 split = MarkedSplit(8, hang_at=(0, 1))  # both workers busy (hung) in a read: no pipe EOF to notice
-settings = Settings(batch_size=4, image_size=(8, 8), queue=Queue(workers=2, timeout_s=600))
+settings = Settings(batch_size=4, image_size=(8, 8), queue=Queue(workers=2, timeout_s=600, start_method=METHOD))
 enq = Enqueuer({"train": split}, {"train": IdentityAugmenter()}, settings).start()
 threading.Thread(target=lambda: list(enq.batches("train", list(range(8)), 0)), daemon=True).start()
 deadline = time.monotonic() + 60
@@ -129,14 +131,16 @@ while len(enq.worker_pids) < 2 and time.monotonic() < deadline:
 print(" ".join(map(str, enq.worker_pids)), enq.ring.spec.name, flush=True)
 time.sleep(120)  # alive, with its workers, until the test SIGKILLs it
 """
-    parent = subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).parent.parent, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+    parent = subprocess.Popen([sys.executable, "-c", code.replace("METHOD", repr(method))], text=True,
+                              cwd=Path(__file__).parent.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     *pids, segment = parent.stdout.readline().split()
     pids = [int(p) for p in pids]
     assert len(pids) == 2 and all(psutil.pid_exists(p) for p in pids)  # negative control
+    started_by = {psutil.Process(p).ppid() for p in pids}  # the parent, or its fork server
+    assert (started_by == {parent.pid}) == (method == "spawn")
     parent.kill()  # SIGKILL: no cleanup code of the parent runs
     parent.wait()
-    assert wait_until(lambda: not any(psutil.pid_exists(p) for p in pids), timeout_s=10)
+    assert wait_until(lambda: not any(psutil.pid_exists(p) for p in [*pids, *started_by]), timeout_s=10)
     # multiprocessing's resource tracker unlinks what the dead parent left
     assert wait_until(lambda: not os.path.exists(f"/dev/shm/{segment}"), timeout_s=10)
 
