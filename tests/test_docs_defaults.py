@@ -36,6 +36,7 @@ STATED = [
     ("README.md", "`trainer.backend=auto`, the default", {"trainer.backend": "auto"}),
     ("README.md", "now the default where a GPU is seen", {"queue.workers": None}),
     ("docs/queue.md", "`queue.start_method=forkserver` (the default)", {"queue.start_method": "forkserver"}),
+    ("docs/performance.md", "`queue.start_method=forkserver`, the default since", {"queue.start_method": "forkserver"}),
     ("README.md", "default where training sees a GPU or TPU", {"queue.workers": None, "queue.max_size": None}),
     ("docs/performance.md", "the defaults now `auto` where a GPU is seen",
      {"queue.workers": None, "queue.max_size": None}),
