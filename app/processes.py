@@ -8,9 +8,8 @@ import multiprocessing as mp
 import os
 import signal
 import sys
-import threading
 from contextlib import contextmanager
-from multiprocessing.connection import wait
+from multiprocessing import forkserver
 
 import psutil
 
@@ -68,17 +67,15 @@ def die_with_parent(parent_pid: int | None) -> None:
         os._exit(1)
 
 
-# A thread that ends this multiprocessing child when the process that started it ends: under forkserver the
-# PDEATHSIG parent is the fork server, which lives on while a hung worker holds its pipe open.
-def watch_parent_and_exit_with_it() -> None:
-    parent = mp.parent_process()
-    if parent is not None:
-        threading.Thread(target=_exit_at_end_of, args=(parent.sentinel,), name="app-parent-watch", daemon=True).start()
-
-
-def _exit_at_end_of(sentinel: int) -> None:
-    wait([sentinel])  # readable only at EOF: the parent's end closed with it
-    os._exit(1)
+# In a child of the fork server: let go of the pipe whose end tells the server its clients are gone, which
+# multiprocessing hands each child it forks. A worker hung in C code held it, so the server (the worker's PDEATHSIG
+# parent) outlived a killed training process. A private attribute (the same in Python 3.11-3.14), here alone:
+# tests/loader/test_pool.py kills the parent of spinning workers; pyproject.toml pins the Python minor.
+def close_fork_server_alive_pipe() -> None:
+    server = getattr(forkserver, "_forkserver", None)
+    if getattr(server, "_forkserver_alive_fd", None) is not None:
+        os.close(server._forkserver_alive_fd)
+        server._forkserver_alive_fd = None
 
 
 # glibc's mallopt parameters (malloc.h).

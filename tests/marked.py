@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import signal
 import time
 
@@ -35,8 +36,9 @@ class MarkedSplit(WholeImages):
     """A split (app/data/split.py's contract) whose sample i is `marked_image` of the sample it shows."""
 
     def __init__(self, n: int, size: int = 8, *, log_path: str | None = None, crash_at: int | None = None,
-                 hang_at: int | tuple[int, ...] | None = None, bad: tuple[int, ...] = (), kills_at: int | None = None):
-        self.n, self.size, self.log_path = n, size, log_path
+                 hang_at: int | tuple[int, ...] | None = None, bad: tuple[int, ...] = (), kills_at: int | None = None,
+                 spins: bool = False):
+        self.n, self.size, self.log_path, self.spins = n, size, log_path, spins
         self.hang_at = {hang_at} if isinstance(hang_at, int) else set(hang_at or ())
         self.crash_at, self.bad, self.kills_at = crash_at, set(bad), kills_at
         self.labels = np.arange(n, dtype=np.int64) % 3
@@ -78,6 +80,8 @@ class MarkedSplit(WholeImages):
             raise RuntimeError(f"decoder exploded on purpose at {shown}")
         if shown in self.hang_at:
             time.sleep(3600)
+        if self.spins:  # hung in C code that holds the GIL: no thread of the worker runs again
+            re.match(r"(a+)+$", "a" * 64 + "b")
         if shown == self.kills_at:  # a sample that kills whichever process decodes it
             os.kill(os.getpid(), signal.SIGKILL)
         return marked_image(shown, self.size)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -49,20 +50,22 @@ def _root_bytes(process: psutil.Process) -> int:
     return fields.get("VmRSS", 0) - fields.get("RssShmem", 0)
 
 
-# `shared_anonymous`: with the memory it shares with the children it forked (no file's), counted here once
+# `shared_anonymous`: with the anonymous pages it shares with the children it forked (its heap, and the pages of its
+# libraries written to once loaded), counted here once: a page shared is in no process's USS
 def private_bytes(pid: int, shared_anonymous: bool = False) -> int:
     """The pages only this process maps (USS), less a ring's: an unread slot a worker wrote is the ring's, not its."""
-    total, counted, anonymous = 0, True, False
-    fields = ("Private_Clean", "Private_Dirty")
+    total, mapping = 0, {"counted": True}
     try:
         with open(f"/proc/{pid}/smaps") as smaps:
-            for line in smaps:
+            for line in itertools.chain(smaps, ["end of the last mapping"]):
                 name, _, rest = line.partition(":")
                 if " " in name:  # a mapping's header: address range, permissions, offset, device, inode, path
-                    counted, path = f"{SHM_DIR}/{RING_PREFIX}" not in line, line.split()[5:]
-                    anonymous = not path or path[0].startswith("[")
-                elif counted and (name in fields or (shared_anonymous and anonymous and name.startswith("Shared_"))):
-                    total += int(rest.split()[0]) * 1024
+                    if shared_anonymous and mapping["counted"]:
+                        total += max(mapping.get("Anonymous", 0) - mapping.get("Private_Dirty", 0), 0)
+                    mapping = {"counted": f"{SHM_DIR}/{RING_PREFIX}" not in line}
+                elif name in ("Private_Clean", "Private_Dirty", "Anonymous"):
+                    mapping[name] = int(rest.split()[0]) * 1024
+                    total += mapping[name] if mapping["counted"] and name != "Anonymous" else 0
     except OSError:  # gone
         return 0
     return total
@@ -73,20 +76,21 @@ def child_bytes(pid: int) -> int:
     return private_bytes(pid, shared_anonymous=is_fork_server(pid))
 
 
-# multiprocessing's fork server: the children it forks have its command line too, and it is their parent
+# multiprocessing's fork server: the children it forks have its very command line, its parent another
 def is_fork_server(pid: int) -> bool:
     try:
-        return _forkserver_cmdline(pid) and not _forkserver_cmdline(psutil.Process(pid).ppid())
+        own = _cmdline(pid)
+        return b"multiprocessing.forkserver" in own and _cmdline(psutil.Process(pid).ppid()) != own
     except psutil.Error:  # gone
         return False
 
 
-def _forkserver_cmdline(pid: int) -> bool:
+def _cmdline(pid: int) -> bytes:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-            return b"multiprocessing.forkserver" in cmdline.read()
+            return cmdline.read()
     except OSError:  # gone
-        return False
+        return b""
 
 
 # What this process's fork server holds (its modules, shared with its workers), or 0 without one

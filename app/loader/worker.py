@@ -19,7 +19,7 @@ from app.loader import messages
 from app.loader.bad_samples import MAX_REPLACEMENTS
 from app.loader.native_stderr import NativeStderr
 from app.loader.ring import RingSpec, attach
-from app.processes import die_with_parent, keep_freed_memory, watch_parent_and_exit_with_it
+from app.processes import close_fork_server_alive_pipe, die_with_parent, keep_freed_memory
 
 # Single-threaded workers: with two cores, worker threads would fight TF's own pools.
 THREAD_ENV = {name: "1" for name in (
@@ -137,7 +137,7 @@ def process_main(conn, spec: RingSpec, work, parent_pid: int | None, environment
     os.environ.clear()
     os.environ.update(environment)
     die_with_parent(parent_pid)
-    watch_parent_and_exit_with_it()
+    close_fork_server_alive_pipe()
     prepare_process()
     _native.append(NativeStderr())
     _, done, buffer = attach(spec)

@@ -111,27 +111,31 @@ def test_workers_never_import_tensorflow(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["forkserver", "spawn"])
-def test_workers_die_with_their_parent_even_by_sigkill(method):
-    """Forked workers too: their parent is the fork server, which outlives the training process while they hold it."""
+def test_workers_die_with_their_parent_even_by_sigkill(method, tmp_path):
+    """Forked workers too: their parent is the fork server, which must end with the training process although they
+    spin in C code holding the GIL (no thread of theirs runs)."""
     import subprocess
     import sys
 
     code = """
-import threading, time
+import os, threading, time
 from marked import IdentityAugmenter, MarkedSplit
 from app.loader.enqueuer import Enqueuer
 from app.loader.settings import Queue, Settings
-split = MarkedSplit(8, hang_at=(0, 1))  # both workers busy (hung) in a read: no pipe EOF to notice
+split = MarkedSplit(8, spins=True, log_path=LOG)  # both workers busy (hung) in a read: no pipe EOF to notice
 settings = Settings(batch_size=4, image_size=(8, 8), queue=Queue(workers=2, timeout_s=600, start_method=METHOD))
 enq = Enqueuer({"train": split}, {"train": IdentityAugmenter()}, settings).start()
 threading.Thread(target=lambda: list(enq.batches("train", list(range(8)), 0)), daemon=True).start()
 deadline = time.monotonic() + 60
-while len(enq.worker_pids) < 2 and time.monotonic() < deadline:
+def reading():  # the workers that have started their read (a line each, then the spin)
+    return len(open(LOG).read().splitlines()) if os.path.exists(LOG) else 0
+while (len(enq.worker_pids) < 2 or reading() < 2) and time.monotonic() < deadline:
     time.sleep(0.01)
 print(" ".join(map(str, enq.worker_pids)), enq.ring.spec.name, flush=True)
 time.sleep(120)  # alive, with its workers, until the test SIGKILLs it
 """
-    parent = subprocess.Popen([sys.executable, "-c", code.replace("METHOD", repr(method))], text=True,
+    code = code.replace("METHOD", repr(method)).replace("LOG", repr(str(tmp_path / "reads.log")))
+    parent = subprocess.Popen([sys.executable, "-c", code], text=True,
                               cwd=Path(__file__).parent.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     *pids, segment = parent.stdout.readline().split()
     pids = [int(p) for p in pids]

@@ -85,7 +85,8 @@ def test_a_ring_left_by_a_killed_process_group_is_deleted_as_the_next_loader_sta
     mine = Ring(1, (1, 4, 4), shared=True)  # negative control: a live process's ring is kept
     try:
         with caplog.at_level("WARNING"):
-            assert delete_orphan_segments() == [path]
+            removed = delete_orphan_segments()  # with any a test beside this one left as it killed its process
+        assert path in removed and not os.path.exists(path)
         assert os.path.exists(f"/dev/shm/{mine.spec.name}")
         assert path in caplog.text and f"left by process {child.pid}, which no longer runs" in caplog.text
     finally:
