@@ -133,7 +133,7 @@ def prepare_process() -> None:
 def process_main(conn, spec: RingSpec, work, parent_pid: int | None, environment: dict[str, str]) -> None:
     """Entry point of a worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the training process's to handle
-    # a fork server's child starts with the server's environment: the parent's now is the one it reads (storage keys)
+    # a fork server's child starts with the server's environment: it takes the parent's as of its start (storage keys)
     os.environ.clear()
     os.environ.update(environment)
     die_with_parent(parent_pid)
