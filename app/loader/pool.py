@@ -17,7 +17,7 @@ from app.errors import WorkerError
 from app.loader import messages
 from app.loader import worker as worker_loop
 from app.loader.ring import Ring
-from app.processes import main_module_hidden, startable
+from app.processes import main_module_hidden, signals_held, startable
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,8 @@ class Pool:
 
     def start(self, count: int) -> None:
         for i in range(count):
-            self.workers.append(self._start(i))
+            with signals_held():  # a stop meanwhile waits until the worker is listed, so that close() stops it
+                self.workers.append(self._start(i))
 
     @property
     def pids(self) -> list[int]:
