@@ -193,7 +193,7 @@ def is_multiprocessing_helper(process: psutil.Process) -> bool:
         cmdline = " ".join(process.cmdline())
     except psutil.Error:
         return True
-    return "resource_tracker" in cmdline or ("forkserver" in cmdline and process.ppid() == os.getpid())
+    return "resource_tracker" in cmdline or (is_fork_server(process.pid) and process.ppid() == os.getpid())
 
 
 def kill_leftovers_and_delete_segments(shm_dir: str = SHM_DIR) -> str:
