@@ -57,13 +57,14 @@ def main_module_hidden(hidden: bool):
             main.__dict__.update(saved)
 
 
-def die_with_parent(parent_pid: int | None) -> None:
-    """SIGKILL this process when its parent dies (under forkserver: the fork server); exit now if it is already gone."""
+def die_with_parent(parent_pid: int | None, *, forked: bool = False) -> None:
+    """SIGKILL this process when its parent dies (`forked`: the fork server); exit now if it is already gone."""
     if sys.platform.startswith("linux"):
         PR_SET_PDEATHSIG = 1
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if parent_pid is not None and os.getppid() != parent_pid:  # the parent died before prctl took effect
+    # the parent died before prctl took effect: this process, an orphan, would run on
+    if (parent_pid is not None and os.getppid() != parent_pid) or (forked and not is_fork_server(os.getppid())):
         os._exit(1)
 
 
@@ -76,6 +77,24 @@ def close_fork_server_alive_pipe() -> None:
     if getattr(server, "_forkserver_alive_fd", None) is not None:
         os.close(server._forkserver_alive_fd)
         server._forkserver_alive_fd = None
+
+
+# multiprocessing's fork server: the children it forks have its very command line, its parent another; a dead one
+# (a zombie, or gone) is none
+def is_fork_server(pid: int) -> bool:
+    try:
+        own = _cmdline(pid)
+        return b"multiprocessing.forkserver" in own and _cmdline(psutil.Process(pid).ppid()) != own
+    except psutil.Error:  # gone
+        return False
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return cmdline.read()
+    except OSError:  # gone
+        return b""
 
 
 # glibc's mallopt parameters (malloc.h).

@@ -78,12 +78,17 @@ def main(folder: Path) -> None:
                 with open(slide, "rb") as source, atomic_write(copy, "wb") as target:
                     shutil.copyfileobj(source, target)
     run = folder / "run"
-    subprocess.run([sys.executable, "-m", "app", "train", *RUN, f"data.path={data}", f"hydra.run.dir={run}"],
+    subprocess.run([sys.executable, "-m", "app", "train", *RUN, f"data.path={data}", f"hydra.run.dir={run}",
+                    "overwrite=true"],
                    check=True)
     summary = json.loads((run / "summary.json").read_text())
     row = list(csv.DictReader((run / "metrics.csv").open()))[-1]
-    planned = next(mib for part, mib in summary["memory_plan"]["host"].items() if "worker processes" in part)
-    print(f"each worker: {float(row['peak_workers_mb']) / 2:.1f} MiB measured (USS), {planned / 2:.1f} MiB planned")
+    # the workers' figure holds their fork server's too (app/capacity/memory.py), as the plan has a line for it
+    parts = summary["memory_plan"]["host"]
+    planned = next(mib for part, mib in parts.items() if "worker processes" in part)
+    server = next((mib for part, mib in parts.items() if "fork server" in part), 0.0)
+    print(f"the workers (USS) with their fork server: {float(row['peak_workers_mb']):.1f} MiB measured, "
+          f"{planned + server:.1f} MiB planned ({planned / 2:.1f} a worker, {server:.1f} the server)")
     print(f"the run: {summary['peak_memory_mb']:.0f} MiB measured, {summary['memory_plan']['host_peak_mib']:.0f} "
           "MiB predicted")
 

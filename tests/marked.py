@@ -50,6 +50,9 @@ class MarkedSplit(WholeImages):
     def __setstate__(self, state: dict) -> None:
         if state.get("unpicklable"):  # a worker process cannot rebuild this source
             raise RuntimeError("this source cannot be rebuilt in a worker process")
+        held, deadline = state.get("held_until"), time.monotonic() + 30
+        while held and not os.path.exists(held) and time.monotonic() < deadline:  # a worker held in its start
+            time.sleep(0.01)
         self.__dict__.update(state)
 
     def describe(self, i: int, drawn=None) -> str:

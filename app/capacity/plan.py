@@ -40,6 +40,7 @@ class Probe:
     fork_server_mib: float  # the fork server: the workers' modules, once (its own pages and those it shares)
     worker_bytes_per_decoded_byte: float  # how a worker grows with the largest image it decodes
     worker_region_mib: float  # what a worker adds to read regions of a tiled pyramid (zarr, its stores: patches)
+    forked_worker_region_mib: float  # the same in a forked worker
     activation_factor: float  # host bytes a training step holds per float32 byte of layer outputs
     step_mib_per_layer: float  # the compiled train and test steps, a layer of the model
     machine: dict = field(default_factory=dict)
@@ -157,7 +158,8 @@ def batch_bytes(batch: int, size: tuple[int, int], bands: int = 3, itemsize: int
 
 def decode_mib(work: Workload, probe: Probe) -> float:
     """A worker's growth for the largest image: the probe's growth a byte of array, Pillow's copies, region reads."""
-    regions = probe.worker_region_mib if work.region_reads else 0.0
+    region_mib = probe.forked_worker_region_mib if work.forked and work.processes else probe.worker_region_mib
+    regions = region_mib if work.region_reads else 0.0
     return (probe.worker_bytes_per_decoded_byte * work.largest_decode_bytes + work.largest_pillow_bytes) / MIB + regions
 
 

@@ -41,8 +41,9 @@ def cache_file() -> Path:
     return app_cache_dir() / f"machine_probe.{_backend()}.json"
 
 
-# 2: the training process measured without JAX's GPU pool (the plan adds the pool's share); 3: forked workers
-PROBE_LAYOUT = 3
+# 2: the training process measured without JAX's GPU pool (the plan adds the pool's share); 3: forked workers;
+# 4: a forked worker's region reads
+PROBE_LAYOUT = 4
 
 
 def machine() -> dict:
@@ -155,11 +156,16 @@ def _spawn_worker_probe() -> dict:
             splits[name] = FileSplit(paths, [0] * len(paths))
             uss[name], _ = _worker_uss(splits[name], "spawn")
         uss["forked"], server = _worker_uss(splits["small"], "forkserver")
-        uss["regions"], _ = _worker_uss(_region_split(Path(tmp) / "pyramid.tif", rng), "spawn")
+        regions = _region_split(Path(tmp) / "pyramid.tif", rng)
+        uss["regions"], _ = _worker_uss(regions, "spawn")
+        # forked, the reads add more: a forked worker starts from the server's pages, and what it writes becomes
+        # its own (a slide run's workers measured 30 MiB each over a plan that took the spawned figure)
+        uss["forked_regions"], _ = _worker_uss(regions, "forkserver")
     decoded = (LARGE[0] * LARGE[1] - SMALL[0] * SMALL[1]) * 3
     return {"worker_mib": uss["small"] / MIB, "forked_worker_mib": uss["forked"] / MIB, "fork_server_mib": server / MIB,
             "worker_bytes_per_decoded_byte": max(uss["large"] - uss["small"], 0) / decoded,
-            "worker_region_mib": max(uss["regions"] - uss["small"], 0) / MIB}
+            "worker_region_mib": max(uss["regions"] - uss["small"], 0) / MIB,
+            "forked_worker_region_mib": max(uss["forked_regions"] - uss["forked"], 0) / MIB}
 
 
 def _worker_uss(split, start_method: str) -> tuple[int, int]:

@@ -22,10 +22,6 @@ from app.processes import signals_held
 
 log = logging.getLogger(__name__)
 
-# A worker that dies is replaced and its samples rebuilt; this many deaths with no batch
-# completed in between is a fault to report, not to retry forever.
-MAX_DEATHS_IN_A_ROW = 3
-
 
 @dataclass(kw_only=True)
 class _Slot:
@@ -57,7 +53,6 @@ class Enqueuer:
         self.ring: Ring | None = None
         self.pool: Pool | None = None
         self._slots: list[_Slot] = []
-        self._deaths_in_a_row = 0
 
     @classmethod
     def from_config(cls, config, splits: dict, augmenters: dict, settings: Settings,
@@ -147,7 +142,7 @@ class Enqueuer:
                     self._pump(0)  # the replies already there, so the ring's fill is as it stands
                     self.telemetry.observe_fill(self._slots, self.slot_count)
                     self._wait_for(b % self.slot_count)
-                self._deaths_in_a_row = 0
+                self.pool.deaths_in_a_row = 0
                 # its targets: the labels, or (a class a pixel) a view of the masks in the ring
                 masks = self.ring.masks
                 yield self.ring.array[b % self.slot_count, : slot.size], (
@@ -231,24 +226,19 @@ class Enqueuer:
         self.pool.check_threads()
 
     def _replace(self, dead: Worker) -> None:
-        """A worker died (the OOM killer's SIGKILL, say): start another, hand it the dead one's samples."""
+        """A worker died (the OOM killer's SIGKILL, say, or its fork server's): start another, hand it its samples."""
+        server = self.pool.lost_fork_server(dead)
         dead.handle.join(timeout=2.0)
         dead.conn.close()
         # written before it died, though its share message never came
         self._settle(dead, {(s, p) for s, p in dead.pending if self.ring.done[s, p]})
-        how = exit_description(dead.handle.exitcode)
-        if not dead.answered and (dead.handle.exitcode or 0) > 0:  # an error, not a kill: restarting won't help
+        how = exit_description(dead.handle.exitcode) + (f"; its fork server, process {server}, died" if server else "")
+        if not dead.answered and (dead.handle.exitcode or 0) > 0 and not server:  # an error: restarting won't help
             raise WorkerError(
                 f"{dead.name} exited ({how}) before building any sample: it could not start. Its Python error is "
                 "on stderr above; typically the data source or augmentation cannot be rebuilt in a fresh "
                 f"process (queue.start_method={self.queue.start_method}) or a module fails to import there.")
-        self._deaths_in_a_row += 1
-        if self._deaths_in_a_row > MAX_DEATHS_IN_A_ROW:
-            raise WorkerError(
-                f"{dead.name} died ({how}), the {self._deaths_in_a_row}th worker death with no batch completed "
-                "in between: giving up instead of restarting in a loop. If memory runs out, lower queue.workers, "
-                "queue.max_size or data.batch_size; else look for the sample that kills the decoder.")
-        new = self.pool.replace(dead)
+        new = self.pool.replace(dead, how, server)
         self.restarts += 1
         log.warning("%s died (%s); started %s to rebuild its %d unfinished samples", dead.name, how, new.name,
                     len(dead.pending))

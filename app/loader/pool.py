@@ -13,11 +13,17 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+import psutil
+
 from app.errors import WorkerError
 from app.loader import messages
 from app.loader import worker as worker_loop
 from app.loader.ring import Ring
-from app.processes import main_module_hidden, signals_held, startable
+from app.processes import is_fork_server, main_module_hidden, signals_held, startable
+
+# A worker that dies is replaced and its samples rebuilt; this many deaths with no batch
+# completed in between is a fault to report, not to retry forever.
+MAX_DEATHS_IN_A_ROW = 3
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,7 @@ class Worker:
     answered: int = 0
     ready: bool = False  # it said it has started (imports done, ring mapped)
     started_at: float = field(default_factory=time.monotonic)
+    fork_server: int | None = None  # the pid of the fork server that forked it (queue.start_method=forkserver)
 
     @property
     def sentinel(self) -> int | None:
@@ -54,6 +61,8 @@ class Pool:
         self.ring, self.work, self.processes = ring, work, processes
         self.start_method, self.startup_timeout_s = start_method, startup_timeout_s
         self.workers: list[Worker] = []
+        self.deaths_in_a_row = 0  # since a batch was last completed (the enqueuer resets it)
+        self._servers_lost: set[int | None] = set()
         # a user's transforms defined in their script (app.library) unpickle only where it was imported
         self._needs_main = any(getattr(a, "needs_main", False) for a in work.augmenters.values())
         # Processes are started from this one long-lived thread: Linux's parent-death signal
@@ -88,13 +97,29 @@ class Pool:
                                             dict(os.environ)))
             self._starter.submit(process.start).result()
         child_end.close()
-        return Worker(conn=parent_end, handle=process, name=f"worker process {process.pid}")
+        return Worker(conn=parent_end, handle=process, name=f"worker process {process.pid}",
+                      fork_server=_parent_of(process.pid) if forked else None)
 
-    def replace(self, dead: Worker) -> Worker:
-        """A new worker in a dead one's place (given none of its work: the caller hands that on)."""
+    def replace(self, dead: Worker, how: str, server: int | None) -> Worker:
+        """A new worker in `dead`'s place (none of its work: the caller hands that on); an error past the deaths' cap."""
+        # `how` it died; `server`: the fork server that died with it, where one did
+        if server is None or server not in self._servers_lost:  # a fork server's death counts once, not a worker's
+            self.deaths_in_a_row += 1
+        self._servers_lost.add(server)
+        if self.deaths_in_a_row > MAX_DEATHS_IN_A_ROW:
+            raise WorkerError(
+                f"{dead.name} died ({how}), the {self.deaths_in_a_row}th worker death with no batch completed "
+                "in between: giving up instead of restarting in a loop. If memory runs out, lower queue.workers, "
+                "queue.max_size or data.batch_size; else look for the sample that kills the decoder.")
         i = self.workers.index(dead)
         self.workers[i] = new = self._start(i)
         return new
+
+    # The pid of the fork server that forked `dead` where that server has died too (killed, say by the OOM killer),
+    # which takes its workers along: multiprocessing then reads their exit code as 255
+    @staticmethod
+    def lost_fork_server(dead: Worker) -> int | None:
+        return dead.fork_server if dead.fork_server and not is_fork_server(dead.fork_server) else None
 
     def wait(self, timeout_s: float) -> list[Worker]:
         """The workers with something to read or that have died, waiting up to `timeout_s` for one."""
@@ -150,6 +175,13 @@ def exit_description(code: int | None) -> str:
         return f"killed by signal {signal.Signals(-code).name} ({-code})"
     except ValueError:
         return f"killed by signal {-code}"
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        return psutil.Process(pid).ppid()
+    except psutil.Error:  # already ended and reaped
+        return None
 
 
 def _serve_thread(conn, ring, done, work: Work) -> None:

@@ -52,6 +52,8 @@ def test_measured_once_stored_and_measured_again_elsewhere(tmp_path, monkeypatch
     assert 0.3 < probe.step_mib_per_layer < 20  # the compiled steps: MiB a layer
     assert 0.5 < probe.worker_bytes_per_decoded_byte < 10  # a worker holds its largest decode at least once
     assert 1 < probe.worker_region_mib < 50  # zarr and its stores, for region reads
+    # forked, a worker starts from the server's pages and what the reads write becomes its own: more than spawned
+    assert probe.worker_region_mib < probe.forked_worker_region_mib < probe.worker_mib
     assert 0.3 < probe.activation_factor < 20
     stored = json.loads((session / "machine_probe.tensorflow.json").read_text())
     assert stored["trainer_mib"] == probe.trainer_mib and stored["machine"]["versions"]["tensorflow"]
@@ -88,13 +90,13 @@ def test_processes_asking_together_wait_for_one_measurement(tmp_path, monkeypatc
     monkeypatch.setenv("APP_CACHE_DIR", str(tmp_path))
     figures = {"trainer_mib": 800.0, "activation_factor": 0.8, "step_mib_per_layer": 1.5, "worker_mib": 60.0,
                "forked_worker_mib": 10.0, "fork_server_mib": 50.0, "worker_region_mib": 10.0,
-               "worker_bytes_per_decoded_byte": 2.0}
+               "forked_worker_region_mib": 30.0, "worker_bytes_per_decoded_byte": 2.0}
     measured, looked = [], threading.Event()
     monkeypatch.setattr(machine_probe, "_spawn_trainer_probes", lambda _: measured.append(1) or {
         k: figures[k] for k in ("trainer_mib", "activation_factor", "step_mib_per_layer")})
     monkeypatch.setattr(machine_probe, "_spawn_worker_probe", lambda: {
         k: figures[k] for k in ("worker_mib", "forked_worker_mib", "fork_server_mib", "worker_bytes_per_decoded_byte",
-                                "worker_region_mib")})
+                                "worker_region_mib", "forked_worker_region_mib")})
     stored = machine_probe._stored
     monkeypatch.setattr(machine_probe, "_stored", lambda *args: (looked.set(), stored(*args))[1])
     path = machine_probe.cache_file()

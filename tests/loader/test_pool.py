@@ -96,6 +96,38 @@ def test_a_worker_that_cannot_start_is_an_error_at_once(children):
     assert_clean(children)
 
 
+@pytest.mark.parametrize("when", ["before any sample", "mid-pass"])
+def test_a_dead_fork_server_is_a_kill_its_workers_replaced_and_counted_once(when, tmp_path, caplog, capfd,
+                                                                             children):
+    """The fork server killed (the OOM killer, say) takes its four workers along: each is replaced and the pass
+    ends whole, although none had built a sample (no failure to start) and four deaths pass the three in a row.
+    One still starting, before its parent-death signal was set, exits at once instead of running on, an orphan."""
+    from app.processes import is_fork_server
+
+    def kill_the_server() -> int:
+        server = next(p for p in psutil.Process().children() if is_fork_server(p.pid))
+        server.kill()  # left a zombie for multiprocessing to reap, as the OOM killer leaves it
+        wait_until(lambda: server.status() == psutil.STATUS_ZOMBIE)
+        return server.pid
+
+    split, go, got = MarkedSplit(32), tmp_path / "go", []
+    split.held_until = str(go)  # the first workers held in their start, before their parent-death signal is set
+    if when == "mid-pass":
+        go.touch()
+    with make(split, workers=4, max_size=2, start_method="forkserver") as enq, caplog.at_level("WARNING"):
+        first = enq.worker_pids
+        server = kill_the_server() if when == "before any sample" else None
+        go.touch()
+        for k, (images, _) in enumerate(enq.batches("train", np.arange(32), epoch=0)):
+            got.extend(index_of(im) for im in images)
+            server = kill_the_server() if k == 0 and server is None else server
+        assert got == list(range(32)) and enq.restarts == 4 and not set(first) & set(enq.worker_pids)
+    assert caplog.text.count(f"its fork server, process {server}, died") == 4
+    assert wait_until(lambda: all(_dead(pid) for pid in first))  # none left an orphan (init's child, not ours)
+    assert "Traceback" not in capfd.readouterr().err  # an orphan's, its pipe closed under it
+    assert_clean(children)
+
+
 def test_workers_never_import_tensorflow(tmp_path):
     """What a spawned worker imports: the worker loop and what unpickling its arguments needs."""
     import subprocess
