@@ -101,7 +101,7 @@ class Pool:
                       fork_server=_parent_of(process.pid) if forked else None)
 
     def replace(self, dead: Worker, how: str, server: int | None) -> Worker:
-        """A new worker in `dead`'s place (none of its work: the caller hands that on); an error past the deaths' cap."""
+        """A new worker in `dead`'s place (none of its work: the caller hands that on); an error past the cap."""
         # `how` it died; `server`: the fork server that died with it, where one did
         if server is None or server not in self._servers_lost:  # a fork server's death counts once, not a worker's
             self.deaths_in_a_row += 1
