@@ -57,14 +57,13 @@ def main_module_hidden(hidden: bool):
             main.__dict__.update(saved)
 
 
-def die_with_parent(parent_pid: int | None, *, forked: bool = False) -> None:
-    """SIGKILL this process when its parent dies (`forked`: the fork server); exit now if it is already gone."""
+def die_with_parent(parent_pid: int | None) -> None:
+    """SIGKILL this process when its parent dies (under forkserver: the fork server); exit now if it is already gone."""
     if sys.platform.startswith("linux"):
         PR_SET_PDEATHSIG = 1
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    # the parent died before prctl took effect: this process, an orphan, would run on
-    if (parent_pid is not None and os.getppid() != parent_pid) or (forked and not is_fork_server(os.getppid())):
+    if parent_pid is not None and os.getppid() != parent_pid:  # the parent died before prctl took effect
         os._exit(1)
 
 
@@ -79,22 +78,16 @@ def close_fork_server_alive_pipe() -> None:
         server._forkserver_alive_fd = None
 
 
-# multiprocessing's fork server: the children it forks have its very command line, its parent another; a dead one
-# (a zombie, or gone) is none
-def is_fork_server(pid: int) -> bool:
-    try:
-        own = _cmdline(pid)
-        return b"multiprocessing.forkserver" in own and _cmdline(psutil.Process(pid).ppid()) != own
-    except psutil.Error:  # gone
-        return False
+# multiprocessing's fork server, started where none runs (with the preload set before), and its pid: multiprocessing's
+# own record of the process that forks the workers, their parent. A private attribute (the same in Python 3.11-3.14),
+# here alone: tests/loader/test_pool.py finds that process a fork server and its workers' parent.
+def start_fork_server() -> int:
+    forkserver.ensure_running()
+    return fork_server_pid()
 
 
-def _cmdline(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-            return cmdline.read()
-    except OSError:  # gone
-        return b""
+def fork_server_pid() -> int | None:  # the one multiprocessing last started in this process
+    return getattr(forkserver._forkserver, "_forkserver_pid", None)
 
 
 # glibc's mallopt parameters (malloc.h).

@@ -13,7 +13,6 @@ import psutil
 
 from app.loader.ring import PREFIX as RING_PREFIX
 from app.loader.ring import SHM_DIR
-from app.processes import is_fork_server
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +74,23 @@ def private_bytes(pid: int, shared_anonymous: bool = False) -> int:
 # A child's share of the tree: its USS; a fork server's with the modules its workers share with it
 def child_bytes(pid: int) -> int:
     return private_bytes(pid, shared_anonymous=is_fork_server(pid))
+
+
+# multiprocessing's fork server: the children it forks have its very command line, its parent another
+def is_fork_server(pid: int) -> bool:
+    try:
+        own = _cmdline(pid)
+        return b"multiprocessing.forkserver" in own and _cmdline(psutil.Process(pid).ppid()) != own
+    except psutil.Error:  # gone
+        return False
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return cmdline.read()
+    except OSError:  # gone
+        return b""
 
 
 # What this process's fork server holds (its modules, shared with its workers), or 0 without one

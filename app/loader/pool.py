@@ -19,7 +19,7 @@ from app.errors import WorkerError
 from app.loader import messages
 from app.loader import worker as worker_loop
 from app.loader.ring import Ring
-from app.processes import is_fork_server, main_module_hidden, signals_held, startable
+from app.processes import fork_server_pid, main_module_hidden, signals_held, start_fork_server, startable
 
 # A worker that dies is replaced and its samples rebuilt; this many deaths with no batch
 # completed in between is a fault to report, not to retry forever.
@@ -62,7 +62,7 @@ class Pool:
         self.start_method, self.startup_timeout_s = start_method, startup_timeout_s
         self.workers: list[Worker] = []
         self.deaths_in_a_row = 0  # since a batch was last completed (the enqueuer resets it)
-        self._servers_lost: set[int | None] = set()
+        self._last_lost_server: int | None = None
         # a user's transforms defined in their script (app.library) unpickle only where it was imported
         self._needs_main = any(getattr(a, "needs_main", False) for a in work.augmenters.values())
         # Processes are started from this one long-lived thread: Linux's parent-death signal
@@ -92,20 +92,20 @@ class Pool:
         if forked:  # takes effect where this process's fork server starts, here or later; a running one is kept
             context.set_forkserver_preload(worker_loop.PRELOADED)
         with _child_environment(self.start_method), main_module_hidden(not self._needs_main):
+            parent = start_fork_server() if forked else os.getpid()  # the server: with this environment, too
             process = context.Process(target=worker_loop.process_main, name=f"app-loader-{i}", daemon=True,
-                                      args=(child_end, self.ring.spec, self.work, None if forked else os.getpid(),
-                                            dict(os.environ)))
+                                      args=(child_end, self.ring.spec, self.work, parent, dict(os.environ)))
             self._starter.submit(process.start).result()
         child_end.close()
         return Worker(conn=parent_end, handle=process, name=f"worker process {process.pid}",
-                      fork_server=_parent_of(process.pid) if forked else None)
+                      fork_server=parent if forked else None)
 
     def replace(self, dead: Worker, how: str, server: int | None) -> Worker:
         """A new worker in `dead`'s place (none of its work: the caller hands that on); an error past the cap."""
         # `how` it died; `server`: the fork server that died with it, where one did
-        if server is None or server not in self._servers_lost:  # a fork server's death counts once, not a worker's
+        if server is None or server != self._last_lost_server:  # a fork server's death counts once, not a worker's
             self.deaths_in_a_row += 1
-        self._servers_lost.add(server)
+        self._last_lost_server = server or self._last_lost_server
         if self.deaths_in_a_row > MAX_DEATHS_IN_A_ROW:
             raise WorkerError(
                 f"{dead.name} died ({how}), the {self.deaths_in_a_row}th worker death with no batch completed "
@@ -116,10 +116,18 @@ class Pool:
         return new
 
     # The pid of the fork server that forked `dead` where that server has died too (killed, say by the OOM killer),
-    # which takes its workers along: multiprocessing then reads their exit code as 255
+    # which takes its workers along: multiprocessing then reads their exit code as 255. Dead: a zombie, reaped, or
+    # no longer multiprocessing's server (it started another in its place)
     @staticmethod
     def lost_fork_server(dead: Worker) -> int | None:
-        return dead.fork_server if dead.fork_server and not is_fork_server(dead.fork_server) else None
+        server = dead.fork_server
+        if server is None:
+            return None
+        try:
+            alive = server == fork_server_pid() and psutil.Process(server).status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            alive = False
+        return None if alive else server
 
     def wait(self, timeout_s: float) -> list[Worker]:
         """The workers with something to read or that have died, waiting up to `timeout_s` for one."""
@@ -175,13 +183,6 @@ def exit_description(code: int | None) -> str:
         return f"killed by signal {signal.Signals(-code).name} ({-code})"
     except ValueError:
         return f"killed by signal {-code}"
-
-
-def _parent_of(pid: int) -> int | None:
-    try:
-        return psutil.Process(pid).ppid()
-    except psutil.Error:  # already ended and reaped
-        return None
 
 
 def _serve_thread(conn, ring, done, work: Work) -> None:

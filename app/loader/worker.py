@@ -131,12 +131,12 @@ def prepare_process() -> None:
 
 
 def process_main(conn, spec: RingSpec, work, parent_pid: int | None, environment: dict[str, str]) -> None:
-    """Entry point of a worker process; `parent_pid` the training process's, None where a fork server forked it."""
+    """Entry point of a worker process; `parent_pid`: its parent's, the training process's or the fork server's."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the training process's to handle
     # a fork server's child starts with the server's environment: it takes the parent's as of its start (storage keys)
     os.environ.clear()
     os.environ.update(environment)
-    die_with_parent(parent_pid, forked=parent_pid is None)
+    die_with_parent(parent_pid)
     close_fork_server_alive_pipe()
     prepare_process()
     _native.append(NativeStderr())

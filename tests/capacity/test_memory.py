@@ -15,12 +15,12 @@ from app.capacity.memory import (
     PeakMemory,
     child_bytes,
     fork_server_bytes,
+    is_fork_server,
     kill_leftovers_and_delete_segments,
     private_bytes,
     tree_bytes,
 )
 from app.loader.ring import Ring
-from app.processes import is_fork_server
 
 
 def test_peak_counts_children_too():

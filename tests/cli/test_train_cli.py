@@ -21,7 +21,7 @@ from docs_runner import spawn_one_process_for
 from loaders import wait_until
 from PIL import Image
 
-from app.processes import is_fork_server
+from app.capacity.memory import is_fork_server
 
 TINY = ["data.num_images=24", "data.source_size=96", "data.num_classes=3", "data.image_size=[32,32]",
         "data.batch_size=4", "model.widths=[8,16]", "trainer.epochs=2"]
