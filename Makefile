@@ -15,10 +15,7 @@ train: $(VENV)/.installed
 # Two processes (pytest-xdist), each taking a whole file at a time so a file's fixtures are built
 # once, in tests/conftest.py's order (the slowest files first; xdist would otherwise put the files
 # with the most tests first, and the slow ones with few last, one process waiting on the other):
-# 12 to 13 minutes on two cores as pytest counts them (728-797 s since the workers are forked, 2026-11-29, against
-# 897 s before on the same machine, `import tensorflow` taking 5-5.5 s there; once 963 s, every file slower, the
-# machine loaded), its setup a minute more: still over the 10-minute budget (tests/conftest.py). Three processes
-# instead of two were slower (805 s against 728).
+# 9.5 to 14 minutes on two cores, by how fast the machine runs (docs/performance.md, its budget tests/conftest.py).
 # ARGS="-n 4" on a bigger machine, ARGS="-n 0" for one process. Leaves out the tests marked exhaustive:
 # variants of paths it covers (pyproject.toml), which `make test-all` runs too.
 test: $(VENV)/.installed
