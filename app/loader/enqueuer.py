@@ -247,7 +247,7 @@ class Enqueuer:
 
     def _handle(self, reply, w: Worker | None, who: str) -> None:
         if isinstance(reply, messages.Ready):
-            w.ready = True
+            self.pool.started(w, reply.preloaded)
             return
         if isinstance(reply, messages.ShareDone):  # every sample of w's share in this slot is written or answered
             self.telemetry.add_stages(reply.stages)

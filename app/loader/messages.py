@@ -31,6 +31,8 @@ class Task:
 class Ready:
     """Worker → parent, once: started (imports done, ring mapped); its tasks may be timed from now."""
 
+    preloaded: bool = False  # its modules came imported by the fork server that forked it
+
 
 @dataclass(frozen=True)
 class ShareDone:

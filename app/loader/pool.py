@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import multiprocessing as mp
 import os
 import signal
@@ -21,6 +22,7 @@ from app.loader import worker as worker_loop
 from app.loader.ring import Ring
 from app.processes import fork_server_pid, main_module_hidden, signals_held, start_fork_server, startable
 
+log = logging.getLogger(__name__)
 # A worker that dies is replaced and its samples rebuilt; this many deaths with no batch
 # completed in between is a fault to report, not to retry forever.
 MAX_DEATHS_IN_A_ROW = 3
@@ -63,6 +65,7 @@ class Pool:
         self.workers: list[Worker] = []
         self.deaths_in_a_row = 0  # since a batch was last completed (the enqueuer resets it)
         self._last_lost_server: int | None = None
+        self._told_unpreloaded: set[int] = set()
         # a user's transforms defined in their script (app.library) unpickle only where it was imported
         self._needs_main = any(getattr(a, "needs_main", False) for a in work.augmenters.values())
         # Processes are started from this one long-lived thread: Linux's parent-death signal
@@ -128,6 +131,20 @@ class Pool:
         except psutil.Error:
             alive = False
         return None if alive else server
+
+    # `w` said it has started. A forked one whose modules its server did not import is told of, once a server: the
+    # workers are right but each holds its own copy, which `plan` counts shared
+    def started(self, w: Worker, preloaded: bool) -> None:
+        w.ready = True
+        if w.fork_server is None or preloaded or w.fork_server in self._told_unpreloaded:
+            return
+        self._told_unpreloaded.add(w.fork_server)
+        log.warning("%s was forked by multiprocessing's fork server (process %d) without the loader's modules "
+                    "imported there: the server was started before the loader's, by other code in this process, "
+                    "or could not import them (`app` must be importable wherever Python starts). Each worker "
+                    "imports them itself: about 50 MiB more a worker than `plan` and queue.workers=auto count. "
+                    "Start a loader before that code, or set queue.start_method=spawn, which they count as it is.",
+                    w.name, w.fork_server)
 
     def wait(self, timeout_s: float) -> list[Worker]:
         """The workers with something to read or that have died, waiting up to `timeout_s` for one."""

@@ -27,6 +27,9 @@ THREAD_ENV = {name: "1" for name in (
     "VECLIB_MAXIMUM_THREADS")}
 # What every worker imports: a fork server imports them once and its workers share their pages.
 PRELOADED = ["app.loader.worker", "app.augment"]
+# The process that imported this module: in a forked worker, its server's where the preload took (multiprocessing
+# keeps a server started before the preload was set, and Python 3.11's swallows a preload that fails to import)
+IMPORTED_IN = os.getpid()
 
 
 def make_sample(split: Split, augmenter: Any, index: int, *, seed: int, epoch: int) -> np.ndarray:
@@ -143,7 +146,7 @@ def process_main(conn, spec: RingSpec, work, parent_pid: int | None, environment
     _, done, buffer = attach(spec)
     ring = spec.slots(buffer)
     try:
-        conn.send(messages.Ready())
+        conn.send(messages.Ready(preloaded=IMPORTED_IN != os.getpid()))
         serve(conn, ring, done, work)
     finally:
         del ring, done, _

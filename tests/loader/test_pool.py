@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -136,11 +138,32 @@ def test_each_lost_fork_server_counts_as_one_death_in_a_row():
             enq.pool.replace(enq.pool.workers[0], "exit code 255", 303)  # negative control: a third server counts
 
 
+PRELOAD_SKIPPED = """
+import multiprocessing.forkserver, sys
+import numpy as np
+from loaders import make
+from marked import MarkedSplit
+if sys.argv[1] == "started before":
+    multiprocessing.forkserver.ensure_running()  # other code's fork server: no preload of the loader's
+with make(MarkedSplit(8), workers=2, start_method="forkserver") as enq:
+    assert len(list(enq.batches("train", np.arange(8), epoch=0))) == 2
+"""
+
+
+@pytest.mark.parametrize("server", ["started before", "the loader's"])
+def test_workers_of_a_fork_server_without_the_loaders_modules_are_told_of_once(server):
+    """Where another fork server runs already, its workers import the modules themselves (about 50 MiB each that the
+    plan counts shared): said once, the batches right all the same; not said of the loader's own (negative control)."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}  # the tests' helpers, everywhere
+    result = subprocess.run([sys.executable, "-c", PRELOAD_SKIPPED, server], capture_output=True, text=True,
+                            timeout=120, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr.count("without the loader's modules imported") == (server == "started before"), \
+        result.stderr[-3000:]
+
+
 def test_workers_never_import_tensorflow(tmp_path):
     """What a spawned worker imports: the worker loop and what unpickling its arguments needs."""
-    import subprocess
-    import sys
-
     code = ("import sys, app.loader.worker, app.loader.ring, app.augment, app.data; "
             "bad = [m for m in ('tensorflow', 'keras') if m in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
@@ -154,9 +177,6 @@ def test_workers_never_import_tensorflow(tmp_path):
 def test_workers_die_with_their_parent_even_by_sigkill(method, tmp_path):
     """Forked workers too: their parent is the fork server, which must end with the training process although they
     spin in C code holding the GIL (no thread of theirs runs)."""
-    import subprocess
-    import sys
-
     code = """
 import os, threading, time
 from marked import IdentityAugmenter, MarkedSplit
