@@ -64,6 +64,7 @@ def die_with_parent(parent_pid: int | None) -> None:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if parent_pid is not None and os.getppid() != parent_pid:  # the parent died before prctl took effect
+        sys.stderr.write(f"process {os.getpid()}: its parent, process {parent_pid}, ended before it started\n")
         os._exit(1)
 
 

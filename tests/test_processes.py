@@ -217,8 +217,9 @@ def test_a_semaphore_its_maker_holds_is_never_deleted_as_an_orphan():
 def test_a_process_whose_parent_is_already_gone_exits_instead_of_running_on(parent):
     """A worker whose parent (the training process, or the fork server) died before the parent-death signal was
     set would run on, an orphan: it exits at once; under its real parent it runs on (the negative control)."""
-    given = os.getpid() if parent == "its own" else 1  # an orphan's parent is init, or a subreaper: never the given
+    given = os.getpid() if parent == "its own" else 0  # an orphan's parent is init, or a subreaper: never the given
     code = "import sys; from app.processes import die_with_parent; die_with_parent(int(sys.argv[1])); print('ran on')"
     result = subprocess.run([sys.executable, "-c", code, str(given)], capture_output=True, text=True, timeout=60)
     assert (result.returncode, result.stdout.strip()) == ((0, "ran on") if parent == "its own" else (1, "")), \
         result.stderr
+    assert ("its parent, process 0, ended before it started" in result.stderr) == (parent != "its own")

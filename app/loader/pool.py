@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 # A worker that dies is replaced and its samples rebuilt; this many deaths with no batch
 # completed in between is a fault to report, not to retry forever.
 MAX_DEATHS_IN_A_ROW = 3
+_TOLD_UNPRELOADED: set[int] = set()  # the fork servers found without the workers' modules, told of once each
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,6 @@ class Pool:
         self.workers: list[Worker] = []
         self.deaths_in_a_row = 0  # since a batch was last completed (the enqueuer resets it)
         self._last_lost_server: int | None = None
-        self._told_unpreloaded: set[int] = set()
         # a user's transforms defined in their script (app.library) unpickle only where it was imported
         self._needs_main = any(getattr(a, "needs_main", False) for a in work.augmenters.values())
         # Processes are started from this one long-lived thread: Linux's parent-death signal
@@ -95,7 +95,8 @@ class Pool:
         if forked:  # takes effect where this process's fork server starts, here or later; a running one is kept
             context.set_forkserver_preload(worker_loop.PRELOADED)
         with _child_environment(self.start_method), main_module_hidden(not self._needs_main):
-            parent = start_fork_server() if forked else os.getpid()  # the server: with this environment, too
+            # the server started as the workers are, in this environment, from the starter thread
+            parent = self._starter.submit(start_fork_server).result() if forked else os.getpid()
             process = context.Process(target=worker_loop.process_main, name=f"app-loader-{i}", daemon=True,
                                       args=(child_end, self.ring.spec, self.work, parent, dict(os.environ)))
             self._starter.submit(process.start).result()
@@ -119,26 +120,30 @@ class Pool:
         return new
 
     # The pid of the fork server that forked `dead` where that server has died too (killed, say by the OOM killer),
-    # which takes its workers along: multiprocessing then reads their exit code as 255. Dead: a zombie, reaped, or
-    # no longer multiprocessing's server (it started another in its place)
+    # which takes its workers along: multiprocessing then reads their exit code as 255. Dead: exiting, a zombie,
+    # reaped, or no longer multiprocessing's server (it started another in its place)
     @staticmethod
     def lost_fork_server(dead: Worker) -> int | None:
         server = dead.fork_server
-        if server is None:
-            return None
+        if server is None or server != fork_server_pid():
+            return server  # none, or one multiprocessing has replaced already
         try:
-            alive = server == fork_server_pid() and psutil.Process(server).status() != psutil.STATUS_ZOMBIE
-        except psutil.Error:
-            alive = False
-        return None if alive else server
+            # a process's command line reads empty from the moment its exit lets go of its memory, before its files
+            # close (the workers' end of file) and before it is a zombie
+            if psutil.Process(server).cmdline():
+                return None
+        except psutil.Error:  # a zombie, or reaped
+            pass
+        _wait_for_exit(server, timeout_s=10.0)  # multiprocessing starts another only once it is a zombie (waitpid)
+        return server
 
     # `w` said it has started. A forked one whose modules its server did not import is told of, once a server: the
     # workers are right but each holds its own copy, which `plan` counts shared
     def started(self, w: Worker, preloaded: bool) -> None:
         w.ready = True
-        if w.fork_server is None or preloaded or w.fork_server in self._told_unpreloaded:
+        if w.fork_server is None or preloaded or w.fork_server in _TOLD_UNPRELOADED:
             return
-        self._told_unpreloaded.add(w.fork_server)
+        _TOLD_UNPRELOADED.add(w.fork_server)
         log.warning("%s was forked by multiprocessing's fork server (process %d) without the loader's modules "
                     "imported there: the server was started before the loader's, by other code in this process, "
                     "or could not import them (`app` must be importable wherever Python starts). Each worker "
@@ -200,6 +205,15 @@ def exit_description(code: int | None) -> str:
         return f"killed by signal {signal.Signals(-code).name} ({-code})"
     except ValueError:
         return f"killed by signal {-code}"
+
+
+def _wait_for_exit(pid: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    try:
+        while psutil.Process(pid).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+            time.sleep(0.005)
+    except psutil.Error:  # reaped
+        pass
 
 
 def _serve_thread(conn, ring, done, work: Work) -> None:
