@@ -29,8 +29,7 @@ from app.schema.data import FolderDataConfig, PatchesConfig
 
 PROBE = Probe(trainer_mib=500.0, worker_mib=100.0, forked_worker_mib=20.0, fork_server_mib=80.0,
               worker_bytes_per_decoded_byte=2.0, worker_region_mib=10.0, forked_worker_region_mib=30.0,
-              activation_factor=1.5,
-              step_mib_per_layer=1.0)
+              activation_factor=1.5, step_mib_per_layer=1.0)
 MODEL = ModelFacts(parameter_bytes=10 * MIB, optimizer_bytes=20 * MIB, activation_bytes_per_sample=4 * MIB, layers=20)
 WORK = Workload(batch_size=16, image_size=(512, 512), max_size=4, workers=2, processes=True,
                 largest_decode_bytes=12 * MIB, device_is_host=True)
@@ -65,7 +64,7 @@ def test_the_host_peak_adds_each_part_and_the_device_on_a_cpu():
     # patches: a worker holds what region reads bring beside its decode (the probe's zarr and stores)
     regions = predict(dataclasses.replace(WORK, region_reads=True), PROBE, MODEL)
     assert dict(regions.host)["2 worker processes (134 MiB each)"] == 2 * (100 + 2 * 12 + 10)
-    # forked, the reads cost the probe's forked figure (their modules the worker's own, the server's pages copied)
+    # forked, the reads cost the probe's forked figure (what a forked worker writes of the server's pages is its own)
     forked_regions = predict(dataclasses.replace(WORK, region_reads=True, forked=True), PROBE, MODEL)
     assert dict(forked_regions.host)["2 worker processes (74 MiB each)"] == 2 * (20 + 2 * 12 + 30)
     # the decoded chunks a loading process keeps: each worker's, or once beside loading threads

@@ -27,8 +27,7 @@ from app.schema import register
 
 PROBE = Probe(trainer_mib=500.0, worker_mib=100.0, forked_worker_mib=20.0, fork_server_mib=80.0,
               worker_bytes_per_decoded_byte=2.0, worker_region_mib=10.0, forked_worker_region_mib=30.0,
-              activation_factor=1.5,
-              step_mib_per_layer=1.0)
+              activation_factor=1.5, step_mib_per_layer=1.0)
 MODEL = ModelFacts(parameter_bytes=10 * MIB, optimizer_bytes=20 * MIB, activation_bytes_per_sample=4 * MIB, layers=20)
 
 
