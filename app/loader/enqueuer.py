@@ -92,8 +92,7 @@ class Enqueuer:
             self.ring = Ring(self.slot_count, (settings.batch_size, *settings.image_size), shared=shared,
                              pixels=settings.pixels, mask_dtype=settings.mask_dtype)
             self._slots = [_Slot() for _ in range(self.slot_count)]
-            self.pool = Pool(self.ring, self.work, processes=shared, start_method=self.queue.start_method,
-                             startup_timeout_s=self.queue.startup_timeout_s)
+            self.pool = Pool(self.ring, self.work, processes=shared, queue=self.queue)
             self.pool.start(self.queue.workers)
         except BaseException:
             self.close()

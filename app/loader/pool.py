@@ -20,6 +20,7 @@ from app.errors import WorkerError
 from app.loader import messages
 from app.loader import worker as worker_loop
 from app.loader.ring import Ring
+from app.loader.settings import Queue
 from app.processes import fork_server_pid, main_module_hidden, signals_held, start_fork_server, startable
 
 log = logging.getLogger(__name__)
@@ -60,9 +61,8 @@ class Worker:
 
 
 class Pool:
-    def __init__(self, ring: Ring, work: Work, *, processes: bool, start_method: str, startup_timeout_s: float):
-        self.ring, self.work, self.processes = ring, work, processes
-        self.start_method, self.startup_timeout_s = start_method, startup_timeout_s
+    def __init__(self, ring: Ring, work: Work, *, processes: bool, queue: Queue):
+        self.ring, self.work, self.processes, self.queue = ring, work, processes, queue
         self.workers: list[Worker] = []
         self.deaths_in_a_row = 0  # since a batch was last completed (the enqueuer resets it)
         self._last_lost_server: int | None = None
@@ -89,12 +89,12 @@ class Pool:
                                       args=(child_end, self.ring.slots, self.ring.done, self.work))
             thread.start()
             return Worker(conn=parent_end, handle=thread, name=f"worker thread {i}", ready=True)
-        context = mp.get_context(self.start_method)
+        context = mp.get_context(self.queue.start_method)
         parent_end, child_end = context.Pipe(duplex=True)
-        forked = self.start_method == "forkserver"
+        forked = self.queue.forked
         if forked:  # takes effect where this process's fork server starts, here or later; a running one is kept
             context.set_forkserver_preload(worker_loop.PRELOADED)
-        with _child_environment(self.start_method), main_module_hidden(not self._needs_main):
+        with _child_environment(self.queue.start_method), main_module_hidden(not self._needs_main):
             # the server started as the workers are, in this environment, from the starter thread
             parent = self._starter.submit(start_fork_server).result() if forked else os.getpid()
             process = context.Process(target=worker_loop.process_main, name=f"app-loader-{i}", daemon=True,
@@ -161,11 +161,11 @@ class Pool:
         """Whether a worker is still starting; WorkerError for one past startup_timeout_s."""
         starting = [w for w in self.workers if not w.ready]
         for w in starting:
-            if time.monotonic() - w.started_at > self.startup_timeout_s:
+            if time.monotonic() - w.started_at > self.queue.startup_timeout_s:
                 raise WorkerError(
-                    f"{w.name} did not start within queue.startup_timeout_s={self.startup_timeout_s:g} s (importing "
-                    "its modules and unpickling the data source and augmentation). The machine may be overloaded; "
-                    "raise queue.startup_timeout_s, or lower queue.workers.")
+                    f"{w.name} did not start within queue.startup_timeout_s={self.queue.startup_timeout_s:g} s "
+                    "(importing its modules and unpickling the data source and augmentation). The machine may be "
+                    "overloaded; raise queue.startup_timeout_s, or lower queue.workers.")
         return bool(starting)
 
     def check_threads(self) -> None:
