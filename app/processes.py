@@ -87,8 +87,8 @@ def start_fork_server() -> int:
     return fork_server_pid()
 
 
-def fork_server_pid() -> int | None:  # the one multiprocessing last started in this process
-    return getattr(forkserver._forkserver, "_forkserver_pid", None)
+def fork_server_pid() -> int | None:  # the one multiprocessing last started here; None where the attribute moved
+    return getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
 
 
 # glibc's mallopt parameters (malloc.h).
