@@ -11,7 +11,7 @@ import os
 import re
 import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -129,11 +129,15 @@ def write_file(path: str | os.PathLike, data: bytes | str) -> None:
 
 
 @contextmanager
-def held_exclusively(lock_file: Path) -> Iterator[None]:
-    """An exclusive `flock` on `lock_file` (made if missing) for the block, waiting while another process holds it."""
+def held_exclusively(lock_file: Path, waiting: Callable[[], None] = lambda: None) -> Iterator[None]:
+    """An exclusive `flock` on `lock_file` (made if missing) for the block; `waiting()` once if another holds it."""
     lock_file.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_file, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            waiting()
+            fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 
 

@@ -60,7 +60,10 @@ def measured_or_spawn_probe(trainer_measures: Callable[[], dict], refresh: bool 
     path, here = cache_file(), machine()
     if not refresh and (stored := _stored(path, here)):
         return stored
-    with held_exclusively(path.with_name(f"{path.name}.lock")):
+    lock = path.with_name(f"{path.name}.lock")
+    # a sweep's jobs start together: all but one wait here for its figures, and a user should see why
+    with held_exclusively(lock, lambda: log.info("another process is measuring this machine's memory figures (it "
+                                                 "holds %s): waiting to read them", lock)):
         if not refresh and (stored := _stored(path, here)):  # written while this one waited
             return stored
         return _spawn_probe_and_write(path, here, trainer_measures)

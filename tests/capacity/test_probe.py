@@ -84,30 +84,48 @@ def test_the_lower_figures_of_the_training_processes_are_kept(monkeypatch):
     assert figures == {"trainer_mib": 765.0, "activation_factor": 0.76, "step_mib_per_layer": 1.5}
 
 
-def test_processes_asking_together_wait_for_one_measurement(tmp_path, monkeypatch):
-    """A sweep's jobs starting at once: the one that takes the lock measures, the others read its
-    figures when it lets go, instead of measuring beside it."""
+class Said(logging.Handler):
+    """The lines a logger says, and an event set at the first that holds `words`."""
+
+    def __init__(self, words: str):
+        super().__init__()
+        self.words, self.lines, self.heard = words, [], threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+        if self.words in self.lines[-1]:
+            self.heard.set()
+
+
+def test_processes_asking_together_wait_for_one_measurement(tmp_path, monkeypatch, caplog):
+    """A sweep's jobs starting at once: the one that takes the lock measures, the others say they
+    wait and read its figures when it lets go, instead of measuring beside it."""
+    caplog.set_level(logging.INFO, logger=machine_probe.__name__)
+    said = Said("waiting to read them")
+    monkeypatch.setattr(machine_probe.log, "handlers", [*machine_probe.log.handlers, said])  # undone after
     monkeypatch.setenv("APP_CACHE_DIR", str(tmp_path))
     figures = {"trainer_mib": 800.0, "activation_factor": 0.8, "step_mib_per_layer": 1.5, "worker_mib": 60.0,
                "forked_worker_mib": 10.0, "fork_server_mib": 50.0, "worker_region_mib": 10.0,
                "forked_worker_region_mib": 30.0, "worker_bytes_per_decoded_byte": 2.0}
-    measured, looked = [], threading.Event()
+    measured = []
     monkeypatch.setattr(machine_probe, "_spawn_trainer_probes", lambda _: measured.append(1) or {
         k: figures[k] for k in ("trainer_mib", "activation_factor", "step_mib_per_layer")})
     monkeypatch.setattr(machine_probe, "_spawn_worker_probe", lambda: {
         k: figures[k] for k in ("worker_mib", "forked_worker_mib", "fork_server_mib", "worker_bytes_per_decoded_byte",
                                 "worker_region_mib", "forked_worker_region_mib")})
-    stored = machine_probe._stored
-    monkeypatch.setattr(machine_probe, "_stored", lambda *args: (looked.set(), stored(*args))[1])
     path = machine_probe.cache_file()
     got = []
     with held_exclusively(path.with_name(f"{path.name}.lock")):  # another process measuring
         asker = threading.Thread(target=lambda: got.append(machine_probe.measured_or_spawn_probe(trainer_measures)))
         asker.start()
-        assert looked.wait(timeout=30)  # it found no figures, and went for the lock
+        assert said.heard.wait(timeout=30)  # it found no figures, met the lock and says it waits
         path.write_text(json.dumps({**figures, "machine": machine_probe.machine()}))  # the other one's
     asker.join(timeout=30)
     assert got and got[0].trainer_mib == 800.0 and measured == []
+    assert said.lines == [f"another process is measuring this machine's memory figures (it holds {path}.lock): "
+                          "waiting to read them"]
+    said.lines.clear()
     path.unlink()  # negative control: no figures when the lock is let go, so it measures them itself
     machine_probe.measured_or_spawn_probe(trainer_measures)
     assert measured == [1] and json.loads(path.read_text())["trainer_mib"] == 800.0
+    assert not [line for line in said.lines if "waiting" in line]  # nobody held the lock: nothing said
