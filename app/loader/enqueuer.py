@@ -141,7 +141,7 @@ class Enqueuer:
                     self._pump(0)  # the replies already there, so the ring's fill is as it stands
                     self.telemetry.observe_fill(self._slots, self.slot_count)
                     self._wait_for(b % self.slot_count)
-                self.pool.deaths_in_a_row = 0
+                self.pool.completed_batch()
                 # its targets: the labels, or (a class a pixel) a view of the masks in the ring
                 masks = self.ring.masks
                 yield self.ring.array[b % self.slot_count, : slot.size], (

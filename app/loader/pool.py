@@ -64,7 +64,7 @@ class Pool:
     def __init__(self, ring: Ring, work: Work, *, processes: bool, queue: Queue):
         self.ring, self.work, self.processes, self.queue = ring, work, processes, queue
         self.workers: list[Worker] = []
-        self.deaths_in_a_row = 0  # since a batch was last completed (the enqueuer resets it)
+        self.deaths_in_a_row = 0  # since a batch was last completed (completed_batch)
         self._last_lost_server: int | None = None
         # a user's transforms defined in their script (app.library) unpickle only where it was imported
         self._needs_main = any(getattr(a, "needs_main", False) for a in work.augmenters.values())
@@ -104,6 +104,9 @@ class Pool:
         return Worker(conn=parent_end, handle=process, name=f"worker process {process.pid}",
                       fork_server=parent if forked else None)
 
+    def completed_batch(self) -> None:  # the deaths in a row end here
+        self.deaths_in_a_row = 0
+
     def replace(self, dead: Worker, how: str, server: int | None) -> Worker:
         """A new worker in `dead`'s place (none of its work: the caller hands that on); an error past the cap."""
         # `how` it died; `server`: the fork server that died with it, where one did
@@ -134,7 +137,9 @@ class Pool:
                 return None
         except psutil.Error:  # a zombie, or reaped
             pass
-        _wait_for_exit(server, timeout_s=10.0)  # multiprocessing starts another only once it is a zombie (waitpid)
+        # multiprocessing starts another only once it is a zombie (its waitpid); polled, not reaped here, which
+        # would leave multiprocessing's waitpid a ChildProcessError
+        _wait_for_exit(server, timeout_s=10.0)
         return server
 
     # `w` said it has started. A forked one whose modules its server did not import is told of, once a server: the
